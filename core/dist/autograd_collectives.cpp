@@ -1,0 +1,185 @@
+#include "core/dist/autograd_collectives.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "core/dist/collectives.h"
+
+namespace kuafu::dist::autograd {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+
+// Groups travel through the autograd context as an address. The registry keeps each group alive
+// until exit, so a backward pass can never outlive its group (groups are few and long-lived).
+void save_group(AutogradContext* ctx, GroupPtr group) {
+  static std::mutex mutex;
+  static std::unordered_map<const ProcessGroup*, GroupPtr> registry;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    registry.emplace(group.get(), group);
+  }
+  ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group.get()));
+}
+const ProcessGroup& saved_group(AutogradContext* ctx) {
+  return *reinterpret_cast<const ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+}
+
+torch::Tensor reduced(torch::Tensor t, const ProcessGroup& group) {
+  torch::Tensor out = t.contiguous().clone();
+  dist::all_reduce(out, group);
+  return out;
+}
+
+struct AllReduceSum : Function<AllReduceSum> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group) {
+    torch::Tensor y = reduced(x, *group);
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {reduced(g[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+struct CopyToGroup : Function<CopyToGroup> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group) {
+    save_group(ctx, std::move(group));
+    return x.view_as(x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {reduced(g[0], saved_group(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceFromGroup : Function<ReduceFromGroup> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, GroupPtr group) {
+    return reduced(x, *group);
+  }
+  static variable_list backward(AutogradContext*, variable_list g) { return {g[0], torch::Tensor()}; }
+};
+
+struct AllGather : Function<AllGather> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group, int64_t dim) {
+    torch::Tensor y = dist::all_gather(x, *group, dim);
+    ctx->saved_data["dim"] = dim;
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    return {dist::reduce_scatter(g[0], saved_group(ctx), dim), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct ReduceScatter : Function<ReduceScatter> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group, int64_t dim) {
+    torch::Tensor y = dist::reduce_scatter(x, *group, dim);
+    ctx->saved_data["dim"] = dim;
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const int64_t dim = ctx->saved_data["dim"].toInt();
+    return {dist::all_gather(g[0], saved_group(ctx), dim), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct AllToAll : Function<AllToAll> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group,
+                               int64_t split_dim, int64_t concat_dim) {
+    torch::Tensor y = dist::all_to_all(x, *group, split_dim, concat_dim);
+    ctx->saved_data["split"] = split_dim;
+    ctx->saved_data["concat"] = concat_dim;
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    // The inverse exchange: split where forward concatenated, concatenate where it split.
+    torch::Tensor dx = dist::all_to_all(g[0], saved_group(ctx), ctx->saved_data["concat"].toInt(),
+                                        ctx->saved_data["split"].toInt());
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct Broadcast : Function<Broadcast> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group, int64_t root) {
+    torch::Tensor y = x.contiguous().clone();
+    dist::broadcast(y, *group, static_cast<int>(root));
+    ctx->saved_data["root"] = root;
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    const ProcessGroup& group = saved_group(ctx);
+    torch::Tensor total = reduced(g[0], group);  // only the root's input influenced the outputs
+    if (group.rank() != ctx->saved_data["root"].toInt()) total.zero_();
+    return {total, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct Send : Function<Send> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, GroupPtr group, int64_t peer) {
+    dist::send(x, *group, static_cast<int>(peer));
+    ctx->saved_data["peer"] = peer;
+    ctx->saved_data["shape"] = x.sizes().vec();
+    ctx->saved_data["like"] = torch::empty({0}, x.options());
+    save_group(ctx, std::move(group));
+    return torch::zeros({}, x.options());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list) {
+    torch::Tensor like = ctx->saved_data["like"].toTensor();
+    torch::Tensor dx = torch::empty(ctx->saved_data["shape"].toIntVector(), like.options());
+    dist::recv(dx, saved_group(ctx), static_cast<int>(ctx->saved_data["peer"].toInt()));
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct Recv : Function<Recv> {
+  // `anchor` is an empty tensor that requires grad, so the engine calls backward.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& anchor, std::vector<int64_t> shape,
+                               GroupPtr group, int64_t peer) {
+    torch::Tensor y = torch::empty(shape, anchor.options());
+    dist::recv(y, *group, static_cast<int>(peer));
+    ctx->saved_data["peer"] = peer;
+    save_group(ctx, std::move(group));
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    dist::send(g[0].contiguous(), saved_group(ctx), static_cast<int>(ctx->saved_data["peer"].toInt()));
+    return {torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor all_reduce_sum(const torch::Tensor& x, GroupPtr group) { return AllReduceSum::apply(x, std::move(group)); }
+torch::Tensor copy_to_group(const torch::Tensor& x, GroupPtr group) { return CopyToGroup::apply(x, std::move(group)); }
+torch::Tensor reduce_from_group(const torch::Tensor& x, GroupPtr group) {
+  return ReduceFromGroup::apply(x, std::move(group));
+}
+torch::Tensor all_gather(const torch::Tensor& x, GroupPtr group, int64_t dim) {
+  return AllGather::apply(x, std::move(group), dim);
+}
+torch::Tensor reduce_scatter(const torch::Tensor& x, GroupPtr group, int64_t dim) {
+  return ReduceScatter::apply(x, std::move(group), dim);
+}
+torch::Tensor all_to_all(const torch::Tensor& x, GroupPtr group, int64_t split_dim, int64_t concat_dim) {
+  return AllToAll::apply(x, std::move(group), split_dim, concat_dim);
+}
+torch::Tensor broadcast(const torch::Tensor& x, GroupPtr group, int root) {
+  return Broadcast::apply(x, std::move(group), static_cast<int64_t>(root));
+}
+torch::Tensor send(const torch::Tensor& x, GroupPtr group, int peer) {
+  return Send::apply(x, std::move(group), static_cast<int64_t>(peer));
+}
+torch::Tensor recv(at::IntArrayRef shape, const torch::TensorOptions& options, GroupPtr group, int peer) {
+  torch::Tensor anchor = torch::empty({0}, options.requires_grad(true));
+  return Recv::apply(anchor, shape.vec(), std::move(group), static_cast<int64_t>(peer));
+}
+
+}  // namespace kuafu::dist::autograd

@@ -1,0 +1,168 @@
+#include "core/dist/collectives.h"
+
+#include "core/util/error.h"
+
+namespace kuafu::dist {
+namespace {
+
+c10d::ReduceOp to_c10d(Reduce op) {
+  switch (op) {
+    case Reduce::kSum:
+    case Reduce::kAvg: return c10d::ReduceOp::SUM;
+    case Reduce::kMax: return c10d::ReduceOp::MAX;
+    case Reduce::kMin: return c10d::ReduceOp::MIN;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// The tensor that actually travels: contiguous, and fp32 when Gloo has no kernels for the dtype.
+torch::Tensor wire_tensor(const torch::Tensor& tensor, const ProcessGroup& group) {
+  KUAFU_CHECK(tensor.device() == group.device(), "collective on group '", group.name(), "' expects tensors on ",
+              group.device(), " but got one on ", tensor.device());
+  if (group.is_gloo() && !compat::gloo_supports_dtype(tensor.scalar_type())) {
+    return tensor.to(torch::kFloat32).contiguous();
+  }
+  return tensor.contiguous();
+}
+
+// Copies the wire result back into `tensor` when they are different storage.
+void copy_back(torch::Tensor& tensor, const torch::Tensor& wire) {
+  if (!wire.is_same(tensor)) tensor.copy_(wire);
+}
+
+}  // namespace
+
+void all_reduce(torch::Tensor& tensor, const ProcessGroup& group, Reduce op) {
+  if (group.trivial()) return;
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  group.wait(group.backend().allreduce(tensors, options), "all_reduce");
+  group.count(bytes_of(tensor), bytes_of(tensor));
+  if (op == Reduce::kAvg) wire.div_(group.size());
+  copy_back(tensor, wire);
+}
+
+PendingAllReduce::PendingAllReduce(const ProcessGroup* group, torch::Tensor tensor, torch::Tensor staging,
+                                   c10::intrusive_ptr<compat::Work> work)
+    : group_(group), tensor_(std::move(tensor)), staging_(std::move(staging)), work_(std::move(work)) {}
+
+void PendingAllReduce::wait() {
+  if (!group_) return;
+  if (work_) group_->wait(work_, "all_reduce");
+  if (staging_.defined()) tensor_.copy_(staging_);
+  group_ = nullptr;
+}
+
+PendingAllReduce all_reduce_async(torch::Tensor tensor, const ProcessGroup& group) {
+  if (group.trivial()) return PendingAllReduce(&group, tensor, {}, {});
+  KUAFU_CHECK(tensor.is_contiguous(), "all_reduce_async needs a contiguous tensor");
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  auto work = group.backend().allreduce(tensors, c10d::AllreduceOptions());
+  group.count(bytes_of(tensor), bytes_of(tensor));
+  return PendingAllReduce(&group, tensor, wire.is_same(tensor) ? torch::Tensor() : wire, work);
+}
+
+torch::Tensor all_gather(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
+  if (group.trivial()) return tensor.clone();
+  torch::Tensor wire = wire_tensor(tensor, group);
+  const int64_t p = group.size();
+  torch::Tensor gathered;
+  if (group.is_gloo()) {
+    // Gloo 1.13 has only the list form of all-gather; it moves the same bytes as the flat one.
+    std::vector<std::vector<torch::Tensor>> outputs(1);
+    for (int64_t r = 0; r < p; ++r) outputs[0].push_back(torch::empty_like(wire));
+    std::vector<torch::Tensor> inputs{wire};
+    group.wait(group.backend().allgather(outputs, inputs), "all_gather");
+    gathered = torch::stack(outputs[0], 0);
+  } else {
+    auto sizes = wire.sizes().vec();
+    sizes.insert(sizes.begin(), p);
+    gathered = torch::empty(sizes, wire.options());
+    group.wait(group.backend()._allgather_base(gathered, wire), "all_gather");
+  }
+  group.count(bytes_of(tensor) * (p - 1), bytes_of(tensor) * (p - 1));
+  // [p, ...] -> concatenate the rank blocks along `dim`.
+  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
+  torch::Tensor result = torch::cat(gathered.unbind(0), d);
+  return result.to(tensor.scalar_type());
+}
+
+torch::Tensor reduce_scatter(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
+  if (group.trivial()) return tensor.clone();
+  const int64_t p = group.size();
+  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
+  KUAFU_CHECK(tensor.size(d) % p == 0, "reduce_scatter: dim ", d, " of size ", tensor.size(d),
+              " does not divide by the group size ", p, " (group '", group.name(), "')");
+  // Rank-major layout [p, chunk...] so part j is contiguous.
+  torch::Tensor parts = torch::stack(tensor.chunk(p, d), 0);
+  torch::Tensor wire = wire_tensor(parts, group);
+  torch::Tensor result;
+  if (group.is_gloo()) {
+    // Gloo 1.13 lacks reduce-scatter: all-to-all of the parts, then a local sum. Each rank sends
+    // and receives (p-1)/p of the tensor, the same bytes as a ring reduce-scatter.
+    torch::Tensor received = torch::empty_like(wire);
+    std::vector<int64_t> equal_splits;
+    group.wait(group.backend().alltoall_base(received, wire, equal_splits, equal_splits), "reduce_scatter");
+    result = received.sum(0);
+  } else {
+    result = torch::empty_like(wire[0]);
+    group.wait(group.backend()._reduce_scatter_base(result, wire), "reduce_scatter");
+  }
+  group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
+  return result.to(tensor.scalar_type());
+}
+
+torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
+                         int64_t concat_dim) {
+  const int64_t p = group.size();
+  const int64_t s = split_dim < 0 ? split_dim + tensor.dim() : split_dim;
+  const int64_t c = concat_dim < 0 ? concat_dim + tensor.dim() : concat_dim;
+  KUAFU_CHECK(tensor.size(s) % p == 0, "all_to_all: dim ", s, " of size ", tensor.size(s),
+              " does not divide by the group size ", p, " (group '", group.name(), "')");
+  if (group.trivial()) return tensor.clone();
+  torch::Tensor parts = torch::stack(tensor.chunk(p, s), 0);  // [p, ...]: part j goes to rank j
+  torch::Tensor wire = wire_tensor(parts, group);
+  torch::Tensor received = torch::empty_like(wire);
+  std::vector<int64_t> equal_splits;
+  group.wait(group.backend().alltoall_base(received, wire, equal_splits, equal_splits), "all_to_all");
+  group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
+  return torch::cat(received.unbind(0), c).to(tensor.scalar_type());
+}
+
+void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root) {
+  if (group.trivial()) return;
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  group.wait(group.backend().broadcast(tensors, options), "broadcast");
+  group.count(group.rank() == root ? bytes_of(tensor) : 0, group.rank() == root ? 0 : bytes_of(tensor));
+  copy_back(tensor, wire);
+}
+
+void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  group.wait(group.backend().send(tensors, peer, tag), "send");
+  group.count(bytes_of(tensor), 0);
+}
+
+void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  group.wait(group.backend().recv(tensors, peer, tag), "recv");
+  group.count(0, bytes_of(tensor));
+  copy_back(tensor, wire);
+}
+
+void barrier(const ProcessGroup& group) {
+  if (group.trivial()) return;
+  group.wait(group.backend().barrier(), "barrier");
+}
+
+}  // namespace kuafu::dist

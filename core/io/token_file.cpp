@@ -1,0 +1,278 @@
+#include "core/io/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "core/util/error.h"
+
+namespace kuafu::io {
+
+// Tokens are stored and mapped as raw little-endian integers; every platform we build for is.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files assume a little-endian host");
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+uint32_t bytes_per_token_for(uint64_t vocab_size) { return vocab_size <= 65535 ? 2 : 4; }
+
+// Writes all of `data`, retrying short writes.
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    KUAFU_CHECK(n > 0, "writing token file ", path, ": ", errno_text());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+// Converts tokens to their on-disk width in bounded chunks so a huge vector is not copied whole.
+template <typename T>
+void write_tokens(int fd, const std::vector<uint32_t>& tokens, const std::string& path) {
+  constexpr size_t kChunk = 1 << 16;
+  std::vector<T> buffer;
+  buffer.reserve(kChunk);
+  for (size_t start = 0; start < tokens.size(); start += kChunk) {
+    const size_t end = std::min(tokens.size(), start + kChunk);
+    buffer.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start),
+                  tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    write_all(fd, buffer.data(), buffer.size() * sizeof(T), path);
+  }
+}
+
+// fsync of the directory makes the rename itself durable.
+void sync_parent_dir(const std::string& path) {
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;  // best effort: the data itself is already synced
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::string printable(const unsigned char* bytes, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = bytes[i];
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+template <typename T>
+T read_le(const unsigned char* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+// Index of the first id >= vocab_size, or `count` when all are in range.
+template <typename T>
+uint64_t first_bad_id(const T* ids, uint64_t count, uint64_t vocab_size) {
+  for (uint64_t i = 0; i < count; ++i) {
+    if (ids[i] >= vocab_size) return i;
+  }
+  return count;
+}
+
+}  // namespace
+
+void write_token_file(const std::string& path, const std::vector<uint32_t>& tokens, uint64_t vocab_size) {
+  KUAFU_CHECK(vocab_size > 0, "token file ", path, ": vocab size must be positive");
+  KUAFU_CHECK(vocab_size <= (uint64_t{1} << 32), "token file ", path, ": vocab size ", vocab_size,
+              " does not fit 32-bit token ids");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    KUAFU_CHECK(tokens[i] < vocab_size, "token file ", path, ": token ", tokens[i], " at index ", i,
+                " >= vocab size ", vocab_size);
+  }
+  const uint32_t width = bytes_per_token_for(vocab_size);
+
+  unsigned char header[kTokenFileHeaderBytes];
+  const uint64_t count = tokens.size();
+  std::memcpy(header, kTokenFileMagic, 8);
+  std::memcpy(header + 8, &kTokenFileVersion, 4);
+  std::memcpy(header + 12, &width, 4);
+  std::memcpy(header + 16, &vocab_size, 8);
+  std::memcpy(header + 24, &count, 8);
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  KUAFU_CHECK(fd >= 0, "cannot create token file ", tmp, ": ", errno_text());
+  try {
+    write_all(fd, header, sizeof(header), tmp);
+    if (width == 2) {
+      write_tokens<uint16_t>(fd, tokens, tmp);
+    } else {
+      write_tokens<uint32_t>(fd, tokens, tmp);
+    }
+    KUAFU_CHECK(::fsync(fd) == 0, "fsync of token file ", tmp, " failed: ", errno_text());
+    KUAFU_CHECK(::close(fd) == 0, "closing token file ", tmp, " failed: ", errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    fail("cannot rename " + tmp + " to " + path + ": " + why);
+  }
+  sync_parent_dir(path);
+}
+
+TokenFile TokenFile::open(const std::string& path, bool check_ids) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  KUAFU_CHECK(fd >= 0, "cannot open token file ", path, ": ", errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    fail("cannot stat token file " + path + ": " + why);
+  }
+  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  if (file_bytes < kTokenFileHeaderBytes) {
+    ::close(fd);
+    fail("token file " + path + " has " + std::to_string(file_bytes) + " bytes, less than the " +
+         std::to_string(kTokenFileHeaderBytes) + "-byte header — truncated or not a token file?");
+  }
+
+  TokenFile file;
+  file.path_ = path;
+  file.map_bytes_ = static_cast<size_t>(file_bytes);
+  void* map = ::mmap(nullptr, file.map_bytes_, PROT_READ, MAP_SHARED, fd, 0);
+  const std::string map_error = map == MAP_FAILED ? errno_text() : "";
+  ::close(fd);  // the mapping keeps the file alive
+  KUAFU_CHECK(map != MAP_FAILED, "cannot mmap token file ", path, ": ", map_error);
+  file.map_ = map;  // from here on the destructor unmaps, also when a check below throws
+
+  const auto* bytes = static_cast<const unsigned char*>(map);
+  KUAFU_CHECK(std::memcmp(bytes, kTokenFileMagic, 8) == 0, "token file ", path,
+              ": expected magic KUAFUTOK, found \"", printable(bytes, 8), "\"");
+  const auto version = read_le<uint32_t>(bytes + 8);
+  KUAFU_CHECK(version == kTokenFileVersion, "token file ", path, ": unsupported format version ", version,
+              " (this build reads version ", kTokenFileVersion, ")");
+  file.bytes_per_token_ = read_le<uint32_t>(bytes + 12);
+  KUAFU_CHECK(file.bytes_per_token_ == 2 || file.bytes_per_token_ == 4, "token file ", path,
+              ": header says ", file.bytes_per_token_, " bytes per token, expected 2 or 4");
+  file.vocab_size_ = read_le<uint64_t>(bytes + 16);
+  KUAFU_CHECK(file.vocab_size_ > 0 && file.vocab_size_ <= (uint64_t{1} << 32), "token file ", path,
+              ": implausible vocab size ", file.vocab_size_);
+  file.size_ = read_le<uint64_t>(bytes + 24);
+
+  // Compare in a way that cannot overflow, even for a garbage count.
+  const uint64_t payload = file_bytes - kTokenFileHeaderBytes;
+  if (file.size_ > payload / file.bytes_per_token_) {
+    const long double expected =
+        static_cast<long double>(file.size_) * file.bytes_per_token_ + kTokenFileHeaderBytes;
+    fail("token file " + path + ": header says " + std::to_string(file.size_) + " tokens (" +
+         std::to_string(static_cast<unsigned long long>(expected)) + " bytes) but the file has " +
+         std::to_string(file_bytes) + " bytes — truncated?");
+  }
+  const uint64_t expected = file.size_ * file.bytes_per_token_ + kTokenFileHeaderBytes;
+  KUAFU_CHECK(expected == file_bytes, "token file ", path, ": header says ", file.size_, " tokens (",
+              expected, " bytes) but the file has ", file_bytes, " bytes — trailing garbage?");
+  file.tokens_ = bytes + kTokenFileHeaderBytes;
+
+  if (check_ids) {
+    const uint64_t bad =
+        file.bytes_per_token_ == 2
+            ? first_bad_id(reinterpret_cast<const uint16_t*>(file.tokens_), file.size_, file.vocab_size_)
+            : first_bad_id(reinterpret_cast<const uint32_t*>(file.tokens_), file.size_, file.vocab_size_);
+    KUAFU_CHECK(bad == file.size_, "token file ", path, ": token ", file.at(bad), " at index ", bad,
+                " >= vocab size ", file.vocab_size_);
+  }
+  return file;
+}
+
+TokenFile::TokenFile(TokenFile&& other) noexcept { *this = std::move(other); }
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this != &other) {
+    release();
+    path_ = std::move(other.path_);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+    tokens_ = std::exchange(other.tokens_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    vocab_size_ = std::exchange(other.vocab_size_, 0);
+    bytes_per_token_ = std::exchange(other.bytes_per_token_, 0);
+  }
+  return *this;
+}
+
+TokenFile::~TokenFile() { release(); }
+
+void TokenFile::release() noexcept {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+  tokens_ = nullptr;
+}
+
+uint32_t TokenFile::at(uint64_t i) const {
+  KUAFU_CHECK(i < size_, "token file ", path_, ": index ", i, " out of range (", size_, " tokens)");
+  if (bytes_per_token_ == 2) return reinterpret_cast<const uint16_t*>(tokens_)[i];
+  return reinterpret_cast<const uint32_t*>(tokens_)[i];
+}
+
+void TokenFile::copy_window(uint64_t offset, uint64_t length, int64_t* out) const {
+  KUAFU_CHECK(offset <= size_ && length <= size_ - offset, "token file ", path_, ": window [", offset, ", ",
+              offset, "+", length, ") out of range (", size_, " tokens)");
+  // Plain widening loops; the compiler vectorizes both.
+  if (bytes_per_token_ == 2) {
+    const auto* src = reinterpret_cast<const uint16_t*>(tokens_) + offset;
+    for (uint64_t i = 0; i < length; ++i) out[i] = src[i];
+  } else {
+    const auto* src = reinterpret_cast<const uint32_t*>(tokens_) + offset;
+    for (uint64_t i = 0; i < length; ++i) out[i] = src[i];
+  }
+}
+
+std::vector<uint64_t> TokenFile::histogram() const {
+  std::vector<uint64_t> counts(vocab_size_, 0);
+  const auto count_all = [&](const auto* ids) {
+    for (uint64_t i = 0; i < size_; ++i) {
+      // Ids are unchecked when the file was opened with check_ids = false.
+      KUAFU_CHECK(ids[i] < vocab_size_, "token file ", path_, ": token ", ids[i], " at index ", i,
+                  " >= vocab size ", vocab_size_);
+      ++counts[ids[i]];
+    }
+  };
+  if (bytes_per_token_ == 2) {
+    count_all(reinterpret_cast<const uint16_t*>(tokens_));
+  } else {
+    count_all(reinterpret_cast<const uint32_t*>(tokens_));
+  }
+  return counts;
+}
+
+double unigram_entropy_nats(const TokenFile& file) {
+  KUAFU_CHECK(file.size() > 0, "token file ", file.path(), " is empty: its unigram entropy is undefined");
+  const double total = static_cast<double>(file.size());
+  double entropy = 0.0;
+  for (const uint64_t count : file.histogram()) {
+    if (count == 0) continue;
+    const double p = static_cast<double>(count) / total;
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
+}  // namespace kuafu::io

@@ -1,0 +1,58 @@
+#include "core/io/token_loader.h"
+
+#include "core/util/error.h"
+
+namespace kuafu::io {
+namespace {
+
+// splitmix64: a counter-based generator, so draws need no stored state.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+TokenWindowLoader::TokenWindowLoader(std::shared_ptr<const TokenFile> file, int64_t context, uint64_t seed)
+    : file_(std::move(file)), context_(context), seed_(seed) {
+  KUAFU_CHECK(context_ >= 1, "context length must be >= 1, found ", context_);
+  KUAFU_CHECK(file_->size() > static_cast<uint64_t>(context_) + 1, "token file holds ", file_->size(),
+              " tokens, too few for windows of ", context_, " + 1 tokens");
+}
+
+uint64_t TokenWindowLoader::train_offset(int64_t step, int64_t row) const {
+  const uint64_t positions = file_->size() - static_cast<uint64_t>(context_);  // valid starts
+  const uint64_t h = mix(mix(mix(seed_) ^ static_cast<uint64_t>(step)) ^ static_cast<uint64_t>(row));
+  return h % positions;
+}
+
+TokenBatch TokenWindowLoader::windows(const std::vector<uint64_t>& offsets) const {
+  const int64_t rows = static_cast<int64_t>(offsets.size());
+  torch::Tensor tokens = torch::empty({rows, context_ + 1}, torch::kInt64);
+  int64_t* out = tokens.data_ptr<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    file_->copy_window(offsets[r], static_cast<uint64_t>(context_ + 1), out + r * (context_ + 1));
+  }
+  return {tokens.narrow(1, 0, context_).contiguous(), tokens.narrow(1, 1, context_).contiguous()};
+}
+
+TokenBatch TokenWindowLoader::train_batch(int64_t step, int64_t first_row, int64_t rows) const {
+  std::vector<uint64_t> offsets(rows);
+  for (int64_t r = 0; r < rows; ++r) offsets[r] = train_offset(step, first_row + r);
+  return windows(offsets);
+}
+
+TokenBatch TokenWindowLoader::eval_batch(int64_t total, int64_t first_row, int64_t rows) const {
+  KUAFU_CHECK(total >= 1 && first_row + rows <= total, "eval rows out of range");
+  const uint64_t last_start = file_->size() - static_cast<uint64_t>(context_) - 1;
+  std::vector<uint64_t> offsets(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t k = static_cast<uint64_t>(first_row + r);
+    offsets[r] = total == 1 ? 0 : last_start * k / static_cast<uint64_t>(total - 1);
+  }
+  return windows(offsets);
+}
+
+}  // namespace kuafu::io

@@ -1,0 +1,194 @@
+#include "core/train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "core/dist/collectives.h"
+#include "core/io/safetensors.h"
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+
+namespace kuafu::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kModel = "model.safetensors";
+constexpr const char* kOptimizer = "optimizer.pt";
+constexpr const char* kTrainer = "trainer.json";
+
+std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
+
+// Verifies that every file the manifest lists is present with its size and CRC-32.
+void verify_manifest(const std::string& folder) {
+  const fs::path manifest_path = fs::path(folder) / kManifest;
+  KUAFU_CHECK(fs::exists(folder), "checkpoint ", folder, " does not exist");
+  KUAFU_CHECK(fs::exists(manifest_path), "checkpoint ", folder, " has no ", kManifest,
+              ": it is incomplete or not a Kuafu checkpoint");
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(manifest_path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint manifest " + manifest_path.string() + " is corrupt: " + e.what());
+  }
+  for (const auto& [name, entry] : manifest.at("files").items()) {
+    const fs::path file = fs::path(folder) / name;
+    KUAFU_CHECK(fs::exists(file), "checkpoint ", folder, " is missing ", name);
+    const auto size = static_cast<uint64_t>(fs::file_size(file));
+    const auto expected = entry.at("bytes").get<uint64_t>();
+    KUAFU_CHECK(size == expected, "checkpoint file ", file.string(), " has ", size, " bytes but the manifest says ",
+                expected, " (truncated or overwritten); refusing to load it");
+    const auto crc = file_crc32(file.string());
+    KUAFU_CHECK(crc == entry.at("crc32").get<uint32_t>(), "checkpoint file ", file.string(),
+                " fails its CRC-32 check (corrupt); refusing to load it");
+  }
+}
+
+void restore_model(const std::string& folder, torch::nn::Module& model) {
+  const std::string path = (fs::path(folder) / kModel).string();
+  io::SafetensorsFile file = io::load_safetensors(path);
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> missing;
+  size_t matched = 0;
+  auto restore = [&](const std::string& name, torch::Tensor& target) {
+    const torch::Tensor* saved = file.find(name);
+    if (!saved) {
+      missing.push_back(name);
+      return;
+    }
+    KUAFU_CHECK(saved->sizes() == target.sizes(), path, ": '", name, "' has shape ", saved->sizes(),
+                " but the model expects ", target.sizes(), " (checkpoint from a different model config?)");
+    target.copy_(*saved);
+    ++matched;
+  };
+  for (auto& item : model.named_parameters()) restore(item.key(), item.value());
+  for (auto& item : model.named_buffers()) restore(item.key(), item.value());
+  KUAFU_CHECK(missing.empty(), path, ": missing ", missing.size(), " tensors the model needs, e.g. '",
+              missing.empty() ? "" : missing.front(), "'");
+  KUAFU_CHECK(matched == file.tensors.size(), path, ": holds ", file.tensors.size() - matched,
+              " tensors the model does not have (checkpoint from a different model?)");
+}
+
+}  // namespace
+
+std::string checkpoint_folder(const std::string& root, int64_t step) {
+  std::ostringstream name;
+  name << "step_" << std::setw(8) << std::setfill('0') << step;
+  return (fs::path(root) / name.str()).string();
+}
+
+CheckpointStore::CheckpointStore(std::string root, dist::GroupPtr world, int keep)
+    : root_(std::move(root)), world_(std::move(world)), keep_(keep) {}
+
+void CheckpointStore::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+                           const nlohmann::json& trainer_state) const {
+  const std::string final_folder = checkpoint_folder(root_, step);
+  const std::string partial = final_folder + ".partial";
+  const bool main = world_->rank() == 0;
+  if (main) {
+    fs::create_directories(root_);
+    fs::remove_all(partial);  // left by a run that died while saving
+    fs::create_directories(partial);
+  }
+  dist::barrier(*world_);
+  {
+    auto state = at::detail::getDefaultCPUGenerator();
+    torch::Tensor rng;
+    {
+      std::lock_guard<std::mutex> lock(state.mutex());
+      rng = state.get_state();
+    }
+    io::save_safetensors((fs::path(partial) / rng_file(world_->rank())).string(), {{"cpu", rng}});
+  }
+  dist::barrier(*world_);
+  if (main) {
+    io::NamedTensors tensors;
+    for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
+    for (const auto& item : model.named_buffers()) tensors.emplace_back(item.key(), item.value());
+    io::save_safetensors((fs::path(partial) / kModel).string(), tensors, {{"format", "pt"}});
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    archive.save_to((fs::path(partial) / kOptimizer).string());
+    fsync_path((fs::path(partial) / kOptimizer).string());
+    nlohmann::json state = trainer_state;
+    state["step"] = step;
+    state["world_size"] = world_->size();
+    write_file_atomic((fs::path(partial) / kTrainer).string(), state.dump(2));
+
+    nlohmann::json manifest;
+    for (const auto& entry : fs::directory_iterator(partial)) {
+      const std::string name = entry.path().filename().string();
+      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", file_crc32(entry.path().string())}};
+    }
+    manifest["step"] = step;
+    write_file_atomic((fs::path(partial) / kManifest).string(), manifest.dump(2));
+    fsync_path(partial);
+    if (fs::exists(final_folder)) fs::remove_all(final_folder);  // only ever a re-save of this same step
+    rename_durable(partial, final_folder);
+    write_file_atomic((fs::path(root_) / "latest").string(), fs::path(final_folder).filename().string() + "\n");
+    prune();
+  }
+  dist::barrier(*world_);
+}
+
+void CheckpointStore::prune() const {
+  std::vector<std::string> folders;
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos) {
+      folders.push_back(entry.path().string());
+    }
+  }
+  std::sort(folders.begin(), folders.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_) < folders.size(); ++i) fs::remove_all(folders[i]);
+}
+
+std::optional<std::string> CheckpointStore::latest() const {
+  const fs::path pointer = fs::path(root_) / "latest";
+  if (!fs::exists(pointer)) return std::nullopt;
+  std::string name = read_file(pointer.string());
+  name.erase(std::remove(name.begin(), name.end(), '\n'), name.end());
+  const fs::path folder = fs::path(root_) / name;
+  KUAFU_CHECK(fs::exists(folder), pointer.string(), " names ", name, " which does not exist");
+  return folder.string();
+}
+
+nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
+  verify_manifest(folder);
+  try {
+    return nlohmann::json::parse(read_file((fs::path(folder) / kTrainer).string()));
+  } catch (const nlohmann::json::exception& e) {
+    fail("checkpoint " + folder + ": trainer.json is corrupt: " + e.what());
+  }
+}
+
+void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& model) {
+  verify_manifest(folder);
+  restore_model(folder, model);
+}
+
+nlohmann::json CheckpointStore::load(const std::string& folder, torch::nn::Module& model,
+                                     torch::optim::Optimizer& optimizer, int rank) {
+  nlohmann::json state = read_trainer_state(folder);
+  restore_model(folder, model);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from((fs::path(folder) / kOptimizer).string());
+    optimizer.load(archive);
+  } catch (const c10::Error& e) {
+    fail("checkpoint " + folder + ": optimizer state does not fit this model/optimizer: " + e.what_without_backtrace());
+  }
+  const fs::path rng_path = fs::path(folder) / rng_file(rank);
+  KUAFU_CHECK(fs::exists(rng_path), "checkpoint ", folder, " has no RNG state for rank ", rank,
+              " (it was written by ", state.value("world_size", 0), " ranks)");
+  io::SafetensorsFile rng = io::load_safetensors(rng_path.string());
+  KUAFU_CHECK(rng.find("cpu"), rng_path.string(), " lacks the 'cpu' generator state");
+  auto generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(*rng.find("cpu"));
+  return state;
+}
+
+}  // namespace kuafu::train

@@ -1,0 +1,101 @@
+#include "core/train/runtime.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "core/util/logging.h"
+#ifdef KUAFU_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace kuafu::train {
+
+void add_runtime_schema(config::Schema& schema) {
+  schema.add_int("runtime.threads", 0, "intra-op threads per rank; 0 = cores on this node / ranks on this node")
+      .min(0).max(1024);
+  schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
+  schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
+      .choices({"auto", "gloo", "nccl"});
+  schema.add_int("dist.timeout_s", 300, "seconds a collective may wait for its peers before failing")
+      .min(1).max(86400);
+  schema.add_int("parallel.data", 0, "data-parallel degree; 0 = every rank").min(0);
+}
+
+Runtime start_runtime(const config::Config& config) {
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  Runtime runtime;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int64_t requested = config.get_int("runtime.threads");
+  runtime.threads = requested > 0 ? static_cast<int>(requested) : std::max(1, cores / env.local_world_size);
+  torch::set_num_threads(runtime.threads);
+
+  dist::WorldOptions options;
+  options.backend = config.get_string("dist.backend");
+  options.timeout = std::chrono::seconds(config.get_int("dist.timeout_s"));
+  runtime.world = dist::World::init(env, options);
+  runtime.device = runtime.world->device();
+
+  const int64_t data = config.get_int("parallel.data");
+  if (data != 0 && data != runtime.world->size()) {
+    config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " +
+                                        std::to_string(runtime.world->size()) +
+                                        " ranks and no other parallel axis is configured");
+  }
+  runtime.mesh = std::make_shared<dist::ProcessMesh>(
+      runtime.world, std::vector<dist::MeshAxis>{{"data", runtime.world->size()}});
+  if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());
+  return runtime;
+}
+
+double measure_matmul_flops(int64_t n, int repeats) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor a = torch::randn({n, n});
+  torch::Tensor b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  std::vector<double> seconds;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    torch::mm_out(c, a, b);
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return 2.0 * static_cast<double>(n) * n * n / seconds[seconds.size() / 2];
+}
+
+int64_t peak_memory_bytes(const torch::Device& device) {
+#ifdef KUAFU_WITH_CUDA
+  if (device.is_cuda()) {
+    return static_cast<int64_t>(
+        c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak);
+  }
+#endif
+  (void)device;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+namespace {
+std::atomic<int> g_stop_signals{0};
+
+void on_stop_signal(int signal) {
+  if (g_stop_signals.fetch_add(1) >= 1 && signal == SIGINT) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
+}  // namespace
+
+void install_stop_signals() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+bool stop_requested() { return g_stop_signals.load() > 0; }
+void request_stop() { g_stop_signals.fetch_add(1); }
+
+}  // namespace kuafu::train

@@ -1,0 +1,322 @@
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "core/dist/collectives.h"
+#include "core/train/progress.h"
+#include "core/util/atomic_file.h"
+#include "core/util/logging.h"
+
+namespace kuafu::train {
+namespace fs = std::filesystem;
+
+void add_trainer_schema(config::Schema& s) {
+  s.add_int("train.steps", 1000, "optimizer steps to train for (total, including resumed ones)").min(1);
+  s.add_int("train.batch_size", 32, "global batch: rows per optimizer step over all ranks").min(1);
+  s.add_int("train.micro_batch_size", 8, "rows per rank per micro-step; the rest is gradient accumulation").min(1);
+  s.add_int("train.seed", 1337, "seed for initialisation and data order").min(0);
+  s.add_int("train.log_interval", 10, "steps between plain progress lines").min(1);
+  s.add_int("train.eval_interval", 0, "steps between evaluations; 0 = only at the end").min(0);
+  s.add_int("train.eval_rows", 64, "evaluation windows (spread evenly over the validation data)").min(1);
+  s.add_int("train.checkpoint_interval", 0, "steps between checkpoints; 0 = only at the end and on a stop signal")
+      .min(0);
+  s.add_int("train.keep_checkpoints", 3, "newest checkpoints to keep").min(1);
+  s.add_string("train.out_dir", "runs/default", "folder for checkpoints, metrics.jsonl and logs");
+  s.add_string("train.resume", "auto",
+               "auto: continue from the latest checkpoint in out_dir if there is one; never: refuse to start "
+               "where checkpoints exist; or the path of a checkpoint folder");
+  s.add_string("train.progress", "auto", "progress display: auto (bar on a terminal), bar, plain")
+      .choices({"auto", "bar", "plain"});
+  s.add_float("optim.lr", 6e-4, "peak learning rate").min(0).max(10);
+  s.add_float("optim.min_lr", 6e-5, "learning rate at the end of the cosine decay").min(0).max(10);
+  s.add_int("optim.warmup_steps", 100, "steps of linear warm-up from 0 to optim.lr").min(0);
+  s.add_string("optim.schedule", "cosine", "learning-rate schedule after warm-up").choices({"cosine", "constant"});
+  s.add_float("optim.weight_decay", 0.1, "AdamW weight decay (matrices only; biases, norms get none)").min(0);
+  s.add_float("optim.beta1", 0.9, "Adam beta1").min(0).max(0.999999);
+  s.add_float("optim.beta2", 0.95, "Adam beta2").min(0).max(0.999999);
+  s.add_float("optim.eps", 1e-8, "Adam epsilon").min(0);
+  s.add_float("optim.grad_clip", 1.0, "clip the global gradient norm to this; 0 = no clipping").min(0);
+}
+
+namespace {
+
+std::string value_text(const config::Config& config, const std::string& key) {
+  switch (config.schema().find(key)->type()) {
+    case config::Type::kInt: return config::to_toml_value(config.get_int(key));
+    case config::Type::kFloat: return config::to_toml_value(config.get_float(key));
+    case config::Type::kBool: return config::to_toml_value(config.get_bool(key));
+    case config::Type::kString: return config::to_toml_value(config.get_string(key));
+    case config::Type::kIntList: return config::to_toml_value(config.get_int_list(key));
+    case config::Type::kFloatList: return config::to_toml_value(config.get_float_list(key));
+    case config::Type::kStringList: return config::to_toml_value(config.get_string_list(key));
+  }
+  return "";
+}
+
+void zero_grads(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) {
+    if (p.grad().defined()) p.grad().zero_();
+  }
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << v;
+  return out.str();
+}
+
+}  // namespace
+
+Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
+    : config_(config), runtime_(runtime), task_(task) {
+  steps_ = config.get_int("train.steps");
+  global_batch_ = config.get_int("train.batch_size");
+  micro_batch_ = config.get_int("train.micro_batch_size");
+  out_dir_ = config.get_string("train.out_dir");
+  const int64_t dp = runtime.mesh->size("data");
+  if (global_batch_ % (micro_batch_ * dp) != 0) {
+    config.fail_at("train.batch_size", "(" + std::to_string(global_batch_) + ") must be a multiple of " +
+                                           "train.micro_batch_size x data-parallel ranks = " +
+                                           std::to_string(micro_batch_) + " x " + std::to_string(dp));
+  }
+  accumulation_ = global_batch_ / (micro_batch_ * dp);
+  if (config.get_float("optim.min_lr") > config.get_float("optim.lr")) {
+    config.fail_at("optim.min_lr", "must not exceed optim.lr");
+  }
+
+  // Weight decay applies to matrices (embeddings, projections), never to biases or norm gains.
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : task.model().parameters()) {
+    if (!p.requires_grad()) continue;
+    params_.push_back(p);
+    (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  }
+  auto options = [&](double weight_decay) {
+    auto o = std::make_unique<torch::optim::AdamWOptions>(config.get_float("optim.lr"));
+    o->betas({config.get_float("optim.beta1"), config.get_float("optim.beta2")})
+        .eps(config.get_float("optim.eps"))
+        .weight_decay(weight_decay);
+    return o;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(config.get_float("optim.weight_decay")));
+  groups.emplace_back(no_decay, options(0.0));
+  optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config.get_float("optim.lr")));
+
+  if (runtime.mesh->size("data") > 1) {
+    data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), runtime.mesh->group("data"));
+  }
+  checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
+                                                   runtime.world->world_group(),
+                                                   static_cast<int>(config.get_int("train.keep_checkpoints")));
+  resume_or_check_fresh();
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::learning_rate(int64_t step) const {
+  const double peak = config_.get_float("optim.lr");
+  const double floor = config_.get_float("optim.min_lr");
+  const int64_t warmup = config_.get_int("optim.warmup_steps");
+  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup + 1);
+  if (config_.get_string("optim.schedule") == "constant") return peak;
+  const double progress = steps_ > warmup ? static_cast<double>(step - warmup) / static_cast<double>(steps_ - warmup) : 1.0;
+  return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+}
+
+nlohmann::json Trainer::config_fingerprint() const {
+  nlohmann::json fingerprint = nlohmann::json::object();
+  for (const auto& prefix : task_.checkpoint_keys()) {
+    for (const auto& key : config_.schema().keys()) {
+      if (key.rfind(prefix, 0) == 0) fingerprint[key] = value_text(config_, key);
+    }
+  }
+  return fingerprint;
+}
+
+void Trainer::resume_or_check_fresh() {
+  const std::string resume = config_.get_string("train.resume");
+  std::optional<std::string> folder;
+  if (resume == "auto" || resume == "never") {
+    folder = checkpoints_->latest();
+    if (folder && resume == "never") {
+      config_.fail_at("train.resume", "is \"never\" but " + out_dir_ + " already holds checkpoints (latest " +
+                                          *folder + "); choose another train.out_dir or resume");
+    }
+  } else {
+    folder = resume;
+  }
+  if (!folder) {
+    if (runtime_.is_main() && fs::exists(fs::path(out_dir_) / "metrics.jsonl")) trim_metrics_after(0);
+    return;
+  }
+  const nlohmann::json saved = CheckpointStore::read_trainer_state(*folder);
+  const nlohmann::json expected = config_fingerprint();
+  for (const auto& [key, value] : expected.items()) {
+    const auto found = saved.at("fingerprint").find(key);
+    if (found == saved.at("fingerprint").end() || *found != value) {
+      config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + *folder + " was trained with " +
+                               (found == saved.at("fingerprint").end() ? std::string("no such key")
+                                                                       : found->get<std::string>()) +
+                               "; use the same model settings or another train.out_dir");
+    }
+  }
+  CheckpointStore::load(*folder, task_.model(), *optimizer_, runtime_.world->rank());
+  start_step_ = saved.at("step").get<int64_t>();
+  if (runtime_.is_main()) {
+    trim_metrics_after(start_step_);
+    log::infof("resumed from ", *folder, " at step ", start_step_);
+  }
+}
+
+void Trainer::trim_metrics_after(int64_t step) {
+  // A resumed run repeats the steps after its checkpoint; drop their old lines so the file stays one curve.
+  const std::string path = (fs::path(out_dir_) / "metrics.jsonl").string();
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // A torn last line from a killed run: drop it.
+    }
+  }
+  write_file_atomic(path, kept);
+}
+
+void Trainer::write_metrics(const nlohmann::json& line) {
+  if (!runtime_.is_main()) return;
+  fs::create_directories(out_dir_);
+  std::ofstream out(fs::path(out_dir_) / "metrics.jsonl", std::ios::app);
+  out << line.dump() << "\n";
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  nlohmann::json state;
+  state["fingerprint"] = config_fingerprint();
+  state["config"] = config_.to_toml();
+  checkpoints_->save(step, task_.model(), *optimizer_, state);
+  if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
+}
+
+LossSum Trainer::evaluate() {
+  torch::NoGradGuard no_grad;
+  task_.model().eval();
+  const auto& data = *runtime_.mesh->group("data");
+  LossSum local = task_.evaluate(data.rank(), data.size());
+  task_.model().train();
+  torch::Tensor sums = torch::tensor({local.loss_sum, local.count}, torch::kFloat64);
+  dist::all_reduce(sums, data);
+  return {sums[0].item<double>(), sums[1].item<double>()};
+}
+
+TrainSummary Trainer::run() {
+  TrainSummary summary;
+  summary.steps_done = start_step_;
+  if (start_step_ >= steps_) {
+    log::infof("nothing to do: the run already completed ", start_step_, " of ", steps_, " steps");
+    return summary;
+  }
+  install_stop_signals();
+  const auto& data = *runtime_.mesh->group("data");
+  const auto& world = *runtime_.world->world_group();
+  const double peak_flops = measure_matmul_flops(512, 3) * runtime_.world->size();
+  const double items_per_step = static_cast<double>(global_batch_ * task_.items_per_row());
+  const int64_t eval_interval = config_.get_int("train.eval_interval");
+  const int64_t checkpoint_interval = config_.get_int("train.checkpoint_interval");
+  const double max_norm = config_.get_float("optim.grad_clip");
+  std::optional<Progress> progress;
+  if (runtime_.is_main()) {
+    progress.emplace(start_step_, steps_, config_.get_int("train.log_interval"), config_.get_string("train.progress"));
+    log::infof("training ", steps_ - start_step_, " steps: batch ", global_batch_, " = micro ", micro_batch_, " x ",
+               data.size(), " data ranks x ", accumulation_, " accumulation");
+  }
+  auto report_eval = [&](int64_t step) {
+    const LossSum eval = evaluate();
+    summary.val_loss = eval.loss_sum / std::max(1.0, eval.count);
+    const std::string line = "eval at step " + std::to_string(step) + ": loss " + fixed(summary.val_loss, 4) +
+                             ", perplexity " + fixed(std::exp(summary.val_loss), 2);
+    if (progress) progress->print_line(line);
+    write_metrics({{"step", step}, {"val_loss", summary.val_loss}, {"val_ppl", std::exp(summary.val_loss)}});
+  };
+
+  task_.model().train();
+  for (int64_t step = start_step_; step < steps_; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const double lr = learning_rate(step);
+    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+
+    double loss_sum = 0.0;
+    for (int64_t micro = 0; micro < accumulation_; ++micro) {
+      const bool sync = micro + 1 == accumulation_;
+      if (data_parallel_) data_parallel_->begin_backward(sync);
+      const int64_t first_row = micro * micro_batch_ * data.size() + data.rank() * micro_batch_;
+      torch::Tensor loss = task_.loss(step, first_row, micro_batch_);
+      (loss / static_cast<double>(accumulation_)).backward();
+      loss_sum += loss.item<double>();
+    }
+    if (data_parallel_) data_parallel_->finish_backward();
+    const double norm_limit = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(params_, norm_limit);
+
+    // One small all-reduce carries the loss and every rank's stop and non-finite flags.
+    torch::Tensor flags = torch::tensor(
+        {loss_sum / accumulation_, stop_requested() ? 1.0 : 0.0, std::isfinite(grad_norm) ? 0.0 : 1.0},
+        torch::kFloat64);
+    dist::all_reduce(flags, world);
+    const double loss = flags[0].item<double>() / world.size();
+    if (!std::isfinite(loss) || flags[2].item<double>() > 0) {
+      const auto last = checkpoints_->latest();
+      throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
+                                 grad_norm, ". Nothing was saved from this step; the last good checkpoint is ",
+                                 last ? *last : std::string("none"),
+                                 ". Lower optim.lr or raise optim.warmup_steps, then resume."));
+    }
+    optimizer_->step();
+    if (data_parallel_) {
+      data_parallel_->zero_grad();
+    } else {
+      zero_grads(params_);
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.last_loss = loss;
+    summary.steps_done = step + 1;
+
+    const double items_per_s = items_per_step / seconds;
+    const double mfu = task_.flops_per_item() * items_per_s / peak_flops;
+    const double mem_mb = static_cast<double>(peak_memory_bytes(runtime_.device)) / (1 << 20);
+    if (progress) {
+      progress->update(step, "loss " + fixed(loss, 4) + " | lr " + fixed(lr * 1e4, 3) + "e-4 | " +
+                                 fixed(items_per_s, 0) + " " + task_.item_name() + "/s | MFU " + fixed(mfu * 100, 1) +
+                                 "% | mem " + fixed(mem_mb, 0) + " MB");
+    }
+    write_metrics({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                   {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
+                   {"peak_mem_mb", mem_mb}});
+
+    const bool last_step = step + 1 == steps_;
+    const bool stop = flags[1].item<double>() > 0;
+    if (eval_interval > 0 && (step + 1) % eval_interval == 0 && !last_step) report_eval(step + 1);
+    if (last_step || stop || (checkpoint_interval > 0 && (step + 1) % checkpoint_interval == 0)) {
+      if (progress) progress->finish();
+      save_checkpoint(step + 1);
+    }
+    if (stop && !last_step) {
+      summary.stopped_by_signal = true;
+      if (progress) progress->print_line("stopped by signal after step " + std::to_string(step + 1));
+      return summary;
+    }
+  }
+  if (progress) progress->finish();
+  report_eval(steps_);
+  return summary;
+}
+
+}  // namespace kuafu::train

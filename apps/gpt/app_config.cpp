@@ -1,0 +1,75 @@
+#include "apps/gpt/app_config.h"
+
+#include <filesystem>
+
+#include "core/io/tokenizer.h"
+#include "core/train/runtime.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::gpt {
+
+config::Schema gpt_schema() {
+  config::Schema s;
+  train::add_runtime_schema(s);
+  train::add_trainer_schema(s);
+  s.add_int("model.vocab_size", 0, "vocabulary size; 0 = the prepared tokenizer's").min(0);
+  s.add_int("model.n_positions", 1024, "longest sequence the position embedding covers").min(1);
+  s.add_int("model.n_embd", 768, "hidden size C").min(1);
+  s.add_int("model.n_layer", 12, "transformer blocks").min(1);
+  s.add_int("model.n_head", 12, "attention heads (must divide model.n_embd)").min(1);
+  s.add_float("model.dropout", 0.0, "dropout on embeddings, attention and residual branches").min(0).max(0.9);
+  s.add_float("model.layer_norm_epsilon", 1e-5, "LayerNorm epsilon").min(0);
+
+  s.add_string("data.text", "data/kjv/out/kjv.txt", "UTF-8 text that `prepare` tokenizes");
+  s.add_string("data.dir", "data/kjv/out", "folder for the tokenizer model and the train/val token files");
+  s.add_int("data.vocab_size", 4096, "vocabulary of the SentencePiece BPE tokenizer that `prepare` trains")
+      .min(300).max(1 << 20);
+  s.add_int("data.val_every", 20, "`prepare` puts every N-th block of 100 lines into validation").min(2);
+  s.add_int("data.context", 256, "tokens per training window (<= model.n_positions)").min(1);
+
+  s.add_string("generate.prompt", "In the beginning", "text to continue");
+  s.add_int("generate.max_new_tokens", 200, "tokens to sample").min(1);
+  s.add_float("generate.temperature", 0.8, "softmax temperature; 0 = greedy").min(0).max(10);
+  s.add_int("generate.top_k", 40, "sample among the k most likely tokens; 0 = off").min(0);
+  s.add_float("generate.top_p", 0.95, "nucleus sampling mass; 1 = off").min(0.0).max(1.0);
+  s.add_int("generate.seed", 0, "sampling seed").min(0);
+
+  s.add_int("benchmark.steps", 10, "timed training steps").min(1);
+  s.add_int("benchmark.warmup", 2, "untimed steps first").min(0);
+  return s;
+}
+
+DataPaths data_paths(const config::Config& config) {
+  const std::filesystem::path dir = config.get_string("data.dir");
+  return {(dir / "tokenizer.model").string(), (dir / "train.tok").string(), (dir / "val.tok").string()};
+}
+
+GPTConfig model_config(const config::Config& config) {
+  GPTConfig m;
+  m.vocab_size = config.get_int("model.vocab_size");
+  if (m.vocab_size == 0) {
+    const std::string tokenizer = data_paths(config).tokenizer_model;
+    if (!std::filesystem::exists(tokenizer)) {
+      config.fail_at("model.vocab_size", "is 0 (use the tokenizer's) but " + tokenizer +
+                                             " does not exist; run `prepare` first or set model.vocab_size");
+    }
+    m.vocab_size = io::Tokenizer::load(tokenizer).vocab_size();
+  }
+  m.n_positions = config.get_int("model.n_positions");
+  m.n_embd = config.get_int("model.n_embd");
+  m.n_layer = config.get_int("model.n_layer");
+  m.n_head = config.get_int("model.n_head");
+  m.dropout = config.get_float("model.dropout");
+  m.layer_norm_epsilon = config.get_float("model.layer_norm_epsilon");
+  if (m.n_embd % m.n_head != 0) {
+    config.fail_at("model.n_head", "(" + std::to_string(m.n_head) + ") must divide model.n_embd (" +
+                                       std::to_string(m.n_embd) + ")");
+  }
+  if (config.get_int("data.context") > m.n_positions) {
+    config.fail_at("data.context", "(" + std::to_string(config.get_int("data.context")) +
+                                       ") exceeds model.n_positions (" + std::to_string(m.n_positions) + ")");
+  }
+  return m;
+}
+
+}  // namespace kuafu::gpt

@@ -1,0 +1,269 @@
+#include "apps/gpt/commands.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/config/cli.h"
+#include "core/io/token_file.h"
+#include "core/io/tokenizer.h"
+#include "core/util/logging.h"
+
+namespace kuafu::gpt {
+namespace fs = std::filesystem;
+
+TextTask::TextTask(GPT model, std::shared_ptr<io::TokenWindowLoader> train, std::shared_ptr<io::TokenWindowLoader> val,
+                   int64_t eval_rows, int64_t micro_batch)
+    : model_(std::move(model)), train_(std::move(train)), val_(std::move(val)), eval_rows_(eval_rows),
+      micro_batch_(micro_batch) {}
+
+torch::Tensor TextTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  io::TokenBatch batch = train_->train_batch(step, first_row, rows);
+  return model_->loss(batch.inputs, batch.targets);
+}
+
+train::LossSum TextTask::evaluate(int rank, int ranks) {
+  const int64_t begin = eval_rows_ * rank / ranks;
+  const int64_t end = eval_rows_ * (rank + 1) / ranks;
+  train::LossSum sum;
+  for (int64_t row = begin; row < end; row += micro_batch_) {
+    const int64_t rows = std::min(micro_batch_, end - row);
+    io::TokenBatch batch = val_->eval_batch(eval_rows_, row, rows);
+    const double mean = model_->loss(batch.inputs, batch.targets).item<double>();
+    sum.loss_sum += mean * static_cast<double>(batch.targets.numel());
+    sum.count += static_cast<double>(batch.targets.numel());
+  }
+  return sum;
+}
+
+double TextTask::flops_per_item() const { return model_->config.flops_per_token(train_->context()); }
+
+std::unique_ptr<TextTask> make_text_task(const config::Config& config) {
+  const DataPaths paths = data_paths(config);
+  for (const auto& path : {paths.train_tokens, paths.val_tokens}) {
+    KUAFU_CHECK(fs::exists(path), "token file ", path, " does not exist: run `kuafu-gpt prepare --config ",
+                config.path(), "` first");
+  }
+  auto train_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(paths.train_tokens));
+  auto val_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(paths.val_tokens));
+  GPTConfig model = model_config(config);
+  for (const auto* file : {train_file.get(), val_file.get()}) {
+    if (file->vocab_size() > static_cast<uint64_t>(model.vocab_size)) {
+      config.fail_at("model.vocab_size", "(" + std::to_string(model.vocab_size) + ") is smaller than the vocabulary of " +
+                                             file->path() + " (" + std::to_string(file->vocab_size()) + ")");
+    }
+  }
+  const int64_t context = config.get_int("data.context");
+  const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  torch::manual_seed(seed);
+  return std::make_unique<TextTask>(GPT(model), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
+                                    std::make_shared<io::TokenWindowLoader>(val_file, context, seed),
+                                    config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"));
+}
+
+void prepare_command(const config::Config& config) {
+  const std::string text_path = config.get_string("data.text");
+  KUAFU_CHECK(fs::exists(text_path), "data.text = ", text_path, " does not exist (for the Bible: data/kjv/export.sh ",
+              fs::path(text_path).parent_path().string(), ")");
+  const DataPaths paths = data_paths(config);
+  fs::create_directories(config.get_string("data.dir"));
+  const int64_t vocab = config.get_int("data.vocab_size");
+
+  // Split by blocks of lines so validation windows read continuous text; every N-th block validates.
+  std::ifstream in(text_path);
+  std::string line, train_text, val_text;
+  const int64_t val_every = config.get_int("data.val_every");
+  for (int64_t index = 0; std::getline(in, line); ++index) {
+    ((index / 100) % val_every == val_every - 1 ? val_text : train_text) += line + "\n";
+  }
+  KUAFU_CHECK(!val_text.empty() && !train_text.empty(), text_path, " is too short to split into train and validation");
+
+  if (!fs::exists(paths.tokenizer_model)) {
+    const std::string train_only = (fs::path(config.get_string("data.dir")) / "tokenizer_train.txt").string();
+    std::ofstream(train_only) << train_text;
+    io::TokenizerTrainOptions options;
+    options.input_path = train_only;
+    options.model_prefix = (fs::path(config.get_string("data.dir")) / "tokenizer").string();
+    options.vocab_size = static_cast<int>(vocab);
+    options.num_threads = static_cast<int>(std::max(1, torch::get_num_threads()));
+    log::infof("training a ", vocab, "-token BPE tokenizer on ", train_text.size(), " bytes");
+    io::train_tokenizer(options);
+    fs::remove(train_only);
+  } else {
+    log::infof("using the existing tokenizer ", paths.tokenizer_model);
+  }
+  const io::Tokenizer tokenizer = io::Tokenizer::load(paths.tokenizer_model);
+  const auto vocab_size = static_cast<uint64_t>(tokenizer.vocab_size());
+  io::write_token_file(paths.train_tokens, tokenizer.encode(train_text), vocab_size);
+  io::write_token_file(paths.val_tokens, tokenizer.encode(val_text), vocab_size);
+  const io::TokenFile train_file = io::TokenFile::open(paths.train_tokens);
+  const io::TokenFile val_file = io::TokenFile::open(paths.val_tokens);
+  log::infof("wrote ", paths.train_tokens, " (", train_file.size(), " tokens) and ", paths.val_tokens, " (",
+             val_file.size(), " tokens); vocabulary ", vocab_size, "; unigram entropy of validation tokens ",
+             io::unigram_entropy_nats(val_file), " nats");
+}
+
+train::TrainSummary train_command(const config::Config& config) {
+  train::Runtime runtime = train::start_runtime(config);
+  std::unique_ptr<TextTask> task = make_text_task(config);
+  if (runtime.is_main()) {
+    const GPTConfig& m = task->gpt()->config;
+    log::infof("GPT-2: ", m.n_layer, " layers, ", m.n_head, " heads, C = ", m.n_embd, ", vocabulary ", m.vocab_size,
+               ", ", static_cast<double>(m.parameter_count()) / 1e6, "M parameters; ", runtime.world->size(),
+               " rank(s) x ", runtime.threads, " thread(s)");
+  }
+  train::Trainer trainer(config, runtime, *task);
+  train::TrainSummary summary = trainer.run();
+  if (runtime.is_main() && !summary.stopped_by_signal && summary.steps_done == config.get_int("train.steps")) {
+    const double entropy = io::unigram_entropy_nats(io::TokenFile::open(data_paths(config).val_tokens));
+    log::infof("final validation loss ", summary.val_loss, " nats vs unigram entropy of the validation tokens ",
+               entropy, " nats");
+  }
+  return summary;
+}
+
+namespace {
+
+// The checkpoint folder to read: --checkpoint, else the latest under train.out_dir.
+std::string resolve_checkpoint(const config::Config& config, const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const auto root = (fs::path(config.get_string("train.out_dir")) / "checkpoints").string();
+  train::CheckpointStore store(root, dist::World::single()->world_group(), 1);
+  const auto latest = store.latest();
+  KUAFU_CHECK(latest, "no checkpoint in ", root, ": train first or pass --checkpoint");
+  return *latest;
+}
+
+}  // namespace
+
+void eval_command(const config::Config& config, const std::string& checkpoint) {
+  train::Runtime runtime = train::start_runtime(config);
+  std::unique_ptr<TextTask> task = make_text_task(config);
+  const std::string folder = resolve_checkpoint(config, checkpoint);
+  train::CheckpointStore::load_model(folder, task->model());
+  torch::NoGradGuard no_grad;
+  task->model().eval();
+  const auto& data = *runtime.mesh->group("data");
+  train::LossSum local = task->evaluate(data.rank(), data.size());
+  torch::Tensor sums = torch::tensor({local.loss_sum, local.count}, torch::kFloat64);
+  dist::all_reduce(sums, data);
+  const double loss = sums[0].item<double>() / sums[1].item<double>();
+  const double entropy = io::unigram_entropy_nats(io::TokenFile::open(data_paths(config).val_tokens));
+  if (runtime.is_main()) {
+    std::cout << nlohmann::json{{"checkpoint", folder}, {"val_loss", loss}, {"val_perplexity", std::exp(loss)},
+                                {"unigram_entropy", entropy}, {"tokens", sums[1].item<double>()}}
+                     .dump()
+              << std::endl;
+  }
+}
+
+void generate_command(const config::Config& config, const std::string& checkpoint, const std::string& prompt_text) {
+  torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
+  const io::Tokenizer tokenizer = io::Tokenizer::load(data_paths(config).tokenizer_model);
+  GPT model(model_config(config));
+  const std::string folder = resolve_checkpoint(config, checkpoint);
+  train::CheckpointStore::load_model(folder, *model);
+  const std::string prompt = prompt_text.empty() ? config.get_string("generate.prompt") : prompt_text;
+  std::vector<int64_t> ids;
+  for (uint32_t id : tokenizer.encode(prompt)) ids.push_back(id);
+  SamplingOptions options;
+  options.max_new_tokens = config.get_int("generate.max_new_tokens");
+  options.temperature = config.get_float("generate.temperature");
+  options.top_k = config.get_int("generate.top_k");
+  options.top_p = config.get_float("generate.top_p");
+  options.seed = static_cast<uint64_t>(config.get_int("generate.seed"));
+  options.stop_token = tokenizer.eos_id();
+  std::vector<uint32_t> produced;
+  for (int64_t id : generate(model, ids, options)) produced.push_back(static_cast<uint32_t>(id));
+  std::cout << prompt << tokenizer.decode(produced) << std::endl;
+}
+
+void benchmark_command(const config::Config& config) {
+  train::Runtime runtime = train::start_runtime(config);
+  GPTConfig m = model_config(config);
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  GPT model(m);
+  const int64_t batch = config.get_int("train.micro_batch_size");
+  const int64_t context = config.get_int("data.context");
+  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
+  const double matmul_flops = train::measure_matmul_flops(1024, 5);
+  auto step = [&] {
+    torch::Tensor tokens = torch::randint(m.vocab_size, {batch, context + 1}, torch::kInt64);
+    torch::Tensor loss = model->loss(tokens.narrow(1, 0, context), tokens.narrow(1, 1, context));
+    loss.backward();
+    optimizer.step();
+    optimizer.zero_grad();
+  };
+  for (int64_t i = 0; i < config.get_int("benchmark.warmup"); ++i) step();
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < config.get_int("benchmark.steps"); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  const double tokens_per_s = static_cast<double>(batch * context) / median;
+  nlohmann::json line = {
+      {"app", "gpt"},
+      {"config", config.path()},
+      {"parameters", m.parameter_count()},
+      {"batch", batch},
+      {"context", context},
+      {"threads", runtime.threads},
+      {"step_time_ms_median", median * 1e3},
+      {"step_time_ms_min", seconds.front() * 1e3},
+      {"step_time_ms_max", seconds.back() * 1e3},
+      {"tokens_per_s", tokens_per_s},
+      {"model_tflops", m.flops_per_token(context) * tokens_per_s / 1e12},
+      {"matmul_gflops", matmul_flops / 1e9},
+      {"mfu", m.flops_per_token(context) * tokens_per_s / matmul_flops},
+      {"peak_mem_mb", static_cast<double>(train::peak_memory_bytes(runtime.device)) / (1 << 20)},
+  };
+  if (runtime.is_main()) std::cout << line.dump() << std::endl;
+}
+
+int run_gpt_app(int argc, const char* const argv[]) {
+  config::CommandLine cli("kuafu-gpt", "GPT-2 training, evaluation and sampling");
+  cli.subcommand("prepare", "export-ready text -> SentencePiece BPE tokenizer + train/val token files")
+      .subcommand("train", "train (resumes from the latest checkpoint in train.out_dir)")
+      .subcommand("eval", "validation loss and perplexity of a checkpoint")
+      .subcommand("generate", "sample text from a checkpoint")
+      .subcommand("benchmark", "time training steps on random tokens; prints one JSON line");
+  for (const char* sub : {"eval", "generate"}) {
+    cli.option(sub, "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
+  }
+  cli.option("generate", "prompt", "TEXT", "", "text to continue (default: generate.prompt)");
+  try {
+    const config::ParsedCommand command = cli.parse(argc, argv);
+    if (command.help) {
+      std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
+      return 0;
+    }
+    const config::Config config = config::Config::load(command.config_path, gpt_schema(), command.overrides);
+    if (command.print_config) {
+      std::cout << config.to_toml();
+      return 0;
+    }
+    if (command.subcommand == "prepare") prepare_command(config);
+    if (command.subcommand == "train") train_command(config);
+    if (command.subcommand == "eval") eval_command(config, command.option("checkpoint"));
+    if (command.subcommand == "generate") generate_command(config, command.option("checkpoint"), command.option("prompt"));
+    if (command.subcommand == "benchmark") benchmark_command(config);
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "kuafu-gpt: error: " << e.what() << std::endl;
+  } catch (const c10::Error& e) {
+    std::cerr << "kuafu-gpt: error: " << e.what_without_backtrace() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "kuafu-gpt: error: " << e.what() << std::endl;
+  }
+  return 1;
+}
+
+}  // namespace kuafu::gpt

@@ -1,0 +1,45 @@
+// kuafu-gpt's subcommands: prepare (tokenizer + token files), train, eval, generate, benchmark.
+// Each takes the validated config; run_gpt_app parses the command line and catches errors.
+#pragma once
+
+#include <string>
+
+#include "apps/gpt/app_config.h"
+#include "core/io/token_loader.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::gpt {
+
+// Language modelling on token files: the trainer's view of a GPT and its data.
+class TextTask : public train::TrainTask {
+ public:
+  TextTask(GPT model, std::shared_ptr<io::TokenWindowLoader> train, std::shared_ptr<io::TokenWindowLoader> val,
+           int64_t eval_rows, int64_t micro_batch);
+  torch::nn::Module& model() override { return *model_; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
+  train::LossSum evaluate(int rank, int ranks) override;
+  double flops_per_item() const override;
+  int64_t items_per_row() const override { return train_->context(); }
+  std::vector<std::string> checkpoint_keys() const override { return {"model."}; }
+  GPT& gpt() { return model_; }
+
+ private:
+  GPT model_;
+  std::shared_ptr<io::TokenWindowLoader> train_, val_;
+  int64_t eval_rows_;
+  int64_t micro_batch_;
+};
+
+// Builds the model and data of a config (seeded from train.seed) for train and eval.
+std::unique_ptr<TextTask> make_text_task(const config::Config& config);
+
+void prepare_command(const config::Config& config);
+train::TrainSummary train_command(const config::Config& config);
+void eval_command(const config::Config& config, const std::string& checkpoint);
+void generate_command(const config::Config& config, const std::string& checkpoint, const std::string& prompt);
+void benchmark_command(const config::Config& config);
+
+// The whole program; returns the exit code.
+int run_gpt_app(int argc, const char* const argv[]);
+
+}  // namespace kuafu::gpt

@@ -1,0 +1,180 @@
+#include "apps/gpt/model.h"
+
+#include <cmath>
+
+#include "core/util/error.h"
+
+namespace kuafu::gpt {
+
+int64_t GPTConfig::parameter_count() const {
+  const int64_t c = n_embd;
+  const int64_t per_block = 2 * 2 * c + (c * 3 * c + 3 * c) + (c * c + c) + (c * 4 * c + 4 * c) + (4 * c * c + c);
+  return vocab_size * c + n_positions * c + n_layer * per_block + 2 * c;
+}
+
+double GPTConfig::flops_per_token(int64_t t) const {
+  return 6.0 * static_cast<double>(parameter_count()) + 12.0 * static_cast<double>(n_layer * n_embd * t);
+}
+
+Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
+  weight = register_parameter("weight", torch::empty({in, out}));
+  bias = register_parameter("bias", torch::zeros({out}));
+}
+
+torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
+  return torch::addmm(bias, x.reshape({-1, weight.size(0)}), weight).view([&] {
+    auto sizes = x.sizes().vec();
+    sizes.back() = weight.size(1);
+    return sizes;
+  }());
+}
+
+AttentionImpl::AttentionImpl(const GPTConfig& config) : n_head(config.n_head), dropout(config.dropout) {
+  KUAFU_CHECK(config.n_embd % config.n_head == 0, "model.n_embd (", config.n_embd, ") must divide by model.n_head (",
+              config.n_head, ")");
+  c_attn = register_module("c_attn", Conv1D(config.n_embd, 3 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(config.dropout));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
+  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  auto heads = [&](const torch::Tensor& y) { return y.view({b, t, n_head, c / n_head}).transpose(1, 2); };
+  auto qkv = c_attn(x).split(c, /*dim=*/2);
+  torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);  // [B, H, T, D]
+  if (cache) std::tie(k, v) = cache->append(k, v);
+  const bool causal = !(cache && t == 1);  // one new token may attend to everything cached
+  torch::Tensor y = nn::scaled_dot_product_attention(q, k, v, causal, is_training() ? dropout : 0.0);
+  y = y.transpose(1, 2).contiguous().view({b, t, c});
+  return resid_dropout(c_proj(y));
+}
+
+MLPImpl::MLPImpl(const GPTConfig& config) {
+  c_fc = register_module("c_fc", Conv1D(config.n_embd, 4 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(4 * config.n_embd, config.n_embd));
+  dropout = register_module("dropout", torch::nn::Dropout(config.dropout));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  return dropout(c_proj(torch::gelu(c_fc(x), "tanh")));  // GPT-2's "gelu_new"
+}
+
+BlockImpl::BlockImpl(const GPTConfig& config) {
+  auto norm = [&] {
+    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon));
+  };
+  ln_1 = register_module("ln_1", norm());
+  attn = register_module("attn", Attention(config));
+  ln_2 = register_module("ln_2", norm());
+  mlp = register_module("mlp", MLP(config));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
+  torch::Tensor h = x + attn(ln_1(x), cache);
+  return h + mlp(ln_2(h));
+}
+
+TransformerImpl::TransformerImpl(const GPTConfig& config) {
+  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(config.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
+  ln_f = register_module("ln_f",
+                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon)));
+}
+
+GPTImpl::GPTImpl(const GPTConfig& cfg) : config(cfg) {
+  transformer = register_module("transformer", Transformer(cfg));
+  // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual projections scaled by
+  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
+  torch::NoGradGuard no_grad;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (name.find("ln_") != std::string::npos) continue;  // LayerNorm keeps ones / zeros
+    if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+      p.zero_();
+    } else if (name.find("c_proj.weight") != std::string::npos) {
+      p.normal_(0.0, residual_std);
+    } else {
+      p.normal_(0.0, 0.02);
+    }
+  }
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+  const int64_t t = tokens.size(1);
+  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
+  KUAFU_CHECK(past + t <= config.n_positions, "sequence of ", past + t, " tokens exceeds model.n_positions = ",
+              config.n_positions);
+  if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
+  torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
+  torch::Tensor x = transformer->drop(transformer->wte(tokens) + transformer->wpe(positions));
+  for (size_t i = 0; i < transformer->h->size(); ++i) {
+    x = transformer->h[i]->as<Block>()->forward(x, caches ? &(*caches)[i] : nullptr);
+  }
+  x = transformer->ln_f(x);
+  return torch::matmul(x, transformer->wte->weight.t());  // tied output embedding
+}
+
+torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  torch::Tensor logits = forward(tokens);
+  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  if (top_k > 0 && top_k < logits.size(0)) {
+    const double kth = std::get<0>(torch::topk(logits, top_k)).index({top_k - 1}).item<double>();
+    logits = logits.masked_fill(logits < kth, neg_inf);
+  }
+  if (top_p < 1.0) {
+    auto [sorted, order] = torch::sort(logits, /*dim=*/0, /*descending=*/true);
+    torch::Tensor cumulative = torch::softmax(sorted, 0).cumsum(0);
+    // Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
+    torch::Tensor drop_sorted = (cumulative - torch::softmax(sorted, 0)) >= top_p;
+    torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(0, order, drop_sorted);
+    logits = logits.masked_fill(drop, neg_inf);
+  }
+  return logits;
+}
+
+std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
+  KUAFU_CHECK(!prompt.empty(), "generate needs a prompt of at least one token");
+  torch::NoGradGuard no_grad;
+  model->eval();
+  auto generator = at::detail::createCPUGenerator(options.seed);
+  std::vector<nn::KVCache> caches;
+  std::vector<int64_t> produced;
+  const int64_t limit = model->config.n_positions;
+  // Keep the most recent tokens that fit the context, with room for what we will generate.
+  std::vector<int64_t> context(prompt.end() - std::min<int64_t>(static_cast<int64_t>(prompt.size()), limit), prompt.end());
+  torch::Tensor input = torch::tensor(context, torch::kInt64).unsqueeze(0);
+  for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    if (!caches.empty() && caches[0].length() + input.size(1) > limit) {
+      // Context full: restart the cache from the last limit/2 tokens (rare in sampling demos).
+      std::vector<int64_t> all = context;
+      all.insert(all.end(), produced.begin(), produced.end());
+      context.assign(all.end() - limit / 2, all.end());
+      produced.clear();
+      caches.clear();
+      input = torch::tensor(context, torch::kInt64).unsqueeze(0);
+    }
+    torch::Tensor logits = model->forward(input, &caches).index({0, -1}).to(torch::kFloat64);
+    int64_t next;
+    if (options.temperature <= 0) {
+      next = logits.argmax().item<int64_t>();
+    } else {
+      torch::Tensor filtered = filter_logits(logits / options.temperature, options.top_k, options.top_p);
+      next = torch::multinomial(torch::softmax(filtered, 0), 1, false, generator).item<int64_t>();
+    }
+    produced.push_back(next);
+    if (options.stop_token && next == *options.stop_token) break;
+    input = torch::tensor({next}, torch::kInt64).unsqueeze(0);
+  }
+  return produced;
+}
+
+}  // namespace kuafu::gpt

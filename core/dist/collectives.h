@@ -1,0 +1,51 @@
+// Collectives as plain functions over a ProcessGroup. Operations Gloo (LibTorch 1.13) lacks are
+// emulated with the same bytes on the wire, so every algorithm runs unchanged on Gloo and NCCL.
+#pragma once
+
+#include "core/dist/process_group.h"
+
+namespace kuafu::dist {
+
+enum class Reduce { kSum, kAvg, kMax, kMin };
+
+// In place on every rank of the group. kAvg divides the sum by the group size.
+void all_reduce(torch::Tensor& tensor, const ProcessGroup& group, Reduce op = Reduce::kSum);
+
+// Starts an in-place sum all-reduce and returns at once; call wait() before reading `tensor`.
+class PendingAllReduce {
+ public:
+  PendingAllReduce() = default;
+  PendingAllReduce(const ProcessGroup* group, torch::Tensor tensor, torch::Tensor staging,
+                   c10::intrusive_ptr<compat::Work> work);
+  void wait();
+  bool active() const { return group_ != nullptr; }
+
+ private:
+  const ProcessGroup* group_ = nullptr;
+  torch::Tensor tensor_;
+  torch::Tensor staging_;  // fp32 copy when the dtype cannot travel on Gloo
+  c10::intrusive_ptr<compat::Work> work_;
+};
+PendingAllReduce all_reduce_async(torch::Tensor tensor, const ProcessGroup& group);
+
+// Concatenation of every rank's `tensor` along `dim` (all ranks pass equal shapes).
+torch::Tensor all_gather(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
+
+// Sum over ranks of `tensor`, split along `dim` into group-size equal parts; rank r keeps part r.
+torch::Tensor reduce_scatter(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
+
+// Splits `tensor` along `split_dim` into group-size parts, sends part j to rank j, and concatenates
+// the parts received (in rank order) along `concat_dim`.
+torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
+                         int64_t concat_dim);
+
+// In place: every rank ends with group rank `root`'s tensor.
+void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root = 0);
+
+// Point to point, blocking; `peer` is a rank inside the group.
+void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
+void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
+
+void barrier(const ProcessGroup& group);
+
+}  // namespace kuafu::dist

@@ -1,0 +1,49 @@
+// Checkpoints: one folder per step holding the model (safetensors, Hugging Face names), optimizer
+// state, each rank's RNG state and the trainer state, sealed by a manifest of sizes and CRC-32s.
+// A folder is built under a temporary name and renamed into place, so a crash never leaves a torn one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+
+#include "core/dist/process_group.h"
+
+namespace kuafu::train {
+
+class CheckpointStore {
+ public:
+  // `root` holds step_00000100/ folders and a `latest` file. Keeps the newest `keep` checkpoints.
+  CheckpointStore(std::string root, dist::GroupPtr world, int keep);
+
+  // Collective over `world`: every rank saves its RNG state; rank 0 writes the rest.
+  void save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+            const nlohmann::json& trainer_state) const;
+
+  // The newest complete checkpoint folder, if any.
+  std::optional<std::string> latest() const;
+
+  // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
+  // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
+  static nlohmann::json load(const std::string& folder, torch::nn::Module& model,
+                             torch::optim::Optimizer& optimizer, int rank);
+
+  // Only the model weights (e.g. for generate / eval), verified the same way.
+  static void load_model(const std::string& folder, torch::nn::Module& model);
+  static nlohmann::json read_trainer_state(const std::string& folder);
+
+  const std::string& root() const { return root_; }
+
+ private:
+  void prune() const;
+
+  std::string root_;
+  dist::GroupPtr world_;
+  int keep_;
+};
+
+// "run/checkpoints/step_00000100" for step 100.
+std::string checkpoint_folder(const std::string& root, int64_t step);
+
+}  // namespace kuafu::train

@@ -1,0 +1,39 @@
+// What every app does before training: threads, seed, logging, the distributed world and its mesh,
+// stop signals, and the machine measurements (matrix-product rate, peak memory) behind MFU figures.
+#pragma once
+
+#include <memory>
+
+#include "core/config/config.h"
+#include "core/dist/process_mesh.h"
+
+namespace kuafu::train {
+
+// runtime.* and dist.* keys, plus parallel.data.
+void add_runtime_schema(config::Schema& schema);
+
+struct Runtime {
+  std::shared_ptr<dist::World> world;
+  std::shared_ptr<dist::ProcessMesh> mesh;  // axes: data (more axes arrive with later parallel modes)
+  int threads = 1;
+  torch::Device device{torch::kCPU};
+  bool is_main() const { return world->rank() == 0; }
+};
+
+// Sets threads (runtime.threads, 0 = cores / ranks on this node), configures logging, joins the
+// world described by the launch environment and builds the mesh. Fails before any work on bad sizes.
+Runtime start_runtime(const config::Config& config);
+
+// Measured float32 matrix-product rate of this process (FLOP/s) at size n with the current threads.
+double measure_matmul_flops(int64_t n = 1024, int repeats = 5);
+
+// Peak resident memory of this process (CPU) or peak allocated device memory (CUDA), in bytes.
+int64_t peak_memory_bytes(const torch::Device& device);
+
+// SIGINT/SIGTERM set a flag that the trainer polls between steps (checkpoint, then stop);
+// a second SIGINT falls back to the default action.
+void install_stop_signals();
+bool stop_requested();
+void request_stop();  // for tests
+
+}  // namespace kuafu::train

@@ -1,0 +1,83 @@
+// The training loop shared by every app: micro-steps with gradient accumulation, data parallelism,
+// AdamW with warm-up + cosine schedule, clipping, evaluation, progress, JSONL metrics, checkpoints,
+// exact resume, stop on SIGINT/SIGTERM and on a non-finite loss.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/config/config.h"
+#include "core/parallel/data/data_parallel.h"
+#include "core/train/checkpoint.h"
+#include "core/train/runtime.h"
+
+namespace kuafu::train {
+
+// train.* and optim.* keys.
+void add_trainer_schema(config::Schema& schema);
+
+// Sums over this rank's share of an evaluation set.
+struct LossSum {
+  double loss_sum = 0.0;  // sum of per-item losses (nats)
+  double count = 0.0;     // number of items (tokens)
+};
+
+// What an app gives the trainer.
+class TrainTask {
+ public:
+  virtual ~TrainTask() = default;
+  virtual torch::nn::Module& model() = 0;
+  // Mean loss over this rank's rows [first_row, first_row + rows) of optimizer step `step`'s global batch.
+  virtual torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) = 0;
+  // This rank's share (`rank` of `ranks`) of the fixed evaluation set.
+  virtual LossSum evaluate(int rank, int ranks) = 0;
+  // Model FLOPs (forward + backward) per item, for MFU; items are tokens for language models.
+  virtual double flops_per_item() const = 0;
+  virtual int64_t items_per_row() const = 0;
+  virtual std::string item_name() const { return "tokens"; }
+  // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
+  virtual std::vector<std::string> checkpoint_keys() const = 0;
+};
+
+struct TrainSummary {
+  int64_t steps_done = 0;
+  double last_loss = 0.0;
+  double val_loss = 0.0;
+  bool stopped_by_signal = false;
+};
+
+class Trainer {
+ public:
+  Trainer(const config::Config& config, Runtime& runtime, TrainTask& task);
+  ~Trainer();
+
+  TrainSummary run();
+  LossSum evaluate();  // all ranks together; returns the global sums
+
+  int64_t start_step() const { return start_step_; }
+  double learning_rate(int64_t step) const;  // the schedule
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+
+ private:
+  void resume_or_check_fresh();
+  void save_checkpoint(int64_t step);
+  void write_metrics(const nlohmann::json& line);
+  void trim_metrics_after(int64_t step);
+  nlohmann::json config_fingerprint() const;
+
+  const config::Config& config_;
+  Runtime& runtime_;
+  TrainTask& task_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  std::vector<torch::Tensor> params_;
+  int64_t steps_;
+  int64_t global_batch_;
+  int64_t micro_batch_;
+  int64_t accumulation_;
+  int64_t start_step_ = 0;
+  std::string out_dir_;
+};
+
+}  // namespace kuafu::train

@@ -1,0 +1,26 @@
+// Crash-safe file writing: data goes to a temporary name, is fsync'ed, then renamed over the target,
+// so a reader sees either the old file or the complete new one, never a torn one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace kuafu {
+
+// Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync folder).
+void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// fsync of a file or folder by path (folders: makes a completed rename durable).
+void fsync_path(const std::string& path);
+
+// Renames `from` to `to` and fsyncs the parent folder of `to`.
+void rename_durable(const std::string& from, const std::string& to);
+
+// The whole file as bytes; kuafu::Error naming the path when it cannot be read.
+std::string read_file(const std::string& path);
+
+// CRC-32 (zlib) of a file's contents, streamed.
+uint32_t file_crc32(const std::string& path);
+
+}  // namespace kuafu

@@ -1,0 +1,29 @@
+// Small string helpers shared by the config and command-line layers: splitting, trimming, joining,
+// and "did you mean" suggestions by edit distance.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kuafu::text {
+
+// Levenshtein distance: the fewest single-character insertions, deletions or substitutions.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+// The candidate nearest to `word` within `max_distance` edits (the first one on ties), or "" if none.
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates,
+                          size_t max_distance);
+
+// split("a.b..c", '.') == {"a", "b", "", "c"}; split("", '.') == {""}.
+std::vector<std::string> split(std::string_view s, char sep);
+
+// Removes leading and trailing whitespace (space, tab, CR, LF, FF, VT).
+std::string trim(std::string_view s);
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
+
+bool starts_with(std::string_view s, std::string_view prefix);
+
+}  // namespace kuafu::text

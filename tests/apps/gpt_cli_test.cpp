@@ -1,0 +1,101 @@
+// kuafu-gpt as a user runs it: every shipped config validates, and bad input (config, checkpoint)
+// ends with a clear message and a non-zero exit code.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "apps/gpt/app_config.h"
+#include "core/io/token_file.h"
+
+namespace kuafu::gpt {
+namespace {
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+Result run_gpt(const std::string& args) {
+  const std::string command = std::string(KUAFU_GPT_PATH) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, output};
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path dir = fs::temp_directory_path() / ("kuafu_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(GPTConfigsTest, EveryShippedConfigValidates) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KUAFU_SOURCE_DIR) / "apps/gpt/configs")) {
+    SCOPED_TRACE(entry.path().string());
+    const config::Config config = config::Config::load(entry.path().string(), gpt_schema());
+    if (config.get_int("model.vocab_size") > 0) {
+      const GPTConfig model = model_config(config);  // cross-key checks (heads divide width, context fits)
+      EXPECT_GT(model.parameter_count(), 0);
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 5);
+}
+
+TEST(GPTCliTest, MalformedConfigNamesFileLineAndKey) {
+  const auto dir = temp_dir("badconfig");
+  std::ofstream(dir / "bad.toml") << "[train]\nsteps = \"many\"\nbatchsize = 4\n";
+  const Result result = run_gpt("train --config " + (dir / "bad.toml").string());
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("bad.toml:2"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("train.steps"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("did you mean 'train.batch_size'"), std::string::npos) << result.output;
+}
+
+TEST(GPTCliTest, UnknownSubcommandAndHelp) {
+  EXPECT_EQ(run_gpt("--help").exit_code, 0);
+  const Result result = run_gpt("trian --config x.toml");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("train"), std::string::npos) << result.output;
+}
+
+TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
+  const auto dir = temp_dir("truncated");
+  std::vector<uint32_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 64);
+  io::write_token_file((dir / "train.tok").string(), tokens, 64);
+  io::write_token_file((dir / "val.tok").string(), tokens, 64);
+  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 1\nn_head = 2\n"
+                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
+                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n";
+  const std::string config = " --config " + (dir / "c.toml").string();
+  const Result trained = run_gpt("train" + config);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const fs::path model = dir / "run/checkpoints/step_00000002/model.safetensors";
+  ASSERT_TRUE(fs::exists(model));
+  fs::resize_file(model, fs::file_size(model) - 100);
+  const auto damaged_size = fs::file_size(model);
+
+  const Result evaluated = run_gpt("eval" + config);
+  EXPECT_NE(evaluated.exit_code, 0);
+  EXPECT_NE(evaluated.output.find("truncated"), std::string::npos) << evaluated.output;
+  // Resuming from it fails the same way, and nothing already saved is touched.
+  const Result resumed = run_gpt("train" + config + " --set train.steps=4");
+  EXPECT_NE(resumed.exit_code, 0);
+  EXPECT_NE(resumed.output.find("model.safetensors"), std::string::npos) << resumed.output;
+  EXPECT_EQ(fs::file_size(model), damaged_size);
+  EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step_00000004"));
+}
+
+}  // namespace
+}  // namespace kuafu::gpt

@@ -1,0 +1,121 @@
+// GPT-2 model: Hugging Face names and shapes, causality, the KV cache, the attention kernel against
+// its formula, and the sampling filters worked by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apps/gpt/model.h"
+
+namespace kuafu::gpt {
+namespace {
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.vocab_size = 50;
+  c.n_positions = 16;
+  c.n_embd = 32;
+  c.n_layer = 2;
+  c.n_head = 4;
+  return c;
+}
+
+TEST(GPTModelTest, HuggingFaceNamesShapesAndCount) {
+  torch::manual_seed(0);
+  GPT model(tiny_config());
+  std::map<std::string, std::vector<int64_t>> shapes;
+  int64_t total = 0;
+  for (const auto& item : model->named_parameters()) {
+    shapes[item.key()] = item.value().sizes().vec();
+    total += item.value().numel();
+  }
+  EXPECT_EQ(shapes.at("transformer.wte.weight"), (std::vector<int64_t>{50, 32}));
+  EXPECT_EQ(shapes.at("transformer.wpe.weight"), (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(shapes.at("transformer.h.1.attn.c_attn.weight"), (std::vector<int64_t>{32, 96}));  // Conv1D [in, out]
+  EXPECT_EQ(shapes.at("transformer.h.1.mlp.c_fc.weight"), (std::vector<int64_t>{32, 128}));
+  EXPECT_EQ(shapes.at("transformer.h.0.mlp.c_proj.weight"), (std::vector<int64_t>{128, 32}));
+  EXPECT_EQ(shapes.at("transformer.ln_f.bias"), (std::vector<int64_t>{32}));
+  EXPECT_EQ(shapes.count("lm_head.weight"), 0u) << "the output embedding is tied to wte";
+  EXPECT_EQ(total, tiny_config().parameter_count());
+  // GPT-2 124M: the published 124,439,808 parameters (tied head).
+  GPTConfig small;
+  EXPECT_EQ(small.parameter_count(), 124439808);
+}
+
+TEST(GPTModelTest, FutureTokensNeverChangeEarlierLogits) {
+  torch::manual_seed(1);
+  GPT model(tiny_config());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::Tensor tokens = torch::randint(50, {2, 12}, torch::kInt64);
+  torch::Tensor changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), torch::indexing::Slice(7, torch::indexing::None)},
+                     torch::randint(50, {2, 5}, torch::kInt64));
+  torch::Tensor a = model->forward(tokens), b = model->forward(changed);
+  EXPECT_TRUE(torch::equal(a.narrow(1, 0, 7), b.narrow(1, 0, 7)));
+  EXPECT_FALSE(torch::allclose(a.narrow(1, 7, 5), b.narrow(1, 7, 5)));
+}
+
+TEST(GPTModelTest, AttentionKernelMatchesFormula) {
+  torch::manual_seed(2);
+  torch::Tensor q = torch::randn({2, 3, 5, 8}, torch::kFloat64), k = torch::randn({2, 3, 5, 8}, torch::kFloat64),
+                v = torch::randn({2, 3, 5, 8}, torch::kFloat64);
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0);
+  torch::Tensor mask = torch::ones({5, 5}, torch::kBool).triu(1);
+  torch::Tensor expected = torch::matmul(torch::softmax(scores.masked_fill(mask, -INFINITY), -1), v);
+  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q, k, v, true), expected, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q, k, v, false),
+                              torch::matmul(torch::softmax(scores, -1), v), 1e-12, 1e-12));
+  // Two queries at the end of five keys (decoding with a cache): the bottom rows of the causal result.
+  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q.narrow(2, 3, 2), k, v, true),
+                              expected.narrow(2, 3, 2), 1e-12, 1e-12));
+}
+
+TEST(GPTModelTest, KVCacheDecodingEqualsFullForward) {
+  torch::manual_seed(3);
+  GPT model(tiny_config());
+  model->to(torch::kFloat64);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  torch::Tensor tokens = torch::randint(50, {1, 10}, torch::kInt64);
+  torch::Tensor full = model->forward(tokens);
+  std::vector<nn::KVCache> caches;
+  torch::Tensor prefix = model->forward(tokens.narrow(1, 0, 6), &caches);
+  EXPECT_TRUE(torch::allclose(prefix, full.narrow(1, 0, 6), 1e-10, 1e-10));
+  for (int64_t t = 6; t < 10; ++t) {
+    torch::Tensor step = model->forward(tokens.narrow(1, t, 1), &caches);
+    EXPECT_TRUE(torch::allclose(step.select(1, 0), full.select(1, t), 1e-10, 1e-10)) << "position " << t;
+  }
+  EXPECT_THROW(model->forward(torch::zeros({1, 7}, torch::kInt64), &caches), Error);  // 17 > n_positions
+}
+
+TEST(SamplingTest, TopKAndTopPKeepTheRightTokens) {
+  // probabilities 0.5, 0.25, 0.125, 0.125 (logits are their logs)
+  torch::Tensor logits = torch::log(torch::tensor({0.125, 0.5, 0.125, 0.25}, torch::kFloat64));
+  auto kept = [](const torch::Tensor& l) { return torch::isfinite(l).to(torch::kInt64); };
+  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 2, 1.0)), torch::tensor({0, 1, 0, 1})));
+  // top_p 0.6: 0.5 alone is below 0.6, so the 0.25 token is needed too; 0.75 >= 0.6 stops there.
+  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 0.6)), torch::tensor({0, 1, 0, 1})));
+  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 0.5)), torch::tensor({0, 1, 0, 0})));
+  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 1.0)), torch::tensor({1, 1, 1, 1})));
+}
+
+TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
+  torch::manual_seed(4);
+  GPT model(tiny_config());
+  SamplingOptions options;
+  options.max_new_tokens = 8;
+  options.temperature = 0;
+  const auto a = generate(model, {1, 2, 3}, options);
+  ASSERT_EQ(a.size(), 8u);
+  // Greedy with the cache equals greedy by re-running the whole sequence each time.
+  std::vector<int64_t> seq = {1, 2, 3};
+  torch::NoGradGuard no_grad;
+  for (int i = 0; i < 8; ++i) {
+    torch::Tensor logits = model->forward(torch::tensor(seq, torch::kInt64).unsqueeze(0));
+    seq.push_back(logits.index({0, -1}).argmax().item<int64_t>());
+  }
+  EXPECT_EQ(std::vector<int64_t>(seq.begin() + 3, seq.end()), a);
+}
+
+}  // namespace
+}  // namespace kuafu::gpt
