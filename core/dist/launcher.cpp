@@ -304,7 +304,9 @@ SuperviseResult RankProcesses::supervise(const SuperviseOptions& options) {
             "(send it again to kill them)");
         stop(signal, false);
       } else {
-        log("received " + signal_name(signal) + " again, killing the ranks");
+        log("received " + signal_name(signal) +
+            (result.forwarded_signal != 0 ? " again" : " while the ranks were stopping") +
+            ", killing the ranks");
         signal_all(SIGKILL);
       }
     }

@@ -1,13 +1,14 @@
 #include "core/io/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
-
 #include <sys/stat.h>
 
+#include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <vector>
 
+#include "core/io/sentencepiece_loader.h"
 #include "core/util/error.h"
 
 namespace kuafu::io {
@@ -19,7 +20,41 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+// Owns one buffer the bridge allocated (an error message, ids or text) and frees it through the bridge.
+template <typename T>
+class BridgeBuffer {
+ public:
+  explicit BridgeBuffer(const KuafuSpmApi& api) : api_(api) {}
+  BridgeBuffer(const BridgeBuffer&) = delete;
+  BridgeBuffer& operator=(const BridgeBuffer&) = delete;
+  ~BridgeBuffer() { api_.free_buffer(ptr_); }
+
+  T** out() { return &ptr_; }
+  T* get() const { return ptr_; }
+
+ private:
+  const KuafuSpmApi& api_;
+  T* ptr_ = nullptr;
+};
+
+// Takes a bridge call's result: "" on success, else the message (and frees it).
+std::string take_error(const KuafuSpmApi& api, char* error) {
+  BridgeBuffer<char> owned(api);
+  *owned.out() = error;
+  return error != nullptr ? std::string(error) : std::string();
+}
+
 }  // namespace
+
+struct Tokenizer::Model {
+  Model(const KuafuSpmApi& api_, KuafuSpmModel* handle_) : api(api_), handle(handle_) {}
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  ~Model() { api.free_model(handle); }
+
+  const KuafuSpmApi& api;
+  KuafuSpmModel* handle;
+};
 
 void train_tokenizer(const TokenizerTrainOptions& options) {
   KUAFU_CHECK(!options.input_path.empty(), "tokenizer training: input_path is empty");
@@ -52,8 +87,15 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
       // through the returned status.
       {"minloglevel", "2"},
   };
-  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
-  KUAFU_CHECK(status.ok(), "tokenizer training on ", options.input_path, " failed: ", status.ToString());
+  std::vector<const char*> keys;
+  std::vector<const char*> values;
+  for (const auto& [key, value] : args) {
+    keys.push_back(key.c_str());
+    values.push_back(value.c_str());
+  }
+  const KuafuSpmApi& api = sentencepiece_bridge();
+  const std::string error = take_error(api, api.train(keys.data(), values.data(), keys.size()));
+  KUAFU_CHECK(error.empty(), "tokenizer training on ", options.input_path, " failed: ", error);
 }
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
@@ -61,13 +103,14 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   KUAFU_CHECK(file_exists(model_path), "tokenizer model ", model_path, " does not exist");
   Tokenizer tokenizer;
   tokenizer.model_path_ = model_path;
-  tokenizer.processor_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = tokenizer.processor_->Load(model_path);
-  KUAFU_CHECK(status.ok(), "cannot load tokenizer model ", model_path,
-              " (not a SentencePiece model?): ", status.ToString());
+  const KuafuSpmApi& api = sentencepiece_bridge();
+  tokenizer.model_ = std::make_unique<Model>(api, nullptr);
+  KuafuSpmModel*& handle = tokenizer.model_->handle;
+  const std::string error = take_error(api, api.load(model_path.c_str(), &handle));
+  KUAFU_CHECK(error.empty() && handle != nullptr, "cannot load tokenizer model ", model_path,
+              " (not a SentencePiece model?): ", error);
   // Models from train_tokenizer have a "\n" piece; for others encode() takes the general path.
-  const int newline = tokenizer.processor_->PieceToId("\n");
-  tokenizer.newline_id_ = tokenizer.processor_->IsUnknown(newline) ? -1 : newline;
+  tokenizer.newline_id_ = api.piece_to_id(handle, "\n", 1);  // -1 when the model has none
   return tokenizer;
 }
 
@@ -77,11 +120,14 @@ Tokenizer::~Tokenizer() = default;
 
 std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<uint32_t> out;
-  std::vector<int> ids;
-  const auto encode_piece = [&](absl::string_view piece) {
-    const auto status = processor_->Encode(piece, &ids);
-    KUAFU_CHECK(status.ok(), "tokenizer ", model_path_, ": encode failed: ", status.ToString());
-    out.insert(out.end(), ids.begin(), ids.end());
+  const KuafuSpmApi& api = model_->api;
+  const auto encode_piece = [&](std::string_view piece) {
+    BridgeBuffer<int32_t> ids(api);
+    size_t count = 0;
+    const std::string error =
+        take_error(api, api.encode(model_->handle, piece.data(), piece.size(), ids.out(), &count));
+    KUAFU_CHECK(error.empty(), "tokenizer ", model_path_, ": encode failed: ", error);
+    out.insert(out.end(), ids.get(), ids.get() + count);
   };
   if (newline_id_ < 0) {
     encode_piece(text);
@@ -93,10 +139,10 @@ std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
   while (start < text.size()) {
     const size_t end = text.find('\n', start);
     if (end == std::string::npos) {
-      encode_piece(absl::string_view(text).substr(start));
+      encode_piece(std::string_view(text).substr(start));
       break;
     }
-    if (end > start) encode_piece(absl::string_view(text).substr(start, end - start));
+    if (end > start) encode_piece(std::string_view(text).substr(start, end - start));
     out.push_back(static_cast<uint32_t>(newline_id_));
     start = end + 1;
   }
@@ -105,21 +151,24 @@ std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
 
 std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
   const int vocab = vocab_size();
-  std::vector<int> signed_ids;
+  std::vector<int32_t> signed_ids;
   signed_ids.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     KUAFU_CHECK(ids[i] < static_cast<uint32_t>(vocab), "tokenizer ", model_path_, ": id ", ids[i],
                 " at index ", i, " >= vocab size ", vocab);
-    signed_ids.push_back(static_cast<int>(ids[i]));
+    signed_ids.push_back(static_cast<int32_t>(ids[i]));
   }
-  std::string text;
-  const auto status = processor_->Decode(signed_ids, &text);
-  KUAFU_CHECK(status.ok(), "tokenizer ", model_path_, ": decode failed: ", status.ToString());
-  return text;
+  const KuafuSpmApi& api = model_->api;
+  BridgeBuffer<char> text(api);
+  size_t size = 0;
+  const std::string error =
+      take_error(api, api.decode(model_->handle, signed_ids.data(), signed_ids.size(), text.out(), &size));
+  KUAFU_CHECK(error.empty(), "tokenizer ", model_path_, ": decode failed: ", error);
+  return std::string(text.get(), size);
 }
 
-int Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
-int Tokenizer::bos_id() const { return processor_->bos_id(); }
-int Tokenizer::eos_id() const { return processor_->eos_id(); }
+int Tokenizer::vocab_size() const { return model_->api.vocab_size(model_->handle); }
+int Tokenizer::bos_id() const { return model_->api.bos_id(model_->handle); }
+int Tokenizer::eos_id() const { return model_->api.eos_id(model_->handle); }
 
 }  // namespace kuafu::io
