@@ -97,5 +97,6 @@ void install_stop_signals() {
 }
 bool stop_requested() { return g_stop_signals.load() > 0; }
 void request_stop() { g_stop_signals.fetch_add(1); }
+void clear_stop_request() { g_stop_signals.store(0); }
 
 }  // namespace kuafu::train

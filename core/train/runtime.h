@@ -34,6 +34,7 @@ int64_t peak_memory_bytes(const torch::Device& device);
 // a second SIGINT falls back to the default action.
 void install_stop_signals();
 bool stop_requested();
-void request_stop();  // for tests
+void request_stop();        // as if a signal arrived (tests)
+void clear_stop_request();  // tests run several trainings in one process
 
 }  // namespace kuafu::train

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "apps/gpt/model.h"
+#include "core/util/error.h"
 
 namespace kuafu::gpt {
 namespace {

@@ -5,9 +5,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "apps/gpt/commands.h"
 #include "core/io/token_file.h"
+#include "core/util/error.h"
 #include "tests/support/multiprocess.h"
 
 namespace kuafu::gpt {
@@ -129,6 +131,7 @@ TEST_F(GPTTrainingTest, StopSignalCheckpointsAndResumes) {
   const auto config = make_config(root_, "run", "");
   train::request_stop();  // as if SIGTERM arrived during the first step
   train_serially(config);
+  train::clear_stop_request();
   const auto latest = train::CheckpointStore::read_trainer_state(
       train::checkpoint_folder((root_ / "run" / "checkpoints").string(), 1));
   EXPECT_EQ(latest.at("step"), 1);
