@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The same GPT-2 training step as `kuafu-gpt benchmark`, written as an eager PyTorch loop, to compare
+per-step time on one machine. Needs Debian's python3-torch (1.13, same LibTorch and BLAS as Kuafu).
+
+usage: benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH [STEPS] [THREADS]
+"""
+import json, math, statistics, sys, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln_1, self.ln_2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.c_attn, self.c_proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.c_fc, self.mlp_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
+        att = att.masked_fill(mask, float("-inf")).softmax(-1)
+        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, heads, c, vocab, positions):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, c), nn.Embedding(positions, c)
+        self.h = nn.ModuleList(Block(c, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(c)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    layers, heads, c, vocab, context, batch = map(int, sys.argv[1:7])
+    steps = int(sys.argv[7]) if len(sys.argv) > 7 else 10
+    torch.set_num_threads(int(sys.argv[8]) if len(sys.argv) > 8 else 2)
+    torch.manual_seed(0)
+    model = GPT(layers, heads, c, vocab, context)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    times = []
+    for i in range(steps + 2):
+        tokens = torch.randint(vocab, (batch, context + 1))
+        start = time.perf_counter()
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if i >= 2:
+            times.append(time.perf_counter() - start)
+    median = statistics.median(times)
+    print(json.dumps({"impl": "pytorch-eager", "step_time_ms_median": median * 1e3,
+                      "tokens_per_s": batch * context / median, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()
