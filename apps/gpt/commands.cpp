@@ -146,17 +146,12 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
   std::unique_ptr<TextTask> task = make_text_task(config);
   const std::string folder = resolve_checkpoint(config, checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
-  torch::NoGradGuard no_grad;
-  task->model().eval();
-  const auto& data = *runtime.mesh->group("data");
-  train::LossSum local = task->evaluate(data.rank(), data.size());
-  torch::Tensor sums = torch::tensor({local.loss_sum, local.count}, torch::kFloat64);
-  dist::all_reduce(sums, data);
-  const double loss = sums[0].item<double>() / sums[1].item<double>();
+  const train::LossSum sums = train::evaluate_task(*task, *runtime.mesh->group("data"));
+  const double loss = sums.loss_sum / sums.count;
   const double entropy = io::unigram_entropy_nats(io::TokenFile::open(data_paths(config).val_tokens));
   if (runtime.is_main()) {
     std::cout << nlohmann::json{{"checkpoint", folder}, {"val_loss", loss}, {"val_perplexity", std::exp(loss)},
-                                {"unigram_entropy", entropy}, {"tokens", sums[1].item<double>()}}
+                                {"unigram_entropy", entropy}, {"tokens", sums.count}}
                      .dump()
               << std::endl;
   }

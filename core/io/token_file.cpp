@@ -12,6 +12,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace kuafu::io {
@@ -25,40 +26,15 @@ std::string errno_text() { return std::strerror(errno); }
 
 uint32_t bytes_per_token_for(uint64_t vocab_size) { return vocab_size <= 65535 ? 2 : 4; }
 
-// Writes all of `data`, retrying short writes.
-void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    KUAFU_CHECK(n > 0, "writing token file ", path, ": ", errno_text());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
-// Converts tokens to their on-disk width in bounded chunks so a huge vector is not copied whole.
+// Appends tokens at their on-disk width.
 template <typename T>
-void write_tokens(int fd, const std::vector<uint32_t>& tokens, const std::string& path) {
-  constexpr size_t kChunk = 1 << 16;
-  std::vector<T> buffer;
-  buffer.reserve(kChunk);
-  for (size_t start = 0; start < tokens.size(); start += kChunk) {
-    const size_t end = std::min(tokens.size(), start + kChunk);
-    buffer.assign(tokens.begin() + static_cast<std::ptrdiff_t>(start),
-                  tokens.begin() + static_cast<std::ptrdiff_t>(end));
-    write_all(fd, buffer.data(), buffer.size() * sizeof(T), path);
+void append_tokens(std::string& out, const std::vector<uint32_t>& tokens) {
+  const size_t offset = out.size();
+  out.resize(offset + tokens.size() * sizeof(T));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const T id = static_cast<T>(tokens[i]);
+    std::memcpy(&out[offset + i * sizeof(T)], &id, sizeof(T));
   }
-}
-
-// fsync of the directory makes the rename itself durable.
-void sync_parent_dir(const std::string& path) {
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;  // best effort: the data itself is already synced
-  ::fsync(fd);
-  ::close(fd);
 }
 
 std::string printable(const unsigned char* bytes, size_t n) {
@@ -112,29 +88,13 @@ void write_token_file(const std::string& path, const std::vector<uint32_t>& toke
   std::memcpy(header + 16, &vocab_size, 8);
   std::memcpy(header + 24, &count, 8);
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  KUAFU_CHECK(fd >= 0, "cannot create token file ", tmp, ": ", errno_text());
-  try {
-    write_all(fd, header, sizeof(header), tmp);
-    if (width == 2) {
-      write_tokens<uint16_t>(fd, tokens, tmp);
-    } else {
-      write_tokens<uint32_t>(fd, tokens, tmp);
-    }
-    KUAFU_CHECK(::fsync(fd) == 0, "fsync of token file ", tmp, " failed: ", errno_text());
-    KUAFU_CHECK(::close(fd) == 0, "closing token file ", tmp, " failed: ", errno_text());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  std::string bytes(reinterpret_cast<const char*>(header), sizeof(header));
+  if (width == 2) {
+    append_tokens<uint16_t>(bytes, tokens);
+  } else {
+    append_tokens<uint32_t>(bytes, tokens);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    fail("cannot rename " + tmp + " to " + path + ": " + why);
-  }
-  sync_parent_dir(path);
+  write_file_atomic(path, bytes);
 }
 
 TokenFile TokenFile::open(const std::string& path, bool check_ids) {

@@ -206,16 +206,18 @@ void Trainer::save_checkpoint(int64_t step) {
   if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
 }
 
-LossSum Trainer::evaluate() {
+LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
   torch::NoGradGuard no_grad;
-  task_.model().eval();
-  const auto& data = *runtime_.mesh->group("data");
-  LossSum local = task_.evaluate(data.rank(), data.size());
-  task_.model().train();
+  const bool was_training = task.model().is_training();
+  task.model().eval();
+  LossSum local = task.evaluate(data.rank(), data.size());
+  task.model().train(was_training);
   torch::Tensor sums = torch::tensor({local.loss_sum, local.count}, torch::kFloat64);
   dist::all_reduce(sums, data);
   return {sums[0].item<double>(), sums[1].item<double>()};
 }
+
+LossSum Trainer::evaluate() { return evaluate_task(task_, *runtime_.mesh->group("data")); }
 
 TrainSummary Trainer::run() {
   TrainSummary summary;

@@ -39,6 +39,9 @@ class TrainTask {
   virtual std::vector<std::string> checkpoint_keys() const = 0;
 };
 
+// Evaluates `task` on every rank of `data` (each its share) and returns the sums over all ranks.
+LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data);
+
 struct TrainSummary {
   int64_t steps_done = 0;
   double last_loss = 0.0;
