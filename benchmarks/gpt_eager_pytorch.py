@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The same GPT-2 training step as `kuafu-gpt benchmark`, written as an eager PyTorch loop, to compare
 per-step time on one machine. Needs Debian's python3-torch (1.13, same LibTorch and BLAS as Kuafu).
 

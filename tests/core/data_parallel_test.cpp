@@ -68,7 +68,9 @@ TEST(DataParallelTest, AccumulationWithoutSyncEqualsLargeBatch) {
     ddp.begin_backward(/*sync=*/micro == 1);
     const int64_t first = micro * 2 * p + r * 2;
     (loss_of(model, x.narrow(0, first, 2), y.narrow(0, first, 2)) / 2.0).backward();
-    if (micro == 0) EXPECT_EQ(world->world_group()->counters().bytes_sent, sent_before) << "micro-step communicated";
+    if (micro == 0) {
+      EXPECT_EQ(world->world_group()->counters().bytes_sent, sent_before) << "micro-step communicated";
+    }
   }
   ddp.finish_backward();
   auto expected = serial->parameters();
