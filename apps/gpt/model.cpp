@@ -120,7 +120,8 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCa
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor logits = forward(tokens);
+  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
+  torch::Tensor logits = forward(tokens).to(torch::kFloat32);
   return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
 }
 

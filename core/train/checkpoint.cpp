@@ -16,7 +16,7 @@ namespace {
 
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kModel = "model.safetensors";
-constexpr const char* kOptimizer = "optimizer.pt";
+constexpr const char* kOptimizer = "optimizer.safetensors";
 constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
@@ -46,13 +46,13 @@ void verify_manifest(const std::string& folder) {
   }
 }
 
-void restore_model(const std::string& folder, torch::nn::Module& model) {
+void restore_weights(const std::string& folder, const io::NamedTensors& weights) {
   const std::string path = (fs::path(folder) / kModel).string();
   io::SafetensorsFile file = io::load_safetensors(path);
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
   size_t matched = 0;
-  auto restore = [&](const std::string& name, torch::Tensor& target) {
+  auto restore = [&](const std::string& name, torch::Tensor target) {
     const torch::Tensor* saved = file.find(name);
     if (!saved) {
       missing.push_back(name);
@@ -63,8 +63,7 @@ void restore_model(const std::string& folder, torch::nn::Module& model) {
     target.copy_(*saved);
     ++matched;
   };
-  for (auto& item : model.named_parameters()) restore(item.key(), item.value());
-  for (auto& item : model.named_buffers()) restore(item.key(), item.value());
+  for (const auto& [name, tensor] : weights) restore(name, tensor);
   KUAFU_CHECK(missing.empty(), path, ": missing ", missing.size(), " tensors the model needs, e.g. '",
               missing.empty() ? "" : missing.front(), "'");
   KUAFU_CHECK(matched == file.tensors.size(), path, ": holds ", file.tensors.size() - matched,
@@ -72,6 +71,13 @@ void restore_model(const std::string& folder, torch::nn::Module& model) {
 }
 
 }  // namespace
+
+io::NamedTensors named_weights(const torch::nn::Module& model) {
+  io::NamedTensors out;
+  for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
 
 std::string checkpoint_folder(const std::string& root, int64_t step) {
   std::ostringstream name;
@@ -82,7 +88,7 @@ std::string checkpoint_folder(const std::string& root, int64_t step) {
 CheckpointStore::CheckpointStore(std::string root, dist::GroupPtr world, int keep)
     : root_(std::move(root)), world_(std::move(world)), keep_(keep) {}
 
-void CheckpointStore::save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const optim::Optimizer& optimizer,
                            const nlohmann::json& trainer_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
   const std::string partial = final_folder + ".partial";
@@ -104,14 +110,9 @@ void CheckpointStore::save(int64_t step, torch::nn::Module& model, torch::optim:
   }
   dist::barrier(*world_);
   if (main) {
-    io::NamedTensors tensors;
-    for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
-    for (const auto& item : model.named_buffers()) tensors.emplace_back(item.key(), item.value());
-    io::save_safetensors((fs::path(partial) / kModel).string(), tensors, {{"format", "pt"}});
-    torch::serialize::OutputArchive archive;
-    optimizer.save(archive);
-    archive.save_to((fs::path(partial) / kOptimizer).string());
-    fsync_path((fs::path(partial) / kOptimizer).string());
+    io::save_safetensors((fs::path(partial) / kModel).string(), weights, {{"format", "pt"}});
+    io::save_safetensors((fs::path(partial) / kOptimizer).string(), optimizer.state_tensors(),
+                         {{"optimizer", optimizer.name()}});
     nlohmann::json state = trainer_state;
     state["step"] = step;
     state["world_size"] = world_->size();
@@ -165,21 +166,20 @@ nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
 }
 
 void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& model) {
-  verify_manifest(folder);
-  restore_model(folder, model);
+  load_weights(folder, named_weights(model));
 }
 
-nlohmann::json CheckpointStore::load(const std::string& folder, torch::nn::Module& model,
-                                     torch::optim::Optimizer& optimizer, int rank) {
+void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights) {
+  verify_manifest(folder);
+  restore_weights(folder, weights);
+}
+
+nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
+                                     optim::Optimizer& optimizer, int rank) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_model(folder, model);
-  try {
-    torch::serialize::InputArchive archive;
-    archive.load_from((fs::path(folder) / kOptimizer).string());
-    optimizer.load(archive);
-  } catch (const c10::Error& e) {
-    fail("checkpoint " + folder + ": optimizer state does not fit this model/optimizer: " + e.what_without_backtrace());
-  }
+  restore_weights(folder, weights);
+  const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
+  optimizer.load_state_tensors(io::load_safetensors(optimizer_path), optimizer_path);
   const fs::path rng_path = fs::path(folder) / rng_file(rank);
   KUAFU_CHECK(fs::exists(rng_path), "checkpoint ", folder, " has no RNG state for rank ", rank,
               " (it was written by ", state.value("world_size", 0), " ranks)");

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "core/dist/process_group.h"
+#include "core/io/safetensors.h"
+#include "core/optim/optimizer.h"
 
 namespace kuafu::train {
 
@@ -17,8 +19,9 @@ class CheckpointStore {
   // `root` holds step_00000100/ folders and a `latest` file. Keeps the newest `keep` checkpoints.
   CheckpointStore(std::string root, dist::GroupPtr world, int keep);
 
-  // Collective over `world`: every rank saves its RNG state; rank 0 writes the rest.
-  void save(int64_t step, torch::nn::Module& model, torch::optim::Optimizer& optimizer,
+  // Collective over `world`: every rank saves its RNG state; rank 0 writes the rest. `weights` are
+  // the model's parameters (float32 masters in mixed precision) and buffers under their model names.
+  void save(int64_t step, const io::NamedTensors& weights, const optim::Optimizer& optimizer,
             const nlohmann::json& trainer_state) const;
 
   // The newest complete checkpoint folder, if any.
@@ -26,11 +29,12 @@ class CheckpointStore {
 
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
-  static nlohmann::json load(const std::string& folder, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer, int rank);
+  static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
+                             optim::Optimizer& optimizer, int rank);
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);
+  static void load_weights(const std::string& folder, const io::NamedTensors& weights);
   static nlohmann::json read_trainer_state(const std::string& folder);
 
   const std::string& root() const { return root_; }
@@ -42,6 +46,9 @@ class CheckpointStore {
   dist::GroupPtr world_;
   int keep_;
 };
+
+// A module's parameters and buffers under their names (the tensors themselves, not copies).
+io::NamedTensors named_weights(const torch::nn::Module& model);
 
 // "run/checkpoints/step_00000100" for step 100.
 std::string checkpoint_folder(const std::string& root, int64_t step);

@@ -52,10 +52,10 @@ Runtime start_runtime(const config::Config& config) {
   return runtime;
 }
 
-double measure_matmul_flops(int64_t n, int repeats) {
+double measure_matmul_flops(int64_t n, int repeats, torch::Dtype dtype) {
   torch::NoGradGuard no_grad;
-  torch::Tensor a = torch::randn({n, n});
-  torch::Tensor b = torch::randn({n, n});
+  torch::Tensor a = torch::randn({n, n}).to(dtype);
+  torch::Tensor b = torch::randn({n, n}).to(dtype);
   torch::Tensor c = torch::mm(a, b);  // warm-up
   std::vector<double> seconds;
   for (int i = 0; i < repeats; ++i) {

@@ -24,8 +24,9 @@ struct Runtime {
 // world described by the launch environment and builds the mesh. Fails before any work on bad sizes.
 Runtime start_runtime(const config::Config& config);
 
-// Measured float32 matrix-product rate of this process (FLOP/s) at size n with the current threads.
-double measure_matmul_flops(int64_t n = 1024, int repeats = 5);
+// Measured matrix-product rate of this process (FLOP/s) at size n in `dtype` with the current threads:
+// the peak that MFU figures are relative to.
+double measure_matmul_flops(int64_t n = 1024, int repeats = 5, torch::Dtype dtype = torch::kFloat32);
 
 // Peak resident memory of this process (CPU) or peak allocated device memory (CUDA), in bytes.
 int64_t peak_memory_bytes(const torch::Device& device);

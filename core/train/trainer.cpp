@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "core/dist/collectives.h"
+#include "core/optim/grad_norm.h"
+#include "core/optim/optim_config.h"
 #include "core/train/progress.h"
 #include "core/util/atomic_file.h"
 #include "core/util/logging.h"
@@ -33,15 +35,8 @@ void add_trainer_schema(config::Schema& s) {
                "where checkpoints exist; or the path of a checkpoint folder");
   s.add_string("train.progress", "auto", "progress display: auto (bar on a terminal), bar, plain")
       .choices({"auto", "bar", "plain"});
-  s.add_float("optim.lr", 6e-4, "peak learning rate").min(0).max(10);
-  s.add_float("optim.min_lr", 6e-5, "learning rate at the end of the cosine decay").min(0).max(10);
-  s.add_int("optim.warmup_steps", 100, "steps of linear warm-up from 0 to optim.lr").min(0);
-  s.add_string("optim.schedule", "cosine", "learning-rate schedule after warm-up").choices({"cosine", "constant"});
-  s.add_float("optim.weight_decay", 0.1, "AdamW weight decay (matrices only; biases, norms get none)").min(0);
-  s.add_float("optim.beta1", 0.9, "Adam beta1").min(0).max(0.999999);
-  s.add_float("optim.beta2", 0.95, "Adam beta2").min(0).max(0.999999);
-  s.add_float("optim.eps", 1e-8, "Adam epsilon").min(0);
-  s.add_float("optim.grad_clip", 1.0, "clip the global gradient norm to this; 0 = no clipping").min(0);
+  optim::add_optimizer_schema(s);
+  optim::add_precision_schema(s);
 }
 
 namespace {
@@ -59,9 +54,9 @@ std::string value_text(const config::Config& config, const std::string& key) {
   return "";
 }
 
-void zero_grads(const std::vector<torch::Tensor>& params) {
-  for (const auto& p : params) {
-    if (p.grad().defined()) p.grad().zero_();
+void zero_grads(torch::nn::Module& model) {
+  for (auto& p : model.parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
   }
 }
 
@@ -86,32 +81,20 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
                                            std::to_string(micro_batch_) + " x " + std::to_string(dp));
   }
   accumulation_ = global_batch_ / (micro_batch_ * dp);
-  if (config.get_float("optim.min_lr") > config.get_float("optim.lr")) {
-    config.fail_at("optim.min_lr", "must not exceed optim.lr");
-  }
+  schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
+  scaler_ = optim::make_loss_scaler(config);
 
-  // Weight decay applies to matrices (embeddings, projections), never to biases or norm gains.
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& p : task.model().parameters()) {
-    if (!p.requires_grad()) continue;
-    params_.push_back(p);
-    (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  }
-  auto options = [&](double weight_decay) {
-    auto o = std::make_unique<torch::optim::AdamWOptions>(config.get_float("optim.lr"));
-    o->betas({config.get_float("optim.beta1"), config.get_float("optim.beta2")})
-        .eps(config.get_float("optim.eps"))
-        .weight_decay(weight_decay);
-    return o;
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, options(config.get_float("optim.weight_decay")));
-  groups.emplace_back(no_decay, options(0.0));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(config.get_float("optim.lr")));
-
-  if (runtime.mesh->size("data") > 1) {
+  // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
+  dtype_ = optim::compute_dtype(config, runtime.device);
+  masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
+  if (dp > 1) {
     data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), runtime.mesh->group("data"));
+    // The model now holds rank 0's weights; the masters must too.
+    if (masters_->has_copies()) {
+      for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *runtime.mesh->group("data"));
+    }
   }
+  optimizer_ = optim::make_optimizer(config, masters_->params());
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
@@ -119,16 +102,6 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
 }
 
 Trainer::~Trainer() = default;
-
-double Trainer::learning_rate(int64_t step) const {
-  const double peak = config_.get_float("optim.lr");
-  const double floor = config_.get_float("optim.min_lr");
-  const int64_t warmup = config_.get_int("optim.warmup_steps");
-  if (step < warmup) return peak * static_cast<double>(step + 1) / static_cast<double>(warmup + 1);
-  if (config_.get_string("optim.schedule") == "constant") return peak;
-  const double progress = steps_ > warmup ? static_cast<double>(step - warmup) / static_cast<double>(steps_ - warmup) : 1.0;
-  return floor + 0.5 * (peak - floor) * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
-}
 
 nlohmann::json Trainer::config_fingerprint() const {
   nlohmann::json fingerprint = nlohmann::json::object();
@@ -167,7 +140,9 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  CheckpointStore::load(*folder, task_.model(), *optimizer_, runtime_.world->rank());
+  CheckpointStore::load(*folder, masters_->weights(), *optimizer_, runtime_.world->rank());
+  masters_->copy_masters_to_model();
+  if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));
   start_step_ = saved.at("step").get<int64_t>();
   if (runtime_.is_main()) {
     trim_metrics_after(start_step_);
@@ -202,7 +177,8 @@ void Trainer::save_checkpoint(int64_t step) {
   nlohmann::json state;
   state["fingerprint"] = config_fingerprint();
   state["config"] = config_.to_toml();
-  checkpoints_->save(step, task_.model(), *optimizer_, state);
+  if (scaler_) state["loss_scaler"] = scaler_->state();
+  checkpoints_->save(step, masters_->weights(), *optimizer_, state);
   if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
 }
 
@@ -229,7 +205,7 @@ TrainSummary Trainer::run() {
   install_stop_signals();
   const auto& data = *runtime_.mesh->group("data");
   const auto& world = *runtime_.world->world_group();
-  const double peak_flops = measure_matmul_flops(512, 3) * runtime_.world->size();
+  const double peak_flops = measure_matmul_flops(512, 3, dtype_) * runtime_.world->size();
   const double items_per_step = static_cast<double>(global_batch_ * task_.items_per_row());
   const int64_t eval_interval = config_.get_int("train.eval_interval");
   const int64_t checkpoint_interval = config_.get_int("train.checkpoint_interval");
@@ -253,7 +229,9 @@ TrainSummary Trainer::run() {
   for (int64_t step = start_step_; step < steps_; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = learning_rate(step);
-    for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+    optimizer_->set_lr(lr);
+    // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
+    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
 
     double loss_sum = 0.0;
     for (int64_t micro = 0; micro < accumulation_; ++micro) {
@@ -261,12 +239,12 @@ TrainSummary Trainer::run() {
       if (data_parallel_) data_parallel_->begin_backward(sync);
       const int64_t first_row = micro * micro_batch_ * data.size() + data.rank() * micro_batch_;
       torch::Tensor loss = task_.loss(step, first_row, micro_batch_);
-      (loss / static_cast<double>(accumulation_)).backward();
+      (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
       loss_sum += loss.item<double>();
     }
     if (data_parallel_) data_parallel_->finish_backward();
-    const double norm_limit = max_norm > 0 ? max_norm : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(params_, norm_limit);
+    masters_->copy_grads_to_masters();
+    const double grad_norm = optim::global_grad_norm(masters_->params(), nullptr) / loss_scale;
 
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(
@@ -274,18 +252,31 @@ TrainSummary Trainer::run() {
         torch::kFloat64);
     dist::all_reduce(flags, world);
     const double loss = flags[0].item<double>() / world.size();
-    if (!std::isfinite(loss) || flags[2].item<double>() > 0) {
+    const bool overflow = !std::isfinite(loss) || flags[2].item<double>() > 0;
+    if (overflow && !scaler_) {
       const auto last = checkpoints_->latest();
       throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
                                  grad_norm, ". Nothing was saved from this step; the last good checkpoint is ",
                                  last ? *last : std::string("none"),
                                  ". Lower optim.lr or raise optim.warmup_steps, then resume."));
     }
-    optimizer_->step();
+    if (!overflow) {
+      // Unscaling and clipping are one multiplication of the gradients.
+      optim::scale_grads(masters_->params(), optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
+      optimizer_->step();
+      masters_->copy_masters_to_model();
+    } else {
+      summary.skipped_steps += 1;
+      if (progress) {
+        progress->print_line("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " +
+                             fixed(loss_scale, 0) + "; step skipped");
+      }
+    }
+    if (scaler_) scaler_->update(overflow);
     if (data_parallel_) {
       data_parallel_->zero_grad();
     } else {
-      zero_grads(params_);
+      zero_grads(task_.model());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.last_loss = loss;
@@ -299,9 +290,14 @@ TrainSummary Trainer::run() {
                                  fixed(items_per_s, 0) + " " + task_.item_name() + "/s | MFU " + fixed(mfu * 100, 1) +
                                  "% | mem " + fixed(mem_mb, 0) + " MB");
     }
-    write_metrics({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
-                   {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
-                   {"peak_mem_mb", mem_mb}});
+    nlohmann::json metrics = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
+                              {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
+                              {"peak_mem_mb", mem_mb}};
+    if (scaler_) {
+      metrics["loss_scale"] = loss_scale;
+      metrics["skipped"] = overflow;
+    }
+    write_metrics(metrics);
 
     const bool last_step = step + 1 == steps_;
     const bool stop = flags[1].item<double>() > 0;

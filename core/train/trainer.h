@@ -1,19 +1,25 @@
 // The training loop shared by every app: micro-steps with gradient accumulation, data parallelism,
-// AdamW with warm-up + cosine schedule, clipping, evaluation, progress, JSONL metrics, checkpoints,
-// exact resume, stop on SIGINT/SIGTERM and on a non-finite loss.
+// the configured optimizer and schedule, mixed precision with float32 masters and loss scaling,
+// clipping, evaluation, progress, JSONL metrics, checkpoints, exact resume, stop on SIGINT/SIGTERM and
+// on a non-finite loss.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include <optional>
+
 #include "core/config/config.h"
+#include "core/optim/lr_schedule.h"
+#include "core/optim/loss_scaler.h"
+#include "core/optim/mixed_precision.h"
 #include "core/parallel/data/data_parallel.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
 
 namespace kuafu::train {
 
-// train.* and optim.* keys.
+// train.*, optim.* and precision.* keys.
 void add_trainer_schema(config::Schema& schema);
 
 // Sums over this rank's share of an evaluation set.
@@ -44,6 +50,7 @@ LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data);
 
 struct TrainSummary {
   int64_t steps_done = 0;
+  int64_t skipped_steps = 0;  // overflowed steps the loss scaler skipped
   double last_loss = 0.0;
   double val_loss = 0.0;
   bool stopped_by_signal = false;
@@ -58,8 +65,9 @@ class Trainer {
   LossSum evaluate();  // all ranks together; returns the global sums
 
   int64_t start_step() const { return start_step_; }
-  double learning_rate(int64_t step) const;  // the schedule
-  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  double learning_rate(int64_t step) const { return schedule_->lr(step); }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
   void resume_or_check_fresh();
@@ -71,10 +79,13 @@ class Trainer {
   const config::Config& config_;
   Runtime& runtime_;
   TrainTask& task_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<optim::MasterWeights> masters_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::optional<optim::DynamicLossScaler> scaler_;
+  torch::Dtype dtype_ = torch::kFloat32;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<CheckpointStore> checkpoints_;
-  std::vector<torch::Tensor> params_;
   int64_t steps_;
   int64_t global_batch_;
   int64_t micro_batch_;

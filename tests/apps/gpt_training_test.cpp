@@ -6,11 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "apps/gpt/commands.h"
 #include "core/io/token_file.h"
+#include "core/io/safetensors.h"
 #include "core/util/error.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::gpt {
 namespace {
@@ -61,11 +64,16 @@ std::vector<double> losses_of(const fs::path& metrics) {
   return losses;
 }
 
-// Trains in this process with a single-rank runtime (also inside multi-rank workers).
-std::vector<torch::Tensor> train_serially(const config::Config& config) {
+train::Runtime single_runtime() {
   train::Runtime runtime;
   runtime.world = dist::World::single();
   runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
+  return runtime;
+}
+
+// Trains in this process with a single-rank runtime (also inside multi-rank workers).
+std::vector<torch::Tensor> train_serially(const config::Config& config) {
+  auto runtime = single_runtime();
   auto task = make_text_task(config);
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
@@ -76,6 +84,35 @@ double max_difference(const std::vector<torch::Tensor>& a, const std::vector<tor
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
   return worst;
+}
+
+// Wraps the text task and multiplies the loss of the listed steps by `factor` (NaN, inf): injected
+// divergence and fp16-style gradient overflow.
+struct InjectedTask : train::TrainTask {
+  InjectedTask(std::unique_ptr<TextTask> inner, std::set<int64_t> steps, double factor)
+      : inner(std::move(inner)), steps(std::move(steps)), factor(factor) {}
+  torch::nn::Module& model() override { return inner->model(); }
+  torch::Tensor loss(int64_t step, int64_t first, int64_t rows) override {
+    torch::Tensor l = inner->loss(step, first, rows);
+    return steps.count(step) ? l * factor : l;
+  }
+  train::LossSum evaluate(int r, int n) override { return inner->evaluate(r, n); }
+  double flops_per_item() const override { return inner->flops_per_item(); }
+  int64_t items_per_row() const override { return inner->items_per_row(); }
+  std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
+  std::unique_ptr<TextTask> inner;
+  std::set<int64_t> steps;
+  double factor;
+};
+
+std::vector<nlohmann::json> metric_lines(const fs::path& metrics) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("loss")) lines.push_back(json);
+  }
+  return lines;
 }
 
 class GPTTrainingTest : public ::testing::Test {
@@ -140,22 +177,8 @@ TEST_F(GPTTrainingTest, StopSignalCheckpointsAndResumes) {
 // A task whose loss turns NaN at step 3: the trainer must stop with an error and leave step 2's checkpoint.
 TEST_F(GPTTrainingTest, NonFiniteLossStopsAndKeepsLastGoodCheckpoint) {
   const auto config = make_config(root_, "run", "train.checkpoint_interval=1");
-  train::Runtime runtime;
-  runtime.world = dist::World::single();
-  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
-  struct Poisoned : train::TrainTask {
-    explicit Poisoned(std::unique_ptr<TextTask> inner) : inner(std::move(inner)) {}
-    torch::nn::Module& model() override { return inner->model(); }
-    torch::Tensor loss(int64_t step, int64_t first, int64_t rows) override {
-      torch::Tensor l = inner->loss(step, first, rows);
-      return step == 2 ? l * std::numeric_limits<double>::quiet_NaN() : l;
-    }
-    train::LossSum evaluate(int r, int n) override { return inner->evaluate(r, n); }
-    double flops_per_item() const override { return inner->flops_per_item(); }
-    int64_t items_per_row() const override { return inner->items_per_row(); }
-    std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
-    std::unique_ptr<TextTask> inner;
-  } task(make_text_task(config));
+  auto runtime = single_runtime();
+  InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::quiet_NaN());
   train::Trainer trainer(config, runtime, task);
   try {
     trainer.run();
@@ -179,6 +202,94 @@ TEST_F(GPTTrainingTest, TwoDataParallelRanksEqualOneRank) {
   trainer.run();
   const auto serial = train_serially(make_config(root_, "serial_rank" + std::to_string(runtime.world->rank()), ""));
   EXPECT_LT(max_difference(task->model().parameters(), serial), 2e-5);
+}
+
+// Loss scale 1024 with growth every 2 clean steps and no hysteresis; the loss of step 3 (index 2) is
+// made infinite. Expected scales per step: 1024, 1024, then x2 = 2048 at step 3, which overflows and
+// backs off to 1024 for steps 4 and 5, and grows to 2048 for step 6. The skipped step changes nothing.
+TEST_F(GPTTrainingTest, LossScalerSkipsOverflowedStepsAndBacksOff) {
+  const auto config = make_config(root_, "run",
+                                  "precision.loss_scale=\"dynamic\"\nprecision.initial_scale=1024\n"
+                                  "precision.growth_interval=2\nprecision.hysteresis=1");
+  auto runtime = single_runtime();
+  InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
+  train::Trainer trainer(config, runtime, task);
+  const auto summary = trainer.run();
+  EXPECT_EQ(summary.skipped_steps, 1);
+  EXPECT_EQ(trainer.optimizer().steps_taken(), 5);
+  const auto lines = metric_lines(root_ / "run" / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), 6u);
+  const std::vector<double> scales = {1024, 1024, 2048, 1024, 1024, 2048};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["loss_scale"].get<double>(), scales[i]) << "step " << i + 1;
+    EXPECT_EQ(lines[i]["skipped"].get<bool>(), i == 2) << "step " << i + 1;
+  }
+  for (const auto& p : task.model().parameters()) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
+  // The scaler's state is in the checkpoint and comes back on resume.
+  const auto state = train::CheckpointStore::read_trainer_state(
+      train::checkpoint_folder((root_ / "run" / "checkpoints").string(), 6));
+  EXPECT_EQ(state.at("loss_scaler").at("scale").get<double>(), 2048);
+  EXPECT_EQ(state.at("loss_scaler").at("skipped_steps").get<int64_t>(), 1);
+}
+
+// Scaling the loss by a power of two and the gradients back is exact in float32 (no overflow here),
+// so a run with a static-looking dynamic scale equals the unscaled run bitwise.
+TEST_F(GPTTrainingTest, LossScalingWithoutOverflowChangesNothing) {
+  const auto plain = train_serially(make_config(root_, "plain", ""));
+  const auto scaled = train_serially(make_config(root_, "scaled", "precision.loss_scale=\"dynamic\""));
+  EXPECT_EQ(max_difference(plain, scaled), 0.0);
+}
+
+// bf16 compute with float32 masters: the model holds bf16 weights, the checkpoint the float32 masters,
+// the loss falls as in float32 and a resumed run follows the uninterrupted curve exactly.
+TEST_F(GPTTrainingTest, Bf16TrainsWithFloat32MastersAndResumesExactly) {
+  const auto bf16 = make_config(root_, "bf16", "precision.dtype=\"bf16\"\ntrain.steps=30\noptim.lr=1e-2");
+  auto runtime = single_runtime();
+  auto task = make_text_task(bf16);
+  train::Trainer trainer(bf16, runtime, *task);
+  trainer.run();
+  for (const auto& p : task->model().parameters()) EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+  const auto losses = losses_of(root_ / "bf16" / "metrics.jsonl");
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), losses.front() - 1.0) << "first " << losses.front() << " last " << losses.back();
+  const auto saved = io::load_safetensors(
+      (fs::path(train::checkpoint_folder((root_ / "bf16" / "checkpoints").string(), 30)) / "model.safetensors")
+          .string());
+  for (const auto& [name, tensor] : saved.tensors) EXPECT_EQ(tensor.scalar_type(), torch::kFloat32) << name;
+
+  train_serially(make_config(root_, "bf16_resumed", "precision.dtype=\"bf16\"\ntrain.steps=3"));
+  train_serially(make_config(root_, "bf16_resumed", "precision.dtype=\"bf16\""));
+  train_serially(make_config(root_, "bf16_straight", "precision.dtype=\"bf16\""));
+  EXPECT_EQ(losses_of(root_ / "bf16_resumed" / "metrics.jsonl"), losses_of(root_ / "bf16_straight" / "metrics.jsonl"));
+}
+
+TEST_F(GPTTrainingTest, Fp16OnTheCpuIsRefusedAtTheKey) {
+  const auto config = make_config(root_, "run", "precision.dtype=\"fp16\"");
+  const std::string message = testing::error_message([&] { train_serially(config); });
+  EXPECT_NE(message.find("precision.dtype"), std::string::npos) << message;
+  EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+}
+
+// Every optimizer and schedule the config offers trains the model through the trainer (the loss
+// falls in 100 steps). The rates suit this tiny model: LAMB and LARS scale each layer's step by its
+// weight norm (GPT init ~0.02 per element), so they need far larger nominal rates than Adam; LARS, made
+// for convolutional nets, learns slowest here, hence the modest threshold.
+TEST_F(GPTTrainingTest, EachConfiguredOptimizerLowersTheLoss) {
+  const std::vector<std::string> setups = {
+      "optim.name=\"adam\"\noptim.schedule=\"linear\"",
+      "optim.name=\"sgd\"\noptim.lr=0.5\noptim.nesterov=true\noptim.schedule=\"polynomial\"\noptim.power=2.0",
+      "optim.name=\"lamb\"\noptim.lr=5e-2\noptim.eps=1e-6\noptim.schedule=\"multistep\"\noptim.milestones=[80]",
+      "optim.name=\"lars\"\noptim.lr=0.2\noptim.trust_coefficient=0.02\noptim.weight_decay=0.0\n"
+      "optim.schedule=\"constant\"",
+  };
+  for (size_t i = 0; i < setups.size(); ++i) {
+    const std::string out = "opt" + std::to_string(i);
+    train_serially(make_config(root_, out, "train.steps=100\n" + setups[i]));
+    const auto losses = losses_of(root_ / out / "metrics.jsonl");
+    ASSERT_EQ(losses.size(), 100u);
+    EXPECT_LT(losses.back(), losses.front() - 0.15) << setups[i] << ": first " << losses.front() << " last "
+                                                    << losses.back();
+  }
 }
 
 }  // namespace

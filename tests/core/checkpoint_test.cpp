@@ -6,28 +6,16 @@
 #include <fstream>
 
 #include "core/io/safetensors.h"
+#include "core/optim/algorithms.h"
 #include "core/train/checkpoint.h"
-#include "core/util/error.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu {
 namespace {
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("kuafu_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::temp_dir;
+std::string message_of(const std::function<void()>& f) { return testing::error_message(f); }
 
 TEST(SafetensorsTest, RoundTripKeepsNamesOrderDtypesAndValues) {
   const auto path = (temp_dir("st") / "a.safetensors").string();
@@ -69,24 +57,39 @@ struct Tiny : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 };
 
+std::unique_ptr<optim::Optimizer> adamw_for(torch::nn::Module& model) {
+  std::vector<optim::Param> params;
+  for (const auto& item : model.named_parameters()) params.push_back({item.key(), item.value(), nullptr, true});
+  auto optimizer = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", params, {}}},
+                                                  optim::AdamOptions{});
+  optimizer->set_lr(1e-3);
+  return optimizer;
+}
+
 TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
   const auto root = (temp_dir("ckpt") / "checkpoints").string();
   auto world = dist::World::single();
   train::CheckpointStore store(root, world->world_group(), /*keep=*/2);
   Tiny model;
-  torch::optim::AdamW optimizer(model.parameters(), torch::optim::AdamWOptions(1e-3));
+  auto optimizer = adamw_for(model);
   model.fc->forward(torch::randn({2, 4})).sum().backward();
-  optimizer.step();
-  for (int64_t step : {10, 20, 30}) store.save(step, model, optimizer, {{"note", "x"}});
+  optimizer->step();
+  for (int64_t step : {10, 20, 30}) store.save(step, train::named_weights(model), *optimizer, {{"note", "x"}});
   ASSERT_TRUE(store.latest());
   EXPECT_EQ(*store.latest(), train::checkpoint_folder(root, 30));
   EXPECT_FALSE(fs::exists(train::checkpoint_folder(root, 10))) << "keep=2 must prune the oldest";
 
   Tiny other;
-  torch::optim::AdamW other_optimizer(other.parameters(), torch::optim::AdamWOptions(1e-3));
-  const auto state = train::CheckpointStore::load(*store.latest(), other, other_optimizer, 0);
+  auto other_optimizer = adamw_for(other);
+  const auto state = train::CheckpointStore::load(*store.latest(), train::named_weights(other), *other_optimizer, 0);
   EXPECT_EQ(state.at("step"), 30);
   EXPECT_TRUE(torch::equal(other.fc->weight, model.fc->weight));
+  const auto saved_state = optimizer->state_tensors(), loaded_state = other_optimizer->state_tensors();
+  ASSERT_EQ(saved_state.size(), loaded_state.size());
+  for (size_t i = 0; i < saved_state.size(); ++i) {
+    EXPECT_EQ(saved_state[i].first, loaded_state[i].first);
+    EXPECT_TRUE(torch::equal(saved_state[i].second, loaded_state[i].second)) << saved_state[i].first;
+  }
 
   // A truncated model file is caught by the manifest before anything is loaded.
   const auto model_file = fs::path(*store.latest()) / "model.safetensors";

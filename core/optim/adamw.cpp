@@ -1,0 +1,66 @@
+// Adam / AdamW, step t (1-based), as torch.optim.AdamW / Adam compute it:
+//   AdamW: p <- p (1 - lr wd)          Adam: g <- g + wd p
+//   m <- b1 m + (1 - b1) g             v <- b2 v + (1 - b2) g^2
+//   p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+#include "core/optim/algorithms.h"
+
+#include <cmath>
+
+#include "core/optim/cpu_adam.h"
+
+namespace kuafu::optim {
+namespace {
+
+bool fits_cpu_kernel(const torch::Tensor& p, const torch::Tensor& g, const std::vector<torch::Tensor>& state) {
+  auto ok = [](const torch::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  };
+  return ok(p) && ok(g) && ok(state[0]) && ok(state[1]);
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<ParamGroup> groups, AdamOptions options)
+    : Optimizer(std::move(groups)), options_(options) {}
+
+void AdamW::update_group(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states) {
+  const double lr = this->lr() * group.options.lr_scale;
+  const double wd = group.options.weight_decay;
+  const int64_t t = steps_taken();
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    torch::Tensor p = group.params[i].tensor;
+    torch::Tensor g = p.grad();
+    if (!g.defined()) continue;
+    auto& m = states[i][0];
+    auto& v = states[i][1];
+    if (options_.fused_cpu && fits_cpu_kernel(p, g, states[i])) {
+      CpuAdamHyper hyper;
+      hyper.lr = lr;
+      hyper.beta1 = b1;
+      hyper.beta2 = b2;
+      hyper.eps = options_.eps;
+      hyper.weight_decay = wd;
+      hyper.decoupled_weight_decay = options_.decoupled_weight_decay;
+      hyper.step = t;
+      cpu_adam_step(hyper, {p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
+                            p.numel()});
+      continue;
+    }
+    if (wd != 0) {
+      if (options_.decoupled_weight_decay) {
+        p.mul_(1.0 - lr * wd);
+      } else {
+        g = g.add(p, wd);
+      }
+    }
+    m.mul_(b1).add_(g, 1.0 - b1);
+    v.mul_(b2).addcmul_(g, g, 1.0 - b2);
+    torch::Tensor denom = (v.sqrt() / std::sqrt(bias2)).add_(options_.eps);
+    p.addcdiv_(m, denom, -lr / bias1);
+  }
+}
+
+}  // namespace kuafu::optim

@@ -1,0 +1,39 @@
+#include "core/optim/grad_norm.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dist/collectives.h"
+
+namespace kuafu::optim {
+
+double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.counts_in_global_norm && p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+  }
+  torch::Tensor total = grads.empty() ? torch::zeros({1}, torch::kFloat64)
+                                      : squared_norms(grads, std::vector<dist::GroupPtr>(grads.size())).sum().view({1});
+  if (across && across->size() > 1) dist::all_reduce(total, *across);
+  return std::sqrt(total.item<double>());
+}
+
+double clip_coefficient(double norm, double max_norm) {
+  return max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
+void scale_grads(const std::vector<Param>& params, double factor) {
+  if (factor == 1.0) return;
+  torch::NoGradGuard no_grad;
+  for (const auto& p : params) {
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(factor);
+  }
+}
+
+double clip_grad_norm(const std::vector<Param>& params, double max_norm, const dist::GroupPtr& across) {
+  const double norm = global_grad_norm(params, across);
+  if (std::isfinite(norm)) scale_grads(params, clip_coefficient(norm, max_norm));
+  return norm;
+}
+
+}  // namespace kuafu::optim

@@ -1,0 +1,105 @@
+#include "core/optim/mixed_precision.h"
+
+#include <map>
+
+namespace kuafu::optim {
+
+void add_precision_schema(config::Schema& s) {
+  s.add_string("precision.dtype", "fp32",
+               "compute dtype: fp32, bf16 or fp16 (fp16 needs CUDA); bf16/fp16 keep float32 master weights")
+      .choices({"fp32", "bf16", "fp16"});
+  s.add_string("precision.loss_scale", "auto", "auto (dynamic for fp16, none otherwise), dynamic or none")
+      .choices({"auto", "dynamic", "none"});
+  s.add_float("precision.initial_scale", 65536.0, "dynamic loss scale: starting scale").min(1);
+  s.add_float("precision.growth_factor", 2.0, "dynamic loss scale: growth factor").min(1.000001);
+  s.add_float("precision.backoff_factor", 0.5, "dynamic loss scale: back-off factor on overflow").min(1e-6).max(0.999999);
+  s.add_int("precision.growth_interval", 1000, "dynamic loss scale: clean steps before growing").min(1);
+  s.add_int("precision.hysteresis", 2, "dynamic loss scale: overflows tolerated before backing off").min(1);
+  s.add_float("precision.min_scale", 1.0, "dynamic loss scale: lower bound").min(1e-30);
+  s.add_float("precision.max_scale", 16777216.0, "dynamic loss scale: upper bound").min(1);
+}
+
+torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device) {
+  const std::string name = config.get_string("precision.dtype");
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") {
+    if (!device.is_cuda()) {
+      config.fail_at("precision.dtype", "is \"fp16\" but the device is the CPU, where LibTorch lacks half-precision "
+                                        "kernels; use \"bf16\" on the CPU");
+    }
+    return torch::kFloat16;
+  }
+  return torch::kFloat32;
+}
+
+std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config) {
+  const std::string mode = config.get_string("precision.loss_scale");
+  const bool dynamic = mode == "dynamic" || (mode == "auto" && config.get_string("precision.dtype") == "fp16");
+  if (!dynamic) return std::nullopt;
+  LossScalerOptions o;
+  o.initial_scale = config.get_float("precision.initial_scale");
+  o.growth_factor = config.get_float("precision.growth_factor");
+  o.backoff_factor = config.get_float("precision.backoff_factor");
+  o.growth_interval = config.get_int("precision.growth_interval");
+  o.hysteresis = config.get_int("precision.hysteresis");
+  o.min_scale = config.get_float("precision.min_scale");
+  o.max_scale = config.get_float("precision.max_scale");
+  if (o.min_scale > o.initial_scale || o.initial_scale > o.max_scale) {
+    config.fail_at("precision.initial_scale", "must lie between precision.min_scale and precision.max_scale");
+  }
+  return DynamicLossScaler(o);
+}
+
+MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : model_(model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    if (dtype == torch::kFloat32 || !p.is_floating_point()) {
+      masters_.push_back({item.key(), p, nullptr, true});
+      continue;
+    }
+    torch::Tensor master = p.detach().to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
+    p.set_data(p.data().to(dtype));
+    masters_.push_back({item.key(), master, nullptr, true});
+    model_params_.push_back(p);
+  }
+  if (!has_copies()) return;
+  // Buffers computed with the activations (e.g. norms' running stats) follow the compute dtype too.
+  for (auto& buffer : model.buffers()) {
+    if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(dtype));
+  }
+}
+
+void MasterWeights::copy_grads_to_masters() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < model_params_.size(); ++i) {
+    const torch::Tensor& g = model_params_[i].grad();
+    torch::Tensor& master = masters_[i].tensor;
+    if (!g.defined()) continue;
+    if (!master.grad().defined()) {
+      master.mutable_grad() = g.to(torch::kFloat32);
+    } else {
+      master.mutable_grad().copy_(g);
+    }
+  }
+}
+
+void MasterWeights::copy_masters_to_model() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < model_params_.size(); ++i) model_params_[i].copy_(masters_[i].tensor);
+}
+
+io::NamedTensors MasterWeights::weights() const {
+  std::map<std::string, torch::Tensor> master_of;
+  for (const auto& m : masters_) master_of[m.name] = m.tensor;
+  io::NamedTensors out;
+  for (const auto& item : model_.named_parameters()) {
+    const auto found = master_of.find(item.key());
+    out.emplace_back(item.key(), found != master_of.end() ? found->second : item.value());
+  }
+  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+}  // namespace kuafu::optim

@@ -1,0 +1,135 @@
+#include "core/optim/optimizer.h"
+
+#include <map>
+#include <set>
+
+#include "core/dist/collectives.h"
+#include "core/util/error.h"
+
+namespace kuafu::optim {
+namespace {
+
+// Optimizer state is kept in float32 for low-precision parameters and in the parameter's own dtype otherwise.
+torch::Dtype state_dtype(const torch::Tensor& param) {
+  return param.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {
+  std::set<std::string> names;
+  for (const auto& group : groups_) {
+    for (const auto& p : group.params) {
+      KUAFU_CHECK(names.insert(p.name).second, "parameter '", p.name, "' is in more than one optimizer group");
+      KUAFU_CHECK(p.tensor.is_floating_point(), "parameter '", p.name, "' is not a floating-point tensor");
+    }
+  }
+  states_.resize(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) states_[g].resize(groups_[g].params.size());
+}
+
+void Optimizer::step() {
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  before_update();
+  const auto slots = slot_names();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      auto& state = states_[g][i];
+      if (state.empty()) {
+        const auto& p = groups_[g].params[i].tensor;
+        for (size_t s = 0; s < slots.size(); ++s) {
+          state.push_back(torch::zeros_like(p, p.options().dtype(state_dtype(p))));
+        }
+      }
+    }
+    update_group(groups_[g], states_[g]);
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (auto& group : groups_) {
+    for (auto& p : group.params) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+    }
+  }
+}
+
+io::NamedTensors Optimizer::state_tensors() const {
+  io::NamedTensors out;
+  out.emplace_back("step", torch::tensor({steps_}, torch::kInt64));
+  const auto slots = slot_names();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const auto& state = states_[g][i];
+      for (size_t s = 0; s < state.size(); ++s) {
+        out.emplace_back(groups_[g].params[i].name + "/" + slots[s], state[s]);
+      }
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::string& where) {
+  const auto algorithm = saved.metadata.find("optimizer");
+  KUAFU_CHECK(algorithm == saved.metadata.end() || algorithm->second == name(), where, ": optimizer state of ",
+              algorithm == saved.metadata.end() ? "" : algorithm->second, " cannot resume ", name(),
+              " (optim.name changed?)");
+  const torch::Tensor* step = saved.find("step");
+  KUAFU_CHECK(step && step->numel() == 1, where, ": lacks the 'step' counter");
+  const int64_t saved_steps = step->to(torch::kInt64).item<int64_t>();
+  const auto slots = slot_names();
+  size_t used = 1;
+  std::vector<std::vector<std::vector<torch::Tensor>>> loaded(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    loaded[g].resize(groups_[g].params.size());
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Param& p = groups_[g].params[i];
+      for (const auto& slot : slots) {
+        const torch::Tensor* value = saved.find(p.name + "/" + slot);
+        if (saved_steps == 0 && !value) continue;  // nothing was created before the first step
+        KUAFU_CHECK(value, where, ": no '", slot, "' state for parameter '", p.name,
+                    "' (checkpoint from another model or optimizer?)");
+        KUAFU_CHECK(value->sizes() == p.tensor.sizes(), where, ": '", p.name, "/", slot, "' has shape ",
+                    value->sizes(), " but the parameter has ", p.tensor.sizes());
+        loaded[g][i].push_back(value->to(p.tensor.device(), state_dtype(p.tensor)).clone());
+        ++used;
+      }
+    }
+  }
+  KUAFU_CHECK(used == saved.tensors.size(), where, ": holds ", saved.tensors.size() - used,
+              " state tensors this optimizer does not use (different model or optimizer?)");
+  states_ = std::move(loaded);
+  steps_ = saved_steps;
+}
+
+torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std::vector<dist::GroupPtr>& groups) {
+  KUAFU_CHECK(tensors.size() == groups.size(), "squared_norms: ", tensors.size(), " tensors but ", groups.size(),
+              " groups");
+  if (tensors.empty()) return torch::zeros({0}, torch::kFloat64);
+  // Kept on the tensors' device: no host synchronisation per parameter.
+  std::vector<torch::Tensor> local;
+  local.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    local.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, torch::kFloat64).square());
+  }
+  torch::Tensor sums = torch::stack(local);
+  // One all-reduce per distinct group, in order of first appearance (the same on every rank).
+  std::vector<const dist::ProcessGroup*> order;
+  std::map<const dist::ProcessGroup*, std::vector<int64_t>> members;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const dist::ProcessGroup* group = groups[i].get();
+    if (!group || group->size() == 1) continue;
+    if (!members.count(group)) order.push_back(group);
+    members[group].push_back(static_cast<int64_t>(i));
+  }
+  for (const auto* group : order) {
+    torch::Tensor index = torch::tensor(members[group], torch::kInt64).to(sums.device());
+    torch::Tensor part = sums.index_select(0, index);
+    dist::all_reduce(part, *group);
+    sums.index_copy_(0, index, part);
+  }
+  return sums;
+}
+
+}  // namespace kuafu::optim

@@ -1,0 +1,80 @@
+// The optimizer interface: parameter groups with their own options, per-parameter state kept under
+// the parameter's name (so checkpoints are readable and survive re-sharding), exact save/load.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/dist/process_group.h"
+#include "core/io/safetensors.h"
+
+namespace kuafu::optim {
+
+// One trainable tensor as the optimizer sees it.
+struct Param {
+  std::string name;     // Hugging Face name; the key of its optimizer state
+  torch::Tensor tensor;  // the parameter, or this rank's shard of it; updated in place from .grad()
+  // Ranks that hold disjoint pieces of the full parameter (tensor parallel, ZeRO); null = whole here.
+  // Per-parameter norms (LAMB, LARS) are summed over this group so the sharded step equals the unsharded one.
+  dist::GroupPtr shard_group;
+  // False on a replica that another rank of the global-norm group already counts (e.g. a layer norm
+  // copied on every tensor-parallel rank), so that nothing is counted twice in the global norm.
+  bool counts_in_global_norm = true;
+};
+
+struct GroupOptions {
+  double lr_scale = 1.0;       // the group's learning rate is the schedule's times this
+  double weight_decay = 0.0;
+  bool trust_scaling = true;   // LAMB / LARS layer-wise adaptation; off for biases and norm gains
+};
+
+struct ParamGroup {
+  std::string name;
+  std::vector<Param> params;
+  GroupOptions options;
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<ParamGroup> groups);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update from every parameter's current .grad() (a parameter without a gradient is left alone).
+  void step();
+  void zero_grad();
+
+  void set_lr(double lr) { lr_ = lr; }  // the base rate; group g uses lr * g.lr_scale
+  double lr() const { return lr_; }
+  int64_t steps_taken() const { return steps_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  virtual std::string name() const = 0;
+
+  // The state as named tensors "<param name>/<slot>" plus "step": everything an exact resume needs.
+  io::NamedTensors state_tensors() const;
+  // Restores state_tensors() output; `where` names the source in errors. Checks names, shapes, algorithm.
+  void load_state_tensors(const io::SafetensorsFile& saved, const std::string& where);
+
+ protected:
+  // Called once per step, after the step counter is incremented and before any group is updated.
+  virtual void before_update() {}
+  // Names of the per-parameter state tensors (e.g. exp_avg, exp_avg_sq); created as zeros, float32
+  // (float64 for float64 parameters).
+  virtual std::vector<std::string> slot_names() const = 0;
+  // Applies one update to `group`; `states[i]` holds params[i]'s slots. steps_taken() is already
+  // incremented (1 on the first step).
+  virtual void update_group(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states) = 0;
+
+ private:
+  std::vector<ParamGroup> groups_;
+  std::vector<std::vector<std::vector<torch::Tensor>>> states_;  // [group][param][slot]
+  double lr_ = 0.0;
+  int64_t steps_ = 0;
+};
+
+// [n] float64 on the tensors' device: the sum of squares of `tensors[i]`, added over `groups[i]` (null:
+// local only) with one all-reduce per distinct group. The basis of sharded per-layer and global norms.
+torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std::vector<dist::GroupPtr>& groups);
+
+}  // namespace kuafu::optim
