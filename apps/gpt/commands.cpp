@@ -12,6 +12,8 @@
 #include "core/config/cli.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
+#include "core/optim/mixed_precision.h"
+#include "core/optim/optim_config.h"
 #include "core/util/logging.h"
 
 namespace kuafu::gpt {
@@ -185,14 +187,19 @@ void benchmark_command(const config::Config& config) {
   GPT model(m);
   const int64_t batch = config.get_int("train.micro_batch_size");
   const int64_t context = config.get_int("data.context");
-  torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(1e-4));
-  const double matmul_flops = train::measure_matmul_flops(1024, 5);
+  // The configured precision and optimizer, stepped as the trainer steps them (minus clipping).
+  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
+  optim::MasterWeights masters(*model, dtype);
+  auto optimizer = optim::make_optimizer(config, masters.params());
+  const double matmul_flops = train::measure_matmul_flops(1024, 5, dtype);
   auto step = [&] {
     torch::Tensor tokens = torch::randint(m.vocab_size, {batch, context + 1}, torch::kInt64);
     torch::Tensor loss = model->loss(tokens.narrow(1, 0, context), tokens.narrow(1, 1, context));
     loss.backward();
-    optimizer.step();
-    optimizer.zero_grad();
+    masters.copy_grads_to_masters();
+    optimizer->step();
+    masters.copy_masters_to_model();
+    model->zero_grad();
   };
   for (int64_t i = 0; i < config.get_int("benchmark.warmup"); ++i) step();
   std::vector<double> seconds;
@@ -211,6 +218,8 @@ void benchmark_command(const config::Config& config) {
       {"batch", batch},
       {"context", context},
       {"threads", runtime.threads},
+      {"precision", config.get_string("precision.dtype")},
+      {"optimizer", optimizer->name()},
       {"step_time_ms_median", median * 1e3},
       {"step_time_ms_min", seconds.front() * 1e3},
       {"step_time_ms_max", seconds.back() * 1e3},
