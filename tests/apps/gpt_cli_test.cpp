@@ -10,6 +10,7 @@
 
 #include "apps/gpt/app_config.h"
 #include "core/io/token_file.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::gpt {
 namespace {
@@ -30,12 +31,7 @@ Result run_gpt(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, output};
 }
 
-fs::path temp_dir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("kuafu_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+using testing::temp_dir;
 
 TEST(GPTConfigsTest, EveryShippedConfigValidates) {
   int count = 0;

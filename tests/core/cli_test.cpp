@@ -6,9 +6,12 @@
 
 #include "core/config/cli.h"
 #include "core/util/error.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::config {
 namespace {
+
+using testing::Contains;
 
 CommandLine gpt_cli() {
   CommandLine cli("kuafu-gpt", "train and run GPT-style models");
@@ -29,18 +32,7 @@ ParsedCommand parse(std::initializer_list<const char*> args) {
 
 // The message of the kuafu::Error that parsing throws ("" and a test failure if none is thrown).
 std::string parse_error(std::initializer_list<const char*> args) {
-  try {
-    parse(args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kuafu::Error";
-  return "";
-}
-
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' is not in:\n" << text;
+  return testing::expected_error([&] { parse(args); });
 }
 
 TEST(CliTest, ParsesSubcommandAndConfig) {

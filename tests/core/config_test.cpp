@@ -9,6 +9,7 @@
 #include "core/config/schema.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::config {
 namespace {
@@ -33,23 +34,8 @@ Config parse(const std::string& toml, const std::vector<std::string>& overrides 
   return Config::from_string(toml, "test.toml", test_schema(), overrides);
 }
 
-// The message of the kuafu::Error that `action` throws ("" and a test failure if none is thrown).
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a kuafu::Error";
-  return "";
-}
-
-// gmock's HasSubstr without linking gmock; the failure shows the whole text.
-::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << part << "' is not in:\n" << text;
-}
+using testing::Contains;
+std::string error_of(const std::function<void()>& action) { return testing::expected_error(action); }
 
 std::string load_error(const std::string& toml, const std::vector<std::string>& overrides = {}) {
   return error_of([&] { parse(toml, overrides); });

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::io {
 namespace {
@@ -36,16 +37,7 @@ class TokenFileTest : public ::testing::Test {
     std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
   }
 
-  // Runs `action` and returns the kuafu::Error message it throws ("" if none).
-  template <typename Action>
-  static std::string error_of(Action&& action) {
-    try {
-      action();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
+  static std::string error_of(const std::function<void()>& action) { return testing::error_message(action); }
 
   fs::path dir_;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/util/error.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::io {
 namespace {
@@ -73,15 +74,7 @@ class TokenizerTest : public ::testing::Test {
 
   static const Tokenizer& tok() { return *tokenizer_; }
 
-  template <typename Action>
-  static std::string error_of(Action&& action) {
-    try {
-      action();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  }
+  static std::string error_of(const std::function<void()>& action) { return testing::error_message(action); }
 
   static fs::path* dir_;
   static Tokenizer* tokenizer_;

@@ -1,7 +1,8 @@
-// Small helpers shared by tests: a fresh temporary folder, and the message of the kuafu::Error an
-// action throws.
+// Small helpers shared by tests: a fresh temporary folder, the message of the kuafu::Error an action
+// throws, and a substring check whose failure shows the whole text.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -29,6 +30,23 @@ inline std::string error_message(const std::function<void()>& action) {
     return e.what();
   }
   return "";
+}
+
+// The same, but a test failure when nothing is thrown (for actions that must fail).
+inline std::string expected_error(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected a kuafu::Error";
+  return "";
+}
+
+// gmock's HasSubstr without linking gmock; the failure shows the whole text.
+inline ::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' is not in:\n" << text;
 }
 
 }  // namespace kuafu::testing
