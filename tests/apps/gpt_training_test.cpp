@@ -10,6 +10,7 @@
 
 #include "apps/gpt/commands.h"
 #include "core/io/token_file.h"
+#include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
 #include "core/util/error.h"
 #include "tests/support/multiprocess.h"
@@ -202,6 +203,30 @@ TEST_F(GPTTrainingTest, TwoDataParallelRanksEqualOneRank) {
   trainer.run();
   const auto serial = train_serially(make_config(root_, "serial_rank" + std::to_string(runtime.world->rank()), ""));
   EXPECT_LT(max_difference(task->model().parameters(), serial), 2e-5);
+}
+
+// bf16 with data parallelism: bf16 gradient buckets cross Gloo (as float32) and every rank must end
+// with bitwise the same weights, and the loss must fall.
+TEST_F(GPTTrainingTest, Bf16DataParallelRanksStayIdentical) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  const auto config = make_config(root_, "bf16_parallel",
+                                  "train.micro_batch_size=4\ndist.timeout_s=30\nprecision.dtype=\"bf16\"\n"
+                                  "train.steps=12\noptim.lr=1e-2");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config);
+  train::Trainer trainer(config, runtime, *task);
+  trainer.run();
+  for (const auto& p : task->model().parameters()) {
+    EXPECT_EQ(p.scalar_type(), torch::kBFloat16);
+    torch::Tensor rank0 = p.detach().clone();
+    dist::broadcast(rank0, *runtime.world->world_group());
+    EXPECT_TRUE(torch::equal(rank0, p)) << "rank " << runtime.world->rank() << " drifted";
+  }
+  if (runtime.is_main()) {
+    const auto losses = losses_of(root_ / "bf16_parallel" / "metrics.jsonl");
+    ASSERT_EQ(losses.size(), 12u);
+    EXPECT_LT(losses.back(), losses.front() - 0.3);
+  }
 }
 
 // Loss scale 1024 with growth every 2 clean steps and no hysteresis; the loss of step 3 (index 2) is

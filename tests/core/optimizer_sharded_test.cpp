@@ -1,9 +1,11 @@
 // Sharded optimizer steps over real Gloo ranks equal the unsharded step: LAMB / LARS per-layer norms
 // summed over each parameter's shard group, and the global gradient norm with replicated parameters
-// counted once. float64, so agreement is to summation-order rounding (1e-12).
+// counted once, also on pipeline x tensor and data x tensor meshes. float64, so agreement is to
+// summation-order rounding (1e-12).
 #include <gtest/gtest.h>
 
 #include "core/optim/algorithms.h"
+#include "core/dist/process_mesh.h"
 #include "core/optim/grad_norm.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/worker_world.h"
@@ -126,6 +128,47 @@ TEST(ShardedOptimizerTest, LambOnFourRanksEqualsUnsharded) {
 TEST(ShardedOptimizerTest, LarsOnFourRanksEqualsUnsharded) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   sharded_step_equals_serial("lars");
+}
+
+// The global gradient norm on a 4-rank mesh against the serial norm of the whole model, for the two
+// layouts that hybrid runs produce. Six parameters: 0-2 split over the tensor axis (Megatron-style),
+// 3-5 replicated on every tensor rank (norm gains), so only tensor rank 0 counts them.
+//  - pipeline x tensor: stage s holds parameters s, s+2 (and s+4); the norm is summed over the world.
+//  - data x tensor: every data rank holds the same (already averaged) gradients, so the sum runs over
+//    the tensor group only; summing over data too would count everything twice.
+void global_norm_on_mesh(const std::string& outer) {
+  auto world = testing::worker_world();
+  dist::ProcessMesh mesh(world, {{outer, 2}, {"tensor", 2}});
+  const int stage = mesh.coordinate(outer), tp = mesh.coordinate("tensor");
+  torch::manual_seed(21);
+  std::vector<torch::Tensor> grads;
+  for (int i = 0; i < 6; ++i) grads.push_back(torch::randn({4 + i, 3}, torch::kFloat64));
+  double serial = 0;
+  for (const auto& g : grads) serial += g.square().sum().item<double>();
+  serial = std::sqrt(serial);
+
+  std::vector<Param> local;
+  for (int i = 0; i < 6; ++i) {
+    if (outer == "pipeline" && i % 2 != stage) continue;  // another stage owns it
+    const bool split = i < 3;
+    torch::Tensor piece = split ? grads[i].tensor_split(2, 0)[tp].clone() : grads[i].clone();
+    torch::Tensor weight = torch::zeros_like(piece).requires_grad_(true);
+    weight.mutable_grad() = piece;
+    local.push_back({"p" + std::to_string(i), weight, split ? mesh.group("tensor") : nullptr, split || tp == 0});
+  }
+  const dist::GroupPtr across = outer == "pipeline" ? world->world_group() : mesh.group("tensor");
+  const double norm = optim::global_grad_norm(local, across);
+  EXPECT_NEAR(norm, serial, 1e-12 * serial) << outer << " x tensor, rank " << world->rank();
+}
+
+TEST(ShardedGradNormTest, PipelineByTensorMeshCountsEachGradientOnce) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  global_norm_on_mesh("pipeline");
+}
+
+TEST(ShardedGradNormTest, DataByTensorMeshCountsEachGradientOnce) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  global_norm_on_mesh("data");
 }
 
 }  // namespace
