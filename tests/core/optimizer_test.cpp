@@ -99,9 +99,15 @@ TEST(OptimizerTest, AdamWFollowsTorchAdamWStepForStep) {
       return o;
     };
     torch::optim::AdamW theirs(torch_groups(reference, adamw(0.1), adamw(0.0)), torch::optim::AdamWOptions(1e-2));
-    // Both compute in float32 with the same operations; a few float32 ulps of the ~1 weights (1.2e-7 each)
-    // allow for the fused kernel's different but equally exact operation order.
-    EXPECT_LE(max_difference_to_torch(ours, mine, theirs, reference, 6), 1e-6) << "fused " << fused;
+    // The tensor path runs torch's own sequence of operations: bitwise equal. The fused kernel
+    // reproduces ATen's vectorised kernels bitwise too (cpu_adam_test checks that per ISA); a few
+    // float32 ulps of the ~1 weights are allowed for LibTorch builds whose kernels round differently.
+    const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
+    if (fused) {
+      EXPECT_LE(difference, 1e-6);
+    } else {
+      EXPECT_EQ(difference, 0.0);
+    }
   }
 }
 
@@ -119,7 +125,12 @@ TEST(OptimizerTest, AdamWithL2FollowsTorchAdam) {
     };
     torch::optim::Adam theirs(torch_groups(reference, adam(0.05), adam(0.0)), torch::optim::AdamOptions(1e-2));
     EXPECT_EQ(ours.name(), "adam");
-    EXPECT_LE(max_difference_to_torch(ours, mine, theirs, reference, 6), 1e-6) << "fused " << fused;
+    const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
+    if (fused) {
+      EXPECT_LE(difference, 1e-6);
+    } else {
+      EXPECT_EQ(difference, 0.0);
+    }
   }
 }
 
