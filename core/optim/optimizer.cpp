@@ -111,7 +111,8 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std
   std::vector<torch::Tensor> local;
   local.reserve(tensors.size());
   for (const auto& t : tensors) {
-    local.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, torch::kFloat64).square());
+    const torch::Tensor norm = at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64);
+    local.push_back(norm.square());
   }
   torch::Tensor sums = torch::stack(local);
   // One all-reduce per distinct group, in order of first appearance (the same on every rank).
