@@ -23,15 +23,7 @@
 #include <string_view>
 
 #if defined(__x86_64__)
-#if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 intrinsics trip -Wmaybe-uninitialized on their own `_mm512_undefined_*` (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#else
-#include <immintrin.h>
-#endif
+#include <immintrin.h>  // GCC 12 warns inside it (bug 105593): silenced for this file in core/CMakeLists.txt
 #endif
 
 #include "core/util/error.h"
