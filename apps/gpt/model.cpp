@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "core/dist/autograd_collectives.h"
+#include "core/dist/collectives.h"
+#include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
 namespace kuafu::gpt {
@@ -16,57 +19,65 @@ double GPTConfig::flops_per_token(int64_t t) const {
   return 6.0 * static_cast<double>(parameter_count()) + 12.0 * static_cast<double>(n_layer * n_embd * t);
 }
 
-Conv1DImpl::Conv1DImpl(int64_t in, int64_t out) {
-  weight = register_parameter("weight", torch::empty({in, out}));
-  bias = register_parameter("bias", torch::zeros({out}));
+namespace {
+
+parallel::LinearSpec conv1d(int64_t in, int64_t out, int64_t stride = 1) {
+  return parallel::LinearSpec{in, out, /*bias=*/true, parallel::WeightOrder::kInOut, stride};
 }
 
-torch::Tensor Conv1DImpl::forward(const torch::Tensor& x) {
-  return torch::addmm(bias, x.reshape({-1, weight.size(0)}), weight).view([&] {
-    auto sizes = x.sizes().vec();
-    sizes.back() = weight.size(1);
-    return sizes;
-  }());
+// The one named parameter of a module built by a factory.
+torch::Tensor parameter(const torch::nn::AnyModule& module, const std::string& name) {
+  return module.ptr()->named_parameters(/*recurse=*/false)[name];
 }
 
-AttentionImpl::AttentionImpl(const GPTConfig& config) : n_head(config.n_head), dropout(config.dropout) {
+}  // namespace
+
+AttentionImpl::AttentionImpl(const GPTConfig& config, const parallel::TensorParallel& tp)
+    : n_head(config.n_head / tp.size()), dropout(config.dropout) {
   KUAFU_CHECK(config.n_embd % config.n_head == 0, "model.n_embd (", config.n_embd, ") must divide by model.n_head (",
               config.n_head, ")");
-  c_attn = register_module("c_attn", Conv1D(config.n_embd, 3 * config.n_embd));
-  c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
+  KUAFU_CHECK(config.n_head % tp.size() == 0, "model.n_head (", config.n_head,
+              ") must divide by the tensor-parallel size (", tp.size(), ")");
+  c_attn = parallel::make_linear(tp, conv1d(config.n_embd, 3 * config.n_embd, /*stride=*/3), parallel::Cut::kColumn);
+  c_proj = parallel::make_linear(tp, conv1d(config.n_embd, config.n_embd), parallel::Cut::kRow);
+  register_module("c_attn", c_attn.ptr());
+  register_module("c_proj", c_proj.ptr());
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(config.dropout));
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
-  const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+  torch::Tensor fused = c_attn.forward(x);  // [B, T, 3 c]: this rank's heads of q|k|v
+  const int64_t b = x.size(0), t = x.size(1), c = fused.size(2) / 3;
   auto heads = [&](const torch::Tensor& y) { return y.view({b, t, n_head, c / n_head}).transpose(1, 2); };
-  auto qkv = c_attn(x).split(c, /*dim=*/2);
+  auto qkv = fused.split(c, /*dim=*/2);
   torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);  // [B, H, T, D]
   if (cache) std::tie(k, v) = cache->append(k, v);
   const bool causal = !(cache && t == 1);  // one new token may attend to everything cached
   torch::Tensor y = nn::scaled_dot_product_attention(q, k, v, causal, is_training() ? dropout : 0.0);
   y = y.transpose(1, 2).contiguous().view({b, t, c});
-  return resid_dropout(c_proj(y));
+  return resid_dropout(c_proj.forward(y));
 }
 
-MLPImpl::MLPImpl(const GPTConfig& config) {
-  c_fc = register_module("c_fc", Conv1D(config.n_embd, 4 * config.n_embd));
-  c_proj = register_module("c_proj", Conv1D(4 * config.n_embd, config.n_embd));
+MLPImpl::MLPImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
+  c_fc = parallel::make_linear(tp, conv1d(config.n_embd, 4 * config.n_embd), parallel::Cut::kColumn);
+  c_proj = parallel::make_linear(tp, conv1d(4 * config.n_embd, config.n_embd), parallel::Cut::kRow);
+  register_module("c_fc", c_fc.ptr());
+  register_module("c_proj", c_proj.ptr());
   dropout = register_module("dropout", torch::nn::Dropout(config.dropout));
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  return dropout(c_proj(torch::gelu(c_fc(x), "tanh")));  // GPT-2's "gelu_new"
+  return dropout(c_proj.forward(torch::gelu(c_fc.forward(x), "tanh")));  // GPT-2's "gelu_new"
 }
 
-BlockImpl::BlockImpl(const GPTConfig& config) {
+BlockImpl::BlockImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
   auto norm = [&] {
     return torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon));
   };
   ln_1 = register_module("ln_1", norm());
-  attn = register_module("attn", Attention(config));
+  attn = register_module("attn", Attention(config, tp));
   ln_2 = register_module("ln_2", norm());
-  mlp = register_module("mlp", MLP(config));
+  mlp = register_module("mlp", MLP(config, tp));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
@@ -74,55 +85,84 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
   return h + mlp(ln_2(h));
 }
 
-TransformerImpl::TransformerImpl(const GPTConfig& config) {
-  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
+  wte = parallel::make_embedding(tp, config.vocab_size, config.n_embd);
+  register_module("wte", wte.ptr());
   wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
   h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config));
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config, tp));
   ln_f = register_module("ln_f",
                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon)));
 }
 
-GPTImpl::GPTImpl(const GPTConfig& cfg) : config(cfg) {
-  transformer = register_module("transformer", Transformer(cfg));
+GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel)
+    : config(cfg), tp(std::move(tensor_parallel)) {
+  transformer = register_module("transformer", Transformer(cfg, tp));
+  initialize();
+}
+
+void GPTImpl::initialize() {
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual projections scaled by
-  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
+  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth. A sharded
+  // parameter draws its full tensor, in the serial order, and keeps its block: equal to the serial
+  // model from the same seed.
   torch::NoGradGuard no_grad;
-  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  const auto layouts = parallel::collect_layouts(*this);
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     torch::Tensor& p = item.value();
     if (name.find("ln_") != std::string::npos) continue;  // LayerNorm keeps ones / zeros
+    const auto layout = layouts.find(name);
+    torch::Tensor full = layout == layouts.end() ? p : torch::empty(parallel::full_shape(p.sizes(), layout->second, *tp.mesh));
     if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
-      p.zero_();
+      full.zero_();
     } else if (name.find("c_proj.weight") != std::string::npos) {
-      p.normal_(0.0, residual_std);
+      full.normal_(0.0, residual_std);
     } else {
-      p.normal_(0.0, 0.02);
+      full.normal_(0.0, 0.02);
     }
+    if (layout != layouts.end()) p.copy_(parallel::shard_of(full, layout->second, *tp.mesh));
   }
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+torch::Tensor GPTImpl::hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
   const int64_t t = tokens.size(1);
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
   KUAFU_CHECK(past + t <= config.n_positions, "sequence of ", past + t, " tokens exceeds model.n_positions = ",
               config.n_positions);
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
-  torch::Tensor x = transformer->drop(transformer->wte(tokens) + transformer->wpe(positions));
+  torch::Tensor x = transformer->drop(transformer->wte.forward(tokens) + transformer->wpe(positions));
   for (size_t i = 0; i < transformer->h->size(); ++i) {
     x = transformer->h[i]->as<Block>()->forward(x, caches ? &(*caches)[i] : nullptr);
   }
-  x = transformer->ln_f(x);
-  return torch::matmul(x, transformer->wte->weight.t());  // tied output embedding
+  return transformer->ln_f(x);
+}
+
+torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
+  // Tied output embedding. Under 1D each rank scores its vocabulary rows; x is replicated, so its
+  // gradient is summed over the ranks.
+  const torch::Tensor wte = parameter(transformer->wte, "weight");
+  if (!tp.enabled()) return torch::matmul(x, wte.t());
+  return torch::matmul(dist::autograd::copy_to_group(x, tp.group()), wte.t());
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+  torch::Tensor logits = local_logits(hidden(tokens, caches));
+  if (!tp.enabled()) return logits;
+  return dist::all_gather(logits.contiguous(), *tp.group(), /*dim=*/logits.dim() - 1);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = forward(tokens).to(torch::kFloat32);
-  return torch::nn::functional::cross_entropy(logits.view({-1, logits.size(-1)}), targets.reshape({-1}));
+  torch::Tensor logits = local_logits(hidden(tokens, nullptr));
+  logits = logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32));
+  logits = logits.view({-1, logits.size(-1)});
+  if (!tp.enabled()) return torch::nn::functional::cross_entropy(logits, targets.reshape({-1}));
+  const auto* embedding = transformer->wte.ptr()->as<parallel::VocabParallelEmbedding>();
+  return parallel::vocab_parallel_cross_entropy(logits, targets.reshape({-1}), embedding->vocab_start(), tp.group());
 }
 
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/nn/attention.h"
+#include "core/parallel/tensor/factory.h"
 
 namespace kuafu::gpt {
 
@@ -23,35 +24,29 @@ struct GPTConfig {
   double flops_per_token(int64_t t) const;
 };
 
-// Hugging Face's Conv1D: y = x W + b with W stored [in, out].
-struct Conv1DImpl : torch::nn::Module {
-  Conv1DImpl(int64_t in, int64_t out);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::Tensor weight;  // [in, out]
-  torch::Tensor bias;    // [out]
-};
-TORCH_MODULE(Conv1D);
-
+// Linear layers come from parallel::make_linear with GPT-2's Conv1D storage ([in, out]); under 1D
+// tensor parallelism c_attn and c_fc are cut by output columns (c_attn per q|k|v segment, so each rank
+// owns whole heads) and the c_proj layers by input rows.
 struct AttentionImpl : torch::nn::Module {
-  explicit AttentionImpl(const GPTConfig& config);
+  AttentionImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, nn::KVCache* cache);  // x [B, T, C]
-  Conv1D c_attn{nullptr}, c_proj{nullptr};
-  int64_t n_head;
+  torch::nn::AnyModule c_attn, c_proj;
+  int64_t n_head;  // heads on this rank
   double dropout;
   torch::nn::Dropout resid_dropout{nullptr};
 };
 TORCH_MODULE(Attention);
 
 struct MLPImpl : torch::nn::Module {
-  explicit MLPImpl(const GPTConfig& config);
+  MLPImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x);
-  Conv1D c_fc{nullptr}, c_proj{nullptr};
+  torch::nn::AnyModule c_fc, c_proj;
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(MLP);
 
 struct BlockImpl : torch::nn::Module {
-  explicit BlockImpl(const GPTConfig& config);
+  BlockImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, nn::KVCache* cache);
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   Attention attn{nullptr};
@@ -60,8 +55,9 @@ struct BlockImpl : torch::nn::Module {
 TORCH_MODULE(Block);
 
 struct TransformerImpl : torch::nn::Module {
-  explicit TransformerImpl(const GPTConfig& config);
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
+  torch::nn::AnyModule wte;  // [V, C] (1D: this rank's vocabulary rows)
+  torch::nn::Embedding wpe{nullptr};
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
   torch::nn::LayerNorm ln_f{nullptr};
@@ -69,16 +65,24 @@ struct TransformerImpl : torch::nn::Module {
 TORCH_MODULE(Transformer);
 
 struct GPTImpl : torch::nn::Module {
-  explicit GPTImpl(const GPTConfig& config);
+  // `tp` (default: serial) says how layers are cut; a parallel model is initialised as the serial one
+  // from the same seed, each rank keeping its blocks.
+  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {});
 
   // Logits [B, T, V] for tokens [B, T]. With `caches` (one per layer) the tokens continue the cached
   // sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches = nullptr);
-  // Mean cross-entropy of next-token prediction.
+  // Mean cross-entropy of next-token prediction (1D: without gathering the logits).
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
   GPTConfig config;
+  parallel::TensorParallel tp;
   Transformer transformer{nullptr};
+
+ private:
+  torch::Tensor hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);  // after ln_f
+  torch::Tensor local_logits(const torch::Tensor& hidden);  // [..., V], or this rank's [..., V/P]
+  void initialize();
 };
 TORCH_MODULE(GPT);
 

@@ -145,6 +145,21 @@ void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root) {
   copy_back(tensor, wire);
 }
 
+void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce op) {
+  if (group.trivial()) return;
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  c10d::ReduceOptions options;
+  options.reduceOp = to_c10d(op);
+  options.rootRank = root;
+  group.wait(group.backend().reduce(tensors, options), "reduce");
+  // Counted like broadcast, mirrored: each contributor sends its tensor once, the root receives one.
+  group.count(group.rank() == root ? 0 : bytes_of(tensor), group.rank() == root ? bytes_of(tensor) : 0);
+  if (group.rank() != root) return;
+  if (op == Reduce::kAvg) wire.div_(group.size());
+  copy_back(tensor, wire);
+}
+
 void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
   torch::Tensor wire = wire_tensor(tensor, group);
   std::vector<torch::Tensor> tensors{wire};

@@ -42,6 +42,11 @@ torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group,
 // In place: every rank ends with group rank `root`'s tensor.
 void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root = 0);
 
+// In place on group rank `root`: the reduction over the group of every rank's `tensor`. The other
+// ranks' tensors are scratch afterwards (the backend may overwrite them); pass a copy to keep one.
+// About half the bytes of an all-reduce, for results only one rank needs (e.g. SUMMA's gradient blocks).
+void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce op = Reduce::kSum);
+
 // Point to point, blocking; `peer` is a rank inside the group.
 void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
 void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);

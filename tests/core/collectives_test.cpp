@@ -49,6 +49,18 @@ void check_plain_collectives() {
   dist::broadcast(b, g, p - 1);
   EXPECT_TRUE(torch::equal(b, all[p - 1]));
 
+  // reduce: only the root's tensor holds the sum (the others are scratch).
+  torch::Tensor red = all[r].clone();
+  dist::reduce(red, g, /*root=*/p - 1);
+  if (r == p - 1) {
+    EXPECT_TRUE(torch::allclose(red, sum, 1e-6, 1e-6));
+  }
+  torch::Tensor red_avg = all[r].clone();
+  dist::reduce(red_avg, g, /*root=*/0, dist::Reduce::kAvg);
+  if (r == 0) {
+    EXPECT_TRUE(torch::allclose(red_avg, sum / p, 1e-6, 1e-6));
+  }
+
   // bf16 travels as fp32 on Gloo and comes back as bf16 with the sum of the bf16 values.
   torch::Tensor h = all[r].to(torch::kBFloat16);
   dist::all_reduce(h, g);

@@ -1,0 +1,262 @@
+#include "core/parallel/tensor/layers_2d.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "core/dist/autograd_collectives.h"
+#include "core/dist/collectives.h"
+#include "core/parallel/tensor/vocab_parallel.h"
+#include "core/util/error.h"
+
+namespace kuafu::parallel {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr const char* kRow = "tp_row";  // axis of i: moving along it walks down a grid column
+constexpr const char* kCol = "tp_col";  // axis of j: moving along it walks along a grid row
+
+// The grid's groups travel through the autograd context as capsules holding a reference, so a
+// backward pass keeps them alive however long the layer lives.
+struct GroupHolder : torch::CustomClassHolder {
+  explicit GroupHolder(dist::GroupPtr g) : group(std::move(g)) {}
+  dist::GroupPtr group;
+};
+void save_group(AutogradContext* ctx, const char* key, dist::GroupPtr group) {
+  ctx->saved_data[key] = c10::IValue::make_capsule(c10::make_intrusive<GroupHolder>(std::move(group)));
+}
+dist::GroupPtr saved_group(AutogradContext* ctx, const char* key) {
+  return static_cast<GroupHolder*>(ctx->saved_data[key].toCapsule().get())->group;
+}
+
+// Block k of a grid row or column: group rank k sends its `mine`, every rank returns the block (a
+// fresh tensor everywhere, so a saved input or a parameter is never written through an alias).
+torch::Tensor broadcast_block(const torch::Tensor& mine, const dist::ProcessGroup& group, int k) {
+  torch::Tensor block = group.rank() == k ? mine.clone(at::MemoryFormat::Contiguous)
+                                          : torch::empty_like(mine, at::MemoryFormat::Contiguous);
+  dist::broadcast(block, group, k);
+  return block;
+}
+
+torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }  // [N, features]
+
+// Y_ij = Σ_k X_ik A_kj on rank (i, j), with its gradients written out (see layers_2d.h). `a` is the
+// [in/q, out/q] view of the weight whatever its storage order; autograd carries dA through the view.
+struct Summa : torch::autograd::Function<Summa> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& a,
+                               dist::GroupPtr row, dist::GroupPtr col) {
+    torch::Tensor y;
+    for (int k = 0; k < row->size(); ++k) {
+      const torch::Tensor x_k = broadcast_block(x, *row, k);  // X_ik from rank (i, k)
+      const torch::Tensor a_k = broadcast_block(a, *col, k);  // A_kj from rank (k, j)
+      y = k == 0 ? torch::matmul(x_k, a_k) : y.add_(torch::matmul(x_k, a_k));
+    }
+    ctx->save_for_backward({x, a});
+    save_group(ctx, "row", std::move(row));
+    save_group(ctx, "col", std::move(col));
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];  // X_ij [B/q, ..., in/q]
+    const torch::Tensor& a = saved[1];  // A_ij [in/q, out/q]
+    const dist::GroupPtr row = saved_group(ctx, "row"), col = saved_group(ctx, "col");
+    const int i = col->rank(), j = row->rank();
+    const torch::Tensor dy = grads[0].contiguous();  // dY_ij [B/q, ..., out/q]
+    // Every rank of a row (column) agrees on which inputs need a gradient: they run the same model.
+    const bool want_dx = ctx->needs_input_grad(0), want_da = ctx->needs_input_grad(1);
+    torch::Tensor dx, da;
+    for (int k = 0; k < row->size(); ++k) {
+      if (want_dx) {
+        // dX_ik = Σ_j dY_ij A_kj^T: this rank's term, summed along row i onto rank (i, k).
+        const torch::Tensor a_k = broadcast_block(a, *col, k);
+        torch::Tensor term = torch::matmul(dy, a_k.t()).contiguous();
+        dist::reduce(term, *row, /*root=*/k);
+        if (j == k) dx = term;
+      }
+      if (want_da) {
+        // dA_kj = Σ_i X_ik^T dY_ij: this rank's term, summed down column j onto rank (k, j).
+        const torch::Tensor x_k = broadcast_block(x, *row, k);
+        torch::Tensor term = torch::matmul(rows_of(x_k).t(), rows_of(dy)).contiguous();
+        dist::reduce(term, *col, /*root=*/k);
+        if (i == k) da = term;
+      }
+    }
+    return {dx, da, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// x̂ = (x - μ) / sqrt(σ² + ε) over the full hidden size H, features cut along the grid row.
+//
+// Why the backward is exact: x̂ depends on the whole row of H features, with Jacobian
+//   ∂x̂_h / ∂x_m = (δ_hm - 1/H - x̂_h x̂_m / H) / σ      (σ = sqrt(σ² + ε))
+// so for g = dL/dx̂,
+//   dL/dx_m = (g_m - (1/H) Σ_h g_h - x̂_m (1/H) Σ_h g_h x̂_h) / σ,
+// where h runs over all H features: the two sums are local sums all-reduced along the row (in one
+// message). g_h is the whole gradient of x̂_h because the loss counts each block once and the block
+// holding feature h lives on exactly one rank of the row.
+struct Normalize2d : torch::autograd::Function<Normalize2d> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, dist::GroupPtr row, double eps) {
+    const double hidden = static_cast<double>(x.size(-1) * row->size());
+    torch::Tensor mean = x.sum(-1, /*keepdim=*/true);
+    dist::all_reduce(mean, *row);
+    mean.div_(hidden);
+    const torch::Tensor centred = x - mean;
+    torch::Tensor var = (centred * centred).sum(-1, /*keepdim=*/true);
+    dist::all_reduce(var, *row);
+    const torch::Tensor rstd = (var.div_(hidden) + eps).rsqrt();  // 1/σ  [B/q, ..., 1]
+    torch::Tensor x_hat = centred * rstd;
+    ctx->save_for_backward({x_hat, rstd});
+    save_group(ctx, "row", std::move(row));
+    return x_hat;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x_hat = saved[0];
+    const torch::Tensor& rstd = saved[1];
+    const dist::GroupPtr row = saved_group(ctx, "row");
+    const torch::Tensor& g = grads[0];
+    const double hidden = static_cast<double>(x_hat.size(-1) * row->size());
+    // [2, B/q, ..., 1]: Σ_h g_h and Σ_h g_h x̂_h over the whole row.
+    torch::Tensor sums = torch::stack({g.sum(-1, /*keepdim=*/true), (g * x_hat).sum(-1, /*keepdim=*/true)});
+    dist::all_reduce(sums, *row);
+    sums.div_(hidden);
+    torch::Tensor dx = (g - sums[0] - x_hat * sums[1]) * rstd;
+    return {dx, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+void check_divisible(int64_t size, int64_t q, const char* what, const char* hint = "") {
+  KUAFU_CHECK(size % q == 0, "2D tensor parallelism: ", what, " ", size, " is not divisible by the grid side q = ", q,
+              " (", q * q, " ranks as ", q, " x ", q, ")", hint);
+}
+
+void check_block(const torch::Tensor& x, int64_t features, const char* layer) {
+  KUAFU_CHECK(x.dim() >= 2 && x.size(-1) == features, layer, " expects an activation block [B/q, ..., ", features,
+              "] (batch rows over tp_row, features over tp_col), got ", x.sizes());
+}
+
+}  // namespace
+
+int grid_side_2d(const dist::ProcessMesh& mesh) {
+  bool has_row = false, has_col = false;
+  for (const auto& axis : mesh.axes()) {
+    has_row = has_row || axis.name == kRow;
+    has_col = has_col || axis.name == kCol;
+  }
+  KUAFU_CHECK(has_row && has_col, "2D tensor parallelism needs mesh axes 'tp_row' and 'tp_col', but the mesh is ",
+              mesh.describe());
+  KUAFU_CHECK(mesh.size(kRow) == mesh.size(kCol), "2D tensor parallelism needs a square grid, but tp_row = ",
+              mesh.size(kRow), " and tp_col = ", mesh.size(kCol));
+  return mesh.size(kRow);
+}
+
+Layout activation_layout_2d(int64_t dims) {
+  KUAFU_CHECK(dims >= 2, "a 2D activation needs a batch and a feature dimension, got ", dims, " dimension(s)");
+  return {{0, {kRow}, 1}, {dims - 1, {kCol}, 1}};
+}
+
+Layout batch_layout_2d() { return {{0, {kRow}, 1}}; }
+
+torch::Tensor split_activation_2d(const torch::Tensor& full, const dist::ProcessMesh& mesh) {
+  grid_side_2d(mesh);
+  return shard_of(full, activation_layout_2d(full.dim()), mesh);
+}
+
+torch::Tensor gather_activation_2d(const torch::Tensor& block, const dist::ProcessMesh& mesh) {
+  grid_side_2d(mesh);
+  return gather_full(block, activation_layout_2d(block.dim()), mesh);
+}
+
+// ---- Linear2d ----
+
+Linear2dImpl::Linear2dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh) : spec_(spec) {
+  const int64_t q = grid_side_2d(mesh);
+  KUAFU_CHECK(spec.stride == 1, "Linear2d: stride ", spec.stride, " is not supported (2D layers cut whole "
+              "features; a fused q|k|v projection needs stride 1 here, e.g. three separate layers)");
+  check_divisible(spec.in, q, "input features");
+  check_divisible(spec.out, q, "output features");
+  const int64_t in = spec.in / q, out = spec.out / q;
+  weight = register_parameter("weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out})
+                                                                          : torch::zeros({out, in}));
+  if (spec.bias) bias = register_parameter("bias", torch::zeros({out}));
+  row_group_ = mesh.group(kCol);
+  col_group_ = mesh.group(kRow);
+}
+
+torch::Tensor Linear2dImpl::forward(const torch::Tensor& x) {
+  check_block(x, weight.size(spec_.order == WeightOrder::kInOut ? 0 : 1), "Linear2d");
+  const torch::Tensor a = spec_.order == WeightOrder::kInOut ? weight : weight.t();  // A_ij [in/q, out/q]
+  torch::Tensor y = Summa::apply(x, a, row_group_, col_group_);
+  // b_j is replicated down column j: forward identity, backward sums db over tp_row.
+  return bias.defined() ? y + dist::autograd::copy_to_group(bias, col_group_) : y;
+}
+
+std::map<std::string, Layout> Linear2dImpl::parameter_layouts() const {
+  const int64_t in_dim = spec_.order == WeightOrder::kInOut ? 0 : 1;
+  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {kRow}, 1}, {1 - in_dim, {kCol}, 1}}}};
+  if (bias.defined()) layouts["bias"] = {{0, {kCol}, 1}};
+  return layouts;
+}
+
+// ---- LayerNorm2d ----
+
+LayerNorm2dImpl::LayerNorm2dImpl(int64_t hidden, const dist::ProcessMesh& mesh, double eps) : eps_(eps) {
+  const int64_t q = grid_side_2d(mesh);
+  check_divisible(hidden, q, "LayerNorm2d hidden size");
+  weight = register_parameter("weight", torch::ones({hidden / q}));
+  bias = register_parameter("bias", torch::zeros({hidden / q}));
+  row_group_ = mesh.group(kCol);
+  col_group_ = mesh.group(kRow);
+}
+
+torch::Tensor LayerNorm2dImpl::forward(const torch::Tensor& x) {
+  check_block(x, weight.size(0), "LayerNorm2d");
+  const torch::Tensor x_hat = Normalize2d::apply(x, row_group_, eps_);
+  // γ_j, β_j are replicated down column j: their gradients are summed over tp_row in backward.
+  return x_hat * dist::autograd::copy_to_group(weight, col_group_) + dist::autograd::copy_to_group(bias, col_group_);
+}
+
+std::map<std::string, Layout> LayerNorm2dImpl::parameter_layouts() const {
+  return {{"weight", {{0, {kCol}, 1}}}, {"bias", {{0, {kCol}, 1}}}};
+}
+
+// ---- Embedding2d ----
+
+Embedding2dImpl::Embedding2dImpl(int64_t vocab, int64_t hidden, const dist::ProcessMesh& mesh) {
+  const int64_t q = grid_side_2d(mesh);
+  check_divisible(vocab, q, "Embedding2d vocabulary size", "; pad the vocabulary");
+  check_divisible(hidden, q, "Embedding2d hidden size");
+  weight = register_parameter("weight", torch::zeros({vocab / q, hidden / q}));
+  col_group_ = mesh.group(kRow);
+}
+
+torch::Tensor Embedding2dImpl::forward(const torch::Tensor& ids) {
+  const torch::Tensor table = dist::autograd::all_gather(weight, col_group_, /*dim=*/0);  // E_·j [V, H/q]
+  return torch::embedding(table, ids);
+}
+
+std::map<std::string, Layout> Embedding2dImpl::parameter_layouts() const {
+  return {{"weight", {{0, {kRow}, 1}, {1, {kCol}, 1}}}};
+}
+
+// ---- Cross-entropy ----
+
+torch::Tensor cross_entropy_2d(const torch::Tensor& logits, const torch::Tensor& targets,
+                               const dist::ProcessMesh& mesh) {
+  const int64_t q = grid_side_2d(mesh);
+  KUAFU_CHECK(logits.dim() == targets.dim() + 1 && logits.sizes().slice(0, targets.dim()) == targets.sizes(),
+              "cross_entropy_2d: logits [B/q, ..., V/q] and targets [B/q, ...], got ", logits.sizes(), " and ",
+              targets.sizes());
+  const int64_t vocab_block = logits.size(-1);
+  // loss_i: mean over grid row i's tokens, the same on every rank of the row.
+  const torch::Tensor row_mean = vocab_parallel_cross_entropy(
+      rows_of(logits), targets.reshape({-1}), mesh.coordinate(kCol) * vocab_block, mesh.group(kCol));
+  // L = (1/q) Σ_i loss_i: all-reduce down the column forward; backward is the identity, since
+  // ∂L/∂logits_ij = (1/q) ∂loss_i/∂logits_ij is what rank (i, j) computes from its own row's loss.
+  return dist::autograd::reduce_from_group(row_mean / static_cast<double>(q), mesh.group(kRow));
+}
+
+}  // namespace kuafu::parallel
