@@ -45,7 +45,7 @@ train::LossSum TextTask::evaluate(int rank, int ranks) {
 
 double TextTask::flops_per_item() const { return model_->config.flops_per_token(train_->context()); }
 
-std::unique_ptr<TextTask> make_text_task(const config::Config& config) {
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp) {
   const DataPaths paths = data_paths(config);
   for (const auto& path : {paths.train_tokens, paths.val_tokens}) {
     KUAFU_CHECK(fs::exists(path), "token file ", path, " does not exist: run `kuafu-gpt prepare --config ",
@@ -63,7 +63,7 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config) {
   const int64_t context = config.get_int("data.context");
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
   torch::manual_seed(seed);
-  return std::make_unique<TextTask>(GPT(model), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
+  return std::make_unique<TextTask>(GPT(model, tp), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
                                     std::make_shared<io::TokenWindowLoader>(val_file, context, seed),
                                     config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"));
 }
@@ -112,7 +112,7 @@ void prepare_command(const config::Config& config) {
 
 train::TrainSummary train_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
-  std::unique_ptr<TextTask> task = make_text_task(config);
+  std::unique_ptr<TextTask> task = make_text_task(config, runtime.tensor);
   if (runtime.is_main()) {
     const GPTConfig& m = task->gpt()->config;
     log::infof("GPT-2: ", m.n_layer, " layers, ", m.n_head, " heads, C = ", m.n_embd, ", vocabulary ", m.vocab_size,

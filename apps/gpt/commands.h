@@ -31,7 +31,8 @@ class TextTask : public train::TrainTask {
 };
 
 // Builds the model and data of a config (seeded from train.seed) for train and eval.
-std::unique_ptr<TextTask> make_text_task(const config::Config& config);
+// The GPT and its data from the config; `tp` cuts the model's layers (default: serial).
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp = {});
 
 void prepare_command(const config::Config& config);
 train::TrainSummary train_command(const config::Config& config);

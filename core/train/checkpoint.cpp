@@ -9,6 +9,7 @@
 #include "core/io/safetensors.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/logging.h"
 
 namespace kuafu::train {
 namespace fs = std::filesystem;
@@ -46,7 +47,11 @@ void verify_manifest(const std::string& folder) {
   }
 }
 
-void restore_weights(const std::string& folder, const io::NamedTensors& weights) {
+torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::string& name, const torch::Tensor& full) {
+  return to_local ? to_local(name, full) : full;
+}
+
+void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local) {
   const std::string path = (fs::path(folder) / kModel).string();
   io::SafetensorsFile file = io::load_safetensors(path);
   torch::NoGradGuard no_grad;
@@ -58,9 +63,10 @@ void restore_weights(const std::string& folder, const io::NamedTensors& weights)
       missing.push_back(name);
       return;
     }
-    KUAFU_CHECK(saved->sizes() == target.sizes(), path, ": '", name, "' has shape ", saved->sizes(),
+    const torch::Tensor local = local_of(to_local, name, *saved);
+    KUAFU_CHECK(local.sizes() == target.sizes(), path, ": '", name, "' has shape ", saved->sizes(),
                 " but the model expects ", target.sizes(), " (checkpoint from a different model config?)");
-    target.copy_(*saved);
+    target.copy_(local);
     ++matched;
   };
   for (const auto& [name, tensor] : weights) restore(name, tensor);
@@ -90,6 +96,11 @@ CheckpointStore::CheckpointStore(std::string root, dist::GroupPtr world, int kee
 
 void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const optim::Optimizer& optimizer,
                            const nlohmann::json& trainer_state) const {
+  save(step, weights, optimizer.state_tensors(), optimizer.name(), trainer_state);
+}
+
+void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
+                           const std::string& optimizer_name, const nlohmann::json& trainer_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
   const std::string partial = final_folder + ".partial";
   const bool main = world_->rank() == 0;
@@ -111,8 +122,7 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
   dist::barrier(*world_);
   if (main) {
     io::save_safetensors((fs::path(partial) / kModel).string(), weights, {{"format", "pt"}});
-    io::save_safetensors((fs::path(partial) / kOptimizer).string(), optimizer.state_tensors(),
-                         {{"optimizer", optimizer.name()}});
+    io::save_safetensors((fs::path(partial) / kOptimizer).string(), optimizer_state, {{"optimizer", optimizer_name}});
     nlohmann::json state = trainer_state;
     state["step"] = step;
     state["world_size"] = world_->size();
@@ -169,20 +179,30 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
   load_weights(folder, named_weights(model));
 }
 
-void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights) {
+void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
+                                   const ToLocal& to_local) {
   verify_manifest(folder);
-  restore_weights(folder, weights);
+  restore_weights(folder, weights, to_local);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
-                                     optim::Optimizer& optimizer, int rank) {
+                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights);
+  restore_weights(folder, weights, to_local);
   const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
-  optimizer.load_state_tensors(io::load_safetensors(optimizer_path), optimizer_path);
+  io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
+  for (auto& [name, tensor] : optimizer_state.tensors) {
+    // "<parameter>/<slot>" takes its parameter's layout.
+    const auto slash = name.rfind('/');
+    if (slash != std::string::npos) tensor = local_of(to_local, name.substr(0, slash), tensor);
+  }
+  optimizer.load_state_tensors(optimizer_state, optimizer_path);
   const fs::path rng_path = fs::path(folder) / rng_file(rank);
-  KUAFU_CHECK(fs::exists(rng_path), "checkpoint ", folder, " has no RNG state for rank ", rank,
-              " (it was written by ", state.value("world_size", 0), " ranks)");
+  if (!fs::exists(rng_path)) {
+    log::warnf("checkpoint ", folder, " was written by ", state.value("world_size", 0),
+               " ranks and has no RNG state for rank ", rank, ": random streams (dropout) restart");
+    return state;
+  }
   io::SafetensorsFile rng = io::load_safetensors(rng_path.string());
   KUAFU_CHECK(rng.find("cpu"), rng_path.string(), " lacks the 'cpu' generator state");
   auto generator = at::detail::getDefaultCPUGenerator();

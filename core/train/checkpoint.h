@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -23,18 +24,27 @@ class CheckpointStore {
   // the model's parameters (float32 masters in mixed precision) and buffers under their model names.
   void save(int64_t step, const io::NamedTensors& weights, const optim::Optimizer& optimizer,
             const nlohmann::json& trainer_state) const;
+  // The same with the optimizer state given as tensors (e.g. gathered from tensor-parallel blocks).
+  void save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
+            const std::string& optimizer_name, const nlohmann::json& trainer_state) const;
 
   // The newest complete checkpoint folder, if any.
   std::optional<std::string> latest() const;
 
+  // What a saved (full) tensor becomes on this rank before it is loaded, by tensor name: identity for
+  // whole tensors, this rank's block for tensor-parallel ones.
+  using ToLocal = std::function<torch::Tensor(const std::string& name, const torch::Tensor& full)>;
+
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
+  // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
-                             optim::Optimizer& optimizer, int rank);
+                             optim::Optimizer& optimizer, int rank, const ToLocal& to_local = nullptr);
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);
-  static void load_weights(const std::string& folder, const io::NamedTensors& weights);
+  static void load_weights(const std::string& folder, const io::NamedTensors& weights,
+                           const ToLocal& to_local = nullptr);
   static nlohmann::json read_trainer_state(const std::string& folder);
 
   const std::string& root() const { return root_; }

@@ -23,7 +23,8 @@ void add_runtime_schema(config::Schema& schema) {
       .choices({"auto", "gloo", "nccl"});
   schema.add_int("dist.timeout_s", 300, "seconds a collective may wait for its peers before failing")
       .min(1).max(86400);
-  schema.add_int("parallel.data", 0, "data-parallel degree; 0 = every rank").min(0);
+  schema.add_int("parallel.data", 0, "data-parallel degree; 0 = the ranks the other axes leave").min(0);
+  parallel::add_tensor_parallel_schema(schema);
 }
 
 Runtime start_runtime(const config::Config& config) {
@@ -40,14 +41,22 @@ Runtime start_runtime(const config::Config& config) {
   runtime.world = dist::World::init(env, options);
   runtime.device = runtime.world->device();
 
-  const int64_t data = config.get_int("parallel.data");
-  if (data != 0 && data != runtime.world->size()) {
-    config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " +
-                                        std::to_string(runtime.world->size()) +
-                                        " ranks and no other parallel axis is configured");
+  runtime.tensor.spec = parallel::tensor_parallel_spec(config);
+  const int ranks = runtime.world->size(), tensor = runtime.tensor.spec.size;
+  if (ranks % tensor != 0) {
+    config.fail_at("parallel.tensor.size", "is " + std::to_string(tensor) + " but the job has " + std::to_string(ranks) +
+                                               " ranks, which it does not divide");
   }
-  runtime.mesh = std::make_shared<dist::ProcessMesh>(
-      runtime.world, std::vector<dist::MeshAxis>{{"data", runtime.world->size()}});
+  const int64_t data = config.get_int("parallel.data");
+  if (data != 0 && data * tensor != ranks) {
+    config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " + std::to_string(ranks) +
+                                        " ranks = data x tensor (" + std::to_string(tensor) + "); use " +
+                                        std::to_string(ranks / tensor) + " or 0");
+  }
+  std::vector<dist::MeshAxis> axes = {{"data", ranks / tensor}};
+  for (const auto& axis : parallel::tensor_mesh_axes(runtime.tensor.spec)) axes.push_back(axis);
+  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, axes);
+  runtime.tensor.mesh = runtime.mesh;
   if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());
   return runtime;
 }

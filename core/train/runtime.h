@@ -6,15 +6,17 @@
 
 #include "core/config/config.h"
 #include "core/dist/process_mesh.h"
+#include "core/parallel/tensor/factory.h"
 
 namespace kuafu::train {
 
-// runtime.* and dist.* keys, plus parallel.data.
+// runtime.* and dist.* keys, plus parallel.data and parallel.tensor.*.
 void add_runtime_schema(config::Schema& schema);
 
 struct Runtime {
   std::shared_ptr<dist::World> world;
-  std::shared_ptr<dist::ProcessMesh> mesh;  // axes: data (more axes arrive with later parallel modes)
+  std::shared_ptr<dist::ProcessMesh> mesh;  // axes: data, then the tensor-parallel axes
+  parallel::TensorParallel tensor;          // the configured mode over `mesh` (serial when none)
   int threads = 1;
   torch::Device device{torch::kCPU};
   bool is_main() const { return world->rank() == 0; }

@@ -94,7 +94,17 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
       for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *runtime.mesh->group("data"));
     }
   }
-  optimizer_ = optim::make_optimizer(config, masters_->params());
+  // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
+  layouts_ = parallel::collect_layouts(task.model());
+  params_ = masters_->params();
+  if (runtime.tensor.enabled()) {
+    for (auto& p : params_) {
+      const parallel::Layout cut = layout_of(p.name);
+      p.shard_group = parallel::shard_group(cut, *runtime.mesh);
+      p.counts_in_global_norm = parallel::counts_in_global_norm(cut, runtime.tensor.axes(), *runtime.mesh);
+    }
+  }
+  optimizer_ = optim::make_optimizer(config, params_, runtime.tensor.group());
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
@@ -102,6 +112,11 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
 }
 
 Trainer::~Trainer() = default;
+
+parallel::Layout Trainer::layout_of(const std::string& name) const {
+  const auto found = layouts_.find(name);
+  return found == layouts_.end() ? parallel::Layout{} : found->second;
+}
 
 nlohmann::json Trainer::config_fingerprint() const {
   nlohmann::json fingerprint = nlohmann::json::object();
@@ -140,7 +155,10 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  CheckpointStore::load(*folder, masters_->weights(), *optimizer_, runtime_.world->rank());
+  CheckpointStore::load(*folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
+                        [&](const std::string& name, const torch::Tensor& full) {
+                          return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+                        });
   masters_->copy_masters_to_model();
   if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));
   start_step_ = saved.at("step").get<int64_t>();
@@ -178,7 +196,17 @@ void Trainer::save_checkpoint(int64_t step) {
   state["fingerprint"] = config_fingerprint();
   state["config"] = config_.to_toml();
   if (scaler_) state["loss_scaler"] = scaler_->state();
-  checkpoints_->save(step, masters_->weights(), *optimizer_, state);
+  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
+  io::NamedTensors weights = masters_->weights();
+  io::NamedTensors optimizer_state = optimizer_->state_tensors();
+  if (runtime_.tensor.enabled()) {
+    for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
+    for (auto& [name, tensor] : optimizer_state) {
+      const auto slash = name.rfind('/');
+      if (slash != std::string::npos) tensor = parallel::gather_full(tensor, layout_of(name.substr(0, slash)), *runtime_.mesh);
+    }
+  }
+  checkpoints_->save(step, weights, optimizer_state, optimizer_->name(), state);
   if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
 }
 
@@ -244,7 +272,7 @@ TrainSummary Trainer::run() {
     }
     if (data_parallel_) data_parallel_->finish_backward();
     masters_->copy_grads_to_masters();
-    const double grad_norm = optim::global_grad_norm(masters_->params(), nullptr) / loss_scale;
+    const double grad_norm = optim::global_grad_norm(params_, runtime_.tensor.group()) / loss_scale;
 
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(
@@ -262,7 +290,7 @@ TrainSummary Trainer::run() {
     }
     if (!overflow) {
       // Unscaling and clipping are one multiplication of the gradients.
-      optim::scale_grads(masters_->params(), optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
+      optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
       optimizer_->step();
       masters_->copy_masters_to_model();
     } else {

@@ -79,7 +79,11 @@ class Trainer {
   const config::Config& config_;
   Runtime& runtime_;
   TrainTask& task_;
+  parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
+
   std::unique_ptr<optim::MasterWeights> masters_;
+  std::vector<optim::Param> params_;                     // the masters, with their tensor-parallel sharding
+  std::map<std::string, parallel::Layout> layouts_;      // tensor-parallel parameters by name
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "apps/gpt/commands.h"
+#include "core/dist/launch_env.h"
 #include "core/io/token_file.h"
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
@@ -203,6 +204,68 @@ TEST_F(GPTTrainingTest, TwoDataParallelRanksEqualOneRank) {
   trainer.run();
   const auto serial = train_serially(make_config(root_, "serial_rank" + std::to_string(runtime.world->rank()), ""));
   EXPECT_LT(max_difference(task->model().parameters(), serial), 2e-5);
+}
+
+// The full weights of a (possibly tensor-parallel) model: blocks gathered over the tensor group.
+std::vector<torch::Tensor> full_weights(GPT& model) {
+  std::vector<torch::Tensor> out;
+  const auto layouts = parallel::collect_layouts(*model);
+  for (const auto& item : model->named_parameters()) {
+    const auto found = layouts.find(item.key());
+    out.push_back(found == layouts.end() ? item.value().detach()
+                                         : parallel::gather_full(item.value().detach(), found->second, *model->tp.mesh));
+  }
+  return out;
+}
+
+// 1D tensor parallelism through the trainer, from the config alone: 2 ranks as tensor = 2, and 4 ranks
+// as data 2 x tensor 2, each against the serial run of the same global batch (6 AdamW steps).
+// Tolerance 2e-5: float32, only summation order differs.
+void tensor_parallel_training_equals_serial(const fs::path& root, const std::string& layout) {
+  const auto config = make_config(root, "tp_" + layout, "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2\n"
+                                                         "train.micro_batch_size=" + layout + "\ndist.timeout_s=30");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config, runtime.tensor);
+  train::Trainer trainer(config, runtime, *task);
+  trainer.run();
+  const auto parallel = full_weights(task->gpt());
+  const auto serial = train_serially(make_config(root, "serial_" + layout + "_" + std::to_string(runtime.world->rank()), ""));
+  EXPECT_LT(max_difference(parallel, serial), 2e-5);
+  // The checkpoint holds whole tensors: a serial model loads it and equals the gathered weights.
+  GPT reloaded(model_config(config));
+  train::CheckpointStore::load_model(train::checkpoint_folder((root / ("tp_" + layout) / "checkpoints").string(), 6),
+                                     *reloaded);
+  EXPECT_LT(max_difference(reloaded->parameters(), parallel), 1e-12);
+}
+
+TEST_F(GPTTrainingTest, TensorParallelOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  tensor_parallel_training_equals_serial(root_, "8");
+}
+
+TEST_F(GPTTrainingTest, TensorTimesDataParallelOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  tensor_parallel_training_equals_serial(root_, "4");
+}
+
+// A serial checkpoint resumes under 1D tensor parallelism (each rank takes its blocks of the weights
+// and of the optimizer state) and continues the serial run: 3 serial + 3 parallel steps = 6 serial.
+TEST_F(GPTTrainingTest, SerialCheckpointResumesTensorParallel) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  const int rank = dist::detect_launch_env().rank;
+  const std::string mine = "switch_" + std::to_string(rank);
+  train_serially(make_config(root_, mine, "train.steps=3"));
+  const auto config = make_config(root_, "unused", "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2\n"
+                                                   "dist.timeout_s=30\ntrain.resume=\"" +
+                                                       train::checkpoint_folder((root_ / mine / "checkpoints").string(), 3) +
+                                                       "\"\ntrain.out_dir=\"" + (root_ / "tp_resumed").string() + "\"");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config, runtime.tensor);
+  train::Trainer trainer(config, runtime, *task);
+  EXPECT_EQ(trainer.start_step(), 3);
+  trainer.run();
+  const auto serial = train_serially(make_config(root_, "straight_" + std::to_string(rank), ""));
+  EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
 }
 
 // bf16 with data parallelism: bf16 gradient buckets cross Gloo (as float32) and every rank must end
