@@ -137,8 +137,16 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
     auto store = c10::make_intrusive<c10d::PrefixStore>("kuafu/" + name, store_);
     backend = make_backend(store, group_rank, group_size);
   }
-  return std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend),
-                                        kind_, device_, timeout_);
+  auto group = std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend), kind_,
+                                              device_, timeout_);
+  std::lock_guard<std::mutex> lock(groups_mutex_);
+  groups_.push_back(group);
+  return group;
+}
+
+std::vector<GroupPtr> World::groups() const {
+  std::lock_guard<std::mutex> lock(groups_mutex_);
+  return groups_;
 }
 
 }  // namespace kuafu::dist

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -80,6 +81,9 @@ class World {
   // member must pass the same ranks and name. Names must be unique in the world.
   GroupPtr new_group(const std::string& name, std::vector<int> global_ranks) const;
 
+  // Every group this process belongs to, in creation order (for communication accounting).
+  std::vector<GroupPtr> groups() const;
+
  private:
   World() = default;
   c10::intrusive_ptr<compat::Backend> make_backend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -93,6 +97,8 @@ class World {
   std::chrono::milliseconds timeout_{300000};
   c10::intrusive_ptr<c10d::Store> store_;
   GroupPtr world_group_;
+  mutable std::mutex groups_mutex_;
+  mutable std::vector<GroupPtr> groups_;
 };
 
 }  // namespace kuafu::dist

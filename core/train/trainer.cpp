@@ -60,6 +60,24 @@ void zero_grads(torch::nn::Module& model) {
   }
 }
 
+// Bytes each group has sent from this rank so far, by group name.
+std::map<std::string, int64_t> bytes_sent_by_group(const dist::World& world) {
+  std::map<std::string, int64_t> sent;
+  for (const auto& group : world.groups()) sent[group->name()] = group->counters().bytes_sent;
+  return sent;
+}
+
+// {"group": bytes} sent since `before`, leaving out groups that sent nothing.
+nlohmann::json bytes_sent_since(const dist::World& world, const std::map<std::string, int64_t>& before) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, sent] : bytes_sent_by_group(world)) {
+    const auto old = before.find(name);
+    const int64_t delta = sent - (old == before.end() ? 0 : old->second);
+    if (delta > 0) out[name] = delta;
+  }
+  return out;
+}
+
 std::string fixed(double v, int digits) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(digits) << v;
@@ -258,6 +276,7 @@ TrainSummary Trainer::run() {
     const auto start = std::chrono::steady_clock::now();
     const double lr = learning_rate(step);
     optimizer_->set_lr(lr);
+    const auto sent_before = bytes_sent_by_group(*runtime_.world);
     // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
 
@@ -321,6 +340,10 @@ TrainSummary Trainer::run() {
     nlohmann::json metrics = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                               {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
                               {"peak_mem_mb", mem_mb}};
+    if (runtime_.world->size() > 1) {
+      // Communication accounting: bytes this rank sent in the step, per process group.
+      metrics["comm_bytes_sent"] = bytes_sent_since(*runtime_.world, sent_before);
+    }
     if (scaler_) {
       metrics["loss_scale"] = loss_scale;
       metrics["skipped"] = overflow;

@@ -236,6 +236,14 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   train::CheckpointStore::load_model(train::checkpoint_folder((root / ("tp_" + layout) / "checkpoints").string(), 6),
                                      *reloaded);
   EXPECT_LT(max_difference(reloaded->parameters(), parallel), 1e-12);
+  // Communication accounting: every step records the bytes this rank sent over the tensor group.
+  if (runtime.is_main()) {
+    for (const auto& line : metric_lines(root / ("tp_" + layout) / "metrics.jsonl")) {
+      const auto tensor_group = runtime.tensor.group()->name();
+      ASSERT_TRUE(line.contains("comm_bytes_sent")) << line.dump();
+      EXPECT_GT(line["comm_bytes_sent"].value(tensor_group, int64_t{0}), 0) << line.dump();
+    }
+  }
 }
 
 TEST_F(GPTTrainingTest, TensorParallelOnTwoRanksEqualsSerial) {
