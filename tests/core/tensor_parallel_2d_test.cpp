@@ -10,6 +10,7 @@
 #include "core/dist/collectives.h"
 #include "core/parallel/tensor/layers_2d.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/tensor_parallel_checks.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
@@ -33,15 +34,11 @@ std::shared_ptr<dist::ProcessMesh> grid_mesh(int data = 1) {
 }
 
 void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  ASSERT_TRUE(actual.defined()) << what << " is undefined";
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
-  EXPECT_TRUE(torch::allclose(actual, expected, kTolerance, kTolerance))
-      << what << ": max difference " << (actual - expected).abs().max().item<double>();
+  testing::expect_close(actual, expected, what, kTolerance);
 }
 
 void load(torch::Tensor& target, const torch::Tensor& full, const Layout& layout, const dist::ProcessMesh& mesh) {
-  torch::NoGradGuard no_grad;
-  target.copy_(parallel::shard_of(full, layout, mesh));
+  testing::load_block(target, full, layout, mesh);
 }
 
 torch::Tensor randn(at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64); }

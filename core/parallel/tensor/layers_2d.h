@@ -63,7 +63,7 @@ TORCH_MODULE(Linear2d);
 //   y_ij = (x_ij - μ) / sqrt(σ² + ε) ⊙ γ_j + β_j
 // (both sums all-reduced along the grid row, two-pass as torch computes them). γ_j, β_j are features
 // block j, replicated over tp_row; their gradients are summed over tp_row. The normalisation's
-// backward is written out in layers_2d.cpp (one all-reduce along the row).
+// backward is written out in summa.h (one all-reduce along the row).
 class LayerNorm2dImpl : public torch::nn::Module, public ShardedModule {
  public:
   LayerNorm2dImpl(int64_t hidden, const dist::ProcessMesh& mesh, double eps = 1e-5);
