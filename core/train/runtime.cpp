@@ -40,6 +40,12 @@ Runtime start_runtime(const config::Config& config) {
   options.timeout = std::chrono::seconds(config.get_int("dist.timeout_s"));
   runtime.world = dist::World::init(env, options);
   runtime.device = runtime.world->device();
+  // Rank 0 prints; every rank of a multi-rank job also appends to its own log file.
+  std::string log_dir = config.get_string("runtime.log_dir");
+  if (log_dir.empty() && runtime.world->size() > 1 && config.schema().find("train.out_dir")) {
+    log_dir = config.get_string("train.out_dir") + "/logs";
+  }
+  log::configure(runtime.world->rank(), runtime.world->size(), log_dir);
 
   runtime.tensor.spec = parallel::tensor_parallel_spec(config);
   const int ranks = runtime.world->size(), tensor = runtime.tensor.spec.size;

@@ -1,0 +1,104 @@
+// 3D tensor parallelism (Agarwal's 3D matrix product, Colossal-AI's "3d" mode): P = q x q x q ranks on
+// the mesh axes tp_x (a), tp_y (b), tp_z (c); each rank talks to q peers along one axis at a time.
+#pragma once
+
+#include "core/parallel/tensor/layout.h"
+#include "core/parallel/tensor/linear_1d.h"
+
+namespace kuafu::parallel {
+
+// ---- Activation layouts ------------------------------------------------------------------------
+// An activation X [B, ..., H] is cut into q^3 blocks: the batch into q^2 row blocks over tp_x and one
+// of tp_y / tp_z (tp_x outermost), the features into q blocks over the other. Which of the two splits
+// the features is the activation's feature axis F; the remaining one is its batch axis G:
+//   F = tp_z (Side3d::kZ, the model's input layout): rank (a, b, c) holds
+//       X[batch rows block (a, b), ..., features block c]     Layout {{0, {tp_x, tp_y}}, {-1, {tp_z}}}
+//   F = tp_y (Side3d::kY): rank (a, b, c) holds
+//       X[batch rows block (a, c), ..., features block b]     Layout {{0, {tp_x, tp_z}}, {-1, {tp_y}}}
+// (-1: the last dim; row block (a, g) is rows [(a q + g) B/q^2, (a q + g + 1) B/q^2).) Every block is [B/q^2, ..., H/q].
+// A Linear3d turns one side into the other (see below); a pair of them, e.g. an MLP, returns to the
+// side it started from, so residual adds line up. Element-wise functions (gelu, dropout with a
+// per-rank seed) apply to the blocks as they are. Nothing is replicated: the loss is the sum over the
+// ranks of each rank's loss on its own blocks, and the gradient of a block lives on its rank.
+enum class Side3d { kZ, kY };
+Side3d other_side(Side3d side);
+
+// The cube side q; kuafu::Error unless the mesh has axes tp_x, tp_y and tp_z of one size.
+int cube_side_3d(const dist::ProcessMesh& mesh);
+Layout activation_layout_3d(int64_t dims, Side3d side);
+// This rank's block of a full activation, and the full activation from every rank's block
+// (collective over the cube).
+torch::Tensor split_activation_3d(const torch::Tensor& full, const dist::ProcessMesh& mesh, Side3d side = Side3d::kZ);
+torch::Tensor gather_activation_3d(const torch::Tensor& block, const dist::ProcessMesh& mesh,
+                                   Side3d side = Side3d::kZ);
+
+// ---- Linear ------------------------------------------------------------------------------------
+// Y = X A + b with X [B, in] (leading dims flattened into B for the maths), A [in, out]. Name the
+// three axes by their role for a layer whose input is on side F:
+//   K = F            splits the input features (the contraction index k),
+//   J = the other of tp_y / tp_z, splits the output features (index j),
+//   I = tp_x         splits the batch (index i) and, within a weight block, the input features.
+// Write X_{i,k} = X[rows block i of q, in block k of q], A_{k,j} = A[in block k, out block j],
+// Y_{i,j} = Σ_k X_{i,k} A_{k,j}. Rank with coordinates (i, j, k) along (I, J, K) stores
+//   X block  X_{i,k}[rows part j of q]            [B/q^2, in/q]     (input on side F = K)
+//   A block  A_{k,j}[in part i of q]              [in/q^2, out/q]   Layout {{in_dim, {K, I}}, {out_dim, {J}}}
+//   b block  b[out block j]                       [out/q]           Layout {{0, {J}}}, replicated over I, K
+//   Y block  Y_{i,j}[rows part k of q] + b_j      [B/q^2, out/q]    (output on side J: the other side)
+// Forward:
+//   X_{i,k} = all_gather_J(X block)     (rows)           [B/q, in/q]
+//   A_{k,j} = all_gather_I(A block)     (input features) [in/q, out/q]
+//   P       = X_{i,k} A_{k,j}           local product, one term of Y_{i,j}
+//   Y block = reduce_scatter_K(P)       (rows): Σ_k over the K line, this rank keeps rows part k
+// Backward, from dY block:
+//   dP      = all_gather_K(dY block)                    = dY_{i,j}  [B/q, out/q]
+//   dX block = reduce_scatter_J(dP A_{k,j}^T)           Σ_j dY_{i,j} A_{k,j}^T, rows part j
+//   dA block = reduce_scatter_I(X_{i,k}^T dP)           Σ_i X_{i,k}^T dY_{i,j}, in part i
+//   db_j    = Σ_rows dY block, all-reduced over I and K (the ranks holding other rows of Y_{·,j})
+// The gathered X_{i,k} and A_{k,j} are not kept for backward (gathered again), so memory stays one
+// block. Each collective runs over the q ranks of one axis line: traffic O(q) blocks per rank.
+// Spec: in divisible by q^2, out by q, stride 1; the batch (dim 0) by q^2.
+class Linear3dImpl : public torch::nn::Module, public ShardedModule {
+ public:
+  Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh, Side3d input_side = Side3d::kZ);
+  torch::Tensor forward(const torch::Tensor& x);  // [B/q^2, ..., in/q] side F -> [B/q^2, ..., out/q] other side
+  std::map<std::string, Layout> parameter_layouts() const override;
+  Side3d input_side() const { return input_side_; }
+  Side3d output_side() const { return other_side(input_side_); }
+
+  torch::Tensor weight;  // [in/q^2, out/q] (kInOut) or [out/q, in/q^2] (kOutIn)
+  torch::Tensor bias;    // [out/q] (undefined without bias)
+
+ private:
+  LinearSpec spec_;
+  Side3d input_side_;
+  dist::GroupPtr i_group_;   // along tp_x
+  dist::GroupPtr j_group_;   // along J
+  dist::GroupPtr k_group_;   // along K
+  dist::GroupPtr ik_group_;  // along tp_x and K: the replicas of b_j
+};
+TORCH_MODULE(Linear3d);
+
+// ---- LayerNorm ---------------------------------------------------------------------------------
+// LayerNorm over the full hidden size H of an activation on side F (features block f along F):
+//   μ = (1/H) Σ_f Σ_{h ∈ block f} x_h,   σ² = (1/H) Σ_f Σ_{h ∈ block f} (x_h - μ)²   (all-reduced along F)
+//   y = (x - μ) / sqrt(σ² + ε) ⊙ γ_f + β_f
+// γ_f, β_f = features block f [H/q], Layout {{0, {F}}}, replicated over tp_x and the batch axis G;
+// their gradients are summed over those two axes. Same side in and out.
+class LayerNorm3dImpl : public torch::nn::Module, public ShardedModule {
+ public:
+  LayerNorm3dImpl(int64_t hidden, const dist::ProcessMesh& mesh, Side3d side = Side3d::kZ, double eps = 1e-5);
+  torch::Tensor forward(const torch::Tensor& x);  // [B/q^2, ..., H/q] -> same
+  std::map<std::string, Layout> parameter_layouts() const override;
+
+  torch::Tensor weight;  // γ [H/q], ones
+  torch::Tensor bias;    // β [H/q], zeros
+
+ private:
+  double eps_;
+  Side3d side_;
+  dist::GroupPtr feature_group_;  // along F
+  dist::GroupPtr replica_group_;  // along tp_x and G
+};
+TORCH_MODULE(LayerNorm3d);
+
+}  // namespace kuafu::parallel
