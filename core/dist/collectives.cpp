@@ -27,6 +27,13 @@ torch::Tensor wire_tensor(const torch::Tensor& tensor, const ProcessGroup& group
   return tensor.contiguous();
 }
 
+// An all-reduce is accounted as the bandwidth-optimal ring (reduce-scatter then all-gather): each rank
+// sends and receives 2 (p - 1) / p of the tensor, whatever algorithm the backend picks.
+void count_all_reduce(const torch::Tensor& tensor, const ProcessGroup& group) {
+  const int64_t p = group.size();
+  group.count(2 * bytes_of(tensor) / p * (p - 1), 2 * bytes_of(tensor) / p * (p - 1));
+}
+
 // Copies the wire result back into `tensor` when they are different storage.
 void copy_back(torch::Tensor& tensor, const torch::Tensor& wire) {
   if (!wire.is_same(tensor)) tensor.copy_(wire);
@@ -41,7 +48,7 @@ void all_reduce(torch::Tensor& tensor, const ProcessGroup& group, Reduce op) {
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
   group.wait(group.backend().allreduce(tensors, options), "all_reduce");
-  group.count(bytes_of(tensor), bytes_of(tensor));
+  count_all_reduce(tensor, group);
   if (op == Reduce::kAvg) wire.div_(group.size());
   copy_back(tensor, wire);
 }
@@ -63,7 +70,7 @@ PendingAllReduce all_reduce_async(torch::Tensor tensor, const ProcessGroup& grou
   torch::Tensor wire = wire_tensor(tensor, group);
   std::vector<torch::Tensor> tensors{wire};
   auto work = group.backend().allreduce(tensors, c10d::AllreduceOptions());
-  group.count(bytes_of(tensor), bytes_of(tensor));
+  count_all_reduce(tensor, group);
   return PendingAllReduce(&group, tensor, wire.is_same(tensor) ? torch::Tensor() : wire, work);
 }
 

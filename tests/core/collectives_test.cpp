@@ -80,6 +80,17 @@ void check_plain_collectives() {
   }
   EXPECT_TRUE(torch::equal(incoming, all[(r + p - 1) % p]));
   EXPECT_GT(g.counters().bytes_sent, 0);
+
+  // Accounting follows the ring algorithms: an all-reduce of n floats sends 2 (p-1)/p n 4 bytes per
+  // rank, an all-gather of n floats per rank sends (p-1) n 4 bytes.
+  const int64_t n = 12 * p;
+  torch::Tensor ones = torch::ones({n});
+  const int64_t before = g.counters().bytes_sent;
+  dist::all_reduce(ones, g);
+  EXPECT_EQ(g.counters().bytes_sent - before, 2 * (p - 1) * n * 4 / p);
+  const int64_t mid = g.counters().bytes_sent;
+  dist::all_gather(ones, g, 0);
+  EXPECT_EQ(g.counters().bytes_sent - mid, (p - 1) * n * 4);
 }
 
 TEST(CollectivesTest, PlainMatchSerialOnTwoRanks) {

@@ -8,19 +8,20 @@
 namespace kuafu::parallel {
 
 // ---- Activation layouts ------------------------------------------------------------------------
-// An activation X [B, ..., H] is cut into q^3 blocks: the batch into q^2 row blocks over tp_x and one
-// of tp_y / tp_z (tp_x outermost), the features into q blocks over the other. Which of the two splits
-// the features is the activation's feature axis F; the remaining one is its batch axis G:
-//   F = tp_z (Side3d::kZ, the model's input layout): rank (a, b, c) holds
-//       X[batch rows block (a, b), ..., features block c]     Layout {{0, {tp_x, tp_y}}, {-1, {tp_z}}}
-//   F = tp_y (Side3d::kY): rank (a, b, c) holds
+// An activation X [B, ..., H] is cut into q^3 blocks: the features into q blocks over one of tp_x /
+// tp_y, its feature axis F; the batch into q^2 row blocks over the other one, its batch axis G, and
+// tp_z (G outermost: parallel::Layout numbers blocks in mesh order). Row block (g, c) is rows
+// [(g q + c) B/q^2, (g q + c + 1) B/q^2). The two sides:
+//   F = tp_y (Side3d::kY, the model's input side): rank (a, b, c) holds
 //       X[batch rows block (a, c), ..., features block b]     Layout {{0, {tp_x, tp_z}}, {-1, {tp_y}}}
-// (-1: the last dim; row block (a, g) is rows [(a q + g) B/q^2, (a q + g + 1) B/q^2).) Every block is [B/q^2, ..., H/q].
-// A Linear3d turns one side into the other (see below); a pair of them, e.g. an MLP, returns to the
-// side it started from, so residual adds line up. Element-wise functions (gelu, dropout with a
-// per-rank seed) apply to the blocks as they are. Nothing is replicated: the loss is the sum over the
-// ranks of each rank's loss on its own blocks, and the gradient of a block lives on its rank.
-enum class Side3d { kZ, kY };
+//   F = tp_x (Side3d::kX): rank (a, b, c) holds
+//       X[batch rows block (b, c), ..., features block a]     Layout {{0, {tp_y, tp_z}}, {-1, {tp_x}}}
+// (-1: the last dim.) Every block is [B/q^2, ..., H/q]. A Linear3d turns one side into the other (see
+// below); a pair of them, e.g. an MLP, returns to the side it started from, so residual adds line
+// up. Element-wise functions (gelu, residual adds) apply to the blocks as they are. Nothing is
+// replicated: the loss is the sum over the ranks of each rank's loss on its own blocks, and the
+// gradient of a block lives on the rank that holds it.
+enum class Side3d { kY, kX };
 Side3d other_side(Side3d side);
 
 // The cube side q; kuafu::Error unless the mesh has axes tp_x, tp_y and tp_z of one size.
@@ -28,38 +29,40 @@ int cube_side_3d(const dist::ProcessMesh& mesh);
 Layout activation_layout_3d(int64_t dims, Side3d side);
 // This rank's block of a full activation, and the full activation from every rank's block
 // (collective over the cube).
-torch::Tensor split_activation_3d(const torch::Tensor& full, const dist::ProcessMesh& mesh, Side3d side = Side3d::kZ);
+torch::Tensor split_activation_3d(const torch::Tensor& full, const dist::ProcessMesh& mesh, Side3d side = Side3d::kY);
 torch::Tensor gather_activation_3d(const torch::Tensor& block, const dist::ProcessMesh& mesh,
-                                   Side3d side = Side3d::kZ);
+                                   Side3d side = Side3d::kY);
 
 // ---- Linear ------------------------------------------------------------------------------------
 // Y = X A + b with X [B, in] (leading dims flattened into B for the maths), A [in, out]. Name the
-// three axes by their role for a layer whose input is on side F:
-//   K = F            splits the input features (the contraction index k),
-//   J = the other of tp_y / tp_z, splits the output features (index j),
-//   I = tp_x         splits the batch (index i) and, within a weight block, the input features.
-// Write X_{i,k} = X[rows block i of q, in block k of q], A_{k,j} = A[in block k, out block j],
-// Y_{i,j} = Σ_k X_{i,k} A_{k,j}. Rank with coordinates (i, j, k) along (I, J, K) stores
-//   X block  X_{i,k}[rows part j of q]            [B/q^2, in/q]     (input on side F = K)
-//   A block  A_{k,j}[in part i of q]              [in/q^2, out/q]   Layout {{in_dim, {K, I}}, {out_dim, {J}}}
-//   b block  b[out block j]                       [out/q]           Layout {{0, {J}}}, replicated over I, K
-//   Y block  Y_{i,j}[rows part k of q] + b_j      [B/q^2, out/q]    (output on side J: the other side)
+// three axes by their role in a layer whose input is on side F:
+//   K = F      splits the input features: the contraction index k,
+//   J = G      the input's batch axis; splits the output features: index j,
+//   I = tp_z   splits the batch (index i) and, inside a weight block, the input features.
+// Let R_i = the row blocks (m q + i) of q^2 for m = 0 .. q-1, in that order (B/q rows, strided), and
+//   X_{i,k} = X[R_i, in block k of q],  A_{k,j} = A[in block k of q, out block j of q],
+//   Y_{i,j} = X[R_i] A[:, out block j] = Σ_k X_{i,k} A_{k,j}.
+// Rank with coordinates (i, j, k) along (I, J, K) stores
+//   X block = X[row block (j, i), in block k]    [B/q^2, in/q]    (input on side F)
+//   A block = A_{k,j}[in part i of q]            [in/q^2, out/q]  Layout {{in_dim, {K, tp_z}}, {out_dim, {J}}}
+//   b block = b[out block j]                     [out/q]          Layout {{0, {J}}}: replicated over I, K
+//   Y block = Y[row block (k, i), out block j]   [B/q^2, out/q]   (output on side J, the other side)
 // Forward:
-//   X_{i,k} = all_gather_J(X block)     (rows)           [B/q, in/q]
-//   A_{k,j} = all_gather_I(A block)     (input features) [in/q, out/q]
-//   P       = X_{i,k} A_{k,j}           local product, one term of Y_{i,j}
-//   Y block = reduce_scatter_K(P)       (rows): Σ_k over the K line, this rank keeps rows part k
+//   X_{i,k} = all_gather_J(X block)   along rows: the blocks (j, i), j = 0 .. q-1, are R_i
+//   A_{k,j} = all_gather_I(A block)   along input features
+//   P       = X_{i,k} A_{k,j}         local product: the k-th term of Y_{i,j}       [B/q, out/q]
+//   Y block = reduce_scatter_K(P) + b_j   Σ_k along the K line; part k of R_i is row block (k, i)
 // Backward, from dY block:
-//   dP      = all_gather_K(dY block)                    = dY_{i,j}  [B/q, out/q]
-//   dX block = reduce_scatter_J(dP A_{k,j}^T)           Σ_j dY_{i,j} A_{k,j}^T, rows part j
-//   dA block = reduce_scatter_I(X_{i,k}^T dP)           Σ_i X_{i,k}^T dY_{i,j}, in part i
-//   db_j    = Σ_rows dY block, all-reduced over I and K (the ranks holding other rows of Y_{·,j})
-// The gathered X_{i,k} and A_{k,j} are not kept for backward (gathered again), so memory stays one
-// block. Each collective runs over the q ranks of one axis line: traffic O(q) blocks per rank.
+//   dY_{i,j} = all_gather_K(dY block)
+//   dX block = reduce_scatter_J(dY_{i,j} A_{k,j}^T)    Σ_j, rank j keeps row block (j, i)
+//   dA block = reduce_scatter_I(X_{i,k}^T dY_{i,j})    Σ_i, rank i keeps input part i
+//   db_j     = Σ_rows dY block, all-reduced over I and K (the ranks holding the other rows of out block j)
+// X_{i,k} and A_{k,j} are gathered again in backward rather than kept, so memory stays one block.
+// Each collective runs over the q ranks of one axis line: O(q) = O(P^(1/3)) peers per rank.
 // Spec: in divisible by q^2, out by q, stride 1; the batch (dim 0) by q^2.
 class Linear3dImpl : public torch::nn::Module, public ShardedModule {
  public:
-  Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh, Side3d input_side = Side3d::kZ);
+  Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh, Side3d input_side = Side3d::kY);
   torch::Tensor forward(const torch::Tensor& x);  // [B/q^2, ..., in/q] side F -> [B/q^2, ..., out/q] other side
   std::map<std::string, Layout> parameter_layouts() const override;
   Side3d input_side() const { return input_side_; }
@@ -71,10 +74,10 @@ class Linear3dImpl : public torch::nn::Module, public ShardedModule {
  private:
   LinearSpec spec_;
   Side3d input_side_;
-  dist::GroupPtr i_group_;   // along tp_x
-  dist::GroupPtr j_group_;   // along J
-  dist::GroupPtr k_group_;   // along K
-  dist::GroupPtr ik_group_;  // along tp_x and K: the replicas of b_j
+  dist::GroupPtr i_group_;   // along tp_z; group rank i
+  dist::GroupPtr j_group_;   // along J; group rank j
+  dist::GroupPtr k_group_;   // along K; group rank k
+  dist::GroupPtr ik_group_;  // along tp_z and K: the replicas of b_j
 };
 TORCH_MODULE(Linear3d);
 
@@ -82,11 +85,11 @@ TORCH_MODULE(Linear3d);
 // LayerNorm over the full hidden size H of an activation on side F (features block f along F):
 //   μ = (1/H) Σ_f Σ_{h ∈ block f} x_h,   σ² = (1/H) Σ_f Σ_{h ∈ block f} (x_h - μ)²   (all-reduced along F)
 //   y = (x - μ) / sqrt(σ² + ε) ⊙ γ_f + β_f
-// γ_f, β_f = features block f [H/q], Layout {{0, {F}}}, replicated over tp_x and the batch axis G;
+// γ_f, β_f = features block f [H/q], Layout {{0, {F}}}, replicated over the batch axes G and tp_z;
 // their gradients are summed over those two axes. Same side in and out.
 class LayerNorm3dImpl : public torch::nn::Module, public ShardedModule {
  public:
-  LayerNorm3dImpl(int64_t hidden, const dist::ProcessMesh& mesh, Side3d side = Side3d::kZ, double eps = 1e-5);
+  LayerNorm3dImpl(int64_t hidden, const dist::ProcessMesh& mesh, Side3d side = Side3d::kY, double eps = 1e-5);
   torch::Tensor forward(const torch::Tensor& x);  // [B/q^2, ..., H/q] -> same
   std::map<std::string, Layout> parameter_layouts() const override;
 
@@ -97,7 +100,7 @@ class LayerNorm3dImpl : public torch::nn::Module, public ShardedModule {
   double eps_;
   Side3d side_;
   dist::GroupPtr feature_group_;  // along F
-  dist::GroupPtr replica_group_;  // along tp_x and G
+  dist::GroupPtr replica_group_;  // along G and tp_z
 };
 TORCH_MODULE(LayerNorm3d);
 
