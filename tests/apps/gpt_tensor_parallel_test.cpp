@@ -6,6 +6,7 @@
 
 #include "apps/gpt/model.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
 namespace kuafu::gpt {
@@ -69,6 +70,16 @@ TEST(GPTTensorParallelTest, OneDimensionalOnTwoRanksEqualsSerial) {
 TEST(GPTTensorParallelTest, OneDimensionalOnFourRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   tensor_parallel_gpt_equals_serial();
+}
+
+// Modes whose layers exist but that the model cannot take from the factories yet say so at the key.
+TEST(GPTTensorParallelTest, ModesWithoutModelSupportNameTheKey) {
+  parallel::TensorParallel tp;
+  tp.spec = {parallel::TensorMode::k2D, 4, 1};
+  tp.mesh = std::make_shared<dist::ProcessMesh>(dist::World::single(),
+                                                std::vector<dist::MeshAxis>{{"tp_row", 1}, {"tp_col", 1}});
+  const std::string message = testing::error_message([&] { GPT model(tiny(), tp); });
+  EXPECT_TRUE(testing::Contains(message, "parallel.tensor.mode = \"2d\""));
 }
 
 }  // namespace

@@ -39,14 +39,16 @@ torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spe
       if (cut == Cut::kColumn) return torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh));
       return torch::nn::AnyModule(RowParallelLinear(spec, *tp.mesh));
     default:
-      fail("tensor-parallel mode " + std::to_string(static_cast<int>(tp.spec.mode)) +
-           " has no linear layer yet; use parallel.tensor.mode = \"1d\"");
+      // The 2D, 2.5D and 3D layers exist (layers_2d.h, ...) but models do not take them from here yet.
+      fail("parallel.tensor.mode = \"" + mode_name(tp.spec.mode) +
+           "\" cannot build this model's layers yet; use \"1d\" (or \"none\")");
   }
 }
 
 torch::nn::AnyModule make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim) {
   if (!tp.enabled()) return torch::nn::AnyModule(SerialEmbedding(vocab, dim));
-  KUAFU_CHECK(tp.spec.mode == TensorMode::k1D, "only 1d tensor parallelism has a parallel embedding yet");
+  KUAFU_CHECK(tp.spec.mode == TensorMode::k1D, "parallel.tensor.mode = \"", mode_name(tp.spec.mode),
+              "\" cannot build this model's embedding yet; use \"1d\" (or \"none\")");
   return torch::nn::AnyModule(VocabParallelEmbedding(vocab, dim, *tp.mesh));
 }
 

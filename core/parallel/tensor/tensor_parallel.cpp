@@ -59,6 +59,17 @@ TensorParallelSpec tensor_parallel_spec(const config::Config& config) {
   return spec;
 }
 
+std::string mode_name(TensorMode mode) {
+  switch (mode) {
+    case TensorMode::kNone: return "none";
+    case TensorMode::k1D: return "1d";
+    case TensorMode::k2D: return "2d";
+    case TensorMode::k2p5D: return "2.5d";
+    case TensorMode::k3D: return "3d";
+  }
+  return "?";
+}
+
 int grid_side(const TensorParallelSpec& spec) {
   switch (spec.mode) {
     case TensorMode::kNone: return 1;

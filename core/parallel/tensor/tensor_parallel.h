@@ -31,6 +31,9 @@ TensorParallelSpec tensor_parallel_spec(const config::Config& config);
 std::vector<dist::MeshAxis> tensor_mesh_axes(const TensorParallelSpec& spec);
 std::vector<std::string> tensor_axis_names(const TensorParallelSpec& spec);
 
+// "none", "1d", "2d", "2.5d" or "3d": the config's name of a mode.
+std::string mode_name(TensorMode mode);
+
 // The grid side q of a 2D, 2.5D or 3D spec (P for 1D).
 int grid_side(const TensorParallelSpec& spec);
 
