@@ -148,7 +148,10 @@ void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   group.wait(group.backend().broadcast(tensors, options), "broadcast");
-  group.count(group.rank() == root ? bytes_of(tensor) : 0, group.rank() == root ? 0 : bytes_of(tensor));
+  // Accounted as the pipelined ring NCCL uses: the tensor passes once around the ring that starts at the
+  // root, so every rank but the last forwards it and every rank but the root receives it.
+  const int p = group.size(), last = (root + p - 1) % p;
+  group.count(group.rank() == last ? 0 : bytes_of(tensor), group.rank() == root ? 0 : bytes_of(tensor));
   copy_back(tensor, wire);
 }
 
@@ -160,8 +163,10 @@ void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce o
   options.reduceOp = to_c10d(op);
   options.rootRank = root;
   group.wait(group.backend().reduce(tensors, options), "reduce");
-  // Counted like broadcast, mirrored: each contributor sends its tensor once, the root receives one.
-  group.count(group.rank() == root ? 0 : bytes_of(tensor), group.rank() == root ? bytes_of(tensor) : 0);
+  // Accounted as broadcast's ring run backwards: partial sums flow from the rank after the root round to
+  // the root, so every rank but the root sends the tensor and every rank but the first receives it.
+  const int p = group.size(), first = (root + 1) % p;
+  group.count(group.rank() == root ? 0 : bytes_of(tensor), group.rank() == first ? 0 : bytes_of(tensor));
   if (group.rank() != root) return;
   if (op == Reduce::kAvg) wire.div_(group.size());
   copy_back(tensor, wire);

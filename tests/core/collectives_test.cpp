@@ -91,6 +91,16 @@ void check_plain_collectives() {
   const int64_t mid = g.counters().bytes_sent;
   dist::all_gather(ones, g, 0);
   EXPECT_EQ(g.counters().bytes_sent - mid, (p - 1) * n * 4);
+  // Broadcast from root 0 as a pipelined ring: every rank but the last (p - 1) forwards the tensor and
+  // every rank but the root receives it; reduce to root 0 is the same ring backwards.
+  const int64_t sent_before = g.counters().bytes_sent, received_before = g.counters().bytes_received;
+  dist::broadcast(ones, g, 0);
+  EXPECT_EQ(g.counters().bytes_sent - sent_before, r == p - 1 ? 0 : n * 4);
+  EXPECT_EQ(g.counters().bytes_received - received_before, r == 0 ? 0 : n * 4);
+  const int64_t sent_mid = g.counters().bytes_sent, received_mid = g.counters().bytes_received;
+  dist::reduce(ones, g, 0);
+  EXPECT_EQ(g.counters().bytes_sent - sent_mid, r == 0 ? 0 : n * 4);
+  EXPECT_EQ(g.counters().bytes_received - received_mid, r == 1 ? 0 : n * 4);
 }
 
 TEST(CollectivesTest, PlainMatchSerialOnTwoRanks) {
