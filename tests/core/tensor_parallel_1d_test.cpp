@@ -73,7 +73,7 @@ void mlp_equals_serial(const std::shared_ptr<dist::ProcessMesh>& mesh, parallel:
 
   // Serial reference.
   auto apply = [&](const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-    return (order == parallel::WeightOrder::kInOut ? torch::matmul(x, w) : torch::matmul(x, w.t())) + b;
+    return testing::serial_linear(x, w, b, order);
   };
   std::vector<torch::Tensor> serial = {w1.clone().requires_grad_(), b1.clone().requires_grad_(),
                                        w2.clone().requires_grad_(), b2.clone().requires_grad_()};

@@ -37,41 +37,14 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, co
   testing::expect_close(actual, expected, what, kTolerance);
 }
 
-void load(torch::Tensor& target, const torch::Tensor& full, const Layout& layout, const dist::ProcessMesh& mesh) {
-  testing::load_block(target, full, layout, mesh);
-}
-
-torch::Tensor randn(at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64); }
-
-// A full weight in storage order for `in` -> `out` features.
-torch::Tensor weight_of(int64_t in, int64_t out, WeightOrder order) {
-  return order == WeightOrder::kInOut ? randn({in, out}) : randn({out, in});
-}
-
-torch::Tensor serial_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, WeightOrder order) {
-  torch::Tensor y = order == WeightOrder::kInOut ? torch::matmul(x, w) : torch::matmul(x, w.t());
-  return b.defined() ? y + b : y;
-}
-
-// A parameter of the serial model and the 2D layer parameter cut from it; after backward the local
-// gradient must be the serial gradient's block.
-struct Param {
-  std::string what;
-  torch::Tensor serial;  // full, requires grad
-  torch::Tensor* local;  // the 2D layer's block
-  Layout layout;
-};
-
-Param bind_param(const std::string& what, const torch::Tensor& full, torch::Tensor& local, const Layout& layout,
-           const dist::ProcessMesh& mesh) {
-  load(local, full, layout, mesh);
-  return {what, full.clone().requires_grad_(), &local, layout};
-}
+using Param = testing::BoundParam;
+using testing::bind_param;
+using testing::randn64;
+using testing::serial_linear;
+using testing::weight_of;
 
 void expect_gradients(const std::vector<Param>& params, const dist::ProcessMesh& mesh) {
-  for (const auto& p : params) {
-    expect_close(p.local->grad(), parallel::shard_of(p.serial.grad(), p.layout, mesh), p.what + " gradient");
-  }
+  testing::expect_gradients(params, mesh, kTolerance);
 }
 
 TEST(Layers2dTest, ActivationBlocksSplitAndGatherBack) {
@@ -91,11 +64,11 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
                           const std::vector<int64_t>& x_shape, bool input_grad) {
   const int64_t in = x_shape.back(), out = 4;
   torch::manual_seed(7);
-  const torch::Tensor w = weight_of(in, out, order), b = randn({out});
-  const torch::Tensor x0 = randn(x_shape);
+  const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
+  const torch::Tensor x0 = randn64(x_shape);
   std::vector<int64_t> y_shape = x_shape;
   y_shape.back() = out;
-  const torch::Tensor r = randn(y_shape);
+  const torch::Tensor r = randn64(y_shape);
 
   parallel::Linear2d layer(parallel::LinearSpec{in, out, bias, order, /*stride=*/1}, mesh);
   layer->to(torch::kFloat64);
@@ -132,11 +105,11 @@ void chain_equals_serial(const dist::ProcessMesh& mesh, int batch_seed) {
   const int64_t in = 6, hidden = 8, out = 6;
   const double eps = 1e-5;
   torch::manual_seed(11);  // the same weights on every data replica
-  const torch::Tensor w1 = weight_of(in, hidden, WeightOrder::kInOut), b1 = randn({hidden});
-  const torch::Tensor w2 = weight_of(hidden, out, WeightOrder::kOutIn), b2 = randn({out});
-  const torch::Tensor gain = 1 + 0.5 * randn({out}), shift = randn({out});
+  const torch::Tensor w1 = weight_of(in, hidden, WeightOrder::kInOut), b1 = randn64({hidden});
+  const torch::Tensor w2 = weight_of(hidden, out, WeightOrder::kOutIn), b2 = randn64({out});
+  const torch::Tensor gain = 1 + 0.5 * randn64({out}), shift = randn64({out});
   torch::manual_seed(batch_seed);
-  const torch::Tensor x0 = randn({4, 3, in}), r = randn({4, 3, out});
+  const torch::Tensor x0 = randn64({4, 3, in}), r = randn64({4, 3, out});
 
   parallel::Linear2d fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, mesh);
   parallel::Linear2d fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, mesh);
@@ -187,8 +160,8 @@ TEST(Layers2dTest, EmbeddingHeadAndCrossEntropyEqualSerial) {
   auto mesh = grid_mesh();
   const int64_t vocab = 10, hidden = 6;
   torch::manual_seed(5);
-  const torch::Tensor table = randn({vocab, hidden}), w = weight_of(hidden, vocab, WeightOrder::kOutIn);
-  const torch::Tensor c = randn({vocab}), gain = 1 + 0.5 * randn({hidden}), shift = randn({hidden});
+  const torch::Tensor table = randn64({vocab, hidden}), w = weight_of(hidden, vocab, WeightOrder::kOutIn);
+  const torch::Tensor c = randn64({vocab}), gain = 1 + 0.5 * randn64({hidden}), shift = randn64({hidden});
   const torch::Tensor ids = torch::randint(vocab, {4, 3}), targets = torch::randint(vocab, {4, 3});
 
   parallel::Embedding2d embedding(vocab, hidden, *mesh);

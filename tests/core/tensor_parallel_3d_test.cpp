@@ -37,37 +37,14 @@ void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, co
   testing::expect_close(actual, expected, what, kTolerance);
 }
 
-torch::Tensor randn(at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64); }
-
-// A full weight in storage order for `in` -> `out` features.
-torch::Tensor weight_of(int64_t in, int64_t out, WeightOrder order) {
-  return order == WeightOrder::kInOut ? randn({in, out}) : randn({out, in});
-}
-
-torch::Tensor serial_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b, WeightOrder order) {
-  torch::Tensor y = order == WeightOrder::kInOut ? torch::matmul(x, w) : torch::matmul(x, w.t());
-  return b.defined() ? y + b : y;
-}
-
-// A parameter of the serial model and the 3D layer parameter cut from it; after backward the local
-// gradient must be the serial gradient's block.
-struct Param {
-  std::string what;
-  torch::Tensor serial;  // full, requires grad
-  torch::Tensor* local;  // the 3D layer's block
-  Layout layout;
-};
-
-Param bind_param(const std::string& what, const torch::Tensor& full, torch::Tensor& local, const Layout& layout,
-                 const dist::ProcessMesh& mesh) {
-  testing::load_block(local, full, layout, mesh);
-  return {what, full.clone().requires_grad_(), &local, layout};
-}
+using Param = testing::BoundParam;
+using testing::bind_param;
+using testing::randn64;
+using testing::serial_linear;
+using testing::weight_of;
 
 void expect_gradients(const std::vector<Param>& params, const dist::ProcessMesh& mesh) {
-  for (const auto& p : params) {
-    expect_close(p.local->grad(), parallel::shard_of(p.serial.grad(), p.layout, mesh), p.what + " gradient");
-  }
+  testing::expect_gradients(params, mesh, kTolerance);
 }
 
 TEST(Layers3dTest, ActivationBlocksSplitAndGatherBack) {
@@ -91,11 +68,11 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
                           const std::vector<int64_t>& x_shape, bool input_grad) {
   const int64_t in = x_shape.back(), out = 6;
   torch::manual_seed(7);
-  const torch::Tensor w = weight_of(in, out, order), b = randn({out});
-  const torch::Tensor x0 = randn(x_shape);
+  const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
+  const torch::Tensor x0 = randn64(x_shape);
   std::vector<int64_t> y_shape = x_shape;
   y_shape.back() = out;
-  const torch::Tensor r = randn(y_shape);
+  const torch::Tensor r = randn64(y_shape);
 
   parallel::Linear3d layer(parallel::LinearSpec{in, out, bias, order, /*stride=*/1}, mesh, side);
   layer->to(torch::kFloat64);
@@ -142,10 +119,10 @@ TEST(Layers3dTest, LinearGeluLinearLayerNormEqualsSerial) {
   const int64_t in = 8, hidden = 12, out = 8;
   const double eps = 1e-5;
   torch::manual_seed(11);
-  const torch::Tensor w1 = weight_of(in, hidden, WeightOrder::kInOut), b1 = randn({hidden});
-  const torch::Tensor w2 = weight_of(hidden, out, WeightOrder::kOutIn), b2 = randn({out});
-  const torch::Tensor gain = 1 + 0.5 * randn({out}), shift = randn({out});
-  const torch::Tensor x0 = randn({8, 3, in}), r = randn({8, 3, out});
+  const torch::Tensor w1 = weight_of(in, hidden, WeightOrder::kInOut), b1 = randn64({hidden});
+  const torch::Tensor w2 = weight_of(hidden, out, WeightOrder::kOutIn), b2 = randn64({out});
+  const torch::Tensor gain = 1 + 0.5 * randn64({out}), shift = randn64({out});
+  const torch::Tensor x0 = randn64({8, 3, in}), r = randn64({8, 3, out});
 
   parallel::Linear3d fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, *mesh, Side3d::kY);
   parallel::Linear3d fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, *mesh, fc1->output_side());

@@ -1,12 +1,16 @@
 // Checks shared by the tensor-parallel tests: a parallel block against the serial tensor (with the
-// largest difference in the message), and loading a block of a serial tensor into a parameter.
+// largest difference in the message), loading a block of a serial tensor into a parameter, the serial
+// linear layer the parallel ones are compared with, and serial/parallel parameter pairs whose
+// gradients are compared after backward.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "core/parallel/tensor/layout.h"
+#include "core/parallel/tensor/linear_1d.h"
 
 namespace kuafu::testing {
 
@@ -23,6 +27,42 @@ inline void load_block(torch::Tensor& target, const torch::Tensor& full, const p
                        const dist::ProcessMesh& mesh) {
   torch::NoGradGuard no_grad;
   target.copy_(parallel::shard_of(full, layout, mesh));
+}
+
+inline torch::Tensor randn64(at::IntArrayRef shape) { return torch::randn(shape, torch::kFloat64); }
+
+// A random float64 weight in storage order for `in` -> `out` features.
+inline torch::Tensor weight_of(int64_t in, int64_t out, parallel::WeightOrder order) {
+  return order == parallel::WeightOrder::kInOut ? randn64({in, out}) : randn64({out, in});
+}
+
+// The serial reference: x W (+ b) with W stored as `order` says.
+inline torch::Tensor serial_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
+                                   parallel::WeightOrder order) {
+  torch::Tensor y = order == parallel::WeightOrder::kInOut ? torch::matmul(x, w) : torch::matmul(x, w.t());
+  return b.defined() ? y + b : y;
+}
+
+// A parameter of the serial model and the parallel layer's parameter cut from it; after backward the
+// local gradient must be the serial gradient's block.
+struct BoundParam {
+  std::string what;
+  torch::Tensor serial;  // full, requires grad
+  torch::Tensor* local;  // the parallel layer's block
+  parallel::Layout layout;
+};
+
+// Loads this rank's block of `full` into `local` and returns the pair.
+inline BoundParam bind_param(const std::string& what, const torch::Tensor& full, torch::Tensor& local,
+                             const parallel::Layout& layout, const dist::ProcessMesh& mesh) {
+  load_block(local, full, layout, mesh);
+  return {what, full.clone().requires_grad_(), &local, layout};
+}
+
+inline void expect_gradients(const std::vector<BoundParam>& params, const dist::ProcessMesh& mesh, double tolerance) {
+  for (const auto& p : params) {
+    expect_close(p.local->grad(), parallel::shard_of(p.serial.grad(), p.layout, mesh), p.what + " gradient", tolerance);
+  }
 }
 
 }  // namespace kuafu::testing
