@@ -64,10 +64,7 @@ Linear2dImpl::Linear2dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh
               "features; a fused q|k|v projection needs stride 1 here, e.g. three separate layers)");
   check_divisible(spec.in, q, "input features");
   check_divisible(spec.out, q, "output features");
-  const int64_t in = spec.in / q, out = spec.out / q;
-  weight = register_parameter("weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out})
-                                                                          : torch::zeros({out, in}));
-  if (spec.bias) bias = register_parameter("bias", torch::zeros({out}));
+  std::tie(weight, bias) = summa::register_grid_linear(*this, spec, q);
   row_group_ = mesh.group(kCol);
   col_group_ = mesh.group(kRow);
 }
@@ -81,10 +78,7 @@ torch::Tensor Linear2dImpl::forward(const torch::Tensor& x) {
 }
 
 std::map<std::string, Layout> Linear2dImpl::parameter_layouts() const {
-  const int64_t in_dim = spec_.order == WeightOrder::kInOut ? 0 : 1;
-  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {kRow}, 1}, {1 - in_dim, {kCol}, 1}}}};
-  if (bias.defined()) layouts["bias"] = {{0, {kCol}, 1}};
-  return layouts;
+  return summa::grid_linear_layouts(spec_.order, bias.defined());
 }
 
 // ---- LayerNorm2d ----

@@ -1,11 +1,19 @@
 // Internal to the 2D and 2.5D layers: SUMMA's block product and the feature-split normalisation as
-// autograd functions over a given grid row and column group (header-only, shared by both modes).
+// autograd functions over a given grid row and column group, and the grid linear's parameters and
+// layouts (header-only, shared by both modes).
 #pragma once
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+
 #include "core/dist/collectives.h"
 #include "core/dist/process_group.h"
+#include "core/parallel/tensor/layout.h"
+#include "core/parallel/tensor/linear_1d.h"
 
 namespace kuafu::parallel::summa {
 
@@ -125,5 +133,25 @@ struct NormalizeAlongRow : torch::autograd::Function<NormalizeAlongRow> {
     return {dx, torch::Tensor(), torch::Tensor()};
   }
 };
+
+// A grid linear layer's parameters (2D and 2.5D alike): A_ij [in/q, out/q] in storage order, and b_j
+// [out/q] when the spec has a bias (returned undefined otherwise).
+inline std::pair<torch::Tensor, torch::Tensor> register_grid_linear(torch::nn::Module& module, const LinearSpec& spec,
+                                                                    int64_t q) {
+  const int64_t in = spec.in / q, out = spec.out / q;
+  torch::Tensor weight = module.register_parameter(
+      "weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out}) : torch::zeros({out, in}));
+  torch::Tensor bias = spec.bias ? module.register_parameter("bias", torch::zeros({out})) : torch::Tensor();
+  return {weight, bias};
+}
+
+// Their layouts: A's input features cut over tp_row and output features over tp_col, b_j over tp_col
+// (any further replication, e.g. over tp_dep, is not a cut).
+inline std::map<std::string, Layout> grid_linear_layouts(WeightOrder order, bool has_bias) {
+  const int64_t in_dim = order == WeightOrder::kInOut ? 0 : 1;
+  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {"tp_row"}, 1}, {1 - in_dim, {"tp_col"}, 1}}}};
+  if (has_bias) layouts["bias"] = {{0, {"tp_col"}, 1}};
+  return layouts;
+}
 
 }  // namespace kuafu::parallel::summa
