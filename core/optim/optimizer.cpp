@@ -63,7 +63,7 @@ io::NamedTensors Optimizer::state_tensors() const {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const auto& state = states_[g][i];
       for (size_t s = 0; s < state.size(); ++s) {
-        out.emplace_back(groups_[g].params[i].name + "/" + slots[s], state[s]);
+        out.emplace_back(groups_[g].params[i].name + "/" + slots[s], state[s]);  // see state_owner()
       }
     }
   }
@@ -101,6 +101,12 @@ void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::
               " state tensors this optimizer does not use (different model or optimizer?)");
   states_ = std::move(loaded);
   steps_ = saved_steps;
+}
+
+std::optional<std::string> state_owner(const std::string& state_name) {
+  const auto slash = state_name.rfind('/');
+  if (slash == std::string::npos) return std::nullopt;
+  return state_name.substr(0, slash);
 }
 
 torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std::vector<dist::GroupPtr>& groups) {

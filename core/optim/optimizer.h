@@ -2,6 +2,7 @@
 // the parameter's name (so checkpoints are readable and survive re-sharding), exact save/load.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,10 @@ class Optimizer {
   double lr_ = 0.0;
   int64_t steps_ = 0;
 };
+
+// The parameter a state tensor of state_tensors() belongs to ("h.0.w/exp_avg" -> "h.0.w"); nullopt for
+// optimizer-wide entries such as "step".
+std::optional<std::string> state_owner(const std::string& state_name);
 
 // [n] float64 on the tensors' device: the sum of squares of `tensors[i]`, added over `groups[i]` (null:
 // local only) with one all-reduce per distinct group. The basis of sharded per-layer and global norms.

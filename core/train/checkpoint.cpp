@@ -192,9 +192,8 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
   const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
   io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
   for (auto& [name, tensor] : optimizer_state.tensors) {
-    // "<parameter>/<slot>" takes its parameter's layout.
-    const auto slash = name.rfind('/');
-    if (slash != std::string::npos) tensor = local_of(to_local, name.substr(0, slash), tensor);
+    // A parameter's state takes its parameter's layout.
+    if (const auto owner = optim::state_owner(name)) tensor = local_of(to_local, *owner, tensor);
   }
   optimizer.load_state_tensors(optimizer_state, optimizer_path);
   const fs::path rng_path = fs::path(folder) / rng_file(rank);

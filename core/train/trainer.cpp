@@ -220,8 +220,7 @@ void Trainer::save_checkpoint(int64_t step) {
   if (runtime_.tensor.enabled()) {
     for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
     for (auto& [name, tensor] : optimizer_state) {
-      const auto slash = name.rfind('/');
-      if (slash != std::string::npos) tensor = parallel::gather_full(tensor, layout_of(name.substr(0, slash)), *runtime_.mesh);
+      if (const auto owner = optim::state_owner(name)) tensor = parallel::gather_full(tensor, layout_of(*owner), *runtime_.mesh);
     }
   }
   checkpoints_->save(step, weights, optimizer_state, optimizer_->name(), state);
