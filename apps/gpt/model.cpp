@@ -2,9 +2,6 @@
 
 #include <cmath>
 
-#include "core/dist/autograd_collectives.h"
-#include "core/dist/collectives.h"
-#include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
 namespace kuafu::gpt {
@@ -25,19 +22,15 @@ parallel::LinearSpec conv1d(int64_t in, int64_t out, int64_t stride = 1) {
   return parallel::LinearSpec{in, out, /*bias=*/true, parallel::WeightOrder::kInOut, stride};
 }
 
-// The one named parameter of a module built by a factory.
-torch::Tensor parameter(const torch::nn::AnyModule& module, const std::string& name) {
-  return module.ptr()->named_parameters(/*recurse=*/false)[name];
-}
-
 }  // namespace
 
 AttentionImpl::AttentionImpl(const GPTConfig& config, const parallel::TensorParallel& tp)
-    : n_head(config.n_head / tp.size()), dropout(config.dropout) {
+    : n_head(config.n_head / tp.feature_blocks()), dropout(config.dropout) {
   KUAFU_CHECK(config.n_embd % config.n_head == 0, "model.n_embd (", config.n_embd, ") must divide by model.n_head (",
               config.n_head, ")");
-  KUAFU_CHECK(config.n_head % tp.size() == 0, "model.n_head (", config.n_head,
-              ") must divide by the tensor-parallel size (", tp.size(), ")");
+  KUAFU_CHECK(config.n_head % tp.feature_blocks() == 0, "model.n_head (", config.n_head, ") must divide by the ",
+              tp.feature_blocks(), " blocks parallel.tensor.mode = \"", parallel::mode_name(tp.spec.mode),
+              "\" cuts the heads into");
   c_attn = parallel::make_linear(tp, conv1d(config.n_embd, 3 * config.n_embd, /*stride=*/3), parallel::Cut::kColumn);
   c_proj = parallel::make_linear(tp, conv1d(config.n_embd, config.n_embd), parallel::Cut::kRow);
   register_module("c_attn", c_attn.ptr());
@@ -71,29 +64,28 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
 }
 
 BlockImpl::BlockImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
-  auto norm = [&] {
-    return torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon));
-  };
-  ln_1 = register_module("ln_1", norm());
+  ln_1 = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
+  register_module("ln_1", ln_1.ptr());
   attn = register_module("attn", Attention(config, tp));
-  ln_2 = register_module("ln_2", norm());
+  ln_2 = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
+  register_module("ln_2", ln_2.ptr());
   mlp = register_module("mlp", MLP(config, tp));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, nn::KVCache* cache) {
-  torch::Tensor h = x + attn(ln_1(x), cache);
-  return h + mlp(ln_2(h));
+  torch::Tensor h = x + attn(ln_1.forward(x), cache);
+  return h + mlp(ln_2.forward(h));
 }
 
 TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
-  wte = parallel::make_embedding(tp, config.vocab_size, config.n_embd);
-  register_module("wte", wte.ptr());
-  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  wte = register_module("wte", parallel::make_embedding(tp, config.vocab_size, config.n_embd));
+  wpe = parallel::make_position_embedding(tp, config.n_positions, config.n_embd);
+  register_module("wpe", wpe.ptr());
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config, tp));
-  ln_f = register_module("ln_f",
-                         torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_epsilon)));
+  ln_f = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
+  register_module("ln_f", ln_f.ptr());
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel)
@@ -134,35 +126,26 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& tokens, std::vector<nn::KVCac
               config.n_positions);
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
-  torch::Tensor x = transformer->drop(transformer->wte.forward(tokens) + transformer->wpe(positions));
+  // [B, T] ids -> this rank's block of the stream; the position embedding [T, C] broadcasts over rows.
+  torch::Tensor x = transformer->drop(transformer->wte->forward(tokens) + transformer->wpe.forward(positions));
   for (size_t i = 0; i < transformer->h->size(); ++i) {
     x = transformer->h[i]->as<Block>()->forward(x, caches ? &(*caches)[i] : nullptr);
   }
-  return transformer->ln_f(x);
+  return transformer->ln_f.forward(x);
 }
 
-torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
-  // Tied output embedding. Under 1D each rank scores its vocabulary rows; x is replicated, so its
-  // gradient is summed over the ranks.
-  const torch::Tensor wte = parameter(transformer->wte, "weight");
-  if (!tp.enabled()) return torch::matmul(x, wte.t());
-  return torch::matmul(dist::autograd::copy_to_group(x, tp.group()), wte.t());
+torch::Tensor GPTImpl::local_logits(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+  return transformer->wte->logits(hidden(tokens, caches));  // the tied output layer
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
-  torch::Tensor logits = local_logits(hidden(tokens, caches));
-  if (!tp.enabled()) return logits;
-  return dist::all_gather(logits.contiguous(), *tp.group(), /*dim=*/logits.dim() - 1);
+  return transformer->wte->gather_logits(local_logits(tokens, caches));
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = local_logits(hidden(tokens, nullptr));
-  logits = logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32));
-  logits = logits.view({-1, logits.size(-1)});
-  if (!tp.enabled()) return torch::nn::functional::cross_entropy(logits, targets.reshape({-1}));
-  const auto* embedding = transformer->wte.ptr()->as<parallel::VocabParallelEmbedding>();
-  return parallel::vocab_parallel_cross_entropy(logits, targets.reshape({-1}), embedding->vocab_start(), tp.group());
+  torch::Tensor logits = local_logits(tokens, nullptr);
+  return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
 }
 
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {

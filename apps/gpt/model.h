@@ -24,9 +24,9 @@ struct GPTConfig {
   double flops_per_token(int64_t t) const;
 };
 
-// Linear layers come from parallel::make_linear with GPT-2's Conv1D storage ([in, out]); under 1D
-// tensor parallelism c_attn and c_fc are cut by output columns (c_attn per q|k|v segment, so each rank
-// owns whole heads) and the c_proj layers by input rows.
+// Every layer comes from the parallel:: factories, so one model serves every tensor-parallel mode.
+// Linear layers keep GPT-2's Conv1D storage ([in, out]); c_attn is cut per q|k|v segment, so each rank
+// owns whole heads and attention itself runs locally on them, in any mode.
 struct AttentionImpl : torch::nn::Module {
   AttentionImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, nn::KVCache* cache);  // x [B, T, C]
@@ -48,7 +48,7 @@ TORCH_MODULE(MLP);
 struct BlockImpl : torch::nn::Module {
   BlockImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
   torch::Tensor forward(const torch::Tensor& x, nn::KVCache* cache);
-  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  torch::nn::AnyModule ln_1, ln_2;
   Attention attn{nullptr};
   MLP mlp{nullptr};
 };
@@ -56,11 +56,11 @@ TORCH_MODULE(Block);
 
 struct TransformerImpl : torch::nn::Module {
   TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
-  torch::nn::AnyModule wte;  // [V, C] (1D: this rank's vocabulary rows)
-  torch::nn::Embedding wpe{nullptr};
+  std::shared_ptr<parallel::TokenEmbeddingImpl> wte;  // [V, C], also the output layer (this rank's block)
+  torch::nn::AnyModule wpe;                           // [n_positions, C] (features cut like the stream's)
   torch::nn::Dropout drop{nullptr};
   torch::nn::ModuleList h{nullptr};
-  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::AnyModule ln_f;
 };
 TORCH_MODULE(Transformer);
 
@@ -69,10 +69,11 @@ struct GPTImpl : torch::nn::Module {
   // from the same seed, each rank keeping its blocks.
   explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {});
 
-  // Logits [B, T, V] for tokens [B, T]. With `caches` (one per layer) the tokens continue the cached
-  // sequence and their keys/values are appended.
+  // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
+  // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches = nullptr);
-  // Mean cross-entropy of next-token prediction (1D: without gathering the logits).
+  // Mean cross-entropy of next-token prediction, never gathering the logits. Under tensor parallelism
+  // every rank of the group passes the same whole batch; each computes the rows its mode gives it.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
   GPTConfig config;
@@ -80,8 +81,9 @@ struct GPTImpl : torch::nn::Module {
   Transformer transformer{nullptr};
 
  private:
-  torch::Tensor hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);  // after ln_f
-  torch::Tensor local_logits(const torch::Tensor& hidden);  // [..., V], or this rank's [..., V/P]
+  // This rank's block of the final hidden states (after ln_f) and of the logits.
+  torch::Tensor hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);
+  torch::Tensor local_logits(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);
   void initialize();
 };
 TORCH_MODULE(GPT);

@@ -2,13 +2,15 @@
 // layers form the same products and sums as the serial ones, only grouped differently (per-block
 // partial sums, then sums over ranks), so they agree to summation-order rounding: 1e-12 on values
 // of order 1-10. Checked: outputs, input gradients and every parameter gradient (as shard_of of the
-// serial gradient) for Linear2d in both weight orders, a Linear -> gelu -> Linear -> LayerNorm chain
-// on a 2 x 2 grid and on data x 2 x 2 (each replica its own batch), Embedding2d -> LayerNorm2d ->
-// Linear2d head -> cross_entropy_2d, and the errors for specs the grid cannot lay out.
+// serial gradient) for GridLinear in both weight orders and with a q|k|v stride, a Linear -> gelu ->
+// Linear -> LayerNorm chain on a 2 x 2 grid and on data x 2 x 2 (each replica its own batch),
+// GridEmbedding -> GridLayerNorm -> GridLinear head -> grid_cross_entropy, the embedding's tied output
+// layer and loss, and the errors for specs the grid cannot lay out. (2D is the grid layers with no
+// tp_dep axis; tensor_parallel_2p5d_test.cpp runs them with depth 2.)
 #include <gtest/gtest.h>
 
 #include "core/dist/collectives.h"
-#include "core/parallel/tensor/layers_2d.h"
+#include "core/parallel/tensor/layers_grid.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/tensor_parallel_checks.h"
 #include "tests/support/test_util.h"
@@ -52,17 +54,17 @@ TEST(Layers2dTest, ActivationBlocksSplitAndGatherBack) {
   auto mesh = grid_mesh();
   const int i = mesh->coordinate("tp_row"), j = mesh->coordinate("tp_col");
   const torch::Tensor full = torch::arange(4 * 3 * 6, torch::kFloat64).reshape({4, 3, 6});
-  const torch::Tensor block = parallel::split_activation_2d(full, *mesh);
+  const torch::Tensor block = parallel::split_activation_grid(full, *mesh);
   // Rank (i, j): batch rows 2i, 2i+1 and features 3j .. 3j+2.
   EXPECT_TRUE(torch::equal(block, full.narrow(0, 2 * i, 2).narrow(2, 3 * j, 3)));
-  EXPECT_TRUE(torch::equal(parallel::gather_activation_2d(block, *mesh), full));
-  EXPECT_EQ(parallel::grid_side_2d(*mesh), kGridSide);
+  EXPECT_TRUE(torch::equal(parallel::gather_activation_grid(block, *mesh), full));
+  EXPECT_EQ(parallel::grid_shape(*mesh).q, kGridSide);
 }
 
 // Y = X A + b, loss = <Y, R>, against the serial layer.
 void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool bias,
-                          const std::vector<int64_t>& x_shape, bool input_grad) {
-  const int64_t in = x_shape.back(), out = 4;
+                          const std::vector<int64_t>& x_shape, bool input_grad, int64_t stride = 1) {
+  const int64_t in = x_shape.back(), out = 4 * stride;
   torch::manual_seed(7);
   const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
   const torch::Tensor x0 = randn64(x_shape);
@@ -70,7 +72,7 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   y_shape.back() = out;
   const torch::Tensor r = randn64(y_shape);
 
-  parallel::Linear2d layer(parallel::LinearSpec{in, out, bias, order, /*stride=*/1}, mesh);
+  parallel::GridLinear layer(parallel::LinearSpec{in, out, bias, order, stride}, mesh);
   layer->to(torch::kFloat64);
   const auto layouts = layer->parameter_layouts();
   std::vector<Param> params = {bind_param("weight", w, layer->weight, layouts.at("weight"), mesh)};
@@ -80,13 +82,19 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   torch::Tensor ys = serial_linear(xs, params[0].serial, bias ? params[1].serial : torch::Tensor(), order);
   (ys * r).sum().backward();
 
-  torch::Tensor xp = parallel::split_activation_2d(x0, mesh).requires_grad_(input_grad);
+  torch::Tensor xp = parallel::split_activation_grid(x0, mesh).requires_grad_(input_grad);
   torch::Tensor yp = layer(xp);
-  (yp * parallel::split_activation_2d(r, mesh)).sum().backward();
+  // The output's features are cut per stride segment (q|k|v), like the weight's columns.
+  auto output_layout = [&](const torch::Tensor& t) {
+    Layout layout = parallel::grid_activation_layout(t.dim(), mesh);
+    layout.back().stride = stride;
+    return layout;
+  };
+  (yp * parallel::shard_of(r, output_layout(r), mesh)).sum().backward();
 
-  expect_close(yp, parallel::split_activation_2d(ys, mesh), "output block");
-  expect_close(parallel::gather_activation_2d(yp.detach(), mesh), ys.detach(), "gathered output");
-  if (input_grad) expect_close(xp.grad(), parallel::split_activation_2d(xs.grad(), mesh), "input gradient block");
+  expect_close(yp, parallel::shard_of(ys, output_layout(ys), mesh), "output block");
+  expect_close(parallel::gather_full(yp.detach(), output_layout(yp), mesh), ys.detach(), "gathered output");
+  if (input_grad) expect_close(xp.grad(), parallel::split_activation_grid(xs.grad(), mesh), "input gradient block");
   expect_gradients(params, mesh);
 }
 
@@ -98,6 +106,8 @@ TEST(Linear2dTest, EqualsSerialInBothWeightOrders) {
   linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {6, 8}, /*input_grad=*/true);
   // First layer of a model: no input gradient is wanted, so backward skips its half of the work.
   linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
+  // A fused q|k|v projection: each rank's output block is its block of every segment.
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {4, 3, 6}, /*input_grad=*/true, /*stride=*/3);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>.
@@ -111,9 +121,9 @@ void chain_equals_serial(const dist::ProcessMesh& mesh, int batch_seed) {
   torch::manual_seed(batch_seed);
   const torch::Tensor x0 = randn64({4, 3, in}), r = randn64({4, 3, out});
 
-  parallel::Linear2d fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, mesh);
-  parallel::Linear2d fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, mesh);
-  parallel::LayerNorm2d norm(out, mesh, eps);
+  parallel::GridLinear fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, mesh);
+  parallel::GridLinear fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, mesh);
+  parallel::GridLayerNorm norm(out, mesh, eps);
   fc1->to(torch::kFloat64);
   fc2->to(torch::kFloat64);
   norm->to(torch::kFloat64);
@@ -132,12 +142,12 @@ void chain_equals_serial(const dist::ProcessMesh& mesh, int batch_seed) {
                                        {out}, params[4].serial, params[5].serial, eps);
   (zs * r).sum().backward();
 
-  torch::Tensor xp = parallel::split_activation_2d(x0, mesh).requires_grad_();
+  torch::Tensor xp = parallel::split_activation_grid(x0, mesh).requires_grad_();
   torch::Tensor zp = norm(fc2(torch::gelu(fc1(xp))));
-  (zp * parallel::split_activation_2d(r, mesh)).sum().backward();
+  (zp * parallel::split_activation_grid(r, mesh)).sum().backward();
 
-  expect_close(zp, parallel::split_activation_2d(zs, mesh), "output block");
-  expect_close(xp.grad(), parallel::split_activation_2d(xs.grad(), mesh), "input gradient block");
+  expect_close(zp, parallel::split_activation_grid(zs, mesh), "output block");
+  expect_close(xp.grad(), parallel::split_activation_grid(xs.grad(), mesh), "input gradient block");
   expect_gradients(params, mesh);
 }
 
@@ -164,9 +174,9 @@ TEST(Layers2dTest, EmbeddingHeadAndCrossEntropyEqualSerial) {
   const torch::Tensor c = randn64({vocab}), gain = 1 + 0.5 * randn64({hidden}), shift = randn64({hidden});
   const torch::Tensor ids = torch::randint(vocab, {4, 3}), targets = torch::randint(vocab, {4, 3});
 
-  parallel::Embedding2d embedding(vocab, hidden, *mesh);
-  parallel::LayerNorm2d norm(hidden, *mesh);
-  parallel::Linear2d head(parallel::LinearSpec{hidden, vocab, true, WeightOrder::kOutIn, 1}, *mesh);
+  parallel::GridEmbedding embedding(vocab, hidden, *mesh);
+  parallel::GridLayerNorm norm(hidden, *mesh);
+  parallel::GridLinear head(parallel::LinearSpec{hidden, vocab, true, WeightOrder::kOutIn, 1}, *mesh);
   embedding->to(torch::kFloat64);
   norm->to(torch::kFloat64);
   head->to(torch::kFloat64);
@@ -184,44 +194,51 @@ TEST(Layers2dTest, EmbeddingHeadAndCrossEntropyEqualSerial) {
   torch::Tensor loss_s = torch::nn::functional::cross_entropy(logits_s.reshape({-1, vocab}), targets.reshape({-1}));
   loss_s.backward();
 
-  const auto batch = parallel::batch_layout_2d();
-  torch::Tensor logits_p = head(norm(embedding(parallel::shard_of(ids, batch, *mesh))));
-  expect_close(logits_p, parallel::split_activation_2d(logits_s, *mesh), "logits block");
-  torch::Tensor loss_p = parallel::cross_entropy_2d(logits_p, parallel::shard_of(targets, batch, *mesh), *mesh);
+  const auto batch = parallel::grid_batch_layout(*mesh);
+  torch::Tensor logits_p = head(norm(embedding(ids)));  // the embedding takes the whole batch
+  expect_close(logits_p, parallel::split_activation_grid(logits_s, *mesh), "logits block");
+  torch::Tensor loss_p = parallel::grid_cross_entropy(logits_p, parallel::shard_of(targets, batch, *mesh), *mesh);
   loss_p.backward();
 
   expect_close(loss_p, loss_s, "loss");
   expect_gradients(params, *mesh);
 }
 
+TEST(Layers2dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  auto mesh = grid_mesh();
+  parallel::GridEmbedding embedding(10, 6, *mesh);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 4, kTolerance);
+}
+
 TEST(Layers2dTest, SpecsTheGridCannotLayOutGiveClearErrors) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   auto mesh = grid_mesh();
   auto linear = [&](int64_t in, int64_t out, int64_t stride) {
-    parallel::Linear2d(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
+    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
   };
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 12, 3); }), "stride 3"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 9, 3); }), "per stride segment 3"));
   const std::string in = testing::expected_error([&] { linear(5, 4, 1); });
   EXPECT_TRUE(testing::Contains(in, "input features 5"));
   EXPECT_TRUE(testing::Contains(in, "q = 2"));
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(4, 7, 1); }), "output features 7"));
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::LayerNorm2d(7, *mesh); }), "hidden size 7"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, *mesh); }), "hidden size 7"));
   EXPECT_TRUE(
-      testing::Contains(testing::expected_error([&] { parallel::Embedding2d(9, 4, *mesh); }), "vocabulary size 9"));
+      testing::Contains(testing::expected_error([&] { parallel::GridEmbedding(9, 4, *mesh); }), "vocabulary size 9"));
   // A block of the wrong width is refused before any communication.
-  parallel::Linear2d layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
+  parallel::GridLinear layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { layer(torch::zeros({2, 6})); }), "[B/q, ..., 3]"));
   // Batches that do not divide by q cannot be split.
   EXPECT_TRUE(testing::Contains(
-      testing::expected_error([&] { parallel::split_activation_2d(torch::zeros({3, 4}), *mesh); }), "divide"));
+      testing::expected_error([&] { parallel::split_activation_grid(torch::zeros({3, 4}), *mesh); }), "divide"));
   // Meshes without a square tp_row x tp_col grid. (A new first axis keeps the group names apart
   // from the grid above.)
   auto single = dist::World::single();
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] {
-    parallel::Linear2d(parallel::LinearSpec{4, 4}, dist::ProcessMesh(single, {{"tensor", 1}}));
+    parallel::GridLinear(parallel::LinearSpec{4, 4}, dist::ProcessMesh(single, {{"tensor", 1}}));
   }), "'tp_row' and 'tp_col'"));
   dist::ProcessMesh tall(mesh->world_ptr(), {{"pipeline", 1}, {"tp_row", 4}, {"tp_col", 1}});
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::LayerNorm2d(8, tall); }), "square grid"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(8, tall); }), "square grid"));
 }
 
 // The reduction SUMMA's backward relies on, over the grid's row and column groups.

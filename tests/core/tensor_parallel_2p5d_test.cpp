@@ -3,11 +3,12 @@
 // weights' gradients are summed over the depth, so every rank must hold the serial full-batch
 // gradient of its block (shard_of the serial gradient, the same on both depth layers).
 // Values agree to summation-order rounding: 1e-12 on values of order 1-10. Checked: activation
-// blocks, Linear2p5d in both weight orders (with and without bias and input gradient), a Linear ->
-// gelu -> Linear -> LayerNorm chain, and the errors for meshes and batches 2.5D cannot lay out.
+// blocks, GridLinear in both weight orders (with and without bias and input gradient, and with a
+// q|k|v stride), a Linear -> gelu -> Linear -> LayerNorm chain, the token embedding with its tied
+// output layer and loss, and the errors for meshes and batches 2.5D cannot lay out.
 #include <gtest/gtest.h>
 
-#include "core/parallel/tensor/layers_2p5d.h"
+#include "core/parallel/tensor/layers_grid.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/tensor_parallel_checks.h"
 #include "tests/support/test_util.h"
@@ -51,21 +52,21 @@ TEST(Layers2p5dTest, ActivationBlocksSplitAndGatherBack) {
   auto mesh = tesseract_mesh();
   const int h = mesh->coordinate("tp_dep"), i = mesh->coordinate("tp_row"), j = mesh->coordinate("tp_col");
   const torch::Tensor full = torch::arange(8 * 3 * 6, torch::kFloat64).reshape({8, 3, 6});
-  const torch::Tensor block = parallel::split_activation_2p5d(full, *mesh);
+  const torch::Tensor block = parallel::split_activation_grid(full, *mesh);
   // Rank (h, i, j): batch rows block h q + i of d q = 4 (2 rows each) and features 3j .. 3j+2.
   EXPECT_TRUE(torch::equal(block, full.narrow(0, 2 * (h * kGridSide + i), 2).narrow(2, 3 * j, 3)));
-  EXPECT_TRUE(torch::equal(parallel::gather_activation_2p5d(block, *mesh), full));
-  EXPECT_EQ(parallel::grid_side_2p5d(*mesh), kGridSide);
-  EXPECT_EQ(parallel::depth_2p5d(*mesh), kDepth);
+  EXPECT_TRUE(torch::equal(parallel::gather_activation_grid(block, *mesh), full));
+  EXPECT_EQ(parallel::grid_shape(*mesh).q, kGridSide);
+  EXPECT_EQ(parallel::grid_shape(*mesh).d, kDepth);
   const torch::Tensor ids = torch::arange(8).reshape({8, 1});
-  EXPECT_TRUE(torch::equal(parallel::shard_of(ids, parallel::batch_layout_2p5d(), *mesh),
+  EXPECT_TRUE(torch::equal(parallel::shard_of(ids, parallel::grid_batch_layout(*mesh), *mesh),
                            ids.narrow(0, 2 * (h * kGridSide + i), 2)));
 }
 
 // Y = X A + b, loss = <Y, R>, against the serial layer.
 void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool bias,
-                          const std::vector<int64_t>& x_shape, bool input_grad) {
-  const int64_t in = x_shape.back(), out = 4;
+                          const std::vector<int64_t>& x_shape, bool input_grad, int64_t stride = 1) {
+  const int64_t in = x_shape.back(), out = 4 * stride;
   torch::manual_seed(7);
   const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
   const torch::Tensor x0 = randn64(x_shape);
@@ -73,7 +74,7 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   y_shape.back() = out;
   const torch::Tensor r = randn64(y_shape);
 
-  parallel::Linear2p5d layer(parallel::LinearSpec{in, out, bias, order, /*stride=*/1}, mesh);
+  parallel::GridLinear layer(parallel::LinearSpec{in, out, bias, order, stride}, mesh);
   layer->to(torch::kFloat64);
   const auto layouts = layer->parameter_layouts();
   std::vector<Param> params = {bind_param("weight", w, layer->weight, layouts.at("weight"), mesh)};
@@ -83,13 +84,19 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   torch::Tensor ys = serial_linear(xs, params[0].serial, bias ? params[1].serial : torch::Tensor(), order);
   (ys * r).sum().backward();
 
-  torch::Tensor xp = parallel::split_activation_2p5d(x0, mesh).requires_grad_(input_grad);
+  torch::Tensor xp = parallel::split_activation_grid(x0, mesh).requires_grad_(input_grad);
   torch::Tensor yp = layer(xp);
-  (yp * parallel::split_activation_2p5d(r, mesh)).sum().backward();
+  // The output's features are cut per stride segment (q|k|v), like the weight's columns.
+  auto output_layout = [&](const torch::Tensor& t) {
+    Layout layout = parallel::grid_activation_layout(t.dim(), mesh);
+    layout.back().stride = stride;
+    return layout;
+  };
+  (yp * parallel::shard_of(r, output_layout(r), mesh)).sum().backward();
 
-  expect_close(yp, parallel::split_activation_2p5d(ys, mesh), "output block");
-  expect_close(parallel::gather_activation_2p5d(yp.detach(), mesh), ys.detach(), "gathered output");
-  if (input_grad) expect_close(xp.grad(), parallel::split_activation_2p5d(xs.grad(), mesh), "input gradient block");
+  expect_close(yp, parallel::shard_of(ys, output_layout(ys), mesh), "output block");
+  expect_close(parallel::gather_full(yp.detach(), output_layout(yp), mesh), ys.detach(), "gathered output");
+  if (input_grad) expect_close(xp.grad(), parallel::split_activation_grid(xs.grad(), mesh), "input gradient block");
   expect_gradients(params, mesh);
 }
 
@@ -101,6 +108,14 @@ TEST(Linear2p5dTest, EqualsSerialInBothWeightOrders) {
   linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {12, 8}, /*input_grad=*/true);
   // First layer of a model: no input gradient is wanted.
   linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true, /*stride=*/3);
+}
+
+TEST(Layers2p5dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  auto mesh = tesseract_mesh();
+  parallel::GridEmbedding embedding(10, 6, *mesh);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, kTolerance);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>.
@@ -116,9 +131,9 @@ TEST(Layers2p5dTest, LinearGeluLinearLayerNormEqualsSerial) {
   const torch::Tensor gain = 1 + 0.5 * randn64({out}), shift = randn64({out});
   const torch::Tensor x0 = randn64({8, 3, in}), r = randn64({8, 3, out});
 
-  parallel::Linear2p5d fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, mesh);
-  parallel::Linear2p5d fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, mesh);
-  parallel::LayerNorm2p5d norm(out, mesh, eps);
+  parallel::GridLinear fc1(parallel::LinearSpec{in, hidden, true, WeightOrder::kInOut, 1}, mesh);
+  parallel::GridLinear fc2(parallel::LinearSpec{hidden, out, true, WeightOrder::kOutIn, 1}, mesh);
+  parallel::GridLayerNorm norm(out, mesh, eps);
   fc1->to(torch::kFloat64);
   fc2->to(torch::kFloat64);
   norm->to(torch::kFloat64);
@@ -137,12 +152,12 @@ TEST(Layers2p5dTest, LinearGeluLinearLayerNormEqualsSerial) {
                                        {out}, params[4].serial, params[5].serial, eps);
   (zs * r).sum().backward();
 
-  torch::Tensor xp = parallel::split_activation_2p5d(x0, mesh).requires_grad_();
+  torch::Tensor xp = parallel::split_activation_grid(x0, mesh).requires_grad_();
   torch::Tensor zp = norm(fc2(torch::gelu(fc1(xp))));
-  (zp * parallel::split_activation_2p5d(r, mesh)).sum().backward();
+  (zp * parallel::split_activation_grid(r, mesh)).sum().backward();
 
-  expect_close(zp, parallel::split_activation_2p5d(zs, mesh), "output block");
-  expect_close(xp.grad(), parallel::split_activation_2p5d(xs.grad(), mesh), "input gradient block");
+  expect_close(zp, parallel::split_activation_grid(zs, mesh), "output block");
+  expect_close(xp.grad(), parallel::split_activation_grid(xs.grad(), mesh), "input gradient block");
   expect_gradients(params, mesh);
 }
 
@@ -150,31 +165,26 @@ TEST(Layers2p5dTest, MeshesAndBatchesItCannotLayOutGiveClearErrors) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
   auto mesh = tesseract_mesh();
   // A batch that does not divide into d x q = 4 row blocks.
-  const std::string batch = testing::expected_error([&] { parallel::split_activation_2p5d(torch::zeros({6, 4}), *mesh); });
+  const std::string batch = testing::expected_error([&] { parallel::split_activation_grid(torch::zeros({6, 4}), *mesh); });
   EXPECT_TRUE(testing::Contains(batch, "batch size 6"));
   EXPECT_TRUE(testing::Contains(batch, "d x q = 2 x 2 = 4"));
   // Specs the grid cannot cut.
   auto linear = [&](int64_t in, int64_t out, int64_t stride) {
-    parallel::Linear2p5d(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
+    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
   };
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 12, 3); }), "stride 3"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 9, 3); }), "per stride segment 3"));
   const std::string in = testing::expected_error([&] { linear(5, 4, 1); });
   EXPECT_TRUE(testing::Contains(in, "input features 5"));
   EXPECT_TRUE(testing::Contains(in, "q = 2"));
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(4, 7, 1); }), "output features 7"));
   EXPECT_TRUE(
-      testing::Contains(testing::expected_error([&] { parallel::LayerNorm2p5d(7, *mesh); }), "hidden size 7"));
+      testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, *mesh); }), "hidden size 7"));
   // A block of the wrong width is refused before any communication.
-  parallel::Linear2p5d layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
+  parallel::GridLinear layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { layer(torch::zeros({2, 6})); }), "[B/(dq), ..., 3]"));
-  // A mesh without the depth axis (a plain 2D grid) and one whose grids are not square.
-  auto single = dist::World::single();
-  const std::string no_depth = testing::expected_error([&] {
-    parallel::Linear2p5d(parallel::LinearSpec{4, 4}, dist::ProcessMesh(single, {{"tp_row", 1}, {"tp_col", 1}}));
-  });
-  EXPECT_TRUE(testing::Contains(no_depth, "'tp_dep', 'tp_row' and 'tp_col'"));
+  // A mesh whose grids are not square.
   dist::ProcessMesh tall(mesh->world_ptr(), {{"pipeline", 1}, {"tp_dep", 2}, {"tp_row", 4}, {"tp_col", 1}});
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::LayerNorm2p5d(8, tall); }), "square grids"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(8, tall); }), "square grids"));
 }
 
 }  // namespace

@@ -2,9 +2,10 @@
 // layers, in float64. The 3D layers form the same products and sums as the serial ones, only grouped
 // differently (per-block partial sums, then sums over ranks), so they agree to summation-order
 // rounding: 1e-12 on values of order 1-10. Checked: outputs, input gradients and every parameter
-// gradient (as shard_of of the serial gradient) for Linear3d in both weight orders and from both
-// sides, a Linear -> gelu -> Linear -> LayerNorm chain that returns to its input side, and the errors
-// for meshes and specs the cube cannot lay out.
+// gradient (as shard_of of the serial gradient) for Linear3d in both weight orders, from both sides
+// and with a q|k|v stride, a Linear -> gelu -> Linear -> LayerNorm chain that returns to its input
+// side, the token embedding with its tied output layer and loss, and the errors for meshes and specs
+// the cube cannot lay out.
 #include <gtest/gtest.h>
 
 #include "core/parallel/tensor/layers_3d.h"
@@ -65,8 +66,8 @@ TEST(Layers3dTest, ActivationBlocksSplitAndGatherBack) {
 
 // Y = X A + b, loss = <Y, R>, against the serial layer; X on `side`, Y on the other side.
 void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool bias, Side3d side,
-                          const std::vector<int64_t>& x_shape, bool input_grad) {
-  const int64_t in = x_shape.back(), out = 6;
+                          const std::vector<int64_t>& x_shape, bool input_grad, int64_t stride = 1) {
+  const int64_t in = x_shape.back(), out = 6 * stride;
   torch::manual_seed(7);
   const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
   const torch::Tensor x0 = randn64(x_shape);
@@ -74,7 +75,7 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   y_shape.back() = out;
   const torch::Tensor r = randn64(y_shape);
 
-  parallel::Linear3d layer(parallel::LinearSpec{in, out, bias, order, /*stride=*/1}, mesh, side);
+  parallel::Linear3d layer(parallel::LinearSpec{in, out, bias, order, stride}, mesh, side);
   layer->to(torch::kFloat64);
   ASSERT_EQ(layer->output_side(), parallel::other_side(side));
   const auto layouts = layer->parameter_layouts();
@@ -88,10 +89,16 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   const Side3d out_side = parallel::other_side(side);
   torch::Tensor xp = parallel::split_activation_3d(x0, mesh, side).requires_grad_(input_grad);
   torch::Tensor yp = layer(xp);
-  (yp * parallel::split_activation_3d(r, mesh, out_side)).sum().backward();
+  // The output's features are cut per stride segment (q|k|v), like the weight's columns.
+  auto output_layout = [&](const torch::Tensor& t) {
+    Layout layout = parallel::activation_layout_3d(t.dim(), out_side);
+    layout.back().stride = stride;
+    return layout;
+  };
+  (yp * parallel::shard_of(r, output_layout(r), mesh)).sum().backward();
 
-  expect_close(yp, parallel::split_activation_3d(ys, mesh, out_side), "output block");
-  expect_close(parallel::gather_activation_3d(yp.detach(), mesh, out_side), ys.detach(), "gathered output");
+  expect_close(yp, parallel::shard_of(ys, output_layout(ys), mesh), "output block");
+  expect_close(parallel::gather_full(yp.detach(), output_layout(yp), mesh), ys.detach(), "gathered output");
   if (input_grad) {
     expect_close(xp.grad(), parallel::split_activation_3d(xs.grad(), mesh, side), "input gradient block");
   }
@@ -109,6 +116,16 @@ TEST(Linear3dTest, EqualsSerialInBothWeightOrdersFromBothSides) {
     // First layer of a model: no input gradient is wanted, so backward skips its half of the work.
     linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, side, {4, 2, 2, 8}, /*input_grad=*/false);
   }
+  // A fused q|k|v projection: each rank's output block is its block of every segment.
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, Side3d::kY, {8, 3, 8}, /*input_grad=*/true,
+                       /*stride=*/3);
+}
+
+TEST(Layers3dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  auto mesh = cube_mesh();
+  parallel::Embedding3d embedding(10, 8, *mesh);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, kTolerance);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>. fc1 takes side Y to
@@ -163,7 +180,7 @@ TEST(Layers3dTest, MeshesAndSpecsTheCubeCannotLayOutGiveClearErrors) {
   auto linear = [&](int64_t in, int64_t out, int64_t stride) {
     parallel::Linear3d(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
   };
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(8, 12, 3); }), "stride 3"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(8, 9, 3); }), "per stride segment 3"));
   const std::string in = testing::expected_error([&] { linear(6, 4, 1); });  // in must divide by q^2 = 4
   EXPECT_TRUE(testing::Contains(in, "input features 6 is not divisible by 4"));
   EXPECT_TRUE(testing::Contains(in, "q = 2"));

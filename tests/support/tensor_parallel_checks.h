@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel/tensor/embedding.h"
 #include "core/parallel/tensor/layout.h"
 #include "core/parallel/tensor/linear_1d.h"
 
@@ -63,6 +64,32 @@ inline void expect_gradients(const std::vector<BoundParam>& params, const dist::
   for (const auto& p : params) {
     expect_close(p.local->grad(), parallel::shard_of(p.serial.grad(), p.layout, mesh), p.what + " gradient", tolerance);
   }
+}
+
+// Any mode's token embedding with its tied output layer against the serial table: logits = E[ids] E^T
+// and their mean cross-entropy, so E's gradient has both a lookup and an output-layer part. Checks the
+// gathered logits, the loss and this rank's gradient block. Every rank passes the same whole batch.
+inline void tied_embedding_equals_serial(parallel::TokenEmbeddingImpl& embedding, const parallel::Layout& layout,
+                                         const dist::ProcessMesh& mesh, int64_t batch, double tolerance) {
+  embedding.to(torch::kFloat64);
+  torch::Tensor weight = embedding.named_parameters(/*recurse=*/false)["weight"];
+  const std::vector<int64_t> full = parallel::gather_full(weight.detach(), layout, mesh).sizes().vec();  // [V, H]
+  torch::manual_seed(5);
+  const torch::Tensor table = randn64({full[0], full[1]});
+  const torch::Tensor ids = torch::randint(full[0], {batch, 3}), targets = torch::randint(full[0], {batch, 3});
+  const BoundParam param = bind_param("embedding", table, weight, layout, mesh);
+
+  const torch::Tensor logits_s = torch::matmul(torch::embedding(param.serial, ids), param.serial.t());
+  const torch::Tensor loss_s =
+      torch::nn::functional::cross_entropy(logits_s.reshape({-1, full[0]}), targets.reshape({-1}));
+  loss_s.backward();
+
+  const torch::Tensor logits_p = embedding.logits(embedding.forward(ids));
+  expect_close(embedding.gather_logits(logits_p.detach()), logits_s.detach(), "gathered logits", tolerance);
+  const torch::Tensor loss_p = embedding.cross_entropy(logits_p, targets);
+  loss_p.backward();
+  expect_close(loss_p, loss_s, "loss", tolerance);
+  expect_gradients({param}, mesh, tolerance);
 }
 
 }  // namespace kuafu::testing

@@ -1,5 +1,7 @@
 #include "core/parallel/tensor/factory.h"
 
+#include "core/parallel/tensor/layers_3d.h"
+#include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
@@ -26,30 +28,47 @@ torch::Tensor SerialLinearImpl::forward(const torch::Tensor& x) {
   return (bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight)).view(sizes);
 }
 
-SerialEmbeddingImpl::SerialEmbeddingImpl(int64_t vocab, int64_t dim) {
-  weight = register_parameter("weight", torch::zeros({vocab, dim}));
-}
-
-torch::Tensor SerialEmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
-
 torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spec, Cut cut) {
   if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec));
   switch (tp.spec.mode) {
     case TensorMode::k1D:
       if (cut == Cut::kColumn) return torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh));
       return torch::nn::AnyModule(RowParallelLinear(spec, *tp.mesh));
-    default:
-      // The 2D, 2.5D and 3D layers exist (layers_2d.h, ...) but models do not take them from here yet.
-      fail("parallel.tensor.mode = \"" + mode_name(tp.spec.mode) +
-           "\" cannot build this model's layers yet; use \"1d\" (or \"none\")");
+    case TensorMode::k2D:
+    case TensorMode::k2p5D:
+      return torch::nn::AnyModule(GridLinear(spec, *tp.mesh));
+    case TensorMode::k3D:
+      return torch::nn::AnyModule(Linear3d(spec, *tp.mesh, cut == Cut::kColumn ? Side3d::kY : Side3d::kX));
+    case TensorMode::kNone:
+      break;
+  }
+  fail("make_linear: unknown tensor-parallel mode");
+}
+
+torch::nn::AnyModule make_layer_norm(const TensorParallel& tp, int64_t dim, double eps) {
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) {
+    // 1D keeps the residual stream whole on every rank: a replicated LayerNorm.
+    return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps)));
+  }
+  if (tp.spec.mode == TensorMode::k3D) return torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps));
+  return torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps));
+}
+
+std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim) {
+  if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim);
+  switch (tp.spec.mode) {
+    case TensorMode::k1D: return std::make_shared<VocabParallelEmbeddingImpl>(vocab, dim, *tp.mesh);
+    case TensorMode::k3D: return std::make_shared<Embedding3dImpl>(vocab, dim, *tp.mesh);
+    default: return std::make_shared<GridEmbeddingImpl>(vocab, dim, *tp.mesh);
   }
 }
 
-torch::nn::AnyModule make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim) {
-  if (!tp.enabled()) return torch::nn::AnyModule(SerialEmbedding(vocab, dim));
-  KUAFU_CHECK(tp.spec.mode == TensorMode::k1D, "parallel.tensor.mode = \"", mode_name(tp.spec.mode),
-              "\" cannot build this model's embedding yet; use \"1d\" (or \"none\")");
-  return torch::nn::AnyModule(VocabParallelEmbedding(vocab, dim, *tp.mesh));
+torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim) {
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim));
+  if (tp.spec.mode == TensorMode::k3D) {
+    return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}));
+  }
+  return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes()));
 }
 
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh) {

@@ -1,9 +1,13 @@
-// Layer factories: a model asks for a linear layer or an embedding and gets the serial one or the
-// tensor-parallel one of the configured mode, with the same parameter names, so it is written once.
+// Layer factories: a model asks for a linear layer, a layer norm or an embedding and gets the serial
+// one or the tensor-parallel one of the configured mode, with the same parameter names, so it is
+// written once. Every mode keeps the model's residual stream in its own activation layout (serial
+// and 1D: whole; 2D / 2.5D: batch rows and features cut over the grid; 3D: side kY of the cube) and
+// each factory's layer takes and returns that layout.
 #pragma once
 
 #include <memory>
 
+#include "core/parallel/tensor/embedding.h"
 #include "core/parallel/tensor/linear_1d.h"
 #include "core/parallel/tensor/tensor_parallel.h"
 
@@ -15,8 +19,10 @@ struct TensorParallel {
   std::shared_ptr<dist::ProcessMesh> mesh;
 
   bool enabled() const { return spec.mode != TensorMode::kNone && spec.size > 1; }
-  // 1D: the ranks one layer is cut over, and this rank's place among them.
-  int size() const { return enabled() ? spec.size : 1; }
+  int size() const { return enabled() ? spec.size : 1; }  // ranks of one tensor-parallel group
+  // The number of blocks a column layer's output features are cut into: how many ranks share the
+  // attention heads (P in 1D, the grid or cube side q otherwise, 1 when serial).
+  int feature_blocks() const { return enabled() ? grid_side(spec) : 1; }
   dist::GroupPtr group() const;  // the group spanning every tensor-parallel axis (null when serial)
   std::vector<std::string> axes() const { return tensor_axis_names(spec); }
 };
@@ -33,24 +39,23 @@ class SerialLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SerialLinear);
 
-// Token embedding on one device. Unlike torch::nn::Embedding it draws no random numbers when built (the
-// model initialises it), so serial and parallel models consume the generator identically.
-class SerialEmbeddingImpl : public torch::nn::Module {
- public:
-  SerialEmbeddingImpl(int64_t vocab, int64_t dim);
-  torch::Tensor forward(const torch::Tensor& ids);
-  torch::Tensor weight;  // [vocab, dim]
-};
-TORCH_MODULE(SerialEmbedding);
-
-// In 1D the caller says how the layer is cut: kColumn (output features; its input is replicated) or
-// kRow (input features, taking a column layer's output; its output is replicated).
+// Where a linear layer sits in a pair like attention or an MLP: kColumn is the first (its input is the
+// residual stream; 1D cuts its output features, 3D turns side kY into kX), kRow the second (it returns
+// to the residual stream; 1D cuts its input features, 3D turns kX back into kY). 2D and 2.5D layers
+// are the same either way.
 enum class Cut { kColumn, kRow };
 
 torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spec, Cut cut);
 
-// Token embedding [vocab, dim]: serial, or 1D vocabulary-parallel. Parameter "weight" either way.
-torch::nn::AnyModule make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim);
+// LayerNorm over `dim` features of the residual stream (parameters "weight" and "bias").
+torch::nn::AnyModule make_layer_norm(const TensorParallel& tp, int64_t dim, double eps);
+
+// Token embedding [vocab, dim] with its tied output layer and loss (embedding.h); parameter "weight".
+std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim);
+
+// An embedding [n, dim] added to every batch row of the residual stream, e.g. positions: ids [...] ->
+// [..., dim] with the features cut as the residual stream's are; parameter "weight".
+torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim);
 
 // The full shape of a parameter whose local block has `local` sizes under `layout`.
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh);

@@ -5,6 +5,7 @@
 #include "core/dist/autograd_collectives.h"
 #include "core/dist/collectives.h"
 #include "core/parallel/tensor/summa.h"
+#include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
@@ -117,10 +118,11 @@ torch::Tensor gather_activation_3d(const torch::Tensor& block, const dist::Proce
 Linear3dImpl::Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh, Side3d input_side)
     : spec_(spec), input_side_(input_side) {
   const int64_t q = cube_side_3d(mesh);
-  KUAFU_CHECK(spec.stride == 1, "Linear3d: stride ", spec.stride, " is not supported (3D layers cut whole "
-              "features; a fused q|k|v projection needs stride 1 here, e.g. three separate layers)");
+  KUAFU_CHECK(spec.stride >= 1 && spec.out % spec.stride == 0, "Linear3d: output features ", spec.out,
+              " do not split into stride ", spec.stride, " segments");
   check_divisible(spec.in, q * q, "Linear3d input features", q);
-  check_divisible(spec.out, q, "Linear3d output features", q);
+  check_divisible(spec.out / spec.stride, q,
+                  spec.stride > 1 ? "Linear3d output features per stride segment" : "Linear3d output features", q);
   const int64_t in = spec.in / (q * q), out = spec.out / q;
   weight = register_parameter("weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out})
                                                                           : torch::zeros({out, in}));
@@ -145,8 +147,9 @@ torch::Tensor Linear3dImpl::forward(const torch::Tensor& x) {
 std::map<std::string, Layout> Linear3dImpl::parameter_layouts() const {
   const int64_t in_dim = spec_.order == WeightOrder::kInOut ? 0 : 1;
   const std::string k_axis = feature_axis(input_side_), j_axis = batch_axis(input_side_);
-  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {k_axis, kZ}, 1}, {1 - in_dim, {j_axis}, 1}}}};
-  if (bias.defined()) layouts["bias"] = {{0, {j_axis}, 1}};
+  std::map<std::string, Layout> layouts = {
+      {"weight", {{in_dim, {k_axis, kZ}, 1}, {1 - in_dim, {j_axis}, spec_.stride}}}};
+  if (bias.defined()) layouts["bias"] = {{0, {j_axis}, spec_.stride}};
   return layouts;
 }
 
@@ -173,6 +176,44 @@ torch::Tensor LayerNorm3dImpl::forward(const torch::Tensor& x) {
 
 std::map<std::string, Layout> LayerNorm3dImpl::parameter_layouts() const {
   return {{"weight", {{0, {feature_axis(side_)}, 1}}}, {"bias", {{0, {feature_axis(side_)}, 1}}}};
+}
+
+// ---- Embedding3d ----
+
+Embedding3dImpl::Embedding3dImpl(int64_t vocab, int64_t hidden, const dist::ProcessMesh& mesh) {
+  const int64_t q = cube_side_3d(mesh);
+  check_divisible(vocab, q, "Embedding3d vocabulary size", q);
+  check_divisible(hidden, q * q, "Embedding3d embedding size", q);
+  weight = register_parameter("weight", torch::zeros({vocab / q, hidden / (q * q)}));
+  x_group_ = mesh.group(kX);
+  y_group_ = mesh.group(kY);
+  z_group_ = mesh.group(kZ);
+  input_rows_ = mesh.group(std::vector<std::string>{kX, kZ});
+  output_rows_ = mesh.group(std::vector<std::string>{kY, kZ});
+}
+
+torch::Tensor Embedding3dImpl::forward(const torch::Tensor& ids) {
+  const torch::Tensor features_b = dist::autograd::all_gather(weight, z_group_, /*dim=*/1);  // [V/q, H/q]
+  const torch::Tensor table = dist::autograd::all_gather(features_b, x_group_, /*dim=*/0);   // [V, H/q]
+  return torch::embedding(table, rows_block(ids, *input_rows_));
+}
+
+torch::Tensor Embedding3dImpl::logits(const torch::Tensor& hidden) {
+  check_block(hidden, weight.size(1) * z_group_->size(), "Embedding3d logits");
+  // Linear3d from side kY: I = tp_z, J = tp_x, K = tp_y; E^T is the [in/q^2, out/q] weight block.
+  return Matmul3d::apply(hidden, weight.t(), z_group_, x_group_, y_group_);
+}
+
+torch::Tensor Embedding3dImpl::cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return blocked_cross_entropy(logits, rows_block(targets, *output_rows_), x_group_, output_rows_);
+}
+
+torch::Tensor Embedding3dImpl::gather_logits(const torch::Tensor& logits) {
+  return gather_blocked_logits(logits, x_group_, output_rows_);
+}
+
+std::map<std::string, Layout> Embedding3dImpl::parameter_layouts() const {
+  return {{"weight", {{0, {kX}, 1}, {1, {kY, kZ}, 1}}}};
 }
 
 }  // namespace kuafu::parallel

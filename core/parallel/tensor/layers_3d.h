@@ -2,7 +2,7 @@
 // the mesh axes tp_x (a), tp_y (b), tp_z (c); each rank talks to q peers along one axis at a time.
 #pragma once
 
-#include "core/parallel/tensor/layout.h"
+#include "core/parallel/tensor/embedding.h"
 #include "core/parallel/tensor/linear_1d.h"
 
 namespace kuafu::parallel {
@@ -59,7 +59,9 @@ torch::Tensor gather_activation_3d(const torch::Tensor& block, const dist::Proce
 //   db_j     = Σ_rows dY block, all-reduced over I and K (the ranks holding the other rows of out block j)
 // X_{i,k} and A_{k,j} are gathered again in backward rather than kept, so memory stays one block.
 // Each collective runs over the q ranks of one axis line: O(q) = O(P^(1/3)) peers per rank.
-// Spec: in divisible by q^2, out by q, stride 1; the batch (dim 0) by q^2.
+// With stride s the output features are s segments (q|k|v) each cut into q blocks over J, so a fused
+// q|k|v projection gives each rank whole heads.
+// Spec: in divisible by q^2, out (per stride segment) by q; the batch (dim 0) by q^2.
 class Linear3dImpl : public torch::nn::Module, public ShardedModule {
  public:
   Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh, Side3d input_side = Side3d::kY);
@@ -103,5 +105,36 @@ class LayerNorm3dImpl : public torch::nn::Module, public ShardedModule {
   dist::GroupPtr replica_group_;  // along G and tp_z
 };
 TORCH_MODULE(LayerNorm3d);
+
+// ---- Token embedding and the tied output layer -------------------------------------------------
+// E [V, H] is stored as the weight of the output layer logits = X E^T, a Linear3d from side kY with
+// E as its [out, in] weight: vocabulary block a over tp_x, features block (b, c) of q^2 over tp_y, tp_z:
+//   E block = E[vocabulary block a, features block (b, c)]   [V/q, H/q^2]
+//   Layout {{0, {tp_x}}, {1, {tp_y, tp_z}}}
+// Lookup into side kY (rank (a, b, c): batch rows block (a, c), features block b): the features are
+// gathered over tp_z and the vocabulary over tp_x, E[:, features block b] [V, H/q], and the rank looks
+// up its rows' ids. Backward: the two gathers' reduce-scatters sum the contributions of the q^2 ranks
+// holding features block b and leave each rank its block.
+// Logits: Linear3d's product (Matmul3d) from side kY: rank (a, b, c) gets logits block [B/q^2, ..., V/q]
+// on side kX, batch rows block (b, c), vocabulary block a.
+// Cross-entropy: along tp_x the vocabulary-parallel cross-entropy of the rows (b, c); the q^2 row means
+// are averaged over tp_y and tp_z.
+class Embedding3dImpl : public TokenEmbeddingImpl, public ShardedModule {
+ public:
+  Embedding3dImpl(int64_t vocab, int64_t hidden, const dist::ProcessMesh& mesh);
+  torch::Tensor forward(const torch::Tensor& ids) override;      // [B, ...] -> [B/q^2, ..., H/q] side kY
+  torch::Tensor logits(const torch::Tensor& hidden) override;  // side kY -> [B/q^2, ..., V/q] side kX
+  torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override;
+  torch::Tensor gather_logits(const torch::Tensor& logits) override;
+  std::map<std::string, Layout> parameter_layouts() const override;
+
+  torch::Tensor weight;  // [V/q, H/q^2]
+
+ private:
+  dist::GroupPtr x_group_, y_group_, z_group_;
+  dist::GroupPtr input_rows_;   // along tp_x and tp_z: the row blocks of side kY (group rank a q + c)
+  dist::GroupPtr output_rows_;  // along tp_y and tp_z: the row blocks of side kX (group rank b q + c)
+};
+TORCH_MODULE(Embedding3d);
 
 }  // namespace kuafu::parallel

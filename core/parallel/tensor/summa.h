@@ -1,4 +1,4 @@
-// Internal to the 2D and 2.5D layers: SUMMA's block product and the feature-split normalisation as
+// Internal to the 2D and 2.5D (grid) layers: SUMMA's block product and the feature-split normalisation as
 // autograd functions over a given grid row and column group, and the grid linear's parameters and
 // layouts (header-only, shared by both modes).
 #pragma once
@@ -42,7 +42,7 @@ inline torch::Tensor broadcast_block(const torch::Tensor& mine, const dist::Proc
 inline torch::Tensor rows_of(const torch::Tensor& t) { return t.reshape({-1, t.size(-1)}); }  // [N, features]
 
 // Y_ij = Σ_k X_ik A_kj on rank (i, j) of a q x q grid, with its gradients written out (see
-// layers_2d.h). `row` holds the ranks (i, ·) (group rank j), `col` the ranks (·, j) (group rank i).
+// layers_grid.h). `row` holds the ranks (i, ·) (group rank j), `col` the ranks (·, j) (group rank i).
 // `a` is the [in/q, out/q] view of the weight whatever its storage order; autograd carries dA
 // through the view. dA is the sum over this grid only (a 2.5D layer sums it over its depth after).
 struct Summa : torch::autograd::Function<Summa> {
@@ -145,12 +145,12 @@ inline std::pair<torch::Tensor, torch::Tensor> register_grid_linear(torch::nn::M
   return {weight, bias};
 }
 
-// Their layouts: A's input features cut over tp_row and output features over tp_col, b_j over tp_col
-// (any further replication, e.g. over tp_dep, is not a cut).
-inline std::map<std::string, Layout> grid_linear_layouts(WeightOrder order, bool has_bias) {
+// Their layouts: A's input features cut over tp_row and output features (per stride segment) over
+// tp_col, b_j likewise over tp_col (any further replication, e.g. over tp_dep, is not a cut).
+inline std::map<std::string, Layout> grid_linear_layouts(WeightOrder order, bool has_bias, int64_t stride) {
   const int64_t in_dim = order == WeightOrder::kInOut ? 0 : 1;
-  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {"tp_row"}, 1}, {1 - in_dim, {"tp_col"}, 1}}}};
-  if (has_bias) layouts["bias"] = {{0, {"tp_col"}, 1}};
+  std::map<std::string, Layout> layouts = {{"weight", {{in_dim, {"tp_row"}, 1}, {1 - in_dim, {"tp_col"}, stride}}}};
+  if (has_bias) layouts["bias"] = {{0, {"tp_col"}, stride}};
   return layouts;
 }
 

@@ -69,6 +69,19 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   return dist::autograd::reduce_from_group(rows, group_);
 }
 
+torch::Tensor VocabParallelEmbeddingImpl::logits(const torch::Tensor& hidden) {
+  return torch::matmul(dist::autograd::copy_to_group(hidden, group_), weight.t());
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), vocab_start_,
+                                      group_);
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::gather_logits(const torch::Tensor& logits) {
+  return dist::all_gather(logits.contiguous(), *group_, logits.dim() - 1);
+}
+
 std::map<std::string, Layout> VocabParallelEmbeddingImpl::parameter_layouts() const {
   return {{"weight", {{0, {axis_}, 1}}}};
 }
@@ -79,6 +92,34 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
               "vocab_parallel_cross_entropy: logits [N, V/P] and targets [N], got ", logits.sizes(), " and ",
               targets.sizes());
   return VocabParallelCrossEntropy::apply(logits, targets, vocab_start, std::move(group));
+}
+
+torch::Tensor rows_block(const torch::Tensor& batch, const dist::ProcessGroup& rows) {
+  const int64_t blocks = rows.size();
+  KUAFU_CHECK(batch.dim() >= 1 && batch.size(0) % blocks == 0, "tensor parallelism: the batch of ",
+              batch.dim() ? batch.size(0) : 0, " rows does not divide into the ", blocks, " row blocks of group '",
+              rows.name(), "'; use a batch size that is a multiple of ", blocks);
+  const int64_t n = batch.size(0) / blocks;
+  return batch.narrow(0, rows.rank() * n, n);
+}
+
+torch::Tensor blocked_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                    const dist::GroupPtr& vocab, const dist::GroupPtr& rows) {
+  KUAFU_CHECK(logits.dim() == targets.dim() + 1 && logits.sizes().slice(0, targets.dim()) == targets.sizes(),
+              "cross-entropy of blocked logits: logits [B/r, ..., V/v] and this rank's targets [B/r, ...], got ",
+              logits.sizes(), " and ", targets.sizes());
+  const torch::Tensor row_mean = vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                              targets.reshape({-1}), vocab->rank() * logits.size(-1),
+                                                              vocab);
+  // L = (1/r) Σ_blocks loss_block, all-reduced over the row blocks forward. Its backward is the
+  // identity: ∂L/∂logits = (1/r) ∂loss_block/∂logits is what each rank computes from its own rows.
+  return dist::autograd::reduce_from_group(row_mean / static_cast<double>(rows->size()), rows);
+}
+
+torch::Tensor gather_blocked_logits(const torch::Tensor& logits, const dist::GroupPtr& vocab,
+                                    const dist::GroupPtr& rows) {
+  const torch::Tensor full_rows = dist::all_gather(logits.contiguous(), *vocab, logits.dim() - 1);
+  return dist::all_gather(full_rows, *rows, /*dim=*/0);
 }
 
 }  // namespace kuafu::parallel

@@ -1,0 +1,37 @@
+#include "core/parallel/tensor/embedding.h"
+
+#include "core/dist/autograd_collectives.h"
+#include "core/util/error.h"
+
+namespace kuafu::parallel {
+
+SerialEmbeddingImpl::SerialEmbeddingImpl(int64_t vocab, int64_t dim) {
+  weight = register_parameter("weight", torch::zeros({vocab, dim}));
+}
+
+torch::Tensor SerialEmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
+torch::Tensor SerialEmbeddingImpl::logits(const torch::Tensor& hidden) { return torch::matmul(hidden, weight.t()); }
+
+torch::Tensor SerialEmbeddingImpl::cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+}
+
+FeatureSplitEmbeddingImpl::FeatureSplitEmbeddingImpl(int64_t n, int64_t dim, const dist::ProcessMesh& mesh,
+                                                     std::string feature_axis, std::vector<std::string> row_axes)
+    : feature_axis_(std::move(feature_axis)), replicas_(mesh.group(row_axes)) {
+  const int64_t q = mesh.size(feature_axis_);
+  KUAFU_CHECK(dim % q == 0, "tensor parallelism: embedding size ", dim, " is not divisible by the ", q, " blocks of ",
+              feature_axis_);
+  weight = register_parameter("weight", torch::zeros({n, dim / q}));
+}
+
+torch::Tensor FeatureSplitEmbeddingImpl::forward(const torch::Tensor& ids) {
+  return torch::embedding(dist::autograd::copy_to_group(weight, replicas_), ids);
+}
+
+std::map<std::string, Layout> FeatureSplitEmbeddingImpl::parameter_layouts() const {
+  return {{"weight", {{1, {feature_axis_}, 1}}}};
+}
+
+}  // namespace kuafu::parallel
