@@ -30,8 +30,10 @@ torch::Tensor TextTask::loss(int64_t step, int64_t first_row, int64_t rows) {
 }
 
 train::LossSum TextTask::evaluate(int rank, int ranks) {
-  const int64_t begin = eval_rows_ * rank / ranks;
-  const int64_t end = eval_rows_ * (rank + 1) / ranks;
+  // Each data rank takes a range of whole row blocks, so every batch divides as the tensor mode cuts it.
+  const int64_t blocks = model_->tp.batch_blocks(), units = eval_rows_ / blocks;
+  const int64_t begin = blocks * (units * rank / ranks);
+  const int64_t end = blocks * (units * (rank + 1) / ranks);
   train::LossSum sum;
   for (int64_t row = begin; row < end; row += micro_batch_) {
     const int64_t rows = std::min(micro_batch_, end - row);
@@ -58,6 +60,15 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const par
     if (file->vocab_size() > static_cast<uint64_t>(model.vocab_size)) {
       config.fail_at("model.vocab_size", "(" + std::to_string(model.vocab_size) + ") is smaller than the vocabulary of " +
                                              file->path() + " (" + std::to_string(file->vocab_size()) + ")");
+    }
+  }
+  // 2D, 2.5D and 3D cut every batch into row blocks.
+  const int blocks = tp.batch_blocks();
+  for (const char* key : {"train.micro_batch_size", "train.eval_rows"}) {
+    if (config.get_int(key) % blocks != 0) {
+      config.fail_at(key, "is " + std::to_string(config.get_int(key)) + " but parallel.tensor.mode = \"" +
+                              parallel::mode_name(tp.spec.mode) + "\" cuts each batch into " + std::to_string(blocks) +
+                              " row blocks; use a multiple of " + std::to_string(blocks));
     }
   }
   const int64_t context = config.get_int("data.context");

@@ -28,17 +28,21 @@ void add_runtime_schema(config::Schema& schema) {
 }
 
 Runtime start_runtime(const config::Config& config) {
-  const dist::LaunchEnv env = dist::detect_launch_env();
+  dist::WorldOptions options;
+  options.backend = config.get_string("dist.backend");
+  options.timeout = std::chrono::seconds(config.get_int("dist.timeout_s"));
+  return start_runtime(config, dist::World::init(dist::detect_launch_env(), options));
+}
+
+Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World> world) {
+  const dist::LaunchEnv& env = world->env();
   Runtime runtime;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int64_t requested = config.get_int("runtime.threads");
   runtime.threads = requested > 0 ? static_cast<int>(requested) : std::max(1, cores / env.local_world_size);
   torch::set_num_threads(runtime.threads);
 
-  dist::WorldOptions options;
-  options.backend = config.get_string("dist.backend");
-  options.timeout = std::chrono::seconds(config.get_int("dist.timeout_s"));
-  runtime.world = dist::World::init(env, options);
+  runtime.world = std::move(world);
   runtime.device = runtime.world->device();
   // Rank 0 prints; every rank of a multi-rank job also appends to its own log file.
   std::string log_dir = config.get_string("runtime.log_dir");

@@ -25,6 +25,9 @@ struct Runtime {
 // Sets threads (runtime.threads, 0 = cores / ranks on this node), configures logging, joins the
 // world described by the launch environment and builds the mesh. Fails before any work on bad sizes.
 Runtime start_runtime(const config::Config& config);
+// The same over a world already joined (a second layout in the same processes, e.g. tests that
+// resume one run's checkpoint under another mesh).
+Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World> world);
 
 // Measured matrix-product rate of this process (FLOP/s) at size n in `dtype` with the current threads:
 // the peak that MFU figures are relative to.

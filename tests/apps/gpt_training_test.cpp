@@ -218,27 +218,28 @@ std::vector<torch::Tensor> full_weights(GPT& model) {
   return out;
 }
 
-// 1D tensor parallelism through the trainer, from the config alone: 2 ranks as tensor = 2, and 4 ranks
-// as data 2 x tensor 2, each against the serial run of the same global batch (6 AdamW steps).
-// Tolerance 2e-5: float32, only summation order differs.
-void tensor_parallel_training_equals_serial(const fs::path& root, const std::string& layout) {
-  const auto config = make_config(root, "tp_" + layout, "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2\n"
-                                                         "train.micro_batch_size=" + layout + "\ndist.timeout_s=30");
+// Tensor parallelism through the trainer, from the config alone, against the serial run of the same
+// global batch (6 AdamW steps): `tensor` holds the parallel.tensor overrides, and `micro_batch` rows per
+// data rank leave the other ranks to data parallelism. Tolerance 2e-5: float32, only summation order
+// differs.
+void tensor_parallel_training_equals_serial(const fs::path& root, const std::string& name, const std::string& tensor,
+                                            int micro_batch) {
+  const auto config = make_config(root, name, tensor + "\ntrain.micro_batch_size=" + std::to_string(micro_batch) +
+                                                  "\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(config);
   auto task = make_text_task(config, runtime.tensor);
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
   const auto parallel = full_weights(task->gpt());
-  const auto serial = train_serially(make_config(root, "serial_" + layout + "_" + std::to_string(runtime.world->rank()), ""));
+  const auto serial = train_serially(make_config(root, "serial_" + name + "_" + std::to_string(runtime.world->rank()), ""));
   EXPECT_LT(max_difference(parallel, serial), 2e-5);
   // The checkpoint holds whole tensors: a serial model loads it and equals the gathered weights.
   GPT reloaded(model_config(config));
-  train::CheckpointStore::load_model(train::checkpoint_folder((root / ("tp_" + layout) / "checkpoints").string(), 6),
-                                     *reloaded);
+  train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
   EXPECT_LT(max_difference(reloaded->parameters(), parallel), 1e-12);
   // Communication accounting: every step records the bytes this rank sent over the tensor group.
   if (runtime.is_main()) {
-    for (const auto& line : metric_lines(root / ("tp_" + layout) / "metrics.jsonl")) {
+    for (const auto& line : metric_lines(root / name / "metrics.jsonl")) {
       const auto tensor_group = runtime.tensor.group()->name();
       ASSERT_TRUE(line.contains("comm_bytes_sent")) << line.dump();
       EXPECT_GT(line["comm_bytes_sent"].value(tensor_group, int64_t{0}), 0) << line.dump();
@@ -246,14 +247,76 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   }
 }
 
+const std::string k1d = "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2";
+const std::string k2d = "parallel.tensor.mode=\"2d\"\nparallel.tensor.size=4";
+const std::string k2p5d = "parallel.tensor.mode=\"2.5d\"\nparallel.tensor.size=8\nparallel.tensor.depth=2";
+const std::string k3d = "parallel.tensor.mode=\"3d\"\nparallel.tensor.size=8";
+
 TEST_F(GPTTrainingTest, TensorParallelOnTwoRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
-  tensor_parallel_training_equals_serial(root_, "8");
+  tensor_parallel_training_equals_serial(root_, "tp_1d", k1d, 8);
 }
 
 TEST_F(GPTTrainingTest, TensorTimesDataParallelOnFourRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
-  tensor_parallel_training_equals_serial(root_, "4");
+  tensor_parallel_training_equals_serial(root_, "tp_1d_dp", k1d, 4);
+}
+
+TEST_F(GPTTrainingTest, TwoDimensionalOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  tensor_parallel_training_equals_serial(root_, "tp_2d", k2d, 8);
+}
+
+// 2 data x (2 x 2) grid = 8 ranks.
+TEST_F(GPTTrainingTest, TwoDimensionalTimesDataParallelOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_2d_dp", k2d, 4);
+}
+
+TEST_F(GPTTrainingTest, TwoAndAHalfDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_2p5d", k2p5d, 8);
+}
+
+TEST_F(GPTTrainingTest, ThreeDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_3d", k3d, 8);
+}
+
+// A batch the mode cannot cut into its row blocks is refused at the key before training.
+TEST_F(GPTTrainingTest, BatchesTheGridCannotCutNameTheKey) {
+  parallel::TensorParallel tp;
+  tp.spec = {parallel::TensorMode::k3D, 8, 1};  // q^2 = 4 row blocks; no mesh is needed to refuse
+  const std::string message = testing::error_message([&] {
+    make_text_task(make_config(root_, "unused", "train.micro_batch_size=6"), tp);
+  });
+  EXPECT_TRUE(testing::Contains(message, "train.micro_batch_size"));
+  EXPECT_TRUE(testing::Contains(message, "4 row blocks"));
+}
+
+// A checkpoint written under one tensor-parallel layout resumes under another: 3 steps as 2 data x
+// 1D over 2 ranks, then 3 steps on a 2 x 2 grid (2D) from its checkpoint, weights and optimizer
+// state re-cut, equal 6 serial steps. Both layouts share the 4 processes' world.
+TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  const auto first = make_config(root_, "layout_1d", k1d + "\ntrain.micro_batch_size=4\ntrain.steps=3\ndist.timeout_s=30");
+  train::Runtime runtime = train::start_runtime(first);
+  {
+    auto task = make_text_task(first, runtime.tensor);
+    train::Trainer trainer(first, runtime, *task);
+    trainer.run();
+  }
+  const auto second = make_config(
+      root_, "layout_2d",
+      k2d + "\ntrain.micro_batch_size=8\ndist.timeout_s=30\ntrain.resume=\"" +
+          train::checkpoint_folder((root_ / "layout_1d" / "checkpoints").string(), 3) + "\"");
+  train::Runtime grid = train::start_runtime(second, runtime.world);
+  auto task = make_text_task(second, grid.tensor);
+  train::Trainer trainer(second, grid, *task);
+  EXPECT_EQ(trainer.start_step(), 3);
+  trainer.run();
+  const auto serial = train_serially(make_config(root_, "layout_serial_" + std::to_string(grid.world->rank()), ""));
+  EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
 }
 
 // A serial checkpoint resumes under 1D tensor parallelism (each rank takes its blocks of the weights

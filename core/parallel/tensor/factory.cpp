@@ -12,6 +12,17 @@ dist::GroupPtr TensorParallel::group() const {
   return mesh->group(axes());
 }
 
+int TensorParallel::batch_blocks() const {
+  if (!enabled()) return 1;
+  const int q = grid_side(spec);
+  switch (spec.mode) {
+    case TensorMode::k2D: return q;
+    case TensorMode::k2p5D: return spec.depth * q;
+    case TensorMode::k3D: return q * q;
+    default: return 1;
+  }
+}
+
 SerialLinearImpl::SerialLinearImpl(const LinearSpec& spec) : order_(spec.order) {
   const std::vector<int64_t> shape =
       spec.order == WeightOrder::kInOut ? std::vector<int64_t>{spec.in, spec.out} : std::vector<int64_t>{spec.out, spec.in};

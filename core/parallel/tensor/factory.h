@@ -23,6 +23,9 @@ struct TensorParallel {
   // The number of blocks a column layer's output features are cut into: how many ranks share the
   // attention heads (P in 1D, the grid or cube side q otherwise, 1 when serial).
   int feature_blocks() const { return enabled() ? grid_side(spec) : 1; }
+  // The number of row blocks the mode cuts a batch into (1 serial and 1D, q in 2D, d q in 2.5D, q^2
+  // in 3D): a batch must be a multiple of it.
+  int batch_blocks() const;
   dist::GroupPtr group() const;  // the group spanning every tensor-parallel axis (null when serial)
   std::vector<std::string> axes() const { return tensor_axis_names(spec); }
 };
