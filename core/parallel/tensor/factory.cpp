@@ -82,6 +82,12 @@ torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n
   return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes()));
 }
 
+Layout stream_layout(const TensorParallel& tp, int64_t dims) {
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return {};
+  if (tp.spec.mode == TensorMode::k3D) return activation_layout_3d(dims, Side3d::kY);
+  return grid_activation_layout(dims, *tp.mesh);
+}
+
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh) {
   std::vector<int64_t> shape = local.vec();
   for (const auto& split : layout) {

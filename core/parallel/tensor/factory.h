@@ -60,6 +60,10 @@ std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int
 // [..., dim] with the features cut as the residual stream's are; parameter "weight".
 torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim);
 
+// How the mode cuts the residual stream, an activation of `dims` dimensions [B, ..., dim] (empty:
+// whole on every rank, serial and 1D). Its shard_of is a layer's input block; gather_full undoes it.
+Layout stream_layout(const TensorParallel& tp, int64_t dims);
+
 // The full shape of a parameter whose local block has `local` sizes under `layout`.
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh);
 
