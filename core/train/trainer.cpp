@@ -84,6 +84,12 @@ std::string fixed(double v, int digits) {
   return out.str();
 }
 
+std::string scientific(double v, int digits) {
+  std::ostringstream out;
+  out << std::scientific << std::setprecision(digits) << v;
+  return out.str();
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
@@ -331,18 +337,20 @@ TrainSummary Trainer::run() {
     const double items_per_s = items_per_step / seconds;
     const double mfu = task_.flops_per_item() * items_per_s / peak_flops;
     const double mem_mb = static_cast<double>(peak_memory_bytes(runtime_.device)) / (1 << 20);
+    // Communication accounting: bytes this rank sent in the step, per process group.
+    const nlohmann::json sent = runtime_.world->size() > 1 ? bytes_sent_since(*runtime_.world, sent_before)
+                                                           : nlohmann::json::object();
     if (progress) {
-      progress->update(step, "loss " + fixed(loss, 4) + " | lr " + fixed(lr * 1e4, 3) + "e-4 | " +
-                                 fixed(items_per_s, 0) + " " + task_.item_name() + "/s | MFU " + fixed(mfu * 100, 1) +
-                                 "% | mem " + fixed(mem_mb, 0) + " MB");
+      double sent_mb = 0;
+      for (const auto& item : sent.items()) sent_mb += item.value().get<double>() / 1e6;
+      progress->update(step, "loss " + fixed(loss, 4) + " | lr " + scientific(lr, 3) + " | " + fixed(items_per_s, 0) +
+                                 " " + task_.item_name() + "/s | MFU " + fixed(mfu * 100, 1) + "% | mem " +
+                                 fixed(mem_mb, 0) + " MB" + (sent.empty() ? "" : " | sent " + fixed(sent_mb, 1) + " MB"));
     }
     nlohmann::json metrics = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm},
                               {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
                               {"peak_mem_mb", mem_mb}};
-    if (runtime_.world->size() > 1) {
-      // Communication accounting: bytes this rank sent in the step, per process group.
-      metrics["comm_bytes_sent"] = bytes_sent_since(*runtime_.world, sent_before);
-    }
+    if (runtime_.world->size() > 1) metrics["comm_bytes_sent"] = sent;
     if (scaler_) {
       metrics["loss_scale"] = loss_scale;
       metrics["skipped"] = overflow;

@@ -1,5 +1,7 @@
 #include "core/parallel/tensor/factory.h"
 
+#include "core/dist/collectives.h"
+
 #include "core/parallel/tensor/layers_3d.h"
 #include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
@@ -80,6 +82,45 @@ torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n
     return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}));
   }
   return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes()));
+}
+
+namespace {
+
+// Where a column layer's output lives: `classes` holds the other class blocks of this rank's rows,
+// `rows` the other row blocks of its classes (null where the mode keeps every row on every rank).
+struct ColumnOutput {
+  dist::GroupPtr classes, rows;
+};
+
+ColumnOutput column_output(const TensorParallel& tp) {
+  switch (tp.spec.mode) {
+    case TensorMode::k1D: return {tp.group(), nullptr};
+    case TensorMode::k3D:  // side kX: classes over tp_x, rows over tp_y and tp_z
+      return {tp.mesh->group("tp_x"), tp.mesh->group(std::vector<std::string>{"tp_y", "tp_z"})};
+    default: return {tp.mesh->group("tp_col"), tp.mesh->group(grid_shape(*tp.mesh).row_axes())};
+  }
+}
+
+}  // namespace
+
+torch::Tensor classifier_cross_entropy(const TensorParallel& tp, const torch::Tensor& logits,
+                                       const torch::Tensor& targets) {
+  if (!tp.enabled()) {
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+  }
+  const ColumnOutput cut = column_output(tp);
+  if (!cut.rows) {
+    return vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
+                                        cut.classes->rank() * logits.size(-1), cut.classes);
+  }
+  return blocked_cross_entropy(logits, rows_block(targets, *cut.rows), cut.classes, cut.rows);
+}
+
+torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Tensor& logits) {
+  if (!tp.enabled()) return logits;
+  const ColumnOutput cut = column_output(tp);
+  if (!cut.rows) return dist::all_gather(logits.contiguous(), *cut.classes, logits.dim() - 1);
+  return gather_blocked_logits(logits, cut.classes, cut.rows);
 }
 
 Layout stream_layout(const TensorParallel& tp, int64_t dims) {

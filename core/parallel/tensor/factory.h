@@ -60,6 +60,14 @@ std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int
 // [..., dim] with the features cut as the residual stream's are; parameter "weight".
 torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim);
 
+// A classifier head built by make_linear(tp, {dim, classes}, Cut::kColumn) leaves this rank a block of
+// the logits with the classes cut like the layer's output features. Its mean cross-entropy against the
+// whole batch's targets [B, ...] (every rank of the tensor group passes the same), never gathering the
+// logits; and the full logits [B, ..., classes] on every rank.
+torch::Tensor classifier_cross_entropy(const TensorParallel& tp, const torch::Tensor& logits,
+                                       const torch::Tensor& targets);
+torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Tensor& logits);
+
 // How the mode cuts the residual stream, an activation of `dims` dimensions [B, ..., dim] (empty:
 // whole on every rank, serial and 1D). Its shard_of is a layer's input block; gather_full undoes it.
 Layout stream_layout(const TensorParallel& tp, int64_t dims);

@@ -1,0 +1,91 @@
+// The factories in every tensor-parallel mode, on real Gloo ranks against the serial computation in
+// float64 (summation order only, 1e-12): a classifier head from make_linear(kColumn) on the residual
+// stream's layout, its cross-entropy that never gathers the logits, and the gathered logits. Checked:
+// loss, logits, the input's and every parameter's gradient block.
+#include <gtest/gtest.h>
+
+#include "core/parallel/tensor/factory.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/tensor_parallel_checks.h"
+#include "tests/support/test_util.h"
+#include "tests/support/worker_world.h"
+
+namespace kuafu {
+namespace {
+
+constexpr double kTolerance = 1e-12;
+
+parallel::TensorParallel mode_on_world(parallel::TensorMode mode, int depth = 1) {
+  auto world = testing::worker_world();
+  parallel::TensorParallel tp;
+  tp.spec = {mode, world->size(), depth};
+  tp.mesh = std::make_shared<dist::ProcessMesh>(world, parallel::tensor_mesh_axes(tp.spec));
+  return tp;
+}
+
+// logits = X W^T + b over 6 classes, mean cross-entropy against targets; X [4, 3, 8].
+void classifier_head_equals_serial(const parallel::TensorParallel& tp) {
+  const int64_t hidden = 8, classes = 6;
+  const dist::ProcessMesh& mesh = *tp.mesh;
+  torch::manual_seed(3);
+  const torch::Tensor w = testing::randn64({classes, hidden}), b = testing::randn64({classes});
+  const torch::Tensor x0 = testing::randn64({4, 3, hidden}), targets = torch::randint(classes, {4, 3});
+
+  torch::nn::AnyModule head = parallel::make_linear(tp, parallel::LinearSpec{hidden, classes}, parallel::Cut::kColumn);
+  head.ptr()->to(torch::kFloat64);
+  const auto layouts = parallel::collect_layouts(*head.ptr());  // none when serial
+  auto layout_of = [&](const std::string& name) {
+    const auto found = layouts.find(name);
+    return found == layouts.end() ? parallel::Layout{} : found->second;
+  };
+  auto params = head.ptr()->named_parameters(/*recurse=*/false);
+  const std::vector<testing::BoundParam> bound = {
+      testing::bind_param("weight", w, params["weight"], layout_of("weight"), mesh),
+      testing::bind_param("bias", b, params["bias"], layout_of("bias"), mesh)};
+
+  torch::Tensor xs = x0.clone().requires_grad_();
+  const torch::Tensor logits_s = testing::serial_linear(xs, bound[0].serial, bound[1].serial, parallel::WeightOrder::kOutIn);
+  const torch::Tensor loss_s =
+      torch::nn::functional::cross_entropy(logits_s.reshape({-1, classes}), targets.reshape({-1}));
+  loss_s.backward();
+
+  const parallel::Layout stream = parallel::stream_layout(tp, 3);
+  torch::Tensor xp = parallel::shard_of(x0, stream, mesh).requires_grad_();
+  const torch::Tensor logits_p = head.forward(xp);
+  testing::expect_close(parallel::gather_classifier_logits(tp, logits_p.detach()), logits_s.detach(), "logits",
+                        kTolerance);
+  const torch::Tensor loss_p = parallel::classifier_cross_entropy(tp, logits_p, targets);
+  loss_p.backward();
+  testing::expect_close(loss_p, loss_s, "loss", kTolerance);
+  testing::expect_close(xp.grad(), parallel::shard_of(xs.grad(), stream, mesh), "input gradient block", kTolerance);
+  testing::expect_gradients(bound, mesh, kTolerance);
+}
+
+TEST(ClassifierHeadTest, OneDimensionalOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  classifier_head_equals_serial(mode_on_world(parallel::TensorMode::k1D));
+}
+
+TEST(ClassifierHeadTest, TwoDimensionalOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  classifier_head_equals_serial(mode_on_world(parallel::TensorMode::k2D));
+}
+
+TEST(ClassifierHeadTest, TwoAndAHalfDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 120);
+  classifier_head_equals_serial(mode_on_world(parallel::TensorMode::k2p5D, /*depth=*/2));
+}
+
+TEST(ClassifierHeadTest, ThreeDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 120);
+  classifier_head_equals_serial(mode_on_world(parallel::TensorMode::k3D));
+}
+
+TEST(ClassifierHeadTest, SerialIsTorchsCrossEntropy) {
+  classifier_head_equals_serial(parallel::TensorParallel{{}, std::make_shared<dist::ProcessMesh>(
+                                                                 dist::World::single(),
+                                                                 std::vector<dist::MeshAxis>{{"tensor", 1}})});
+}
+
+}  // namespace
+}  // namespace kuafu
