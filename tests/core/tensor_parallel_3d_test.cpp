@@ -67,42 +67,14 @@ TEST(Layers3dTest, ActivationBlocksSplitAndGatherBack) {
 // Y = X A + b, loss = <Y, R>, against the serial layer; X on `side`, Y on the other side.
 void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool bias, Side3d side,
                           const std::vector<int64_t>& x_shape, bool input_grad, int64_t stride = 1) {
-  const int64_t in = x_shape.back(), out = 6 * stride;
-  torch::manual_seed(7);
-  const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
-  const torch::Tensor x0 = randn64(x_shape);
-  std::vector<int64_t> y_shape = x_shape;
-  y_shape.back() = out;
-  const torch::Tensor r = randn64(y_shape);
-
-  parallel::Linear3d layer(parallel::LinearSpec{in, out, bias, order, stride}, mesh, side);
-  layer->to(torch::kFloat64);
+  const parallel::LinearSpec spec{x_shape.back(), 6 * stride, bias, order, stride};
+  parallel::Linear3d layer(spec, mesh, side);
   ASSERT_EQ(layer->output_side(), parallel::other_side(side));
-  const auto layouts = layer->parameter_layouts();
-  std::vector<Param> params = {bind_param("weight", w, layer->weight, layouts.at("weight"), mesh)};
-  if (bias) params.push_back(bind_param("bias", b, layer->bias, layouts.at("bias"), mesh));
-
-  torch::Tensor xs = x0.clone().requires_grad_(input_grad);
-  torch::Tensor ys = serial_linear(xs, params[0].serial, bias ? params[1].serial : torch::Tensor(), order);
-  (ys * r).sum().backward();
-
-  const Side3d out_side = parallel::other_side(side);
-  torch::Tensor xp = parallel::split_activation_3d(x0, mesh, side).requires_grad_(input_grad);
-  torch::Tensor yp = layer(xp);
+  const auto dims = static_cast<int64_t>(x_shape.size());
   // The output's features are cut per stride segment (q|k|v), like the weight's columns.
-  auto output_layout = [&](const torch::Tensor& t) {
-    Layout layout = parallel::activation_layout_3d(t.dim(), out_side);
-    layout.back().stride = stride;
-    return layout;
-  };
-  (yp * parallel::shard_of(r, output_layout(r), mesh)).sum().backward();
-
-  expect_close(yp, parallel::shard_of(ys, output_layout(ys), mesh), "output block");
-  expect_close(parallel::gather_full(yp.detach(), output_layout(yp), mesh), ys.detach(), "gathered output");
-  if (input_grad) {
-    expect_close(xp.grad(), parallel::split_activation_3d(xs.grad(), mesh, side), "input gradient block");
-  }
-  expect_gradients(params, mesh);
+  testing::linear_equals_serial(layer, spec, parallel::activation_layout_3d(dims, side),
+                                testing::per_segment(parallel::activation_layout_3d(dims, parallel::other_side(side)), stride),
+                                mesh, x_shape, input_grad, kTolerance);
 }
 
 TEST(Linear3dTest, EqualsSerialInBothWeightOrdersFromBothSides) {

@@ -66,6 +66,48 @@ inline void expect_gradients(const std::vector<BoundParam>& params, const dist::
   }
 }
 
+// `layout` with its last split cut per stride segment: the features of a q|k|v output.
+inline parallel::Layout per_segment(parallel::Layout layout, int64_t stride) {
+  layout.back().stride = stride;
+  return layout;
+}
+
+// Y = X A + b, loss = <Y, R>, for any mode's linear layer (members weight, bias, parameter_layouts()
+// and forward, built from `spec`) against the serial product. X [x_shape] enters cut by `in_layout`,
+// Y leaves cut by `out_layout` (both for x_shape's number of dims). Checks the output block, the
+// gathered output, the input gradient block (when `input_grad`) and the parameter gradients.
+template <typename Layer>
+void linear_equals_serial(Layer& layer, const parallel::LinearSpec& spec, const parallel::Layout& in_layout,
+                          const parallel::Layout& out_layout, const dist::ProcessMesh& mesh,
+                          const std::vector<int64_t>& x_shape, bool input_grad, double tolerance) {
+  torch::manual_seed(7);
+  const torch::Tensor w = weight_of(spec.in, spec.out, spec.order), b = randn64({spec.out});
+  const torch::Tensor x0 = randn64(x_shape);
+  std::vector<int64_t> y_shape = x_shape;
+  y_shape.back() = spec.out;
+  const torch::Tensor r = randn64(y_shape);
+
+  layer->to(torch::kFloat64);
+  const auto layouts = layer->parameter_layouts();
+  std::vector<BoundParam> params = {bind_param("weight", w, layer->weight, layouts.at("weight"), mesh)};
+  if (spec.bias) params.push_back(bind_param("bias", b, layer->bias, layouts.at("bias"), mesh));
+
+  torch::Tensor xs = x0.clone().requires_grad_(input_grad);
+  torch::Tensor ys = serial_linear(xs, params[0].serial, spec.bias ? params[1].serial : torch::Tensor(), spec.order);
+  (ys * r).sum().backward();
+
+  torch::Tensor xp = parallel::shard_of(x0, in_layout, mesh).requires_grad_(input_grad);
+  torch::Tensor yp = layer(xp);
+  (yp * parallel::shard_of(r, out_layout, mesh)).sum().backward();
+
+  expect_close(yp, parallel::shard_of(ys, out_layout, mesh), "output block", tolerance);
+  expect_close(parallel::gather_full(yp.detach(), out_layout, mesh), ys.detach(), "gathered output", tolerance);
+  if (input_grad) {
+    expect_close(xp.grad(), parallel::shard_of(xs.grad(), in_layout, mesh), "input gradient block", tolerance);
+  }
+  expect_gradients(params, mesh, tolerance);
+}
+
 // Any mode's token embedding with its tied output layer against the serial table: logits = E[ids] E^T
 // and their mean cross-entropy, so E's gradient has both a lookup and an output-layer part. Checks the
 // gathered logits, the loss and this rank's gradient block. Every rank passes the same whole batch.

@@ -1,12 +1,13 @@
-// 2D (SUMMA) tensor parallelism over real Gloo ranks against the serial layers, in float64. The 2D
-// layers form the same products and sums as the serial ones, only grouped differently (per-block
-// partial sums, then sums over ranks), so they agree to summation-order rounding: 1e-12 on values
-// of order 1-10. Checked: outputs, input gradients and every parameter gradient (as shard_of of the
-// serial gradient) for GridLinear in both weight orders and with a q|k|v stride, a Linear -> gelu ->
-// Linear -> LayerNorm chain on a 2 x 2 grid and on data x 2 x 2 (each replica its own batch),
+// 2D (SUMMA) and 2.5D (Tesseract) tensor parallelism, one set of grid layers, over real Gloo ranks
+// against the serial layers, in float64. The grid layers form the same products and sums as the
+// serial ones, only grouped differently (per-block partial sums, then sums over ranks), so they agree
+// to summation-order rounding: 1e-12 on values of order 1-10. Checked, on a 2 x 2 grid (2D, no
+// tp_dep axis) and on d = 2 stacked 2 x 2 grids (2.5D, 8 ranks; each grid runs its own batch rows and
+// the replicated weights' gradients are summed over the depth): outputs, input gradients and every
+// parameter gradient (as shard_of of the serial gradient) for GridLinear in both weight orders and
+// with a q|k|v stride, a Linear -> gelu -> Linear -> LayerNorm chain (also on data x 2 x 2),
 // GridEmbedding -> GridLayerNorm -> GridLinear head -> grid_cross_entropy, the embedding's tied output
-// layer and loss, and the errors for specs the grid cannot lay out. (2D is the grid layers with no
-// tp_dep axis; tensor_parallel_2p5d_test.cpp runs them with depth 2.)
+// layer and loss, and the errors for specs, meshes and batches the grids cannot lay out.
 #include <gtest/gtest.h>
 
 #include "core/dist/collectives.h"
@@ -24,6 +25,8 @@ using parallel::WeightOrder;
 
 constexpr double kTolerance = 1e-12;
 constexpr int kGridSide = 2;  // q: 4 ranks per grid
+constexpr int kDepth = 2;     // d for 2.5D: d q^2 = 8 ranks
+constexpr int kRanks = kDepth * kGridSide * kGridSide;
 
 // One world per worker process (a second rendezvous in the same process cannot bind the port), so
 // each test builds its mesh once and passes it on.
@@ -33,6 +36,12 @@ std::shared_ptr<dist::ProcessMesh> grid_mesh(int data = 1) {
   axes.push_back({"tp_row", kGridSide});
   axes.push_back({"tp_col", kGridSide});
   return std::make_shared<dist::ProcessMesh>(testing::worker_world(), axes);
+}
+
+std::shared_ptr<dist::ProcessMesh> tesseract_mesh() {
+  return std::make_shared<dist::ProcessMesh>(
+      testing::worker_world(),
+      std::vector<dist::MeshAxis>{{"tp_dep", kDepth}, {"tp_row", kGridSide}, {"tp_col", kGridSide}});
 }
 
 void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
@@ -64,38 +73,12 @@ TEST(Layers2dTest, ActivationBlocksSplitAndGatherBack) {
 // Y = X A + b, loss = <Y, R>, against the serial layer.
 void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool bias,
                           const std::vector<int64_t>& x_shape, bool input_grad, int64_t stride = 1) {
-  const int64_t in = x_shape.back(), out = 4 * stride;
-  torch::manual_seed(7);
-  const torch::Tensor w = weight_of(in, out, order), b = randn64({out});
-  const torch::Tensor x0 = randn64(x_shape);
-  std::vector<int64_t> y_shape = x_shape;
-  y_shape.back() = out;
-  const torch::Tensor r = randn64(y_shape);
-
-  parallel::GridLinear layer(parallel::LinearSpec{in, out, bias, order, stride}, mesh);
-  layer->to(torch::kFloat64);
-  const auto layouts = layer->parameter_layouts();
-  std::vector<Param> params = {bind_param("weight", w, layer->weight, layouts.at("weight"), mesh)};
-  if (bias) params.push_back(bind_param("bias", b, layer->bias, layouts.at("bias"), mesh));
-
-  torch::Tensor xs = x0.clone().requires_grad_(input_grad);
-  torch::Tensor ys = serial_linear(xs, params[0].serial, bias ? params[1].serial : torch::Tensor(), order);
-  (ys * r).sum().backward();
-
-  torch::Tensor xp = parallel::split_activation_grid(x0, mesh).requires_grad_(input_grad);
-  torch::Tensor yp = layer(xp);
+  const parallel::LinearSpec spec{x_shape.back(), 4 * stride, bias, order, stride};
+  parallel::GridLinear layer(spec, mesh);
+  const Layout stream = parallel::grid_activation_layout(static_cast<int64_t>(x_shape.size()), mesh);
   // The output's features are cut per stride segment (q|k|v), like the weight's columns.
-  auto output_layout = [&](const torch::Tensor& t) {
-    Layout layout = parallel::grid_activation_layout(t.dim(), mesh);
-    layout.back().stride = stride;
-    return layout;
-  };
-  (yp * parallel::shard_of(r, output_layout(r), mesh)).sum().backward();
-
-  expect_close(yp, parallel::shard_of(ys, output_layout(ys), mesh), "output block");
-  expect_close(parallel::gather_full(yp.detach(), output_layout(yp), mesh), ys.detach(), "gathered output");
-  if (input_grad) expect_close(xp.grad(), parallel::split_activation_grid(xs.grad(), mesh), "input gradient block");
-  expect_gradients(params, mesh);
+  testing::linear_equals_serial(layer, spec, stream, testing::per_segment(stream, stride), mesh, x_shape, input_grad,
+                                kTolerance);
 }
 
 TEST(Linear2dTest, EqualsSerialInBothWeightOrders) {
@@ -256,6 +239,75 @@ TEST(Layers2dTest, ReduceToRootAlongGridRowsAndColumns) {
       EXPECT_TRUE(torch::equal(t, torch::full({3}, expected, torch::kFloat64))) << axis;
     }
   }
+}
+
+// ---- 2.5D: d = 2 stacked grids ----
+
+TEST(Layers2p5dTest, ActivationBlocksSplitAndGatherBack) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  auto mesh = tesseract_mesh();
+  const int h = mesh->coordinate("tp_dep"), i = mesh->coordinate("tp_row"), j = mesh->coordinate("tp_col");
+  const torch::Tensor full = torch::arange(8 * 3 * 6, torch::kFloat64).reshape({8, 3, 6});
+  const torch::Tensor block = parallel::split_activation_grid(full, *mesh);
+  // Rank (h, i, j): batch rows block h q + i of d q = 4 (2 rows each) and features 3j .. 3j+2.
+  EXPECT_TRUE(torch::equal(block, full.narrow(0, 2 * (h * kGridSide + i), 2).narrow(2, 3 * j, 3)));
+  EXPECT_TRUE(torch::equal(parallel::gather_activation_grid(block, *mesh), full));
+  EXPECT_EQ(parallel::grid_shape(*mesh).q, kGridSide);
+  EXPECT_EQ(parallel::grid_shape(*mesh).d, kDepth);
+  const torch::Tensor ids = torch::arange(8).reshape({8, 1});
+  EXPECT_TRUE(torch::equal(parallel::shard_of(ids, parallel::grid_batch_layout(*mesh), *mesh),
+                           ids.narrow(0, 2 * (h * kGridSide + i), 2)));
+}
+
+TEST(Linear2p5dTest, EqualsSerialInBothWeightOrders) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  auto mesh = tesseract_mesh();
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true);
+  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true);
+  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {12, 8}, /*input_grad=*/true);
+  // First layer of a model: no input gradient is wanted.
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
+  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true, /*stride=*/3);
+}
+
+TEST(Layers2p5dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  auto mesh = tesseract_mesh();
+  parallel::GridEmbedding embedding(10, 6, *mesh);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, kTolerance);
+}
+
+// Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>.
+// The chain on 2.5D: 4 batch rows, one per grid row of each depth layer.
+TEST(Layers2p5dTest, LinearGeluLinearLayerNormEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  chain_equals_serial(*tesseract_mesh(), /*batch_seed=*/21);
+}
+
+TEST(Layers2p5dTest, MeshesAndBatchesItCannotLayOutGiveClearErrors) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  auto mesh = tesseract_mesh();
+  // A batch that does not divide into d x q = 4 row blocks.
+  const std::string batch = testing::expected_error([&] { parallel::split_activation_grid(torch::zeros({6, 4}), *mesh); });
+  EXPECT_TRUE(testing::Contains(batch, "batch size 6"));
+  EXPECT_TRUE(testing::Contains(batch, "d x q = 2 x 2 = 4"));
+  // Specs the grid cannot cut.
+  auto linear = [&](int64_t in, int64_t out, int64_t stride) {
+    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
+  };
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 9, 3); }), "per stride segment 3"));
+  const std::string in = testing::expected_error([&] { linear(5, 4, 1); });
+  EXPECT_TRUE(testing::Contains(in, "input features 5"));
+  EXPECT_TRUE(testing::Contains(in, "q = 2"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(4, 7, 1); }), "output features 7"));
+  EXPECT_TRUE(
+      testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, *mesh); }), "hidden size 7"));
+  // A block of the wrong width is refused before any communication.
+  parallel::GridLinear layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { layer(torch::zeros({2, 6})); }), "[B/(dq), ..., 3]"));
+  // A mesh whose grids are not square.
+  dist::ProcessMesh tall(mesh->world_ptr(), {{"pipeline", 1}, {"tp_dep", 2}, {"tp_row", 4}, {"tp_col", 1}});
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(8, tall); }), "square grids"));
 }
 
 }  // namespace
