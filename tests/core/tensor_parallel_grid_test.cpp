@@ -81,16 +81,20 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
                                 kTolerance);
 }
 
+// Both weight orders, a 2-dim input, no input gradient (a model's first layer: backward skips its half
+// of the work) and a fused q|k|v projection (each rank's output block is its block of every segment),
+// on `rows` batch rows.
+void linear_cases(const dist::ProcessMesh& mesh, int64_t rows) {
+  linear_equals_serial(mesh, WeightOrder::kInOut, /*bias=*/true, {rows, 3, 6}, /*input_grad=*/true);
+  linear_equals_serial(mesh, WeightOrder::kOutIn, /*bias=*/true, {rows, 3, 6}, /*input_grad=*/true);
+  linear_equals_serial(mesh, WeightOrder::kOutIn, /*bias=*/true, {rows + rows / 2, 8}, /*input_grad=*/true);
+  linear_equals_serial(mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
+  linear_equals_serial(mesh, WeightOrder::kInOut, /*bias=*/true, {rows, 3, 6}, /*input_grad=*/true, /*stride=*/3);
+}
+
 TEST(Linear2dTest, EqualsSerialInBothWeightOrders) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
-  auto mesh = grid_mesh();
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {4, 3, 6}, /*input_grad=*/true);
-  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {4, 3, 6}, /*input_grad=*/true);
-  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {6, 8}, /*input_grad=*/true);
-  // First layer of a model: no input gradient is wanted, so backward skips its half of the work.
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
-  // A fused q|k|v projection: each rank's output block is its block of every segment.
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {4, 3, 6}, /*input_grad=*/true, /*stride=*/3);
+  linear_cases(*grid_mesh(), 4);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>.
@@ -261,13 +265,7 @@ TEST(Layers2p5dTest, ActivationBlocksSplitAndGatherBack) {
 
 TEST(Linear2p5dTest, EqualsSerialInBothWeightOrders) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
-  auto mesh = tesseract_mesh();
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true);
-  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true);
-  linear_equals_serial(*mesh, WeightOrder::kOutIn, /*bias=*/true, {12, 8}, /*input_grad=*/true);
-  // First layer of a model: no input gradient is wanted.
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/false, {4, 2, 2, 6}, /*input_grad=*/false);
-  linear_equals_serial(*mesh, WeightOrder::kInOut, /*bias=*/true, {8, 3, 6}, /*input_grad=*/true, /*stride=*/3);
+  linear_cases(*tesseract_mesh(), 8);
 }
 
 TEST(Layers2p5dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
