@@ -1,0 +1,24 @@
+// Cutting a model's ordered blocks into pipeline stages (or the p v virtual stages of the interleaved
+// schedule). A partition is its boundaries b_0 = 0 < b_1 < ... < b_parts = blocks: part k owns blocks
+// [b_k, b_(k+1)). No LibTorch here: costs are numbers (parameter counts, measured block times).
+#pragma once
+
+#include <vector>
+
+namespace kuafu::parallel::pipeline {
+
+// Equal block counts; when they do not divide, the later parts take one block more (the first part
+// also holds the embeddings, the last the head).
+std::vector<int> partition_uniform(int blocks, int parts);
+
+// Contiguous parts minimising the largest part cost, every part at least one block. `first_extra` and
+// `last_extra` are costs fixed on the first and last part (the embeddings, the head and loss), so the
+// blocks are balanced around them. Exact (dynamic programming over the boundaries).
+std::vector<int> partition_balanced(const std::vector<double>& costs, int parts, double first_extra = 0,
+                                    double last_extra = 0);
+
+// The cost of each part of `boundaries`, the extras included.
+std::vector<double> part_costs(const std::vector<double>& costs, const std::vector<int>& boundaries,
+                               double first_extra = 0, double last_extra = 0);
+
+}  // namespace kuafu::parallel::pipeline

@@ -1,0 +1,227 @@
+#include "core/parallel/pipeline/schedule.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "core/util/error.h"
+
+namespace kuafu::parallel::pipeline {
+namespace {
+
+// Appends a forward of (micro, chunk) on `stage` with the receive before it and the send after it.
+void add_forward(std::vector<Step>& steps, const ScheduleSpec& spec, int stage, int micro, int chunk) {
+  const int v = chunk * spec.stages + stage;
+  if (v > 0) steps.push_back({Action::kRecvActivation, micro, chunk});
+  steps.push_back({Action::kForward, micro, chunk});
+  if (v < spec.virtual_stages() - 1) steps.push_back({Action::kSendActivation, micro, chunk});
+}
+
+void add_backward(std::vector<Step>& steps, const ScheduleSpec& spec, int stage, int micro, int chunk) {
+  const int v = chunk * spec.stages + stage;
+  if (v < spec.virtual_stages() - 1) steps.push_back({Action::kRecvGradient, micro, chunk});
+  steps.push_back({Action::kBackward, micro, chunk});
+  if (v > 0) steps.push_back({Action::kSendGradient, micro, chunk});
+}
+
+// GPipe: every forward, then every backward.
+std::vector<Step> gpipe(const ScheduleSpec& spec, int stage) {
+  std::vector<Step> steps;
+  for (int i = 0; i < spec.micro_batches; ++i) add_forward(steps, spec, stage, i, 0);
+  for (int i = 0; i < spec.micro_batches; ++i) add_backward(steps, spec, stage, i, 0);
+  return steps;
+}
+
+// 1F1B: stage s runs p - s - 1 warm-up forwards, then alternates one forward and one backward, then
+// drains the remaining backwards. At most p - s micro-batches are alive at once on stage s.
+std::vector<Step> one_forward_one_backward(const ScheduleSpec& spec, int stage) {
+  const int m = spec.micro_batches;
+  const int warmup = std::min(spec.stages - stage - 1, m);
+  std::vector<Step> steps;
+  for (int i = 0; i < warmup; ++i) add_forward(steps, spec, stage, i, 0);
+  for (int i = 0; i < m - warmup; ++i) {
+    add_forward(steps, spec, stage, warmup + i, 0);
+    add_backward(steps, spec, stage, i, 0);
+  }
+  for (int i = m - warmup; i < m; ++i) add_backward(steps, spec, stage, i, 0);
+  return steps;
+}
+
+// Interleaved 1F1B (Narayanan et al., Megatron-LM): the rank's forward step k works on micro-batch
+// (k / (p v)) p + k mod p of chunk (k mod p v) / p, so rounds of p micro-batches pass through chunk
+// 0, then chunk 1, ...; backward step k likewise, chunks in reverse. Warm-up: 2 (p - s - 1) + (v - 1) p
+// forwards (all of them when m = p), then one forward and one backward at a time.
+std::vector<Step> interleaved(const ScheduleSpec& spec, int stage) {
+  const int p = spec.stages, v = spec.chunks, total = spec.micro_batches * v;
+  auto micro = [&](int k) { return (k / (p * v)) * p + k % p; };
+  auto chunk = [&](int k, bool forward) {
+    const int c = (k % (p * v)) / p;
+    return forward ? c : v - 1 - c;
+  };
+  const int warmup = spec.micro_batches == p ? total : std::min(2 * (p - stage - 1) + (v - 1) * p, total);
+  std::vector<Step> steps;
+  for (int k = 0; k < warmup; ++k) add_forward(steps, spec, stage, micro(k), chunk(k, true));
+  for (int k = 0; k < total - warmup; ++k) {
+    add_forward(steps, spec, stage, micro(warmup + k), chunk(warmup + k, true));
+    add_backward(steps, spec, stage, micro(k), chunk(k, false));
+  }
+  for (int k = total - warmup; k < total; ++k) add_backward(steps, spec, stage, micro(k), chunk(k, false));
+  return steps;
+}
+
+const char* token(Action action) {
+  switch (action) {
+    case Action::kRecvActivation: return "ra";
+    case Action::kForward: return "F";
+    case Action::kSendActivation: return "sa";
+    case Action::kRecvGradient: return "rg";
+    case Action::kBackward: return "B";
+    case Action::kSendGradient: return "sg";
+  }
+  return "?";
+}
+
+}  // namespace
+
+ScheduleKind schedule_kind(const std::string& name) {
+  if (name == "gpipe") return ScheduleKind::kGPipe;
+  if (name == "1f1b") return ScheduleKind::k1F1B;
+  if (name == "interleaved") return ScheduleKind::kInterleaved;
+  fail("unknown pipeline schedule '" + name + "' (gpipe, 1f1b or interleaved)");
+}
+
+std::string kind_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGPipe: return "gpipe";
+    case ScheduleKind::k1F1B: return "1f1b";
+    case ScheduleKind::kInterleaved: return "interleaved";
+  }
+  return "?";
+}
+
+void check_spec(const ScheduleSpec& spec) {
+  KUAFU_CHECK(spec.stages >= 1, "a pipeline needs at least one stage, got ", spec.stages);
+  KUAFU_CHECK(spec.micro_batches >= 1, "a pipeline needs at least one micro-batch, got ", spec.micro_batches);
+  if (spec.kind != ScheduleKind::kInterleaved) {
+    KUAFU_CHECK(spec.chunks == 1, "the ", kind_name(spec.kind), " schedule runs one model chunk per rank, got ",
+                spec.chunks, " (use interleaved for more)");
+    return;
+  }
+  KUAFU_CHECK(spec.chunks >= 2, "the interleaved schedule needs at least 2 model chunks per rank, got ", spec.chunks);
+  KUAFU_CHECK(spec.micro_batches % spec.stages == 0, "the interleaved schedule needs the micro-batches (",
+              spec.micro_batches, ") to be a multiple of the pipeline stages (", spec.stages, ")");
+}
+
+std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage) {
+  check_spec(spec);
+  KUAFU_CHECK(stage >= 0 && stage < spec.stages, "pipeline stage ", stage, " is outside 0 .. ", spec.stages - 1);
+  switch (spec.kind) {
+    case ScheduleKind::kGPipe: return gpipe(spec, stage);
+    case ScheduleKind::k1F1B: return one_forward_one_backward(spec, stage);
+    case ScheduleKind::kInterleaved: return interleaved(spec, stage);
+  }
+  return {};
+}
+
+std::string describe(const std::vector<Step>& steps) {
+  std::ostringstream out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    out << (i ? " " : "") << token(steps[i].action) << steps[i].micro;
+    if (steps[i].chunk > 0) out << "." << steps[i].chunk;
+  }
+  return out.str();
+}
+
+Simulation simulate(const ScheduleSpec& spec, double forward_time, double backward_time) {
+  const int p = spec.stages, last = spec.virtual_stages() - 1;
+  std::vector<std::vector<Step>> lists;
+  for (int s = 0; s < p; ++s) lists.push_back(schedule_for(spec, s));
+
+  // Data in flight: (is gradient, micro, receiving virtual stage) -> time it was sent.
+  std::map<std::tuple<bool, int, int>, double> sent;
+  // Per rank: (micro, chunk) received, forwarded, backwarded.
+  std::vector<std::set<std::pair<int, int>>> received(p), gradient_in(p), forwarded(p), backwarded(p);
+  std::vector<size_t> next(p, 0);
+  std::vector<int> in_flight(p, 0);
+  Simulation result;
+  result.ranks.resize(static_cast<size_t>(p));
+
+  // Runs rank s's next step if its inputs are there; false when it must wait.
+  auto advance = [&](int s) {
+    const Step& step = lists[s][next[s]];
+    RankTimeline& rank = result.ranks[static_cast<size_t>(s)];
+    const int v = step.chunk * p + s;
+    const std::pair<int, int> key{step.micro, step.chunk};
+    auto take = [&](bool gradient) {
+      const auto found = sent.find({gradient, step.micro, v});
+      if (found == sent.end()) return false;
+      rank.finish = std::max(rank.finish, found->second);
+      sent.erase(found);
+      return true;
+    };
+    switch (step.action) {
+      case Action::kRecvActivation:
+        if (!take(false)) return false;
+        received[s].insert(key);
+        break;
+      case Action::kRecvGradient:
+        if (!take(true)) return false;
+        gradient_in[s].insert(key);
+        break;
+      case Action::kForward:
+        KUAFU_CHECK(v == 0 || received[s].count(key), "stage ", s, ": F", step.micro, " of chunk ", step.chunk,
+                    " runs before its activation was received");
+        rank.finish += forward_time;
+        rank.busy += forward_time;
+        forwarded[s].insert(key);
+        rank.peak_in_flight = std::max(rank.peak_in_flight, ++in_flight[s]);
+        break;
+      case Action::kBackward:
+        KUAFU_CHECK(forwarded[s].count(key) && (v == last || gradient_in[s].count(key)), "stage ", s, ": B",
+                    step.micro, " of chunk ", step.chunk, " runs before its forward or its gradient");
+        rank.finish += backward_time;
+        rank.busy += backward_time;
+        backwarded[s].insert(key);
+        --in_flight[s];
+        break;
+      case Action::kSendActivation:
+        KUAFU_CHECK(forwarded[s].count(key), "stage ", s, ": sends activation ", step.micro, " before computing it");
+        sent[{false, step.micro, v + 1}] = rank.finish;
+        break;
+      case Action::kSendGradient:
+        KUAFU_CHECK(backwarded[s].count(key), "stage ", s, ": sends gradient ", step.micro, " before computing it");
+        sent[{true, step.micro, v - 1}] = rank.finish;
+        break;
+    }
+    ++next[s];
+    return true;
+  };
+
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < lists[s].size() && advance(s)) progress = true;
+    }
+  }
+  std::ostringstream stuck;
+  for (int s = 0; s < p; ++s) {
+    if (next[s] < lists[s].size()) stuck << " stage " << s << " at " << describe({lists[s][next[s]]}) << ";";
+  }
+  KUAFU_CHECK(stuck.str().empty(), kind_name(spec.kind), " schedule deadlocks:", stuck.str());
+  const size_t expected = static_cast<size_t>(spec.micro_batches * spec.chunks);
+  for (int s = 0; s < p; ++s) {
+    KUAFU_CHECK(forwarded[s].size() == expected && backwarded[s].size() == expected, "stage ", s, " ran ",
+                forwarded[s].size(), " forwards and ", backwarded[s].size(), " backwards instead of ", expected);
+    result.step_time = std::max(result.step_time, result.ranks[static_cast<size_t>(s)].finish);
+  }
+  return result;
+}
+
+double theoretical_bubble(const ScheduleSpec& spec) {
+  const double p = spec.stages, m = spec.micro_batches, v = spec.chunks;
+  return (p - 1) / (v * m + p - 1);
+}
+
+}  // namespace kuafu::parallel::pipeline
