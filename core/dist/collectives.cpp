@@ -173,10 +173,7 @@ void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce o
 }
 
 void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
-  torch::Tensor wire = wire_tensor(tensor, group);
-  std::vector<torch::Tensor> tensors{wire};
-  group.wait(group.backend().send(tensors, peer, tag), "send");
-  group.count(bytes_of(tensor), 0);
+  send_async(tensor, group, peer, tag).wait();
 }
 
 void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
@@ -185,6 +182,20 @@ void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
   group.wait(group.backend().recv(tensors, peer, tag), "recv");
   group.count(0, bytes_of(tensor));
   copy_back(tensor, wire);
+}
+
+PendingSend send_async(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  auto work = group.backend().send(tensors, peer, tag);
+  group.count(bytes_of(tensor), 0);
+  return PendingSend(&group, std::move(wire), std::move(work));
+}
+
+void PendingSend::wait() {
+  if (work_) group_->wait(work_, "send");
+  work_.reset();
+  wire_ = torch::Tensor();
 }
 
 void barrier(const ProcessGroup& group) {

@@ -51,6 +51,23 @@ void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce o
 void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
 void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
 
+// A send that returns at once (pipelines post sends and move on: two neighbours that both sent before
+// receiving would otherwise wait on each other). The wire copy lives in the handle; wait() before the
+// end of the step, and before changing `tensor` when it travels as is.
+class PendingSend {
+ public:
+  PendingSend() = default;
+  PendingSend(const ProcessGroup* group, torch::Tensor wire, c10::intrusive_ptr<compat::Work> work)
+      : group_(group), wire_(std::move(wire)), work_(std::move(work)) {}
+  void wait();
+
+ private:
+  const ProcessGroup* group_ = nullptr;
+  torch::Tensor wire_;
+  c10::intrusive_ptr<compat::Work> work_;
+};
+PendingSend send_async(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
+
 void barrier(const ProcessGroup& group);
 
 }  // namespace kuafu::dist

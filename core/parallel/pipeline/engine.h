@@ -1,0 +1,39 @@
+// Runs a pipeline schedule (schedule.h) on this rank: the forwards and backwards of its model chunks,
+// with activations and their gradients moved to the neighbouring stages by point-to-point messages.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "core/dist/process_group.h"
+#include "core/parallel/pipeline/schedule.h"
+
+namespace kuafu::parallel::pipeline {
+
+// This rank's part of the model. Chunk c is virtual stage c p + s. For virtual stage 0 `input` is the
+// micro-batch (whatever the model's first stage takes, e.g. token ids); for the others it is the
+// previous virtual stage's output. The last virtual stage returns the micro-batch's loss, a scalar.
+using ChunkForward = std::function<torch::Tensor(int chunk, const torch::Tensor& input, int micro)>;
+
+class PipelineEngine {
+ public:
+  // `group` holds the pipeline ranks; its group rank is the stage.
+  PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group);
+
+  int stage() const { return group_->rank(); }
+  const ScheduleSpec& spec() const { return spec_; }
+  const std::vector<Step>& steps() const { return steps_; }
+
+  // One optimizer step's micro-batches, forward and backward as the schedule says. Gradients
+  // accumulate into the parameters as for the mean of the micro-batches' losses. `micro_input(m)` is
+  // called only on the rank holding virtual stage 0. Returns that mean loss on every rank.
+  // Activations may have any shape and dtype: each is preceded by a small header describing it.
+  double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
+
+ private:
+  ScheduleSpec spec_;
+  dist::GroupPtr group_;
+  std::vector<Step> steps_;
+};
+
+}  // namespace kuafu::parallel::pipeline
