@@ -82,16 +82,47 @@ TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::Tensor
   wpe = parallel::make_position_embedding(tp, config.n_positions, config.n_embd);
   register_module("wpe", wpe.ptr());
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
-  h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(Block(config, tp));
+  h = register_module("h", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < config.n_layer; ++i) blocks.push_back(h->register_module(std::to_string(i), Block(config, tp)));
   ln_f = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
   register_module("ln_f", ln_f.ptr());
 }
 
-GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel)
-    : config(cfg), tp(std::move(tensor_parallel)) {
+GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan)
+    : config(cfg), tp(std::move(tensor_parallel)), plan(stage_plan.value_or(StagePlan::whole(cfg.n_layer))) {
+  for (const auto& [begin, end] : plan.chunks) {
+    KUAFU_CHECK(0 <= begin && begin < end && end <= cfg.n_layer, "pipeline stage plan: layers [", begin, ", ", end,
+                ") are not a non-empty range of the model's ", cfg.n_layer, " layers");
+  }
   transformer = register_module("transformer", Transformer(cfg, tp));
   initialize();
+  keep_only_planned_parts();
+}
+
+void GPTImpl::keep_only_planned_parts() {
+  // Every rank builds and initialises the whole model (so each part equals the serial one from the
+  // seed), then drops what other pipeline stages hold.
+  std::vector<bool> held(static_cast<size_t>(config.n_layer), false);
+  for (const auto& [begin, end] : plan.chunks) {
+    for (int64_t i = begin; i < end; ++i) held[static_cast<size_t>(i)] = true;
+  }
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    if (held[static_cast<size_t>(i)]) continue;
+    transformer->h->unregister_module(std::to_string(i));
+    transformer->blocks[static_cast<size_t>(i)] = nullptr;
+  }
+  if (!plan.first && !plan.last) {
+    transformer->unregister_module("wte");
+    transformer->wte = nullptr;
+  }
+  if (!plan.first) {
+    transformer->unregister_module("wpe");
+    transformer->wpe = torch::nn::AnyModule();
+  }
+  if (!plan.last) {
+    transformer->unregister_module("ln_f");
+    transformer->ln_f = torch::nn::AnyModule();
+  }
 }
 
 void GPTImpl::initialize() {
@@ -119,33 +150,45 @@ void GPTImpl::initialize() {
   }
 }
 
-torch::Tensor GPTImpl::hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t past) {
+  KUAFU_CHECK(!transformer->wpe.is_empty(), "this pipeline stage does not hold the embeddings");
   const int64_t t = tokens.size(1);
-  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
   KUAFU_CHECK(past + t <= config.n_positions, "sequence of ", past + t, " tokens exceeds model.n_positions = ",
               config.n_positions);
-  if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
   // [B, T] ids -> this rank's block of the stream; the position embedding [T, C] broadcasts over rows.
-  torch::Tensor x = transformer->drop(transformer->wte->forward(tokens) + transformer->wpe.forward(positions));
-  for (size_t i = 0; i < transformer->h->size(); ++i) {
-    x = transformer->h[i]->as<Block>()->forward(x, caches ? &(*caches)[i] : nullptr);
-  }
-  return transformer->ln_f.forward(x);
+  return transformer->drop(transformer->wte->forward(tokens) + transformer->wpe.forward(positions));
 }
 
-torch::Tensor GPTImpl::local_logits(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
-  return transformer->wte->logits(hidden(tokens, caches));  // the tied output layer
+torch::Tensor GPTImpl::run_blocks(torch::Tensor x, int64_t begin, int64_t end, std::vector<nn::KVCache>* caches) {
+  for (int64_t i = begin; i < end; ++i) {
+    Block& block = transformer->blocks[static_cast<size_t>(i)];
+    KUAFU_CHECK(block, "this pipeline stage does not hold layer ", i);
+    x = block->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr);
+  }
+  return x;
+}
+
+torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
+  KUAFU_CHECK(!transformer->ln_f.is_empty(), "this pipeline stage does not hold the output layer");
+  return transformer->wte->logits(transformer->ln_f.forward(x));  // the tied output layer
+}
+
+torch::Tensor GPTImpl::stage_loss(const torch::Tensor& x, const torch::Tensor& targets) {
+  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
+  torch::Tensor logits = local_logits(x);
+  return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
-  return transformer->wte->gather_logits(local_logits(tokens, caches));
+  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
+  if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
+  const torch::Tensor x = run_blocks(embed(tokens, past), 0, config.n_layer, caches);
+  return transformer->wte->gather_logits(local_logits(x));
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = local_logits(tokens, nullptr);
-  return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
+  return stage_loss(run_blocks(embed(tokens), 0, config.n_layer), targets);
 }
 
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {

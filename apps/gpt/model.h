@@ -59,15 +59,28 @@ struct TransformerImpl : torch::nn::Module {
   std::shared_ptr<parallel::TokenEmbeddingImpl> wte;  // [V, C], also the output layer (this rank's block)
   torch::nn::AnyModule wpe;                           // [n_positions, C] (features cut like the stream's)
   torch::nn::Dropout drop{nullptr};
-  torch::nn::ModuleList h{nullptr};
+  std::shared_ptr<torch::nn::Module> h;  // children "0" .. "L-1": the blocks this rank holds
+  std::vector<Block> blocks;             // by layer; null where another pipeline stage holds the block
   torch::nn::AnyModule ln_f;
 };
 TORCH_MODULE(Transformer);
 
+// The parts of the model one pipeline rank holds: the layer ranges [begin, end) of its chunks (one
+// per virtual stage, in chunk order), whether it runs the first virtual stage (token and position
+// embeddings) and the last (final LayerNorm, tied output layer, loss; it keeps its own copy of the
+// token embedding, whose gradient is summed with the first stage's).
+struct StagePlan {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  bool first = true;
+  bool last = true;
+  static StagePlan whole(int64_t layers) { return {{{0, layers}}, true, true}; }
+};
+
 struct GPTImpl : torch::nn::Module {
-  // `tp` (default: serial) says how layers are cut; a parallel model is initialised as the serial one
-  // from the same seed, each rank keeping its blocks.
-  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {});
+  // `tp` (default: serial) says how layers are cut and `plan` (default: everything) which parts this
+  // pipeline rank holds; a parallel model is initialised as the serial one from the same seed, each
+  // rank keeping its parts and blocks.
+  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {}, std::optional<StagePlan> plan = {});
 
   // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
@@ -76,15 +89,23 @@ struct GPTImpl : torch::nn::Module {
   // every rank of the group passes the same whole batch; each computes the rows its mode gives it.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
+  // The model's pieces, for pipeline stages (and composed by forward and loss):
+  // tokens [B, T] continuing `past` cached positions -> the residual stream (this rank's block);
+  torch::Tensor embed(const torch::Tensor& tokens, int64_t past = 0);
+  // the stream through layers [begin, end), which this rank must hold;
+  torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end, std::vector<nn::KVCache>* caches = nullptr);
+  // the final stream -> mean cross-entropy against targets [B, T] (the whole batch).
+  torch::Tensor stage_loss(const torch::Tensor& x, const torch::Tensor& targets);
+
   GPTConfig config;
   parallel::TensorParallel tp;
+  StagePlan plan;
   Transformer transformer{nullptr};
 
  private:
-  // This rank's block of the final hidden states (after ln_f) and of the logits.
-  torch::Tensor hidden(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);
-  torch::Tensor local_logits(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches);
+  torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
   void initialize();
+  void keep_only_planned_parts();
 };
 TORCH_MODULE(GPT);
 

@@ -1,0 +1,121 @@
+// GPT cut into pipeline stages over real Gloo ranks against the serial GPT on the same micro-batches:
+// 2 and 4 stages, 1F1B and interleaved (2 chunks per rank), the token embedding tied across the first
+// and last stage (each holds a copy; their gradients are summed). Every parameter a stage holds must
+// start bitwise equal to the serial one and end with its gradient of the mean micro-batch loss.
+// float64, 1e-10: only summation order differs.
+#include <gtest/gtest.h>
+
+#include "apps/gpt/model.h"
+#include "core/dist/collectives.h"
+#include "core/parallel/pipeline/engine.h"
+#include "core/parallel/pipeline/partition.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/worker_world.h"
+
+namespace kuafu::gpt {
+namespace {
+
+using parallel::pipeline::ScheduleKind;
+using parallel::pipeline::ScheduleSpec;
+
+GPTConfig tiny() {
+  GPTConfig c;
+  c.vocab_size = 64;
+  c.n_positions = 16;
+  c.n_embd = 16;
+  c.n_layer = 8;
+  c.n_head = 2;
+  return c;
+}
+
+// Chunk c of stage s holds the layers of virtual stage c p + s.
+StagePlan plan_for(const ScheduleSpec& spec, int stage, int64_t layers) {
+  const auto bounds = parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages());
+  StagePlan plan;
+  for (int c = 0; c < spec.chunks; ++c) {
+    const int v = c * spec.stages + stage;
+    plan.chunks.emplace_back(bounds[v], bounds[v + 1]);
+  }
+  plan.first = stage == 0;
+  plan.last = stage == spec.stages - 1;
+  return plan;
+}
+
+void pipelined_gpt_equals_serial(const std::shared_ptr<dist::World>& world, const dist::GroupPtr& pipeline,
+                                 const ScheduleSpec& spec) {
+  SCOPED_TRACE(parallel::pipeline::kind_name(spec.kind) + " p=" + std::to_string(spec.stages) +
+               " v=" + std::to_string(spec.chunks));
+  const int s = pipeline->rank(), p = spec.stages, last = spec.virtual_stages() - 1;
+  torch::manual_seed(6);
+  const torch::Tensor tokens = torch::randint(64, {spec.micro_batches, 2, 12});
+  const torch::Tensor targets = torch::randint(64, {spec.micro_batches, 2, 12});
+
+  torch::manual_seed(5);
+  GPT serial(tiny());
+  serial->to(torch::kFloat64);
+  torch::Tensor serial_loss = torch::zeros({}, torch::kFloat64);
+  for (int m = 0; m < spec.micro_batches; ++m) serial_loss = serial_loss + serial->loss(tokens[m], targets[m]);
+  serial_loss = serial_loss / static_cast<double>(spec.micro_batches);
+  serial_loss.backward();
+
+  const StagePlan plan = plan_for(spec, s, tiny().n_layer);
+  torch::manual_seed(5);
+  GPT stage(tiny(), parallel::TensorParallel{}, plan);
+  stage->to(torch::kFloat64);
+  const auto expected = serial->named_parameters();
+  for (const auto& item : stage->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()])) << item.key() << " differs from the serial weights";
+  }
+
+  parallel::pipeline::PipelineEngine engine(spec, pipeline);
+  const double loss = engine.run(
+      [&](int chunk, const torch::Tensor& input, int micro) {
+        const int v = chunk * p + s;
+        const auto [begin, end] = plan.chunks[static_cast<size_t>(chunk)];
+        torch::Tensor x = stage->run_blocks(v == 0 ? stage->embed(input) : input, begin, end);
+        return v == last ? stage->stage_loss(x, targets[micro]) : x;
+      },
+      [&](int micro) { return tokens[micro]; });
+  // The tied embedding: the first and last stage's copies get the sum of both gradients.
+  if (p > 1 && (plan.first || plan.last)) {
+    static std::map<int, dist::GroupPtr> embedding_groups;  // one group per world, made once
+    auto& group = embedding_groups[p];
+    if (!group) group = world->new_group("embedding_p" + std::to_string(p), {0, p - 1});
+    torch::Tensor grad = stage->transformer->wte->named_parameters()["weight"].grad();
+    dist::all_reduce(grad, *group);
+  }
+  EXPECT_NEAR(loss, serial_loss.item<double>(), 1e-10);
+  int held = 0;
+  for (const auto& item : stage->named_parameters()) {
+    const torch::Tensor& reference = expected[item.key()].grad();
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_TRUE(torch::allclose(item.value().grad(), reference, 1e-10, 1e-10))
+        << item.key() << " gradient on stage " << s << ": max difference "
+        << (item.value().grad() - reference).abs().max().item<double>();
+    held += item.key().find(".h.") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(held, 12 * tiny().n_layer / p) << "each stage holds its share of the blocks' 12 parameters each";
+}
+
+void every_schedule(int micro_batches_per_stage) {
+  auto world = testing::worker_world();
+  auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", world->size()}});
+  const int p = world->size();
+  const auto group = mesh->group("pipeline");
+  pipelined_gpt_equals_serial(world, group, {ScheduleKind::k1F1B, p, micro_batches_per_stage * p, 1});
+  pipelined_gpt_equals_serial(world, group, {ScheduleKind::kGPipe, p, micro_batches_per_stage * p, 1});
+  pipelined_gpt_equals_serial(world, group, {ScheduleKind::kInterleaved, p, micro_batches_per_stage * p, 2});
+}
+
+TEST(GPTPipelineTest, TwoStagesEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  every_schedule(2);
+}
+
+TEST(GPTPipelineTest, FourStagesEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  every_schedule(1);
+}
+
+}  // namespace
+}  // namespace kuafu::gpt
