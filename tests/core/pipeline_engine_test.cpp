@@ -5,6 +5,9 @@
 // the micro-batches' gradients in schedule order, so they agree to 1e-12.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include "core/dist/process_mesh.h"
 #include "core/parallel/pipeline/engine.h"
 #include "core/parallel/pipeline/partition.h"
@@ -110,6 +113,31 @@ TEST(PipelineEngineTest, EverySchedulesGradientsEqualSerialOnTwoStages) {
 TEST(PipelineEngineTest, EverySchedulesGradientsEqualSerialOnFourStages) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   every_schedule_equals_serial();
+}
+
+// Stage 1's process dies in the middle of a 1F1B step (after one backward); stage 0, waiting for a
+// gradient that never comes, must fail with an error naming the pipeline group instead of hanging.
+TEST(PipelineEngineTest, AStageThatDiesStopsTheOtherWithAnError) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  auto world = testing::worker_world();
+  auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", 2}});
+  const auto group = mesh->group("pipeline");
+  const Batch batch = make_batch(4);
+  ToyModel model;
+  PipelineEngine engine({ScheduleKind::k1F1B, 2, 4, 1}, group);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = testing::expected_error([&] {
+    engine.run(
+        [&](int, const torch::Tensor& input, int micro) {
+          if (group->rank() == 1 && micro == 1) std::_Exit(0);  // gone without a word (exit 0: the harness is content)
+          torch::Tensor y = model.blocks(input, group->rank() * 4, group->rank() * 4 + 4);
+          return group->rank() == 1 ? (y - batch.targets[micro]).pow(2).mean() : y;
+        },
+        [&](int micro) { return batch.inputs[micro]; });
+  });
+  EXPECT_TRUE(testing::Contains(message, group->name())) << message;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20.0) << "the surviving stage waited for the 30 s timeout instead of seeing the peer go";
 }
 
 }  // namespace
