@@ -1,5 +1,6 @@
 #include "core/parallel/pipeline/engine.h"
 
+#include <chrono>
 #include <map>
 
 #include "core/dist/collectives.h"
@@ -59,8 +60,14 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
   std::map<std::pair<int, int>, InFlight> live;  // by (micro, chunk)
   std::vector<dist::PendingSend> sends;
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  stats_ = RunStats();
+  const auto start = Clock::now();
+  int live_chunks = 0;
 
   for (const Step& step : steps_) {
+    const auto step_start = Clock::now();
     const int v = step.chunk * p + s;
     InFlight& slot = live[{step.micro, step.chunk}];
     switch (step.action) {
@@ -81,6 +88,8 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
           loss_sum += slot.output.detach().to(torch::kFloat64).reshape({});
           slot.output = slot.output / micro_batches;  // the step's loss is the mean over micro-batches
         }
+        stats_.compute_seconds += seconds_since(step_start);
+        stats_.peak_live = std::max(stats_.peak_live, ++live_chunks);
         break;
       }
       case Action::kSendActivation: {
@@ -101,6 +110,8 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
         }
         slot.output = slot.gradient = torch::Tensor();
         if (v == 0) live.erase({step.micro, step.chunk});  // nothing to send back
+        stats_.compute_seconds += seconds_since(step_start);
+        --live_chunks;
         break;
       case Action::kSendGradient: {
         KUAFU_CHECK(slot.input.grad().defined(), "pipeline virtual stage ", v, ": the input activation of micro-batch ",
@@ -112,6 +123,7 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
     }
   }
   for (auto& send : sends) send.wait();
+  stats_.step_seconds = seconds_since(start);
   // The last stage knows the loss; every stage reports it.
   dist::broadcast(loss_sum, *group_, /*root=*/p - 1);  // virtual stage p v - 1 lives on stage p - 1
   return loss_sum.item<double>() / micro_batches;

@@ -15,6 +15,15 @@ namespace kuafu::parallel::pipeline {
 // previous virtual stage's output. The last virtual stage returns the micro-batch's loss, a scalar.
 using ChunkForward = std::function<torch::Tensor(int chunk, const torch::Tensor& input, int micro)>;
 
+// What the last run spent: time in the stage's own forwards and backwards, the whole step, and the
+// most micro-batch chunks whose activations were alive at once.
+struct RunStats {
+  double compute_seconds = 0;
+  double step_seconds = 0;
+  int peak_live = 0;
+  double bubble() const { return step_seconds > 0 ? 1.0 - compute_seconds / step_seconds : 0.0; }
+};
+
 class PipelineEngine {
  public:
   // `group` holds the pipeline ranks; its group rank is the stage.
@@ -29,11 +38,13 @@ class PipelineEngine {
   // called only on the rank holding virtual stage 0. Returns that mean loss on every rank.
   // Activations may have any shape and dtype: each is preceded by a small header describing it.
   double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
+  const RunStats& last_stats() const { return stats_; }
 
  private:
   ScheduleSpec spec_;
   dist::GroupPtr group_;
   std::vector<Step> steps_;
+  RunStats stats_;
 };
 
 }  // namespace kuafu::parallel::pipeline
