@@ -1,7 +1,8 @@
 // GPT cut into pipeline stages over real Gloo ranks against the serial GPT on the same micro-batches:
-// 2 and 4 stages, 1F1B and interleaved (2 chunks per rank), the token embedding tied across the first
-// and last stage (each holds a copy; their gradients are summed). Every parameter a stage holds must
-// start bitwise equal to the serial one and end with its gradient of the mean micro-batch loss.
+// 2 and 4 stages, GPipe, 1F1B and interleaved (2 chunks per rank), and 2 stages x 1D tensor
+// parallelism over 2 ranks; the token embedding tied across the first and last stage (each holds a
+// copy; their gradients are summed). Every parameter a stage holds must start bitwise equal to the
+// serial one (its block of it) and end with its gradient of the mean micro-batch loss.
 // float64, 1e-10: only summation order differs.
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include "core/dist/collectives.h"
 #include "core/parallel/pipeline/engine.h"
 #include "core/parallel/pipeline/partition.h"
+#include "core/dist/process_mesh.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/worker_world.h"
 
@@ -41,8 +43,9 @@ StagePlan plan_for(const ScheduleSpec& spec, int stage, int64_t layers) {
   return plan;
 }
 
-void pipelined_gpt_equals_serial(const std::shared_ptr<dist::World>& world, const dist::GroupPtr& pipeline,
-                                 const ScheduleSpec& spec) {
+// `embedding` joins the first and last stage's copies of the token embedding (null with one stage).
+void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::GroupPtr& embedding,
+                                 const ScheduleSpec& spec, const parallel::TensorParallel& tp = {}) {
   SCOPED_TRACE(parallel::pipeline::kind_name(spec.kind) + " p=" + std::to_string(spec.stages) +
                " v=" + std::to_string(spec.chunks));
   const int s = pipeline->rank(), p = spec.stages, last = spec.virtual_stages() - 1;
@@ -60,11 +63,17 @@ void pipelined_gpt_equals_serial(const std::shared_ptr<dist::World>& world, cons
 
   const StagePlan plan = plan_for(spec, s, tiny().n_layer);
   torch::manual_seed(5);
-  GPT stage(tiny(), parallel::TensorParallel{}, plan);
+  GPT stage(tiny(), tp, plan);
   stage->to(torch::kFloat64);
   const auto expected = serial->named_parameters();
+  const auto layouts = parallel::collect_layouts(*stage);
+  auto block_of = [&](const std::string& name, const torch::Tensor& full) {
+    const auto found = layouts.find(name);
+    return found == layouts.end() ? full : parallel::shard_of(full, found->second, *tp.mesh);
+  };
   for (const auto& item : stage->named_parameters()) {
-    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()])) << item.key() << " differs from the serial weights";
+    EXPECT_TRUE(torch::equal(item.value(), block_of(item.key(), expected[item.key()])))
+        << item.key() << " differs from the serial weights";
   }
 
   parallel::pipeline::PipelineEngine engine(spec, pipeline);
@@ -77,17 +86,14 @@ void pipelined_gpt_equals_serial(const std::shared_ptr<dist::World>& world, cons
       },
       [&](int micro) { return tokens[micro]; });
   // The tied embedding: the first and last stage's copies get the sum of both gradients.
-  if (p > 1 && (plan.first || plan.last)) {
-    static std::map<int, dist::GroupPtr> embedding_groups;  // one group per world, made once
-    auto& group = embedding_groups[p];
-    if (!group) group = world->new_group("embedding_p" + std::to_string(p), {0, p - 1});
+  if (embedding) {
     torch::Tensor grad = stage->transformer->wte->named_parameters()["weight"].grad();
-    dist::all_reduce(grad, *group);
+    dist::all_reduce(grad, *embedding);
   }
   EXPECT_NEAR(loss, serial_loss.item<double>(), 1e-10);
   int held = 0;
   for (const auto& item : stage->named_parameters()) {
-    const torch::Tensor& reference = expected[item.key()].grad();
+    const torch::Tensor reference = block_of(item.key(), expected[item.key()].grad());
     ASSERT_TRUE(item.value().grad().defined()) << item.key();
     EXPECT_TRUE(torch::allclose(item.value().grad(), reference, 1e-10, 1e-10))
         << item.key() << " gradient on stage " << s << ": max difference "
@@ -97,14 +103,30 @@ void pipelined_gpt_equals_serial(const std::shared_ptr<dist::World>& world, cons
   EXPECT_EQ(held, 12 * tiny().n_layer / p) << "each stage holds its share of the blocks' 12 parameters each";
 }
 
+// The first and last stage of this rank's pipeline line (same coordinates on every other axis).
+dist::GroupPtr embedding_group(const dist::ProcessMesh& mesh) {
+  const int p = mesh.size("pipeline"), s = mesh.coordinate("pipeline");
+  if (p == 1 || (s != 0 && s != p - 1)) return nullptr;
+  std::vector<int> coordinates;
+  for (const auto& axis : mesh.axes()) coordinates.push_back(mesh.coordinate(axis.name));
+  std::vector<int> members;
+  for (int stage : {0, p - 1}) {
+    coordinates[0] = stage;  // pipeline is the first axis
+    members.push_back(mesh.rank_at(coordinates));
+  }
+  return mesh.world_ptr()->new_group("embedding_" + std::to_string(members[0]) + "_" + std::to_string(members[1]),
+                                     members);
+}
+
 void every_schedule(int micro_batches_per_stage) {
   auto world = testing::worker_world();
   auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", world->size()}});
   const int p = world->size();
   const auto group = mesh->group("pipeline");
-  pipelined_gpt_equals_serial(world, group, {ScheduleKind::k1F1B, p, micro_batches_per_stage * p, 1});
-  pipelined_gpt_equals_serial(world, group, {ScheduleKind::kGPipe, p, micro_batches_per_stage * p, 1});
-  pipelined_gpt_equals_serial(world, group, {ScheduleKind::kInterleaved, p, micro_batches_per_stage * p, 2});
+  const auto embedding = embedding_group(*mesh);
+  pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::k1F1B, p, micro_batches_per_stage * p, 1});
+  pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::kGPipe, p, micro_batches_per_stage * p, 1});
+  pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::kInterleaved, p, micro_batches_per_stage * p, 2});
 }
 
 TEST(GPTPipelineTest, TwoStagesEqualSerial) {
@@ -115,6 +137,20 @@ TEST(GPTPipelineTest, TwoStagesEqualSerial) {
 TEST(GPTPipelineTest, FourStagesEqualSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
   every_schedule(1);
+}
+
+// pipeline 2 x tensor (1D) 2: each stage's layers are cut over its tensor group, and activations
+// travel between the stages' ranks of the same tensor coordinate.
+TEST(GPTPipelineTest, TwoStagesTimesTensorParallelEqualSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  auto world = testing::worker_world();
+  parallel::TensorParallel tp;
+  tp.spec = {parallel::TensorMode::k1D, 2, 1};
+  std::vector<dist::MeshAxis> axes = {{"pipeline", 2}};
+  for (const auto& axis : parallel::tensor_mesh_axes(tp.spec)) axes.push_back(axis);
+  tp.mesh = std::make_shared<dist::ProcessMesh>(world, axes);
+  const auto group = tp.mesh->group("pipeline");
+  pipelined_gpt_equals_serial(group, embedding_group(*tp.mesh), {ScheduleKind::k1F1B, 2, 4, 1}, tp);
 }
 
 }  // namespace
