@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "core/dist/process_mesh.h"
+#include "core/parallel/data/data_parallel.h"
 #include "core/parallel/pipeline/engine.h"
 #include "core/parallel/pipeline/partition.h"
 #include "tests/support/multiprocess.h"
@@ -113,6 +114,43 @@ TEST(PipelineEngineTest, EverySchedulesGradientsEqualSerialOnTwoStages) {
 TEST(PipelineEngineTest, EverySchedulesGradientsEqualSerialOnFourStages) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   every_schedule_equals_serial();
+}
+
+// pipeline 2 x data 2: each data replica pipelines its own batch; DataParallel (buckets as .grad)
+// averages the stage's gradients over the replicas after the schedule, which must equal the serial
+// gradient of the mean loss over both replicas' micro-batches.
+TEST(PipelineEngineTest, PipelineTimesDataParallelEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  auto world = testing::worker_world();
+  auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", 2}, {"data", 2}});
+  const int s = mesh->coordinate("pipeline"), replica = mesh->coordinate("data");
+  const ScheduleSpec spec{ScheduleKind::k1F1B, 2, 4, 1};
+  const Batch both = make_batch(2 * spec.micro_batches);  // replica r takes micro-batches r m .. r m + m - 1
+  ToyModel serial, piped;
+  serial_step(serial, both);
+
+  // The stage's blocks as a module, for DataParallel.
+  torch::nn::Module stage;
+  for (int i = 4 * s; i < 4 * s + 4; ++i) {
+    stage.register_parameter("w" + std::to_string(i), piped.weights[i]);
+    stage.register_parameter("b" + std::to_string(i), piped.biases[i]);
+  }
+  parallel::DataParallel data_parallel(stage, mesh->group("data"));
+  data_parallel.begin_backward(/*sync=*/false);  // the schedule's backwards interleave: reduce once, after
+  PipelineEngine engine(spec, mesh->group("pipeline"));
+  const int first = replica * spec.micro_batches;
+  const double loss = engine.run(
+      [&](int, const torch::Tensor& input, int micro) {
+        torch::Tensor y = piped.blocks(input, 4 * s, 4 * s + 4);
+        return s == 1 ? (y - both.targets[first + micro]).pow(2).mean() : y;
+      },
+      [&](int micro) { return both.inputs[first + micro]; });
+  data_parallel.reduce_now();
+  EXPECT_GT(loss, 0.0);
+  for (int i = 4 * s; i < 4 * s + 4; ++i) {
+    EXPECT_TRUE(torch::allclose(piped.weights[i].grad(), serial.weights[i].grad(), 1e-12, 1e-12)) << "block " << i;
+    EXPECT_TRUE(torch::allclose(piped.biases[i].grad(), serial.biases[i].grad(), 1e-12, 1e-12)) << "block " << i;
+  }
 }
 
 // Stage 1's process dies in the middle of a 1F1B step (after one backward); stage 0, waiting for a

@@ -113,6 +113,11 @@ void DataParallel::finish_backward() {
   in_backward_ = false;
 }
 
+void DataParallel::reduce_now() {
+  begin_backward(/*sync=*/true);
+  finish_backward();  // launches the buckets that no backward filled: here, all of them
+}
+
 void DataParallel::zero_grad() {
   for (auto& bucket : buckets_) bucket.buffer.zero_();
 }

@@ -22,6 +22,9 @@ class DataParallel {
   void begin_backward(bool sync);
   // Call after the last micro-step's backward: waits for every bucket and averages over the group.
   void finish_backward();
+  // All-reduces every bucket now and waits (averaged over the group). For schedules whose micro-batches'
+  // backwards interleave, like pipelines: run them after begin_backward(false), then call this.
+  void reduce_now();
   // Zeroes the gradient buckets in place (never frees them: .grad must stay a bucket view).
   void zero_grad();
 
