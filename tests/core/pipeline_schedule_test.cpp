@@ -33,6 +33,12 @@ TEST(PipelineScheduleTest, SmallSchedulesAreTheListsWorkedByHand) {
             "ra0 F0 sa0 ra1 F1 sa1 ra0.1 F0.1 ra1.1 F1.1 B0.1 sg0.1 B1.1 sg1.1 rg0 B0 sg0 rg1 B1 sg1");
 }
 
+TEST(PipelineScheduleTest, EvaluationRunsForwardsOnlyInMicroBatchOrder) {
+  EXPECT_EQ(describe(forward_only_schedule({ScheduleKind::kInterleaved, 2, 2, 2}, 0)),
+            "F0 sa0 ra0.1 F0.1 sa0.1 F1 sa1 ra1.1 F1.1 sa1.1");
+  EXPECT_EQ(describe(forward_only_schedule({ScheduleKind::k1F1B, 2, 2, 1}, 1)), "ra0 F0 ra1 F1");
+}
+
 TEST(PipelineScheduleTest, GPipeAndOneForwardOneBackwardHaveTheTheoreticalBubble) {
   for (const ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
     for (int p : {2, 4}) {

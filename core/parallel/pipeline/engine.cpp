@@ -53,6 +53,17 @@ PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)
 }
 
 double PipelineEngine::run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input) {
+  return execute(steps_, forward, micro_input);
+}
+
+double PipelineEngine::evaluate(const ChunkForward& forward,
+                                const std::function<torch::Tensor(int micro)>& micro_input) {
+  torch::NoGradGuard no_grad;
+  return execute(forward_only_schedule(spec_, group_->rank()), forward, micro_input);
+}
+
+double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForward& forward,
+                               const std::function<torch::Tensor(int micro)>& micro_input) {
   const int p = spec_.stages, s = group_->rank(), last = spec_.virtual_stages() - 1;
   const int next = (s + 1) % p, previous = (s + p - 1) % p;
   const double micro_batches = spec_.micro_batches;
@@ -66,7 +77,7 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
   const auto start = Clock::now();
   int live_chunks = 0;
 
-  for (const Step& step : steps_) {
+  for (const Step& step : steps) {
     const auto step_start = Clock::now();
     const int v = step.chunk * p + s;
     InFlight& slot = live[{step.micro, step.chunk}];
@@ -76,7 +87,7 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
         dist::recv(header, *group_, previous, tag_of(step.micro, v, last + 1, kHeader));
         slot.input = empty_from_header(header, device);
         dist::recv(slot.input, *group_, previous, tag_of(step.micro, v, last + 1, kActivation));
-        if (slot.input.is_floating_point()) slot.input.requires_grad_(true);
+        if (slot.input.is_floating_point() && torch::GradMode::is_enabled()) slot.input.requires_grad_(true);
         break;
       }
       case Action::kForward: {
@@ -90,12 +101,20 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
         }
         stats_.compute_seconds += seconds_since(step_start);
         stats_.peak_live = std::max(stats_.peak_live, ++live_chunks);
+        if (!torch::GradMode::is_enabled() && v == last) {  // evaluation: nothing waits for a backward
+          live.erase({step.micro, step.chunk});
+          --live_chunks;
+        }
         break;
       }
       case Action::kSendActivation: {
         const torch::Tensor activation = slot.output.detach();
         sends.push_back(dist::send_async(header_of(activation), *group_, next, tag_of(step.micro, v + 1, last + 1, kHeader)));
         sends.push_back(dist::send_async(activation, *group_, next, tag_of(step.micro, v + 1, last + 1, kActivation)));
+        if (!torch::GradMode::is_enabled()) {  // evaluation: the pending send keeps what it needs
+          live.erase({step.micro, step.chunk});
+          --live_chunks;
+        }
         break;
       }
       case Action::kRecvGradient:

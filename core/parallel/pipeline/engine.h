@@ -38,9 +38,14 @@ class PipelineEngine {
   // called only on the rank holding virtual stage 0. Returns that mean loss on every rank.
   // Activations may have any shape and dtype: each is preceded by a small header describing it.
   double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
+  // The same micro-batches forward only, without gradients (evaluation): the mean loss on every rank.
+  double evaluate(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
   const RunStats& last_stats() const { return stats_; }
 
  private:
+  double execute(const std::vector<Step>& steps, const ChunkForward& forward,
+                 const std::function<torch::Tensor(int micro)>& micro_input);
+
   ScheduleSpec spec_;
   dist::GroupPtr group_;
   std::vector<Step> steps_;

@@ -125,6 +125,18 @@ std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage) {
   return {};
 }
 
+std::vector<Step> forward_only_schedule(const ScheduleSpec& spec, int stage) {
+  check_spec(spec);
+  KUAFU_CHECK(stage >= 0 && stage < spec.stages, "pipeline stage ", stage, " is outside 0 .. ", spec.stages - 1);
+  // (m, c) on stage s needs (m, c) from stage s - 1, or (m, c - 1) from stage p - 1: both come earlier
+  // in this order on their own rank, so the lists cannot wait on each other in a cycle.
+  std::vector<Step> steps;
+  for (int m = 0; m < spec.micro_batches; ++m) {
+    for (int c = 0; c < spec.chunks; ++c) add_forward(steps, spec, stage, m, c);
+  }
+  return steps;
+}
+
 std::string describe(const std::vector<Step>& steps) {
   std::ostringstream out;
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -54,6 +54,9 @@ struct Step {
 // their buffers alive until the step ends); a receive waits for its data.
 std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage);
 
+// Forwards only (evaluation): every micro-batch through every chunk, in micro-batch order.
+std::vector<Step> forward_only_schedule(const ScheduleSpec& spec, int stage);
+
 // "F3" forward of micro-batch 3, "B3" backward, "sa3"/"ra3" send/receive activation, "sg3"/"rg3"
 // send/receive gradient; ".1" appended for chunk 1 (interleaved). Space-separated.
 std::string describe(const std::vector<Step>& steps);
