@@ -76,15 +76,16 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
         << item.key() << " differs from the serial weights";
   }
 
+  // What this rank runs for a micro-batch's chunk: embeddings first, its layers, the loss last.
+  auto stage_forward = [&](int chunk, const torch::Tensor& input, int micro) {
+    const int v = chunk * p + s;
+    const auto [begin, end] = plan.chunks[static_cast<size_t>(chunk)];
+    torch::Tensor x = stage->run_blocks(v == 0 ? stage->embed(input) : input, begin, end);
+    return v == last ? stage->stage_loss(x, targets[micro]) : x;
+  };
+  auto micro_tokens = [&](int micro) { return tokens[micro]; };
   parallel::pipeline::PipelineEngine engine(spec, pipeline);
-  const double loss = engine.run(
-      [&](int chunk, const torch::Tensor& input, int micro) {
-        const int v = chunk * p + s;
-        const auto [begin, end] = plan.chunks[static_cast<size_t>(chunk)];
-        torch::Tensor x = stage->run_blocks(v == 0 ? stage->embed(input) : input, begin, end);
-        return v == last ? stage->stage_loss(x, targets[micro]) : x;
-      },
-      [&](int micro) { return tokens[micro]; });
+  const double loss = engine.run(stage_forward, micro_tokens);
   // The tied embedding: the first and last stage's copies get the sum of both gradients.
   if (embedding) {
     torch::Tensor grad = stage->transformer->wte->named_parameters()["weight"].grad();
@@ -104,14 +105,7 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
 
   // Evaluation: the same micro-batches forward only give the same loss, and no gradient changes.
   const torch::Tensor before = stage->parameters().front().grad().clone();
-  const double evaluated = engine.evaluate(
-      [&](int chunk, const torch::Tensor& input, int micro) {
-        const int v = chunk * p + s;
-        const auto [begin, end] = plan.chunks[static_cast<size_t>(chunk)];
-        torch::Tensor x = stage->run_blocks(v == 0 ? stage->embed(input) : input, begin, end);
-        return v == last ? stage->stage_loss(x, targets[micro]) : x;
-      },
-      [&](int micro) { return tokens[micro]; });
+  const double evaluated = engine.evaluate(stage_forward, micro_tokens);
   EXPECT_NEAR(evaluated, serial_loss.item<double>(), 1e-10);
   EXPECT_TRUE(torch::equal(stage->parameters().front().grad(), before));
 }
