@@ -20,9 +20,39 @@ namespace kuafu::gpt {
 namespace fs = std::filesystem;
 
 TextTask::TextTask(GPT model, std::shared_ptr<io::TokenWindowLoader> train, std::shared_ptr<io::TokenWindowLoader> val,
-                   int64_t eval_rows, int64_t micro_batch)
+                   int64_t eval_rows, int64_t micro_batch, std::unique_ptr<Pipeline> pipeline)
     : model_(std::move(model)), train_(std::move(train)), val_(std::move(val)), eval_rows_(eval_rows),
-      micro_batch_(micro_batch) {}
+      micro_batch_(micro_batch), pipeline_(std::move(pipeline)) {}
+
+torch::Tensor TextTask::stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets) {
+  const auto& spec = pipeline_->train->spec();
+  const int v = chunk * spec.stages + pipeline_->train->stage();
+  const auto [begin, end] = model_->plan.chunks[static_cast<size_t>(chunk)];
+  torch::Tensor x = model_->run_blocks(v == 0 ? model_->embed(input) : input, begin, end);
+  return v == spec.virtual_stages() - 1 ? model_->stage_loss(x, targets) : x;
+}
+
+double TextTask::pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) {
+  KUAFU_CHECK(pipeline_, "pipeline_step on a GPT without pipeline stages");
+  std::vector<io::TokenBatch> batches;
+  for (const int64_t first : first_rows) batches.push_back(train_->train_batch(step, first, rows));
+  const double loss = pipeline_->train->run(
+      [&](int chunk, const torch::Tensor& input, int micro) {
+        return stage_forward(chunk, input, batches[static_cast<size_t>(micro)].targets);
+      },
+      [&](int micro) { return batches[static_cast<size_t>(micro)].inputs; }, loss_scale);
+  // The tied embedding's two copies (first and last stage) each get the sum of both gradients.
+  if (pipeline_->ends) {
+    torch::Tensor grad = model_->transformer->wte->named_parameters()["weight"].grad();
+    dist::all_reduce(grad, *pipeline_->ends);
+  }
+  return loss;
+}
+
+bool TextTask::counts_in_global_norm(const std::string& name) const {
+  // The last stage's copy of the tied embedding is the first stage's again.
+  return !(pipeline_ && !model_->plan.first && name == "transformer.wte.weight");
+}
 
 torch::Tensor TextTask::loss(int64_t step, int64_t first_row, int64_t rows) {
   io::TokenBatch batch = train_->train_batch(step, first_row, rows);
@@ -38,7 +68,11 @@ train::LossSum TextTask::evaluate(int rank, int ranks) {
   for (int64_t row = begin; row < end; row += micro_batch_) {
     const int64_t rows = std::min(micro_batch_, end - row);
     io::TokenBatch batch = val_->eval_batch(eval_rows_, row, rows);
-    const double mean = model_->loss(batch.inputs, batch.targets).item<double>();
+    const double mean =
+        pipeline_ ? pipeline_->eval->evaluate([&](int chunk, const torch::Tensor& input,
+                                                  int) { return stage_forward(chunk, input, batch.targets); },
+                                              [&](int) { return batch.inputs; })
+                  : model_->loss(batch.inputs, batch.targets).item<double>();
     sum.loss_sum += mean * static_cast<double>(batch.targets.numel());
     sum.count += static_cast<double>(batch.targets.numel());
   }
@@ -47,7 +81,12 @@ train::LossSum TextTask::evaluate(int rank, int ranks) {
 
 double TextTask::flops_per_item() const { return model_->config.flops_per_token(train_->context()); }
 
-std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp) {
+namespace {
+
+// The task with this rank's share of the model: tensor blocks by `tp`, pipeline parts by `stages`
+// (null: the whole model).
+std::unique_ptr<TextTask> build_text_task(const config::Config& config, const parallel::TensorParallel& tp,
+                                          const train::Runtime* stages) {
   const DataPaths paths = data_paths(config);
   for (const auto& path : {paths.train_tokens, paths.val_tokens}) {
     KUAFU_CHECK(fs::exists(path), "token file ", path, " does not exist: run `kuafu-gpt prepare --config ",
@@ -74,9 +113,46 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const par
   const int64_t context = config.get_int("data.context");
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
   torch::manual_seed(seed);
-  return std::make_unique<TextTask>(GPT(model, tp), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
+  std::optional<StagePlan> plan;
+  std::unique_ptr<TextTask::Pipeline> pipeline;
+  if (stages && stages->pipelined()) {
+    // The schedule's micro-batches are the step's accumulation micro-steps.
+    parallel::pipeline::ScheduleSpec spec = stages->pipeline;
+    spec.micro_batches = static_cast<int>(config.get_int("train.batch_size") /
+                                          (config.get_int("train.micro_batch_size") * stages->mesh->size("data")));
+    if (model.n_layer < spec.virtual_stages()) {
+      config.fail_at("model.n_layer", "is " + std::to_string(model.n_layer) + " but the pipeline has " +
+                                          std::to_string(spec.virtual_stages()) +
+                                          " (virtual) stages, each needing at least one layer");
+    }
+    if (spec.kind == parallel::pipeline::ScheduleKind::kInterleaved && spec.micro_batches % spec.stages != 0) {
+      config.fail_at("train.batch_size", "gives " + std::to_string(spec.micro_batches) +
+                                             " micro-batches per step, but the interleaved schedule needs a multiple "
+                                             "of parallel.pipeline = " + std::to_string(spec.stages));
+    }
+    plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer);
+    pipeline = std::make_unique<TextTask::Pipeline>();
+    const auto group = stages->mesh->group("pipeline");
+    pipeline->train = std::make_unique<parallel::pipeline::PipelineEngine>(spec, group);
+    parallel::pipeline::ScheduleSpec one = spec;  // evaluation runs forward only, any number of micro-batches
+    one.micro_batches = 1;
+    pipeline->eval = std::make_unique<parallel::pipeline::PipelineEngine>(one, group);
+    pipeline->ends = parallel::pipeline::first_and_last_stage_group(*stages->mesh);
+  }
+  return std::make_unique<TextTask>(GPT(model, tp, plan), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
                                     std::make_shared<io::TokenWindowLoader>(val_file, context, seed),
-                                    config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"));
+                                    config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"),
+                                    std::move(pipeline));
+}
+
+}  // namespace
+
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp) {
+  return build_text_task(config, tp, nullptr);
+}
+
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const train::Runtime& runtime) {
+  return build_text_task(config, runtime.tensor, &runtime);
 }
 
 void prepare_command(const config::Config& config) {
@@ -123,7 +199,7 @@ void prepare_command(const config::Config& config) {
 
 train::TrainSummary train_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
-  std::unique_ptr<TextTask> task = make_text_task(config, runtime.tensor);
+  std::unique_ptr<TextTask> task = make_text_task(config, runtime);
   if (runtime.is_main()) {
     const GPTConfig& m = task->gpt()->config;
     log::infof("GPT-2: ", m.n_layer, " layers, ", m.n_head, " heads, C = ", m.n_embd, ", vocabulary ", m.vocab_size,

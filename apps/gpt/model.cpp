@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/parallel/pipeline/partition.h"
 #include "core/util/error.h"
 
 namespace kuafu::gpt {
@@ -86,6 +87,18 @@ TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::Tensor
   for (int64_t i = 0; i < config.n_layer; ++i) blocks.push_back(h->register_module(std::to_string(i), Block(config, tp)));
   ln_f = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
   register_module("ln_f", ln_f.ptr());
+}
+
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers) {
+  const auto bounds = parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages());
+  StagePlan plan;
+  for (int c = 0; c < spec.chunks; ++c) {
+    const int v = c * spec.stages + stage;
+    plan.chunks.emplace_back(bounds[v], bounds[v + 1]);
+  }
+  plan.first = stage == 0;
+  plan.last = stage == spec.stages - 1;
+  return plan;
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan)

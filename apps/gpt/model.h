@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/nn/attention.h"
+#include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/tensor/factory.h"
 
 namespace kuafu::gpt {
@@ -75,6 +76,10 @@ struct StagePlan {
   bool last = true;
   static StagePlan whole(int64_t layers) { return {{{0, layers}}, true, true}; }
 };
+
+// Pipeline stage `stage`'s plan: the layers cut uniformly into the schedule's p v virtual stages,
+// chunk c holding virtual stage c p + stage.
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers);
 
 struct GPTImpl : torch::nn::Module {
   // `tp` (default: serial) says how layers are cut and `plan` (default: everything) which parts this

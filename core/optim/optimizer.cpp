@@ -70,7 +70,7 @@ io::NamedTensors Optimizer::state_tensors() const {
   return out;
 }
 
-void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::string& where) {
+void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::string& where, bool part) {
   const auto algorithm = saved.metadata.find("optimizer");
   KUAFU_CHECK(algorithm == saved.metadata.end() || algorithm->second == name(), where, ": optimizer state of ",
               algorithm == saved.metadata.end() ? "" : algorithm->second, " cannot resume ", name(),
@@ -97,7 +97,7 @@ void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::
       }
     }
   }
-  KUAFU_CHECK(used == saved.tensors.size(), where, ": holds ", saved.tensors.size() - used,
+  KUAFU_CHECK(part || used == saved.tensors.size(), where, ": holds ", saved.tensors.size() - used,
               " state tensors this optimizer does not use (different model or optimizer?)");
   states_ = std::move(loaded);
   steps_ = saved_steps;

@@ -55,7 +55,8 @@ class Optimizer {
   // The state as named tensors "<param name>/<slot>" plus "step": everything an exact resume needs.
   io::NamedTensors state_tensors() const;
   // Restores state_tensors() output; `where` names the source in errors. Checks names, shapes, algorithm.
-  void load_state_tensors(const io::SafetensorsFile& saved, const std::string& where);
+  // `part`: this rank holds part of the model (a pipeline stage), so `saved` may hold other parameters' state.
+  void load_state_tensors(const io::SafetensorsFile& saved, const std::string& where, bool part = false);
 
  protected:
   // Called once per step, after the step counter is incremented and before any group is updated.

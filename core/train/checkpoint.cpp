@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iomanip>
+#include <set>
 #include <sstream>
 
 #include "core/dist/collectives.h"
@@ -51,7 +52,9 @@ torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::stri
   return to_local ? to_local(name, full) : full;
 }
 
-void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local) {
+// `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors.
+void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local,
+                     bool part = false) {
   const std::string path = (fs::path(folder) / kModel).string();
   io::SafetensorsFile file = io::load_safetensors(path);
   torch::NoGradGuard no_grad;
@@ -72,7 +75,7 @@ void restore_weights(const std::string& folder, const io::NamedTensors& weights,
   for (const auto& [name, tensor] : weights) restore(name, tensor);
   KUAFU_CHECK(missing.empty(), path, ": missing ", missing.size(), " tensors the model needs, e.g. '",
               missing.empty() ? "" : missing.front(), "'");
-  KUAFU_CHECK(matched == file.tensors.size(), path, ": holds ", file.tensors.size() - matched,
+  KUAFU_CHECK(part || matched == file.tensors.size(), path, ": holds ", file.tensors.size() - matched,
               " tensors the model does not have (checkpoint from a different model?)");
 }
 
@@ -83,6 +86,39 @@ io::NamedTensors named_weights(const torch::nn::Module& model) {
   for (const auto& item : model.named_parameters()) out.emplace_back(item.key(), item.value());
   for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
   return out;
+}
+
+io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::ProcessGroup& pipeline) {
+  if (pipeline.rank() > 0) {
+    // Names, dtypes and shapes first (as JSON bytes, after their length), then the tensors in order.
+    nlohmann::json listing = nlohmann::json::array();
+    for (const auto& [name, tensor] : mine) {
+      listing.push_back({{"name", name}, {"dtype", static_cast<int>(tensor.scalar_type())}, {"shape", tensor.sizes().vec()}});
+    }
+    const std::string text = listing.dump();
+    dist::send(torch::tensor({static_cast<int64_t>(text.size())}), pipeline, 0);
+    dist::send(torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())}, torch::kUInt8),
+               pipeline, 0);
+    for (const auto& item : mine) dist::send(item.second.contiguous(), pipeline, 0);
+    return mine;
+  }
+  std::set<std::string> held;
+  for (const auto& item : mine) held.insert(item.first);
+  for (int stage = 1; stage < pipeline.size(); ++stage) {
+    torch::Tensor length = torch::zeros({1}, torch::kInt64);
+    dist::recv(length, pipeline, stage);
+    torch::Tensor bytes = torch::empty({length.item<int64_t>()}, torch::kUInt8);
+    dist::recv(bytes, pipeline, stage);
+    const auto listing = nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+    for (const auto& entry : listing) {
+      torch::Tensor tensor = torch::empty(entry.at("shape").get<std::vector<int64_t>>(),
+                                          static_cast<torch::ScalarType>(entry.at("dtype").get<int>()));
+      dist::recv(tensor, pipeline, stage);
+      // A tensor two stages hold (the tied embedding, the optimizer's step) is kept once.
+      if (held.insert(entry.at("name").get<std::string>()).second) mine.emplace_back(entry.at("name"), tensor);
+    }
+  }
+  return mine;
 }
 
 std::string checkpoint_folder(const std::string& root, int64_t step) {
@@ -186,16 +222,16 @@ void CheckpointStore::load_weights(const std::string& folder, const io::NamedTen
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
-                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local) {
+                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local, bool part) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights, to_local);
+  restore_weights(folder, weights, to_local, part);
   const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
   io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
   for (auto& [name, tensor] : optimizer_state.tensors) {
     // A parameter's state takes its parameter's layout.
     if (const auto owner = optim::state_owner(name)) tensor = local_of(to_local, *owner, tensor);
   }
-  optimizer.load_state_tensors(optimizer_state, optimizer_path);
+  optimizer.load_state_tensors(optimizer_state, optimizer_path, part);
   const fs::path rng_path = fs::path(folder) / rng_file(rank);
   if (!fs::exists(rng_path)) {
     log::warnf("checkpoint ", folder, " was written by ", state.value("world_size", 0),

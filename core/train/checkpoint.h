@@ -38,8 +38,10 @@ class CheckpointStore {
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
   // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
+  // `part`: this rank holds part of the model (a pipeline stage) and loads the tensors it has.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
-                             optim::Optimizer& optimizer, int rank, const ToLocal& to_local = nullptr);
+                             optim::Optimizer& optimizer, int rank, const ToLocal& to_local = nullptr,
+                             bool part = false);
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);
@@ -59,6 +61,10 @@ class CheckpointStore {
 
 // A module's parameters and buffers under their names (the tensors themselves, not copies).
 io::NamedTensors named_weights(const torch::nn::Module& model);
+
+// Pipeline parallelism: every stage's tensors (whole, after any tensor-parallel gather) collected on
+// stage 0, which saves them; collective over `pipeline`. Other stages get `mine` back.
+io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::ProcessGroup& pipeline);
 
 // "run/checkpoints/step_00000100" for step 100.
 std::string checkpoint_folder(const std::string& root, int64_t step);

@@ -24,6 +24,10 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_int("dist.timeout_s", 300, "seconds a collective may wait for its peers before failing")
       .min(1).max(86400);
   schema.add_int("parallel.data", 0, "data-parallel degree; 0 = the ranks the other axes leave").min(0);
+  schema.add_int("parallel.pipeline", 1, "pipeline stages (the model's layers cut into consecutive stages)").min(1);
+  schema.add_string("parallel.schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved")
+      .choices({"gpipe", "1f1b", "interleaved"});
+  schema.add_int("parallel.chunks", 1, "interleaved schedule: model chunks per pipeline rank (2 or more)").min(1);
   parallel::add_tensor_parallel_schema(schema);
 }
 
@@ -52,23 +56,44 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   log::configure(runtime.world->rank(), runtime.world->size(), log_dir);
 
   runtime.tensor.spec = parallel::tensor_parallel_spec(config);
+  runtime.pipeline.stages = static_cast<int>(config.get_int("parallel.pipeline"));
+  runtime.pipeline.kind = parallel::pipeline::schedule_kind(config.get_string("parallel.schedule"));
+  runtime.pipeline.chunks = static_cast<int>(config.get_int("parallel.chunks"));
+  if ((runtime.pipeline.kind == parallel::pipeline::ScheduleKind::kInterleaved) != (runtime.pipeline.chunks > 1)) {
+    config.fail_at("parallel.chunks", "is " + std::to_string(runtime.pipeline.chunks) +
+                                          " but parallel.schedule = \"" + config.get_string("parallel.schedule") +
+                                          "\"; interleaved takes 2 or more chunks per rank, the others 1");
+  }
   const int ranks = runtime.world->size(), tensor = runtime.tensor.spec.size;
-  if (ranks % tensor != 0) {
-    config.fail_at("parallel.tensor.size", "is " + std::to_string(tensor) + " but the job has " + std::to_string(ranks) +
-                                               " ranks, which it does not divide");
+  const int model = tensor * runtime.pipeline.stages;  // ranks holding one copy of the model
+  if (ranks % model != 0) {
+    config.fail_at(runtime.pipeline.stages > 1 ? "parallel.pipeline" : "parallel.tensor.size",
+                   "gives " + std::to_string(model) + " ranks per model copy (pipeline " +
+                       std::to_string(runtime.pipeline.stages) + " x tensor " + std::to_string(tensor) +
+                       ") but the job has " + std::to_string(ranks) + " ranks, which it does not divide");
   }
   const int64_t data = config.get_int("parallel.data");
-  if (data != 0 && data * tensor != ranks) {
+  if (data != 0 && data * model != ranks) {
     config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " + std::to_string(ranks) +
-                                        " ranks = data x tensor (" + std::to_string(tensor) + "); use " +
-                                        std::to_string(ranks / tensor) + " or 0");
+                                        " ranks = data x pipeline x tensor (" + std::to_string(runtime.pipeline.stages) +
+                                        " x " + std::to_string(tensor) + "); use " + std::to_string(ranks / model) +
+                                        " or 0");
   }
-  std::vector<dist::MeshAxis> axes = {{"data", ranks / tensor}};
+  // Pipeline outermost (stages talk least), tensor innermost (it talks most).
+  std::vector<dist::MeshAxis> axes;
+  if (runtime.pipeline.stages > 1) axes.push_back({"pipeline", runtime.pipeline.stages});
+  axes.push_back({"data", ranks / model});
   for (const auto& axis : parallel::tensor_mesh_axes(runtime.tensor.spec)) axes.push_back(axis);
   runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, axes);
   runtime.tensor.mesh = runtime.mesh;
   if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());
   return runtime;
+}
+
+dist::GroupPtr Runtime::model_group() const {
+  std::vector<std::string> axes = tensor.enabled() ? tensor.axes() : std::vector<std::string>{};
+  if (pipelined()) axes.insert(axes.begin(), "pipeline");
+  return axes.empty() ? nullptr : mesh->group(axes);
 }
 
 double measure_matmul_flops(int64_t n, int repeats, torch::Dtype dtype) {

@@ -92,6 +92,10 @@ std::string scientific(double v, int digits) {
 
 }  // namespace
 
+double TrainTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, double) {
+  fail("this task does not run a pipeline schedule");
+}
+
 Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
     : config_(config), runtime_(runtime), task_(task) {
   steps_ = config.get_int("train.steps");
@@ -121,14 +125,16 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
   layouts_ = parallel::collect_layouts(task.model());
   params_ = masters_->params();
-  if (runtime.tensor.enabled()) {
-    for (auto& p : params_) {
+  for (auto& p : params_) {
+    if (runtime.tensor.enabled()) {
       const parallel::Layout cut = layout_of(p.name);
       p.shard_group = parallel::shard_group(cut, *runtime.mesh);
       p.counts_in_global_norm = parallel::counts_in_global_norm(cut, runtime.tensor.axes(), *runtime.mesh);
     }
+    p.counts_in_global_norm = p.counts_in_global_norm && task.counts_in_global_norm(p.name);
   }
-  optimizer_ = optim::make_optimizer(config, params_, runtime.tensor.group());
+  // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
+  optimizer_ = optim::make_optimizer(config, params_, runtime.model_group());
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
@@ -179,10 +185,12 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  CheckpointStore::load(*folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
-                        [&](const std::string& name, const torch::Tensor& full) {
-                          return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
-                        });
+  CheckpointStore::load(
+      *folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
+      [&](const std::string& name, const torch::Tensor& full) {
+        return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+      },
+      /*part=*/runtime_.pipelined());
   masters_->copy_masters_to_model();
   if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));
   start_step_ = saved.at("step").get<int64_t>();
@@ -227,6 +235,16 @@ void Trainer::save_checkpoint(int64_t step) {
     for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
     for (auto& [name, tensor] : optimizer_state) {
       if (const auto owner = optim::state_owner(name)) tensor = parallel::gather_full(tensor, layout_of(*owner), *runtime_.mesh);
+    }
+  }
+  if (runtime_.pipelined()) {
+    // Rank 0 writes the checkpoint: the stages of its pipeline line send it their tensors.
+    bool rank0_line = runtime_.mesh->coordinate("data") == 0;
+    for (const auto& axis : runtime_.tensor.axes()) rank0_line = rank0_line && runtime_.mesh->coordinate(axis) == 0;
+    if (rank0_line) {
+      const auto& pipeline = *runtime_.mesh->group("pipeline");
+      weights = gather_pipeline_stages(std::move(weights), pipeline);
+      optimizer_state = gather_pipeline_stages(std::move(optimizer_state), pipeline);
     }
   }
   checkpoints_->save(step, weights, optimizer_state, optimizer_->name(), state);
@@ -286,17 +304,26 @@ TrainSummary Trainer::run() {
     const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
 
     double loss_sum = 0.0;
-    for (int64_t micro = 0; micro < accumulation_; ++micro) {
-      const bool sync = micro + 1 == accumulation_;
-      if (data_parallel_) data_parallel_->begin_backward(sync);
-      const int64_t first_row = micro * micro_batch_ * data.size() + data.rank() * micro_batch_;
-      torch::Tensor loss = task_.loss(step, first_row, micro_batch_);
-      (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
-      loss_sum += loss.item<double>();
+    auto first_row = [&](int64_t micro) { return micro * micro_batch_ * data.size() + data.rank() * micro_batch_; };
+    if (task_.pipelined()) {
+      // The schedule interleaves the micro-batches' backwards: the data-parallel average comes after.
+      if (data_parallel_) data_parallel_->begin_backward(/*sync=*/false);
+      std::vector<int64_t> first_rows;
+      for (int64_t micro = 0; micro < accumulation_; ++micro) first_rows.push_back(first_row(micro));
+      loss_sum = task_.pipeline_step(step, first_rows, micro_batch_, loss_scale) * static_cast<double>(accumulation_);
+      if (data_parallel_) data_parallel_->reduce_now();
+    } else {
+      for (int64_t micro = 0; micro < accumulation_; ++micro) {
+        const bool sync = micro + 1 == accumulation_;
+        if (data_parallel_) data_parallel_->begin_backward(sync);
+        torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch_);
+        (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
+        loss_sum += loss.item<double>();
+      }
+      if (data_parallel_) data_parallel_->finish_backward();
     }
-    if (data_parallel_) data_parallel_->finish_backward();
     masters_->copy_grads_to_masters();
-    const double grad_norm = optim::global_grad_norm(params_, runtime_.tensor.group()) / loss_scale;
+    const double grad_norm = optim::global_grad_norm(params_, runtime_.model_group()) / loss_scale;
 
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(

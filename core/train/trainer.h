@@ -43,6 +43,17 @@ class TrainTask {
   virtual std::string item_name() const { return "tokens"; }
   // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
   virtual std::vector<std::string> checkpoint_keys() const = 0;
+
+  // Pipeline parallelism: a task whose model is cut into stages runs all of a step's micro-batches
+  // through its schedule at once. pipeline_step runs micro-batches of `rows` rows starting at
+  // `first_rows` (this data rank's), accumulating gradients as for their mean loss x `loss_scale`, and
+  // returns that mean loss (unscaled) on every rank.
+  virtual bool pipelined() const { return false; }
+  virtual double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows,
+                               double loss_scale);
+  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
+  // stage): the global gradient norm counts the other one.
+  virtual bool counts_in_global_norm(const std::string& /*name*/) const { return true; }
 };
 
 // Evaluates `task` on every rank of `data` (each its share) and returns the sums over all ranks.

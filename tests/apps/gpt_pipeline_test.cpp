@@ -30,19 +30,6 @@ GPTConfig tiny() {
   return c;
 }
 
-// Chunk c of stage s holds the layers of virtual stage c p + s.
-StagePlan plan_for(const ScheduleSpec& spec, int stage, int64_t layers) {
-  const auto bounds = parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages());
-  StagePlan plan;
-  for (int c = 0; c < spec.chunks; ++c) {
-    const int v = c * spec.stages + stage;
-    plan.chunks.emplace_back(bounds[v], bounds[v + 1]);
-  }
-  plan.first = stage == 0;
-  plan.last = stage == spec.stages - 1;
-  return plan;
-}
-
 // `embedding` joins the first and last stage's copies of the token embedding (null with one stage).
 void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::GroupPtr& embedding,
                                  const ScheduleSpec& spec, const parallel::TensorParallel& tp = {}) {
@@ -61,7 +48,7 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
   serial_loss = serial_loss / static_cast<double>(spec.micro_batches);
   serial_loss.backward();
 
-  const StagePlan plan = plan_for(spec, s, tiny().n_layer);
+  const StagePlan plan = pipeline_stage_plan(spec, s, tiny().n_layer);
   torch::manual_seed(5);
   GPT stage(tiny(), tp, plan);
   stage->to(torch::kFloat64);
@@ -110,27 +97,12 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
   EXPECT_TRUE(torch::equal(stage->parameters().front().grad(), before));
 }
 
-// The first and last stage of this rank's pipeline line (same coordinates on every other axis).
-dist::GroupPtr embedding_group(const dist::ProcessMesh& mesh) {
-  const int p = mesh.size("pipeline"), s = mesh.coordinate("pipeline");
-  if (p == 1 || (s != 0 && s != p - 1)) return nullptr;
-  std::vector<int> coordinates;
-  for (const auto& axis : mesh.axes()) coordinates.push_back(mesh.coordinate(axis.name));
-  std::vector<int> members;
-  for (int stage : {0, p - 1}) {
-    coordinates[0] = stage;  // pipeline is the first axis
-    members.push_back(mesh.rank_at(coordinates));
-  }
-  return mesh.world_ptr()->new_group("embedding_" + std::to_string(members[0]) + "_" + std::to_string(members[1]),
-                                     members);
-}
-
 void every_schedule(int micro_batches_per_stage) {
   auto world = testing::worker_world();
   auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", world->size()}});
   const int p = world->size();
   const auto group = mesh->group("pipeline");
-  const auto embedding = embedding_group(*mesh);
+  const auto embedding = parallel::pipeline::first_and_last_stage_group(*mesh);
   pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::k1F1B, p, micro_batches_per_stage * p, 1});
   pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::kGPipe, p, micro_batches_per_stage * p, 1});
   pipelined_gpt_equals_serial(group, embedding, {ScheduleKind::kInterleaved, p, micro_batches_per_stage * p, 2});
@@ -157,7 +129,7 @@ TEST(GPTPipelineTest, TwoStagesTimesTensorParallelEqualSerial) {
   for (const auto& axis : parallel::tensor_mesh_axes(tp.spec)) axes.push_back(axis);
   tp.mesh = std::make_shared<dist::ProcessMesh>(world, axes);
   const auto group = tp.mesh->group("pipeline");
-  pipelined_gpt_equals_serial(group, embedding_group(*tp.mesh), {ScheduleKind::k1F1B, 2, 4, 1}, tp);
+  pipelined_gpt_equals_serial(group, parallel::pipeline::first_and_last_stage_group(*tp.mesh), {ScheduleKind::k1F1B, 2, 4, 1}, tp);
 }
 
 }  // namespace

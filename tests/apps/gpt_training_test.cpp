@@ -319,6 +319,73 @@ TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
   EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
 }
 
+// Pipeline parallelism through the trainer, from the config alone, against the serial run (6 AdamW
+// steps, the same global batch, 4 layers): every parameter this stage holds (tensor blocks gathered)
+// by name within 2e-5 (float32, summation order), the same validation loss, and the checkpoint -
+// collected from every stage on rank 0 - loads into a serial GPT equal to the serial run.
+void pipeline_training_equals_serial(const fs::path& root, const std::string& name, const std::string& layout,
+                                     int micro_batch) {
+  const std::string layers = "model.n_layer=4\n";
+  const auto config = make_config(root, name, layers + layout + "\ntrain.micro_batch_size=" +
+                                                  std::to_string(micro_batch) + "\ndist.timeout_s=30");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config, runtime);
+  ASSERT_TRUE(task->pipelined());
+  train::Trainer trainer(config, runtime, *task);
+  trainer.run();
+  const train::LossSum eval = trainer.evaluate();
+
+  const auto serial_config = make_config(root, "serial_" + name + "_" + std::to_string(runtime.world->rank()), layers);
+  auto single = single_runtime();
+  auto serial = make_text_task(serial_config);
+  train::Trainer serial_trainer(serial_config, single, *serial);
+  serial_trainer.run();
+  const train::LossSum serial_eval = serial_trainer.evaluate();
+  EXPECT_NEAR(eval.loss_sum / eval.count, serial_eval.loss_sum / serial_eval.count, 1e-5);
+
+  const auto reference = serial->model().named_parameters();
+  const auto layouts = parallel::collect_layouts(*task->gpt());
+  int compared = 0;
+  for (const auto& item : task->gpt()->named_parameters()) {
+    const auto found = layouts.find(item.key());
+    const torch::Tensor whole = found == layouts.end()
+                                    ? item.value().detach()
+                                    : parallel::gather_full(item.value().detach(), found->second, *runtime.mesh);
+    EXPECT_LT((whole - reference[item.key()]).abs().max().item<double>(), 2e-5) << item.key();
+    ++compared;
+  }
+  EXPECT_LT(compared, static_cast<int>(reference.size())) << "a stage holds part of the model";
+  GPT reloaded(model_config(config));
+  train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
+  for (const auto& item : reloaded->named_parameters()) {
+    EXPECT_LT((item.value() - reference[item.key()]).abs().max().item<double>(), 2e-5) << item.key() << " (checkpoint)";
+  }
+}
+
+// batch 8 = micro 2 x 4 micro-batches per step through 2 stages.
+TEST_F(GPTTrainingTest, PipelineOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  pipeline_training_equals_serial(root_, "pp_1f1b", "parallel.pipeline=2", 2);
+}
+
+TEST_F(GPTTrainingTest, InterleavedPipelineOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  pipeline_training_equals_serial(root_, "pp_interleaved",
+                                  "parallel.pipeline=2\nparallel.schedule=\"interleaved\"\nparallel.chunks=2", 2);
+}
+
+// pipeline 2 x data 2: 2 micro-batches of 2 rows per data rank and step.
+TEST_F(GPTTrainingTest, PipelineTimesDataParallelOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  pipeline_training_equals_serial(root_, "pp_dp", "parallel.pipeline=2", 2);
+}
+
+// pipeline 2 x data 2 x tensor (1D) 2 = 8 ranks.
+TEST_F(GPTTrainingTest, PipelineTimesDataTimesTensorParallelOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 180);
+  pipeline_training_equals_serial(root_, "pp_dp_tp", "parallel.pipeline=2\n" + k1d, 2);
+}
+
 // A serial checkpoint resumes under 1D tensor parallelism (each rank takes its blocks of the weights
 // and of the optimizer state) and continues the serial run: 3 serial + 3 parallel steps = 6 serial.
 TEST_F(GPTTrainingTest, SerialCheckpointResumesTensorParallel) {

@@ -49,21 +49,23 @@ PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)
     : spec_(spec), group_(std::move(group)) {
   KUAFU_CHECK(group_ && group_->size() == spec.stages, "pipeline of ", spec.stages, " stages needs a group of ",
               spec.stages, " ranks, got ", group_ ? group_->size() : 0);
-  steps_ = schedule_for(spec_, group_->rank());
+  // The training schedule is checked and made on the first run (an engine may only evaluate).
 }
 
-double PipelineEngine::run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input) {
-  return execute(steps_, forward, micro_input);
+double PipelineEngine::run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
+                           double loss_scale) {
+  if (steps_.empty()) steps_ = schedule_for(spec_, group_->rank());
+  return execute(steps_, forward, micro_input, loss_scale);
 }
 
 double PipelineEngine::evaluate(const ChunkForward& forward,
                                 const std::function<torch::Tensor(int micro)>& micro_input) {
   torch::NoGradGuard no_grad;
-  return execute(forward_only_schedule(spec_, group_->rank()), forward, micro_input);
+  return execute(forward_only_schedule(spec_, group_->rank()), forward, micro_input, 1.0);
 }
 
 double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForward& forward,
-                               const std::function<torch::Tensor(int micro)>& micro_input) {
+                               const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale) {
   const int p = spec_.stages, s = group_->rank(), last = spec_.virtual_stages() - 1;
   const int next = (s + 1) % p, previous = (s + p - 1) % p;
   const double micro_batches = spec_.micro_batches;
@@ -97,7 +99,8 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
           KUAFU_CHECK(slot.output.numel() == 1, "the last pipeline stage must return a scalar loss, got ",
                       slot.output.sizes());
           loss_sum += slot.output.detach().to(torch::kFloat64).reshape({});
-          slot.output = slot.output / micro_batches;  // the step's loss is the mean over micro-batches
+          // The step's loss is the mean over micro-batches (scaled up for mixed precision).
+          slot.output = slot.output * (loss_scale / micro_batches);
         }
         stats_.compute_seconds += seconds_since(step_start);
         stats_.peak_live = std::max(stats_.peak_live, ++live_chunks);
@@ -146,6 +149,25 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   // The last stage knows the loss; every stage reports it.
   dist::broadcast(loss_sum, *group_, /*root=*/p - 1);  // virtual stage p v - 1 lives on stage p - 1
   return loss_sum.item<double>() / micro_batches;
+}
+
+dist::GroupPtr first_and_last_stage_group(const dist::ProcessMesh& mesh) {
+  int axis = -1;
+  for (size_t i = 0; i < mesh.axes().size(); ++i) {
+    if (mesh.axes()[i].name == "pipeline") axis = static_cast<int>(i);
+  }
+  if (axis < 0) return nullptr;
+  const int p = mesh.size("pipeline"), s = mesh.coordinate("pipeline");
+  if (p == 1 || (s != 0 && s != p - 1)) return nullptr;
+  std::vector<int> coordinates;
+  for (const auto& a : mesh.axes()) coordinates.push_back(mesh.coordinate(a.name));
+  std::vector<int> members;
+  for (int stage : {0, p - 1}) {
+    coordinates[static_cast<size_t>(axis)] = stage;
+    members.push_back(mesh.rank_at(coordinates));
+  }
+  return mesh.world_ptr()->new_group(
+      "pipeline_ends_" + std::to_string(members[0]) + "_" + std::to_string(members[1]), members);
 }
 
 }  // namespace kuafu::parallel::pipeline

@@ -5,7 +5,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/dist/process_group.h"
+#include "core/dist/process_mesh.h"
 #include "core/parallel/pipeline/schedule.h"
 
 namespace kuafu::parallel::pipeline {
@@ -31,25 +31,31 @@ class PipelineEngine {
 
   int stage() const { return group_->rank(); }
   const ScheduleSpec& spec() const { return spec_; }
-  const std::vector<Step>& steps() const { return steps_; }
 
   // One optimizer step's micro-batches, forward and backward as the schedule says. Gradients
-  // accumulate into the parameters as for the mean of the micro-batches' losses. `micro_input(m)` is
-  // called only on the rank holding virtual stage 0. Returns that mean loss on every rank.
+  // accumulate into the parameters as for the mean of the micro-batches' losses times `loss_scale`
+  // (mixed precision). `micro_input(m)` is called only on the rank holding virtual stage 0. Returns
+  // the mean loss (unscaled) on every rank.
   // Activations may have any shape and dtype: each is preceded by a small header describing it.
-  double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
+  double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
+             double loss_scale = 1.0);
   // The same micro-batches forward only, without gradients (evaluation): the mean loss on every rank.
   double evaluate(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
   const RunStats& last_stats() const { return stats_; }
 
  private:
   double execute(const std::vector<Step>& steps, const ChunkForward& forward,
-                 const std::function<torch::Tensor(int micro)>& micro_input);
+                 const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale);
 
   ScheduleSpec spec_;
   dist::GroupPtr group_;
-  std::vector<Step> steps_;
+  std::vector<Step> steps_;  // the training schedule, made on the first run
   RunStats stats_;
 };
+
+// The group of this rank's first and last pipeline stage (the same coordinates on every other mesh
+// axis), which hold the two copies of a tied embedding; null unless this rank is one of them and the
+// mesh has a "pipeline" axis of 2 or more stages. Only its two members create it.
+dist::GroupPtr first_and_last_stage_group(const dist::ProcessMesh& mesh);
 
 }  // namespace kuafu::parallel::pipeline

@@ -126,7 +126,9 @@ std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage) {
 }
 
 std::vector<Step> forward_only_schedule(const ScheduleSpec& spec, int stage) {
-  check_spec(spec);
+  // Any number of micro-batches and chunks runs forward only.
+  KUAFU_CHECK(spec.stages >= 1 && spec.micro_batches >= 1 && spec.chunks >= 1, "a pipeline needs at least one stage, "
+              "micro-batch and chunk, got ", spec.stages, ", ", spec.micro_batches, " and ", spec.chunks);
   KUAFU_CHECK(stage >= 0 && stage < spec.stages, "pipeline stage ", stage, " is outside 0 .. ", spec.stages - 1);
   // (m, c) on stage s needs (m, c) from stage s - 1, or (m, c - 1) from stage p - 1: both come earlier
   // in this order on their own rank, so the lists cannot wait on each other in a cycle.
