@@ -406,6 +406,32 @@ TEST_F(GPTTrainingTest, SerialCheckpointResumesTensorParallel) {
   EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
 }
 
+// A serial checkpoint resumes on 2 pipeline stages (each loads its part of the weights and of the
+// optimizer state) and continues the serial run: 3 serial + 3 pipelined steps = 6 serial, by name.
+TEST_F(GPTTrainingTest, SerialCheckpointResumesPipelined) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  const int rank = dist::detect_launch_env().rank;
+  const std::string mine = "pp_switch_" + std::to_string(rank);
+  train_serially(make_config(root_, mine, "model.n_layer=4\ntrain.steps=3"));
+  const auto config = make_config(
+      root_, "pp_resumed",
+      "model.n_layer=4\nparallel.pipeline=2\ntrain.micro_batch_size=2\ndist.timeout_s=30\ntrain.resume=\"" +
+          train::checkpoint_folder((root_ / mine / "checkpoints").string(), 3) + "\"");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config, runtime);
+  train::Trainer trainer(config, runtime, *task);
+  EXPECT_EQ(trainer.start_step(), 3);
+  trainer.run();
+  auto single = single_runtime();
+  const auto straight_config = make_config(root_, "pp_straight_" + std::to_string(rank), "model.n_layer=4");
+  auto straight = make_text_task(straight_config);
+  train::Trainer(straight_config, single, *straight).run();
+  const auto reference = straight->model().named_parameters();
+  for (const auto& item : task->model().named_parameters()) {
+    EXPECT_LT((item.value() - reference[item.key()]).abs().max().item<double>(), 2e-5) << item.key();
+  }
+}
+
 // bf16 with data parallelism: bf16 gradient buckets cross Gloo (as float32) and every rank must end
 // with bitwise the same weights, and the loss must fall.
 TEST_F(GPTTrainingTest, Bf16DataParallelRanksStayIdentical) {
