@@ -130,7 +130,9 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
                                              " micro-batches per step, but the interleaved schedule needs a multiple "
                                              "of parallel.pipeline = " + std::to_string(spec.stages));
     }
-    plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer);
+    plan = pipeline_stage_plan(spec, stages->stage(), model,
+                               config.get_string("parallel.partition") == "parameters" ? Partition::kParameters
+                                                                                       : Partition::kUniform);
     pipeline = std::make_unique<TextTask::Pipeline>();
     const auto group = stages->mesh->group("pipeline");
     pipeline->train = std::make_unique<parallel::pipeline::PipelineEngine>(spec, group);

@@ -89,8 +89,9 @@ TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::Tensor
   register_module("ln_f", ln_f.ptr());
 }
 
-StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers) {
-  const auto bounds = parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages());
+namespace {
+
+StagePlan plan_from_bounds(const parallel::pipeline::ScheduleSpec& spec, int stage, const std::vector<int>& bounds) {
   StagePlan plan;
   for (int c = 0; c < spec.chunks; ++c) {
     const int v = c * spec.stages + stage;
@@ -99,6 +100,26 @@ StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int 
   plan.first = stage == 0;
   plan.last = stage == spec.stages - 1;
   return plan;
+}
+
+}  // namespace
+
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers) {
+  return plan_from_bounds(spec, stage, parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages()));
+}
+
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, const GPTConfig& config,
+                              Partition partition) {
+  if (partition == Partition::kUniform) return pipeline_stage_plan(spec, stage, config.n_layer);
+  GPTConfig one_block = config;
+  one_block.n_layer = 1;
+  const double embeddings = static_cast<double>(config.vocab_size * config.n_embd);
+  const double positions = static_cast<double>(config.n_positions * config.n_embd);
+  const double block = static_cast<double>(one_block.parameter_count()) - embeddings - positions - 2.0 * config.n_embd;
+  const std::vector<double> costs(static_cast<size_t>(config.n_layer), block);
+  return plan_from_bounds(spec, stage,
+                          parallel::pipeline::partition_balanced(costs, spec.virtual_stages(), embeddings + positions,
+                                                                 embeddings + 2.0 * config.n_embd));
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan)

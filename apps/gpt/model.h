@@ -77,9 +77,15 @@ struct StagePlan {
   static StagePlan whole(int64_t layers) { return {{{0, layers}}, true, true}; }
 };
 
-// Pipeline stage `stage`'s plan: the layers cut uniformly into the schedule's p v virtual stages,
-// chunk c holding virtual stage c p + stage.
+// How the layers are shared among the virtual stages: equal counts, or balanced by parameters (the
+// first and last stage also hold the token embedding, the first the position embedding too).
+enum class Partition { kUniform, kParameters };
+
+// Pipeline stage `stage`'s plan: the layers cut into the schedule's p v virtual stages, chunk c
+// holding virtual stage c p + stage.
 StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers);
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, const GPTConfig& config,
+                              Partition partition);
 
 struct GPTImpl : torch::nn::Module {
   // `tp` (default: serial) says how layers are cut and `plan` (default: everything) which parts this

@@ -28,6 +28,9 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_string("parallel.schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved")
       .choices({"gpipe", "1f1b", "interleaved"});
   schema.add_int("parallel.chunks", 1, "interleaved schedule: model chunks per pipeline rank (2 or more)").min(1);
+  schema.add_string("parallel.partition", "uniform", "layers per pipeline stage: uniform (equal counts) or parameters "
+                                                     "(balanced, the embeddings counted on the end stages)")
+      .choices({"uniform", "parameters"});
   parallel::add_tensor_parallel_schema(schema);
 }
 

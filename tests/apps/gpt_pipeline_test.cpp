@@ -132,5 +132,28 @@ TEST(GPTPipelineTest, TwoStagesTimesTensorParallelEqualSerial) {
   pipelined_gpt_equals_serial(group, parallel::pipeline::first_and_last_stage_group(*tp.mesh), {ScheduleKind::k1F1B, 2, 4, 1}, tp);
 }
 
+// Balanced by parameters, the end stages give up layers to carry the embeddings: GPT-2's vocabulary
+// at width 256 is 12.9M parameters, 16 times a 0.79M block.
+TEST(GPTPipelineTest, ParameterBalancedPlansMoveLayersOffTheEndStages) {
+  GPTConfig c;
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.n_layer = 24;
+  const ScheduleSpec spec{ScheduleKind::k1F1B, 4, 8, 1};
+  std::vector<int64_t> counts;
+  for (int s = 0; s < 4; ++s) {
+    const auto plan = pipeline_stage_plan(spec, s, c, Partition::kParameters);
+    counts.push_back(plan.chunks[0].second - plan.chunks[0].first);
+    if (s > 0) {
+      EXPECT_EQ(plan.chunks[0].first, pipeline_stage_plan(spec, s - 1, c, Partition::kParameters).chunks[0].second);
+    }
+  }
+  EXPECT_EQ(counts[0] + counts[1] + counts[2] + counts[3], 24);
+  EXPECT_EQ(counts, (std::vector<int64_t>{1, 11, 11, 1}));  // ends: 13.1M + 1 block vs 11 blocks = 8.7M
+  EXPECT_LT(counts[0], counts[1]);
+  EXPECT_LT(counts[3], counts[2]);
+  EXPECT_EQ(pipeline_stage_plan(spec, 0, c, Partition::kUniform).chunks[0], (std::pair<int64_t, int64_t>{0, 6}));
+}
+
 }  // namespace
 }  // namespace kuafu::gpt

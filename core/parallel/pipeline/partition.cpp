@@ -38,16 +38,24 @@ std::vector<int> partition_balanced(const std::vector<double>& costs, int parts,
     return prefix[b] - prefix[a] + (k == 0 ? first_extra : 0.0) + (k == parts - 1 ? last_extra : 0.0);
   };
   const double inf = std::numeric_limits<double>::infinity();
-  // best[k][b]: the smallest largest cost of parts 0..k covering blocks [0, b); cut[k][b] its last start.
+  // best[k][b]: the smallest largest cost of parts 0..k covering blocks [0, b), ties broken by the
+  // smallest sum of squared part costs (so parts the maximum does not bind stay balanced too);
+  // cut[k][b]: where part k starts in it.
   std::vector<std::vector<double>> best(parts, std::vector<double>(static_cast<size_t>(n) + 1, inf));
+  std::vector<std::vector<double>> squares(parts, std::vector<double>(static_cast<size_t>(n) + 1, inf));
   std::vector<std::vector<int>> cut(parts, std::vector<int>(static_cast<size_t>(n) + 1, 0));
-  for (int b = 1; b <= n; ++b) best[0][b] = cost(0, 0, b);
+  for (int b = 1; b <= n; ++b) {
+    best[0][b] = cost(0, 0, b);
+    squares[0][b] = best[0][b] * best[0][b];
+  }
   for (int k = 1; k < parts; ++k) {
     for (int b = k + 1; b <= n; ++b) {
       for (int a = k; a < b; ++a) {
-        const double candidate = std::max(best[k - 1][a], cost(k, a, b));
-        if (candidate < best[k][b]) {
-          best[k][b] = candidate;
+        const double part = cost(k, a, b);
+        const double worst = std::max(best[k - 1][a], part), square = squares[k - 1][a] + part * part;
+        if (worst < best[k][b] || (worst == best[k][b] && square < squares[k][b])) {
+          best[k][b] = worst;
+          squares[k][b] = square;
           cut[k][b] = a;
         }
       }

@@ -11,9 +11,10 @@ namespace kuafu::parallel::pipeline {
 // also holds the embeddings, the last the head).
 std::vector<int> partition_uniform(int blocks, int parts);
 
-// Contiguous parts minimising the largest part cost, every part at least one block. `first_extra` and
-// `last_extra` are costs fixed on the first and last part (the embeddings, the head and loss), so the
-// blocks are balanced around them. Exact (dynamic programming over the boundaries).
+// Contiguous parts minimising the largest part cost, every part at least one block; among those, the
+// parts the maximum does not bind are kept balanced (smallest sum of squares, a tie-break). `first_extra`
+// and `last_extra` are costs fixed on the first and last part (the embeddings, the head and loss), so
+// the blocks are balanced around them. The maximum is exact (dynamic programming over the boundaries).
 std::vector<int> partition_balanced(const std::vector<double>& costs, int parts, double first_extra = 0,
                                     double last_extra = 0);
 
