@@ -6,6 +6,11 @@
 // activations and gradients.
 //
 //   kuafu-run --nproc-per-node 4 pipeline_bubble [--forward-ms 20] [--width 4096] [--repeats 5]
+//
+// With --memory: one step of one schedule (--schedule, --micro) whose stages are real layers (4 x
+// linear + GELU on [--rows, width] activations), printing each stage's peak resident memory growth during
+// the step: the activations the schedule keeps alive. Run each schedule in its own processes (the
+// peak never falls).
 #include <boost/program_options.hpp>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -14,6 +19,11 @@
 #include <cstdio>
 #include <iostream>
 #include <thread>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fstream>
 
 #include "core/dist/collectives.h"
 #include "core/dist/launch_env.h"
@@ -44,6 +54,51 @@ struct Work : torch::autograd::Function<Work> {
   }
 };
 
+// Resident memory now and its peak so far, in MB (Linux).
+double resident_mb() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+double peak_resident_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024;
+}
+
+// One step of real layers under one schedule; every stage reports how far its peak memory rose.
+int measure_memory(const po::variables_map& args, const dist::GroupPtr& group) {
+  const ScheduleSpec spec{parallel::pipeline::schedule_kind(args["schedule"].as<std::string>()), group->size(),
+                          args["micro"].as<int>(), args["schedule"].as<std::string>() == "interleaved" ? 2 : 1};
+  const int64_t width = args["width"].as<int64_t>(), rows = args["rows"].as<int64_t>(), layers = 4;
+  torch::manual_seed(0);
+  std::vector<torch::Tensor> weights;
+  for (int i = 0; i < layers * spec.chunks; ++i) weights.push_back((torch::randn({width, width}) / 64).requires_grad_());
+  parallel::pipeline::PipelineEngine engine(spec, group);
+  const int last = spec.virtual_stages() - 1;
+  const double before = resident_mb();
+  engine.run(
+      [&](int chunk, const torch::Tensor& input, int) {
+        torch::Tensor x = input;
+        for (int i = 0; i < layers; ++i) x = torch::gelu(torch::matmul(x, weights[chunk * layers + i]));
+        return chunk * spec.stages + group->rank() == last ? x.mean() : x;
+      },
+      [&](int) { return torch::randn({rows, width}); });
+  torch::Tensor growth = torch::tensor({peak_resident_mb() - before}, torch::kFloat64);
+  const torch::Tensor all = dist::all_gather(growth, *group, 0);
+  if (group->rank() == 0) {
+    // Saved for backward per layer: the matmul's input and GELU's input.
+    const double per_micro = static_cast<double>(rows * width) * 4 * 2 * layers / (1 << 20);
+    std::printf("%s p=%d m=%d: peak memory growth per stage (MB):", parallel::pipeline::kind_name(spec.kind).c_str(),
+                spec.stages, spec.micro_batches);
+    for (int s = 0; s < spec.stages; ++s) std::printf(" %.1f", all[s].item<double>());
+    std::printf("; live micro-batches on stage 0: %d (%.1f MB of saved activations each)\n",
+                engine.last_stats().peak_live, per_micro);
+  }
+  return 0;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -57,6 +112,7 @@ int run(const po::variables_map& args) {
   const int p = world->size();
   auto mesh = std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"pipeline", p}});
   const auto group = mesh->group("pipeline");
+  if (args.count("memory")) return measure_memory(args, group);
   const double forward_ms = args["forward-ms"].as<double>();
   const int64_t width = args["width"].as<int64_t>();
   const int repeats = args["repeats"].as<int>();
@@ -111,7 +167,11 @@ int main(int argc, char** argv) {
   described.add_options()("help", "this text")(
       "forward-ms", po::value<double>()->default_value(20), "forward time per stage and micro-batch")(
       "width", po::value<int64_t>()->default_value(4096), "activation width (8 rows)")(
-      "repeats", po::value<int>()->default_value(5), "measured steps per schedule");
+      "repeats", po::value<int>()->default_value(5), "measured steps per schedule")(
+      "memory", "measure one step's peak memory growth instead (with --schedule, --micro)")(
+      "schedule", po::value<std::string>()->default_value("1f1b"), "--memory: gpipe, 1f1b or interleaved")(
+      "micro", po::value<int>()->default_value(16), "--memory: micro-batches")(
+      "rows", po::value<int64_t>()->default_value(512), "--memory: rows of each micro-batch");
   try {
     po::variables_map args;
     po::store(po::parse_command_line(argc, argv, described), args);

@@ -192,6 +192,8 @@ PendingSend send_async(const torch::Tensor& tensor, const ProcessGroup& group, i
   return PendingSend(&group, std::move(wire), std::move(work));
 }
 
+bool PendingSend::completed() const { return !work_ || work_->isCompleted(); }
+
 void PendingSend::wait() {
   if (work_) group_->wait(work_, "send");
   work_.reset();

@@ -60,6 +60,7 @@ class PendingSend {
   PendingSend(const ProcessGroup* group, torch::Tensor wire, c10::intrusive_ptr<compat::Work> work)
       : group_(group), wire_(std::move(wire)), work_(std::move(work)) {}
   void wait();
+  bool completed() const;  // delivered (or failed: wait() then says how); its buffer can go
 
  private:
   const ProcessGroup* group_ = nullptr;

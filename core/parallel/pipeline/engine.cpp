@@ -1,5 +1,6 @@
 #include "core/parallel/pipeline/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 
@@ -83,6 +84,14 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
     const auto step_start = Clock::now();
     const int v = step.chunk * p + s;
     InFlight& slot = live[{step.micro, step.chunk}];
+    // Sends already delivered free their buffers now rather than at the end of the step.
+    sends.erase(std::remove_if(sends.begin(), sends.end(),
+                               [](dist::PendingSend& send) {
+                                 if (!send.completed()) return false;
+                                 send.wait();
+                                 return true;
+                               }),
+                sends.end());
     switch (step.action) {
       case Action::kRecvActivation: {
         torch::Tensor header = torch::empty({2 + kMaxDims}, torch::kInt64);
