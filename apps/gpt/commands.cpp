@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "core/config/cli.h"
+#include "core/dist/collectives.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
 #include "core/optim/mixed_precision.h"
@@ -130,9 +131,23 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
                                              " micro-batches per step, but the interleaved schedule needs a multiple "
                                              "of parallel.pipeline = " + std::to_string(spec.stages));
     }
-    plan = pipeline_stage_plan(spec, stages->stage(), model,
-                               config.get_string("parallel.partition") == "parameters" ? Partition::kParameters
-                                                                                       : Partition::kUniform);
+    const std::string partition = config.get_string("parallel.partition");
+    if (partition == "uniform") {
+      plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer);
+    } else {
+      StageCosts costs = partition == "parameters"
+                             ? parameter_costs(model)
+                             : measured_costs(model, config.get_int("train.micro_batch_size"), config.get_int("data.context"));
+      torch::manual_seed(seed);  // timing drew random numbers: the model must start from the seed
+      // Every rank must cut alike: rank 0's figures (timings differ between processes).
+      torch::Tensor shared = torch::tensor({costs.layer, costs.first, costs.last}, torch::kFloat64);
+      dist::broadcast(shared, *stages->world->world_group(), 0);
+      costs = {shared[0].item<double>(), shared[1].item<double>(), shared[2].item<double>()};
+      plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer, costs);
+      log::infof("pipeline stage ", stages->stage(), " holds layers ", plan->chunks.front().first, "..",
+                 plan->chunks.back().second - 1, " (", partition, ": layer ", costs.layer, ", first stage +",
+                 costs.first, ", last +", costs.last, ")");
+    }
     pipeline = std::make_unique<TextTask::Pipeline>();
     const auto group = stages->mesh->group("pipeline");
     pipeline->train = std::make_unique<parallel::pipeline::PipelineEngine>(spec, group);

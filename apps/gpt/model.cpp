@@ -1,6 +1,9 @@
 #include "apps/gpt/model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "core/parallel/pipeline/partition.h"
 #include "core/util/error.h"
@@ -108,18 +111,49 @@ StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int 
   return plan_from_bounds(spec, stage, parallel::pipeline::partition_uniform(static_cast<int>(layers), spec.virtual_stages()));
 }
 
-StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, const GPTConfig& config,
-                              Partition partition) {
-  if (partition == Partition::kUniform) return pipeline_stage_plan(spec, stage, config.n_layer);
-  GPTConfig one_block = config;
-  one_block.n_layer = 1;
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers,
+                              const StageCosts& costs) {
+  const std::vector<double> per_layer(static_cast<size_t>(layers), costs.layer);
+  return plan_from_bounds(spec, stage,
+                          parallel::pipeline::partition_balanced(per_layer, spec.virtual_stages(), costs.first, costs.last));
+}
+
+StageCosts parameter_costs(const GPTConfig& config) {
+  GPTConfig one_layer = config;
+  one_layer.n_layer = 1;
   const double embeddings = static_cast<double>(config.vocab_size * config.n_embd);
   const double positions = static_cast<double>(config.n_positions * config.n_embd);
-  const double block = static_cast<double>(one_block.parameter_count()) - embeddings - positions - 2.0 * config.n_embd;
-  const std::vector<double> costs(static_cast<size_t>(config.n_layer), block);
-  return plan_from_bounds(spec, stage,
-                          parallel::pipeline::partition_balanced(costs, spec.virtual_stages(), embeddings + positions,
-                                                                 embeddings + 2.0 * config.n_embd));
+  const double norm = 2.0 * static_cast<double>(config.n_embd);  // ln_f
+  return {static_cast<double>(one_layer.parameter_count()) - embeddings - positions - norm, embeddings + positions,
+          embeddings + norm};
+}
+
+StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context) {
+  GPTConfig one_layer = config;
+  one_layer.n_layer = 1;
+  GPT model(one_layer);
+  const torch::Tensor tokens = torch::randint(config.vocab_size, {rows, context});
+  auto median_seconds = [](const std::function<void()>& work) {
+    work();  // warm-up
+    std::vector<double> times;
+    for (int i = 0; i < 3; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      work();
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[1];
+  };
+  const torch::Tensor hidden = model->embed(tokens).detach();
+  StageCosts costs;
+  costs.first = median_seconds([&] { model->embed(tokens).sum().backward(); });
+  costs.layer = median_seconds([&] {
+    model->run_blocks(hidden.clone().requires_grad_(), 0, 1).sum().backward();
+  });
+  costs.last = median_seconds([&] {
+    model->stage_loss(hidden.clone().requires_grad_(), tokens).backward();
+  });
+  return costs;
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan)

@@ -77,15 +77,22 @@ struct StagePlan {
   static StagePlan whole(int64_t layers) { return {{{0, layers}}, true, true}; }
 };
 
-// How the layers are shared among the virtual stages: equal counts, or balanced by parameters (the
-// first and last stage also hold the token embedding, the first the position embedding too).
-enum class Partition { kUniform, kParameters };
+// What each part of the model costs, for balancing the pipeline stages: one layer, and what the first
+// stage (embeddings) and the last (final norm, tied output layer and loss) carry besides their layers.
+struct StageCosts {
+  double layer = 1, first = 0, last = 0;
+};
+// In parameters: the first and last stage each hold the token embedding, the first the positions too.
+StageCosts parameter_costs(const GPTConfig& config);
+// In seconds, timed forward + backward on this process (median of 3 after a warm-up) for micro-batches
+// of rows x context tokens; the output layer's share grows with the vocabulary.
+StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context);
 
 // Pipeline stage `stage`'s plan: the layers cut into the schedule's p v virtual stages, chunk c
-// holding virtual stage c p + stage.
+// holding virtual stage c p + stage; equal layer counts, or balanced by `costs`.
 StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers);
-StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, const GPTConfig& config,
-                              Partition partition);
+StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int stage, int64_t layers,
+                              const StageCosts& costs);
 
 struct GPTImpl : torch::nn::Module {
   // `tp` (default: serial) says how layers are cut and `plan` (default: everything) which parts this

@@ -28,9 +28,10 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_string("parallel.schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved")
       .choices({"gpipe", "1f1b", "interleaved"});
   schema.add_int("parallel.chunks", 1, "interleaved schedule: model chunks per pipeline rank (2 or more)").min(1);
-  schema.add_string("parallel.partition", "uniform", "layers per pipeline stage: uniform (equal counts) or parameters "
-                                                     "(balanced, the embeddings counted on the end stages)")
-      .choices({"uniform", "parameters"});
+  schema.add_string("parallel.partition", "uniform", "layers per pipeline stage: uniform (equal counts), parameters or "
+                                                     "time (balanced, the embeddings and output layer counted on the "
+                                                     "end stages; time is measured at start-up)")
+      .choices({"uniform", "parameters", "time"});
   parallel::add_tensor_parallel_schema(schema);
 }
 

@@ -368,6 +368,12 @@ TEST_F(GPTTrainingTest, PipelineOnTwoRanksEqualsSerial) {
   pipeline_training_equals_serial(root_, "pp_1f1b", "parallel.pipeline=2", 2);
 }
 
+// Stages balanced by start-up timings (rank 0's, shared) still train the serial model.
+TEST_F(GPTTrainingTest, TimeBalancedPipelineOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  pipeline_training_equals_serial(root_, "pp_time", "parallel.pipeline=2\nparallel.partition=\"time\"", 2);
+}
+
 TEST_F(GPTTrainingTest, InterleavedPipelineOnTwoRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
   pipeline_training_equals_serial(root_, "pp_interleaved",
