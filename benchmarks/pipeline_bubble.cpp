@@ -26,6 +26,7 @@
 #include <fstream>
 
 #include "core/dist/collectives.h"
+#include "benchmarks/options_main.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/process_mesh.h"
 #include "core/parallel/pipeline/engine.h"
@@ -164,7 +165,7 @@ int run(const po::variables_map& args) {
 
 int main(int argc, char** argv) {
   po::options_description described("pipeline_bubble options");
-  described.add_options()("help", "this text")(
+  described.add_options()(
       "forward-ms", po::value<double>()->default_value(20), "forward time per stage and micro-batch")(
       "width", po::value<int64_t>()->default_value(4096), "activation width (8 rows)")(
       "repeats", po::value<int>()->default_value(5), "measured steps per schedule")(
@@ -172,17 +173,5 @@ int main(int argc, char** argv) {
       "schedule", po::value<std::string>()->default_value("1f1b"), "--memory: gpipe, 1f1b or interleaved")(
       "micro", po::value<int>()->default_value(16), "--memory: micro-batches")(
       "rows", po::value<int64_t>()->default_value(512), "--memory: rows of each micro-batch");
-  try {
-    po::variables_map args;
-    po::store(po::parse_command_line(argc, argv, described), args);
-    po::notify(args);
-    if (args.count("help")) {
-      std::cout << described << std::endl;
-      return 0;
-    }
-    return run(args);
-  } catch (const std::exception& e) {
-    std::cerr << "pipeline_bubble: " << e.what() << std::endl;
-    return 1;
-  }
+  return kuafu::benchmarks::options_main(argc, argv, "pipeline_bubble", described, run);
 }

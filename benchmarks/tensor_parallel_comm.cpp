@@ -21,6 +21,7 @@
 
 #include "apps/gpt/model.h"
 #include "core/dist/collectives.h"
+#include "benchmarks/options_main.h"
 #include "core/dist/launch_env.h"
 #include "core/parallel/tensor/factory.h"
 
@@ -165,7 +166,7 @@ int run(const po::variables_map& args) {
 
 int main(int argc, char** argv) {
   po::options_description described("tensor_parallel_comm options");
-  described.add_options()("help", "this text")("table", "print the formulas at P = 4, 8, 64, 512 and exit")(
+  described.add_options()("table", "print the formulas at P = 4, 8, 64, 512 and exit")(
       "mode", po::value<std::string>()->default_value("1d"), "1d, 2d, 2.5d or 3d")(
       "depth", po::value<int>()->default_value(1), "2.5d: stacked grids")(
       "hidden", po::value<int64_t>()->default_value(1024), "hidden size H")(
@@ -173,17 +174,5 @@ int main(int argc, char** argv) {
       "batch", po::value<int64_t>()->default_value(16), "sequences")(
       "seq", po::value<int64_t>()->default_value(256), "tokens per sequence")(
       "threads", po::value<int>()->default_value(1), "LibTorch threads per rank");
-  try {
-    po::variables_map args;
-    po::store(po::parse_command_line(argc, argv, described), args);
-    po::notify(args);
-    if (args.count("help")) {
-      std::cout << described << std::endl;
-      return 0;
-    }
-    return run(args);
-  } catch (const std::exception& e) {
-    std::cerr << "tensor_parallel_comm: " << e.what() << std::endl;
-    return 1;
-  }
+  return kuafu::benchmarks::options_main(argc, argv, "tensor_parallel_comm", described, run);
 }
