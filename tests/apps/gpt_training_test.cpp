@@ -368,6 +368,12 @@ TEST_F(GPTTrainingTest, PipelineOnTwoRanksEqualsSerial) {
   pipeline_training_equals_serial(root_, "pp_1f1b", "parallel.pipeline=2", 2);
 }
 
+// GPipe over 4 stages, one layer each: batch 8 = 4 micro-batches of 2.
+TEST_F(GPTTrainingTest, GPipeOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  pipeline_training_equals_serial(root_, "pp_gpipe4", "parallel.pipeline=4\nparallel.schedule=\"gpipe\"", 2);
+}
+
 // Stages balanced by start-up timings (rank 0's, shared) still train the serial model.
 TEST_F(GPTTrainingTest, TimeBalancedPipelineOnTwoRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
