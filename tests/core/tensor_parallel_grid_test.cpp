@@ -198,18 +198,23 @@ TEST(Layers2dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
   testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 4, kTolerance);
 }
 
-TEST(Layers2dTest, SpecsTheGridCannotLayOutGiveClearErrors) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
-  auto mesh = grid_mesh();
+// Layer specs a grid with q = 2 cannot cut: a stride segment, input and output features, a LayerNorm.
+void specs_the_grid_cannot_cut(const dist::ProcessMesh& mesh) {
   auto linear = [&](int64_t in, int64_t out, int64_t stride) {
-    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
+    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, mesh);
   };
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 9, 3); }), "per stride segment 3"));
   const std::string in = testing::expected_error([&] { linear(5, 4, 1); });
   EXPECT_TRUE(testing::Contains(in, "input features 5"));
   EXPECT_TRUE(testing::Contains(in, "q = 2"));
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(4, 7, 1); }), "output features 7"));
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, *mesh); }), "hidden size 7"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, mesh); }), "hidden size 7"));
+}
+
+TEST(Layers2dTest, SpecsTheGridCannotLayOutGiveClearErrors) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  auto mesh = grid_mesh();
+  specs_the_grid_cannot_cut(*mesh);
   EXPECT_TRUE(
       testing::Contains(testing::expected_error([&] { parallel::GridEmbedding(9, 4, *mesh); }), "vocabulary size 9"));
   // A block of the wrong width is refused before any communication.
@@ -289,17 +294,7 @@ TEST(Layers2p5dTest, MeshesAndBatchesItCannotLayOutGiveClearErrors) {
   const std::string batch = testing::expected_error([&] { parallel::split_activation_grid(torch::zeros({6, 4}), *mesh); });
   EXPECT_TRUE(testing::Contains(batch, "batch size 6"));
   EXPECT_TRUE(testing::Contains(batch, "d x q = 2 x 2 = 4"));
-  // Specs the grid cannot cut.
-  auto linear = [&](int64_t in, int64_t out, int64_t stride) {
-    parallel::GridLinear(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);
-  };
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(6, 9, 3); }), "per stride segment 3"));
-  const std::string in = testing::expected_error([&] { linear(5, 4, 1); });
-  EXPECT_TRUE(testing::Contains(in, "input features 5"));
-  EXPECT_TRUE(testing::Contains(in, "q = 2"));
-  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { linear(4, 7, 1); }), "output features 7"));
-  EXPECT_TRUE(
-      testing::Contains(testing::expected_error([&] { parallel::GridLayerNorm(7, *mesh); }), "hidden size 7"));
+  specs_the_grid_cannot_cut(*mesh);
   // A block of the wrong width is refused before any communication.
   parallel::GridLinear layer(parallel::LinearSpec{6, 4, true, WeightOrder::kInOut, 1}, *mesh);
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { layer(torch::zeros({2, 6})); }), "[B/(dq), ..., 3]"));
