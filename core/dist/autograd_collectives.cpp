@@ -5,10 +5,10 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "core/dist/autograd_group.h"
 #include "core/dist/collectives.h"
 
 namespace kuafu::dist::autograd {
-namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::Function;
@@ -16,18 +16,29 @@ using torch::autograd::variable_list;
 
 // Groups travel through the autograd context as an address. The registry keeps each group alive
 // until exit, so a backward pass can never outlive its group (groups are few and long-lived).
+namespace {
+std::mutex g_registry_mutex;
+std::unordered_map<const ProcessGroup*, GroupPtr>& registry() {
+  static std::unordered_map<const ProcessGroup*, GroupPtr> groups;
+  return groups;
+}
+}  // namespace
+
 void save_group(AutogradContext* ctx, GroupPtr group) {
-  static std::mutex mutex;
-  static std::unordered_map<const ProcessGroup*, GroupPtr> registry;
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    registry.emplace(group.get(), group);
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    registry().emplace(group.get(), group);
   }
   ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group.get()));
 }
-const ProcessGroup& saved_group(AutogradContext* ctx) {
-  return *reinterpret_cast<const ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+const ProcessGroup& saved_group(AutogradContext* ctx) { return *saved_group_ptr(ctx); }
+GroupPtr saved_group_ptr(AutogradContext* ctx) {
+  const auto* address = reinterpret_cast<const ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
+  std::lock_guard<std::mutex> lock(g_registry_mutex);
+  return registry().at(address);
 }
+
+namespace {
 
 torch::Tensor reduced(torch::Tensor t, const ProcessGroup& group) {
   torch::Tensor out = t.contiguous().clone();

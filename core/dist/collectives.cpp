@@ -74,71 +74,93 @@ PendingAllReduce all_reduce_async(torch::Tensor tensor, const ProcessGroup& grou
   return PendingAllReduce(&group, tensor, wire.is_same(tensor) ? torch::Tensor() : wire, work);
 }
 
+torch::Tensor PendingTensor::wait() {
+  KUAFU_CHECK(active(), "PendingTensor::wait called twice or on nothing");
+  if (work_) group_->wait(work_, what_);
+  torch::Tensor result = finish_();
+  finish_ = nullptr;
+  work_.reset();
+  return result;
+}
+
 torch::Tensor all_gather(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
-  if (group.trivial()) return tensor.clone();
+  return all_gather_async(tensor, group, dim).wait();
+}
+
+PendingTensor all_gather_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
+  if (group.trivial()) return PendingTensor(&group, {}, "all_gather", [tensor] { return tensor.clone(); });
   torch::Tensor wire = wire_tensor(tensor, group);
   const int64_t p = group.size();
-  torch::Tensor gathered;
+  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
+  const auto dtype = tensor.scalar_type();
+  group.count(bytes_of(tensor) * (p - 1), bytes_of(tensor) * (p - 1));
+  // The result concatenates the rank blocks along `dim`.
   if (group.is_gloo()) {
     // Gloo 1.13 has only the list form of all-gather; it moves the same bytes as the flat one.
-    std::vector<std::vector<torch::Tensor>> outputs(1);
-    for (int64_t r = 0; r < p; ++r) outputs[0].push_back(torch::empty_like(wire));
+    auto outputs = std::make_shared<std::vector<std::vector<torch::Tensor>>>(1);
+    for (int64_t r = 0; r < p; ++r) (*outputs)[0].push_back(torch::empty_like(wire));
     std::vector<torch::Tensor> inputs{wire};
-    group.wait(group.backend().allgather(outputs, inputs), "all_gather");
-    gathered = torch::stack(outputs[0], 0);
-  } else {
-    auto sizes = wire.sizes().vec();
-    sizes.insert(sizes.begin(), p);
-    gathered = torch::empty(sizes, wire.options());
-    group.wait(group.backend()._allgather_base(gathered, wire), "all_gather");
+    auto work = group.backend().allgather(*outputs, inputs);
+    return PendingTensor(&group, work, "all_gather",
+                         [outputs, wire, d, dtype] { return torch::cat((*outputs)[0], d).to(dtype); });
   }
-  group.count(bytes_of(tensor) * (p - 1), bytes_of(tensor) * (p - 1));
-  // [p, ...] -> concatenate the rank blocks along `dim`.
-  const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
-  torch::Tensor result = torch::cat(gathered.unbind(0), d);
-  return result.to(tensor.scalar_type());
+  auto sizes = wire.sizes().vec();
+  sizes.insert(sizes.begin(), p);
+  torch::Tensor gathered = torch::empty(sizes, wire.options());
+  auto work = group.backend()._allgather_base(gathered, wire);
+  return PendingTensor(&group, work, "all_gather",
+                       [gathered, wire, d, dtype] { return torch::cat(gathered.unbind(0), d).to(dtype); });
 }
 
 torch::Tensor reduce_scatter(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
-  if (group.trivial()) return tensor.clone();
+  return reduce_scatter_async(tensor, group, dim).wait();
+}
+
+PendingTensor reduce_scatter_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
+  if (group.trivial()) return PendingTensor(&group, {}, "reduce_scatter", [tensor] { return tensor.clone(); });
   const int64_t p = group.size();
   const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
   KUAFU_CHECK(tensor.size(d) % p == 0, "reduce_scatter: dim ", d, " of size ", tensor.size(d),
               " does not divide by the group size ", p, " (group '", group.name(), "')");
   // Rank-major layout [p, chunk...] so part j is contiguous.
-  torch::Tensor parts = torch::stack(tensor.chunk(p, d), 0);
-  torch::Tensor wire = wire_tensor(parts, group);
-  torch::Tensor result;
+  torch::Tensor wire = wire_tensor(torch::stack(tensor.chunk(p, d), 0), group);
+  const auto dtype = tensor.scalar_type();
+  group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
   if (group.is_gloo()) {
     // Gloo 1.13 lacks reduce-scatter: all-to-all of the parts, then a local sum. Each rank sends
     // and receives (p-1)/p of the tensor, the same bytes as a ring reduce-scatter.
     torch::Tensor received = torch::empty_like(wire);
     std::vector<int64_t> equal_splits;
-    group.wait(group.backend().alltoall_base(received, wire, equal_splits, equal_splits), "reduce_scatter");
-    result = received.sum(0);
-  } else {
-    result = torch::empty_like(wire[0]);
-    group.wait(group.backend()._reduce_scatter_base(result, wire), "reduce_scatter");
+    auto work = group.backend().alltoall_base(received, wire, equal_splits, equal_splits);
+    return PendingTensor(&group, work, "reduce_scatter",
+                         [received, wire, dtype] { return received.sum(0).to(dtype); });
   }
-  group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
-  return result.to(tensor.scalar_type());
+  torch::Tensor result = torch::empty_like(wire[0]);
+  auto work = group.backend()._reduce_scatter_base(result, wire);
+  return PendingTensor(&group, work, "reduce_scatter", [result, wire, dtype] { return result.to(dtype); });
 }
 
 torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
                          int64_t concat_dim) {
+  return all_to_all_async(tensor, group, split_dim, concat_dim).wait();
+}
+
+PendingTensor all_to_all_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
+                               int64_t concat_dim) {
   const int64_t p = group.size();
   const int64_t s = split_dim < 0 ? split_dim + tensor.dim() : split_dim;
   const int64_t c = concat_dim < 0 ? concat_dim + tensor.dim() : concat_dim;
   KUAFU_CHECK(tensor.size(s) % p == 0, "all_to_all: dim ", s, " of size ", tensor.size(s),
               " does not divide by the group size ", p, " (group '", group.name(), "')");
-  if (group.trivial()) return tensor.clone();
-  torch::Tensor parts = torch::stack(tensor.chunk(p, s), 0);  // [p, ...]: part j goes to rank j
-  torch::Tensor wire = wire_tensor(parts, group);
+  if (group.trivial()) return PendingTensor(&group, {}, "all_to_all", [tensor] { return tensor.clone(); });
+  torch::Tensor wire = wire_tensor(torch::stack(tensor.chunk(p, s), 0), group);  // [p, ...]: part j to rank j
   torch::Tensor received = torch::empty_like(wire);
+  const auto dtype = tensor.scalar_type();
   std::vector<int64_t> equal_splits;
-  group.wait(group.backend().alltoall_base(received, wire, equal_splits, equal_splits), "all_to_all");
+  auto work = group.backend().alltoall_base(received, wire, equal_splits, equal_splits);
   group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
-  return torch::cat(received.unbind(0), c).to(tensor.scalar_type());
+  return PendingTensor(&group, work, "all_to_all",
+                       [received, wire, c, dtype] { return torch::cat(received.unbind(0), c).to(dtype); });
 }
 
 void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root) {
@@ -182,6 +204,18 @@ void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {
   group.wait(group.backend().recv(tensors, peer, tag), "recv");
   group.count(0, bytes_of(tensor));
   copy_back(tensor, wire);
+}
+
+PendingTensor recv_async(const torch::Tensor& like, const ProcessGroup& group, int peer, int tag) {
+  torch::Tensor tensor = torch::empty_like(like, at::MemoryFormat::Contiguous);
+  torch::Tensor wire = wire_tensor(tensor, group);
+  std::vector<torch::Tensor> tensors{wire};
+  auto work = group.backend().recv(tensors, peer, tag);
+  group.count(0, bytes_of(tensor));
+  return PendingTensor(&group, work, "recv", [tensor, wire]() mutable {
+    copy_back(tensor, wire);
+    return tensor;
+  });
 }
 
 PendingSend send_async(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag) {

@@ -2,6 +2,8 @@
 // emulated with the same bytes on the wire, so every algorithm runs unchanged on Gloo and NCCL.
 #pragma once
 
+#include <functional>
+
 #include "core/dist/process_group.h"
 
 namespace kuafu::dist {
@@ -28,16 +30,39 @@ class PendingAllReduce {
 };
 PendingAllReduce all_reduce_async(torch::Tensor tensor, const ProcessGroup& group);
 
+// A collective that has started and not finished: wait() blocks until it completes and returns its
+// result (an emulation's local step, e.g. the sum of a reduce-scatter, runs there). Until then the
+// caller may compute: the transfer overlaps it.
+class PendingTensor {
+ public:
+  PendingTensor() = default;
+  PendingTensor(const ProcessGroup* group, c10::intrusive_ptr<compat::Work> work, const char* what,
+                std::function<torch::Tensor()> finish)
+      : group_(group), work_(std::move(work)), what_(what), finish_(std::move(finish)) {}
+  torch::Tensor wait();  // once
+  bool active() const { return static_cast<bool>(finish_); }
+
+ private:
+  const ProcessGroup* group_ = nullptr;
+  c10::intrusive_ptr<compat::Work> work_;  // null for a group of one
+  const char* what_ = "";
+  std::function<torch::Tensor()> finish_;
+};
+
 // Concatenation of every rank's `tensor` along `dim` (all ranks pass equal shapes).
 torch::Tensor all_gather(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
+PendingTensor all_gather_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
 
 // Sum over ranks of `tensor`, split along `dim` into group-size equal parts; rank r keeps part r.
 torch::Tensor reduce_scatter(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
+PendingTensor reduce_scatter_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim = 0);
 
 // Splits `tensor` along `split_dim` into group-size parts, sends part j to rank j, and concatenates
 // the parts received (in rank order) along `concat_dim`.
 torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
                          int64_t concat_dim);
+PendingTensor all_to_all_async(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
+                               int64_t concat_dim);
 
 // In place: every rank ends with group rank `root`'s tensor.
 void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root = 0);
@@ -50,6 +75,8 @@ void reduce(torch::Tensor& tensor, const ProcessGroup& group, int root, Reduce o
 // Point to point, blocking; `peer` is a rank inside the group.
 void send(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
 void recv(torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
+// Starts receiving into a tensor shaped and typed like `like`; wait() returns it.
+PendingTensor recv_async(const torch::Tensor& like, const ProcessGroup& group, int peer, int tag = 0);
 
 // A send that returns at once (pipelines post sends and move on: two neighbours that both sent before
 // receiving would otherwise wait on each other). The wire copy lives in the handle; wait() before the

@@ -1,0 +1,17 @@
+// Passing a process group through a custom autograd function's context (for the backward pass).
+#pragma once
+
+#include "core/dist/process_group.h"
+
+namespace torch::autograd {
+struct AutogradContext;
+}
+
+namespace kuafu::dist::autograd {
+
+// Stores `group` in `ctx` (the group is kept alive until exit: backward can never outlive it).
+void save_group(torch::autograd::AutogradContext* ctx, GroupPtr group);
+const ProcessGroup& saved_group(torch::autograd::AutogradContext* ctx);
+GroupPtr saved_group_ptr(torch::autograd::AutogradContext* ctx);
+
+}  // namespace kuafu::dist::autograd

@@ -1,0 +1,268 @@
+#include "core/parallel/sequence/ring_attention.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "core/dist/autograd_group.h"
+#include "core/dist/collectives.h"
+#include "core/util/error.h"
+
+namespace kuafu::parallel::sequence {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::Function;
+using torch::autograd::variable_list;
+
+// Point-to-point tags: blocks that are read (keys, values) and gradient sums that travel with them
+// go to the same neighbour at once, so they need separate tags.
+constexpr int kBlockTag = 71;
+constexpr int kGradientTag = 72;
+
+// Sends `block` to the next rank of the ring and receives the previous rank's block of the same shape.
+// Even ranks post the send first and odd ranks the receive, so that backends whose point-to-point
+// operations on one pair of ranks run in order (NCCL) pair them up instead of waiting on each other.
+class RingShift {
+ public:
+  RingShift(const torch::Tensor& block, const dist::ProcessGroup& group, int tag) {
+    if (group.trivial()) {
+      own_ = block;
+      return;
+    }
+    const int r = group.rank(), p = group.size();
+    const torch::Tensor wire = block.contiguous();
+    if (r % 2 == 0) send_ = dist::send_async(wire, group, (r + 1) % p, tag);
+    recv_ = dist::recv_async(wire, group, (r + p - 1) % p, tag);
+    if (r % 2 == 1) send_ = dist::send_async(wire, group, (r + 1) % p, tag);
+  }
+  torch::Tensor wait() {
+    if (own_.defined()) return own_;
+    torch::Tensor received = recv_.wait();
+    send_.wait();
+    return received;
+  }
+
+ private:
+  torch::Tensor own_;  // a ring of one: the block comes back to itself
+  dist::PendingSend send_;
+  dist::PendingTensor recv_;
+};
+
+// Passes `block` once round the ring, calling visit(owner, block) on each rank's block in turn while
+// the next one is in flight. When `gather_contributions`, visit returns its contribution to the
+// gradient of that block (same shape); the running sums travel one hop behind the blocks, and this
+// rank's own sum (over all ranks' contributions) is returned after the last hop.
+using Visit = std::function<torch::Tensor(int owner, const torch::Tensor& block)>;
+torch::Tensor ring_pass(torch::Tensor block, const dist::ProcessGroup& group, bool gather_contributions,
+                        const Visit& visit) {
+  const int r = group.rank(), p = group.size();
+  std::optional<RingShift> sums_in_flight;
+  for (int step = 0; step < p; ++step) {
+    std::optional<RingShift> next;
+    if (step + 1 < p) next.emplace(block, group, kBlockTag);
+    torch::Tensor contribution = visit((r - step + p) % p, block);
+    if (gather_contributions) {
+      torch::Tensor sum = step == 0 ? contribution : sums_in_flight->wait() + contribution;
+      sums_in_flight.emplace(sum, group, kGradientTag);
+    }
+    if (next) block = next->wait();
+  }
+  return gather_contributions ? sums_in_flight->wait() : torch::Tensor();
+}
+
+torch::ScalarType accumulation_type(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+// How this rank's queries (chunk r) see the keys of chunk `owner` under a causal mask.
+enum class Visibility { kAll, kDiagonal, kNone };
+Visibility visibility(bool causal, int owner, int r) {
+  if (!causal || owner < r) return Visibility::kAll;
+  return owner == r ? Visibility::kDiagonal : Visibility::kNone;
+}
+
+// Scores of query rows [first, first + rows) of this chunk against one key chunk, masked on the diagonal
+// chunk: query i sees key j <= i.
+torch::Tensor scores(const torch::Tensor& q_tile, const torch::Tensor& keys, double scale, Visibility seen,
+                     int64_t first) {
+  torch::Tensor s = torch::matmul(q_tile, keys.transpose(-2, -1)) * scale;  // [B, H, rows, C]
+  if (seen == Visibility::kDiagonal) {
+    const auto options = torch::TensorOptions().dtype(torch::kInt64).device(s.device());
+    torch::Tensor query = torch::arange(first, first + s.size(-2), options).unsqueeze(1);
+    torch::Tensor key = torch::arange(s.size(-1), options).unsqueeze(0);
+    s = s.masked_fill(key > query, -std::numeric_limits<double>::infinity());
+  }
+  return s;
+}
+
+void check_chunks(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const char* what) {
+  KUAFU_CHECK(q.dim() == 4 && k.sizes() == q.sizes() && v.sizes() == q.sizes(), what,
+              ": q, k and v must be [B, H, C, D] chunks of one shape, got ", q.sizes(), ", ", k.sizes(), ", ",
+              v.sizes());
+}
+
+// ---- Ring self-attention: the full score rows. ----
+
+struct RingSelfAttention : Function<RingSelfAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
+                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal) {
+    const auto acc = accumulation_type(q_in);
+    const torch::Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
+    const int r = group->rank(), p = group->size();
+    const int64_t c = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    // Pass 1, keys: scores [B, H, C, P C] in sequence order.
+    torch::Tensor s = torch::full({q.size(0), q.size(1), c, c * p}, -std::numeric_limits<double>::infinity(),
+                                  q.options());
+    ring_pass(k, *group, false, [&](int owner, const torch::Tensor& keys) {
+      const Visibility seen = visibility(causal, owner, r);
+      if (seen != Visibility::kNone) s.narrow(3, owner * c, c).copy_(scores(q, keys, scale, seen, 0));
+      return torch::Tensor();
+    });
+    torch::Tensor a = torch::softmax(s, -1);
+    s = torch::Tensor();
+    // Pass 2, values: out = Σ_owner A[:, :, :, owner] V_owner.
+    torch::Tensor out = torch::zeros_like(q);
+    ring_pass(v, *group, false, [&](int owner, const torch::Tensor& values) {
+      if (visibility(causal, owner, r) != Visibility::kNone) out.add_(torch::matmul(a.narrow(3, owner * c, c), values));
+      return torch::Tensor();
+    });
+    ctx->save_for_backward({q, k, v, a});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(q_in.scalar_type());
+    dist::autograd::save_group(ctx, std::move(group));
+    return out.to(q_in.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &a = saved[3];
+    const bool causal = ctx->saved_data["causal"].toBool();
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const dist::ProcessGroup& group = dist::autograd::saved_group(ctx);
+    const int r = group.rank();
+    const int64_t c = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const torch::Tensor d_out = grads[0].to(q.scalar_type());
+    // Pass 1, values: dA = dO Vᵀ per chunk; dV_owner = A_ownerᵀ dO travels home.
+    torch::Tensor d_a = torch::zeros_like(a);
+    torch::Tensor d_v = ring_pass(v, group, true, [&](int owner, const torch::Tensor& values) {
+      if (visibility(causal, owner, r) == Visibility::kNone) return torch::zeros_like(values);
+      d_a.narrow(3, owner * c, c).copy_(torch::matmul(d_out, values.transpose(-2, -1)));
+      return torch::matmul(a.narrow(3, owner * c, c).transpose(-2, -1), d_out);
+    });
+    // Softmax backward over the whole row: dS = A ⊙ (dA − Σ_j dA A).
+    torch::Tensor d_s = a * (d_a - (d_a * a).sum(-1, /*keepdim=*/true));
+    d_a = torch::Tensor();
+    // Pass 2, keys: dQ = Σ dS_owner K_owner; dK_owner = dS_ownerᵀ Q travels home.
+    torch::Tensor d_q = torch::zeros_like(q);
+    torch::Tensor d_k = ring_pass(k, group, true, [&](int owner, const torch::Tensor& keys) {
+      if (visibility(causal, owner, r) == Visibility::kNone) return torch::zeros_like(keys);
+      const torch::Tensor block = d_s.narrow(3, owner * c, c);
+      d_q.add_(torch::matmul(block, keys), scale);
+      return torch::matmul(block.transpose(-2, -1), q) * scale;
+    });
+    return {d_q.to(dtype), d_k.to(dtype), d_v.to(dtype), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// ---- Blockwise ring attention: online softmax, nothing quadratic kept. ----
+
+struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
+                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal, int64_t tile) {
+    const auto acc = accumulation_type(q_in);
+    const torch::Tensor q = q_in.to(acc);
+    const int r = group->rank();
+    const int64_t c = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    // Running row maximum m, normaliser l = Σ exp(s − m) and output o = Σ exp(s − m) v, per query row.
+    torch::Tensor m = torch::full({q.size(0), q.size(1), c}, -std::numeric_limits<double>::infinity(), q.options());
+    torch::Tensor l = torch::zeros_like(m);
+    torch::Tensor o = torch::zeros_like(q);
+    const torch::Tensor kv = torch::stack({k_in.to(acc), v_in.to(acc)});  // one message per hop
+    ring_pass(kv, *group, false, [&](int owner, const torch::Tensor& block) {
+      const Visibility seen = visibility(causal, owner, r);
+      if (seen == Visibility::kNone) return torch::Tensor();
+      for (int64_t first = 0; first < c; first += tile) {
+        const int64_t rows = std::min(tile, c - first);
+        const torch::Tensor s = scores(q.narrow(2, first, rows), block[0], scale, seen, first);
+        torch::Tensor m_tile = m.narrow(2, first, rows);
+        const torch::Tensor m_new = torch::maximum(m_tile, std::get<0>(s.max(-1)));
+        const torch::Tensor probs = torch::exp(s - m_new.unsqueeze(-1));
+        const torch::Tensor rescale = torch::exp(m_tile - m_new);  // 0 for rows seen for the first time
+        torch::Tensor l_tile = l.narrow(2, first, rows);
+        l_tile.mul_(rescale).add_(probs.sum(-1));
+        torch::Tensor o_tile = o.narrow(2, first, rows);
+        o_tile.mul_(rescale.unsqueeze(-1)).add_(torch::matmul(probs, block[1]));
+        m_tile.copy_(m_new);
+      }
+      return torch::Tensor();
+    });
+    o.div_(l.unsqueeze(-1));
+    const torch::Tensor lse = m + torch::log(l);  // [B, H, C]
+    ctx->save_for_backward({q, kv, o, lse});
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["tile"] = tile;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(q_in.scalar_type());
+    dist::autograd::save_group(ctx, std::move(group));
+    return o.to(q_in.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &kv = saved[1], &o = saved[2], &lse = saved[3];
+    const bool causal = ctx->saved_data["causal"].toBool();
+    const int64_t tile = ctx->saved_data["tile"].toInt();
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    const dist::ProcessGroup& group = dist::autograd::saved_group(ctx);
+    const int r = group.rank();
+    const int64_t c = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const torch::Tensor d_out = grads[0].to(q.scalar_type());
+    const torch::Tensor delta = (d_out * o).sum(-1);  // Σ_j P_ij dP_ij = rowsum(dO ⊙ O)
+    torch::Tensor d_q = torch::zeros_like(q);
+    // Each chunk's [dK, dV] travels home with its sums; the probabilities are recomputed from the lse.
+    const torch::Tensor d_kv = ring_pass(kv, group, true, [&](int owner, const torch::Tensor& block) {
+      torch::Tensor part = torch::zeros_like(block);
+      const Visibility seen = visibility(causal, owner, r);
+      if (seen == Visibility::kNone) return part;
+      const torch::Tensor keys = block[0], values = block[1];
+      for (int64_t first = 0; first < c; first += tile) {
+        const int64_t rows = std::min(tile, c - first);
+        const torch::Tensor q_tile = q.narrow(2, first, rows);
+        const torch::Tensor d_out_tile = d_out.narrow(2, first, rows);
+        const torch::Tensor probs =
+            torch::exp(scores(q_tile, keys, scale, seen, first) - lse.narrow(2, first, rows).unsqueeze(-1));
+        part[1].add_(torch::matmul(probs.transpose(-2, -1), d_out_tile));
+        const torch::Tensor d_probs = torch::matmul(d_out_tile, values.transpose(-2, -1));
+        const torch::Tensor d_s = probs * (d_probs - delta.narrow(2, first, rows).unsqueeze(-1));
+        d_q.narrow(2, first, rows).add_(torch::matmul(d_s, keys), scale);
+        part[0].add_(torch::matmul(d_s.transpose(-2, -1), q_tile), scale);
+      }
+      return part;
+    });
+    return {d_q.to(dtype), d_kv[0].to(dtype), d_kv[1].to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor ring_self_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                  dist::GroupPtr group, bool causal) {
+  check_chunks(q, k, v, "ring_self_attention");
+  return RingSelfAttention::apply(q, k, v, std::move(group), causal);
+}
+
+torch::Tensor blockwise_ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                       dist::GroupPtr group, bool causal, int64_t query_tile) {
+  check_chunks(q, k, v, "blockwise_ring_attention");
+  KUAFU_CHECK(query_tile > 0, "blockwise_ring_attention: query_tile must be positive, got ", query_tile);
+  return BlockwiseRingAttention::apply(q, k, v, std::move(group), causal, query_tile);
+}
+
+}  // namespace kuafu::parallel::sequence
