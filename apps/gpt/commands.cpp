@@ -73,16 +73,43 @@ train::LossSum TextTask::evaluate(int rank, int ranks) {
         pipeline_ ? pipeline_->eval->evaluate([&](int chunk, const torch::Tensor& input,
                                                   int) { return stage_forward(chunk, input, batch.targets); },
                                               [&](int) { return batch.inputs; })
-                  : model_->loss(batch.inputs, batch.targets).item<double>();
+                  : model_loss_mean(batch);
     sum.loss_sum += mean * static_cast<double>(batch.targets.numel());
     sum.count += static_cast<double>(batch.targets.numel());
   }
   return sum;
 }
 
+double TextTask::model_loss_mean(const io::TokenBatch& batch) {
+  torch::Tensor mean = model_->loss(batch.inputs, batch.targets).detach().to(torch::kFloat64).reshape({1});
+  if (model_->sequence.enabled()) dist::all_reduce(mean, *model_->sequence.group, dist::Reduce::kAvg);
+  return mean.item<double>();
+}
+
 double TextTask::flops_per_item() const { return model_->config.flops_per_token(train_->context()); }
 
 namespace {
+
+// What sequence parallelism needs of the model and data, checked at the keys before any work.
+void check_sequence_parallel(const config::Config& config, const GPTConfig& model,
+                             const parallel::sequence::SequenceParallel& sequence) {
+  const std::string size = std::to_string(sequence.size);
+  if (config.get_int("data.context") % sequence.size != 0) {
+    config.fail_at("data.context", "is " + std::to_string(config.get_int("data.context")) +
+                                       " but parallel.sequence.size = " + size +
+                                       " cuts each sequence into equal chunks; use a multiple of " + size);
+  }
+  if (sequence.mode == parallel::sequence::SequenceMode::kAllToAll && model.n_head % sequence.size != 0) {
+    config.fail_at("model.n_head", "is " + std::to_string(model.n_head) +
+                                       " but all_to_all sequence parallelism shares the heads among " + size +
+                                       " ranks; use a multiple of " + size + " or mode = \"ring\"");
+  }
+  if (sequence.mode != parallel::sequence::SequenceMode::kAllToAll && model.dropout > 0) {
+    config.fail_at("model.dropout", "is " + std::to_string(model.dropout) +
+                                        " but ring attention has no attention-probability dropout; set it to 0 "
+                                        "or use parallel.sequence.mode = \"all_to_all\"");
+  }
+}
 
 // The task with this rank's share of the model: tensor blocks by `tp`, pipeline parts by `stages`
 // (null: the whole model).
@@ -112,6 +139,8 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     }
   }
   const int64_t context = config.get_int("data.context");
+  const parallel::sequence::SequenceParallel sequence = stages ? stages->sequence : parallel::sequence::SequenceParallel{};
+  if (sequence.enabled()) check_sequence_parallel(config, model, sequence);
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
   torch::manual_seed(seed);
   std::optional<StagePlan> plan;
@@ -156,7 +185,7 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     pipeline->eval = std::make_unique<parallel::pipeline::PipelineEngine>(one, group);
     pipeline->ends = parallel::pipeline::first_and_last_stage_group(*stages->mesh);
   }
-  return std::make_unique<TextTask>(GPT(model, tp, plan), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
+  return std::make_unique<TextTask>(GPT(model, tp, plan, sequence), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
                                     std::make_shared<io::TokenWindowLoader>(val_file, context, seed),
                                     config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"),
                                     std::move(pipeline));

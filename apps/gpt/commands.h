@@ -36,6 +36,8 @@ class TextTask : public train::TrainTask {
  private:
   // What this pipeline rank runs for a micro-batch's chunk: embeddings first, its layers, the loss last.
   torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets);
+  // The model's mean loss on a whole batch (under sequence parallelism, averaged over the chunks).
+  double model_loss_mean(const io::TokenBatch& batch);
 
   GPT model_;
   std::shared_ptr<io::TokenWindowLoader> train_, val_;

@@ -50,7 +50,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, nn::KVCache* cache)
   torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);  // [B, H, T, D]
   if (cache) std::tie(k, v) = cache->append(k, v);
   const bool causal = !(cache && t == 1);  // one new token may attend to everything cached
-  torch::Tensor y = nn::scaled_dot_product_attention(q, k, v, causal, is_training() ? dropout : 0.0);
+  torch::Tensor y = parallel::sequence::attention(q, k, v, causal, is_training() ? dropout : 0.0, sequence);
   y = y.transpose(1, 2).contiguous().view({b, t, c});
   return resid_dropout(c_proj.forward(y));
 }
@@ -156,13 +156,20 @@ StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context
   return costs;
 }
 
-GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan)
-    : config(cfg), tp(std::move(tensor_parallel)), plan(stage_plan.value_or(StagePlan::whole(cfg.n_layer))) {
+GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel, std::optional<StagePlan> stage_plan,
+                 parallel::sequence::SequenceParallel sequence_parallel)
+    : config(cfg),
+      tp(std::move(tensor_parallel)),
+      plan(stage_plan.value_or(StagePlan::whole(cfg.n_layer))),
+      sequence(std::move(sequence_parallel)) {
   for (const auto& [begin, end] : plan.chunks) {
     KUAFU_CHECK(0 <= begin && begin < end && end <= cfg.n_layer, "pipeline stage plan: layers [", begin, ", ", end,
                 ") are not a non-empty range of the model's ", cfg.n_layer, " layers");
   }
+  KUAFU_CHECK(!sequence.enabled() || (!tp.enabled() && plan.chunks.size() == 1 && plan.first && plan.last),
+              "sequence parallelism combines with data parallelism only (no tensor or pipeline parallelism)");
   transformer = register_module("transformer", Transformer(cfg, tp));
+  for (auto& block : transformer->blocks) block->attn->sequence = sequence;
   initialize();
   keep_only_planned_parts();
 }
@@ -249,6 +256,12 @@ torch::Tensor GPTImpl::stage_loss(const torch::Tensor& x, const torch::Tensor& t
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
+  if (sequence.enabled()) {
+    KUAFU_CHECK(!caches, "incremental decoding runs without sequence parallelism");
+    const torch::Tensor chunk = parallel::sequence::local_chunk(tokens, 1, sequence);
+    const torch::Tensor x = run_blocks(embed(chunk, sequence.rank() * chunk.size(1)), 0, config.n_layer);
+    return parallel::sequence::gather_chunks(transformer->wte->gather_logits(local_logits(x)), 1, sequence);
+  }
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   const torch::Tensor x = run_blocks(embed(tokens, past), 0, config.n_layer, caches);
@@ -256,6 +269,12 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCa
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  if (sequence.enabled()) {
+    // This rank's positions [r C, (r + 1) C) of every row: the position embedding starts at r C.
+    const torch::Tensor chunk = parallel::sequence::local_chunk(tokens, 1, sequence);
+    const torch::Tensor x = run_blocks(embed(chunk, sequence.rank() * chunk.size(1)), 0, config.n_layer);
+    return stage_loss(x, parallel::sequence::local_chunk(targets, 1, sequence));
+  }
   return stage_loss(run_blocks(embed(tokens), 0, config.n_layer), targets);
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/nn/attention.h"
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/sequence/sequence_parallel.h"
 #include "core/parallel/tensor/factory.h"
 
 namespace kuafu::gpt {
@@ -34,6 +35,7 @@ struct AttentionImpl : torch::nn::Module {
   torch::nn::AnyModule c_attn, c_proj;
   int64_t n_head;  // heads on this rank
   double dropout;
+  parallel::sequence::SequenceParallel sequence;  // on: x holds this rank's chunk of the positions
   torch::nn::Dropout resid_dropout{nullptr};
 };
 TORCH_MODULE(Attention);
@@ -97,14 +99,17 @@ StagePlan pipeline_stage_plan(const parallel::pipeline::ScheduleSpec& spec, int 
 struct GPTImpl : torch::nn::Module {
   // `tp` (default: serial) says how layers are cut and `plan` (default: everything) which parts this
   // pipeline rank holds; a parallel model is initialised as the serial one from the same seed, each
-  // rank keeping its parts and blocks.
-  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {}, std::optional<StagePlan> plan = {});
+  // rank keeping its parts and blocks. With `sequence` on, each rank of its group computes one
+  // contiguous chunk of every sequence's positions (attention exchanges the rest).
+  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {}, std::optional<StagePlan> plan = {},
+                   parallel::sequence::SequenceParallel sequence = {});
 
   // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches = nullptr);
   // Mean cross-entropy of next-token prediction, never gathering the logits. Under tensor parallelism
   // every rank of the group passes the same whole batch; each computes the rows its mode gives it.
+  // Under sequence parallelism likewise, and each returns the mean over its chunk of positions.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
 
   // The model's pieces, for pipeline stages (and composed by forward and loss):
@@ -118,6 +123,7 @@ struct GPTImpl : torch::nn::Module {
   GPTConfig config;
   parallel::TensorParallel tp;
   StagePlan plan;
+  parallel::sequence::SequenceParallel sequence;
   Transformer transformer{nullptr};
 
  private:

@@ -33,6 +33,7 @@ void add_runtime_schema(config::Schema& schema) {
                                                      "end stages; time is measured at start-up)")
       .choices({"uniform", "parameters", "time"});
   parallel::add_tensor_parallel_schema(schema);
+  parallel::sequence::add_sequence_parallel_schema(schema);
 }
 
 Runtime start_runtime(const config::Config& config) {
@@ -68,28 +69,42 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
                                           " but parallel.schedule = \"" + config.get_string("parallel.schedule") +
                                           "\"; interleaved takes 2 or more chunks per rank, the others 1");
   }
+  runtime.sequence = parallel::sequence::sequence_parallel_spec(config);
+  if (runtime.sequence.enabled() && (runtime.tensor.spec.size > 1 || runtime.pipeline.stages > 1)) {
+    config.fail_at("parallel.sequence.mode", "\"" + config.get_string("parallel.sequence.mode") +
+                                                 "\" combines with data parallelism only: set parallel.tensor.mode = "
+                                                 "\"none\" and parallel.pipeline = 1");
+  }
   const int ranks = runtime.world->size(), tensor = runtime.tensor.spec.size;
-  const int model = tensor * runtime.pipeline.stages;  // ranks holding one copy of the model
+  // Ranks holding one copy of the model, or (sequence parallelism) sharing one copy's sequences.
+  const int model = tensor * runtime.pipeline.stages * runtime.sequence.size;
   if (ranks % model != 0) {
-    config.fail_at(runtime.pipeline.stages > 1 ? "parallel.pipeline" : "parallel.tensor.size",
+    config.fail_at(runtime.pipeline.stages > 1 ? "parallel.pipeline"
+                   : runtime.sequence.enabled() ? "parallel.sequence.size"
+                                                : "parallel.tensor.size",
                    "gives " + std::to_string(model) + " ranks per model copy (pipeline " +
                        std::to_string(runtime.pipeline.stages) + " x tensor " + std::to_string(tensor) +
-                       ") but the job has " + std::to_string(ranks) + " ranks, which it does not divide");
+                       " x sequence " + std::to_string(runtime.sequence.size) + ") but the job has " +
+                       std::to_string(ranks) + " ranks, which it does not divide");
   }
   const int64_t data = config.get_int("parallel.data");
   if (data != 0 && data * model != ranks) {
     config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " + std::to_string(ranks) +
-                                        " ranks = data x pipeline x tensor (" + std::to_string(runtime.pipeline.stages) +
-                                        " x " + std::to_string(tensor) + "); use " + std::to_string(ranks / model) +
+                                        " ranks = data x pipeline x tensor x sequence (" +
+                                        std::to_string(runtime.pipeline.stages) + " x " + std::to_string(tensor) +
+                                        " x " + std::to_string(runtime.sequence.size) + "); use " +
+                                        std::to_string(ranks / model) +
                                         " or 0");
   }
   // Pipeline outermost (stages talk least), tensor innermost (it talks most).
   std::vector<dist::MeshAxis> axes;
   if (runtime.pipeline.stages > 1) axes.push_back({"pipeline", runtime.pipeline.stages});
   axes.push_back({"data", ranks / model});
+  if (runtime.sequence.enabled()) axes.push_back({"sequence", runtime.sequence.size});
   for (const auto& axis : parallel::tensor_mesh_axes(runtime.tensor.spec)) axes.push_back(axis);
   runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, axes);
   runtime.tensor.mesh = runtime.mesh;
+  if (runtime.sequence.enabled()) runtime.sequence.group = runtime.mesh->group("sequence");
   if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());
   return runtime;
 }
@@ -98,6 +113,10 @@ dist::GroupPtr Runtime::model_group() const {
   std::vector<std::string> axes = tensor.enabled() ? tensor.axes() : std::vector<std::string>{};
   if (pipelined()) axes.insert(axes.begin(), "pipeline");
   return axes.empty() ? nullptr : mesh->group(axes);
+}
+
+dist::GroupPtr Runtime::replica_group() const {
+  return sequence.enabled() ? mesh->group(std::vector<std::string>{"data", "sequence"}) : mesh->group("data");
 }
 
 double measure_matmul_flops(int64_t n, int repeats, torch::Dtype dtype) {

@@ -7,24 +7,30 @@
 #include "core/config/config.h"
 #include "core/dist/process_mesh.h"
 #include "core/parallel/pipeline/schedule.h"
+#include "core/parallel/sequence/sequence_parallel.h"
 #include "core/parallel/tensor/factory.h"
 
 namespace kuafu::train {
 
-// runtime.* and dist.* keys, plus parallel.data, parallel.pipeline, .schedule, .chunks and
-// parallel.tensor.*.
+// runtime.* and dist.* keys, plus parallel.data, parallel.pipeline, .schedule, .chunks,
+// parallel.tensor.* and parallel.sequence.*.
 void add_runtime_schema(config::Schema& schema);
 
 struct Runtime {
   std::shared_ptr<dist::World> world;
-  std::shared_ptr<dist::ProcessMesh> mesh;  // axes: pipeline (when > 1), data, then the tensor axes
-  parallel::TensorParallel tensor;          // the configured mode over `mesh` (serial when none)
+  // axes: pipeline (when > 1), data, sequence (when on), then the tensor axes
+  std::shared_ptr<dist::ProcessMesh> mesh;
+  parallel::TensorParallel tensor;            // the configured mode over `mesh` (serial when none)
+  parallel::sequence::SequenceParallel sequence;  // each sequence cut across the "sequence" axis (off: none)
   // Stages, schedule and chunks (micro_batches: set by the trainer from the accumulation steps).
   parallel::pipeline::ScheduleSpec pipeline;
   bool pipelined() const { return pipeline.stages > 1; }
   int stage() const { return pipelined() ? mesh->coordinate("pipeline") : 0; }
   // The ranks holding one copy of the model: pipeline and tensor axes (null for a serial model).
   dist::GroupPtr model_group() const;
+  // The ranks holding the same weights and sharing out each step's tokens, over which gradients are
+  // averaged: data, and sequence when on (its ranks take the same rows' chunks of positions).
+  dist::GroupPtr replica_group() const;
   int threads = 1;
   torch::Device device{torch::kCPU};
   bool is_main() const { return world->rank() == 0; }

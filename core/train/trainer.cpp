@@ -115,11 +115,14 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
   dtype_ = optim::compute_dtype(config, runtime.device);
   masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
-  if (dp > 1) {
-    data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), runtime.mesh->group("data"));
+  // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
+  // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
+  const dist::GroupPtr replicas = runtime.replica_group();
+  if (replicas->size() > 1) {
+    data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), replicas);
     // The model now holds rank 0's weights; the masters must too.
     if (masters_->has_copies()) {
-      for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *runtime.mesh->group("data"));
+      for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *replicas);
     }
   }
   // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.

@@ -283,6 +283,71 @@ TEST_F(GPTTrainingTest, ThreeDimensionalOnEightRanksEqualsSerial) {
   tensor_parallel_training_equals_serial(root_, "tp_3d", k3d, 8);
 }
 
+// Sequence parallelism through the trainer, from the config alone, against the serial run of the same
+// global batch (6 AdamW steps): each rank trains on one chunk of the positions of its data rank's rows,
+// gradients averaged over data x sequence. Tolerance 2e-5: float32, only summation order differs. The
+// evaluation (a mean over the chunks) and the checkpoint (whole weights) match the serial ones too.
+void sequence_parallel_training_equals_serial(const fs::path& root, const std::string& name, const std::string& mode,
+                                              int size, int micro_batch) {
+  const auto config = make_config(root, name, "parallel.sequence.mode=\"" + mode + "\"\nparallel.sequence.size=" +
+                                                  std::to_string(size) + "\ntrain.micro_batch_size=" +
+                                                  std::to_string(micro_batch) + "\ndist.timeout_s=30");
+  train::Runtime runtime = train::start_runtime(config);
+  auto task = make_text_task(config, runtime);
+  train::Trainer trainer(config, runtime, *task);
+  trainer.run();
+  const train::LossSum eval = trainer.evaluate();
+
+  const auto serial_config = make_config(root, "serial_" + name + "_" + std::to_string(runtime.world->rank()), "");
+  auto serial_runtime = single_runtime();
+  auto serial_task = make_text_task(serial_config);
+  train::Trainer serial_trainer(serial_config, serial_runtime, *serial_task);
+  serial_trainer.run();
+  const train::LossSum serial_eval = serial_trainer.evaluate();
+  EXPECT_LT(max_difference(task->model().parameters(), serial_task->model().parameters()), 2e-5);
+  EXPECT_NEAR(eval.loss_sum / eval.count, serial_eval.loss_sum / serial_eval.count, 2e-5);
+  GPT reloaded(model_config(config));
+  train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
+  EXPECT_LT(max_difference(reloaded->parameters(), task->model().parameters()), 1e-12);
+  // Attention's exchanges are counted on the sequence group every step.
+  if (runtime.is_main()) {
+    for (const auto& line : metric_lines(root / name / "metrics.jsonl")) {
+      EXPECT_GT(line["comm_bytes_sent"].value(runtime.sequence.group->name(), int64_t{0}), 0) << line.dump();
+    }
+  }
+}
+
+TEST_F(GPTTrainingTest, RingSequenceTimesDataParallelOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  sequence_parallel_training_equals_serial(root_, "sp_ring_dp", "ring", 2, 4);
+}
+
+TEST_F(GPTTrainingTest, AllToAllSequenceParallelOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  sequence_parallel_training_equals_serial(root_, "sp_a2a", "all_to_all", 2, 8);
+}
+
+// What sequence parallelism cannot do is refused at the key, before any work.
+TEST_F(GPTTrainingTest, SequenceParallelRefusesWhatItCannotCut) {
+  train::Runtime runtime = single_runtime();
+  runtime.sequence.mode = parallel::sequence::SequenceMode::kAllToAll;
+  runtime.sequence.size = 4;  // no group is needed to refuse
+  auto refusal = [&](const std::string& overrides) {
+    return testing::error_message([&] { make_text_task(make_config(root_, "unused", overrides), runtime); });
+  };
+  EXPECT_TRUE(testing::Contains(refusal("data.context=18"), "data.context"));
+  EXPECT_TRUE(testing::Contains(refusal(""), "model.n_head"));  // 2 heads among 4 ranks
+  runtime.sequence.mode = parallel::sequence::SequenceMode::kRing;
+  EXPECT_TRUE(testing::Contains(refusal("model.dropout=0.1"), "model.dropout"));
+  const std::string combined = testing::error_message([&] {
+    train::start_runtime(make_config(root_, "unused", "parallel.sequence.mode=\"ring\"\nparallel.sequence.size=2\n"
+                                                      "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2"),
+                         dist::World::single());
+  });
+  EXPECT_TRUE(testing::Contains(combined, "parallel.sequence.mode")) << combined;
+  EXPECT_TRUE(testing::Contains(combined, "data parallelism only")) << combined;
+}
+
 // A batch the mode cannot cut into its row blocks is refused at the key before training.
 TEST_F(GPTTrainingTest, BatchesTheGridCannotCutNameTheKey) {
   parallel::TensorParallel tp;

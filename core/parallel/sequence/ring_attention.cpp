@@ -18,60 +18,68 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
-// Point-to-point tags: blocks that are read (keys, values) and gradient sums that travel with them
-// go to the same neighbour at once, so they need separate tags.
-constexpr int kBlockTag = 71;
-constexpr int kGradientTag = 72;
+// Point-to-point tags: blocks that are read (keys, values) and the gradient sums that travel with them
+// go to the same neighbour at once, so they need separate tags (one per tensor from these on).
+constexpr int kBlockTag = 64;
+constexpr int kGradientTag = 96;
 
-// Sends `block` to the next rank of the ring and receives the previous rank's block of the same shape.
-// Even ranks post the send first and odd ranks the receive, so that backends whose point-to-point
-// operations on one pair of ranks run in order (NCCL) pair them up instead of waiting on each other.
+// Sends `blocks` to the next rank of the ring and receives the previous rank's blocks of the same
+// shapes (one message each, tags `tag`, `tag` + 1, ...). Even ranks post the sends first and odd ranks
+// the receives, so that backends whose point-to-point operations on one pair of ranks run in order
+// (NCCL) pair them up instead of waiting on each other.
+using Blocks = std::vector<torch::Tensor>;
 class RingShift {
  public:
-  RingShift(const torch::Tensor& block, const dist::ProcessGroup& group, int tag) {
+  RingShift(const Blocks& blocks, const dist::ProcessGroup& group, int tag) {
     if (group.trivial()) {
-      own_ = block;
+      own_ = blocks;
       return;
     }
     const int r = group.rank(), p = group.size();
-    const torch::Tensor wire = block.contiguous();
-    if (r % 2 == 0) send_ = dist::send_async(wire, group, (r + 1) % p, tag);
-    recv_ = dist::recv_async(wire, group, (r + p - 1) % p, tag);
-    if (r % 2 == 1) send_ = dist::send_async(wire, group, (r + 1) % p, tag);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      const torch::Tensor wire = blocks[i].contiguous();
+      const int t = tag + static_cast<int>(i);
+      if (r % 2 == 0) sends_.push_back(dist::send_async(wire, group, (r + 1) % p, t));
+      receives_.push_back(dist::recv_async(wire, group, (r + p - 1) % p, t));
+      if (r % 2 == 1) sends_.push_back(dist::send_async(wire, group, (r + 1) % p, t));
+    }
   }
-  torch::Tensor wait() {
-    if (own_.defined()) return own_;
-    torch::Tensor received = recv_.wait();
-    send_.wait();
+  Blocks wait() {
+    if (!own_.empty()) return own_;
+    Blocks received;
+    for (auto& pending : receives_) received.push_back(pending.wait());
+    for (auto& send : sends_) send.wait();
     return received;
   }
 
  private:
-  torch::Tensor own_;  // a ring of one: the block comes back to itself
-  dist::PendingSend send_;
-  dist::PendingTensor recv_;
+  Blocks own_;  // a ring of one: the blocks come back to themselves
+  std::vector<dist::PendingSend> sends_;
+  std::vector<dist::PendingTensor> receives_;
 };
 
-// Passes `block` once round the ring, calling visit(owner, block) on each rank's block in turn while
-// the next one is in flight. When `gather_contributions`, visit returns its contribution to the
-// gradient of that block (same shape); the running sums travel one hop behind the blocks, and this
-// rank's own sum (over all ranks' contributions) is returned after the last hop.
-using Visit = std::function<torch::Tensor(int owner, const torch::Tensor& block)>;
-torch::Tensor ring_pass(torch::Tensor block, const dist::ProcessGroup& group, bool gather_contributions,
-                        const Visit& visit) {
+// Passes `blocks` once round the ring, calling visit(owner, blocks) on each rank's blocks in turn while
+// the next ones are in flight. When `gather_contributions`, visit returns its contributions to the
+// gradients of those blocks (same shapes); the running sums travel one hop behind the blocks, and this
+// rank's own sums (over all ranks' contributions) are returned after the last hop.
+using Visit = std::function<Blocks(int owner, const Blocks& blocks)>;
+Blocks ring_pass(Blocks blocks, const dist::ProcessGroup& group, bool gather_contributions, const Visit& visit) {
   const int r = group.rank(), p = group.size();
   std::optional<RingShift> sums_in_flight;
   for (int step = 0; step < p; ++step) {
     std::optional<RingShift> next;
-    if (step + 1 < p) next.emplace(block, group, kBlockTag);
-    torch::Tensor contribution = visit((r - step + p) % p, block);
+    if (step + 1 < p) next.emplace(blocks, group, kBlockTag);
+    Blocks sums = visit((r - step + p) % p, blocks);
     if (gather_contributions) {
-      torch::Tensor sum = step == 0 ? contribution : sums_in_flight->wait() + contribution;
-      sums_in_flight.emplace(sum, group, kGradientTag);
+      if (step > 0) {
+        Blocks arrived = sums_in_flight->wait();
+        for (size_t i = 0; i < sums.size(); ++i) sums[i] = arrived[i].add_(sums[i]);
+      }
+      sums_in_flight.emplace(sums, group, kGradientTag);
     }
-    if (next) block = next->wait();
+    if (next) blocks = next->wait();
   }
-  return gather_contributions ? sums_in_flight->wait() : torch::Tensor();
+  return gather_contributions ? sums_in_flight->wait() : Blocks();
 }
 
 torch::ScalarType accumulation_type(const torch::Tensor& t) {
@@ -118,18 +126,18 @@ struct RingSelfAttention : Function<RingSelfAttention> {
     // Pass 1, keys: scores [B, H, C, P C] in sequence order.
     torch::Tensor s = torch::full({q.size(0), q.size(1), c, c * p}, -std::numeric_limits<double>::infinity(),
                                   q.options());
-    ring_pass(k, *group, false, [&](int owner, const torch::Tensor& keys) {
+    ring_pass({k}, *group, false, [&](int owner, const Blocks& keys) {
       const Visibility seen = visibility(causal, owner, r);
-      if (seen != Visibility::kNone) s.narrow(3, owner * c, c).copy_(scores(q, keys, scale, seen, 0));
-      return torch::Tensor();
+      if (seen != Visibility::kNone) s.narrow(3, owner * c, c).copy_(scores(q, keys[0], scale, seen, 0));
+      return Blocks();
     });
     torch::Tensor a = torch::softmax(s, -1);
     s = torch::Tensor();
     // Pass 2, values: out = Σ_owner A[:, :, :, owner] V_owner.
     torch::Tensor out = torch::zeros_like(q);
-    ring_pass(v, *group, false, [&](int owner, const torch::Tensor& values) {
-      if (visibility(causal, owner, r) != Visibility::kNone) out.add_(torch::matmul(a.narrow(3, owner * c, c), values));
-      return torch::Tensor();
+    ring_pass({v}, *group, false, [&](int owner, const Blocks& values) {
+      if (visibility(causal, owner, r) != Visibility::kNone) out.add_(torch::matmul(a.narrow(3, owner * c, c), values[0]));
+      return Blocks();
     });
     ctx->save_for_backward({q, k, v, a});
     ctx->saved_data["causal"] = causal;
@@ -150,22 +158,22 @@ struct RingSelfAttention : Function<RingSelfAttention> {
     const torch::Tensor d_out = grads[0].to(q.scalar_type());
     // Pass 1, values: dA = dO Vᵀ per chunk; dV_owner = A_ownerᵀ dO travels home.
     torch::Tensor d_a = torch::zeros_like(a);
-    torch::Tensor d_v = ring_pass(v, group, true, [&](int owner, const torch::Tensor& values) {
-      if (visibility(causal, owner, r) == Visibility::kNone) return torch::zeros_like(values);
-      d_a.narrow(3, owner * c, c).copy_(torch::matmul(d_out, values.transpose(-2, -1)));
-      return torch::matmul(a.narrow(3, owner * c, c).transpose(-2, -1), d_out);
-    });
+    const torch::Tensor d_v = ring_pass({v}, group, true, [&](int owner, const Blocks& values) {
+      if (visibility(causal, owner, r) == Visibility::kNone) return Blocks{torch::zeros_like(values[0])};
+      d_a.narrow(3, owner * c, c).copy_(torch::matmul(d_out, values[0].transpose(-2, -1)));
+      return Blocks{torch::matmul(a.narrow(3, owner * c, c).transpose(-2, -1), d_out)};
+    })[0];
     // Softmax backward over the whole row: dS = A ⊙ (dA − Σ_j dA A).
     torch::Tensor d_s = a * (d_a - (d_a * a).sum(-1, /*keepdim=*/true));
     d_a = torch::Tensor();
     // Pass 2, keys: dQ = Σ dS_owner K_owner; dK_owner = dS_ownerᵀ Q travels home.
     torch::Tensor d_q = torch::zeros_like(q);
-    torch::Tensor d_k = ring_pass(k, group, true, [&](int owner, const torch::Tensor& keys) {
-      if (visibility(causal, owner, r) == Visibility::kNone) return torch::zeros_like(keys);
+    const torch::Tensor d_k = ring_pass({k}, group, true, [&](int owner, const Blocks& keys) {
+      if (visibility(causal, owner, r) == Visibility::kNone) return Blocks{torch::zeros_like(keys[0])};
       const torch::Tensor block = d_s.narrow(3, owner * c, c);
-      d_q.add_(torch::matmul(block, keys), scale);
-      return torch::matmul(block.transpose(-2, -1), q) * scale;
-    });
+      d_q.add_(torch::matmul(block, keys[0]), scale);
+      return Blocks{torch::matmul(block.transpose(-2, -1), q) * scale};
+    })[0];
     return {d_q.to(dtype), d_k.to(dtype), d_v.to(dtype), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -184,10 +192,10 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     torch::Tensor m = torch::full({q.size(0), q.size(1), c}, -std::numeric_limits<double>::infinity(), q.options());
     torch::Tensor l = torch::zeros_like(m);
     torch::Tensor o = torch::zeros_like(q);
-    const torch::Tensor kv = torch::stack({k_in.to(acc), v_in.to(acc)});  // one message per hop
-    ring_pass(kv, *group, false, [&](int owner, const torch::Tensor& block) {
+    const torch::Tensor k = k_in.to(acc), v = v_in.to(acc);
+    ring_pass({k, v}, *group, false, [&](int owner, const Blocks& block) {
       const Visibility seen = visibility(causal, owner, r);
-      if (seen == Visibility::kNone) return torch::Tensor();
+      if (seen == Visibility::kNone) return Blocks();
       for (int64_t first = 0; first < c; first += tile) {
         const int64_t rows = std::min(tile, c - first);
         const torch::Tensor s = scores(q.narrow(2, first, rows), block[0], scale, seen, first);
@@ -201,11 +209,11 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
         o_tile.mul_(rescale.unsqueeze(-1)).add_(torch::matmul(probs, block[1]));
         m_tile.copy_(m_new);
       }
-      return torch::Tensor();
+      return Blocks();
     });
     o.div_(l.unsqueeze(-1));
     const torch::Tensor lse = m + torch::log(l);  // [B, H, C]
-    ctx->save_for_backward({q, kv, o, lse});
+    ctx->save_for_backward({q, k, v, o, lse});
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["tile"] = tile;
     ctx->saved_data["dtype"] = static_cast<int64_t>(q_in.scalar_type());
@@ -215,7 +223,7 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &q = saved[0], &kv = saved[1], &o = saved[2], &lse = saved[3];
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
     const bool causal = ctx->saved_data["causal"].toBool();
     const int64_t tile = ctx->saved_data["tile"].toInt();
     const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
@@ -226,12 +234,12 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     const torch::Tensor d_out = grads[0].to(q.scalar_type());
     const torch::Tensor delta = (d_out * o).sum(-1);  // Σ_j P_ij dP_ij = rowsum(dO ⊙ O)
     torch::Tensor d_q = torch::zeros_like(q);
-    // Each chunk's [dK, dV] travels home with its sums; the probabilities are recomputed from the lse.
-    const torch::Tensor d_kv = ring_pass(kv, group, true, [&](int owner, const torch::Tensor& block) {
-      torch::Tensor part = torch::zeros_like(block);
+    // Each chunk's dK and dV travel home as sums; the probabilities are recomputed from the lse.
+    const Blocks d_kv = ring_pass({k, v}, group, true, [&](int owner, const Blocks& block) {
+      Blocks part = {torch::zeros_like(block[0]), torch::zeros_like(block[1])};
       const Visibility seen = visibility(causal, owner, r);
       if (seen == Visibility::kNone) return part;
-      const torch::Tensor keys = block[0], values = block[1];
+      const torch::Tensor &keys = block[0], &values = block[1];
       for (int64_t first = 0; first < c; first += tile) {
         const int64_t rows = std::min(tile, c - first);
         const torch::Tensor q_tile = q.narrow(2, first, rows);

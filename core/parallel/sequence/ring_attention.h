@@ -18,6 +18,6 @@ torch::Tensor ring_self_attention(const torch::Tensor& q, const torch::Tensor& k
 // rows inside a chunk) keeps only q, k, v, the output and each row's log-sum-exp; backward recomputes
 // the scores tile by tile. Attention memory per rank grows as n/P.
 torch::Tensor blockwise_ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       dist::GroupPtr group, bool causal, int64_t query_tile = 256);
+                                       dist::GroupPtr group, bool causal, int64_t query_tile = 64);
 
 }  // namespace kuafu::parallel::sequence

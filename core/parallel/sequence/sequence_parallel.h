@@ -25,7 +25,7 @@ struct SequenceParallel {
   SequenceMode mode = SequenceMode::kNone;
   int size = 1;
   dist::GroupPtr group;  // the "sequence" axis of the mesh (null when off)
-  int64_t query_tile = 256;  // blockwise ring: query rows per score tile
+  int64_t query_tile = 64;  // blockwise ring: query rows per score tile (a tile of scores ~ one head-dim slice of q)
 
   bool enabled() const { return mode != SequenceMode::kNone; }
   int rank() const { return group ? group->rank() : 0; }
