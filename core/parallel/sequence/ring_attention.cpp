@@ -86,11 +86,11 @@ torch::ScalarType accumulation_type(const torch::Tensor& t) {
   return t.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
 }
 
-// How this rank's queries (chunk r) see the keys of chunk `owner` under a causal mask.
+// How the queries of chunk `queries` see the keys of chunk `keys` under a causal mask.
 enum class Visibility { kAll, kDiagonal, kNone };
-Visibility visibility(bool causal, int owner, int r) {
-  if (!causal || owner < r) return Visibility::kAll;
-  return owner == r ? Visibility::kDiagonal : Visibility::kNone;
+Visibility visibility(bool causal, int keys, int queries) {
+  if (!causal || keys < queries) return Visibility::kAll;
+  return keys == queries ? Visibility::kDiagonal : Visibility::kNone;
 }
 
 // Scores of query rows [first, first + rows) of this chunk against one key chunk, masked on the diagonal
@@ -233,28 +233,47 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
     const torch::Tensor d_out = grads[0].to(q.scalar_type());
     const torch::Tensor delta = (d_out * o).sum(-1);  // Σ_j P_ij dP_ij = rowsum(dO ⊙ O)
+    // The probabilities of a tile of queries against a key chunk, recomputed from the log-sum-exp, and
+    // the scores' gradient dS = P ⊙ (dO Vᵀ − delta).
+    auto tile_gradients = [&](const torch::Tensor& q_tile, const torch::Tensor& d_out_tile, const torch::Tensor& lse_tile,
+                              const torch::Tensor& delta_tile, const torch::Tensor& keys, const torch::Tensor& values,
+                              Visibility seen, int64_t first) {
+      torch::Tensor probs = torch::exp(scores(q_tile, keys, scale, seen, first) - lse_tile.unsqueeze(-1));
+      torch::Tensor d_s = probs * (torch::matmul(d_out_tile, values.transpose(-2, -1)) - delta_tile.unsqueeze(-1));
+      return std::make_pair(probs, d_s);
+    };
+    // Two passes, so that no gradient sum has to travel (memory per rank stays that of one extra chunk
+    // in flight): first keys and values circulate and this rank's dQ accumulates, then queries circulate
+    // with dO, lse and delta and this rank's dK and dV accumulate. The bytes on the wire are those of
+    // one pass carrying dK and dV sums; the scores are computed twice.
     torch::Tensor d_q = torch::zeros_like(q);
-    // Each chunk's dK and dV travel home as sums; the probabilities are recomputed from the lse.
-    const Blocks d_kv = ring_pass({k, v}, group, true, [&](int owner, const Blocks& block) {
-      Blocks part = {torch::zeros_like(block[0]), torch::zeros_like(block[1])};
+    ring_pass({k, v}, group, false, [&](int owner, const Blocks& block) {
       const Visibility seen = visibility(causal, owner, r);
-      if (seen == Visibility::kNone) return part;
-      const torch::Tensor &keys = block[0], &values = block[1];
+      if (seen == Visibility::kNone) return Blocks();
       for (int64_t first = 0; first < c; first += tile) {
         const int64_t rows = std::min(tile, c - first);
-        const torch::Tensor q_tile = q.narrow(2, first, rows);
-        const torch::Tensor d_out_tile = d_out.narrow(2, first, rows);
-        const torch::Tensor probs =
-            torch::exp(scores(q_tile, keys, scale, seen, first) - lse.narrow(2, first, rows).unsqueeze(-1));
-        part[1].add_(torch::matmul(probs.transpose(-2, -1), d_out_tile));
-        const torch::Tensor d_probs = torch::matmul(d_out_tile, values.transpose(-2, -1));
-        const torch::Tensor d_s = probs * (d_probs - delta.narrow(2, first, rows).unsqueeze(-1));
-        d_q.narrow(2, first, rows).add_(torch::matmul(d_s, keys), scale);
-        part[0].add_(torch::matmul(d_s.transpose(-2, -1), q_tile), scale);
+        const auto [probs, d_s] = tile_gradients(q.narrow(2, first, rows), d_out.narrow(2, first, rows),
+                                                 lse.narrow(2, first, rows), delta.narrow(2, first, rows), block[0],
+                                                 block[1], seen, first);
+        d_q.narrow(2, first, rows).add_(torch::matmul(d_s, block[0]), scale);
       }
-      return part;
+      return Blocks();
     });
-    return {d_q.to(dtype), d_kv[0].to(dtype), d_kv[1].to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    torch::Tensor d_k = torch::zeros_like(k), d_v = torch::zeros_like(v);
+    ring_pass({q, d_out.contiguous(), lse, delta}, group, false, [&](int owner, const Blocks& block) {
+      const Visibility seen = visibility(causal, /*keys=*/r, /*queries=*/owner);
+      if (seen == Visibility::kNone) return Blocks();
+      for (int64_t first = 0; first < c; first += tile) {
+        const int64_t rows = std::min(tile, c - first);
+        const torch::Tensor q_tile = block[0].narrow(2, first, rows), d_out_tile = block[1].narrow(2, first, rows);
+        const auto [probs, d_s] = tile_gradients(q_tile, d_out_tile, block[2].narrow(2, first, rows),
+                                                 block[3].narrow(2, first, rows), k, v, seen, first);
+        d_v.add_(torch::matmul(probs.transpose(-2, -1), d_out_tile));
+        d_k.add_(torch::matmul(d_s.transpose(-2, -1), q_tile), scale);
+      }
+      return Blocks();
+    });
+    return {d_q.to(dtype), d_k.to(dtype), d_v.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
