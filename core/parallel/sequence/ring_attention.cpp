@@ -113,6 +113,23 @@ void check_chunks(const torch::Tensor& q, const torch::Tensor& k, const torch::T
               v.sizes());
 }
 
+// What both ring functions keep for backward besides their tensors.
+void save_settings(AutogradContext* ctx, bool causal, torch::ScalarType input_dtype, dist::GroupPtr group) {
+  ctx->saved_data["causal"] = causal;
+  ctx->saved_data["dtype"] = static_cast<int64_t>(input_dtype);
+  dist::autograd::save_group(ctx, std::move(group));
+}
+struct Settings {
+  bool causal;
+  torch::ScalarType input_dtype;  // the gradients are returned in it
+  const dist::ProcessGroup& group;
+};
+Settings saved_settings(AutogradContext* ctx) {
+  return {ctx->saved_data["causal"].toBool(), static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt()),
+          dist::autograd::saved_group(ctx)};
+}
+double score_scale(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
+
 // ---- Ring self-attention: the full score rows. ----
 
 struct RingSelfAttention : Function<RingSelfAttention> {
@@ -122,7 +139,7 @@ struct RingSelfAttention : Function<RingSelfAttention> {
     const torch::Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
     const int r = group->rank(), p = group->size();
     const int64_t c = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const double scale = score_scale(q);
     // Pass 1, keys: scores [B, H, C, P C] in sequence order.
     torch::Tensor s = torch::full({q.size(0), q.size(1), c, c * p}, -std::numeric_limits<double>::infinity(),
                                   q.options());
@@ -140,21 +157,19 @@ struct RingSelfAttention : Function<RingSelfAttention> {
       return Blocks();
     });
     ctx->save_for_backward({q, k, v, a});
-    ctx->saved_data["causal"] = causal;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(q_in.scalar_type());
-    dist::autograd::save_group(ctx, std::move(group));
+    save_settings(ctx, causal, q_in.scalar_type(), std::move(group));
     return out.to(q_in.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &a = saved[3];
-    const bool causal = ctx->saved_data["causal"].toBool();
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const dist::ProcessGroup& group = dist::autograd::saved_group(ctx);
+    const Settings settings = saved_settings(ctx);
+    const bool causal = settings.causal;
+    const dist::ProcessGroup& group = settings.group;
     const int r = group.rank();
     const int64_t c = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const double scale = score_scale(q);
     const torch::Tensor d_out = grads[0].to(q.scalar_type());
     // Pass 1, values: dA = dO Vᵀ per chunk; dV_owner = A_ownerᵀ dO travels home.
     torch::Tensor d_a = torch::zeros_like(a);
@@ -174,7 +189,8 @@ struct RingSelfAttention : Function<RingSelfAttention> {
       d_q.add_(torch::matmul(block, keys[0]), scale);
       return Blocks{torch::matmul(block.transpose(-2, -1), q) * scale};
     })[0];
-    return {d_q.to(dtype), d_k.to(dtype), d_v.to(dtype), torch::Tensor(), torch::Tensor()};
+    return {d_q.to(settings.input_dtype), d_k.to(settings.input_dtype), d_v.to(settings.input_dtype), torch::Tensor(),
+            torch::Tensor()};
   }
 };
 
@@ -187,7 +203,7 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     const torch::Tensor q = q_in.to(acc);
     const int r = group->rank();
     const int64_t c = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const double scale = score_scale(q);
     // Running row maximum m, normaliser l = Σ exp(s − m) and output o = Σ exp(s − m) v, per query row.
     torch::Tensor m = torch::full({q.size(0), q.size(1), c}, -std::numeric_limits<double>::infinity(), q.options());
     torch::Tensor l = torch::zeros_like(m);
@@ -214,23 +230,21 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     o.div_(l.unsqueeze(-1));
     const torch::Tensor lse = m + torch::log(l);  // [B, H, C]
     ctx->save_for_backward({q, k, v, o, lse});
-    ctx->saved_data["causal"] = causal;
     ctx->saved_data["tile"] = tile;
-    ctx->saved_data["dtype"] = static_cast<int64_t>(q_in.scalar_type());
-    dist::autograd::save_group(ctx, std::move(group));
+    save_settings(ctx, causal, q_in.scalar_type(), std::move(group));
     return o.to(q_in.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &o = saved[3], &lse = saved[4];
-    const bool causal = ctx->saved_data["causal"].toBool();
+    const Settings settings = saved_settings(ctx);
+    const bool causal = settings.causal;
+    const dist::ProcessGroup& group = settings.group;
     const int64_t tile = ctx->saved_data["tile"].toInt();
-    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
-    const dist::ProcessGroup& group = dist::autograd::saved_group(ctx);
     const int r = group.rank();
     const int64_t c = q.size(2);
-    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const double scale = score_scale(q);
     const torch::Tensor d_out = grads[0].to(q.scalar_type());
     const torch::Tensor delta = (d_out * o).sum(-1);  // Σ_j P_ij dP_ij = rowsum(dO ⊙ O)
     // The probabilities of a tile of queries against a key chunk, recomputed from the log-sum-exp, and
@@ -273,7 +287,8 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
       }
       return Blocks();
     });
-    return {d_q.to(dtype), d_k.to(dtype), d_v.to(dtype), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {d_q.to(settings.input_dtype), d_k.to(settings.input_dtype), d_v.to(settings.input_dtype), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
