@@ -202,27 +202,17 @@ void GPTImpl::keep_only_planned_parts() {
 
 void GPTImpl::initialize() {
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual projections scaled by
-  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth. A sharded
-  // parameter draws its full tensor, in the serial order, and keeps its block: equal to the serial
-  // model from the same seed.
-  torch::NoGradGuard no_grad;
+  // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
-  const auto layouts = parallel::collect_layouts(*this);
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    if (name.find("ln_") != std::string::npos) continue;  // LayerNorm keeps ones / zeros
-    const auto layout = layouts.find(name);
-    torch::Tensor full = layout == layouts.end() ? p : torch::empty(parallel::full_shape(p.sizes(), layout->second, *tp.mesh));
+  parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
+    if (name.find("ln_") != std::string::npos) return false;  // LayerNorm keeps ones / zeros
     if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
       full.zero_();
-    } else if (name.find("c_proj.weight") != std::string::npos) {
-      full.normal_(0.0, residual_std);
     } else {
-      full.normal_(0.0, 0.02);
+      full.normal_(0.0, name.find("c_proj.weight") != std::string::npos ? residual_std : 0.02);
     }
-    if (layout != layouts.end()) p.copy_(parallel::shard_of(full, layout->second, *tp.mesh));
-  }
+    return true;
+  });
 }
 
 torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t past) {

@@ -1,5 +1,7 @@
 #include "core/parallel/tensor/factory.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
 #include "core/dist/collectives.h"
 
 #include "core/parallel/tensor/layers_3d.h"
@@ -116,11 +118,36 @@ torch::Tensor classifier_cross_entropy(const TensorParallel& tp, const torch::Te
   return blocked_cross_entropy(logits, rows_block(targets, *cut.rows), cut.classes, cut.rows);
 }
 
+namespace {
+
+// This rank's block of whole logits: its row block (grids) and its slice of the classes.
+torch::Tensor classifier_block(const ColumnOutput& cut, const torch::Tensor& whole) {
+  const torch::Tensor rows = cut.rows ? rows_block(whole, *cut.rows) : whole;
+  const int64_t classes = whole.size(-1) / cut.classes->size();
+  return rows.narrow(-1, cut.classes->rank() * classes, classes);
+}
+
+// Forward: the whole logits from the blocks. Backward: this rank's block of the whole gradient, since
+// every rank computes the same loss from the whole logits (counted once, as in Megatron's gather).
+struct GatherClassifierLogits : torch::autograd::Function<GatherClassifierLogits> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits, const TensorParallel* tp) {
+    ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tp));
+    const ColumnOutput cut = column_output(*tp);
+    if (!cut.rows) return dist::all_gather(logits.contiguous(), *cut.classes, logits.dim() - 1);
+    return gather_blocked_logits(logits, cut.classes, cut.rows);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* tp = reinterpret_cast<const TensorParallel*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
+    return {classifier_block(column_output(*tp), grads[0]).contiguous(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Tensor& logits) {
   if (!tp.enabled()) return logits;
-  const ColumnOutput cut = column_output(tp);
-  if (!cut.rows) return dist::all_gather(logits.contiguous(), *cut.classes, logits.dim() - 1);
-  return gather_blocked_logits(logits, cut.classes, cut.rows);
+  return GatherClassifierLogits::apply(logits, &tp);
 }
 
 Layout stream_layout(const TensorParallel& tp, int64_t dims) {
@@ -137,6 +164,46 @@ std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, con
     shape[static_cast<size_t>(split.dim)] *= blocks;
   }
   return shape;
+}
+
+namespace {
+
+// Forward: this rank's block of a whole activation; backward: the whole gradient from the blocks.
+struct EnterStream : torch::autograd::Function<EnterStream> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const TensorParallel* tp) {
+    ctx->saved_data["tp"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(tp));
+    ctx->saved_data["dims"] = x.dim();
+    return shard_of(x, stream_layout(*tp, x.dim()), *tp->mesh).clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* tp = reinterpret_cast<const TensorParallel*>(static_cast<intptr_t>(ctx->saved_data["tp"].toInt()));
+    return {gather_full(grads[0].contiguous(), stream_layout(*tp, ctx->saved_data["dims"].toInt()), *tp->mesh),
+            torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor enter_stream(const TensorParallel& tp, const torch::Tensor& x) {
+  if (stream_layout(tp, x.dim()).empty()) return x;
+  return EnterStream::apply(x, &tp);
+}
+
+void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
+                            const std::function<bool(const std::string& name, torch::Tensor& full)>& init) {
+  torch::NoGradGuard no_grad;
+  const auto layouts = collect_layouts(model);
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor& p = item.value();
+    const auto layout = layouts.find(item.key());
+    if (layout == layouts.end()) {
+      init(item.key(), p);
+      continue;
+    }
+    torch::Tensor full = torch::empty(full_shape(p.sizes(), layout->second, *tp.mesh), p.options());
+    if (init(item.key(), full)) p.copy_(shard_of(full, layout->second, *tp.mesh));
+  }
 }
 
 }  // namespace kuafu::parallel

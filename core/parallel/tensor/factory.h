@@ -5,6 +5,8 @@
 // each factory's layer takes and returns that layout.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 
 #include "core/parallel/tensor/embedding.h"
@@ -63,7 +65,8 @@ torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n
 // A classifier head built by make_linear(tp, {dim, classes}, Cut::kColumn) leaves this rank a block of
 // the logits with the classes cut like the layer's output features. Its mean cross-entropy against the
 // whole batch's targets [B, ...] (every rank of the tensor group passes the same), never gathering the
-// logits; and the full logits [B, ..., classes] on every rank.
+// logits; and the full logits [B, ..., classes] on every rank (differentiable: for losses every rank
+// computes alike from the whole logits, e.g. against soft targets; `tp` must outlive the backward).
 torch::Tensor classifier_cross_entropy(const TensorParallel& tp, const torch::Tensor& logits,
                                        const torch::Tensor& targets);
 torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Tensor& logits);
@@ -71,6 +74,19 @@ torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Te
 // How the mode cuts the residual stream, an activation of `dims` dimensions [B, ..., dim] (empty:
 // whole on every rank, serial and 1D). Its shard_of is a layer's input block; gather_full undoes it.
 Layout stream_layout(const TensorParallel& tp, int64_t dims);
+
+// The residual stream's block of an activation that every rank of the tensor group computed whole from
+// replicated parameters (e.g. ViT's patch embeddings). Backward gathers the blocks' gradients, so the
+// replicated computation receives its whole gradient on every rank. `tp` must outlive the backward pass
+// (models hold theirs).
+torch::Tensor enter_stream(const TensorParallel& tp, const torch::Tensor& x);
+
+// Initialises every parameter of `model` as the serial model would be from the same seed: `init`
+// fills the full tensor of each parameter (in named_parameters order) or returns false to keep the
+// parameter as constructed; a cut parameter keeps its block, so a tensor-parallel model starts equal
+// to the serial one.
+void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
+                            const std::function<bool(const std::string& name, torch::Tensor& full)>& init);
 
 // The full shape of a parameter whose local block has `local` sizes under `layout`.
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh);

@@ -1,0 +1,115 @@
+#include "core/io/image_augment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <opencv2/imgproc.hpp>
+
+#include "core/util/error.h"
+
+namespace kuafu::io {
+namespace {
+
+// The image as t.channels channels (RGB or gray), 8-bit.
+cv::Mat to_output_channels(const cv::Mat& image, int channels) {
+  KUAFU_CHECK(!image.empty(), "image transform: empty image");
+  KUAFU_CHECK(image.depth() == CV_8U, "image transform: expected an 8-bit image, found OpenCV depth ", image.depth());
+  const int in = image.channels();
+  KUAFU_CHECK(in == 1 || in == 3 || in == 4, "image transform: expected 1, 3 or 4 channels, found ", in);
+  static const int kToRgb[] = {0, cv::COLOR_GRAY2RGB, 0, cv::COLOR_BGR2RGB, cv::COLOR_BGRA2RGB};
+  static const int kToGray[] = {0, 0, 0, cv::COLOR_BGR2GRAY, cv::COLOR_BGRA2GRAY};
+  if (channels == 1 && in == 1) return image;
+  cv::Mat converted;
+  cv::cvtColor(image, converted, channels == 1 ? kToGray[in] : kToRgb[in]);
+  return converted;
+}
+
+// Writes a size x size 8-bit image as normalised CHW floats, through a per-channel table of the 256
+// possible values (exact at 0 and 255, so outputs stay within [(0 - mean) / std, (1 - mean) / std]).
+void write_chw(const cv::Mat& image, const ImageTransform& t, float* out) {
+  const int c_count = t.channels;
+  std::vector<float> table(static_cast<size_t>(256) * c_count);
+  for (int c = 0; c < c_count; ++c) {
+    for (int v = 0; v < 256; ++v) table[c * 256 + v] = (static_cast<float>(v) / 255.0f - t.mean[c]) / t.std[c];
+  }
+  const size_t plane = static_cast<size_t>(t.size) * t.size;
+  for (int y = 0; y < t.size; ++y) {
+    const uint8_t* row = image.ptr<uint8_t>(y);
+    float* out_row = out + static_cast<size_t>(y) * t.size;
+    for (int x = 0; x < t.size; ++x) {
+      for (int c = 0; c < c_count; ++c) out_row[c * plane + x] = table[c * 256 + row[x * c_count + c]];
+    }
+  }
+}
+
+// torchvision's RandomResizedCrop.get_params: up to 10 tries at a random area fraction and
+// log-uniform aspect ratio; otherwise the whole image cropped to the nearest allowed ratio.
+cv::Rect random_resized_crop(int width, int height, const ImageTransform& t, std::mt19937_64& rng) {
+  const double area = static_cast<double>(width) * height;
+  std::uniform_real_distribution<double> scale(t.scale_min, t.scale_max);
+  std::uniform_real_distribution<double> log_ratio(std::log(t.ratio_min), std::log(t.ratio_max));
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * scale(rng);
+    const double ratio = std::exp(log_ratio(rng));
+    const int w = static_cast<int>(std::lround(std::sqrt(target_area * ratio)));
+    const int h = static_cast<int>(std::lround(std::sqrt(target_area / ratio)));
+    if (w > 0 && w <= width && h > 0 && h <= height) {
+      const int top = std::uniform_int_distribution<int>(0, height - h)(rng);
+      const int left = std::uniform_int_distribution<int>(0, width - w)(rng);
+      return {left, top, w, h};
+    }
+  }
+  const double in_ratio = static_cast<double>(width) / height;
+  int w = width, h = height;
+  if (in_ratio < t.ratio_min) {
+    h = std::clamp(static_cast<int>(std::lround(w / t.ratio_min)), 1, height);
+  } else if (in_ratio > t.ratio_max) {
+    w = std::clamp(static_cast<int>(std::lround(h * t.ratio_max)), 1, width);
+  }
+  return {(width - w) / 2, (height - h) / 2, w, h};
+}
+
+}  // namespace
+
+void check_transform(const ImageTransform& t) {
+  KUAFU_CHECK(t.size > 0, "image transform: size must be positive, found ", t.size);
+  KUAFU_CHECK(t.channels == 1 || t.channels == 3, "image transform: channels must be 1 or 3, found ", t.channels);
+  KUAFU_CHECK(0 < t.scale_min && t.scale_min <= t.scale_max && t.scale_max <= 1, "image transform: need 0 < scale_min",
+              " <= scale_max <= 1, found ", t.scale_min, " and ", t.scale_max);
+  KUAFU_CHECK(0 < t.ratio_min && t.ratio_min <= t.ratio_max, "image transform: need 0 < ratio_min <= ratio_max, found ",
+              t.ratio_min, " and ", t.ratio_max);
+  KUAFU_CHECK(0 < t.resize_ratio && t.resize_ratio <= 1, "image transform: resize_ratio must be in (0, 1], found ",
+              t.resize_ratio);
+  KUAFU_CHECK(static_cast<int>(t.mean.size()) == t.channels && static_cast<int>(t.std.size()) == t.channels,
+              "image transform: mean and std need ", t.channels, " values (one per channel), found ", t.mean.size(),
+              " and ", t.std.size());
+  for (float s : t.std) KUAFU_CHECK(s > 0, "image transform: std values must be positive, found ", s);
+}
+
+void train_transform(const cv::Mat& image, const ImageTransform& t, std::mt19937_64& rng, float* out) {
+  check_transform(t);
+  const cv::Mat source = to_output_channels(image, t.channels);
+  const cv::Rect crop = random_resized_crop(source.cols, source.rows, t, rng);
+  cv::Mat resized;
+  cv::resize(source(crop), resized, cv::Size(t.size, t.size), 0, 0, cv::INTER_LINEAR);
+  if (t.flip && std::bernoulli_distribution(0.5)(rng)) cv::flip(resized, resized, 1);
+  write_chw(resized, t, out);
+}
+
+void eval_transform(const cv::Mat& image, const ImageTransform& t, float* out) {
+  check_transform(t);
+  const cv::Mat source = to_output_channels(image, t.channels);
+  // Shorter side to round(size / resize_ratio); the longer side keeps the aspect ratio (truncated,
+  // as torchvision's Resize does).
+  const int shorter = static_cast<int>(std::lround(t.size / t.resize_ratio));
+  const bool wide = source.cols >= source.rows;
+  const int64_t longer =
+      static_cast<int64_t>(shorter) * (wide ? source.cols : source.rows) / (wide ? source.rows : source.cols);
+  const cv::Size target =
+      wide ? cv::Size(static_cast<int>(longer), shorter) : cv::Size(shorter, static_cast<int>(longer));
+  cv::Mat resized;
+  cv::resize(source, resized, target, 0, 0, cv::INTER_LINEAR);
+  const cv::Rect crop((resized.cols - t.size) / 2, (resized.rows - t.size) / 2, t.size, t.size);
+  write_chw(resized(crop), t, out);
+}
+
+}  // namespace kuafu::io
