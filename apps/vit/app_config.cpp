@@ -37,6 +37,8 @@ config::Schema vit_schema() {
 
   s.add_float("augment.scale_min", 0.08, "random-resized crop: smallest area fraction (1 = no crop)").min(0.01).max(1);
   s.add_bool("augment.flip", true, "random horizontal flips");
+  s.add_float("augment.eval_resize_ratio", 0.875, "evaluation: crop side / resized shorter side (1 = no zoom)")
+      .min(0.1).max(1);
   s.add_float("augment.label_smoothing", 0.1, "ε: 1 − ε on the label, ε spread over the classes").min(0).max(0.5);
   s.add_float("augment.mixup", 0.0, "mixup α (Beta(α, α) mixing of image pairs); 0 = off").min(0).max(10);
 

@@ -260,9 +260,9 @@ LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
   task.model().eval();
   LossSum local = task.evaluate(data.rank(), data.size());
   task.model().train(was_training);
-  torch::Tensor sums = torch::tensor({local.loss_sum, local.count}, torch::kFloat64);
+  torch::Tensor sums = torch::tensor({local.loss_sum, local.count, local.correct}, torch::kFloat64);
   dist::all_reduce(sums, data);
-  return {sums[0].item<double>(), sums[1].item<double>()};
+  return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
 }
 
 LossSum Trainer::evaluate() { return evaluate_task(task_, *runtime_.mesh->group("data")); }
@@ -291,10 +291,18 @@ TrainSummary Trainer::run() {
   auto report_eval = [&](int64_t step) {
     const LossSum eval = evaluate();
     summary.val_loss = eval.loss_sum / std::max(1.0, eval.count);
-    const std::string line = "eval at step " + std::to_string(step) + ": loss " + fixed(summary.val_loss, 4) +
-                             ", perplexity " + fixed(std::exp(summary.val_loss), 2);
+    nlohmann::json metrics = {{"step", step}, {"val_loss", summary.val_loss}};
+    std::string line = "eval at step " + std::to_string(step) + ": loss " + fixed(summary.val_loss, 4);
+    if (task_.reports_accuracy()) {
+      summary.val_accuracy = eval.correct / std::max(1.0, eval.count);
+      metrics["val_accuracy"] = summary.val_accuracy;
+      line += ", accuracy " + fixed(100 * summary.val_accuracy, 2) + "%";
+    } else {
+      metrics["val_ppl"] = std::exp(summary.val_loss);
+      line += ", perplexity " + fixed(std::exp(summary.val_loss), 2);
+    }
     if (progress) progress->print_line(line);
-    write_metrics({{"step", step}, {"val_loss", summary.val_loss}, {"val_ppl", std::exp(summary.val_loss)}});
+    write_metrics(metrics);
   };
 
   task_.model().train();

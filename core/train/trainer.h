@@ -25,7 +25,8 @@ void add_trainer_schema(config::Schema& schema);
 // Sums over this rank's share of an evaluation set.
 struct LossSum {
   double loss_sum = 0.0;  // sum of per-item losses (nats)
-  double count = 0.0;     // number of items (tokens)
+  double count = 0.0;     // number of items (tokens, images)
+  double correct = 0.0;   // items whose top prediction is right (classification tasks)
 };
 
 // What an app gives the trainer.
@@ -41,6 +42,8 @@ class TrainTask {
   virtual double flops_per_item() const = 0;
   virtual int64_t items_per_row() const = 0;
   virtual std::string item_name() const { return "tokens"; }
+  // Classifiers fill LossSum::correct: evaluation then reports accuracy instead of perplexity.
+  virtual bool reports_accuracy() const { return false; }
   // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
   virtual std::vector<std::string> checkpoint_keys() const = 0;
 
@@ -64,6 +67,7 @@ struct TrainSummary {
   int64_t skipped_steps = 0;  // overflowed steps the loss scaler skipped
   double last_loss = 0.0;
   double val_loss = 0.0;
+  double val_accuracy = 0.0;  // classification tasks
   bool stopped_by_signal = false;
 };
 

@@ -1,0 +1,280 @@
+#include "apps/vit/commands.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <numeric>
+#include <random>
+
+#include "core/config/cli.h"
+#include "core/dist/collectives.h"
+#include "core/optim/mixed_precision.h"
+#include "core/optim/optim_config.h"
+#include "core/util/logging.h"
+
+namespace kuafu::vit {
+namespace fs = std::filesystem;
+
+namespace {
+
+torch::Dtype parameter_dtype(torch::nn::Module& model) { return model.parameters().front().scalar_type(); }
+
+// λ ~ Beta(α, α) as G1 / (G1 + G2) with G ~ Gamma(α, 1), from the step's own stream.
+double mixup_weight(double alpha, uint64_t seed, int64_t step) {
+  std::mt19937_64 rng(seed * 1000003ull + static_cast<uint64_t>(step));
+  std::gamma_distribution<double> gamma(alpha, 1.0);
+  const double a = gamma(rng), b = gamma(rng);
+  return a / (a + b);
+}
+
+}  // namespace
+
+ImageTask::ImageTask(ViTForImageClassification model, std::unique_ptr<ImageDataset> train,
+                     std::unique_ptr<ImageDataset> val, const config::Config& config)
+    : model_(std::move(model)),
+      train_(std::move(train)),
+      val_(std::move(val)),
+      global_batch_(config.get_int("train.batch_size")),
+      micro_batch_(config.get_int("train.micro_batch_size")),
+      seed_(static_cast<uint64_t>(config.get_int("train.seed"))),
+      label_smoothing_(config.get_float("augment.label_smoothing")),
+      mixup_alpha_(config.get_float("augment.mixup")) {
+  if (steps_per_epoch() < 1) {
+    config.fail_at("train.batch_size", "(" + std::to_string(global_batch_) + ") is larger than the training set (" +
+                                           std::to_string(train_->size()) + " images)");
+  }
+}
+
+std::vector<size_t> ImageTask::training_items(int64_t step, int64_t first_row, int64_t rows) {
+  const int64_t epoch = step / steps_per_epoch();
+  if (epoch != epoch_) {
+    order_.resize(static_cast<size_t>(train_->size()));
+    std::iota(order_.begin(), order_.end(), size_t{0});
+    std::mt19937_64 rng(seed_ * 7919ull + static_cast<uint64_t>(epoch));
+    std::shuffle(order_.begin(), order_.end(), rng);
+    epoch_ = epoch;
+  }
+  const int64_t first = (step % steps_per_epoch()) * global_batch_ + first_row;
+  return {order_.begin() + first, order_.begin() + first + rows};
+}
+
+torch::Tensor ImageTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  const std::vector<size_t> items = training_items(step, first_row, rows);
+  ImageBatch batch = train_->batch(items, /*train=*/true, seed_ * 1000003ull + static_cast<uint64_t>(step));
+  torch::Tensor pixels = batch.pixels;
+  torch::Tensor targets = smoothed_targets(batch.labels, model_->config.num_labels, label_smoothing_);
+  if (mixup_alpha_ > 0) {
+    // Mixup pairs each image with the batch's reversed order (rows and weight alike on every rank).
+    const double lambda = mixup_weight(mixup_alpha_, seed_, step);
+    pixels = lambda * pixels + (1 - lambda) * pixels.flip(0);
+    targets = lambda * targets + (1 - lambda) * targets.flip(0);
+  }
+  return model_->loss(pixels.to(parameter_dtype(*model_)), targets);
+}
+
+void ImageTask::for_each_eval_batch(
+    int64_t begin, int64_t end, const std::function<void(const torch::Tensor&, const torch::Tensor&)>& use) {
+  for (int64_t first = begin; first < end; first += micro_batch_) {
+    std::vector<size_t> items(static_cast<size_t>(std::min(micro_batch_, end - first)));
+    std::iota(items.begin(), items.end(), static_cast<size_t>(first));
+    ImageBatch batch = val_->batch(items, /*train=*/false, 0);
+    use(model_->forward(batch.pixels.to(parameter_dtype(*model_))).to(torch::kFloat32), batch.labels);
+  }
+}
+
+train::LossSum ImageTask::evaluate(int rank, int ranks) {
+  const int64_t n = val_->size();
+  train::LossSum sum;
+  for_each_eval_batch(n * rank / ranks, n * (rank + 1) / ranks, [&](const torch::Tensor& logits, const torch::Tensor& labels) {
+    sum.loss_sum += torch::nn::functional::cross_entropy(
+                        logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                        .item<double>();
+    sum.count += static_cast<double>(labels.size(0));
+    sum.correct += logits.argmax(1).eq(labels).sum().item<double>();
+  });
+  return sum;
+}
+
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp) {
+  const ViTConfig model = model_config(config);
+  auto train = open_dataset(config, model, /*train=*/true);
+  auto val = open_dataset(config, model, /*train=*/false);
+  // Under 2D, 2.5D and 3D the blocks cut every batch into row blocks.
+  for (const char* key : {"train.micro_batch_size"}) {
+    if (config.get_int(key) % tp.batch_blocks() != 0) {
+      config.fail_at(key, "is " + std::to_string(config.get_int(key)) + " but parallel.tensor.mode = \"" +
+                              parallel::mode_name(tp.spec.mode) + "\" cuts each batch into " +
+                              std::to_string(tp.batch_blocks()) + " row blocks");
+    }
+  }
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  return std::make_unique<ImageTask>(ViTForImageClassification(model, tp), std::move(train), std::move(val), config);
+}
+
+void prepare_command(const config::Config& config) {
+  // Nothing to convert: every format is read as it is. Opening both sets checks them (files, shapes,
+  // labels, channels) and the summary shows what training will see.
+  const ViTConfig model = model_config(config);
+  nlohmann::json summary = {{"format", config.get_string("data.format")}};
+  for (bool train : {true, false}) {
+    auto set = open_dataset(config, model, train);
+    summary[train ? "train_images" : "val_images"] = set->size();
+    if (train) summary["classes"] = set->class_names();
+  }
+  summary["steps_per_epoch"] = summary["train_images"].get<int64_t>() / config.get_int("train.batch_size");
+  std::cout << summary.dump() << std::endl;
+}
+
+train::TrainSummary train_command(const config::Config& config) {
+  train::Runtime runtime = train::start_runtime(config);
+  std::unique_ptr<ImageTask> task = make_image_task(config, runtime.tensor);
+  if (runtime.is_main()) {
+    const ViTConfig& m = task->vit()->config;
+    log::infof("ViT: ", m.num_hidden_layers, " layers, ", m.num_attention_heads, " heads, H = ", m.hidden_size,
+               ", patch ", m.patch_size, " of ", m.image_size, " px, ", static_cast<double>(m.parameter_count()) / 1e6,
+               "M parameters; ", task->steps_per_epoch(), " steps per epoch; ", runtime.world->size(), " rank(s) x ",
+               runtime.threads, " thread(s)");
+  }
+  train::Trainer trainer(config, runtime, *task);
+  return trainer.run();
+}
+
+namespace {
+
+std::string resolve_checkpoint(const config::Config& config, const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const auto root = (fs::path(config.get_string("train.out_dir")) / "checkpoints").string();
+  train::CheckpointStore store(root, dist::World::single()->world_group(), 1);
+  const auto latest = store.latest();
+  KUAFU_CHECK(latest, "no checkpoint in ", root, ": train first or pass --checkpoint");
+  return *latest;
+}
+
+}  // namespace
+
+void eval_command(const config::Config& config, const std::string& checkpoint) {
+  train::Runtime runtime = train::start_runtime(config);
+  std::unique_ptr<ImageTask> task = make_image_task(config);
+  const std::string folder = resolve_checkpoint(config, checkpoint);
+  train::CheckpointStore::load_model(folder, task->model());
+  torch::NoGradGuard no_grad;
+  task->model().eval();
+  // Per class: images, top-1 hits, top-5 hits; summed over the data ranks' shares.
+  const int64_t classes = task->vit()->config.num_labels, n = task->val_set().size();
+  const auto& data = *runtime.mesh->group("data");
+  torch::Tensor counts = torch::zeros({3, classes}, torch::kFloat64);
+  task->for_each_eval_batch(n * data.rank() / data.size(), n * (data.rank() + 1) / data.size(),
+                            [&](const torch::Tensor& logits, const torch::Tensor& labels) {
+                              const torch::Tensor top = std::get<1>(logits.topk(std::min<int64_t>(5, classes), 1));
+                              const torch::Tensor hit1 = top.select(1, 0).eq(labels).to(torch::kFloat64);
+                              const torch::Tensor hit5 = top.eq(labels.unsqueeze(1)).any(1).to(torch::kFloat64);
+                              counts[0].index_add_(0, labels, torch::ones_like(hit1));
+                              counts[1].index_add_(0, labels, hit1);
+                              counts[2].index_add_(0, labels, hit5);
+                            });
+  dist::all_reduce(counts, data);
+  const double images = counts[0].sum().item<double>();
+  nlohmann::json per_class = nlohmann::json::object();
+  const auto names = task->val_set().class_names();
+  for (int64_t c = 0; c < classes; ++c) {
+    const double seen = counts[0][c].item<double>();
+    per_class[names[static_cast<size_t>(c)]] = seen > 0 ? counts[1][c].item<double>() / seen : 0.0;
+  }
+  if (runtime.is_main()) {
+    std::cout << nlohmann::json{{"checkpoint", folder},
+                                {"images", images},
+                                {"top1", counts[1].sum().item<double>() / images},
+                                {"top5", counts[2].sum().item<double>() / images},
+                                {"per_class_top1", per_class}}
+                     .dump()
+              << std::endl;
+  }
+}
+
+void benchmark_command(const config::Config& config) {
+  train::Runtime runtime = train::start_runtime(config);
+  const ViTConfig m = model_config(config);
+  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  ViTForImageClassification model(m, runtime.tensor);
+  const int64_t batch = config.get_int("train.micro_batch_size");
+  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
+  optim::MasterWeights masters(*model, dtype);
+  auto optimizer = optim::make_optimizer(config, masters.params());
+  const double matmul_flops = train::measure_matmul_flops(1024, 5, dtype);
+  const torch::Tensor pixels = torch::randn({batch, m.num_channels, m.image_size, m.image_size}).to(dtype);
+  const torch::Tensor targets = smoothed_targets(torch::randint(m.num_labels, {batch}, torch::kInt64), m.num_labels, 0.1);
+  auto step = [&] {
+    model->loss(pixels, targets).backward();
+    masters.copy_grads_to_masters();
+    optimizer->step();
+    masters.copy_masters_to_model();
+    model->zero_grad();
+  };
+  for (int64_t i = 0; i < config.get_int("benchmark.warmup"); ++i) step();
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < config.get_int("benchmark.steps"); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  const double median = seconds[seconds.size() / 2];
+  const double images_per_s = static_cast<double>(batch) / median;
+  const nlohmann::json line = {
+      {"app", "vit"},
+      {"config", config.path()},
+      {"parameters", m.parameter_count()},
+      {"batch", batch},
+      {"image_size", m.image_size},
+      {"threads", runtime.threads},
+      {"precision", config.get_string("precision.dtype")},
+      {"optimizer", optimizer->name()},
+      {"step_time_ms_median", median * 1e3},
+      {"step_time_ms_min", seconds.front() * 1e3},
+      {"step_time_ms_max", seconds.back() * 1e3},
+      {"images_per_s", images_per_s},
+      {"model_tflops", m.flops_per_image() * images_per_s / 1e12},
+      {"matmul_gflops", matmul_flops / 1e9},
+      {"mfu", m.flops_per_image() * images_per_s / (matmul_flops * runtime.world->size())},
+      {"peak_mem_mb", static_cast<double>(train::peak_memory_bytes(runtime.device)) / (1 << 20)},
+  };
+  if (runtime.is_main()) std::cout << line.dump() << std::endl;
+}
+
+int run_vit_app(int argc, const char* const argv[]) {
+  config::CommandLine cli("kuafu-vit", "Vision Transformer training (large-batch LAMB/LARS), evaluation, benchmark");
+  cli.subcommand("prepare", "check the training and evaluation sets and print a summary")
+      .subcommand("train", "train (resumes from the latest checkpoint in train.out_dir)")
+      .subcommand("eval", "top-1, top-5 and per-class accuracy of a checkpoint")
+      .subcommand("benchmark", "time training steps on random images; prints one JSON line");
+  cli.option("eval", "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
+  try {
+    const config::ParsedCommand command = cli.parse(argc, argv);
+    if (command.help) {
+      std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
+      return 0;
+    }
+    const config::Config config = config::Config::load(command.config_path, vit_schema(), command.overrides);
+    if (command.print_config) {
+      std::cout << config.to_toml();
+      return 0;
+    }
+    if (command.subcommand == "prepare") prepare_command(config);
+    if (command.subcommand == "train") train_command(config);
+    if (command.subcommand == "eval") eval_command(config, command.option("checkpoint"));
+    if (command.subcommand == "benchmark") benchmark_command(config);
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "kuafu-vit: error: " << e.what() << std::endl;
+  } catch (const c10::Error& e) {
+    std::cerr << "kuafu-vit: error: " << e.what_without_backtrace() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "kuafu-vit: error: " << e.what() << std::endl;
+  }
+  return 1;
+}
+
+}  // namespace kuafu::vit

@@ -1,0 +1,58 @@
+// kuafu-vit's subcommands: prepare (checks and summarises the data), train, eval (top-1, top-5 and
+// per-class accuracy), benchmark. run_vit_app parses the command line and catches errors.
+#pragma once
+
+#include <memory>
+
+#include "apps/vit/app_config.h"
+#include "apps/vit/dataset.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::vit {
+
+// Image classification: the trainer's view of a ViT and its data. Each step's global batch is the next
+// slice of a per-epoch shuffle of the training set (drop-last), so a run resumes exactly.
+class ImageTask : public train::TrainTask {
+ public:
+  ImageTask(ViTForImageClassification model, std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val,
+            const config::Config& config);
+  torch::nn::Module& model() override { return *model_; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
+  train::LossSum evaluate(int rank, int ranks) override;
+  double flops_per_item() const override { return model_->config.flops_per_image(); }
+  int64_t items_per_row() const override { return 1; }
+  std::string item_name() const override { return "images"; }
+  std::vector<std::string> checkpoint_keys() const override { return {"model."}; }
+  bool reports_accuracy() const override { return true; }
+
+  ViTForImageClassification& vit() { return model_; }
+  ImageDataset& val_set() { return *val_; }
+  int64_t steps_per_epoch() const { return train_->size() / global_batch_; }
+  // The logits of evaluation items [begin, end) in batches of the micro-batch size.
+  void for_each_eval_batch(int64_t begin, int64_t end,
+                           const std::function<void(const torch::Tensor& logits, const torch::Tensor& labels)>& use);
+
+ private:
+  std::vector<size_t> training_items(int64_t step, int64_t first_row, int64_t rows);
+
+  ViTForImageClassification model_;
+  std::unique_ptr<ImageDataset> train_, val_;
+  int64_t global_batch_, micro_batch_;
+  uint64_t seed_;
+  double label_smoothing_, mixup_alpha_;
+  int64_t epoch_ = -1;
+  std::vector<size_t> order_;  // the current epoch's shuffle
+};
+
+// The ViT (tensor-parallel as the runtime says) and its training and evaluation sets.
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp = {});
+
+void prepare_command(const config::Config& config);
+train::TrainSummary train_command(const config::Config& config);
+void eval_command(const config::Config& config, const std::string& checkpoint);
+void benchmark_command(const config::Config& config);
+
+// The whole program; returns the exit code.
+int run_vit_app(int argc, const char* const argv[]);
+
+}  // namespace kuafu::vit

@@ -1,0 +1,157 @@
+// kuafu-vit as a user runs it: every shipped config validates; a few training steps on Fashion-MNIST
+// lower the loss and evaluate to better than chance; `eval` prints top-1, top-5 and per-class
+// accuracy; HDF5 arrays and image folders load through the config, with out-of-range labels refused
+// at the key and a corrupt image skipped (its path reported) up to data.max_corrupt_images.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#ifdef KUAFU_WITH_IMAGE_CODECS
+#include <opencv2/imgcodecs.hpp>
+#endif
+#include <unistd.h>
+
+#include <H5Cpp.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apps/vit/commands.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::vit {
+namespace {
+namespace fs = std::filesystem;
+
+const fs::path kConfigs = fs::path(KUAFU_SOURCE_DIR) / "apps/vit/configs";
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("kuafu_vit_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+config::Config small_config(const fs::path& out, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides = {"train.out_dir=\"" + out.string() + "\"", "train.progress=\"plain\"",
+                                        "runtime.threads=1"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::Config::load((kConfigs / "fashion_mnist_small.toml").string(), vit_schema(), overrides);
+}
+
+TEST(ViTAppTest, EveryShippedConfigValidates) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(kConfigs)) {
+    SCOPED_TRACE(entry.path().string());
+    const config::Config config = config::Config::load(entry.path().string(), vit_schema(), {});
+    const ViTConfig model = model_config(config);
+    EXPECT_NO_THROW(model.validate());
+    EXPECT_EQ(config.get_int("train.batch_size") % config.get_int("train.micro_batch_size"), 0);
+    ++count;
+  }
+  EXPECT_EQ(count, 4) << "fashion_mnist_small, vit_b16, vit_b32, vit_l32";
+}
+
+TEST(ViTAppTest, AFewStepsOnFashionMnistLowerTheLossAndBeatChance) {
+  const fs::path out = temp_dir("train");
+  const config::Config config = small_config(out, {"train.steps=40", "train.batch_size=64", "train.micro_batch_size=32",
+                                                   "train.eval_interval=0", "train.checkpoint_interval=0",
+                                                   "optim.warmup_steps=5", "augment.mixup=0.2"});
+  const train::TrainSummary summary = train_command(config);
+  std::vector<double> losses;
+  std::ifstream metrics(out / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto json = nlohmann::json::parse(line);
+    if (json.contains("loss")) losses.push_back(json["loss"].get<double>());
+  }
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_LT((losses[35] + losses[36] + losses[37] + losses[38] + losses[39]) / 5, losses[0] - 0.3);
+  EXPECT_GT(summary.val_accuracy, 0.3) << "10 classes: chance is 0.1";
+}
+
+TEST(ViTAppTest, EvalPrintsTopOneTopFiveAndPerClassAccuracy) {
+  const fs::path out = temp_dir("eval");
+  const std::string common = std::string(KUAFU_VIT_PATH) + " %s --config " +
+                             (kConfigs / "fashion_mnist_small.toml").string() + " --set train.out_dir='\"" +
+                             out.string() + "\"' --set runtime.threads=1 --set train.steps=5";
+  auto run = [&](const std::string& sub, const std::string& capture) {
+    char command[2048];
+    std::snprintf(command, sizeof(command), common.c_str(), sub.c_str());
+    return std::system((std::string(command) + " > " + capture + " 2>&1").c_str());
+  };
+  ASSERT_EQ(run("train", (out / "train.log").string()), 0);
+  ASSERT_EQ(run("eval", (out / "eval.json").string()), 0);
+  std::ifstream in(out / "eval.json");
+  nlohmann::json result;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line[0] == '{') result = nlohmann::json::parse(line);
+  }
+  ASSERT_TRUE(result.contains("top1")) << result.dump();
+  EXPECT_EQ(result["images"].get<double>(), 10000);
+  EXPECT_GE(result["top5"].get<double>(), result["top1"].get<double>());
+  EXPECT_EQ(result["per_class_top1"].size(), 10u);
+  // A bad key fails before any work, naming it.
+  EXPECT_NE(run("train --set model.patch_size=5", (out / "bad.log").string()), 0);
+  std::ifstream bad(out / "bad.log");
+  const std::string message((std::istreambuf_iterator<char>(bad)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(testing::Contains(message, "model.patch_size")) << message;
+}
+
+void write_hdf5(const fs::path& path, int64_t n, int64_t bad_label) {
+  H5::H5File file(path.string(), H5F_ACC_TRUNC);
+  std::vector<uint8_t> pixels(static_cast<size_t>(n * 28 * 28));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i % 251);
+  std::vector<int64_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  labels.back() = bad_label;
+  const hsize_t image_dims[3] = {static_cast<hsize_t>(n), 28, 28}, label_dims[1] = {static_cast<hsize_t>(n)};
+  file.createDataSet("images", H5::PredType::NATIVE_UINT8, H5::DataSpace(3, image_dims)).write(pixels.data(), H5::PredType::NATIVE_UINT8);
+  file.createDataSet("labels", H5::PredType::NATIVE_INT64, H5::DataSpace(1, label_dims)).write(labels.data(), H5::PredType::NATIVE_INT64);
+}
+
+TEST(ViTAppTest, Hdf5ArraysLoadAndBadLabelsAreRefusedAtTheKey) {
+  const fs::path dir = temp_dir("hdf5");
+  write_hdf5(dir / "train.h5", 20, 9);
+  write_hdf5(dir / "bad.h5", 20, 12);
+  const config::Config config = small_config(dir, {"data.format=\"hdf5\"", "data.train=\"" + (dir / "train.h5").string() + "\"",
+                                                   "data.val=\"" + (dir / "bad.h5").string() + "\""});
+  auto set = open_dataset(config, model_config(config), /*train=*/true);
+  EXPECT_EQ(set->size(), 20);
+  const ImageBatch batch = set->batch({0, 5, 19}, /*train=*/true, 1);
+  EXPECT_EQ(batch.pixels.sizes().vec(), (std::vector<int64_t>{3, 1, 28, 28}));
+  EXPECT_EQ(batch.labels[1].item<int64_t>(), 5);
+  const std::string message = testing::error_message([&] { open_dataset(config, model_config(config), false); });
+  EXPECT_TRUE(testing::Contains(message, "data.val")) << message;
+  EXPECT_TRUE(testing::Contains(message, "label 12")) << message;
+}
+
+#ifdef KUAFU_WITH_IMAGE_CODECS
+TEST(ViTAppTest, ImageFoldersSkipACorruptImageUpToTheLimit) {
+  const fs::path dir = temp_dir("folder");
+  for (const char* split : {"train", "val"}) {
+    for (int c = 0; c < 10; ++c) {
+      const fs::path folder = dir / split / ("class" + std::to_string(c));
+      fs::create_directories(folder);
+      cv::imwrite((folder / "a.png").string(), cv::Mat(32, 40, CV_8UC3, cv::Scalar(10 * c, 50, 200)));
+    }
+  }
+  std::ofstream(dir / "train/class3/broken.jpg") << "not an image";
+  auto config_with = [&](int limit) {
+    return small_config(dir, {"data.format=\"folder\"", "data.train=\"" + (dir / "train").string() + "\"",
+                              "data.val=\"" + (dir / "val").string() + "\"", "data.max_corrupt_images=" + std::to_string(limit)});
+  };
+  const config::Config config = config_with(1);
+  auto set = open_dataset(config, model_config(config), /*train=*/true);
+  ASSERT_EQ(set->size(), 11);
+  std::vector<size_t> all(11);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const ImageBatch batch = set->batch(all, /*train=*/true, 3);
+  EXPECT_EQ(batch.labels.size(0), 10) << "the broken image is skipped";
+  EXPECT_EQ(batch.pixels.sizes().vec(), (std::vector<int64_t>{10, 1, 28, 28}));
+  const config::Config strict = config_with(0);
+  auto strict_set = open_dataset(strict, model_config(strict), /*train=*/true);
+  const std::string message = testing::error_message([&] { strict_set->batch(all, true, 3); });
+  EXPECT_TRUE(testing::Contains(message, "data.max_corrupt_images")) << message;
+}
+#endif
+
+}  // namespace
+}  // namespace kuafu::vit
