@@ -262,24 +262,10 @@ train::TrainSummary train_command(const config::Config& config) {
   return summary;
 }
 
-namespace {
-
-// The checkpoint folder to read: --checkpoint, else the latest under train.out_dir.
-std::string resolve_checkpoint(const config::Config& config, const std::string& requested) {
-  if (!requested.empty()) return requested;
-  const auto root = (fs::path(config.get_string("train.out_dir")) / "checkpoints").string();
-  train::CheckpointStore store(root, dist::World::single()->world_group(), 1);
-  const auto latest = store.latest();
-  KUAFU_CHECK(latest, "no checkpoint in ", root, ": train first or pass --checkpoint");
-  return *latest;
-}
-
-}  // namespace
-
 void eval_command(const config::Config& config, const std::string& checkpoint) {
   train::Runtime runtime = train::start_runtime(config);
   std::unique_ptr<TextTask> task = make_text_task(config);
-  const std::string folder = resolve_checkpoint(config, checkpoint);
+  const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
   const train::LossSum sums = train::evaluate_task(*task, *runtime.mesh->group("data"));
   const double loss = sums.loss_sum / sums.count;
@@ -296,7 +282,7 @@ void generate_command(const config::Config& config, const std::string& checkpoin
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
   const io::Tokenizer tokenizer = io::Tokenizer::load(data_paths(config).tokenizer_model);
   GPT model(model_config(config));
-  const std::string folder = resolve_checkpoint(config, checkpoint);
+  const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
   train::CheckpointStore::load_model(folder, *model);
   const std::string prompt = prompt_text.empty() ? config.get_string("generate.prompt") : prompt_text;
   std::vector<int64_t> ids;
@@ -334,15 +320,9 @@ void benchmark_command(const config::Config& config) {
     masters.copy_masters_to_model();
     model->zero_grad();
   };
-  for (int64_t i = 0; i < config.get_int("benchmark.warmup"); ++i) step();
-  std::vector<double> seconds;
-  for (int64_t i = 0; i < config.get_int("benchmark.steps"); ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    step();
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(seconds.begin(), seconds.end());
-  const double median = seconds[seconds.size() / 2];
+  const train::StepTimes times =
+      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"));
+  const double median = times.median;
   const double tokens_per_s = static_cast<double>(batch * context) / median;
   nlohmann::json line = {
       {"app", "gpt"},
@@ -354,8 +334,8 @@ void benchmark_command(const config::Config& config) {
       {"precision", config.get_string("precision.dtype")},
       {"optimizer", optimizer->name()},
       {"step_time_ms_median", median * 1e3},
-      {"step_time_ms_min", seconds.front() * 1e3},
-      {"step_time_ms_max", seconds.back() * 1e3},
+      {"step_time_ms_min", times.min * 1e3},
+      {"step_time_ms_max", times.max * 1e3},
       {"tokens_per_s", tokens_per_s},
       {"model_tflops", m.flops_per_token(context) * tokens_per_s / 1e12},
       {"matmul_gflops", matmul_flops / 1e9},
@@ -376,31 +356,23 @@ int run_gpt_app(int argc, const char* const argv[]) {
     cli.option(sub, "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
   }
   cli.option("generate", "prompt", "TEXT", "", "text to continue (default: generate.prompt)");
-  try {
+  return train::run_app_command("kuafu-gpt", [&] {
     const config::ParsedCommand command = cli.parse(argc, argv);
     if (command.help) {
       std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
-      return 0;
+      return;
     }
     const config::Config config = config::Config::load(command.config_path, gpt_schema(), command.overrides);
     if (command.print_config) {
       std::cout << config.to_toml();
-      return 0;
+      return;
     }
     if (command.subcommand == "prepare") prepare_command(config);
     if (command.subcommand == "train") train_command(config);
     if (command.subcommand == "eval") eval_command(config, command.option("checkpoint"));
     if (command.subcommand == "generate") generate_command(config, command.option("checkpoint"), command.option("prompt"));
     if (command.subcommand == "benchmark") benchmark_command(config);
-    return 0;
-  } catch (const Error& e) {
-    std::cerr << "kuafu-gpt: error: " << e.what() << std::endl;
-  } catch (const c10::Error& e) {
-    std::cerr << "kuafu-gpt: error: " << e.what_without_backtrace() << std::endl;
-  } catch (const std::exception& e) {
-    std::cerr << "kuafu-gpt: error: " << e.what() << std::endl;
-  }
-  return 1;
+  });
 }
 
 }  // namespace kuafu::gpt

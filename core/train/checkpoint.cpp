@@ -121,6 +121,15 @@ io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::Proce
   return mine;
 }
 
+std::string checkpoint_to_read(const std::string& out_dir, const std::string& requested) {
+  if (!requested.empty()) return requested;
+  const std::string root = (fs::path(out_dir) / "checkpoints").string();
+  CheckpointStore store(root, dist::World::single()->world_group(), 1);
+  const auto latest = store.latest();
+  KUAFU_CHECK(latest, "no checkpoint in ", root, ": train first or pass --checkpoint");
+  return *latest;
+}
+
 std::string checkpoint_folder(const std::string& root, int64_t step) {
   std::ostringstream name;
   name << "step_" << std::setw(8) << std::setfill('0') << step;

@@ -69,4 +69,8 @@ io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::Proce
 // "run/checkpoints/step_00000100" for step 100.
 std::string checkpoint_folder(const std::string& root, int64_t step);
 
+// The checkpoint an `eval`-like command reads: `requested` (a --checkpoint folder) when given, else
+// the latest complete one under <out_dir>/checkpoints; throws saying how to get one when there is none.
+std::string checkpoint_to_read(const std::string& out_dir, const std::string& requested);
+
 }  // namespace kuafu::train

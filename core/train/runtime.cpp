@@ -6,8 +6,10 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <iostream>
 #include <thread>
 
+#include "core/util/error.h"
 #include "core/util/logging.h"
 #ifdef KUAFU_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -132,6 +134,33 @@ double measure_matmul_flops(int64_t n, int repeats, torch::Dtype dtype) {
   }
   std::sort(seconds.begin(), seconds.end());
   return 2.0 * static_cast<double>(n) * n * n / seconds[seconds.size() / 2];
+}
+
+StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps) {
+  KUAFU_CHECK(steps > 0, "time_steps needs at least one timed step");
+  for (int64_t i = 0; i < warmup; ++i) step();
+  std::vector<double> seconds;
+  for (int64_t i = 0; i < steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return {seconds[seconds.size() / 2], seconds.front(), seconds.back()};
+}
+
+int run_app_command(const std::string& app, const std::function<void()>& command) {
+  try {
+    command();
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << app << ": error: " << e.what() << std::endl;
+  } catch (const c10::Error& e) {
+    std::cerr << app << ": error: " << e.what_without_backtrace() << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << app << ": error: " << e.what() << std::endl;
+  }
+  return 1;
 }
 
 int64_t peak_memory_bytes(const torch::Device& device) {

@@ -2,7 +2,9 @@
 // stop signals, and the machine measurements (matrix-product rate, peak memory) behind MFU figures.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "core/config/config.h"
 #include "core/dist/process_mesh.h"
@@ -46,6 +48,15 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
 // Measured matrix-product rate of this process (FLOP/s) at size n in `dtype` with the current threads:
 // the peak that MFU figures are relative to.
 double measure_matmul_flops(int64_t n = 1024, int repeats = 5, torch::Dtype dtype = torch::kFloat32);
+
+// Wall-clock seconds of `step` over `steps` calls after `warmup` untimed ones (benchmark subcommands).
+struct StepTimes {
+  double median = 0, min = 0, max = 0;
+};
+StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps);
+
+// Runs an app's command, printing "<app>: error: ..." for any failure; returns the exit code.
+int run_app_command(const std::string& app, const std::function<void()>& command);
 
 // Peak resident memory of this process (CPU) or peak allocated device memory (CUDA), in bytes.
 int64_t peak_memory_bytes(const torch::Device& device);
