@@ -131,10 +131,19 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
               "' that does not contain it");
   const int group_rank = static_cast<int>(self - global_ranks.begin());
   const int group_size = static_cast<int>(global_ranks.size());
+  // A second group of the same name (e.g. a second mesh in the same processes) must not meet the first
+  // one's rendezvous keys in the store: each creation gets its own prefix, the same on every member
+  // because groups are created in the same order everywhere.
+  int generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(groups_mutex_);
+    generation = created_[name]++;
+  }
   c10::intrusive_ptr<compat::Backend> backend;
   if (group_size > 1) {
     KUAFU_CHECK(store_, "group '", name, "' needs several ranks but the world has no store");
-    auto store = c10::make_intrusive<c10d::PrefixStore>("kuafu/" + name, store_);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(
+        "kuafu/" + name + (generation ? "#" + std::to_string(generation) : std::string()), store_);
     backend = make_backend(store, group_rank, group_size);
   }
   auto group = std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend), kind_,

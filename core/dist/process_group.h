@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -99,6 +100,7 @@ class World {
   GroupPtr world_group_;
   mutable std::mutex groups_mutex_;
   mutable std::vector<GroupPtr> groups_;
+  mutable std::map<std::string, int> created_;  // groups created so far, by name
 };
 
 }  // namespace kuafu::dist

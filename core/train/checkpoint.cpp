@@ -231,14 +231,17 @@ void CheckpointStore::load_weights(const std::string& folder, const io::NamedTen
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
-                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local, bool part) {
+                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local, bool part,
+                                     const ToLocal& state_to_local) {
   nlohmann::json state = read_trainer_state(folder);
   restore_weights(folder, weights, to_local, part);
   const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
   io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
   for (auto& [name, tensor] : optimizer_state.tensors) {
     // A parameter's state takes its parameter's layout.
-    if (const auto owner = optim::state_owner(name)) tensor = local_of(to_local, *owner, tensor);
+    if (const auto owner = optim::state_owner(name)) {
+      tensor = local_of(state_to_local ? state_to_local : to_local, *owner, tensor);
+    }
   }
   optimizer.load_state_tensors(optimizer_state, optimizer_path, part);
   const fs::path rng_path = fs::path(folder) / rng_file(rank);

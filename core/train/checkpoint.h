@@ -39,9 +39,10 @@ class CheckpointStore {
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
   // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
   // `part`: this rank holds part of the model (a pipeline stage) and loads the tensors it has.
+  // A parameter's optimizer state takes `state_to_local` when given (ZeRO pieces), else `to_local`.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
                              optim::Optimizer& optimizer, int rank, const ToLocal& to_local = nullptr,
-                             bool part = false);
+                             bool part = false, const ToLocal& state_to_local = nullptr);
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/dist/collectives.h"
+#include "core/memory/memory_config.h"
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/progress.h"
@@ -37,6 +38,7 @@ void add_trainer_schema(config::Schema& s) {
       .choices({"auto", "bar", "plain"});
   optim::add_optimizer_schema(s);
   optim::add_precision_schema(s);
+  memory::add_memory_schema(s);
 }
 
 namespace {
@@ -112,12 +114,36 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
   scaler_ = optim::make_loss_scaler(config);
 
-  // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
   dtype_ = optim::compute_dtype(config, runtime.device);
-  masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();
+  if (const auto zero = memory::zero_options(config, dtype_)) {
+    if (runtime.tensor.enabled() || runtime.pipelined()) {
+      config.fail_at("memory.strategy", "(\"" + config.get_string("memory.strategy") +
+                                            "\") shards over data parallelism only: turn off parallel.tensor and "
+                                            "parallel.pipeline");
+    }
+    // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
+    zero_ = std::make_unique<memory::ZeroRedundancy>(task.model(), replicas, *zero);
+    params_ = zero_->params();
+    norm_group_ = replicas;
+    log::infof("ZeRO stage ", zero->stage, ": ", zero_->layout().num_chunks(), " chunks of up to ",
+               zero_->layout().largest_chunk_numel(), " elements over ", replicas->size(), " ranks");
+  } else {
+    init_replicated(task, replicas);
+  }
+  optimizer_ = optim::make_optimizer(config, params_, norm_group_);
+  checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
+                                                   runtime.world->world_group(),
+                                                   static_cast<int>(config.get_int("train.keep_checkpoints")));
+  resume_or_check_fresh();
+}
+
+void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
+  const Runtime& runtime = runtime_;
+  // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
+  masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
   if (replicas->size() > 1) {
     data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), replicas);
     // The model now holds rank 0's weights; the masters must too.
@@ -137,11 +163,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
     p.counts_in_global_norm = p.counts_in_global_norm && task.counts_in_global_norm(p.name);
   }
   // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
-  optimizer_ = optim::make_optimizer(config, params_, runtime.model_group());
-  checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
-                                                   runtime.world->world_group(),
-                                                   static_cast<int>(config.get_int("train.keep_checkpoints")));
-  resume_or_check_fresh();
+  norm_group_ = runtime.model_group();
 }
 
 Trainer::~Trainer() = default;
@@ -188,13 +210,22 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  CheckpointStore::load(
-      *folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
-      [&](const std::string& name, const torch::Tensor& full) {
-        return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
-      },
-      /*part=*/runtime_.pipelined());
-  masters_->copy_masters_to_model();
+  if (zero_) {
+    const io::NamedTensors weights = zero_->weights_to_load();
+    CheckpointStore::load(*folder, weights, *optimizer_, runtime_.world->rank(), /*to_local=*/nullptr,
+                          /*part=*/false, [&](const std::string& name, const torch::Tensor& full) {
+                            return zero_->piece_of(name, full);
+                          });
+    zero_->load_full_weights(weights);
+  } else {
+    CheckpointStore::load(
+        *folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
+        [&](const std::string& name, const torch::Tensor& full) {
+          return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+        },
+        /*part=*/runtime_.pipelined());
+    masters_->copy_masters_to_model();
+  }
   if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));
   start_step_ = saved.at("step").get<int64_t>();
   if (runtime_.is_main()) {
@@ -232,8 +263,9 @@ void Trainer::save_checkpoint(int64_t step) {
   state["config"] = config_.to_toml();
   if (scaler_) state["loss_scaler"] = scaler_->state();
   // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  io::NamedTensors weights = masters_->weights();
-  io::NamedTensors optimizer_state = optimizer_->state_tensors();
+  io::NamedTensors weights = zero_ ? zero_->full_weights() : masters_->weights();
+  io::NamedTensors optimizer_state =
+      zero_ ? zero_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
   if (runtime_.tensor.enabled()) {
     for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
     for (auto& [name, tensor] : optimizer_state) {
@@ -327,14 +359,16 @@ TrainSummary Trainer::run() {
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
         const bool sync = micro + 1 == accumulation_;
         if (data_parallel_) data_parallel_->begin_backward(sync);
+        if (zero_) zero_->begin_backward(sync);
         torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch_);
         (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
         loss_sum += loss.item<double>();
       }
       if (data_parallel_) data_parallel_->finish_backward();
+      if (zero_) zero_->finish_backward();
     }
-    masters_->copy_grads_to_masters();
-    const double grad_norm = optim::global_grad_norm(params_, runtime_.model_group()) / loss_scale;
+    if (masters_) masters_->copy_grads_to_masters();
+    const double grad_norm = optim::global_grad_norm(params_, norm_group_) / loss_scale;
 
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(
@@ -354,7 +388,11 @@ TrainSummary Trainer::run() {
       // Unscaling and clipping are one multiplication of the gradients.
       optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
       optimizer_->step();
-      masters_->copy_masters_to_model();
+      if (zero_) {
+        zero_->copy_masters_to_model();
+      } else {
+        masters_->copy_masters_to_model();
+      }
     } else {
       summary.skipped_steps += 1;
       if (progress) {
@@ -363,7 +401,9 @@ TrainSummary Trainer::run() {
       }
     }
     if (scaler_) scaler_->update(overflow);
-    if (data_parallel_) {
+    if (zero_) {
+      zero_->zero_grad();
+    } else if (data_parallel_) {
       data_parallel_->zero_grad();
     } else {
       zero_grads(task_.model());

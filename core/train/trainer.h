@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "core/config/config.h"
+#include "core/memory/zero.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/mixed_precision.h"
@@ -85,6 +86,8 @@ class Trainer {
   const optim::DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
 
  private:
+  // Plain data parallelism: replicated (float32 master) weights, gradients all-reduced in buckets.
+  void init_replicated(TrainTask& task, const dist::GroupPtr& replicas);
   void resume_or_check_fresh();
   void save_checkpoint(int64_t step);
   void write_metrics(const nlohmann::json& line);
@@ -104,6 +107,8 @@ class Trainer {
   std::optional<optim::DynamicLossScaler> scaler_;
   torch::Dtype dtype_ = torch::kFloat32;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::unique_ptr<memory::ZeroRedundancy> zero_;         // memory.strategy zero1 / zero2: replaces masters_ and data_parallel_
+  dist::GroupPtr norm_group_;                            // ranks whose gradients make up one global norm
   std::unique_ptr<CheckpointStore> checkpoints_;
   int64_t steps_;
   int64_t global_batch_;

@@ -1,0 +1,130 @@
+// Shared pieces of the GPT training tests: a small synthetic corpus with learnable structure, configs
+// for a tiny GPT, per-test folders, serial reference runs, metric readers and an injected-loss task.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "apps/gpt/commands.h"
+#include "core/dist/process_group.h"
+#include "core/io/token_file.h"
+#include "tests/support/multiprocess.h"
+
+namespace kuafu::gpt {
+namespace fs = std::filesystem;
+
+
+// A corpus with learnable structure: mostly t+1 = (5 t + 3) mod V, sometimes a random token.
+inline void write_corpus(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::mt19937 rng(11);
+  for (const auto& [name, n] : {std::pair<std::string, int>{"train.tok", 20000}, {"val.tok", 3000}}) {
+    std::vector<uint32_t> tokens(n);
+    uint32_t t = 0;
+    for (auto& token : tokens) {
+      t = rng() % 8 == 0 ? rng() % 64 : (5 * t + 3) % 64;
+      token = t;
+    }
+    io::write_token_file((dir / name).string(), tokens, 64);
+  }
+}
+
+// One folder per test run, shared by the test process and the workers it starts.
+inline fs::path temp_dir(const std::string& name) {
+  const int owner = testing::is_worker() ? ::getppid() : ::getpid();
+  return fs::temp_directory_path() / ("kuafu_gpt_" + name + "_" + std::to_string(owner));
+}
+
+inline config::Config make_config(const fs::path& root, const std::string& out, const std::string& extra) {
+  const std::string text = "[model]\nvocab_size = 64\nn_positions = 32\nn_embd = 32\nn_layer = 2\nn_head = 2\n"
+                           "[data]\ncontext = 16\ndir = \"" + (root / "data").string() + "\"\n"
+                           "[train]\nsteps = 6\nbatch_size = 8\nmicro_batch_size = 8\neval_rows = 16\n"
+                           "progress = \"plain\"\nlog_interval = 100\nout_dir = \"" + (root / out).string() + "\"\n"
+                           "[optim]\nlr = 3e-3\nwarmup_steps = 2\n[runtime]\nthreads = 1\n";
+  std::vector<std::string> overrides;
+  std::istringstream lines(extra);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) overrides.push_back(line);
+  }
+  return config::Config::from_string(text, "test.toml", gpt_schema(), overrides);
+}
+
+inline std::vector<double> losses_of(const fs::path& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("loss")) losses.push_back(json["loss"].get<double>());
+  }
+  return losses;
+}
+
+inline train::Runtime single_runtime() {
+  train::Runtime runtime;
+  runtime.world = dist::World::single();
+  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
+  return runtime;
+}
+
+// Trains in this process with a single-rank runtime (also inside multi-rank workers).
+inline std::vector<torch::Tensor> train_serially(const config::Config& config) {
+  auto runtime = single_runtime();
+  auto task = make_text_task(config);
+  train::Trainer trainer(config, runtime, *task);
+  trainer.run();
+  return task->model().parameters();
+}
+
+inline double max_difference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+// Wraps the text task and multiplies the loss of the listed steps by `factor` (NaN, inf): injected
+// divergence and fp16-style gradient overflow.
+struct InjectedTask : train::TrainTask {
+  InjectedTask(std::unique_ptr<TextTask> inner, std::set<int64_t> steps, double factor)
+      : inner(std::move(inner)), steps(std::move(steps)), factor(factor) {}
+  torch::nn::Module& model() override { return inner->model(); }
+  torch::Tensor loss(int64_t step, int64_t first, int64_t rows) override {
+    torch::Tensor l = inner->loss(step, first, rows);
+    return steps.count(step) ? l * factor : l;
+  }
+  train::LossSum evaluate(int r, int n) override { return inner->evaluate(r, n); }
+  double flops_per_item() const override { return inner->flops_per_item(); }
+  int64_t items_per_row() const override { return inner->items_per_row(); }
+  std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
+  std::unique_ptr<TextTask> inner;
+  std::set<int64_t> steps;
+  double factor;
+};
+
+inline std::vector<nlohmann::json> metric_lines(const fs::path& metrics) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("loss")) lines.push_back(json);
+  }
+  return lines;
+}
+
+class GPTTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = temp_dir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    if (!testing::is_worker()) {  // workers find the corpus their parent wrote
+      fs::remove_all(root_);
+      write_corpus(root_ / "data");
+    }
+  }
+  fs::path root_;
+};
+
+}  // namespace kuafu::gpt
