@@ -31,6 +31,10 @@ class TextTask : public train::TrainTask {
   bool pipelined() const override { return pipeline_ != nullptr; }
   double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) override;
   bool counts_in_global_norm(const std::string& name) const override;
+  bool set_block_hooks(nn::BlockHooks* hooks) override {
+    model_->block_hooks = hooks;
+    return true;
+  }
   GPT& gpt() { return model_; }
 
  private:

@@ -222,14 +222,19 @@ torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t past) {
               config.n_positions);
   torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
   // [B, T] ids -> this rank's block of the stream; the position embedding [T, C] broadcasts over rows.
-  return transformer->drop(transformer->wte->forward(tokens) + transformer->wpe.forward(positions));
+  const nn::BlockCall call{"transformer.embed", {transformer->wte.get(), transformer->wpe.ptr().get()}};
+  return nn::run_block(block_hooks, call, tokens, [&](const torch::Tensor& ids) {
+    return transformer->drop(transformer->wte->forward(ids) + transformer->wpe.forward(positions));
+  });
 }
 
 torch::Tensor GPTImpl::run_blocks(torch::Tensor x, int64_t begin, int64_t end, std::vector<nn::KVCache>* caches) {
   for (int64_t i = begin; i < end; ++i) {
     Block& block = transformer->blocks[static_cast<size_t>(i)];
     KUAFU_CHECK(block, "this pipeline stage does not hold layer ", i);
-    x = block->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr);
+    nn::KVCache* cache = caches ? &(*caches)[static_cast<size_t>(i)] : nullptr;
+    x = nn::run_block(block_hooks, {"transformer.h." + std::to_string(i), {block.get()}}, x,
+                      [&](const torch::Tensor& input) { return block->forward(input, cache); });
   }
   return x;
 }
@@ -240,9 +245,13 @@ torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
 }
 
 torch::Tensor GPTImpl::stage_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = local_logits(x);
-  return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
+  const nn::BlockCall call{"transformer.head", {transformer->ln_f.ptr().get(), transformer->wte.get()}};
+  return nn::run_block(block_hooks, call, x, [&](const torch::Tensor& stream) {
+    // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
+    torch::Tensor logits = local_logits(stream);
+    return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)),
+                                           targets);
+  });
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCache>* caches) {
@@ -255,7 +264,10 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCa
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   const torch::Tensor x = run_blocks(embed(tokens, past), 0, config.n_layer, caches);
-  return transformer->wte->gather_logits(local_logits(x));
+  const nn::BlockCall call{"transformer.head", {transformer->ln_f.ptr().get(), transformer->wte.get()}};
+  return nn::run_block(block_hooks, call, x, [&](const torch::Tensor& stream) {
+    return transformer->wte->gather_logits(local_logits(stream));
+  });
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

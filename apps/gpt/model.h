@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/nn/attention.h"
+#include "core/nn/block_hooks.h"
 #include "core/parallel/pipeline/schedule.h"
 #include "core/parallel/sequence/sequence_parallel.h"
 #include "core/parallel/tensor/factory.h"
@@ -125,6 +126,8 @@ struct GPTImpl : torch::nn::Module {
   StagePlan plan;
   parallel::sequence::SequenceParallel sequence;
   Transformer transformer{nullptr};
+  // Called around the embeddings, each layer and the output layer with its loss (null: none).
+  nn::BlockHooks* block_hooks = nullptr;
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits

@@ -1,16 +1,18 @@
 // The memory.* config keys: which memory-saving strategy shards the model states over the data group.
 #pragma once
 
-#include <optional>
+#include <memory>
 
 #include "core/config/config.h"
-#include "core/memory/zero.h"
+#include "core/memory/chunked_masters.h"
 
 namespace kuafu::memory {
 
 void add_memory_schema(config::Schema& schema);
 
-// The ZeRO options memory.strategy asks for (zero1, zero2), or nullopt for plain data parallelism.
-std::optional<ZeroOptions> zero_options(const config::Config& config, torch::Dtype compute_dtype);
+// The sharding strategy memory.strategy asks for (zero1, zero2, gemini) over `group`, with `model` cast
+// to `compute_dtype`; null for "none" (plain data parallelism).
+std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
+                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype);
 
 }  // namespace kuafu::memory

@@ -98,6 +98,8 @@ double TrainTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, d
   fail("this task does not run a pipeline schedule");
 }
 
+bool TrainTask::set_block_hooks(nn::BlockHooks* /*hooks*/) { return false; }
+
 Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
     : config_(config), runtime_(runtime), task_(task) {
   steps_ = config.get_int("train.steps");
@@ -118,18 +120,21 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();
-  if (const auto zero = memory::zero_options(config, dtype_)) {
+  const std::string strategy = config.get_string("memory.strategy");
+  if (strategy != "none") {
     if (runtime.tensor.enabled() || runtime.pipelined()) {
-      config.fail_at("memory.strategy", "(\"" + config.get_string("memory.strategy") +
-                                            "\") shards over data parallelism only: turn off parallel.tensor and "
-                                            "parallel.pipeline");
+      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over data parallelism only: turn off "
+                                        "parallel.tensor and parallel.pipeline");
+    }
+    sharded_ = memory::make_sharded_states(config, task.model(), replicas, dtype_);
+    if (auto* hooks = dynamic_cast<nn::BlockHooks*>(sharded_.get()); hooks && !task.set_block_hooks(hooks)) {
+      config.fail_at("memory.strategy", "(\"" + strategy + "\") needs a model that runs its blocks through the "
+                                        "block-call interface, and this app's model does not yet; use zero1 or zero2");
     }
     // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
-    zero_ = std::make_unique<memory::ZeroRedundancy>(task.model(), replicas, *zero);
-    params_ = zero_->params();
+    params_ = sharded_->params();
     norm_group_ = replicas;
-    log::infof("ZeRO stage ", zero->stage, ": ", zero_->layout().num_chunks(), " chunks of up to ",
-               zero_->layout().largest_chunk_numel(), " elements over ", replicas->size(), " ranks");
+    if (runtime.is_main()) log::infof(sharded_->describe());
   } else {
     init_replicated(task, replicas);
   }
@@ -166,7 +171,10 @@ void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
   norm_group_ = runtime.model_group();
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // The model must not call into hooks that are gone.
+  if (dynamic_cast<nn::BlockHooks*>(sharded_.get())) task_.set_block_hooks(nullptr);
+}
 
 parallel::Layout Trainer::layout_of(const std::string& name) const {
   const auto found = layouts_.find(name);
@@ -210,13 +218,13 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  if (zero_) {
-    const io::NamedTensors weights = zero_->weights_to_load();
+  if (sharded_) {
+    const io::NamedTensors weights = sharded_->weights_to_load();
     CheckpointStore::load(*folder, weights, *optimizer_, runtime_.world->rank(), /*to_local=*/nullptr,
                           /*part=*/false, [&](const std::string& name, const torch::Tensor& full) {
-                            return zero_->piece_of(name, full);
+                            return sharded_->piece_of(name, full);
                           });
-    zero_->load_full_weights(weights);
+    sharded_->load_full_weights(weights);
   } else {
     CheckpointStore::load(
         *folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
@@ -263,9 +271,9 @@ void Trainer::save_checkpoint(int64_t step) {
   state["config"] = config_.to_toml();
   if (scaler_) state["loss_scaler"] = scaler_->state();
   // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  io::NamedTensors weights = zero_ ? zero_->full_weights() : masters_->weights();
+  io::NamedTensors weights = sharded_ ? sharded_->full_weights() : masters_->weights();
   io::NamedTensors optimizer_state =
-      zero_ ? zero_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
+      sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
   if (runtime_.tensor.enabled()) {
     for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
     for (auto& [name, tensor] : optimizer_state) {
@@ -359,13 +367,13 @@ TrainSummary Trainer::run() {
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
         const bool sync = micro + 1 == accumulation_;
         if (data_parallel_) data_parallel_->begin_backward(sync);
-        if (zero_) zero_->begin_backward(sync);
+        if (sharded_) sharded_->begin_backward(sync);
         torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch_);
         (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
         loss_sum += loss.item<double>();
       }
       if (data_parallel_) data_parallel_->finish_backward();
-      if (zero_) zero_->finish_backward();
+      if (sharded_) sharded_->finish_backward();
     }
     if (masters_) masters_->copy_grads_to_masters();
     const double grad_norm = optim::global_grad_norm(params_, norm_group_) / loss_scale;
@@ -388,8 +396,8 @@ TrainSummary Trainer::run() {
       // Unscaling and clipping are one multiplication of the gradients.
       optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
       optimizer_->step();
-      if (zero_) {
-        zero_->copy_masters_to_model();
+      if (sharded_) {
+        sharded_->copy_masters_to_model();
       } else {
         masters_->copy_masters_to_model();
       }
@@ -401,8 +409,8 @@ TrainSummary Trainer::run() {
       }
     }
     if (scaler_) scaler_->update(overflow);
-    if (zero_) {
-      zero_->zero_grad();
+    if (sharded_) {
+      sharded_->zero_grad();
     } else if (data_parallel_) {
       data_parallel_->zero_grad();
     } else {

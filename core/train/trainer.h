@@ -10,7 +10,8 @@
 #include <optional>
 
 #include "core/config/config.h"
-#include "core/memory/zero.h"
+#include "core/memory/chunked_masters.h"
+#include "core/nn/block_hooks.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/mixed_precision.h"
@@ -58,6 +59,9 @@ class TrainTask {
   // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
   // stage): the global gradient norm counts the other one.
   virtual bool counts_in_global_norm(const std::string& /*name*/) const { return true; }
+  // Installs (null: removes) hooks around each of the model's blocks (memory.strategy = "gemini"); false
+  // when the model does not run its blocks through the block-call interface.
+  virtual bool set_block_hooks(nn::BlockHooks* hooks);
 };
 
 // Evaluates `task` on every rank of `data` (each its share) and returns the sums over all ranks.
@@ -107,7 +111,7 @@ class Trainer {
   std::optional<optim::DynamicLossScaler> scaler_;
   torch::Dtype dtype_ = torch::kFloat32;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
-  std::unique_ptr<memory::ZeroRedundancy> zero_;         // memory.strategy zero1 / zero2: replaces masters_ and data_parallel_
+  std::unique_ptr<memory::ChunkedMasters> sharded_;      // memory.strategy zero1 / zero2 / gemini: replaces masters_ and data_parallel_
   dist::GroupPtr norm_group_;                            // ranks whose gradients make up one global norm
   std::unique_ptr<CheckpointStore> checkpoints_;
   int64_t steps_;

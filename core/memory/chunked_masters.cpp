@@ -1,0 +1,159 @@
+#include "core/memory/chunked_masters.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/util/error.h"
+
+namespace kuafu::memory {
+
+bool low_precision(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
+
+ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
+                               int64_t chunk_numel, torch::Dtype dtype)
+    : model_(model), group_(std::move(group)), rank_(group_->rank()), dtype_(dtype), names_(std::move(names)) {
+  KUAFU_CHECK(!names_.empty(), "the model has no trainable parameters to shard");
+  const auto named = model.named_parameters();
+  std::vector<int64_t> numels;
+  for (const auto& name : names_) {
+    const torch::Tensor& p = named[name];
+    const torch::Tensor& first = named[names_.front()];
+    KUAFU_CHECK(p.is_floating_point(), "parameter '", name, "' is not floating-point");
+    KUAFU_CHECK(p.scalar_type() == first.scalar_type() && p.device() == first.device(), "parameter '", name,
+                "' differs in dtype or device from '", names_.front(), "'");
+    params_.push_back(p);
+    shapes_.push_back(p.sizes().vec());
+    numels.push_back(p.numel());
+  }
+  master_dtype_ = low_precision(dtype_) ? torch::kFloat32 : params_.front().scalar_type();
+  const int64_t chunk = chunk_numel > 0 ? chunk_numel
+                                        : search_chunk_numel(numels, 0, kMaxChunkBytes / torch::elementSize(dtype_),
+                                                             1024, group_->size());
+  layout_.emplace(numels, chunk, group_->size());
+  // Rank 0's initial weights everywhere, as plain data parallelism does.
+  torch::NoGradGuard no_grad;
+  for (auto param : model.parameters()) dist::broadcast(param, *group_, 0);
+  for (auto buffer : model.buffers()) dist::broadcast(buffer, *group_, 0);
+}
+
+ChunkedMasters::~ChunkedMasters() = default;
+
+void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, const torch::Tensor&)>& keep) {
+  torch::NoGradGuard no_grad;
+  const auto options = params_.front().options().dtype(master_dtype_).requires_grad(false);
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    // Whole chunk in the parameters' own precision, so the masters are never rounded.
+    torch::Tensor whole = torch::zeros({layout_->chunk_numel(c)}, options);
+    for (int64_t i : layout_->tensors_in(c)) {
+      whole.narrow(0, layout_->slot(i).offset, params_[i].numel()).copy_(params_[i].reshape(-1));
+    }
+    master_shards_.push_back(keep(c, whole));
+    grad_shards_.push_back(torch::zeros({layout_->shard_numel(c)}, options));
+  }
+  for (const auto& item : model_.named_parameters()) {
+    const auto found = std::find(names_.begin(), names_.end(), item.key());
+    if (found == names_.end()) continue;
+    const int64_t i = found - names_.begin();
+    const Piece piece = layout_->piece(i, rank_);
+    const int64_t c = layout_->slot(i).chunk;
+    optim::Param param{item.key(), master_shards_[c].narrow(0, piece.shard_offset, piece.numel), group_, true};
+    param.tensor.mutable_grad() = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
+    pieces_.push_back(std::move(param));
+  }
+}
+
+int64_t ChunkedMasters::index_of(const std::string& name) const {
+  const auto found = std::find(names_.begin(), names_.end(), name);
+  KUAFU_CHECK(found != names_.end(), "no sharded parameter named '", name, "'");
+  return found - names_.begin();
+}
+
+io::NamedTensors ChunkedMasters::full_weights() const {
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> whole;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    const torch::Tensor chunk = dist::all_gather(master_shards_[c], *group_);
+    for (int64_t i : layout_->tensors_in(c)) {
+      whole[names_[i]] = chunk.narrow(0, layout_->slot(i).offset, layout_->slot(i).numel).view(shapes_[i]);
+    }
+  }
+  io::NamedTensors out;
+  for (const auto& item : model_.named_parameters()) {
+    const auto found = whole.find(item.key());
+    out.emplace_back(item.key(), found != whole.end() ? found->second : item.value());
+  }
+  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state) const {
+  torch::NoGradGuard no_grad;
+  // Slots in the order they first appear; every rank holds the same names (one piece per parameter).
+  std::vector<std::string> slots;
+  std::map<std::string, torch::Tensor> by_name;
+  for (const auto& [name, tensor] : piece_state) {
+    const auto owner = optim::state_owner(name);
+    if (!owner) continue;
+    const std::string slot = name.substr(owner->size() + 1);
+    if (std::find(slots.begin(), slots.end(), slot) == slots.end()) slots.push_back(slot);
+    by_name[name] = tensor;
+  }
+  std::map<std::string, torch::Tensor> whole;
+  for (const auto& slot : slots) {
+    for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+      torch::Tensor shard = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
+      for (int64_t i : layout_->tensors_in(c)) {
+        const Piece piece = layout_->piece(i, rank_);
+        const auto found = by_name.find(names_[i] + "/" + slot);
+        KUAFU_CHECK(found != by_name.end(), "optimizer state lacks '", names_[i], "/", slot, "'");
+        shard.narrow(0, piece.shard_offset, piece.numel).copy_(found->second.reshape(-1));
+      }
+      const torch::Tensor chunk = dist::all_gather(shard, *group_);
+      for (int64_t i : layout_->tensors_in(c)) {
+        whole[names_[i] + "/" + slot] = chunk.narrow(0, layout_->slot(i).offset, layout_->slot(i).numel).view(shapes_[i]);
+      }
+    }
+  }
+  io::NamedTensors out;
+  for (const auto& [name, tensor] : piece_state) {
+    out.emplace_back(name, optim::state_owner(name) ? whole.at(name) : tensor);
+  }
+  return out;
+}
+
+io::NamedTensors ChunkedMasters::weights_to_load() const {
+  const std::set<std::string> chunked(names_.begin(), names_.end());
+  io::NamedTensors out;
+  for (const auto& item : model_.named_parameters()) {
+    out.emplace_back(item.key(), chunked.count(item.key())
+                                     ? torch::empty(shapes_[index_of(item.key())], master_shards_.front().options())
+                                     : item.value());
+  }
+  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+void ChunkedMasters::load_full_weights(const io::NamedTensors& weights) {
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, full] : weights) {
+    const auto found = std::find(names_.begin(), names_.end(), name);
+    if (found == names_.end()) continue;  // buffers and frozen parameters were loaded in place
+    const int64_t i = found - names_.begin();
+    const Piece piece = layout_->piece(i, rank_);
+    master_shards_[layout_->slot(i).chunk]
+        .narrow(0, piece.shard_offset, piece.numel)
+        .copy_(full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel));
+    set_compute_weights(i, full);
+  }
+}
+
+torch::Tensor ChunkedMasters::piece_of(const std::string& name, const torch::Tensor& full) const {
+  const int64_t i = index_of(name);
+  KUAFU_CHECK(full.numel() == layout_->slot(i).numel, "saved tensor for '", name, "' has ", full.numel(),
+              " elements but the parameter has ", layout_->slot(i).numel);
+  const Piece piece = layout_->piece(i, rank_);
+  return full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel);
+}
+
+}  // namespace kuafu::memory

@@ -1,0 +1,86 @@
+// What ZeRO and Gemini share: the model's trainable parameters laid into chunks, each chunk sharded over
+// the data group, rank r keeping float32 masters (and gradients) for shard r of every chunk; the
+// optimizer's view of them (one piece per parameter and rank); and checkpoints of whole tensors, so a
+// run saved on P ranks loads on any other number. The trainer drives a strategy through this class.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dist/collectives.h"
+#include "core/io/safetensors.h"
+#include "core/memory/chunk_layout.h"
+#include "core/optim/optimizer.h"
+
+namespace kuafu::memory {
+
+class ChunkedMasters {
+ public:
+  virtual ~ChunkedMasters();
+  ChunkedMasters(const ChunkedMasters&) = delete;
+  ChunkedMasters& operator=(const ChunkedMasters&) = delete;
+
+  // What the optimizer steps: this rank's piece of every trainable parameter, under the parameter's
+  // name, as a 1-D view of its master shard (empty where the rank holds none of it); after
+  // finish_backward its .grad is the gradient averaged over the group. shard_group is the data group,
+  // so per-parameter norms (LAMB, LARS) and the global norm add the pieces of every rank.
+  const std::vector<optim::Param>& params() const { return pieces_; }
+  const ChunkLayout& layout() const { return *layout_; }
+  const dist::GroupPtr& group() const { return group_; }
+
+  // As DataParallel: before each micro-step's backward (`sync` false: a gradient-accumulation step) and
+  // after the last one.
+  virtual void begin_backward(bool sync) = 0;
+  virtual void finish_backward() = 0;
+  virtual void zero_grad() = 0;
+  // The updated master shards into the model's weights.
+  virtual void copy_masters_to_model() = 0;
+  // One line for the log: strategy, chunks, ranks.
+  virtual std::string describe() const = 0;
+
+  // Collective: the float32 masters (and buffers) under the model's names.
+  io::NamedTensors full_weights() const;
+  // Collective: optimizer state_tensors() of pieces gathered into whole "<param>/<slot>" tensors.
+  io::NamedTensors full_state(const io::NamedTensors& piece_state) const;
+  // Whole, uninitialised float32 tensors for every chunked parameter plus the model's other parameters
+  // and buffers themselves: what a checkpoint loads into before load_full_weights (no communication).
+  io::NamedTensors weights_to_load() const;
+  // weights_to_load() tensors, now filled, into this rank's masters and the model.
+  void load_full_weights(const io::NamedTensors& weights);
+  // A whole saved tensor of parameter `name` (e.g. its optimizer state) cut to this rank's piece.
+  torch::Tensor piece_of(const std::string& name, const torch::Tensor& full) const;
+
+ protected:
+  // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's
+  // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype`.
+  ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
+                 int64_t chunk_numel, torch::Dtype dtype);
+  // Builds the master shards: `keep(c, whole)` gets chunk c whole, in the parameters' own precision, and
+  // returns this rank's master shard (a copy, or a view the strategy keeps alive); then the pieces.
+  void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
+  // Writes whole values of tensor `i` into the strategy's compute copy (after a checkpoint load).
+  virtual void set_compute_weights(int64_t i, const torch::Tensor& full) = 0;
+  int64_t index_of(const std::string& name) const;
+
+  torch::nn::Module& model_;
+  dist::GroupPtr group_;
+  int rank_;
+  torch::Dtype dtype_;                        // the compute dtype
+  torch::Dtype master_dtype_;                 // float32 (float64 for float64 models)
+  std::vector<std::string> names_;            // trainable parameters in layout order
+  std::vector<torch::Tensor> params_;         // the model's parameters, same order
+  std::vector<std::vector<int64_t>> shapes_;  // their shapes
+  std::optional<ChunkLayout> layout_;
+  std::vector<torch::Tensor> master_shards_;  // [chunk] this rank's shard
+  std::vector<torch::Tensor> grad_shards_;    // [chunk] its averaged gradient
+  std::vector<optim::Param> pieces_;          // registration order
+};
+
+// Upper end of the chunk-size search, in bytes of the compute dtype.
+constexpr int64_t kMaxChunkBytes = 32 << 20;
+
+bool low_precision(torch::Dtype dtype);
+
+}  // namespace kuafu::memory
