@@ -1,8 +1,6 @@
 #include "core/memory/gemini.h"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
+#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -34,18 +32,6 @@ void allocate_storage(const torch::Tensor& t) {
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
 }  // namespace
-
-// Runs after the AccumulateGrad node of one parameter: its .grad now holds this backward's sum.
-struct Gemini::GradReadyHook : torch::autograd::FunctionPostHook {
-  GradReadyHook(Gemini* owner, int64_t tensor) : owner(owner), tensor(tensor) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    owner->on_grad_ready(tensor);
-    return outputs;
-  }
-  Gemini* owner;
-  int64_t tensor;
-};
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
     : ChunkedMasters(model, std::move(group), registration_order(model), options.chunk_numel, options.dtype),
@@ -80,9 +66,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   for (int64_t c = 0; c < chunks; ++c) release_if_idle(c);
   peak_gathered_bytes_ = gathered_bytes_;  // the peak counts from here, in training
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, i));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
   }
 }
 
@@ -136,7 +120,9 @@ void Gemini::release_if_idle(int64_t c) {
   for (int64_t i : layout_->tensors_in(c)) move(i, TensorState::kFree);
 }
 
-void Gemini::pre_forward(const nn::BlockCall& call) {
+void Gemini::pre_forward(const nn::BlockCall& call) { gather_for_compute(call); }
+
+void Gemini::gather_for_compute(const nn::BlockCall& call) {
   for (int64_t i : tensors_of(call)) {
     gather(layout_->slot(i).chunk);
     move(i, TensorState::kCompute);
@@ -149,12 +135,7 @@ void Gemini::post_forward(const nn::BlockCall& call) {
   for (int64_t i : tensors) release_if_idle(layout_->slot(i).chunk);
 }
 
-void Gemini::pre_backward(const nn::BlockCall& call) {
-  for (int64_t i : tensors_of(call)) {
-    gather(layout_->slot(i).chunk);
-    move(i, TensorState::kCompute);
-  }
-}
+void Gemini::pre_backward(const nn::BlockCall& call) { gather_for_compute(call); }
 
 void Gemini::post_backward(const nn::BlockCall& call) {
   const auto& tensors = tensors_of(call);

@@ -53,10 +53,10 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
 
  private:
-  struct GradReadyHook;
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
   const std::vector<int64_t>& tensors_of(const nn::BlockCall& call);
   void move(int64_t tensor, TensorState to);
+  void gather_for_compute(const nn::BlockCall& call);  // pre_forward and pre_backward alike
   void gather(int64_t chunk);
   void release_if_idle(int64_t chunk);
   void on_grad_ready(int64_t tensor);

@@ -1,24 +1,9 @@
 #include "core/memory/zero.h"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
+#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
-
-// Runs after the AccumulateGrad node of one parameter: its .grad now holds this backward's sum.
-struct ZeroRedundancy::GradReadyHook : torch::autograd::FunctionPostHook {
-  GradReadyHook(ZeroRedundancy* owner, int64_t tensor) : owner(owner), tensor(tensor) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    owner->on_grad_ready(tensor);
-    return outputs;
-  }
-  ZeroRedundancy* owner;
-  int64_t tensor;
-};
-
 namespace {
 
 // Trainable parameters in reverse registration order: roughly the order backward produces gradients.
@@ -65,9 +50,7 @@ ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, c
   pending_.assign(layout_->num_chunks(), 0);
   in_flight_.resize(layout_->num_chunks());
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, i));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
   }
 }
 

@@ -36,7 +36,6 @@ class ZeroRedundancy : public ChunkedMasters {
   std::string describe() const override;
 
  private:
-  struct GradReadyHook;
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
   void on_grad_ready(int64_t tensor);
   void launch_ready_chunks();

@@ -1,23 +1,9 @@
 #include "core/parallel/data/data_parallel.h"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
+#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
-
-// Runs after the AccumulateGrad node of one parameter: its .grad now holds this backward's sum.
-struct DataParallel::GradReadyHook : torch::autograd::FunctionPostHook {
-  GradReadyHook(DataParallel* owner, int64_t index) : owner(owner), index(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list&) override {
-    owner->on_grad_ready(index);
-    return outputs;
-  }
-  DataParallel* owner;
-  int64_t index;
-};
 
 DataParallel::DataParallel(torch::nn::Module& model, dist::GroupPtr group, int64_t bucket_bytes)
     : group_(std::move(group)) {
@@ -57,9 +43,7 @@ DataParallel::DataParallel(torch::nn::Module& model, dist::GroupPtr group, int64
     }
   }
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>(this, i));
-    accumulators_.push_back(std::move(accumulator));
+    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
   }
 }
 

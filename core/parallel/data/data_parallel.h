@@ -39,7 +39,6 @@ class DataParallel {
     dist::PendingAllReduce reduction;  // in flight after launch
     bool launched = false;
   };
-  struct GradReadyHook;
 
   void on_grad_ready(int64_t param_index);
   void launch_ready_buckets();
