@@ -177,10 +177,12 @@ void toy_block_equals_serial(torch::Dtype dtype, GatherKind kind) {
     grads.push_back(g);
   }
 
-  // Relative to each tensor's largest entry: fp64 to 1e-12; fp32 to 2e-5, since both fp32 runs round
-  // (6e-8 per operation) through sums of ~10^2 terms and softmax backwards that subtract nearly equal
-  // terms (the two runs differ by up to 6e-6 here; the fp64 case shows the algorithm itself is exact).
-  const double relative = dtype == torch::kFloat64 ? 1e-12 : 2e-5;
+  // Relative to each tensor's largest entry: fp64 to 1e-12; fp32 to 1e-4, since both fp32 runs round
+  // (6e-8 per operation) through sums of 10^2-10^3 terms and softmax backwards that subtract nearly
+  // equal terms. How far the two fp32 runs drift depends on the CPU's vector width (the summation order
+  // of ATen's kernels): up to 6e-6 on one machine, 2.6e-5 on another (weight gradients at P = 4). The
+  // fp64 case shows the algorithm itself is exact.
+  const double relative = dtype == torch::kFloat64 ? 1e-12 : 1e-4;
   auto check = [&](const torch::Tensor& actual, const torch::Tensor& reference, const std::string& what) {
     ASSERT_EQ(actual.sizes(), reference.sizes()) << what;
     const double scale = reference.abs().max().item<double>();
