@@ -10,6 +10,14 @@ namespace kuafu::memory {
 
 bool low_precision(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
 
+std::vector<std::string> trainable_names(const torch::nn::Module& model) {
+  std::vector<std::string> names;
+  for (const auto& item : model.named_parameters()) {
+    if (item.value().requires_grad()) names.push_back(item.key());
+  }
+  return names;
+}
+
 ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
                                int64_t chunk_numel, torch::Dtype dtype)
     : model_(model), group_(std::move(group)), rank_(group_->rank()), dtype_(dtype), names_(std::move(names)) {

@@ -83,4 +83,7 @@ constexpr int64_t kMaxChunkBytes = 32 << 20;
 
 bool low_precision(torch::Dtype dtype);
 
+// The model's trainable parameters, in registration order.
+std::vector<std::string> trainable_names(const torch::nn::Module& model);
+
 }  // namespace kuafu::memory

@@ -6,14 +6,6 @@
 namespace kuafu::memory {
 namespace {
 
-std::vector<std::string> registration_order(const torch::nn::Module& model) {
-  std::vector<std::string> names;
-  for (const auto& item : model.named_parameters()) {
-    if (item.value().requires_grad()) names.push_back(item.key());
-  }
-  return names;
-}
-
 // The chunk's memory goes back to the allocator, but its storage object stays: the parameters and any
 // views autograd saved keep pointing at it and see the data again once it is re-allocated and filled.
 void free_storage(const torch::Tensor& t) {
@@ -34,7 +26,7 @@ int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_
 }  // namespace
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
-    : ChunkedMasters(model, std::move(group), registration_order(model), options.chunk_numel, options.dtype),
+    : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype),
       keep_payload_(group_->size() == 1) {
   torch::NoGradGuard no_grad;
   build_masters([&](int64_t c, const torch::Tensor& whole) {

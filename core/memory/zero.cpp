@@ -6,19 +6,13 @@
 namespace kuafu::memory {
 namespace {
 
-// Trainable parameters in reverse registration order: roughly the order backward produces gradients.
-std::vector<std::string> reverse_registration_order(const torch::nn::Module& model) {
-  std::vector<std::string> names;
-  for (const auto& item : model.named_parameters()) {
-    if (item.value().requires_grad()) names.push_back(item.key());
-  }
-  return {names.rbegin(), names.rend()};
-}
+// Reverse registration order: roughly the order backward produces gradients.
+std::vector<std::string> reversed(std::vector<std::string> names) { return {names.rbegin(), names.rend()}; }
 
 }  // namespace
 
 ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, const ZeroOptions& options)
-    : ChunkedMasters(model, std::move(group), reverse_registration_order(model), options.chunk_numel, options.dtype),
+    : ChunkedMasters(model, std::move(group), reversed(trainable_names(model)), options.chunk_numel, options.dtype),
       stage_(options.stage) {
   KUAFU_CHECK(stage_ == 1 || stage_ == 2, "ZeRO stage must be 1 or 2, got ", stage_);
   torch::NoGradGuard no_grad;
