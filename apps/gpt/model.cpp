@@ -244,9 +244,12 @@ torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
   return transformer->wte->logits(transformer->ln_f.forward(x));  // the tied output layer
 }
 
+nn::BlockCall GPTImpl::head_call() const {
+  return {"transformer.head", {transformer->ln_f.ptr().get(), transformer->wte.get()}};
+}
+
 torch::Tensor GPTImpl::stage_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  const nn::BlockCall call{"transformer.head", {transformer->ln_f.ptr().get(), transformer->wte.get()}};
-  return nn::run_block(block_hooks, call, x, [&](const torch::Tensor& stream) {
+  return nn::run_block(block_hooks, head_call(), x, [&](const torch::Tensor& stream) {
     // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
     torch::Tensor logits = local_logits(stream);
     return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)),
@@ -264,8 +267,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<nn::KVCa
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
   const torch::Tensor x = run_blocks(embed(tokens, past), 0, config.n_layer, caches);
-  const nn::BlockCall call{"transformer.head", {transformer->ln_f.ptr().get(), transformer->wte.get()}};
-  return nn::run_block(block_hooks, call, x, [&](const torch::Tensor& stream) {
+  return nn::run_block(block_hooks, head_call(), x, [&](const torch::Tensor& stream) {
     return transformer->wte->gather_logits(local_logits(stream));
   });
 }

@@ -131,6 +131,7 @@ struct GPTImpl : torch::nn::Module {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
+  nn::BlockCall head_call() const;  // final norm + tied output layer, for the block hooks
   void initialize();
   void keep_only_planned_parts();
 };

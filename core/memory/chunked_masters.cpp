@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
+#include "core/nn/grad_ready.h"
+#include "core/optim/mixed_precision.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -69,6 +70,25 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     param.tensor.mutable_grad() = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
     pieces_.push_back(std::move(param));
   }
+  if (low_precision(dtype_)) optim::cast_floating_buffers(model_, dtype_);
+}
+
+void ChunkedMasters::watch_gradients() {
+  for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
+    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
+  }
+}
+
+torch::Tensor ChunkedMasters::zero_chunk(int64_t c) const {
+  return torch::zeros({layout_->chunk_numel(c)}, torch::TensorOptions().dtype(dtype_).device(params_.front().device()));
+}
+
+void ChunkedMasters::move_grad_to_staging(int64_t i, torch::Tensor& staging) {
+  torch::NoGradGuard no_grad;
+  const TensorSlot& slot = layout_->slot(i);
+  if (!staging.defined()) staging = zero_chunk(slot.chunk);
+  staging.narrow(0, slot.offset, slot.numel).copy_(params_[i].grad().reshape(-1));
+  params_[i].mutable_grad() = torch::Tensor();  // the whole gradient is not kept
 }
 
 int64_t ChunkedMasters::index_of(const std::string& name) const {
@@ -86,13 +106,7 @@ io::NamedTensors ChunkedMasters::full_weights() const {
       whole[names_[i]] = chunk.narrow(0, layout_->slot(i).offset, layout_->slot(i).numel).view(shapes_[i]);
     }
   }
-  io::NamedTensors out;
-  for (const auto& item : model_.named_parameters()) {
-    const auto found = whole.find(item.key());
-    out.emplace_back(item.key(), found != whole.end() ? found->second : item.value());
-  }
-  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
-  return out;
+  return optim::weights_replacing(model_, whole);
 }
 
 io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state) const {
@@ -131,15 +145,11 @@ io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state)
 }
 
 io::NamedTensors ChunkedMasters::weights_to_load() const {
-  const std::set<std::string> chunked(names_.begin(), names_.end());
-  io::NamedTensors out;
-  for (const auto& item : model_.named_parameters()) {
-    out.emplace_back(item.key(), chunked.count(item.key())
-                                     ? torch::empty(shapes_[index_of(item.key())], master_shards_.front().options())
-                                     : item.value());
+  std::map<std::string, torch::Tensor> fresh;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    fresh[names_[i]] = torch::empty(shapes_[i], master_shards_.front().options());
   }
-  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
-  return out;
+  return optim::weights_replacing(model_, fresh);
 }
 
 void ChunkedMasters::load_full_weights(const io::NamedTensors& weights) {

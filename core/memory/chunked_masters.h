@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +63,14 @@ class ChunkedMasters {
   void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
   // Writes whole values of tensor `i` into the strategy's compute copy (after a checkpoint load).
   virtual void set_compute_weights(int64_t i, const torch::Tensor& full) = 0;
+  // Called each time autograd has accumulated a backward's gradient into parameter `i` (after
+  // watch_gradients(), which the strategy calls once its parameters are in place).
+  virtual void on_grad_ready(int64_t i) = 0;
+  void watch_gradients();
+  // Zeros for a whole chunk `c` in the compute dtype, e.g. for its gradients.
+  torch::Tensor zero_chunk(int64_t c) const;
+  // Copies parameter i's .grad into its place in `staging` (a zero_chunk made when undefined) and drops it.
+  void move_grad_to_staging(int64_t i, torch::Tensor& staging);
   int64_t index_of(const std::string& name) const;
 
   torch::nn::Module& model_;
@@ -76,6 +85,7 @@ class ChunkedMasters {
   std::vector<torch::Tensor> master_shards_;  // [chunk] this rank's shard
   std::vector<torch::Tensor> grad_shards_;    // [chunk] its averaged gradient
   std::vector<optim::Param> pieces_;          // registration order
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the gradient hooks alive
 };
 
 // Upper end of the chunk-size search, in bytes of the compute dtype.

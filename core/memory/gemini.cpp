@@ -1,6 +1,5 @@
 #include "core/memory/gemini.h"
 
-#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -43,11 +42,6 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     params_[i].mutable_grad() = torch::Tensor();
     index_of_impl_[params_[i].unsafeGetTensorImpl()] = i;
   }
-  if (low_precision(dtype_)) {
-    for (auto& buffer : model.buffers()) {
-      if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(dtype_));
-    }
-  }
   const int64_t chunks = layout_->num_chunks();
   grad_staging_.resize(chunks);
   gathered_.assign(chunks, true);
@@ -57,9 +51,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   for (int64_t c = 0; c < chunks; ++c) gathered_bytes_ += bytes_of(payloads_[c]);
   for (int64_t c = 0; c < chunks; ++c) release_if_idle(c);
   peak_gathered_bytes_ = gathered_bytes_;  // the peak counts from here, in training
-  for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
-  }
+  watch_gradients();
 }
 
 Gemini::~Gemini() = default;
@@ -140,12 +132,8 @@ void Gemini::post_backward(const nn::BlockCall& call) {
 
 void Gemini::on_grad_ready(int64_t i) {
   if (!in_backward_) return;  // a backward outside training leaves .grad to autograd
-  torch::NoGradGuard no_grad;
   const TensorSlot& slot = layout_->slot(i);
-  torch::Tensor& staging = grad_staging_[slot.chunk];
-  if (!staging.defined()) staging = torch::zeros({layout_->chunk_numel(slot.chunk)}, payloads_[slot.chunk].options());
-  staging.narrow(0, slot.offset, slot.numel).copy_(params_[i].grad().reshape(-1));
-  params_[i].mutable_grad() = torch::Tensor();  // the whole gradient is not kept
+  move_grad_to_staging(i, grad_staging_[slot.chunk]);
   grad_ready_[i] = true;
   if (states_[i] == TensorState::kHoldAfterBackward) {
     move(i, TensorState::kReadyForReduce);
@@ -160,7 +148,7 @@ void Gemini::reduce_if_complete(int64_t c) {
   }
   torch::NoGradGuard no_grad;
   torch::Tensor& staging = grad_staging_[c];
-  if (!staging.defined()) staging = torch::zeros({layout_->chunk_numel(c)}, payloads_[c].options());
+  if (!staging.defined()) staging = zero_chunk(c);
   grad_shards_[c].add_(dist::reduce_scatter(staging, *group_).to(master_dtype_), 1.0 / group_->size());
   staging = torch::Tensor();
   reduced_[c] = true;

@@ -59,7 +59,7 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   void gather_for_compute(const nn::BlockCall& call);  // pre_forward and pre_backward alike
   void gather(int64_t chunk);
   void release_if_idle(int64_t chunk);
-  void on_grad_ready(int64_t tensor);
+  void on_grad_ready(int64_t tensor) override;
   void reduce_if_complete(int64_t chunk);
   void settle(int64_t tensor);  // walks a tensor to HOLD after a backward by legal steps
 
@@ -73,7 +73,6 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   std::vector<bool> grad_ready_;
   std::map<std::string, std::vector<int64_t>> block_tensors_;  // block name -> tensor indices
   std::map<const void*, int64_t> index_of_impl_;               // parameter TensorImpl -> tensor index
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   bool in_backward_ = false;
   int64_t gathered_bytes_ = 0;
   int64_t peak_gathered_bytes_ = 0;

@@ -1,6 +1,5 @@
 #include "core/memory/zero.h"
 
-#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -36,16 +35,9 @@ ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, c
     param.mutable_grad() =
         stage_ == 1 ? grad_chunks_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]) : torch::Tensor();
   }
-  if (low_precision(dtype_)) {
-    for (auto& buffer : model.buffers()) {
-      if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(dtype_));
-    }
-  }
   pending_.assign(layout_->num_chunks(), 0);
   in_flight_.resize(layout_->num_chunks());
-  for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
-  }
+  watch_gradients();
 }
 
 ZeroRedundancy::~ZeroRedundancy() = default;
@@ -53,7 +45,7 @@ ZeroRedundancy::~ZeroRedundancy() = default;
 void ZeroRedundancy::begin_backward(bool sync) {
   // Stage 2 keeps no whole gradients: every micro-step's gradients leave during its backward, and the
   // previous micro-step's reductions land in the shards before this one starts.
-  if (in_backward_ && sync_) drain();
+  finish_backward();
   sync_ = sync || stage_ == 2;
   in_backward_ = true;
   next_to_launch_ = 0;
@@ -65,13 +57,7 @@ void ZeroRedundancy::begin_backward(bool sync) {
 void ZeroRedundancy::on_grad_ready(int64_t i) {
   if (!in_backward_) return;
   const TensorSlot& slot = layout_->slot(i);
-  if (stage_ == 2) {
-    torch::NoGradGuard no_grad;
-    torch::Tensor& staging = grad_chunks_[slot.chunk];
-    if (!staging.defined()) staging = torch::zeros({layout_->chunk_numel(slot.chunk)}, param_chunks_[slot.chunk].options());
-    staging.narrow(0, slot.offset, slot.numel).copy_(params_[i].grad().reshape(-1));
-    params_[i].mutable_grad() = torch::Tensor();  // the whole gradient is not kept
-  }
+  if (stage_ == 2) move_grad_to_staging(i, grad_chunks_[slot.chunk]);
   if (!sync_) return;
   --pending_[slot.chunk];
   launch_ready_chunks();
@@ -84,7 +70,7 @@ void ZeroRedundancy::launch_ready_chunks() {
 
 void ZeroRedundancy::launch(int64_t c) {
   torch::Tensor& source = grad_chunks_[c];
-  if (!source.defined()) source = torch::zeros({layout_->chunk_numel(c)}, param_chunks_[c].options());
+  if (!source.defined()) source = zero_chunk(c);
   in_flight_[c] = dist::reduce_scatter_async(source, *group_);
   if (stage_ == 2) source = torch::Tensor();  // the collective holds its own copy
 }
@@ -102,7 +88,6 @@ void ZeroRedundancy::drain() {
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
     grad_shards_[c].add_(in_flight_[c].wait().to(grad_shards_[c].scalar_type()), inverse);
   }
-  in_backward_ = false;
 }
 
 void ZeroRedundancy::zero_grad() {

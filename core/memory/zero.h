@@ -37,7 +37,7 @@ class ZeroRedundancy : public ChunkedMasters {
 
  private:
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
-  void on_grad_ready(int64_t tensor);
+  void on_grad_ready(int64_t tensor) override;
   void launch_ready_chunks();
   void launch(int64_t chunk);
   void drain();  // launches what is left and adds every chunk's reduction into the shards
@@ -47,7 +47,6 @@ class ZeroRedundancy : public ChunkedMasters {
   std::vector<torch::Tensor> grad_chunks_;   // [chunk] stage 1: whole gradients; stage 2: staging in backward
   std::vector<int64_t> pending_;             // [chunk] gradients not yet ready this backward
   std::vector<dist::PendingTensor> in_flight_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
   int64_t next_to_launch_ = 0;
   bool sync_ = true;
   bool in_backward_ = false;

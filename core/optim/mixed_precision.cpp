@@ -64,11 +64,25 @@ MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : mod
     masters_.push_back({item.key(), master, nullptr, true});
     model_params_.push_back(p);
   }
-  if (!has_copies()) return;
-  // Buffers computed with the activations (e.g. norms' running stats) follow the compute dtype too.
+  if (has_copies()) cast_floating_buffers(model, dtype);
+}
+
+void cast_floating_buffers(torch::nn::Module& model, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
   for (auto& buffer : model.buffers()) {
     if (buffer.is_floating_point()) buffer.set_data(buffer.data().to(dtype));
   }
+}
+
+io::NamedTensors weights_replacing(const torch::nn::Module& model,
+                                   const std::map<std::string, torch::Tensor>& replaced) {
+  io::NamedTensors out;
+  for (const auto& item : model.named_parameters()) {
+    const auto found = replaced.find(item.key());
+    out.emplace_back(item.key(), found != replaced.end() ? found->second : item.value());
+  }
+  for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
+  return out;
 }
 
 void MasterWeights::copy_grads_to_masters() {
@@ -93,13 +107,7 @@ void MasterWeights::copy_masters_to_model() {
 io::NamedTensors MasterWeights::weights() const {
   std::map<std::string, torch::Tensor> master_of;
   for (const auto& m : masters_) master_of[m.name] = m.tensor;
-  io::NamedTensors out;
-  for (const auto& item : model_.named_parameters()) {
-    const auto found = master_of.find(item.key());
-    out.emplace_back(item.key(), found != master_of.end() ? found->second : item.value());
-  }
-  for (const auto& item : model_.named_buffers()) out.emplace_back(item.key(), item.value());
-  return out;
+  return weights_replacing(model_, master_of);
 }
 
 }  // namespace kuafu::optim

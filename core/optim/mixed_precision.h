@@ -2,6 +2,7 @@
 // weights; the precision.* config keys; the loss scaler the config asks for.
 #pragma once
 
+#include <map>
 #include <optional>
 
 #include "core/config/config.h"
@@ -17,6 +18,15 @@ torch::Dtype compute_dtype(const config::Config& config, const torch::Device& de
 
 // The loss scaler precision.loss_scale asks for ("auto": dynamic for fp16, none otherwise).
 std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config);
+
+// Floating-point buffers (e.g. norms' running statistics) follow the compute dtype: they are computed
+// with the activations.
+void cast_floating_buffers(torch::nn::Module& model, torch::Dtype dtype);
+
+// The model's parameters and buffers under their names, the parameters named in `replaced` given as
+// those tensors instead (float32 masters, gathered shards): what a checkpoint stores as the model.
+io::NamedTensors weights_replacing(const torch::nn::Module& model,
+                                   const std::map<std::string, torch::Tensor>& replaced);
 
 class MasterWeights {
  public:
