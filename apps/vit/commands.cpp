@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/memory/memory_meter.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
 #include "core/optim/mixed_precision.h"
@@ -220,7 +221,7 @@ void benchmark_command(const config::Config& config) {
       {"model_tflops", m.flops_per_image() * images_per_s / 1e12},
       {"matmul_gflops", matmul_flops / 1e9},
       {"mfu", m.flops_per_image() * images_per_s / (matmul_flops * runtime.world->size())},
-      {"peak_mem_mb", static_cast<double>(train::peak_memory_bytes(runtime.device)) / (1 << 20)},
+      {"peak_mem_mb", static_cast<double>(memory::peak_bytes(runtime.device)) / (1 << 20)},
   };
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }

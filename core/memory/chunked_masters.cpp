@@ -11,6 +11,11 @@ namespace kuafu::memory {
 
 bool low_precision(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
 
+torch::Tensor copy_to(const torch::Tensor& t, const torch::Device& device, bool pinned) {
+  torch::NoGradGuard no_grad;
+  return torch::empty(t.sizes(), t.options().device(device).pinned_memory(pinned)).copy_(t);
+}
+
 std::vector<std::string> trainable_names(const torch::nn::Module& model) {
   std::vector<std::string> names;
   for (const auto& item : model.named_parameters()) {
@@ -58,12 +63,14 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
       whole.narrow(0, layout_->slot(i).offset, params_[i].numel()).copy_(params_[i].reshape(-1));
     }
     master_shards_.push_back(keep(c, whole));
-    grad_shards_.push_back(torch::zeros({layout_->shard_numel(c)}, options));
+    grad_shards_.push_back(torch::zeros({layout_->shard_numel(c)}, master_shards_.back().options()));
   }
+  piece_of_tensor_.assign(names_.size(), -1);
   for (const auto& item : model_.named_parameters()) {
     const auto found = std::find(names_.begin(), names_.end(), item.key());
     if (found == names_.end()) continue;
     const int64_t i = found - names_.begin();
+    piece_of_tensor_[i] = static_cast<int64_t>(pieces_.size());
     const Piece piece = layout_->piece(i, rank_);
     const int64_t c = layout_->slot(i).chunk;
     optim::Param param{item.key(), master_shards_[c].narrow(0, piece.shard_offset, piece.numel), group_, true};
@@ -71,6 +78,18 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     pieces_.push_back(std::move(param));
   }
   if (low_precision(dtype_)) optim::cast_floating_buffers(model_, dtype_);
+}
+
+void ChunkedMasters::relocate_masters(int64_t c, const torch::Device& device, bool pinned) {
+  torch::NoGradGuard no_grad;
+  master_shards_[c] = copy_to(master_shards_[c], device, pinned);
+  grad_shards_[c] = copy_to(grad_shards_[c], device, pinned);
+  for (int64_t i : layout_->tensors_in(c)) {
+    const Piece piece = layout_->piece(i, rank_);
+    optim::Param& param = pieces_[piece_of_tensor_[i]];
+    param.tensor.set_data(master_shards_[c].narrow(0, piece.shard_offset, piece.numel));
+    param.tensor.mutable_grad() = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
+  }
 }
 
 void ChunkedMasters::watch_gradients() {

@@ -40,6 +40,10 @@ class ChunkedMasters {
   virtual void copy_masters_to_model() = 0;
   // One line for the log: strategy, chunks, ranks.
   virtual std::string describe() const = 0;
+  // The optimizer keeps `slots` state tensors per master element (for strategies that budget memory).
+  virtual void account_optimizer_state(int /*slots*/) {}
+  // Memory figures for the metrics line and benchmarks (e.g. peak bytes per tier), in MiB or counts.
+  virtual std::vector<std::pair<std::string, double>> memory_figures() const { return {}; }
 
   // Collective: the float32 masters (and buffers) under the model's names.
   io::NamedTensors full_weights() const;
@@ -61,6 +65,9 @@ class ChunkedMasters {
   // Builds the master shards: `keep(c, whole)` gets chunk c whole, in the parameters' own precision, and
   // returns this rank's master shard (a copy, or a view the strategy keeps alive); then the pieces.
   void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
+  // Moves chunk c's master and gradient shards to `device` (a copy even on the same device) and points
+  // the optimizer's pieces at them; the optimizer state follows at its next step.
+  void relocate_masters(int64_t chunk, const torch::Device& device, bool pinned);
   // Writes whole values of tensor `i` into the strategy's compute copy (after a checkpoint load).
   virtual void set_compute_weights(int64_t i, const torch::Tensor& full) = 0;
   // Called each time autograd has accumulated a backward's gradient into parameter `i` (after
@@ -85,6 +92,7 @@ class ChunkedMasters {
   std::vector<torch::Tensor> master_shards_;  // [chunk] this rank's shard
   std::vector<torch::Tensor> grad_shards_;    // [chunk] its averaged gradient
   std::vector<optim::Param> pieces_;          // registration order
+  std::vector<int64_t> piece_of_tensor_;      // [tensor] its index in pieces_
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the gradient hooks alive
 };
 
@@ -92,6 +100,9 @@ class ChunkedMasters {
 constexpr int64_t kMaxChunkBytes = 32 << 20;
 
 bool low_precision(torch::Dtype dtype);
+
+// A copy of `t` on `device` (in page-locked memory when `pinned`, for fast copies to a GPU).
+torch::Tensor copy_to(const torch::Tensor& t, const torch::Device& device, bool pinned);
 
 // The model's trainable parameters, in registration order.
 std::vector<std::string> trainable_names(const torch::nn::Module& model);

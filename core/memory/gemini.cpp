@@ -1,5 +1,7 @@
 #include "core/memory/gemini.h"
 
+#include <algorithm>
+
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -20,21 +22,23 @@ void allocate_storage(const torch::Tensor& t) {
   storage->set_nbytes(nbytes);
 }
 
-int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
-
 }  // namespace
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
     : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype),
-      keep_payload_(group_->size() == 1) {
+      placement_(options.placement),
+      fast_device_(params_.front().device()),
+      ledger_(options.placement.budgets) {
+  place_initially();
   torch::NoGradGuard no_grad;
   build_masters([&](int64_t c, const torch::Tensor& whole) {
     const int64_t shard = layout_->shard_numel(c);
     const torch::Tensor payload = whole.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
     payloads_.push_back(payload);
-    shards_.push_back(keep_payload_ ? payload : payload.narrow(0, rank_ * shard, shard).clone());
+    pinned_.push_back(group_->size() == 1 && shard_tier_[c] == Tier::kFast);
+    shards_.push_back(pinned_.back() ? payload : copy_to_tier(payload.narrow(0, rank_ * shard, shard), shard_tier_[c]));
     // In the parameters' own precision the compute shard is the master; otherwise a float32 copy.
-    return low_precision(dtype_) ? whole.narrow(0, rank_ * shard, shard).clone() : shards_.back();
+    return low_precision(dtype_) ? copy_to_tier(whole.narrow(0, rank_ * shard, shard), master_tier_[c]) : shards_.back();
   });
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
     const TensorSlot& slot = layout_->slot(i);
@@ -44,22 +48,28 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   }
   const int64_t chunks = layout_->num_chunks();
   grad_staging_.resize(chunks);
-  gathered_.assign(chunks, true);
+  gathered_.assign(chunks, false);
   reduced_.assign(chunks, false);
-  states_.assign(params_.size(), TensorState::kHold);
+  states_.assign(params_.size(), TensorState::kFree);
   grad_ready_.assign(params_.size(), false);
-  for (int64_t c = 0; c < chunks; ++c) gathered_bytes_ += bytes_of(payloads_[c]);
-  for (int64_t c = 0; c < chunks; ++c) release_if_idle(c);
+  // Only a pinned chunk (its payload is its shard) stays gathered; the ledger counts what stays.
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (pinned_[c]) {
+      gathered_[c] = true;
+      gathered_bytes_ += payload_bytes(c);
+      for (int64_t i : layout_->tensors_in(c)) states_[i] = TensorState::kHold;
+      ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));
+    } else {
+      free_storage(payloads_[c]);
+      ledger_.add(shard_tier_[c], shard_bytes(c), detail::concat("the compute shard of chunk ", c));
+    }
+    ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
+  }
   peak_gathered_bytes_ = gathered_bytes_;  // the peak counts from here, in training
   watch_gradients();
 }
 
 Gemini::~Gemini() = default;
-
-std::string Gemini::describe() const {
-  return detail::concat("Gemini (ZeRO-3 chunks): ", layout_->num_chunks(), " chunks of up to ",
-                        layout_->largest_chunk_numel(), " elements over ", group_->size(), " ranks");
-}
 
 const std::vector<int64_t>& Gemini::tensors_of(const nn::BlockCall& call) {
   const auto cached = block_tensors_.find(call.name);
@@ -77,6 +87,15 @@ const std::vector<int64_t>& Gemini::tensors_of(const nn::BlockCall& call) {
   return block_tensors_[call.name] = tensors;
 }
 
+std::vector<int64_t> Gemini::chunks_of(const nn::BlockCall& call) {
+  std::vector<int64_t> chunks;
+  for (int64_t i : tensors_of(call)) {
+    const int64_t c = layout_->slot(i).chunk;
+    if (std::find(chunks.begin(), chunks.end(), c) == chunks.end()) chunks.push_back(c);
+  }
+  return chunks;
+}
+
 void Gemini::move(int64_t i, TensorState to) {
   check_transition(names_[i], states_[i], to);
   states_[i] = to;
@@ -85,28 +104,53 @@ void Gemini::move(int64_t i, TensorState to) {
 void Gemini::gather(int64_t c) {
   if (gathered_[c]) return;
   torch::NoGradGuard no_grad;
+  make_room(payload_bytes(c), in_use_chunks_);
+  ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));
   allocate_storage(payloads_[c]);
-  payloads_[c].copy_(dist::all_gather(shards_[c], *group_));
+  fill_payload(c);
   gathered_[c] = true;
-  gathered_bytes_ += bytes_of(payloads_[c]);
+  gathered_bytes_ += payload_bytes(c);
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
   for (int64_t i : layout_->tensors_in(c)) move(i, TensorState::kHold);
 }
 
-void Gemini::release_if_idle(int64_t c) {
-  if (keep_payload_ || !gathered_[c]) return;
-  for (int64_t i : layout_->tensors_in(c)) {
-    if (states_[i] != TensorState::kHold) return;
+void Gemini::fill_payload(int64_t c) {
+  torch::NoGradGuard no_grad;
+  if (group_->size() == 1) {
+    payloads_[c].copy_(shards_[c]);
+  } else {
+    payloads_[c].copy_(dist::all_gather(shards_[c].to(fast_device_), *group_));
   }
+}
+
+bool Gemini::idle(int64_t c) const {
+  for (int64_t i : layout_->tensors_in(c)) {
+    if (states_[i] != TensorState::kHold) return false;
+  }
+  return true;
+}
+
+void Gemini::release(int64_t c) {
+  if (pinned_[c] || !gathered_[c]) return;
   free_storage(payloads_[c]);
   gathered_[c] = false;
-  gathered_bytes_ -= bytes_of(payloads_[c]);
+  gathered_bytes_ -= payload_bytes(c);
+  ledger_.remove(Tier::kFast, payload_bytes(c));
   for (int64_t i : layout_->tensors_in(c)) move(i, TensorState::kFree);
 }
 
-void Gemini::pre_forward(const nn::BlockCall& call) { gather_for_compute(call); }
+void Gemini::release_if_idle(int64_t c) {
+  // After warm-up the auto policy keeps chunks on the device until their room is needed.
+  if (placement_.auto_policy && warmed_up_) return;
+  if (idle(c)) release(c);
+}
 
-void Gemini::gather_for_compute(const nn::BlockCall& call) {
+void Gemini::pre_forward(const nn::BlockCall& call) { gather_for_compute(call, /*backward=*/false); }
+
+void Gemini::pre_backward(const nn::BlockCall& call) { gather_for_compute(call, /*backward=*/true); }
+
+void Gemini::gather_for_compute(const nn::BlockCall& call, bool backward) {
+  begin_call(call, backward, chunks_of(call));
   for (int64_t i : tensors_of(call)) {
     gather(layout_->slot(i).chunk);
     move(i, TensorState::kCompute);
@@ -114,26 +158,38 @@ void Gemini::gather_for_compute(const nn::BlockCall& call) {
 }
 
 void Gemini::post_forward(const nn::BlockCall& call) {
+  sample_non_model();  // the block's activations are all there now
   const auto& tensors = tensors_of(call);
   for (int64_t i : tensors) move(i, TensorState::kHold);
   for (int64_t i : tensors) release_if_idle(layout_->slot(i).chunk);
+  end_call();
 }
 
-void Gemini::pre_backward(const nn::BlockCall& call) { gather_for_compute(call); }
-
 void Gemini::post_backward(const nn::BlockCall& call) {
+  sample_non_model();
   const auto& tensors = tensors_of(call);
   for (int64_t i : tensors) {
     move(i, TensorState::kHoldAfterBackward);
     if (grad_ready_[i]) move(i, TensorState::kReadyForReduce);
   }
   for (int64_t i : tensors) reduce_if_complete(layout_->slot(i).chunk);
+  end_call();
+}
+
+torch::Tensor& Gemini::staging_for(int64_t c) {
+  torch::Tensor& staging = grad_staging_[c];
+  if (!staging.defined()) {
+    make_room(payload_bytes(c), in_use_chunks_);
+    ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("the gradients of chunk ", c));
+    staging = zero_chunk(c);
+  }
+  return staging;
 }
 
 void Gemini::on_grad_ready(int64_t i) {
   if (!in_backward_) return;  // a backward outside training leaves .grad to autograd
   const TensorSlot& slot = layout_->slot(i);
-  move_grad_to_staging(i, grad_staging_[slot.chunk]);
+  move_grad_to_staging(i, staging_for(slot.chunk));
   grad_ready_[i] = true;
   if (states_[i] == TensorState::kHoldAfterBackward) {
     move(i, TensorState::kReadyForReduce);
@@ -147,10 +203,10 @@ void Gemini::reduce_if_complete(int64_t c) {
     if (states_[i] != TensorState::kReadyForReduce) return;
   }
   torch::NoGradGuard no_grad;
-  torch::Tensor& staging = grad_staging_[c];
-  if (!staging.defined()) staging = zero_chunk(c);
-  grad_shards_[c].add_(dist::reduce_scatter(staging, *group_).to(master_dtype_), 1.0 / group_->size());
+  torch::Tensor& staging = staging_for(c);
+  grad_shards_[c].add_(dist::reduce_scatter(staging, *group_).to(grad_shards_[c].options()), 1.0 / group_->size());
   staging = torch::Tensor();
+  ledger_.remove(Tier::kFast, payload_bytes(c));
   reduced_[c] = true;
   for (int64_t i : layout_->tensors_in(c)) move(i, TensorState::kHold);
   release_if_idle(c);
@@ -164,13 +220,21 @@ void Gemini::settle(int64_t i) {
 void Gemini::begin_backward(bool /*sync*/) {
   // Every micro-step's gradients are reduced in its backward (whole gradients never persist): the
   // trainer calls finish_backward after the last micro-step only, so the previous one settles here.
-  finish_backward();
+  settle_backward();
+  tracing_ = !warmed_up_ && micro_steps_seen_ == 0;  // the warm-up trace is the first micro-step
+  ++micro_steps_seen_;
+  next_call_ = 0;
   in_backward_ = true;
   reduced_.assign(reduced_.size(), false);
   grad_ready_.assign(grad_ready_.size(), false);
 }
 
 void Gemini::finish_backward() {
+  settle_backward();
+  if (!warmed_up_ && micro_steps_seen_ > 0) finish_warm_up();
+}
+
+void Gemini::settle_backward() {
   if (!in_backward_) return;
   // Blocks whose input needs no gradient (the embeddings) get no post_backward, and a parameter unused in
   // this step gets no gradient: their chunks are reduced here, in chunk order on every rank.
@@ -192,6 +256,7 @@ void Gemini::finish_backward() {
     reduce_if_complete(c);
   }
   in_backward_ = false;
+  tracing_ = false;
 }
 
 void Gemini::zero_grad() {
@@ -203,17 +268,22 @@ void Gemini::copy_masters_to_model() {
   if (!low_precision(dtype_)) return;  // the compute shards are the masters
   torch::NoGradGuard no_grad;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) shards_[c].copy_(master_shards_[c]);
+  // Chunks kept gathered on the device take the new weights too (the same chunks on every rank).
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (gathered_[c] && !pinned_[c]) fill_payload(c);
+  }
 }
 
 void Gemini::set_compute_weights(int64_t i, const torch::Tensor& full) {
   torch::NoGradGuard no_grad;
   const Piece piece = layout_->piece(i, rank_);
   const int64_t c = layout_->slot(i).chunk;
-  if (keep_payload_) {
+  if (pinned_[c]) {
     params_[i].copy_(full);
-  } else {
-    shards_[c].narrow(0, piece.shard_offset, piece.numel).copy_(full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel));
+    return;
   }
+  shards_[c].narrow(0, piece.shard_offset, piece.numel).copy_(full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel));
+  if (gathered_[c]) params_[i].copy_(full);
 }
 
 }  // namespace kuafu::memory

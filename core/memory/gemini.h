@@ -1,10 +1,23 @@
-// Gemini (Colossal-AI's chunk-based memory manager), here its ZeRO-3 core: the parameters live in
-// chunks laid out in registration order (close to the order the blocks run), each chunk sharded over the
-// data group so rank r keeps shard r of the compute-dtype weights, the float32 masters and the optimizer
-// state. Through the block-call interface (core/nn/block_hooks.h) a chunk is gathered before a block that
-// uses it computes and released after, in forward and again in backward; once every tensor of a chunk
-// has its gradient, the chunk's gradients are reduce-scattered into the float32 gradient shards and the
-// chunk is released. Every tensor's state follows the legal transitions of tensor_state.h.
+// Gemini (Colossal-AI's chunk-based memory manager). The parameters live in chunks laid out in
+// registration order (close to the order the blocks run), each chunk sharded over the data group so
+// rank r keeps shard r of the compute-dtype weights, the float32 masters and the optimizer state (ZeRO-3).
+// Through the block-call interface (core/nn/block_hooks.h) a chunk is gathered whole on the compute
+// device before a block that uses it computes, in forward and again in backward; once every tensor of a
+// chunk has its gradient, the chunk's gradients are reduce-scattered into the float32 gradient shards.
+// Every tensor's state follows the legal transitions of tensor_state.h.
+//
+// Placement (gemini_placement.cpp) spreads the chunks over two tiers, the device ("fast") and host
+// memory ("slow"), each with a budget kept by a TierLedger:
+//   static: fixed fractions of the compute shards and of the master chunks (masters, gradients,
+//           optimizer state) live in host memory; a gathered chunk is released right after its block;
+//   auto:   the first micro-step (warm-up) records which chunks each block call uses and the non-model
+//           memory (activations) around it; afterwards gathered chunks stay on the device while they fit
+//           and the one whose next use is furthest ahead is evicted when room is needed, the next
+//           block's chunks are fetched ahead when they fit, and the room left spare after warm-up times
+//           memory.margin_ratio holds master chunks on the device.
+// The optimizer steps each master piece where it lives (CPU Adam for host chunks, device kernels for
+// device chunks). On a CPU-only machine both tiers are host memory and the fast budget is enforced by
+// the ledger's accounting, so the same decisions are made and tested here.
 //
 // A released chunk frees its storage in place (the parameters and any views autograd saved share it),
 // so a tensor saved for backward takes no memory until pre_backward gathers its chunk again.
@@ -12,24 +25,38 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/memory/chunked_masters.h"
+#include "core/memory/eviction.h"
 #include "core/memory/tensor_state.h"
+#include "core/memory/tier_ledger.h"
 #include "core/nn/block_hooks.h"
 
 namespace kuafu::memory {
 
+struct PlacementOptions {
+  bool auto_policy = false;             // memory.placement = "auto" (else "static")
+  double offload_param_fraction = 0.0;  // static: share of the compute shards (by bytes) kept in host memory
+  double offload_optim_fraction = 0.0;  // static: share of the master chunks kept in host memory
+  double margin_ratio = 0.0;            // auto: share of the device room spare after warm-up given to masters
+  TierBudgets budgets;                  // 0: unlimited
+};
+
 struct GeminiOptions {
   int64_t chunk_numel = 0;               // elements per chunk; 0: search
   torch::Dtype dtype = torch::kFloat32;  // the model's compute dtype (masters stay float32)
+  PlacementOptions placement;
 };
 
 class Gemini : public ChunkedMasters, public nn::BlockHooks {
  public:
-  // Broadcasts rank 0's weights, moves the trainable parameters into chunks, keeps this rank's shards
-  // and releases every chunk. The model must then run its blocks through run_block with this object as
-  // hooks: a parameter read outside a block sees a released chunk.
+  // Broadcasts rank 0's weights, moves the trainable parameters into chunks, places the shards and
+  // masters on their tiers and releases every chunk it need not keep. The model must then run its blocks
+  // through run_block with this object as hooks: a parameter read outside a block sees a released chunk.
+  // The model's parameters must be on the compute device.
   Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options);
   ~Gemini() override;
 
@@ -37,9 +64,11 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   void begin_backward(bool sync) override;
   void finish_backward() override;
   void zero_grad() override;
-  // Masters into the compute-dtype shards; chunks gather lazily before their next use.
+  // Masters into the compute-dtype shards (and chunks kept on the device).
   void copy_masters_to_model() override;
+  void account_optimizer_state(int slots) override;
   std::string describe() const override;
+  std::vector<std::pair<std::string, double>> memory_figures() const override;
 
   void pre_forward(const nn::BlockCall& call) override;
   void post_forward(const nn::BlockCall& call) override;
@@ -51,21 +80,59 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   // Bytes of whole chunks gathered now, and the most at any moment so far.
   int64_t gathered_bytes() const { return gathered_bytes_; }
   int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  const TierLedger& ledger() const { return ledger_; }
+  // Bytes of model data held on the fast tier, counted from the tensors themselves (to check the ledger).
+  int64_t fast_bytes_held() const;
+  Tier shard_tier(int64_t chunk) const { return shard_tier_.at(chunk); }
+  Tier master_tier(int64_t chunk) const { return master_tier_.at(chunk); }
+  int64_t evictions() const { return evictions_; }
+  int64_t prefetches() const { return prefetches_; }
+  bool warmed_up() const { return warmed_up_; }
 
  private:
+  // ZeRO-3 mechanics (gemini.cpp).
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
   const std::vector<int64_t>& tensors_of(const nn::BlockCall& call);
+  std::vector<int64_t> chunks_of(const nn::BlockCall& call);
   void move(int64_t tensor, TensorState to);
-  void gather_for_compute(const nn::BlockCall& call);  // pre_forward and pre_backward alike
+  void gather_for_compute(const nn::BlockCall& call, bool backward);
   void gather(int64_t chunk);
+  void fill_payload(int64_t chunk);
+  void release(int64_t chunk);
   void release_if_idle(int64_t chunk);
+  bool idle(int64_t chunk) const;
   void on_grad_ready(int64_t tensor) override;
+  torch::Tensor& staging_for(int64_t chunk);  // the chunk's gradient buffer, allocated (and accounted) on first use
   void reduce_if_complete(int64_t chunk);
   void settle(int64_t tensor);  // walks a tensor to HOLD after a backward by legal steps
+  void settle_backward();       // the reductions a finished backward still owes
 
-  bool keep_payload_;                         // a group of one: the shard is the whole chunk, never freed
-  std::vector<torch::Tensor> payloads_;       // [chunk] whole chunk, compute dtype; storage freed when released
-  std::vector<torch::Tensor> shards_;         // [chunk] this rank's shard in the compute dtype
+  // Placement (gemini_placement.cpp).
+  void place_initially();
+  torch::Device tier_device(Tier tier) const;
+  torch::Tensor copy_to_tier(const torch::Tensor& t, Tier tier) const;
+  bool tracks_memory() const;  // a fast budget or the auto policy: non-model memory is traced
+  int64_t payload_bytes(int64_t chunk) const;
+  int64_t shard_bytes(int64_t chunk) const;
+  int64_t master_bytes(int64_t chunk) const;  // masters, gradient shard and optimizer state
+  // Frees device room for `bytes` more (evicting idle chunks, furthest next use first, never those in
+  // `keep`); the ledger then refuses what still does not fit.
+  void make_room(int64_t bytes, const std::vector<int64_t>& keep);
+  void begin_call(const nn::BlockCall& call, bool backward, const std::vector<int64_t>& chunks);
+  void end_call();
+  void sample_non_model();
+  void finish_warm_up();
+  void place_masters_in_margin();
+  void prefetch_next_call();
+  void move_masters(int64_t chunk, Tier to);
+
+  PlacementOptions placement_;
+  torch::Device fast_device_;
+  std::vector<torch::Tensor> payloads_;       // [chunk] whole chunk on the fast tier; storage freed when released
+  std::vector<torch::Tensor> shards_;         // [chunk] this rank's shard in the compute dtype, on shard_tier_
+  std::vector<bool> pinned_;                  // [chunk] one rank and a fast shard: the payload is the shard
+  std::vector<Tier> shard_tier_;
+  std::vector<Tier> master_tier_;
   std::vector<torch::Tensor> grad_staging_;   // [chunk] whole-chunk gradients while backward runs
   std::vector<bool> gathered_;
   std::vector<bool> reduced_;                 // [chunk] reduced in this backward
@@ -76,6 +143,25 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   bool in_backward_ = false;
   int64_t gathered_bytes_ = 0;
   int64_t peak_gathered_bytes_ = 0;
+
+  TierLedger ledger_;
+  int optimizer_slots_ = 0;
+  int64_t evictions_ = 0;
+  int64_t prefetches_ = 0;
+  // The warm-up trace: one micro-step's block calls ("name/fwd", "name/bwd"), the chunks each uses and
+  // the most non-model memory seen around it.
+  bool warmed_up_ = false;
+  bool tracing_ = false;
+  int64_t micro_steps_seen_ = 0;
+  std::optional<int64_t> non_model_base_;   // in-use minus model bytes when the trace began
+  std::vector<std::string> call_keys_;
+  std::vector<std::vector<int64_t>> call_chunks_;
+  std::vector<int64_t> call_non_model_;
+  std::vector<int64_t> call_start_;         // [call] its first position in trace_
+  AccessTrace trace_;
+  int64_t call_ = -1;                       // the call running now (index into the trace), -1: unknown
+  std::vector<int64_t> in_use_chunks_;      // the chunks of the block computing now: never evicted
+  int64_t next_call_ = 0;                   // where the next call is expected
 };
 
 }  // namespace kuafu::memory

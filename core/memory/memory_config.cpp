@@ -15,15 +15,80 @@ void add_memory_schema(config::Schema& s) {
               "chunk size in MiB of the compute dtype (the unit ZeRO reduces and gathers); 0: the size up to 32 MiB "
               "that wastes least")
       .min(0.0);
+  s.add_string("memory.placement", "static",
+               "gemini: static keeps fixed fractions of the chunks in host memory (offload_*_fraction); auto learns "
+               "the activations' memory in the first micro-step, keeps chunks on the device while they fit, evicts "
+               "the one used furthest ahead and prefetches the next block's")
+      .choices({"static", "auto"});
+  s.add_float("memory.device_budget_mb", 0.0,
+              "gemini: MiB of device memory for chunks plus activations (0: unlimited); on the CPU the budget is "
+              "enforced by accounting, as the capacity of the fast tier")
+      .min(0.0);
+  s.add_float("memory.host_budget_mb", 0.0, "gemini: MiB of host memory for chunks (0: unlimited)").min(0.0);
+  s.add_float("memory.offload_param_fraction", 0.0,
+              "gemini, static placement: share of the compute-dtype weights kept in host memory")
+      .min(0.0)
+      .max(1.0);
+  s.add_float("memory.offload_optim_fraction", 0.0,
+              "gemini, static placement: share of the float32 masters, gradients and optimizer state kept in host "
+              "memory (stepped there by CPU Adam)")
+      .min(0.0)
+      .max(1.0);
+  s.add_float("memory.margin_ratio", 0.0,
+              "gemini, auto placement: share of the device memory left spare after warm-up that holds float32 "
+              "masters and optimizer state (stepped on the device)")
+      .min(0.0)
+      .max(1.0);
 }
+
+namespace {
+
+// Placement keys are Gemini's, each for one policy, and need separate float32 masters.
+PlacementOptions placement_options(const config::Config& config, const std::string& strategy, torch::Dtype dtype) {
+  PlacementOptions p;
+  p.auto_policy = config.get_string("memory.placement") == "auto";
+  p.offload_param_fraction = config.get_float("memory.offload_param_fraction");
+  p.offload_optim_fraction = config.get_float("memory.offload_optim_fraction");
+  p.margin_ratio = config.get_float("memory.margin_ratio");
+  p.budgets.fast_bytes = static_cast<int64_t>(config.get_float("memory.device_budget_mb") * (1 << 20));
+  p.budgets.slow_bytes = static_cast<int64_t>(config.get_float("memory.host_budget_mb") * (1 << 20));
+  const std::vector<std::pair<std::string, bool>> set = {
+      {"memory.placement", p.auto_policy},
+      {"memory.device_budget_mb", p.budgets.fast_bytes > 0},
+      {"memory.host_budget_mb", p.budgets.slow_bytes > 0},
+      {"memory.offload_param_fraction", p.offload_param_fraction > 0},
+      {"memory.offload_optim_fraction", p.offload_optim_fraction > 0},
+      {"memory.margin_ratio", p.margin_ratio > 0}};
+  for (const auto& [key, used] : set) {
+    if (!used) continue;
+    if (strategy != "gemini") config.fail_at(key, "places Gemini's chunks: it needs memory.strategy = \"gemini\"");
+    if (!low_precision(dtype)) {
+      config.fail_at(key, "needs precision.dtype = \"bf16\" or \"fp16\": in float32 the compute chunks are the "
+                          "masters, so there is nothing separate to place");
+    }
+  }
+  if (p.auto_policy) {
+    for (const char* key : {"memory.offload_param_fraction", "memory.offload_optim_fraction"}) {
+      if (config.get_float(key) > 0) config.fail_at(key, "applies to memory.placement = \"static\"; auto decides itself");
+    }
+  } else if (p.margin_ratio > 0) {
+    config.fail_at("memory.margin_ratio", "applies to memory.placement = \"auto\"");
+  }
+  return p;
+}
+
+}  // namespace
 
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
                                                     const dist::GroupPtr& group, torch::Dtype compute_dtype) {
   const std::string strategy = config.get_string("memory.strategy");
+  const PlacementOptions placement = placement_options(config, strategy, compute_dtype);
   if (strategy == "none") return nullptr;
   const int64_t chunk_numel =
       static_cast<int64_t>(config.get_float("memory.chunk_mb") * (1 << 20)) / torch::elementSize(compute_dtype);
-  if (strategy == "gemini") return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype});
+  if (strategy == "gemini") {
+    return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype, placement});
+  }
   return std::make_unique<ZeroRedundancy>(model, group, ZeroOptions{strategy == "zero1" ? 1 : 2, chunk_numel, compute_dtype});
 }
 

@@ -36,11 +36,15 @@ void Optimizer::step() {
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       auto& state = states_[g][i];
+      const auto& p = groups_[g].params[i].tensor;
       if (state.empty()) {
-        const auto& p = groups_[g].params[i].tensor;
         for (size_t s = 0; s < slots.size(); ++s) {
           state.push_back(torch::zeros_like(p, p.options().dtype(state_dtype(p))));
         }
+      }
+      // The state lives where its parameter lives (Gemini may move a master chunk to another tier).
+      for (auto& slot : state) {
+        if (slot.device() != p.device()) slot = slot.to(p.device());
       }
     }
     update_group(groups_[g], states_[g]);

@@ -51,6 +51,8 @@ class Optimizer {
   int64_t steps_taken() const { return steps_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   virtual std::string name() const = 0;
+  // State tensors kept per parameter (Adam: 2), each the parameter's size, for memory planning.
+  int state_slots() const { return static_cast<int>(slot_names().size()); }
 
   // The state as named tensors "<param name>/<slot>" plus "step": everything an exact resume needs.
   io::NamedTensors state_tensors() const;

@@ -1,7 +1,5 @@
 #include "core/train/runtime.h"
 
-#include <sys/resource.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -11,9 +9,6 @@
 
 #include "core/util/error.h"
 #include "core/util/logging.h"
-#ifdef KUAFU_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 namespace kuafu::train {
 
@@ -161,19 +156,6 @@ int run_app_command(const std::string& app, const std::function<void()>& command
     std::cerr << app << ": error: " << e.what() << std::endl;
   }
   return 1;
-}
-
-int64_t peak_memory_bytes(const torch::Device& device) {
-#ifdef KUAFU_WITH_CUDA
-  if (device.is_cuda()) {
-    return static_cast<int64_t>(
-        c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak);
-  }
-#endif
-  (void)device;
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 namespace {

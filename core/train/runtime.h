@@ -58,8 +58,6 @@ StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t 
 // Runs an app's command, printing "<app>: error: ..." for any failure; returns the exit code.
 int run_app_command(const std::string& app, const std::function<void()>& command);
 
-// Peak resident memory of this process (CPU) or peak allocated device memory (CUDA), in bytes.
-int64_t peak_memory_bytes(const torch::Device& device);
 
 // SIGINT/SIGTERM set a flag that the trainer polls between steps (checkpoint, then stop);
 // a second SIGINT falls back to the default action.

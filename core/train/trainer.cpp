@@ -1,3 +1,4 @@
+#include "core/memory/memory_meter.h"
 #include "core/train/trainer.h"
 
 #include <chrono>
@@ -139,6 +140,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
     init_replicated(task, replicas);
   }
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
+  if (sharded_) sharded_->account_optimizer_state(optimizer_->state_slots());
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
@@ -422,7 +424,7 @@ TrainSummary Trainer::run() {
 
     const double items_per_s = items_per_step / seconds;
     const double mfu = task_.flops_per_item() * items_per_s / peak_flops;
-    const double mem_mb = static_cast<double>(peak_memory_bytes(runtime_.device)) / (1 << 20);
+    const double mem_mb = static_cast<double>(memory::peak_bytes(runtime_.device)) / (1 << 20);
     // Communication accounting: bytes this rank sent in the step, per process group.
     const nlohmann::json sent = runtime_.world->size() > 1 ? bytes_sent_since(*runtime_.world, sent_before)
                                                            : nlohmann::json::object();
@@ -437,6 +439,9 @@ TrainSummary Trainer::run() {
                               {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
                               {"peak_mem_mb", mem_mb}};
     if (runtime_.world->size() > 1) metrics["comm_bytes_sent"] = sent;
+    if (sharded_) {
+      for (const auto& [name, value] : sharded_->memory_figures()) metrics[name] = value;
+    }
     if (scaler_) {
       metrics["loss_scale"] = loss_scale;
       metrics["skipped"] = overflow;

@@ -38,25 +38,6 @@ void train_with(const fs::path& root, const std::string& name, const std::string
   EXPECT_EQ(summary.skipped_steps, 1) << strategy;
 }
 
-// One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
-io::SafetensorsFile saved(const fs::path& root, const std::string& name, const std::string& file, int step = 6) {
-  return io::load_safetensors(
-      (fs::path(train::checkpoint_folder((root / name / "checkpoints").string(), step)) / file).string());
-}
-
-// Every tensor of `expected` is in `actual`, within `relative` x its largest magnitude (at least `floor`).
-void expect_same_tensors(const io::SafetensorsFile& actual, const io::SafetensorsFile& expected, double relative,
-                         double floor, const std::string& what) {
-  ASSERT_EQ(actual.tensors.size(), expected.tensors.size()) << what;
-  for (const auto& [name, tensor] : expected.tensors) {
-    const torch::Tensor* found = actual.find(name);
-    ASSERT_TRUE(found) << what << " lacks " << name;
-    ASSERT_EQ(found->sizes(), tensor.sizes()) << what << " " << name;
-    const double scale = std::max(floor, tensor.abs().max().item<double>());
-    EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
-  }
-}
-
 // Weights within 2e-5 and Adam's moments within 1e-4 of their own size: float32, only the order of the
 // sums differs (reduce-scatter vs all-reduce, norms added piece by piece). The moments are small, so
 // they are compared relative to themselves: a gradient average off by a factor shows there.

@@ -12,7 +12,9 @@
 
 #include "apps/gpt/commands.h"
 #include "core/dist/process_group.h"
+#include "core/io/safetensors.h"
 #include "core/io/token_file.h"
+#include "core/train/checkpoint.h"
 #include "tests/support/multiprocess.h"
 
 namespace kuafu::gpt {
@@ -114,6 +116,25 @@ inline std::vector<nlohmann::json> metric_lines(const fs::path& metrics) {
     if (json.contains("loss")) lines.push_back(json);
   }
   return lines;
+}
+
+// One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
+inline io::SafetensorsFile saved(const fs::path& root, const std::string& name, const std::string& file, int step = 6) {
+  return io::load_safetensors(
+      (fs::path(train::checkpoint_folder((root / name / "checkpoints").string(), step)) / file).string());
+}
+
+// Every tensor of `expected` is in `actual`, within `relative` x its largest magnitude (at least `floor`).
+inline void expect_same_tensors(const io::SafetensorsFile& actual, const io::SafetensorsFile& expected, double relative,
+                         double floor, const std::string& what) {
+  ASSERT_EQ(actual.tensors.size(), expected.tensors.size()) << what;
+  for (const auto& [name, tensor] : expected.tensors) {
+    const torch::Tensor* found = actual.find(name);
+    ASSERT_TRUE(found) << what << " lacks " << name;
+    ASSERT_EQ(found->sizes(), tensor.sizes()) << what << " " << name;
+    const double scale = std::max(floor, tensor.abs().max().item<double>());
+    EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
+  }
 }
 
 class GPTTrainingTest : public ::testing::Test {

@@ -1,12 +1,15 @@
 // Gemini's rules without tensors: the chunk tensor state machine accepts exactly its legal transitions,
-// and eviction picks the chunk whose next use is furthest ahead on a scripted access pattern.
+// eviction picks the chunk whose next use is furthest ahead on a scripted access pattern, and the tier
+// ledger refuses what would exceed a budget (activations included) and keeps the peak.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "core/memory/eviction.h"
 #include "core/memory/tensor_state.h"
+#include "core/memory/tier_ledger.h"
 #include "core/util/error.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::memory {
 namespace {
@@ -81,6 +84,34 @@ TEST(EvictionTest, AChunkNeverUsedAgainGoesFirst) {
   const AccessTrace trace({0, 1, 0, 1});
   EXPECT_EQ(furthest_next_use({0, 1, 9}, trace, 0), 9);
   EXPECT_THROW(furthest_next_use({}, trace, 0), Error);
+}
+
+TEST(TierLedgerTest, TheFastBudgetCountsActivationsAndRefusesOverflow) {
+  TierLedger ledger({/*fast=*/1000, /*slow=*/0});
+  ledger.add(Tier::kFast, 600, "chunk 0");
+  ledger.set_non_model(300);
+  EXPECT_TRUE(ledger.fits(Tier::kFast, 100));   // 600 + 300 + 100 = 1000
+  EXPECT_FALSE(ledger.fits(Tier::kFast, 101));
+  EXPECT_TRUE(ledger.fits(Tier::kSlow, int64_t{1} << 40));  // unlimited
+  const std::string message = testing::error_message([&] { ledger.add(Tier::kFast, 200, "chunk 7"); });
+  EXPECT_NE(message.find("chunk 7"), std::string::npos) << message;
+  EXPECT_NE(message.find("memory.device_budget_mb"), std::string::npos) << message;
+  EXPECT_EQ(ledger.model_bytes(Tier::kFast), 600);  // the refused bytes were not entered
+  ledger.add(Tier::kFast, 100, "chunk 1");
+  EXPECT_EQ(ledger.peak_bytes(Tier::kFast), 1000);
+  ledger.remove(Tier::kFast, 700);
+  ledger.set_non_model(50);
+  EXPECT_EQ(ledger.peak_bytes(Tier::kFast), 1000);  // the peak stays
+  EXPECT_EQ(ledger.peak_non_model_bytes(), 300);
+  EXPECT_THROW(ledger.remove(Tier::kFast, 1), Error);  // more freed than held
+}
+
+TEST(TierLedgerTest, TheHostBudgetIsEnforcedToo) {
+  TierLedger ledger({0, 500});
+  ledger.add(Tier::kSlow, 500, "masters of chunk 0");
+  const std::string message = testing::error_message([&] { ledger.add(Tier::kSlow, 1, "masters of chunk 1"); });
+  EXPECT_NE(message.find("memory.host_budget_mb"), std::string::npos) << message;
+  EXPECT_TRUE(ledger.fits(Tier::kFast, int64_t{1} << 40));
 }
 
 }  // namespace

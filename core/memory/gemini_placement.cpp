@@ -1,0 +1,259 @@
+// Gemini's placement over the fast (device) and slow (host) tiers: the static fractions, the warm-up
+// trace of block calls and non-model memory, furthest-next-use eviction, prefetch and the margin that
+// lets spare device memory hold master chunks. See gemini.h for the policies.
+#include <algorithm>
+#include <limits>
+
+#include "core/memory/gemini.h"
+#include "core/memory/memory_meter.h"
+#include "core/util/error.h"
+
+namespace kuafu::memory {
+namespace {
+
+// The chunks at the end of the layout whose bytes make up `fraction` of the total go to the slow tier.
+std::vector<Tier> offload_tail(const std::vector<int64_t>& bytes, double fraction) {
+  std::vector<Tier> tiers(bytes.size(), Tier::kFast);
+  int64_t total = 0;
+  for (int64_t b : bytes) total += b;
+  const double wanted = fraction * static_cast<double>(total);
+  int64_t offloaded = 0;
+  for (size_t c = bytes.size(); c-- > 0 && static_cast<double>(offloaded) < wanted;) {
+    tiers[c] = Tier::kSlow;
+    offloaded += bytes[c];
+  }
+  return tiers;
+}
+
+}  // namespace
+
+void Gemini::place_initially() {
+  const int64_t chunks = layout_->num_chunks();
+  const PlacementOptions& p = placement_;
+  const bool placed = p.auto_policy || p.offload_param_fraction > 0 || p.offload_optim_fraction > 0 ||
+                      p.budgets.fast_bytes > 0 || p.budgets.slow_bytes > 0;
+  KUAFU_CHECK(!placed || low_precision(dtype_),
+              "Gemini placement needs a bf16 or fp16 compute dtype: in float32 the compute shards are the masters");
+  KUAFU_CHECK(p.offload_param_fraction >= 0 && p.offload_param_fraction <= 1 && p.offload_optim_fraction >= 0 &&
+                  p.offload_optim_fraction <= 1 && p.margin_ratio >= 0 && p.margin_ratio <= 1,
+              "Gemini placement fractions must lie in [0, 1]");
+  if (p.auto_policy) {
+    // Everything starts in host memory; warm-up shows what the device can hold besides the activations.
+    shard_tier_.assign(chunks, Tier::kSlow);
+    master_tier_.assign(chunks, Tier::kSlow);
+    return;
+  }
+  std::vector<int64_t> bytes;
+  for (int64_t c = 0; c < chunks; ++c) bytes.push_back(layout_->chunk_numel(c));
+  shard_tier_ = offload_tail(bytes, p.offload_param_fraction);
+  master_tier_ = offload_tail(bytes, p.offload_optim_fraction);
+}
+
+torch::Device Gemini::tier_device(Tier tier) const { return tier == Tier::kFast ? fast_device_ : torch::kCPU; }
+
+torch::Tensor Gemini::copy_to_tier(const torch::Tensor& t, Tier tier) const {
+  return copy_to(t, tier_device(tier), tier == Tier::kSlow && fast_device_.is_cuda());
+}
+
+bool Gemini::tracks_memory() const { return placement_.auto_policy || placement_.budgets.fast_bytes > 0; }
+
+int64_t Gemini::payload_bytes(int64_t c) const {
+  return layout_->chunk_numel(c) * static_cast<int64_t>(torch::elementSize(dtype_));
+}
+
+int64_t Gemini::shard_bytes(int64_t c) const {
+  return layout_->shard_numel(c) * static_cast<int64_t>(torch::elementSize(dtype_));
+}
+
+int64_t Gemini::master_bytes(int64_t c) const {
+  // Master, gradient shard and optimizer state, float32 each; in float32 training the master is the
+  // compute shard, counted already.
+  const int64_t tensors = (low_precision(dtype_) ? 2 : 1) + optimizer_slots_;
+  return layout_->shard_numel(c) * static_cast<int64_t>(torch::elementSize(master_dtype_)) * tensors;
+}
+
+void Gemini::account_optimizer_state(int slots) {
+  KUAFU_CHECK(optimizer_slots_ == 0 && slots >= 0, "Gemini: optimizer state accounted twice");
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    ledger_.add(master_tier_[c], layout_->shard_numel(c) * static_cast<int64_t>(torch::elementSize(master_dtype_)) * slots,
+                detail::concat("the optimizer state of chunk ", c));
+  }
+  optimizer_slots_ = slots;
+}
+
+void Gemini::make_room(int64_t bytes, const std::vector<int64_t>& keep) {
+  if (!(placement_.auto_policy && warmed_up_)) return;  // before that nothing is kept that could go
+  while (!ledger_.fits(Tier::kFast, bytes)) {
+    std::vector<int64_t> candidates;
+    for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+      if (gathered_[c] && !pinned_[c] && idle(c) && std::find(keep.begin(), keep.end(), c) == keep.end()) {
+        candidates.push_back(c);
+      }
+    }
+    if (candidates.empty()) return;  // the ledger's error names what did not fit
+    release(furthest_next_use(candidates, trace_, call_ >= 0 ? call_start_[call_] : 0));
+    ++evictions_;
+  }
+}
+
+void Gemini::begin_call(const nn::BlockCall& call, bool backward, const std::vector<int64_t>& chunks) {
+  in_use_chunks_ = chunks;
+  if (!tracks_memory()) return;
+  const std::string key = call.name + (backward ? "/bwd" : "/fwd");
+  call_ = -1;
+  if (tracing_) {
+    call_keys_.push_back(key);
+    call_chunks_.push_back(chunks);
+    call_non_model_.push_back(0);
+    call_ = static_cast<int64_t>(call_keys_.size()) - 1;
+  } else if (warmed_up_) {
+    // Where this call sits in the traced micro-step (evaluation runs forward calls only).
+    const int64_t calls = static_cast<int64_t>(call_keys_.size());
+    for (int64_t k = 0; k < calls && call_ < 0; ++k) {
+      const int64_t t = (next_call_ + k) % calls;
+      if (call_keys_[t] == key) call_ = t;
+    }
+    if (call_ >= 0) next_call_ = call_ + 1;
+  }
+  sample_non_model();
+}
+
+void Gemini::end_call() {
+  in_use_chunks_.clear();
+  if (placement_.auto_policy && warmed_up_) prefetch_next_call();
+}
+
+void Gemini::sample_non_model() {
+  if (!tracks_memory()) return;
+  int64_t non_model = 0;
+  if (warmed_up_) {
+    non_model = call_ >= 0 ? call_non_model_[call_] : 0;
+  } else {
+    // Measured: what the device holds beyond the model data the ledger knows of, relative to the first
+    // sample. On the CPU both tiers share the heap, so both count as model data there.
+    const int64_t model = ledger_.model_bytes(Tier::kFast) + (fast_device_.is_cpu() ? ledger_.model_bytes(Tier::kSlow) : 0);
+    const int64_t outside_model = bytes_in_use(fast_device_) - model;
+    if (!non_model_base_) non_model_base_ = outside_model;
+    non_model = std::max<int64_t>(0, outside_model - *non_model_base_);
+    if (tracing_ && call_ >= 0) call_non_model_[call_] = std::max(call_non_model_[call_], non_model);
+  }
+  // Room first (the traced activations are yet to come), then the activations enter the ledger.
+  make_room(std::max<int64_t>(0, non_model - ledger_.non_model_bytes()), in_use_chunks_);
+  ledger_.set_non_model(non_model);
+  ledger_.add(Tier::kFast, 0, call_ >= 0 ? "the activations of block call '" + call_keys_[call_] + "'"
+                                         : std::string("the activations"));
+}
+
+void Gemini::finish_warm_up() {
+  warmed_up_ = true;
+  tracing_ = false;
+  if (!tracks_memory()) return;
+  // The same trace on every rank, so that every rank keeps and evicts the same chunks: gathering is collective.
+  if (group_->size() > 1 && !call_non_model_.empty()) {
+    torch::Tensor peaks = torch::tensor(call_non_model_, torch::kInt64);
+    dist::all_reduce(peaks, *group_, dist::Reduce::kMax);
+    for (size_t t = 0; t < call_non_model_.size(); ++t) call_non_model_[t] = peaks[static_cast<int64_t>(t)].item<int64_t>();
+  }
+  std::vector<int64_t> accesses;
+  for (const auto& chunks : call_chunks_) {
+    call_start_.push_back(static_cast<int64_t>(accesses.size()));
+    accesses.insert(accesses.end(), chunks.begin(), chunks.end());
+  }
+  trace_ = AccessTrace(accesses);
+  call_ = -1;
+  ledger_.set_non_model(0);
+  if (placement_.auto_policy) place_masters_in_margin();
+}
+
+void Gemini::place_masters_in_margin() {
+  if (placement_.margin_ratio <= 0) return;
+  // The most the blocks need at once: non-model memory plus the chunks a call computes with (and, in
+  // backward, their gradients).
+  int64_t need = 0;
+  for (size_t t = 0; t < call_keys_.size(); ++t) {
+    const bool backward = call_keys_[t].size() > 4 && call_keys_[t].compare(call_keys_[t].size() - 4, 4, "/bwd") == 0;
+    int64_t chunk_bytes = 0;
+    for (int64_t c : call_chunks_[t]) chunk_bytes += payload_bytes(c) * (backward ? 2 : 1);
+    need = std::max(need, call_non_model_[t] + chunk_bytes);
+  }
+  const int64_t budget = ledger_.budget(Tier::kFast);
+  const double spare = budget == 0 ? std::numeric_limits<double>::infinity()
+                                   : static_cast<double>(budget - ledger_.model_bytes(Tier::kFast) - need);
+  double room = placement_.margin_ratio * spare;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (master_tier_[c] == Tier::kSlow && static_cast<double>(master_bytes(c)) <= room) {
+      move_masters(c, Tier::kFast);
+      room -= static_cast<double>(master_bytes(c));
+    }
+  }
+}
+
+void Gemini::move_masters(int64_t c, Tier to) {
+  if (master_tier_[c] == to) return;
+  ledger_.add(to, master_bytes(c), detail::concat("the masters of chunk ", c));
+  ledger_.remove(master_tier_[c], master_bytes(c));
+  relocate_masters(c, tier_device(to), to == Tier::kSlow && fast_device_.is_cuda());
+  master_tier_[c] = to;
+}
+
+void Gemini::prefetch_next_call() {
+  if (call_ < 0 || call_keys_.empty()) return;
+  const int64_t next = (call_ + 1) % static_cast<int64_t>(call_keys_.size());
+  int64_t bytes = 0;
+  for (int64_t c : call_chunks_[next]) bytes += gathered_[c] ? 0 : payload_bytes(c);
+  if (bytes == 0) return;
+  // Only into free room, leaving what the next call's activations will need: a prefetch never evicts.
+  const int64_t growth = std::max<int64_t>(0, call_non_model_[next] - call_non_model_[call_]);
+  if (!ledger_.fits(Tier::kFast, bytes + growth)) return;
+  for (int64_t c : call_chunks_[next]) {
+    if (!gathered_[c]) {
+      gather(c);
+      ++prefetches_;
+    }
+  }
+}
+
+int64_t Gemini::fast_bytes_held() const {
+  int64_t bytes = 0;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (gathered_[c]) bytes += static_cast<int64_t>(payloads_[c].storage().nbytes());
+    if (!pinned_[c] && shard_tier_[c] == Tier::kFast) bytes += shards_[c].numel() * shards_[c].element_size();
+    if (grad_staging_[c].defined()) bytes += grad_staging_[c].numel() * grad_staging_[c].element_size();
+    if (master_tier_[c] == Tier::kFast) {
+      const int64_t master = master_shards_[c].numel() * master_shards_[c].element_size();
+      bytes += (low_precision(dtype_) ? master : 0) + master * (1 + optimizer_slots_);  // + gradient and state
+    }
+  }
+  return bytes;
+}
+
+std::string Gemini::describe() const {
+  int64_t slow_shards = 0, slow_masters = 0;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    slow_shards += shard_tier_[c] == Tier::kSlow;
+    slow_masters += master_tier_[c] == Tier::kSlow;
+  }
+  const auto budget = [](int64_t bytes) { return bytes == 0 ? std::string("unlimited") : mib(bytes); };
+  return detail::concat("Gemini (ZeRO-3 chunks): ", layout_->num_chunks(), " chunks of up to ",
+                        layout_->largest_chunk_numel(), " elements over ", group_->size(), " ranks; placement ",
+                        placement_.auto_policy ? "auto" : "static", ", ", slow_shards, " compute shards and ",
+                        slow_masters, " master chunks in host memory; budgets: device ",
+                        budget(ledger_.budget(Tier::kFast)), ", host ", budget(ledger_.budget(Tier::kSlow)));
+}
+
+std::vector<std::pair<std::string, double>> Gemini::memory_figures() const {
+  int64_t fast_masters = 0;
+  for (Tier tier : master_tier_) fast_masters += tier == Tier::kFast;
+  int64_t chunk_bytes = 0;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) chunk_bytes += payload_bytes(c);
+  const auto in_mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  return {{"chunks_mb", in_mib(chunk_bytes)},
+          {"device_peak_mb", in_mib(ledger_.peak_bytes(Tier::kFast))},
+          {"activations_peak_mb", in_mib(ledger_.peak_non_model_bytes())},
+          {"host_peak_mb", in_mib(ledger_.peak_bytes(Tier::kSlow))},
+          {"evictions", static_cast<double>(evictions_)},
+          {"prefetches", static_cast<double>(prefetches_)},
+          {"master_chunks_on_device", static_cast<double>(fast_masters)}};
+}
+
+}  // namespace kuafu::memory
