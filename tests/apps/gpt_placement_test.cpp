@@ -73,10 +73,11 @@ void placement_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   EXPECT_GT(tight["master_chunks_on_device"].get<double>(), 0);  // the margin took some masters
   // Placement only copies bf16 chunks and float32 masters between tiers: the same bits as without it.
   for (const std::string run : {"static", "auto_unlimited", "auto_budget"}) expect_same_run(root, run, "gemini", 0.0);
-  // bf16 Gemini against plain bf16 data parallelism: the gradients are summed in a different order and
-  // precision (Gemini accumulates micro-steps into float32 shards, plain into bf16 .grad), so they agree
-  // to bf16 rounding carried through 5 Adam steps, not exactly.
-  expect_same_tensors(saved(root, "gemini", "model.safetensors"), saved(root, "plain", "model.safetensors"), 2e-2, 1.0,
+  // bf16 Gemini against plain bf16 data parallelism, a loose check only: Gemini accumulates the micro-
+  // steps' gradients in float32 shards and plain training in bf16 .grad, so bias gradients differ by bf16
+  // rounding and the weights by up to 7e-3 (measured), half of what 5 Adam steps at lr 3e-3 can move them.
+  // The exact checks are the bitwise one above and the float32 one in gpt_memory_test.cpp.
+  expect_same_tensors(saved(root, "gemini", "model.safetensors"), saved(root, "plain", "model.safetensors"), 1e-2, 1.0,
                       "gemini bf16 vs plain bf16 weights");
 }
 
