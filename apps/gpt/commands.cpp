@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
-#include "core/memory/memory_meter.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
+#include "core/memory/memory_config.h"
+#include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
 #include "core/util/logging.h"
@@ -304,27 +306,46 @@ void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   GPTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state
   GPT model(m);
+  model->to(runtime.device);
   const int64_t batch = config.get_int("train.micro_batch_size");
   const int64_t context = config.get_int("data.context");
-  // The configured precision and optimizer, stepped as the trainer steps them (minus clipping).
+  // The configured precision, memory strategy and optimizer, stepped as the trainer steps them (minus
+  // clipping and loss scaling). memory.strategy other than "none" shards over the data ranks; "none" is
+  // one rank's step without gradient averaging.
   const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
-  optim::MasterWeights masters(*model, dtype);
-  auto optimizer = optim::make_optimizer(config, masters.params());
+  const std::string strategy = config.get_string("memory.strategy");
+  std::unique_ptr<memory::ChunkedMasters> sharded =
+      memory::make_sharded_states(config, *model, runtime.replica_group(), dtype);
+  std::optional<optim::MasterWeights> masters;
+  if (!sharded) masters.emplace(*model, dtype);
+  if (auto* hooks = dynamic_cast<nn::BlockHooks*>(sharded.get())) model->block_hooks = hooks;
+  auto optimizer = optim::make_optimizer(config, sharded ? sharded->params() : masters->params());
+  if (sharded) sharded->account_optimizer_state(optimizer->state_slots());
   const double matmul_flops = train::measure_matmul_flops(1024, 5, dtype);
   auto step = [&] {
-    torch::Tensor tokens = torch::randint(m.vocab_size, {batch, context + 1}, torch::kInt64);
+    torch::Tensor tokens = torch::randint(m.vocab_size, {batch, context + 1}, torch::kInt64).to(runtime.device);
+    if (sharded) sharded->begin_backward(/*sync=*/true);
     torch::Tensor loss = model->loss(tokens.narrow(1, 0, context), tokens.narrow(1, 1, context));
     loss.backward();
-    masters.copy_grads_to_masters();
-    optimizer->step();
-    masters.copy_masters_to_model();
-    model->zero_grad();
+    if (sharded) {
+      sharded->finish_backward();
+      optimizer->step();
+      sharded->copy_masters_to_model();
+      sharded->zero_grad();
+    } else {
+      masters->copy_grads_to_masters();
+      optimizer->step();
+      masters->copy_masters_to_model();
+      model->zero_grad();
+    }
   };
   const train::StepTimes times =
       train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"));
   const double median = times.median;
   const double tokens_per_s = static_cast<double>(batch * context) / median;
+  const auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
   nlohmann::json line = {
       {"app", "gpt"},
       {"config", config.path()},
@@ -334,6 +355,7 @@ void benchmark_command(const config::Config& config) {
       {"threads", runtime.threads},
       {"precision", config.get_string("precision.dtype")},
       {"optimizer", optimizer->name()},
+      {"memory_strategy", strategy},
       {"step_time_ms_median", median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},
@@ -341,8 +363,13 @@ void benchmark_command(const config::Config& config) {
       {"model_tflops", m.flops_per_token(context) * tokens_per_s / 1e12},
       {"matmul_gflops", matmul_flops / 1e9},
       {"mfu", m.flops_per_token(context) * tokens_per_s / matmul_flops},
-      {"peak_mem_mb", static_cast<double>(memory::peak_bytes(runtime.device)) / (1 << 20)},
+      {"peak_mem_mb", mb(memory::peak_bytes(runtime.device))},
+      {"resident_before_model_mb", mb(resident_before)},
   };
+  if (sharded) {
+    line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
+    for (const auto& [name, value] : sharded->memory_figures()) line[name] = value;
+  }
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 

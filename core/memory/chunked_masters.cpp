@@ -41,9 +41,16 @@ ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, s
     numels.push_back(p.numel());
   }
   master_dtype_ = low_precision(dtype_) ? torch::kFloat32 : params_.front().scalar_type();
-  const int64_t chunk = chunk_numel > 0 ? chunk_numel
-                                        : search_chunk_numel(numels, 0, kMaxChunkBytes / torch::elementSize(dtype_),
-                                                             1024, group_->size());
+  // The search stays below 1/kMinChunks of the model (or twice its largest tensor), so that a small
+  // model still has chunks fine enough to place and to overlap communication with.
+  int64_t total = 0, largest = 0;
+  for (int64_t n : numels) {
+    total += n;
+    largest = std::max(largest, n);
+  }
+  const int64_t search_max = std::min<int64_t>(kMaxChunkBytes / static_cast<int64_t>(torch::elementSize(dtype_)),
+                                               std::max(total / kMinChunks, 2 * largest));
+  const int64_t chunk = chunk_numel > 0 ? chunk_numel : search_chunk_numel(numels, 0, search_max, 1024, group_->size());
   layout_.emplace(numels, chunk, group_->size());
   // Rank 0's initial weights everywhere, as plain data parallelism does.
   torch::NoGradGuard no_grad;
@@ -120,7 +127,7 @@ io::NamedTensors ChunkedMasters::full_weights() const {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> whole;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    const torch::Tensor chunk = dist::all_gather(master_shards_[c], *group_);
+    const torch::Tensor chunk = dist::all_gather(master_shards_[c].to(group_->device()), *group_);  // masters may be in host memory
     for (int64_t i : layout_->tensors_in(c)) {
       whole[names_[i]] = chunk.narrow(0, layout_->slot(i).offset, layout_->slot(i).numel).view(shapes_[i]);
     }
@@ -143,7 +150,7 @@ io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state)
   std::map<std::string, torch::Tensor> whole;
   for (const auto& slot : slots) {
     for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-      torch::Tensor shard = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
+      torch::Tensor shard = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options().device(group_->device()));
       for (int64_t i : layout_->tensors_in(c)) {
         const Piece piece = layout_->piece(i, rank_);
         const auto found = by_name.find(names_[i] + "/" + slot);

@@ -96,8 +96,9 @@ class ChunkedMasters {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the gradient hooks alive
 };
 
-// Upper end of the chunk-size search, in bytes of the compute dtype.
+// Upper end of the chunk-size search, in bytes of the compute dtype, and the fewest chunks it aims for.
 constexpr int64_t kMaxChunkBytes = 32 << 20;
+constexpr int64_t kMinChunks = 8;
 
 bool low_precision(torch::Dtype dtype);
 

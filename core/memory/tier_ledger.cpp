@@ -36,7 +36,8 @@ void TierLedger::add(Tier tier, int64_t bytes, const std::string& what) {
                                tier == Tier::kFast ? " and " + mib(non_model_) + " of activations" : std::string(),
                                " are in use there and nothing more can be moved out. Raise memory.",
                                tier == Tier::kFast ? "device_budget_mb" : "host_budget_mb",
-                               ", use placement = \"auto\", or offload more (memory.offload_*_fraction)"));
+                               tier == Tier::kFast ? ", or lower what one block needs (train.micro_batch_size, memory.chunk_mb)"
+                                                   : ", or keep more on the device"));
   }
   used_[index(tier)] += bytes;
   update_peak(tier);
