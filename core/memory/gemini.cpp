@@ -30,6 +30,18 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
       fast_device_(params_.front().device()),
       ledger_(options.placement.budgets) {
   place_initially();
+  // What stays on each tier enters the ledger before anything is allocated: a model too large for the
+  // budgets fails here, not after filling memory. Only a pinned chunk (its payload is its shard) stays
+  // gathered.
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    const bool pinned = group_->size() == 1 && shard_tier_[c] == Tier::kFast;
+    if (pinned) {
+      ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));
+    } else {
+      ledger_.add(shard_tier_[c], shard_bytes(c), detail::concat("the compute shard of chunk ", c));
+    }
+    ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
+  }
   torch::NoGradGuard no_grad;
   build_masters([&](int64_t c, const torch::Tensor& whole) {
     const int64_t shard = layout_->shard_numel(c);
@@ -52,18 +64,14 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   reduced_.assign(chunks, false);
   states_.assign(params_.size(), TensorState::kFree);
   grad_ready_.assign(params_.size(), false);
-  // Only a pinned chunk (its payload is its shard) stays gathered; the ledger counts what stays.
   for (int64_t c = 0; c < chunks; ++c) {
     if (pinned_[c]) {
       gathered_[c] = true;
       gathered_bytes_ += payload_bytes(c);
       for (int64_t i : layout_->tensors_in(c)) states_[i] = TensorState::kHold;
-      ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));
     } else {
       free_storage(payloads_[c]);
-      ledger_.add(shard_tier_[c], shard_bytes(c), detail::concat("the compute shard of chunk ", c));
     }
-    ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
   }
   peak_gathered_bytes_ = gathered_bytes_;  // the peak counts from here, in training
   watch_gradients();

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The largest GPT each memory strategy trains within a device budget and a host budget, and the step
+# time of each at a size all of them run (issue 7's benchmark). One rank, bf16 compute, AdamW, random
+# tokens (kuafu-gpt benchmark: 1 warm-up step + 2 timed steps per probe, 2 + 5 for the step times).
+#
+# The models: width 1536 (16 heads), vocabulary 8192, 128 positions, micro-batch 4 x 128 tokens; only
+# the number of layers changes (28.3M parameters each), found by bisection.
+#
+# What "trains within the budgets" means:
+#   none, zero2  everything they hold lives on the device: the process's peak resident memory beyond
+#                what it held before building the model must fit the device budget;
+#   gemini       the device and host budgets are enforced by Gemini's ledger (a run that would exceed
+#                either stops with an error), and the whole footprint, measured as above, must fit
+#                device + host.
+# On this CPU-only machine both tiers are host memory: the device budget is enforced by accounting.
+#
+# Usage: benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
+#                                       [out = runs/memory_capacity]
+set -euo pipefail
+build=${1:-build}
+device_mb=${2:-2048}
+host_mb=${3:-12288}
+out=${4:-runs/memory_capacity}
+app="$build/apps/gpt/kuafu-gpt"
+[[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
+mkdir -p "$out"
+config="$(dirname "$0")/../apps/gpt/configs/quickstart.toml"
+common=(--set model.n_embd=1536 --set model.n_head=16 --set model.vocab_size=8192 --set model.n_positions=128
+        --set data.context=128 --set train.micro_batch_size=4 --set precision.dtype='"bf16"' --set optim.name='"adamw"')
+budgets=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb")
+
+strategy_args() {  # name -> overrides
+  case $1 in
+    none) echo '--set memory.strategy="none"' ;;
+    zero2) echo '--set memory.strategy="zero2"' ;;
+    gemini_static) echo '--set memory.strategy="gemini" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1' ;;
+    gemini_auto) echo '--set memory.strategy="gemini" --set memory.placement="auto" --set memory.margin_ratio=0.8' ;;
+  esac
+}
+
+# probe strategy layers warmup steps -> the JSON line in $out/<strategy>_<layers>.json; exit 0 when it fits
+probe() {
+  local name=$1 layers=$2 warmup=$3 steps=$4 file="$out/${1}_${2}.json"
+  local args
+  read -r -a args <<< "$(strategy_args "$name")"
+  [[ $name == gemini* ]] && args+=("${budgets[@]}")
+  if ! "$app" benchmark --config "$config" "${common[@]}" --set model.n_layer="$layers" "${args[@]}" \
+      --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$file" 2> "$out/${name}_${layers}.log"; then
+    echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-160)" >&2
+    rm -f "$file"
+    return 1
+  fi
+  python3 - "$file" "$name" "$device_mb" "$host_mb" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+name, device, host = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+footprint = d["peak_mem_mb"] - d["resident_before_model_mb"]
+limit = device + host if name.startswith("gemini") else device
+fits = footprint <= limit
+print(f"  {name}, {d['parameters'] / 1e6:.0f}M parameters: footprint {footprint:.0f} MiB (limit {limit:.0f}), "
+      f"step {d['step_time_ms_median'] / 1e3:.2f} s -> {'fits' if fits else 'too large'}", file=sys.stderr)
+sys.exit(0 if fits else 1)
+PY
+}
+
+# Bisection on the number of layers: lo fits (or 0), hi does not.
+largest() {
+  local name=$1 lo=0 hi=$2 mid
+  while (( hi - lo > 1 )); do
+    mid=$(( (lo + hi) / 2 ))
+    if probe "$name" "$mid" 1 2; then lo=$mid; else hi=$mid; fi
+  done
+  echo "$lo"
+}
+
+declare -A best
+for name in none zero2 gemini_static gemini_auto; do
+  echo "$name:" >&2
+  case $name in none|zero2) top=12 ;; *) top=34 ;; esac
+  best[$name]=$(largest "$name" "$top")
+done
+
+# Step times at the size plain data parallelism reaches (all four run it).
+common_layers=${best[none]}
+(( common_layers >= 1 )) || { echo "plain data parallelism fits no model in $device_mb MiB" >&2; exit 1; }
+echo "step times at $common_layers layers:" >&2
+for name in none zero2 gemini_static gemini_auto; do
+  probe "$name" "$common_layers" 2 5 || true
+  cp "$out/${name}_${common_layers}.json" "$out/${name}_common.json" 2>/dev/null || true
+done
+
+python3 - "$out" "$device_mb" "$host_mb" "${best[none]}" "${best[zero2]}" "${best[gemini_static]}" "${best[gemini_auto]}" <<'PY'
+import json, os, sys
+out, device, host = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+layers = dict(zip(["none", "zero2", "gemini_static", "gemini_auto"], map(int, sys.argv[4:8])))
+labels = {"none": "plain data parallelism", "zero2": "ZeRO-2", "gemini_static": "Gemini static (all offloaded)",
+          "gemini_auto": "Gemini auto (margin 0.8)"}
+bytes_per_param = 18  # Gemini: bf16 weights 2 + float32 master 4 + gradient 4 + Adam moments 8
+bound = (device + host) * 2**20 / bytes_per_param
+common = {n: json.load(open(os.path.join(out, f"{n}_common.json"))) for n in layers
+          if os.path.exists(os.path.join(out, f"{n}_common.json"))}
+plain_params = json.load(open(os.path.join(out, f"none_{layers['none']}.json")))["parameters"]
+plain_time = common["none"]["step_time_ms_median"]
+rows = ["| strategy | largest model | vs plain | vs bound | footprint | device peak | host peak | step time at "
+        f"{common['none']['parameters'] / 1e6:.0f}M | vs plain |", "|---|---|---|---|---|---|---|---|---|"]
+for n, l in layers.items():
+    d = json.load(open(os.path.join(out, f"{n}_{l}.json")))
+    footprint = d["peak_mem_mb"] - d["resident_before_model_mb"]
+    dev = f"{d['device_peak_mb']:.0f} MiB" if "device_peak_mb" in d else "(all)"
+    hst = f"{d['host_peak_mb']:.0f} MiB" if "host_peak_mb" in d else "-"
+    t = common[n]["step_time_ms_median"] if n in common else float("nan")
+    rows.append(f"| {labels[n]} | {d['parameters'] / 1e6:.0f}M ({l} layers) | {d['parameters'] / plain_params:.1f}x | "
+                f"{d['parameters'] / bound:.0%} | {footprint:.0f} MiB | {dev} | {hst} | {t / 1e3:.2f} s | {t / plain_time:.2f}x |")
+text = (f"Budgets: device {device:.0f} MiB, host {host:.0f} MiB. Bound (device + host) / {bytes_per_param} bytes per "
+        f"parameter = {bound / 1e6:.0f}M parameters.\n\n" + "\n".join(rows) + "\n")
+open(os.path.join(out, "summary.md"), "w").write(text)
+print(text)
+PY
