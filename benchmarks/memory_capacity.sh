@@ -15,12 +15,14 @@
 # On this CPU-only machine both tiers are host memory: the device budget is enforced by accounting.
 #
 # Usage: benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
-#                                       [out = runs/memory_capacity]
+#                                       [out = runs/memory_capacity] [strategies = all four]
+# Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest).
 set -euo pipefail
 build=${1:-build}
 device_mb=${2:-2048}
 host_mb=${3:-12288}
 out=${4:-runs/memory_capacity}
+strategies=${5:-"none zero2 gemini_static gemini_auto"}
 app="$build/apps/gpt/kuafu-gpt"
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
@@ -45,11 +47,12 @@ probe() {
   read -r -a args <<< "$(strategy_args "$name")"
   [[ $name == gemini* ]] && args+=("${budgets[@]}")
   if ! "$app" benchmark --config "$config" "${common[@]}" --set model.n_layer="$layers" "${args[@]}" \
-      --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$file" 2> "$out/${name}_${layers}.log"; then
-    echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-160)" >&2
+      --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$out/${name}_${layers}.log" 2>&1; then
+    echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-200)" >&2
     rm -f "$file"
     return 1
   fi
+  tail -n 1 "$out/${name}_${layers}.log" > "$file"  # the JSON line comes last
   python3 - "$file" "$name" "$device_mb" "$host_mb" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -75,16 +78,19 @@ largest() {
 
 declare -A best
 for name in none zero2 gemini_static gemini_auto; do
-  echo "$name:" >&2
-  case $name in none|zero2) top=12 ;; *) top=34 ;; esac
-  best[$name]=$(largest "$name" "$top")
+  if [[ " $strategies " == *" $name "* ]]; then
+    echo "$name:" >&2
+    case $name in none|zero2) top=12 ;; *) top=34 ;; esac
+    largest "$name" "$top" > "$out/$name.largest"
+  fi
+  best[$name]=$(cat "$out/$name.largest")
 done
 
 # Step times at the size plain data parallelism reaches (all four run it).
 common_layers=${best[none]}
 (( common_layers >= 1 )) || { echo "plain data parallelism fits no model in $device_mb MiB" >&2; exit 1; }
 echo "step times at $common_layers layers:" >&2
-for name in none zero2 gemini_static gemini_auto; do
+for name in none zero2 gemini_static gemini_auto; do  # all four in one run: their ratios compare
   probe "$name" "$common_layers" 2 5 || true
   cp "$out/${name}_${common_layers}.json" "$out/${name}_common.json" 2>/dev/null || true
 done

@@ -97,7 +97,7 @@ class ChunkedMasters {
 };
 
 // Upper end of the chunk-size search, in bytes of the compute dtype, and the fewest chunks it aims for.
-constexpr int64_t kMaxChunkBytes = 32 << 20;
+constexpr int64_t kMaxChunkBytes = 64 << 20;
 constexpr int64_t kMinChunks = 8;
 
 bool low_precision(torch::Dtype dtype);

@@ -32,8 +32,12 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   place_initially();
   // What stays on each tier enters the ledger before anything is allocated: a model too large for the
   // budgets fails here, not after filling memory. Only a pinned chunk (its payload is its shard) stays
-  // gathered.
+  // gathered. The auto policy puts on the device what host memory cannot hold.
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c))) shard_tier_[c] = Tier::kFast;
+    if (placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c) + master_bytes(c))) {
+      master_tier_[c] = Tier::kFast;
+    }
     const bool pinned = group_->size() == 1 && shard_tier_[c] == Tier::kFast;
     if (pinned) {
       ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));

@@ -74,11 +74,18 @@ int64_t Gemini::master_bytes(int64_t c) const {
 
 void Gemini::account_optimizer_state(int slots) {
   KUAFU_CHECK(optimizer_slots_ == 0 && slots >= 0, "Gemini: optimizer state accounted twice");
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    ledger_.add(master_tier_[c], layout_->shard_numel(c) * static_cast<int64_t>(torch::elementSize(master_dtype_)) * slots,
-                detail::concat("the optimizer state of chunk ", c));
-  }
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) ledger_.remove(master_tier_[c], master_bytes(c));
   optimizer_slots_ = slots;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    // Under auto, master chunks whose state host memory cannot hold are stepped on the device.
+    Tier tier = master_tier_[c];
+    if (placement_.auto_policy && tier == Tier::kSlow && !ledger_.fits(Tier::kSlow, master_bytes(c))) tier = Tier::kFast;
+    ledger_.add(tier, master_bytes(c), detail::concat("the masters and optimizer state of chunk ", c));
+    if (tier != master_tier_[c]) {
+      relocate_masters(c, tier_device(tier), /*pinned=*/false);
+      master_tier_[c] = tier;
+    }
+  }
 }
 
 void Gemini::make_room(int64_t bytes, const std::vector<int64_t>& keep) {

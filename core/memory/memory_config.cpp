@@ -13,7 +13,7 @@ void add_memory_schema(config::Schema& s) {
       .choices({"none", "zero1", "zero2", "gemini"});
   s.add_float("memory.chunk_mb", 0.0,
               "chunk size in MiB of the compute dtype (the unit ZeRO reduces and gathers); 0: the size that wastes least up to "
-              "32 MiB and an eighth of the model (or twice its largest tensor)")
+              "64 MiB and an eighth of the model (or twice its largest tensor)")
       .min(0.0);
   s.add_string("memory.placement", "static",
                "gemini: static keeps fixed fractions of the chunks in host memory (offload_*_fraction); auto learns "

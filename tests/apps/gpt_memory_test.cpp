@@ -139,6 +139,7 @@ TEST_F(GPTMemoryTest, GeminiGathersChunksAroundBlocksAndReleasesThem) {
   gemini.begin_backward(/*sync=*/true);
   model->loss(tokens.narrow(0, 2 * rank, 2), targets.narrow(0, 2 * rank, 2)).backward();
   gemini.finish_backward();
+  EXPECT_EQ(gemini.fast_bytes_held(), gemini.ledger().model_bytes(memory::Tier::kFast));
   EXPECT_GT(gemini.peak_gathered_bytes(), 0);
   EXPECT_LT(gemini.peak_gathered_bytes(), whole_model_bytes);
   EXPECT_EQ(gemini.gathered_bytes(), 0);
@@ -165,6 +166,42 @@ TEST_F(GPTMemoryTest, ShardingWithTensorParallelismIsRefusedAtTheKey) {
   const std::string message = testing::error_message([&] { train::Trainer(config, runtime, *task); });
   EXPECT_NE(message.find("memory.strategy"), std::string::npos) << message;
   EXPECT_NE(message.find("parallel.tensor"), std::string::npos) << message;
+}
+
+// The ledger is what the budgets trust: after every micro-step of auto placement (chunks kept, evicted
+// and prefetched, masters moved to the device by the margin) and of static placement, the device bytes it
+// counts equal those of the tensors Gemini holds there, and the accounted peak stays within the budget.
+TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
+  const auto config = make_config(root_, "ledger", "model.n_layer=4");
+  torch::manual_seed(9);
+  const torch::Tensor tokens = torch::randint(64, {2, 17}, torch::kInt64);
+  for (const bool auto_policy : {true, false}) {
+    torch::manual_seed(5);
+    GPT model(model_config(config));
+    memory::GeminiOptions options{1024, torch::kBFloat16};
+    options.placement.auto_policy = auto_policy;
+    options.placement.margin_ratio = auto_policy ? 0.5 : 0.0;
+    options.placement.offload_param_fraction = auto_policy ? 0.0 : 0.5;
+    options.placement.offload_optim_fraction = auto_policy ? 0.0 : 0.5;
+    options.placement.budgets.fast_bytes = 4 << 20;
+    memory::Gemini gemini(*model, dist::World::single()->world_group(), options);
+    gemini.account_optimizer_state(2);
+    model->block_hooks = &gemini;
+    for (int step = 0; step < 3; ++step) {
+      gemini.begin_backward(/*sync=*/true);
+      model->loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).backward();
+      gemini.finish_backward();
+      EXPECT_EQ(gemini.fast_bytes_held(), gemini.ledger().model_bytes(memory::Tier::kFast)) << step;
+      gemini.copy_masters_to_model();
+      gemini.zero_grad();
+    }
+    EXPECT_LE(gemini.ledger().peak_bytes(memory::Tier::kFast), options.placement.budgets.fast_bytes);
+    if (auto_policy) {
+      EXPECT_GT(gemini.prefetches(), 0);
+      EXPECT_EQ(gemini.master_tier(0), memory::Tier::kFast);  // the margin took the masters
+    }
+    model->block_hooks = nullptr;
+  }
 }
 
 }  // namespace

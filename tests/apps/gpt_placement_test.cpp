@@ -2,7 +2,8 @@
 // 4-layer GPT, gradient accumulation, a dynamic loss scale that skips an overflowed step):
 // - static fractions and the auto policy under a device budget that forces evictions take exactly the
 //   steps of Gemini without placement (moving a chunk between tiers copies it, nothing is rounded);
-// - the device tier's accounted peak (model data plus traced activations) never exceeds its budget;
+// - the device tier's accounted peak (model data plus traced activations) never exceeds its budget, and
+//   under auto the masters that a host budget cannot hold are stepped on the device;
 // - both stay close to plain data parallelism in bf16;
 // - a budget too small for one block stops the run with an error naming the key.
 #include <gtest/gtest.h>
@@ -67,12 +68,19 @@ void placement_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
       root, "auto_budget",
       gemini + "\nmemory.placement=\"auto\"\nmemory.margin_ratio=0.5\nmemory.device_budget_mb=" + std::to_string(budget_mb),
       world);
+  // A host budget of 60% of what auto keeps there: the masters that do not fit are stepped on the device.
+  const double host_mb = 0.6 * free["host_peak_mb"].get<double>();
+  const nlohmann::json host_full = train_placed(
+      root, "auto_host_full", gemini + "\nmemory.placement=\"auto\"\nmemory.host_budget_mb=" + std::to_string(host_mb),
+      world);
   if (world->rank() != 0) return;
+  EXPECT_LE(host_full["host_peak_mb"].get<double>(), host_mb);
+  EXPECT_GT(host_full["master_chunks_on_device"].get<double>(), 0);
   EXPECT_LE(tight["device_peak_mb"].get<double>(), budget_mb);
   EXPECT_GT(tight["evictions"].get<double>(), 0);
   EXPECT_GT(tight["master_chunks_on_device"].get<double>(), 0);  // the margin took some masters
   // Placement only copies bf16 chunks and float32 masters between tiers: the same bits as without it.
-  for (const std::string run : {"static", "auto_unlimited", "auto_budget"}) expect_same_run(root, run, "gemini", 0.0);
+  for (const std::string run : {"static", "auto_unlimited", "auto_budget", "auto_host_full"}) expect_same_run(root, run, "gemini", 0.0);
   // bf16 Gemini against plain bf16 data parallelism, a loose check only: Gemini accumulates the micro-
   // steps' gradients in float32 shards and plain training in bf16 .grad, so bias gradients differ by bf16
   // rounding and the weights by up to 7e-3 (measured), half of what 5 Adam steps at lr 3e-3 can move them.
