@@ -9,6 +9,10 @@ void keep_freed_memory_for_reuse() {
   // threshold alone leaves the mmap threshold at 128 KiB, which made steps 8x slower.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Blocks above 32 MiB (ZeRO and Gemini chunks, their gradients) would still be mmapped fresh each time:
+  // with mmap off they come from the heap and are reused too. One-rank GPT of 69M parameters, width 1536:
+  // ZeRO-2 1,418 -> 505 ms and Gemini 1,725 -> 523 ms per step (plain 520 -> 483 ms).
+  mallopt(M_MMAP_MAX, 0);
 }
 
 }  // namespace kuafu

@@ -6,8 +6,8 @@
 
 namespace kuafu {
 
-// Keeps blocks up to 32 MiB (glibc's largest mmap threshold) on the heap and up to 1 GiB of freed heap
-// in the process for reuse. Call first thing in main, before large allocations.
+// Serves every block from the heap (no per-block mmap) and keeps up to 1 GiB of freed heap in the
+// process for reuse. Call first thing in main, before large allocations.
 void keep_freed_memory_for_reuse();
 
 }  // namespace kuafu
