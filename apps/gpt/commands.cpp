@@ -307,6 +307,8 @@ void benchmark_command(const config::Config& config) {
   GPTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state
+  const int64_t in_use_before = memory::bytes_in_use(runtime.device);
+  const memory::PeakInUse peak_in_use(runtime.device);
   GPT model(m);
   model->to(runtime.device);
   const int64_t batch = config.get_int("train.micro_batch_size");
@@ -365,6 +367,8 @@ void benchmark_command(const config::Config& config) {
       {"mfu", m.flops_per_token(context) * tokens_per_s / matmul_flops},
       {"peak_mem_mb", mb(memory::peak_bytes(runtime.device))},
       {"resident_before_model_mb", mb(resident_before)},
+      {"peak_in_use_mb", mb(peak_in_use.peak())},  // allocated, not what the allocator keeps for reuse
+      {"in_use_before_model_mb", mb(in_use_before)},
   };
   if (sharded) {
     line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";

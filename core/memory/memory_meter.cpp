@@ -44,4 +44,23 @@ int64_t resident_bytes() {
   return resident * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
+PeakInUse::PeakInUse(const torch::Device& device, std::chrono::microseconds interval) : device_(device) {
+  if (device.is_cuda()) return;
+  peak_ = bytes_in_use(device);
+  sampler_ = std::thread([this, interval] {
+    while (!stop_) {
+      const int64_t now = bytes_in_use(device_);
+      if (now > peak_) peak_ = now;
+      std::this_thread::sleep_for(interval);
+    }
+  });
+}
+
+PeakInUse::~PeakInUse() {
+  stop_ = true;
+  if (sampler_.joinable()) sampler_.join();
+}
+
+int64_t PeakInUse::peak() const { return device_.is_cuda() ? peak_bytes(device_) : peak_.load(); }
+
 }  // namespace kuafu::memory

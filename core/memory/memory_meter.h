@@ -3,7 +3,10 @@
 // CPU from glibc's heap statistics (every arena, mmapped blocks included) and the process's resident set.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 #include <torch/types.h>
 
@@ -15,5 +18,23 @@ int64_t bytes_in_use(const torch::Device& device);
 int64_t peak_bytes(const torch::Device& device);
 // The process's resident set now (host memory, whatever holds it).
 int64_t resident_bytes();
+
+// The most bytes in use on `device` while it lives: what a model really needs, without what the
+// allocator keeps for reuse (the same measure as CUDA's allocated-bytes peak, which it reads there).
+// The CPU has no such counter, so a background thread samples bytes_in_use every `interval`.
+class PeakInUse {
+ public:
+  explicit PeakInUse(const torch::Device& device, std::chrono::microseconds interval = std::chrono::milliseconds(2));
+  ~PeakInUse();
+  PeakInUse(const PeakInUse&) = delete;
+  PeakInUse& operator=(const PeakInUse&) = delete;
+  int64_t peak() const;
+
+ private:
+  torch::Device device_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> peak_{0};
+  std::thread sampler_;
+};
 
 }  // namespace kuafu::memory
