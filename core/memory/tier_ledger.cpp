@@ -32,7 +32,7 @@ void TierLedger::add(Tier tier, int64_t bytes, const std::string& what) {
   KUAFU_CHECK(bytes >= 0, "negative allocation for ", what);
   if (!fits(tier, bytes)) {
     throw Error(detail::concat("the ", tier_name(tier), " memory budget of ", mib(budget(tier)), " cannot hold ", what,
-                               " (", mib(bytes), "): ", mib(used_[index(tier)]), " of model data",
+                               bytes > 0 ? " (" + mib(bytes) + ")" : std::string(), ": ", mib(used_[index(tier)]), " of model data",
                                tier == Tier::kFast ? " and " + mib(non_model_) + " of activations" : std::string(),
                                " are in use there and nothing more can be moved out. Raise memory.",
                                tier == Tier::kFast ? "device_budget_mb" : "host_budget_mb",
