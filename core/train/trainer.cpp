@@ -135,12 +135,14 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
     // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
     params_ = sharded_->params();
     norm_group_ = replicas;
-    if (runtime.is_main()) log::infof(sharded_->describe());
   } else {
     init_replicated(task, replicas);
   }
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
-  if (sharded_) sharded_->account_optimizer_state(optimizer_->state_slots());
+  if (sharded_) {
+    sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
+    if (runtime.is_main()) log::infof(sharded_->describe());
+  }
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
