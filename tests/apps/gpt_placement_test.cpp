@@ -5,6 +5,7 @@
 // - the device tier's accounted peak (model data plus traced activations) never exceeds its budget, and
 //   under auto the masters that a host budget cannot hold are stepped on the device;
 // - both stay close to plain data parallelism in bf16;
+// - a checkpoint written under auto placement resumes under static placement and ends the same;
 // - a budget too small for one block stops the run with an error naming the key.
 #include <gtest/gtest.h>
 
@@ -26,16 +27,16 @@ const std::string kPlaced =
     "precision.loss_scale=\"dynamic\"\nprecision.initial_scale=1024\nprecision.hysteresis=1\noptim.grad_clip=0\n"
     "model.n_embd=64\nmodel.n_layer=4\nmodel.n_head=4\nmemory.chunk_mb=0.00390625";
 
-// Trains run `name` with the extra overrides (6 steps); returns the last metrics line, read on every
-// rank from rank 0's file.
+// Trains run `name` with the extra overrides (6 steps unless they say otherwise; `skipped` overflowed
+// steps expected); returns the last metrics line, read on every rank from rank 0's file.
 nlohmann::json train_placed(const fs::path& root, const std::string& name, const std::string& extra,
-                            const std::shared_ptr<dist::World>& world) {
+                            const std::shared_ptr<dist::World>& world, int64_t skipped = 1) {
   const auto config = make_config(root, name, kPlaced + "\n" + extra);
   {
     train::Runtime runtime = train::start_runtime(config, world);
     InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
     train::Trainer trainer(config, runtime, task);
-    EXPECT_EQ(trainer.run().skipped_steps, 1) << name;
+    EXPECT_EQ(trainer.run().skipped_steps, skipped) << name;
   }
   dist::barrier(*world->world_group());
   const auto lines = metric_lines(root / name / "metrics.jsonl");
@@ -73,6 +74,16 @@ void placement_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   const nlohmann::json host_full = train_placed(
       root, "auto_host_full", gemini + "\nmemory.placement=\"auto\"\nmemory.host_budget_mb=" + std::to_string(host_mb),
       world);
+  // A checkpoint written after 3 steps under auto placement resumes under static placement (chunks and
+  // masters on other tiers) and ends where the unplaced run ends.
+  train_placed(root, "written_auto", gemini + "\nmemory.placement=\"auto\"\ntrain.steps=3", world);
+  if (world->rank() == 0) {
+    fs::create_directories(root / "resumed_static");
+    fs::copy(root / "written_auto" / "checkpoints", root / "resumed_static" / "checkpoints", fs::copy_options::recursive);
+  }
+  dist::barrier(*world->world_group());
+  train_placed(root, "resumed_static", gemini + "\nmemory.offload_param_fraction=0.5\nmemory.offload_optim_fraction=0.5",
+               world, /*skipped=*/0);
   if (world->rank() != 0) return;
   EXPECT_LE(host_full["host_peak_mb"].get<double>(), host_mb);
   EXPECT_GT(host_full["master_chunks_on_device"].get<double>(), 0);
@@ -80,7 +91,7 @@ void placement_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   EXPECT_GT(tight["evictions"].get<double>(), 0);
   EXPECT_GT(tight["master_chunks_on_device"].get<double>(), 0);  // the margin took some masters
   // Placement only copies bf16 chunks and float32 masters between tiers: the same bits as without it.
-  for (const std::string run : {"static", "auto_unlimited", "auto_budget", "auto_host_full"}) expect_same_run(root, run, "gemini", 0.0);
+  for (const std::string run : {"static", "auto_unlimited", "auto_budget", "auto_host_full", "resumed_static"}) expect_same_run(root, run, "gemini", 0.0);
   // bf16 Gemini against plain bf16 data parallelism, a loose check only: Gemini accumulates the micro-
   // steps' gradients in float32 shards and plain training in bf16 .grad, so bias gradients differ by bf16
   // rounding and the weights by up to 7e-3 (measured), half of what 5 Adam steps at lr 3e-3 can move them.
