@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
-#include "core/memory/memory_meter.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
+#include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
 #include "core/util/logging.h"

@@ -38,8 +38,8 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     if (placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c) + master_bytes(c))) {
       master_tier_[c] = Tier::kFast;
     }
-    const bool pinned = group_->size() == 1 && shard_tier_[c] == Tier::kFast;
-    if (pinned) {
+    pinned_.push_back(group_->size() == 1 && shard_tier_[c] == Tier::kFast);
+    if (pinned_[c]) {
       ledger_.add(Tier::kFast, payload_bytes(c), detail::concat("chunk ", c));
     } else {
       ledger_.add(shard_tier_[c], shard_bytes(c), detail::concat("the compute shard of chunk ", c));
@@ -51,8 +51,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     const int64_t shard = layout_->shard_numel(c);
     const torch::Tensor payload = whole.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
     payloads_.push_back(payload);
-    pinned_.push_back(group_->size() == 1 && shard_tier_[c] == Tier::kFast);
-    shards_.push_back(pinned_.back() ? payload : copy_to_tier(payload.narrow(0, rank_ * shard, shard), shard_tier_[c]));
+    shards_.push_back(pinned_[c] ? payload : copy_to_tier(payload.narrow(0, rank_ * shard, shard), shard_tier_[c]));
     // In the parameters' own precision the compute shard is the master; otherwise a float32 copy.
     return low_precision(dtype_) ? copy_to_tier(whole.narrow(0, rank_ * shard, shard), master_tier_[c]) : shards_.back();
   });
@@ -152,8 +151,7 @@ void Gemini::release(int64_t c) {
 }
 
 void Gemini::release_if_idle(int64_t c) {
-  // After warm-up the auto policy keeps chunks on the device until their room is needed.
-  if (placement_.auto_policy && warmed_up_) return;
+  if (keeps_chunks()) return;  // kept on the device until their room is needed
   if (idle(c)) release(c);
 }
 

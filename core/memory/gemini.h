@@ -112,6 +112,7 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   torch::Device tier_device(Tier tier) const;
   torch::Tensor copy_to_tier(const torch::Tensor& t, Tier tier) const;
   bool tracks_memory() const;  // a fast budget or the auto policy: non-model memory is traced
+  bool keeps_chunks() const;   // auto after warm-up: chunks stay gathered, evicted or prefetched by the trace
   int64_t payload_bytes(int64_t chunk) const;
   int64_t shard_bytes(int64_t chunk) const;
   int64_t master_bytes(int64_t chunk) const;  // masters, gradient shard and optimizer state

@@ -57,6 +57,8 @@ torch::Tensor Gemini::copy_to_tier(const torch::Tensor& t, Tier tier) const {
 
 bool Gemini::tracks_memory() const { return placement_.auto_policy || placement_.budgets.fast_bytes > 0; }
 
+bool Gemini::keeps_chunks() const { return placement_.auto_policy && warmed_up_; }
+
 int64_t Gemini::payload_bytes(int64_t c) const {
   return layout_->chunk_numel(c) * static_cast<int64_t>(torch::elementSize(dtype_));
 }
@@ -89,7 +91,7 @@ void Gemini::account_optimizer_state(int slots) {
 }
 
 void Gemini::make_room(int64_t bytes, const std::vector<int64_t>& keep) {
-  if (!(placement_.auto_policy && warmed_up_)) return;  // before that nothing is kept that could go
+  if (!keeps_chunks()) return;  // otherwise nothing is kept that could go
   while (!ledger_.fits(Tier::kFast, bytes)) {
     std::vector<int64_t> candidates;
     for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
@@ -127,7 +129,7 @@ void Gemini::begin_call(const nn::BlockCall& call, bool backward, const std::vec
 
 void Gemini::end_call() {
   in_use_chunks_.clear();
-  if (placement_.auto_policy && warmed_up_) prefetch_next_call();
+  if (keeps_chunks()) prefetch_next_call();
 }
 
 void Gemini::sample_non_model() {

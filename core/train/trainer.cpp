@@ -1,4 +1,3 @@
-#include "core/memory/memory_meter.h"
 #include "core/train/trainer.h"
 
 #include <chrono>
@@ -11,6 +10,7 @@
 
 #include "core/dist/collectives.h"
 #include "core/memory/memory_config.h"
+#include "core/memory/memory_meter.h"
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/progress.h"

@@ -131,7 +131,7 @@ TEST_F(GPTMemoryTest, GeminiGathersChunksAroundBlocksAndReleasesThem) {
   const torch::Tensor targets = torch::randint(64, {4, 16}, torch::kInt64);
   const int rank = world->rank();
 
-  memory::Gemini gemini(*model, world->world_group(), {1024, torch::kFloat64});
+  memory::Gemini gemini(*model, world->world_group(), {1024, torch::kFloat64, {}});
   model->block_hooks = &gemini;
   int64_t whole_model_bytes = 0;
   for (int64_t c = 0; c < gemini.layout().num_chunks(); ++c) whole_model_bytes += gemini.layout().chunk_numel(c) * 8;
@@ -178,7 +178,7 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
   for (const bool auto_policy : {true, false}) {
     torch::manual_seed(5);
     GPT model(model_config(config));
-    memory::GeminiOptions options{1024, torch::kBFloat16};
+    memory::GeminiOptions options{1024, torch::kBFloat16, {}};
     options.placement.auto_policy = auto_policy;
     options.placement.margin_ratio = auto_policy ? 0.5 : 0.0;
     options.placement.offload_param_fraction = auto_policy ? 0.0 : 0.5;
