@@ -155,9 +155,23 @@ TEST(GPTPipelineTest, ParameterBalancedPlansMoveLayersOffTheEndStages) {
   EXPECT_EQ(pipeline_stage_plan(spec, 0, c.n_layer).chunks[0], (std::pair<int64_t, int64_t>{0, 6}));
 }
 
-// Timed on this machine, GPT-2's output layer (50257 x 256, tied) costs several layers: the last stage
-// gives layers up to the others.
+// Worked by hand: 12 layers of cost 1, the embeddings 1 and the output layer 5. Giving the first stage
+// k layers costs max(1 + k, 5 + 12 - k), least at k = 8 (9 and 9).
 TEST(GPTPipelineTest, TimeBalancedPlansLightenTheOutputStage) {
+  StageCosts costs;
+  costs.layer = 1.0;
+  costs.first = 1.0;
+  costs.last = 5.0;
+  const ScheduleSpec spec{ScheduleKind::k1F1B, 2, 4, 1};
+  EXPECT_EQ(pipeline_stage_plan(spec, 0, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{0, 8}));
+  EXPECT_EQ(pipeline_stage_plan(spec, 1, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{8, 12}));
+}
+
+// Timed on this machine, GPT-2's output layer (50257 x 256, tied) costs many layers (about 25 in
+// arithmetic), and the plan is the best split of the times measured, checked against every split.
+// The times themselves vary with the load (ctest runs tests side by side), so only their order and the
+// plan's optimality for them are asserted, not a layer count.
+TEST(GPTPipelineTest, MeasuredCostsPlanTheBestSplitOfTheirTimes) {
   GPTConfig c;
   c.n_embd = 256;
   c.n_head = 4;
@@ -168,8 +182,16 @@ TEST(GPTPipelineTest, TimeBalancedPlansLightenTheOutputStage) {
   EXPECT_GT(costs.last, costs.layer) << "the 50257-way output layer outweighs one layer";
   const ScheduleSpec spec{ScheduleKind::k1F1B, 2, 4, 1};
   const auto first = pipeline_stage_plan(spec, 0, c.n_layer, costs), last = pipeline_stage_plan(spec, 1, c.n_layer, costs);
-  EXPECT_GT(first.chunks[0].second - first.chunks[0].first, last.chunks[0].second - last.chunks[0].first);
-  EXPECT_EQ(first.chunks[0].second, last.chunks[0].first);
+  ASSERT_EQ(first.chunks[0].first, 0);
+  ASSERT_EQ(first.chunks[0].second, last.chunks[0].first);
+  ASSERT_EQ(last.chunks[0].second, c.n_layer);
+  auto slowest_stage = [&](int64_t first_layers) {
+    return std::max(costs.first + static_cast<double>(first_layers) * costs.layer,
+                    costs.last + static_cast<double>(c.n_layer - first_layers) * costs.layer);
+  };
+  double best = slowest_stage(1);
+  for (int64_t k = 2; k < c.n_layer; ++k) best = std::min(best, slowest_stage(k));
+  EXPECT_DOUBLE_EQ(slowest_stage(first.chunks[0].second), best);
 }
 
 }  // namespace
