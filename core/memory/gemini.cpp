@@ -165,6 +165,10 @@ void Gemini::gather_for_compute(const nn::BlockCall& call, bool backward) {
     gather(layout_->slot(i).chunk);
     move(i, TensorState::kCompute);
   }
+  if (compute_peak_) {  // warm-up: what the block allocates from here on, temporaries included
+    compute_model_bytes_ = model_bytes_in_use_counts();
+    compute_peak_->restart();
+  }
 }
 
 void Gemini::post_forward(const nn::BlockCall& call) {
@@ -232,6 +236,7 @@ void Gemini::begin_backward(bool /*sync*/) {
   // trainer calls finish_backward after the last micro-step only, so the previous one settles here.
   settle_backward();
   tracing_ = !warmed_up_ && micro_steps_seen_ == 0;  // the warm-up trace is the first micro-step
+  if (tracing_ && tracks_memory()) compute_peak_ = std::make_unique<PeakInUse>(fast_device_);
   ++micro_steps_seen_;
   next_call_ = 0;
   in_backward_ = true;
@@ -267,6 +272,8 @@ void Gemini::settle_backward() {
   }
   in_backward_ = false;
   tracing_ = false;
+  compute_peak_.reset();
+  compute_model_bytes_.reset();
 }
 
 void Gemini::zero_grad() {

@@ -31,6 +31,7 @@
 
 #include "core/memory/chunked_masters.h"
 #include "core/memory/eviction.h"
+#include "core/memory/memory_meter.h"
 #include "core/memory/tensor_state.h"
 #include "core/memory/tier_ledger.h"
 #include "core/nn/block_hooks.h"
@@ -122,6 +123,8 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   void begin_call(const nn::BlockCall& call, bool backward, const std::vector<int64_t>& chunks);
   void end_call();
   void sample_non_model();
+  int64_t measured_non_model();  // warm-up: this rank's measurement, the largest over the ranks
+  int64_t model_bytes_in_use_counts() const;  // the model data the device's bytes in use include
   void finish_warm_up();
   void place_masters_in_margin();
   void prefetch_next_call();
@@ -155,6 +158,10 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   bool tracing_ = false;
   int64_t micro_steps_seen_ = 0;
   std::optional<int64_t> non_model_base_;   // in-use minus model bytes when the trace began
+  // Warm-up: the peak in use while a block computes (its temporaries), and the model bytes when it
+  // began computing (set from its chunks' gathering to its post-hook).
+  std::unique_ptr<PeakInUse> compute_peak_;
+  std::optional<int64_t> compute_model_bytes_;
   std::vector<std::string> call_keys_;
   std::vector<std::vector<int64_t>> call_chunks_;
   std::vector<int64_t> call_non_model_;

@@ -138,12 +138,7 @@ void Gemini::sample_non_model() {
   if (warmed_up_) {
     non_model = call_ >= 0 ? call_non_model_[call_] : 0;
   } else {
-    // Measured: what the device holds beyond the model data the ledger knows of, relative to the first
-    // sample. On the CPU both tiers share the heap, so both count as model data there.
-    const int64_t model = ledger_.model_bytes(Tier::kFast) + (fast_device_.is_cpu() ? ledger_.model_bytes(Tier::kSlow) : 0);
-    const int64_t outside_model = bytes_in_use(fast_device_) - model;
-    if (!non_model_base_) non_model_base_ = outside_model;
-    non_model = std::max<int64_t>(0, outside_model - *non_model_base_);
+    non_model = measured_non_model();
     if (tracing_ && call_ >= 0) call_non_model_[call_] = std::max(call_non_model_[call_], non_model);
   }
   // Room first (the traced activations are yet to come), then the activations enter the ledger.
@@ -153,16 +148,37 @@ void Gemini::sample_non_model() {
                                          : std::string("the activations"));
 }
 
+int64_t Gemini::model_bytes_in_use_counts() const {
+  // On the CPU both tiers share the heap, so both count as model data there.
+  return ledger_.model_bytes(Tier::kFast) + (fast_device_.is_cpu() ? ledger_.model_bytes(Tier::kSlow) : 0);
+}
+
+int64_t Gemini::measured_non_model() {
+  // What the device holds beyond the model data the ledger knows of, relative to the first sample.
+  const int64_t model = model_bytes_in_use_counts();
+  int64_t outside_model = bytes_in_use(fast_device_) - model;
+  if (!non_model_base_) non_model_base_ = outside_model;
+  if (compute_model_bytes_) {
+    // After a block computed: its peak (temporaries freed inside the block included), less the most
+    // model data it held meanwhile (its gradient buffers arrive during backward).
+    outside_model = std::max(outside_model, compute_peak_->peak() - std::max(*compute_model_bytes_, model));
+    compute_model_bytes_.reset();
+  }
+  int64_t non_model = std::max<int64_t>(0, outside_model - *non_model_base_);
+  if (tracing_ && group_->size() > 1) {
+    // The largest over the ranks: every rank then traces the same calls alike and keeps and evicts the
+    // same chunks (gathering is collective), and a budget that cannot hold it stops every rank here.
+    torch::Tensor largest = torch::tensor({non_model}, torch::kInt64);
+    dist::all_reduce(largest, *group_, dist::Reduce::kMax);
+    non_model = largest.item<int64_t>();
+  }
+  return non_model;
+}
+
 void Gemini::finish_warm_up() {
   warmed_up_ = true;
   tracing_ = false;
   if (!tracks_memory()) return;
-  // The same trace on every rank, so that every rank keeps and evicts the same chunks: gathering is collective.
-  if (group_->size() > 1 && !call_non_model_.empty()) {
-    torch::Tensor peaks = torch::tensor(call_non_model_, torch::kInt64);
-    dist::all_reduce(peaks, *group_, dist::Reduce::kMax);
-    for (size_t t = 0; t < call_non_model_.size(); ++t) call_non_model_[t] = peaks[static_cast<int64_t>(t)].item<int64_t>();
-  }
   std::vector<int64_t> accesses;
   for (const auto& chunks : call_chunks_) {
     call_start_.push_back(static_cast<int64_t>(accesses.size()));

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #ifdef KUAFU_WITH_CUDA
@@ -49,8 +50,7 @@ PeakInUse::PeakInUse(const torch::Device& device, std::chrono::microseconds inte
   peak_ = bytes_in_use(device);
   sampler_ = std::thread([this, interval] {
     while (!stop_) {
-      const int64_t now = bytes_in_use(device_);
-      if (now > peak_) peak_ = now;
+      sample();
       std::this_thread::sleep_for(interval);
     }
   });
@@ -61,6 +61,26 @@ PeakInUse::~PeakInUse() {
   if (sampler_.joinable()) sampler_.join();
 }
 
-int64_t PeakInUse::peak() const { return device_.is_cuda() ? peak_bytes(device_) : peak_.load(); }
+void PeakInUse::sample() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = std::max(peak_, bytes_in_use(device_));
+}
+
+int64_t PeakInUse::peak() const {
+  if (device_.is_cuda()) return peak_bytes(device_);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return std::max(peak_, bytes_in_use(device_));  // now counts too, however short the window
+}
+
+void PeakInUse::restart() {
+#ifdef KUAFU_WITH_CUDA
+  if (device_.is_cuda()) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+    return;
+  }
+#endif
+  const std::lock_guard<std::mutex> lock(mutex_);
+  peak_ = bytes_in_use(device_);
+}
 
 }  // namespace kuafu::memory

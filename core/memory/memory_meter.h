@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 
 #include <torch/types.h>
@@ -19,9 +20,10 @@ int64_t peak_bytes(const torch::Device& device);
 // The process's resident set now (host memory, whatever holds it).
 int64_t resident_bytes();
 
-// The most bytes in use on `device` while it lives: what a model really needs, without what the
-// allocator keeps for reuse (the same measure as CUDA's allocated-bytes peak, which it reads there).
-// The CPU has no such counter, so a background thread samples bytes_in_use every `interval`.
+// The most bytes in use on `device` while it lives (or since restart()): what a model really needs,
+// without what the allocator keeps for reuse (the same measure as CUDA's allocated-bytes peak, which it
+// reads there). The CPU has no such counter, so a background thread samples bytes_in_use every
+// `interval`: an allocation that lives shorter than that may be missed.
 class PeakInUse {
  public:
   explicit PeakInUse(const torch::Device& device, std::chrono::microseconds interval = std::chrono::milliseconds(2));
@@ -29,11 +31,17 @@ class PeakInUse {
   PeakInUse(const PeakInUse&) = delete;
   PeakInUse& operator=(const PeakInUse&) = delete;
   int64_t peak() const;
+  // Forgets the peak so far: peak() then covers from now on. On CUDA this resets the allocator's peak,
+  // which every reader of peak_bytes shares.
+  void restart();
 
  private:
+  void sample();
+
   torch::Device device_;
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> peak_{0};
+  mutable std::mutex mutex_;  // a sample taken before restart() must not land after it
+  int64_t peak_ = 0;
   std::thread sampler_;
 };
 
