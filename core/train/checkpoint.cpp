@@ -231,19 +231,19 @@ void CheckpointStore::load_weights(const std::string& folder, const io::NamedTen
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
-                                     optim::Optimizer& optimizer, int rank, const ToLocal& to_local, bool part,
-                                     const ToLocal& state_to_local) {
+                                     optim::Optimizer& optimizer, const LoadTarget& target) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights, to_local, part);
+  restore_weights(folder, weights, target.to_local, target.part);
   const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
   io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
   for (auto& [name, tensor] : optimizer_state.tensors) {
     // A parameter's state takes its parameter's layout.
     if (const auto owner = optim::state_owner(name)) {
-      tensor = local_of(state_to_local ? state_to_local : to_local, *owner, tensor);
+      tensor = local_of(target.state_to_local ? target.state_to_local : target.to_local, *owner, tensor);
     }
   }
-  optimizer.load_state_tensors(optimizer_state, optimizer_path, part);
+  optimizer.load_state_tensors(optimizer_state, optimizer_path, target.part);
+  const int rank = target.rank;
   const fs::path rng_path = fs::path(folder) / rng_file(rank);
   if (!fs::exists(rng_path)) {
     log::warnf("checkpoint ", folder, " was written by ", state.value("world_size", 0),

@@ -35,14 +35,19 @@ class CheckpointStore {
   // whole tensors, this rank's block for tensor-parallel ones.
   using ToLocal = std::function<torch::Tensor(const std::string& name, const torch::Tensor& full)>;
 
+  // How this rank takes a checkpoint, which any number of ranks may have written.
+  struct LoadTarget {
+    int rank = 0;             // whose RNG state is restored
+    ToLocal to_local;         // a saved tensor -> this rank's part of it; null: the whole tensor
+    ToLocal state_to_local;   // a parameter's optimizer state when cut otherwise (ZeRO pieces); null: to_local
+    bool part = false;        // this rank holds part of the model (a pipeline stage): loads the tensors it has
+  };
+
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
   // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
-  // `part`: this rank holds part of the model (a pipeline stage) and loads the tensors it has.
-  // A parameter's optimizer state takes `state_to_local` when given (ZeRO pieces), else `to_local`.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
-                             optim::Optimizer& optimizer, int rank, const ToLocal& to_local = nullptr,
-                             bool part = false, const ToLocal& state_to_local = nullptr);
+                             optim::Optimizer& optimizer, const LoadTarget& target);
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);

@@ -224,18 +224,21 @@ void Trainer::resume_or_check_fresh() {
   }
   if (sharded_) {
     const io::NamedTensors weights = sharded_->weights_to_load();
-    CheckpointStore::load(*folder, weights, *optimizer_, runtime_.world->rank(), /*to_local=*/nullptr,
-                          /*part=*/false, [&](const std::string& name, const torch::Tensor& full) {
-                            return sharded_->piece_of(name, full);
-                          });
+    CheckpointStore::LoadTarget target;
+    target.rank = runtime_.world->rank();
+    target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
+      return sharded_->piece_of(name, full);
+    };
+    CheckpointStore::load(*folder, weights, *optimizer_, target);
     sharded_->load_full_weights(weights);
   } else {
-    CheckpointStore::load(
-        *folder, masters_->weights(), *optimizer_, runtime_.world->rank(),
-        [&](const std::string& name, const torch::Tensor& full) {
-          return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
-        },
-        /*part=*/runtime_.pipelined());
+    CheckpointStore::LoadTarget target;
+    target.rank = runtime_.world->rank();
+    target.to_local = [&](const std::string& name, const torch::Tensor& full) {
+      return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+    };
+    target.part = runtime_.pipelined();
+    CheckpointStore::load(*folder, masters_->weights(), *optimizer_, target);
     masters_->copy_masters_to_model();
   }
   if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));

@@ -81,7 +81,7 @@ TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
 
   Tiny other;
   auto other_optimizer = adamw_for(other);
-  const auto state = train::CheckpointStore::load(*store.latest(), train::named_weights(other), *other_optimizer, 0);
+  const auto state = train::CheckpointStore::load(*store.latest(), train::named_weights(other), *other_optimizer, {});
   EXPECT_EQ(state.at("step"), 30);
   EXPECT_TRUE(torch::equal(other.fc->weight, model.fc->weight));
   const auto saved_state = optimizer->state_tensors(), loaded_state = other_optimizer->state_tensors();
