@@ -80,7 +80,9 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     piece_of_tensor_[i] = static_cast<int64_t>(pieces_.size());
     const Piece piece = layout_->piece(i, rank_);
     const int64_t c = layout_->slot(i).chunk;
-    optim::Param param{item.key(), master_shards_[c].narrow(0, piece.shard_offset, piece.numel), group_, true};
+    // An alias of the shard, not a view: a view would keep its base, the shard, alive after
+    // relocate_masters gives the piece new storage.
+    optim::Param param{item.key(), master_shards_[c].narrow(0, piece.shard_offset, piece.numel).detach(), group_, true};
     param.tensor.mutable_grad() = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
     pieces_.push_back(std::move(param));
   }

@@ -170,7 +170,8 @@ TEST_F(GPTMemoryTest, ShardingWithTensorParallelismIsRefusedAtTheKey) {
 
 // The ledger is what the budgets trust: after every micro-step of auto placement (chunks kept, evicted
 // and prefetched, masters moved to the device by the margin) and of static placement, the device bytes it
-// counts equal those of the tensors Gemini holds there, and the accounted peak stays within the budget.
+// counts equal those of the tensors Gemini holds there, the accounted peak stays within the budget, and
+// masters moved to the other tier leave nothing behind (a view of the old shard would keep it alive).
 TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
   const auto config = make_config(root_, "ledger", "model.n_layer=4");
   torch::manual_seed(9);
@@ -187,6 +188,11 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
     memory::Gemini gemini(*model, dist::World::single()->world_group(), options);
     gemini.account_optimizer_state(2);
     model->block_hooks = &gemini;
+    // The masters' storage now, to see that what a move to the other tier leaves behind is freed.
+    std::vector<std::pair<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>> first_storage;
+    for (const auto& piece : gemini.params()) {
+      first_storage.emplace_back(piece.tensor.storage().unsafeGetStorageImpl(), piece.tensor.storage().getWeakStorageImpl());
+    }
     for (int step = 0; step < 3; ++step) {
       gemini.begin_backward(/*sync=*/true);
       model->loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).backward();
@@ -196,9 +202,16 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
       gemini.zero_grad();
     }
     EXPECT_LE(gemini.ledger().peak_bytes(memory::Tier::kFast), options.placement.budgets.fast_bytes);
+    int64_t moved = 0;
+    for (size_t k = 0; k < first_storage.size(); ++k) {
+      if (gemini.params()[k].tensor.storage().unsafeGetStorageImpl() == first_storage[k].first) continue;
+      ++moved;
+      EXPECT_TRUE(first_storage[k].second.expired()) << gemini.params()[k].name << ": its old masters are still held";
+    }
     if (auto_policy) {
       EXPECT_GT(gemini.prefetches(), 0);
       EXPECT_EQ(gemini.master_tier(0), memory::Tier::kFast);  // the margin took the masters
+      EXPECT_GT(moved, 0);
     }
     model->block_hooks = nullptr;
   }
