@@ -218,8 +218,9 @@ void Gemini::reduce_if_complete(int64_t c) {
   }
   torch::NoGradGuard no_grad;
   torch::Tensor& staging = staging_for(c);
-  // On one rank the buffer is its own reduction. The float32 shard adds the compute-dtype gradients
-  // as they are (widening is exact): no float32 copy of the chunk is made.
+  // On one rank the buffer is its own reduction (no copy). The float32 shard adds the compute-dtype
+  // gradients as they are (widening is exact): CUDA kernels widen on the fly, the CPU widens into a
+  // temporary as an explicit conversion would.
   const torch::Tensor reduced = group_->trivial() ? staging : dist::reduce_scatter(staging, *group_);
   grad_shards_[c].add_(reduced.to(grad_shards_[c].device()), 1.0 / group_->size());
   staging = torch::Tensor();

@@ -86,7 +86,7 @@ void ZeroRedundancy::drain() {
   torch::NoGradGuard no_grad;
   const double inverse = 1.0 / group_->size();
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    grad_shards_[c].add_(in_flight_[c].wait(), inverse);  // widened as it is added: no float32 copy
+    grad_shards_[c].add_(in_flight_[c].wait(), inverse);  // widened as it is added (on the fly on CUDA)
   }
 }
 
