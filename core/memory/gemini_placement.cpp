@@ -165,7 +165,7 @@ int64_t Gemini::measured_non_model() {
     compute_model_bytes_.reset();
   }
   int64_t non_model = std::max<int64_t>(0, outside_model - *non_model_base_);
-  if (tracing_ && group_->size() > 1) {
+  if (tracing_ && !group_->trivial()) {
     // The largest over the ranks: every rank then traces the same calls alike and keeps and evicts the
     // same chunks (gathering is collective), and a budget that cannot hold it stops every rank here.
     torch::Tensor largest = torch::tensor({non_model}, torch::kInt64);

@@ -243,11 +243,10 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
     }
   }
   optimizer.load_state_tensors(optimizer_state, optimizer_path, target.part);
-  const int rank = target.rank;
-  const fs::path rng_path = fs::path(folder) / rng_file(rank);
+  const fs::path rng_path = fs::path(folder) / rng_file(target.rank);
   if (!fs::exists(rng_path)) {
     log::warnf("checkpoint ", folder, " was written by ", state.value("world_size", 0),
-               " ranks and has no RNG state for rank ", rank, ": random streams (dropout) restart");
+               " ranks and has no RNG state for rank ", target.rank, ": random streams (dropout) restart");
     return state;
   }
   io::SafetensorsFile rng = io::load_safetensors(rng_path.string());
