@@ -1,10 +1,18 @@
-#!/usr/bin/python3
 """The same GPT-2 training step as `kuafu-gpt benchmark`, written as an eager PyTorch loop, to compare
-per-step time on one machine. Needs Debian's python3-torch (1.13, same LibTorch and BLAS as Kuafu).
+per-step time on one machine with the same torch (run it with the checkout's venv: .venv/bin/python).
 
-usage: benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH [STEPS] [THREADS]
+Same maths as Kuafu's GPT: fused causal attention (scaled_dot_product_attention), tanh GELU, tied head,
+AdamW. With `bf16` the weights and activations are bfloat16 and AdamW steps float32 master weights that
+are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
+
+usage: .venv/bin/python benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH
+           [STEPS] [THREADS] [fp32|bf16]
 """
-import json, math, statistics, sys, time
+import json
+import statistics
+import sys
+import time
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -22,10 +30,8 @@ class Block(nn.Module):
         b, t, c = x.shape
         q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
         q, k, v = (y.view(b, t, self.heads, c // self.heads).transpose(1, 2) for y in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(c // self.heads)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        att = att.masked_fill(mask, float("-inf")).softmax(-1)
-        x = x + self.c_proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
@@ -41,29 +47,47 @@ class GPT(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def main():
     layers, heads, c, vocab, context, batch = map(int, sys.argv[1:7])
     steps = int(sys.argv[7]) if len(sys.argv) > 7 else 10
     torch.set_num_threads(int(sys.argv[8]) if len(sys.argv) > 8 else 2)
+    dtype = sys.argv[9] if len(sys.argv) > 9 else "fp32"
+    assert dtype in ("fp32", "bf16"), f"precision must be fp32 or bf16, not {dtype}"
     torch.manual_seed(0)
     model = GPT(layers, heads, c, vocab, context)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    if dtype == "bf16":
+        masters = [p.detach().float().clone().requires_grad_(True) for p in model.parameters()]
+        model.to(torch.bfloat16)
+        opt = torch.optim.AdamW(masters, lr=1e-4)
+    else:
+        masters = None
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     times = []
     for i in range(steps + 2):
         tokens = torch.randint(vocab, (batch, context + 1))
         start = time.perf_counter()
         loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
-        opt.step()
+        if masters is not None:
+            with torch.no_grad():
+                for p, m in zip(model.parameters(), masters):
+                    m.grad = p.grad.float()
+                    p.grad = None
+                opt.step()
+                for p, m in zip(model.parameters(), masters):
+                    p.copy_(m)
+        else:
+            opt.step()
         opt.zero_grad()
         if i >= 2:
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    print(json.dumps({"impl": "pytorch-eager", "step_time_ms_median": median * 1e3,
-                      "tokens_per_s": batch * context / median, "threads": torch.get_num_threads()}))
+    print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "precision": dtype,
+                      "step_time_ms_median": median * 1e3, "tokens_per_s": batch * context / median,
+                      "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

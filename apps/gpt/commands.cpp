@@ -39,7 +39,7 @@ torch::Tensor TextTask::stage_forward(int chunk, const torch::Tensor& input, con
 double TextTask::pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) {
   KUAFU_CHECK(pipeline_, "pipeline_step on a GPT without pipeline stages");
   std::vector<io::TokenBatch> batches;
-  for (const int64_t first : first_rows) batches.push_back(train_->train_batch(step, first, rows));
+  for (const int64_t first : first_rows) batches.push_back(train_->train_batch(step, first, rows).to(device()));
   const double loss = pipeline_->train->run(
       [&](int chunk, const torch::Tensor& input, int micro) {
         return stage_forward(chunk, input, batches[static_cast<size_t>(micro)].targets);
@@ -53,13 +53,15 @@ double TextTask::pipeline_step(int64_t step, const std::vector<int64_t>& first_r
   return loss;
 }
 
+torch::Device TextTask::device() const { return model_->parameters().front().device(); }
+
 bool TextTask::counts_in_global_norm(const std::string& name) const {
   // The last stage's copy of the tied embedding is the first stage's again.
   return !(pipeline_ && !model_->plan.first && name == "transformer.wte.weight");
 }
 
 torch::Tensor TextTask::loss(int64_t step, int64_t first_row, int64_t rows) {
-  io::TokenBatch batch = train_->train_batch(step, first_row, rows);
+  const io::TokenBatch batch = train_->train_batch(step, first_row, rows).to(device());
   return model_->loss(batch.inputs, batch.targets);
 }
 
@@ -71,7 +73,7 @@ train::LossSum TextTask::evaluate(int rank, int ranks) {
   train::LossSum sum;
   for (int64_t row = begin; row < end; row += micro_batch_) {
     const int64_t rows = std::min(micro_batch_, end - row);
-    io::TokenBatch batch = val_->eval_batch(eval_rows_, row, rows);
+    const io::TokenBatch batch = val_->eval_batch(eval_rows_, row, rows).to(device());
     const double mean =
         pipeline_ ? pipeline_->eval->evaluate([&](int chunk, const torch::Tensor& input,
                                                   int) { return stage_forward(chunk, input, batch.targets); },
@@ -172,8 +174,10 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
                              : measured_costs(model, config.get_int("train.micro_batch_size"), config.get_int("data.context"));
       torch::manual_seed(seed);  // timing drew random numbers: the model must start from the seed
       // Every rank must cut alike: rank 0's figures (timings differ between processes).
-      torch::Tensor shared = torch::tensor({costs.layer, costs.first, costs.last}, torch::kFloat64);
-      dist::broadcast(shared, *stages->world->world_group(), 0);
+      const auto& world = *stages->world->world_group();
+      torch::Tensor shared = torch::tensor({costs.layer, costs.first, costs.last},
+                                           torch::TensorOptions(torch::kFloat64).device(world.device()));
+      dist::broadcast(shared, world, 0);
       costs = {shared[0].item<double>(), shared[1].item<double>(), shared[2].item<double>()};
       plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer, costs);
       log::infof("pipeline stage ", stages->stage(), " holds layers ", plan->chunks.front().first, "..",
@@ -325,9 +329,10 @@ void benchmark_command(const config::Config& config) {
   if (auto* hooks = dynamic_cast<nn::BlockHooks*>(sharded.get())) model->block_hooks = hooks;
   auto optimizer = optim::make_optimizer(config, sharded ? sharded->params() : masters->params());
   if (sharded) sharded->account_optimizer_state(optimizer->state_slots());
-  const double matmul_flops = train::measure_matmul_flops(1024, 5, dtype);
+  const double matmul_flops = train::measure_matmul_flops(runtime.device, dtype);
   auto step = [&] {
-    torch::Tensor tokens = torch::randint(m.vocab_size, {batch, context + 1}, torch::kInt64).to(runtime.device);
+    torch::Tensor tokens =
+        torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
     if (sharded) sharded->begin_backward(/*sync=*/true);
     torch::Tensor loss = model->loss(tokens.narrow(1, 0, context), tokens.narrow(1, 1, context));
     loss.backward();
@@ -344,7 +349,7 @@ void benchmark_command(const config::Config& config) {
     }
   };
   const train::StepTimes times =
-      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"));
+      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
   const double median = times.median;
   const double tokens_per_s = static_cast<double>(batch * context) / median;
   const auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };

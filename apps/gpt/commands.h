@@ -42,6 +42,7 @@ class TextTask : public train::TrainTask {
   torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets);
   // The model's mean loss on a whole batch (under sequence parallelism, averaged over the chunks).
   double model_loss_mean(const io::TokenBatch& batch);
+  torch::Device device() const;  // where the model's weights are: batches go there
 
   GPT model_;
   std::shared_ptr<io::TokenWindowLoader> train_, val_;

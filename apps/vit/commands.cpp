@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "core/util/device.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
 #include "core/memory/memory_meter.h"
@@ -21,7 +22,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-torch::Dtype parameter_dtype(torch::nn::Module& model) { return model.parameters().front().scalar_type(); }
+// A host batch on the model's device (asynchronously through page-locked memory on a GPU), pixels in
+// the model's dtype.
+ImageBatch on_model_device(const ImageBatch& batch, torch::nn::Module& model) {
+  const torch::Tensor weight = model.parameters().front();
+  return {to_device(batch.pixels, weight.device()).to(weight.scalar_type()), to_device(batch.labels, weight.device())};
+}
 
 // λ ~ Beta(α, α) as G1 / (G1 + G2) with G ~ Gamma(α, 1), from the step's own stream.
 double mixup_weight(double alpha, uint64_t seed, int64_t step) {
@@ -64,7 +70,8 @@ std::vector<size_t> ImageTask::training_items(int64_t step, int64_t first_row, i
 
 torch::Tensor ImageTask::loss(int64_t step, int64_t first_row, int64_t rows) {
   const std::vector<size_t> items = training_items(step, first_row, rows);
-  ImageBatch batch = train_->batch(items, /*train=*/true, seed_ * 1000003ull + static_cast<uint64_t>(step));
+  const ImageBatch batch =
+      on_model_device(train_->batch(items, /*train=*/true, seed_ * 1000003ull + static_cast<uint64_t>(step)), *model_);
   torch::Tensor pixels = batch.pixels;
   torch::Tensor targets = smoothed_targets(batch.labels, model_->config.num_labels, label_smoothing_);
   if (mixup_alpha_ > 0) {
@@ -73,7 +80,7 @@ torch::Tensor ImageTask::loss(int64_t step, int64_t first_row, int64_t rows) {
     pixels = lambda * pixels + (1 - lambda) * pixels.flip(0);
     targets = lambda * targets + (1 - lambda) * targets.flip(0);
   }
-  return model_->loss(pixels.to(parameter_dtype(*model_)), targets);
+  return model_->loss(pixels, targets);
 }
 
 void ImageTask::for_each_eval_batch(
@@ -81,8 +88,8 @@ void ImageTask::for_each_eval_batch(
   for (int64_t first = begin; first < end; first += micro_batch_) {
     std::vector<size_t> items(static_cast<size_t>(std::min(micro_batch_, end - first)));
     std::iota(items.begin(), items.end(), static_cast<size_t>(first));
-    ImageBatch batch = val_->batch(items, /*train=*/false, 0);
-    use(model_->forward(batch.pixels.to(parameter_dtype(*model_))).to(torch::kFloat32), batch.labels);
+    const ImageBatch batch = on_model_device(val_->batch(items, /*train=*/false, 0), *model_);
+    use(model_->forward(batch.pixels).to(torch::kFloat32), batch.labels);
   }
 }
 
@@ -153,7 +160,7 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
   // Per class: images, top-1 hits, top-5 hits; summed over the data ranks' shares.
   const int64_t classes = task->vit()->config.num_labels, n = task->val_set().size();
   const auto& data = *runtime.mesh->group("data");
-  torch::Tensor counts = torch::zeros({3, classes}, torch::kFloat64);
+  torch::Tensor counts = torch::zeros({3, classes}, torch::TensorOptions(torch::kFloat64).device(data.device()));
   task->for_each_eval_batch(n * data.rank() / data.size(), n * (data.rank() + 1) / data.size(),
                             [&](const torch::Tensor& logits, const torch::Tensor& labels) {
                               const torch::Tensor top = std::get<1>(logits.topk(std::min<int64_t>(5, classes), 1));
@@ -187,13 +194,16 @@ void benchmark_command(const config::Config& config) {
   const ViTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   ViTForImageClassification model(m, runtime.tensor);
+  model->to(runtime.device);
   const int64_t batch = config.get_int("train.micro_batch_size");
   const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
   optim::MasterWeights masters(*model, dtype);
   auto optimizer = optim::make_optimizer(config, masters.params());
-  const double matmul_flops = train::measure_matmul_flops(1024, 5, dtype);
-  const torch::Tensor pixels = torch::randn({batch, m.num_channels, m.image_size, m.image_size}).to(dtype);
-  const torch::Tensor targets = smoothed_targets(torch::randint(m.num_labels, {batch}, torch::kInt64), m.num_labels, 0.1);
+  const double matmul_flops = train::measure_matmul_flops(runtime.device, dtype);
+  const auto on_device = torch::TensorOptions().device(runtime.device);
+  const torch::Tensor pixels = torch::randn({batch, m.num_channels, m.image_size, m.image_size}, on_device.dtype(dtype));
+  const torch::Tensor targets =
+      smoothed_targets(torch::randint(m.num_labels, {batch}, on_device.dtype(torch::kInt64)), m.num_labels, 0.1);
   auto step = [&] {
     model->loss(pixels, targets).backward();
     masters.copy_grads_to_masters();
@@ -202,7 +212,7 @@ void benchmark_command(const config::Config& config) {
     model->zero_grad();
   };
   const train::StepTimes times =
-      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"));
+      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
   const double median = times.median;
   const double images_per_s = static_cast<double>(batch) / median;
   const nlohmann::json line = {

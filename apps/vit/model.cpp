@@ -167,8 +167,9 @@ torch::Tensor smoothed_targets(const torch::Tensor& labels, int64_t classes, dou
   KUAFU_CHECK(smoothing >= 0 && smoothing < 1, "label smoothing must be in [0, 1), got ", smoothing);
   KUAFU_CHECK(labels.numel() == 0 || (labels.min().item<int64_t>() >= 0 && labels.max().item<int64_t>() < classes),
               "labels must lie in [0, ", classes, ")");
-  torch::Tensor targets = torch::full({labels.size(0), classes}, smoothing / static_cast<double>(classes));
-  return targets.scatter_add_(1, labels.unsqueeze(1), torch::full({labels.size(0), 1}, 1.0 - smoothing));
+  const auto options = torch::TensorOptions().device(labels.device());
+  torch::Tensor targets = torch::full({labels.size(0), classes}, smoothing / static_cast<double>(classes), options);
+  return targets.scatter_add_(1, labels.unsqueeze(1), torch::full({labels.size(0), 1}, 1.0 - smoothing, options));
 }
 
 }  // namespace kuafu::vit

@@ -17,13 +17,11 @@ c10d::ReduceOp to_c10d(Reduce op) {
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
-// The tensor that actually travels: contiguous, and fp32 when Gloo has no kernels for the dtype.
+// The tensor that actually travels: contiguous, on the group's device (Gloo: CPU, NCCL: the rank's GPU).
+// Gloo since LibTorch 2.x reduces bf16 and fp16 itself, so every dtype travels as it is.
 torch::Tensor wire_tensor(const torch::Tensor& tensor, const ProcessGroup& group) {
   KUAFU_CHECK(tensor.device() == group.device(), "collective on group '", group.name(), "' expects tensors on ",
               group.device(), " but got one on ", tensor.device());
-  if (group.is_gloo() && !compat::gloo_supports_dtype(tensor.scalar_type())) {
-    return tensor.to(torch::kFloat32).contiguous();
-  }
   return tensor.contiguous();
 }
 
@@ -92,24 +90,17 @@ PendingTensor all_gather_async(const torch::Tensor& tensor, const ProcessGroup& 
   torch::Tensor wire = wire_tensor(tensor, group);
   const int64_t p = group.size();
   const int64_t d = dim < 0 ? dim + tensor.dim() : dim;
-  const auto dtype = tensor.scalar_type();
   group.count(bytes_of(tensor) * (p - 1), bytes_of(tensor) * (p - 1));
+  // Flat buffers: Gloo checks that the output splits along its first dimension into inputs' shapes.
   // The result concatenates the rank blocks along `dim`.
-  if (group.is_gloo()) {
-    // Gloo 1.13 has only the list form of all-gather; it moves the same bytes as the flat one.
-    auto outputs = std::make_shared<std::vector<std::vector<torch::Tensor>>>(1);
-    for (int64_t r = 0; r < p; ++r) (*outputs)[0].push_back(torch::empty_like(wire));
-    std::vector<torch::Tensor> inputs{wire};
-    auto work = group.backend().allgather(*outputs, inputs);
-    return PendingTensor(&group, work, "all_gather",
-                         [outputs, wire, d, dtype] { return torch::cat((*outputs)[0], d).to(dtype); });
-  }
+  torch::Tensor flat = wire.reshape({-1});
+  torch::Tensor gathered = torch::empty({p * flat.numel()}, wire.options());
+  auto work = group.backend()._allgather_base(gathered, flat);
   auto sizes = wire.sizes().vec();
   sizes.insert(sizes.begin(), p);
-  torch::Tensor gathered = torch::empty(sizes, wire.options());
-  auto work = group.backend()._allgather_base(gathered, wire);
-  return PendingTensor(&group, work, "all_gather",
-                       [gathered, wire, d, dtype] { return torch::cat(gathered.unbind(0), d).to(dtype); });
+  return PendingTensor(&group, work, "all_gather", [gathered, flat, sizes, d] {
+    return torch::cat(gathered.view(sizes).unbind(0), d);
+  });
 }
 
 torch::Tensor reduce_scatter(const torch::Tensor& tensor, const ProcessGroup& group, int64_t dim) {
@@ -124,20 +115,13 @@ PendingTensor reduce_scatter_async(const torch::Tensor& tensor, const ProcessGro
               " does not divide by the group size ", p, " (group '", group.name(), "')");
   // Rank-major layout [p, chunk...] so part j is contiguous.
   torch::Tensor wire = wire_tensor(torch::stack(tensor.chunk(p, d), 0), group);
-  const auto dtype = tensor.scalar_type();
   group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
-  if (group.is_gloo()) {
-    // Gloo 1.13 lacks reduce-scatter: all-to-all of the parts, then a local sum. Each rank sends
-    // and receives (p-1)/p of the tensor, the same bytes as a ring reduce-scatter.
-    torch::Tensor received = torch::empty_like(wire);
-    std::vector<int64_t> equal_splits;
-    auto work = group.backend().alltoall_base(received, wire, equal_splits, equal_splits);
-    return PendingTensor(&group, work, "reduce_scatter",
-                         [received, wire, dtype] { return received.sum(0).to(dtype); });
-  }
-  torch::Tensor result = torch::empty_like(wire[0]);
-  auto work = group.backend()._reduce_scatter_base(result, wire);
-  return PendingTensor(&group, work, "reduce_scatter", [result, wire, dtype] { return result.to(dtype); });
+  // Flat buffers, as for all-gather: part j is the j-th p-th of the input.
+  torch::Tensor flat = wire.reshape({-1});
+  torch::Tensor result = torch::empty({flat.numel() / p}, wire.options());
+  auto work = group.backend()._reduce_scatter_base(result, flat);
+  const auto part_sizes = wire[0].sizes().vec();
+  return PendingTensor(&group, work, "reduce_scatter", [result, flat, part_sizes] { return result.view(part_sizes); });
 }
 
 torch::Tensor all_to_all(const torch::Tensor& tensor, const ProcessGroup& group, int64_t split_dim,
@@ -155,12 +139,11 @@ PendingTensor all_to_all_async(const torch::Tensor& tensor, const ProcessGroup& 
   if (group.trivial()) return PendingTensor(&group, {}, "all_to_all", [tensor] { return tensor.clone(); });
   torch::Tensor wire = wire_tensor(torch::stack(tensor.chunk(p, s), 0), group);  // [p, ...]: part j to rank j
   torch::Tensor received = torch::empty_like(wire);
-  const auto dtype = tensor.scalar_type();
   std::vector<int64_t> equal_splits;
   auto work = group.backend().alltoall_base(received, wire, equal_splits, equal_splits);
   group.count(bytes_of(tensor) / p * (p - 1), bytes_of(tensor) / p * (p - 1));
   return PendingTensor(&group, work, "all_to_all",
-                       [received, wire, c, dtype] { return torch::cat(received.unbind(0), c).to(dtype); });
+                       [received, wire, c] { return torch::cat(received.unbind(0), c); });
 }
 
 void broadcast(torch::Tensor& tensor, const ProcessGroup& group, int root) {
@@ -232,6 +215,35 @@ void PendingSend::wait() {
   if (work_) group_->wait(work_, "send");
   work_.reset();
   wire_ = torch::Tensor();
+}
+
+std::vector<PendingSend> exchange(const std::vector<Message>& messages, const ProcessGroup& group) {
+  std::vector<PendingSend> sends;
+  if (messages.empty()) return sends;
+  KUAFU_CHECK(!group.trivial(), "exchange on group '", group.name(), "' of one rank");
+  const bool grouped = group.kind() == BackendKind::kNccl;
+  std::vector<torch::Tensor> wires;
+  std::vector<c10::intrusive_ptr<compat::Work>> receives;
+  if (grouped) group.backend().startCoalescing();
+  for (const Message& m : messages) {
+    wires.push_back(wire_tensor(m.tensor, group));
+    std::vector<torch::Tensor> one{wires.back()};
+    if (m.send) {
+      auto work = group.backend().send(one, m.peer, /*tag=*/0);
+      group.count(bytes_of(m.tensor), 0);
+      if (!grouped) sends.emplace_back(&group, wires.back(), std::move(work));
+    } else {
+      auto work = group.backend().recv(one, m.peer, /*tag=*/0);
+      group.count(0, bytes_of(m.tensor));
+      if (!grouped) receives.push_back(std::move(work));
+    }
+  }
+  if (grouped) receives.push_back(group.backend().endCoalescing());  // the whole group, sends included
+  for (const auto& work : receives) group.wait(work, "exchange");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (!messages[i].send && !wires[i].is_same(messages[i].tensor)) messages[i].tensor.copy_(wires[i]);
+  }
+  return sends;
 }
 
 void barrier(const ProcessGroup& group) {

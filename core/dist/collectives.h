@@ -1,5 +1,5 @@
-// Collectives as plain functions over a ProcessGroup. Operations Gloo (LibTorch 1.13) lacks are
-// emulated with the same bytes on the wire, so every algorithm runs unchanged on Gloo and NCCL.
+// Collectives as plain functions over a ProcessGroup, the same on Gloo (CPU tensors) and NCCL (GPU
+// tensors): every tensor must already be on its group's device. All are the backends' native operations.
 #pragma once
 
 #include <functional>
@@ -95,6 +95,17 @@ class PendingSend {
   c10::intrusive_ptr<compat::Work> work_;
 };
 PendingSend send_async(const torch::Tensor& tensor, const ProcessGroup& group, int peer, int tag = 0);
+
+// Point-to-point messages posted together; messages from one rank to another match by order (no
+// tags), as on NCCL. Receives fill their tensors in place before this returns. On NCCL the messages run
+// as one group and all complete here (two ranks sending to each other cannot block each other); on
+// Gloo sends complete on their own and come back pending (wait for them before the step ends).
+struct Message {
+  torch::Tensor tensor;
+  int peer;   // a rank inside the group
+  bool send;  // false: receive into `tensor`
+};
+std::vector<PendingSend> exchange(const std::vector<Message>& messages, const ProcessGroup& group);
 
 void barrier(const ProcessGroup& group);
 

@@ -66,7 +66,8 @@ void validate(const LaunchEnv& env, const Names& n) {
                  n.local_world_size + "=" + std::to_string(env.local_world_size));
   check_in_range(n.node_rank, env.node_rank, 0, env.world_size,
                  n.world_size + "=" + std::to_string(env.world_size));
-  check_in_range(n.port, env.master_port, 1, 65536, "65536");
+  // Port 0 means "the store picks one", which only works when the ranks can learn it from a file.
+  check_in_range(n.port, env.master_port, env.port_file.empty() ? 1 : 0, 65536, "65536");
   KUAFU_CHECK(!env.master_addr.empty(), "the master address is empty");
 }
 
@@ -102,6 +103,7 @@ LaunchEnv from_torchrun(const Vars& vars) {
   if (auto store = vars.get("TORCHELASTIC_USE_AGENT_STORE")) {
     env.use_agent_store = parse_bool("TORCHELASTIC_USE_AGENT_STORE", *store);
   }
+  env.port_file = vars.get("KUAFU_MASTER_PORT_FILE").value_or("");
   validate(env, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", node_var, "MASTER_PORT"});
   return env;
 }

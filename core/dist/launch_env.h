@@ -21,6 +21,10 @@ struct LaunchEnv {
   // torchrun's TORCHELASTIC_USE_AGENT_STORE=True: the agent hosts the TCPStore, so rank 0 must
   // connect to it as a client instead of starting its own server.
   bool use_agent_store = false;
+  // KUAFU_MASTER_PORT_FILE (single node, set by kuafu-run and the test harness with MASTER_PORT=0):
+  // rank 0's store binds a free port itself and writes its number here; the other ranks read it. A
+  // port chosen in advance could be taken by another process before the store binds it.
+  std::string port_file;
   std::string launcher = "single";  // "torchrun" (also kuafu-run), "slurm", "openmpi", "single"
 };
 

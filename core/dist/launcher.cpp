@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -345,7 +347,7 @@ SuperviseResult RankProcesses::supervise(const SuperviseOptions& options) {
 
 std::map<std::string, std::string> torchrun_env(const LaunchOptions& options, int local_rank) {
   const int world_size = options.nnodes * options.nproc_per_node;
-  return {
+  std::map<std::string, std::string> env{
       {"RANK", std::to_string(options.node_rank * options.nproc_per_node + local_rank)},
       {"WORLD_SIZE", std::to_string(world_size)},
       {"LOCAL_RANK", std::to_string(local_rank)},
@@ -355,6 +357,8 @@ std::map<std::string, std::string> torchrun_env(const LaunchOptions& options, in
       {"MASTER_ADDR", options.master_addr},
       {"MASTER_PORT", std::to_string(options.master_port)},
   };
+  if (!options.port_file.empty()) env["KUAFU_MASTER_PORT_FILE"] = options.port_file;
+  return env;
 }
 
 int omp_threads_per_rank(int ranks_on_node) {
@@ -382,6 +386,13 @@ int find_free_port() {
   return ntohs(address.sin_port);
 }
 
+std::string make_port_file_dir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "kuafu-run-XXXXXX").string();
+  KUAFU_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a folder for the rendezvous port file from ",
+              pattern, ": ", std::strerror(errno));
+  return pattern;
+}
+
 int run_ranks(const LaunchOptions& options, const std::vector<std::string>& argv) {
   KUAFU_CHECK(!argv.empty(), "no program given to run");
   KUAFU_CHECK(options.nproc_per_node >= 1, "--nproc-per-node must be at least 1, not ",
@@ -399,7 +410,18 @@ int run_ranks(const LaunchOptions& options, const std::vector<std::string>& argv
               options.timeout_grace_s);
 
   LaunchOptions resolved = options;
-  if (resolved.master_port == 0) resolved.master_port = find_free_port();
+  std::string port_dir;  // master port 0: the store binds a free one and publishes it in a file here
+  if (resolved.master_port == 0) {
+    port_dir = make_port_file_dir();
+    resolved.port_file = port_dir + "/master_port";
+  }
+  struct RemovePortDir {
+    const std::string& dir;
+    ~RemovePortDir() {
+      std::error_code ignored;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
+    }
+  } remove_port_dir{port_dir};
   const bool set_omp = std::getenv("OMP_NUM_THREADS") == nullptr;
 
   RankProcesses ranks;

@@ -17,6 +17,8 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;          // 0: pick a free port on this host (single node only)
   double timeout_grace_s = 10.0;    // SIGTERM to SIGKILL once a rank has failed
+  // With master_port 0 (single node): the file through which rank 0 publishes the port its store bound.
+  std::string port_file;
 };
 
 // Starts nproc_per_node copies of `argv` and supervises them like kuafu-run: returns 0 when all
@@ -26,14 +28,19 @@ struct LaunchOptions {
 int run_ranks(const LaunchOptions& options, const std::vector<std::string>& argv);
 
 // The torchrun variables for one local rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT (which must already be chosen, not 0).
+// GROUP_RANK, NODE_RANK, MASTER_ADDR, MASTER_PORT, and KUAFU_MASTER_PORT_FILE when the port is 0.
 std::map<std::string, std::string> torchrun_env(const LaunchOptions& options, int local_rank);
 
 // OpenMP threads per rank so that the ranks share the CPUs this process may use: max(1, cpus / n).
 int omp_threads_per_rank(int ranks_on_node);
 
-// A TCP port that was free a moment ago: binds port 0 on 127.0.0.1 and reads it back.
+// A TCP port that was free a moment ago: binds port 0 on 127.0.0.1 and reads it back. Another process
+// may take it before it is used: rendezvous uses port 0 and a port file instead (LaunchEnv::port_file).
 int find_free_port();
+
+// A fresh temporary folder for a single-node run's port file (see LaunchEnv::port_file); the caller
+// removes it. Throws kuafu::Error when none can be made.
+std::string make_port_file_dir();
 
 // "SIGSEGV" for SIGSEGV, "signal 42" for ones without a common name.
 std::string signal_name(int signal);

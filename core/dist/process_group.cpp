@@ -1,7 +1,11 @@
 #include "core/dist/process_group.h"
 
 #include <algorithm>
+#include <fstream>
+#include <thread>
 
+#include "core/util/atomic_file.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 
@@ -37,20 +41,17 @@ void ProcessGroup::count(int64_t sent, int64_t received) const {
 
 namespace {
 
-BackendKind choose_backend(const std::string& requested) {
-  if (requested == "gloo") return BackendKind::kGloo;
-  if (requested == "nccl") {
-#ifdef KUAFU_WITH_CUDA
-    KUAFU_CHECK(torch::cuda::is_available(), "dist.backend = \"nccl\" but no CUDA device is available");
+// NCCL for GPU tensors, Gloo for CPU tensors: a group's collectives take tensors on the run's device.
+BackendKind choose_backend(const std::string& requested, const torch::Device& device) {
+  KUAFU_CHECK(requested == "auto" || requested == "gloo" || requested == "nccl",
+              "dist.backend must be auto, gloo or nccl; found \"", requested, "\"");
+  if (requested == "nccl" || (requested == "auto" && device.is_cuda())) {
+    KUAFU_CHECK(compat::kHasNccl, "dist.backend = \"nccl\" but this build of Kuafu has no CUDA");
+    KUAFU_CHECK(device.is_cuda(), "dist.backend = \"nccl\" needs runtime.device on a GPU, not ", device);
     return BackendKind::kNccl;
-#else
-    fail("dist.backend = \"nccl\" but this build of Kuafu has no CUDA (LibTorch without CUDA)");
-#endif
   }
-  KUAFU_CHECK(requested == "auto", "dist.backend must be auto, gloo or nccl; found \"", requested, "\"");
-#ifdef KUAFU_WITH_CUDA
-  if (torch::cuda::is_available()) return BackendKind::kNccl;
-#endif
+  KUAFU_CHECK(device.is_cpu(), "dist.backend = \"gloo\" moves CPU tensors, but runtime.device is ", device,
+              "; use dist.backend = \"nccl\" (or \"auto\") on GPUs");
   return BackendKind::kGloo;
 }
 
@@ -63,6 +64,48 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& m
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+
+// Reads the port rank 0 published in `path`, waiting for it until `timeout`.
+int wait_for_published_port(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    std::ifstream in(path);
+    int port = 0;
+    if (in >> port && port > 0 && port < 65536) return port;
+    KUAFU_CHECK(std::chrono::steady_clock::now() < deadline, "rendezvous: rank 0 did not publish its store's port in ",
+                path, " within ", timeout.count() / 1000, " s; see rank 0's log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// The rendezvous store: rank 0 hosts it (unless torchrun's agent does), the others connect. With
+// master port 0 the server binds a free port and rank 0 publishes it in env.port_file.
+c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions options;
+  options.isServer = env.rank == 0 && !env.use_agent_store;
+  options.numWorkers = env.world_size;
+  options.timeout = timeout;
+  const bool published = env.master_port == 0;
+  // The server must not wait for the workers before it has published the port they need to connect.
+  options.waitWorkers = !published;
+  KUAFU_CHECK(!published || (!env.port_file.empty() && !env.use_agent_store),
+              "MASTER_PORT=0 needs KUAFU_MASTER_PORT_FILE (kuafu-run sets both) and a store hosted by rank 0");
+  options.port = static_cast<std::uint16_t>(
+      published && !options.isServer ? wait_for_published_port(env.port_file, timeout) : env.master_port);
+  c10::intrusive_ptr<c10d::TCPStore> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+  } catch (const std::exception& e) {
+    throw Error(detail::concat("rendezvous at ", env.master_addr, ":", options.port, " failed for rank ", env.rank,
+                               " of ", env.world_size, ": ", e.what()));
+  }
+  if (published) {
+    if (options.isServer) write_file_atomic(env.port_file, std::to_string(store->getPort()) + "\n");
+    store->waitForWorkers();  // every rank checks in; the server returns once all have
+  }
+  return store;
 }
 
 }  // namespace
@@ -95,29 +138,16 @@ std::shared_ptr<World> World::init(const LaunchEnv& env, const WorldOptions& opt
   world->rank_ = env.rank;
   world->size_ = env.world_size;
   world->timeout_ = std::chrono::duration_cast<std::chrono::milliseconds>(options.timeout);
-  world->kind_ = choose_backend(options.backend);
-#ifdef KUAFU_WITH_CUDA
-  if (world->kind_ == BackendKind::kNccl) {
-    world->device_ = torch::Device(torch::kCUDA, env.local_rank);
-  }
-#endif
+  world->device_ = resolve_device(options.device, env.local_rank);
+  select_device(world->device_);  // before NCCL creates its communicators on the current device
+  world->kind_ = choose_backend(options.backend, world->device_);
   if (env.world_size == 1) {
     auto single = World::single();
     single->env_ = env;
     single->device_ = world->device_;
     return single;
   }
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0 && !env.use_agent_store;
-  store_options.numWorkers = env.world_size;
-  store_options.timeout = world->timeout_;
-  try {
-    world->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    throw Error(detail::concat("rendezvous at ", env.master_addr, ":", env.master_port, " failed for rank ",
-                               env.rank, " of ", env.world_size, ": ", e.what()));
-  }
+  world->store_ = connect_store(env, world->timeout_);
   std::vector<int> all(env.world_size);
   for (int r = 0; r < env.world_size; ++r) all[r] = r;
   world->world_group_ = world->new_group("world", all);

@@ -60,14 +60,16 @@ class ProcessGroup {
 using GroupPtr = std::shared_ptr<const ProcessGroup>;
 
 struct WorldOptions {
-  std::string backend = "auto";  // "auto" (NCCL when CUDA is available, else Gloo), "gloo", "nccl"
+  std::string device = "auto";   // runtime.device: "auto", "cpu", "cuda" (the local rank's GPU), "cuda:N"
+  std::string backend = "auto";  // "auto" (NCCL on a GPU, Gloo on the CPU), "gloo", "nccl"
   std::chrono::seconds timeout{300};
 };
 
 class World {
  public:
-  // Rendezvous through TCPStore at env.master_addr:master_port (rank 0 hosts it unless torchrun's
-  // agent already does) and creates the group of all ranks.
+  // Chooses the device (selected as this process's current GPU) and backend, rendezvouses through
+  // TCPStore at env.master_addr:master_port (rank 0 hosts it unless torchrun's agent already does) and
+  // creates the group of all ranks.
   static std::shared_ptr<World> init(const LaunchEnv& env, const WorldOptions& options);
   // A world of one process with no store (no communication ever happens).
   static std::shared_ptr<World> single();
@@ -76,7 +78,7 @@ class World {
   int size() const { return size_; }
   const LaunchEnv& env() const { return env_; }
   GroupPtr world_group() const { return world_group_; }
-  torch::Device device() const { return device_; }
+  torch::Device device() const { return device_; }  // where this process computes; every group's tensors live there
 
   // Creates the group of `global_ranks` (sorted, containing this rank). Only members call it; every
   // member must pass the same ranks and name. Names must be unique in the world.

@@ -1,3 +1,4 @@
+#include "core/util/device.h"
 #include "core/io/token_loader.h"
 
 #include "core/util/error.h"
@@ -20,6 +21,10 @@ TokenWindowLoader::TokenWindowLoader(std::shared_ptr<const TokenFile> file, int6
   KUAFU_CHECK(context_ >= 1, "context length must be >= 1, found ", context_);
   KUAFU_CHECK(file_->size() > static_cast<uint64_t>(context_) + 1, "token file holds ", file_->size(),
               " tokens, too few for windows of ", context_, " + 1 tokens");
+}
+
+TokenBatch TokenBatch::to(const torch::Device& device) const {
+  return {to_device(inputs, device), to_device(targets, device)};
 }
 
 uint64_t TokenWindowLoader::train_offset(int64_t step, int64_t row) const {

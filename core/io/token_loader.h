@@ -12,6 +12,9 @@ namespace kuafu::io {
 struct TokenBatch {
   torch::Tensor inputs;   // [B, T] int64
   torch::Tensor targets;  // [B, T] int64: inputs shifted by one token
+
+  // Both on `device` (asynchronous copies through page-locked memory to a GPU).
+  TokenBatch to(const torch::Device& device) const;
 };
 
 class TokenWindowLoader {

@@ -1,5 +1,7 @@
 #include "core/io/tokenizer.h"
 
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
 #include <sys/stat.h>
 
 #include <memory>
@@ -8,7 +10,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/io/sentencepiece_loader.h"
 #include "core/util/error.h"
 
 namespace kuafu::io {
@@ -20,40 +21,10 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// Owns one buffer the bridge allocated (an error message, ids or text) and frees it through the bridge.
-template <typename T>
-class BridgeBuffer {
- public:
-  explicit BridgeBuffer(const KuafuSpmApi& api) : api_(api) {}
-  BridgeBuffer(const BridgeBuffer&) = delete;
-  BridgeBuffer& operator=(const BridgeBuffer&) = delete;
-  ~BridgeBuffer() { api_.free_buffer(ptr_); }
-
-  T** out() { return &ptr_; }
-  T* get() const { return ptr_; }
-
- private:
-  const KuafuSpmApi& api_;
-  T* ptr_ = nullptr;
-};
-
-// Takes a bridge call's result: "" on success, else the message (and frees it).
-std::string take_error(const KuafuSpmApi& api, char* error) {
-  BridgeBuffer<char> owned(api);
-  *owned.out() = error;
-  return error != nullptr ? std::string(error) : std::string();
-}
-
 }  // namespace
 
 struct Tokenizer::Model {
-  Model(const KuafuSpmApi& api_, KuafuSpmModel* handle_) : api(api_), handle(handle_) {}
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
-  ~Model() { api.free_model(handle); }
-
-  const KuafuSpmApi& api;
-  KuafuSpmModel* handle;
+  sentencepiece::SentencePieceProcessor processor;
 };
 
 void train_tokenizer(const TokenizerTrainOptions& options) {
@@ -87,15 +58,8 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
       // through the returned status.
       {"minloglevel", "2"},
   };
-  std::vector<const char*> keys;
-  std::vector<const char*> values;
-  for (const auto& [key, value] : args) {
-    keys.push_back(key.c_str());
-    values.push_back(value.c_str());
-  }
-  const KuafuSpmApi& api = sentencepiece_bridge();
-  const std::string error = take_error(api, api.train(keys.data(), values.data(), keys.size()));
-  KUAFU_CHECK(error.empty(), "tokenizer training on ", options.input_path, " failed: ", error);
+  const auto status = sentencepiece::SentencePieceTrainer::Train(args);
+  KUAFU_CHECK(status.ok(), "tokenizer training on ", options.input_path, " failed: ", status.ToString());
 }
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
@@ -103,14 +67,15 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
   KUAFU_CHECK(file_exists(model_path), "tokenizer model ", model_path, " does not exist");
   Tokenizer tokenizer;
   tokenizer.model_path_ = model_path;
-  const KuafuSpmApi& api = sentencepiece_bridge();
-  tokenizer.model_ = std::make_unique<Model>(api, nullptr);
-  KuafuSpmModel*& handle = tokenizer.model_->handle;
-  const std::string error = take_error(api, api.load(model_path.c_str(), &handle));
-  KUAFU_CHECK(error.empty() && handle != nullptr, "cannot load tokenizer model ", model_path,
-              " (not a SentencePiece model?): ", error);
+  tokenizer.model_ = std::make_unique<Model>();
+  const auto status = tokenizer.model_->processor.Load(model_path);
+  KUAFU_CHECK(status.ok(), "cannot load tokenizer model ", model_path, " (not a SentencePiece model?): ",
+              status.ToString());
   // Models from train_tokenizer have a "\n" piece; for others encode() takes the general path.
-  tokenizer.newline_id_ = api.piece_to_id(handle, "\n", 1);  // -1 when the model has none
+  const auto& processor = tokenizer.model_->processor;
+  // PieceToId gives the unknown id for a piece the model lacks.
+  const int newline = processor.PieceToId("\n");
+  tokenizer.newline_id_ = processor.IsUnknown(newline) ? -1 : newline;
   return tokenizer;
 }
 
@@ -120,14 +85,11 @@ Tokenizer::~Tokenizer() = default;
 
 std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<uint32_t> out;
-  const KuafuSpmApi& api = model_->api;
   const auto encode_piece = [&](std::string_view piece) {
-    BridgeBuffer<int32_t> ids(api);
-    size_t count = 0;
-    const std::string error =
-        take_error(api, api.encode(model_->handle, piece.data(), piece.size(), ids.out(), &count));
-    KUAFU_CHECK(error.empty(), "tokenizer ", model_path_, ": encode failed: ", error);
-    out.insert(out.end(), ids.get(), ids.get() + count);
+    std::vector<int> ids;
+    const auto status = model_->processor.Encode(piece, &ids);
+    KUAFU_CHECK(status.ok(), "tokenizer ", model_path_, ": encode failed: ", status.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
   };
   if (newline_id_ < 0) {
     encode_piece(text);
@@ -151,24 +113,21 @@ std::vector<uint32_t> Tokenizer::encode(const std::string& text) const {
 
 std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
   const int vocab = vocab_size();
-  std::vector<int32_t> signed_ids;
+  std::vector<int> signed_ids;
   signed_ids.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     KUAFU_CHECK(ids[i] < static_cast<uint32_t>(vocab), "tokenizer ", model_path_, ": id ", ids[i],
                 " at index ", i, " >= vocab size ", vocab);
-    signed_ids.push_back(static_cast<int32_t>(ids[i]));
+    signed_ids.push_back(static_cast<int>(ids[i]));
   }
-  const KuafuSpmApi& api = model_->api;
-  BridgeBuffer<char> text(api);
-  size_t size = 0;
-  const std::string error =
-      take_error(api, api.decode(model_->handle, signed_ids.data(), signed_ids.size(), text.out(), &size));
-  KUAFU_CHECK(error.empty(), "tokenizer ", model_path_, ": decode failed: ", error);
-  return std::string(text.get(), size);
+  std::string text;
+  const auto status = model_->processor.Decode(signed_ids, &text);
+  KUAFU_CHECK(status.ok(), "tokenizer ", model_path_, ": decode failed: ", status.ToString());
+  return text;
 }
 
-int Tokenizer::vocab_size() const { return model_->api.vocab_size(model_->handle); }
-int Tokenizer::bos_id() const { return model_->api.bos_id(model_->handle); }
-int Tokenizer::eos_id() const { return model_->api.eos_id(model_->handle); }
+int Tokenizer::vocab_size() const { return model_->processor.GetPieceSize(); }
+int Tokenizer::bos_id() const { return model_->processor.bos_id(); }
+int Tokenizer::eos_id() const { return model_->processor.eos_id(); }
 
 }  // namespace kuafu::io

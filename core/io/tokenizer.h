@@ -1,7 +1,5 @@
 // Tokenizer: a thin, move-only wrapper over a SentencePiece model (training and encode/decode) that
 // turns SentencePiece statuses into kuafu::Error and guarantees decode(encode(text)) == text.
-// SentencePiece itself lives in a dlopened bridge module (sentencepiece_loader.h); the first call
-// that needs it throws kuafu::Error if that module cannot be found.
 #pragma once
 
 #include <cstdint>
@@ -61,7 +59,7 @@ class Tokenizer {
  private:
   Tokenizer() = default;
 
-  struct Model;  // the bridge's model handle
+  struct Model;  // the SentencePiece processor
 
   std::string model_path_;
   std::unique_ptr<Model> model_;

@@ -168,7 +168,7 @@ int64_t Gemini::measured_non_model() {
   if (tracing_ && !group_->trivial()) {
     // The largest over the ranks: every rank then traces the same calls alike and keeps and evicts the
     // same chunks (gathering is collective), and a budget that cannot hold it stops every rank here.
-    torch::Tensor largest = torch::tensor({non_model}, torch::kInt64);
+    torch::Tensor largest = torch::tensor({non_model}, torch::TensorOptions(torch::kInt64).device(group_->device()));
     dist::all_reduce(largest, *group_, dist::Reduce::kMax);
     non_model = largest.item<int64_t>();
   }

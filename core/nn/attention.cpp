@@ -1,7 +1,5 @@
 #include "core/nn/attention.h"
 
-#include <torch/version.h>
-
 #include <cmath>
 
 namespace kuafu::nn {
@@ -15,17 +13,9 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
     auto rows = torch::arange(tk - tq, tk, torch::TensorOptions().dtype(torch::kInt64).device(q.device())).unsqueeze(1);
     auto cols = torch::arange(tk, torch::TensorOptions().dtype(torch::kInt64).device(q.device())).unsqueeze(0);
     torch::Tensor allowed = cols <= rows;  // [Tq, Tk], true = may attend
-    torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-    scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
-    return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0), v);
+    return at::scaled_dot_product_attention(q, k, v, allowed, dropout, /*is_causal=*/false);
   }
-#if TORCH_VERSION_MAJOR >= 2
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
-#else
-  // 1.13 has only the private, tuple-returning form (math path on CPU).
-  return std::get<0>(at::_scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout,
-                                                       /*need_attn_weights=*/false, causal));
-#endif
 }
 
 std::pair<torch::Tensor, torch::Tensor> KVCache::append(const torch::Tensor& k, const torch::Tensor& v) {

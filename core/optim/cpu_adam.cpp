@@ -1,8 +1,8 @@
 // CPU Adam/AdamW: one pass over param, grad, exp_avg and exp_avg_sq (28 bytes per element, 30 with a
 // half-precision copy) instead of the ~10 passes of the torch::optim loop, split over the ATen threads.
 //
-// Bitwise equal to torch::optim::AdamW / Adam of LibTorch 1.13 running its AVX2 or AVX-512 kernels (the
-// default on x86), which does per tensor:
+// The float operations of torch::optim::AdamW / Adam running ATen's AVX2 or AVX-512 kernels (the default
+// on x86), in the same order, which does per tensor:
 //   p.mul_(1 - lr*wd)                        AdamW       | g = g.add(p, wd)                 Adam (L2)
 //   m.mul_(b1).add_(g, 1 - b1)               ATen: m = fma(g, 1-b1, m*b1)
 //   v.mul_(b2).addcmul_(g, g, 1 - b2)        ATen: v = fma((1-b2)*g, g, v*b2)  (built with -ffp-contract=fast)
@@ -10,7 +10,9 @@
 //   p.addcdiv_(m, denom, -lr / (1 - b1^t))   p = p + ((-step)*m)/denom
 // The scalars are computed in double and rounded to float once, as ATen does with a double Scalar on a float
 // tensor; the element maths is float with the same fused multiply-adds, so every path here (AVX-512, AVX2,
-// scalar via std::fma) gives the same bits as torch and as each other.
+// scalar via std::fma) gives the same bits as each other, and as torch for the moments. The square root
+// here is correctly rounded; the LibTorch 2.x wheel takes it from MKL (within 1 ulp), so params may differ
+// from torch's by the last bit of a step.
 #include "core/optim/cpu_adam.h"
 
 #include <ATen/Parallel.h>

@@ -27,8 +27,9 @@ struct CpuAdamBuffers {
   float grad_scale = 1.0f;  // grads are multiplied by this first (1/loss_scale, clipping coefficient) in the same pass
 };
 
-// One step, bitwise equal to torch::optim::AdamW / Adam of LibTorch 1.13 (CPU, AVX2 kernels): the same float
-// operations in the same order, fused multiply-adds where ATen's kernels fuse them. Every path (AVX-512,
+// One step of torch::optim::AdamW / Adam (CPU, AVX2/AVX-512 kernels): the same float operations in the
+// same order, fused multiply-adds where ATen's kernels fuse them, with a correctly rounded square root
+// (torch's is MKL's, within 1 ulp): moments bitwise equal to torch's, params within a last bit per step. Every path (AVX-512,
 // AVX2, scalar) and every thread count gives the same bits. Splits the work over at::get_num_threads().
 // Throws kuafu::Error on a negative numel, missing buffers or a bad KUAFU_CPU_ADAM_ISA.
 void cpu_adam_step(const CpuAdamHyper& hyper, const CpuAdamBuffers& buffers);

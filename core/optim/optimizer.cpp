@@ -117,12 +117,17 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std
   KUAFU_CHECK(tensors.size() == groups.size(), "squared_norms: ", tensors.size(), " tensors but ", groups.size(),
               " groups");
   if (tensors.empty()) return torch::zeros({0}, torch::kFloat64);
-  // Kept on the tensors' device: no host synchronisation per parameter.
+  // Gathered where the groups communicate (else where the first tensor lives); each norm is taken on
+  // its tensor's device (Gemini keeps some on the host) and no host synchronisation happens per parameter.
+  torch::Device device = tensors.front().device();
+  for (const auto& group : groups) {
+    if (group) device = group->device();
+  }
   std::vector<torch::Tensor> local;
   local.reserve(tensors.size());
   for (const auto& t : tensors) {
     const torch::Tensor norm = at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64);
-    local.push_back(norm.square());
+    local.push_back(norm.square().to(device));
   }
   torch::Tensor sums = torch::stack(local);
   // One all-reduce per distinct group, in order of first appearance (the same on every rank).
@@ -135,7 +140,7 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std
     members[group].push_back(static_cast<int64_t>(i));
   }
   for (const auto* group : order) {
-    torch::Tensor index = torch::tensor(members[group], torch::kInt64).to(sums.device());
+    torch::Tensor index = torch::tensor(members[group], torch::TensorOptions(torch::kInt64).device(sums.device()));
     torch::Tensor part = sums.index_select(0, index);
     dist::all_reduce(part, *group);
     sums.index_copy_(0, index, part);

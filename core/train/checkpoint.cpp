@@ -89,6 +89,7 @@ io::NamedTensors named_weights(const torch::nn::Module& model) {
 }
 
 io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::ProcessGroup& pipeline) {
+  const auto on_group = torch::TensorOptions().device(pipeline.device());  // what the backend moves
   if (pipeline.rank() > 0) {
     // Names, dtypes and shapes first (as JSON bytes, after their length), then the tensors in order.
     nlohmann::json listing = nlohmann::json::array();
@@ -96,23 +97,25 @@ io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::Proce
       listing.push_back({{"name", name}, {"dtype", static_cast<int>(tensor.scalar_type())}, {"shape", tensor.sizes().vec()}});
     }
     const std::string text = listing.dump();
-    dist::send(torch::tensor({static_cast<int64_t>(text.size())}), pipeline, 0);
-    dist::send(torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())}, torch::kUInt8),
+    dist::send(torch::tensor({static_cast<int64_t>(text.size())}, on_group), pipeline, 0);
+    dist::send(torch::from_blob(const_cast<char*>(text.data()), {static_cast<int64_t>(text.size())}, torch::kUInt8)
+                   .to(pipeline.device()),
                pipeline, 0);
-    for (const auto& item : mine) dist::send(item.second.contiguous(), pipeline, 0);
+    for (const auto& item : mine) dist::send(item.second.to(pipeline.device()).contiguous(), pipeline, 0);
     return mine;
   }
   std::set<std::string> held;
   for (const auto& item : mine) held.insert(item.first);
   for (int stage = 1; stage < pipeline.size(); ++stage) {
-    torch::Tensor length = torch::zeros({1}, torch::kInt64);
+    torch::Tensor length = torch::zeros({1}, on_group.dtype(torch::kInt64));
     dist::recv(length, pipeline, stage);
-    torch::Tensor bytes = torch::empty({length.item<int64_t>()}, torch::kUInt8);
+    torch::Tensor bytes = torch::empty({length.item<int64_t>()}, on_group.dtype(torch::kUInt8));
     dist::recv(bytes, pipeline, stage);
+    bytes = bytes.cpu();
     const auto listing = nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data_ptr()), bytes.numel()));
     for (const auto& entry : listing) {
       torch::Tensor tensor = torch::empty(entry.at("shape").get<std::vector<int64_t>>(),
-                                          static_cast<torch::ScalarType>(entry.at("dtype").get<int>()));
+                                          on_group.dtype(static_cast<torch::ScalarType>(entry.at("dtype").get<int>())));
       dist::recv(tensor, pipeline, stage);
       // A tensor two stages hold (the tied embedding, the optimizer's step) is kept once.
       if (held.insert(entry.at("name").get<std::string>()).second) mine.emplace_back(entry.at("name"), tensor);

@@ -5,8 +5,12 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <thread>
 
+#include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 
@@ -15,6 +19,8 @@ namespace kuafu::train {
 void add_runtime_schema(config::Schema& schema) {
   schema.add_int("runtime.threads", 0, "intra-op threads per rank; 0 = cores on this node / ranks on this node")
       .min(0).max(1024);
+  schema.add_string("runtime.device", "auto", "where the model computes: auto (the local rank's GPU when CUDA is "
+                                             "available, else the CPU), cpu, cuda (the local rank's GPU), cuda:N");
   schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
   schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});
@@ -35,6 +41,7 @@ void add_runtime_schema(config::Schema& schema) {
 
 Runtime start_runtime(const config::Config& config) {
   dist::WorldOptions options;
+  options.device = config.get_string("runtime.device");
   options.backend = config.get_string("dist.backend");
   options.timeout = std::chrono::seconds(config.get_int("dist.timeout_s"));
   return start_runtime(config, dist::World::init(dist::detect_launch_env(), options));
@@ -116,28 +123,39 @@ dist::GroupPtr Runtime::replica_group() const {
   return sequence.enabled() ? mesh->group(std::vector<std::string>{"data", "sequence"}) : mesh->group("data");
 }
 
-double measure_matmul_flops(int64_t n, int repeats, torch::Dtype dtype) {
+double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype) {
+  static std::mutex mutex;
+  static std::map<std::tuple<std::string, int, int>, double> measured;
+  const auto key = std::make_tuple(device.str(), static_cast<int>(dtype), torch::get_num_threads());
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const auto found = measured.find(key); found != measured.end()) return found->second;
+
   torch::NoGradGuard no_grad;
-  torch::Tensor a = torch::randn({n, n}).to(dtype);
-  torch::Tensor b = torch::randn({n, n}).to(dtype);
-  torch::Tensor c = torch::mm(a, b);  // warm-up
-  std::vector<double> seconds;
-  for (int i = 0; i < repeats; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    torch::mm_out(c, a, b);
-    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  const int64_t largest = device.is_cuda() ? 16384 : 4096;
+  double best = 0;
+  for (int64_t n = 256; n <= largest; n *= 2) {
+    const torch::Tensor a = torch::randn({n, n}, options), b = torch::randn({n, n}, options);
+    torch::Tensor c = torch::mm(a, b);  // warm-up: first-touch of the output, kernel selection
+    const StepTimes times = time_steps([&] { torch::mm_out(c, a, b); }, /*warmup=*/0, /*steps=*/3, device);
+    const double rate = 2.0 * static_cast<double>(n) * n * n / times.median;
+    const bool rising = rate > 1.05 * best;
+    best = std::max(best, rate);
+    if (!rising || times.median > 0.05) break;
   }
-  std::sort(seconds.begin(), seconds.end());
-  return 2.0 * static_cast<double>(n) * n * n / seconds[seconds.size() / 2];
+  measured[key] = best;
+  return best;
 }
 
-StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps) {
+StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps, const torch::Device& device) {
   KUAFU_CHECK(steps > 0, "time_steps needs at least one timed step");
   for (int64_t i = 0; i < warmup; ++i) step();
+  synchronize(device);
   std::vector<double> seconds;
   for (int64_t i = 0; i < steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
     step();
+    synchronize(device);
     seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   std::sort(seconds.begin(), seconds.end());

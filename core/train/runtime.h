@@ -45,15 +45,18 @@ Runtime start_runtime(const config::Config& config);
 // resume one run's checkpoint under another mesh).
 Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World> world);
 
-// Measured matrix-product rate of this process (FLOP/s) at size n in `dtype` with the current threads:
-// the peak that MFU figures are relative to.
-double measure_matmul_flops(int64_t n = 1024, int repeats = 5, torch::Dtype dtype = torch::kFloat32);
+// Measured matrix-product rate of this process (FLOP/s) on `device` in `dtype` with the current threads:
+// the peak that MFU figures are relative to. Small products underestimate the peak (a 512² probe gave
+// "MFU 123%"), so square products grow until the rate stops rising or one takes 50 ms, and the best
+// rate counts. Measured once per process for each device, dtype and thread count.
+double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype = torch::kFloat32);
 
 // Wall-clock seconds of `step` over `steps` calls after `warmup` untimed ones (benchmark subcommands).
 struct StepTimes {
   double median = 0, min = 0, max = 0;
 };
-StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps);
+// Each step is timed until `device` has finished its work.
+StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps, const torch::Device& device);
 
 // Runs an app's command, printing "<app>: error: ..." for any failure; returns the exit code.
 int run_app_command(const std::string& app, const std::function<void()>& command);

@@ -15,6 +15,7 @@
 #include "core/optim/optim_config.h"
 #include "core/train/progress.h"
 #include "core/util/atomic_file.h"
+#include "core/util/device.h"
 #include "core/util/logging.h"
 
 namespace kuafu::train {
@@ -117,6 +118,9 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
   scaler_ = optim::make_loss_scaler(config);
 
+  // Everything the step touches lives on the run's device: weights here, masters, gradients and
+  // optimizer state follow them, and the tasks put their batches there.
+  task.model().to(runtime.device);
   dtype_ = optim::compute_dtype(config, runtime.device);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
@@ -307,7 +311,8 @@ LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
   task.model().eval();
   LossSum local = task.evaluate(data.rank(), data.size());
   task.model().train(was_training);
-  torch::Tensor sums = torch::tensor({local.loss_sum, local.count, local.correct}, torch::kFloat64);
+  torch::Tensor sums =
+      torch::tensor({local.loss_sum, local.count, local.correct}, torch::TensorOptions(torch::kFloat64).device(data.device()));
   dist::all_reduce(sums, data);
   return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
 }
@@ -324,7 +329,7 @@ TrainSummary Trainer::run() {
   install_stop_signals();
   const auto& data = *runtime_.mesh->group("data");
   const auto& world = *runtime_.world->world_group();
-  const double peak_flops = measure_matmul_flops(512, 3, dtype_) * runtime_.world->size();
+  const double peak_flops = measure_matmul_flops(runtime_.device, dtype_) * runtime_.world->size();
   const double items_per_step = static_cast<double>(global_batch_ * task_.items_per_row());
   const int64_t eval_interval = config_.get_int("train.eval_interval");
   const int64_t checkpoint_interval = config_.get_int("train.checkpoint_interval");
@@ -388,7 +393,7 @@ TrainSummary Trainer::run() {
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(
         {loss_sum / accumulation_, stop_requested() ? 1.0 : 0.0, std::isfinite(grad_norm) ? 0.0 : 1.0},
-        torch::kFloat64);
+        torch::TensorOptions(torch::kFloat64).device(world.device()));
     dist::all_reduce(flags, world);
     const double loss = flags[0].item<double>() / world.size();
     const bool overflow = !std::isfinite(loss) || flags[2].item<double>() > 0;
@@ -423,6 +428,7 @@ TrainSummary Trainer::run() {
     } else {
       zero_grads(task_.model());
     }
+    synchronize(runtime_.device);  // the step's queued GPU work belongs to its time
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.last_loss = loss;
     summary.steps_done = step + 1;

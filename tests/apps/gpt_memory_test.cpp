@@ -184,7 +184,10 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
     options.placement.margin_ratio = auto_policy ? 0.5 : 0.0;
     options.placement.offload_param_fraction = auto_policy ? 0.0 : 0.5;
     options.placement.offload_optim_fraction = auto_policy ? 0.0 : 0.5;
-    options.placement.budgets.fast_bytes = 4 << 20;
+    // Room for the traced activations: under LibTorch 2.11 the auto policy's warm-up traces 8.4 MiB at
+    // most (activations_peak_mb; static placement 0.3 MiB, LibTorch 1.13 under 4 MiB), most of it one
+    // host allocation made inside the first traced blocks that this test does not control.
+    options.placement.budgets.fast_bytes = 16 << 20;
     memory::Gemini gemini(*model, dist::World::single()->world_group(), options);
     gemini.account_optimizer_state(2);
     model->block_hooks = &gemini;

@@ -64,8 +64,13 @@ Buffers fresh_buffers(const torch::Tensor& param) {
 
 // Tolerance. The kernel does torch's float operations in torch's order, with a fused multiply-add exactly
 // where ATen's vectorised kernels have one (add with alpha is an FMA; addcmul is contracted by GCC), so
-// against a LibTorch running its AVX2 or AVX-512 kernels it gives the same bits: observed 0 ulp in param,
-// exp_avg and exp_avg_sq on every path, length and step. Only ATen's unvectorised kernels
+// against a LibTorch running its AVX2 or AVX-512 kernels exp_avg and exp_avg_sq have the same bits
+// (observed 0 ulp on every path, length and step). The param does too, but for the square root: the
+// LibTorch 2.x wheel takes float sqrt from MKL's vector library, within 1 ulp of the correctly rounded
+// root our kernel uses (measured here: 17% of 2^20 random values off by 1 ulp, none by more). A 1-ulp
+// denominator moves an update of at most lr = 1e-2 by ~2^-22 of itself, which can flip the final
+// rounding of the param: at most 1 ulp per step, 2^-22 for the randn params below 4 in magnitude; 5 steps
+// give kSqrtParamAtol = 5 x 2^-22 = 1.2e-6 (observed 2.4e-7). Only ATen's unvectorised kernels
 // (ATEN_CPU_CAPABILITY=default, "NO AVX") round those multiply-adds twice, and Adam amplifies that where a
 // gradient nearly cancels (g + wd*p, b1*m + (1-b1)*g): measured there after 5 steps with lr = 1e-2,
 // max |dparam| = 1.6e-5, |dexp_avg| = 5.3e-7, |dexp_avg_sq| = 3.8e-10; the loose bounds are 2.5x those.
@@ -80,6 +85,12 @@ struct Worst {
   double abs[3] = {0.0, 0.0, 0.0};  // the same as absolute differences
 };
 constexpr double kUnfusedAtol[3] = {4e-5, 1.3e-6, 1e-9};
+constexpr double kSqrtParamAtol = 5 * 2.384185791015625e-7;  // 5 steps x 2^-22
+// Adam with L2 feeds the param into the gradient (g + wd p), so the moments inherit its difference:
+// |dg| <= wd |dp| = 0.1 kSqrtParamAtol; exp_avg is a weighted mean of gradients (weights sum below 1), so
+// |dexp_avg| <= |dg|; exp_avg_sq one of g^2, so |dexp_avg_sq| <= 2 max|g| |dg| with |g| < 1 here
+// (0.1 randn + 0.1 param). Observed 1.5e-8 and 1.2e-10.
+constexpr double kL2MomentAtol[2] = {0.1 * kSqrtParamAtol, 2 * 0.1 * kSqrtParamAtol};
 const char* const kNames[3] = {"param", "exp_avg", "exp_avg_sq"};
 
 template <typename Optimizer, typename Options, typename State>
@@ -100,7 +111,7 @@ void step_against_torch(const CpuAdamHyper& hyper, int64_t n, int steps, Worst& 
     h.step = step;
     cpu_adam_step(h, ours.view(grad));
     auto& state =
-        static_cast<State&>(*optimizer.state().at(c10::guts::to_string(reference.unsafeGetTensorImpl())));
+        static_cast<State&>(*optimizer.state().at(reference.unsafeGetTensorImpl()));
     const torch::Tensor pairs[3][2] = {{ours.param, reference.detach()},
                                        {ours.exp_avg, state.exp_avg()},
                                        {ours.exp_avg_sq, state.exp_avg_sq()}};
@@ -111,13 +122,17 @@ void step_against_torch(const CpuAdamHyper& hyper, int64_t n, int steps, Worst& 
   }
 }
 
-void expect_close(const Worst& worst, const std::string& what) {
+void expect_close(const Worst& worst, const std::string& what, bool l2 = false) {
   const bool fused = torch_uses_fused_kernels();
   std::cout << "[ cpu_adam ] " << what << (fused ? "" : " (torch unfused)") << ": max difference vs torch";
   for (int k = 0; k < 3; ++k) std::cout << ", " << kNames[k] << " " << worst.ulp[k] << " ulp (abs " << worst.abs[k] << ")";
   std::cout << "\n";
   for (int k = 0; k < 3; ++k) {
-    if (fused) {
+    if (fused && k == 0) {
+      EXPECT_LE(worst.abs[k], kSqrtParamAtol) << what << " " << kNames[k];
+    } else if (fused && l2) {
+      EXPECT_LE(worst.abs[k], kL2MomentAtol[k - 1]) << what << " " << kNames[k];
+    } else if (fused) {
       EXPECT_EQ(worst.ulp[k], 0) << what << " " << kNames[k];
     } else {
       EXPECT_LE(worst.abs[k], kUnfusedAtol[k]) << what << " " << kNames[k];
@@ -153,7 +168,7 @@ TEST(CpuAdam, MatchesTorchAdamWithL2OnEveryPath) {
       step_against_torch<torch::optim::Adam, torch::optim::AdamOptions, torch::optim::AdamParamState>(
           hyper, n, /*steps=*/5, worst);
     }
-    expect_close(worst, "Adam+L2 " + isa);
+    expect_close(worst, "Adam+L2 " + isa, /*l2=*/true);
   }
 }
 

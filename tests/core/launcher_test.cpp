@@ -108,7 +108,7 @@ class LauncherTest : public ::testing::Test {
 // Each rank writes its torchrun variables and arguments to $OUT_DIR/rank$RANK.
 const char* const kWriteEnv =
     "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK $NODE_RANK $MASTER_ADDR "
-    "$MASTER_PORT $OMP_NUM_THREADS $*\" > \"$OUT_DIR/rank$RANK\"";
+    "$MASTER_PORT $OMP_NUM_THREADS ${KUAFU_MASTER_PORT_FILE:-none} $*\" > \"$OUT_DIR/rank$RANK\"";
 
 int cpus_available() {
   cpu_set_t set;
@@ -125,7 +125,7 @@ TEST_F(LauncherTest, AllRanksSucceed) {
   std::string port;
   for (int rank = 0; rank < 3; ++rank) {
     std::istringstream fields(read_file(dir_ / ("rank" + std::to_string(rank))));
-    std::string env[9];
+    std::string env[10];
     for (auto& field : env) fields >> field;
     std::string args;
     std::getline(fields, args);
@@ -136,12 +136,13 @@ TEST_F(LauncherTest, AllRanksSucceed) {
     EXPECT_EQ(env[4], "0");                   // GROUP_RANK
     EXPECT_EQ(env[5], "0");                   // NODE_RANK
     EXPECT_EQ(env[6], "127.0.0.1");           // MASTER_ADDR
-    EXPECT_NE(env[7], "0");                   // MASTER_PORT: a port was picked...
-    EXPECT_GT(std::atoi(env[7].c_str()), 0);
+    // MASTER_PORT 0: rank 0's store binds a free port and publishes it in one file for every rank.
+    EXPECT_EQ(env[7], "0");
+    EXPECT_NE(env[9], "none");                // KUAFU_MASTER_PORT_FILE
     if (rank > 0) {
-      EXPECT_EQ(env[7], port);                // ...the same for every rank
+      EXPECT_EQ(env[9], port);
     }
-    port = env[7];
+    port = env[9];
     EXPECT_EQ(env[8], std::to_string(omp));   // OMP_NUM_THREADS
     EXPECT_EQ(args, " --nproc-per-node 7 -- x");  // the program's own flags pass through
   }
@@ -153,8 +154,8 @@ TEST_F(LauncherTest, SecondNodeNumbersItsRanksAfterTheFirst) {
                "10.9.8.7", "--master-port=29611", "--", "/bin/sh", "-c", kWriteEnv},
               {{"OMP_NUM_THREADS", "7"}});
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(read_file(dir_ / "rank2"), "2 4 0 2 1 1 10.9.8.7 29611 7 \n");
-  EXPECT_EQ(read_file(dir_ / "rank3"), "3 4 1 2 1 1 10.9.8.7 29611 7 \n");
+  EXPECT_EQ(read_file(dir_ / "rank2"), "2 4 0 2 1 1 10.9.8.7 29611 7 none \n");
+  EXPECT_EQ(read_file(dir_ / "rank3"), "3 4 1 2 1 1 10.9.8.7 29611 7 none \n");
   EXPECT_FALSE(fs::exists(dir_ / "rank0"));
 }
 
@@ -360,7 +361,9 @@ TEST(MultiprocessTest, TwoWorkersSeeTheTorchrunEnvironment) {
   EXPECT_EQ(std::string(std::getenv("LOCAL_RANK")), std::to_string(rank));
   EXPECT_EQ(std::string(std::getenv("LOCAL_WORLD_SIZE")), "2");
   EXPECT_EQ(std::string(std::getenv("MASTER_ADDR")), "127.0.0.1");
-  EXPECT_GT(std::atoi(std::getenv("MASTER_PORT")), 0);
+  // Port 0: the store binds a free port and rank 0 publishes it in this file (no port race).
+  EXPECT_EQ(std::string(std::getenv("MASTER_PORT")), "0");
+  EXPECT_NE(std::getenv("KUAFU_MASTER_PORT_FILE"), nullptr);
   std::ofstream(std::string(std::getenv("KUAFU_TEST_DIR")) + "/rank" + std::to_string(rank)).close();
 }
 

@@ -75,6 +75,67 @@ TEST(PipelineScheduleTest, InterleavingShrinksTheBubble) {
   }
 }
 
+// The engine matches messages by order (as NCCL does), so every schedule's sends and receives must
+// pair up in order; where a send waits for its receive (NCCL), GPipe and 1F1B must also run without
+// deadlock. Interleaved 1F1B needs sends that complete on their own (Gloo): on NCCL it deadlocks once
+// there are more micro-batches than stages, and the engine refuses it there before computing.
+TEST(PipelineScheduleTest, EveryScheduleSuitsOrderedExchanges) {
+  int checked = 0, interleaved_refused = 0;
+  for (const ScheduleKind kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved}) {
+    for (int p = 2; p <= 5; ++p) {
+      for (int m = 1; m <= 12; ++m) {
+        for (int chunks : {1, 2, 3}) {
+          const ScheduleSpec spec{kind, p, m, chunks};
+          try {
+            check_spec(spec);
+          } catch (const Error&) {
+            continue;  // not a schedule the engine would run
+          }
+          SCOPED_TRACE(kind_name(kind) + " p=" + std::to_string(p) + " m=" + std::to_string(m) + " v=" +
+                       std::to_string(chunks));
+          EXPECT_NO_THROW(check_ordered_exchanges(spec, /*sends_block=*/false));
+          std::vector<std::vector<Step>> forward_only;
+          for (int s = 0; s < p; ++s) forward_only.push_back(forward_only_schedule(spec, s));
+          EXPECT_NO_THROW(check_ordered_exchanges(spec, forward_only, /*sends_block=*/true));
+          if (kind != ScheduleKind::kInterleaved) {
+            EXPECT_NO_THROW(check_ordered_exchanges(spec, /*sends_block=*/true));
+          } else {
+            try {
+              check_ordered_exchanges(spec, /*sends_block=*/true);
+            } catch (const Error& e) {
+              EXPECT_TRUE(testing::Contains(e.what(), "use parallel.schedule = \"1f1b\"")) << e.what();
+              ++interleaved_refused;
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(interleaved_refused, 0);
+}
+
+TEST(PipelineScheduleTest, OrderedExchangesCatchSwappedMessagesAndDeadlocks) {
+  using testing::Contains;
+  using testing::error_message;
+  const ScheduleSpec spec{ScheduleKind::kGPipe, 2, 2, 1};
+  std::vector<std::vector<Step>> lists{schedule_for(spec, 0), schedule_for(spec, 1)};
+  // Stage 1 receives activation 1 before activation 0: with tags this worked, by order it does not.
+  auto swapped = lists;
+  std::swap(swapped[1][0], swapped[1][2]);  // ra1 F0 ra0 F1 ...
+  EXPECT_TRUE(Contains(error_message([&] { check_ordered_exchanges(spec, swapped, /*sends_block=*/false); }),
+                       "message 0 from stage 0 to stage 1 is activation 0"));
+  // Stage 0 waits for gradient 0 before sending activation 1, which stage 1 needs before it can
+  // compute gradient 0 (GPipe's stage 1 forwards both micro-batches first).
+  auto blocked = lists;
+  blocked[0] = {{Action::kForward, 0}, {Action::kSendActivation, 0}, {Action::kRecvGradient, 0},
+                {Action::kForward, 1}, {Action::kSendActivation, 1}, {Action::kBackward, 0},
+                {Action::kRecvGradient, 1}, {Action::kBackward, 1}};
+  EXPECT_TRUE(Contains(error_message([&] { check_ordered_exchanges(spec, blocked, /*sends_block=*/true); }), "deadlocks"));
+  EXPECT_NO_THROW(check_ordered_exchanges(spec, blocked, /*sends_block=*/false));  // Gloo's sends do not wait
+}
+
 TEST(PipelineScheduleTest, SpecsThatCannotBeScheduledAreRefused) {
   using testing::Contains;
   using testing::error_message;

@@ -67,7 +67,10 @@ void start_workers(dist::RankProcesses& ranks, int world, const std::string& tes
                    const fs::path& dir, const std::map<std::string, std::string>& extra_env) {
   dist::LaunchOptions launch;
   launch.nproc_per_node = world;
-  launch.master_port = dist::find_free_port();
+  // The store binds a free port itself and rank 0 publishes it here (no port chosen in advance that
+  // another test could take first).
+  launch.master_port = 0;
+  launch.port_file = (dir / "master_port").string();
   for (int rank = 0; rank < world; ++rank) {
     dist::ProcessSpec spec;
     // /proc/self/exe is this very binary even if the file has since been rebuilt.

@@ -12,24 +12,19 @@ namespace {
 
 constexpr int kMaxDims = 8;  // activations of up to 8 dimensions
 
-// Message tags: unique per (micro-batch, receiving virtual stage, kind), so a receive matches its
-// send whatever order the two ranks post them in.
-enum Kind { kHeader = 0, kActivation = 1, kGradient = 2 };
-int tag_of(int micro, int receiving_stage, int virtual_stages, Kind kind) {
-  return 4 * (micro * virtual_stages + receiving_stage) + kind;
-}
-
 // [dtype, dims, size_0, ..., size_7]: what the receiver allocates.
-torch::Tensor header_of(const torch::Tensor& t) {
+// Built on the host, sent from the group's device (NCCL moves GPU tensors only).
+torch::Tensor header_of(const torch::Tensor& t, const torch::Device& device) {
   KUAFU_CHECK(t.dim() <= kMaxDims, "pipeline activations have at most ", kMaxDims, " dimensions, got ", t.sizes());
-  torch::Tensor header = torch::zeros({2 + kMaxDims}, torch::kInt64);
+  std::vector<int64_t> header(2 + kMaxDims, 0);
   header[0] = static_cast<int64_t>(t.scalar_type());
   header[1] = t.dim();
-  for (int64_t d = 0; d < t.dim(); ++d) header[2 + d] = t.size(d);
-  return header;
+  for (int64_t d = 0; d < t.dim(); ++d) header[static_cast<size_t>(2 + d)] = t.size(d);
+  return torch::tensor(header, torch::TensorOptions(torch::kInt64).device(device));
 }
 
-torch::Tensor empty_from_header(const torch::Tensor& header, const torch::Device& device) {
+torch::Tensor empty_from_header(const torch::Tensor& received, const torch::Device& device) {
+  const torch::Tensor header = received.cpu();
   const auto dims = header[1].item<int64_t>();
   std::vector<int64_t> sizes;
   for (int64_t d = 0; d < dims; ++d) sizes.push_back(header[2 + d].item<int64_t>());
@@ -44,6 +39,8 @@ struct InFlight {
   torch::Tensor gradient;  // of the output, received from the next virtual stage
 };
 
+bool is_communication(Action action) { return action != Action::kForward && action != Action::kBackward; }
+
 }  // namespace
 
 PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)
@@ -55,7 +52,12 @@ PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)
 
 double PipelineEngine::run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
                            double loss_scale) {
-  if (steps_.empty()) steps_ = schedule_for(spec_, group_->rank());
+  if (steps_.empty()) {
+    // What the lists must satisfy for messages matched by order, and on NCCL, where a send waits for its
+    // receive, for exchanges not to deadlock: checked once, before computing.
+    check_ordered_exchanges(spec_, /*sends_block=*/group_->kind() == dist::BackendKind::kNccl);
+    steps_ = schedule_for(spec_, group_->rank());
+  }
   return execute(steps_, forward, micro_input, loss_scale);
 }
 
@@ -71,8 +73,9 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   const int next = (s + 1) % p, previous = (s + p - 1) % p;
   const double micro_batches = spec_.micro_batches;
   const torch::Device device = group_->device();
+  const bool training = torch::GradMode::is_enabled();
   std::map<std::pair<int, int>, InFlight> live;  // by (micro, chunk)
-  std::vector<dist::PendingSend> sends;
+  std::vector<dist::PendingSend> sends;           // Gloo: sends still in flight (NCCL completes them in exchange)
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
@@ -80,10 +83,12 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   const auto start = Clock::now();
   int live_chunks = 0;
 
-  for (const Step& step : steps) {
-    const auto step_start = Clock::now();
-    const int v = step.chunk * p + s;
-    InFlight& slot = live[{step.micro, step.chunk}];
+  // One exchange: a run of consecutive sends and receives (at most one of each, check_ordered_exchanges),
+  // posted together, except that an activation is received once its header has said what to allocate:
+  // first everything else (the header and data of an activation sent, a gradient sent, the header of an
+  // activation or a gradient received), then the activation received. The peer posts the two messages of
+  // an activation together, so the second part never waits on anything the first did not.
+  auto exchange = [&](std::vector<Step>::const_iterator begin, std::vector<Step>::const_iterator end) {
     // Sends already delivered free their buffers now rather than at the end of the step.
     sends.erase(std::remove_if(sends.begin(), sends.end(),
                                [](dist::PendingSend& send) {
@@ -92,65 +97,97 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
                                  return true;
                                }),
                 sends.end());
-    switch (step.action) {
-      case Action::kRecvActivation: {
-        torch::Tensor header = torch::empty({2 + kMaxDims}, torch::kInt64);
-        dist::recv(header, *group_, previous, tag_of(step.micro, v, last + 1, kHeader));
-        slot.input = empty_from_header(header, device);
-        dist::recv(slot.input, *group_, previous, tag_of(step.micro, v, last + 1, kActivation));
-        if (slot.input.is_floating_point() && torch::GradMode::is_enabled()) slot.input.requires_grad_(true);
-        break;
+    std::vector<dist::Message> first, second;
+    std::vector<std::pair<InFlight*, torch::Tensor>> incoming;  // (slot, its activation's header)
+    std::vector<std::pair<int, int>> done;                     // slots nothing needs after the exchange
+    for (auto it = begin; it != end; ++it) {
+      const Step& step = *it;
+      const int v = step.chunk * p + s;
+      InFlight& slot = live[{step.micro, step.chunk}];
+      switch (step.action) {
+        case Action::kRecvActivation: {
+          torch::Tensor header = torch::empty({2 + kMaxDims}, torch::TensorOptions(torch::kInt64).device(device));
+          first.push_back({header, previous, /*send=*/false});
+          incoming.emplace_back(&slot, header);
+          break;
+        }
+        case Action::kSendActivation: {
+          const torch::Tensor activation = slot.output.detach();
+          first.push_back({header_of(activation, device), next, /*send=*/true});
+          first.push_back({activation, next, /*send=*/true});
+          if (!training) {  // evaluation: the message keeps what it needs
+            done.push_back({step.micro, step.chunk});
+            --live_chunks;
+          }
+          break;
+        }
+        case Action::kRecvGradient:
+          slot.gradient = torch::empty_like(slot.output);
+          first.push_back({slot.gradient, next, /*send=*/false});
+          break;
+        case Action::kSendGradient:
+          KUAFU_CHECK(slot.input.grad().defined(), "pipeline virtual stage ", v, ": the input activation of micro-batch ",
+                      step.micro, " got no gradient (does the stage use its input?)");
+          first.push_back({slot.input.grad(), previous, /*send=*/true});
+          done.push_back({step.micro, step.chunk});
+          break;
+        default:
+          fail("pipeline exchange given a compute step");
       }
-      case Action::kForward: {
-        if (v == 0) slot.input = micro_input(step.micro);
-        slot.output = forward(step.chunk, slot.input, step.micro);
-        if (v == last) {
-          KUAFU_CHECK(slot.output.numel() == 1, "the last pipeline stage must return a scalar loss, got ",
-                      slot.output.sizes());
-          loss_sum += slot.output.detach().to(torch::kFloat64).reshape({});
-          // The step's loss is the mean over micro-batches (scaled up for mixed precision).
-          slot.output = slot.output * (loss_scale / micro_batches);
-        }
-        stats_.compute_seconds += seconds_since(step_start);
-        stats_.peak_live = std::max(stats_.peak_live, ++live_chunks);
-        if (!torch::GradMode::is_enabled() && v == last) {  // evaluation: nothing waits for a backward
-          live.erase({step.micro, step.chunk});
-          --live_chunks;
-        }
-        break;
+    }
+    auto keep = [&](std::vector<dist::PendingSend> pending) {
+      for (auto& send : pending) sends.push_back(std::move(send));
+    };
+    keep(dist::exchange(first, *group_));
+    for (auto& [slot, header] : incoming) {
+      slot->input = empty_from_header(header, device);
+      second.push_back({slot->input, previous, /*send=*/false});
+    }
+    keep(dist::exchange(second, *group_));
+    for (auto& [slot, header] : incoming) {
+      if (slot->input.is_floating_point() && training) slot->input.requires_grad_(true);
+    }
+    for (const auto& key : done) live.erase(key);
+  };
+
+  for (auto it = steps.begin(); it != steps.end();) {
+    if (is_communication(it->action)) {
+      auto end = it;
+      while (end != steps.end() && is_communication(end->action)) ++end;
+      exchange(it, end);
+      it = end;
+      continue;
+    }
+    const Step& step = *it++;
+    const auto step_start = Clock::now();
+    const int v = step.chunk * p + s;
+    InFlight& slot = live[{step.micro, step.chunk}];
+    if (step.action == Action::kForward) {
+      if (v == 0) slot.input = micro_input(step.micro);
+      slot.output = forward(step.chunk, slot.input, step.micro);
+      if (v == last) {
+        KUAFU_CHECK(slot.output.numel() == 1, "the last pipeline stage must return a scalar loss, got ",
+                    slot.output.sizes());
+        loss_sum += slot.output.detach().to(torch::kFloat64).reshape({});
+        // The step's loss is the mean over micro-batches (scaled up for mixed precision).
+        slot.output = slot.output * (loss_scale / micro_batches);
       }
-      case Action::kSendActivation: {
-        const torch::Tensor activation = slot.output.detach();
-        sends.push_back(dist::send_async(header_of(activation), *group_, next, tag_of(step.micro, v + 1, last + 1, kHeader)));
-        sends.push_back(dist::send_async(activation, *group_, next, tag_of(step.micro, v + 1, last + 1, kActivation)));
-        if (!torch::GradMode::is_enabled()) {  // evaluation: the pending send keeps what it needs
-          live.erase({step.micro, step.chunk});
-          --live_chunks;
-        }
-        break;
-      }
-      case Action::kRecvGradient:
-        slot.gradient = torch::empty_like(slot.output);
-        dist::recv(slot.gradient, *group_, next, tag_of(step.micro, v, last + 1, kGradient));
-        break;
-      case Action::kBackward:
-        if (v == last) {
-          slot.output.backward();
-        } else {
-          torch::autograd::backward({slot.output}, {slot.gradient});
-        }
-        slot.output = slot.gradient = torch::Tensor();
-        if (v == 0) live.erase({step.micro, step.chunk});  // nothing to send back
-        stats_.compute_seconds += seconds_since(step_start);
-        --live_chunks;
-        break;
-      case Action::kSendGradient: {
-        KUAFU_CHECK(slot.input.grad().defined(), "pipeline virtual stage ", v, ": the input activation of micro-batch ",
-                    step.micro, " got no gradient (does the stage use its input?)");
-        sends.push_back(dist::send_async(slot.input.grad(), *group_, previous, tag_of(step.micro, v - 1, last + 1, kGradient)));
+      stats_.compute_seconds += seconds_since(step_start);
+      stats_.peak_live = std::max(stats_.peak_live, ++live_chunks);
+      if (!training && v == last) {  // evaluation: nothing waits for a backward
         live.erase({step.micro, step.chunk});
-        break;
+        --live_chunks;
       }
+    } else {  // backward
+      if (v == last) {
+        slot.output.backward();
+      } else {
+        torch::autograd::backward({slot.output}, {slot.gradient});
+      }
+      slot.output = slot.gradient = torch::Tensor();
+      if (v == 0) live.erase({step.micro, step.chunk});  // nothing to send back
+      stats_.compute_seconds += seconds_since(step_start);
+      --live_chunks;
     }
   }
   for (auto& send : sends) send.wait();

@@ -233,6 +233,140 @@ Simulation simulate(const ScheduleSpec& spec, double forward_time, double backwa
   return result;
 }
 
+namespace {
+
+bool is_communication(Action action) {
+  return action != Action::kForward && action != Action::kBackward;
+}
+
+// A message between ranks: activation or gradient, of `micro`, for virtual stage `to`.
+using Message = std::tuple<bool, int, int>;
+
+std::string describe(const Message& m) {
+  return (std::get<0>(m) ? "gradient " : "activation ") + std::to_string(std::get<1>(m)) + " for virtual stage " +
+         std::to_string(std::get<2>(m));
+}
+
+}  // namespace
+
+void check_ordered_exchanges(const ScheduleSpec& spec, bool sends_block) {
+  std::vector<std::vector<Step>> lists;
+  for (int s = 0; s < spec.stages; ++s) lists.push_back(schedule_for(spec, s));
+  check_ordered_exchanges(spec, lists, sends_block);
+}
+
+void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::vector<Step>>& lists, bool sends_block) {
+  const int p = spec.stages;
+  KUAFU_CHECK(static_cast<int>(lists.size()) == p, "check_ordered_exchanges: ", lists.size(), " lists for ", p,
+              " stages");
+  // What each step sends or receives: (peer, message), sends to the peer and receives from it.
+  auto message_of = [&](int s, const Step& step) {
+    const int v = step.chunk * p + s, next = (s + 1) % p, previous = (s + p - 1) % p;
+    switch (step.action) {
+      case Action::kSendActivation: return std::make_pair(next, Message{false, step.micro, v + 1});
+      case Action::kRecvActivation: return std::make_pair(previous, Message{false, step.micro, v});
+      case Action::kSendGradient: return std::make_pair(previous, Message{true, step.micro, v - 1});
+      case Action::kRecvGradient: return std::make_pair(next, Message{true, step.micro, v});
+      default: return std::make_pair(-1, Message{});
+    }
+  };
+  auto is_send = [](const Step& step) {
+    return step.action == Action::kSendActivation || step.action == Action::kSendGradient;
+  };
+  // The exchanges: [begin, end) runs of communication steps, and their shape.
+  std::vector<std::vector<std::pair<size_t, size_t>>> exchanges(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    const auto& list = lists[static_cast<size_t>(s)];
+    for (size_t i = 0; i < list.size();) {
+      if (!is_communication(list[i].action)) { ++i; continue; }
+      size_t j = i, sends = 0;
+      while (j < list.size() && is_communication(list[j].action)) sends += is_send(list[j++]) ? 1 : 0;
+      KUAFU_CHECK(sends <= 1 && j - i - sends <= 1, kind_name(spec.kind), " schedule, stage ", s,
+                  ": the exchange ", describe(std::vector<Step>(list.begin() + static_cast<long>(i), list.begin() + static_cast<long>(j))),
+                  " holds more than one send or one receive");
+      exchanges[static_cast<size_t>(s)].push_back({i, j});
+      i = j;
+    }
+  }
+  // Order: rank a's sends to b, in a's order, are b's receives from a, in b's order.
+  std::map<std::pair<int, int>, std::vector<Message>> sent, received;
+  for (int s = 0; s < p; ++s) {
+    for (const Step& step : lists[static_cast<size_t>(s)]) {
+      if (!is_communication(step.action)) continue;
+      const auto [peer, message] = message_of(s, step);
+      (is_send(step) ? sent[{s, peer}] : received[{peer, s}]).push_back(message);
+    }
+  }
+  for (const auto& [pair, messages] : sent) {
+    const auto& got = received[pair];
+    for (size_t k = 0; k < std::max(messages.size(), got.size()); ++k) {
+      KUAFU_CHECK(k < messages.size() && k < got.size() && messages[k] == got[k], kind_name(spec.kind),
+                  " schedule: message ", k, " from stage ", pair.first, " to stage ", pair.second, " is ",
+                  k < messages.size() ? describe(messages[k]) : std::string("missing"), " but the receiver expects ",
+                  k < got.size() ? describe(got[k]) : std::string("nothing"));
+    }
+  }
+  for (const auto& [pair, got] : received) {
+    KUAFU_CHECK(sent.count(pair), kind_name(spec.kind), " schedule: stage ", pair.second, " expects ", describe(got.front()),
+                " from stage ", pair.first, ", which sends it nothing");
+  }
+  if (!sends_block) return;
+  // Exchanges: a rank posts its next exchange when it reaches it and leaves it once every message in it
+  // has been posted by the other side too (k-th send from a to b matches b's k-th receive from a).
+  std::map<std::pair<int, int>, size_t> sends_posted, receives_posted;
+  std::vector<size_t> next(static_cast<size_t>(p), 0);  // the next exchange of each rank
+  std::vector<bool> posted(static_cast<size_t>(p), false);
+  struct Posted {
+    std::pair<int, int> pair;  // (sender, receiver)
+    size_t index;              // the message's place in that pair's order
+    bool send;
+  };
+  std::vector<std::vector<Posted>> waiting(static_cast<size_t>(p));
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      const auto su = static_cast<size_t>(s);
+      if (next[su] == exchanges[su].size()) continue;
+      const auto [begin, end] = exchanges[su][next[su]];
+      if (!posted[su]) {
+        waiting[su].clear();
+        for (size_t i = begin; i < end; ++i) {
+          const Step& step = lists[su][i];
+          const int peer = message_of(s, step).first;
+          if (is_send(step)) {
+            waiting[su].push_back({{s, peer}, sends_posted[{s, peer}]++, true});
+          } else {
+            waiting[su].push_back({{peer, s}, receives_posted[{peer, s}]++, false});
+          }
+        }
+        posted[su] = progress = true;
+      }
+      bool done = true;
+      for (const Posted& m : waiting[su]) {
+        done = done && (m.send ? receives_posted[m.pair] > m.index : sends_posted[m.pair] > m.index);
+      }
+      if (done) {
+        ++next[su];
+        posted[su] = false;
+        progress = true;
+      }
+    }
+  }
+  std::ostringstream stuck;
+  for (int s = 0; s < p; ++s) {
+    const auto su = static_cast<size_t>(s);
+    if (next[su] < exchanges[su].size()) {
+      const auto [begin, end] = exchanges[su][next[su]];
+      stuck << " stage " << s << " at "
+            << describe(std::vector<Step>(lists[su].begin() + static_cast<long>(begin), lists[su].begin() + static_cast<long>(end)))
+            << ";";
+    }
+  }
+  KUAFU_CHECK(stuck.str().empty(), kind_name(spec.kind), " schedule of ", p, " stages and ", spec.micro_batches,
+              " micro-batches cannot run where a send waits for its receive (NCCL): it deadlocks with", stuck.str(),
+              " use parallel.schedule = \"1f1b\"");
+}
+
 double theoretical_bubble(const ScheduleSpec& spec) {
   const double p = spec.stages, m = spec.micro_batches, v = spec.chunks;
   return (p - 1) / (v * m + p - 1);

@@ -77,6 +77,17 @@ struct Simulation {
 };
 Simulation simulate(const ScheduleSpec& spec, double forward_time, double backward_time);
 
+// How the executor moves messages: each run of consecutive sends and receives in a rank's list is one
+// exchange, posted together; messages from one rank to another match by order alone, without tags (as
+// NCCL matches them). kuafu::Error when an exchange holds more than one send or one receive (an
+// activation's header and data would interleave with another message's) or when a rank's sends to
+// another differ in order from the receives posted there. With `sends_block` (NCCL: a send completes
+// only once its receive is posted, and the exchange waits for all its messages) also when the lists
+// deadlock under that rule; Gloo's sends complete on their own.
+void check_ordered_exchanges(const ScheduleSpec& spec, bool sends_block);
+// The same for given lists, one per stage (tests feed broken ones).
+void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::vector<Step>>& lists, bool sends_block);
+
 // The bubble of a balanced pipeline in theory: (p - 1) / (v m + p - 1) (v = 1 for GPipe and 1F1B).
 double theoretical_bubble(const ScheduleSpec& spec);
 

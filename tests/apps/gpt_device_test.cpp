@@ -1,0 +1,92 @@
+// Nothing a training step touches leaves the configured device (runtime.device = "auto": the CPU here,
+// the local rank's GPU with NCCL on a CUDA machine): parameters, gradients, master weights, optimizer
+// state, the batches (through the loss they give) and every collective's tensors (collectives refuse a
+// tensor that is not on their group's device). On this CPU-only machine the test pins the CPU path; on a
+// GPU it is the check that a run does not silently train on the CPU.
+#include <gtest/gtest.h>
+
+#include "core/optim/optimizer.h"
+#include "core/util/device.h"
+#include "core/util/error.h"
+#include "tests/apps/gpt_training_support.h"
+
+namespace kuafu::gpt {
+namespace {
+
+// Checks, at every micro-step, that the model's weights and the loss the task computes from its batch
+// live on `device`.
+struct DeviceCheckingTask : train::TrainTask {
+  DeviceCheckingTask(std::unique_ptr<TextTask> inner, torch::Device device) : inner(std::move(inner)), device(device) {}
+  torch::nn::Module& model() override { return inner->model(); }
+  torch::Tensor loss(int64_t step, int64_t first, int64_t rows) override {
+    for (const auto& p : inner->model().named_parameters()) {
+      EXPECT_EQ(p.value().device(), device) << "parameter " << p.key() << " at step " << step;
+    }
+    torch::Tensor l = inner->loss(step, first, rows);
+    EXPECT_EQ(l.device(), device) << "loss (from the batch) at step " << step;
+    losses += 1;
+    return l;
+  }
+  train::LossSum evaluate(int r, int n) override { return inner->evaluate(r, n); }
+  double flops_per_item() const override { return inner->flops_per_item(); }
+  int64_t items_per_row() const override { return inner->items_per_row(); }
+  std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
+  std::unique_ptr<TextTask> inner;
+  torch::Device device;
+  int losses = 0;
+};
+
+void expect_training_stays_on_device(const config::Config& config) {
+  train::Runtime runtime = train::start_runtime(config);
+  const torch::Device device = resolve_device("auto", runtime.world->env().local_rank);
+  ASSERT_EQ(runtime.device, device);
+  DeviceCheckingTask task(make_text_task(config), device);
+  train::Trainer trainer(config, runtime, task);
+  const train::TrainSummary summary = trainer.run();
+  EXPECT_EQ(summary.steps_done, 3);
+  EXPECT_GE(task.losses, 3);
+  for (const auto& p : task.model().named_parameters()) {
+    EXPECT_EQ(p.value().device(), device) << p.key();
+    if (p.value().grad().defined()) {
+      EXPECT_EQ(p.value().grad().device(), device) << "gradient of " << p.key();
+    }
+  }
+  for (const auto& [name, state] : trainer.optimizer().state_tensors()) {
+    if (name == "step") continue;  // the step counter is host metadata for checkpoints
+    EXPECT_EQ(state.device(), device) << "optimizer state " << name;
+  }
+  for (const auto& group : trainer.optimizer().groups()) {
+    for (const auto& p : group.params) EXPECT_EQ(p.tensor.device(), device) << "master of " << p.name;
+  }
+}
+
+TEST_F(GPTTrainingTest, TrainingStaysOnTheConfiguredDevice) {
+  expect_training_stays_on_device(make_config(root_, "plain", "train.steps=3\nruntime.device=\"auto\""));
+  expect_training_stays_on_device(
+      make_config(root_, "bf16_zero2", "train.steps=3\nprecision.dtype=\"bf16\"\nmemory.strategy=\"zero2\""));
+}
+
+TEST_F(GPTTrainingTest, DataParallelTrainingStaysOnTheConfiguredDevice) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 120);
+  expect_training_stays_on_device(
+      make_config(root_, "dp", "train.steps=3\ntrain.micro_batch_size=2\ndist.timeout_s=30\noptim.grad_clip=1.0"));
+}
+
+TEST(DeviceTest, ResolvesTheConfiguredDevice) {
+  EXPECT_EQ(resolve_device("cpu", 3), torch::Device(torch::kCPU));
+  EXPECT_EQ(resolve_device("auto", 0), cuda_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU));
+  for (const std::string bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "CPU", ""}) {
+    try {
+      resolve_device(bad, 0);
+      FAIL() << "accepted \"" << bad << "\"";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("runtime.device"), std::string::npos) << e.what();
+    }
+  }
+  if (!cuda_available()) {
+    EXPECT_THROW(resolve_device("cuda", 0), Error);
+  }
+}
+
+}  // namespace
+}  // namespace kuafu::gpt
