@@ -1,5 +1,5 @@
-// Scaled dot-product attention over [B, H, T, D] tensors, using LibTorch's fused kernel where the
-// version has one, plus the key-value cache that incremental decoding appends to.
+// Scaled dot-product attention over [B, H, T, D] tensors, using LibTorch's fused kernel where it is the
+// faster one, plus the key-value cache that incremental decoding appends to.
 #pragma once
 
 namespace kuafu::nn {

@@ -47,8 +47,8 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
 
 // Measured matrix-product rate of this process (FLOP/s) on `device` in `dtype` with the current threads:
 // the peak that MFU figures are relative to. Small products underestimate the peak (a 512² probe gave
-// "MFU 123%"), so square products grow until the rate stops rising or one takes 50 ms, and the best
-// rate counts. Measured once per process for each device, dtype and thread count.
+// "MFU 123%"), so square products grow from 256 until one takes 50 ms (CPU: at most 2048), and the
+// fastest of all counts. Measured once per process for each device, dtype and thread count.
 double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype = torch::kFloat32);
 
 // Wall-clock seconds of `step` over `steps` calls after `warmup` untimed ones (benchmark subcommands).
