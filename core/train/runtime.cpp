@@ -123,12 +123,12 @@ dist::GroupPtr Runtime::replica_group() const {
   return sequence.enabled() ? mesh->group(std::vector<std::string>{"data", "sequence"}) : mesh->group("data");
 }
 
-double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype) {
+double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype, bool fresh) {
   static std::mutex mutex;
   static std::map<std::tuple<std::string, int, int>, double> measured;
   const auto key = std::make_tuple(device.str(), static_cast<int>(dtype), torch::get_num_threads());
   std::lock_guard<std::mutex> lock(mutex);
-  if (const auto found = measured.find(key); found != measured.end()) return found->second;
+  if (const auto found = measured.find(key); found != measured.end() && !fresh) return found->second;
 
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(dtype).device(device);

@@ -49,7 +49,8 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
 // the peak that MFU figures are relative to. Small products underestimate the peak (a 512² probe gave
 // "MFU 123%"), so square products grow from 256 until one takes 50 ms (CPU: at most 2048), and the
 // fastest of all counts. Measured once per process for each device, dtype and thread count.
-double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype = torch::kFloat32);
+// `fresh` measures again and replaces the remembered rate (a probe taken on a busy machine is low).
+double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype = torch::kFloat32, bool fresh = false);
 
 // Wall-clock seconds of `step` over `steps` calls after `warmup` untimed ones (benchmark subcommands).
 struct StepTimes {

@@ -26,6 +26,11 @@ TEST_F(GPTTrainingTest, LossGoesDownAndMetricsAreWritten) {
   const auto losses = losses_of(root_ / "run" / "metrics.jsonl");
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), losses.front() - 1.0) << "first " << losses.front() << " last " << losses.back();
+  // MFU is relative to the measured matrix-product rate, which the step can never beat.
+  for (const auto& line : metric_lines(root_ / "run" / "metrics.jsonl")) {
+    EXPECT_GT(line.at("mfu").get<double>(), 0.0) << line.dump();
+    EXPECT_LE(line.at("mfu").get<double>(), 1.0) << line.dump();
+  }
   EXPECT_TRUE(fs::exists(train::checkpoint_folder((root_ / "run" / "checkpoints").string(), 30)));
 }
 
@@ -472,6 +477,11 @@ TEST_F(GPTTrainingTest, Bf16TrainsWithFloat32MastersAndResumesExactly) {
   const auto losses = losses_of(root_ / "bf16" / "metrics.jsonl");
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), losses.front() - 1.0) << "first " << losses.front() << " last " << losses.back();
+  // MFU is relative to the measured matrix-product rate, which the step can never beat.
+  for (const auto& line : metric_lines(root_ / "run" / "metrics.jsonl")) {
+    EXPECT_GT(line.at("mfu").get<double>(), 0.0) << line.dump();
+    EXPECT_LE(line.at("mfu").get<double>(), 1.0) << line.dump();
+  }
   const auto saved = io::load_safetensors(
       (fs::path(train::checkpoint_folder((root_ / "bf16" / "checkpoints").string(), 30)) / "model.safetensors")
           .string());
