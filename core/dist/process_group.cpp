@@ -108,15 +108,6 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, std::chrono:
   return store;
 }
 
-void wait_for(const c10::intrusive_ptr<compat::Work>& work, const std::string& group, const char* what) {
-  try {
-    work->wait();
-  } catch (const std::exception& e) {
-    throw Error(detail::concat("process group '", group, "' failed while ", what,
-                               ": another rank probably failed or stopped; see its log. Cause: ", e.what()));
-  }
-}
-
 }  // namespace
 
 c10::intrusive_ptr<compat::Backend> World::make_backend(const c10::intrusive_ptr<c10d::Store>& store,
@@ -184,13 +175,13 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
     auto store = c10::make_intrusive<c10d::PrefixStore>(
         "kuafu/" + name + (generation ? "#" + std::to_string(generation) : std::string()), store_);
     backend = make_backend(store, group_rank, group_size);
-    // Gloo connects a group's pairs eagerly, and a member may finish its side before its peers do. A
-    // member that then failed or finished and exited (a refused config, a short test) broke the others'
-    // connecting ("Connection closed by peer" under load): nobody leaves until every member is connected.
-    if (kind_ == BackendKind::kGloo) wait_for(backend->barrier(), name, "connecting the group");
   }
   auto group = std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend), kind_,
                                               device_, timeout_);
+  // Gloo connects a group's pairs eagerly, and a member may finish its side before its peers do. A
+  // member that then failed or finished and exited (a refused config, a short test) broke the others'
+  // connecting ("Connection closed by peer" under load): nobody leaves until every member is connected.
+  if (kind_ == BackendKind::kGloo && !group->trivial()) group->wait(group->backend().barrier(), "connecting the group");
   std::lock_guard<std::mutex> lock(groups_mutex_);
   groups_.push_back(group);
   return group;

@@ -39,8 +39,6 @@ struct InFlight {
   torch::Tensor gradient;  // of the output, received from the next virtual stage
 };
 
-bool is_communication(Action action) { return action != Action::kForward && action != Action::kBackward; }
-
 }  // namespace
 
 PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)

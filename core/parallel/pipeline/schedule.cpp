@@ -235,10 +235,6 @@ Simulation simulate(const ScheduleSpec& spec, double forward_time, double backwa
 
 namespace {
 
-bool is_communication(Action action) {
-  return action != Action::kForward && action != Action::kBackward;
-}
-
 // A message between ranks: activation or gradient, of `micro`, for virtual stage `to`.
 using Message = std::tuple<bool, int, int>;
 

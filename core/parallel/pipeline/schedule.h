@@ -50,6 +50,9 @@ struct Step {
   }
 };
 
+// Sends and receives (the rest are forwards and backwards).
+inline bool is_communication(Action action) { return action != Action::kForward && action != Action::kBackward; }
+
 // The steps of pipeline rank `stage` (0 .. p-1). Sends are posted without waiting (the executor keeps
 // their buffers alive until the step ends); a receive waits for its data.
 std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage);
