@@ -81,11 +81,9 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   const auto start = Clock::now();
   int live_chunks = 0;
 
-  // One exchange: a run of consecutive sends and receives (at most one of each, check_ordered_exchanges),
-  // posted together, except that an activation is received once its header has said what to allocate:
-  // first everything else (the header and data of an activation sent, a gradient sent, the header of an
-  // activation or a gradient received), then the activation received. The peer posts the two messages of
-  // an activation together, so the second part never waits on anything the first did not.
+  // One exchange: a run of consecutive sends and receives, posted as check_ordered_exchanges models it:
+  // first the headers of the activations sent and received (the receiver allocates from them), then
+  // every payload, each group in the list's order.
   auto exchange = [&](std::vector<Step>::const_iterator begin, std::vector<Step>::const_iterator end) {
     // Sends already delivered free their buffers now rather than at the end of the step.
     sends.erase(std::remove_if(sends.begin(), sends.end(),
@@ -95,55 +93,58 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
                                  return true;
                                }),
                 sends.end());
-    std::vector<dist::Message> first, second;
-    std::vector<std::pair<InFlight*, torch::Tensor>> incoming;  // (slot, its activation's header)
-    std::vector<std::pair<int, int>> done;                     // slots nothing needs after the exchange
+    std::vector<dist::Message> headers;
+    std::map<const Step*, torch::Tensor> header_of_step;  // activations received: their header buffers
+    for (auto it = begin; it != end; ++it) {
+      if (it->action == Action::kSendActivation) {
+        headers.push_back({header_of(live[{it->micro, it->chunk}].output, device), next, /*send=*/true});
+      } else if (it->action == Action::kRecvActivation) {
+        torch::Tensor header = torch::empty({2 + kMaxDims}, torch::TensorOptions(torch::kInt64).device(device));
+        headers.push_back({header, previous, /*send=*/false});
+        header_of_step[&*it] = header;
+      }
+    }
+    auto keep = [&](std::vector<dist::PendingSend> pending) {
+      for (auto& send : pending) sends.push_back(std::move(send));
+    };
+    if (!headers.empty()) keep(dist::exchange(headers, *group_));
+    std::vector<dist::Message> payloads;
+    std::vector<torch::Tensor> activations_in;  // received activations: gradients flow back from them
+    std::vector<std::pair<int, int>> done;      // slots nothing needs after the exchange
     for (auto it = begin; it != end; ++it) {
       const Step& step = *it;
       const int v = step.chunk * p + s;
       InFlight& slot = live[{step.micro, step.chunk}];
       switch (step.action) {
-        case Action::kRecvActivation: {
-          torch::Tensor header = torch::empty({2 + kMaxDims}, torch::TensorOptions(torch::kInt64).device(device));
-          first.push_back({header, previous, /*send=*/false});
-          incoming.emplace_back(&slot, header);
+        case Action::kRecvActivation:
+          slot.input = empty_from_header(header_of_step.at(&*it), device);
+          payloads.push_back({slot.input, previous, /*send=*/false});
+          activations_in.push_back(slot.input);
           break;
-        }
-        case Action::kSendActivation: {
-          const torch::Tensor activation = slot.output.detach();
-          first.push_back({header_of(activation, device), next, /*send=*/true});
-          first.push_back({activation, next, /*send=*/true});
+        case Action::kSendActivation:
+          payloads.push_back({slot.output.detach(), next, /*send=*/true});
           if (!training) {  // evaluation: the message keeps what it needs
             done.push_back({step.micro, step.chunk});
             --live_chunks;
           }
           break;
-        }
         case Action::kRecvGradient:
           slot.gradient = torch::empty_like(slot.output);
-          first.push_back({slot.gradient, next, /*send=*/false});
+          payloads.push_back({slot.gradient, next, /*send=*/false});
           break;
         case Action::kSendGradient:
           KUAFU_CHECK(slot.input.grad().defined(), "pipeline virtual stage ", v, ": the input activation of micro-batch ",
                       step.micro, " got no gradient (does the stage use its input?)");
-          first.push_back({slot.input.grad(), previous, /*send=*/true});
+          payloads.push_back({slot.input.grad(), previous, /*send=*/true});
           done.push_back({step.micro, step.chunk});
           break;
         default:
           fail("pipeline exchange given a compute step");
       }
     }
-    auto keep = [&](std::vector<dist::PendingSend> pending) {
-      for (auto& send : pending) sends.push_back(std::move(send));
-    };
-    keep(dist::exchange(first, *group_));
-    for (auto& [slot, header] : incoming) {
-      slot->input = empty_from_header(header, device);
-      second.push_back({slot->input, previous, /*send=*/false});
-    }
-    keep(dist::exchange(second, *group_));
-    for (auto& [slot, header] : incoming) {
-      if (slot->input.is_floating_point() && training) slot->input.requires_grad_(true);
+    keep(dist::exchange(payloads, *group_));
+    for (torch::Tensor& input : activations_in) {
+      if (input.is_floating_point() && training) input.requires_grad_(true);
     }
     for (const auto& key : done) live.erase(key);
   };
@@ -157,6 +158,7 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
       continue;
     }
     const Step& step = *it++;
+    if (step.action == Action::kIdle) continue;
     const auto step_start = Clock::now();
     const int v = step.chunk * p + s;
     InFlight& slot = live[{step.micro, step.chunk}];

@@ -49,26 +49,84 @@ std::vector<Step> one_forward_one_backward(const ScheduleSpec& spec, int stage) 
   return steps;
 }
 
-// Interleaved 1F1B (Narayanan et al., Megatron-LM): the rank's forward step k works on micro-batch
-// (k / (p v)) p + k mod p of chunk (k mod p v) / p, so rounds of p micro-batches pass through chunk
-// 0, then chunk 1, ...; backward step k likewise, chunks in reverse. Warm-up: 2 (p - s - 1) + (v - 1) p
-// forwards (all of them when m = p), then one forward and one backward at a time.
-std::vector<Step> interleaved(const ScheduleSpec& spec, int stage) {
-  const int p = spec.stages, v = spec.chunks, total = spec.micro_batches * v;
-  auto micro = [&](int k) { return (k / (p * v)) * p + k % p; };
-  auto chunk = [&](int k, bool forward) {
-    const int c = (k % (p * v)) / p;
-    return forward ? c : v - 1 - c;
-  };
-  const int warmup = spec.micro_batches == p ? total : std::min(2 * (p - stage - 1) + (v - 1) * p, total);
+// A micro-batch chunk: (micro, chunk).
+using Item = std::pair<int, int>;
+
+// The steps of rank `stage` for forwards in `forwards`' order and backwards in `backwards`' order, with
+// `warmup` forwards first, then one forward and one backward at a time, then the remaining backwards.
+// The messages are laid out as Megatron-LM batches them, so that no exchange waits on a later one of its
+// peer where a send completes only once its receive is posted (NCCL): after each forward (warm-up),
+// each forward-backward pair (steady state) and each backward (cool-down), one exchange sends what was
+// just computed and receives the inputs of the next forward and the next backward.
+std::vector<Step> batched_exchanges(const ScheduleSpec& spec, int stage, const std::vector<Item>& forwards,
+                                    const std::vector<Item>& backwards, int warmup) {
+  const int forward_count = static_cast<int>(forwards.size()), backward_count = static_cast<int>(backwards.size());
+  const int last = spec.virtual_stages() - 1;
+  auto virtual_stage = [&](const Item& item) { return item.second * spec.stages + stage; };
+  auto missing = [&](const Item& item) { return item.first >= spec.micro_batches; };  // a padded round's place
   std::vector<Step> steps;
-  for (int k = 0; k < warmup; ++k) add_forward(steps, spec, stage, micro(k), chunk(k, true));
-  for (int k = 0; k < total - warmup; ++k) {
-    add_forward(steps, spec, stage, micro(warmup + k), chunk(warmup + k, true));
-    add_backward(steps, spec, stage, micro(k), chunk(k, false));
+  // Sends forward `sent_forward`'s output and backward `sent_backward`'s input gradient, receives the
+  // input of forward `next_forward` and the output gradient of backward `next_backward` (out of range: none).
+  auto exchange = [&](int sent_forward, int sent_backward, int next_forward, int next_backward) {
+    // Only messages that exist: the first virtual stage receives no activation and sends no gradient,
+    // the last sends no activation and receives no gradient.
+    auto add = [&](Action action, const std::vector<Item>& items, int k) {
+      if (k < 0 || k >= static_cast<int>(items.size()) || missing(items[static_cast<size_t>(k)])) return;
+      const Item& item = items[static_cast<size_t>(k)];
+      const int v = virtual_stage(item);
+      if ((action == Action::kSendActivation || action == Action::kRecvGradient) ? v < last : v > 0) {
+        steps.push_back({action, item.first, item.second});
+      }
+    };
+    add(Action::kSendActivation, forwards, sent_forward);
+    add(Action::kSendGradient, backwards, sent_backward);
+    add(Action::kRecvActivation, forwards, next_forward);
+    add(Action::kRecvGradient, backwards, next_backward);
+  };
+  auto compute = [&](Action action, const Item& item) {
+    steps.push_back({missing(item) ? Action::kIdle : action, item.first, item.second});
+  };
+  const bool steady = warmup < forward_count;
+  exchange(-1, -1, 0, -1);
+  for (int k = 0; k < warmup; ++k) {
+    compute(Action::kForward, forwards[static_cast<size_t>(k)]);
+    // The last warm-up exchange also fetches the first backward's gradient.
+    exchange(k, -1, k + 1, k == warmup - 1 && steady ? 0 : -1);
   }
-  for (int k = total - warmup; k < total; ++k) add_backward(steps, spec, stage, micro(k), chunk(k, false));
+  for (int j = 0; j < forward_count - warmup; ++j) {
+    compute(Action::kForward, forwards[static_cast<size_t>(warmup + j)]);
+    compute(Action::kBackward, backwards[static_cast<size_t>(j)]);
+    exchange(warmup + j, j, warmup + j + 1, j + 1);
+  }
+  if (!steady) exchange(-1, -1, -1, 0);
+  for (int j = forward_count - warmup; j < backward_count; ++j) {
+    compute(Action::kBackward, backwards[static_cast<size_t>(j)]);
+    exchange(-1, j, -1, j + 1);
+  }
   return steps;
+}
+
+// Rounds of p micro-batches, each round through chunk 0, then chunk 1, ... (chunks reversed when
+// `reversed`, for backwards). A last round of fewer than p micro-batches is padded with micro-batches
+// m, m + 1, ... that batched_exchanges leaves idle.
+std::vector<Item> rounds_through_chunks(const ScheduleSpec& spec, bool reversed) {
+  std::vector<Item> items;
+  for (int first = 0; first < spec.micro_batches; first += spec.stages) {
+    for (int c = 0; c < spec.chunks; ++c) {
+      const int chunk = reversed ? spec.chunks - 1 - c : c;
+      for (int m = first; m < first + spec.stages; ++m) items.push_back({m, chunk});
+    }
+  }
+  return items;
+}
+
+// Interleaved 1F1B (Narayanan et al., Megatron-LM): rounds of p micro-batches pass through chunk 0,
+// then chunk 1, ...; backwards likewise, chunks in reverse. Warm-up: 2 (p - s - 1) + (v - 1) p forwards
+// (all of them when m = p), then one forward and one backward at a time.
+std::vector<Step> interleaved(const ScheduleSpec& spec, int stage) {
+  const int p = spec.stages, total = spec.micro_batches * spec.chunks;
+  const int warmup = spec.micro_batches == p ? total : std::min(2 * (p - stage - 1) + (spec.chunks - 1) * p, total);
+  return batched_exchanges(spec, stage, rounds_through_chunks(spec, false), rounds_through_chunks(spec, true), warmup);
 }
 
 const char* token(Action action) {
@@ -79,6 +137,7 @@ const char* token(Action action) {
     case Action::kRecvGradient: return "rg";
     case Action::kBackward: return "B";
     case Action::kSendGradient: return "sg";
+    case Action::kIdle: return "-";
   }
   return "?";
 }
@@ -126,17 +185,12 @@ std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage) {
 }
 
 std::vector<Step> forward_only_schedule(const ScheduleSpec& spec, int stage) {
-  // Any number of micro-batches and chunks runs forward only.
   KUAFU_CHECK(spec.stages >= 1 && spec.micro_batches >= 1 && spec.chunks >= 1, "a pipeline needs at least one stage, "
               "micro-batch and chunk, got ", spec.stages, ", ", spec.micro_batches, " and ", spec.chunks);
   KUAFU_CHECK(stage >= 0 && stage < spec.stages, "pipeline stage ", stage, " is outside 0 .. ", spec.stages - 1);
-  // (m, c) on stage s needs (m, c) from stage s - 1, or (m, c - 1) from stage p - 1: both come earlier
-  // in this order on their own rank, so the lists cannot wait on each other in a cycle.
-  std::vector<Step> steps;
-  for (int m = 0; m < spec.micro_batches; ++m) {
-    for (int c = 0; c < spec.chunks; ++c) add_forward(steps, spec, stage, m, c);
-  }
-  return steps;
+  // Rounds of p micro-batches through the chunks, each exchange batched as in training.
+  const std::vector<Item> items = rounds_through_chunks(spec, false);
+  return batched_exchanges(spec, stage, items, {}, static_cast<int>(items.size()));
 }
 
 std::string describe(const std::vector<Step>& steps) {
@@ -208,6 +262,8 @@ Simulation simulate(const ScheduleSpec& spec, double forward_time, double backwa
         KUAFU_CHECK(backwarded[s].count(key), "stage ", s, ": sends gradient ", step.micro, " before computing it");
         sent[{true, step.micro, v - 1}] = rank.finish;
         break;
+      case Action::kIdle:
+        break;
     }
     ++next[s];
     return true;
@@ -235,12 +291,72 @@ Simulation simulate(const ScheduleSpec& spec, double forward_time, double backwa
 
 namespace {
 
-// A message between ranks: activation or gradient, of `micro`, for virtual stage `to`.
-using Message = std::tuple<bool, int, int>;
+// What moves from one rank to another: the header or the payload of an activation, or a gradient, of
+// micro-batch `micro` for virtual stage `to`.
+struct Message {
+  bool gradient = false;
+  bool header = false;
+  int micro = 0;
+  int to = 0;
+  bool operator==(const Message& o) const {
+    return gradient == o.gradient && header == o.header && micro == o.micro && to == o.to;
+  }
+};
 
 std::string describe(const Message& m) {
-  return (std::get<0>(m) ? "gradient " : "activation ") + std::to_string(std::get<1>(m)) + " for virtual stage " +
-         std::to_string(std::get<2>(m));
+  return std::string(m.header ? "the header of " : "") + (m.gradient ? "gradient " : "activation ") +
+         std::to_string(m.micro) + " for virtual stage " + std::to_string(m.to);
+}
+
+// One message a rank posts: a send to `peer` or a receive from it.
+struct Posting {
+  int peer = 0;
+  bool send = false;
+  Message message;
+};
+
+// The groups of messages rank `s` posts, in order, as the engine posts them: for each exchange (a run of
+// consecutive sends and receives) first the headers of its activations, sent and received, then every
+// payload, each group in the list's order. A group completes before the next is posted.
+std::vector<std::vector<Posting>> posting_groups(const ScheduleSpec& spec, int s, const std::vector<Step>& list) {
+  const int p = spec.stages, next = (s + 1) % p, previous = (s + p - 1) % p;
+  auto posting = [&](const Step& step, bool header) {
+    const int v = step.chunk * p + s;
+    switch (step.action) {
+      case Action::kSendActivation: return Posting{next, true, {false, header, step.micro, v + 1}};
+      case Action::kRecvActivation: return Posting{previous, false, {false, header, step.micro, v}};
+      case Action::kSendGradient: return Posting{previous, true, {true, false, step.micro, v - 1}};
+      default: return Posting{next, false, {true, false, step.micro, v}};  // kRecvGradient
+    }
+  };
+  std::vector<std::vector<Posting>> groups;
+  for (size_t i = 0; i < list.size();) {
+    if (!is_communication(list[i].action)) {
+      ++i;
+      continue;
+    }
+    std::vector<Posting> headers, payloads;
+    for (; i < list.size() && is_communication(list[i].action); ++i) {
+      const Action a = list[i].action;
+      if (a == Action::kSendActivation || a == Action::kRecvActivation) headers.push_back(posting(list[i], true));
+      payloads.push_back(posting(list[i], false));
+    }
+    if (!headers.empty()) groups.push_back(headers);
+    groups.push_back(payloads);
+  }
+  return groups;
+}
+
+// kuafu::Error when a gradient is received for a micro-batch chunk not yet forwarded (the engine sizes
+// the gradient by the chunk's output).
+void check_gradients_follow_forwards(const ScheduleSpec& spec, int s, const std::vector<Step>& list) {
+  std::set<std::pair<int, int>> forwarded;
+  for (const Step& step : list) {
+    if (step.action == Action::kForward) forwarded.insert({step.micro, step.chunk});
+    KUAFU_CHECK(step.action != Action::kRecvGradient || forwarded.count({step.micro, step.chunk}),
+                kind_name(spec.kind), " schedule, stage ", s, ": receives gradient ", step.micro, " of chunk ",
+                step.chunk, " before its forward");
+  }
 }
 
 }  // namespace
@@ -255,42 +371,16 @@ void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::ve
   const int p = spec.stages;
   KUAFU_CHECK(static_cast<int>(lists.size()) == p, "check_ordered_exchanges: ", lists.size(), " lists for ", p,
               " stages");
-  // What each step sends or receives: (peer, message), sends to the peer and receives from it.
-  auto message_of = [&](int s, const Step& step) {
-    const int v = step.chunk * p + s, next = (s + 1) % p, previous = (s + p - 1) % p;
-    switch (step.action) {
-      case Action::kSendActivation: return std::make_pair(next, Message{false, step.micro, v + 1});
-      case Action::kRecvActivation: return std::make_pair(previous, Message{false, step.micro, v});
-      case Action::kSendGradient: return std::make_pair(previous, Message{true, step.micro, v - 1});
-      case Action::kRecvGradient: return std::make_pair(next, Message{true, step.micro, v});
-      default: return std::make_pair(-1, Message{});
-    }
-  };
-  auto is_send = [](const Step& step) {
-    return step.action == Action::kSendActivation || step.action == Action::kSendGradient;
-  };
-  // The exchanges: [begin, end) runs of communication steps, and their shape.
-  std::vector<std::vector<std::pair<size_t, size_t>>> exchanges(static_cast<size_t>(p));
+  std::vector<std::vector<std::vector<Posting>>> groups;
   for (int s = 0; s < p; ++s) {
-    const auto& list = lists[static_cast<size_t>(s)];
-    for (size_t i = 0; i < list.size();) {
-      if (!is_communication(list[i].action)) { ++i; continue; }
-      size_t j = i, sends = 0;
-      while (j < list.size() && is_communication(list[j].action)) sends += is_send(list[j++]) ? 1 : 0;
-      KUAFU_CHECK(sends <= 1 && j - i - sends <= 1, kind_name(spec.kind), " schedule, stage ", s,
-                  ": the exchange ", describe(std::vector<Step>(list.begin() + static_cast<long>(i), list.begin() + static_cast<long>(j))),
-                  " holds more than one send or one receive");
-      exchanges[static_cast<size_t>(s)].push_back({i, j});
-      i = j;
-    }
+    check_gradients_follow_forwards(spec, s, lists[static_cast<size_t>(s)]);
+    groups.push_back(posting_groups(spec, s, lists[static_cast<size_t>(s)]));
   }
-  // Order: rank a's sends to b, in a's order, are b's receives from a, in b's order.
+  // Order: what rank a sends to b, in a's order, is what b receives from a, in b's order.
   std::map<std::pair<int, int>, std::vector<Message>> sent, received;
   for (int s = 0; s < p; ++s) {
-    for (const Step& step : lists[static_cast<size_t>(s)]) {
-      if (!is_communication(step.action)) continue;
-      const auto [peer, message] = message_of(s, step);
-      (is_send(step) ? sent[{s, peer}] : received[{peer, s}]).push_back(message);
+    for (const auto& group : groups[static_cast<size_t>(s)]) {
+      for (const Posting& m : group) (m.send ? sent[{s, m.peer}] : received[{m.peer, s}]).push_back(m.message);
     }
   }
   for (const auto& [pair, messages] : sent) {
@@ -303,43 +393,34 @@ void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::ve
     }
   }
   for (const auto& [pair, got] : received) {
-    KUAFU_CHECK(sent.count(pair), kind_name(spec.kind), " schedule: stage ", pair.second, " expects ", describe(got.front()),
-                " from stage ", pair.first, ", which sends it nothing");
+    KUAFU_CHECK(sent.count(pair), kind_name(spec.kind), " schedule: stage ", pair.second, " expects ",
+                describe(got.front()), " from stage ", pair.first, ", which sends it nothing");
   }
-  if (!sends_block) return;
-  // Exchanges: a rank posts its next exchange when it reaches it and leaves it once every message in it
-  // has been posted by the other side too (k-th send from a to b matches b's k-th receive from a).
+  // The ranks run together: a rank posts its next group and leaves it once every receive in it has met its
+  // send (the k-th send from a to b meets b's k-th receive from a) and, where sends block (NCCL), every
+  // send has met its receive; Gloo's sends complete on their own.
   std::map<std::pair<int, int>, size_t> sends_posted, receives_posted;
-  std::vector<size_t> next(static_cast<size_t>(p), 0);  // the next exchange of each rank
+  std::vector<size_t> next(static_cast<size_t>(p), 0);
+  std::vector<std::vector<std::pair<size_t, Posting>>> waiting(static_cast<size_t>(p));  // (index in pair, message)
   std::vector<bool> posted(static_cast<size_t>(p), false);
-  struct Posted {
-    std::pair<int, int> pair;  // (sender, receiver)
-    size_t index;              // the message's place in that pair's order
-    bool send;
-  };
-  std::vector<std::vector<Posted>> waiting(static_cast<size_t>(p));
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p; ++s) {
       const auto su = static_cast<size_t>(s);
-      if (next[su] == exchanges[su].size()) continue;
-      const auto [begin, end] = exchanges[su][next[su]];
+      if (next[su] == groups[su].size()) continue;
       if (!posted[su]) {
         waiting[su].clear();
-        for (size_t i = begin; i < end; ++i) {
-          const Step& step = lists[su][i];
-          const int peer = message_of(s, step).first;
-          if (is_send(step)) {
-            waiting[su].push_back({{s, peer}, sends_posted[{s, peer}]++, true});
-          } else {
-            waiting[su].push_back({{peer, s}, receives_posted[{peer, s}]++, false});
-          }
+        for (const Posting& m : groups[su][next[su]]) {
+          const std::pair<int, int> pair = m.send ? std::make_pair(s, m.peer) : std::make_pair(m.peer, s);
+          waiting[su].push_back({(m.send ? sends_posted : receives_posted)[pair]++, m});
         }
         posted[su] = progress = true;
       }
       bool done = true;
-      for (const Posted& m : waiting[su]) {
-        done = done && (m.send ? receives_posted[m.pair] > m.index : sends_posted[m.pair] > m.index);
+      for (const auto& [index, m] : waiting[su]) {
+        if (m.send && !sends_block) continue;
+        const std::pair<int, int> pair = m.send ? std::make_pair(s, m.peer) : std::make_pair(m.peer, s);
+        done = done && (m.send ? receives_posted[pair] : sends_posted[pair]) > index;
       }
       if (done) {
         ++next[su];
@@ -351,16 +432,17 @@ void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::ve
   std::ostringstream stuck;
   for (int s = 0; s < p; ++s) {
     const auto su = static_cast<size_t>(s);
-    if (next[su] < exchanges[su].size()) {
-      const auto [begin, end] = exchanges[su][next[su]];
-      stuck << " stage " << s << " at "
-            << describe(std::vector<Step>(lists[su].begin() + static_cast<long>(begin), lists[su].begin() + static_cast<long>(end)))
-            << ";";
+    if (next[su] == groups[su].size()) continue;
+    stuck << " stage " << s << " at";
+    for (const Posting& m : groups[su][next[su]]) {
+      stuck << (m.send ? " sending " : " receiving ") << describe(m.message) << (m.send ? " to " : " from ")
+            << "stage " << m.peer << ",";
     }
+    stuck << ";";
   }
   KUAFU_CHECK(stuck.str().empty(), kind_name(spec.kind), " schedule of ", p, " stages and ", spec.micro_batches,
-              " micro-batches cannot run where a send waits for its receive (NCCL): it deadlocks with", stuck.str(),
-              " use parallel.schedule = \"1f1b\"");
+              " micro-batches deadlocks", sends_block ? " where a send waits for its receive (NCCL)" : "", ":",
+              stuck.str());
 }
 
 double theoretical_bubble(const ScheduleSpec& spec) {

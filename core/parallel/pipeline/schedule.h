@@ -39,6 +39,7 @@ enum class Action {
   kRecvGradient,    // from the next virtual stage, before kBackward
   kBackward,
   kSendGradient,    // to the previous virtual stage
+  kIdle,            // a slot of a micro-batch the round lacks (evaluation): keeps the exchanges around it apart
 };
 
 struct Step {
@@ -51,17 +52,21 @@ struct Step {
 };
 
 // Sends and receives (the rest are forwards and backwards).
-inline bool is_communication(Action action) { return action != Action::kForward && action != Action::kBackward; }
+inline bool is_communication(Action action) {
+  return action != Action::kForward && action != Action::kBackward && action != Action::kIdle;
+}
 
 // The steps of pipeline rank `stage` (0 .. p-1). Sends are posted without waiting (the executor keeps
 // their buffers alive until the step ends); a receive waits for its data.
 std::vector<Step> schedule_for(const ScheduleSpec& spec, int stage);
 
-// Forwards only (evaluation): every micro-batch through every chunk, in micro-batch order.
+// Forwards only (evaluation), any number of micro-batches: rounds of p micro-batches through chunk 0,
+// then chunk 1, ..., with the exchanges batched as in training; a last round of fewer than p keeps the
+// missing micro-batches' places as idle steps, so that the exchanges still meet in step.
 std::vector<Step> forward_only_schedule(const ScheduleSpec& spec, int stage);
 
 // "F3" forward of micro-batch 3, "B3" backward, "sa3"/"ra3" send/receive activation, "sg3"/"rg3"
-// send/receive gradient; ".1" appended for chunk 1 (interleaved). Space-separated.
+// send/receive gradient, "-3" idle; ".1" appended for chunk 1 (interleaved). Space-separated.
 std::string describe(const std::vector<Step>& steps);
 
 // Every rank's list run together with forward and backward taking `forward_time` and
@@ -81,12 +86,13 @@ struct Simulation {
 Simulation simulate(const ScheduleSpec& spec, double forward_time, double backward_time);
 
 // How the executor moves messages: each run of consecutive sends and receives in a rank's list is one
-// exchange, posted together; messages from one rank to another match by order alone, without tags (as
-// NCCL matches them). kuafu::Error when an exchange holds more than one send or one receive (an
-// activation's header and data would interleave with another message's) or when a rank's sends to
-// another differ in order from the receives posted there. With `sends_block` (NCCL: a send completes
-// only once its receive is posted, and the exchange waits for all its messages) also when the lists
-// deadlock under that rule; Gloo's sends complete on their own.
+// exchange, posted as two groups, first the headers of its activations (sent and received: what the
+// receiver allocates), then every payload, each group in the list's order; messages from one rank to
+// another match by order alone, without tags (as NCCL matches them). kuafu::Error when a rank's
+// messages to another differ in order from those posted to receive them there, when a gradient is
+// received before its chunk's forward, or when the lists deadlock: a group completes once its receives
+// have met their sends and, with `sends_block` (NCCL: a send completes only once its receive is posted),
+// its sends their receives; Gloo's sends complete on their own.
 void check_ordered_exchanges(const ScheduleSpec& spec, bool sends_block);
 // The same for given lists, one per stage (tests feed broken ones).
 void check_ordered_exchanges(const ScheduleSpec& spec, const std::vector<std::vector<Step>>& lists, bool sends_block);
