@@ -171,7 +171,8 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     } else {
       StageCosts costs = partition == "parameters"
                              ? parameter_costs(model)
-                             : measured_costs(model, config.get_int("train.micro_batch_size"), config.get_int("data.context"));
+                             : measured_costs(model, config.get_int("train.micro_batch_size"), config.get_int("data.context"),
+                                              tp.device);
       torch::manual_seed(seed);  // timing drew random numbers: the model must start from the seed
       // Every rank must cut alike: rank 0's figures (timings differ between processes).
       const auto& world = *stages->world->world_group();
@@ -192,8 +193,8 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     pipeline->eval = std::make_unique<parallel::pipeline::PipelineEngine>(one, group);
     pipeline->ends = parallel::pipeline::first_and_last_stage_group(*stages->mesh);
   }
-  return std::make_unique<TextTask>(GPT(model, tp, plan, sequence), std::make_shared<io::TokenWindowLoader>(train_file, context, seed),
-                                    std::make_shared<io::TokenWindowLoader>(val_file, context, seed),
+  return std::make_unique<TextTask>(GPT(model, tp, plan, sequence), std::make_shared<io::TokenWindowLoader>(train_file, context, seed, tp.device),
+                                    std::make_shared<io::TokenWindowLoader>(val_file, context, seed, tp.device),
                                     config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"),
                                     std::move(pipeline));
 }
@@ -313,8 +314,9 @@ void benchmark_command(const config::Config& config) {
   const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state
   const int64_t in_use_before = memory::bytes_in_use(runtime.device);
   const memory::PeakInUse peak_in_use(runtime.device);
-  GPT model(m);
-  model->to(runtime.device);
+  parallel::TensorParallel serial;
+  serial.device = runtime.device;
+  GPT model(m, serial);
   const int64_t batch = config.get_int("train.micro_batch_size");
   const int64_t context = config.get_int("data.context");
   // The configured precision, memory strategy and optimizer, stepped as the trainer steps them (minus

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "core/parallel/pipeline/partition.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 
 namespace kuafu::gpt {
@@ -128,17 +129,21 @@ StageCosts parameter_costs(const GPTConfig& config) {
           embeddings + norm};
 }
 
-StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context) {
+StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context, const torch::Device& device) {
   GPTConfig one_layer = config;
   one_layer.n_layer = 1;
-  GPT model(one_layer);
-  const torch::Tensor tokens = torch::randint(config.vocab_size, {rows, context});
-  auto median_seconds = [](const std::function<void()>& work) {
+  parallel::TensorParallel serial;
+  serial.device = device;
+  GPT model(one_layer, serial);
+  const torch::Tensor tokens = torch::randint(config.vocab_size, {rows, context}, torch::TensorOptions(torch::kInt64).device(device));
+  auto median_seconds = [&](const std::function<void()>& work) {
     work();  // warm-up
     std::vector<double> times;
     for (int i = 0; i < 3; ++i) {
+      synchronize(device);
       const auto start = std::chrono::steady_clock::now();
       work();
+      synchronize(device);
       times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(times.begin(), times.end());
@@ -309,7 +314,8 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
   const int64_t limit = model->config.n_positions;
   // Keep the most recent tokens that fit the context, with room for what we will generate.
   std::vector<int64_t> context(prompt.end() - std::min<int64_t>(static_cast<int64_t>(prompt.size()), limit), prompt.end());
-  torch::Tensor input = torch::tensor(context, torch::kInt64).unsqueeze(0);
+  const auto on_model = torch::TensorOptions(torch::kInt64).device(model->parameters().front().device());
+  torch::Tensor input = torch::tensor(context, on_model).unsqueeze(0);
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     if (!caches.empty() && caches[0].length() + input.size(1) > limit) {
       // Context full: restart the cache from the last limit/2 tokens (rare in sampling demos).
@@ -318,9 +324,10 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
       context.assign(all.end() - limit / 2, all.end());
       produced.clear();
       caches.clear();
-      input = torch::tensor(context, torch::kInt64).unsqueeze(0);
+      input = torch::tensor(context, on_model).unsqueeze(0);
     }
-    torch::Tensor logits = model->forward(input, &caches).index({0, -1}).to(torch::kFloat64);
+    // Sampled on the host with the seeded CPU generator: the same tokens on every device.
+    torch::Tensor logits = model->forward(input, &caches).index({0, -1}).to(torch::kCPU).to(torch::kFloat64);
     int64_t next;
     if (options.temperature <= 0) {
       next = logits.argmax().item<int64_t>();
@@ -330,7 +337,7 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, co
     }
     produced.push_back(next);
     if (options.stop_token && next == *options.stop_token) break;
-    input = torch::tensor({next}, torch::kInt64).unsqueeze(0);
+    input = torch::tensor({next}, on_model).unsqueeze(0);
   }
   return produced;
 }

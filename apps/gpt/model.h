@@ -89,7 +89,7 @@ struct StageCosts {
 StageCosts parameter_costs(const GPTConfig& config);
 // In seconds, timed forward + backward on this process (median of 3 after a warm-up) for micro-batches
 // of rows x context tokens; the output layer's share grows with the vocabulary.
-StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context);
+StageCosts measured_costs(const GPTConfig& config, int64_t rows, int64_t context, const torch::Device& device = torch::kCPU);
 
 // Pipeline stage `stage`'s plan: the layers cut into the schedule's p v virtual stages, chunk c
 // holding virtual stage c p + stage; equal layer counts, or balanced by `costs`.

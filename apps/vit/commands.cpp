@@ -108,8 +108,8 @@ train::LossSum ImageTask::evaluate(int rank, int ranks) {
 
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp) {
   const ViTConfig model = model_config(config);
-  auto train = open_dataset(config, model, /*train=*/true);
-  auto val = open_dataset(config, model, /*train=*/false);
+  auto train = open_dataset(config, model, /*train=*/true, tp.device);
+  auto val = open_dataset(config, model, /*train=*/false, tp.device);
   // Under 2D, 2.5D and 3D the blocks cut every batch into row blocks.
   for (const char* key : {"train.micro_batch_size"}) {
     if (config.get_int(key) % tp.batch_blocks() != 0) {
@@ -194,7 +194,6 @@ void benchmark_command(const config::Config& config) {
   const ViTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   ViTForImageClassification model(m, runtime.tensor);
-  model->to(runtime.device);
   const int64_t batch = config.get_int("train.micro_batch_size");
   const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
   optim::MasterWeights masters(*model, dtype);

@@ -8,6 +8,7 @@
 #include "core/io/hdf5_images.h"
 #include "core/io/idx_file.h"
 #include "core/io/image_augment.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 #ifdef KUAFU_WITH_IMAGE_CODECS
 #include "core/io/image_folder.h"
@@ -37,17 +38,17 @@ std::vector<std::string> numbered_classes(int64_t count) {
 class ArrayDataset : public ImageDataset {
  public:
   ArrayDataset(std::vector<int64_t> shape, std::vector<uint8_t> pixels, std::vector<int64_t> labels,
-               io::ImageTransform transform, int64_t classes)
+               io::ImageTransform transform, int64_t classes, torch::TensorOptions host)
       : shape_(std::move(shape)), pixels_(std::move(pixels)), labels_(std::move(labels)),
-        transform_(std::move(transform)), classes_(classes) {}
+        transform_(std::move(transform)), classes_(classes), host_(host) {}
 
   int64_t size() const override { return shape_[0]; }
   std::vector<std::string> class_names() const override { return numbered_classes(classes_); }
 
   ImageBatch batch(const std::vector<size_t>& items, bool train, uint64_t seed) override {
     const int64_t n = static_cast<int64_t>(items.size()), s = transform_.size, c = transform_.channels;
-    torch::Tensor pixels = torch::empty({n, c, s, s});
-    torch::Tensor labels = torch::empty({n}, torch::kInt64);
+    torch::Tensor pixels = torch::empty({n, c, s, s}, host_.dtype(torch::kFloat32));
+    torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     const int64_t height = shape_[1], width = shape_[2], channels = shape_.size() == 4 ? shape_[3] : 1;
     const size_t image_bytes = static_cast<size_t>(height * width * channels);
     float* out = pixels.data_ptr<float>();
@@ -79,24 +80,30 @@ class ArrayDataset : public ImageDataset {
   std::vector<int64_t> labels_;
   io::ImageTransform transform_;
   int64_t classes_;
+  torch::TensorOptions host_;
 };
 
 #ifdef KUAFU_WITH_IMAGE_CODECS
 class FolderDataset : public ImageDataset {
  public:
-  FolderDataset(io::ImageFolderIndex index, io::ImageTransform transform, int threads, int64_t max_corrupt)
-      : loader_(std::move(index), std::move(transform), threads, max_corrupt) {}
+  FolderDataset(io::ImageFolderIndex index, io::ImageTransform transform, int threads, int64_t max_corrupt,
+                torch::TensorOptions host)
+      : loader_(std::move(index), std::move(transform), threads, max_corrupt), host_(host) {}
   int64_t size() const override { return static_cast<int64_t>(loader_.size()); }
   std::vector<std::string> class_names() const override { return loader_.index().classes; }
   ImageBatch batch(const std::vector<size_t>& items, bool train, uint64_t seed) override {
     io::ImageBatch decoded = loader_.load(items, train, seed);
     const int64_t n = static_cast<int64_t>(decoded.labels.size()), s = loader_.transform().size;
-    torch::Tensor pixels = torch::from_blob(decoded.pixels.data(), {n, loader_.transform().channels, s, s}).clone();
-    return {pixels, torch::tensor(decoded.labels, torch::kInt64)};
+    torch::Tensor pixels = torch::empty({n, loader_.transform().channels, s, s}, host_.dtype(torch::kFloat32));
+    pixels.copy_(torch::from_blob(decoded.pixels.data(), pixels.sizes()));
+    torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
+    labels.copy_(torch::from_blob(decoded.labels.data(), {n}, torch::kInt64));
+    return {pixels, labels};
   }
 
  private:
   io::ImageFolderLoader loader_;
+  torch::TensorOptions host_;
 };
 #endif
 
@@ -136,7 +143,8 @@ void check_labels(const config::Config& config, const std::string& key, const st
 
 }  // namespace
 
-std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const ViTConfig& model, bool train) {
+std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const ViTConfig& model, bool train,
+                                           const torch::Device& device) {
   const std::string key = train ? "data.train" : "data.val";
   const std::string path = config.get_string(key);
   const std::string format = config.get_string("data.format");
@@ -154,7 +162,8 @@ std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const V
     }
     const int64_t workers = config.get_int("data.workers");
     const int threads = static_cast<int>(workers > 0 ? workers : std::max(1, torch::get_num_threads()));
-    return std::make_unique<FolderDataset>(std::move(index), transform, threads, config.get_int("data.max_corrupt_images"));
+    return std::make_unique<FolderDataset>(std::move(index), transform, threads, config.get_int("data.max_corrupt_images"),
+                                           host_staging_options(device));
 #else
     config.fail_at("data.format", "is \"folder\" but this build has no image decoding (KUAFU_WITH_IMAGE_CODECS=OFF)");
 #endif
@@ -186,7 +195,7 @@ std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const V
   }
   check_labels(config, key, labels, model.num_labels);
   return std::make_unique<ArrayDataset>(std::move(shape), std::move(pixels), std::move(labels), transform,
-                                        model.num_labels);
+                                        model.num_labels, host_staging_options(device));
 }
 
 }  // namespace kuafu::vit

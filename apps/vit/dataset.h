@@ -28,7 +28,9 @@ class ImageDataset {
 
 // The training (`train`) or evaluation set of the config's data.* keys, transformed to the model's
 // input. Fails naming the key when a file or folder is missing, a label is out of range or the images'
-// channels do not match model.num_channels.
-std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const ViTConfig& model, bool train);
+// channels do not match model.num_channels. Batches are made in host memory that copies fast to
+// `device` (page-locked for a GPU).
+std::unique_ptr<ImageDataset> open_dataset(const config::Config& config, const ViTConfig& model, bool train,
+                                           const torch::Device& device = torch::kCPU);
 
 }  // namespace kuafu::vit

@@ -46,19 +46,23 @@ void truncated_normal_(torch::Tensor& t, double std) {
 
 }  // namespace
 
-PatchEmbeddingsImpl::PatchEmbeddingsImpl(const ViTConfig& c) {
-  projection = register_module(
-      "projection", torch::nn::Conv2d(torch::nn::Conv2dOptions(c.num_channels, c.hidden_size, c.patch_size).stride(c.patch_size)));
+PatchEmbeddingsImpl::PatchEmbeddingsImpl(const ViTConfig& c, const torch::Device& device) : patch_size(c.patch_size) {
+  const auto on = torch::TensorOptions().device(device);
+  projection = register_module("projection", std::make_shared<torch::nn::Module>());
+  weight = projection->register_parameter("weight", torch::zeros({c.hidden_size, c.num_channels, c.patch_size, c.patch_size}, on));
+  bias = projection->register_parameter("bias", torch::zeros({c.hidden_size}, on));
 }
 
 torch::Tensor PatchEmbeddingsImpl::forward(const torch::Tensor& pixels) {
-  return projection(pixels).flatten(2).transpose(1, 2);  // [B, H, S/P, S/P] -> [B, N, H]
+  const torch::Tensor features = torch::conv2d(pixels, weight, bias, /*stride=*/{patch_size, patch_size});
+  return features.flatten(2).transpose(1, 2);  // [B, H, S/P, S/P] -> [B, N, H]
 }
 
-EmbeddingsImpl::EmbeddingsImpl(const ViTConfig& c) {
-  cls_token = register_parameter("cls_token", torch::zeros({1, 1, c.hidden_size}));
-  position_embeddings = register_parameter("position_embeddings", torch::zeros({1, c.sequence_length(), c.hidden_size}));
-  patch_embeddings = register_module("patch_embeddings", PatchEmbeddings(c));
+EmbeddingsImpl::EmbeddingsImpl(const ViTConfig& c, const torch::Device& device) {
+  const auto on = torch::TensorOptions().device(device);
+  cls_token = register_parameter("cls_token", torch::zeros({1, 1, c.hidden_size}, on));
+  position_embeddings = register_parameter("position_embeddings", torch::zeros({1, c.sequence_length(), c.hidden_size}, on));
+  patch_embeddings = register_module("patch_embeddings", PatchEmbeddings(c, device));
   dropout = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
 }
 
@@ -119,7 +123,7 @@ torch::Tensor LayerImpl::forward(const torch::Tensor& x) {
 }
 
 ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::TensorParallel& tp) {
-  embeddings = register_module("embeddings", Embeddings(c));
+  embeddings = register_module("embeddings", Embeddings(c, tp.device));
   encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
   auto list = encoder->register_module("layer", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.push_back(list->register_module(std::to_string(i), Layer(c, tp)));

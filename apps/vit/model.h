@@ -31,17 +31,20 @@ struct ViTConfig {
   void validate() const;
 };
 
-// Patches -> hidden features: a convolution with kernel and stride P ("projection").
+// Patches -> hidden features: a convolution with kernel and stride P ("projection"; parameters
+// weight [H, C, P, P] and bias [H], as torch.nn.Conv2d names them).
 struct PatchEmbeddingsImpl : torch::nn::Module {
-  explicit PatchEmbeddingsImpl(const ViTConfig& config);
+  PatchEmbeddingsImpl(const ViTConfig& config, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& pixels);  // [B, C, S, S] -> [B, N, H]
-  torch::nn::Conv2d projection{nullptr};
+  std::shared_ptr<torch::nn::Module> projection;
+  torch::Tensor weight, bias;  // projection's
+  int64_t patch_size;
 };
 TORCH_MODULE(PatchEmbeddings);
 
 // Class token + patch embeddings + position embeddings, computed whole on every rank.
 struct EmbeddingsImpl : torch::nn::Module {
-  explicit EmbeddingsImpl(const ViTConfig& config);
+  EmbeddingsImpl(const ViTConfig& config, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& pixels);  // -> [B, N + 1, H]
   torch::Tensor cls_token;            // [1, 1, H]
   torch::Tensor position_embeddings;  // [1, N + 1, H]

@@ -16,8 +16,9 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
-TokenWindowLoader::TokenWindowLoader(std::shared_ptr<const TokenFile> file, int64_t context, uint64_t seed)
-    : file_(std::move(file)), context_(context), seed_(seed) {
+TokenWindowLoader::TokenWindowLoader(std::shared_ptr<const TokenFile> file, int64_t context, uint64_t seed,
+                                     const torch::Device& device)
+    : file_(std::move(file)), context_(context), seed_(seed), host_(host_staging_options(device).dtype(torch::kInt64)) {
   KUAFU_CHECK(context_ >= 1, "context length must be >= 1, found ", context_);
   KUAFU_CHECK(file_->size() > static_cast<uint64_t>(context_) + 1, "token file holds ", file_->size(),
               " tokens, too few for windows of ", context_, " + 1 tokens");
@@ -35,12 +36,16 @@ uint64_t TokenWindowLoader::train_offset(int64_t step, int64_t row) const {
 
 TokenBatch TokenWindowLoader::windows(const std::vector<uint64_t>& offsets) const {
   const int64_t rows = static_cast<int64_t>(offsets.size());
-  torch::Tensor tokens = torch::empty({rows, context_ + 1}, torch::kInt64);
-  int64_t* out = tokens.data_ptr<int64_t>();
+  // Inputs and targets (the same window one token on) are written straight into their own buffers.
+  TokenBatch batch{torch::empty({rows, context_}, host_), torch::empty({rows, context_}, host_)};
+  int64_t* inputs = batch.inputs.data_ptr<int64_t>();
+  int64_t* targets = batch.targets.data_ptr<int64_t>();
+  const auto length = static_cast<uint64_t>(context_);
   for (int64_t r = 0; r < rows; ++r) {
-    file_->copy_window(offsets[r], static_cast<uint64_t>(context_ + 1), out + r * (context_ + 1));
+    file_->copy_window(offsets[r], length, inputs + r * context_);
+    file_->copy_window(offsets[r] + 1, length, targets + r * context_);
   }
-  return {tokens.narrow(1, 0, context_).contiguous(), tokens.narrow(1, 1, context_).contiguous()};
+  return batch;
 }
 
 TokenBatch TokenWindowLoader::train_batch(int64_t step, int64_t first_row, int64_t rows) const {

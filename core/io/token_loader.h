@@ -19,7 +19,9 @@ struct TokenBatch {
 
 class TokenWindowLoader {
  public:
-  TokenWindowLoader(std::shared_ptr<const TokenFile> file, int64_t context, uint64_t seed);
+  // Batches are made in host memory that copies fast to `device` (page-locked for a GPU).
+  TokenWindowLoader(std::shared_ptr<const TokenFile> file, int64_t context, uint64_t seed,
+                    const torch::Device& device = torch::kCPU);
 
   // Rows [first_row, first_row + rows) of optimizer step `step`'s global batch.
   TokenBatch train_batch(int64_t step, int64_t first_row, int64_t rows) const;
@@ -39,6 +41,7 @@ class TokenWindowLoader {
   std::shared_ptr<const TokenFile> file_;
   int64_t context_;
   uint64_t seed_;
+  torch::TensorOptions host_;
 };
 
 }  // namespace kuafu::io

@@ -28,7 +28,8 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype),
       placement_(options.placement),
       fast_device_(params_.front().device()),
-      ledger_(options.placement.budgets) {
+      ledger_(options.placement.budgets),
+      prefetch_stream_(fast_device_) {
   place_initially();
   // What stays on each tier enters the ledger before anything is allocated: a model too large for the
   // budgets fails here, not after filling memory. Only a pinned chunk (its payload is its shard) stays
@@ -64,6 +65,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   const int64_t chunks = layout_->num_chunks();
   grad_staging_.resize(chunks);
   gathered_.assign(chunks, false);
+  arriving_.resize(chunks);
   reduced_.assign(chunks, false);
   states_.assign(params_.size(), TensorState::kFree);
   grad_ready_.assign(params_.size(), false);
@@ -143,6 +145,7 @@ bool Gemini::idle(int64_t c) const {
 
 void Gemini::release(int64_t c) {
   if (pinned_[c] || !gathered_[c]) return;
+  arriving_[c].reset();  // its memory belongs to the side stream, which reuses it only after the copy
   free_storage(payloads_[c]);
   gathered_[c] = false;
   gathered_bytes_ -= payload_bytes(c);
@@ -160,11 +163,15 @@ void Gemini::pre_forward(const nn::BlockCall& call) { gather_for_compute(call, /
 void Gemini::pre_backward(const nn::BlockCall& call) { gather_for_compute(call, /*backward=*/true); }
 
 void Gemini::gather_for_compute(const nn::BlockCall& call, bool backward) {
-  begin_call(call, backward, chunks_of(call));
+  const std::vector<int64_t> chunks = chunks_of(call);
+  begin_call(call, backward, chunks);
   for (int64_t i : tensors_of(call)) {
     gather(layout_->slot(i).chunk);
     move(i, TensorState::kCompute);
   }
+  for (int64_t c : chunks) take_arrival(c);
+  // The next block's chunks come while this one computes.
+  if (keeps_chunks()) prefetch_next_call();
   if (compute_peak_) {  // warm-up: what the block allocates from here on, temporaries included
     compute_model_bytes_ = model_bytes_in_use_counts();
     compute_peak_->restart();
@@ -291,7 +298,9 @@ void Gemini::copy_masters_to_model() {
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) shards_[c].copy_(master_shards_[c]);
   // Chunks kept gathered on the device take the new weights too (the same chunks on every rank).
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    if (gathered_[c] && !pinned_[c]) fill_payload(c);
+    if (!gathered_[c] || pinned_[c]) continue;
+    take_arrival(c);
+    fill_payload(c);
   }
 }
 

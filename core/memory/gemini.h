@@ -13,7 +13,8 @@
 //   auto:   the first micro-step (warm-up) records which chunks each block call uses and the non-model
 //           memory (activations) around it; afterwards gathered chunks stay on the device while they fit
 //           and the one whose next use is furthest ahead is evicted when room is needed, the next
-//           block's chunks are fetched ahead when they fit, and the room left spare after warm-up times
+//           block's chunks are fetched ahead when they fit (on a side stream on CUDA, while the current
+//           block computes), and the room left spare after warm-up times
 //           memory.margin_ratio holds master chunks on the device.
 // The optimizer steps each master piece where it lives (CPU Adam for host chunks, device kernels for
 // device chunks). On a CPU-only machine both tiers are host memory and the fast budget is enforced by
@@ -35,6 +36,7 @@
 #include "core/memory/tensor_state.h"
 #include "core/memory/tier_ledger.h"
 #include "core/nn/block_hooks.h"
+#include "core/util/device.h"
 
 namespace kuafu::memory {
 
@@ -128,6 +130,7 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   void finish_warm_up();
   void place_masters_in_margin();
   void prefetch_next_call();
+  void take_arrival(int64_t chunk);  // a prefetched chunk is about to be used on the current stream
   void move_masters(int64_t chunk, Tier to);
 
   PlacementOptions placement_;
@@ -169,6 +172,8 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   AccessTrace trace_;
   int64_t call_ = -1;                       // the call running now (index into the trace), -1: unknown
   std::vector<int64_t> in_use_chunks_;      // the chunks of the block computing now: never evicted
+  SideStream prefetch_stream_;              // where prefetches run (CUDA), overlapping the compute
+  std::vector<std::shared_ptr<SideStreamMark>> arriving_;  // [chunk] prefetched, not yet used
   int64_t next_call_ = 0;                   // where the next call is expected
 };
 

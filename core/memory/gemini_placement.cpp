@@ -232,10 +232,16 @@ void Gemini::prefetch_next_call() {
   if (!ledger_.fits(Tier::kFast, bytes + growth)) return;
   for (int64_t c : call_chunks_[next]) {
     if (!gathered_[c]) {
-      gather(c);
+      arriving_[c] = prefetch_stream_.run([&] { gather(c); });
       ++prefetches_;
     }
   }
+}
+
+void Gemini::take_arrival(int64_t c) {
+  if (!arriving_[c]) return;
+  SideStream::hand_over(arriving_[c], payloads_[c]);
+  arriving_[c].reset();
 }
 
 int64_t Gemini::fast_bytes_held() const {

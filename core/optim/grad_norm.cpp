@@ -13,7 +13,8 @@ double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& 
     if (p.counts_in_global_norm && p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
   }
   // Summed where the gradients live, then on the group's device for the all-reduce.
-  torch::Tensor total = grads.empty() ? torch::zeros({1}, torch::kFloat64)
+  const torch::Device device = across ? across->device() : torch::Device(torch::kCPU);
+  torch::Tensor total = grads.empty() ? torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(device))
                                       : squared_norms(grads, std::vector<dist::GroupPtr>(grads.size())).sum().view({1});
   if (across) total = total.to(across->device());
   if (across && across->size() > 1) dist::all_reduce(total, *across);

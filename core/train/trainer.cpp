@@ -118,9 +118,14 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
   scaler_ = optim::make_loss_scaler(config);
 
-  // Everything the step touches lives on the run's device: weights here, masters, gradients and
-  // optimizer state follow them, and the tasks put their batches there.
-  task.model().to(runtime.device);
+  // Everything the step touches lives on the run's device: the weights are made there (the layers take
+  // the device from runtime.tensor), masters, gradients and optimizer state follow them, and the tasks
+  // put their batches there.
+  for (const auto& item : task.model().named_parameters()) {
+    KUAFU_CHECK(item.value().device() == runtime.device, "the model made parameter ", item.key(), " on ",
+                item.value().device().str(), ", not on the run's device ", runtime.device.str(),
+                ": build its layers with runtime.tensor (its device)");
+  }
   dtype_ = optim::compute_dtype(config, runtime.device);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).

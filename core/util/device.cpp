@@ -2,7 +2,11 @@
 
 #include <torch/cuda.h>
 #ifdef KUAFU_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include "core/util/error.h"
@@ -62,6 +66,63 @@ torch::Tensor to_device(const torch::Tensor& tensor, const torch::Device& device
 
 torch::TensorOptions host_staging_options(const torch::Device& device) {
   return torch::TensorOptions().device(torch::kCPU).pinned_memory(device.is_cuda());
+}
+
+#ifdef KUAFU_WITH_CUDA
+struct SideStreamMark {
+  c10::cuda::CUDAEvent event;
+};
+
+struct SideStream::Stream {
+  c10::cuda::CUDAStream stream;
+};
+#else
+struct SideStreamMark {};
+struct SideStream::Stream {};
+#endif
+
+SideStream::SideStream(const torch::Device& device) {
+#ifdef KUAFU_WITH_CUDA
+  if (device.is_cuda()) stream_.reset(new Stream{c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())});
+#else
+  (void)device;
+#endif
+}
+
+SideStream::~SideStream() = default;
+
+std::shared_ptr<SideStreamMark> SideStream::run(const std::function<void()>& work) {
+  if (!stream_) {
+    work();
+    return nullptr;
+  }
+#ifdef KUAFU_WITH_CUDA
+  // The side stream first waits for what the current stream has queued: the work may write memory that
+  // the current stream's kernels still read (a chunk released and gathered again).
+  c10::cuda::CUDAEvent queued;
+  queued.record(c10::cuda::getCurrentCUDAStream(stream_->stream.device_index()));
+  queued.block(stream_->stream);
+  auto mark = std::make_shared<SideStreamMark>();
+  {
+    const c10::cuda::CUDAStreamGuard on_side(stream_->stream);
+    work();
+  }
+  mark->event.record(stream_->stream);
+  return mark;
+#else
+  return nullptr;
+#endif
+}
+
+void SideStream::hand_over(const std::shared_ptr<SideStreamMark>& mark, const torch::Tensor& tensor) {
+  if (!mark) return;
+#ifdef KUAFU_WITH_CUDA
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(tensor.device().index());
+  mark->event.block(current);
+  c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), current);
+#else
+  (void)tensor;
+#endif
 }
 
 }  // namespace kuafu

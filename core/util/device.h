@@ -2,6 +2,8 @@
 // run outside communication: choosing the device, selecting it, waiting for it, host staging memory.
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include <torch/types.h>
@@ -29,5 +31,31 @@ torch::Tensor to_device(const torch::Tensor& tensor, const torch::Device& device
 
 // Host tensors that will be copied to `device`: page-locked when it is a GPU (fast, asynchronous copies).
 torch::TensorOptions host_staging_options(const torch::Device& device);
+
+// Where work queued on a SideStream ends (CUDA: an event recorded after it).
+struct SideStreamMark;
+
+// A second queue of device work, so that copies (prefetching weights) overlap the compute queued on the
+// current stream. CUDA: a stream from LibTorch's pool. CPU: the work simply runs at once.
+class SideStream {
+ public:
+  explicit SideStream(const torch::Device& device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  // Runs `work` with the side stream current: the kernels and copies it queues run there and the memory
+  // it allocates belongs to it. Returns where that work ends (null on the CPU).
+  std::shared_ptr<SideStreamMark> run(const std::function<void()>& work);
+
+  // Before the current stream uses `tensor`, made by work that ends at `mark`: the current stream waits
+  // for that work, and the allocator keeps the tensor's memory until the current stream is done with it
+  // (it would otherwise reuse it once the side stream's own work ended). No-op for a null mark.
+  static void hand_over(const std::shared_ptr<SideStreamMark>& mark, const torch::Tensor& tensor);
+
+ private:
+  struct Stream;
+  std::unique_ptr<Stream> stream_;  // null on the CPU
+};
 
 }  // namespace kuafu

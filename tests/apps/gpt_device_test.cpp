@@ -72,6 +72,26 @@ TEST_F(GPTTrainingTest, DataParallelTrainingStaysOnTheConfiguredDevice) {
       make_config(root_, "dp", "train.steps=3\ntrain.micro_batch_size=2\ndist.timeout_s=30\noptim.grad_clip=1.0"));
 }
 
+// The model makes each parameter on the device it is given (no copy through the CPU): on the meta
+// device, which has no storage, every parameter must be a meta tensor.
+TEST(DeviceTest, TheModelMakesEveryParameterOnTheGivenDevice) {
+  GPTConfig config;
+  config.vocab_size = 64;
+  config.n_positions = 16;
+  config.n_embd = 32;
+  config.n_layer = 2;
+  config.n_head = 4;
+  parallel::TensorParallel on_meta;
+  on_meta.device = torch::kMeta;
+  GPT model(config, on_meta);
+  int64_t count = 0;
+  for (const auto& p : model->named_parameters()) {
+    EXPECT_TRUE(p.value().is_meta()) << p.key() << " on " << p.value().device();
+    ++count;
+  }
+  EXPECT_EQ(count, 4 + 12 * config.n_layer);  // wte, wpe, ln_f weight and bias; 12 per block
+}
+
 TEST(DeviceTest, ResolvesTheConfiguredDevice) {
   EXPECT_EQ(resolve_device("cpu", 3), torch::Device(torch::kCPU));
   EXPECT_EQ(resolve_device("auto", 0), cuda_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU));

@@ -3,6 +3,8 @@
 // accuracy; HDF5 arrays and image folders load through the config, with out-of-range labels refused
 // at the key and a corrupt image skipped (its path reported) up to data.max_corrupt_images.
 #include <gtest/gtest.h>
+
+#include <numeric>
 #include <nlohmann/json.hpp>
 #ifdef KUAFU_WITH_IMAGE_CODECS
 #include <opencv2/imgcodecs.hpp>
@@ -50,9 +52,12 @@ TEST(ViTAppTest, EveryShippedConfigValidates) {
   EXPECT_EQ(count, 4) << "fashion_mnist_small, vit_b16, vit_b32, vit_l32";
 }
 
+// Margins measured over train.seed 1-5 (80 steps): validation accuracy 33-44%, the mean training loss
+// of the last five steps 0.26-0.5 below that of the first five (mixup and label smoothing keep it
+// high). At 40 steps the accuracy ranged 24-36% with the seed: too close to the bound to hold.
 TEST(ViTAppTest, AFewStepsOnFashionMnistLowerTheLossAndBeatChance) {
   const fs::path out = temp_dir("train");
-  const config::Config config = small_config(out, {"train.steps=40", "train.batch_size=64", "train.micro_batch_size=32",
+  const config::Config config = small_config(out, {"train.steps=80", "train.batch_size=64", "train.micro_batch_size=32",
                                                    "train.eval_interval=0", "train.checkpoint_interval=0",
                                                    "optim.warmup_steps=5", "augment.mixup=0.2"});
   const train::TrainSummary summary = train_command(config);
@@ -62,8 +67,9 @@ TEST(ViTAppTest, AFewStepsOnFashionMnistLowerTheLossAndBeatChance) {
     const auto json = nlohmann::json::parse(line);
     if (json.contains("loss")) losses.push_back(json["loss"].get<double>());
   }
-  ASSERT_EQ(losses.size(), 40u);
-  EXPECT_LT((losses[35] + losses[36] + losses[37] + losses[38] + losses[39]) / 5, losses[0] - 0.3);
+  ASSERT_EQ(losses.size(), 80u);
+  auto mean = [&](size_t first) { return std::accumulate(losses.begin() + first, losses.begin() + first + 5, 0.0) / 5; };
+  EXPECT_LT(mean(75), mean(0) - 0.15);
   EXPECT_GT(summary.val_accuracy, 0.3) << "10 classes: chance is 0.1";
 }
 

@@ -47,6 +47,16 @@ TEST(ViTModelTest, HuggingFaceNamesShapesAndParameterCount) {
   EXPECT_EQ(params["classifier.bias"].abs().max().item<double>(), 0.0);
 }
 
+// Every parameter is made on the device the model is given (meta: no storage, nothing copied).
+TEST(ViTModelTest, EveryParameterIsMadeOnTheGivenDevice) {
+  parallel::TensorParallel on_meta;
+  on_meta.device = torch::kMeta;
+  ViTForImageClassification model(tiny(), on_meta);
+  for (const auto& p : model->named_parameters()) EXPECT_TRUE(p.value().is_meta()) << p.key();
+  // Embeddings 4 (class token, positions, projection weight and bias), 16 per layer, final norm and head 4.
+  EXPECT_EQ(model->named_parameters().size(), 4u + 16u * 2u + 4u);
+}
+
 TEST(ViTModelTest, ForwardShapesAndBadInput) {
   ViTForImageClassification model(tiny());
   EXPECT_EQ(model->forward(torch::randn({3, 1, 28, 28})).sizes().vec(), (std::vector<int64_t>{3, 10}));

@@ -5,8 +5,8 @@
 
 namespace kuafu::parallel {
 
-SerialEmbeddingImpl::SerialEmbeddingImpl(int64_t vocab, int64_t dim) {
-  weight = register_parameter("weight", torch::zeros({vocab, dim}));
+SerialEmbeddingImpl::SerialEmbeddingImpl(int64_t vocab, int64_t dim, const torch::Device& device) {
+  weight = register_parameter("weight", torch::zeros({vocab, dim}, torch::TensorOptions().device(device)));
 }
 
 torch::Tensor SerialEmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
@@ -23,7 +23,7 @@ FeatureSplitEmbeddingImpl::FeatureSplitEmbeddingImpl(int64_t n, int64_t dim, con
   const int64_t q = mesh.size(feature_axis_);
   KUAFU_CHECK(dim % q == 0, "tensor parallelism: embedding size ", dim, " is not divisible by the ", q, " blocks of ",
               feature_axis_);
-  weight = register_parameter("weight", torch::zeros({n, dim / q}));
+  weight = register_parameter("weight", torch::zeros({n, dim / q}, parameter_options(mesh)));
 }
 
 torch::Tensor FeatureSplitEmbeddingImpl::forward(const torch::Tensor& ids) {

@@ -32,7 +32,7 @@ class TokenEmbeddingImpl : public torch::nn::Module {
 // when built (the model initialises it), so serial and parallel models consume the generator alike.
 class SerialEmbeddingImpl : public TokenEmbeddingImpl {
  public:
-  SerialEmbeddingImpl(int64_t vocab, int64_t dim);
+  SerialEmbeddingImpl(int64_t vocab, int64_t dim, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& ids) override;
   torch::Tensor logits(const torch::Tensor& hidden) override;
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override;

@@ -27,11 +27,12 @@ int TensorParallel::batch_blocks() const {
   }
 }
 
-SerialLinearImpl::SerialLinearImpl(const LinearSpec& spec) : order_(spec.order) {
+SerialLinearImpl::SerialLinearImpl(const LinearSpec& spec, const torch::Device& device) : order_(spec.order) {
   const std::vector<int64_t> shape =
       spec.order == WeightOrder::kInOut ? std::vector<int64_t>{spec.in, spec.out} : std::vector<int64_t>{spec.out, spec.in};
-  weight = register_parameter("weight", torch::zeros(shape));
-  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out}));
+  const auto on = torch::TensorOptions().device(device);
+  weight = register_parameter("weight", torch::zeros(shape, on));
+  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out}, on));
 }
 
 torch::Tensor SerialLinearImpl::forward(const torch::Tensor& x) {
@@ -43,8 +44,17 @@ torch::Tensor SerialLinearImpl::forward(const torch::Tensor& x) {
   return (bias.defined() ? torch::addmm(bias, rows, weight) : torch::mm(rows, weight)).view(sizes);
 }
 
+SerialLayerNormImpl::SerialLayerNormImpl(int64_t dim, double eps, const torch::Device& device) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}, torch::TensorOptions().device(device)));
+  bias = register_parameter("bias", torch::zeros({dim}, torch::TensorOptions().device(device)));
+}
+
+torch::Tensor SerialLayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps_);
+}
+
 torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spec, Cut cut) {
-  if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec));
+  if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec, tp.device));
   switch (tp.spec.mode) {
     case TensorMode::k1D:
       if (cut == Cut::kColumn) return torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh));
@@ -63,14 +73,14 @@ torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spe
 torch::nn::AnyModule make_layer_norm(const TensorParallel& tp, int64_t dim, double eps) {
   if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) {
     // 1D keeps the residual stream whole on every rank: a replicated LayerNorm.
-    return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(eps)));
+    return torch::nn::AnyModule(SerialLayerNorm(dim, eps, tp.device));
   }
   if (tp.spec.mode == TensorMode::k3D) return torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps));
   return torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps));
 }
 
 std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim) {
-  if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim);
+  if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim, tp.device);
   switch (tp.spec.mode) {
     case TensorMode::k1D: return std::make_shared<VocabParallelEmbeddingImpl>(vocab, dim, *tp.mesh);
     case TensorMode::k3D: return std::make_shared<Embedding3dImpl>(vocab, dim, *tp.mesh);
@@ -79,7 +89,7 @@ std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int
 }
 
 torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim) {
-  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim));
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim, tp.device));
   if (tp.spec.mode == TensorMode::k3D) {
     return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}));
   }

@@ -19,6 +19,8 @@ namespace kuafu::parallel {
 struct TensorParallel {
   TensorParallelSpec spec;
   std::shared_ptr<dist::ProcessMesh> mesh;
+  // Where serial layers create their parameters (the run's device); cut layers use their mesh's.
+  torch::Device device = torch::kCPU;
 
   bool enabled() const { return spec.mode != TensorMode::kNone && spec.size > 1; }
   int size() const { return enabled() ? spec.size : 1; }  // ranks of one tensor-parallel group
@@ -35,7 +37,7 @@ struct TensorParallel {
 // y = x W + b on one device, W stored as `order` says (GPT-2's Conv1D is kInOut).
 class SerialLinearImpl : public torch::nn::Module {
  public:
-  explicit SerialLinearImpl(const LinearSpec& spec);
+  explicit SerialLinearImpl(const LinearSpec& spec, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight, bias;
 
@@ -43,6 +45,19 @@ class SerialLinearImpl : public torch::nn::Module {
   WeightOrder order_;
 };
 TORCH_MODULE(SerialLinear);
+
+// LayerNorm over the last `dim` features, parameters "weight" (ones) and "bias" (zeros) made on `device`
+// (torch::nn::LayerNorm makes them on the CPU).
+class SerialLayerNormImpl : public torch::nn::Module {
+ public:
+  SerialLayerNormImpl(int64_t dim, double eps, const torch::Device& device = torch::kCPU);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(SerialLayerNorm);
 
 // Where a linear layer sits in a pair like attention or an MLP: kColumn is the first (its input is the
 // residual stream; 1D cuts its output features, 3D turns side kY into kX), kRow the second (it returns

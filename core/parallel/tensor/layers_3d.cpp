@@ -124,9 +124,9 @@ Linear3dImpl::Linear3dImpl(const LinearSpec& spec, const dist::ProcessMesh& mesh
   check_divisible(spec.out / spec.stride, q,
                   spec.stride > 1 ? "Linear3d output features per stride segment" : "Linear3d output features", q);
   const int64_t in = spec.in / (q * q), out = spec.out / q;
-  weight = register_parameter("weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out})
-                                                                          : torch::zeros({out, in}));
-  if (spec.bias) bias = register_parameter("bias", torch::zeros({out}));
+  weight = register_parameter("weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out}, parameter_options(mesh))
+                                                                          : torch::zeros({out, in}, parameter_options(mesh)));
+  if (spec.bias) bias = register_parameter("bias", torch::zeros({out}, parameter_options(mesh)));
   const char* k_axis = feature_axis(input_side);
   const char* j_axis = batch_axis(input_side);
   i_group_ = mesh.group(kZ);
@@ -159,8 +159,8 @@ LayerNorm3dImpl::LayerNorm3dImpl(int64_t hidden, const dist::ProcessMesh& mesh, 
     : eps_(eps), side_(side) {
   const int64_t q = cube_side_3d(mesh);
   check_divisible(hidden, q, "LayerNorm3d hidden size", q);
-  weight = register_parameter("weight", torch::ones({hidden / q}));
-  bias = register_parameter("bias", torch::zeros({hidden / q}));
+  weight = register_parameter("weight", torch::ones({hidden / q}, parameter_options(mesh)));
+  bias = register_parameter("bias", torch::zeros({hidden / q}, parameter_options(mesh)));
   feature_group_ = mesh.group(feature_axis(side));
   replica_group_ = mesh.group(std::vector<std::string>{batch_axis(side), kZ});
 }
@@ -184,7 +184,7 @@ Embedding3dImpl::Embedding3dImpl(int64_t vocab, int64_t hidden, const dist::Proc
   const int64_t q = cube_side_3d(mesh);
   check_divisible(vocab, q, "Embedding3d vocabulary size", q);
   check_divisible(hidden, q * q, "Embedding3d embedding size", q);
-  weight = register_parameter("weight", torch::zeros({vocab / q, hidden / (q * q)}));
+  weight = register_parameter("weight", torch::zeros({vocab / q, hidden / (q * q)}, parameter_options(mesh)));
   x_group_ = mesh.group(kX);
   y_group_ = mesh.group(kY);
   z_group_ = mesh.group(kZ);

@@ -138,7 +138,7 @@ GridLinearImpl::GridLinearImpl(const LinearSpec& spec, const dist::ProcessMesh& 
               " do not split into stride ", spec.stride, " segments");
   check_divisible(spec.in, grid, "input features");
   check_divisible(spec.out / spec.stride, grid, spec.stride > 1 ? "output features per stride segment" : "output features");
-  std::tie(weight, bias) = summa::register_grid_linear(*this, spec, grid.q);
+  std::tie(weight, bias) = summa::register_grid_linear(*this, spec, grid.q, parameter_options(mesh));
   row_group_ = mesh.group(kCol);
   col_group_ = mesh.group(kRow);
   depth_group_ = depth_group(mesh, grid);
@@ -165,8 +165,8 @@ GridLayerNormImpl::GridLayerNormImpl(int64_t hidden, const dist::ProcessMesh& me
   const GridShape grid = grid_shape(mesh);
   has_depth_ = grid.has_depth;
   check_divisible(hidden, grid, "LayerNorm hidden size");
-  weight = register_parameter("weight", torch::ones({hidden / grid.q}));
-  bias = register_parameter("bias", torch::zeros({hidden / grid.q}));
+  weight = register_parameter("weight", torch::ones({hidden / grid.q}, parameter_options(mesh)));
+  bias = register_parameter("bias", torch::zeros({hidden / grid.q}, parameter_options(mesh)));
   row_group_ = mesh.group(kCol);
   replicas_group_ = mesh.group(grid.row_axes());
 }
@@ -189,7 +189,7 @@ GridEmbeddingImpl::GridEmbeddingImpl(int64_t vocab, int64_t hidden, const dist::
   const GridShape grid = grid_shape(mesh);
   check_divisible(vocab, grid, "vocabulary size", "; pad the vocabulary");
   check_divisible(hidden, grid, "embedding size");
-  weight = register_parameter("weight", torch::zeros({vocab / grid.q, hidden / grid.q}));
+  weight = register_parameter("weight", torch::zeros({vocab / grid.q, hidden / grid.q}, parameter_options(mesh)));
   row_group_ = mesh.group(kCol);
   col_group_ = mesh.group(kRow);
   depth_group_ = depth_group(mesh, grid);

@@ -38,6 +38,11 @@ bool counts_in_global_norm(const Layout& layout, const std::vector<std::string>&
                            const dist::ProcessMesh& mesh);
 
 // A module holding sharded parameters says how each (by its local name) is laid out.
+// Where tensor-parallel layers create their parameters: the device of the mesh's processes.
+inline torch::TensorOptions parameter_options(const dist::ProcessMesh& mesh) {
+  return torch::TensorOptions().device(mesh.world().device());
+}
+
 class ShardedModule {
  public:
   virtual ~ShardedModule() = default;

@@ -29,8 +29,8 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const LinearSpec& spec, const
     : spec_(spec), axis_(std::move(axis)), group_(mesh.group(axis_)) {
   const int64_t p = mesh.size(axis_);
   check_divisible(spec.out, p * spec.stride, "output features");
-  weight = register_parameter("weight", torch::zeros(weight_shape(spec.order, spec.in, spec.out / p)));
-  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out / p}));
+  weight = register_parameter("weight", torch::zeros(weight_shape(spec.order, spec.in, spec.out / p), parameter_options(mesh)));
+  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out / p}, parameter_options(mesh)));
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
@@ -48,8 +48,8 @@ RowParallelLinearImpl::RowParallelLinearImpl(const LinearSpec& spec, const dist:
     : spec_(spec), axis_(std::move(axis)), group_(mesh.group(axis_)) {
   const int64_t p = mesh.size(axis_);
   check_divisible(spec.in, p * spec.stride, "input features");
-  weight = register_parameter("weight", torch::zeros(weight_shape(spec.order, spec.in / p, spec.out)));
-  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out}));
+  weight = register_parameter("weight", torch::zeros(weight_shape(spec.order, spec.in / p, spec.out), parameter_options(mesh)));
+  if (spec.bias) bias = register_parameter("bias", torch::zeros({spec.out}, parameter_options(mesh)));
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {

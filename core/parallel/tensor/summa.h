@@ -135,13 +135,13 @@ struct NormalizeAlongRow : torch::autograd::Function<NormalizeAlongRow> {
 };
 
 // A grid linear layer's parameters (2D and 2.5D alike): A_ij [in/q, out/q] in storage order, and b_j
-// [out/q] when the spec has a bias (returned undefined otherwise).
+// [out/q] when the spec has a bias (returned undefined otherwise), made with `options`.
 inline std::pair<torch::Tensor, torch::Tensor> register_grid_linear(torch::nn::Module& module, const LinearSpec& spec,
-                                                                    int64_t q) {
+                                                                    int64_t q, const torch::TensorOptions& options) {
   const int64_t in = spec.in / q, out = spec.out / q;
   torch::Tensor weight = module.register_parameter(
-      "weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out}) : torch::zeros({out, in}));
-  torch::Tensor bias = spec.bias ? module.register_parameter("bias", torch::zeros({out})) : torch::Tensor();
+      "weight", spec.order == WeightOrder::kInOut ? torch::zeros({in, out}, options) : torch::zeros({out, in}, options));
+  torch::Tensor bias = spec.bias ? module.register_parameter("bias", torch::zeros({out}, options)) : torch::Tensor();
   return {weight, bias};
 }
 

@@ -60,7 +60,7 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t di
   KUAFU_CHECK(vocab % p == 0, "tensor parallelism: vocabulary size ", vocab, " is not divisible by ", p,
               " (pad the vocabulary)");
   vocab_start_ = mesh.coordinate(axis_) * (vocab / p);
-  weight = register_parameter("weight", torch::zeros({vocab / p, dim}));
+  weight = register_parameter("weight", torch::zeros({vocab / p, dim}, parameter_options(mesh)));
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
