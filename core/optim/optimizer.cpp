@@ -61,7 +61,8 @@ void Optimizer::zero_grad() {
 
 io::NamedTensors Optimizer::state_tensors() const {
   io::NamedTensors out;
-  out.emplace_back("step", torch::tensor({steps_}, torch::kInt64));
+  // A host counter: checkpoints write it from there.
+  out.emplace_back("step", torch::tensor({steps_}, torch::TensorOptions(torch::kInt64).device(torch::kCPU)));
   const auto slots = slot_names();
   for (size_t g = 0; g < groups_.size(); ++g) {
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
@@ -116,7 +117,7 @@ std::optional<std::string> state_owner(const std::string& state_name) {
 torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std::vector<dist::GroupPtr>& groups) {
   KUAFU_CHECK(tensors.size() == groups.size(), "squared_norms: ", tensors.size(), " tensors but ", groups.size(),
               " groups");
-  if (tensors.empty()) return torch::zeros({0}, torch::kFloat64);
+  if (tensors.empty()) return torch::zeros({0}, torch::TensorOptions(torch::kFloat64).device(torch::kCPU));  // nothing to sum
   // Gathered where the groups communicate (else where the first tensor lives); each norm is taken on
   // its tensor's device (Gemini keeps some on the host) and no host synchronisation happens per parameter.
   torch::Device device = tensors.front().device();
