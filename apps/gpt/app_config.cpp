@@ -12,11 +12,12 @@ config::Schema gpt_schema() {
   config::Schema s;
   train::add_runtime_schema(s);
   train::add_trainer_schema(s);
-  s.add_int("model.vocab_size", 0, "vocabulary size; 0 = the prepared tokenizer's").min(0);
-  s.add_int("model.n_positions", 1024, "longest sequence the position embedding covers").min(1);
-  s.add_int("model.n_embd", 768, "hidden size C").min(1);
-  s.add_int("model.n_layer", 12, "transformer blocks").min(1);
-  s.add_int("model.n_head", 12, "attention heads (must divide model.n_embd)").min(1);
+  // The upper bounds only stop absurd values early; check_model_fits judges what this machine holds.
+  s.add_int("model.vocab_size", 0, "vocabulary size; 0 = the prepared tokenizer's").min(0).max(1 << 24);
+  s.add_int("model.n_positions", 1024, "longest sequence the position embedding covers").min(1).max(1 << 20);
+  s.add_int("model.n_embd", 768, "hidden size C").min(1).max(1 << 18);
+  s.add_int("model.n_layer", 12, "transformer blocks").min(1).max(100000);
+  s.add_int("model.n_head", 12, "attention heads (must divide model.n_embd)").min(1).max(1 << 12);
   s.add_float("model.dropout", 0.0, "dropout on embeddings, attention and residual branches").min(0).max(0.9);
   s.add_float("model.layer_norm_epsilon", 1e-5, "LayerNorm epsilon").min(0);
 

@@ -18,6 +18,7 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
+#include "core/train/model_memory.h"
 #include "core/util/logging.h"
 
 namespace kuafu::gpt {
@@ -201,6 +202,11 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
 
 }  // namespace
 
+void check_model_fits(const config::Config& config, const train::Runtime& runtime) {
+  train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()),
+                          {"model.n_layer", "model.n_embd"});
+}
+
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp) {
   return build_text_task(config, tp, nullptr);
 }
@@ -253,6 +259,7 @@ void prepare_command(const config::Config& config) {
 
 train::TrainSummary train_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
+  check_model_fits(config, runtime);
   std::unique_ptr<TextTask> task = make_text_task(config, runtime);
   if (runtime.is_main()) {
     const GPTConfig& m = task->gpt()->config;
@@ -309,6 +316,7 @@ void generate_command(const config::Config& config, const std::string& checkpoin
 
 void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
+  check_model_fits(config, runtime);
   GPTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state

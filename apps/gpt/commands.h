@@ -58,6 +58,10 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const par
 // schedule over the step's accumulation micro-batches.
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const train::Runtime& runtime);
 
+// kuafu::Error naming model.n_layer and model.n_embd when the configured model cannot fit this machine
+// (train::check_model_fits), before anything is built.
+void check_model_fits(const config::Config& config, const train::Runtime& runtime);
+
 void prepare_command(const config::Config& config);
 train::TrainSummary train_command(const config::Config& config);
 void eval_command(const config::Config& config, const std::string& checkpoint);

@@ -9,14 +9,15 @@ config::Schema vit_schema() {
   config::Schema s;
   train::add_runtime_schema(s);
   train::add_trainer_schema(s);
-  s.add_int("model.image_size", 224, "input side in pixels (square)").min(1);
+  // The upper bounds only stop absurd values early; check_model_fits judges what this machine holds.
+  s.add_int("model.image_size", 224, "input side in pixels (square)").min(1).max(1 << 14);
   s.add_int("model.patch_size", 16, "patch side in pixels (must divide model.image_size)").min(1);
   s.add_int("model.num_channels", 3, "input channels: 3 (RGB) or 1 (gray)").min(1).max(3);
-  s.add_int("model.hidden_size", 768, "hidden size H").min(1);
-  s.add_int("model.num_hidden_layers", 12, "transformer blocks").min(1);
-  s.add_int("model.num_attention_heads", 12, "attention heads (must divide model.hidden_size)").min(1);
-  s.add_int("model.intermediate_size", 3072, "MLP hidden size").min(1);
-  s.add_int("model.num_labels", 1000, "classes").min(2);
+  s.add_int("model.hidden_size", 768, "hidden size H").min(1).max(1 << 18);
+  s.add_int("model.num_hidden_layers", 12, "transformer blocks").min(1).max(100000);
+  s.add_int("model.num_attention_heads", 12, "attention heads (must divide model.hidden_size)").min(1).max(1 << 12);
+  s.add_int("model.intermediate_size", 3072, "MLP hidden size").min(1).max(1 << 20);
+  s.add_int("model.num_labels", 1000, "classes").min(2).max(1 << 24);
   s.add_float("model.hidden_dropout_prob", 0.0, "dropout on embeddings and residual branches").min(0).max(0.9);
   s.add_float("model.attention_probs_dropout_prob", 0.0, "dropout on attention probabilities").min(0).max(0.9);
   s.add_float("model.layer_norm_eps", 1e-12, "LayerNorm epsilon").min(0);

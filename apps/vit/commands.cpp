@@ -15,12 +15,16 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
+#include "core/train/model_memory.h"
 #include "core/util/logging.h"
 
 namespace kuafu::vit {
 namespace fs = std::filesystem;
 
 namespace {
+
+const std::vector<std::string> kModelSizeKeys = {"model.num_hidden_layers", "model.hidden_size",
+                                                 "model.intermediate_size"};
 
 // A host batch on the model's device (asynchronously through page-locked memory on a GPU), pixels in
 // the model's dtype.
@@ -138,6 +142,7 @@ void prepare_command(const config::Config& config) {
 
 train::TrainSummary train_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
+  train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
   std::unique_ptr<ImageTask> task = make_image_task(config, runtime.tensor);
   if (runtime.is_main()) {
     const ViTConfig& m = task->vit()->config;
@@ -191,6 +196,7 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
 
 void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
+  train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
   const ViTConfig m = model_config(config);
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   ViTForImageClassification model(m, runtime.tensor);

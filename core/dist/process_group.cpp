@@ -1,6 +1,12 @@
 #include "core/dist/process_group.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -80,11 +86,41 @@ int wait_for_published_port(const std::string& path, std::chrono::milliseconds t
   }
 }
 
+// A listening socket on the address the run names, and only there: TCPStore on its own listens on
+// every interface, which for a single-node run opens an unauthenticated store to the network.
+int listen_on(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  KUAFU_CHECK(resolved == 0, "rendezvous: the master address ", host, " does not resolve: ", ::gai_strerror(resolved));
+  std::string failure;
+  for (const addrinfo* a = found; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    failure = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  fail(detail::concat("rendezvous: cannot listen on ", host, ":", port, " (", failure, "); the master address must "
+                      "be this host's (rank 0's), e.g. 127.0.0.1 for a single node"));
+}
+
 // The rendezvous store: rank 0 hosts it (unless torchrun's agent does), the others connect. With
-// master port 0 the server binds a free port and rank 0 publishes it in env.port_file.
+// master port 0 the server binds a free port and rank 0 publishes it in env.port_file. The server
+// listens on the master address only.
 c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.isServer = env.rank == 0 && !env.use_agent_store;
+  if (options.isServer) options.masterListenFd = listen_on(env.master_addr, env.master_port);
   options.numWorkers = env.world_size;
   options.timeout = timeout;
   const bool published = env.master_port == 0;

@@ -1,6 +1,8 @@
 #include "core/io/token_file.h"
 
 #include <fcntl.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "core/util/atomic_file.h"
@@ -23,6 +26,28 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token files assume a l
 namespace {
 
 std::string errno_text() { return std::strerror(errno); }
+
+// A mapped file truncated in place (another program rewriting it during training) makes reading the
+// lost pages raise SIGBUS. While a window is copied, this thread's SIGBUS jumps back to the copy, which
+// then fails with the file's name; any other SIGBUS keeps its default action.
+thread_local sigjmp_buf* t_copy_in_progress = nullptr;
+
+void on_bus_error(int signal, siginfo_t* /*info*/, void* /*context*/) {
+  if (t_copy_in_progress) siglongjmp(*t_copy_in_progress, 1);
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+void catch_bus_errors() {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_bus_error;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGBUS, &action, nullptr);
+  });
+}
 
 uint32_t bytes_per_token_for(uint64_t vocab_size) { return vocab_size <= 65535 ? 2 : 4; }
 
@@ -195,6 +220,16 @@ uint32_t TokenFile::at(uint64_t i) const {
 void TokenFile::copy_window(uint64_t offset, uint64_t length, int64_t* out) const {
   KUAFU_CHECK(offset <= size_ && length <= size_ - offset, "token file ", path_, ": window [", offset, ", ",
               offset, "+", length, ") out of range (", size_, " tokens)");
+  catch_bus_errors();
+  sigjmp_buf lost_pages;
+  if (sigsetjmp(lost_pages, 1) != 0) {
+    t_copy_in_progress = nullptr;
+    struct stat st {};
+    const std::string now = ::stat(path_.c_str(), &st) == 0 ? std::to_string(st.st_size) + " bytes" : "gone";
+    fail(detail::concat("token file ", path_, " shrank while training read it (mapped ", map_bytes_, " bytes, now ", now,
+                        "): it was truncated or rewritten in place. Write a new file and rename it over the old one"));
+  }
+  t_copy_in_progress = &lost_pages;
   // Plain widening loops; the compiler vectorizes both.
   if (bytes_per_token_ == 2) {
     const auto* src = reinterpret_cast<const uint16_t*>(tokens_) + offset;
@@ -203,6 +238,7 @@ void TokenFile::copy_window(uint64_t offset, uint64_t length, int64_t* out) cons
     const auto* src = reinterpret_cast<const uint32_t*>(tokens_) + offset;
     for (uint64_t i = 0; i < length; ++i) out[i] = src[i];
   }
+  t_copy_in_progress = nullptr;
 }
 
 std::vector<uint64_t> TokenFile::histogram() const {

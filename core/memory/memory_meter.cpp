@@ -9,6 +9,9 @@
 
 #ifdef KUAFU_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace kuafu::memory {
@@ -36,6 +39,27 @@ int64_t peak_bytes(const torch::Device& device) {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+int64_t available_bytes(const torch::Device& device) {
+#ifdef KUAFU_WITH_CUDA
+  if (device.is_cuda()) {
+    size_t free = 0, total = 0;
+    const c10::cuda::CUDAGuard on(device.index());
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return static_cast<int64_t>(free);
+  }
+#else
+  (void)device;
+#endif
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    int64_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemAvailable:") return kib * 1024;
+    meminfo.ignore(256, '\n');
+  }
+  return static_cast<int64_t>(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
 }
 
 int64_t resident_bytes() {

@@ -19,6 +19,8 @@ int64_t bytes_in_use(const torch::Device& device);
 int64_t peak_bytes(const torch::Device& device);
 // The process's resident set now (host memory, whatever holds it).
 int64_t resident_bytes();
+// What a run can still allocate: the host's available memory (MemAvailable), or a GPU's free memory.
+int64_t available_bytes(const torch::Device& device);
 
 // The most bytes in use on `device` while it lives (or since restart()): what a model really needs,
 // without what the allocator keeps for reuse (the same measure as CUDA's allocated-bytes peak, which it

@@ -23,6 +23,32 @@ constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
 
+// The step of a checkpoint folder's name "step_<digits>", or none for any other name.
+std::optional<int64_t> step_of_name(const std::string& name) {
+  constexpr size_t kPrefix = 5;  // "step_"
+  if (name.rfind("step_", 0) != 0 || name.size() <= kPrefix || name.size() > kPrefix + 12) return std::nullopt;
+  if (name.find_first_not_of("0123456789", kPrefix) != std::string::npos) return std::nullopt;
+  return std::stoll(name.substr(kPrefix));
+}
+
+// The step_N folders under `root` (real folders, not links), by step.
+std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& root) {
+  std::vector<std::pair<int64_t, fs::path>> folders;
+  if (!fs::is_directory(root)) return folders;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    const auto step = step_of_name(entry.path().filename().string());
+    if (step && entry.is_directory() && !entry.is_symlink()) folders.emplace_back(*step, entry.path());
+  }
+  std::sort(folders.begin(), folders.end());
+  return folders;
+}
+
+// A manifest entry must name a plain file inside the checkpoint folder: nothing outside it is read.
+bool plain_file_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
 // Verifies that every file the manifest lists is present with its size and CRC-32.
 void verify_manifest(const std::string& folder) {
   const fs::path manifest_path = fs::path(folder) / kManifest;
@@ -35,9 +61,21 @@ void verify_manifest(const std::string& folder) {
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint manifest " + manifest_path.string() + " is corrupt: " + e.what());
   }
+  KUAFU_CHECK(manifest.is_object() && manifest.contains("files") && manifest.at("files").is_object(), "checkpoint manifest ",
+              manifest_path.string(), " has no \"files\" table");
   for (const auto& [name, entry] : manifest.at("files").items()) {
+    KUAFU_CHECK(plain_file_name(name), "checkpoint manifest ", manifest_path.string(), " lists \"",
+                name.substr(0, 80), name.size() > 80 ? "...\"" : "\"",
+                ", which is not a plain file name inside the checkpoint folder; refusing to read it");
     const fs::path file = fs::path(folder) / name;
-    KUAFU_CHECK(fs::exists(file), "checkpoint ", folder, " is missing ", name);
+    KUAFU_CHECK(fs::exists(fs::symlink_status(file)), "checkpoint ", folder, " is missing ", name, ", which ",
+                manifest_path.string(), " lists");
+    KUAFU_CHECK(fs::is_regular_file(fs::symlink_status(file)), "checkpoint file ", file.string(),
+                " is not a regular file (a link or a folder); refusing to read it");
+    KUAFU_CHECK(entry.is_object() && entry.contains("bytes") && entry.at("bytes").is_number_unsigned() &&
+                    entry.contains("crc32") && entry.at("crc32").is_number_unsigned(),
+                "checkpoint manifest ", manifest_path.string(), ": the entry of ", name,
+                " needs whole numbers \"bytes\" and \"crc32\"");
     const auto size = static_cast<uint64_t>(fs::file_size(file));
     const auto expected = entry.at("bytes").get<uint64_t>();
     KUAFU_CHECK(size == expected, "checkpoint file ", file.string(), " has ", size, " bytes but the manifest says ",
@@ -187,40 +225,84 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
     if (fs::exists(final_folder)) fs::remove_all(final_folder);  // only ever a re-save of this same step
     rename_durable(partial, final_folder);
     write_file_atomic((fs::path(root_) / "latest").string(), fs::path(final_folder).filename().string() + "\n");
-    prune();
+    prune(step);
   }
   dist::barrier(*world_);
 }
 
-void CheckpointStore::prune() const {
-  std::vector<std::string> folders;
-  for (const auto& entry : fs::directory_iterator(root_)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos) {
-      folders.push_back(entry.path().string());
-    }
+void CheckpointStore::prune(int64_t saved) const {
+  // Only older steps go: the one just saved stays, and so do higher steps (left by the run this one
+  // resumed from an earlier checkpoint of), which are another history, not older than this one.
+  std::vector<fs::path> older;
+  for (const auto& [step, folder] : step_folders(root_)) {
+    if (step < saved) older.push_back(folder);
   }
-  std::sort(folders.begin(), folders.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_) < folders.size(); ++i) fs::remove_all(folders[i]);
+  const size_t keep_older = static_cast<size_t>(keep_ - 1);
+  for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(older[i]);
+}
+
+std::vector<std::string> CheckpointStore::later_than(int64_t step) const {
+  std::vector<std::string> later;
+  for (const auto& [s, folder] : step_folders(root_)) {
+    if (s > step) later.push_back(folder.filename().string());
+  }
+  return later;
 }
 
 std::optional<std::string> CheckpointStore::latest() const {
   const fs::path pointer = fs::path(root_) / "latest";
-  if (!fs::exists(pointer)) return std::nullopt;
-  std::string name = read_file(pointer.string());
-  name.erase(std::remove(name.begin(), name.end(), '\n'), name.end());
-  const fs::path folder = fs::path(root_) / name;
-  KUAFU_CHECK(fs::exists(folder), pointer.string(), " names ", name, " which does not exist");
-  return folder.string();
+  const auto status = fs::symlink_status(pointer);
+  if (fs::exists(status)) {
+    // The pointer is a small file naming a folder beside it; it is never followed elsewhere, and what
+    // it holds is not echoed unless it is such a name.
+    KUAFU_CHECK(fs::is_regular_file(status), pointer.string(),
+                " is not a regular file (a link or a folder); it must hold a step_N name. Refusing to follow it");
+    const auto bytes = fs::file_size(pointer);
+    KUAFU_CHECK(bytes <= 64, pointer.string(), " holds ", bytes, " bytes; it must hold a step_N name");
+    std::string name = read_file(pointer.string());
+    while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
+    KUAFU_CHECK(step_of_name(name), pointer.string(), " does not hold a step_N name of a folder beside it");
+    const fs::path folder = fs::path(root_) / name;
+    KUAFU_CHECK(fs::is_directory(fs::symlink_status(folder)), pointer.string(), " names ", name,
+                ", which is not a folder in ", root_);
+    return folder.string();
+  }
+  // No pointer (deleted, or lost before it was written): the newest complete checkpoint, so that a run
+  // never starts over checkpoints that are there.
+  const auto folders = step_folders(root_);
+  for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
+    if (fs::is_regular_file(it->second / kManifest)) {
+      log::warnf(pointer.string(), " is missing: taking the newest complete checkpoint, ", it->second.string());
+      return it->second.string();
+    }
+  }
+  KUAFU_CHECK(folders.empty(), root_, " holds ", folders.size(), " step_N folder(s) but no complete checkpoint and no "
+              "latest pointer; refusing to start over them. Move them away or name one in train.resume");
+  return std::nullopt;
 }
 
 nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
   verify_manifest(folder);
+  const std::string path = (fs::path(folder) / kTrainer).string();
+  nlohmann::json state;
   try {
-    return nlohmann::json::parse(read_file((fs::path(folder) / kTrainer).string()));
+    state = nlohmann::json::parse(read_file(path));
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint " + folder + ": trainer.json is corrupt: " + e.what());
   }
+  // The step decides the learning rate and the data drawn: it must be a count the run could have made,
+  // and the same in every record of the checkpoint.
+  KUAFU_CHECK(state.is_object() && state.contains("step") && state.at("step").is_number_integer() &&
+                  state.at("step").get<int64_t>() >= 0,
+              path, ": \"step\" must be a whole number >= 0 (the optimizer steps taken)");
+  const int64_t step = state.at("step").get<int64_t>();
+  const auto named = step_of_name(fs::path(folder).filename().string());
+  KUAFU_CHECK(!named || *named == step, path, " says step ", step, " but the folder is ",
+              fs::path(folder).filename().string());
+  const nlohmann::json manifest = nlohmann::json::parse(read_file((fs::path(folder) / kManifest).string()));
+  KUAFU_CHECK(manifest.value("step", step) == step, path, " says step ", step, " but ", kManifest, " says ",
+              manifest.value("step", step));
+  return state;
 }
 
 void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& model) {
@@ -245,6 +327,13 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
       tensor = local_of(target.state_to_local ? target.state_to_local : target.to_local, *owner, tensor);
     }
   }
+  // The optimizer steps once per training step except those skipped for overflow (fp16).
+  const torch::Tensor* optimizer_steps = optimizer_state.find("step");
+  const int64_t step = state.at("step").get<int64_t>();
+  KUAFU_CHECK(optimizer_steps && optimizer_steps->numel() == 1, optimizer_path, ": lacks the 'step' counter");
+  const int64_t taken = optimizer_steps->to(torch::kInt64).item<int64_t>();
+  KUAFU_CHECK(taken >= 0 && taken <= step, optimizer_path, ": the optimizer took ", taken, " steps, which does not fit ",
+              "step ", step, " of trainer.json");
   optimizer.load_state_tensors(optimizer_state, optimizer_path, target.part);
   const fs::path rng_path = fs::path(folder) / rng_file(target.rank);
   if (!fs::exists(rng_path)) {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dist/process_group.h"
 #include "core/io/safetensors.h"
@@ -28,8 +29,12 @@ class CheckpointStore {
   void save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
             const std::string& optimizer_name, const nlohmann::json& trainer_state) const;
 
-  // The newest complete checkpoint folder, if any.
+  // The checkpoint `latest` names (a step_N folder beside it; it is never followed elsewhere), or when
+  // that pointer is missing the newest complete checkpoint. None when there is no checkpoint; kuafu::Error
+  // for a bad pointer or step_N folders none of which is complete.
   std::optional<std::string> latest() const;
+  // The step_N folders above `step` (left by a run this one resumed from an earlier checkpoint of).
+  std::vector<std::string> later_than(int64_t step) const;
 
   // What a saved (full) tensor becomes on this rank before it is loaded, by tensor name: identity for
   // whole tensors, this rank's block for tensor-parallel ones.
@@ -58,7 +63,7 @@ class CheckpointStore {
   const std::string& root() const { return root_; }
 
  private:
-  void prune() const;
+  void prune(int64_t saved_step) const;  // drops older checkpoints beyond `keep`
 
   std::string root_;
   dist::GroupPtr world_;

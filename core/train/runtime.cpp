@@ -166,7 +166,10 @@ StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t 
 int run_app_command(const std::string& app, const std::function<void()>& command) {
   try {
     command();
-    return 0;
+    // A run stopped by SIGINT or SIGTERM (after saving) exits as the shells and kuafu-run report such a
+    // stop: 128 + the signal (130, 143), so a script can tell it from a finished run.
+    const int signal = stop_signal();
+    return signal ? 128 + signal : 0;
   } catch (const Error& e) {
     std::cerr << app << ": error: " << e.what() << std::endl;
   } catch (const c10::Error& e) {
@@ -179,8 +182,11 @@ int run_app_command(const std::string& app, const std::function<void()>& command
 
 namespace {
 std::atomic<int> g_stop_signals{0};
+std::atomic<int> g_first_stop_signal{0};
 
 void on_stop_signal(int signal) {
+  int none = 0;
+  g_first_stop_signal.compare_exchange_strong(none, signal);
   if (g_stop_signals.fetch_add(1) >= 1 && signal == SIGINT) {
     std::signal(SIGINT, SIG_DFL);
     std::raise(SIGINT);
@@ -194,6 +200,10 @@ void install_stop_signals() {
 }
 bool stop_requested() { return g_stop_signals.load() > 0; }
 void request_stop() { g_stop_signals.fetch_add(1); }
-void clear_stop_request() { g_stop_signals.store(0); }
+void clear_stop_request() {
+  g_stop_signals.store(0);
+  g_first_stop_signal.store(0);
+}
+int stop_signal() { return g_first_stop_signal.load(); }
 
 }  // namespace kuafu::train

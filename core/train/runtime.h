@@ -59,14 +59,15 @@ struct StepTimes {
 // Each step is timed until `device` has finished its work.
 StepTimes time_steps(const std::function<void()>& step, int64_t warmup, int64_t steps, const torch::Device& device);
 
-// Runs an app's command, printing "<app>: error: ..." for any failure; returns the exit code.
+// Runs an app's command, printing "<app>: error: ..." for any failure; returns the exit code: 0, 1 for
+// an error, 128 + the signal when SIGINT or SIGTERM stopped it (130, 143, as shells and kuafu-run say).
 int run_app_command(const std::string& app, const std::function<void()>& command);
 
-
-// SIGINT/SIGTERM set a flag that the trainer polls between steps (checkpoint, then stop);
+// SIGINT/SIGTERM set a flag that the trainer polls between micro-steps (checkpoint, then stop);
 // a second SIGINT falls back to the default action.
 void install_stop_signals();
 bool stop_requested();
+int stop_signal();          // the first stop signal received, 0 if none
 void request_stop();        // as if a signal arrived (tests)
 void clear_stop_request();  // tests run several trainings in one process
 

@@ -23,8 +23,10 @@ namespace fs = std::filesystem;
 
 void add_trainer_schema(config::Schema& s) {
   s.add_int("train.steps", 1000, "optimizer steps to train for (total, including resumed ones)").min(1);
-  s.add_int("train.batch_size", 32, "global batch: rows per optimizer step over all ranks").min(1);
-  s.add_int("train.micro_batch_size", 8, "rows per rank per micro-step; the rest is gradient accumulation").min(1);
+  s.add_int("train.batch_size", 32, "global batch: rows per optimizer step over all ranks").min(1).max(1 << 24);
+  s.add_int("train.micro_batch_size", 8, "rows per rank per micro-step; the rest is gradient accumulation")
+      .min(1)
+      .max(1 << 24);
   s.add_int("train.seed", 1337, "seed for initialisation and data order").min(0);
   s.add_int("train.log_interval", 10, "steps between plain progress lines").min(1);
   s.add_int("train.eval_interval", 0, "steps between evaluations; 0 = only at the end").min(0);
@@ -108,6 +110,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   global_batch_ = config.get_int("train.batch_size");
   micro_batch_ = config.get_int("train.micro_batch_size");
   out_dir_ = config.get_string("train.out_dir");
+  lock_out_dir();
   const int64_t dp = runtime.mesh->size("data");
   if (global_batch_ % (micro_batch_ * dp) != 0) {
     config.fail_at("train.batch_size", "(" + std::to_string(global_batch_) + ") must be a multiple of " +
@@ -156,6 +159,43 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
   resume_or_check_fresh();
+}
+
+void Trainer::zero_all_grads() {
+  if (sharded_) {
+    sharded_->zero_grad();
+  } else if (data_parallel_) {
+    data_parallel_->zero_grad();
+  } else {
+    zero_grads(task_.model());
+  }
+}
+
+bool Trainer::stop_agreed(const dist::ProcessGroup& world) const {
+  // Ranks see a signal at different moments: a tiny all-reduce makes them leave at the same micro-step.
+  if (world.size() == 1) return stop_requested();
+  torch::Tensor flag = torch::tensor({stop_requested() ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
+  dist::all_reduce(flag, world, dist::Reduce::kMax);
+  return flag.item<double>() > 0;
+}
+
+void Trainer::lock_out_dir() {
+  // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
+  // stops when another run holds it (before anything is written).
+  std::string refused;
+  if (runtime_.is_main()) {
+    try {
+      out_dir_lock_ = std::make_unique<FolderLock>(out_dir_, "train.out_dir");
+    } catch (const Error& e) {
+      refused = e.what();
+    }
+  }
+  const auto& world = *runtime_.world->world_group();
+  torch::Tensor failed = torch::tensor({refused.empty() ? 0.0 : 1.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
+  if (world.size() > 1) dist::all_reduce(failed, world, dist::Reduce::kMax);
+  if (failed.item<double>() > 0) {
+    throw Error(refused.empty() ? "train.out_dir = " + out_dir_ + " is in use by another run (see rank 0)" : refused);
+  }
 }
 
 void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
@@ -255,6 +295,12 @@ void Trainer::resume_or_check_fresh() {
   if (runtime_.is_main()) {
     trim_metrics_after(start_step_);
     log::infof("resumed from ", *folder, " at step ", start_step_);
+    const auto later = checkpoints_->later_than(start_step_);
+    if (!later.empty()) {
+      log::warnf(checkpoints_->root(), " also holds ", later.size(), " later checkpoint(s) (", later.front(),
+                 later.size() > 1 ? " ... " + later.back() : std::string(), "): kept, and replaced only when this "
+                 "run saves the same step");
+    }
   }
 }
 
@@ -381,13 +427,31 @@ TrainSummary Trainer::run() {
       loss_sum = task_.pipeline_step(step, first_rows, micro_batch_, loss_scale) * static_cast<double>(accumulation_);
       if (data_parallel_) data_parallel_->reduce_now();
     } else {
+      bool interrupted = false;
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
+        if (micro > 0 && stop_agreed(world)) {
+          interrupted = true;
+          break;
+        }
         const bool sync = micro + 1 == accumulation_;
         if (data_parallel_) data_parallel_->begin_backward(sync);
         if (sharded_) sharded_->begin_backward(sync);
         torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch_);
         (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
         loss_sum += loss.item<double>();
+      }
+      if (interrupted) {
+        // A stop between micro-steps drops the partial step: its gradients are settled as a step's would
+        // be (the same collectives on every rank) and then zeroed; the weights are those of `step` steps.
+        if (data_parallel_) data_parallel_->reduce_now();
+        if (sharded_) sharded_->finish_backward();
+        zero_all_grads();
+        if (progress) progress->finish();
+        if (step > start_step_) save_checkpoint(step);
+        summary.stopped_by_signal = true;
+        log::infof("stopped by signal during step ", step + 1, " (its micro-steps dropped); the weights are those of step ",
+                   step);
+        return summary;
       }
       if (data_parallel_) data_parallel_->finish_backward();
       if (sharded_) sharded_->finish_backward();
@@ -426,13 +490,7 @@ TrainSummary Trainer::run() {
       }
     }
     if (scaler_) scaler_->update(overflow);
-    if (sharded_) {
-      sharded_->zero_grad();
-    } else if (data_parallel_) {
-      data_parallel_->zero_grad();
-    } else {
-      zero_grads(task_.model());
-    }
+    zero_all_grads();
     synchronize(runtime_.device);  // the step's queued GPU work belongs to its time
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.last_loss = loss;

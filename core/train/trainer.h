@@ -18,6 +18,7 @@
 #include "core/parallel/data/data_parallel.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
+#include "core/util/folder_lock.h"
 
 namespace kuafu::train {
 
@@ -92,6 +93,9 @@ class Trainer {
  private:
   // Plain data parallelism: replicated (float32 master) weights, gradients all-reduced in buckets.
   void init_replicated(TrainTask& task, const dist::GroupPtr& replicas);
+  void lock_out_dir();
+  void zero_all_grads();
+  bool stop_agreed(const dist::ProcessGroup& world) const;  // a stop request seen by any rank
   void resume_or_check_fresh();
   void save_checkpoint(int64_t step);
   void write_metrics(const nlohmann::json& line);
@@ -113,6 +117,7 @@ class Trainer {
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<memory::ChunkedMasters> sharded_;      // memory.strategy zero1 / zero2 / gemini: replaces masters_ and data_parallel_
   dist::GroupPtr norm_group_;                            // ranks whose gradients make up one global norm
+  std::unique_ptr<FolderLock> out_dir_lock_;  // main rank: held for the run's life
   std::unique_ptr<CheckpointStore> checkpoints_;
   int64_t steps_;
   int64_t global_batch_;

@@ -3,6 +3,8 @@
 // run follows the uninterrupted loss curve exactly, and stop / divergence keep the last checkpoint.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -62,14 +64,56 @@ TEST_F(GPTTrainingTest, ResumeRefusesACheckpointOfAnotherModel) {
   }
 }
 
-TEST_F(GPTTrainingTest, StopSignalCheckpointsAndResumes) {
-  const auto config = make_config(root_, "run", "");
-  train::request_stop();  // as if SIGTERM arrived during the first step
+// A stop request during step 2's first micro-step: before, the step's remaining micro-steps ran and
+// step 2 was saved; now they are dropped, step 1's weights are saved, and a resume redoes step 2.
+TEST_F(GPTTrainingTest, AStopInterruptsTheMicroStepsAndResumesFromTheLastWholeStep) {
+  const auto config = make_config(root_, "run", "train.steps=3\ntrain.micro_batch_size=2");
+  auto runtime = single_runtime();
+  struct StopDuringStep2 : InjectedTask {
+    using InjectedTask::InjectedTask;
+    torch::Tensor loss(int64_t step, int64_t first, int64_t rows) override {
+      ++calls;
+      if (step == 1) train::request_stop();  // as if SIGTERM arrived now
+      return InjectedTask::loss(step, first, rows);
+    }
+    int calls = 0;
+  } task(make_text_task(config), {}, 1.0);
+  const int64_t accumulation = config.get_int("train.batch_size") / config.get_int("train.micro_batch_size");
+  ASSERT_GT(accumulation, 1);
+  {
+    train::Trainer trainer(config, runtime, task);
+    const train::TrainSummary summary = trainer.run();
+    train::clear_stop_request();
+    EXPECT_TRUE(summary.stopped_by_signal);
+    EXPECT_EQ(summary.steps_done, 1);
+  }
+  EXPECT_EQ(task.calls, accumulation + 1) << "step 2 stops after its first micro-step";
+  const std::string root = (root_ / "run" / "checkpoints").string();
+  EXPECT_EQ(train::CheckpointStore::read_trainer_state(train::checkpoint_folder(root, 1)).at("step"), 1);
+  EXPECT_FALSE(fs::exists(train::checkpoint_folder(root, 2)));
+  // Resuming redoes step 2 and the rest.
   train_serially(config);
-  train::clear_stop_request();
-  const auto latest = train::CheckpointStore::read_trainer_state(
-      train::checkpoint_folder((root_ / "run" / "checkpoints").string(), 1));
-  EXPECT_EQ(latest.at("step"), 1);
+  EXPECT_EQ(train::CheckpointStore::read_trainer_state(train::checkpoint_folder(root, 3)).at("step"), 3);
+}
+
+// Before: model.n_layer = 1e9 grew memory at ~300 MB/s until the OOM killer, with no output, and
+// train.batch_size = 1e12 was accepted.
+TEST_F(GPTTrainingTest, AModelThatCannotFitIsRefusedBeforeItIsBuilt) {
+  using testing::Contains;
+  const std::string absurd = testing::error_message([&] { make_config(root_, "run", "model.n_layer=1000000000"); });
+  EXPECT_TRUE(Contains(absurd, "model.n_layer")) << absurd;
+  const std::string batch = testing::error_message([&] { make_config(root_, "run", "train.batch_size=1000000000000"); });
+  EXPECT_TRUE(Contains(batch, "train.batch_size")) << batch;
+  // Within the bounds but beyond this machine: 100,000 layers of width 4096 is 2e13 parameters.
+  const auto config = make_config(root_, "run", "model.n_layer=100000\nmodel.n_embd=4096\nmodel.n_head=32");
+  auto runtime = single_runtime();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = testing::error_message([&] { check_model_fits(config, runtime); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_TRUE(Contains(message, "model.n_layer = 100000, model.n_embd = 4096")) << message;
+  EXPECT_TRUE(Contains(message, "GiB")) << message;
+  // The tiny model of these tests fits.
+  EXPECT_NO_THROW(check_model_fits(make_config(root_, "run", ""), runtime));
 }
 
 // A task whose loss turns NaN at step 3: the trainer must stop with an error and leave step 2's checkpoint.

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "core/dist/autograd_collectives.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/dist/collectives.h"
 #include "core/dist/process_mesh.h"
@@ -117,6 +121,41 @@ void check_plain_collectives() {
 TEST(CollectivesTest, PlainMatchSerialOnTwoRanks) {
   if (!testing::is_worker()) return run_test_on_ranks(2);
   check_plain_collectives();
+}
+
+// The sockets listening on `port` (IPv4 and IPv6), as the kernel lists them: local addresses in hex.
+std::vector<std::string> listening_addresses(int port) {
+  std::vector<std::string> addresses;
+  char port_hex[8];
+  std::snprintf(port_hex, sizeof(port_hex), "%04X", port);
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && local.substr(colon + 1) == port_hex) addresses.push_back(local.substr(0, colon));
+    }
+  }
+  return addresses;
+}
+
+// Before: the store listened on every interface (0.0.0.0) even for a run whose master is 127.0.0.1.
+TEST(RendezvousTest, TheStoreListensOnTheMasterAddressOnly) {
+  if (!testing::is_worker()) return run_test_on_ranks(2);
+  auto world = testing::worker_world();
+  const dist::LaunchEnv env = dist::detect_launch_env();
+  ASSERT_EQ(env.master_addr, "127.0.0.1");
+  if (world->rank() == 0) {
+    const int port = env.master_port != 0 ? env.master_port : std::stoi(read_file(env.port_file));
+    const auto addresses = listening_addresses(port);
+    ASSERT_FALSE(addresses.empty()) << "no socket listens on port " << port;
+    for (const auto& address : addresses) EXPECT_EQ(address, "0100007F") << "port " << port;  // 127.0.0.1
+  }
+  dist::barrier(*world->world_group());
 }
 
 TEST(CollectivesTest, PlainMatchSerialOnFourRanks) {

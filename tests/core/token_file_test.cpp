@@ -155,6 +155,22 @@ TEST_F(TokenFileTest, TruncatedFileNamesBothSizes) {
             std::string::npos);
 }
 
+// Before: truncating the file in place while it was mapped killed the reader with SIGBUS, no message.
+TEST_F(TokenFileTest, AFileTruncatedWhileMappedFailsWithItsName) {
+  write_token_file(path("live.tok"), std::vector<uint32_t>(100000, 7), 4096);
+  const TokenFile file = TokenFile::open(path("live.tok"));
+  std::vector<int64_t> out(1000);
+  file.copy_window(90000, 1000, out.data());
+  fs::resize_file(path("live.tok"), 4096);  // another program rewrites it in place
+  const std::string message = error_of([&] { file.copy_window(90000, 1000, out.data()); });
+  EXPECT_NE(message.find(path("live.tok")), std::string::npos) << message;
+  EXPECT_NE(message.find("shrank while training read it (mapped 200032 bytes, now 4096 bytes)"), std::string::npos)
+      << message;
+  // What is still there reads as before, and another SIGBUS-free copy works again.
+  file.copy_window(0, 100, out.data());
+  EXPECT_EQ(out[0], 7);
+}
+
 TEST_F(TokenFileTest, TrailingBytesAreRejected) {
   write_token_file(path("g.tok"), {1, 2}, 10);
   write_bytes(path("g.tok"), read_bytes(path("g.tok")) + "x");

@@ -1,0 +1,59 @@
+#include "core/train/model_memory.h"
+
+#include <sstream>
+
+#include "core/memory/memory_meter.h"
+#include "core/optim/mixed_precision.h"
+#include "core/util/error.h"
+
+namespace kuafu::train {
+namespace {
+
+// Float32 tensors of state per parameter: Adam-like optimizers keep two moments, LARS and SGD one.
+double optimizer_slots(const std::string& name) { return name == "adamw" || name == "adam" || name == "lamb" ? 2 : 1; }
+
+std::string gib(double bytes) {
+  std::ostringstream out;
+  out.precision(3);
+  out << bytes / (1024.0 * 1024 * 1024) << " GiB";
+  return out.str();
+}
+
+}  // namespace
+
+double least_training_bytes(const config::Config& config, const Runtime& runtime, double parameters) {
+  const double model_ranks = static_cast<double>(runtime.tensor.size()) * runtime.pipeline.stages;
+  const double share = parameters / model_ranks;
+  const double data = runtime.mesh->size("data");
+  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
+  const double compute = static_cast<double>(torch::elementSize(dtype));
+  const double masters = dtype == torch::kFloat32 ? 0 : 4;  // float32 masters beside low-precision weights
+  const double state = 4 * optimizer_slots(config.get_string("optim.name"));
+  const std::string strategy = config.get_string("memory.strategy");
+  double per_parameter = compute + compute + masters + state;  // weights, gradients, masters, optimizer
+  if (strategy == "zero1") per_parameter = compute + compute + (masters + state) / data;
+  if (strategy == "zero2") per_parameter = compute + (compute + masters + state) / data;
+  if (strategy == "gemini") per_parameter = (compute + compute + 4 + state) / data;
+  return share * per_parameter;
+}
+
+void check_model_fits(const config::Config& config, const Runtime& runtime, double parameters,
+                      const std::vector<std::string>& model_keys) {
+  const double needed = least_training_bytes(config, runtime, parameters);
+  double available = static_cast<double>(memory::available_bytes(torch::kCPU));
+  if (runtime.device.is_cuda()) available += static_cast<double>(memory::available_bytes(runtime.device));
+  if (needed <= available) return;
+  std::ostringstream keys;
+  for (size_t i = 0; i < model_keys.size(); ++i) {
+    keys << (i ? ", " : "") << model_keys[i] << " = " << config.get_int(model_keys[i]);
+  }
+  std::ostringstream count;
+  count.precision(4);
+  count << parameters;
+  fail("the model of " + keys.str() + " has " + count.str() + " parameters: its weights, gradients and optimizer " +
+       "state need at least " + gib(needed) + " on each rank (memory.strategy = \"" +
+       config.get_string("memory.strategy") + "\", before activations), but this machine has " + gib(available) +
+       " available. Make the model smaller or spread it (parallel.tensor.size, parallel.pipeline, memory.strategy)");
+}
+
+}  // namespace kuafu::train

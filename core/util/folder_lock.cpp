@@ -1,0 +1,43 @@
+#include "core/util/folder_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/util/error.h"
+
+namespace kuafu {
+
+FolderLock::FolderLock(const std::string& folder, const std::string& what) {
+  std::filesystem::create_directories(folder);
+  const std::string path = (std::filesystem::path(folder) / ".kuafu.lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  KUAFU_CHECK(fd_ >= 0, "cannot open ", path, " (", what, "): ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    // The holder wrote its process id there; read a few bytes only.
+    char holder[32] = {};
+    const ssize_t got = ::pread(fd_, holder, sizeof(holder) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string pid(holder, got > 0 ? static_cast<size_t>(got) : 0);
+    if (pid.find_first_not_of("0123456789\n") != std::string::npos) pid.clear();
+    while (!pid.empty() && pid.back() == '\n') pid.pop_back();
+    KUAFU_CHECK(error != EWOULDBLOCK, what, " = ", folder, " is in use by another run (",
+                pid.empty() ? std::string("a process") : "process " + pid, " holds ", path,
+                "); wait for it to end or choose another ", what);
+    fail(detail::concat("cannot lock ", path, " (", what, "): ", std::strerror(error)));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
+}
+
+FolderLock::~FolderLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+}  // namespace kuafu

@@ -1,0 +1,198 @@
+// Checkpoint folders under bad input and faults: a missing or hostile `latest` pointer, a manifest that
+// names files outside its folder, pruning after resuming from an older checkpoint, a trainer state
+// whose step does not fit, and one run per out_dir (docs/reliability.md).
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include "core/optim/algorithms.h"
+#include "core/train/checkpoint.h"
+#include "core/train/runtime.h"
+#include "core/util/atomic_file.h"
+#include "core/util/folder_lock.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu {
+namespace {
+namespace fs = std::filesystem;
+
+using testing::Contains;
+using testing::error_message;
+using testing::temp_dir;
+
+struct Tiny : torch::nn::Module {
+  Tiny() { weight = register_parameter("weight", torch::randn({3, 4})); }
+  torch::Tensor weight;
+};
+
+std::unique_ptr<optim::Optimizer> adamw_for(torch::nn::Module& model) {
+  std::vector<optim::Param> params;
+  for (const auto& item : model.named_parameters()) params.push_back({item.key(), item.value(), nullptr, true});
+  auto optimizer =
+      std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", params, {}}}, optim::AdamOptions{});
+  optimizer->set_lr(1e-3);
+  return optimizer;
+}
+
+// A store with checkpoints at `steps`, keeping `keep`.
+struct Saved {
+  Saved(const std::vector<int64_t>& steps, int keep = 10)
+      : root((temp_dir("ckpt_store") / "checkpoints").string()),
+        store(root, dist::World::single()->world_group(), keep),
+        optimizer(adamw_for(model)) {
+    for (int64_t step : steps) save(step);
+  }
+  void save(int64_t step) { store.save(step, train::named_weights(model), *optimizer, {{"fingerprint", {}}}); }
+  std::string folder(int64_t step) const { return train::checkpoint_folder(root, step); }
+  std::string root;
+  train::CheckpointStore store;
+  Tiny model;
+  std::unique_ptr<optim::Optimizer> optimizer;
+};
+
+// Rewrites a checkpoint file and seals the manifest again, as a careful forger would.
+void forge(const std::string& folder, const std::string& file, const std::string& bytes) {
+  write_file_atomic((fs::path(folder) / file).string(), bytes);
+  auto manifest = nlohmann::json::parse(read_file((fs::path(folder) / "manifest.json").string()));
+  const std::string path = (fs::path(folder) / file).string();
+  manifest["files"][file] = {{"bytes", fs::file_size(path)}, {"crc32", file_crc32(path)}};
+  write_file_atomic((fs::path(folder) / "manifest.json").string(), manifest.dump());
+}
+
+// Before: a missing pointer meant "no checkpoint", and a run started from step 0 over the folders.
+TEST(CheckpointStoreTest, AMissingLatestPointerTakesTheNewestCompleteCheckpoint) {
+  Saved saved({10, 20});
+  fs::create_directories(saved.folder(30));  // a folder without a manifest: not a checkpoint
+  fs::remove(fs::path(saved.root) / "latest");
+  ASSERT_TRUE(saved.store.latest());
+  EXPECT_EQ(*saved.store.latest(), saved.folder(20));
+  // Step folders none of which is complete: refused rather than trained over.
+  fs::remove_all(saved.folder(10));
+  fs::remove_all(saved.folder(20));
+  EXPECT_TRUE(Contains(error_message([&] { saved.store.latest(); }), "refusing to start over them"));
+}
+
+// Before: resuming at step 10 with keep = 1 and then saving step 11 deleted step 11 (the newest by name
+// was step 30) and left `latest` naming a deleted folder.
+TEST(CheckpointStoreTest, PruningKeepsTheCheckpointJustSavedAndLaterOnes) {
+  Saved saved({10, 20, 30});
+  train::CheckpointStore keep_one(saved.root, dist::World::single()->world_group(), /*keep=*/1);
+  keep_one.save(11, train::named_weights(saved.model), *saved.optimizer, {{"fingerprint", {}}});
+  EXPECT_TRUE(fs::exists(saved.folder(11)));
+  EXPECT_EQ(*saved.store.latest(), saved.folder(11));
+  EXPECT_FALSE(fs::exists(saved.folder(10))) << "older than the one saved: pruned";
+  EXPECT_TRUE(fs::exists(saved.folder(30))) << "another history's later checkpoint is kept";
+  EXPECT_EQ(saved.store.later_than(11), (std::vector<std::string>{"step_00000020", "step_00000030"}));
+}
+
+TEST(CheckpointStoreTest, LatestIsAPlainStepNameBesideIt) {
+  Saved saved({10});
+  const fs::path pointer = fs::path(saved.root) / "latest";
+  for (const std::string bad : {"../elsewhere", "/etc", "step_10/../../x", "checkpoints"}) {
+    write_file_atomic(pointer.string(), bad + "\n");
+    EXPECT_TRUE(Contains(error_message([&] { saved.store.latest(); }), "does not hold a step_N name")) << bad;
+  }
+  // A link is never followed, and what it points at is never printed.
+  const fs::path secret = temp_dir("ckpt_secret") / "passwd";
+  std::ofstream(secret) << "root:x:0:0:secret-line\n";
+  fs::remove(pointer);
+  fs::create_symlink(secret, pointer);
+  const std::string message = error_message([&] { saved.store.latest(); });
+  EXPECT_TRUE(Contains(message, "not a regular file")) << message;
+  EXPECT_EQ(message.find("secret-line"), std::string::npos) << message;
+  fs::remove(pointer);
+  write_file_atomic(pointer.string(), std::string(1000, 'x'));
+  EXPECT_TRUE(Contains(error_message([&] { saved.store.latest(); }), "holds 1000 bytes"));
+}
+
+TEST(CheckpointStoreTest, ManifestNamesOnlyFilesInsideTheFolder) {
+  Saved saved({10});
+  const fs::path secret = temp_dir("ckpt_secret2") / "passwd";
+  std::ofstream(secret) << "root:x:0:0\n";
+  const std::string manifest_path = (fs::path(saved.folder(10)) / "manifest.json").string();
+  const auto original = nlohmann::json::parse(read_file(manifest_path));
+  for (const std::string& bad : std::vector<std::string>{"../../passwd", secret.string(), "sub/file", ".."}) {
+    auto manifest = original;
+    manifest["files"][bad] = {{"bytes", 11}, {"crc32", 0}};
+    write_file_atomic(manifest_path, manifest.dump());
+    const std::string message = error_message([&] { train::CheckpointStore::read_trainer_state(saved.folder(10)); });
+    EXPECT_TRUE(Contains(message, "not a plain file name")) << bad << ": " << message;
+  }
+}
+
+// Before: a step of -5 trained with negative learning rates and 1e18 printed "nothing to do", both
+// exiting 0.
+TEST(CheckpointStoreTest, TheTrainerStateStepMustFitTheCheckpoint) {
+  Saved saved({10});
+  const std::string folder = saved.folder(10);
+  const std::string original = read_file((fs::path(folder) / "trainer.json").string());
+  auto with_step = [&](const std::string& step) {
+    auto state = nlohmann::json::parse(original);
+    state["step"] = nlohmann::json::parse(step);
+    forge(folder, "trainer.json", state.dump());
+    return error_message([&] { train::CheckpointStore::read_trainer_state(folder); });
+  };
+  EXPECT_TRUE(Contains(with_step("-5"), "whole number >= 0")) << with_step("-5");
+  EXPECT_TRUE(Contains(with_step("1e18"), "whole number >= 0"));
+  EXPECT_TRUE(Contains(with_step("1000000000000000000"), "but the folder is step_00000010"));
+  EXPECT_TRUE(Contains(with_step("\"10\""), "whole number >= 0"));
+  // The optimizer's own count must fit too (it may trail the trainer's by skipped fp16 steps only).
+  Tiny other;
+  auto optimizer = adamw_for(other);
+  forge(folder, "trainer.json", original);
+  saved.save(3);  // the optimizer has taken 0 steps: fits any step
+  EXPECT_NO_THROW(train::CheckpointStore::load(saved.folder(3), train::named_weights(other), *optimizer, {}));
+  saved.model.weight.sum().backward();
+  saved.optimizer->step();
+  saved.optimizer->step();
+  saved.optimizer->step();
+  saved.optimizer->step();
+  saved.save(2);  // 4 optimizer steps in a checkpoint of step 2
+  EXPECT_TRUE(Contains(error_message([&] {
+                         train::CheckpointStore::load(saved.folder(2), train::named_weights(other), *optimizer, {});
+                       }),
+                       "the optimizer took 4 steps"));
+}
+
+// Before: two runs could share an out_dir. The lock is per open file, so a second one in this process
+// stands for a second run; a process that dies without cleaning up leaves no lock behind.
+TEST(FolderLockTest, OneRunPerFolderAndNoStaleLockAfterACrash) {
+  const std::string folder = (temp_dir("lock") / "run").string();
+  {
+    FolderLock first(folder, "train.out_dir");
+    const std::string message = error_message([&] { FolderLock second(folder, "train.out_dir"); });
+    EXPECT_TRUE(Contains(message, "is in use by another run")) << message;
+    EXPECT_TRUE(Contains(message, "process " + std::to_string(::getpid()))) << message;
+  }
+  EXPECT_NO_THROW(FolderLock again(folder, "train.out_dir"));
+  const pid_t child = ::fork();
+  if (child == 0) {
+    new FolderLock(folder, "train.out_dir");  // never released by the program
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_NO_THROW(FolderLock after_crash(folder, "train.out_dir"));
+}
+
+// Before: a single-process run stopped by SIGINT or SIGTERM exited 0 (kuafu-run said 130).
+TEST(ExitCodeTest, AStopBySignalExitsWith128PlusTheSignal) {
+  train::install_stop_signals();
+  EXPECT_EQ(train::run_app_command("test", [] { std::raise(SIGTERM); }), 128 + SIGTERM);
+  train::clear_stop_request();
+  EXPECT_EQ(train::run_app_command("test", [] { std::raise(SIGINT); }), 128 + SIGINT);
+  train::clear_stop_request();
+  EXPECT_EQ(train::run_app_command("test", [] {}), 0);
+  EXPECT_EQ(train::run_app_command("test", [] { throw Error("bad"); }), 1);
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+}
+
+}  // namespace
+}  // namespace kuafu
