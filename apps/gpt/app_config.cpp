@@ -32,7 +32,8 @@ config::Schema gpt_schema() {
   s.add_int("generate.max_new_tokens", 200, "tokens to sample").min(1);
   s.add_float("generate.temperature", 0.8, "softmax temperature; 0 = greedy").min(0).max(10);
   s.add_int("generate.top_k", 40, "sample among the k most likely tokens; 0 = off").min(0);
-  s.add_float("generate.top_p", 0.95, "nucleus sampling mass; 1 = off").min(0.0).max(1.0);
+  // 0 would keep no token to sample from: refused with the other keys, not during sampling.
+  s.add_float("generate.top_p", 0.95, "nucleus sampling mass in (0, 1]; 1 = off").min(0.001).max(1.0);
   s.add_int("generate.seed", 0, "sampling seed").min(0);
 
   s.add_int("benchmark.steps", 10, "timed training steps").min(1);

@@ -99,7 +99,7 @@ const CommandLine::Subcommand& CommandLine::find(const std::string& name) const 
     names.push_back(sub.name);
   }
   const std::string near = text::closest_match(name, names, 2);
-  fail(program_ + ": unknown subcommand '" + name + "'" +
+  fail(program_ + ": unknown subcommand '" + text::abbreviate(name) + "'" +
        (near.empty() ? "" : "; did you mean '" + near + "'?") + "\nSubcommands: " + text::join(names, ", ") +
        "\nRun '" + program_ + " --help' for usage.");
 }
@@ -117,8 +117,8 @@ ParsedCommand CommandLine::parse(int argc, const char* const argv[]) const {
     result.help = true;
     return result;
   }
-  KUAFU_CHECK(!text::starts_with(first, "-"), program_, ": expected a subcommand before '", first, "'\nRun '",
-              program_, " --help' for usage.");
+  KUAFU_CHECK(!text::starts_with(first, "-"), program_, ": expected a subcommand before '", text::abbreviate(first),
+              "'\nRun '", program_, " --help' for usage.");
   const Subcommand& sub = find(first);
   result.subcommand = sub.name;
   const std::string context = program_ + " " + sub.name;
@@ -142,10 +142,10 @@ ParsedCommand CommandLine::parse(int argc, const char* const argv[]) const {
     for (const auto& option : visible.options())
       names.push_back(option->canonical_display_name(po::command_line_style::allow_long));
     const std::string near = text::closest_match(e.get_option_name(), names, 2);
-    fail(context + ": unknown option '" + e.get_option_name() + "'" +
+    fail(context + ": unknown option '" + text::abbreviate(e.get_option_name()) + "'" +
          (near.empty() ? "" : "; did you mean '" + near + "'?") + hint);
   } catch (const po::error& e) {
-    fail(context + ": " + e.what() + hint);
+    fail(context + ": " + text::abbreviate(e.what(), 200) + hint);
   }
 
   if (vm["help"].as<bool>()) {
@@ -153,8 +153,8 @@ ParsedCommand CommandLine::parse(int argc, const char* const argv[]) const {
     return result;
   }
   if (vm.count("positional")) {
-    fail(context + ": unexpected argument '" + vm["positional"].as<std::vector<std::string>>()[0] + "'" +
-         hint);
+    fail(context + ": unexpected argument '" + text::abbreviate(vm["positional"].as<std::vector<std::string>>()[0]) +
+         "'" + hint);
   }
   KUAFU_CHECK(vm.count("config"), context, ": missing --config PATH (the TOML config file)", hint);
   result.config_path = vm["config"].as<std::string>();

@@ -3,14 +3,17 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
+#include "core/config/toml_nesting.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -18,6 +21,8 @@ namespace kuafu::config {
 namespace {
 
 constexpr size_t kMaxReported = 20;
+// Keys longer than this get no "did you mean": none is near a schema key, and comparing costs time.
+constexpr size_t kMaxSuggestedLength = 256;
 
 std::string quoted(const std::string& s) {
   return to_toml_value(Value(std::in_place_type<std::string>, s));
@@ -25,7 +30,7 @@ std::string quoted(const std::string& s) {
 
 // What a TOML node holds, for "found ..." messages: string "ten", integer 5, array [1, 2], a table.
 std::string describe_node(const toml::node& node) {
-  if (const auto* s = node.as_string()) return "string " + quoted(s->get());
+  if (const auto* s = node.as_string()) return "string " + text::abbreviate(quoted(s->get()));
   if (node.is_table()) return "a table";
   std::ostringstream out;
   node.visit([&](const auto& n) { out << n; });
@@ -115,13 +120,14 @@ std::string last_component(const std::string& key) {
 // "did you mean" target: the nearest full key, or else a key whose last component is near
 // (a top-level "lr" when the schema has "optim.lr"). "" when nothing is close.
 std::string suggest(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.size() > kMaxSuggestedLength) return "";
   std::string best = text::closest_match(word, candidates, std::max<size_t>(2, word.size() / 4));
   if (!best.empty()) return best;
   const std::string last = last_component(word);
   const size_t max_distance = last.size() >= 4 ? 1 : 0;
   size_t best_distance = max_distance + 1;
   for (const auto& candidate : candidates) {
-    const size_t d = text::edit_distance(last, last_component(candidate));
+    const size_t d = text::edit_distance(last, last_component(candidate), max_distance);
     if (d < best_distance) {
       best = candidate;
       best_distance = d;
@@ -138,19 +144,25 @@ class Loader {
   explicit Loader(Config& config) : config_(config), schema_(config.schema_) {}
 
   void load_text(const std::string& toml_text) {
+    // Before parsing: toml++ and the walk below recurse once per level.
+    if (const std::optional<TooDeep> deep = find_too_deep(toml_text)) {
+      add_problem({kSyntax, deep->line, 0, ""},
+                  config_.path_ + ":" + std::to_string(deep->line) + ": " + nesting_problem(deep->depth));
+      return;
+    }
     toml::table root;
     try {
       root = toml::parse(toml_text, std::string_view(config_.path_));
     } catch (const toml::parse_error& e) {
       const Where at{kSyntax, e.source().begin.line, e.source().begin.column, ""};
-      add_problem(at, location(at) + ": TOML syntax error: " + std::string(e.description()));
+      add_problem(at, location(at) + ": TOML syntax error: " + text::abbreviate(e.description(), 200));
       return;
     }
-    visit_table(root, "", "");
+    visit_table(root, "", "", 0);
   }
 
   void apply_override(const std::string& text) {
-    const std::string where = "--set " + text;
+    const std::string where = "--set " + text::abbreviate(text);
     const size_t eq = text.find('=');
     const std::string key = eq == std::string::npos ? "" : text::trim(text.substr(0, eq));
     if (key.empty()) {
@@ -158,6 +170,11 @@ class Loader {
       return;
     }
     const std::string raw = text::trim(text.substr(eq + 1));
+    // Scanned as the file line it stands for, so that it nests no deeper than a file may.
+    if (const std::optional<TooDeep> deep = find_too_deep(key + " = " + raw)) {
+      add_problem({kOverride, 0, 0, where}, where + ": " + nesting_problem(deep->depth));
+      return;
+    }
     toml::table parsed;
     try {
       parsed = toml::parse("v = " + raw);
@@ -169,7 +186,7 @@ class Loader {
     const toml::value<std::string> bare(raw);
     const Field* field = schema_.find(key);
     if (!node || (field && field->type() == Type::kString && !node->is_string())) node = &bare;
-    visit(*node, key, {kOverride, 0, 0, where});
+    visit(*node, key, {kOverride, 0, 0, where}, 1);
   }
 
   // Throws one kuafu::Error listing the problems, file ones in file order.
@@ -213,17 +230,25 @@ class Loader {
 
   void add_problem(Where at, std::string text) { problems_.push_back({std::move(at), std::move(text)}); }
 
-  void visit_table(const toml::table& table, const std::string& prefix, const std::string& override_text) {
+  // `depth`: the table's level below the root (0 for the root). NestingScan keeps it within
+  // kMaxNesting; the check here keeps the recursion bounded even if the scan were wrong.
+  void visit_table(const toml::table& table, const std::string& prefix, const std::string& override_text,
+                   size_t depth) {
     const Where parent{override_text.empty() ? kFile : kOverride, 0, 0, override_text};
     for (auto&& [name, node] : table) {
       const std::string key =
           prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
-      visit(node, key, where_of(name.source(), parent));
+      const Where key_at = where_of(name.source(), parent);
+      if (depth + 1 > kMaxNesting) {
+        add_problem(key_at, location(key_at) + ": " + nesting_problem(depth + 1));
+        return;
+      }
+      visit(node, key, key_at, depth + 1);
     }
   }
 
   // `key_at` is where the key was written; type and range problems point at the value instead.
-  void visit(const toml::node& node, const std::string& key, const Where& key_at) {
+  void visit(const toml::node& node, const std::string& key, const Where& key_at, size_t depth) {
     const Where value_at = where_of(node.source(), key_at);
     if (const Field* field = schema_.find(key)) {
       assign(*field, node, value_at);
@@ -232,10 +257,10 @@ class Loader {
     const auto* table = node.as_table();
     if (schema_.has_section(key)) {
       if (table) {
-        visit_table(*table, key, key_at.override_text);
+        visit_table(*table, key, key_at.override_text, depth);
       } else {
         const std::string example = schema_.fields().lower_bound(key + ".")->first;
-        add_problem(value_at, "key '" + key + "' at " + location(value_at) +
+        add_problem(value_at, "key '" + text::abbreviate(key) + "' at " + location(value_at) +
                                   ": expected a section of keys such as '" + example + "', found " +
                                   describe_node(node));
       }
@@ -243,12 +268,12 @@ class Loader {
     }
     // An unknown section with keys inside: each key gets its own, more precise, suggestion.
     if (table && !table->empty()) {
-      visit_table(*table, key, key_at.override_text);
+      visit_table(*table, key, key_at.override_text, depth);
       return;
     }
     const std::string what = table ? "section" : "key";
     const std::string suggestion = suggest(key, table ? sections() : schema_.keys());
-    add_problem(key_at, "unknown " + what + " '" + key + "' at " + location(key_at) +
+    add_problem(key_at, "unknown " + what + " '" + text::abbreviate(key) + "' at " + location(key_at) +
                             (suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
   }
 

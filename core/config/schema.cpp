@@ -189,7 +189,7 @@ std::string Field::check(const Value& value) const {
     for (const auto& c : choices_) quoted.push_back(quote(c));
     const std::string at = is_list(type_) ? " at index " + std::to_string(i) : "";
     return "expected " + std::string(is_list(type_) ? "each element to be " : "") + "one of " +
-           text::join(quoted, ", ") + "; found " + quote(strings[i]) + at;
+           text::join(quoted, ", ") + "; found " + text::abbreviate(quote(strings[i])) + at;
   }
   return "";
 }

@@ -66,6 +66,53 @@ uint64_t read_some(gzFile file, const std::string& path, uint64_t offset, uint8_
   return done;
 }
 
+// "60000 x 28 x 28".
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t d = 0; d < shape.size(); ++d) out += (d ? " x " : "") + std::to_string(shape[d]);
+  return out;
+}
+
+// The data bytes the shape claims.
+uint64_t data_bytes(const std::vector<int64_t>& shape, const std::string& path) {
+  uint64_t count = 1;
+  for (int64_t size : shape) {
+    // A header claiming more than 2^40 bytes is corrupt, not a dataset; this also rules out overflow.
+    KUAFU_CHECK(size == 0 || count <= (uint64_t{1} << 40) / static_cast<uint64_t>(size), "IDX file ", path,
+                ": bad header: shape ", shape_text(shape), " implies more than 2^40 data bytes (corrupt header?)");
+    count *= static_cast<uint64_t>(size);
+  }
+  return count;
+}
+
+// The `count` data bytes after the header. Memory follows the bytes that exist, never the header's
+// claim alone: a plain file's size is known up front; gzipped data is read into a buffer that grows
+// (doubling) as it arrives. So a small file with a lying header fails without a huge allocation.
+std::vector<uint8_t> read_data(gzFile file, const std::string& path, uint64_t header, uint64_t count,
+                               const std::string& shape) {
+  const auto truncated = [&](uint64_t found) {
+    fail(detail::concat("IDX file ", path, ": truncated data at ", at(file, header + found), ": expected ", count,
+                        " data bytes (shape ", shape, ") after the ", header, "-byte header, found ", found));
+  };
+  uint64_t first_read = uint64_t{1} << 20;
+  if (gzdirect(file)) {
+    const uint64_t size = std::filesystem::file_size(path);
+    const uint64_t available = size > header ? size - header : 0;
+    if (available < count) truncated(available);
+    first_read = count;
+  }
+  std::vector<uint8_t> data;
+  while (data.size() < count) {
+    const uint64_t before = data.size();
+    const uint64_t want = std::min(count - before, std::max(first_read, before));
+    data.resize(before + want);
+    const uint64_t got = read_some(file, path, header + before, data.data() + before, want);
+    data.resize(before + got);
+    if (got < want) truncated(data.size());
+  }
+  return data;
+}
+
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
@@ -91,24 +138,16 @@ IdxArray read_idx(const std::string& path) {
               ": expected ", ndims, " dimension sizes (", dims_bytes.size(), " bytes), found ", got_dims, " bytes");
 
   IdxArray array;
-  uint64_t count = 1;
   for (int d = 0; d < ndims; ++d) {
     const uint8_t* p = &dims_bytes[4 * d];
     const uint32_t size = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
     KUAFU_CHECK(size <= 0x7fffffffu, "IDX file ", path, ": bad dimension ", d, " at ", at(file.get(), 4 + 4 * d),
                 ": expected a non-negative int32, found ", size);
-    // A header claiming more than 2^40 bytes is corrupt, not a dataset; this also rules out overflow.
-    KUAFU_CHECK(size == 0 || count <= (uint64_t{1} << 40) / size, "IDX file ", path,
-                ": dimensions imply more than 2^40 bytes of data (corrupt header?)");
-    count *= size;
     array.shape.push_back(size);
   }
-
+  const uint64_t count = data_bytes(array.shape, path);
   const uint64_t header = 4 + dims_bytes.size();
-  array.data.resize(count);
-  const uint64_t got_data = read_some(file.get(), path, header, array.data.data(), count);
-  KUAFU_CHECK(got_data == count, "IDX file ", path, ": truncated data at ", at(file.get(), header + got_data),
-              ": expected ", count, " data bytes after the ", header, "-byte header, found ", got_data);
+  array.data = read_data(file.get(), path, header, count, shape_text(array.shape));
 
   // Anything after the data means the header's dimensions do not describe the file.
   uint8_t extra[4096];

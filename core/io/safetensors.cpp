@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <set>
+#include <string_view>
 
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::io {
 namespace {
@@ -32,7 +36,118 @@ torch::ScalarType dtype_from(const std::string& name, const std::string& where) 
   for (const auto& d : kDtypes) {
     if (name == d.name) return d.type;
   }
-  fail(where + ": unsupported dtype \"" + name + "\"");
+  fail(where + ": unsupported dtype \"" + text::abbreviate(name) + "\"");
+}
+
+// The dtype as messages name it: the safetensors name where there is one.
+std::string dtype_label(torch::ScalarType type) {
+  for (const auto& d : kDtypes) {
+    if (d.type == type) return d.name;
+  }
+  return c10::toString(type);
+}
+
+bool is_float_width(torch::ScalarType type) {
+  return type == torch::kFloat16 || type == torch::kBFloat16 || type == torch::kFloat32 || type == torch::kFloat64;
+}
+
+int64_t count_non_finite(const torch::Tensor& t) {
+  return torch::isfinite(t).logical_not().sum().item<int64_t>();
+}
+
+// How messages name a tensor of a file; a huge name is shortened.
+std::string tensor_where(const std::string& path, const std::string& name) {
+  return path + ": tensor '" + text::abbreviate(name) + "'";
+}
+
+// A JSON value as written, shortened for messages.
+std::string shown(const nlohmann::json& value) {
+  return text::abbreviate(value.dump());
+}
+
+// Parses the header JSON, refusing a key given twice in one object: nlohmann::json would silently
+// keep one of two tensors of the same name.
+nlohmann::json parse_header(const std::string& path, std::string_view text) {
+  std::vector<std::set<std::string>> keys;  // of each object being read, innermost last
+  std::string tensor;                       // the top-level key being read
+  const auto check_keys = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) keys.emplace_back();
+    if (event == Event::object_end) keys.pop_back();
+    if (event != Event::key) return true;
+    const std::string& key = parsed.get_ref<const std::string&>();
+    if (keys.size() == 1) tensor = key;
+    KUAFU_CHECK(keys.back().insert(key).second, tensor_where(path, tensor),
+                keys.size() == 1 ? ": named twice in the header" : ": key '" + text::abbreviate(key) + "' given twice");
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text.begin(), text.end(), check_keys);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path + ": header is not valid JSON: " + text::abbreviate(e.what(), 300));
+  }
+}
+
+// The non-negative integer that `value` must be; false when it is anything else (2.0, -1, "2").
+bool as_count(const nlohmann::json& value, uint64_t* out) {
+  if (!value.is_number_unsigned()) return false;
+  *out = value.get<uint64_t>();
+  return true;
+}
+
+// Where a tensor's data lies, checked against its dtype, shape and the data section.
+struct Entry {
+  torch::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+std::vector<int64_t> read_shape(const std::string& where, const nlohmann::json& shape) {
+  std::vector<int64_t> out;
+  bool valid = shape.is_array();
+  for (size_t i = 0; valid && i < shape.size(); ++i) {
+    uint64_t d = 0;
+    valid = as_count(shape[i], &d) && d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    out.push_back(static_cast<int64_t>(d));
+  }
+  KUAFU_CHECK(valid, where, ": shape: expected a list of non-negative integers, found ", shown(shape));
+  return out;
+}
+
+// Bytes the shape needs, refusing a product that does not fit in 64 bits.
+uint64_t shape_bytes(const std::string& where, const nlohmann::json& shape, const std::vector<int64_t>& dims,
+                     torch::ScalarType type) {
+  uint64_t numel = 1;
+  for (int64_t d : dims) {
+    KUAFU_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel), where, ": shape ", shown(shape),
+                " has more elements than fit in 64 bits");
+  }
+  uint64_t bytes = 0;
+  KUAFU_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(c10::elementSize(type)), &bytes), where,
+              ": shape ", shown(shape), " of ", dtype_label(type), " needs more bytes than fit in 64 bits");
+  return bytes;
+}
+
+Entry read_entry(const std::string& where, const nlohmann::json& entry, uint64_t data_size) {
+  KUAFU_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
+                  entry.contains("data_offsets"),
+              where, " needs dtype, shape and data_offsets");
+  const nlohmann::json& dtype = entry["dtype"];
+  KUAFU_CHECK(dtype.is_string(), where, ": dtype: expected a string such as \"F32\", found ", shown(dtype));
+  Entry out;
+  out.type = dtype_from(dtype.get<std::string>(), where);
+  out.shape = read_shape(where, entry["shape"]);
+  const uint64_t bytes = shape_bytes(where, entry["shape"], out.shape, out.type);
+  const nlohmann::json& offsets = entry["data_offsets"];
+  KUAFU_CHECK(offsets.is_array() && offsets.size() == 2 && as_count(offsets[0], &out.begin) &&
+                  as_count(offsets[1], &out.end),
+              where, ": data_offsets: expected two non-negative integers [begin, end], found ", shown(offsets));
+  KUAFU_CHECK(out.begin <= out.end, where, ": data_offsets: expected begin <= end, found ", shown(offsets));
+  KUAFU_CHECK(out.end <= data_size, where, ": data ends at byte ", out.end, " but the file holds only ", data_size,
+              " data bytes (truncated?)");
+  KUAFU_CHECK(out.end - out.begin == bytes, where, ": shape ", shown(entry["shape"]), " of ", dtype_label(out.type),
+              " needs ", bytes, " bytes, data_offsets give ", out.end - out.begin);
+  return out;
 }
 
 void append_u64_le(std::string& out, uint64_t v) {
@@ -81,12 +196,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
   KUAFU_CHECK(header_len <= bytes.size() - 8, path, ": header length ", header_len,
               " exceeds the file size ", bytes.size(), " (truncated or not a safetensors file)");
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const std::exception& e) {
-    fail(path + ": header is not valid JSON: " + e.what());
-  }
+  const nlohmann::json header = parse_header(path, std::string_view(bytes).substr(8, header_len));
   KUAFU_CHECK(header.is_object(), path, ": header must be a JSON object");
   const uint64_t data_size = bytes.size() - 8 - header_len;
   const char* data = bytes.data() + 8 + header_len;
@@ -95,49 +205,52 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
+      KUAFU_CHECK(entry.is_object(), path, ": __metadata__: expected an object of strings, found ", shown(entry));
       for (const auto& [k, v] : entry.items()) {
-        KUAFU_CHECK(v.is_string(), path, ": metadata value for '", k, "' must be a string");
+        KUAFU_CHECK(v.is_string(), path, ": metadata value for '", text::abbreviate(k), "' must be a string");
         file.metadata[k] = v.get<std::string>();
       }
       continue;
     }
-    const std::string where = path + ": tensor '" + name + "'";
-    KUAFU_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
-                    entry.contains("data_offsets"),
-                where, " needs dtype, shape and data_offsets");
-    const torch::ScalarType type = dtype_from(entry["dtype"].get<std::string>(), where);
-    const auto shape = entry["shape"].get<std::vector<int64_t>>();
-    const auto offsets = entry["data_offsets"].get<std::vector<uint64_t>>();
-    KUAFU_CHECK(offsets.size() == 2 && offsets[0] <= offsets[1], where, ": bad data_offsets");
-    KUAFU_CHECK(offsets[1] <= data_size, where, ": data ends at byte ", offsets[1], " but the file holds only ",
-                data_size, " data bytes (truncated?)");
-    int64_t numel = 1;
-    for (int64_t d : shape) {
-      KUAFU_CHECK(d >= 0, where, ": negative dimension");
-      numel *= d;
-    }
-    const uint64_t expected = static_cast<uint64_t>(numel) * c10::elementSize(type);
-    KUAFU_CHECK(offsets[1] - offsets[0] == expected, where, ": shape needs ", expected, " bytes, offsets give ",
-                offsets[1] - offsets[0]);
-    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(type));
-    if (expected > 0) std::memcpy(t.data_ptr(), data + offsets[0], expected);
+    const std::string where = tensor_where(path, name);
+    KUAFU_CHECK(!name.empty(), where, ": expected a non-empty name");
+    const Entry e = read_entry(where, entry, data_size);
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
     file.tensors.emplace_back(name, t);
-    ranges.emplace_back(offsets[0], offsets[1]);
+    ranges.emplace_back(e.begin, e.end);
   }
   // nlohmann::json hands entries back sorted by name: restore file (offset) order.
   std::vector<size_t> order(ranges.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  NamedTensors in_file_order;
-  for (size_t k = 0; k < order.size(); ++k) {
-    if (k > 0) {
-      KUAFU_CHECK(ranges[order[k]].first >= ranges[order[k - 1]].second, path, ": tensor data ranges of '",
-                  file.tensors[order[k - 1]].first, "' and '", file.tensors[order[k]].first, "' overlap");
-    }
-    in_file_order.push_back(std::move(file.tensors[order[k]]));
+  // All checked before any is moved, so that the message can name both tensors.
+  for (size_t k = 1; k < order.size(); ++k) {
+    KUAFU_CHECK(ranges[order[k]].first >= ranges[order[k - 1]].second, path, ": tensor data ranges of '",
+                text::abbreviate(file.tensors[order[k - 1]].first), "' and '",
+                text::abbreviate(file.tensors[order[k]].first), "' overlap");
   }
+  NamedTensors in_file_order;
+  for (size_t k : order) in_file_order.push_back(std::move(file.tensors[k]));
   file.tensors = std::move(in_file_order);
   return file;
+}
+
+void check_loadable(const std::string& file, const std::string& name, const torch::Tensor& stored,
+                    torch::ScalarType target) {
+  const torch::ScalarType type = stored.scalar_type();
+  const std::string where = tensor_where(file, name);
+  KUAFU_CHECK(type == target || (is_float_width(type) && is_float_width(target)), where, " is stored as ",
+              dtype_label(type), " but expected ", dtype_label(target),
+              " (only F16, BF16, F32 and F64 convert into each other)");
+  if (!is_float_width(type)) return;
+  const int64_t non_finite = count_non_finite(stored);
+  KUAFU_CHECK(non_finite == 0, where, " holds ", non_finite, " non-finite values (NaN or infinity) among ",
+              stored.numel(), "; refusing to load it");
+  if (type == target) return;
+  const int64_t overflowing = count_non_finite(stored.to(target));
+  KUAFU_CHECK(overflowing == 0, where, ": ", overflowing, " of its ", stored.numel(), " ", dtype_label(type),
+              " values overflow ", dtype_label(target), " (they would become infinite)");
 }
 
 }  // namespace kuafu::io

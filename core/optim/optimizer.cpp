@@ -97,6 +97,7 @@ void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::
                     "' (checkpoint from another model or optimizer?)");
         KUAFU_CHECK(value->sizes() == p.tensor.sizes(), where, ": '", p.name, "/", slot, "' has shape ",
                     value->sizes(), " but the parameter has ", p.tensor.sizes());
+        io::check_loadable(where, p.name + "/" + slot, *value, state_dtype(p.tensor));
         loaded[g][i].push_back(value->to(p.tensor.device(), state_dtype(p.tensor)).clone());
         ++used;
       }

@@ -107,6 +107,8 @@ void restore_weights(const std::string& folder, const io::NamedTensors& weights,
     const torch::Tensor local = local_of(to_local, name, *saved);
     KUAFU_CHECK(local.sizes() == target.sizes(), path, ": '", name, "' has shape ", saved->sizes(),
                 " but the model expects ", target.sizes(), " (checkpoint from a different model config?)");
+    // The whole saved tensor is checked, which every rank reads alike: all refuse together.
+    io::check_loadable(path, name, *saved, target);
     target.copy_(local);
     ++matched;
   };

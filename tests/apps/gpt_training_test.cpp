@@ -116,6 +116,12 @@ TEST_F(GPTTrainingTest, AModelThatCannotFitIsRefusedBeforeItIsBuilt) {
   EXPECT_NO_THROW(check_model_fits(make_config(root_, "run", ""), runtime));
 }
 
+// Before: generate.top_p = 0 passed the config check and failed during sampling.
+TEST_F(GPTTrainingTest, SamplingSettingsThatCannotSampleAreRefusedWithTheConfig) {
+  const std::string message = testing::error_message([&] { make_config(root_, "run", "generate.top_p=0"); });
+  EXPECT_TRUE(testing::Contains(message, "generate.top_p")) << message;
+}
+
 // A task whose loss turns NaN at step 3: the trainer must stop with an error and leave step 2's checkpoint.
 TEST_F(GPTTrainingTest, NonFiniteLossStopsAndKeepsLastGoodCheckpoint) {
   const auto config = make_config(root_, "run", "train.checkpoint_interval=1");

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 
 #include "core/io/safetensors.h"
 #include "core/optim/algorithms.h"
@@ -48,6 +50,108 @@ TEST(SafetensorsTest, TruncatedAndGarbageFilesAreRefused) {
   std::ofstream((dir / "g.safetensors").string()) << "not a tensor file at all";
   EXPECT_NE(message_of([&] { io::load_safetensors((dir / "g.safetensors").string()); }).find("g.safetensors"),
             std::string::npos);
+}
+
+// A safetensors file from raw header text and `data_bytes` zero bytes of data; `claimed_length`
+// replaces the header's length field when given.
+std::string write_raw_safetensors(const fs::path& dir, const std::string& name, const std::string& header,
+                                  size_t data_bytes, std::optional<uint64_t> claimed_length = std::nullopt) {
+  const uint64_t length = claimed_length.value_or(header.size());
+  std::string bytes;
+  for (int i = 0; i < 8; ++i) bytes.push_back(static_cast<char>((length >> (8 * i)) & 0xff));
+  bytes += header;
+  bytes.append(data_bytes, '\0');
+  const std::string path = (dir / name).string();
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+// The error of loading a file with this header, checked to name the file.
+std::string header_error(const std::string& header, size_t data_bytes,
+                         std::optional<uint64_t> claimed_length = std::nullopt) {
+  const auto path = write_raw_safetensors(temp_dir("st_header"), "h.safetensors", header, data_bytes, claimed_length);
+  const std::string message = testing::expected_error([&] { io::load_safetensors(path); });
+  EXPECT_TRUE(testing::Contains(message, path + ": "));
+  return message;
+}
+
+TEST(SafetensorsTest, OffsetsMustBeIntegersAndNamesUniqueAndNonEmpty) {
+  using testing::Contains;
+  EXPECT_TRUE(Contains(header_error(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0.0,16.0]}})", 16),
+                       "tensor 'w': data_offsets: expected two non-negative integers [begin, end], found [0.0,16.0]"));
+  EXPECT_TRUE(Contains(header_error(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                                    R"("w":{"dtype":"F32","shape":[4],"data_offsets":[16,32]}})", 32),
+                       "tensor 'w': named twice in the header"));
+  EXPECT_TRUE(Contains(header_error(R"({"":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 16),
+                       "tensor '': expected a non-empty name"));
+}
+
+TEST(SafetensorsTest, DamagedHeadersAreRefusedNamingFileAndTensor) {
+  using testing::Contains;
+  const auto entry = [](const std::string& shape, const std::string& offsets, const std::string& dtype = "\"F32\"") {
+    return R"({"dtype":)" + dtype + R"(,"shape":)" + shape + R"(,"data_offsets":)" + offsets + "}";
+  };
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[16,0]") + "}", 16),
+                       "tensor 'w': data_offsets: expected begin <= end, found [16,0]"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[0,16,32]") + "}", 32),
+                       "tensor 'w': data_offsets: expected two non-negative integers [begin, end], found [0,16,32]"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[-16,0]") + "}", 16),
+                       "tensor 'w': data_offsets: expected two non-negative integers"));
+  EXPECT_TRUE(Contains(header_error("{\"a\":" + entry("[4]", "[0,16]") + ",\"b\":" + entry("[4]", "[8,24]") + "}", 24),
+                       "tensor data ranges of 'a' and 'b' overlap"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[8]", "[0,32]") + "}", 16),
+                       "tensor 'w': data ends at byte 32 but the file holds only 16 data bytes"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4611686018427387904,4611686018427387904]", "[0,0]") + "}", 0),
+                       "tensor 'w': shape [4611686018427387904,4611686018427387904] has more elements than fit in 64 bits"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4611686018427387904]", "[0,0]") + "}", 0),
+                       "tensor 'w': shape [4611686018427387904] of F32 needs more bytes than fit in 64 bits"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4.0]", "[0,16]") + "}", 16),
+                       "tensor 'w': shape: expected a list of non-negative integers, found [4.0]"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[-4]", "[0,16]") + "}", 16),
+                       "tensor 'w': shape: expected a list of non-negative integers, found [-4]"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[0,16]", "5") + "}", 16),
+                       "tensor 'w': dtype: expected a string such as \"F32\", found 5"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[0,16]") + "}", 16, 1000),
+                       "header length 1000 exceeds the file size"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[0,16]") + "}", 16, ~uint64_t{0}),
+                       "header length 18446744073709551615 exceeds the file size"));
+  EXPECT_TRUE(Contains(header_error(R"({"__metadata__":"x"})", 0), "__metadata__: expected an object of strings"));
+  // A huge name is echoed short.
+  const std::string long_name(100'000, 'n');
+  const std::string message = header_error("{\"" + long_name + "\":" + entry("[4]", "[16,0]") + "}", 16);
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_TRUE(Contains(message, "(100000 bytes)"));
+}
+
+TEST(SafetensorsTest, CheckLoadableRefusesDtypeChangesOtherThanAmongFloatWidths) {
+  const torch::Tensor f32 = torch::zeros({4});
+  // I32 bits copied into F32 weights evaluated to a loss of 6.5e10.
+  const std::string message =
+      testing::expected_error([&] { io::check_loadable("m.safetensors", "fc.weight", torch::ones({4}, torch::kInt32), f32); });
+  EXPECT_TRUE(testing::Contains(message, "m.safetensors: tensor 'fc.weight' is stored as I32 but expected F32"));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kFloat16), f32));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kBFloat16), f32));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", f32, torch::zeros({4}, torch::kBFloat16)));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kFloat64), f32));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kInt64), torch::zeros({4}, torch::kInt64)));
+  EXPECT_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kInt64), torch::zeros({4}, torch::kInt32)), Error);
+  EXPECT_THROW(io::check_loadable("m", "w", torch::ones({4}, torch::kBool), torch::zeros({4}, torch::kUInt8)), Error);
+  EXPECT_THROW(io::check_loadable("m", "w", f32, torch::zeros({4}, torch::kInt64)), Error);
+}
+
+TEST(SafetensorsTest, CheckLoadableRefusesNonFiniteValues) {
+  torch::Tensor weights = torch::ones({8});
+  weights[1] = std::numeric_limits<float>::quiet_NaN();
+  weights[5] = std::numeric_limits<float>::infinity();
+  weights[6] = -std::numeric_limits<float>::infinity();
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { io::check_loadable("m.safetensors", "fc.weight", weights, weights); }),
+                                "m.safetensors: tensor 'fc.weight' holds 3 non-finite values (NaN or infinity) among 8"));
+  // Narrowing must not make values infinite either: 1e5 is beyond F16.
+  const torch::Tensor large = torch::full({4}, 1e5);
+  EXPECT_TRUE(testing::Contains(
+      testing::expected_error([&] { io::check_loadable("m.safetensors", "w", large, torch::zeros({4}, torch::kFloat16)); }),
+      "m.safetensors: tensor 'w': 4 of its 4 F32 values overflow F16"));
+  EXPECT_NO_THROW(io::check_loadable("m", "w", large, torch::zeros({4}, torch::kBFloat16)));
 }
 
 struct Tiny : torch::nn::Module {
@@ -106,6 +210,26 @@ TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
   const std::string shape_message =
       message_of([&] { train::CheckpointStore::load_model(train::checkpoint_folder(root, 20), wide); });
   EXPECT_NE(shape_message.find("fc.weight"), std::string::npos) << shape_message;
+}
+
+// Before: an I32 tensor in place of an F32 weight was cast silently (loss 6.5e10), and NaN weights
+// loaded and evaluated to null.
+TEST(CheckpointTest, WeightsOfAnotherKindOrNotFiniteAreRefusedNamingFileAndTensor) {
+  const auto root = (temp_dir("ckpt_kinds") / "checkpoints").string();
+  train::CheckpointStore store(root, dist::World::single()->world_group(), /*keep=*/5);
+  Tiny model;
+  auto optimizer = adamw_for(model);
+  const torch::Tensor bias = model.fc->bias.detach();
+  store.save(1, {{"fc.weight", torch::ones({3, 4}, torch::kInt32)}, {"fc.bias", bias}}, *optimizer, {});
+  torch::Tensor poisoned = model.fc->weight.detach().clone();
+  poisoned[0][0] = std::numeric_limits<float>::quiet_NaN();
+  store.save(2, {{"fc.weight", poisoned}, {"fc.bias", bias}}, *optimizer, {});
+  Tiny other;
+  const std::string as_int = message_of([&] { train::CheckpointStore::load_model(train::checkpoint_folder(root, 1), other); });
+  EXPECT_NE(as_int.find("'fc.weight' is stored as I32 but expected F32"), std::string::npos) << as_int;
+  EXPECT_NE(as_int.find("model.safetensors"), std::string::npos) << as_int;
+  const std::string as_nan = message_of([&] { train::CheckpointStore::load_model(train::checkpoint_folder(root, 2), other); });
+  EXPECT_NE(as_nan.find("'fc.weight' holds 1 non-finite values"), std::string::npos) << as_nan;
 }
 
 }  // namespace

@@ -95,6 +95,18 @@ TEST(CliTest, UnknownOptionOrArgumentIsNamed) {
   EXPECT_TRUE(Contains(parse_error({"train", "--config", "c.toml", "stray"}), "unexpected argument 'stray'"));
 }
 
+TEST(CliTest, HugeNamesAreEchoedShortly) {
+  const std::string huge(10'000'000, 'x');
+  const std::string option = "--" + huge;
+  for (const std::string& message : {parse_error({huge.c_str()}),
+                                     parse_error({"train", "--config", "c.toml", option.c_str()}),
+                                     parse_error({"train", "--config", "c.toml", huge.c_str()})}) {
+    EXPECT_LT(message.size(), 1000u);
+    EXPECT_TRUE(Contains(message, "xxxxxxxxxx"));
+    EXPECT_TRUE(Contains(message, "bytes)'"));
+  }
+}
+
 TEST(CliTest, HelpRequests) {
   const ParsedCommand none = parse({});
   EXPECT_TRUE(none.help);

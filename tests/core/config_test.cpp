@@ -2,6 +2,7 @@
 // defaults and sources, printing the effective config; plus the small text helpers it uses.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -166,6 +167,114 @@ TEST(ConfigTest, CapsTheNumberOfProblemsListed) {
   EXPECT_FALSE(Contains(message, "unknown_24"));
 }
 
+// "a.a.a" with `parts` components.
+std::string dotted(size_t parts) {
+  std::string s = "a";
+  for (size_t i = 1; i < parts; ++i) s += ".a";
+  return s;
+}
+
+// `open` then `inner` nested `depth` times, then `close` as often: nested("{ a = ", "1", " }", 3).
+std::string nested(const std::string& open, const std::string& inner, const std::string& close, int depth) {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += open;
+  s += inner;
+  for (int i = 0; i < depth; ++i) s += close;
+  return s;
+}
+
+TEST(ConfigTest, DeepNestingIsRefusedBeforeParsing) {
+  // 10,000 header parts overflowed the loader's stack, 100,000 toml++'s own.
+  for (size_t parts : {65u, 10'000u, 100'000u}) {
+    const std::string message = load_error("seed = 1\n\n[" + dotted(parts) + "]\nx = 1\n");
+    EXPECT_TRUE(Contains(message, "test.toml:3: nesting too deep: expected at most 64 levels of tables, dotted "
+                                  "keys, arrays and inline tables, found " + std::to_string(parts)));
+    EXPECT_LT(message.size(), 1000u);
+  }
+  EXPECT_TRUE(Contains(load_error("[[" + dotted(70) + "]]\n"), "test.toml:1: nesting too deep"));
+  EXPECT_TRUE(Contains(load_error("[train]\n" + dotted(10'000) + " = 1\n"), "test.toml:2: nesting too deep"));
+  EXPECT_TRUE(Contains(load_error("x = { " + dotted(70) + " = 1 }\n"), "test.toml:1: nesting too deep"));
+  EXPECT_TRUE(
+      Contains(load_error("\nx = " + nested("{ a = ", "1", " }", 100) + "\n"), "test.toml:2: nesting too deep"));
+  EXPECT_TRUE(Contains(load_error("x = " + nested("[", "1", "]", 100) + "\n"), "test.toml:1: nesting too deep"));
+  EXPECT_TRUE(
+      Contains(load_error("x = [\n" + nested("[", "1", "]", 100) + "]\n"), "test.toml:2: nesting too deep"));
+  const std::string override_message = load_error("", {"x=" + nested("{ a = ", "1", " }", 100)});
+  EXPECT_TRUE(Contains(override_message, "--set x={ a = { a = "));
+  EXPECT_TRUE(Contains(override_message, "nesting too deep"));
+}
+
+TEST(ConfigTest, NestingWithinTheLimitIsLoadedAsBefore) {
+  // Dots inside quoted keys, strings, comments and numbers are no nesting.
+  const std::string quoted_key = load_error("[\"" + dotted(100) + "\"]\n");
+  EXPECT_FALSE(Contains(quoted_key, "nesting")) << quoted_key;
+  EXPECT_TRUE(Contains(quoted_key, "unknown section"));
+  const std::string deep_ok = load_error("[" + dotted(63) + "]\nx = 1\n");
+  EXPECT_FALSE(Contains(deep_ok, "nesting")) << deep_ok;
+  EXPECT_TRUE(Contains(deep_ok, "unknown key"));
+  std::string betas = "0.5";
+  for (int i = 0; i < 100; ++i) betas += ", 0.5";
+  const Config c = parse("run.name = \"\"\"\n[" + dotted(100) + "]\n\"\"\"\n"
+                         "precision = 'fp32' # [" + dotted(100) + "]\n"
+                         "optim.betas = [" + betas + "]\n"
+                         "data.files = [\"" + dotted(100) + "\", '''[[[[''']\n");
+  EXPECT_EQ(c.get_string("run.name"), "[" + dotted(100) + "]\n");
+  EXPECT_EQ(c.get_float_list("optim.betas").size(), 101u);
+  EXPECT_EQ(c.get_string_list("data.files").size(), 2u);
+}
+
+// Seconds that `action` takes.
+double seconds_of(const std::function<void()>& action) {
+  const auto start = std::chrono::steady_clock::now();
+  action();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The test schema and 100 more keys: about as many as an app declares, so that a search through all
+// of them costs what it costs in the app.
+Schema app_sized_schema() {
+  Schema s = test_schema();
+  for (int i = 0; i < 100; ++i) s.add_int("extra.key_" + std::to_string(i), 0, "a key");
+  return s;
+}
+
+TEST(ConfigTest, HugeUnknownKeyIsReportedQuicklyAndShortly) {
+  const std::string key(10'000'000, 'k');
+  std::string message;
+  // The "did you mean" search took 54 s for this key, and the message held it whole.
+  EXPECT_LT(seconds_of([&] {
+              message = error_of([&] { Config::from_string(key + " = 1\n", "test.toml", app_sized_schema()); });
+            }),
+            5.0);
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_TRUE(Contains(message, "unknown key 'kkkkkkkkkk"));
+  EXPECT_TRUE(Contains(message, "... (10000000 bytes)' at test.toml:1:1"));
+}
+
+TEST(ConfigTest, HugeOverrideIsReportedQuicklyAndShortly) {
+  const std::string key(10'000'000, 'k');
+  std::string message;
+  EXPECT_LT(seconds_of([&] {
+              message = error_of([&] { Config::from_string("", "test.toml", app_sized_schema(), {key + "=1"}); });
+            }),
+            5.0);
+  EXPECT_LT(message.size(), 1000u);
+  EXPECT_TRUE(Contains(message, "unknown key 'kkkkkkkkkk"));
+  EXPECT_TRUE(Contains(message, "(10000000 bytes)"));
+  EXPECT_TRUE(Contains(message, "at --set kkkkkkkkkk"));
+}
+
+TEST(ConfigTest, HugeValuesAreEchoedShortly) {
+  const std::string value(1'000'000, 'v');
+  for (const std::string& message :
+       {load_error("precision = \"" + value + "\"\n"), load_error("train.steps = \"" + value + "\"\n"),
+        load_error("", {"precision=" + value}), load_error("", {"train.steps=" + value})}) {
+    EXPECT_LT(message.size(), 1000u);
+    EXPECT_TRUE(Contains(message, "vvvvvvvvvv"));
+    EXPECT_TRUE(Contains(message, "bytes)"));
+  }
+}
+
 TEST(ConfigTest, OverridesReplaceFileValues) {
   const Config c = parse("[train]\nsteps = 10\n",
                          {"train.steps=5", "optim.lr=1", "run.name=my-run", "model.layers_per_stage=[3, 5]",
@@ -305,6 +414,17 @@ TEST(TextTest, Helpers) {
   EXPECT_EQ(text::join({}, ", "), "");
   EXPECT_TRUE(text::starts_with("--config", "--"));
   EXPECT_FALSE(text::starts_with("-", "--"));
+}
+
+TEST(TextTest, BoundedEditDistanceAndAbbreviation) {
+  EXPECT_EQ(text::edit_distance("kitten", "sitting", 3), 3u);
+  EXPECT_EQ(text::edit_distance("kitten", "sitting", 2), 3u) << "beyond the limit: limit + 1";
+  EXPECT_EQ(text::edit_distance(std::string(10'000'000, 'x'), "train", 2), 3u);
+  EXPECT_EQ(text::closest_match(std::string(10'000'000, 'x'), {"train"}, 5'000'000), "");
+  EXPECT_EQ(text::abbreviate("short"), "short");
+  EXPECT_EQ(text::abbreviate(std::string(100, 'a')), std::string(100, 'a'));
+  EXPECT_EQ(text::abbreviate(std::string(101, 'a')), std::string(100, 'a') + "... (101 bytes)");
+  EXPECT_EQ(text::abbreviate("abcdef", 3), "abc... (6 bytes)");
 }
 
 }  // namespace

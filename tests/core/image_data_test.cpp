@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
@@ -104,6 +105,47 @@ TEST_F(ImageDataTest, IdxFormatErrorsNameOffsetExpectedAndFound) {
   EXPECT_TRUE(Contains(expected_error([&] { read_idx(path("header.idx")); }), "truncated header at byte offset 6"));
 
   EXPECT_TRUE(Contains(expected_error([&] { read_idx(path("absent.gz")); }), "does not exist"));
+}
+
+TEST_F(ImageDataTest, IdxHeaderClaimingMoreThanTheFileHoldsFailsWithoutAllocatingIt) {
+  // A 33-byte file claiming 16 GiB allocated and zeroed 16 GiB before failing; a claim of 2^40 bytes
+  // threw a bare std::bad_alloc.
+  const Bytes claim_16g = idx_bytes({4, 65536, 65536}, Bytes(17, 1));
+  ASSERT_EQ(claim_16g.size(), 33u);
+  write_raw(path("claim.idx"), claim_16g);
+  write_gz(path("claim.gz"), claim_16g);
+  const Bytes claim_2_40 = idx_bytes({1024, 1024, 1024, 1024}, Bytes(17, 1));
+  write_raw(path("huge.idx"), claim_2_40);
+  write_gz(path("huge.gz"), claim_2_40);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"claim.idx", "truncated data at byte offset 33: expected 17179869184 data bytes (shape 4 x 65536 x 65536) "
+                    "after the 16-byte header, found 17"},
+      {"claim.gz", "truncated data at uncompressed byte offset 33: expected 17179869184 data bytes (shape 4 x "
+                   "65536 x 65536) after the 16-byte header, found 17"},
+      {"huge.idx", "expected 1099511627776 data bytes (shape 1024 x 1024 x 1024 x 1024) after the 20-byte header, "
+                   "found 17"},
+      {"huge.gz", "expected 1099511627776 data bytes (shape 1024 x 1024 x 1024 x 1024) after the 20-byte header, "
+                  "found 17"}};
+  for (const auto& [name, expected] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = expected_error([&] { read_idx(path(name)); });
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0) << name;
+    EXPECT_TRUE(Contains(message, "IDX file " + path(name) + ": "));
+    EXPECT_TRUE(Contains(message, expected));
+  }
+}
+
+TEST_F(ImageDataTest, IdxGzippedDataLargerThanTheFirstReadParses) {
+  // Gzipped data arrives in growing pieces; several of them must add up to the array.
+  Bytes data(3 * 1024 * 1024 + 5);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  write_gz(path("big.gz"), idx_bytes({3, 1024 * 1024 + 1, 1}, Bytes(data.begin(), data.end() - 2)));
+  const IdxArray array = read_idx(path("big.gz"));
+  EXPECT_EQ(array.shape, (std::vector<int64_t>{3, 1024 * 1024 + 1, 1}));
+  EXPECT_TRUE(array.data == Bytes(data.begin(), data.end() - 2));
+  write_gz(path("short_big.gz"), idx_bytes({3, 1024 * 1024 + 2, 1}, data));
+  EXPECT_TRUE(Contains(expected_error([&] { read_idx(path("short_big.gz")); }),
+                       "expected 3145734 data bytes (shape 3 x 1048578 x 1) after the 16-byte header, found 3145733"));
 }
 
 TEST_F(ImageDataTest, IdxFashionMnistHasTheKnownShapesAndBalancedClasses) {

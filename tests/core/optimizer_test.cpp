@@ -359,6 +359,32 @@ TEST(OptimizerStateTest, MismatchedStateIsRefusedWithTheReason) {
   EXPECT_NE(message.find(path), std::string::npos) << message;
 }
 
+TEST(OptimizerStateTest, StateOfAnotherDtypeOrWithNonFiniteValuesIsRefused) {
+  const auto dir = testing::temp_dir("optim_state_values");
+  auto a = random_params(8, torch::kFloat32);
+  auto adamw = make("adamw", decay_and_bias(a, 0.01));
+  set_random_grads({a.matrix, a.bias}, 0);
+  adamw->step();
+  // One state tensor replaced: integer bits (cast silently before), then NaNs (loaded silently before).
+  const auto replaced = [&](const std::string& file, const torch::Tensor& value) {
+    io::NamedTensors state = adamw->state_tensors();
+    for (auto& [name, tensor] : state) {
+      if (name == "matrix/exp_avg") tensor = value;
+    }
+    const std::string path = (dir / file).string();
+    io::save_safetensors(path, state, {{"optimizer", "adamw"}});
+    auto fresh = make("adamw", decay_and_bias(a, 0.01));
+    return testing::expected_error([&] { fresh->load_state_tensors(io::load_safetensors(path), path); });
+  };
+  const torch::Tensor shape_of = a.matrix.detach();
+  const std::string as_int = replaced("int.safetensors", torch::ones_like(shape_of, torch::kInt32));
+  EXPECT_TRUE(testing::Contains(as_int, (dir / "int.safetensors").string() + ": tensor 'matrix/exp_avg' is stored as I32"));
+  EXPECT_TRUE(testing::Contains(as_int, "expected F32"));
+  const std::string as_nan = replaced("nan.safetensors", torch::full_like(shape_of, NAN));
+  EXPECT_TRUE(testing::Contains(as_nan, (dir / "nan.safetensors").string() + ": tensor 'matrix/exp_avg' holds " +
+                                            std::to_string(shape_of.numel()) + " non-finite values"));
+}
+
 TEST(GradNormTest, ClippingEqualsTorchClipGradNorm) {
   auto mine = random_params(7, torch::kFloat64), reference = random_params(7, torch::kFloat64);
   set_random_grads({mine.matrix, mine.bias}, 0);
