@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
 
   try {
     return kuafu::dist::run_ranks(options, std::vector<std::string>(argv + program, argv + argc));
-  } catch (const kuafu::Error& e) {
+  } catch (const std::exception& e) {  // kuafu::Error, and any other rather than an abort
     std::cerr << "kuafu-run: error: " << e.what() << "\n";
     return 1;
   }

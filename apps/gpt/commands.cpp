@@ -220,7 +220,9 @@ void prepare_command(const config::Config& config) {
   KUAFU_CHECK(fs::exists(text_path), "data.text = ", text_path, " does not exist (for the Bible: data/kjv/export.sh ",
               fs::path(text_path).parent_path().string(), ")");
   const DataPaths paths = data_paths(config);
-  fs::create_directories(config.get_string("data.dir"));
+  std::error_code created;
+  fs::create_directories(config.get_string("data.dir"), created);
+  if (created) config.fail_at("data.dir", "= " + config.get_string("data.dir") + ": cannot create the folder: " + created.message());
   const int64_t vocab = config.get_int("data.vocab_size");
 
   // Split by blocks of lines so validation windows read continuous text; every N-th block validates.

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "core/util/error.h"
@@ -29,6 +30,8 @@ class Vars {
     int value = 0;
     const char* end = text->data() + text->size();
     auto [ptr, ec] = std::from_chars(text->data(), end, value);
+    KUAFU_CHECK(ec != std::errc::result_out_of_range || ptr != end, "environment variable ", name, "='", *text,
+                "' is out of range (at most ", std::numeric_limits<int>::max(), ")");
     KUAFU_CHECK(ec == std::errc() && ptr == end, "environment variable ", name, "='", *text,
                 "' is not an integer");
     return value;
@@ -80,7 +83,8 @@ bool parse_bool(const std::string& name, const std::string& text) {
 std::string require_master_addr(const Vars& vars, int world_size, const std::string& launcher) {
   auto addr = vars.get("MASTER_ADDR");
   if (addr) return *addr;
-  KUAFU_CHECK(world_size == 1, "environment variable MASTER_ADDR is not set but the ", launcher,
+  // A world size below 1 is reported by validate(), naming its variable.
+  KUAFU_CHECK(world_size <= 1, "environment variable MASTER_ADDR is not set but the ", launcher,
               " world has ", world_size, " processes; export MASTER_ADDR=<host of rank 0> "
               "(and MASTER_PORT) so that the ranks can meet, e.g. mpirun -x MASTER_ADDR=$(hostname)");
   return "127.0.0.1";

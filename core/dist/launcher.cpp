@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -387,7 +388,15 @@ int find_free_port() {
 }
 
 std::string make_port_file_dir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "kuafu-run-XXXXXX").string();
+  std::error_code error;
+  const std::filesystem::path temp = std::filesystem::temp_directory_path(error);
+  if (error) {
+    const char* tmpdir = std::getenv("TMPDIR");
+    fail(detail::concat("--master-port 0 needs a temporary folder for the rendezvous port file, but ",
+                        tmpdir ? "TMPDIR=" + std::string(tmpdir) : std::string("/tmp"), " is not usable (",
+                        error.message(), "); set TMPDIR to a writable folder"));
+  }
+  std::string pattern = (temp / "kuafu-run-XXXXXX").string();
   KUAFU_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a folder for the rendezvous port file from ",
               pattern, ": ", std::strerror(errno));
   return pattern;
@@ -398,6 +407,9 @@ int run_ranks(const LaunchOptions& options, const std::vector<std::string>& argv
   KUAFU_CHECK(options.nproc_per_node >= 1, "--nproc-per-node must be at least 1, not ",
               options.nproc_per_node);
   KUAFU_CHECK(options.nnodes >= 1, "--nnodes must be at least 1, not ", options.nnodes);
+  KUAFU_CHECK(int64_t{options.nnodes} * options.nproc_per_node <= std::numeric_limits<int>::max(), "--nnodes ",
+              options.nnodes, " x --nproc-per-node ", options.nproc_per_node, " ranks do not fit WORLD_SIZE (at most ",
+              std::numeric_limits<int>::max(), ")");
   KUAFU_CHECK(options.node_rank >= 0 && options.node_rank < options.nnodes, "--node-rank ",
               options.node_rank, " must be between 0 and --nnodes - 1 = ", options.nnodes - 1);
   KUAFU_CHECK(options.master_port >= 0 && options.master_port <= 65535, "--master-port ",
@@ -406,7 +418,7 @@ int run_ranks(const LaunchOptions& options, const std::vector<std::string>& argv
               "--master-port 0 picks a free port on this host, which the other nodes cannot "
               "know; give the same fixed port on every node when --nnodes > 1");
   KUAFU_CHECK(!options.master_addr.empty(), "--master-addr must not be empty");
-  KUAFU_CHECK(options.timeout_grace_s >= 0, "--timeout-grace must not be negative, not ",
+  KUAFU_CHECK(options.timeout_grace_s >= 0, "--timeout-grace must be a number of seconds >= 0, not ",
               options.timeout_grace_s);
 
   LaunchOptions resolved = options;

@@ -131,6 +131,10 @@ TokenFile TokenFile::open(const std::string& path, bool check_ids) {
     ::close(fd);
     fail("cannot stat token file " + path + ": " + why);
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("token file " + path + (S_ISDIR(st.st_mode) ? " is a folder, not a file" : " is not a regular file"));
+  }
   const auto file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < kTokenFileHeaderBytes) {
     ::close(fd);

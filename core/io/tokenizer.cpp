@@ -63,14 +63,26 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
 }
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
-  // SentencePiece's own message for a missing file is vague; say which file.
-  KUAFU_CHECK(file_exists(model_path), "tokenizer model ", model_path, " does not exist");
+  // SentencePiece's own messages for a missing, empty or unparsable file are vague; say what is wrong.
+  struct stat st {};
+  const bool found = ::stat(model_path.c_str(), &st) == 0;
+  KUAFU_CHECK(found, "tokenizer model ", model_path, " does not exist");
+  KUAFU_CHECK(!S_ISDIR(st.st_mode), "tokenizer model ", model_path, " is a folder, not a SentencePiece model file");
+  KUAFU_CHECK(S_ISREG(st.st_mode), "tokenizer model ", model_path, " is not a regular file");
+  KUAFU_CHECK(st.st_size > 0, "tokenizer model ", model_path,
+              " is empty (0 bytes); run prepare again or point data.dir at a prepared folder");
   Tokenizer tokenizer;
   tokenizer.model_path_ = model_path;
   tokenizer.model_ = std::make_unique<Model>();
   const auto status = tokenizer.model_->processor.Load(model_path);
-  KUAFU_CHECK(status.ok(), "cannot load tokenizer model ", model_path, " (not a SentencePiece model?): ",
-              status.ToString());
+  if (!status.ok()) {
+    // A failed parse reports a line of SentencePiece's source, of no use to the user.
+    const std::string why = std::string(status.message()).find("ParseFromArray") != std::string::npos
+                                ? "truncated, corrupt or another kind of file"
+                                : std::string(status.message());
+    fail(detail::concat("cannot load tokenizer model ", model_path, " (", st.st_size,
+                        " bytes): it is not a SentencePiece model (", why, ")"));
+  }
   // Models from train_tokenizer have a "\n" piece; for others encode() takes the general path.
   const auto& processor = tokenizer.model_->processor;
   // PieceToId gives the unknown id for a piece the model lacks.

@@ -11,6 +11,7 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
+#include "core/util/text.h"
 
 namespace kuafu::train {
 namespace fs = std::filesystem;
@@ -298,12 +299,26 @@ nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
                   state.at("step").get<int64_t>() >= 0,
               path, ": \"step\" must be a whole number >= 0 (the optimizer steps taken)");
   const int64_t step = state.at("step").get<int64_t>();
+  if (state.contains("fingerprint") && !state.at("fingerprint").is_null()) {
+    const nlohmann::json& fingerprint = state.at("fingerprint");
+    KUAFU_CHECK(fingerprint.is_object(), path, ": \"fingerprint\" must be a table of setting texts (key = \"value\"), ",
+                "found ", text::abbreviate(fingerprint.dump()));
+    for (const auto& [key, value] : fingerprint.items()) {
+      KUAFU_CHECK(value.is_string(), path, ": \"fingerprint\" must be a table of setting texts, but \"",
+                  text::abbreviate(key), "\" is ", text::abbreviate(value.dump()));
+    }
+  }
   const auto named = step_of_name(fs::path(folder).filename().string());
   KUAFU_CHECK(!named || *named == step, path, " says step ", step, " but the folder is ",
               fs::path(folder).filename().string());
-  const nlohmann::json manifest = nlohmann::json::parse(read_file((fs::path(folder) / kManifest).string()));
-  KUAFU_CHECK(manifest.value("step", step) == step, path, " says step ", step, " but ", kManifest, " says ",
-              manifest.value("step", step));
+  const std::string manifest_path = (fs::path(folder) / kManifest).string();
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(manifest_path));
+  if (manifest.contains("step")) {
+    const nlohmann::json& saved = manifest.at("step");
+    KUAFU_CHECK(saved.is_number_integer(), manifest_path, ": \"step\" must be a whole number, found ",
+                text::abbreviate(saved.dump()));
+    KUAFU_CHECK(saved.get<int64_t>() == step, path, " says step ", step, " but ", kManifest, " says ", saved.dump());
+  }
   return state;
 }
 
@@ -339,8 +354,11 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
   optimizer.load_state_tensors(optimizer_state, optimizer_path, target.part);
   const fs::path rng_path = fs::path(folder) / rng_file(target.rank);
   if (!fs::exists(rng_path)) {
-    log::warnf("checkpoint ", folder, " was written by ", state.value("world_size", 0),
-               " ranks and has no RNG state for rank ", target.rank, ": random streams (dropout) restart");
+    const nlohmann::json world_size = state.value("world_size", nlohmann::json(0));
+    KUAFU_CHECK(world_size.is_number_integer(), (fs::path(folder) / kTrainer).string(),
+                ": \"world_size\" must be a whole number, found ", text::abbreviate(world_size.dump()));
+    log::warnf("checkpoint ", folder, " was written by ", world_size.dump(), " ranks and has no RNG state for rank ",
+               target.rank, ": random streams (dropout) restart");
     return state;
   }
   io::SafetensorsFile rng = io::load_safetensors(rng_path.string());

@@ -262,12 +262,13 @@ void Trainer::resume_or_check_fresh() {
   }
   const nlohmann::json saved = CheckpointStore::read_trainer_state(*folder);
   const nlohmann::json expected = config_fingerprint();
+  // read_trainer_state checked its type; a state without one fails below at the first key.
+  const nlohmann::json trained = saved.value("fingerprint", nlohmann::json::object());
   for (const auto& [key, value] : expected.items()) {
-    const auto found = saved.at("fingerprint").find(key);
-    if (found == saved.at("fingerprint").end() || *found != value) {
+    const auto found = trained.find(key);
+    if (found == trained.end() || *found != value) {
       config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + *folder + " was trained with " +
-                               (found == saved.at("fingerprint").end() ? std::string("no such key")
-                                                                       : found->get<std::string>()) +
+                               (found == trained.end() ? std::string("no such key") : found->get<std::string>()) +
                                "; use the same model settings or another train.out_dir");
     }
   }

@@ -13,7 +13,9 @@
 namespace kuafu {
 
 FolderLock::FolderLock(const std::string& folder, const std::string& what) {
-  std::filesystem::create_directories(folder);
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  KUAFU_CHECK(!error, what, " = ", folder, ": cannot create the folder: ", error.message());
   const std::string path = (std::filesystem::path(folder) / ".kuafu.lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   KUAFU_CHECK(fd_ >= 0, "cannot open ", path, " (", what, "): ", std::strerror(errno));

@@ -44,7 +44,9 @@ void configure(int rank, int world_size, const std::string& log_dir, bool all_ra
   s.prints = rank == 0 || all_ranks_print;
   if (s.file.is_open()) s.file.close();
   if (!log_dir.empty()) {
-    std::filesystem::create_directories(log_dir);
+    std::error_code error;
+    std::filesystem::create_directories(log_dir, error);
+    KUAFU_CHECK(!error, "cannot create the log folder ", log_dir, ": ", error.message());
     const auto path = std::filesystem::path(log_dir) / ("rank" + std::to_string(rank) + ".log");
     s.file.open(path, std::ios::app);
     KUAFU_CHECK(s.file.good(), "cannot open log file ", path.string());

@@ -122,6 +122,18 @@ TEST_F(GPTTrainingTest, SamplingSettingsThatCannotSampleAreRefusedWithTheConfig)
   EXPECT_TRUE(testing::Contains(message, "generate.top_p")) << message;
 }
 
+// Before: a data.dir under a file gave the raw "filesystem error: cannot create directories".
+TEST_F(GPTTrainingTest, PrepareNamesADataFolderThatCannotBeCreated) {
+  const fs::path file = root_ / "a_file";
+  std::ofstream(file) << "x";
+  const std::string text = (root_ / "text.txt").string();
+  std::ofstream(text) << "In the beginning\n";
+  const auto config = make_config(root_, "run", "data.dir=\"" + (file / "sub").string() + "\"\ndata.text=\"" + text + "\"");
+  const std::string message = testing::error_message([&] { prepare_command(config); });
+  EXPECT_TRUE(testing::Contains(message, "data.dir")) << message;
+  EXPECT_TRUE(testing::Contains(message, "cannot create the folder")) << message;
+}
+
 // A task whose loss turns NaN at step 3: the trainer must stop with an error and leave step 2's checkpoint.
 TEST_F(GPTTrainingTest, NonFiniteLossStopsAndKeepsLastGoodCheckpoint) {
   const auto config = make_config(root_, "run", "train.checkpoint_interval=1");

@@ -15,6 +15,7 @@
 #include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
 #include "core/util/folder_lock.h"
+#include "core/util/logging.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu {
@@ -157,6 +158,76 @@ TEST(CheckpointStoreTest, TheTrainerStateStepMustFitTheCheckpoint) {
                          train::CheckpointStore::load(saved.folder(2), train::named_weights(other), *optimizer, {});
                        }),
                        "the optimizer took 4 steps"));
+}
+
+// Before: these reached the user as bare JSON-library text ("[json.exception.type_error.302] type must be
+// number, but is string") naming no file.
+TEST(CheckpointStoreTest, WrongTypesInTheManifestOrTrainerStateNameTheFileAndKey) {
+  Saved saved({10});
+  const std::string folder = saved.folder(10);
+  const std::string manifest_path = (fs::path(folder) / "manifest.json").string();
+  auto manifest = nlohmann::json::parse(read_file(manifest_path));
+  manifest["step"] = "x";
+  write_file_atomic(manifest_path, manifest.dump());
+  std::string message = error_message([&] { train::CheckpointStore::read_trainer_state(folder); });
+  EXPECT_TRUE(Contains(message, manifest_path + ": \"step\" must be a whole number, found \"x\"")) << message;
+
+  // The world size is read only to explain a missing RNG file.
+  Saved other({10});
+  const std::string folder2 = other.folder(10);
+  auto state = nlohmann::json::parse(read_file((fs::path(folder2) / "trainer.json").string()));
+  state["world_size"] = "x";
+  forge(folder2, "trainer.json", state.dump());
+  fs::remove(fs::path(folder2) / "rng_rank0.safetensors");
+  manifest = nlohmann::json::parse(read_file((fs::path(folder2) / "manifest.json").string()));
+  manifest["files"].erase("rng_rank0.safetensors");
+  write_file_atomic((fs::path(folder2) / "manifest.json").string(), manifest.dump());
+  Tiny model;
+  auto optimizer = adamw_for(model);
+  message = error_message([&] { train::CheckpointStore::load(folder2, train::named_weights(model), *optimizer, {}); });
+  EXPECT_TRUE(Contains(message, (fs::path(folder2) / "trainer.json").string() +
+                                    ": \"world_size\" must be a whole number, found \"x\""))
+      << message;
+}
+
+// Before: a fingerprint value that was not a string made the resume check throw "[json.exception.
+// type_error.302] type must be string, but is number".
+TEST(CheckpointStoreTest, TheFingerprintMustBeATableOfSettingTexts) {
+  Saved saved({10});
+  const std::string folder = saved.folder(10);
+  const std::string path = (fs::path(folder) / "trainer.json").string();
+  auto state = nlohmann::json::parse(read_file(path));
+  for (const std::string bad : {"[1]", "\"x\"", R"({"model.n_embd": 64})"}) {
+    state["fingerprint"] = nlohmann::json::parse(bad);
+    forge(folder, "trainer.json", state.dump());
+    const std::string message = error_message([&] { train::CheckpointStore::read_trainer_state(folder); });
+    EXPECT_TRUE(Contains(message, path + ": \"fingerprint\" must be a table of setting texts")) << bad;
+  }
+  EXPECT_TRUE(Contains(error_message([&] { train::CheckpointStore::read_trainer_state(folder); }),
+                       "\"model.n_embd\" is 64"));
+  state["fingerprint"] = {{"model.n_embd", "64"}};
+  forge(folder, "trainer.json", state.dump());
+  EXPECT_NO_THROW(train::CheckpointStore::read_trainer_state(folder));
+}
+
+// Before: an out_dir under a file threw std::filesystem::filesystem_error, which the trainer's main rank
+// did not catch as a refusal (the other ranks then waited for it) and which named no key.
+TEST(FolderLockTest, AFolderThatCannotBeCreatedNamesTheKey) {
+  const fs::path file = temp_dir("lock_file") / "a-file";
+  std::ofstream(file) << "x";
+  const std::string folder = (file / "run").string();
+  const std::string message = error_message([&] { FolderLock lock(folder, "train.out_dir"); });
+  EXPECT_TRUE(Contains(message, "train.out_dir = " + folder + ": cannot create the folder")) << message;
+}
+
+// Before: "filesystem error: cannot create directories: Not a directory [...]".
+TEST(FolderLockTest, ALogFolderThatCannotBeCreatedIsNamed) {
+  const fs::path file = temp_dir("log_file") / "a-file";
+  std::ofstream(file) << "x";
+  const std::string folder = (file / "logs").string();
+  const std::string message = error_message([&] { log::configure(0, 1, folder, false); });
+  log::configure(0, 1, "", false);
+  EXPECT_TRUE(Contains(message, "cannot create the log folder " + folder + ": Not a directory")) << message;
 }
 
 // Before: two runs could share an out_dir. The lock is per open file, so a second one in this process

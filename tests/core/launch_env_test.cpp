@@ -110,6 +110,18 @@ TEST(LaunchEnvTest, TorchrunErrorsNameTheVariable) {
   expect_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR", "not set");
 }
 
+// Before: "WORLD_SIZE='99999999999' is not an integer", and a world of -1 without MASTER_ADDR asked
+// for MASTER_ADDR ("the torchrun world has -1 processes") instead of naming the bad size.
+TEST(LaunchEnvTest, ANumberTooLargeOrANegativeWorldIsSaidSo) {
+  const std::string large = error_of(with(kTorchrun, {{"WORLD_SIZE", "99999999999"}}));
+  EXPECT_NE(large.find("WORLD_SIZE='99999999999' is out of range"), std::string::npos) << large;
+  const std::string negative = error_of({{"RANK", "0"}, {"WORLD_SIZE", "-1"}});
+  EXPECT_NE(negative.find("WORLD_SIZE=-1 must be at least 1"), std::string::npos) << negative;
+  const std::string mpi = error_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "0"},
+                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "1"}});
+  EXPECT_NE(mpi.find("OMPI_COMM_WORLD_SIZE=0 must be at least 1"), std::string::npos) << mpi;
+}
+
 const Vars kSlurm = {{"SLURM_PROCID", "5"},   {"SLURM_NTASKS", "8"},
                      {"SLURM_LOCALID", "1"},  {"SLURM_NODEID", "1"},
                      {"SLURM_TASKS_PER_NODE", "4(x2)"},

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "core/dist/launcher.h"
 #include "core/util/error.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::dist {
 namespace {
@@ -26,6 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using Vars = std::map<std::string, std::string>;
+using testing::error_message;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -234,6 +237,16 @@ TEST_F(LauncherTest, CommandLineErrorsPrintUsage) {
   EXPECT_TRUE(contains(r.output, "--master-port 0")) << r.output;
 }
 
+// Before: a TMPDIR that is not a folder aborted kuafu-run with an uncaught filesystem_error (core dump).
+TEST_F(LauncherTest, AnUnusableTmpdirForThePortFileIsAnError) {
+  std::ofstream(dir_ / "a-file") << "x";
+  const Run r = run({"--master-port", "0", "/bin/true"}, {{"TMPDIR", (dir_ / "a-file").string()}});
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "kuafu-run: error: ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "TMPDIR")) << r.output;
+  EXPECT_TRUE(contains(r.output, (dir_ / "a-file").string())) << r.output;
+}
+
 TEST_F(LauncherTest, ForwardsSigtermAndWaitsForTheRanks) {
   RankProcesses processes;
   start(processes, {"--nproc-per-node", "2", "/bin/sh", "-c",
@@ -291,6 +304,17 @@ TEST_F(LauncherTest, RunRanksRejectsBadOptionsBeforeStartingAnything) {
   options.timeout_grace_s = -1;
   EXPECT_THROW(run_ranks(options, {"/bin/true"}), Error);
   EXPECT_THROW(run_ranks(LaunchOptions{}, {}), Error);
+  // Before: NaN was "negative", and a world larger than an int overflowed into a negative WORLD_SIZE
+  // that the ranks were started with.
+  options = LaunchOptions{};
+  options.timeout_grace_s = std::nan("");
+  EXPECT_TRUE(contains(error_message([&] { run_ranks(options, {"/bin/true"}); }), "--timeout-grace must be a number"));
+  options = LaunchOptions{};
+  options.nnodes = 2000000000;
+  options.nproc_per_node = 2;
+  options.node_rank = 1;
+  const std::string message = error_message([&] { run_ranks(options, {"/bin/true"}); });
+  EXPECT_TRUE(contains(message, "--nnodes 2000000000 x --nproc-per-node 2")) << message;
 }
 
 TEST_F(LauncherTest, FindFreePortCanBeBound) {

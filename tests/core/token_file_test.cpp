@@ -198,6 +198,14 @@ TEST_F(TokenFileTest, MissingFileNamesPath) {
   EXPECT_NE(message.find("No such file"), std::string::npos) << message;
 }
 
+// Before: a folder opened, and mapping it failed with "cannot mmap token file ...: No such device".
+TEST_F(TokenFileTest, AFolderIsNamedAsAFolder) {
+  fs::create_directories(path("train.tok"));
+  const std::string message = error_of([&] { TokenFile::open(path("train.tok")); });
+  EXPECT_NE(message.find("token file " + path("train.tok") + " is a folder, not a file"), std::string::npos)
+      << message;
+}
+
 TEST_F(TokenFileTest, AtomicWriteReplacesAndLeavesNoTmp) {
   write_token_file(path("x.tok"), {1, 2, 3}, 10);
   write_token_file(path("x.tok"), {4, 5}, 10);

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,35 @@ TEST_F(TokenizerTest, CorruptModelNamesPath) {
   std::ofstream(path) << "this is not a protobuf";
   const std::string message = error_of([&] { Tokenizer::load(path); });
   EXPECT_NE(message.find("cannot load tokenizer model " + path), std::string::npos) << message;
+}
+
+// Before: a folder given as the model was said not to exist.
+TEST_F(TokenizerTest, AFolderGivenAsTheModelIsNamedAsAFolder) {
+  const std::string path = (*dir_ / "model_dir").string();
+  fs::create_directories(path);
+  const std::string message = error_of([&] { Tokenizer::load(path); });
+  EXPECT_NE(message.find("tokenizer model " + path + " is a folder, not a SentencePiece model file"),
+            std::string::npos)
+      << message;
+}
+
+// Before: SentencePiece's own text, "unk is not defined" for an empty file and a line of its source
+// ("sentencepiece_processor.cc(1101) [model_proto->ParseFromArray(...)]") for a truncated one.
+TEST_F(TokenizerTest, EmptyOrTruncatedModelSaysWhatIsWrongWithTheFile) {
+  const std::string empty = (*dir_ / "empty.model").string();
+  std::ofstream(empty).close();
+  std::string message = error_of([&] { Tokenizer::load(empty); });
+  EXPECT_NE(message.find("tokenizer model " + empty + " is empty"), std::string::npos) << message;
+  std::ifstream model(*dir_ / "tok.model", std::ios::binary);
+  const std::string whole((std::istreambuf_iterator<char>(model)), std::istreambuf_iterator<char>());
+  const std::string truncated = (*dir_ / "truncated.model").string();
+  std::ofstream(truncated, std::ios::binary) << whole.substr(0, whole.size() / 2);
+  message = error_of([&] { Tokenizer::load(truncated); });
+  EXPECT_NE(message.find("cannot load tokenizer model " + truncated + " (" + std::to_string(whole.size() / 2) +
+                         " bytes): it is not a SentencePiece model (truncated"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find(".cc("), std::string::npos) << message;
 }
 
 TEST_F(TokenizerTest, TrainingErrorsAreKuafuErrors) {
