@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::optim {
 
@@ -48,8 +49,9 @@ void DynamicLossScaler::load_state(const nlohmann::json& state) {
     clean_steps_ = state.at("clean_steps").get<int64_t>();
     hysteresis_left_ = state.at("hysteresis_left").get<int64_t>();
     skipped_ = state.at("skipped_steps").get<int64_t>();
-  } catch (const nlohmann::json::exception& e) {
-    fail(std::string("loss scaler state is incomplete or malformed: ") + e.what());
+  } catch (const nlohmann::json::exception&) {
+    fail("loss scaler state: expected a number \"scale\" and whole numbers \"clean_steps\", \"hysteresis_left\" "
+         "and \"skipped_steps\", found " + text::abbreviate(state.dump()));
   }
 }
 

@@ -291,7 +291,13 @@ void Trainer::resume_or_check_fresh() {
     CheckpointStore::load(*folder, masters_->weights(), *optimizer_, target);
     masters_->copy_masters_to_model();
   }
-  if (scaler_ && saved.contains("loss_scaler")) scaler_->load_state(saved.at("loss_scaler"));
+  if (scaler_ && saved.contains("loss_scaler")) {
+    try {
+      scaler_->load_state(saved.at("loss_scaler"));
+    } catch (const Error& e) {
+      throw Error(detail::concat((fs::path(*folder) / "trainer.json").string(), ": \"loss_scaler\": ", e.what()));
+    }
+  }
   start_step_ = saved.at("step").get<int64_t>();
   if (runtime_.is_main()) {
     trim_metrics_after(start_step_);
