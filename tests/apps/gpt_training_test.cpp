@@ -43,10 +43,11 @@ TEST_F(GPTTrainingTest, GradientAccumulationEqualsLargeBatch) {
   EXPECT_LT(max_difference(large, accumulated), 2e-5);
 }
 
+// With dropout, so that the restored random streams matter.
 TEST_F(GPTTrainingTest, ResumeFollowsTheUninterruptedLossCurveExactly) {
-  train_serially(make_config(root_, "straight", ""));
-  train_serially(make_config(root_, "resumed", "train.steps=3"));
-  train_serially(make_config(root_, "resumed", ""));  // picks up the step-3 checkpoint
+  train_serially(make_config(root_, "straight", "model.dropout=0.1"));
+  train_serially(make_config(root_, "resumed", "train.steps=3\nmodel.dropout=0.1"));
+  train_serially(make_config(root_, "resumed", "model.dropout=0.1"));  // picks up the step-3 checkpoint
   const auto straight = losses_of(root_ / "straight" / "metrics.jsonl");
   const auto resumed = losses_of(root_ / "resumed" / "metrics.jsonl");
   ASSERT_EQ(straight.size(), 6u);
@@ -94,6 +95,16 @@ TEST_F(GPTTrainingTest, AStopInterruptsTheMicroStepsAndResumesFromTheLastWholeSt
   // Resuming redoes step 2 and the rest.
   train_serially(config);
   EXPECT_EQ(train::CheckpointStore::read_trainer_state(train::checkpoint_folder(root, 3)).at("step"), 3);
+}
+
+// Before: the MFU probe drew its matrices from the default generator after a resume had restored it,
+// so with dropout the resumed run's masks differed from the uninterrupted run's.
+TEST_F(GPTTrainingTest, TheMatrixProductProbeDrawsNoRandomNumbers) {
+  torch::manual_seed(7);
+  const torch::Tensor expected = torch::rand({4});
+  torch::manual_seed(7);
+  train::measure_matmul_flops(torch::kCPU, torch::kFloat32, /*fresh=*/true);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), expected));
 }
 
 // Before: model.n_layer = 1e9 grew memory at ~300 MB/s until the OOM killer, with no output, and
