@@ -50,8 +50,8 @@ bool plain_file_name(const std::string& name) {
          name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
 }
 
-// Verifies that every file the manifest lists is present with its size and CRC-32.
-void verify_manifest(const std::string& folder) {
+// Verifies that every file the manifest lists is present with its size and CRC-32; returns the manifest.
+nlohmann::json verify_manifest(const std::string& folder) {
   const fs::path manifest_path = fs::path(folder) / kManifest;
   KUAFU_CHECK(fs::exists(folder), "checkpoint ", folder, " does not exist");
   KUAFU_CHECK(fs::exists(manifest_path), "checkpoint ", folder, " has no ", kManifest,
@@ -85,6 +85,7 @@ void verify_manifest(const std::string& folder) {
     KUAFU_CHECK(crc == entry.at("crc32").get<uint32_t>(), "checkpoint file ", file.string(),
                 " fails its CRC-32 check (corrupt); refusing to load it");
   }
+  return manifest;
 }
 
 torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::string& name, const torch::Tensor& full) {
@@ -285,7 +286,7 @@ std::optional<std::string> CheckpointStore::latest() const {
 }
 
 nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
-  verify_manifest(folder);
+  const nlohmann::json manifest = verify_manifest(folder);
   const std::string path = (fs::path(folder) / kTrainer).string();
   nlohmann::json state;
   try {
@@ -312,7 +313,6 @@ nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
   KUAFU_CHECK(!named || *named == step, path, " says step ", step, " but the folder is ",
               fs::path(folder).filename().string());
   const std::string manifest_path = (fs::path(folder) / kManifest).string();
-  const nlohmann::json manifest = nlohmann::json::parse(read_file(manifest_path));
   if (manifest.contains("step")) {
     const nlohmann::json& saved = manifest.at("step");
     KUAFU_CHECK(saved.is_number_integer(), manifest_path, ": \"step\" must be a whole number, found ",

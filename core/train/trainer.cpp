@@ -60,6 +60,14 @@ std::string value_text(const config::Config& config, const std::string& key) {
   return "";
 }
 
+// Whether `mine` holds on any rank of `world` (one tiny all-reduce; none on a single rank).
+bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
+  if (world.size() == 1) return mine;
+  torch::Tensor flag = torch::tensor({mine ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
+  dist::all_reduce(flag, world, dist::Reduce::kMax);
+  return flag.item<double>() > 0;
+}
+
 void zero_grads(torch::nn::Module& model) {
   for (auto& p : model.parameters()) {
     if (p.grad().defined()) p.mutable_grad().zero_();
@@ -171,14 +179,6 @@ void Trainer::zero_all_grads() {
   }
 }
 
-bool Trainer::stop_agreed(const dist::ProcessGroup& world) const {
-  // Ranks see a signal at different moments: a tiny all-reduce makes them leave at the same micro-step.
-  if (world.size() == 1) return stop_requested();
-  torch::Tensor flag = torch::tensor({stop_requested() ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
-  dist::all_reduce(flag, world, dist::Reduce::kMax);
-  return flag.item<double>() > 0;
-}
-
 void Trainer::lock_out_dir() {
   // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
   // stops when another run holds it (before anything is written).
@@ -190,10 +190,7 @@ void Trainer::lock_out_dir() {
       refused = e.what();
     }
   }
-  const auto& world = *runtime_.world->world_group();
-  torch::Tensor failed = torch::tensor({refused.empty() ? 0.0 : 1.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
-  if (world.size() > 1) dist::all_reduce(failed, world, dist::Reduce::kMax);
-  if (failed.item<double>() > 0) {
+  if (on_any_rank(!refused.empty(), *runtime_.world->world_group())) {
     throw Error(refused.empty() ? "train.out_dir = " + out_dir_ + " is in use by another run (see rank 0)" : refused);
   }
 }
@@ -436,7 +433,8 @@ TrainSummary Trainer::run() {
     } else {
       bool interrupted = false;
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
-        if (micro > 0 && stop_agreed(world)) {
+        // Ranks see a signal at different moments: they agree, and leave at the same micro-step.
+        if (micro > 0 && on_any_rank(stop_requested(), world)) {
           interrupted = true;
           break;
         }

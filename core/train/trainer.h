@@ -95,7 +95,6 @@ class Trainer {
   void init_replicated(TrainTask& task, const dist::GroupPtr& replicas);
   void lock_out_dir();
   void zero_all_grads();
-  bool stop_agreed(const dist::ProcessGroup& world) const;  // a stop request seen by any rank
   void resume_or_check_fresh();
   void save_checkpoint(int64_t step);
   void write_metrics(const nlohmann::json& line);

@@ -74,13 +74,8 @@ TEST_F(GPTTrainingTest, DataParallelTrainingStaysOnTheConfiguredDevice) {
 
 // The model makes each parameter on the device it is given (no copy through the CPU): on the meta
 // device, which has no storage, every parameter must be a meta tensor.
-TEST(DeviceTest, TheModelMakesEveryParameterOnTheGivenDevice) {
-  GPTConfig config;
-  config.vocab_size = 64;
-  config.n_positions = 16;
-  config.n_embd = 32;
-  config.n_layer = 2;
-  config.n_head = 4;
+TEST_F(GPTTrainingTest, TheModelMakesEveryParameterOnTheGivenDevice) {
+  const GPTConfig config = model_config(make_config(root_, "meta", ""));
   parallel::TensorParallel on_meta;
   on_meta.device = torch::kMeta;
   GPT model(config, on_meta);
