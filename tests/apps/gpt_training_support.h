@@ -56,6 +56,13 @@ inline config::Config make_config(const fs::path& root, const std::string& out, 
   return config::Config::from_string(text, "test.toml", gpt_schema(), overrides);
 }
 
+// The trainer-level equivalence runs (accumulation, data, tensor, sequence, pipeline parallelism) step
+// with plain SGD and no clipping: each step then moves the weights by exactly lr x gradient, so a gradient
+// off by a constant factor (a missing 1/accumulation, a sum instead of a mean) changes the weights, which
+// AdamW's normalised steps and clipping at 1.0 would hide. Their metrics' grad_norm is compared too.
+inline const std::string kPlainSgd =
+    "optim.name=\"sgd\"\noptim.momentum=0\noptim.weight_decay=0\noptim.grad_clip=0\noptim.lr=0.3\n";
+
 inline std::vector<double> losses_of(const fs::path& metrics) {
   std::vector<double> losses;
   std::ifstream in(metrics);
@@ -116,6 +123,20 @@ inline std::vector<nlohmann::json> metric_lines(const fs::path& metrics) {
     if (json.contains("loss")) lines.push_back(json);
   }
   return lines;
+}
+
+// The largest relative difference between two runs' per-step gradient norms (before clipping), read from
+// their metrics.jsonl: the gradients themselves compared, factor by factor.
+inline double grad_norm_difference(const fs::path& run, const fs::path& reference) {
+  const auto a = metric_lines(run / "metrics.jsonl"), b = metric_lines(reference / "metrics.jsonl");
+  EXPECT_EQ(a.size(), b.size()) << run << " vs " << reference;
+  EXPECT_FALSE(a.empty()) << run;
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double x = a[i].at("grad_norm").get<double>(), y = b[i].at("grad_norm").get<double>();
+    worst = std::max(worst, std::abs(x - y) / std::max(std::abs(y), 1e-30));
+  }
+  return worst;
 }
 
 // One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
