@@ -9,8 +9,6 @@
 
 namespace kuafu::memory {
 
-bool low_precision(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
-
 torch::Tensor copy_to(const torch::Tensor& t, const torch::Device& device, bool pinned) {
   torch::NoGradGuard no_grad;
   return torch::empty(t.sizes(), t.options().device(device).pinned_memory(pinned)).copy_(t);
@@ -25,8 +23,13 @@ std::vector<std::string> trainable_names(const torch::nn::Module& model) {
 }
 
 ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
-                               int64_t chunk_numel, torch::Dtype dtype)
-    : model_(model), group_(std::move(group)), rank_(group_->rank()), dtype_(dtype), names_(std::move(names)) {
+                               int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce)
+    : model_(model),
+      group_(std::move(group)),
+      rank_(group_->rank()),
+      dtype_(dtype),
+      grad_dtype_(optim::grad_dtype(dtype, grad_reduce)),
+      names_(std::move(names)) {
   KUAFU_CHECK(!names_.empty(), "the model has no trainable parameters to shard");
   const auto named = model.named_parameters();
   std::vector<int64_t> numels;
@@ -117,6 +120,22 @@ void ChunkedMasters::move_grad_to_staging(int64_t i, torch::Tensor& staging) {
   if (!staging.defined()) staging = zero_chunk(slot.chunk);
   staging.narrow(0, slot.offset, slot.numel).copy_(params_[i].grad().reshape(-1));
   params_[i].mutable_grad() = torch::Tensor();  // the whole gradient is not kept
+}
+
+torch::Tensor ChunkedMasters::for_reduction(torch::Tensor& chunk_grads) const {
+  torch::NoGradGuard no_grad;
+  if (group_->trivial()) return chunk_grads;  // nothing is summed; the float32 shard widens it as it adds
+  torch::Tensor wire = chunk_grads.to(grad_dtype_);  // chunk_grads itself when it has that dtype
+  const double before_sum = optim::grad_average(grad_dtype_, group_->size()).before_sum;
+  if (before_sum != 1.0) wire.mul_(before_sum);
+  return wire;
+}
+
+void ChunkedMasters::add_reduced_grads(int64_t c, const torch::Tensor& reduced) {
+  torch::NoGradGuard no_grad;
+  // A bf16/fp16 shard (grad_reduce = compute) is widened as it is added: on the fly on CUDA, through a
+  // temporary on the CPU, as an explicit conversion would.
+  grad_shards_[c].add_(reduced.to(grad_shards_[c].device()), optim::grad_average(grad_dtype_, group_->size()).after_sum);
 }
 
 int64_t ChunkedMasters::index_of(const std::string& name) const {

@@ -13,6 +13,7 @@
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
 #include "core/memory/chunk_layout.h"
+#include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
 
 namespace kuafu::memory {
@@ -59,9 +60,10 @@ class ChunkedMasters {
 
  protected:
   // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's
-  // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype`.
+  // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype`. Gradients
+  // are reduced over the group in optim::grad_dtype(dtype, grad_reduce).
   ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
-                 int64_t chunk_numel, torch::Dtype dtype);
+                 int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce);
   // Builds the master shards: `keep(c, whole)` gets chunk c whole, in the parameters' own precision, and
   // returns this rank's master shard (a copy, or a view the strategy keeps alive); then the pieces.
   void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
@@ -77,13 +79,23 @@ class ChunkedMasters {
   // Zeros for a whole chunk `c` in the compute dtype, e.g. for its gradients.
   torch::Tensor zero_chunk(int64_t c) const;
   // Copies parameter i's .grad into its place in `staging` (a zero_chunk made when undefined) and drops it.
+  // Each place is written once per backward, so staging in the compute dtype rounds nothing.
   void move_grad_to_staging(int64_t i, torch::Tensor& staging);
+  // A gradient average over the group is for_reduction, a reduce-scatter, then add_reduced_grads.
+  // for_reduction gives whole-chunk gradients as the reduce-scatter should sum them: widened to float32
+  // (exact; a transient copy, as the collective's own buffers are) unless they are float32 already, or,
+  // with grad_reduce = compute, in the compute dtype divided by the group size first (in place).
+  // add_reduced_grads adds chunk c's reduced shard into its float32 gradient shard, divided by the group
+  // size where for_reduction did not.
+  torch::Tensor for_reduction(torch::Tensor& chunk_grads) const;
+  void add_reduced_grads(int64_t c, const torch::Tensor& reduced);
   int64_t index_of(const std::string& name) const;
 
   torch::nn::Module& model_;
   dist::GroupPtr group_;
   int rank_;
   torch::Dtype dtype_;                        // the compute dtype
+  torch::Dtype grad_dtype_;                   // reductions (and ZeRO-1's accumulation): float32 under bf16/fp16
   torch::Dtype master_dtype_;                 // float32 (float64 for float64 models)
   std::vector<std::string> names_;            // trainable parameters in layout order
   std::vector<torch::Tensor> params_;         // the model's parameters, same order
@@ -100,7 +112,7 @@ class ChunkedMasters {
 constexpr int64_t kMaxChunkBytes = 64 << 20;
 constexpr int64_t kMinChunks = 8;
 
-bool low_precision(torch::Dtype dtype);
+using optim::low_precision;
 
 // A copy of `t` on `device` (in page-locked memory when `pinned`, for fast copies to a GPU).
 torch::Tensor copy_to(const torch::Tensor& t, const torch::Device& device, bool pinned);

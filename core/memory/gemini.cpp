@@ -25,7 +25,8 @@ void allocate_storage(const torch::Tensor& t) {
 }  // namespace
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
-    : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype),
+    : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype,
+                     options.grad_reduce),
       placement_(options.placement),
       fast_device_(params_.front().device()),
       ledger_(options.placement.budgets),
@@ -225,11 +226,8 @@ void Gemini::reduce_if_complete(int64_t c) {
   }
   torch::NoGradGuard no_grad;
   torch::Tensor& staging = staging_for(c);
-  // On one rank the buffer is its own reduction (no copy). The float32 shard adds the compute-dtype
-  // gradients as they are (widening is exact): CUDA kernels widen on the fly, the CPU widens into a
-  // temporary as an explicit conversion would.
-  const torch::Tensor reduced = group_->trivial() ? staging : dist::reduce_scatter(staging, *group_);
-  grad_shards_[c].add_(reduced.to(grad_shards_[c].device()), 1.0 / group_->size());
+  // On one rank the buffer is its own reduction (no copy).
+  add_reduced_grads(c, group_->trivial() ? staging : dist::reduce_scatter(for_reduction(staging), *group_));
   staging = torch::Tensor();
   ledger_.remove(Tier::kFast, payload_bytes(c));
   reduced_[c] = true;

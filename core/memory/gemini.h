@@ -3,7 +3,8 @@
 // rank r keeps shard r of the compute-dtype weights, the float32 masters and the optimizer state (ZeRO-3).
 // Through the block-call interface (core/nn/block_hooks.h) a chunk is gathered whole on the compute
 // device before a block that uses it computes, in forward and again in backward; once every tensor of a
-// chunk has its gradient, the chunk's gradients are reduce-scattered into the float32 gradient shards.
+// chunk has its gradient, the chunk's gradients are reduce-scattered into the float32 gradient shards
+// (staged in the compute dtype, which is exact, and reduced in float32 unless grad_reduce is kCompute).
 // Every tensor's state follows the legal transitions of tensor_state.h.
 //
 // Placement (gemini_placement.cpp) spreads the chunks over two tiers, the device ("fast") and host
@@ -52,6 +53,7 @@ struct GeminiOptions {
   int64_t chunk_numel = 0;               // elements per chunk; 0: search
   torch::Dtype dtype = torch::kFloat32;  // the model's compute dtype (masters stay float32)
   PlacementOptions placement;
+  optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
 };
 
 class Gemini : public ChunkedMasters, public nn::BlockHooks {

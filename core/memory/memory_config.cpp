@@ -86,10 +86,12 @@ std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config
   if (strategy == "none") return nullptr;
   const int64_t chunk_numel =
       static_cast<int64_t>(config.get_float("memory.chunk_mb") * (1 << 20)) / torch::elementSize(compute_dtype);
+  const optim::GradReduce grad_reduce = optim::grad_reduce(config);
   if (strategy == "gemini") {
-    return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype, placement});
+    return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce});
   }
-  return std::make_unique<ZeroRedundancy>(model, group, ZeroOptions{strategy == "zero1" ? 1 : 2, chunk_numel, compute_dtype});
+  return std::make_unique<ZeroRedundancy>(
+      model, group, ZeroOptions{strategy == "zero1" ? 1 : 2, chunk_numel, compute_dtype, grad_reduce});
 }
 
 }  // namespace kuafu::memory

@@ -1,5 +1,6 @@
 #include "core/memory/zero.h"
 
+#include "core/nn/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -11,7 +12,8 @@ std::vector<std::string> reversed(std::vector<std::string> names) { return {name
 }  // namespace
 
 ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, const ZeroOptions& options)
-    : ChunkedMasters(model, std::move(group), reversed(trainable_names(model)), options.chunk_numel, options.dtype),
+    : ChunkedMasters(model, std::move(group), reversed(trainable_names(model)), options.chunk_numel, options.dtype,
+                     options.grad_reduce),
       stage_(options.stage) {
   KUAFU_CHECK(stage_ == 1 || stage_ == 2, "ZeRO stage must be 1 or 2, got ", stage_);
   torch::NoGradGuard no_grad;
@@ -25,15 +27,24 @@ ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, c
     return whole.narrow(0, rank_ * shard, shard);  // the chunk itself is the master
   });
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    grad_chunks_.push_back(stage_ == 1 ? torch::zeros_like(param_chunks_[c]) : torch::Tensor());
+    grad_chunks_.push_back(stage_ == 1 ? zero_chunk(c).to(grad_dtype_) : torch::Tensor());
   }
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
     const TensorSlot& slot = layout_->slot(i);
     torch::Tensor& param = params_[i];
     param.set_data(param_chunks_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]));
-    // Stage 1 accumulates in place into the whole gradient chunk; stage 2 copies out in the hook.
-    param.mutable_grad() =
-        stage_ == 1 ? grad_chunks_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]) : torch::Tensor();
+    param.mutable_grad() = torch::Tensor();
+    // Stage 2 copies each gradient out in the hook. Stage 1 accumulates into the whole gradient chunk: in
+    // place as .grad where the chunk has the compute dtype, else (float32 main gradients) added in after
+    // each backward, before on_grad_ready counts it.
+    if (stage_ == 1) {
+      torch::Tensor grad = grad_chunks_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]);
+      if (grad_dtype_ == dtype_) {
+        param.mutable_grad() = grad;
+      } else {
+        accumulators_.push_back(nn::accumulate_into_main_grad(param, grad));
+      }
+    }
   }
   pending_.assign(layout_->num_chunks(), 0);
   in_flight_.resize(layout_->num_chunks());
@@ -71,7 +82,7 @@ void ZeroRedundancy::launch_ready_chunks() {
 void ZeroRedundancy::launch(int64_t c) {
   torch::Tensor& source = grad_chunks_[c];
   if (!source.defined()) source = zero_chunk(c);
-  in_flight_[c] = dist::reduce_scatter_async(source, *group_);
+  in_flight_[c] = dist::reduce_scatter_async(for_reduction(source), *group_);
   if (stage_ == 2) source = torch::Tensor();  // the collective holds its own copy
 }
 
@@ -83,11 +94,7 @@ void ZeroRedundancy::finish_backward() {
 void ZeroRedundancy::drain() {
   // Chunks holding a parameter that got no gradient this time have not launched yet.
   while (next_to_launch_ < layout_->num_chunks()) launch(next_to_launch_++);
-  torch::NoGradGuard no_grad;
-  const double inverse = 1.0 / group_->size();
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    grad_shards_[c].add_(in_flight_[c].wait(), inverse);  // widened as it is added (on the fly on CUDA)
-  }
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) add_reduced_grads(c, in_flight_[c].wait());
 }
 
 void ZeroRedundancy::zero_grad() {

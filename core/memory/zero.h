@@ -3,8 +3,10 @@
 // the float32 masters and optimizer state of shard r of every chunk only. Stage 1 accumulates whole
 // gradients and reduce-scatters them once per step; stage 2 reduce-scatters every micro-step's
 // gradients chunk by chunk while backward runs and keeps only its shard, so whole gradients never
-// persist. After the optimizer steps its shards, one all-gather per chunk gives every rank the whole
-// updated model.
+// persist. Under bf16/fp16, unless grad_reduce is kCompute, stage 1 accumulates in float32 whole
+// gradients and both stages reduce-scatter in float32 (stage 2 stages each micro-step's gradients in the
+// compute dtype, which is exact, and widens a chunk for its collective). After the optimizer steps its
+// shards, one all-gather per chunk gives every rank the whole updated model.
 #pragma once
 
 #include <memory>
@@ -18,6 +20,7 @@ struct ZeroOptions {
   int stage = 1;                         // 1: optimizer state sharded; 2: gradients too
   int64_t chunk_numel = 0;               // elements per chunk; 0: search
   torch::Dtype dtype = torch::kFloat32;  // the model's compute dtype (masters stay float32)
+  optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
 };
 
 class ZeroRedundancy : public ChunkedMasters {
@@ -44,7 +47,7 @@ class ZeroRedundancy : public ChunkedMasters {
 
   int stage_;
   std::vector<torch::Tensor> param_chunks_;  // [chunk] whole chunk in the compute dtype
-  std::vector<torch::Tensor> grad_chunks_;   // [chunk] stage 1: whole gradients; stage 2: staging in backward
+  std::vector<torch::Tensor> grad_chunks_;   // [chunk] stage 1: whole gradients (grad_dtype_); stage 2: staging in backward
   std::vector<int64_t> pending_;             // [chunk] gradients not yet ready this backward
   std::vector<dist::PendingTensor> in_flight_;
   int64_t next_to_launch_ = 0;

@@ -2,12 +2,21 @@
 
 #include <map>
 
+#include "core/util/error.h"
+
 namespace kuafu::optim {
 
 void add_precision_schema(config::Schema& s) {
   s.add_string("precision.dtype", "fp32",
                "compute dtype: fp32, bf16 or fp16 (fp16 needs CUDA); bf16/fp16 keep float32 master weights")
       .choices({"fp32", "bf16", "fp16"});
+  s.add_string("precision.grad_reduce", "float32",
+               "bf16/fp16: dtype gradients accumulate over micro-steps and are averaged over the data ranks in. "
+               "float32: float32 main gradients (Megatron's main_grad), the average exact to float32, twice the "
+               "bytes sent; compute: the compute dtype, each rank's gradient divided by the number of ranks before "
+               "the sum (so an fp16 sum cannot overflow where the average fits), rounded to bf16/fp16 at every "
+               "micro-step and in the sum. No effect in fp32")
+      .choices({"float32", "compute"});
   s.add_string("precision.loss_scale", "auto", "auto (dynamic for fp16, none otherwise), dynamic or none")
       .choices({"auto", "dynamic", "none"});
   s.add_float("precision.initial_scale", 65536.0, "dynamic loss scale: starting scale").min(1);
@@ -30,6 +39,22 @@ torch::Dtype compute_dtype(const config::Config& config, const torch::Device& de
     return torch::kFloat16;
   }
   return torch::kFloat32;
+}
+
+GradReduce grad_reduce(const config::Config& config) {
+  return config.get_string("precision.grad_reduce") == "compute" ? GradReduce::kCompute : GradReduce::kFloat32;
+}
+
+bool low_precision(torch::Dtype dtype) { return dtype == torch::kBFloat16 || dtype == torch::kHalf; }
+
+torch::Dtype grad_dtype(torch::Dtype param_dtype, GradReduce mode) {
+  return low_precision(param_dtype) && mode == GradReduce::kFloat32 ? torch::kFloat32 : param_dtype;
+}
+
+GradAverage grad_average(torch::Dtype reduce_dtype, int64_t ranks) {
+  if (ranks == 1) return {};
+  const double inverse = 1.0 / static_cast<double>(ranks);
+  return low_precision(reduce_dtype) ? GradAverage{inverse, 1.0} : GradAverage{1.0, inverse};
 }
 
 std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config) {
@@ -83,6 +108,19 @@ io::NamedTensors weights_replacing(const torch::nn::Module& model,
   }
   for (const auto& item : model.named_buffers()) out.emplace_back(item.key(), item.value());
   return out;
+}
+
+void MasterWeights::use_grads(const io::NamedTensors& grads) {
+  const std::map<std::string, torch::Tensor> grad_of(grads.begin(), grads.end());
+  for (size_t i = 0; i < model_params_.size(); ++i) {
+    torch::Tensor& master = masters_[i].tensor;
+    const auto found = grad_of.find(masters_[i].name);
+    if (found == grad_of.end() || found->second.scalar_type() != master.scalar_type()) continue;
+    KUAFU_CHECK(found->second.sizes() == master.sizes() && found->second.device() == master.device(),
+                "the gradient given for master '", masters_[i].name, "' has shape ", found->second.sizes(), " on ",
+                found->second.device(), ", the master ", master.sizes(), " on ", master.device());
+    master.mutable_grad() = found->second;
+  }
 }
 
 void MasterWeights::copy_grads_to_masters() {

@@ -13,6 +13,29 @@ namespace kuafu::optim {
 
 void add_precision_schema(config::Schema& schema);
 
+// precision.grad_reduce: the dtype bf16/fp16 gradients accumulate over micro-steps and are reduced over
+// the data ranks in.
+enum class GradReduce {
+  kFloat32,  // float32 main gradients (Megatron's main_grad): the average is exact to float32
+  kCompute,  // the compute dtype: half the bytes; divided by the ranks before summing
+};
+GradReduce grad_reduce(const config::Config& config);
+
+bool low_precision(torch::Dtype dtype);  // bf16 or fp16
+
+// The dtype in which gradients of parameters of `param_dtype` accumulate and are reduced: float32 for
+// bf16/fp16 unless `mode` is kCompute, otherwise the parameters' own.
+torch::Dtype grad_dtype(torch::Dtype param_dtype, GradReduce mode);
+
+// A gradient average over `ranks` as scale, sum, scale. In bf16/fp16 the division comes before the sum,
+// as PyTorch DDP's gradient_predivide_factor, so that an fp16 sum cannot overflow where the average
+// would not; in float32 (or float64) it comes after, one rounding fewer.
+struct GradAverage {
+  double before_sum = 1.0;
+  double after_sum = 1.0;
+};
+GradAverage grad_average(torch::Dtype reduce_dtype, int64_t ranks);
+
 // precision.dtype as a torch dtype; fp16 on a CPU device fails at the key (LibTorch's CPU kernels lack it).
 torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device);
 
@@ -38,7 +61,11 @@ class MasterWeights {
   const std::vector<Param>& params() const { return masters_; }
   bool has_copies() const { return !model_params_.empty(); }
 
-  // master.grad <- float32(model.grad) (no-op without copies).
+  // The float32 tensors in `grads` (by parameter name: e.g. DataParallel's main gradients, which it fills
+  // in place) become the masters' .grad, so nothing is copied: their model parameters keep no .grad, and
+  // copy_grads_to_masters passes them by. Gradients in another dtype are left to copy_grads_to_masters.
+  void use_grads(const io::NamedTensors& grads);
+  // master.grad <- float32(model.grad) for the model parameters that hold a .grad (no-op without copies).
   void copy_grads_to_masters();
   // model weights <- rounded masters (no-op without copies).
   void copy_masters_to_model();

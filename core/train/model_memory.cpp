@@ -29,9 +29,11 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   const double compute = static_cast<double>(torch::elementSize(dtype));
   const double masters = dtype == torch::kFloat32 ? 0 : 4;  // float32 masters beside low-precision weights
   const double state = 4 * optimizer_slots(config.get_string("optim.name"));
+  // Whole gradients are float32 main gradients under bf16/fp16 unless precision.grad_reduce = "compute".
+  const double grads = static_cast<double>(torch::elementSize(optim::grad_dtype(dtype, optim::grad_reduce(config))));
   const std::string strategy = config.get_string("memory.strategy");
-  double per_parameter = compute + compute + masters + state;  // weights, gradients, masters, optimizer
-  if (strategy == "zero1") per_parameter = compute + compute + (masters + state) / data;
+  double per_parameter = compute + grads + masters + state;  // weights, gradients, masters, optimizer
+  if (strategy == "zero1") per_parameter = compute + grads + (masters + state) / data;
   if (strategy == "zero2") per_parameter = compute + (compute + masters + state) / data;
   if (strategy == "gemini") per_parameter = (compute + compute + 4 + state) / data;
   return share * per_parameter;

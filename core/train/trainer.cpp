@@ -199,12 +199,15 @@ void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
   const Runtime& runtime = runtime_;
   // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
   masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
-  if (replicas->size() > 1) {
-    data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), replicas);
-    // The model now holds rank 0's weights; the masters must too.
-    if (masters_->has_copies()) {
-      for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *replicas);
-    }
+  // On one replica too: the buckets are where gradients accumulate, float32 ones under bf16/fp16 (unless
+  // precision.grad_reduce = "compute"), and those are the masters' gradients themselves.
+  parallel::DataParallelOptions options;
+  options.grad_reduce = optim::grad_reduce(config_);
+  data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), replicas, options);
+  masters_->use_grads(data_parallel_->grads());
+  // The model now holds rank 0's weights; the masters must too.
+  if (replicas->size() > 1 && masters_->has_copies()) {
+    for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *replicas);
   }
   // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
   layouts_ = parallel::collect_layouts(task.model());

@@ -1,12 +1,17 @@
 // Sharded optimizer steps over real Gloo ranks equal the unsharded step: LAMB / LARS per-layer norms
 // summed over each parameter's shard group, and the global gradient norm with replicated parameters
 // counted once, also on pipeline x tensor and data x tensor meshes. float64, so agreement is to
-// summation-order rounding (1e-12).
+// summation-order rounding (1e-12). And the gradient shards that ZeRO and Gemini hand the optimizer in
+// bf16 training: accumulated and averaged in float32.
 #include <gtest/gtest.h>
 
 #include "core/optim/algorithms.h"
 #include "core/dist/process_mesh.h"
+#include "core/memory/gemini.h"
+#include "core/memory/zero.h"
+#include "core/nn/block_hooks.h"
 #include "core/optim/grad_norm.h"
+#include "tests/support/gradient_sums.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/worker_world.h"
 
@@ -169,6 +174,101 @@ TEST(ShardedGradNormTest, PipelineByTensorMeshCountsEachGradientOnce) {
 TEST(ShardedGradNormTest, DataByTensorMeshCountsEachGradientOnce) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   global_norm_on_mesh("data");
+}
+
+// Two linear blocks run through the block-call interface (Gemini gathers their chunks around them).
+struct TwoBlocks : torch::nn::Module {
+  TwoBlocks() {
+    torch::manual_seed(3);
+    first = register_module("first", torch::nn::Linear(6, 16));
+    second = register_module("second", torch::nn::Linear(16, 3));
+  }
+  torch::Tensor forward(nn::BlockHooks* hooks, const torch::Tensor& x) {
+    const torch::Tensor hidden = nn::run_block(hooks, {"first", {first.get()}}, x,
+                                               [&](const torch::Tensor& in) { return torch::tanh(first(in)); });
+    return nn::run_block(hooks, {"second", {second.get()}}, hidden,
+                         [&](const torch::Tensor& in) { return second(in); });
+  }
+  torch::nn::Linear first{nullptr}, second{nullptr};
+};
+
+// `strategy` (zero1, zero2, gemini) shards a bf16 model over 2 ranks in chunks of 64 elements (several
+// per model); 8 micro-steps of 4 rows each, the outputs weighted at random so that the gradients differ
+// in sign and size between micro-steps. Every piece's gradient must be the average over the ranks of
+// the sum of the per-micro-step bf16 gradients, to float32 rounding (grad_reduce kFloat32) or to bf16
+// rounding (kCompute: a wrong division would still show, by a factor of 2).
+void sharded_bf16_gradients_average(const std::shared_ptr<dist::World>& world, const std::string& strategy,
+                                    optim::GradReduce grad_reduce) {
+  const int p = world->size(), r = world->rank();
+  constexpr int64_t kMicroSteps = 8, kRows = 4, kChunkNumel = 64;
+  torch::manual_seed(12);
+  const torch::Tensor x = torch::randn({kMicroSteps * p * kRows, 6}).to(torch::kBFloat16);
+  const torch::Tensor weighting = torch::randn({kMicroSteps * p * kRows, 3}).to(torch::kBFloat16);
+  auto loss_of_rows = [&](TwoBlocks& model, nn::BlockHooks* hooks, int64_t micro, int64_t rank) {
+    const int64_t first = (micro * p + rank) * kRows;
+    return (model.forward(hooks, x.narrow(0, first, kRows)) * weighting.narrow(0, first, kRows)).sum();
+  };
+  TwoBlocks reference;
+  reference.to(torch::kBFloat16);  // rounded as the strategies round the weights for compute
+  const testing::GradientSums expected = testing::gradient_sums(reference, kMicroSteps * p, p, [&](int64_t k) {
+    return loss_of_rows(reference, nullptr, k / p, k % p);
+  });
+
+  TwoBlocks model;
+  std::unique_ptr<memory::ChunkedMasters> sharded;
+  nn::BlockHooks* hooks = nullptr;
+  if (strategy == "gemini") {
+    auto gemini = std::make_unique<memory::Gemini>(
+        model, world->world_group(), memory::GeminiOptions{kChunkNumel, torch::kBFloat16, {}, grad_reduce});
+    hooks = gemini.get();
+    sharded = std::move(gemini);
+  } else {
+    sharded = std::make_unique<memory::ZeroRedundancy>(
+        model, world->world_group(),
+        memory::ZeroOptions{strategy == "zero1" ? 1 : 2, kChunkNumel, torch::kBFloat16, grad_reduce});
+  }
+  ASSERT_GT(sharded->layout().num_chunks(), 2);
+  for (int64_t micro = 0; micro < kMicroSteps; ++micro) {
+    sharded->begin_backward(/*sync=*/micro + 1 == kMicroSteps);
+    loss_of_rows(model, hooks, micro, r).backward();
+  }
+  sharded->finish_backward();
+  // float32: at most 8 additions per rank plus the reduction's (one per micro-step for zero2 and Gemini,
+  // which reduce each micro-step), each rounding by 2^-24 of the summed magnitudes: 16 x 6e-8 < 1e-6;
+  // accumulating or reducing in bf16 errs near 2^-9 (2e-3). bf16: at most 8 roundings by 2^-9 (1/64).
+  const bool float32 = grad_reduce == optim::GradReduce::kFloat32;
+  const double tolerance = float32 ? 1e-6 : 8.0 / 512;
+  for (const auto& piece : sharded->params()) {
+    if (piece.tensor.numel() == 0) continue;
+    const torch::Tensor grad = piece.tensor.grad();
+    const double error = testing::error_in_magnitudes(grad, sharded->piece_of(piece.name, expected.sum.at(piece.name)),
+                                                      sharded->piece_of(piece.name, expected.magnitude.at(piece.name)));
+    EXPECT_LT(error, tolerance) << strategy << (float32 ? "" : " (compute)") << " " << piece.name << " on rank " << r;
+    EXPECT_EQ(grad.scalar_type(), torch::kFloat32);
+  }
+}
+
+TEST(ShardedMainGradTest, Zero1Bf16GradientsAccumulateAndAverageInFloat32) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  sharded_bf16_gradients_average(testing::worker_world(), "zero1", optim::GradReduce::kFloat32);
+}
+
+TEST(ShardedMainGradTest, Zero2Bf16GradientsAccumulateAndAverageInFloat32) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  sharded_bf16_gradients_average(testing::worker_world(), "zero2", optim::GradReduce::kFloat32);
+}
+
+TEST(ShardedMainGradTest, GeminiBf16GradientsAccumulateAndAverageInFloat32) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  sharded_bf16_gradients_average(testing::worker_world(), "gemini", optim::GradReduce::kFloat32);
+}
+
+TEST(ShardedMainGradTest, ComputeDtypeReductionStillAverages) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  const auto world = testing::worker_world();
+  for (const std::string strategy : {"zero1", "zero2", "gemini"}) {
+    sharded_bf16_gradients_average(world, strategy, optim::GradReduce::kCompute);
+  }
 }
 
 }  // namespace
