@@ -125,7 +125,7 @@ int run(const po::variables_map& args) {
   config.n_head = args["heads"].as<int64_t>();
   config.n_layer = 1;
   torch::manual_seed(0);
-  gpt::Block block(config, tp);
+  nn::TransformerBlock block(gpt::block_spec(config), tp);
   {
     torch::NoGradGuard no_grad;
     for (auto& p : block->parameters()) p.normal_(0.0, 0.02);

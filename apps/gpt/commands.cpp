@@ -24,72 +24,21 @@
 namespace kuafu::gpt {
 namespace fs = std::filesystem;
 
-TextTask::TextTask(GPT model, std::shared_ptr<io::TokenWindowLoader> train, std::shared_ptr<io::TokenWindowLoader> val,
-                   int64_t eval_rows, int64_t micro_batch, std::unique_ptr<Pipeline> pipeline)
-    : model_(std::move(model)), train_(std::move(train)), val_(std::move(val)), eval_rows_(eval_rows),
-      micro_batch_(micro_batch), pipeline_(std::move(pipeline)) {}
-
-torch::Tensor TextTask::stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets) {
-  const auto& spec = pipeline_->train->spec();
-  const int v = chunk * spec.stages + pipeline_->train->stage();
-  const auto [begin, end] = model_->plan.chunks[static_cast<size_t>(chunk)];
-  torch::Tensor x = model_->run_blocks(v == 0 ? model_->embed(input) : input, begin, end);
-  return v == spec.virtual_stages() - 1 ? model_->stage_loss(x, targets) : x;
-}
-
-double TextTask::pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) {
-  KUAFU_CHECK(pipeline_, "pipeline_step on a GPT without pipeline stages");
-  std::vector<io::TokenBatch> batches;
-  for (const int64_t first : first_rows) batches.push_back(train_->train_batch(step, first, rows).to(device()));
-  const double loss = pipeline_->train->run(
-      [&](int chunk, const torch::Tensor& input, int micro) {
-        return stage_forward(chunk, input, batches[static_cast<size_t>(micro)].targets);
-      },
-      [&](int micro) { return batches[static_cast<size_t>(micro)].inputs; }, loss_scale);
-  // The tied embedding's two copies (first and last stage) each get the sum of both gradients.
-  if (pipeline_->ends) {
-    torch::Tensor grad = model_->transformer->wte->named_parameters()["weight"].grad();
-    dist::all_reduce(grad, *pipeline_->ends);
-  }
-  return loss;
-}
+TextTask::TextTask(GPT model, const train::ParallelOptions& options, std::shared_ptr<io::TokenWindowLoader> train,
+                   std::shared_ptr<io::TokenWindowLoader> val, int64_t eval_rows, int64_t micro_batch)
+    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), micro_batch, model->tp.batch_blocks()),
+      model_(std::move(model)), train_(std::move(train)), val_(std::move(val)), eval_rows_(eval_rows) {}
 
 torch::Device TextTask::device() const { return model_->parameters().front().device(); }
 
-bool TextTask::counts_in_global_norm(const std::string& name) const {
-  // The last stage's copy of the tied embedding is the first stage's again.
-  return !(pipeline_ && !model_->plan.first && name == "transformer.wte.weight");
-}
-
-torch::Tensor TextTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+train::Batch TextTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
   const io::TokenBatch batch = train_->train_batch(step, first_row, rows).to(device());
-  return model_->loss(batch.inputs, batch.targets);
+  return {batch.inputs, batch.targets};
 }
 
-train::LossSum TextTask::evaluate(int rank, int ranks) {
-  // Each data rank takes a range of whole row blocks, so every batch divides as the tensor mode cuts it.
-  const int64_t blocks = model_->tp.batch_blocks(), units = eval_rows_ / blocks;
-  const int64_t begin = blocks * (units * rank / ranks);
-  const int64_t end = blocks * (units * (rank + 1) / ranks);
-  train::LossSum sum;
-  for (int64_t row = begin; row < end; row += micro_batch_) {
-    const int64_t rows = std::min(micro_batch_, end - row);
-    const io::TokenBatch batch = val_->eval_batch(eval_rows_, row, rows).to(device());
-    const double mean =
-        pipeline_ ? pipeline_->eval->evaluate([&](int chunk, const torch::Tensor& input,
-                                                  int) { return stage_forward(chunk, input, batch.targets); },
-                                              [&](int) { return batch.inputs; })
-                  : model_loss_mean(batch);
-    sum.loss_sum += mean * static_cast<double>(batch.targets.numel());
-    sum.count += static_cast<double>(batch.targets.numel());
-  }
-  return sum;
-}
-
-double TextTask::model_loss_mean(const io::TokenBatch& batch) {
-  torch::Tensor mean = model_->loss(batch.inputs, batch.targets).detach().to(torch::kFloat64).reshape({1});
-  if (model_->sequence.enabled()) dist::all_reduce(mean, *model_->sequence.group, dist::Reduce::kAvg);
-  return mean.item<double>();
+train::Batch TextTask::eval_batch(int64_t first_row, int64_t rows) {
+  const io::TokenBatch batch = val_->eval_batch(eval_rows_, first_row, rows).to(device());
+  return {batch.inputs, batch.targets};
 }
 
 double TextTask::flops_per_item() const { return model_->config.flops_per_token(train_->context()); }
@@ -145,59 +94,22 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     }
   }
   const int64_t context = config.get_int("data.context");
-  const parallel::sequence::SequenceParallel sequence = stages ? stages->sequence : parallel::sequence::SequenceParallel{};
-  if (sequence.enabled()) check_sequence_parallel(config, model, sequence);
+  if (stages && stages->sequence.enabled()) check_sequence_parallel(config, model, stages->sequence);
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
+  auto train = std::make_shared<io::TokenWindowLoader>(train_file, context, seed, tp.device);
+  auto val = std::make_shared<io::TokenWindowLoader>(val_file, context, seed, tp.device);
+  const int64_t micro_batch = config.get_int("train.micro_batch_size");
   torch::manual_seed(seed);
-  std::optional<StagePlan> plan;
-  std::unique_ptr<TextTask::Pipeline> pipeline;
-  if (stages && stages->pipelined()) {
-    // The schedule's micro-batches are the step's accumulation micro-steps.
-    parallel::pipeline::ScheduleSpec spec = stages->pipeline;
-    spec.micro_batches = static_cast<int>(config.get_int("train.batch_size") /
-                                          (config.get_int("train.micro_batch_size") * stages->mesh->size("data")));
-    if (model.n_layer < spec.virtual_stages()) {
-      config.fail_at("model.n_layer", "is " + std::to_string(model.n_layer) + " but the pipeline has " +
-                                          std::to_string(spec.virtual_stages()) +
-                                          " (virtual) stages, each needing at least one layer");
-    }
-    if (spec.kind == parallel::pipeline::ScheduleKind::kInterleaved && spec.micro_batches % spec.stages != 0) {
-      config.fail_at("train.batch_size", "gives " + std::to_string(spec.micro_batches) +
-                                             " micro-batches per step, but the interleaved schedule needs a multiple "
-                                             "of parallel.pipeline = " + std::to_string(spec.stages));
-    }
-    const std::string partition = config.get_string("parallel.partition");
-    if (partition == "uniform") {
-      plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer);
-    } else {
-      StageCosts costs = partition == "parameters"
-                             ? parameter_costs(model)
-                             : measured_costs(model, config.get_int("train.micro_batch_size"), config.get_int("data.context"),
-                                              tp.device);
-      torch::manual_seed(seed);  // timing drew random numbers: the model must start from the seed
-      // Every rank must cut alike: rank 0's figures (timings differ between processes).
-      const auto& world = *stages->world->world_group();
-      torch::Tensor shared = torch::tensor({costs.layer, costs.first, costs.last},
-                                           torch::TensorOptions(torch::kFloat64).device(world.device()));
-      dist::broadcast(shared, world, 0);
-      costs = {shared[0].item<double>(), shared[1].item<double>(), shared[2].item<double>()};
-      plan = pipeline_stage_plan(spec, stages->stage(), model.n_layer, costs);
-      log::infof("pipeline stage ", stages->stage(), " holds layers ", plan->chunks.front().first, "..",
-                 plan->chunks.back().second - 1, " (", partition, ": layer ", costs.layer, ", first stage +",
-                 costs.first, ", last +", costs.last, ")");
-    }
-    pipeline = std::make_unique<TextTask::Pipeline>();
-    const auto group = stages->mesh->group("pipeline");
-    pipeline->train = std::make_unique<parallel::pipeline::PipelineEngine>(spec, group);
-    parallel::pipeline::ScheduleSpec one = spec;  // evaluation runs forward only, any number of micro-batches
-    one.micro_batches = 1;
-    pipeline->eval = std::make_unique<parallel::pipeline::PipelineEngine>(one, group);
-    pipeline->ends = parallel::pipeline::first_and_last_stage_group(*stages->mesh);
+  GPT gpt(model, tp);
+  train::ParallelOptions options;
+  if (stages) {
+    // The pipeline's micro-batches are the step's accumulation micro-steps.
+    const int micro_batches =
+        static_cast<int>(config.get_int("train.batch_size") / (micro_batch * stages->mesh->size("data")));
+    const io::TokenBatch sample = train->train_batch(0, 0, micro_batch).to(tp.device);
+    options = train::parallel_options(*gpt, config, *stages, micro_batches, {sample.inputs, sample.targets});
   }
-  return std::make_unique<TextTask>(GPT(model, tp, plan, sequence), std::make_shared<io::TokenWindowLoader>(train_file, context, seed, tp.device),
-                                    std::make_shared<io::TokenWindowLoader>(val_file, context, seed, tp.device),
-                                    config.get_int("train.eval_rows"), config.get_int("train.micro_batch_size"),
-                                    std::move(pipeline));
+  return std::make_unique<TextTask>(gpt, options, train, val, config.get_int("train.eval_rows"), micro_batch);
 }
 
 }  // namespace
@@ -304,7 +216,7 @@ void generate_command(const config::Config& config, const std::string& checkpoin
   const std::string prompt = prompt_text.empty() ? config.get_string("generate.prompt") : prompt_text;
   std::vector<int64_t> ids;
   for (uint32_t id : tokenizer.encode(prompt)) ids.push_back(id);
-  SamplingOptions options;
+  nn::SamplingOptions options;
   options.max_new_tokens = config.get_int("generate.max_new_tokens");
   options.temperature = config.get_float("generate.temperature");
   options.top_k = config.get_int("generate.top_k");
@@ -312,7 +224,8 @@ void generate_command(const config::Config& config, const std::string& checkpoin
   options.seed = static_cast<uint64_t>(config.get_int("generate.seed"));
   options.stop_token = tokenizer.eos_id();
   std::vector<uint32_t> produced;
-  for (int64_t id : generate(model, ids, options)) produced.push_back(static_cast<uint32_t>(id));
+  model->eval();
+  for (int64_t id : nn::generate(decoder(model), ids, options)) produced.push_back(static_cast<uint32_t>(id));
   std::cout << prompt << tokenizer.decode(produced) << std::endl;
 }
 
@@ -338,7 +251,10 @@ void benchmark_command(const config::Config& config) {
       memory::make_sharded_states(config, *model, runtime.replica_group(), dtype);
   std::optional<optim::MasterWeights> masters;
   if (!sharded) masters.emplace(*model, dtype);
-  if (auto* hooks = dynamic_cast<nn::BlockHooks*>(sharded.get())) model->block_hooks = hooks;
+  train::ParallelOptions options;
+  options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
+  train::ParallelModel runner(*model, options);
+  runner.set_block_hooks(dynamic_cast<hooks::BlockHooks*>(sharded.get()));
   auto optimizer = optim::make_optimizer(config, sharded ? sharded->params() : masters->params());
   if (sharded) sharded->account_optimizer_state(optimizer->state_slots());
   const double matmul_flops = train::measure_matmul_flops(runtime.device, dtype);
@@ -346,7 +262,7 @@ void benchmark_command(const config::Config& config) {
     torch::Tensor tokens =
         torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
     if (sharded) sharded->begin_backward(/*sync=*/true);
-    torch::Tensor loss = model->loss(tokens.narrow(1, 0, context), tokens.narrow(1, 1, context));
+    torch::Tensor loss = runner.loss({tokens.narrow(1, 0, context), tokens.narrow(1, 1, context)});
     loss.backward();
     if (sharded) {
       sharded->finish_backward();

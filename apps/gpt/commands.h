@@ -6,49 +6,29 @@
 
 #include "apps/gpt/app_config.h"
 #include "core/io/token_loader.h"
-#include "core/parallel/pipeline/engine.h"
-#include "core/train/trainer.h"
+#include "core/train/model_task.h"
 
 namespace kuafu::gpt {
 
-// Language modelling on token files: the trainer's view of a GPT and its data.
-class TextTask : public train::TrainTask {
+// Language modelling on token files: a GPT and its data, as the trainer sees them.
+class TextTask : public train::ModelTask {
  public:
-  // A pipeline stage's engines and groups (absent without pipeline parallelism).
-  struct Pipeline {
-    std::unique_ptr<parallel::pipeline::PipelineEngine> train, eval;  // eval: one micro-batch at a time
-    dist::GroupPtr ends;  // the first and last stage, which hold the tied embedding (null elsewhere)
-  };
-
-  TextTask(GPT model, std::shared_ptr<io::TokenWindowLoader> train, std::shared_ptr<io::TokenWindowLoader> val,
-           int64_t eval_rows, int64_t micro_batch, std::unique_ptr<Pipeline> pipeline = nullptr);
-  torch::nn::Module& model() override { return *model_; }
-  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
-  train::LossSum evaluate(int rank, int ranks) override;
+  TextTask(GPT model, const train::ParallelOptions& options, std::shared_ptr<io::TokenWindowLoader> train,
+           std::shared_ptr<io::TokenWindowLoader> val, int64_t eval_rows, int64_t micro_batch);
+  train::Batch train_batch(int64_t step, int64_t first_row, int64_t rows) override;
+  int64_t eval_rows() const override { return eval_rows_; }
+  train::Batch eval_batch(int64_t first_row, int64_t rows) override;
   double flops_per_item() const override;
   int64_t items_per_row() const override { return train_->context(); }
   std::vector<std::string> checkpoint_keys() const override { return {"model."}; }
-  bool pipelined() const override { return pipeline_ != nullptr; }
-  double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) override;
-  bool counts_in_global_norm(const std::string& name) const override;
-  bool set_block_hooks(nn::BlockHooks* hooks) override {
-    model_->block_hooks = hooks;
-    return true;
-  }
   GPT& gpt() { return model_; }
 
  private:
-  // What this pipeline rank runs for a micro-batch's chunk: embeddings first, its layers, the loss last.
-  torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets);
-  // The model's mean loss on a whole batch (under sequence parallelism, averaged over the chunks).
-  double model_loss_mean(const io::TokenBatch& batch);
   torch::Device device() const;  // where the model's weights are: batches go there
 
   GPT model_;
   std::shared_ptr<io::TokenWindowLoader> train_, val_;
   int64_t eval_rows_;
-  int64_t micro_batch_;
-  std::unique_ptr<Pipeline> pipeline_;
 };
 
 // Builds the model and data of a config (seeded from train.seed) for train and eval.

@@ -43,13 +43,14 @@ double mixup_weight(double alpha, uint64_t seed, int64_t step) {
 
 }  // namespace
 
-ImageTask::ImageTask(ViTForImageClassification model, std::unique_ptr<ImageDataset> train,
-                     std::unique_ptr<ImageDataset> val, const config::Config& config)
-    : model_(std::move(model)),
+ImageTask::ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
+                     std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config)
+    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), config.get_int("train.micro_batch_size"),
+                model->tp.batch_blocks()),
+      model_(std::move(model)),
       train_(std::move(train)),
       val_(std::move(val)),
       global_batch_(config.get_int("train.batch_size")),
-      micro_batch_(config.get_int("train.micro_batch_size")),
       seed_(static_cast<uint64_t>(config.get_int("train.seed"))),
       label_smoothing_(config.get_float("augment.label_smoothing")),
       mixup_alpha_(config.get_float("augment.mixup")) {
@@ -72,7 +73,7 @@ std::vector<size_t> ImageTask::training_items(int64_t step, int64_t first_row, i
   return {order_.begin() + first, order_.begin() + first + rows};
 }
 
-torch::Tensor ImageTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+train::Batch ImageTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
   const std::vector<size_t> items = training_items(step, first_row, rows);
   const ImageBatch batch =
       on_model_device(train_->batch(items, /*train=*/true, seed_ * 1000003ull + static_cast<uint64_t>(step)), *model_);
@@ -84,33 +85,28 @@ torch::Tensor ImageTask::loss(int64_t step, int64_t first_row, int64_t rows) {
     pixels = lambda * pixels + (1 - lambda) * pixels.flip(0);
     targets = lambda * targets + (1 - lambda) * targets.flip(0);
   }
-  return model_->loss(pixels, targets);
+  return {pixels, targets};
+}
+
+train::Batch ImageTask::eval_batch(int64_t first_row, int64_t rows) {
+  std::vector<size_t> items(static_cast<size_t>(rows));
+  std::iota(items.begin(), items.end(), static_cast<size_t>(first_row));
+  const ImageBatch batch = on_model_device(val_->batch(items, /*train=*/false, 0), *model_);
+  return {batch.pixels, batch.labels};
 }
 
 void ImageTask::for_each_eval_batch(
     int64_t begin, int64_t end, const std::function<void(const torch::Tensor&, const torch::Tensor&)>& use) {
-  for (int64_t first = begin; first < end; first += micro_batch_) {
-    std::vector<size_t> items(static_cast<size_t>(std::min(micro_batch_, end - first)));
-    std::iota(items.begin(), items.end(), static_cast<size_t>(first));
-    const ImageBatch batch = on_model_device(val_->batch(items, /*train=*/false, 0), *model_);
-    use(model_->forward(batch.pixels).to(torch::kFloat32), batch.labels);
+  for (int64_t first = begin; first < end; first += micro_batch()) {
+    const train::Batch batch = eval_batch(first, std::min(micro_batch(), end - first));
+    use(model_->forward(batch.inputs), batch.targets);
   }
 }
 
-train::LossSum ImageTask::evaluate(int rank, int ranks) {
-  const int64_t n = val_->size();
-  train::LossSum sum;
-  for_each_eval_batch(n * rank / ranks, n * (rank + 1) / ranks, [&](const torch::Tensor& logits, const torch::Tensor& labels) {
-    sum.loss_sum += torch::nn::functional::cross_entropy(
-                        logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                        .item<double>();
-    sum.count += static_cast<double>(labels.size(0));
-    sum.correct += logits.argmax(1).eq(labels).sum().item<double>();
-  });
-  return sum;
-}
+namespace {
 
-std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp) {
+std::unique_ptr<ImageTask> build_image_task(const config::Config& config, const parallel::TensorParallel& tp,
+                                            const train::Runtime* runtime) {
   const ViTConfig model = model_config(config);
   auto train = open_dataset(config, model, /*train=*/true, tp.device);
   auto val = open_dataset(config, model, /*train=*/false, tp.device);
@@ -123,7 +119,31 @@ std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const p
     }
   }
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
-  return std::make_unique<ImageTask>(ViTForImageClassification(model, tp), std::move(train), std::move(val), config);
+  ViTForImageClassification vit(model, tp);
+  train::ParallelOptions options;
+  auto task = [&] { return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config); };
+  if (!runtime) return task();
+  // The pipeline's micro-batches are the step's accumulation micro-steps; "time" partitions time the
+  // first micro-batch of the first step.
+  const int64_t micro_batch = config.get_int("train.micro_batch_size");
+  const int micro_batches =
+      static_cast<int>(config.get_int("train.batch_size") / (micro_batch * runtime->mesh->size("data")));
+  const torch::Tensor pixels = torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size},
+                                            torch::TensorOptions().device(tp.device));  // no random draws
+  const torch::Tensor targets = smoothed_targets(torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(tp.device)),
+                                                 model.num_labels, 0.0);
+  options = train::parallel_options(*vit, config, *runtime, micro_batches, {pixels, targets});
+  return task();
+}
+
+}  // namespace
+
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp) {
+  return build_image_task(config, tp, nullptr);
+}
+
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const train::Runtime& runtime) {
+  return build_image_task(config, runtime.tensor, &runtime);
 }
 
 void prepare_command(const config::Config& config) {
@@ -143,7 +163,7 @@ void prepare_command(const config::Config& config) {
 train::TrainSummary train_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
-  std::unique_ptr<ImageTask> task = make_image_task(config, runtime.tensor);
+  std::unique_ptr<ImageTask> task = make_image_task(config, runtime);
   if (runtime.is_main()) {
     const ViTConfig& m = task->vit()->config;
     log::infof("ViT: ", m.num_hidden_layers, " layers, ", m.num_attention_heads, " heads, H = ", m.hidden_size,

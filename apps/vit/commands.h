@@ -6,19 +6,20 @@
 
 #include "apps/vit/app_config.h"
 #include "apps/vit/dataset.h"
-#include "core/train/trainer.h"
+#include "core/train/model_task.h"
 
 namespace kuafu::vit {
 
 // Image classification: the trainer's view of a ViT and its data. Each step's global batch is the next
 // slice of a per-epoch shuffle of the training set (drop-last), so a run resumes exactly.
-class ImageTask : public train::TrainTask {
+class ImageTask : public train::ModelTask {
  public:
-  ImageTask(ViTForImageClassification model, std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val,
-            const config::Config& config);
-  torch::nn::Module& model() override { return *model_; }
-  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
-  train::LossSum evaluate(int rank, int ranks) override;
+  ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
+            std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config);
+  // Soft targets [B, classes] (label smoothing and mixup applied) for training, labels [B] for evaluation.
+  train::Batch train_batch(int64_t step, int64_t first_row, int64_t rows) override;
+  int64_t eval_rows() const override { return val_->size(); }
+  train::Batch eval_batch(int64_t first_row, int64_t rows) override;
   double flops_per_item() const override { return model_->config.flops_per_image(); }
   int64_t items_per_row() const override { return 1; }
   std::string item_name() const override { return "images"; }
@@ -37,15 +38,18 @@ class ImageTask : public train::TrainTask {
 
   ViTForImageClassification model_;
   std::unique_ptr<ImageDataset> train_, val_;
-  int64_t global_batch_, micro_batch_;
+  int64_t global_batch_;
   uint64_t seed_;
   double label_smoothing_, mixup_alpha_;
   int64_t epoch_ = -1;
   std::vector<size_t> order_;  // the current epoch's shuffle
 };
 
-// The ViT (tensor-parallel as the runtime says) and its training and evaluation sets.
+// The ViT (tensor-parallel as `tp` says) and its training and evaluation sets.
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp = {});
+// The same laid out on a runtime's mesh: tensor parallelism, sequence parallelism, this rank's pipeline
+// stage, activation checkpointing.
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const train::Runtime& runtime);
 
 void prepare_command(const config::Config& config);
 train::TrainSummary train_command(const config::Config& config);

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "core/nn/attention.h"
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::vit {
 
@@ -72,61 +72,34 @@ torch::Tensor EmbeddingsImpl::forward(const torch::Tensor& pixels) {
   return dropout(torch::cat({cls, patches}, 1) + position_embeddings);
 }
 
-SelfAttentionImpl::SelfAttentionImpl(const ViTConfig& c, const parallel::TensorParallel& tp)
-    : heads(c.num_attention_heads / tp.feature_blocks()), dropout(c.attention_probs_dropout_prob) {
-  KUAFU_CHECK(c.num_attention_heads % tp.feature_blocks() == 0, "model.num_attention_heads (", c.num_attention_heads,
-              ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
-              parallel::mode_name(tp.spec.mode), "\" cuts the heads into");
-  query = parallel::make_linear(tp, linear(c.hidden_size, c.hidden_size), parallel::Cut::kColumn);
-  key = parallel::make_linear(tp, linear(c.hidden_size, c.hidden_size), parallel::Cut::kColumn);
-  value = parallel::make_linear(tp, linear(c.hidden_size, c.hidden_size), parallel::Cut::kColumn);
-  register_module("query", query.ptr());
-  register_module("key", key.ptr());
-  register_module("value", value.ptr());
-}
-
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0), t = x.size(1);
-  auto split_heads = [&](const torch::Tensor& y) {  // [B, T, h d] -> [B, h, T, d]
-    return y.view({b, t, heads, y.size(2) / heads}).transpose(1, 2);
-  };
-  torch::Tensor y = nn::scaled_dot_product_attention(split_heads(query.forward(x)), split_heads(key.forward(x)),
-                                                     split_heads(value.forward(x)), /*causal=*/false,
-                                                     is_training() ? dropout : 0.0);
-  return y.transpose(1, 2).reshape({b, t, -1});
-}
-
-DenseImpl::DenseImpl(const parallel::TensorParallel& tp, int64_t in, int64_t out, parallel::Cut cut) {
-  dense = parallel::make_linear(tp, linear(in, out), cut);
-  register_module("dense", dense.ptr());
-}
-
-AttentionImpl::AttentionImpl(const ViTConfig& c, const parallel::TensorParallel& tp) {
-  attention = register_module("attention", SelfAttention(c, tp));
-  output = register_module("output", Dense(tp, c.hidden_size, c.hidden_size, parallel::Cut::kRow));
-}
-
-LayerImpl::LayerImpl(const ViTConfig& c, const parallel::TensorParallel& tp) {
-  attention = register_module("attention", Attention(c, tp));
-  intermediate = register_module("intermediate", Dense(tp, c.hidden_size, c.intermediate_size, parallel::Cut::kColumn));
-  output = register_module("output", Dense(tp, c.intermediate_size, c.hidden_size, parallel::Cut::kRow));
-  layernorm_before = parallel::make_layer_norm(tp, c.hidden_size, c.layer_norm_eps);
-  register_module("layernorm_before", layernorm_before.ptr());
-  layernorm_after = parallel::make_layer_norm(tp, c.hidden_size, c.layer_norm_eps);
-  register_module("layernorm_after", layernorm_after.ptr());
-  dropout = register_module("dropout", torch::nn::Dropout(c.hidden_dropout_prob));
-}
-
-torch::Tensor LayerImpl::forward(const torch::Tensor& x) {
-  torch::Tensor h = x + dropout(attention(layernorm_before.forward(x)));
-  return h + dropout(output(torch::gelu(intermediate(layernorm_after.forward(h)))));
+nn::TransformerBlockSpec block_spec(const ViTConfig& c) {
+  nn::TransformerBlockSpec spec;
+  spec.hidden = c.hidden_size;
+  spec.heads = c.num_attention_heads;
+  spec.intermediate = c.intermediate_size;
+  spec.activation = nn::Activation::kGelu;
+  spec.dropout = c.hidden_dropout_prob;
+  spec.attention_dropout = c.attention_probs_dropout_prob;
+  spec.norm_eps = c.layer_norm_eps;
+  nn::BlockNames& names = spec.names;
+  names.norm_1 = "layernorm_before";
+  names.q = "attention.attention.query";
+  names.k = "attention.attention.key";
+  names.v = "attention.attention.value";
+  names.attention_out = "attention.output.dense";
+  names.norm_2 = "layernorm_after";
+  names.fc_in = "intermediate.dense";
+  names.fc_out = "output.dense";
+  return spec;
 }
 
 ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::TensorParallel& tp) {
   embeddings = register_module("embeddings", Embeddings(c, tp.device));
   encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
   auto list = encoder->register_module("layer", std::make_shared<torch::nn::Module>());
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers.push_back(list->register_module(std::to_string(i), Layer(c, tp)));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.push_back(list->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), tp)));
+  }
   layernorm = parallel::make_layer_norm(tp, c.hidden_size, c.layer_norm_eps);
   register_module("layernorm", layernorm.ptr());
 }
@@ -134,6 +107,9 @@ ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::TensorParallel& t
 ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c, parallel::TensorParallel tensor_parallel)
     : config(c), tp(std::move(tensor_parallel)) {
   config.validate();
+  KUAFU_CHECK(config.num_attention_heads % tp.feature_blocks() == 0, "model.num_attention_heads (",
+              config.num_attention_heads, ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
+              parallel::mode_name(tp.spec.mode), "\" cuts the heads into");
   vit = register_module("vit", ViTModel(config, tp));
   classifier = parallel::make_linear(tp, linear(config.hidden_size, config.num_labels), parallel::Cut::kColumn);
   register_module("classifier", classifier.ptr());
@@ -141,7 +117,7 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
   // zero biases; LayerNorm ones and zeros.
   parallel::initialize_like_serial(*this, tp, [](const std::string& name, torch::Tensor& full) {
     if (name.find("layernorm") != std::string::npos) return false;
-    if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) {
+    if (text::ends_with(name, ".bias")) {
       full.zero_();
     } else {
       truncated_normal_(full, 0.02);
@@ -150,21 +126,48 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
   });
 }
 
-torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
+hooks::ModelPart ViTForImageClassificationImpl::block_part(int64_t i) const {
+  const std::string path = "vit.encoder.layer." + std::to_string(i);
+  return {path, {path}};
+}
+
+torch::Tensor ViTForImageClassificationImpl::head(const torch::Tensor& pixels) {
   KUAFU_CHECK(pixels.dim() == 4 && pixels.size(1) == config.num_channels && pixels.size(2) == config.image_size &&
                   pixels.size(3) == config.image_size,
               "ViT expects pixels [B, ", config.num_channels, ", ", config.image_size, ", ", config.image_size,
               "], got ", pixels.sizes());
   // The embeddings run whole on every rank of a tensor group; the blocks take the mode's cut of them.
-  torch::Tensor x = parallel::enter_stream(tp, vit->embeddings(pixels));
-  for (auto& layer : vit->layers) x = layer(x);
-  x = vit->layernorm.forward(x);
-  return parallel::gather_classifier_logits(tp, classifier.forward(x.select(1, 0)));  // the class token
+  return parallel::enter_stream(tp, vit->embeddings(pixels));
+}
+
+torch::Tensor ViTForImageClassificationImpl::logits(const torch::Tensor& x) {
+  const torch::Tensor cls = vit->layernorm.forward(x).select(1, 0);  // the class token
+  return parallel::gather_classifier_logits(tp, classifier.forward(cls)).to(torch::kFloat32);
+}
+
+torch::Tensor ViTForImageClassificationImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& soft_targets) {
+  const torch::Tensor l = logits(x);
+  return -(soft_targets.to(l.scalar_type()) * torch::log_softmax(l, -1)).sum(-1).mean();
+}
+
+torch::Tensor ViTForImageClassificationImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& labels) {
+  const torch::Tensor l = logits(x).to(torch::kFloat64);
+  const torch::Tensor loss_sum = torch::nn::functional::cross_entropy(
+      l, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  const torch::Tensor right = l.argmax(1).eq(labels).sum().to(torch::kFloat64);
+  return torch::stack({loss_sum, torch::full({}, static_cast<double>(labels.size(0)), l.options()), right});
+}
+
+torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
+  torch::Tensor x = head(pixels);
+  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x);
+  return logits(x);
 }
 
 torch::Tensor ViTForImageClassificationImpl::loss(const torch::Tensor& pixels, const torch::Tensor& soft_targets) {
-  const torch::Tensor logits = forward(pixels).to(torch::kFloat32);
-  return -(soft_targets.to(logits.scalar_type()) * torch::log_softmax(logits, -1)).sum(-1).mean();
+  torch::Tensor x = head(pixels);
+  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x);
+  return tail_loss(x, soft_targets);
 }
 
 torch::Tensor smoothed_targets(const torch::Tensor& labels, int64_t classes, double smoothing) {

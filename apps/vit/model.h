@@ -3,6 +3,8 @@
 // [out, in]): class token, learned position embeddings, pre-norm blocks, a linear head on the class token.
 #pragma once
 
+#include "core/hooks/block_model.h"
+#include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
 
 namespace kuafu::vit {
@@ -53,52 +55,22 @@ struct EmbeddingsImpl : torch::nn::Module {
 };
 TORCH_MODULE(Embeddings);
 
-// Every linear layer and LayerNorm comes from the parallel:: factories: query, key, value and the MLP's
-// first layer are column layers (each rank holds whole heads), the output projections row layers.
-struct SelfAttentionImpl : torch::nn::Module {
-  SelfAttentionImpl(const ViTConfig& config, const parallel::TensorParallel& tp);
-  torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::AnyModule query, key, value;
-  int64_t heads;  // on this rank
-  double dropout;
-};
-TORCH_MODULE(SelfAttention);
-
-struct DenseImpl : torch::nn::Module {  // a module holding one linear layer named "dense"
-  DenseImpl(const parallel::TensorParallel& tp, int64_t in, int64_t out, parallel::Cut cut);
-  torch::Tensor forward(const torch::Tensor& x) { return dense.forward(x); }
-  torch::nn::AnyModule dense;
-};
-TORCH_MODULE(Dense);
-
-struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const ViTConfig& config, const parallel::TensorParallel& tp);
-  torch::Tensor forward(const torch::Tensor& x) { return output->forward(attention->forward(x)); }
-  SelfAttention attention{nullptr};
-  Dense output{nullptr};
-};
-TORCH_MODULE(Attention);
-
-struct LayerImpl : torch::nn::Module {
-  LayerImpl(const ViTConfig& config, const parallel::TensorParallel& tp);
-  torch::Tensor forward(const torch::Tensor& x);
-  Attention attention{nullptr};
-  Dense intermediate{nullptr}, output{nullptr};
-  torch::nn::AnyModule layernorm_before, layernorm_after;
-  torch::nn::Dropout dropout{nullptr};
-};
-TORCH_MODULE(Layer);
+// ViT's encoder layer: pre-norm, not causal, exact GELU, separate query/key/value, under Hugging Face's
+// names (attention.attention.query, ..., intermediate.dense, output.dense).
+nn::TransformerBlockSpec block_spec(const ViTConfig& config);
 
 struct ViTModelImpl : torch::nn::Module {
   ViTModelImpl(const ViTConfig& config, const parallel::TensorParallel& tp);
   Embeddings embeddings{nullptr};
   std::shared_ptr<torch::nn::Module> encoder;  // child "layer" holds "0" .. "L-1"
-  std::vector<Layer> layers;
+  std::vector<nn::TransformerBlock> layers;
   torch::nn::AnyModule layernorm;
 };
 TORCH_MODULE(ViTModel);
 
-struct ViTForImageClassificationImpl : torch::nn::Module {
+// The model as maths: embeddings (the head), the encoder layers, the final norm and the classifier on
+// the class token (the tail). Strategies other than tensor parallelism apply from outside.
+struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
   // `tp` (default: serial) cuts the blocks and the head; the model is initialised as the serial one
   // from the same seed (truncated normal, std 0.02; zero biases).
   explicit ViTForImageClassificationImpl(const ViTConfig& config, parallel::TensorParallel tp = {});
@@ -109,10 +81,25 @@ struct ViTForImageClassificationImpl : torch::nn::Module {
   // Mean cross-entropy against soft targets [B, num_labels] (one-hot, label-smoothed or mixed up).
   torch::Tensor loss(const torch::Tensor& pixels, const torch::Tensor& soft_targets);
 
+  // hooks::BlockModel: head = embeddings, block i = encoder layer i, tail = final norm and classifier.
+  // Training targets are soft [B, num_labels]; evaluation targets are labels [B].
+  torch::nn::Module& module() override { return *this; }
+  int64_t num_blocks() const override { return config.num_hidden_layers; }
+  hooks::ModelPart head_part() const override { return {"vit.embeddings", {"vit.embeddings"}}; }
+  hooks::ModelPart block_part(int64_t i) const override;
+  hooks::ModelPart tail_part() const override { return {"vit.head", {"vit.layernorm", "classifier"}}; }
+  torch::Tensor head(const torch::Tensor& pixels) override;
+  torch::Tensor block(int64_t i, const torch::Tensor& x) override { return vit->layers[static_cast<size_t>(i)]->forward(x); }
+  torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& soft_targets) override;
+  torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& labels) override;
+
   ViTConfig config;
   parallel::TensorParallel tp;
   ViTModel vit{nullptr};
   torch::nn::AnyModule classifier;
+
+ private:
+  torch::Tensor logits(const torch::Tensor& x);  // the final stream -> [B, num_labels], whole
 };
 TORCH_MODULE(ViTForImageClassification);
 

@@ -2,9 +2,6 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <mutex>
-#include <unordered_map>
-
 #include "core/dist/autograd_group.h"
 #include "core/dist/collectives.h"
 
@@ -14,28 +11,21 @@ using torch::autograd::AutogradContext;
 using torch::autograd::Function;
 using torch::autograd::variable_list;
 
-// Groups travel through the autograd context as an address. The registry keeps each group alive
-// until exit, so a backward pass can never outlive its group (groups are few and long-lived).
+// A group travels through the autograd context in a capsule that owns a reference to it: it lives
+// exactly as long as the graph that may run the backward needing it, with no registry of groups.
 namespace {
-std::mutex g_registry_mutex;
-std::unordered_map<const ProcessGroup*, GroupPtr>& registry() {
-  static std::unordered_map<const ProcessGroup*, GroupPtr> groups;
-  return groups;
-}
+struct GroupCapsule : torch::CustomClassHolder {
+  explicit GroupCapsule(GroupPtr group) : group(std::move(group)) {}
+  GroupPtr group;
+};
 }  // namespace
 
 void save_group(AutogradContext* ctx, GroupPtr group) {
-  {
-    std::lock_guard<std::mutex> lock(g_registry_mutex);
-    registry().emplace(group.get(), group);
-  }
-  ctx->saved_data["group"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(group.get()));
+  ctx->saved_data["group"] = c10::IValue::make_capsule(c10::make_intrusive<GroupCapsule>(std::move(group)));
 }
 const ProcessGroup& saved_group(AutogradContext* ctx) { return *saved_group_ptr(ctx); }
 GroupPtr saved_group_ptr(AutogradContext* ctx) {
-  const auto* address = reinterpret_cast<const ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-  std::lock_guard<std::mutex> lock(g_registry_mutex);
-  return registry().at(address);
+  return c10::static_intrusive_pointer_cast<GroupCapsule>(ctx->saved_data["group"].toCapsule())->group;
 }
 
 namespace {

@@ -9,7 +9,7 @@ struct AutogradContext;
 
 namespace kuafu::dist::autograd {
 
-// Stores `group` in `ctx` (the group is kept alive until exit: backward can never outlive it).
+// Stores `group` in `ctx`, which keeps it alive as long as the graph that may run its backward.
 void save_group(torch::autograd::AutogradContext* ctx, GroupPtr group);
 const ProcessGroup& saved_group(torch::autograd::AutogradContext* ctx);
 GroupPtr saved_group_ptr(torch::autograd::AutogradContext* ctx);

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "core/nn/grad_ready.h"
+#include "core/hooks/grad_ready.h"
 #include "core/optim/mixed_precision.h"
 #include "core/util/error.h"
 
@@ -106,7 +106,7 @@ void ChunkedMasters::relocate_masters(int64_t c, const torch::Device& device, bo
 
 void ChunkedMasters::watch_gradients() {
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
+    accumulators_.push_back(hooks::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
   }
 }
 

@@ -85,7 +85,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
 
 Gemini::~Gemini() = default;
 
-const std::vector<int64_t>& Gemini::tensors_of(const nn::BlockCall& call) {
+const std::vector<int64_t>& Gemini::tensors_of(const hooks::BlockCall& call) {
   const auto cached = block_tensors_.find(call.name);
   if (cached != block_tensors_.end()) return cached->second;
   std::vector<int64_t> tensors;
@@ -101,7 +101,7 @@ const std::vector<int64_t>& Gemini::tensors_of(const nn::BlockCall& call) {
   return block_tensors_[call.name] = tensors;
 }
 
-std::vector<int64_t> Gemini::chunks_of(const nn::BlockCall& call) {
+std::vector<int64_t> Gemini::chunks_of(const hooks::BlockCall& call) {
   std::vector<int64_t> chunks;
   for (int64_t i : tensors_of(call)) {
     const int64_t c = layout_->slot(i).chunk;
@@ -159,11 +159,11 @@ void Gemini::release_if_idle(int64_t c) {
   if (idle(c)) release(c);
 }
 
-void Gemini::pre_forward(const nn::BlockCall& call) { gather_for_compute(call, /*backward=*/false); }
+void Gemini::pre_forward(const hooks::BlockCall& call) { gather_for_compute(call, /*backward=*/false); }
 
-void Gemini::pre_backward(const nn::BlockCall& call) { gather_for_compute(call, /*backward=*/true); }
+void Gemini::pre_backward(const hooks::BlockCall& call) { gather_for_compute(call, /*backward=*/true); }
 
-void Gemini::gather_for_compute(const nn::BlockCall& call, bool backward) {
+void Gemini::gather_for_compute(const hooks::BlockCall& call, bool backward) {
   const std::vector<int64_t> chunks = chunks_of(call);
   begin_call(call, backward, chunks);
   for (int64_t i : tensors_of(call)) {
@@ -179,7 +179,7 @@ void Gemini::gather_for_compute(const nn::BlockCall& call, bool backward) {
   }
 }
 
-void Gemini::post_forward(const nn::BlockCall& call) {
+void Gemini::post_forward(const hooks::BlockCall& call) {
   sample_non_model();  // the block's activations are all there now
   const auto& tensors = tensors_of(call);
   for (int64_t i : tensors) move(i, TensorState::kHold);
@@ -187,7 +187,7 @@ void Gemini::post_forward(const nn::BlockCall& call) {
   end_call();
 }
 
-void Gemini::post_backward(const nn::BlockCall& call) {
+void Gemini::post_backward(const hooks::BlockCall& call) {
   sample_non_model();
   const auto& tensors = tensors_of(call);
   for (int64_t i : tensors) {

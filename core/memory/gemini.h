@@ -1,7 +1,7 @@
 // Gemini (Colossal-AI's chunk-based memory manager). The parameters live in chunks laid out in
 // registration order (close to the order the blocks run), each chunk sharded over the data group so
 // rank r keeps shard r of the compute-dtype weights, the float32 masters and the optimizer state (ZeRO-3).
-// Through the block-call interface (core/nn/block_hooks.h) a chunk is gathered whole on the compute
+// Through the block-call interface (core/hooks/block_hooks.h) a chunk is gathered whole on the compute
 // device before a block that uses it computes, in forward and again in backward; once every tensor of a
 // chunk has its gradient, the chunk's gradients are reduce-scattered into the float32 gradient shards
 // (staged in the compute dtype, which is exact, and reduced in float32 unless grad_reduce is kCompute).
@@ -36,7 +36,7 @@
 #include "core/memory/memory_meter.h"
 #include "core/memory/tensor_state.h"
 #include "core/memory/tier_ledger.h"
-#include "core/nn/block_hooks.h"
+#include "core/hooks/block_hooks.h"
 #include "core/util/device.h"
 
 namespace kuafu::memory {
@@ -56,7 +56,7 @@ struct GeminiOptions {
   optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
 };
 
-class Gemini : public ChunkedMasters, public nn::BlockHooks {
+class Gemini : public ChunkedMasters, public hooks::BlockHooks {
  public:
   // Broadcasts rank 0's weights, moves the trainable parameters into chunks, places the shards and
   // masters on their tiers and releases every chunk it need not keep. The model must then run its blocks
@@ -75,10 +75,10 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   std::string describe() const override;
   std::vector<std::pair<std::string, double>> memory_figures() const override;
 
-  void pre_forward(const nn::BlockCall& call) override;
-  void post_forward(const nn::BlockCall& call) override;
-  void pre_backward(const nn::BlockCall& call) override;
-  void post_backward(const nn::BlockCall& call) override;
+  void pre_forward(const hooks::BlockCall& call) override;
+  void post_forward(const hooks::BlockCall& call) override;
+  void pre_backward(const hooks::BlockCall& call) override;
+  void post_backward(const hooks::BlockCall& call) override;
 
   TensorState state(int64_t tensor) const { return states_.at(tensor); }
   bool gathered(int64_t chunk) const { return gathered_.at(chunk); }
@@ -97,10 +97,10 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
  private:
   // ZeRO-3 mechanics (gemini.cpp).
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
-  const std::vector<int64_t>& tensors_of(const nn::BlockCall& call);
-  std::vector<int64_t> chunks_of(const nn::BlockCall& call);
+  const std::vector<int64_t>& tensors_of(const hooks::BlockCall& call);
+  std::vector<int64_t> chunks_of(const hooks::BlockCall& call);
   void move(int64_t tensor, TensorState to);
-  void gather_for_compute(const nn::BlockCall& call, bool backward);
+  void gather_for_compute(const hooks::BlockCall& call, bool backward);
   void gather(int64_t chunk);
   void fill_payload(int64_t chunk);
   void release(int64_t chunk);
@@ -124,7 +124,7 @@ class Gemini : public ChunkedMasters, public nn::BlockHooks {
   // Frees device room for `bytes` more (evicting idle chunks, furthest next use first, never those in
   // `keep`); the ledger then refuses what still does not fit.
   void make_room(int64_t bytes, const std::vector<int64_t>& keep);
-  void begin_call(const nn::BlockCall& call, bool backward, const std::vector<int64_t>& chunks);
+  void begin_call(const hooks::BlockCall& call, bool backward, const std::vector<int64_t>& chunks);
   void end_call();
   void sample_non_model();
   int64_t measured_non_model();  // warm-up: this rank's measurement, the largest over the ranks

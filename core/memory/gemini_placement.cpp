@@ -105,7 +105,7 @@ void Gemini::make_room(int64_t bytes, const std::vector<int64_t>& keep) {
   }
 }
 
-void Gemini::begin_call(const nn::BlockCall& call, bool backward, const std::vector<int64_t>& chunks) {
+void Gemini::begin_call(const hooks::BlockCall& call, bool backward, const std::vector<int64_t>& chunks) {
   in_use_chunks_ = chunks;
   if (!tracks_memory()) return;
   const std::string key = call.name + (backward ? "/bwd" : "/fwd");

@@ -1,6 +1,6 @@
 #include "core/memory/zero.h"
 
-#include "core/nn/grad_ready.h"
+#include "core/hooks/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -42,7 +42,7 @@ ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, c
       if (grad_dtype_ == dtype_) {
         param.mutable_grad() = grad;
       } else {
-        accumulators_.push_back(nn::accumulate_into_main_grad(param, grad));
+        accumulators_.push_back(hooks::accumulate_into_main_grad(param, grad));
       }
     }
   }

@@ -35,6 +35,8 @@ void add_runtime_schema(config::Schema& schema) {
                                                      "time (balanced, the embeddings and output layer counted on the "
                                                      "end stages; time is measured at start-up)")
       .choices({"uniform", "parameters", "time"});
+  schema.add_bool("memory.activation_checkpointing", false,
+                  "recompute each block's forward in its backward instead of keeping its activations");
   parallel::add_tensor_parallel_schema(schema);
   parallel::sequence::add_sequence_parallel_schema(schema);
 }

@@ -14,8 +14,8 @@
 
 namespace kuafu::train {
 
-// runtime.* and dist.* keys, plus parallel.data, parallel.pipeline, .schedule, .chunks,
-// parallel.tensor.* and parallel.sequence.*.
+// runtime.* and dist.* keys, plus parallel.data, parallel.pipeline, .schedule, .chunks, .partition,
+// parallel.tensor.*, parallel.sequence.* and memory.activation_checkpointing.
 void add_runtime_schema(config::Schema& schema);
 
 struct Runtime {

@@ -110,7 +110,7 @@ double TrainTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, d
   fail("this task does not run a pipeline schedule");
 }
 
-bool TrainTask::set_block_hooks(nn::BlockHooks* /*hooks*/) { return false; }
+bool TrainTask::set_block_hooks(hooks::BlockHooks* /*hooks*/) { return false; }
 
 Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
     : config_(config), runtime_(runtime), task_(task) {
@@ -148,7 +148,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
                                         "parallel.tensor and parallel.pipeline");
     }
     sharded_ = memory::make_sharded_states(config, task.model(), replicas, dtype_);
-    if (auto* hooks = dynamic_cast<nn::BlockHooks*>(sharded_.get()); hooks && !task.set_block_hooks(hooks)) {
+    if (auto* strategy_hooks = dynamic_cast<hooks::BlockHooks*>(sharded_.get()); strategy_hooks && !task.set_block_hooks(strategy_hooks)) {
       config.fail_at("memory.strategy", "(\"" + strategy + "\") needs a model that runs its blocks through the "
                                         "block-call interface, and this app's model does not yet; use zero1 or zero2");
     }
@@ -226,7 +226,7 @@ void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
 
 Trainer::~Trainer() {
   // The model must not call into hooks that are gone.
-  if (dynamic_cast<nn::BlockHooks*>(sharded_.get())) task_.set_block_hooks(nullptr);
+  if (dynamic_cast<hooks::BlockHooks*>(sharded_.get())) task_.set_block_hooks(nullptr);
 }
 
 parallel::Layout Trainer::layout_of(const std::string& name) const {

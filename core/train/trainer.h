@@ -11,7 +11,7 @@
 
 #include "core/config/config.h"
 #include "core/memory/chunked_masters.h"
-#include "core/nn/block_hooks.h"
+#include "core/hooks/block_hooks.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/mixed_precision.h"
@@ -62,7 +62,7 @@ class TrainTask {
   virtual bool counts_in_global_norm(const std::string& /*name*/) const { return true; }
   // Installs (null: removes) hooks around each of the model's blocks (memory.strategy = "gemini"); false
   // when the model does not run its blocks through the block-call interface.
-  virtual bool set_block_hooks(nn::BlockHooks* hooks);
+  virtual bool set_block_hooks(hooks::BlockHooks* hooks);
 };
 
 // Evaluates `task` on every rank of `data` (each its share) and returns the sums over all ranks.

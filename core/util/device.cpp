@@ -1,7 +1,9 @@
 #include "core/util/device.h"
 
 #include <torch/cuda.h>
+#include <ATen/CPUGeneratorImpl.h>
 #ifdef KUAFU_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -123,6 +125,30 @@ void SideStream::hand_over(const std::shared_ptr<SideStreamMark>& mark, const to
 #else
   (void)tensor;
 #endif
+}
+
+namespace {
+
+at::Generator default_generator(const torch::Device& device) {
+#ifdef KUAFU_WITH_CUDA
+  if (device.is_cuda()) return at::cuda::detail::getDefaultCUDAGenerator(device.index());
+#endif
+  KUAFU_CHECK(device.is_cpu(), "no random generator for device ", device.str(), " in this build");
+  return at::detail::getDefaultCPUGenerator();
+}
+
+}  // namespace
+
+torch::Tensor generator_state(const torch::Device& device) {
+  at::Generator generator = default_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+void set_generator_state(const torch::Device& device, const torch::Tensor& state) {
+  at::Generator generator = default_generator(device);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
 }
 
 }  // namespace kuafu

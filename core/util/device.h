@@ -32,6 +32,11 @@ torch::Tensor to_device(const torch::Tensor& tensor, const torch::Device& device
 // Host tensors that will be copied to `device`: page-locked when it is a GPU (fast, asynchronous copies).
 torch::TensorOptions host_staging_options(const torch::Device& device);
 
+// The state of the default random generator of `device` (the CPU's, or that GPU's), and setting it
+// back: replaying the same random draws (dropout masks) when a block's forward is recomputed.
+torch::Tensor generator_state(const torch::Device& device);
+void set_generator_state(const torch::Device& device, const torch::Tensor& state);
+
 // Where work queued on a SideStream ends (CUDA: an event recorded after it).
 struct SideStreamMark;
 

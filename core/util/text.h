@@ -32,5 +32,6 @@ std::string trim(std::string_view s);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 bool starts_with(std::string_view s, std::string_view prefix);
+bool ends_with(std::string_view s, std::string_view suffix);
 
 }  // namespace kuafu::text

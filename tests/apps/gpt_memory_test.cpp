@@ -9,6 +9,7 @@
 
 #include "core/io/safetensors.h"
 #include "core/memory/gemini.h"
+#include "core/train/parallelize.h"
 #include "tests/apps/gpt_training_support.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
@@ -132,12 +133,13 @@ TEST_F(GPTMemoryTest, GeminiGathersChunksAroundBlocksAndReleasesThem) {
   const int rank = world->rank();
 
   memory::Gemini gemini(*model, world->world_group(), {1024, torch::kFloat64, {}});
-  model->block_hooks = &gemini;
+  train::ParallelModel runner(*model, {});
+  runner.set_block_hooks(&gemini);
   int64_t whole_model_bytes = 0;
   for (int64_t c = 0; c < gemini.layout().num_chunks(); ++c) whole_model_bytes += gemini.layout().chunk_numel(c) * 8;
   ASSERT_GT(gemini.layout().num_chunks(), 4);
   gemini.begin_backward(/*sync=*/true);
-  model->loss(tokens.narrow(0, 2 * rank, 2), targets.narrow(0, 2 * rank, 2)).backward();
+  runner.loss({tokens.narrow(0, 2 * rank, 2), targets.narrow(0, 2 * rank, 2)}).backward();
   gemini.finish_backward();
   EXPECT_EQ(gemini.fast_bytes_held(), gemini.ledger().model_bytes(memory::Tier::kFast));
   EXPECT_GT(gemini.peak_gathered_bytes(), 0);
@@ -153,7 +155,6 @@ TEST_F(GPTMemoryTest, GeminiGathersChunksAroundBlocksAndReleasesThem) {
     if (expected.numel() == 0) continue;
     EXPECT_LT((piece.tensor.grad() - expected).abs().max().item<double>(), 1e-12) << piece.name;
   }
-  model->block_hooks = nullptr;
 }
 
 // Sharding works over data parallelism only: tensor parallelism is refused at the key.
@@ -190,7 +191,8 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
     options.placement.budgets.fast_bytes = 16 << 20;
     memory::Gemini gemini(*model, dist::World::single()->world_group(), options);
     gemini.account_optimizer_state(2);
-    model->block_hooks = &gemini;
+    train::ParallelModel runner(*model, {});
+    runner.set_block_hooks(&gemini);
     // The masters' storage now, to see that what a move to the other tier leaves behind is freed.
     std::vector<std::pair<const c10::StorageImpl*, c10::weak_intrusive_ptr<c10::StorageImpl>>> first_storage;
     for (const auto& piece : gemini.params()) {
@@ -198,7 +200,7 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
     }
     for (int step = 0; step < 3; ++step) {
       gemini.begin_backward(/*sync=*/true);
-      model->loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).backward();
+      runner.loss({tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)}).backward();
       gemini.finish_backward();
       EXPECT_EQ(gemini.fast_bytes_held(), gemini.ledger().model_bytes(memory::Tier::kFast)) << step;
       gemini.copy_masters_to_model();
@@ -216,7 +218,6 @@ TEST_F(GPTMemoryTest, GeminiLedgerMatchesTheTensorsItHolds) {
       EXPECT_EQ(gemini.master_tier(0), memory::Tier::kFast);  // the margin took the masters
       EXPECT_GT(moved, 0);
     }
-    model->block_hooks = nullptr;
   }
 }
 

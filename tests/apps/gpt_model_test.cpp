@@ -63,11 +63,11 @@ TEST(GPTModelTest, AttentionKernelMatchesFormula) {
   torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0);
   torch::Tensor mask = torch::ones({5, 5}, torch::kBool).triu(1);
   torch::Tensor expected = torch::matmul(torch::softmax(scores.masked_fill(mask, -INFINITY), -1), v);
-  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q, k, v, true), expected, 1e-12, 1e-12));
-  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q, k, v, false),
+  EXPECT_TRUE(torch::allclose(ops::scaled_dot_product_attention(q, k, v, true), expected, 1e-12, 1e-12));
+  EXPECT_TRUE(torch::allclose(ops::scaled_dot_product_attention(q, k, v, false),
                               torch::matmul(torch::softmax(scores, -1), v), 1e-12, 1e-12));
   // Two queries at the end of five keys (decoding with a cache): the bottom rows of the causal result.
-  EXPECT_TRUE(torch::allclose(nn::scaled_dot_product_attention(q.narrow(2, 3, 2), k, v, true),
+  EXPECT_TRUE(torch::allclose(ops::scaled_dot_product_attention(q.narrow(2, 3, 2), k, v, true),
                               expected.narrow(2, 3, 2), 1e-12, 1e-12));
 }
 
@@ -79,7 +79,7 @@ TEST(GPTModelTest, KVCacheDecodingEqualsFullForward) {
   torch::NoGradGuard no_grad;
   torch::Tensor tokens = torch::randint(50, {1, 10}, torch::kInt64);
   torch::Tensor full = model->forward(tokens);
-  std::vector<nn::KVCache> caches;
+  std::vector<ops::KVCache> caches;
   torch::Tensor prefix = model->forward(tokens.narrow(1, 0, 6), &caches);
   EXPECT_TRUE(torch::allclose(prefix, full.narrow(1, 0, 6), 1e-10, 1e-10));
   for (int64_t t = 6; t < 10; ++t) {
@@ -93,20 +93,21 @@ TEST(SamplingTest, TopKAndTopPKeepTheRightTokens) {
   // probabilities 0.5, 0.25, 0.125, 0.125 (logits are their logs)
   torch::Tensor logits = torch::log(torch::tensor({0.125, 0.5, 0.125, 0.25}, torch::kFloat64));
   auto kept = [](const torch::Tensor& l) { return torch::isfinite(l).to(torch::kInt64); };
-  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 2, 1.0)), torch::tensor({0, 1, 0, 1})));
+  EXPECT_TRUE(torch::equal(kept(nn::filter_logits(logits, 2, 1.0)), torch::tensor({0, 1, 0, 1})));
   // top_p 0.6: 0.5 alone is below 0.6, so the 0.25 token is needed too; 0.75 >= 0.6 stops there.
-  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 0.6)), torch::tensor({0, 1, 0, 1})));
-  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 0.5)), torch::tensor({0, 1, 0, 0})));
-  EXPECT_TRUE(torch::equal(kept(filter_logits(logits, 0, 1.0)), torch::tensor({1, 1, 1, 1})));
+  EXPECT_TRUE(torch::equal(kept(nn::filter_logits(logits, 0, 0.6)), torch::tensor({0, 1, 0, 1})));
+  EXPECT_TRUE(torch::equal(kept(nn::filter_logits(logits, 0, 0.5)), torch::tensor({0, 1, 0, 0})));
+  EXPECT_TRUE(torch::equal(kept(nn::filter_logits(logits, 0, 1.0)), torch::tensor({1, 1, 1, 1})));
 }
 
 TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
   torch::manual_seed(4);
   GPT model(tiny_config());
-  SamplingOptions options;
+  model->eval();
+  nn::SamplingOptions options;
   options.max_new_tokens = 8;
   options.temperature = 0;
-  const auto a = generate(model, {1, 2, 3}, options);
+  const auto a = nn::generate(decoder(model), {1, 2, 3}, options);
   ASSERT_EQ(a.size(), 8u);
   // Greedy with the cache equals greedy by re-running the whole sequence each time.
   std::vector<int64_t> seq = {1, 2, 3};
@@ -116,6 +117,18 @@ TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
     seq.push_back(logits.index({0, -1}).argmax().item<int64_t>());
   }
   EXPECT_EQ(std::vector<int64_t>(seq.begin() + 3, seq.end()), a);
+}
+
+// Before: when the context filled, decoding restarted and the tokens produced so far were dropped
+// from the result (30 asked for past a 16-position context gave 17).
+TEST(SamplingTest, GenerationPastTheContextReturnsEveryNewToken) {
+  torch::manual_seed(4);
+  GPT model(tiny_config());
+  model->eval();
+  nn::SamplingOptions options;
+  options.max_new_tokens = 30;
+  options.seed = 5;
+  EXPECT_EQ(nn::generate(decoder(model), {1, 2, 3}, options).size(), 30u);
 }
 
 }  // namespace

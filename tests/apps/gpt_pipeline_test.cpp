@@ -11,6 +11,7 @@
 #include "core/parallel/pipeline/engine.h"
 #include "core/parallel/pipeline/partition.h"
 #include "core/dist/process_mesh.h"
+#include "core/train/parallelize.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/worker_world.h"
 
@@ -19,6 +20,8 @@ namespace {
 
 using parallel::pipeline::ScheduleKind;
 using parallel::pipeline::ScheduleSpec;
+using parallel::pipeline::StageCosts;
+using parallel::pipeline::stage_plan;
 
 GPTConfig tiny() {
   GPTConfig c;
@@ -35,7 +38,7 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
                                  const ScheduleSpec& spec, const parallel::TensorParallel& tp = {}) {
   SCOPED_TRACE(parallel::pipeline::kind_name(spec.kind) + " p=" + std::to_string(spec.stages) +
                " v=" + std::to_string(spec.chunks));
-  const int s = pipeline->rank(), p = spec.stages, last = spec.virtual_stages() - 1;
+  const int s = pipeline->rank(), p = spec.stages;
   torch::manual_seed(6);
   const torch::Tensor tokens = torch::randint(64, {spec.micro_batches, 2, 12});
   const torch::Tensor targets = torch::randint(64, {spec.micro_batches, 2, 12});
@@ -48,10 +51,15 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
   serial_loss = serial_loss / static_cast<double>(spec.micro_batches);
   serial_loss.backward();
 
-  const StagePlan plan = pipeline_stage_plan(spec, s, tiny().n_layer);
   torch::manual_seed(5);
-  GPT stage(tiny(), tp, plan);
+  GPT stage(tiny(), tp);
   stage->to(torch::kFloat64);
+  train::ParallelOptions options;
+  options.schedule = spec;
+  options.plan = parallel::pipeline::stage_plan(spec, s, tiny().n_layer);
+  options.pipeline = pipeline;
+  options.ends = embedding;
+  train::ParallelModel runner(*stage, options);
   const auto expected = serial->named_parameters();
   const auto layouts = parallel::collect_layouts(*stage);
   auto block_of = [&](const std::string& name, const torch::Tensor& full) {
@@ -63,21 +71,10 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
         << item.key() << " differs from the serial weights";
   }
 
-  // What this rank runs for a micro-batch's chunk: embeddings first, its layers, the loss last.
-  auto stage_forward = [&](int chunk, const torch::Tensor& input, int micro) {
-    const int v = chunk * p + s;
-    const auto [begin, end] = plan.chunks[static_cast<size_t>(chunk)];
-    torch::Tensor x = stage->run_blocks(v == 0 ? stage->embed(input) : input, begin, end);
-    return v == last ? stage->stage_loss(x, targets[micro]) : x;
-  };
-  auto micro_tokens = [&](int micro) { return tokens[micro]; };
-  parallel::pipeline::PipelineEngine engine(spec, pipeline);
-  const double loss = engine.run(stage_forward, micro_tokens);
-  // The tied embedding: the first and last stage's copies get the sum of both gradients.
-  if (embedding) {
-    torch::Tensor grad = stage->transformer->wte->named_parameters()["weight"].grad();
-    dist::all_reduce(grad, *embedding);
-  }
+  std::vector<train::Batch> batches;
+  for (int m = 0; m < spec.micro_batches; ++m) batches.push_back({tokens[m], targets[m]});
+  // The tied embedding's copies on the first and last stage get the sum of both gradients inside.
+  const double loss = runner.pipeline_step(batches, 1.0);
   EXPECT_NEAR(loss, serial_loss.item<double>(), 1e-10);
   int held = 0;
   for (const auto& item : stage->named_parameters()) {
@@ -89,11 +86,19 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
     held += item.key().find(".h.") != std::string::npos ? 1 : 0;
   }
   EXPECT_EQ(held, 12 * tiny().n_layer / p) << "each stage holds its share of the blocks' 12 parameters each";
+  if (stage->named_parameters().contains("transformer.wte.weight")) {
+    EXPECT_EQ(runner.counts_in_global_norm("transformer.wte.weight"), s == 0) << "the first stage's copy counts";
+  }
 
   // Evaluation: the same micro-batches forward only give the same loss, and no gradient changes.
   const torch::Tensor before = stage->parameters().front().grad().clone();
-  const double evaluated = engine.evaluate(stage_forward, micro_tokens);
-  EXPECT_NEAR(evaluated, serial_loss.item<double>(), 1e-10);
+  double loss_sum = 0, tokens_seen = 0;
+  for (const auto& batch : batches) {
+    const torch::Tensor sums = runner.evaluate(batch);
+    loss_sum += sums[0].item<double>();
+    tokens_seen += sums[1].item<double>();
+  }
+  EXPECT_NEAR(loss_sum / tokens_seen, serial_loss.item<double>(), 1e-10);
   EXPECT_TRUE(torch::equal(stage->parameters().front().grad(), before));
 }
 
@@ -140,31 +145,33 @@ TEST(GPTPipelineTest, ParameterBalancedPlansMoveLayersOffTheEndStages) {
   c.n_head = 4;
   c.n_layer = 24;
   const ScheduleSpec spec{ScheduleKind::k1F1B, 4, 8, 1};
+  GPT model(c);
+  const StageCosts costs = train::parameter_costs(*model);
   std::vector<int64_t> counts;
   for (int s = 0; s < 4; ++s) {
-    const auto plan = pipeline_stage_plan(spec, s, c.n_layer, parameter_costs(c));
+    const auto plan = stage_plan(spec, s, c.n_layer, costs);
     counts.push_back(plan.chunks[0].second - plan.chunks[0].first);
     if (s > 0) {
-      EXPECT_EQ(plan.chunks[0].first, pipeline_stage_plan(spec, s - 1, c.n_layer, parameter_costs(c)).chunks[0].second);
+      EXPECT_EQ(plan.chunks[0].first, stage_plan(spec, s - 1, c.n_layer, costs).chunks[0].second);
     }
   }
   EXPECT_EQ(counts[0] + counts[1] + counts[2] + counts[3], 24);
   EXPECT_EQ(counts, (std::vector<int64_t>{1, 11, 11, 1}));  // ends: 13.1M + 1 block vs 11 blocks = 8.7M
   EXPECT_LT(counts[0], counts[1]);
   EXPECT_LT(counts[3], counts[2]);
-  EXPECT_EQ(pipeline_stage_plan(spec, 0, c.n_layer).chunks[0], (std::pair<int64_t, int64_t>{0, 6}));
+  EXPECT_EQ(stage_plan(spec, 0, c.n_layer).chunks[0], (std::pair<int64_t, int64_t>{0, 6}));
 }
 
 // Worked by hand: 12 layers of cost 1, the embeddings 1 and the output layer 5. Giving the first stage
 // k layers costs max(1 + k, 5 + 12 - k), least at k = 8 (9 and 9).
 TEST(GPTPipelineTest, TimeBalancedPlansLightenTheOutputStage) {
   StageCosts costs;
-  costs.layer = 1.0;
-  costs.first = 1.0;
-  costs.last = 5.0;
+  costs.block = 1.0;
+  costs.head = 1.0;
+  costs.tail = 5.0;
   const ScheduleSpec spec{ScheduleKind::k1F1B, 2, 4, 1};
-  EXPECT_EQ(pipeline_stage_plan(spec, 0, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{0, 8}));
-  EXPECT_EQ(pipeline_stage_plan(spec, 1, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{8, 12}));
+  EXPECT_EQ(stage_plan(spec, 0, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{0, 8}));
+  EXPECT_EQ(stage_plan(spec, 1, 12, costs).chunks[0], (std::pair<int64_t, int64_t>{8, 12}));
 }
 
 // Timed on this machine, GPT-2's output layer (50257 x 256, tied) costs many layers (about 25 in
@@ -177,17 +184,20 @@ TEST(GPTPipelineTest, MeasuredCostsPlanTheBestSplitOfTheirTimes) {
   c.n_head = 4;
   c.n_layer = 12;
   c.n_positions = 64;
-  const StageCosts costs = measured_costs(c, 2, 64);
-  EXPECT_GT(costs.layer, 0.0);
-  EXPECT_GT(costs.last, costs.layer) << "the 50257-way output layer outweighs one layer";
+  GPT model(c);
+  const torch::Tensor tokens = torch::randint(c.vocab_size, {2, 64});
+  const StageCosts costs = train::measured_costs(*model, {tokens, tokens});
+  EXPECT_GT(costs.block, 0.0);
+  EXPECT_GT(costs.tail, costs.block) << "the 50257-way output layer outweighs one layer";
+  for (const auto& p : model->parameters()) EXPECT_FALSE(p.grad().defined()) << "timing leaves no gradients";
   const ScheduleSpec spec{ScheduleKind::k1F1B, 2, 4, 1};
-  const auto first = pipeline_stage_plan(spec, 0, c.n_layer, costs), last = pipeline_stage_plan(spec, 1, c.n_layer, costs);
+  const auto first = stage_plan(spec, 0, c.n_layer, costs), last = stage_plan(spec, 1, c.n_layer, costs);
   ASSERT_EQ(first.chunks[0].first, 0);
   ASSERT_EQ(first.chunks[0].second, last.chunks[0].first);
   ASSERT_EQ(last.chunks[0].second, c.n_layer);
   auto slowest_stage = [&](int64_t first_layers) {
-    return std::max(costs.first + static_cast<double>(first_layers) * costs.layer,
-                    costs.last + static_cast<double>(c.n_layer - first_layers) * costs.layer);
+    return std::max(costs.head + static_cast<double>(first_layers) * costs.block,
+                    costs.tail + static_cast<double>(c.n_layer - first_layers) * costs.block);
   };
   double best = slowest_stage(1);
   for (int64_t k = 2; k < c.n_layer; ++k) best = std::min(best, slowest_stage(k));

@@ -109,7 +109,7 @@ struct InjectedTask : train::TrainTask {
   double flops_per_item() const override { return inner->flops_per_item(); }
   int64_t items_per_row() const override { return inner->items_per_row(); }
   std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
-  bool set_block_hooks(nn::BlockHooks* hooks) override { return inner->set_block_hooks(hooks); }
+  bool set_block_hooks(hooks::BlockHooks* hooks) override { return inner->set_block_hooks(hooks); }
   std::unique_ptr<TextTask> inner;
   std::set<int64_t> steps;
   double factor;

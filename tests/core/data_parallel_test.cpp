@@ -3,7 +3,7 @@
 // bf16/fp16: gradients accumulate and are averaged in float32 (or, as an option, pre-divided in fp16).
 #include <gtest/gtest.h>
 
-#include "core/nn/grad_ready.h"
+#include "core/hooks/grad_ready.h"
 #include "core/parallel/data/data_parallel.h"
 #include "tests/support/gradient_sums.h"
 #include "tests/support/multiprocess.h"
@@ -128,7 +128,7 @@ TEST(DataParallelTest, Bf16GradientsAccumulateAndAverageInFloat32) {
     EXPECT_EQ(grad.scalar_type(), torch::kFloat32) << name;
     const torch::Tensor& param = model->named_parameters()[name];
     EXPECT_FALSE(param.grad().defined()) << name << " kept a bf16 .grad";
-    EXPECT_TRUE(nn::grad_of(param).is_same(grad)) << name << ": the parameter does not lead to its main gradient";
+    EXPECT_TRUE(hooks::grad_of(param).is_same(grad)) << name << ": the parameter does not lead to its main gradient";
   }
 }
 

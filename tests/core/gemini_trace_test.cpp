@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "core/memory/gemini.h"
-#include "core/nn/block_hooks.h"
+#include "core/hooks/block_hooks.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
@@ -27,13 +27,13 @@ struct TwoBlocks : torch::nn::Module {
     second = register_module("second", torch::nn::Linear(32, 32));
   }
 
-  torch::Tensor forward(nn::BlockHooks* hooks, const torch::Tensor& input, int64_t scratch_bytes) {
-    const torch::Tensor hidden = nn::run_block(hooks, {"first", {first.get()}}, input, [&](const torch::Tensor& x) {
+  torch::Tensor forward(hooks::BlockHooks* hooks, const torch::Tensor& input, int64_t scratch_bytes) {
+    const torch::Tensor hidden = hooks::run_block(hooks, {"first", {first.get()}}, input, [&](const torch::Tensor& x) {
       const torch::Tensor scratch = torch::ones({scratch_bytes / 4 + 1});  // float32, filled: its pages are real
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       return first(x) * (scratch[0].item<float>());  // the scratch is gone when the block returns
     });
-    return nn::run_block(hooks, {"second", {second.get()}}, hidden,
+    return hooks::run_block(hooks, {"second", {second.get()}}, hidden,
                          [&](const torch::Tensor& x) { return second(x); });
   }
 

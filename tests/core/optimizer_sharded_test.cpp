@@ -9,7 +9,7 @@
 #include "core/dist/process_mesh.h"
 #include "core/memory/gemini.h"
 #include "core/memory/zero.h"
-#include "core/nn/block_hooks.h"
+#include "core/hooks/block_hooks.h"
 #include "core/optim/grad_norm.h"
 #include "tests/support/gradient_sums.h"
 #include "tests/support/multiprocess.h"
@@ -183,10 +183,10 @@ struct TwoBlocks : torch::nn::Module {
     first = register_module("first", torch::nn::Linear(6, 16));
     second = register_module("second", torch::nn::Linear(16, 3));
   }
-  torch::Tensor forward(nn::BlockHooks* hooks, const torch::Tensor& x) {
-    const torch::Tensor hidden = nn::run_block(hooks, {"first", {first.get()}}, x,
+  torch::Tensor forward(hooks::BlockHooks* hooks, const torch::Tensor& x) {
+    const torch::Tensor hidden = hooks::run_block(hooks, {"first", {first.get()}}, x,
                                                [&](const torch::Tensor& in) { return torch::tanh(first(in)); });
-    return nn::run_block(hooks, {"second", {second.get()}}, hidden,
+    return hooks::run_block(hooks, {"second", {second.get()}}, hidden,
                          [&](const torch::Tensor& in) { return second(in); });
   }
   torch::nn::Linear first{nullptr}, second{nullptr};
@@ -204,7 +204,7 @@ void sharded_bf16_gradients_average(const std::shared_ptr<dist::World>& world, c
   torch::manual_seed(12);
   const torch::Tensor x = torch::randn({kMicroSteps * p * kRows, 6}).to(torch::kBFloat16);
   const torch::Tensor weighting = torch::randn({kMicroSteps * p * kRows, 3}).to(torch::kBFloat16);
-  auto loss_of_rows = [&](TwoBlocks& model, nn::BlockHooks* hooks, int64_t micro, int64_t rank) {
+  auto loss_of_rows = [&](TwoBlocks& model, hooks::BlockHooks* hooks, int64_t micro, int64_t rank) {
     const int64_t first = (micro * p + rank) * kRows;
     return (model.forward(hooks, x.narrow(0, first, kRows)) * weighting.narrow(0, first, kRows)).sum();
   };
@@ -216,7 +216,7 @@ void sharded_bf16_gradients_average(const std::shared_ptr<dist::World>& world, c
 
   TwoBlocks model;
   std::unique_ptr<memory::ChunkedMasters> sharded;
-  nn::BlockHooks* hooks = nullptr;
+  hooks::BlockHooks* hooks = nullptr;
   if (strategy == "gemini") {
     auto gemini = std::make_unique<memory::Gemini>(
         model, world->world_group(), memory::GeminiOptions{kChunkNumel, torch::kBFloat16, {}, grad_reduce});

@@ -1,6 +1,6 @@
 #include "core/parallel/data/data_parallel.h"
 
-#include "core/nn/grad_ready.h"
+#include "core/hooks/grad_ready.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
@@ -49,12 +49,12 @@ DataParallel::DataParallel(torch::nn::Module& model, dist::GroupPtr group, const
       } else {
         p.mutable_grad() = torch::Tensor();
         // Registered before on_grad_ready's hook below: the bucket holds the gradient when it counts.
-        accumulators_.push_back(nn::accumulate_into_main_grad(p, grads_[i]));
+        accumulators_.push_back(hooks::accumulate_into_main_grad(p, grads_[i]));
       }
     }
   }
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    accumulators_.push_back(nn::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
+    accumulators_.push_back(hooks::on_grad_accumulated(params_[i], [this, i] { on_grad_ready(i); }));
   }
 }
 

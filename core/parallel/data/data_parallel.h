@@ -23,7 +23,7 @@ class DataParallel {
   // gradients accumulate in its own dtype (float32 training, or grad_reduce kCompute) gets a view of its
   // bucket as .grad, so accumulation happens in place and nothing is copied before the all-reduce. A
   // bf16/fp16 parameter otherwise keeps no .grad: each backward's gradient is added into its float32
-  // bucket view (nn::accumulate_into_main_grad), so accumulation and the all-reduce run in float32.
+  // bucket view (hooks::accumulate_into_main_grad), so accumulation and the all-reduce run in float32.
   DataParallel(torch::nn::Module& model, dist::GroupPtr group, const DataParallelOptions& options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;

@@ -56,17 +56,23 @@ double PipelineEngine::run(const ChunkForward& forward, const std::function<torc
     check_ordered_exchanges(spec_, /*sends_block=*/group_->kind() == dist::BackendKind::kNccl);
     steps_ = schedule_for(spec_, group_->rank());
   }
-  return execute(steps_, forward, micro_input, loss_scale);
+  return execute(steps_, forward, micro_input, loss_scale, /*width=*/1).item<double>() / spec_.micro_batches;
 }
 
 double PipelineEngine::evaluate(const ChunkForward& forward,
                                 const std::function<torch::Tensor(int micro)>& micro_input) {
-  torch::NoGradGuard no_grad;
-  return execute(forward_only_schedule(spec_, group_->rank()), forward, micro_input, 1.0);
+  return evaluate_sums(forward, micro_input, /*width=*/1).item<double>() / spec_.micro_batches;
 }
 
-double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForward& forward,
-                               const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale) {
+torch::Tensor PipelineEngine::evaluate_sums(const ChunkForward& forward,
+                                            const std::function<torch::Tensor(int micro)>& micro_input, int64_t width) {
+  torch::NoGradGuard no_grad;
+  return execute(forward_only_schedule(spec_, group_->rank()), forward, micro_input, 1.0, width);
+}
+
+torch::Tensor PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForward& forward,
+                                      const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale,
+                                      int64_t width) {
   const int p = spec_.stages, s = group_->rank(), last = spec_.virtual_stages() - 1;
   const int next = (s + 1) % p, previous = (s + p - 1) % p;
   const double micro_batches = spec_.micro_batches;
@@ -74,7 +80,7 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   const bool training = torch::GradMode::is_enabled();
   std::map<std::pair<int, int>, InFlight> live;  // by (micro, chunk)
   std::vector<dist::PendingSend> sends;           // Gloo: sends still in flight (NCCL completes them in exchange)
-  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  torch::Tensor sums = torch::zeros({width}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   stats_ = RunStats();
@@ -166,9 +172,10 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
       if (v == 0) slot.input = micro_input(step.micro);
       slot.output = forward(step.chunk, slot.input, step.micro);
       if (v == last) {
-        KUAFU_CHECK(slot.output.numel() == 1, "the last pipeline stage must return a scalar loss, got ",
+        KUAFU_CHECK(slot.output.numel() == width, "the last pipeline stage must return ",
+                    width == 1 ? std::string("a scalar loss") : std::to_string(width) + " numbers", ", got ",
                     slot.output.sizes());
-        loss_sum += slot.output.detach().to(torch::kFloat64).reshape({});
+        sums += slot.output.detach().to(torch::kFloat64).reshape({width});
         // The step's loss is the mean over micro-batches (scaled up for mixed precision).
         slot.output = slot.output * (loss_scale / micro_batches);
       }
@@ -193,8 +200,8 @@ double PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForwar
   for (auto& send : sends) send.wait();
   stats_.step_seconds = seconds_since(start);
   // The last stage knows the loss; every stage reports it.
-  dist::broadcast(loss_sum, *group_, /*root=*/p - 1);  // virtual stage p v - 1 lives on stage p - 1
-  return loss_sum.item<double>() / micro_batches;
+  dist::broadcast(sums, *group_, /*root=*/p - 1);  // virtual stage p v - 1 lives on stage p - 1
+  return sums;
 }
 
 dist::GroupPtr first_and_last_stage_group(const dist::ProcessMesh& mesh) {

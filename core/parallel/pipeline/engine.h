@@ -41,11 +41,17 @@ class PipelineEngine {
              double loss_scale = 1.0);
   // The same micro-batches forward only, without gradients (evaluation): the mean loss on every rank.
   double evaluate(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
+  // Forward only, the last virtual stage returning `width` numbers per micro-batch (e.g. a loss sum, an
+  // item count and a count of right answers): their sums over the micro-batches, float64 [width], on
+  // every rank.
+  torch::Tensor evaluate_sums(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
+                              int64_t width);
   const RunStats& last_stats() const { return stats_; }
 
  private:
-  double execute(const std::vector<Step>& steps, const ChunkForward& forward,
-                 const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale);
+  // The sums of what the last virtual stage returned ([width] each), on every rank.
+  torch::Tensor execute(const std::vector<Step>& steps, const ChunkForward& forward,
+                        const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale, int64_t width);
 
   ScheduleSpec spec_;
   dist::GroupPtr group_;

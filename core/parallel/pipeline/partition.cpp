@@ -79,4 +79,35 @@ std::vector<double> part_costs(const std::vector<double>& costs, const std::vect
   return out;
 }
 
+bool StagePlan::holds_block(int64_t i) const {
+  for (const auto& [begin, end] : chunks) {
+    if (begin <= i && i < end) return true;
+  }
+  return false;
+}
+
+namespace {
+
+StagePlan plan_from_bounds(const ScheduleSpec& spec, int stage, const std::vector<int>& bounds) {
+  StagePlan plan;
+  for (int c = 0; c < spec.chunks; ++c) {
+    const int v = c * spec.stages + stage;
+    plan.chunks.emplace_back(bounds[v], bounds[v + 1]);
+  }
+  plan.first = stage == 0;
+  plan.last = stage == spec.stages - 1;
+  return plan;
+}
+
+}  // namespace
+
+StagePlan stage_plan(const ScheduleSpec& spec, int stage, int64_t blocks) {
+  return plan_from_bounds(spec, stage, partition_uniform(static_cast<int>(blocks), spec.virtual_stages()));
+}
+
+StagePlan stage_plan(const ScheduleSpec& spec, int stage, int64_t blocks, const StageCosts& costs) {
+  const std::vector<double> per_block(static_cast<size_t>(blocks), costs.block);
+  return plan_from_bounds(spec, stage, partition_balanced(per_block, spec.virtual_stages(), costs.head, costs.tail));
+}
+
 }  // namespace kuafu::parallel::pipeline

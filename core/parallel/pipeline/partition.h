@@ -3,7 +3,11 @@
 // [b_k, b_(k+1)). No LibTorch here: costs are numbers (parameter counts, measured block times).
 #pragma once
 
+#include <cstdint>
+#include <utility>
 #include <vector>
+
+#include "core/parallel/pipeline/schedule.h"
 
 namespace kuafu::parallel::pipeline {
 
@@ -21,5 +25,27 @@ std::vector<int> partition_balanced(const std::vector<double>& costs, int parts,
 // The cost of each part of `boundaries`, the extras included.
 std::vector<double> part_costs(const std::vector<double>& costs, const std::vector<int>& boundaries,
                                double first_extra = 0, double last_extra = 0);
+
+// The parts of a model (a head, blocks, a tail) one pipeline rank holds: the block ranges [begin, end)
+// of its chunks (one per virtual stage, in chunk order), whether it runs the first virtual stage (the
+// head) and the last (the tail and loss).
+struct StagePlan {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  bool first = true;
+  bool last = true;
+  static StagePlan whole(int64_t blocks) { return {{{0, blocks}}, true, true}; }
+  bool holds_block(int64_t i) const;
+};
+
+// What each part costs, for balancing: one block, and what the first stage (the head) and the last
+// (the tail) carry besides their blocks. Parameters or measured seconds.
+struct StageCosts {
+  double block = 1, head = 0, tail = 0;
+};
+
+// Pipeline stage `stage`'s plan: the blocks cut into the schedule's p v virtual stages, chunk c holding
+// virtual stage c p + stage; equal block counts, or balanced by `costs`.
+StagePlan stage_plan(const ScheduleSpec& spec, int stage, int64_t blocks);
+StagePlan stage_plan(const ScheduleSpec& spec, int stage, int64_t blocks, const StageCosts& costs);
 
 }  // namespace kuafu::parallel::pipeline

@@ -1,7 +1,7 @@
 #include "core/parallel/sequence/sequence_parallel.h"
 
 #include "core/dist/autograd_collectives.h"
-#include "core/nn/attention.h"
+#include "core/ops/attention.h"
 #include "core/parallel/sequence/ring_attention.h"
 #include "core/util/error.h"
 
@@ -40,14 +40,14 @@ torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& 
               ") to divide by the sequence-parallel size (", p, ")");
   // [B, H, C, D] sequence-split -> [B, H/P, n, D] head-split, and back after attention.
   auto to_heads = [&](const torch::Tensor& t) { return dist::autograd::all_to_all(t, group, 1, 2); };
-  const torch::Tensor out = nn::scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), causal, dropout);
+  const torch::Tensor out = ops::scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), causal, dropout);
   return dist::autograd::all_to_all(out, group, 2, 1);
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
                         double dropout, const SequenceParallel& sp) {
   switch (sp.mode) {
-    case SequenceMode::kNone: return nn::scaled_dot_product_attention(q, k, v, causal, dropout);
+    case SequenceMode::kNone: return ops::scaled_dot_product_attention(q, k, v, causal, dropout);
     case SequenceMode::kAllToAll: return all_to_all_attention(q, k, v, sp.group, causal, dropout);
     case SequenceMode::kRing:
     case SequenceMode::kRingScores:

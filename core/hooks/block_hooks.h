@@ -10,7 +10,7 @@
 
 #include <torch/nn/module.h>
 
-namespace kuafu::nn {
+namespace kuafu::hooks {
 
 // One block as a strategy sees it.
 struct BlockCall {
@@ -35,4 +35,4 @@ class BlockHooks {
 torch::Tensor run_block(BlockHooks* hooks, const BlockCall& call, const torch::Tensor& input,
                         const std::function<torch::Tensor(const torch::Tensor&)>& body);
 
-}  // namespace kuafu::nn
+}  // namespace kuafu::hooks

@@ -8,7 +8,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
-namespace kuafu::nn {
+namespace kuafu::hooks {
 
 // Adds `on_ready` as a post-hook of `param`'s AccumulateGrad node and returns that node: the hook fires
 // only while the node lives, so keep it as long as the hook should.
@@ -24,4 +24,4 @@ std::shared_ptr<torch::autograd::Node> accumulate_into_main_grad(const torch::Te
 // one (and the node lives), else its .grad.
 torch::Tensor grad_of(const torch::Tensor& param);
 
-}  // namespace kuafu::nn
+}  // namespace kuafu::hooks

@@ -1,8 +1,8 @@
-#include "core/nn/block_hooks.h"
+#include "core/hooks/block_hooks.h"
 
 #include <torch/autograd.h>
 
-namespace kuafu::nn {
+namespace kuafu::hooks {
 
 torch::Tensor run_block(BlockHooks* hooks, const BlockCall& call, const torch::Tensor& input,
                         const std::function<torch::Tensor(const torch::Tensor&)>& body) {
@@ -24,4 +24,4 @@ torch::Tensor run_block(BlockHooks* hooks, const BlockCall& call, const torch::T
   return y;
 }
 
-}  // namespace kuafu::nn
+}  // namespace kuafu::hooks

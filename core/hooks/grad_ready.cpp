@@ -1,11 +1,11 @@
-#include "core/nn/grad_ready.h"
+#include "core/hooks/grad_ready.h"
 
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/util/error.h"
 
-namespace kuafu::nn {
+namespace kuafu::hooks {
 namespace {
 
 struct GradReadyHook : torch::autograd::FunctionPostHook {
@@ -62,4 +62,4 @@ torch::Tensor grad_of(const torch::Tensor& param) {
   return param.grad();
 }
 
-}  // namespace kuafu::nn
+}  // namespace kuafu::hooks

@@ -1,9 +1,9 @@
-#include "core/nn/attention.h"
+#include "core/ops/attention.h"
 
 #include <cmath>
 #include <limits>
 
-namespace kuafu::nn {
+namespace kuafu::ops {
 
 namespace {
 
@@ -20,10 +20,10 @@ bool fused_kernel_is_faster(const torch::Tensor& q, int64_t keys) {
 }  // namespace
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                           bool causal, double dropout) {
+                                           bool causal, double dropout, const torch::Tensor& key_padding) {
   const int64_t tq = q.size(2);
   const int64_t tk = k.size(2);
-  const bool masked = causal && tq != tk;  // queries are the last tq positions (decoding with a cache)
+  const bool masked = (causal && tq != tk) || key_padding.defined();  // tq != tk: decoding with a cache
   if (fused_kernel_is_faster(q, tk) && !masked) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
   }
@@ -35,6 +35,12 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
     const torch::Tensor cols = torch::arange(tk, positions).unsqueeze(0);           // [1, Tk]
     scores = scores.masked_fill(cols > rows, -std::numeric_limits<double>::infinity());
   }
+  if (key_padding.defined()) {
+    // The lowest finite score rather than -inf (as Hugging Face does): a query with every key hidden
+    // then averages the values instead of dividing 0 by 0.
+    const double lowest = scores.scalar_type() == torch::kHalf ? -65504.0 : std::numeric_limits<float>::lowest();
+    scores = scores.masked_fill(key_padding.logical_not().view({key_padding.size(0), 1, 1, tk}), lowest);
+  }
   return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0), v);
 }
 
@@ -44,4 +50,4 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(const torch::Tensor& k, 
   return {keys, values};
 }
 
-}  // namespace kuafu::nn
+}  // namespace kuafu::ops

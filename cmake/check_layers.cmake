@@ -1,0 +1,56 @@
+# The layers of docs/architecture.md, enforced: a file may include headers of its own layer and of
+# the layers below it, never above; and a model file (apps/*/model*) holds maths only, so it includes
+# nothing of pipeline staging, sequence parallelism or the memory strategies (they apply from outside,
+# core/train/parallelize.h). Run by the kuafu_layers target on every build:
+#   cmake -DSOURCE_DIR=<repo> -DSTAMP=<file> -P cmake/check_layers.cmake
+# Lower rank = lower layer; folders of one rank may include each other.
+set(rank_util 0)
+set(rank_config 1)
+set(rank_io 1)
+set(rank_dist 2)
+set(rank_hooks 3)
+set(rank_ops 3)
+set(rank_optim 4)
+set(rank_parallel 5)
+set(rank_memory 5)
+set(rank_nn 6)
+set(rank_train 7)
+set(rank_apps 8)
+
+function(layer_of path out)  # "core/<layer>/..." or "apps/..." -> the layer's name ("" if neither)
+  if(path MATCHES "^core/([a-z_]+)/")
+    set(${out} ${CMAKE_MATCH_1} PARENT_SCOPE)
+  elseif(path MATCHES "^apps/")
+    set(${out} apps PARENT_SCOPE)
+  else()
+    set(${out} "" PARENT_SCOPE)
+  endif()
+endfunction()
+
+file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR} ${SOURCE_DIR}/core/*.h ${SOURCE_DIR}/core/*.cpp
+     ${SOURCE_DIR}/apps/*.h ${SOURCE_DIR}/apps/*.cpp)
+set(problems "")
+foreach(source ${sources})
+  layer_of(${source} layer)
+  if(NOT DEFINED rank_${layer})
+    if(NOT source MATCHES "^core/[^/]+$")  # core/pch.h
+      string(APPEND problems "\n  ${source}: folder core/${layer} is in no layer (add it to cmake/check_layers.cmake)")
+    endif()
+    continue()
+  endif()
+  file(STRINGS ${SOURCE_DIR}/${source} includes REGEX "^#include \"(core|apps)/")
+  foreach(line ${includes})
+    string(REGEX REPLACE "^#include \"([^\"]+)\".*" "\\1" header "${line}")
+    layer_of(${header} target)
+    if(DEFINED rank_${target} AND rank_${target} GREATER rank_${layer})
+      string(APPEND problems "\n  ${source} (layer ${layer}) includes ${header} (layer ${target}, above it)")
+    endif()
+    if(source MATCHES "^apps/[^/]+/model" AND header MATCHES "^core/(parallel/pipeline|parallel/sequence|memory)/")
+      string(APPEND problems "\n  ${source} is a model file (maths only) but includes the strategy ${header}")
+    endif()
+  endforeach()
+endforeach()
+if(problems)
+  message(FATAL_ERROR "layer check (docs/architecture.md) failed:${problems}")
+endif()
+file(WRITE ${STAMP} "layers ok\n")

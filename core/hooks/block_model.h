@@ -1,0 +1,46 @@
+// A model as the strategies see it: a head turning the inputs into a stream, blocks each mapping the
+// stream to the next, and a tail turning the final stream and the targets into a loss. A model file
+// writes only this maths; pipeline staging, sequence parallelism, activation checkpointing and the
+// memory strategies apply to every model of this shape from outside (core/train/parallelize.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+namespace kuafu::hooks {
+
+// One part of the model as strategies name it: a name stable across steps (e.g. "transformer.h.3") and
+// the paths, relative to the model, of the modules it computes with (e.g. "transformer.wte").
+struct ModelPart {
+  std::string name;
+  std::vector<std::string> modules;
+};
+
+class BlockModel {
+ public:
+  virtual ~BlockModel() = default;
+  virtual torch::nn::Module& module() = 0;  // the model's root module (the parts' paths start there)
+
+  virtual int64_t num_blocks() const = 0;
+  virtual ModelPart head_part() const = 0;
+  virtual ModelPart block_part(int64_t i) const = 0;
+  virtual ModelPart tail_part() const = 0;
+
+  // inputs (token ids [B, T], pixels [B, C, S, S], ...) -> the stream [B, T, ...]: its dim 1 holds the
+  // positions that sequence parallelism cuts.
+  virtual torch::Tensor head(const torch::Tensor& inputs) = 0;
+  virtual torch::Tensor block(int64_t i, const torch::Tensor& x) = 0;
+  // The mean loss of the final stream against training targets.
+  virtual torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) = 0;
+  // Evaluation sums against evaluation targets: float64 [loss sum, items, items predicted right].
+  virtual torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) = 0;
+  // True when the tail treats the positions independently and the targets' dim 1 lines up with the
+  // stream's (next-token prediction): sequence parallelism then cuts the targets as it cuts the stream
+  // and each rank's loss is the mean over its positions. False: the tail needs the whole stream (e.g.
+  // a classifier reading the class token), which is gathered first.
+  virtual bool tail_per_position() const { return false; }
+};
+
+}  // namespace kuafu::hooks

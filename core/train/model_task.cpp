@@ -1,0 +1,34 @@
+#include "core/train/model_task.h"
+
+#include <algorithm>
+
+namespace kuafu::train {
+
+ModelTask::ModelTask(std::unique_ptr<ParallelModel> parallel, int64_t micro_batch, int64_t row_block)
+    : parallel_(std::move(parallel)), micro_batch_(micro_batch), row_block_(std::max<int64_t>(1, row_block)) {}
+
+torch::Tensor ModelTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  return parallel_->loss(train_batch(step, first_row, rows));
+}
+
+double ModelTask::pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) {
+  std::vector<Batch> batches;
+  for (const int64_t first : first_rows) batches.push_back(train_batch(step, first, rows));
+  return parallel_->pipeline_step(batches, loss_scale);
+}
+
+LossSum ModelTask::evaluate(int rank, int ranks) {
+  const int64_t units = eval_rows() / row_block_;
+  const int64_t begin = row_block_ * (units * rank / ranks);
+  const int64_t end = row_block_ * (units * (rank + 1) / ranks);
+  LossSum sum;
+  for (int64_t row = begin; row < end; row += micro_batch_) {
+    const torch::Tensor sums = parallel_->evaluate(eval_batch(row, std::min(micro_batch_, end - row))).to(torch::kCPU);
+    sum.loss_sum += sums[0].item<double>();
+    sum.count += sums[1].item<double>();
+    sum.correct += sums[2].item<double>();
+  }
+  return sum;
+}
+
+}  // namespace kuafu::train

@@ -1,0 +1,46 @@
+// The trainer's view of an app whose model is an hooks::BlockModel run through a ParallelModel: the app
+// supplies its data (training micro-batches by step and rows, an evaluation set by rows) and its
+// figures; the loss, pipeline steps, evaluation and hooks are shared by every such app.
+#pragma once
+
+#include <memory>
+
+#include "core/train/parallelize.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::train {
+
+class ModelTask : public TrainTask {
+ public:
+  // `row_block`: every batch's rows must be a multiple of it (the tensor mode's row blocks);
+  // `micro_batch`: rows per evaluation batch.
+  ModelTask(std::unique_ptr<ParallelModel> parallel, int64_t micro_batch, int64_t row_block);
+
+  // The app's data, on the model's device: rows [first_row, first_row + rows) of step `step`'s global
+  // batch, and of the fixed evaluation set of eval_rows() rows.
+  virtual Batch train_batch(int64_t step, int64_t first_row, int64_t rows) = 0;
+  virtual int64_t eval_rows() const = 0;
+  virtual Batch eval_batch(int64_t first_row, int64_t rows) = 0;
+
+  torch::nn::Module& model() override { return parallel_->model().module(); }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
+  // Each data rank takes a range of whole row blocks (rows past the last whole block are left out).
+  LossSum evaluate(int rank, int ranks) override;
+  bool pipelined() const override { return parallel_->pipelined(); }
+  double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) override;
+  bool counts_in_global_norm(const std::string& name) const override { return parallel_->counts_in_global_norm(name); }
+  bool set_block_hooks(hooks::BlockHooks* hooks) override {
+    parallel_->set_block_hooks(hooks);
+    return true;
+  }
+  ParallelModel& parallel() { return *parallel_; }
+
+ protected:
+  int64_t micro_batch() const { return micro_batch_; }
+
+ private:
+  std::unique_ptr<ParallelModel> parallel_;
+  int64_t micro_batch_, row_block_;
+};
+
+}  // namespace kuafu::train

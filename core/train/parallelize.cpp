@@ -1,0 +1,279 @@
+#include "core/train/parallelize.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include "core/dist/collectives.h"
+#include "core/memory/activation_checkpoint.h"
+#include "core/hooks/grad_ready.h"
+#include "core/nn/transformer_block.h"
+#include "core/util/device.h"
+#include "core/util/error.h"
+#include "core/util/logging.h"
+
+namespace kuafu::train {
+
+namespace pp = parallel::pipeline;
+namespace sp = parallel::sequence;
+
+namespace {
+
+using ModuleMap = std::map<std::string, std::shared_ptr<torch::nn::Module>>;
+
+ModuleMap modules_by_path(torch::nn::Module& root) {
+  ModuleMap found;
+  for (const auto& item : root.named_modules()) found[item.key()] = item.value();
+  return found;
+}
+
+hooks::BlockCall call_of(const hooks::ModelPart& part, const ModuleMap& modules) {
+  hooks::BlockCall call{part.name, {}};
+  for (const auto& path : part.modules) {
+    const auto found = modules.find(path);
+    KUAFU_CHECK(found != modules.end(), "model part ", part.name, " names module ", path, ", which the model lacks");
+    call.modules.push_back(found->second.get());
+  }
+  return call;
+}
+
+std::vector<hooks::ModelPart> all_parts(const hooks::BlockModel& model) {
+  std::vector<hooks::ModelPart> parts{model.head_part()};
+  for (int64_t i = 0; i < model.num_blocks(); ++i) parts.push_back(model.block_part(i));
+  parts.push_back(model.tail_part());
+  return parts;
+}
+
+}  // namespace
+
+ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
+    : model_(model), options_(std::move(options)) {
+  const int64_t n = model_.num_blocks();
+  if (options_.plan.chunks.empty()) options_.plan = pp::StagePlan::whole(n);
+  for (const auto& [begin, end] : options_.plan.chunks) {
+    KUAFU_CHECK(0 <= begin && begin < end && end <= n, "pipeline stage plan: blocks [", begin, ", ", end,
+                ") are not a non-empty range of the model's ", n, " blocks");
+  }
+  KUAFU_CHECK(!options_.sequence.enabled() || !pipelined(),
+              "sequence parallelism combines with data parallelism only (no pipeline parallelism)");
+  // 2. Sequence parallelism: attention learns its group; the runner cuts the stream.
+  for (const auto& module : model_.module().modules()) {
+    if (auto* core = dynamic_cast<nn::AttentionCoreImpl*>(module.get())) core->sequence = options_.sequence;
+  }
+  const ModuleMap modules = modules_by_path(model_.module());
+  head_.call = call_of(model_.head_part(), modules);
+  tail_.call = call_of(model_.tail_part(), modules);
+  for (int64_t i = 0; i < n; ++i) blocks_.push_back({call_of(model_.block_part(i), modules)});
+  for (const auto& head_path : model_.head_part().modules) {
+    const auto& tail_paths = model_.tail_part().modules;
+    if (std::find(tail_paths.begin(), tail_paths.end(), head_path) == tail_paths.end()) continue;
+    for (const auto& item : modules.at(head_path)->named_parameters()) tied_.insert(head_path + "." + item.key());
+  }
+  // 3. Pipeline staging.
+  if (pipelined()) {
+    KUAFU_CHECK(options_.pipeline && options_.pipeline->size() == options_.schedule.stages,
+                "a pipeline of ", options_.schedule.stages, " stages needs its group");
+    keep_planned_parts();
+    train_engine_ = std::make_unique<pp::PipelineEngine>(options_.schedule, options_.pipeline);
+    pp::ScheduleSpec one = options_.schedule;  // evaluation runs one micro-batch at a time
+    one.micro_batches = 1;
+    eval_engine_ = std::make_unique<pp::PipelineEngine>(one, options_.pipeline);
+  }
+}
+
+void ParallelModel::keep_planned_parts() {
+  // Every rank built and initialised the whole model (so each part equals the serial one from the
+  // seed); the parts of other stages leave the module tree and give their memory back.
+  const pp::StagePlan& plan = options_.plan;
+  std::set<std::string> held, all;
+  auto note = [&](const hooks::ModelPart& part, bool keep) {
+    for (const auto& path : part.modules) {
+      all.insert(path);
+      if (keep) held.insert(path);
+    }
+  };
+  note(model_.head_part(), plan.first);
+  note(model_.tail_part(), plan.last);
+  for (int64_t i = 0; i < model_.num_blocks(); ++i) note(model_.block_part(i), plan.holds_block(i));
+  const ModuleMap modules = modules_by_path(model_.module());
+  for (const auto& path : all) {
+    if (held.count(path)) continue;
+    torch::NoGradGuard no_grad;
+    for (auto& p : modules.at(path)->parameters()) p.set_data(torch::empty({0}, p.options()));
+    const size_t dot = path.rfind('.');
+    const std::string parent = dot == std::string::npos ? "" : path.substr(0, dot);
+    modules.at(parent)->unregister_module(dot == std::string::npos ? path : path.substr(dot + 1));
+  }
+  std::set<std::string> kept_tied;
+  for (const auto& name : tied_) {
+    if (model_.module().named_parameters().contains(name)) kept_tied.insert(name);
+  }
+  tied_ = kept_tied;
+}
+
+torch::Tensor ParallelModel::run_head(const torch::Tensor& inputs) {
+  return hooks::run_block(hooks_, head_.call, inputs, [&](const torch::Tensor& x) { return model_.head(x); });
+}
+
+torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    std::function<torch::Tensor(const torch::Tensor&)> body = [this, i](const torch::Tensor& input) {
+      return model_.block(i, input);
+    };
+    x = hooks::run_block(hooks_, blocks_[static_cast<size_t>(i)].call, x, [&](const torch::Tensor& input) {
+      return options_.checkpoint_activations ? memory::checkpointed(input, body) : body(input);
+    });
+  }
+  return x;
+}
+
+torch::Tensor ParallelModel::run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums) {
+  return hooks::run_block(hooks_, tail_.call, x, [&](const torch::Tensor& stream) {
+    return sums ? model_.tail_sums(stream, targets) : model_.tail_loss(stream, targets);
+  });
+}
+
+torch::Tensor ParallelModel::loss(const Batch& batch) {
+  KUAFU_CHECK(!pipelined(), "a pipelined model trains through pipeline_step");
+  const sp::SequenceParallel& sequence = options_.sequence;
+  torch::Tensor x = run_head(batch.inputs);
+  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, model_.num_blocks()), batch.targets, false);
+  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, model_.num_blocks());
+  if (model_.tail_per_position()) return run_tail(x, sp::local_chunk(batch.targets, 1, sequence), false);
+  return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, false);
+}
+
+torch::Tensor ParallelModel::stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets,
+                                           bool sums) {
+  const pp::ScheduleSpec& spec = options_.schedule;
+  const int v = chunk * spec.stages + options_.pipeline->rank();
+  const auto [begin, end] = options_.plan.chunks[static_cast<size_t>(chunk)];
+  torch::Tensor x = run_blocks(v == 0 ? run_head(input) : input, begin, end);
+  return v == spec.virtual_stages() - 1 ? run_tail(x, targets, sums) : x;
+}
+
+double ParallelModel::pipeline_step(const std::vector<Batch>& micro_batches, double loss_scale) {
+  KUAFU_CHECK(pipelined(), "pipeline_step on a model without pipeline stages");
+  const double loss = train_engine_->run(
+      [&](int chunk, const torch::Tensor& input, int micro) {
+        return stage_forward(chunk, input, micro_batches[static_cast<size_t>(micro)].targets, false);
+      },
+      [&](int micro) { return micro_batches[static_cast<size_t>(micro)].inputs; }, loss_scale);
+  // A tied weight's two copies (first and last stage) each get the sum of both gradients.
+  if (options_.ends) {
+    const auto params = model_.module().named_parameters();
+    for (const auto& name : tied_) {
+      torch::Tensor grad = hooks::grad_of(params[name]);  // the float32 main gradient under bf16 / fp16
+      dist::all_reduce(grad, *options_.ends);
+    }
+  }
+  return loss;
+}
+
+torch::Tensor ParallelModel::evaluate(const Batch& batch) {
+  torch::NoGradGuard no_grad;
+  if (pipelined()) {
+    return eval_engine_->evaluate_sums(
+        [&](int chunk, const torch::Tensor& input, int) { return stage_forward(chunk, input, batch.targets, true); },
+        [&](int) { return batch.inputs; }, /*width=*/3);
+  }
+  const sp::SequenceParallel& sequence = options_.sequence;
+  torch::Tensor x = run_head(batch.inputs);
+  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, model_.num_blocks()), batch.targets, true);
+  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, model_.num_blocks());
+  if (!model_.tail_per_position()) return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, true);
+  torch::Tensor sums = run_tail(x, sp::local_chunk(batch.targets, 1, sequence), true).clone();
+  dist::all_reduce(sums, *sequence.group);  // each rank counted its chunk of the positions
+  return sums;
+}
+
+bool ParallelModel::counts_in_global_norm(const std::string& name) const {
+  return !(pipelined() && !options_.plan.first && tied_.count(name));
+}
+
+parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model) {
+  const ModuleMap modules = modules_by_path(model.module());
+  auto count = [&](const hooks::ModelPart& part) {
+    double total = 0;
+    for (const auto& path : part.modules) {
+      for (const auto& p : modules.at(path)->parameters()) total += static_cast<double>(p.numel());
+    }
+    return total;
+  };
+  return {count(model.block_part(0)), count(model.head_part()), count(model.tail_part())};
+}
+
+parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample) {
+  const torch::Device device = sample.inputs.device();
+  const torch::Tensor random_state = generator_state(device);
+  auto median_seconds = [&](const std::function<void()>& work) {
+    work();  // warm-up
+    std::vector<double> times;
+    for (int i = 0; i < 3; ++i) {
+      synchronize(device);
+      const auto start = std::chrono::steady_clock::now();
+      work();
+      synchronize(device);
+      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    return times[1];
+  };
+  torch::Tensor stream;
+  {
+    torch::NoGradGuard no_grad;
+    stream = model.head(sample.inputs);
+  }
+  pp::StageCosts costs;
+  costs.head = median_seconds([&] { model.head(sample.inputs).sum().backward(); });
+  costs.block = median_seconds([&] { model.block(0, stream.clone().requires_grad_()).sum().backward(); });
+  costs.tail = median_seconds([&] { model.tail_loss(stream.clone().requires_grad_(), sample.targets).backward(); });
+  // Timing leaves nothing behind: no gradients, the random streams where they were.
+  for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();
+  set_generator_state(device, random_state);
+  return costs;
+}
+
+ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config& config, const Runtime& runtime,
+                                 int micro_batches, const Batch& sample) {
+  ParallelOptions options;
+  options.sequence = runtime.sequence;
+  options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
+  if (!runtime.pipelined()) return options;
+  pp::ScheduleSpec spec = runtime.pipeline;
+  spec.micro_batches = micro_batches;
+  const int64_t blocks = model.num_blocks();
+  if (blocks < spec.virtual_stages()) {
+    config.fail_at("parallel.pipeline", "gives " + std::to_string(spec.virtual_stages()) +
+                                            " (virtual) stages, each needing at least one of the model's " +
+                                            std::to_string(blocks) + " blocks (layers)");
+  }
+  if (spec.kind == pp::ScheduleKind::kInterleaved && spec.micro_batches % spec.stages != 0) {
+    config.fail_at("train.batch_size", "gives " + std::to_string(spec.micro_batches) +
+                                           " micro-batches per step, but the interleaved schedule needs a multiple "
+                                           "of parallel.pipeline = " + std::to_string(spec.stages));
+  }
+  options.schedule = spec;
+  options.pipeline = runtime.mesh->group("pipeline");
+  options.ends = pp::first_and_last_stage_group(*runtime.mesh);
+  const std::string partition = config.get_string("parallel.partition");
+  if (partition == "uniform") {
+    options.plan = pp::stage_plan(spec, runtime.stage(), blocks);
+    return options;
+  }
+  pp::StageCosts costs = partition == "parameters" ? parameter_costs(model) : measured_costs(model, sample);
+  // Every rank must cut alike: rank 0's figures (timings differ between processes).
+  const auto& world = *runtime.world->world_group();
+  torch::Tensor shared =
+      torch::tensor({costs.block, costs.head, costs.tail}, torch::TensorOptions(torch::kFloat64).device(world.device()));
+  dist::broadcast(shared, world, 0);
+  costs = {shared[0].item<double>(), shared[1].item<double>(), shared[2].item<double>()};
+  options.plan = pp::stage_plan(spec, runtime.stage(), blocks, costs);
+  log::infof("pipeline stage ", runtime.stage(), " holds blocks ", options.plan.chunks.front().first, "..",
+             options.plan.chunks.back().second - 1, " (", partition, ": block ", costs.block, ", head +", costs.head,
+             ", tail +", costs.tail, ")");
+  return options;
+}
+
+}  // namespace kuafu::train

@@ -1,0 +1,97 @@
+// Applies the configured strategies to a model written as maths (hooks::BlockModel), always in this order:
+//   1. tensor parallelism: chosen when the model is built, its layers coming from the parallel::
+//      factories with runtime.tensor (the one strategy a model file names, through the factories only);
+//   2. sequence parallelism: every nn::AttentionCore gets the "sequence" group, and the stream is cut
+//      along its positions after the head;
+//   3. pipeline staging: this rank keeps the head, blocks and tail of its stages (cut uniformly, by
+//      parameters or by measured time) and frees the rest;
+//   4. activation checkpointing: each block's forward is recomputed in its backward;
+//   5. the memory strategy (ZeRO, Gemini): installed by the trainer once the optimizer exists, through
+//      the block hooks each part runs under (set_block_hooks).
+// ParallelModel then runs the model: the loss of a batch, a pipeline step, evaluation sums.
+#pragma once
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/hooks/block_hooks.h"
+#include "core/hooks/block_model.h"
+#include "core/parallel/pipeline/engine.h"
+#include "core/parallel/pipeline/partition.h"
+#include "core/train/runtime.h"
+
+namespace kuafu::train {
+
+// One micro-batch: what the head takes and what the tail compares with.
+struct Batch {
+  torch::Tensor inputs, targets;
+};
+
+struct ParallelOptions {
+  parallel::sequence::SequenceParallel sequence;  // off: whole sequences
+  parallel::pipeline::ScheduleSpec schedule;       // stages 1: no pipeline
+  parallel::pipeline::StagePlan plan;              // this rank's parts (empty chunks: the whole model)
+  dist::GroupPtr pipeline;                         // the "pipeline" axis (null without stages)
+  dist::GroupPtr ends;  // this rank's first and last stage when it is one of them (tied weights)
+  bool checkpoint_activations = false;
+};
+
+class ParallelModel {
+ public:
+  // Applies `options` to `model` (steps 2-4 above); `model` must outlive this.
+  ParallelModel(hooks::BlockModel& model, ParallelOptions options);
+
+  hooks::BlockModel& model() { return model_; }
+  const ParallelOptions& options() const { return options_; }
+  bool pipelined() const { return options_.schedule.stages > 1; }
+
+  // Not pipelined: the mean loss of this rank's share of `batch` (its chunk of the positions under
+  // sequence parallelism; gradients then average over the sequence ranks).
+  torch::Tensor loss(const Batch& batch);
+  // Pipelined: a step's micro-batches through the schedule, gradients accumulated as for their mean
+  // loss x loss_scale (tied weights' copies summed); the mean loss (unscaled) on every rank.
+  double pipeline_step(const std::vector<Batch>& micro_batches, double loss_scale);
+  // Evaluation sums of `batch` (float64 [loss sum, items, right]), whole-batch figures on every rank of
+  // the model's group.
+  torch::Tensor evaluate(const Batch& batch);
+
+  // False for a parameter this rank holds as a second copy (a tied weight on the last stage): the
+  // global gradient norm counts the first stage's.
+  bool counts_in_global_norm(const std::string& name) const;
+  void set_block_hooks(hooks::BlockHooks* hooks) { hooks_ = hooks; }
+
+ private:
+  struct Part {
+    hooks::BlockCall call;  // name and modules, for the hooks
+  };
+  torch::Tensor run_head(const torch::Tensor& inputs);
+  torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end);
+  torch::Tensor run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums);
+  // What a pipeline rank runs for a micro-batch's chunk: the head first, its blocks, the tail last.
+  torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets, bool sums);
+  void keep_planned_parts();
+
+  hooks::BlockModel& model_;
+  ParallelOptions options_;
+  hooks::BlockHooks* hooks_ = nullptr;
+  Part head_, tail_;
+  std::vector<Part> blocks_;
+  std::set<std::string> tied_;  // parameters both the head and the tail compute with
+  std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
+};
+
+// What each part costs, for partitions: parameters of the head, block 0 and the tail; or their forward
+// + backward seconds on `sample` (median of 3 after a warm-up; the random streams and gradients are
+// left as they were).
+parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model);
+parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample);
+
+// The options the config and runtime ask for: the pipeline's schedule over `micro_batches` per step
+// and this rank's stage plan (parallel.partition; "time" measures on `sample`, rank 0's figures
+// shared), sequence parallelism, activation checkpointing. Checked at the keys before any work.
+ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config& config, const Runtime& runtime,
+                                 int micro_batches, const Batch& sample);
+
+}  // namespace kuafu::train
