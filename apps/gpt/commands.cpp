@@ -103,11 +103,8 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
   GPT gpt(model, tp);
   train::ParallelOptions options;
   if (stages) {
-    // The pipeline's micro-batches are the step's accumulation micro-steps.
-    const int micro_batches =
-        static_cast<int>(config.get_int("train.batch_size") / (micro_batch * stages->mesh->size("data")));
-    const io::TokenBatch sample = train->train_batch(0, 0, micro_batch).to(tp.device);
-    options = train::parallel_options(*gpt, config, *stages, micro_batches, {sample.inputs, sample.targets});
+    const io::TokenBatch sample = train->train_batch(0, 0, micro_batch).to(tp.device);  // for "time" partitions
+    options = train::parallel_options(*gpt, config, *stages, {sample.inputs, sample.targets});
   }
   return std::make_unique<TextTask>(gpt, options, train, val, config.get_int("train.eval_rows"), micro_batch);
 }

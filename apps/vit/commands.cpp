@@ -123,16 +123,13 @@ std::unique_ptr<ImageTask> build_image_task(const config::Config& config, const 
   train::ParallelOptions options;
   auto task = [&] { return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config); };
   if (!runtime) return task();
-  // The pipeline's micro-batches are the step's accumulation micro-steps; "time" partitions time the
-  // first micro-batch of the first step.
+  // "time" partitions time a micro-batch of blank images.
   const int64_t micro_batch = config.get_int("train.micro_batch_size");
-  const int micro_batches =
-      static_cast<int>(config.get_int("train.batch_size") / (micro_batch * runtime->mesh->size("data")));
   const torch::Tensor pixels = torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size},
                                             torch::TensorOptions().device(tp.device));  // no random draws
   const torch::Tensor targets = smoothed_targets(torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(tp.device)),
                                                  model.num_labels, 0.0);
-  options = train::parallel_options(*vit, config, *runtime, micro_batches, {pixels, targets});
+  options = train::parallel_options(*vit, config, *runtime, {pixels, targets});
   return task();
 }
 

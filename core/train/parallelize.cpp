@@ -62,9 +62,9 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
     if (auto* core = dynamic_cast<nn::AttentionCoreImpl*>(module.get())) core->sequence = options_.sequence;
   }
   const ModuleMap modules = modules_by_path(model_.module());
-  head_.call = call_of(model_.head_part(), modules);
-  tail_.call = call_of(model_.tail_part(), modules);
-  for (int64_t i = 0; i < n; ++i) blocks_.push_back({call_of(model_.block_part(i), modules)});
+  head_ = call_of(model_.head_part(), modules);
+  tail_ = call_of(model_.tail_part(), modules);
+  for (int64_t i = 0; i < n; ++i) blocks_.push_back(call_of(model_.block_part(i), modules));
   for (const auto& head_path : model_.head_part().modules) {
     const auto& tail_paths = model_.tail_part().modules;
     if (std::find(tail_paths.begin(), tail_paths.end(), head_path) == tail_paths.end()) continue;
@@ -113,7 +113,7 @@ void ParallelModel::keep_planned_parts() {
 }
 
 torch::Tensor ParallelModel::run_head(const torch::Tensor& inputs) {
-  return hooks::run_block(hooks_, head_.call, inputs, [&](const torch::Tensor& x) { return model_.head(x); });
+  return hooks::run_block(hooks_, head_, inputs, [&](const torch::Tensor& x) { return model_.head(x); });
 }
 
 torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end) {
@@ -121,7 +121,7 @@ torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t 
     std::function<torch::Tensor(const torch::Tensor&)> body = [this, i](const torch::Tensor& input) {
       return model_.block(i, input);
     };
-    x = hooks::run_block(hooks_, blocks_[static_cast<size_t>(i)].call, x, [&](const torch::Tensor& input) {
+    x = hooks::run_block(hooks_, blocks_[static_cast<size_t>(i)], x, [&](const torch::Tensor& input) {
       return options_.checkpoint_activations ? memory::checkpointed(input, body) : body(input);
     });
   }
@@ -129,7 +129,7 @@ torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t 
 }
 
 torch::Tensor ParallelModel::run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums) {
-  return hooks::run_block(hooks_, tail_.call, x, [&](const torch::Tensor& stream) {
+  return hooks::run_block(hooks_, tail_, x, [&](const torch::Tensor& stream) {
     return sums ? model_.tail_sums(stream, targets) : model_.tail_loss(stream, targets);
   });
 }
@@ -236,13 +236,13 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
 }
 
 ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config& config, const Runtime& runtime,
-                                 int micro_batches, const Batch& sample) {
+                                 const Batch& sample) {
   ParallelOptions options;
   options.sequence = runtime.sequence;
   options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
   if (!runtime.pipelined()) return options;
   pp::ScheduleSpec spec = runtime.pipeline;
-  spec.micro_batches = micro_batches;
+  spec.micro_batches = static_cast<int>(accumulation_steps(config, runtime));
   const int64_t blocks = model.num_blocks();
   if (blocks < spec.virtual_stages()) {
     config.fail_at("parallel.pipeline", "gives " + std::to_string(spec.virtual_stages()) +

@@ -63,9 +63,6 @@ class ParallelModel {
   void set_block_hooks(hooks::BlockHooks* hooks) { hooks_ = hooks; }
 
  private:
-  struct Part {
-    hooks::BlockCall call;  // name and modules, for the hooks
-  };
   torch::Tensor run_head(const torch::Tensor& inputs);
   torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end);
   torch::Tensor run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums);
@@ -76,8 +73,8 @@ class ParallelModel {
   hooks::BlockModel& model_;
   ParallelOptions options_;
   hooks::BlockHooks* hooks_ = nullptr;
-  Part head_, tail_;
-  std::vector<Part> blocks_;
+  hooks::BlockCall head_, tail_;  // each part's name and modules, for the hooks
+  std::vector<hooks::BlockCall> blocks_;
   std::set<std::string> tied_;  // parameters both the head and the tail compute with
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
@@ -88,10 +85,10 @@ class ParallelModel {
 parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model);
 parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample);
 
-// The options the config and runtime ask for: the pipeline's schedule over `micro_batches` per step
-// and this rank's stage plan (parallel.partition; "time" measures on `sample`, rank 0's figures
+// The options the config and runtime ask for: the pipeline's schedule over the step's accumulation
+// micro-steps and this rank's stage plan (parallel.partition; "time" measures on `sample`, rank 0's figures
 // shared), sequence parallelism, activation checkpointing. Checked at the keys before any work.
 ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config& config, const Runtime& runtime,
-                                 int micro_batches, const Batch& sample);
+                                 const Batch& sample);
 
 }  // namespace kuafu::train

@@ -126,6 +126,17 @@ dist::GroupPtr Runtime::replica_group() const {
   return sequence.enabled() ? mesh->group(std::vector<std::string>{"data", "sequence"}) : mesh->group("data");
 }
 
+int64_t accumulation_steps(const config::Config& config, const Runtime& runtime) {
+  const int64_t batch = config.get_int("train.batch_size"), micro = config.get_int("train.micro_batch_size");
+  const int64_t ranks = runtime.mesh->size("data");
+  if (batch % (micro * ranks) != 0) {
+    config.fail_at("train.batch_size", "(" + std::to_string(batch) + ") must be a multiple of " +
+                                           "train.micro_batch_size x data-parallel ranks = " + std::to_string(micro) +
+                                           " x " + std::to_string(ranks));
+  }
+  return batch / (micro * ranks);
+}
+
 double measure_matmul_flops(const torch::Device& device, torch::Dtype dtype, bool fresh) {
   static std::mutex mutex;
   static std::map<std::tuple<std::string, int, int>, double> measured;

@@ -45,6 +45,11 @@ Runtime start_runtime(const config::Config& config);
 // resume one run's checkpoint under another mesh).
 Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World> world);
 
+// The micro-steps one optimizer step accumulates: train.batch_size / (train.micro_batch_size x data
+// ranks); kuafu::Error at train.batch_size when that does not divide. A pipeline runs them as its
+// micro-batches.
+int64_t accumulation_steps(const config::Config& config, const Runtime& runtime);
+
 // Measured matrix-product rate of this process (FLOP/s) on `device` in `dtype` with the current threads:
 // the peak that MFU figures are relative to. Small products underestimate the peak (a 512² probe gave
 // "MFU 123%"), so square products grow from 256 until one takes 50 ms (CPU: at most 2048), and the

@@ -119,13 +119,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   micro_batch_ = config.get_int("train.micro_batch_size");
   out_dir_ = config.get_string("train.out_dir");
   lock_out_dir();
-  const int64_t dp = runtime.mesh->size("data");
-  if (global_batch_ % (micro_batch_ * dp) != 0) {
-    config.fail_at("train.batch_size", "(" + std::to_string(global_batch_) + ") must be a multiple of " +
-                                           "train.micro_batch_size x data-parallel ranks = " +
-                                           std::to_string(micro_batch_) + " x " + std::to_string(dp));
-  }
-  accumulation_ = global_batch_ / (micro_batch_ * dp);
+  accumulation_ = accumulation_steps(config, runtime);
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
   scaler_ = optim::make_loss_scaler(config);
 

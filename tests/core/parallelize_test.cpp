@@ -110,10 +110,9 @@ void train_toy(const config::Config& config, Runtime& runtime) {
   torch::manual_seed(1);
   Toy toy(runtime.tensor);
   const int64_t micro = config.get_int("train.micro_batch_size");
-  const int micro_batches = static_cast<int>(8 / (micro * runtime.mesh->size("data")));
   const Batch data = toy_data();  // a sample micro-batch, for "time" partitions
   const ParallelOptions options =
-      parallel_options(*toy, config, runtime, micro_batches, {data.inputs.narrow(0, 0, micro), data.targets.narrow(0, 0, micro)});
+      parallel_options(*toy, config, runtime, {data.inputs.narrow(0, 0, micro), data.targets.narrow(0, 0, micro)});
   ToyTask task(toy, options, micro);
   Trainer(config, runtime, task).run();
 }
