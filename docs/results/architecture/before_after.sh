@@ -1,11 +1,19 @@
 #!/bin/bash
-# Before (4738b29) vs after: benchmark subcommands and 30 training steps, alternating, 3 rounds.
+# Before vs after a change: the GPT and ViT benchmark subcommands and 30 training steps of each,
+# alternating the two builds, 3 rounds; one JSON line per run into $OUT.
+#   git worktree add /tmp/before 4738b29 && ln -s $PWD/.venv /tmp/before/.venv
+#   cmake -S /tmp/before -B /tmp/before/build -G Ninja && ninja -C /tmp/before/build kuafu-gpt kuafu-vit
+#   BEFORE=/tmp/before/build/apps DATA=<prepared KJV folder> docs/results/architecture/before_after.sh
 set -u
 export OMP_WAIT_POLICY=passive
-BEFORE=/tmp/before/build/apps AFTER=/work/main/build/apps
-CFG=/work/main/apps
-DATA=/tmp/ci/data/kjv/out
-out=/tmp/bench/results.jsonl
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+BEFORE=${BEFORE:-/tmp/before/build/apps}
+AFTER=${AFTER:-$ROOT/build/apps}
+CFG=$ROOT/apps
+DATA=${DATA:-$ROOT/data/kjv/out}
+OUT=${OUT:-/tmp/bench/results.jsonl}
+mkdir -p /tmp/bench
+out=$OUT
 : > $out
 for round in 1 2 3; do
   for which in before after; do
