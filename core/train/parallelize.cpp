@@ -38,13 +38,6 @@ hooks::BlockCall call_of(const hooks::ModelPart& part, const ModuleMap& modules)
   return call;
 }
 
-std::vector<hooks::ModelPart> all_parts(const hooks::BlockModel& model) {
-  std::vector<hooks::ModelPart> parts{model.head_part()};
-  for (int64_t i = 0; i < model.num_blocks(); ++i) parts.push_back(model.block_part(i));
-  parts.push_back(model.tail_part());
-  return parts;
-}
-
 }  // namespace
 
 ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
@@ -134,14 +127,19 @@ torch::Tensor ParallelModel::run_tail(const torch::Tensor& x, const torch::Tenso
   });
 }
 
+torch::Tensor ParallelModel::run_unstaged(const Batch& batch, bool sums) {
+  const sp::SequenceParallel& sequence = options_.sequence;
+  const int64_t n = model_.num_blocks();
+  torch::Tensor x = run_head(batch.inputs);
+  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, n), batch.targets, sums);
+  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, n);
+  if (model_.tail_per_position()) return run_tail(x, sp::local_chunk(batch.targets, 1, sequence), sums);
+  return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, sums);
+}
+
 torch::Tensor ParallelModel::loss(const Batch& batch) {
   KUAFU_CHECK(!pipelined(), "a pipelined model trains through pipeline_step");
-  const sp::SequenceParallel& sequence = options_.sequence;
-  torch::Tensor x = run_head(batch.inputs);
-  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, model_.num_blocks()), batch.targets, false);
-  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, model_.num_blocks());
-  if (model_.tail_per_position()) return run_tail(x, sp::local_chunk(batch.targets, 1, sequence), false);
-  return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, false);
+  return run_unstaged(batch, /*sums=*/false);
 }
 
 torch::Tensor ParallelModel::stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets,
@@ -178,13 +176,11 @@ torch::Tensor ParallelModel::evaluate(const Batch& batch) {
         [&](int chunk, const torch::Tensor& input, int) { return stage_forward(chunk, input, batch.targets, true); },
         [&](int) { return batch.inputs; }, /*width=*/3);
   }
-  const sp::SequenceParallel& sequence = options_.sequence;
-  torch::Tensor x = run_head(batch.inputs);
-  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, model_.num_blocks()), batch.targets, true);
-  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, model_.num_blocks());
-  if (!model_.tail_per_position()) return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, true);
-  torch::Tensor sums = run_tail(x, sp::local_chunk(batch.targets, 1, sequence), true).clone();
-  dist::all_reduce(sums, *sequence.group);  // each rank counted its chunk of the positions
+  torch::Tensor sums = run_unstaged(batch, /*sums=*/true);
+  if (options_.sequence.enabled() && model_.tail_per_position()) {
+    sums = sums.clone();
+    dist::all_reduce(sums, *options_.sequence.group);  // each rank counted its chunk of the positions
+  }
   return sums;
 }
 
