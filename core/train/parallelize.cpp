@@ -1,7 +1,6 @@
 #include "core/train/parallelize.h"
 
 #include <algorithm>
-#include <chrono>
 #include <functional>
 #include <map>
 
@@ -203,19 +202,8 @@ parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model) {
 parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample) {
   const torch::Device device = sample.inputs.device();
   const torch::Tensor random_state = generator_state(device);
-  auto median_seconds = [&](const std::function<void()>& work) {
-    work();  // warm-up
-    std::vector<double> times;
-    for (int i = 0; i < 3; ++i) {
-      synchronize(device);
-      const auto start = std::chrono::steady_clock::now();
-      work();
-      synchronize(device);
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(times.begin(), times.end());
-    return times[1];
-  };
+  // Median of 3 after a warm-up, each timed until the device has finished.
+  auto median_seconds = [&](const std::function<void()>& work) { return time_steps(work, 1, 3, device).median; };
   torch::Tensor stream;
   {
     torch::NoGradGuard no_grad;

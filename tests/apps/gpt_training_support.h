@@ -16,9 +16,12 @@
 #include "core/io/token_file.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/training_runs.h"
 
 namespace kuafu::gpt {
 namespace fs = std::filesystem;
+using testing::metric_lines;
+using testing::single_runtime;
 
 
 // A corpus with learnable structure: mostly t+1 = (5 t + 3) mod V, sometimes a random token.
@@ -73,13 +76,6 @@ inline std::vector<double> losses_of(const fs::path& metrics) {
   return losses;
 }
 
-inline train::Runtime single_runtime() {
-  train::Runtime runtime;
-  runtime.world = dist::World::single();
-  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
-  return runtime;
-}
-
 // Trains in this process with a single-rank runtime (also inside multi-rank workers).
 inline std::vector<torch::Tensor> train_serially(const config::Config& config) {
   auto runtime = single_runtime();
@@ -114,16 +110,6 @@ struct InjectedTask : train::TrainTask {
   std::set<int64_t> steps;
   double factor;
 };
-
-inline std::vector<nlohmann::json> metric_lines(const fs::path& metrics) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto json = nlohmann::json::parse(line);
-    if (json.contains("loss")) lines.push_back(json);
-  }
-  return lines;
-}
 
 // The largest relative difference between two runs' per-step gradient norms (before clipping), read from
 // their metrics.jsonl: the gradients themselves compared, factor by factor.

@@ -20,6 +20,7 @@
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/training_runs.h"
 #include "tests/support/worker_world.h"
 
 namespace kuafu::vit {
@@ -73,15 +74,8 @@ config::Config tiny_config(const fs::path& out, const std::vector<std::string>& 
                               vit_schema(), overrides);
 }
 
-train::Runtime single_runtime() {
-  train::Runtime runtime;
-  runtime.world = dist::World::single();
-  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
-  return runtime;
-}
-
 void train_serially(const config::Config& config) {
-  auto runtime = single_runtime();
+  auto runtime = testing::single_runtime();
   auto task = make_image_task(config);
   train::Trainer(config, runtime, *task).run();
 }
@@ -94,31 +88,18 @@ void train_on_ranks(const config::Config& config) {
   train::Trainer(config, runtime, *task).run();
 }
 
-std::vector<double> grad_norms(const fs::path& run) {
-  std::vector<double> norms;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto json = nlohmann::json::parse(line);
-    if (json.contains("grad_norm")) norms.push_back(json["grad_norm"].get<double>());
-  }
-  return norms;
-}
-
 // The final checkpoints of `run` and `reference` hold the same weights (within `tolerance`) and their
 // steps the same gradient norms (within tolerance / 2, relative).
 void expect_same_training(const fs::path& run, const fs::path& reference, double tolerance = 2e-5) {
-  auto weights = [](const fs::path& dir) {
-    return io::load_safetensors(
-        (fs::path(train::checkpoint_folder((dir / "checkpoints").string(), kSteps)) / "model.safetensors").string());
-  };
-  const io::SafetensorsFile actual = weights(run), expected = weights(reference);
+  const io::SafetensorsFile actual = testing::checkpoint_weights(run, kSteps);
+  const io::SafetensorsFile expected = testing::checkpoint_weights(reference, kSteps);
   ASSERT_EQ(actual.tensors.size(), expected.tensors.size());
   for (const auto& [name, tensor] : expected.tensors) {
     const torch::Tensor* found = actual.find(name);
     ASSERT_TRUE(found) << name;
     EXPECT_LE((*found - tensor).abs().max().item<double>(), tolerance) << name;
   }
-  const auto a = grad_norms(run), b = grad_norms(reference);
+  const auto a = testing::grad_norms(run), b = testing::grad_norms(reference);
   ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], tolerance / 2 * b[i]) << "step " << i + 1;

@@ -16,6 +16,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/model_task.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/training_runs.h"
 #include "tests/support/worker_world.h"
 
 namespace kuafu::train {
@@ -117,20 +118,9 @@ void train_toy(const config::Config& config, Runtime& runtime) {
   Trainer(config, runtime, task).run();
 }
 
-io::SafetensorsFile final_weights(const std::string& name) {
-  return io::load_safetensors(
-      (fs::path(checkpoint_folder((test_root() / name / "checkpoints").string(), 3)) / "model.safetensors").string());
-}
+io::SafetensorsFile final_weights(const std::string& name) { return testing::checkpoint_weights(test_root() / name, 3); }
 
-std::vector<double> grad_norms(const std::string& name) {
-  std::vector<double> norms;
-  std::ifstream in(test_root() / name / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto json = nlohmann::json::parse(line);
-    if (json.contains("grad_norm")) norms.push_back(json["grad_norm"].get<double>());
-  }
-  return norms;
-}
+std::vector<double> grad_norms(const std::string& name) { return testing::grad_norms(test_root() / name); }
 
 void expect_equals_serial(const std::string& name) {
   SCOPED_TRACE(name);

@@ -1,0 +1,51 @@
+// Reading what a training run left behind, for tests that compare runs: a single-process runtime to
+// train in, the steps' metrics lines, the per-step gradient norms and a checkpoint's weights.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/safetensors.h"
+#include "core/train/checkpoint.h"
+#include "core/train/runtime.h"
+
+namespace kuafu::testing {
+
+// One rank, a mesh of one data axis (also usable inside multi-rank workers).
+inline train::Runtime single_runtime() {
+  train::Runtime runtime;
+  runtime.world = dist::World::single();
+  runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, std::vector<dist::MeshAxis>{{"data", 1}});
+  return runtime;
+}
+
+// The lines of `metrics` (a metrics.jsonl) that describe training steps (those with a "loss").
+inline std::vector<nlohmann::json> metric_lines(const std::filesystem::path& metrics) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto json = nlohmann::json::parse(line);
+    if (json.contains("loss")) lines.push_back(json);
+  }
+  return lines;
+}
+
+// Each step's gradient norm (before clipping) of the run whose out_dir is `run`.
+inline std::vector<double> grad_norms(const std::filesystem::path& run) {
+  std::vector<double> norms;
+  for (const auto& line : metric_lines(run / "metrics.jsonl")) norms.push_back(line.at("grad_norm").get<double>());
+  return norms;
+}
+
+// The weights (whole tensors) of the step-`step` checkpoint of the run whose out_dir is `run`.
+inline io::SafetensorsFile checkpoint_weights(const std::filesystem::path& run, int step) {
+  return io::load_safetensors(
+      (std::filesystem::path(train::checkpoint_folder((run / "checkpoints").string(), step)) / "model.safetensors")
+          .string());
+}
+
+}  // namespace kuafu::testing
