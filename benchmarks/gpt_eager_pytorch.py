@@ -6,7 +6,7 @@ AdamW. With `bf16` the weights and activations are bfloat16 and AdamW steps floa
 are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
 
 usage: .venv/bin/python benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH
-           [STEPS] [THREADS] [fp32|bf16]
+           [STEPS] [THREADS] [fp32|bf16] [cpu|cuda]
 """
 import json
 import statistics
@@ -43,11 +43,16 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(c)
 
     def forward(self, idx, targets):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main():
@@ -56,8 +61,9 @@ def main():
     torch.set_num_threads(int(sys.argv[8]) if len(sys.argv) > 8 else 2)
     dtype = sys.argv[9] if len(sys.argv) > 9 else "fp32"
     assert dtype in ("fp32", "bf16"), f"precision must be fp32 or bf16, not {dtype}"
+    device = torch.device(sys.argv[10] if len(sys.argv) > 10 else "cpu")
     torch.manual_seed(0)
-    model = GPT(layers, heads, c, vocab, context)
+    model = GPT(layers, heads, c, vocab, context).to(device)
     if dtype == "bf16":
         masters = [p.detach().float().clone().requires_grad_(True) for p in model.parameters()]
         model.to(torch.bfloat16)
@@ -67,7 +73,8 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     times = []
     for i in range(steps + 2):
-        tokens = torch.randint(vocab, (batch, context + 1))
+        tokens = torch.randint(vocab, (batch, context + 1), device=device)
+        synchronize(device)
         start = time.perf_counter()
         loss = model(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
@@ -82,12 +89,13 @@ def main():
         else:
             opt.step()
         opt.zero_grad()
+        synchronize(device)  # GPU work is asynchronous: time it to its end, as Kuafu's time_steps does
         if i >= 2:
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
     print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "precision": dtype,
                       "step_time_ms_median": median * 1e3, "tokens_per_s": batch * context / median,
-                      "threads": torch.get_num_threads()}))
+                      "threads": torch.get_num_threads(), "device": str(device)}))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
 #include "core/train/model_memory.h"
+#include "core/util/device.h"
 #include "core/util/logging.h"
 
 namespace kuafu::gpt {
@@ -190,7 +191,8 @@ train::TrainSummary train_command(const config::Config& config) {
 
 void eval_command(const config::Config& config, const std::string& checkpoint) {
   train::Runtime runtime = train::start_runtime(config);
-  std::unique_ptr<TextTask> task = make_text_task(config);
+  // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
+  std::unique_ptr<TextTask> task = make_text_task(config, parallel::TensorParallel::serial_on(runtime.device));
   const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
   const train::LossSum sums = train::evaluate_task(*task, *runtime.mesh->group("data"));
@@ -207,7 +209,7 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
 void generate_command(const config::Config& config, const std::string& checkpoint, const std::string& prompt_text) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
   const io::Tokenizer tokenizer = io::Tokenizer::load(data_paths(config).tokenizer_model);
-  GPT model(model_config(config));
+  GPT model(model_config(config), parallel::TensorParallel::serial_on(resolve_device(config.get_string("runtime.device"), 0)));
   const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
   train::CheckpointStore::load_model(folder, *model);
   const std::string prompt = prompt_text.empty() ? config.get_string("generate.prompt") : prompt_text;
@@ -234,9 +236,7 @@ void benchmark_command(const config::Config& config) {
   const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state
   const int64_t in_use_before = memory::bytes_in_use(runtime.device);
   const memory::PeakInUse peak_in_use(runtime.device);
-  parallel::TensorParallel serial;
-  serial.device = runtime.device;
-  GPT model(m, serial);
+  GPT model(m, parallel::TensorParallel::serial_on(runtime.device));
   const int64_t batch = config.get_int("train.micro_batch_size");
   const int64_t context = config.get_int("data.context");
   // The configured precision, memory strategy and optimizer, stepped as the trainer steps them (minus

@@ -174,7 +174,8 @@ train::TrainSummary train_command(const config::Config& config) {
 
 void eval_command(const config::Config& config, const std::string& checkpoint) {
   train::Runtime runtime = train::start_runtime(config);
-  std::unique_ptr<ImageTask> task = make_image_task(config);
+  // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the images.
+  std::unique_ptr<ImageTask> task = make_image_task(config, parallel::TensorParallel::serial_on(runtime.device));
   const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
   torch::NoGradGuard no_grad;

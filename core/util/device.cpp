@@ -25,10 +25,11 @@ bool cuda_available() {
 
 torch::Device resolve_device(const std::string& spec, int local_rank, const std::string& key) {
   if (spec == "cpu") return torch::kCPU;
-  if (spec == "auto") return cuda_available() ? torch::Device(torch::kCUDA, local_rank) : torch::Device(torch::kCPU);
-  KUAFU_CHECK(spec.rfind("cuda", 0) == 0, key, " must be auto, cpu, cuda or cuda:N; found \"", spec, "\"");
+  if (spec == "auto" && !cuda_available()) return torch::kCPU;
+  KUAFU_CHECK(spec == "auto" || spec.rfind("cuda", 0) == 0, key, " must be auto, cpu, cuda or cuda:N; found \"", spec,
+              "\"");
   int index = local_rank;
-  if (spec != "cuda") {
+  if (spec != "cuda" && spec != "auto") {
     const std::string digits = spec.size() > 5 && spec[4] == ':' ? spec.substr(5) : std::string();
     KUAFU_CHECK(!digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos,
                 key, " must be auto, cpu, cuda or cuda:N with N a GPU number; found \"", spec, "\"");
@@ -37,8 +38,10 @@ torch::Device resolve_device(const std::string& spec, int local_rank, const std:
   KUAFU_CHECK(cuda_available(), key, " = \"", spec, "\" but ",
               torch::cuda::is_available() ? "this build of Kuafu has no CUDA" : "no CUDA device is visible");
   const int count = static_cast<int>(torch::cuda::device_count());
-  KUAFU_CHECK(index < count, key, " = \"", spec, "\" selects GPU ", index, " (", spec == "cuda" ? "the local rank" : "",
-              ") but this machine shows ", count, " GPU(s); set CUDA_VISIBLE_DEVICES or ranks per node to match");
+  // More ranks on a node than GPUs would otherwise surface as CUDA's "invalid device ordinal" later.
+  KUAFU_CHECK(index < count, key, " = \"", spec, "\" selects GPU ", index,
+              spec == "cuda:" + std::to_string(index) ? "" : " (the local rank)", " but this machine shows ", count,
+              " GPU(s); run at most that many ranks per node, set CUDA_VISIBLE_DEVICES, or set ", key, " = \"cpu\"");
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
 }
 

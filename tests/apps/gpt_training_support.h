@@ -50,7 +50,7 @@ inline config::Config make_config(const fs::path& root, const std::string& out, 
                            "[data]\ncontext = 16\ndir = \"" + (root / "data").string() + "\"\n"
                            "[train]\nsteps = 6\nbatch_size = 8\nmicro_batch_size = 8\neval_rows = 16\n"
                            "progress = \"plain\"\nlog_interval = 100\nout_dir = \"" + (root / out).string() + "\"\n"
-                           "[optim]\nlr = 3e-3\nwarmup_steps = 2\n[runtime]\nthreads = 1\n";
+                           "[optim]\nlr = 3e-3\nwarmup_steps = 2\n[runtime]\nthreads = 1\ndevice = \"cpu\"\n";
   std::vector<std::string> overrides;
   std::istringstream lines(extra);
   for (std::string line; std::getline(lines, line);) {

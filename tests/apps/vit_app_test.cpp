@@ -34,7 +34,7 @@ fs::path temp_dir(const std::string& name) {
 
 config::Config small_config(const fs::path& out, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> overrides = {"train.out_dir=\"" + out.string() + "\"", "train.progress=\"plain\"",
-                                        "runtime.threads=1"};
+                                        "runtime.threads=1", "runtime.device=\"cpu\""};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
   return config::Config::load((kConfigs / "fashion_mnist_small.toml").string(), vit_schema(), overrides);
 }

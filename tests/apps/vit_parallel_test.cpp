@@ -64,7 +64,7 @@ config::Config tiny_config(const fs::path& out, const std::vector<std::string>& 
   const fs::path root = out.parent_path();
   std::vector<std::string> overrides = {
       "data.format=\"hdf5\"", "data.train=\"" + (root / "train.h5").string() + "\"",
-      "data.val=\"" + (root / "val.h5").string() + "\"", "train.out_dir=\"" + out.string() + "\"", "train.progress=\"plain\"", "runtime.threads=1",
+      "data.val=\"" + (root / "val.h5").string() + "\"", "train.out_dir=\"" + out.string() + "\"", "train.progress=\"plain\"", "runtime.threads=1", "runtime.device=\"cpu\"",
       "train.steps=" + std::to_string(kSteps), "train.batch_size=8", "train.micro_batch_size=8",
       "train.eval_interval=0", "train.checkpoint_interval=0", "model.hidden_size=32", "model.num_hidden_layers=2",
       "model.num_attention_heads=2", "model.intermediate_size=64", "optim.name=\"sgd\"", "optim.momentum=0",

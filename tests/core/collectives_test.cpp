@@ -284,6 +284,7 @@ TEST(ProcessMeshTest, GroupsFollowRowMajorLayout) {
 TEST(ProcessMeshTest, LostPeerGivesErrorNotHang) {
   if (!testing::is_worker()) return run_test_on_ranks(2);
   dist::WorldOptions options;
+  options.device = "cpu";
   options.backend = "gloo";
   options.timeout = std::chrono::seconds(5);
   auto world = dist::World::init(dist::detect_launch_env(), options);

@@ -99,7 +99,7 @@ config::Config toy_config(const std::string& name, const std::string& extra) {
   const std::string text = "[train]\nsteps = 3\nbatch_size = 8\nmicro_batch_size = 8\neval_rows = 16\n"
                            "progress = \"plain\"\nout_dir = \"" + (test_root() / name).string() + "\"\n"
                            "[optim]\nname = \"sgd\"\nmomentum = 0.0\nweight_decay = 0.0\ngrad_clip = 0.0\n"
-                           "lr = 0.05\nwarmup_steps = 0\n[runtime]\nthreads = 1\n[dist]\ntimeout_s = 60\n";
+                           "lr = 0.05\nwarmup_steps = 0\n[runtime]\nthreads = 1\ndevice = \"cpu\"\n[dist]\ntimeout_s = 60\n";
   std::vector<std::string> overrides;
   std::istringstream lines(extra);
   for (std::string line; std::getline(lines, line);) overrides.push_back(line);

@@ -81,6 +81,9 @@ void start_workers(dist::RankProcesses& ranks, int world, const std::string& tes
     }
     spec.env[kWorkerVar] = "1";
     spec.env[kStartedVar] = started_path(dir, rank).string();
+    // The ranks share the CPU over Gloo, as on CI, also on a GPU machine (NCCL would need a GPU per rank);
+    // a test of the NCCL path passes the GPUs it wants in extra_env.
+    spec.env["CUDA_VISIBLE_DEVICES"] = "";
     for (const auto& [name, value] : extra_env) spec.env[name] = value;
     // Workers must not overwrite the parent's XML report or run another shard's tests.
     spec.unset_env = {"GTEST_OUTPUT", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS",

@@ -32,6 +32,13 @@ struct TensorParallel {
   int batch_blocks() const;
   dist::GroupPtr group() const;  // the group spanning every tensor-parallel axis (null when serial)
   std::vector<std::string> axes() const { return tensor_axis_names(spec); }
+
+  // Serial layers on `device`: one process's whole model (benchmarks, evaluation, sampling).
+  static TensorParallel serial_on(const torch::Device& device) {
+    TensorParallel tp;
+    tp.device = device;
+    return tp;
+  }
 };
 
 // y = x W + b on one device, W stored as `order` says (GPT-2's Conv1D is kInOut).
