@@ -11,7 +11,6 @@
 #include "core/dist/collectives.h"
 #include "core/memory/memory_config.h"
 #include "core/memory/memory_meter.h"
-#include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/progress.h"
 #include "core/util/atomic_file.h"
@@ -68,12 +67,6 @@ bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
   return flag.item<double>() > 0;
 }
 
-void zero_grads(torch::nn::Module& model) {
-  for (auto& p : model.parameters()) {
-    if (p.grad().defined()) p.mutable_grad().zero_();
-  }
-}
-
 // Bytes each group has sent from this rank so far, by group name.
 std::map<std::string, int64_t> bytes_sent_by_group(const dist::World& world) {
   std::map<std::string, int64_t> sent;
@@ -120,58 +113,18 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   out_dir_ = config.get_string("train.out_dir");
   lock_out_dir();
   accumulation_ = accumulation_steps(config, runtime);
-  schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, steps_));
-  scaler_ = optim::make_loss_scaler(config);
-
-  // Everything the step touches lives on the run's device: the weights are made there (the layers take
-  // the device from runtime.tensor), masters, gradients and optimizer state follow them, and the tasks
-  // put their batches there.
-  for (const auto& item : task.model().named_parameters()) {
-    KUAFU_CHECK(item.value().device() == runtime.device, "the model made parameter ", item.key(), " on ",
-                item.value().device().str(), ", not on the run's device ", runtime.device.str(),
-                ": build its layers with runtime.tensor (its device)");
-  }
-  dtype_ = optim::compute_dtype(config, runtime.device);
-  // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
-  // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
-  const dist::GroupPtr replicas = runtime.replica_group();
-  const std::string strategy = config.get_string("memory.strategy");
-  if (strategy != "none") {
-    if (runtime.tensor.enabled() || runtime.pipelined()) {
-      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over data parallelism only: turn off "
-                                        "parallel.tensor and parallel.pipeline");
-    }
-    sharded_ = memory::make_sharded_states(config, task.model(), replicas, dtype_);
-    if (auto* strategy_hooks = dynamic_cast<hooks::BlockHooks*>(sharded_.get()); strategy_hooks && !task.set_block_hooks(strategy_hooks)) {
-      config.fail_at("memory.strategy", "(\"" + strategy + "\") needs a model that runs its blocks through the "
-                                        "block-call interface, and this app's model does not yet; use zero1 or zero2");
-    }
-    // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
-    params_ = sharded_->params();
-    norm_group_ = replicas;
-  } else {
-    init_replicated(task, replicas);
-  }
-  optimizer_ = optim::make_optimizer(config, params_, norm_group_);
-  if (sharded_) {
-    sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
-    if (runtime.is_main()) log::infof(sharded_->describe());
-  }
+  ModelStateOptions options;
+  options.steps = steps_;
+  options.counts_in_global_norm = [&task](const std::string& name) { return task.counts_in_global_norm(name); };
+  options.set_block_hooks = [&task](hooks::BlockHooks* hooks) { return task.set_block_hooks(hooks); };
+  state_ = std::make_unique<ModelState>(config, runtime, task.model(), std::move(options));
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(config.get_int("train.keep_checkpoints")));
   resume_or_check_fresh();
 }
 
-void Trainer::zero_all_grads() {
-  if (sharded_) {
-    sharded_->zero_grad();
-  } else if (data_parallel_) {
-    data_parallel_->zero_grad();
-  } else {
-    zero_grads(task_.model());
-  }
-}
+Trainer::~Trainer() = default;
 
 void Trainer::lock_out_dir() {
   // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
@@ -187,45 +140,6 @@ void Trainer::lock_out_dir() {
   if (on_any_rank(!refused.empty(), *runtime_.world->world_group())) {
     throw Error(refused.empty() ? "train.out_dir = " + out_dir_ + " is in use by another run (see rank 0)" : refused);
   }
-}
-
-void Trainer::init_replicated(TrainTask& task, const dist::GroupPtr& replicas) {
-  const Runtime& runtime = runtime_;
-  // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
-  masters_ = std::make_unique<optim::MasterWeights>(task.model(), dtype_);
-  // On one replica too: the buckets are where gradients accumulate, float32 ones under bf16/fp16 (unless
-  // precision.grad_reduce = "compute"), and those are the masters' gradients themselves.
-  parallel::DataParallelOptions options;
-  options.grad_reduce = optim::grad_reduce(config_);
-  data_parallel_ = std::make_unique<parallel::DataParallel>(task.model(), replicas, options);
-  masters_->use_grads(data_parallel_->grads());
-  // The model now holds rank 0's weights; the masters must too.
-  if (replicas->size() > 1 && masters_->has_copies()) {
-    for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *replicas);
-  }
-  // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
-  layouts_ = parallel::collect_layouts(task.model());
-  params_ = masters_->params();
-  for (auto& p : params_) {
-    if (runtime.tensor.enabled()) {
-      const parallel::Layout cut = layout_of(p.name);
-      p.shard_group = parallel::shard_group(cut, *runtime.mesh);
-      p.counts_in_global_norm = parallel::counts_in_global_norm(cut, runtime.tensor.axes(), *runtime.mesh);
-    }
-    p.counts_in_global_norm = p.counts_in_global_norm && task.counts_in_global_norm(p.name);
-  }
-  // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
-  norm_group_ = runtime.model_group();
-}
-
-Trainer::~Trainer() {
-  // The model must not call into hooks that are gone.
-  if (dynamic_cast<hooks::BlockHooks*>(sharded_.get())) task_.set_block_hooks(nullptr);
-}
-
-parallel::Layout Trainer::layout_of(const std::string& name) const {
-  const auto found = layouts_.find(name);
-  return found == layouts_.end() ? parallel::Layout{} : found->second;
 }
 
 nlohmann::json Trainer::config_fingerprint() const {
@@ -266,32 +180,7 @@ void Trainer::resume_or_check_fresh() {
                                "; use the same model settings or another train.out_dir");
     }
   }
-  if (sharded_) {
-    const io::NamedTensors weights = sharded_->weights_to_load();
-    CheckpointStore::LoadTarget target;
-    target.rank = runtime_.world->rank();
-    target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return sharded_->piece_of(name, full);
-    };
-    CheckpointStore::load(*folder, weights, *optimizer_, target);
-    sharded_->load_full_weights(weights);
-  } else {
-    CheckpointStore::LoadTarget target;
-    target.rank = runtime_.world->rank();
-    target.to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
-    };
-    target.part = runtime_.pipelined();
-    CheckpointStore::load(*folder, masters_->weights(), *optimizer_, target);
-    masters_->copy_masters_to_model();
-  }
-  if (scaler_ && saved.contains("loss_scaler")) {
-    try {
-      scaler_->load_state(saved.at("loss_scaler"));
-    } catch (const Error& e) {
-      throw Error(detail::concat((fs::path(*folder) / "trainer.json").string(), ": \"loss_scaler\": ", e.what()));
-    }
-  }
+  state_->load(*folder, saved);
   start_step_ = saved.at("step").get<int64_t>();
   if (runtime_.is_main()) {
     trim_metrics_after(start_step_);
@@ -332,28 +221,9 @@ void Trainer::save_checkpoint(int64_t step) {
   nlohmann::json state;
   state["fingerprint"] = config_fingerprint();
   state["config"] = config_.to_toml();
-  if (scaler_) state["loss_scaler"] = scaler_->state();
-  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  io::NamedTensors weights = sharded_ ? sharded_->full_weights() : masters_->weights();
-  io::NamedTensors optimizer_state =
-      sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
-  if (runtime_.tensor.enabled()) {
-    for (auto& [name, tensor] : weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
-    for (auto& [name, tensor] : optimizer_state) {
-      if (const auto owner = optim::state_owner(name)) tensor = parallel::gather_full(tensor, layout_of(*owner), *runtime_.mesh);
-    }
-  }
-  if (runtime_.pipelined()) {
-    // Rank 0 writes the checkpoint: the stages of its pipeline line send it their tensors.
-    bool rank0_line = runtime_.mesh->coordinate("data") == 0;
-    for (const auto& axis : runtime_.tensor.axes()) rank0_line = rank0_line && runtime_.mesh->coordinate(axis) == 0;
-    if (rank0_line) {
-      const auto& pipeline = *runtime_.mesh->group("pipeline");
-      weights = gather_pipeline_stages(std::move(weights), pipeline);
-      optimizer_state = gather_pipeline_stages(std::move(optimizer_state), pipeline);
-    }
-  }
-  checkpoints_->save(step, weights, optimizer_state, optimizer_->name(), state);
+  if (state_->loss_scaler()) state["loss_scaler"] = state_->scaler_state();
+  const ModelCheckpoint saved = state_->checkpoint_tensors();
+  checkpoints_->save(step, saved.weights, saved.optimizer_state, saved.optimizer_name, state);
   if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
 }
 
@@ -381,7 +251,7 @@ TrainSummary Trainer::run() {
   install_stop_signals();
   const auto& data = *runtime_.mesh->group("data");
   const auto& world = *runtime_.world->world_group();
-  double peak_flops = measure_matmul_flops(runtime_.device, dtype_) * runtime_.world->size();
+  double peak_flops = measure_matmul_flops(runtime_.device, state_->compute_dtype()) * runtime_.world->size();
   const double items_per_step = static_cast<double>(global_batch_ * task_.items_per_row());
   const int64_t eval_interval = config_.get_int("train.eval_interval");
   const int64_t checkpoint_interval = config_.get_int("train.checkpoint_interval");
@@ -412,21 +282,20 @@ TrainSummary Trainer::run() {
   task_.model().train();
   for (int64_t step = start_step_; step < steps_; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    const double lr = learning_rate(step);
-    optimizer_->set_lr(lr);
+    const double lr = state_->start_step(step);
     const auto sent_before = bytes_sent_by_group(*runtime_.world);
     // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
-    const double loss_scale = scaler_ ? scaler_->scale() : 1.0;
+    const double loss_scale = state_->loss_scale();
 
     double loss_sum = 0.0;
     auto first_row = [&](int64_t micro) { return micro * micro_batch_ * data.size() + data.rank() * micro_batch_; };
     if (task_.pipelined()) {
       // The schedule interleaves the micro-batches' backwards: the data-parallel average comes after.
-      if (data_parallel_) data_parallel_->begin_backward(/*sync=*/false);
+      state_->begin_pipelined_backward();
       std::vector<int64_t> first_rows;
       for (int64_t micro = 0; micro < accumulation_; ++micro) first_rows.push_back(first_row(micro));
       loss_sum = task_.pipeline_step(step, first_rows, micro_batch_, loss_scale) * static_cast<double>(accumulation_);
-      if (data_parallel_) data_parallel_->reduce_now();
+      state_->end_pipelined_backward();
     } else {
       bool interrupted = false;
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
@@ -436,8 +305,7 @@ TrainSummary Trainer::run() {
           break;
         }
         const bool sync = micro + 1 == accumulation_;
-        if (data_parallel_) data_parallel_->begin_backward(sync);
-        if (sharded_) sharded_->begin_backward(sync);
+        state_->begin_backward(sync);
         torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch_);
         (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
         loss_sum += loss.item<double>();
@@ -445,9 +313,7 @@ TrainSummary Trainer::run() {
       if (interrupted) {
         // A stop between micro-steps drops the partial step: its gradients are settled as a step's would
         // be (the same collectives on every rank) and then zeroed; the weights are those of `step` steps.
-        if (data_parallel_) data_parallel_->reduce_now();
-        if (sharded_) sharded_->finish_backward();
-        zero_all_grads();
+        state_->drop_partial_step();
         if (progress) progress->finish();
         if (step > start_step_) save_checkpoint(step);
         summary.stopped_by_signal = true;
@@ -455,11 +321,9 @@ TrainSummary Trainer::run() {
                    step);
         return summary;
       }
-      if (data_parallel_) data_parallel_->finish_backward();
-      if (sharded_) sharded_->finish_backward();
+      state_->end_backward();
     }
-    if (masters_) masters_->copy_grads_to_masters();
-    const double grad_norm = optim::global_grad_norm(params_, norm_group_) / loss_scale;
+    const double grad_norm = state_->grad_norm();
 
     // One small all-reduce carries the loss and every rank's stop and non-finite flags.
     torch::Tensor flags = torch::tensor(
@@ -468,31 +332,21 @@ TrainSummary Trainer::run() {
     dist::all_reduce(flags, world);
     const double loss = flags[0].item<double>() / world.size();
     const bool overflow = !std::isfinite(loss) || flags[2].item<double>() > 0;
-    if (overflow && !scaler_) {
+    if (overflow && !state_->loss_scaler()) {
       const auto last = checkpoints_->latest();
       throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
                                  grad_norm, ". Nothing was saved from this step; the last good checkpoint is ",
                                  last ? *last : std::string("none"),
                                  ". Lower optim.lr or raise optim.warmup_steps, then resume."));
     }
-    if (!overflow) {
-      // Unscaling and clipping are one multiplication of the gradients.
-      optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale);
-      optimizer_->step();
-      if (sharded_) {
-        sharded_->copy_masters_to_model();
-      } else {
-        masters_->copy_masters_to_model();
-      }
-    } else {
+    state_->finish_step(grad_norm, max_norm, overflow);
+    if (overflow) {
       summary.skipped_steps += 1;
       if (progress) {
         progress->print_line("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " +
                              fixed(loss_scale, 0) + "; step skipped");
       }
     }
-    if (scaler_) scaler_->update(overflow);
-    zero_all_grads();
     synchronize(runtime_.device);  // the step's queued GPU work belongs to its time
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.last_loss = loss;
@@ -503,7 +357,7 @@ TrainSummary Trainer::run() {
     if (achieved_flops > peak_flops) {
       // The probe ran while the machine was busier than now (seen: "MFU 219%" for a run started beside
       // a test suite): measure again, and never report more than the rate the step itself reached.
-      peak_flops = std::max(achieved_flops, measure_matmul_flops(runtime_.device, dtype_, /*fresh=*/true) *
+      peak_flops = std::max(achieved_flops, measure_matmul_flops(runtime_.device, state_->compute_dtype(), /*fresh=*/true) *
                                                 runtime_.world->size());
     }
     const double mfu = achieved_flops / peak_flops;
@@ -522,10 +376,8 @@ TrainSummary Trainer::run() {
                               {"step_time_s", seconds}, {task_.item_name() + "_per_s", items_per_s}, {"mfu", mfu},
                               {"peak_mem_mb", mem_mb}};
     if (runtime_.world->size() > 1) metrics["comm_bytes_sent"] = sent;
-    if (sharded_) {
-      for (const auto& [name, value] : sharded_->memory_figures()) metrics[name] = value;
-    }
-    if (scaler_) {
+    for (const auto& [name, value] : state_->memory_figures()) metrics[name] = value;
+    if (state_->loss_scaler()) {
       metrics["loss_scale"] = loss_scale;
       metrics["skipped"] = overflow;
     }

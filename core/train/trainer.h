@@ -10,13 +10,9 @@
 #include <optional>
 
 #include "core/config/config.h"
-#include "core/memory/chunked_masters.h"
 #include "core/hooks/block_hooks.h"
-#include "core/optim/lr_schedule.h"
-#include "core/optim/loss_scaler.h"
-#include "core/optim/mixed_precision.h"
-#include "core/parallel/data/data_parallel.h"
 #include "core/train/checkpoint.h"
+#include "core/train/model_state.h"
 #include "core/train/runtime.h"
 #include "core/util/folder_lock.h"
 
@@ -77,6 +73,7 @@ struct TrainSummary {
   bool stopped_by_signal = false;
 };
 
+// The single-model training loop: one ModelState stepped over the task's micro-batches.
 class Trainer {
  public:
   Trainer(const config::Config& config, Runtime& runtime, TrainTask& task);
@@ -86,15 +83,12 @@ class Trainer {
   LossSum evaluate();  // all ranks together; returns the global sums
 
   int64_t start_step() const { return start_step_; }
-  double learning_rate(int64_t step) const { return schedule_->lr(step); }
-  optim::Optimizer& optimizer() { return *optimizer_; }
-  const optim::DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  double learning_rate(int64_t step) const { return state_->learning_rate(step); }
+  optim::Optimizer& optimizer() { return state_->optimizer(); }
+  const optim::DynamicLossScaler* loss_scaler() const { return state_->loss_scaler(); }
 
  private:
-  // Plain data parallelism: replicated (float32 master) weights, gradients all-reduced in buckets.
-  void init_replicated(TrainTask& task, const dist::GroupPtr& replicas);
   void lock_out_dir();
-  void zero_all_grads();
   void resume_or_check_fresh();
   void save_checkpoint(int64_t step);
   void write_metrics(const nlohmann::json& line);
@@ -104,19 +98,8 @@ class Trainer {
   const config::Config& config_;
   Runtime& runtime_;
   TrainTask& task_;
-  parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
-
-  std::unique_ptr<optim::MasterWeights> masters_;
-  std::vector<optim::Param> params_;                     // the masters, with their tensor-parallel sharding
-  std::map<std::string, parallel::Layout> layouts_;      // tensor-parallel parameters by name
-  std::unique_ptr<optim::Optimizer> optimizer_;
-  std::unique_ptr<optim::LrSchedule> schedule_;
-  std::optional<optim::DynamicLossScaler> scaler_;
-  torch::Dtype dtype_ = torch::kFloat32;
-  std::unique_ptr<parallel::DataParallel> data_parallel_;
-  std::unique_ptr<memory::ChunkedMasters> sharded_;      // memory.strategy zero1 / zero2 / gemini: replaces masters_ and data_parallel_
-  dist::GroupPtr norm_group_;                            // ranks whose gradients make up one global norm
   std::unique_ptr<FolderLock> out_dir_lock_;  // main rank: held for the run's life
+  std::unique_ptr<ModelState> state_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   int64_t steps_;
   int64_t global_batch_;

@@ -1,0 +1,219 @@
+#include "core/train/model_state.h"
+
+#include <filesystem>
+
+#include "core/dist/collectives.h"
+#include "core/memory/memory_config.h"
+#include "core/optim/grad_norm.h"
+#include "core/optim/optim_config.h"
+#include "core/train/checkpoint.h"
+#include "core/util/logging.h"
+
+namespace kuafu::train {
+namespace fs = std::filesystem;
+
+ModelState::ModelState(const config::Config& config, const Runtime& runtime, torch::nn::Module& model,
+                       ModelStateOptions options)
+    : config_(config), runtime_(runtime), model_(model), options_(std::move(options)) {
+  schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, options_.steps));
+  scaler_ = optim::make_loss_scaler(config);
+  // Everything the step touches lives on the run's device: the weights are made there (the layers take
+  // the device from runtime.tensor), masters, gradients and optimizer state follow them, and the tasks
+  // put their batches there.
+  for (const auto& item : model.named_parameters()) {
+    KUAFU_CHECK(item.value().device() == runtime.device, "the model made parameter ", item.key(), " on ",
+                item.value().device().str(), ", not on the run's device ", runtime.device.str(),
+                ": build its layers with runtime.tensor (its device)");
+  }
+  dtype_ = optim::compute_dtype(config, runtime.device);
+  // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
+  // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
+  const dist::GroupPtr replicas = runtime.replica_group();
+  const std::string strategy = config.get_string("memory.strategy");
+  if (strategy != "none") {
+    if (runtime.tensor.enabled() || runtime.pipelined()) {
+      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over data parallelism only: turn off "
+                                        "parallel.tensor and parallel.pipeline");
+    }
+    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_);
+    if (auto* strategy_hooks = dynamic_cast<hooks::BlockHooks*>(sharded_.get())) {
+      hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(strategy_hooks);
+      if (!hooks_installed_) {
+        config.fail_at("memory.strategy", "(\"" + strategy + "\") needs a model that runs its blocks through the "
+                                          "block-call interface, and this app's model does not yet; use zero1 or zero2");
+      }
+    }
+    // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
+    params_ = sharded_->params();
+    norm_group_ = replicas;
+  } else {
+    init_replicated(replicas);
+  }
+  optimizer_ = optim::make_optimizer(config, params_, norm_group_);
+  if (sharded_) {
+    sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
+    if (runtime.is_main()) log::infof(sharded_->describe());
+  }
+}
+
+ModelState::~ModelState() {
+  // The model must not call into hooks that are gone.
+  if (hooks_installed_) options_.set_block_hooks(nullptr);
+}
+
+void ModelState::init_replicated(const dist::GroupPtr& replicas) {
+  // Casting to the compute dtype comes first: data parallelism sizes its buckets by the parameters' dtype.
+  masters_ = std::make_unique<optim::MasterWeights>(model_, dtype_);
+  // On one replica too: the buckets are where gradients accumulate, float32 ones under bf16/fp16 (unless
+  // precision.grad_reduce = "compute"), and those are the masters' gradients themselves.
+  parallel::DataParallelOptions options;
+  options.grad_reduce = optim::grad_reduce(config_);
+  data_parallel_ = std::make_unique<parallel::DataParallel>(model_, replicas, options);
+  masters_->use_grads(data_parallel_->grads());
+  // The model now holds rank 0's weights; the masters must too.
+  if (replicas->size() > 1 && masters_->has_copies()) {
+    for (const auto& p : masters_->params()) dist::broadcast(const_cast<torch::Tensor&>(p.tensor), *replicas);
+  }
+  // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
+  layouts_ = parallel::collect_layouts(model_);
+  params_ = masters_->params();
+  for (auto& p : params_) {
+    if (runtime_.tensor.enabled()) {
+      const parallel::Layout cut = layout_of(p.name);
+      p.shard_group = parallel::shard_group(cut, *runtime_.mesh);
+      p.counts_in_global_norm = parallel::counts_in_global_norm(cut, runtime_.tensor.axes(), *runtime_.mesh);
+    }
+    if (options_.counts_in_global_norm) {
+      p.counts_in_global_norm = p.counts_in_global_norm && options_.counts_in_global_norm(p.name);
+    }
+  }
+  // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
+  norm_group_ = runtime_.model_group();
+}
+
+parallel::Layout ModelState::layout_of(const std::string& name) const {
+  const auto found = layouts_.find(name);
+  return found == layouts_.end() ? parallel::Layout{} : found->second;
+}
+
+double ModelState::start_step(int64_t step) {
+  const double lr = learning_rate(step);
+  optimizer_->set_lr(lr);
+  return lr;
+}
+
+void ModelState::begin_backward(bool last) {
+  if (data_parallel_) data_parallel_->begin_backward(last);
+  if (sharded_) sharded_->begin_backward(last);
+}
+
+void ModelState::end_backward() {
+  if (data_parallel_) data_parallel_->finish_backward();
+  if (sharded_) sharded_->finish_backward();
+}
+
+void ModelState::begin_pipelined_backward() {
+  if (data_parallel_) data_parallel_->begin_backward(/*sync=*/false);
+}
+
+void ModelState::end_pipelined_backward() {
+  if (data_parallel_) data_parallel_->reduce_now();
+}
+
+void ModelState::drop_partial_step() {
+  if (data_parallel_) data_parallel_->reduce_now();
+  if (sharded_) sharded_->finish_backward();
+  zero_grads();
+}
+
+void ModelState::zero_grads() {
+  if (sharded_) {
+    sharded_->zero_grad();
+  } else if (data_parallel_) {
+    data_parallel_->zero_grad();
+  } else {
+    for (auto& p : model_.parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
+}
+
+double ModelState::grad_norm() {
+  if (masters_) masters_->copy_grads_to_masters();
+  return optim::global_grad_norm(params_, norm_group_) / loss_scale();
+}
+
+void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
+  if (!overflow) {
+    // Unscaling and clipping are one multiplication of the gradients.
+    optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale());
+    optimizer_->step();
+    if (sharded_) {
+      sharded_->copy_masters_to_model();
+    } else {
+      masters_->copy_masters_to_model();
+    }
+  }
+  if (scaler_) scaler_->update(overflow);
+  zero_grads();
+}
+
+std::vector<std::pair<std::string, double>> ModelState::memory_figures() const {
+  return sharded_ ? sharded_->memory_figures() : std::vector<std::pair<std::string, double>>{};
+}
+
+ModelCheckpoint ModelState::checkpoint_tensors() const {
+  ModelCheckpoint saved;
+  saved.optimizer_name = optimizer_->name();
+  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
+  saved.weights = sharded_ ? sharded_->full_weights() : masters_->weights();
+  saved.optimizer_state = sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
+  if (runtime_.tensor.enabled()) {
+    for (auto& [name, tensor] : saved.weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
+    for (auto& [name, tensor] : saved.optimizer_state) {
+      if (const auto owner = optim::state_owner(name)) tensor = parallel::gather_full(tensor, layout_of(*owner), *runtime_.mesh);
+    }
+  }
+  if (runtime_.pipelined()) {
+    // Rank 0 writes the checkpoint: the stages of its pipeline line send it their tensors.
+    bool rank0_line = runtime_.mesh->coordinate("data") == 0;
+    for (const auto& axis : runtime_.tensor.axes()) rank0_line = rank0_line && runtime_.mesh->coordinate(axis) == 0;
+    if (rank0_line) {
+      const auto& pipeline = *runtime_.mesh->group("pipeline");
+      saved.weights = gather_pipeline_stages(std::move(saved.weights), pipeline);
+      saved.optimizer_state = gather_pipeline_stages(std::move(saved.optimizer_state), pipeline);
+    }
+  }
+  return saved;
+}
+
+nlohmann::json ModelState::scaler_state() const { return scaler_ ? scaler_->state() : nlohmann::json(); }
+
+void ModelState::load(const std::string& folder, const nlohmann::json& trainer_state) {
+  CheckpointStore::LoadTarget target;
+  target.rank = runtime_.world->rank();
+  if (sharded_) {
+    const io::NamedTensors weights = sharded_->weights_to_load();
+    target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
+      return sharded_->piece_of(name, full);
+    };
+    CheckpointStore::load(folder, weights, *optimizer_, target);
+    sharded_->load_full_weights(weights);
+  } else {
+    target.to_local = [&](const std::string& name, const torch::Tensor& full) {
+      return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+    };
+    target.part = runtime_.pipelined();
+    CheckpointStore::load(folder, masters_->weights(), *optimizer_, target);
+    masters_->copy_masters_to_model();
+  }
+  if (scaler_ && trainer_state.contains("loss_scaler")) {
+    try {
+      scaler_->load_state(trainer_state.at("loss_scaler"));
+    } catch (const Error& e) {
+      throw Error(detail::concat((fs::path(folder) / "trainer.json").string(), ": \"loss_scaler\": ", e.what()));
+    }
+  }
+}
+
+}  // namespace kuafu::train

@@ -1,0 +1,120 @@
+// One trained model's optimisation state, whatever the memory strategy: its float32 masters (plain
+// replicas whose gradients data parallelism averages in buckets, or ZeRO-1/2/Gemini chunks sharded over
+// the replicas), its optimizer, learning-rate schedule and loss scaler. A training loop drives one
+// ModelState per trained model through each step:
+//
+//   lr = state.start_step(step)
+//   for each micro-step: state.begin_backward(last); (loss * state.loss_scale() / micro_steps).backward();
+//   state.end_backward();
+//   norm = state.grad_norm();                  // collective: agree on overflow across models and ranks
+//   state.finish_step(norm, overflow);         // clip, step (or skip), scaler update, zero gradients
+//
+// and saves or resumes it through checkpoint_tensors() / load().
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/config/config.h"
+#include "core/hooks/block_hooks.h"
+#include "core/io/safetensors.h"
+#include "core/memory/chunked_masters.h"
+#include "core/optim/loss_scaler.h"
+#include "core/optim/lr_schedule.h"
+#include "core/optim/mixed_precision.h"
+#include "core/parallel/data/data_parallel.h"
+#include "core/train/runtime.h"
+
+namespace kuafu::train {
+
+struct ModelStateOptions {
+  int64_t steps = 1;  // optimizer steps of the run: the schedule's length
+  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
+  // stage): the global gradient norm counts the other one. Null: every parameter counts.
+  std::function<bool(const std::string& name)> counts_in_global_norm;
+  // Installs (null: removes) hooks around each of the model's blocks; false when the model does not run
+  // its blocks through the block-call interface. Null: it cannot. Gemini needs it.
+  std::function<bool(hooks::BlockHooks*)> set_block_hooks;
+};
+
+// What a checkpoint holds of one model: whole tensors, whatever the layout.
+struct ModelCheckpoint {
+  io::NamedTensors weights;
+  io::NamedTensors optimizer_state;
+  std::string optimizer_name;
+};
+
+class ModelState {
+ public:
+  // Reads optim.*, precision.* and memory.* from `config`. The model's parameters must already be on
+  // runtime.device.
+  ModelState(const config::Config& config, const Runtime& runtime, torch::nn::Module& model, ModelStateOptions options);
+  ~ModelState();
+  ModelState(const ModelState&) = delete;
+  ModelState& operator=(const ModelState&) = delete;
+
+  // Sets and returns step `step`'s learning rate.
+  double start_step(int64_t step);
+  double learning_rate(int64_t step) const { return schedule_->lr(step); }
+  // What each micro-step's loss is multiplied by before backward (fp16 loss scaling; 1 otherwise).
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 1.0; }
+
+  // Before each micro-step's backward; `last`: the step's last, whose backward reduces the gradients.
+  void begin_backward(bool last);
+  // After the last micro-step's backward: every reduction has ended.
+  void end_backward();
+  // A pipeline schedule interleaves the micro-steps' backwards: the reduction comes after all of them.
+  void begin_pipelined_backward();
+  void end_pipelined_backward();
+  // A stop between micro-steps: the gradients are settled as a step's would be (the same collectives on
+  // every rank), then dropped.
+  void drop_partial_step();
+
+  // The unscaled global gradient norm, over every rank holding part of the model (collective).
+  double grad_norm();
+  // Unscales and clips the gradients to `max_norm` (0: no clipping) and steps, unless `overflow`; then
+  // updates the loss scaler and zeroes the gradients.
+  void finish_step(double grad_norm, double max_norm, bool overflow);
+
+  // Whole tensors for a checkpoint (collective over the tensor and pipeline groups; rank 0 holds all).
+  ModelCheckpoint checkpoint_tensors() const;
+  // The loss scaler's state, for the trainer state; null without a scaler.
+  nlohmann::json scaler_state() const;
+  // Restores weights, optimizer state and this rank's RNG from `folder`, and the loss scaler from
+  // `trainer_state`; kuafu::Error naming the folder on any mismatch.
+  void load(const std::string& folder, const nlohmann::json& trainer_state);
+
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+  torch::Dtype compute_dtype() const { return dtype_; }
+  // Gemini's and ZeRO's memory figures for the metrics line (empty for plain replicas).
+  std::vector<std::pair<std::string, double>> memory_figures() const;
+
+ private:
+  void init_replicated(const dist::GroupPtr& replicas);
+  void zero_grads();
+  parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
+
+  const config::Config& config_;
+  const Runtime& runtime_;
+  torch::nn::Module& model_;
+  ModelStateOptions options_;
+  torch::Dtype dtype_ = torch::kFloat32;
+  std::unique_ptr<optim::MasterWeights> masters_;
+  std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::unique_ptr<memory::ChunkedMasters> sharded_;  // zero1 / zero2 / gemini: replaces masters_ and data_parallel_
+  std::vector<optim::Param> params_;                 // the masters, with their tensor-parallel sharding
+  std::map<std::string, parallel::Layout> layouts_;  // tensor-parallel parameters by name
+  dist::GroupPtr norm_group_;                        // ranks whose gradients make up one global norm
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::optional<optim::DynamicLossScaler> scaler_;
+  bool hooks_installed_ = false;
+};
+
+}  // namespace kuafu::train
