@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/io/tokenizer.h"
+#include "core/train/benchmark.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
 
@@ -36,8 +37,7 @@ config::Schema gpt_schema() {
   s.add_float("generate.top_p", 0.95, "nucleus sampling mass in (0, 1]; 1 = off").min(0.001).max(1.0);
   s.add_int("generate.seed", 0, "sampling seed").min(0);
 
-  s.add_int("benchmark.steps", 10, "timed training steps").min(1);
-  s.add_int("benchmark.warmup", 2, "untimed steps first").min(0);
+  train::add_benchmark_schema(s);
   return s;
 }
 

@@ -18,6 +18,8 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
+#include "core/train/app.h"
+#include "core/train/benchmark.h"
 #include "core/train/model_memory.h"
 #include "core/util/device.h"
 #include "core/util/logging.h"
@@ -231,79 +233,23 @@ void generate_command(const config::Config& config, const std::string& checkpoin
 void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   check_model_fits(config, runtime);
-  GPTConfig m = model_config(config);
+  const GPTConfig m = model_config(config);
+  const train::BenchmarkMemory memory(runtime.device);  // before any model state
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
-  const int64_t resident_before = memory::resident_bytes();  // libraries and runtime, before any model state
-  const int64_t in_use_before = memory::bytes_in_use(runtime.device);
-  const memory::PeakInUse peak_in_use(runtime.device);
   GPT model(m, parallel::TensorParallel::serial_on(runtime.device));
   const int64_t batch = config.get_int("train.micro_batch_size");
   const int64_t context = config.get_int("data.context");
-  // The configured precision, memory strategy and optimizer, stepped as the trainer steps them (minus
-  // clipping and loss scaling). memory.strategy other than "none" shards over the data ranks; "none" is
-  // one rank's step without gradient averaging.
-  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
-  const std::string strategy = config.get_string("memory.strategy");
-  std::unique_ptr<memory::ChunkedMasters> sharded =
-      memory::make_sharded_states(config, *model, runtime.replica_group(), dtype);
-  std::optional<optim::MasterWeights> masters;
-  if (!sharded) masters.emplace(*model, dtype);
-  train::ParallelOptions options;
-  options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
-  train::ParallelModel runner(*model, options);
-  runner.set_block_hooks(dynamic_cast<hooks::BlockHooks*>(sharded.get()));
-  auto optimizer = optim::make_optimizer(config, sharded ? sharded->params() : masters->params());
-  if (sharded) sharded->account_optimizer_state(optimizer->state_slots());
-  const double matmul_flops = train::measure_matmul_flops(runtime.device, dtype);
-  auto step = [&] {
-    torch::Tensor tokens =
-        torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
-    if (sharded) sharded->begin_backward(/*sync=*/true);
-    torch::Tensor loss = runner.loss({tokens.narrow(1, 0, context), tokens.narrow(1, 1, context)});
-    loss.backward();
-    if (sharded) {
-      sharded->finish_backward();
-      optimizer->step();
-      sharded->copy_masters_to_model();
-      sharded->zero_grad();
-    } else {
-      masters->copy_grads_to_masters();
-      optimizer->step();
-      masters->copy_masters_to_model();
-      model->zero_grad();
-    }
-  };
-  const train::StepTimes times =
-      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
-  const double median = times.median;
-  const double tokens_per_s = static_cast<double>(batch * context) / median;
-  const auto mb = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  nlohmann::json line = {
-      {"app", "gpt"},
-      {"config", config.path()},
-      {"parameters", m.parameter_count()},
-      {"batch", batch},
-      {"context", context},
-      {"threads", runtime.threads},
-      {"precision", config.get_string("precision.dtype")},
-      {"optimizer", optimizer->name()},
-      {"memory_strategy", strategy},
-      {"step_time_ms_median", median * 1e3},
-      {"step_time_ms_min", times.min * 1e3},
-      {"step_time_ms_max", times.max * 1e3},
-      {"tokens_per_s", tokens_per_s},
-      {"model_tflops", m.flops_per_token(context) * tokens_per_s / 1e12},
-      {"matmul_gflops", matmul_flops / 1e9},
-      {"mfu", m.flops_per_token(context) * tokens_per_s / matmul_flops},
-      {"peak_mem_mb", mb(memory::peak_bytes(runtime.device))},
-      {"resident_before_model_mb", mb(resident_before)},
-      {"peak_in_use_mb", mb(peak_in_use.peak())},  // allocated, not what the allocator keeps for reuse
-      {"in_use_before_model_mb", mb(in_use_before)},
-  };
-  if (sharded) {
-    line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
-    for (const auto& [name, value] : sharded->memory_figures()) line[name] = value;
-  }
+  const torch::Tensor tokens =
+      torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
+  train::BenchmarkSpec spec;
+  spec.app = "gpt";
+  spec.item_name = "tokens";
+  spec.flops_per_item = m.flops_per_token(context);
+  spec.items_per_row = context;
+  spec.parameters = m.parameter_count();
+  spec.fields = {{"context", context}};
+  const nlohmann::json line = train::benchmark_training(
+      config, runtime, *model, {tokens.narrow(1, 0, context), tokens.narrow(1, 1, context)}, spec, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 
@@ -318,23 +264,17 @@ int run_gpt_app(int argc, const char* const argv[]) {
     cli.option(sub, "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
   }
   cli.option("generate", "prompt", "TEXT", "", "text to continue (default: generate.prompt)");
-  return train::run_app_command("kuafu-gpt", [&] {
-    const config::ParsedCommand command = cli.parse(argc, argv);
-    if (command.help) {
-      std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
-      return;
-    }
-    const config::Config config = config::Config::load(command.config_path, gpt_schema(), command.overrides);
-    if (command.print_config) {
-      std::cout << config.to_toml();
-      return;
-    }
-    if (command.subcommand == "prepare") prepare_command(config);
-    if (command.subcommand == "train") train_command(config);
-    if (command.subcommand == "eval") eval_command(config, command.option("checkpoint"));
-    if (command.subcommand == "generate") generate_command(config, command.option("checkpoint"), command.option("prompt"));
-    if (command.subcommand == "benchmark") benchmark_command(config);
-  });
+  using Command = config::ParsedCommand;
+  return train::run_app("kuafu-gpt", cli, gpt_schema(),
+                        {{"prepare", [](const config::Config& c, const Command&) { prepare_command(c); }},
+                         {"train", [](const config::Config& c, const Command&) { train_command(c); }},
+                         {"eval", [](const config::Config& c, const Command& cmd) { eval_command(c, cmd.option("checkpoint")); }},
+                         {"generate",
+                          [](const config::Config& c, const Command& cmd) {
+                            generate_command(c, cmd.option("checkpoint"), cmd.option("prompt"));
+                          }},
+                         {"benchmark", [](const config::Config& c, const Command&) { benchmark_command(c); }}},
+                        argc, argv);
 }
 
 }  // namespace kuafu::gpt

@@ -1,5 +1,6 @@
 #include "apps/vit/app_config.h"
 
+#include "core/train/benchmark.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
 
@@ -43,8 +44,7 @@ config::Schema vit_schema() {
   s.add_float("augment.label_smoothing", 0.1, "ε: 1 − ε on the label, ε spread over the classes").min(0).max(0.5);
   s.add_float("augment.mixup", 0.0, "mixup α (Beta(α, α) mixing of image pairs); 0 = off").min(0).max(10);
 
-  s.add_int("benchmark.steps", 10, "timed training steps").min(1);
-  s.add_int("benchmark.warmup", 2, "untimed steps first").min(0);
+  train::add_benchmark_schema(s);
   return s;
 }
 

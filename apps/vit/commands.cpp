@@ -15,6 +15,8 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optim_config.h"
+#include "core/train/app.h"
+#include "core/train/benchmark.h"
 #include "core/train/model_memory.h"
 #include "core/util/logging.h"
 
@@ -216,46 +218,22 @@ void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
   const ViTConfig m = model_config(config);
+  const train::BenchmarkMemory memory(runtime.device);  // before any model state
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
-  ViTForImageClassification model(m, runtime.tensor);
+  ViTForImageClassification model(m, parallel::TensorParallel::serial_on(runtime.device));
   const int64_t batch = config.get_int("train.micro_batch_size");
-  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
-  optim::MasterWeights masters(*model, dtype);
-  auto optimizer = optim::make_optimizer(config, masters.params());
-  const double matmul_flops = train::measure_matmul_flops(runtime.device, dtype);
   const auto on_device = torch::TensorOptions().device(runtime.device);
-  const torch::Tensor pixels = torch::randn({batch, m.num_channels, m.image_size, m.image_size}, on_device.dtype(dtype));
+  const torch::Tensor pixels =
+      torch::randn({batch, m.num_channels, m.image_size, m.image_size}, on_device.dtype(optim::compute_dtype(config, runtime.device)));
   const torch::Tensor targets =
       smoothed_targets(torch::randint(m.num_labels, {batch}, on_device.dtype(torch::kInt64)), m.num_labels, 0.1);
-  auto step = [&] {
-    model->loss(pixels, targets).backward();
-    masters.copy_grads_to_masters();
-    optimizer->step();
-    masters.copy_masters_to_model();
-    model->zero_grad();
-  };
-  const train::StepTimes times =
-      train::time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
-  const double median = times.median;
-  const double images_per_s = static_cast<double>(batch) / median;
-  const nlohmann::json line = {
-      {"app", "vit"},
-      {"config", config.path()},
-      {"parameters", m.parameter_count()},
-      {"batch", batch},
-      {"image_size", m.image_size},
-      {"threads", runtime.threads},
-      {"precision", config.get_string("precision.dtype")},
-      {"optimizer", optimizer->name()},
-      {"step_time_ms_median", median * 1e3},
-      {"step_time_ms_min", times.min * 1e3},
-      {"step_time_ms_max", times.max * 1e3},
-      {"images_per_s", images_per_s},
-      {"model_tflops", m.flops_per_image() * images_per_s / 1e12},
-      {"matmul_gflops", matmul_flops / 1e9},
-      {"mfu", m.flops_per_image() * images_per_s / (matmul_flops * runtime.world->size())},
-      {"peak_mem_mb", static_cast<double>(memory::peak_bytes(runtime.device)) / (1 << 20)},
-  };
+  train::BenchmarkSpec spec;
+  spec.app = "vit";
+  spec.item_name = "images";
+  spec.flops_per_item = m.flops_per_image();
+  spec.parameters = m.parameter_count();
+  spec.fields = {{"image_size", m.image_size}};
+  const nlohmann::json line = train::benchmark_training(config, runtime, *model, {pixels, targets}, spec, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 
@@ -266,22 +244,13 @@ int run_vit_app(int argc, const char* const argv[]) {
       .subcommand("eval", "top-1, top-5 and per-class accuracy of a checkpoint")
       .subcommand("benchmark", "time training steps on random images; prints one JSON line");
   cli.option("eval", "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
-  return train::run_app_command("kuafu-vit", [&] {
-    const config::ParsedCommand command = cli.parse(argc, argv);
-    if (command.help) {
-      std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
-      return;
-    }
-    const config::Config config = config::Config::load(command.config_path, vit_schema(), command.overrides);
-    if (command.print_config) {
-      std::cout << config.to_toml();
-      return;
-    }
-    if (command.subcommand == "prepare") prepare_command(config);
-    if (command.subcommand == "train") train_command(config);
-    if (command.subcommand == "eval") eval_command(config, command.option("checkpoint"));
-    if (command.subcommand == "benchmark") benchmark_command(config);
-  });
+  using Command = config::ParsedCommand;
+  return train::run_app("kuafu-vit", cli, vit_schema(),
+                        {{"prepare", [](const config::Config& c, const Command&) { prepare_command(c); }},
+                         {"train", [](const config::Config& c, const Command&) { train_command(c); }},
+                         {"eval", [](const config::Config& c, const Command& cmd) { eval_command(c, cmd.option("checkpoint")); }},
+                         {"benchmark", [](const config::Config& c, const Command&) { benchmark_command(c); }}},
+                        argc, argv);
 }
 
 }  // namespace kuafu::vit

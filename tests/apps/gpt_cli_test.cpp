@@ -10,6 +10,7 @@
 
 #include "apps/gpt/app_config.h"
 #include "core/io/token_file.h"
+#include "tests/support/benchmark_line.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::gpt {
@@ -91,6 +92,26 @@ TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
   EXPECT_NE(resumed.output.find("model.safetensors"), std::string::npos) << resumed.output;
   EXPECT_EQ(fs::file_size(model), damaged_size);
   EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step_00000004"));
+}
+
+// The benchmark steps the model as the trainer does, memory strategy and activation checkpointing
+// included, and prints the line every app prints.
+TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
+  const auto dir = temp_dir("benchmark");
+  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 2\nn_head = 2\n"
+                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\ndevice = \"cpu\"\n"
+                                << "[benchmark]\nsteps = 2\nwarmup = 1\n";
+  const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() +
+                                " --set memory.strategy='\"gemini\"' --set precision.dtype='\"bf16\"'"
+                                " --set memory.activation_checkpointing=true");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json line = testing::last_json_line(result.output);
+  testing::expect_benchmark_line(line, "gpt", "tokens", 8);
+  EXPECT_EQ(line.value("memory_strategy", ""), "gemini");
+  EXPECT_EQ(line.value("activation_checkpointing", false), true);
+  EXPECT_GT(line.value("chunks_mb", 0.0), 0) << "Gemini's figures";
+  EXPECT_EQ(line.value("context", 0), 8);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <fstream>
 
 #include "apps/vit/commands.h"
+#include "tests/support/benchmark_line.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::vit {
@@ -111,6 +112,29 @@ void write_hdf5(const fs::path& path, int64_t n, int64_t bad_label) {
   const hsize_t image_dims[3] = {static_cast<hsize_t>(n), 28, 28}, label_dims[1] = {static_cast<hsize_t>(n)};
   file.createDataSet("images", H5::PredType::NATIVE_UINT8, H5::DataSpace(3, image_dims)).write(pixels.data(), H5::PredType::NATIVE_UINT8);
   file.createDataSet("labels", H5::PredType::NATIVE_INT64, H5::DataSpace(1, label_dims)).write(labels.data(), H5::PredType::NATIVE_INT64);
+}
+
+// ViT's benchmark gets the memory strategies and activation checkpointing from the config, as GPT's does,
+// and prints the same line.
+TEST(ViTAppTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
+  const fs::path out = temp_dir("benchmark");
+  const std::string command = std::string(KUAFU_VIT_PATH) + " benchmark --config " +
+                              (kConfigs / "fashion_mnist_small.toml").string() +
+                              " --set runtime.threads=1 --set runtime.device='\"cpu\"' --set train.micro_batch_size=16"
+                              " --set benchmark.steps=2 --set benchmark.warmup=1 --set memory.strategy='\"gemini\"'"
+                              " --set precision.dtype='\"bf16\"' --set memory.activation_checkpointing=true > " +
+                              (out / "line.txt").string() + " 2>&1";
+  std::ifstream printed;
+  const int code = std::system(command.c_str());
+  printed.open(out / "line.txt");
+  const std::string output((std::istreambuf_iterator<char>(printed)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(code, 0) << output;
+  const nlohmann::json line = testing::last_json_line(output);
+  testing::expect_benchmark_line(line, "vit", "images", 1);
+  EXPECT_EQ(line.value("memory_strategy", ""), "gemini");
+  EXPECT_EQ(line.value("activation_checkpointing", false), true);
+  EXPECT_GT(line.value("chunks_mb", 0.0), 0) << "Gemini's figures";
+  EXPECT_EQ(line.value("batch", 0), 16);
 }
 
 TEST(ViTAppTest, Hdf5ArraysLoadAndBadLabelsAreRefusedAtTheKey) {

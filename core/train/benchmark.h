@@ -1,0 +1,47 @@
+// `kuafu-<app> benchmark`, shared by every app: training steps of the app's model on one random batch,
+// stepped as the trainer steps them (activation checkpointing, precision, memory strategy and optimizer
+// from the config, through a ModelState; no clipping), timed on the device, as one JSON line.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/config/config.h"
+#include "core/hooks/block_model.h"
+#include "core/memory/memory_meter.h"
+#include "core/train/parallelize.h"
+#include "core/train/runtime.h"
+
+namespace kuafu::train {
+
+// benchmark.steps and benchmark.warmup.
+void add_benchmark_schema(config::Schema& schema);
+
+// What the process holds before the model is built: the line's memory figures count from here.
+class BenchmarkMemory {
+ public:
+  explicit BenchmarkMemory(const torch::Device& device);
+  nlohmann::json figures() const;  // peaks and the baselines, MiB
+
+ private:
+  torch::Device device_;
+  int64_t resident_before_, in_use_before_;
+  memory::PeakInUse peak_in_use_;
+};
+
+struct BenchmarkSpec {
+  std::string app;             // the line's "app"
+  std::string item_name;       // "tokens", "images": the line's "<item_name>_per_s"
+  double flops_per_item = 0;   // model FLOPs (forward + backward) per item
+  int64_t items_per_row = 1;   // items in one row of the batch (tokens per sequence; 1 per image)
+  int64_t parameters = 0;
+  nlohmann::json fields;       // the app's own fields (context, image_size)
+};
+
+// Times the steps and returns the line (every rank; rank 0 prints it). MFU is the model FLOPs this rank
+// reached over the matrix-product rate this rank's device measured in the compute dtype.
+nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::BlockModel& model,
+                                  const Batch& batch, const BenchmarkSpec& spec, const BenchmarkMemory& memory);
+
+}  // namespace kuafu::train
