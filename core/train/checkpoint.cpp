@@ -24,6 +24,9 @@ constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
 
+// The files of a part: model.safetensors for the unnamed one, <part>.model.safetensors otherwise.
+std::string part_file(const std::string& part, const char* file) { return part.empty() ? file : part + "." + file; }
+
 // The step of a checkpoint folder's name "step_<digits>", or none for any other name.
 std::optional<int64_t> step_of_name(const std::string& name) {
   constexpr size_t kPrefix = 5;  // "step_"
@@ -94,8 +97,10 @@ torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::stri
 
 // `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors.
 void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local,
-                     bool part = false) {
-  const std::string path = (fs::path(folder) / kModel).string();
+                     bool part, const std::string& part_name) {
+  const std::string path = (fs::path(folder) / part_file(part_name, kModel)).string();
+  KUAFU_CHECK(fs::exists(path), "checkpoint ", folder, " has no ", part_file(part_name, kModel),
+              part_name.empty() ? std::string() : " (no model \"" + part_name + "\" in it)");
   io::SafetensorsFile file = io::load_safetensors(path);
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
@@ -191,6 +196,11 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
 
 void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
                            const std::string& optimizer_name, const nlohmann::json& trainer_state) const {
+  save(step, {CheckpointPart{"", weights, optimizer_state, optimizer_name}}, trainer_state);
+}
+
+void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& parts,
+                           const nlohmann::json& trainer_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
   const std::string partial = final_folder + ".partial";
   const bool main = world_->rank() == 0;
@@ -211,8 +221,15 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
   }
   dist::barrier(*world_);
   if (main) {
-    io::save_safetensors((fs::path(partial) / kModel).string(), weights, {{"format", "pt"}});
-    io::save_safetensors((fs::path(partial) / kOptimizer).string(), optimizer_state, {{"optimizer", optimizer_name}});
+    std::set<std::string> names;
+    for (const CheckpointPart& part : parts) {
+      KUAFU_CHECK(names.insert(part.name).second && (part.name.empty() || plain_file_name(part.name)),
+                  "checkpoint parts need distinct names usable in file names; found \"", part.name, "\" twice or unusable");
+      io::save_safetensors((fs::path(partial) / part_file(part.name, kModel)).string(), part.weights, {{"format", "pt"}});
+      if (part.optimizer_name.empty()) continue;  // a frozen model
+      io::save_safetensors((fs::path(partial) / part_file(part.name, kOptimizer)).string(), part.optimizer_state,
+                           {{"optimizer", part.optimizer_name}});
+    }
     nlohmann::json state = trainer_state;
     state["step"] = step;
     state["world_size"] = world_->size();
@@ -327,16 +344,16 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
 }
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
-                                   const ToLocal& to_local) {
+                                   const ToLocal& to_local, const std::string& part) {
   verify_manifest(folder);
-  restore_weights(folder, weights, to_local);
+  restore_weights(folder, weights, to_local, /*part=*/false, part);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
-                                     optim::Optimizer& optimizer, const LoadTarget& target) {
+                                     optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights, target.to_local, target.part);
-  const std::string optimizer_path = (fs::path(folder) / kOptimizer).string();
+  restore_weights(folder, weights, target.to_local, target.part, part);
+  const std::string optimizer_path = (fs::path(folder) / part_file(part, kOptimizer)).string();
   io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
   for (auto& [name, tensor] : optimizer_state.tensors) {
     // A parameter's state takes its parameter's layout.

@@ -1,6 +1,9 @@
 // Checkpoints: one folder per step holding the model (safetensors, Hugging Face names), optimizer
 // state, each rank's RNG state and the trainer state, sealed by a manifest of sizes and CRC-32s.
 // A folder is built under a temporary name and renamed into place, so a crash never leaves a torn one.
+// A loop that trains several models (PPO's policy and value model beside frozen reference and reward
+// models) saves them all in one folder as named parts: <part>.model.safetensors and, for a trained one,
+// <part>.optimizer.safetensors; an app's one model is the unnamed part (model.safetensors).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,6 +19,14 @@
 
 namespace kuafu::train {
 
+// One model of a checkpoint: whole tensors, whatever the layout.
+struct CheckpointPart {
+  std::string name;                  // "" for an app's one model
+  io::NamedTensors weights;          // parameters (float32 masters in mixed precision) and buffers
+  io::NamedTensors optimizer_state;  // empty for a frozen model (no optimizer file)
+  std::string optimizer_name;        // empty for a frozen model
+};
+
 class CheckpointStore {
  public:
   // `root` holds step_00000100/ folders and a `latest` file. Keeps the newest `keep` checkpoints.
@@ -28,6 +39,8 @@ class CheckpointStore {
   // The same with the optimizer state given as tensors (e.g. gathered from tensor-parallel blocks).
   void save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
             const std::string& optimizer_name, const nlohmann::json& trainer_state) const;
+  // Several models in one checkpoint, each a part with its own name.
+  void save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state) const;
 
   // The checkpoint `latest` names (a step_N folder beside it; it is never followed elsewhere), or when
   // that pointer is missing the newest complete checkpoint. None when there is no checkpoint; kuafu::Error
@@ -51,13 +64,14 @@ class CheckpointStore {
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
   // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
+  // `part` names the model in a checkpoint of several.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
-                             optim::Optimizer& optimizer, const LoadTarget& target);
+                             optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part = "");
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
-                           const ToLocal& to_local = nullptr);
+                           const ToLocal& to_local = nullptr, const std::string& part = "");
   static nlohmann::json read_trainer_state(const std::string& folder);
 
   const std::string& root() const { return root_; }

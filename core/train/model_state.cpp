@@ -162,8 +162,9 @@ std::vector<std::pair<std::string, double>> ModelState::memory_figures() const {
   return sharded_ ? sharded_->memory_figures() : std::vector<std::pair<std::string, double>>{};
 }
 
-ModelCheckpoint ModelState::checkpoint_tensors() const {
-  ModelCheckpoint saved;
+CheckpointPart ModelState::checkpoint_part() const {
+  CheckpointPart saved;
+  saved.name = options_.name;
   saved.optimizer_name = optimizer_->name();
   // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
   saved.weights = sharded_ ? sharded_->full_weights() : masters_->weights();
@@ -187,7 +188,9 @@ ModelCheckpoint ModelState::checkpoint_tensors() const {
   return saved;
 }
 
-nlohmann::json ModelState::scaler_state() const { return scaler_ ? scaler_->state() : nlohmann::json(); }
+void ModelState::save_scaler_state(nlohmann::json& trainer_state) const {
+  if (scaler_) trainer_state[scaler_key()] = scaler_->state();
+}
 
 void ModelState::load(const std::string& folder, const nlohmann::json& trainer_state) {
   CheckpointStore::LoadTarget target;
@@ -197,21 +200,21 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
     target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
       return sharded_->piece_of(name, full);
     };
-    CheckpointStore::load(folder, weights, *optimizer_, target);
+    CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
     sharded_->load_full_weights(weights);
   } else {
     target.to_local = [&](const std::string& name, const torch::Tensor& full) {
       return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
     };
     target.part = runtime_.pipelined();
-    CheckpointStore::load(folder, masters_->weights(), *optimizer_, target);
+    CheckpointStore::load(folder, masters_->weights(), *optimizer_, target, options_.name);
     masters_->copy_masters_to_model();
   }
-  if (scaler_ && trainer_state.contains("loss_scaler")) {
+  if (scaler_ && trainer_state.contains(scaler_key())) {
     try {
-      scaler_->load_state(trainer_state.at("loss_scaler"));
+      scaler_->load_state(trainer_state.at(scaler_key()));
     } catch (const Error& e) {
-      throw Error(detail::concat((fs::path(folder) / "trainer.json").string(), ": \"loss_scaler\": ", e.what()));
+      throw Error(detail::concat((fs::path(folder) / "trainer.json").string(), ": \"", scaler_key(), "\": ", e.what()));
     }
   }
 }

@@ -28,11 +28,13 @@
 #include "core/optim/lr_schedule.h"
 #include "core/optim/mixed_precision.h"
 #include "core/parallel/data/data_parallel.h"
+#include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
 
 namespace kuafu::train {
 
 struct ModelStateOptions {
+  std::string name;   // its part of a checkpoint of several models ("" for an app's one model)
   int64_t steps = 1;  // optimizer steps of the run: the schedule's length
   // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
   // stage): the global gradient norm counts the other one. Null: every parameter counts.
@@ -40,13 +42,6 @@ struct ModelStateOptions {
   // Installs (null: removes) hooks around each of the model's blocks; false when the model does not run
   // its blocks through the block-call interface. Null: it cannot. Gemini needs it.
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
-};
-
-// What a checkpoint holds of one model: whole tensors, whatever the layout.
-struct ModelCheckpoint {
-  io::NamedTensors weights;
-  io::NamedTensors optimizer_state;
-  std::string optimizer_name;
 };
 
 class ModelState {
@@ -81,12 +76,13 @@ class ModelState {
   // updates the loss scaler and zeroes the gradients.
   void finish_step(double grad_norm, double max_norm, bool overflow);
 
-  // Whole tensors for a checkpoint (collective over the tensor and pipeline groups; rank 0 holds all).
-  ModelCheckpoint checkpoint_tensors() const;
-  // The loss scaler's state, for the trainer state; null without a scaler.
-  nlohmann::json scaler_state() const;
-  // Restores weights, optimizer state and this rank's RNG from `folder`, and the loss scaler from
-  // `trainer_state`; kuafu::Error naming the folder on any mismatch.
+  // This model's part of a checkpoint: whole tensors (collective over the tensor and pipeline groups;
+  // rank 0 holds all).
+  CheckpointPart checkpoint_part() const;
+  // Adds the loss scaler's state to a checkpoint's trainer state.
+  void save_scaler_state(nlohmann::json& trainer_state) const;
+  // Restores weights, optimizer state and this rank's RNG from this model's part of `folder`, and the
+  // loss scaler from `trainer_state`; kuafu::Error naming the folder on any mismatch.
   void load(const std::string& folder, const nlohmann::json& trainer_state);
 
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -99,6 +95,7 @@ class ModelState {
   void init_replicated(const dist::GroupPtr& replicas);
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
+  std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
 
   const config::Config& config_;
   const Runtime& runtime_;

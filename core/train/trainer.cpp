@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -13,12 +11,10 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/optim_config.h"
 #include "core/train/progress.h"
-#include "core/util/atomic_file.h"
 #include "core/util/device.h"
 #include "core/util/logging.h"
 
 namespace kuafu::train {
-namespace fs = std::filesystem;
 
 void add_trainer_schema(config::Schema& s) {
   s.add_int("train.steps", 1000, "optimizer steps to train for (total, including resumed ones)").min(1);
@@ -45,27 +41,6 @@ void add_trainer_schema(config::Schema& s) {
 }
 
 namespace {
-
-std::string value_text(const config::Config& config, const std::string& key) {
-  switch (config.schema().find(key)->type()) {
-    case config::Type::kInt: return config::to_toml_value(config.get_int(key));
-    case config::Type::kFloat: return config::to_toml_value(config.get_float(key));
-    case config::Type::kBool: return config::to_toml_value(config.get_bool(key));
-    case config::Type::kString: return config::to_toml_value(config.get_string(key));
-    case config::Type::kIntList: return config::to_toml_value(config.get_int_list(key));
-    case config::Type::kFloatList: return config::to_toml_value(config.get_float_list(key));
-    case config::Type::kStringList: return config::to_toml_value(config.get_string_list(key));
-  }
-  return "";
-}
-
-// Whether `mine` holds on any rank of `world` (one tiny all-reduce; none on a single rank).
-bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
-  if (world.size() == 1) return mine;
-  torch::Tensor flag = torch::tensor({mine ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
-  dist::all_reduce(flag, world, dist::Reduce::kMax);
-  return flag.item<double>() > 0;
-}
 
 // Bytes each group has sent from this rank so far, by group name.
 std::map<std::string, int64_t> bytes_sent_by_group(const dist::World& world) {
@@ -110,121 +85,26 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
   steps_ = config.get_int("train.steps");
   global_batch_ = config.get_int("train.batch_size");
   micro_batch_ = config.get_int("train.micro_batch_size");
-  out_dir_ = config.get_string("train.out_dir");
-  lock_out_dir();
+  run_ = std::make_unique<RunFolder>(config, runtime, task.checkpoint_keys());
   accumulation_ = accumulation_steps(config, runtime);
   ModelStateOptions options;
   options.steps = steps_;
   options.counts_in_global_norm = [&task](const std::string& name) { return task.counts_in_global_norm(name); };
   options.set_block_hooks = [&task](hooks::BlockHooks* hooks) { return task.set_block_hooks(hooks); };
   state_ = std::make_unique<ModelState>(config, runtime, task.model(), std::move(options));
-  checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
-                                                   runtime.world->world_group(),
-                                                   static_cast<int>(config.get_int("train.keep_checkpoints")));
-  resume_or_check_fresh();
+  if (const std::optional<Resume> resume = run_->checkpoint_to_resume()) {
+    state_->load(resume->folder, resume->trainer_state);
+    start_step_ = resume->step();
+    run_->resumed(*resume);
+  }
 }
 
 Trainer::~Trainer() = default;
 
-void Trainer::lock_out_dir() {
-  // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
-  // stops when another run holds it (before anything is written).
-  std::string refused;
-  if (runtime_.is_main()) {
-    try {
-      out_dir_lock_ = std::make_unique<FolderLock>(out_dir_, "train.out_dir");
-    } catch (const Error& e) {
-      refused = e.what();
-    }
-  }
-  if (on_any_rank(!refused.empty(), *runtime_.world->world_group())) {
-    throw Error(refused.empty() ? "train.out_dir = " + out_dir_ + " is in use by another run (see rank 0)" : refused);
-  }
-}
-
-nlohmann::json Trainer::config_fingerprint() const {
-  nlohmann::json fingerprint = nlohmann::json::object();
-  for (const auto& prefix : task_.checkpoint_keys()) {
-    for (const auto& key : config_.schema().keys()) {
-      if (key.rfind(prefix, 0) == 0) fingerprint[key] = value_text(config_, key);
-    }
-  }
-  return fingerprint;
-}
-
-void Trainer::resume_or_check_fresh() {
-  const std::string resume = config_.get_string("train.resume");
-  std::optional<std::string> folder;
-  if (resume == "auto" || resume == "never") {
-    folder = checkpoints_->latest();
-    if (folder && resume == "never") {
-      config_.fail_at("train.resume", "is \"never\" but " + out_dir_ + " already holds checkpoints (latest " +
-                                          *folder + "); choose another train.out_dir or resume");
-    }
-  } else {
-    folder = resume;
-  }
-  if (!folder) {
-    if (runtime_.is_main() && fs::exists(fs::path(out_dir_) / "metrics.jsonl")) trim_metrics_after(0);
-    return;
-  }
-  const nlohmann::json saved = CheckpointStore::read_trainer_state(*folder);
-  const nlohmann::json expected = config_fingerprint();
-  // read_trainer_state checked its type; a state without one fails below at the first key.
-  const nlohmann::json trained = saved.value("fingerprint", nlohmann::json::object());
-  for (const auto& [key, value] : expected.items()) {
-    const auto found = trained.find(key);
-    if (found == trained.end() || *found != value) {
-      config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + *folder + " was trained with " +
-                               (found == trained.end() ? std::string("no such key") : found->get<std::string>()) +
-                               "; use the same model settings or another train.out_dir");
-    }
-  }
-  state_->load(*folder, saved);
-  start_step_ = saved.at("step").get<int64_t>();
-  if (runtime_.is_main()) {
-    trim_metrics_after(start_step_);
-    log::infof("resumed from ", *folder, " at step ", start_step_);
-    const auto later = checkpoints_->later_than(start_step_);
-    if (!later.empty()) {
-      log::warnf(checkpoints_->root(), " also holds ", later.size(), " later checkpoint(s) (", later.front(),
-                 later.size() > 1 ? " ... " + later.back() : std::string(), "): kept, and replaced only when this "
-                 "run saves the same step");
-    }
-  }
-}
-
-void Trainer::trim_metrics_after(int64_t step) {
-  // A resumed run repeats the steps after its checkpoint; drop their old lines so the file stays one curve.
-  const std::string path = (fs::path(out_dir_) / "metrics.jsonl").string();
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    try {
-      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-      // A torn last line from a killed run: drop it.
-    }
-  }
-  write_file_atomic(path, kept);
-}
-
-void Trainer::write_metrics(const nlohmann::json& line) {
-  if (!runtime_.is_main()) return;
-  fs::create_directories(out_dir_);
-  std::ofstream out(fs::path(out_dir_) / "metrics.jsonl", std::ios::app);
-  out << line.dump() << "\n";
-}
-
 void Trainer::save_checkpoint(int64_t step) {
   nlohmann::json state;
-  state["fingerprint"] = config_fingerprint();
-  state["config"] = config_.to_toml();
-  if (state_->loss_scaler()) state["loss_scaler"] = state_->scaler_state();
-  const ModelCheckpoint saved = state_->checkpoint_tensors();
-  checkpoints_->save(step, saved.weights, saved.optimizer_state, saved.optimizer_name, state);
-  if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
+  state_->save_scaler_state(state);
+  run_->save(step, {state_->checkpoint_part()}, state);
 }
 
 LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
@@ -276,7 +156,7 @@ TrainSummary Trainer::run() {
       line += ", perplexity " + fixed(std::exp(summary.val_loss), 2);
     }
     if (progress) progress->print_line(line);
-    write_metrics(metrics);
+    run_->write_metrics(metrics);
   };
 
   task_.model().train();
@@ -333,7 +213,7 @@ TrainSummary Trainer::run() {
     const double loss = flags[0].item<double>() / world.size();
     const bool overflow = !std::isfinite(loss) || flags[2].item<double>() > 0;
     if (overflow && !state_->loss_scaler()) {
-      const auto last = checkpoints_->latest();
+      const auto last = run_->latest_checkpoint();
       throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
                                  grad_norm, ". Nothing was saved from this step; the last good checkpoint is ",
                                  last ? *last : std::string("none"),
@@ -381,7 +261,7 @@ TrainSummary Trainer::run() {
       metrics["loss_scale"] = loss_scale;
       metrics["skipped"] = overflow;
     }
-    write_metrics(metrics);
+    run_->write_metrics(metrics);
 
     const bool last_step = step + 1 == steps_;
     const bool stop = flags[1].item<double>() > 0;

@@ -13,8 +13,8 @@
 #include "core/hooks/block_hooks.h"
 #include "core/train/checkpoint.h"
 #include "core/train/model_state.h"
+#include "core/train/run_folder.h"
 #include "core/train/runtime.h"
-#include "core/util/folder_lock.h"
 
 namespace kuafu::train {
 
@@ -88,25 +88,18 @@ class Trainer {
   const optim::DynamicLossScaler* loss_scaler() const { return state_->loss_scaler(); }
 
  private:
-  void lock_out_dir();
-  void resume_or_check_fresh();
   void save_checkpoint(int64_t step);
-  void write_metrics(const nlohmann::json& line);
-  void trim_metrics_after(int64_t step);
-  nlohmann::json config_fingerprint() const;
 
   const config::Config& config_;
   Runtime& runtime_;
   TrainTask& task_;
-  std::unique_ptr<FolderLock> out_dir_lock_;  // main rank: held for the run's life
+  std::unique_ptr<RunFolder> run_;
   std::unique_ptr<ModelState> state_;
-  std::unique_ptr<CheckpointStore> checkpoints_;
   int64_t steps_;
   int64_t global_batch_;
   int64_t micro_batch_;
   int64_t accumulation_;
   int64_t start_step_ = 0;
-  std::string out_dir_;
 };
 
 }  // namespace kuafu::train

@@ -1,0 +1,154 @@
+// A training loop with two trained models and two frozen ones, PPO-shaped, written from the trainer's
+// parts (ModelState per trained model, RunFolder for the run's folder and checkpoints): one checkpoint
+// holds all four, and a run stopped after 3 of 6 steps and resumed ends bitwise where the straight run
+// ends (weights and optimizer state of both trained models), the rollouts' random draws included.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/io/safetensors.h"
+#include "core/train/model_state.h"
+#include "core/train/run_folder.h"
+#include "core/train/trainer.h"
+#include "core/util/error.h"
+#include "tests/support/training_runs.h"
+
+namespace kuafu::train {
+namespace {
+namespace fs = std::filesystem;
+
+// Maths only: a policy over 3 actions, a value model, and a reward model scoring a state and an action.
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t in, int64_t out) : hidden(register_module("hidden", torch::nn::Linear(in, 8))),
+                                     head(register_module("head", torch::nn::Linear(8, out))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return head(torch::tanh(hidden(x))); }
+  torch::nn::Linear hidden, head;
+};
+TORCH_MODULE(Mlp);
+
+struct Models {
+  Mlp policy{nullptr}, value{nullptr}, reference{nullptr}, reward{nullptr};
+  explicit Models(uint64_t seed) {
+    torch::manual_seed(seed);
+    policy = Mlp(4, 3), value = Mlp(4, 1), reference = Mlp(4, 3), reward = Mlp(7, 1);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < policy->parameters().size(); ++i) {
+      reference->parameters()[i].copy_(policy->parameters()[i]);  // the policy PPO starts from
+    }
+  }
+};
+
+config::Config ppo_config(const fs::path& out) {
+  config::Schema schema;
+  add_runtime_schema(schema);
+  add_trainer_schema(schema);
+  const std::string text = "[train]\nsteps = 6\nout_dir = \"" + out.string() + "\"\n"
+                           "[optim]\nname = \"adamw\"\nlr = 0.01\nwarmup_steps = 0\ngrad_clip = 1.0\n"
+                           "[runtime]\nthreads = 1\ndevice = \"cpu\"\n";
+  return config::Config::from_string(text, "ppo.toml", schema, {});
+}
+
+// Trains from where the run folder's checkpoint left off (or from `seed`'s weights) to step `until`,
+// saving a checkpoint there.
+void train_ppo(const config::Config& config, uint64_t seed, int64_t until) {
+  Runtime runtime = testing::single_runtime();
+  Models m(seed);
+  RunFolder run(config, runtime, {"optim."});
+  ModelStateOptions policy_options, value_options;
+  policy_options.name = "policy", value_options.name = "value";
+  policy_options.steps = value_options.steps = config.get_int("train.steps");
+  ModelState policy(config, runtime, *m.policy, policy_options);
+  ModelState value(config, runtime, *m.value, value_options);
+  int64_t start = 0;
+  if (const auto resume = run.checkpoint_to_resume()) {
+    policy.load(resume->folder, resume->trainer_state);
+    value.load(resume->folder, resume->trainer_state);
+    CheckpointStore::load_weights(resume->folder, named_weights(*m.reference), nullptr, "reference");
+    CheckpointStore::load_weights(resume->folder, named_weights(*m.reward), nullptr, "reward");
+    start = resume->step();
+    run.resumed(*resume);
+  }
+  for (int64_t step = start; step < until; ++step) {
+    // Rollout: states and sampled actions come from the default generator, which the checkpoint keeps.
+    const torch::Tensor states = torch::randn({16, 4});
+    torch::Tensor actions, old_logp, ref_logp, reward, advantage;
+    {
+      torch::NoGradGuard no_grad;
+      const torch::Tensor logp = torch::log_softmax(m.policy(states), 1);
+      actions = torch::multinomial(logp.exp(), 1);
+      old_logp = logp.gather(1, actions);
+      ref_logp = torch::log_softmax(m.reference(states), 1).gather(1, actions);
+      reward = m.reward(torch::cat({states, torch::one_hot(actions.squeeze(1), 3).to(torch::kFloat32)}, 1));
+      advantage = reward - m.value(states);
+    }
+    // Clipped surrogate with a KL penalty to the reference policy; the value model regresses the reward.
+    const torch::Tensor logp = torch::log_softmax(m.policy(states), 1).gather(1, actions);
+    const torch::Tensor ratio = (logp - old_logp).exp();
+    const torch::Tensor policy_loss =
+        -torch::min(ratio * advantage, ratio.clamp(0.8, 1.2) * advantage).mean() + 0.1 * (logp - ref_logp).mean();
+    const torch::Tensor value_loss = (m.value(states) - reward).pow(2).mean();
+    for (auto [state, loss] : {std::pair<ModelState*, torch::Tensor>{&policy, policy_loss}, {&value, value_loss}}) {
+      state->start_step(step);
+      state->begin_backward(/*last=*/true);
+      (loss * state->loss_scale()).backward();
+      state->end_backward();
+      const double norm = state->grad_norm();
+      state->finish_step(norm, config.get_float("optim.grad_clip"), !std::isfinite(norm));
+    }
+    run.write_metrics({{"step", step + 1}, {"policy_loss", policy_loss.item<double>()}, {"value_loss", value_loss.item<double>()}});
+  }
+  nlohmann::json trainer_state = nlohmann::json::object();
+  policy.save_scaler_state(trainer_state);
+  value.save_scaler_state(trainer_state);
+  run.save(until, {policy.checkpoint_part(), value.checkpoint_part(), {"reference", named_weights(*m.reference), {}, ""},
+                   {"reward", named_weights(*m.reward), {}, ""}},
+           trainer_state);
+}
+
+io::SafetensorsFile saved(const fs::path& out, const std::string& file) {
+  return io::load_safetensors((fs::path(checkpoint_folder((out / "checkpoints").string(), 6)) / file).string());
+}
+
+TEST(MultiModelTest, PpoShapedLoopResumesExactlyFromOneCheckpointOfFourModels) {
+  const fs::path root = fs::temp_directory_path() / ("kuafu_ppo_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  train_ppo(ppo_config(root / "straight"), 7, 6);
+  train_ppo(ppo_config(root / "resumed"), 7, 3);
+  train_ppo(ppo_config(root / "resumed"), /*other initial weights, replaced by the checkpoint's*/ 99, 6);
+
+  const std::string step3 = checkpoint_folder((root / "resumed" / "checkpoints").string(), 3);
+  for (const char* file : {"policy.model.safetensors", "policy.optimizer.safetensors", "value.model.safetensors",
+                           "value.optimizer.safetensors", "reference.model.safetensors", "reward.model.safetensors"}) {
+    EXPECT_TRUE(fs::exists(fs::path(step3) / file)) << file;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(step3) / "reference.optimizer.safetensors")) << "a frozen model has no optimizer";
+  for (const char* file : {"policy.model.safetensors", "policy.optimizer.safetensors", "value.model.safetensors",
+                           "value.optimizer.safetensors", "reference.model.safetensors", "reward.model.safetensors"}) {
+    SCOPED_TRACE(file);
+    const io::SafetensorsFile straight = saved(root / "straight", file), resumed = saved(root / "resumed", file);
+    ASSERT_EQ(straight.tensors.size(), resumed.tensors.size());
+    for (const auto& [name, tensor] : straight.tensors) {
+      const torch::Tensor* other = resumed.find(name);
+      ASSERT_NE(other, nullptr) << name;
+      EXPECT_TRUE(torch::equal(tensor, *other)) << name << " differs after the resume";
+    }
+  }
+  // The models moved: a resume that restored nothing would not be compared against a standing start.
+  EXPECT_FALSE(torch::equal(*saved(root / "straight", "policy.model.safetensors").find("head.weight"),
+                            *io::load_safetensors(step3 + "/policy.model.safetensors").find("head.weight")));
+  // A part the checkpoint does not hold is named.
+  Mlp critic(4, 1);
+  try {
+    CheckpointStore::load_weights(step3, named_weights(*critic), nullptr, "critic");
+    FAIL() << "loaded a part that is not there";
+  } catch (const kuafu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no model \"critic\""), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace kuafu::train
