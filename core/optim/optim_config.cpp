@@ -34,6 +34,11 @@ void add_optimizer_schema(config::Schema& s) {
   s.add_float("optim.grad_clip", 1.0,
               "clip the global gradient norm to this before the step (LAMB's pre-clipping); 0 = no clipping")
       .min(0);
+  s.add_float("optim.ema_decay", 0.0,
+              "keep an exponential moving average of the float32 weights, ema = d ema + (1 - d) w after each step "
+              "(diffusion models sample with it); saved beside the model as the ema part; 0 = none")
+      .min(0)
+      .max(0.999999);
 }
 
 std::vector<ParamGroup> make_param_groups(const std::vector<Param>& params,

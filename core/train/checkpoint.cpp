@@ -344,9 +344,9 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
 }
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
-                                   const ToLocal& to_local, const std::string& part) {
+                                   const ToLocal& to_local, const std::string& part, bool subset) {
   verify_manifest(folder);
-  restore_weights(folder, weights, to_local, /*part=*/false, part);
+  restore_weights(folder, weights, to_local, subset, part);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,

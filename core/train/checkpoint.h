@@ -70,8 +70,9 @@ class CheckpointStore {
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model);
+  // `subset`: the weights are part of the saved model (a pipeline stage's).
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
-                           const ToLocal& to_local = nullptr, const std::string& part = "");
+                           const ToLocal& to_local = nullptr, const std::string& part = "", bool subset = false);
   static nlohmann::json read_trainer_state(const std::string& folder);
 
   const std::string& root() const { return root_; }

@@ -54,6 +54,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
     sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
     if (runtime.is_main()) log::infof(sharded_->describe());
   }
+  ema_decay_ = config.get_float("optim.ema_decay");
+  if (ema_decay_ > 0) {
+    for (const auto& p : params_) ema_.push_back(p.tensor.detach().clone());
+  }
 }
 
 ModelState::~ModelState() {
@@ -153,39 +157,59 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
     } else {
       masters_->copy_masters_to_model();
     }
+    update_ema();
   }
   if (scaler_) scaler_->update(overflow);
   zero_grads();
+}
+
+void ModelState::update_ema() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < ema_.size(); ++i) {
+    // A master Gemini has moved to the other tier since is read where the average lives.
+    ema_[i].mul_(ema_decay_).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - ema_decay_);
+  }
+}
+
+io::NamedTensors ModelState::full_ema() const {
+  io::NamedTensors pieces;
+  for (size_t i = 0; i < ema_.size(); ++i) pieces.emplace_back(params_[i].name + "/ema", ema_[i]);
+  io::NamedTensors full = sharded_ ? sharded_->full_state(pieces) : whole(pieces);
+  for (auto& item : full) item.first = *optim::state_owner(item.first);  // "<param>/ema" -> "<param>"
+  return full;
 }
 
 std::vector<std::pair<std::string, double>> ModelState::memory_figures() const {
   return sharded_ ? sharded_->memory_figures() : std::vector<std::pair<std::string, double>>{};
 }
 
-CheckpointPart ModelState::checkpoint_part() const {
-  CheckpointPart saved;
-  saved.name = options_.name;
-  saved.optimizer_name = optimizer_->name();
-  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  saved.weights = sharded_ ? sharded_->full_weights() : masters_->weights();
-  saved.optimizer_state = sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors();
+io::NamedTensors ModelState::whole(io::NamedTensors tensors) const {
   if (runtime_.tensor.enabled()) {
-    for (auto& [name, tensor] : saved.weights) tensor = parallel::gather_full(tensor, layout_of(name), *runtime_.mesh);
-    for (auto& [name, tensor] : saved.optimizer_state) {
-      if (const auto owner = optim::state_owner(name)) tensor = parallel::gather_full(tensor, layout_of(*owner), *runtime_.mesh);
+    for (auto& [name, tensor] : tensors) {
+      const auto owner = optim::state_owner(name);
+      tensor = parallel::gather_full(tensor, layout_of(owner ? *owner : name), *runtime_.mesh);
     }
   }
   if (runtime_.pipelined()) {
     // Rank 0 writes the checkpoint: the stages of its pipeline line send it their tensors.
     bool rank0_line = runtime_.mesh->coordinate("data") == 0;
     for (const auto& axis : runtime_.tensor.axes()) rank0_line = rank0_line && runtime_.mesh->coordinate(axis) == 0;
-    if (rank0_line) {
-      const auto& pipeline = *runtime_.mesh->group("pipeline");
-      saved.weights = gather_pipeline_stages(std::move(saved.weights), pipeline);
-      saved.optimizer_state = gather_pipeline_stages(std::move(saved.optimizer_state), pipeline);
-    }
+    if (rank0_line) tensors = gather_pipeline_stages(std::move(tensors), *runtime_.mesh->group("pipeline"));
   }
-  return saved;
+  return tensors;
+}
+
+std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
+  CheckpointPart saved;
+  saved.name = options_.name;
+  saved.optimizer_name = optimizer_->name();
+  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
+  saved.weights = sharded_ ? sharded_->full_weights() : whole(masters_->weights());
+  saved.optimizer_state =
+      sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : whole(optimizer_->state_tensors());
+  std::vector<CheckpointPart> parts = {std::move(saved)};
+  if (!ema_.empty()) parts.push_back({ema_part(), full_ema(), {}, ""});
+  return parts;
 }
 
 void ModelState::save_scaler_state(nlohmann::json& trainer_state) const {
@@ -209,6 +233,14 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
     target.part = runtime_.pipelined();
     CheckpointStore::load(folder, masters_->weights(), *optimizer_, target, options_.name);
     masters_->copy_masters_to_model();
+  }
+  if (!ema_.empty()) {
+    io::NamedTensors whole_ema;  // filled by the load, then cut to this rank's pieces
+    for (size_t i = 0; i < ema_.size(); ++i) whole_ema.emplace_back(params_[i].name, ema_[i]);
+    CheckpointStore::ToLocal to_local = [&](const std::string& name, const torch::Tensor& full) {
+      return sharded_ ? sharded_->piece_of(name, full) : parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+    };
+    CheckpointStore::load_weights(folder, whole_ema, to_local, ema_part(), /*subset=*/runtime_.pipelined());
   }
   if (scaler_ && trainer_state.contains(scaler_key())) {
     try {

@@ -76,9 +76,10 @@ class ModelState {
   // updates the loss scaler and zeroes the gradients.
   void finish_step(double grad_norm, double max_norm, bool overflow);
 
-  // This model's part of a checkpoint: whole tensors (collective over the tensor and pipeline groups;
-  // rank 0 holds all).
-  CheckpointPart checkpoint_part() const;
+  // This model's parts of a checkpoint: its weights and optimizer state, and its moving average when
+  // optim.ema_decay is set; whole tensors (collective over the tensor, pipeline and data groups; rank 0
+  // holds all).
+  std::vector<CheckpointPart> checkpoint_parts() const;
   // Adds the loss scaler's state to a checkpoint's trainer state.
   void save_scaler_state(nlohmann::json& trainer_state) const;
   // Restores weights, optimizer state and this rank's RNG from this model's part of `folder`, and the
@@ -88,6 +89,10 @@ class ModelState {
   optim::Optimizer& optimizer() { return *optimizer_; }
   const optim::DynamicLossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
   torch::Dtype compute_dtype() const { return dtype_; }
+  // The moving average of the float32 weights (this rank's pieces, as the optimizer's parameters), and
+  // whole tensors of it by name (collective); empty without optim.ema_decay.
+  const std::vector<torch::Tensor>& ema() const { return ema_; }
+  io::NamedTensors full_ema() const;
   // Gemini's and ZeRO's memory figures for the metrics line (empty for plain replicas).
   std::vector<std::pair<std::string, double>> memory_figures() const;
 
@@ -96,6 +101,11 @@ class ModelState {
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
+  std::string ema_part() const { return options_.name.empty() ? "ema" : options_.name + ".ema"; }
+  void update_ema();
+  // Whole tensors of the model's layout (tensor-parallel blocks gathered, pipeline stages collected on
+  // rank 0), by parameter name or "<param>/<slot>" for optimizer state.
+  io::NamedTensors whole(io::NamedTensors tensors) const;
 
   const config::Config& config_;
   const Runtime& runtime_;
@@ -111,6 +121,8 @@ class ModelState {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;
+  double ema_decay_ = 0;
+  std::vector<torch::Tensor> ema_;  // parallel to params_
   bool hooks_installed_ = false;
 };
 

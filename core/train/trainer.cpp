@@ -104,7 +104,7 @@ Trainer::~Trainer() = default;
 void Trainer::save_checkpoint(int64_t step) {
   nlohmann::json state;
   state_->save_scaler_state(state);
-  run_->save(step, {state_->checkpoint_part()}, state);
+  run_->save(step, state_->checkpoint_parts(), state);
 }
 
 LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
