@@ -24,7 +24,9 @@ class ImageTask : public train::ModelTask {
   int64_t items_per_row() const override { return 1; }
   std::string item_name() const override { return "images"; }
   std::vector<std::string> checkpoint_keys() const override { return {"model."}; }
-  bool reports_accuracy() const override { return true; }
+  std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override {
+    return {{"val_accuracy", "accuracy", sums.correct / std::max(1.0, sums.count), /*percent=*/true}};
+  }
 
   ViTForImageClassification& vit() { return model_; }
   ImageDataset& val_set() { return *val_; }

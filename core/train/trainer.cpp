@@ -107,16 +107,23 @@ void Trainer::save_checkpoint(int64_t step) {
   run_->save(step, state_->checkpoint_parts(), state);
 }
 
+std::vector<EvalMetric> TrainTask::eval_metrics(const LossSum& sums) const {
+  return {{"val_ppl", "perplexity", std::exp(sums.loss_sum / std::max(1.0, sums.count))}};
+}
+
 LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
   torch::NoGradGuard no_grad;
   const bool was_training = task.model().is_training();
   task.model().eval();
   LossSum local = task.evaluate(data.rank(), data.size());
   task.model().train(was_training);
-  torch::Tensor sums =
-      torch::tensor({local.loss_sum, local.count, local.correct}, torch::TensorOptions(torch::kFloat64).device(data.device()));
+  std::vector<double> values = {local.loss_sum, local.count, local.correct};
+  values.insert(values.end(), local.extra.begin(), local.extra.end());
+  torch::Tensor sums = torch::tensor(values, torch::TensorOptions(torch::kFloat64)).to(data.device());
   dist::all_reduce(sums, data);
-  return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+  sums = sums.cpu();
+  const double* v = sums.data_ptr<double>();
+  return {v[0], v[1], v[2], std::vector<double>(v + 3, v + values.size())};
 }
 
 LossSum Trainer::evaluate() { return evaluate_task(task_, *runtime_.mesh->group("data")); }
@@ -147,13 +154,10 @@ TrainSummary Trainer::run() {
     summary.val_loss = eval.loss_sum / std::max(1.0, eval.count);
     nlohmann::json metrics = {{"step", step}, {"val_loss", summary.val_loss}};
     std::string line = "eval at step " + std::to_string(step) + ": loss " + fixed(summary.val_loss, 4);
-    if (task_.reports_accuracy()) {
-      summary.val_accuracy = eval.correct / std::max(1.0, eval.count);
-      metrics["val_accuracy"] = summary.val_accuracy;
-      line += ", accuracy " + fixed(100 * summary.val_accuracy, 2) + "%";
-    } else {
-      metrics["val_ppl"] = std::exp(summary.val_loss);
-      line += ", perplexity " + fixed(std::exp(summary.val_loss), 2);
+    for (const EvalMetric& metric : task_.eval_metrics(eval)) {
+      metrics[metric.key] = metric.value;
+      line += ", " + metric.label + " " + (metric.percent ? fixed(100 * metric.value, 2) + "%" : fixed(metric.value, 2));
+      if (metric.key == "val_accuracy") summary.val_accuracy = metric.value;
     }
     if (progress) progress->print_line(line);
     run_->write_metrics(metrics);

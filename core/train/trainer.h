@@ -26,6 +26,15 @@ struct LossSum {
   double loss_sum = 0.0;  // sum of per-item losses (nats)
   double count = 0.0;     // number of items (tokens, images)
   double correct = 0.0;   // items whose top prediction is right (classification tasks)
+  std::vector<double> extra;  // a task's own sums (the same number on every rank), for its eval_metrics
+};
+
+// One figure an evaluation reports, computed from the sums over every rank.
+struct EvalMetric {
+  std::string key;      // its metrics.jsonl field, e.g. "val_ppl"
+  std::string label;    // its words in the progress line, e.g. "perplexity"
+  double value = 0.0;
+  bool percent = false;  // shown as a percentage
 };
 
 // What an app gives the trainer.
@@ -41,8 +50,9 @@ class TrainTask {
   virtual double flops_per_item() const = 0;
   virtual int64_t items_per_row() const = 0;
   virtual std::string item_name() const { return "tokens"; }
-  // Classifiers fill LossSum::correct: evaluation then reports accuracy instead of perplexity.
-  virtual bool reports_accuracy() const { return false; }
+  // What evaluation reports beside the mean loss, from the sums over every rank: perplexity unless the
+  // task says otherwise (classifiers: accuracy from LossSum::correct; others from LossSum::extra).
+  virtual std::vector<EvalMetric> eval_metrics(const LossSum& sums) const;
   // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
   virtual std::vector<std::string> checkpoint_keys() const = 0;
 
@@ -69,7 +79,7 @@ struct TrainSummary {
   int64_t skipped_steps = 0;  // overflowed steps the loss scaler skipped
   double last_loss = 0.0;
   double val_loss = 0.0;
-  double val_accuracy = 0.0;  // classification tasks
+  double val_accuracy = 0.0;  // the "val_accuracy" metric, for tasks that report one
   bool stopped_by_signal = false;
 };
 

@@ -166,5 +166,48 @@ TEST(ParallelizeTest, AToyModelGetsEveryStrategyFromTheConfigAndEqualsSerial) {
   }
 }
 
+// A task's own evaluation figures: its LossSum::extra sums are added over the data ranks and turned into
+// metrics by the task (here each rank's number and a count of ranks: 1 + 2 and 2 on two ranks; and a
+// root mean square error from the loss sums), written to metrics.jsonl and the progress line.
+struct ToyWithOwnMetrics : ToyTask {
+  using ToyTask::ToyTask;
+  LossSum evaluate(int rank, int ranks) override {
+    LossSum sums = ToyTask::evaluate(rank, ranks);
+    sums.extra = {static_cast<double>(rank + 1), 1.0};
+    return sums;
+  }
+  std::vector<EvalMetric> eval_metrics(const LossSum& sums) const override {
+    return {{"val_rmse", "RMSE", std::sqrt(sums.loss_sum / sums.count)},
+            {"val_rank_numbers", "rank numbers", sums.extra.at(0)},
+            {"val_ranks", "ranks", sums.extra.at(1)}};
+  }
+};
+
+TEST(ParallelizeTest, ATaskReportsItsOwnEvaluationFigures) {
+  if (!testing::is_worker()) {
+    fs::remove_all(test_root() / "own_metrics");
+    testing::run_test_on_ranks(2, 120);
+    std::ifstream in(test_root() / "own_metrics" / "metrics.jsonl");
+    nlohmann::json eval;
+    for (std::string line; std::getline(in, line);) {
+      const auto json = nlohmann::json::parse(line);
+      if (json.contains("val_loss")) eval = json;
+    }
+    ASSERT_TRUE(eval.is_object()) << "no evaluation line";
+    EXPECT_EQ(eval.value("val_rank_numbers", 0.0), 3.0);
+    EXPECT_EQ(eval.value("val_ranks", 0.0), 2.0);
+    EXPECT_NEAR(eval.value("val_rmse", 0.0), std::sqrt(eval.value("val_loss", -1.0)), 1e-12);
+    EXPECT_FALSE(eval.contains("val_ppl")) << "the task's figures replace the default perplexity";
+    return;
+  }
+  const config::Config config = toy_config("own_metrics", "train.micro_batch_size=4");
+  Runtime runtime = start_runtime(config, testing::worker_world());
+  torch::manual_seed(1);
+  Toy toy(runtime.tensor);
+  const Batch data = toy_data();
+  ToyWithOwnMetrics task(toy, parallel_options(*toy, config, runtime, {data.inputs.narrow(0, 0, 4), data.targets.narrow(0, 0, 4)}), 4);
+  Trainer(config, runtime, task).run();
+}
+
 }  // namespace
 }  // namespace kuafu::train
