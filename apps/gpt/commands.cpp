@@ -87,15 +87,7 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
                                              file->path() + " (" + std::to_string(file->vocab_size()) + ")");
     }
   }
-  // 2D, 2.5D and 3D cut every batch into row blocks.
-  const int blocks = tp.batch_blocks();
-  for (const char* key : {"train.micro_batch_size", "train.eval_rows"}) {
-    if (config.get_int(key) % blocks != 0) {
-      config.fail_at(key, "is " + std::to_string(config.get_int(key)) + " but parallel.tensor.mode = \"" +
-                              parallel::mode_name(tp.spec.mode) + "\" cuts each batch into " + std::to_string(blocks) +
-                              " row blocks; use a multiple of " + std::to_string(blocks));
-    }
-  }
+  train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
   const int64_t context = config.get_int("data.context");
   if (stages && stages->sequence.enabled()) check_sequence_parallel(config, model, stages->sequence);
   const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));

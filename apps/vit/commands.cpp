@@ -112,14 +112,7 @@ std::unique_ptr<ImageTask> build_image_task(const config::Config& config, const 
   const ViTConfig model = model_config(config);
   auto train = open_dataset(config, model, /*train=*/true, tp.device);
   auto val = open_dataset(config, model, /*train=*/false, tp.device);
-  // Under 2D, 2.5D and 3D the blocks cut every batch into row blocks.
-  for (const char* key : {"train.micro_batch_size"}) {
-    if (config.get_int(key) % tp.batch_blocks() != 0) {
-      config.fail_at(key, "is " + std::to_string(config.get_int(key)) + " but parallel.tensor.mode = \"" +
-                              parallel::mode_name(tp.spec.mode) + "\" cuts each batch into " +
-                              std::to_string(tp.batch_blocks()) + " row blocks");
-    }
-  }
+  train::check_row_blocks(config, tp, {"train.micro_batch_size"});
   torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
   ViTForImageClassification vit(model, tp);
   train::ParallelOptions options;

@@ -219,6 +219,18 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
   return costs;
 }
 
+void check_row_blocks(const config::Config& config, const parallel::TensorParallel& tp,
+                      const std::vector<std::string>& keys) {
+  const int blocks = tp.batch_blocks();
+  for (const auto& key : keys) {
+    if (config.get_int(key) % blocks != 0) {
+      config.fail_at(key, "is " + std::to_string(config.get_int(key)) + " but parallel.tensor.mode = \"" +
+                              parallel::mode_name(tp.spec.mode) + "\" cuts each batch into " + std::to_string(blocks) +
+                              " row blocks; use a multiple of " + std::to_string(blocks));
+    }
+  }
+}
+
 ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config& config, const Runtime& runtime,
                                  const Batch& sample) {
   ParallelOptions options;

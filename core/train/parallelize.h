@@ -82,6 +82,11 @@ class ParallelModel {
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
 
+// 2D, 2.5D and 3D tensor parallelism cut every batch into row blocks: each of `keys` (row counts such as
+// train.micro_batch_size) must be a multiple of their number. Checked at the key before any work.
+void check_row_blocks(const config::Config& config, const parallel::TensorParallel& tp,
+                      const std::vector<std::string>& keys);
+
 // What each part costs, for partitions: parameters of the head, block 0 and the tail; or their forward
 // + backward seconds on `sample` (median of 3 after a warm-up; the random streams and gradients are
 // left as they were).
