@@ -66,6 +66,14 @@ for config in vit_b16_imagenet vit_l32_imagenet; do
   done
 done
 
+# The memory strategies through the shared benchmark step (ViT as GPT).
+for strategy in zero2 gemini; do
+  log "vit_b16_imagenet bf16, memory $strategy, activation checkpointing"
+  bench "$vit" benchmark --config apps/vit/configs/vit_b16_imagenet.toml --set precision.dtype=\"bf16\" \
+    --set memory.strategy=\""$strategy"\" --set memory.activation_checkpointing=true --set runtime.device=\"cuda\" \
+    --set benchmark.steps=10 --set benchmark.warmup=3
+done
+
 # 3. The test binaries with the GPU visible (tests that use runtime.device = "auto" run there), each
 #    in SHARDS gtest shards side by side.
 if [ "${TESTS:-1}" = 1 ]; then

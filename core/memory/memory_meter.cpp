@@ -8,6 +8,7 @@
 #include <fstream>
 
 #ifdef KUAFU_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -16,11 +17,21 @@
 
 namespace kuafu::memory {
 
+#ifdef KUAFU_WITH_CUDA
+namespace {
+// The caching allocator's statistics exist once LibTorch has initialised CUDA, which it does lazily at the
+// first CUDA tensor or seed; a meter read before that ("Invalid device argument") initialises it first.
+c10::CachingDeviceAllocator::DeviceStats cuda_stats(const torch::Device& device) {
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+}
+}  // namespace
+#endif
+
 int64_t bytes_in_use(const torch::Device& device) {
 #ifdef KUAFU_WITH_CUDA
   if (device.is_cuda()) {
-    return static_cast<int64_t>(
-        c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current);
+    return static_cast<int64_t>(cuda_stats(device).allocated_bytes[0].current);
   }
 #endif
   (void)device;
@@ -31,8 +42,7 @@ int64_t bytes_in_use(const torch::Device& device) {
 int64_t peak_bytes(const torch::Device& device) {
 #ifdef KUAFU_WITH_CUDA
   if (device.is_cuda()) {
-    return static_cast<int64_t>(
-        c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].peak);
+    return static_cast<int64_t>(cuda_stats(device).allocated_bytes[0].peak);
   }
 #endif
   (void)device;
@@ -99,6 +109,7 @@ int64_t PeakInUse::peak() const {
 void PeakInUse::restart() {
 #ifdef KUAFU_WITH_CUDA
   if (device_.is_cuda()) {
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
     return;
   }

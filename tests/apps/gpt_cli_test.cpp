@@ -95,12 +95,13 @@ TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
 }
 
 // The benchmark steps the model as the trainer does, memory strategy and activation checkpointing
-// included, and prints the line every app prints.
+// included, and prints the line every app prints. On runtime.device = "auto": a fresh process on a GPU
+// machine reads the GPU's memory meter before anything else touches CUDA.
 TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   const auto dir = temp_dir("benchmark");
   std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 2\nn_head = 2\n"
                                 << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
-                                << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\ndevice = \"cpu\"\n"
+                                << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\n"
                                 << "[benchmark]\nsteps = 2\nwarmup = 1\n";
   const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() +
                                 " --set memory.strategy='\"gemini\"' --set precision.dtype='\"bf16\"'"

@@ -115,12 +115,12 @@ void write_hdf5(const fs::path& path, int64_t n, int64_t bad_label) {
 }
 
 // ViT's benchmark gets the memory strategies and activation checkpointing from the config, as GPT's does,
-// and prints the same line.
+// and prints the same line (on runtime.device = "auto": the GPU where there is one).
 TEST(ViTAppTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   const fs::path out = temp_dir("benchmark");
   const std::string command = std::string(KUAFU_VIT_PATH) + " benchmark --config " +
                               (kConfigs / "fashion_mnist_small.toml").string() +
-                              " --set runtime.threads=1 --set runtime.device='\"cpu\"' --set train.micro_batch_size=16"
+                              " --set runtime.threads=1 --set train.micro_batch_size=16"
                               " --set benchmark.steps=2 --set benchmark.warmup=1 --set memory.strategy='\"gemini\"'"
                               " --set precision.dtype='\"bf16\"' --set memory.activation_checkpointing=true > " +
                               (out / "line.txt").string() + " 2>&1";
