@@ -30,6 +30,8 @@ config::Schema gpt_schema() {
   s.add_int("data.context", 256, "tokens per training window (<= model.n_positions)").min(1);
 
   s.add_string("generate.prompt", "In the beginning", "text to continue");
+  s.add_string_list("generate.prompts", {},
+                    "several texts continued together as one left-padded batch (instead of generate.prompt)");
   s.add_int("generate.max_new_tokens", 200, "tokens to sample").min(1);
   s.add_float("generate.temperature", 0.8, "softmax temperature; 0 = greedy").min(0).max(10);
   s.add_int("generate.top_k", 40, "sample among the k most likely tokens; 0 = off").min(0);
@@ -41,16 +43,41 @@ config::Schema gpt_schema() {
   return s;
 }
 
-DataPaths data_paths(const config::Config& config) {
-  const std::filesystem::path dir = config.get_string("data.dir");
-  return {(dir / "tokenizer.model").string(), (dir / "train.tok").string(), (dir / "val.tok").string()};
+TextData text_data(const config::Config& config) {
+  TextData d;
+  d.text = config.get_string("data.text");
+  d.dir = config.get_string("data.dir");
+  const std::filesystem::path dir = d.dir;
+  d.tokenizer_model = (dir / "tokenizer.model").string();
+  d.train_tokens = (dir / "train.tok").string();
+  d.val_tokens = (dir / "val.tok").string();
+  d.vocab_size = config.get_int("data.vocab_size");
+  d.val_every = config.get_int("data.val_every");
+  d.context = config.get_int("data.context");
+  return d;
+}
+
+GenerateSettings generate_settings(const config::Config& config) {
+  GenerateSettings g;
+  g.prompts = config.get_string_list("generate.prompts");
+  g.prompts_key = "generate.prompts";
+  if (g.prompts.empty()) {
+    g.prompts = {config.get_string("generate.prompt")};
+    g.prompts_key = "generate.prompt";
+  }
+  g.sampling.max_new_tokens = config.get_int("generate.max_new_tokens");
+  g.sampling.temperature = config.get_float("generate.temperature");
+  g.sampling.top_k = config.get_int("generate.top_k");
+  g.sampling.top_p = config.get_float("generate.top_p");
+  g.sampling.seed = static_cast<uint64_t>(config.get_int("generate.seed"));
+  return g;
 }
 
 GPTConfig model_config(const config::Config& config) {
   GPTConfig m;
   m.vocab_size = config.get_int("model.vocab_size");
   if (m.vocab_size == 0) {
-    const std::string tokenizer = data_paths(config).tokenizer_model;
+    const std::string tokenizer = text_data(config).tokenizer_model;
     if (!std::filesystem::exists(tokenizer)) {
       config.fail_at("model.vocab_size", "is 0 (use the tokenizer's) but " + tokenizer +
                                              " does not exist; run `prepare` first or set model.vocab_size");
@@ -67,8 +94,8 @@ GPTConfig model_config(const config::Config& config) {
     config.fail_at("model.n_head", "(" + std::to_string(m.n_head) + ") must divide model.n_embd (" +
                                        std::to_string(m.n_embd) + ")");
   }
-  if (config.get_int("data.context") > m.n_positions) {
-    config.fail_at("data.context", "(" + std::to_string(config.get_int("data.context")) +
+  if (const int64_t context = config.get_int("data.context"); context > m.n_positions) {
+    config.fail_at("data.context", "(" + std::to_string(context) +
                                        ") exceeds model.n_positions (" + std::to_string(m.n_positions) + ")");
   }
   return m;

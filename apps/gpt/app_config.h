@@ -1,6 +1,9 @@
 // The kuafu-gpt config: its schema (model, data, generate, benchmark keys on top of the trainer's)
-// and the conversion of the model section into a GPTConfig.
+// and its sections as typed values, each read in one place with its checks across keys.
 #pragma once
+
+#include <string>
+#include <vector>
 
 #include "apps/gpt/model.h"
 #include "core/config/config.h"
@@ -12,12 +15,25 @@ config::Schema gpt_schema();
 // Model shape from the config; model.vocab_size = 0 takes the vocabulary of the prepared tokenizer.
 GPTConfig model_config(const config::Config& config);
 
-// Paths of the prepared data under data.dir.
-struct DataPaths {
+// data.*: the text `prepare` tokenizes and the prepared files under data.dir.
+struct TextData {
+  std::string text;             // data.text
+  std::string dir;              // data.dir
   std::string tokenizer_model;  // <dir>/tokenizer.model
   std::string train_tokens;     // <dir>/train.tok
   std::string val_tokens;       // <dir>/val.tok
+  int64_t vocab_size = 0;       // of the tokenizer `prepare` trains
+  int64_t val_every = 0;        // every N-th block of 100 lines validates
+  int64_t context = 0;          // tokens per training window
 };
-DataPaths data_paths(const config::Config& config);
+TextData text_data(const config::Config& config);
+
+// generate.*: what to continue and how to sample.
+struct GenerateSettings {
+  std::vector<std::string> prompts;  // generate.prompts, or else generate.prompt alone
+  std::string prompts_key;           // the key they came from, for messages
+  nn::SamplingOptions sampling;      // (stop token: the tokenizer's)
+};
+GenerateSettings generate_settings(const config::Config& config);
 
 }  // namespace kuafu::gpt

@@ -49,11 +49,11 @@ double TextTask::flops_per_item() const { return model_->config.flops_per_token(
 namespace {
 
 // What sequence parallelism needs of the model and data, checked at the keys before any work.
-void check_sequence_parallel(const config::Config& config, const GPTConfig& model,
+void check_sequence_parallel(const config::Config& config, const GPTConfig& model, int64_t context,
                              const parallel::sequence::SequenceParallel& sequence) {
   const std::string size = std::to_string(sequence.size);
-  if (config.get_int("data.context") % sequence.size != 0) {
-    config.fail_at("data.context", "is " + std::to_string(config.get_int("data.context")) +
+  if (context % sequence.size != 0) {
+    config.fail_at("data.context", "is " + std::to_string(context) +
                                        " but parallel.sequence.size = " + size +
                                        " cuts each sequence into equal chunks; use a multiple of " + size);
   }
@@ -73,13 +73,14 @@ void check_sequence_parallel(const config::Config& config, const GPTConfig& mode
 // (null: the whole model).
 std::unique_ptr<TextTask> build_text_task(const config::Config& config, const parallel::TensorParallel& tp,
                                           const train::Runtime* stages) {
-  const DataPaths paths = data_paths(config);
-  for (const auto& path : {paths.train_tokens, paths.val_tokens}) {
+  const TextData data = text_data(config);
+  const train::TrainSettings settings = train::read_train_settings(config);
+  for (const auto& path : {data.train_tokens, data.val_tokens}) {
     KUAFU_CHECK(fs::exists(path), "token file ", path, " does not exist: run `kuafu-gpt prepare --config ",
                 config.path(), "` first");
   }
-  auto train_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(paths.train_tokens));
-  auto val_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(paths.val_tokens));
+  auto train_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(data.train_tokens));
+  auto val_file = std::make_shared<const io::TokenFile>(io::TokenFile::open(data.val_tokens));
   GPTConfig model = model_config(config);
   for (const auto* file : {train_file.get(), val_file.get()}) {
     if (file->vocab_size() > static_cast<uint64_t>(model.vocab_size)) {
@@ -88,20 +89,18 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     }
   }
   train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
-  const int64_t context = config.get_int("data.context");
-  if (stages && stages->sequence.enabled()) check_sequence_parallel(config, model, stages->sequence);
-  const auto seed = static_cast<uint64_t>(config.get_int("train.seed"));
-  auto train = std::make_shared<io::TokenWindowLoader>(train_file, context, seed, tp.device);
-  auto val = std::make_shared<io::TokenWindowLoader>(val_file, context, seed, tp.device);
-  const int64_t micro_batch = config.get_int("train.micro_batch_size");
-  torch::manual_seed(seed);
+  if (stages && stages->sequence.enabled()) check_sequence_parallel(config, model, data.context, stages->sequence);
+  auto train = std::make_shared<io::TokenWindowLoader>(train_file, data.context, settings.seed, tp.device);
+  auto val = std::make_shared<io::TokenWindowLoader>(val_file, data.context, settings.seed, tp.device);
+  const int64_t micro_batch = settings.micro_batch_size;
+  torch::manual_seed(settings.seed);
   GPT gpt(model, tp);
   train::ParallelOptions options;
   if (stages) {
     const io::TokenBatch sample = train->train_batch(0, 0, micro_batch).to(tp.device);  // for "time" partitions
     options = train::parallel_options(*gpt, config, *stages, {sample.inputs, sample.targets});
   }
-  return std::make_unique<TextTask>(gpt, options, train, val, config.get_int("train.eval_rows"), micro_batch);
+  return std::make_unique<TextTask>(gpt, options, train, val, settings.eval_rows, micro_batch);
 }
 
 }  // namespace
@@ -120,45 +119,44 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const tra
 }
 
 void prepare_command(const config::Config& config) {
-  const std::string text_path = config.get_string("data.text");
+  const TextData data = text_data(config);
+  const std::string& text_path = data.text;
   KUAFU_CHECK(fs::exists(text_path), "data.text = ", text_path, " does not exist (for the Bible: data/kjv/export.sh ",
               fs::path(text_path).parent_path().string(), ")");
-  const DataPaths paths = data_paths(config);
   std::error_code created;
-  fs::create_directories(config.get_string("data.dir"), created);
-  if (created) config.fail_at("data.dir", "= " + config.get_string("data.dir") + ": cannot create the folder: " + created.message());
-  const int64_t vocab = config.get_int("data.vocab_size");
+  fs::create_directories(data.dir, created);
+  if (created) config.fail_at("data.dir", "= " + data.dir + ": cannot create the folder: " + created.message());
 
   // Split by blocks of lines so validation windows read continuous text; every N-th block validates.
   std::ifstream in(text_path);
   std::string line, train_text, val_text;
-  const int64_t val_every = config.get_int("data.val_every");
+  const int64_t val_every = data.val_every;
   for (int64_t index = 0; std::getline(in, line); ++index) {
     ((index / 100) % val_every == val_every - 1 ? val_text : train_text) += line + "\n";
   }
   KUAFU_CHECK(!val_text.empty() && !train_text.empty(), text_path, " is too short to split into train and validation");
 
-  if (!fs::exists(paths.tokenizer_model)) {
-    const std::string train_only = (fs::path(config.get_string("data.dir")) / "tokenizer_train.txt").string();
+  if (!fs::exists(data.tokenizer_model)) {
+    const std::string train_only = (fs::path(data.dir) / "tokenizer_train.txt").string();
     std::ofstream(train_only) << train_text;
     io::TokenizerTrainOptions options;
     options.input_path = train_only;
-    options.model_prefix = (fs::path(config.get_string("data.dir")) / "tokenizer").string();
-    options.vocab_size = static_cast<int>(vocab);
+    options.model_prefix = (fs::path(data.dir) / "tokenizer").string();
+    options.vocab_size = static_cast<int>(data.vocab_size);
     options.num_threads = static_cast<int>(std::max(1, torch::get_num_threads()));
-    log::infof("training a ", vocab, "-token BPE tokenizer on ", train_text.size(), " bytes");
+    log::infof("training a ", data.vocab_size, "-token BPE tokenizer on ", train_text.size(), " bytes");
     io::train_tokenizer(options);
     fs::remove(train_only);
   } else {
-    log::infof("using the existing tokenizer ", paths.tokenizer_model);
+    log::infof("using the existing tokenizer ", data.tokenizer_model);
   }
-  const io::Tokenizer tokenizer = io::Tokenizer::load(paths.tokenizer_model);
+  const io::Tokenizer tokenizer = io::Tokenizer::load(data.tokenizer_model);
   const auto vocab_size = static_cast<uint64_t>(tokenizer.vocab_size());
-  io::write_token_file(paths.train_tokens, tokenizer.encode(train_text), vocab_size);
-  io::write_token_file(paths.val_tokens, tokenizer.encode(val_text), vocab_size);
-  const io::TokenFile train_file = io::TokenFile::open(paths.train_tokens);
-  const io::TokenFile val_file = io::TokenFile::open(paths.val_tokens);
-  log::infof("wrote ", paths.train_tokens, " (", train_file.size(), " tokens) and ", paths.val_tokens, " (",
+  io::write_token_file(data.train_tokens, tokenizer.encode(train_text), vocab_size);
+  io::write_token_file(data.val_tokens, tokenizer.encode(val_text), vocab_size);
+  const io::TokenFile train_file = io::TokenFile::open(data.train_tokens);
+  const io::TokenFile val_file = io::TokenFile::open(data.val_tokens);
+  log::infof("wrote ", data.train_tokens, " (", train_file.size(), " tokens) and ", data.val_tokens, " (",
              val_file.size(), " tokens); vocabulary ", vocab_size, "; unigram entropy of validation tokens ",
              io::unigram_entropy_nats(val_file), " nats");
 }
@@ -175,8 +173,8 @@ train::TrainSummary train_command(const config::Config& config) {
   }
   train::Trainer trainer(config, runtime, *task);
   train::TrainSummary summary = trainer.run();
-  if (runtime.is_main() && !summary.stopped_by_signal && summary.steps_done == config.get_int("train.steps")) {
-    const double entropy = io::unigram_entropy_nats(io::TokenFile::open(data_paths(config).val_tokens));
+  if (runtime.is_main() && !summary.stopped_by_signal && summary.steps_done == train::read_train_settings(config).steps) {
+    const double entropy = io::unigram_entropy_nats(io::TokenFile::open(text_data(config).val_tokens));
     log::infof("final validation loss ", summary.val_loss, " nats vs unigram entropy of the validation tokens ",
                entropy, " nats");
   }
@@ -187,11 +185,11 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
   train::Runtime runtime = train::start_runtime(config);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
   std::unique_ptr<TextTask> task = make_text_task(config, parallel::TensorParallel::serial_on(runtime.device));
-  const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
+  const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
   const train::LossSum sums = train::evaluate_task(*task, *runtime.mesh->group("data"));
   const double loss = sums.loss_sum / sums.count;
-  const double entropy = io::unigram_entropy_nats(io::TokenFile::open(data_paths(config).val_tokens));
+  const double entropy = io::unigram_entropy_nats(io::TokenFile::open(text_data(config).val_tokens));
   if (runtime.is_main()) {
     std::cout << nlohmann::json{{"checkpoint", folder}, {"val_loss", loss}, {"val_perplexity", std::exp(loss)},
                                 {"unigram_entropy", entropy}, {"tokens", sums.count}}
@@ -202,24 +200,28 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
 
 void generate_command(const config::Config& config, const std::string& checkpoint, const std::string& prompt_text) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
-  const io::Tokenizer tokenizer = io::Tokenizer::load(data_paths(config).tokenizer_model);
+  const io::Tokenizer tokenizer = io::Tokenizer::load(text_data(config).tokenizer_model);
   GPT model(model_config(config), parallel::TensorParallel::serial_on(resolve_device(config.get_string("runtime.device"), 0)));
-  const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
+  const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
   train::CheckpointStore::load_model(folder, *model);
-  const std::string prompt = prompt_text.empty() ? config.get_string("generate.prompt") : prompt_text;
-  std::vector<int64_t> ids;
-  for (uint32_t id : tokenizer.encode(prompt)) ids.push_back(id);
-  nn::SamplingOptions options;
-  options.max_new_tokens = config.get_int("generate.max_new_tokens");
-  options.temperature = config.get_float("generate.temperature");
-  options.top_k = config.get_int("generate.top_k");
-  options.top_p = config.get_float("generate.top_p");
-  options.seed = static_cast<uint64_t>(config.get_int("generate.seed"));
-  options.stop_token = tokenizer.eos_id();
-  std::vector<uint32_t> produced;
+  GenerateSettings settings = generate_settings(config);
+  if (!prompt_text.empty()) {
+    settings.prompts = {prompt_text};
+    settings.prompts_key = "--prompt";
+  }
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& prompt : settings.prompts) {
+    ids.emplace_back();
+    for (uint32_t id : tokenizer.encode(prompt)) ids.back().push_back(id);
+    KUAFU_CHECK(!ids.back().empty(), settings.prompts_key, " \"", prompt, "\" has no tokens to continue");
+  }
+  settings.sampling.stop_token = tokenizer.eos_id();
   model->eval();
-  for (int64_t id : nn::generate(decoder(model), ids, options)) produced.push_back(static_cast<uint32_t>(id));
-  std::cout << prompt << tokenizer.decode(produced) << std::endl;
+  const std::vector<std::vector<int64_t>> produced = nn::generate(decoder(model), ids, settings.sampling);
+  for (size_t r = 0; r < settings.prompts.size(); ++r) {
+    const std::vector<uint32_t> row(produced[r].begin(), produced[r].end());
+    std::cout << (r ? "\n" : "") << settings.prompts[r] << tokenizer.decode(row) << std::endl;
+  }
 }
 
 void benchmark_command(const config::Config& config) {
@@ -227,10 +229,11 @@ void benchmark_command(const config::Config& config) {
   check_model_fits(config, runtime);
   const GPTConfig m = model_config(config);
   const train::BenchmarkMemory memory(runtime.device);  // before any model state
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  const train::TrainSettings settings = train::read_train_settings(config);
+  torch::manual_seed(settings.seed);
   GPT model(m, parallel::TensorParallel::serial_on(runtime.device));
-  const int64_t batch = config.get_int("train.micro_batch_size");
-  const int64_t context = config.get_int("data.context");
+  const int64_t batch = settings.micro_batch_size;
+  const int64_t context = text_data(config).context;
   const torch::Tensor tokens =
       torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
   train::BenchmarkSpec spec;

@@ -82,8 +82,11 @@ torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t past) {
   const int64_t t = tokens.size(1);
   KUAFU_CHECK(past + t <= config.n_positions, "sequence of ", past + t, " tokens exceeds model.n_positions = ",
               config.n_positions);
-  torch::Tensor positions = torch::arange(past, past + t, tokens.options().dtype(torch::kInt64));
-  // [B, T] ids -> this rank's block of the stream; the position embedding [T, C] broadcasts over rows.
+  return embed_at(tokens, torch::arange(past, past + t, tokens.options().dtype(torch::kInt64)).unsqueeze(0));
+}
+
+torch::Tensor GPTImpl::embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  // [B, T] ids -> this rank's block of the stream; a [1, T] position embedding broadcasts over rows.
   return transformer->drop(transformer->wte->forward(tokens) + transformer->wpe.forward(positions));
 }
 
@@ -110,14 +113,22 @@ torch::Tensor GPTImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& ta
   return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches) {
-  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
+torch::Tensor GPTImpl::run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches, const torch::Tensor& key_padding) {
   if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
-  torch::Tensor x = embed(tokens, past);
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    x = transformer->blocks[static_cast<size_t>(i)]->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr);
+    x = transformer->blocks[static_cast<size_t>(i)]->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr,
+                                                             key_padding);
   }
   return transformer->wte->gather_logits(local_logits(x));
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches) {
+  const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
+  return run_blocks(embed(tokens, past), caches, {});
+}
+
+torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+  return run_blocks(embed_at(step.tokens, step.positions), &caches, step.key_padding);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
@@ -127,8 +138,8 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& ta
 }
 
 nn::Decoder decoder(GPT& model) {
-  return {[model](const torch::Tensor& tokens, std::vector<ops::KVCache>& caches) mutable {
-            return model->forward(tokens, &caches);
+  return {[model](const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) mutable {
+            return model->decode(step, caches);
           },
           model->config.n_positions, model->parameters().front().device()};
 }

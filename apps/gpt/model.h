@@ -50,11 +50,14 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
   // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches = nullptr);
+  // The same for rows at their own positions with left padding (batched generation).
+  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
   // Mean cross-entropy of next-token prediction, never gathering the logits. Under tensor parallelism
   // every rank of the group passes the same whole batch; each computes the rows its mode gives it.
   torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // tokens [B, T] continuing `past` cached positions -> the residual stream (this rank's block).
   torch::Tensor embed(const torch::Tensor& tokens, int64_t past = 0);
+  torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions);  // positions [B or 1, T]
 
   // hooks::BlockModel: head = embed, block i = layer i, tail = final norm, tied output layer, loss.
   torch::nn::Module& module() override { return *this; }
@@ -74,6 +77,7 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
+  torch::Tensor run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches, const torch::Tensor& key_padding);
   void initialize();
 };
 TORCH_MODULE(GPT);

@@ -46,14 +46,14 @@ double mixup_weight(double alpha, uint64_t seed, int64_t step) {
 }  // namespace
 
 ImageTask::ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
-                     std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config)
-    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), config.get_int("train.micro_batch_size"),
-                model->tp.batch_blocks()),
+                     std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config,
+                     const train::TrainSettings& settings)
+    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), settings.micro_batch_size, model->tp.batch_blocks()),
       model_(std::move(model)),
       train_(std::move(train)),
       val_(std::move(val)),
-      global_batch_(config.get_int("train.batch_size")),
-      seed_(static_cast<uint64_t>(config.get_int("train.seed"))),
+      global_batch_(settings.batch_size),
+      seed_(settings.seed),
       label_smoothing_(config.get_float("augment.label_smoothing")),
       mixup_alpha_(config.get_float("augment.mixup")) {
   if (steps_per_epoch() < 1) {
@@ -113,13 +113,14 @@ std::unique_ptr<ImageTask> build_image_task(const config::Config& config, const 
   auto train = open_dataset(config, model, /*train=*/true, tp.device);
   auto val = open_dataset(config, model, /*train=*/false, tp.device);
   train::check_row_blocks(config, tp, {"train.micro_batch_size"});
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  const train::TrainSettings settings = train::read_train_settings(config);
+  torch::manual_seed(settings.seed);
   ViTForImageClassification vit(model, tp);
   train::ParallelOptions options;
-  auto task = [&] { return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config); };
+  auto task = [&] { return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config, settings); };
   if (!runtime) return task();
   // "time" partitions time a micro-batch of blank images.
-  const int64_t micro_batch = config.get_int("train.micro_batch_size");
+  const int64_t micro_batch = settings.micro_batch_size;
   const torch::Tensor pixels = torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size},
                                             torch::TensorOptions().device(tp.device));  // no random draws
   const torch::Tensor targets = smoothed_targets(torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(tp.device)),
@@ -148,7 +149,7 @@ void prepare_command(const config::Config& config) {
     summary[train ? "train_images" : "val_images"] = set->size();
     if (train) summary["classes"] = set->class_names();
   }
-  summary["steps_per_epoch"] = summary["train_images"].get<int64_t>() / config.get_int("train.batch_size");
+  summary["steps_per_epoch"] = summary["train_images"].get<int64_t>() / train::read_train_settings(config).batch_size;
   std::cout << summary.dump() << std::endl;
 }
 
@@ -171,7 +172,7 @@ void eval_command(const config::Config& config, const std::string& checkpoint) {
   train::Runtime runtime = train::start_runtime(config);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the images.
   std::unique_ptr<ImageTask> task = make_image_task(config, parallel::TensorParallel::serial_on(runtime.device));
-  const std::string folder = train::checkpoint_to_read(config.get_string("train.out_dir"), checkpoint);
+  const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
   train::CheckpointStore::load_model(folder, task->model());
   torch::NoGradGuard no_grad;
   task->model().eval();
@@ -212,9 +213,10 @@ void benchmark_command(const config::Config& config) {
   train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
   const ViTConfig m = model_config(config);
   const train::BenchmarkMemory memory(runtime.device);  // before any model state
-  torch::manual_seed(static_cast<uint64_t>(config.get_int("train.seed")));
+  const train::TrainSettings settings = train::read_train_settings(config);
+  torch::manual_seed(settings.seed);
   ViTForImageClassification model(m, parallel::TensorParallel::serial_on(runtime.device));
-  const int64_t batch = config.get_int("train.micro_batch_size");
+  const int64_t batch = settings.micro_batch_size;
   const auto on_device = torch::TensorOptions().device(runtime.device);
   const torch::Tensor pixels =
       torch::randn({batch, m.num_channels, m.image_size, m.image_size}, on_device.dtype(optim::compute_dtype(config, runtime.device)));

@@ -15,7 +15,8 @@ namespace kuafu::vit {
 class ImageTask : public train::ModelTask {
  public:
   ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
-            std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config);
+            std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config,
+            const train::TrainSettings& settings);
   // Soft targets [B, classes] (label smoothing and mixup applied) for training, labels [B] for evaluation.
   train::Batch train_batch(int64_t step, int64_t first_row, int64_t rows) override;
   int64_t eval_rows() const override { return val_->size(); }

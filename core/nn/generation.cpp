@@ -1,5 +1,6 @@
 #include "core/nn/generation.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "core/util/error.h"
@@ -23,40 +24,89 @@ torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   return logits;
 }
 
-std::vector<int64_t> generate(const Decoder& decoder, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
-  KUAFU_CHECK(!prompt.empty(), "generate needs a prompt of at least one token");
-  torch::NoGradGuard no_grad;
-  auto generator = at::detail::createCPUGenerator(options.seed);
-  std::vector<ops::KVCache> caches;
-  std::vector<int64_t> produced;
+namespace {
+
+// The rows' windows left-padded into one first decoding step; `real` becomes its key mask.
+DecodeStep left_padded(const std::vector<std::vector<int64_t>>& windows, const torch::Device& device, torch::Tensor& real) {
+  const int64_t rows = static_cast<int64_t>(windows.size());
+  int64_t longest = 0;
+  for (const auto& w : windows) longest = std::max<int64_t>(longest, static_cast<int64_t>(w.size()));
+  torch::Tensor tokens = torch::zeros({rows, longest}, torch::kInt64);  // padding's id is never attended to
+  real = torch::zeros({rows, longest}, torch::kBool);
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& w = windows[static_cast<size_t>(r)];
+    const int64_t pad = longest - static_cast<int64_t>(w.size());
+    tokens[r].narrow(0, pad, static_cast<int64_t>(w.size())).copy_(torch::tensor(w, torch::kInt64));
+    real[r].narrow(0, pad, static_cast<int64_t>(w.size())).fill_(true);
+  }
+  real = real.to(device);
+  DecodeStep step;
+  step.tokens = tokens.to(device);
+  step.positions = (real.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
+  if (!real.all().item<bool>()) step.key_padding = real;
+  return step;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::vector<std::vector<int64_t>>& prompts,
+                                           const SamplingOptions& options) {
+  KUAFU_CHECK(!prompts.empty(), "generate needs at least one prompt");
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    KUAFU_CHECK(!prompts[r].empty(), "generate needs prompts of at least one token; prompt ", r, " is empty");
+  }
   const int64_t limit = decoder.context;
   KUAFU_CHECK(limit >= 2, "generate needs a model context of at least 2 positions");
-  // The tokens the cache covers once `input` has run: the most recent prompt tokens that fit.
-  std::vector<int64_t> window(prompt.end() - std::min<int64_t>(static_cast<int64_t>(prompt.size()), limit), prompt.end());
-  const auto on_model = torch::TensorOptions(torch::kInt64).device(decoder.device);
-  torch::Tensor input = torch::tensor(window, on_model).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  auto generator = at::detail::createCPUGenerator(options.seed);
+  const size_t rows = prompts.size();
+  // Each row's real tokens that the cache covers once the step has run: the most recent that fit.
+  std::vector<std::vector<int64_t>> windows;
+  for (const auto& prompt : prompts) {
+    windows.emplace_back(prompt.end() - std::min<int64_t>(static_cast<int64_t>(prompt.size()), limit), prompt.end());
+  }
+  std::vector<std::vector<int64_t>> produced(rows);
+  std::vector<bool> stopped(rows, false);
+  std::vector<ops::KVCache> caches;
+  torch::Tensor real;  // [B, cached]: which cached keys are real tokens
+  DecodeStep step = left_padded(windows, decoder.device, real);
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    if (!caches.empty() && caches[0].length() + input.size(1) > limit) {
-      // Context full: restart the cache from the last limit/2 tokens (rare in sampling demos).
-      window.assign(window.end() - limit / 2, window.end());
+    if (!caches.empty() && caches[0].length() + 1 > limit) {
+      // Context full: restart every row's cache from its last limit/2 tokens (rare in sampling demos).
+      for (auto& w : windows) w.assign(w.end() - std::min<int64_t>(static_cast<int64_t>(w.size()), limit / 2), w.end());
       caches.clear();
-      input = torch::tensor(window, on_model).unsqueeze(0);
+      step = left_padded(windows, decoder.device, real);
     }
     // Sampled on the host with the seeded CPU generator: the same tokens on every device.
-    torch::Tensor logits = decoder.forward(input, caches).index({0, -1}).to(torch::kCPU).to(torch::kFloat64);
-    int64_t next;
-    if (options.temperature <= 0) {
-      next = logits.argmax().item<int64_t>();
-    } else {
-      torch::Tensor filtered = filter_logits(logits / options.temperature, options.top_k, options.top_p);
-      next = torch::multinomial(torch::softmax(filtered, 0), 1, false, generator).item<int64_t>();
+    const torch::Tensor logits = decoder.forward(step, caches).select(1, -1).to(torch::kCPU).to(torch::kFloat64);
+    std::vector<int64_t> next(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      const torch::Tensor row = logits[static_cast<int64_t>(r)];
+      if (options.temperature <= 0) {
+        next[r] = row.argmax().item<int64_t>();
+      } else {
+        torch::Tensor filtered = filter_logits(row / options.temperature, options.top_k, options.top_p);
+        next[r] = torch::multinomial(torch::softmax(filtered, 0), 1, false, generator).item<int64_t>();
+      }
+      windows[r].push_back(next[r]);
+      if (stopped[r]) continue;  // a stopped row still decodes with the batch; its tokens are dropped
+      produced[r].push_back(next[r]);
+      if (options.stop_token && next[r] == *options.stop_token) stopped[r] = true;
     }
-    produced.push_back(next);
-    window.push_back(next);
-    if (options.stop_token && next == *options.stop_token) break;
-    input = torch::tensor({next}, on_model).unsqueeze(0);
+    if (std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; })) break;
+    std::vector<int64_t> positions;
+    for (const auto& w : windows) positions.push_back(static_cast<int64_t>(w.size()) - 1);
+    const auto on_model = torch::TensorOptions(torch::kInt64).device(decoder.device);
+    real = torch::cat({real, torch::ones({static_cast<int64_t>(rows), 1}, real.options())}, 1);
+    step.tokens = torch::tensor(next, on_model).unsqueeze(1);
+    step.positions = torch::tensor(positions, on_model).unsqueeze(1);
+    step.key_padding = step.key_padding.defined() ? real : torch::Tensor();
   }
   return produced;
+}
+
+std::vector<int64_t> generate(const Decoder& decoder, const std::vector<int64_t>& prompt, const SamplingOptions& options) {
+  return generate(decoder, std::vector<std::vector<int64_t>>{prompt}, options)[0];
 }
 
 }  // namespace kuafu::nn

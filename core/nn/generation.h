@@ -1,7 +1,7 @@
-// Sampling from a causal language model that decodes with a key-value cache: greedy or with
-// temperature, top-k and nucleus (top-p) filtering, drawn from a seeded host generator (the same tokens
-// on every device), stopping at a stop token; when the context fills, decoding restarts from the last
-// half of it.
+// Sampling from a causal language model that decodes with a key-value cache: a batch of prompts of any
+// lengths, left-padded into one batch, each row at its own positions; greedy or with temperature, top-k
+// and nucleus (top-p) filtering, drawn from a seeded host generator (the same tokens on every device);
+// a row stops at the stop token; when the context fills, decoding restarts from the last half of it.
 #pragma once
 
 #include <functional>
@@ -21,16 +21,29 @@ struct SamplingOptions {
   std::optional<int64_t> stop_token;
 };
 
+// One decoding call: the new tokens of every row, where each one sits in its row's sequence, and which
+// keys (the cached ones, then the new ones) are real tokens rather than left padding.
+struct DecodeStep {
+  torch::Tensor tokens;     // [B, T]
+  torch::Tensor positions;  // [B, T]: the count of the row's real tokens before each (models add their own
+                            // offset, e.g. OPT's 2); padding's own positions are 0 and never seen
+  torch::Tensor key_padding;  // [B, cached + T], true: a real token; undefined when no row is padded
+};
+
 // A causal language model as generation sees it.
 struct Decoder {
-  // Logits [B, T, V] of tokens [B, T] continuing the sequence `caches` hold (empty: a new one; one cache
-  // per layer, appended to as it runs).
-  std::function<torch::Tensor(const torch::Tensor& tokens, std::vector<ops::KVCache>& caches)> forward;
+  // Logits [B, T, V] of `step`'s tokens continuing the sequences `caches` hold (empty: new ones; one
+  // cache per layer, appended to as it runs).
+  std::function<torch::Tensor(const DecodeStep& step, std::vector<ops::KVCache>& caches)> forward;
   int64_t context = 0;  // positions the model covers
   torch::Device device = torch::kCPU;
 };
 
-// Continues `prompt` (token ids); returns only the new tokens. The model should be in eval mode.
+// Continues every prompt (token ids) in one batch; returns each row's new tokens. The model should be
+// in eval mode. Row r's tokens equal those of generating from prompts[r] alone when greedy; sampling
+// draws the rows in order from one generator, so a batch of one draws as a lone prompt does.
+std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::vector<std::vector<int64_t>>& prompts,
+                                           const SamplingOptions& options);
 std::vector<int64_t> generate(const Decoder& decoder, const std::vector<int64_t>& prompt, const SamplingOptions& options);
 
 // Keeps the logits a sampler may choose from (top-k, then nucleus top-p); others become -inf.

@@ -34,9 +34,10 @@ bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
   return flag.item<double>() > 0;
 }
 
-RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, std::vector<std::string> fingerprint)
-    : config_(config), runtime_(runtime), fingerprint_prefixes_(std::move(fingerprint)) {
-  out_dir_ = config.get_string("train.out_dir");
+RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const TrainSettings& settings,
+                     std::vector<std::string> fingerprint)
+    : config_(config), runtime_(runtime), fingerprint_prefixes_(std::move(fingerprint)), out_dir_(settings.out_dir),
+      resume_(settings.resume) {
   // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
   // stops when another run holds it (before anything is written).
   std::string refused;
@@ -52,7 +53,7 @@ RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, std::
   }
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
-                                                   static_cast<int>(config.get_int("train.keep_checkpoints")));
+                                                   static_cast<int>(settings.keep_checkpoints));
 }
 
 nlohmann::json RunFolder::fingerprint() const {
@@ -66,7 +67,7 @@ nlohmann::json RunFolder::fingerprint() const {
 }
 
 std::optional<Resume> RunFolder::checkpoint_to_resume() const {
-  const std::string resume = config_.get_string("train.resume");
+  const std::string& resume = resume_;
   std::optional<std::string> folder;
   if (resume == "auto" || resume == "never") {
     folder = checkpoints_->latest();

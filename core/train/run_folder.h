@@ -14,6 +14,7 @@
 #include "core/config/config.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
+#include "core/train/train_settings.h"
 #include "core/util/folder_lock.h"
 
 namespace kuafu::train {
@@ -29,7 +30,8 @@ class RunFolder {
  public:
   // Locks train.out_dir on the main rank (every rank stops when another run holds it). `fingerprint`:
   // the config key prefixes ("model.") whose values a resumed checkpoint must have been trained with.
-  RunFolder(const config::Config& config, const Runtime& runtime, std::vector<std::string> fingerprint);
+  RunFolder(const config::Config& config, const Runtime& runtime, const TrainSettings& settings,
+            std::vector<std::string> fingerprint);
 
   // The checkpoint train.resume names (auto: the latest, if any), its fingerprint checked; none for a
   // fresh run, whose metrics.jsonl then starts empty.
@@ -53,6 +55,7 @@ class RunFolder {
   const Runtime& runtime_;
   std::vector<std::string> fingerprint_prefixes_;
   std::string out_dir_;
+  std::string resume_;  // train.resume
   std::unique_ptr<FolderLock> lock_;  // main rank: held for the run's life
   std::unique_ptr<CheckpointStore> checkpoints_;
 };

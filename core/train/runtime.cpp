@@ -10,6 +10,7 @@
 #include <tuple>
 #include <thread>
 
+#include "core/train/train_settings.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -127,7 +128,8 @@ dist::GroupPtr Runtime::replica_group() const {
 }
 
 int64_t accumulation_steps(const config::Config& config, const Runtime& runtime) {
-  const int64_t batch = config.get_int("train.batch_size"), micro = config.get_int("train.micro_batch_size");
+  const TrainSettings settings = read_train_settings(config);
+  const int64_t batch = settings.batch_size, micro = settings.micro_batch_size;
   const int64_t ranks = runtime.mesh->size("data");
   if (batch % (micro * ranks) != 0) {
     config.fail_at("train.batch_size", "(" + std::to_string(batch) + ") must be a multiple of " +

@@ -15,10 +15,11 @@
 #include "core/train/model_state.h"
 #include "core/train/run_folder.h"
 #include "core/train/runtime.h"
+#include "core/train/train_settings.h"
 
 namespace kuafu::train {
 
-// train.*, optim.* and precision.* keys.
+// train.*, optim.*, precision.* and memory.* keys.
 void add_trainer_schema(config::Schema& schema);
 
 // Sums over this rank's share of an evaluation set.
@@ -104,10 +105,8 @@ class Trainer {
   Runtime& runtime_;
   TrainTask& task_;
   std::unique_ptr<RunFolder> run_;
+  const TrainSettings settings_;
   std::unique_ptr<ModelState> state_;
-  int64_t steps_;
-  int64_t global_batch_;
-  int64_t micro_batch_;
   int64_t accumulation_;
   int64_t start_step_ = 0;
 };

@@ -94,6 +94,42 @@ TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
   EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step_00000004"));
 }
 
+// prepare -> train -> generate as a user runs them; generate.prompts continues several texts as one
+// left-padded batch and prints each prompt with its continuation.
+TEST(GPTCliTest, GenerateContinuesEachPromptOfABatch) {
+  const auto dir = temp_dir("generate");
+  {
+    std::ofstream text(dir / "text.txt");
+    const char* words[] = {"light", "darkness", "water", "earth", "heaven", "morning", "evening", "day"};
+    for (int line = 0; line < 400; ++line) {
+      text << "And the " << words[line % 8] << " was upon the " << words[(line * 3 + 1) % 8] << " of the "
+           << words[(line * 5 + 2) % 8] << ".\n";
+    }
+  }
+  std::ofstream(dir / "c.toml") << "[model]\nn_positions = 32\nn_embd = 16\nn_layer = 1\nn_head = 2\n"
+                                << "[data]\ncontext = 8\nvocab_size = 300\nval_every = 2\ntext = \"" << (dir / "text.txt").string()
+                                << "\"\ndir = \"" << (dir / "data").string() << "\"\n"
+                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
+                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n"
+                                << "[generate]\nmax_new_tokens = 5\nprompts = [\"And the light\", \"water\"]\n";
+  const std::string config = " --config " + (dir / "c.toml").string();
+  for (const char* command : {"prepare", "train"}) {
+    const Result result = run_gpt(command + config);
+    ASSERT_EQ(result.exit_code, 0) << command << ": " << result.output;
+  }
+  const Result batch = run_gpt("generate" + config);
+  ASSERT_EQ(batch.exit_code, 0) << batch.output;
+  const size_t first = batch.output.find("And the light"), second = batch.output.find("\nwater");
+  EXPECT_NE(first, std::string::npos) << batch.output;
+  EXPECT_NE(second, std::string::npos) << batch.output;
+  EXPECT_LT(first, second) << batch.output;
+  // --prompt replaces the list with one text.
+  const Result one = run_gpt("generate" + config + " --prompt \"morning\"");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(one.output.rfind("morning", 0), 0u) << one.output;
+  EXPECT_EQ(one.output.find("water"), std::string::npos) << one.output;
+}
+
 // The benchmark steps the model as the trainer does, memory strategy and activation checkpointing
 // included, and prints the line every app prints. On runtime.device = "auto": a fresh process on a GPU
 // machine reads the GPU's memory meter before anything else touches CUDA.

@@ -2,6 +2,7 @@
 // its formula, and the sampling filters worked by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "apps/gpt/model.h"
@@ -119,6 +120,53 @@ TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
   EXPECT_EQ(std::vector<int64_t>(seq.begin() + 3, seq.end()), a);
 }
 
+// Left-padded rows decode at their own positions with their padding hidden: each row of a batch
+// continues as its prompt alone does (greedy; prompts of 1, 5 and 3 tokens pad 4, 0 and 2 positions).
+// Positions taken from arange instead of the padding mask change rows 0 and 2.
+TEST(SamplingTest, BatchedGenerationContinuesEachPromptAsItDoesAlone) {
+  torch::manual_seed(4);
+  GPT model(tiny_config());
+  model->eval();
+  {
+    // GPT-2's N(0, 0.02) weights barely mix the positions: the next token would follow from the last
+    // one alone, whatever the padding. Larger weights make every token depend on its whole context.
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.mul_(8.0);
+  }
+  nn::SamplingOptions options;
+  options.max_new_tokens = 10;  // the longest row's 5 + 10 tokens fit the 16 positions: no restart
+  options.temperature = 0;
+  const std::vector<std::vector<int64_t>> prompts = {{7}, {1, 2, 3, 4, 5}, {9, 8, 7}};
+  std::vector<std::vector<int64_t>> alone;
+  for (const auto& prompt : prompts) alone.push_back(nn::generate(decoder(model), prompt, options));
+  EXPECT_EQ(nn::generate(decoder(model), prompts, options), alone);
+
+  // A row that reaches the stop token ends there; the others go on as before.
+  options.stop_token = alone[0][0];
+  const auto stopped = nn::generate(decoder(model), prompts, options);
+  EXPECT_EQ(stopped[0], std::vector<int64_t>{alone[0][0]});
+  for (size_t r = 1; r < prompts.size(); ++r) {
+    const auto end = std::find(alone[r].begin(), alone[r].end(), alone[0][0]);
+    EXPECT_EQ(stopped[r], std::vector<int64_t>(alone[r].begin(), end == alone[r].end() ? end : end + 1)) << "row " << r;
+  }
+}
+
+// Sampling draws the rows in order from one seeded generator: the same batch gives the same tokens.
+TEST(SamplingTest, BatchedSamplingIsReproducible) {
+  torch::manual_seed(4);
+  GPT model(tiny_config());
+  model->eval();
+  nn::SamplingOptions options;
+  options.max_new_tokens = 6;
+  options.top_k = 10;
+  options.seed = 3;
+  const std::vector<std::vector<int64_t>> prompts = {{7, 1}, {1, 2, 3, 4, 5}};
+  const auto first = nn::generate(decoder(model), prompts, options);
+  EXPECT_EQ(nn::generate(decoder(model), prompts, options), first);
+  options.seed = 4;
+  EXPECT_NE(nn::generate(decoder(model), prompts, options), first);
+}
+
 // Before: when the context filled, decoding restarted and the tokens produced so far were dropped
 // from the result (30 asked for past a 16-position context gave 17).
 TEST(SamplingTest, GenerationPastTheContextReturnsEveryNewToken) {
@@ -129,6 +177,7 @@ TEST(SamplingTest, GenerationPastTheContextReturnsEveryNewToken) {
   options.max_new_tokens = 30;
   options.seed = 5;
   EXPECT_EQ(nn::generate(decoder(model), {1, 2, 3}, options).size(), 30u);
+  for (const auto& row : nn::generate(decoder(model), {{1, 2, 3}, {4}}, options)) EXPECT_EQ(row.size(), 30u);
 }
 
 }  // namespace

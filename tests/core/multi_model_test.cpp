@@ -1,18 +1,22 @@
 // A training loop with two trained models and two frozen ones, PPO-shaped, written from the trainer's
-// parts (ModelState per trained model, RunFolder for the run's folder and checkpoints): one checkpoint
-// holds all four, and a run stopped after 3 of 6 steps and resumed ends bitwise where the straight run
-// ends (weights and optimizer state of both trained models), the rollouts' random draws included.
+// parts (ModelState per trained model, RunFolder for the run's folder and checkpoints, StepLoop for
+// progress, metrics and stop signals): one checkpoint holds all four, and a run stopped by a signal
+// during step 3 of 6 and resumed ends bitwise where the straight run ends (weights and optimizer state
+// of both trained models), the rollouts' random draws included, with the same metrics lines.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "core/io/safetensors.h"
 #include "core/train/model_state.h"
 #include "core/train/run_folder.h"
+#include "core/train/step_loop.h"
 #include "core/train/trainer.h"
 #include "core/util/error.h"
 #include "tests/support/training_runs.h"
@@ -52,15 +56,17 @@ config::Config ppo_config(const fs::path& out, const std::vector<std::string>& o
   return config::Config::from_string(text, "ppo.toml", schema, overrides);
 }
 
-// Trains from where the run folder's checkpoint left off (or from `seed`'s weights) to step `until`,
-// saving a checkpoint there.
-void train_ppo(const config::Config& config, uint64_t seed, int64_t until) {
+// Trains from where the run folder's checkpoint left off (or from `seed`'s weights) until train.steps,
+// or until a stop signal: `stop_during` raises one (as SIGTERM would) in the middle of that step, which
+// the loop finishes, checkpoints and leaves.
+void train_ppo(const config::Config& config, uint64_t seed, std::optional<int64_t> stop_during = std::nullopt) {
   Runtime runtime = testing::single_runtime();
   Models m(seed);
-  RunFolder run(config, runtime, {"optim."});
+  const TrainSettings settings = read_train_settings(config);
+  RunFolder run(config, runtime, settings, {"optim."});
   ModelStateOptions policy_options, value_options;
   policy_options.name = "policy", value_options.name = "value";
-  policy_options.steps = value_options.steps = config.get_int("train.steps");
+  policy_options.steps = value_options.steps = settings.steps;
   ModelState policy(config, runtime, *m.policy, policy_options);
   ModelState value(config, runtime, *m.value, value_options);
   int64_t start = 0;
@@ -72,7 +78,20 @@ void train_ppo(const config::Config& config, uint64_t seed, int64_t until) {
     start = resume->step();
     run.resumed(*resume);
   }
-  for (int64_t step = start; step < until; ++step) {
+  auto save = [&](int64_t step) {
+    nlohmann::json trainer_state = nlohmann::json::object();
+    policy.save_scaler_state(trainer_state);
+    value.save_scaler_state(trainer_state);
+    std::vector<CheckpointPart> parts = policy.checkpoint_parts();
+    for (CheckpointPart& part : value.checkpoint_parts()) parts.push_back(std::move(part));
+    parts.push_back({"reference", named_weights(*m.reference), {}, ""});
+    parts.push_back({"reward", named_weights(*m.reward), {}, ""});
+    run.save(step, parts, trainer_state);
+  };
+  StepLoop loop(settings, runtime, run, start, {"states", 16, 0, torch::kFloat32});
+  for (int64_t step = start; step < settings.steps; ++step) {
+    loop.begin(step);
+    if (stop_during == step) request_stop();
     // Rollout: states and sampled actions come from the default generator, which the checkpoint keeps.
     const torch::Tensor states = torch::randn({16, 4});
     torch::Tensor actions, old_logp, ref_logp, reward, advantage;
@@ -91,24 +110,26 @@ void train_ppo(const config::Config& config, uint64_t seed, int64_t until) {
     const torch::Tensor policy_loss =
         -torch::min(ratio * advantage, ratio.clamp(0.8, 1.2) * advantage).mean() + 0.1 * (logp - ref_logp).mean();
     const torch::Tensor value_loss = (m.value(states) - reward).pow(2).mean();
+    bool non_finite = false;
     for (auto [state, loss] : {std::pair<ModelState*, torch::Tensor>{&policy, policy_loss}, {&value, value_loss}}) {
       state->start_step(step);
       state->begin_backward(/*last=*/true);
       (loss * state->loss_scale()).backward();
       state->end_backward();
       const double norm = state->grad_norm();
-      state->finish_step(norm, config.get_float("optim.grad_clip"), !std::isfinite(norm));
+      non_finite = non_finite || !std::isfinite(norm);
+      state->finish_step(norm, settings.grad_clip, !std::isfinite(norm));
     }
-    run.write_metrics({{"step", step + 1}, {"policy_loss", policy_loss.item<double>()}, {"value_loss", value_loss.item<double>()}});
+    const StepOutcome outcome = loop.agree(policy_loss.item<double>(), non_finite);
+    ASSERT_FALSE(outcome.non_finite);
+    loop.end(step, {{"policy_loss", outcome.loss}, {"value_loss", value_loss.item<double>()}},
+             "policy loss " + fixed(outcome.loss, 4));
+    if (loop.checkpoint_due(step, outcome.stop)) save(step + 1);
+    if (outcome.stop) {
+      clear_stop_request();
+      return;
+    }
   }
-  nlohmann::json trainer_state = nlohmann::json::object();
-  policy.save_scaler_state(trainer_state);
-  value.save_scaler_state(trainer_state);
-  std::vector<CheckpointPart> parts = policy.checkpoint_parts();
-  for (CheckpointPart& part : value.checkpoint_parts()) parts.push_back(std::move(part));
-  parts.push_back({"reference", named_weights(*m.reference), {}, ""});
-  parts.push_back({"reward", named_weights(*m.reward), {}, ""});
-  run.save(until, parts, trainer_state);
 }
 
 io::SafetensorsFile saved(const fs::path& out, const std::string& file) {
@@ -118,9 +139,10 @@ io::SafetensorsFile saved(const fs::path& out, const std::string& file) {
 TEST(MultiModelTest, PpoShapedLoopResumesExactlyFromOneCheckpointOfFourModels) {
   const fs::path root = fs::temp_directory_path() / ("kuafu_ppo_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  train_ppo(ppo_config(root / "straight"), 7, 6);
-  train_ppo(ppo_config(root / "resumed"), 7, 3);
-  train_ppo(ppo_config(root / "resumed"), /*other initial weights, replaced by the checkpoint's*/ 99, 6);
+  train_ppo(ppo_config(root / "straight"), 7);
+  train_ppo(ppo_config(root / "resumed"), 7, /*stop_during=*/2);
+  ASSERT_FALSE(fs::exists(checkpoint_folder((root / "resumed" / "checkpoints").string(), 6))) << "the stop did not stop";
+  train_ppo(ppo_config(root / "resumed"), /*other initial weights, replaced by the checkpoint's*/ 99);
 
   const std::string step3 = checkpoint_folder((root / "resumed" / "checkpoints").string(), 3);
   for (const char* file : {"policy.model.safetensors", "policy.optimizer.safetensors", "value.model.safetensors",
@@ -138,6 +160,21 @@ TEST(MultiModelTest, PpoShapedLoopResumesExactlyFromOneCheckpointOfFourModels) {
       ASSERT_NE(other, nullptr) << name;
       EXPECT_TRUE(torch::equal(tensor, *other)) << name << " differs after the resume";
     }
+  }
+  // metrics.jsonl: one line per step with the loop's own figures and the step loop's, the same losses.
+  auto metrics = [&](const char* run) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(root / run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  };
+  const auto straight_lines = metrics("straight"), resumed_lines = metrics("resumed");
+  ASSERT_EQ(resumed_lines.size(), 6u);
+  ASSERT_EQ(straight_lines.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed_lines[i]["step"], static_cast<int64_t>(i + 1));
+    EXPECT_EQ(resumed_lines[i]["policy_loss"], straight_lines[i]["policy_loss"]) << "step " << i + 1;
+    for (const char* key : {"step_time_s", "states_per_s", "peak_mem_mb"}) EXPECT_TRUE(resumed_lines[i].contains(key)) << key;
   }
   // The models moved: a resume that restored nothing would not be compared against a standing start.
   EXPECT_FALSE(torch::equal(*saved(root / "straight", "policy.model.safetensors").find("head.weight"),
@@ -168,7 +205,7 @@ TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
     std::map<std::string, torch::Tensor> expected;
     for (const auto& p : model->named_parameters()) expected[p.key()] = p.value().detach().clone();
     {
-      RunFolder run(config, runtime, {});
+      RunFolder run(config, runtime, read_train_settings(config), {});
       ModelState state(config, runtime, *model, {});
       for (int64_t step = 0; step < 3; ++step) {
         state.start_step(step);
@@ -193,7 +230,7 @@ TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
     // A resume restores the average, not a fresh copy of the weights.
     torch::manual_seed(4);
     Mlp fresh(4, 3);
-    RunFolder run(config, runtime, {});
+    RunFolder run(config, runtime, read_train_settings(config), {});
     ModelState resumed(config, runtime, *fresh, {});
     const auto resume = run.checkpoint_to_resume();
     ASSERT_TRUE(resume);
