@@ -41,6 +41,25 @@ TEST(SafetensorsTest, RoundTripKeepsNamesOrderDtypesAndValues) {
   EXPECT_EQ(n % 8, 0u);
 }
 
+// Other writers need not align: a header of odd length and a float tensor at an odd offset load by
+// copying (a zero-copy view would be misaligned).
+TEST(SafetensorsTest, OddAlignedTensorsLoad) {
+  const auto path = (temp_dir("st_odd") / "odd.safetensors").string();
+  std::string header =
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[2],"data_offsets":[1,9]}})";
+  while (header.size() % 4 != 1) header += ' ';  // b then starts at byte 8 + length + 1 = 2 (mod 4)
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  bytes += header;
+  bytes.push_back(static_cast<char>(7));
+  const float values[2] = {1.5f, -2.25f};
+  bytes.append(reinterpret_cast<const char*>(values), sizeof values);
+  std::ofstream(path, std::ios::binary) << bytes;
+  const auto loaded = io::load_safetensors(path);
+  EXPECT_EQ(loaded.find("a")->item<uint8_t>(), 7);
+  EXPECT_TRUE(torch::equal(*loaded.find("b"), torch::tensor({1.5f, -2.25f})));
+}
+
 TEST(SafetensorsTest, TruncatedAndGarbageFilesAreRefused) {
   const auto dir = temp_dir("st_bad");
   const auto path = (dir / "t.safetensors").string();

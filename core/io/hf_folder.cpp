@@ -1,0 +1,195 @@
+#include "core/io/hf_folder.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+nlohmann::json read_json(const fs::path& path) {
+  try {
+    return nlohmann::json::parse(read_file(path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path.string() + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string shape_text(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+// The shard files an index names, in the order they first appear, each checked to stay in the folder.
+std::vector<std::string> shards_of(const fs::path& index_path, const nlohmann::json& index) {
+  KUAFU_CHECK(index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(), index_path.string(),
+              ": expected an object with a \"weight_map\" object of tensor name -> shard file");
+  std::vector<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    KUAFU_CHECK(file.is_string(), index_path.string(), ": weight_map[\"", text::abbreviate(name), "\"] must be a file name");
+    const std::string shard = file.get<std::string>();
+    KUAFU_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "..", index_path.string(),
+                ": weight_map[\"", text::abbreviate(name), "\"] = \"", text::abbreviate(shard),
+                "\" is not a file name in this folder");
+    if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);
+  }
+  return shards;
+}
+
+}  // namespace
+
+const HfTensor* HfFolder::find(const std::string& name) const {
+  for (const auto& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+HfFolder read_hf_folder(const std::string& dir) {
+  const fs::path root = dir;
+  KUAFU_CHECK(fs::is_directory(root), "model folder ", dir, (fs::exists(root) ? " is not a folder" : " does not exist"));
+  HfFolder folder;
+  folder.path = dir;
+  const fs::path config_path = root / "config.json";
+  KUAFU_CHECK(fs::exists(config_path), dir, " has no config.json (not a Hugging Face model folder)");
+  folder.config = read_json(config_path);
+  KUAFU_CHECK(folder.config.is_object(), config_path.string(), ": expected a JSON object");
+
+  std::vector<std::string> files;
+  nlohmann::json index;
+  if (fs::exists(root / kIndexFile)) {
+    index = read_json(root / kIndexFile);
+    files = shards_of(root / kIndexFile, index);
+  } else if (fs::exists(root / kSingleFile)) {
+    files = {kSingleFile};
+  } else {
+    const bool pickle = fs::exists(root / "pytorch_model.bin") || fs::exists(root / "pytorch_model.bin.index.json");
+    fail(dir + " has no " + kSingleFile + " or " + kIndexFile +
+         (pickle ? ": its weights are PyTorch pickles (pytorch_model.bin), which Kuafu does not read; convert them "
+                   "with transformers: AutoModel.from_pretrained(dir).save_pretrained(new_dir)"
+                 : ""));
+  }
+  std::map<std::string, std::string> file_of;  // tensor -> file, to refuse a tensor stored twice
+  for (const std::string& file : files) {
+    const fs::path path = root / file;
+    KUAFU_CHECK(fs::exists(path), root / kIndexFile, " names shard ", file, ", which is not in ", dir);
+    SafetensorsFile loaded = load_safetensors(path.string());
+    for (auto& [name, tensor] : loaded.tensors) {
+      const auto [where, inserted] = file_of.emplace(name, file);
+      KUAFU_CHECK(inserted, dir, ": tensor '", text::abbreviate(name), "' is stored twice, in ", where->second, " and ", file);
+      folder.tensors.push_back({name, std::move(tensor), path.string()});
+    }
+  }
+  if (!index.is_null()) {
+    for (const auto& [name, file] : index["weight_map"].items()) {
+      const auto found = file_of.find(name);
+      KUAFU_CHECK(found != file_of.end() && found->second == file.get<std::string>(), (root / kIndexFile).string(),
+                  ": maps tensor '", text::abbreviate(name), "' to ", file.get<std::string>(), ", which does not hold it");
+    }
+  }
+  return folder;
+}
+
+std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors& model, const StoredToModel& to_model,
+                                      const MayStay& may_stay) {
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& [name, tensor] : model) targets.emplace(name, tensor);
+  std::map<std::string, std::string> filled_by;  // model name -> stored name
+  torch::NoGradGuard no_grad;
+  for (const HfTensor& stored : folder.tensors) {
+    const std::optional<std::string> name = to_model(stored.name);
+    if (!name) continue;
+    const std::string where = stored.file + ": tensor '" + text::abbreviate(stored.name) + "'";
+    const auto target = targets.find(*name);
+    KUAFU_CHECK(target != targets.end(), where, " is not part of this model (read as '", text::abbreviate(*name),
+                "'); is the folder's model_type the one this app trains?");
+    const auto [previous, first] = filled_by.emplace(*name, stored.name);
+    KUAFU_CHECK(first, where, " and tensor '", previous->second, "' both load into '", *name, "'");
+    KUAFU_CHECK(stored.tensor.sizes() == target->second.sizes(), where, " has shape ", shape_text(stored.tensor),
+                " but the model's '", *name, "' has ", shape_text(target->second), " (does config.json match the weights?)");
+    check_loadable(stored.file, stored.name, stored.tensor, target->second);
+    target->second.copy_(stored.tensor);
+  }
+  std::vector<std::string> missing;
+  for (const auto& [name, tensor] : targets) {
+    if (!filled_by.count(name) && !(may_stay && may_stay(name))) missing.push_back(name);
+  }
+  if (!missing.empty()) {
+    std::string listed;
+    for (size_t i = 0; i < missing.size() && i < 5; ++i) listed += (i ? ", '" : "'") + missing[i] + "'";
+    if (missing.size() > 5) listed += " and " + std::to_string(missing.size() - 5) + " more";
+    fail(folder.path + " lacks " + std::to_string(missing.size()) + " of the model's tensors: " + listed);
+  }
+  std::set<std::string> filled;
+  for (const auto& [name, stored] : filled_by) filled.insert(name);
+  return filled;
+}
+
+void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
+                     const HfWriteOptions& options) {
+  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");
+  KUAFU_CHECK(options.max_shard_bytes > 0, "the shard size must be positive");
+  for (const std::string& file : options.extra_files) KUAFU_CHECK(fs::is_regular_file(file), "cannot copy ", file, ": no such file");
+  const fs::path target = fs::absolute(dir);
+  std::error_code error;
+  fs::create_directories(target.parent_path(), error);
+  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
+  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(building);
+  fs::create_directory(building, error);
+  KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
+
+  // Shards in the tensors' order, each as full as the limit allows (a tensor above it alone in one).
+  std::vector<NamedTensors> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t bytes = tensor.numel() * static_cast<int64_t>(tensor.element_size());
+    if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().emplace_back(name, tensor);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}};  // transformers checks it
+  if (shards.size() == 1) {
+    save_safetensors((building / kSingleFile).string(), shards[0], metadata);
+  } else {
+    nlohmann::json weight_map = nlohmann::json::object();
+    const std::string count = std::to_string(shards.size());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      std::string number = std::to_string(i + 1);
+      number.insert(0, 5 - std::min<size_t>(5, number.size()), '0');
+      std::string of = count;
+      of.insert(0, 5 - std::min<size_t>(5, of.size()), '0');
+      const std::string file = "model-" + number + "-of-" + of + ".safetensors";
+      save_safetensors((building / file).string(), shards[i], metadata);
+      for (const auto& [name, tensor] : shards[i]) weight_map[name] = file;
+    }
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_file_atomic((building / kIndexFile).string(), index.dump(2) + "\n");
+  }
+  write_file_atomic((building / "config.json").string(), config.dump(2) + "\n");
+  for (const std::string& file : options.extra_files) {
+    fs::copy_file(file, building / fs::path(file).filename(), error);
+    KUAFU_CHECK(!error, "cannot copy ", file, " into ", dir, ": ", error.message());
+    fsync_path((building / fs::path(file).filename()).string());
+  }
+  rename_durable(building.string(), target.string());
+}
+
+}  // namespace kuafu::io

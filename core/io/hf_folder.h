@@ -1,0 +1,83 @@
+// Hugging Face model folders as save_pretrained writes and from_pretrained reads them: config.json,
+// the weights in safetensors (model.safetensors, or shards that model.safetensors.index.json lists),
+// and the tokenizer's files beside them. What a model's tensors are called there is the model's
+// business: a loader maps each stored name to its own (or skips it).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/io/safetensors.h"
+#include "core/util/error.h"
+
+namespace kuafu::io {
+
+struct HfTensor {
+  std::string name;
+  torch::Tensor tensor;  // as stored (dtype included), on the CPU
+  std::string file;      // the safetensors file that holds it, for messages
+};
+
+struct HfFolder {
+  std::string path;
+  nlohmann::json config;  // config.json
+  std::vector<HfTensor> tensors;
+  const HfTensor* find(const std::string& name) const;
+};
+
+// Reads config.json and every stored tensor. kuafu::Error naming the folder, file or tensor for: no
+// folder, no config.json or malformed JSON, no safetensors weights (a PyTorch pickle alone gets a note
+// on converting it), an index that names a missing shard or a tensor its shard lacks, a tensor stored
+// twice, and every problem load_safetensors finds in a file.
+HfFolder read_hf_folder(const std::string& dir);
+
+// The model's name for a stored tensor, or nullopt to leave it out (a tied copy, an old buffer).
+using StoredToModel = std::function<std::optional<std::string>(const std::string& stored)>;
+
+// A config.json value: `key` as T, or `fallback` when it is absent or null; kuafu::Error naming `where`
+// (the file) and the key when it has another type.
+template <typename T>
+T config_value(const nlohmann::json& config, const std::string& key, T fallback, const std::string& where) {
+  const auto found = config.find(key);
+  if (found == config.end() || found->is_null()) return fallback;
+  try {
+    return found->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(where + ": \"" + key + "\" = " + found->dump() + " has the wrong type");
+  }
+}
+// The same for a key the model cannot do without.
+template <typename T>
+T config_required(const nlohmann::json& config, const std::string& key, const std::string& where) {
+  if (!config.contains(key) || config[key].is_null()) throw Error(where + ": \"" + key + "\" is missing");
+  return config_value<T>(config, key, T{}, where);
+}
+
+// Model tensors that may keep their initial values when the folder has nothing for them (a new head).
+using MayStay = std::function<bool(const std::string& model_name)>;
+
+// Copies the folder's tensors into `model` (its tensors by name) through `to_model`, converting among
+// the floating widths. kuafu::Error naming the file and tensor for a stored tensor that maps to no
+// model tensor, two that map to the same one, a shape or dtype that does not fit; and naming the
+// model tensors that nothing filled (unless `may_stay` allows it). Returns the names it filled.
+std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors& model, const StoredToModel& to_model,
+                                      const MayStay& may_stay = nullptr);
+
+struct HfWriteOptions {
+  int64_t max_shard_bytes = int64_t{5} << 30;  // above it the weights are cut into shards plus an index
+  std::vector<std::string> extra_files;        // copied in beside the weights (tokenizer files)
+};
+
+// Writes a new folder `dir`: config.json, the tensors (one file, or shards model-0000i-of-0000n and the
+// index) and the extra files. It is built under a temporary name and renamed into place; an existing
+// `dir` is refused, so nothing saved before is ever overwritten.
+void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
+                     const HfWriteOptions& options = {});
+
+}  // namespace kuafu::io

@@ -1,0 +1,58 @@
+#include "core/train/hf_interop.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+namespace kuafu::train {
+
+void add_hf_schema(config::Schema& s) {
+  s.add_string("model.init_from", "",
+               "a Hugging Face model folder (config.json + safetensors) to start from: its config gives the "
+               "model's shape, its weights the initial ones (a resumed run takes its checkpoint's)");
+  s.add_float("export.max_shard_mb", 5120, "`export` cuts the weights into files of at most this size").min(1);
+}
+
+std::string init_from(const config::Config& config) {
+  const std::string dir = config.get_string("model.init_from");
+  if (!dir.empty() && !std::filesystem::exists(std::filesystem::path(dir) / "config.json")) {
+    config.fail_at("model.init_from", "= " + dir + " is not a Hugging Face model folder (no config.json there)");
+  }
+  return dir;
+}
+
+void check_shape_from_folder(const config::Config& config, const std::vector<std::string>& allowed) {
+  for (const std::string& key : config.schema().keys()) {
+    if (key.rfind("model.", 0) != 0 || key == "model.init_from" || !config.is_set(key)) continue;
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    config.fail_at(key, "is set, but model.init_from = " + config.get_string("model.init_from") +
+                            " gives the model's shape (its config.json); remove the key");
+  }
+}
+
+io::HfWriteOptions export_options(const config::Config& config) {
+  io::HfWriteOptions options;
+  options.max_shard_bytes = static_cast<int64_t>(config.get_float("export.max_shard_mb") * (1 << 20));
+  return options;
+}
+
+void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& tp, const io::HfFolder& folder,
+                     const io::StoredToModel& to_model, const io::MayStay& may_stay) {
+  // The serial model's full tensors, filled from the folder (float32 on the host), then each rank
+  // keeps its block of them.
+  io::NamedTensors full;
+  parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
+    full.emplace_back(name, torch::empty(tensor.sizes(), torch::kFloat32));
+    return false;
+  });
+  const std::set<std::string> filled = io::load_hf_weights(folder, full, to_model, may_stay);
+  std::map<std::string, torch::Tensor> by_name(full.begin(), full.end());
+  parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
+    if (!filled.count(name)) return false;  // a tensor `may_stay` let keep its initial values
+    tensor.copy_(by_name.at(name));
+    return true;
+  });
+}
+
+}  // namespace kuafu::train

@@ -1,0 +1,48 @@
+// The Python references (transformers, diffusers, ...) that scripts/setup pins into .venv, run from a
+// test: a script of tests/python with arguments. A missing interpreter or script fails the test; it
+// never skips it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace kuafu::testing {
+
+struct PythonRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+inline PythonRun run_python_reference(const std::string& script, const std::string& args) {
+  namespace fs = std::filesystem;
+  const fs::path python = fs::path(KUAFU_SOURCE_DIR) / ".venv/bin/python";
+  const fs::path path = fs::path(KUAFU_SOURCE_DIR) / "tests/python" / script;
+  if (!fs::exists(python) || !fs::exists(path)) {
+    ADD_FAILURE() << "the Python reference " << path << " needs " << python << ": run scripts/setup";
+    return {};
+  }
+  // Offline: the references build their tiny models themselves.
+  const std::string command = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 " + python.string() + " " +
+                              path.string() + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  PythonRun run;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  return run;
+}
+
+// The JSON object a reference script prints as its last line (libraries may print before it).
+inline nlohmann::json last_json_line(const std::string& output) {
+  const size_t end = output.find_last_not_of('\n');
+  const size_t start = output.rfind('\n', end);
+  return nlohmann::json::parse(output.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1));
+}
+
+}  // namespace kuafu::testing
