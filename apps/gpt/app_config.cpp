@@ -2,8 +2,10 @@
 
 #include <filesystem>
 
+#include "apps/gpt/hugging_face.h"
 #include "core/io/tokenizer.h"
 #include "core/train/benchmark.h"
+#include "core/train/hf_interop.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
 
@@ -40,6 +42,7 @@ config::Schema gpt_schema() {
   s.add_int("generate.seed", 0, "sampling seed").min(0);
 
   train::add_benchmark_schema(s);
+  train::add_hf_schema(s);
   return s;
 }
 
@@ -55,6 +58,13 @@ TextData text_data(const config::Config& config) {
   d.val_every = config.get_int("data.val_every");
   d.context = config.get_int("data.context");
   return d;
+}
+
+void check_context(const config::Config& config, const GPTConfig& m) {
+  if (const int64_t context = config.get_int("data.context"); context > m.n_positions) {
+    config.fail_at("data.context", "(" + std::to_string(context) + ") exceeds the model's " +
+                                       std::to_string(m.n_positions) + " positions (model.n_positions)");
+  }
 }
 
 GenerateSettings generate_settings(const config::Config& config) {
@@ -74,6 +84,18 @@ GenerateSettings generate_settings(const config::Config& config) {
 }
 
 GPTConfig model_config(const config::Config& config) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    // The folder's config.json gives the shape; a fine-tune may change the dropout only.
+    GPTConfig m = gpt_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
+    train::check_agrees_with_folder(config,
+                                    {{"model.vocab_size", m.vocab_size}, {"model.n_positions", m.n_positions},
+                                     {"model.n_embd", m.n_embd}, {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head},
+                                     {"model.layer_norm_epsilon", m.layer_norm_epsilon}, {"model.dropout", m.dropout}},
+                                    {"model.dropout"});
+    if (config.is_set("model.dropout")) m.dropout = config.get_float("model.dropout");
+    check_context(config, m);
+    return m;
+  }
   GPTConfig m;
   m.vocab_size = config.get_int("model.vocab_size");
   if (m.vocab_size == 0) {
@@ -94,10 +116,7 @@ GPTConfig model_config(const config::Config& config) {
     config.fail_at("model.n_head", "(" + std::to_string(m.n_head) + ") must divide model.n_embd (" +
                                        std::to_string(m.n_embd) + ")");
   }
-  if (const int64_t context = config.get_int("data.context"); context > m.n_positions) {
-    config.fail_at("data.context", "(" + std::to_string(context) +
-                                       ") exceeds model.n_positions (" + std::to_string(m.n_positions) + ")");
-  }
+  check_context(config, m);
   return m;
 }
 

@@ -12,8 +12,11 @@ namespace kuafu::gpt {
 
 config::Schema gpt_schema();
 
-// Model shape from the config; model.vocab_size = 0 takes the vocabulary of the prepared tokenizer.
+// Model shape from the config, or from model.init_from's config.json; model.vocab_size = 0 takes the
+// vocabulary of the prepared tokenizer.
 GPTConfig model_config(const config::Config& config);
+// kuafu::Error at data.context when the windows are longer than the model's positions.
+void check_context(const config::Config& config, const GPTConfig& model);
 
 // data.*: the text `prepare` tokenizes and the prepared files under data.dir.
 struct TextData {

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 
+#include "apps/gpt/hugging_face.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
 #include "core/io/token_file.h"
@@ -20,6 +21,7 @@
 #include "core/optim/optim_config.h"
 #include "core/train/app.h"
 #include "core/train/benchmark.h"
+#include "core/train/hf_interop.h"
 #include "core/train/model_memory.h"
 #include "core/util/device.h"
 #include "core/util/logging.h"
@@ -95,6 +97,10 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
   const int64_t micro_batch = settings.micro_batch_size;
   torch::manual_seed(settings.seed);
   GPT gpt(model, tp);
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    load_hf_weights(gpt, io::read_hf_folder(folder));  // a resumed run's checkpoint replaces them
+    log::infof("initial weights from ", folder);
+  }
   train::ParallelOptions options;
   if (stages) {
     const io::TokenBatch sample = train->train_batch(0, 0, micro_batch).to(tp.device);  // for "time" partitions
@@ -224,6 +230,19 @@ void generate_command(const config::Config& config, const std::string& checkpoin
   }
 }
 
+void export_command(const config::Config& config, const std::string& checkpoint, const std::string& out) {
+  KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
+  GPT model(model_config(config));
+  const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
+  train::CheckpointStore::load_model(folder, *model);
+  io::HfWriteOptions options = train::export_options(config);
+  // Kuafu's SentencePiece model travels along (transformers' GPT-2 tokenizer is byte-level BPE).
+  if (const std::string tokenizer = text_data(config).tokenizer_model; fs::exists(tokenizer)) options.extra_files = {tokenizer};
+  export_hf_gpt(model, out, options);
+  std::cout << nlohmann::json{{"checkpoint", folder}, {"exported", out}, {"parameters", model->config.parameter_count()}}.dump()
+            << std::endl;
+}
+
 void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   check_model_fits(config, runtime);
@@ -254,11 +273,13 @@ int run_gpt_app(int argc, const char* const argv[]) {
       .subcommand("train", "train (resumes from the latest checkpoint in train.out_dir)")
       .subcommand("eval", "validation loss and perplexity of a checkpoint")
       .subcommand("generate", "sample text from a checkpoint")
+      .subcommand("export", "a checkpoint as a Hugging Face folder (GPT2LMHeadModel.from_pretrained loads it)")
       .subcommand("benchmark", "time training steps on random tokens; prints one JSON line");
-  for (const char* sub : {"eval", "generate"}) {
+  for (const char* sub : {"eval", "generate", "export"}) {
     cli.option(sub, "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
   }
   cli.option("generate", "prompt", "TEXT", "", "text to continue (default: generate.prompt)");
+  cli.option("export", "out", "DIR", "", "the new folder to write");
   using Command = config::ParsedCommand;
   return train::run_app("kuafu-gpt", cli, gpt_schema(),
                         {{"prepare", [](const config::Config& c, const Command&) { prepare_command(c); }},
@@ -267,6 +288,10 @@ int run_gpt_app(int argc, const char* const argv[]) {
                          {"generate",
                           [](const config::Config& c, const Command& cmd) {
                             generate_command(c, cmd.option("checkpoint"), cmd.option("prompt"));
+                          }},
+                         {"export",
+                          [](const config::Config& c, const Command& cmd) {
+                            export_command(c, cmd.option("checkpoint"), cmd.option("out"));
                           }},
                          {"benchmark", [](const config::Config& c, const Command&) { benchmark_command(c); }}},
                         argc, argv);

@@ -1,4 +1,4 @@
-// kuafu-gpt's subcommands: prepare (tokenizer + token files), train, eval, generate, benchmark.
+// kuafu-gpt's subcommands: prepare (tokenizer + token files), train, eval, generate, export, benchmark.
 // Each takes the validated config; run_gpt_app parses the command line and catches errors.
 #pragma once
 
@@ -45,6 +45,8 @@ void check_model_fits(const config::Config& config, const train::Runtime& runtim
 void prepare_command(const config::Config& config);
 train::TrainSummary train_command(const config::Config& config);
 void eval_command(const config::Config& config, const std::string& checkpoint);
+// The checkpoint (default: the latest) as a new Hugging Face folder `out`.
+void export_command(const config::Config& config, const std::string& checkpoint, const std::string& out);
 void generate_command(const config::Config& config, const std::string& checkpoint, const std::string& prompt);
 void benchmark_command(const config::Config& config);
 

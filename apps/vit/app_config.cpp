@@ -1,6 +1,8 @@
 #include "apps/vit/app_config.h"
 
+#include "apps/vit/hugging_face.h"
 #include "core/train/benchmark.h"
+#include "core/train/hf_interop.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
 
@@ -45,10 +47,39 @@ config::Schema vit_schema() {
   s.add_float("augment.mixup", 0.0, "mixup α (Beta(α, α) mixing of image pairs); 0 = off").min(0).max(10);
 
   train::add_benchmark_schema(s);
+  train::add_hf_schema(s);
+  s.add_bool("model.new_classifier", false,
+             "with model.init_from: start the classifier afresh for model.num_labels classes (a backbone-only "
+             "folder, or another task's labels)");
   return s;
 }
 
 ViTConfig model_config(const config::Config& config) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    // The folder's config.json gives the shape; a fine-tune may change the dropout and, with a new
+    // classifier, the classes.
+    ViTConfig m = vit_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
+    train::check_agrees_with_folder(
+        config,
+        {{"model.image_size", m.image_size}, {"model.patch_size", m.patch_size}, {"model.num_channels", m.num_channels},
+         {"model.hidden_size", m.hidden_size}, {"model.num_hidden_layers", m.num_hidden_layers},
+         {"model.num_attention_heads", m.num_attention_heads}, {"model.intermediate_size", m.intermediate_size},
+         {"model.layer_norm_eps", m.layer_norm_eps}},
+        {});
+    for (const auto& [key, value] : {std::pair<const char*, double*>{"model.hidden_dropout_prob", &m.hidden_dropout_prob},
+                                     {"model.attention_probs_dropout_prob", &m.attention_probs_dropout_prob}}) {
+      if (config.is_set(key)) *value = config.get_float(key);
+    }
+    if (config.is_set("model.num_labels") && config.get_int("model.num_labels") != m.num_labels) {
+      if (!config.get_bool("model.new_classifier")) {
+        config.fail_at("model.num_labels", "is " + std::to_string(config.get_int("model.num_labels")) + " but " + folder +
+                                               " classifies " + std::to_string(m.num_labels) +
+                                               " labels; set model.new_classifier = true to train a new head");
+      }
+      m.num_labels = config.get_int("model.num_labels");
+    }
+    return m;
+  }
   ViTConfig m;
   m.image_size = config.get_int("model.image_size");
   m.patch_size = config.get_int("model.patch_size");

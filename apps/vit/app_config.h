@@ -9,7 +9,8 @@ namespace kuafu::vit {
 
 config::Schema vit_schema();
 
-// Model shape from the config (field names as Hugging Face's ViTConfig).
+// Model shape from the config (field names as Hugging Face's ViTConfig), or from model.init_from's
+// config.json.
 ViTConfig model_config(const config::Config& config);
 
 }  // namespace kuafu::vit

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "core/util/device.h"
+#include "apps/vit/hugging_face.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
 #include "core/memory/memory_meter.h"
@@ -17,7 +17,9 @@
 #include "core/optim/optim_config.h"
 #include "core/train/app.h"
 #include "core/train/benchmark.h"
+#include "core/train/hf_interop.h"
 #include "core/train/model_memory.h"
+#include "core/util/device.h"
 #include "core/util/logging.h"
 
 namespace kuafu::vit {
@@ -116,6 +118,10 @@ std::unique_ptr<ImageTask> build_image_task(const config::Config& config, const 
   const train::TrainSettings settings = train::read_train_settings(config);
   torch::manual_seed(settings.seed);
   ViTForImageClassification vit(model, tp);
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    load_hf_weights(vit, io::read_hf_folder(folder), config.get_bool("model.new_classifier"));
+    log::infof("initial weights from ", folder, config.get_bool("model.new_classifier") ? " (a new classifier)" : "");
+  }
   train::ParallelOptions options;
   auto task = [&] { return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config, settings); };
   if (!runtime) return task();
@@ -232,18 +238,37 @@ void benchmark_command(const config::Config& config) {
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 
+void export_command(const config::Config& config, const std::string& checkpoint, const std::string& out) {
+  KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
+  ViTForImageClassification model(model_config(config));
+  const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
+  train::CheckpointStore::load_model(folder, *model);
+  // The class names as the evaluation set has them become the folder's id2label.
+  const std::vector<std::string> names = open_dataset(config, model->config, /*train=*/false)->class_names();
+  export_hf_vit(model, out, names, train::export_options(config));
+  std::cout << nlohmann::json{{"checkpoint", folder}, {"exported", out}, {"classes", names}}.dump() << std::endl;
+}
+
 int run_vit_app(int argc, const char* const argv[]) {
   config::CommandLine cli("kuafu-vit", "Vision Transformer training (large-batch LAMB/LARS), evaluation, benchmark");
   cli.subcommand("prepare", "check the training and evaluation sets and print a summary")
       .subcommand("train", "train (resumes from the latest checkpoint in train.out_dir)")
       .subcommand("eval", "top-1, top-5 and per-class accuracy of a checkpoint")
+      .subcommand("export", "a checkpoint as a Hugging Face folder (ViTForImageClassification.from_pretrained loads it)")
       .subcommand("benchmark", "time training steps on random images; prints one JSON line");
-  cli.option("eval", "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
+  for (const char* sub : {"eval", "export"}) {
+    cli.option(sub, "checkpoint", "DIR", "", "checkpoint folder (default: the latest in train.out_dir)");
+  }
+  cli.option("export", "out", "DIR", "", "the new folder to write");
   using Command = config::ParsedCommand;
   return train::run_app("kuafu-vit", cli, vit_schema(),
                         {{"prepare", [](const config::Config& c, const Command&) { prepare_command(c); }},
                          {"train", [](const config::Config& c, const Command&) { train_command(c); }},
                          {"eval", [](const config::Config& c, const Command& cmd) { eval_command(c, cmd.option("checkpoint")); }},
+                         {"export",
+                          [](const config::Config& c, const Command& cmd) {
+                            export_command(c, cmd.option("checkpoint"), cmd.option("out"));
+                          }},
                          {"benchmark", [](const config::Config& c, const Command&) { benchmark_command(c); }}},
                         argc, argv);
 }

@@ -57,6 +57,8 @@ std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const t
 void prepare_command(const config::Config& config);
 train::TrainSummary train_command(const config::Config& config);
 void eval_command(const config::Config& config, const std::string& checkpoint);
+// The checkpoint (default: the latest) as a new Hugging Face folder `out`, with the classes' names.
+void export_command(const config::Config& config, const std::string& checkpoint, const std::string& out);
 void benchmark_command(const config::Config& config);
 
 // The whole program; returns the exit code.

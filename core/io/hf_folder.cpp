@@ -58,15 +58,21 @@ const HfTensor* HfFolder::find(const std::string& name) const {
   return nullptr;
 }
 
-HfFolder read_hf_folder(const std::string& dir) {
+nlohmann::json read_hf_config(const std::string& dir) {
   const fs::path root = dir;
   KUAFU_CHECK(fs::is_directory(root), "model folder ", dir, (fs::exists(root) ? " is not a folder" : " does not exist"));
-  HfFolder folder;
-  folder.path = dir;
   const fs::path config_path = root / "config.json";
   KUAFU_CHECK(fs::exists(config_path), dir, " has no config.json (not a Hugging Face model folder)");
-  folder.config = read_json(config_path);
-  KUAFU_CHECK(folder.config.is_object(), config_path.string(), ": expected a JSON object");
+  nlohmann::json config = read_json(config_path);
+  KUAFU_CHECK(config.is_object(), config_path.string(), ": expected a JSON object");
+  return config;
+}
+
+HfFolder read_hf_folder(const std::string& dir) {
+  const fs::path root = dir;
+  HfFolder folder;
+  folder.path = dir;
+  folder.config = read_hf_config(dir);
 
   std::vector<std::string> files;
   nlohmann::json index;

@@ -31,6 +31,9 @@ struct HfFolder {
   const HfTensor* find(const std::string& name) const;
 };
 
+// config.json alone (kuafu::Error naming the folder or file when missing or malformed).
+nlohmann::json read_hf_config(const std::string& dir);
+
 // Reads config.json and every stored tensor. kuafu::Error naming the folder, file or tensor for: no
 // folder, no config.json or malformed JSON, no safetensors weights (a PyTorch pickle alone gets a note
 // on converting it), an index that names a missing shard or a tensor its shard lacks, a tensor stored

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 
 namespace kuafu::train {
 
@@ -22,12 +23,18 @@ std::string init_from(const config::Config& config) {
   return dir;
 }
 
-void check_shape_from_folder(const config::Config& config, const std::vector<std::string>& allowed) {
-  for (const std::string& key : config.schema().keys()) {
-    if (key.rfind("model.", 0) != 0 || key == "model.init_from" || !config.is_set(key)) continue;
-    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    config.fail_at(key, "is set, but model.init_from = " + config.get_string("model.init_from") +
-                            " gives the model's shape (its config.json); remove the key");
+void check_agrees_with_folder(const config::Config& config, const std::map<std::string, double>& from_folder,
+                              const std::vector<std::string>& may_differ) {
+  for (const auto& [key, folder_value] : from_folder) {
+    if (!config.is_set(key) || std::find(may_differ.begin(), may_differ.end(), key) != may_differ.end()) continue;
+    const bool integer = config.schema().find(key)->type() == config::Type::kInt;
+    const double value = integer ? static_cast<double>(config.get_int(key)) : config.get_float(key);
+    if (value != folder_value) {
+      std::ostringstream shown;
+      shown << folder_value;
+      config.fail_at(key, "disagrees with model.init_from = " + config.get_string("model.init_from") +
+                              ", whose config.json has " + shown.str() + "; remove the key or make it agree");
+    }
   }
 }
 

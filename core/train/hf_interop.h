@@ -5,7 +5,9 @@
 // cut into this rank's block.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/config/config.h"
 #include "core/io/hf_folder.h"
@@ -18,9 +20,11 @@ void add_hf_schema(config::Schema& schema);
 // The folder model.init_from names ("" when none); kuafu::Error at the key when it is not a folder
 // with a config.json.
 std::string init_from(const config::Config& config);
-// Refuses model.* keys set beside model.init_from (the folder's config.json gives the shape), except
-// `allowed` (e.g. dropout, which a fine-tune may change).
-void check_shape_from_folder(const config::Config& config, const std::vector<std::string>& allowed);
+// The folder's config.json gives the model's shape: a model.* key the config sets must agree with the
+// folder's value (`from_folder`, by key), except `may_differ` (dropout, which a fine-tune may change);
+// kuafu::Error at the first key that disagrees.
+void check_agrees_with_folder(const config::Config& config, const std::map<std::string, double>& from_folder,
+                              const std::vector<std::string>& may_differ);
 io::HfWriteOptions export_options(const config::Config& config);
 
 // Tensors that `may_stay` allows and the folder lacks keep their values (e.g. a new classifier head).

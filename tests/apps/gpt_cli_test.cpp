@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "apps/gpt/app_config.h"
+#include "core/io/safetensors.h"
 #include "core/io/token_file.h"
 #include "tests/support/benchmark_line.h"
 #include "tests/support/test_util.h"
@@ -128,6 +129,54 @@ TEST(GPTCliTest, GenerateContinuesEachPromptOfABatch) {
   ASSERT_EQ(one.exit_code, 0) << one.output;
   EXPECT_EQ(one.output.rfind("morning", 0), 0u) << one.output;
   EXPECT_EQ(one.output.find("water"), std::string::npos) << one.output;
+}
+
+// export writes a checkpoint as a Hugging Face folder; a run with model.init_from = that folder starts
+// from its weights (one step at learning rate 0 keeps them: its checkpoint equals the first run's).
+// The folder's config gives the shape: a model.* shape key that contradicts it is refused, and an export
+// never replaces a folder.
+TEST(GPTCliTest, ExportedFolderStartsAnotherRun) {
+  const auto dir = temp_dir("export");
+  std::vector<uint32_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 64);
+  io::write_token_file((dir / "train.tok").string(), tokens, 64);
+  io::write_token_file((dir / "val.tok").string(), tokens, 64);
+  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 2\nn_head = 2\n"
+                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
+                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n";
+  const std::string config = " --config " + (dir / "c.toml").string();
+  const Result trained = run_gpt("train" + config);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const Result exported = run_gpt("export" + config + " --out " + (dir / "hf").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  ASSERT_TRUE(fs::exists(dir / "hf/model.safetensors")) << exported.output;
+
+  std::ofstream(dir / "init.toml") << "[model]\ninit_from = \"" << (dir / "hf").string() << "\"\n"
+                                   << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                   << "[train]\nsteps = 1\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
+                                   << "out_dir = \"" << (dir / "run2").string() << "\"\n[optim]\nlr = 0.0\nmin_lr = 0.0\n"
+                                   << "[runtime]\nthreads = 1\n";
+  const Result started = run_gpt("train --config " + (dir / "init.toml").string());
+  ASSERT_EQ(started.exit_code, 0) << started.output;
+  const auto first = io::load_safetensors((dir / "run/checkpoints/step_00000002/model.safetensors").string());
+  const auto second = io::load_safetensors((dir / "run2/checkpoints/step_00000001/model.safetensors").string());
+  ASSERT_EQ(first.tensors.size(), second.tensors.size());
+  for (const auto& [name, tensor] : first.tensors) {
+    ASSERT_NE(second.find(name), nullptr) << name;
+    EXPECT_TRUE(torch::equal(tensor, *second.find(name))) << name;
+  }
+
+  // Shape keys may repeat the folder's values, not contradict them.
+  const Result agreeing = run_gpt("eval --config " + (dir / "init.toml").string() + " --set model.n_layer=2");
+  EXPECT_EQ(agreeing.exit_code, 0) << agreeing.output;
+  const Result shaped = run_gpt("train --config " + (dir / "init.toml").string() + " --set model.n_layer=3");
+  EXPECT_NE(shaped.exit_code, 0);
+  EXPECT_NE(shaped.output.find("model.n_layer"), std::string::npos) << shaped.output;
+  EXPECT_NE(shaped.output.find("config.json has 2"), std::string::npos) << shaped.output;
+  const Result again = run_gpt("export" + config + " --out " + (dir / "hf").string());
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
 }
 
 // The benchmark steps the model as the trainer does, memory strategy and activation checkpointing

@@ -79,10 +79,11 @@ TEST(ViTAppTest, EvalPrintsTopOneTopFiveAndPerClassAccuracy) {
   const std::string common = std::string(KUAFU_VIT_PATH) + " %s --config " +
                              (kConfigs / "fashion_mnist_small.toml").string() + " --set train.out_dir='\"" +
                              out.string() + "\"' --set runtime.threads=1 --set train.steps=5";
-  auto run = [&](const std::string& sub, const std::string& capture) {
+  // `sets` come after the common ones, so they win.
+  auto run = [&](const std::string& sub, const std::string& capture, const std::string& sets = "") {
     char command[2048];
     std::snprintf(command, sizeof(command), common.c_str(), sub.c_str());
-    return std::system((std::string(command) + " > " + capture + " 2>&1").c_str());
+    return std::system((std::string(command) + " " + sets + " > " + capture + " 2>&1").c_str());
   };
   ASSERT_EQ(run("train", (out / "train.log").string()), 0);
   ASSERT_EQ(run("eval", (out / "eval.json").string()), 0);
@@ -95,6 +96,29 @@ TEST(ViTAppTest, EvalPrintsTopOneTopFiveAndPerClassAccuracy) {
   EXPECT_EQ(result["images"].get<double>(), 10000);
   EXPECT_GE(result["top5"].get<double>(), result["top1"].get<double>());
   EXPECT_EQ(result["per_class_top1"].size(), 10u);
+  // export writes a Hugging Face folder with the classes; a run with model.init_from = that folder starts
+  // from its weights (one step at learning rate 0 keeps them). The shipped config's model.* keys agree
+  // with the folder's, so they may stay.
+  const fs::path hf = out / "hf";
+  ASSERT_EQ(run("export --out " + hf.string(), (out / "export.log").string()), 0);
+  const nlohmann::json exported = nlohmann::json::parse(std::ifstream(hf / "config.json"));
+  EXPECT_EQ(exported["id2label"].size(), 10u) << exported.dump();
+  ASSERT_EQ(run("train", (out / "init.log").string(),
+                "--set model.init_from='\"" + hf.string() + "\"' --set train.out_dir='\"" + (out / "run2").string() +
+                    "\"' --set train.steps=1 --set optim.lr=0.0 --set optim.min_lr=0.0 --set optim.warmup_steps=0"),
+            0);
+  const auto trained = io::load_safetensors((out / "checkpoints/step_00000005/model.safetensors").string());
+  const auto started = io::load_safetensors((out / "run2/checkpoints/step_00000001/model.safetensors").string());
+  for (const auto& [name, tensor] : trained.tensors) EXPECT_TRUE(torch::equal(tensor, *started.find(name))) << name;
+  // Another number of classes needs a new classifier, and says so.
+  EXPECT_NE(run("train", (out / "labels.log").string(),
+                "--set model.init_from='\"" + hf.string() + "\"' --set model.num_labels=5 --set train.out_dir='\"" +
+                    (out / "run3").string() + "\"'"),
+            0);
+  std::ifstream labels_log(out / "labels.log");
+  const std::string labels_message((std::istreambuf_iterator<char>(labels_log)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(testing::Contains(labels_message, "model.new_classifier = true")) << labels_message;
+
   // A bad key fails before any work, naming it.
   EXPECT_NE(run("train --set model.patch_size=5", (out / "bad.log").string()), 0);
   std::ifstream bad(out / "bad.log");
