@@ -1,0 +1,332 @@
+#include "core/io/bpe_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+#include <unicode/regex.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <climits>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+// GPT-2's pre-tokenisation pattern, as Hugging Face's ByteLevel pre-tokenizer uses it.
+constexpr const char* kPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+// The offset of the first byte that does not belong to valid UTF-8, if any.
+std::optional<size_t> first_invalid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (length == 0 || i + length > s.size()) return i;
+    uint32_t cp = length == 1 ? c : c & (0x7F >> length);
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (next & 0x3F);
+    }
+    const bool overlong = (length == 2 && cp < 0x80) || (length == 3 && cp < 0x800) || (length == 4 && cp < 0x10000);
+    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path + ": not valid JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+struct BpeTokenizer::State {
+  std::unordered_map<std::string, int64_t> vocab;
+  std::vector<std::string> tokens;                 // id -> token (byte-level characters)
+  std::unordered_map<std::string, int> merge_rank;  // "left right" -> rank
+  std::vector<std::pair<std::string, int64_t>> special;  // matched whole, longest first
+  std::string byte_symbol[256];                    // byte -> its printable character, as UTF-8
+  std::unordered_map<uint32_t, uint8_t> symbol_byte;
+  bool add_prefix_space = false;
+  std::unique_ptr<icu::RegexPattern> pattern;
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<int64_t>> cache;  // piece -> ids
+
+  State() {
+    // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256, 257, ...
+    uint32_t next = 256;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const uint32_t cp = printable ? b : next++;
+      append_utf8(byte_symbol[b], cp);
+      symbol_byte[cp] = static_cast<uint8_t>(b);
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    pattern.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kPattern), 0, status));
+    KUAFU_CHECK(U_SUCCESS(status), "ICU could not compile GPT-2's pre-tokenisation pattern: ", u_errorName(status));
+  }
+
+  void add_token(const std::string& token, int64_t id, const std::string& where) {
+    KUAFU_CHECK(id >= 0 && id < (int64_t{1} << 31), where, ": token '", text::abbreviate(token), "' has id ", id);
+    const auto [it, inserted] = vocab.emplace(token, id);
+    KUAFU_CHECK(inserted || it->second == id, where, ": token '", text::abbreviate(token), "' has two ids, ", it->second,
+                " and ", id);
+    if (tokens.size() <= static_cast<size_t>(id)) tokens.resize(static_cast<size_t>(id) + 1);
+    tokens[static_cast<size_t>(id)] = token;
+  }
+
+  void add_merge(const std::string& left, const std::string& right, const std::string& where) {
+    KUAFU_CHECK(!left.empty() && !right.empty(), where, ": a merge needs two symbols");
+    KUAFU_CHECK(vocab.count(left + right), where, ": the merge of '", text::abbreviate(left), "' and '",
+                text::abbreviate(right), "' makes a token the vocabulary lacks");
+    merge_rank.emplace(left + " " + right, static_cast<int>(merge_rank.size()));
+  }
+
+  void add_special(const std::string& token, const std::string& where) {
+    const auto found = vocab.find(token);
+    KUAFU_CHECK(found != vocab.end(), where, ": special token '", text::abbreviate(token), "' is not in the vocabulary");
+    special.emplace_back(token, found->second);
+    std::sort(special.begin(), special.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  }
+
+  // The ids of one pre-tokenised piece (raw UTF-8).
+  std::vector<int64_t> encode_piece(const std::string& piece) const {
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      if (const auto hit = cache.find(piece); hit != cache.end()) return hit->second;
+    }
+    std::vector<std::string> symbols;
+    for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
+    // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
+    while (symbols.size() > 1) {
+      int best = INT_MAX;
+      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+        const auto rank = merge_rank.find(symbols[i] + " " + symbols[i + 1]);
+        if (rank != merge_rank.end()) best = std::min(best, rank->second);
+      }
+      if (best == INT_MAX) break;
+      std::vector<std::string> merged;
+      for (size_t i = 0; i < symbols.size(); ++i) {
+        if (i + 1 < symbols.size()) {
+          const auto rank = merge_rank.find(symbols[i] + " " + symbols[i + 1]);
+          if (rank != merge_rank.end() && rank->second == best) {
+            merged.push_back(symbols[i] + symbols[i + 1]);
+            ++i;
+            continue;
+          }
+        }
+        merged.push_back(symbols[i]);
+      }
+      symbols = std::move(merged);
+    }
+    std::vector<int64_t> ids;
+    for (const std::string& symbol : symbols) {
+      const auto id = vocab.find(symbol);
+      KUAFU_CHECK(id != vocab.end(), "byte-level BPE: symbol '", text::abbreviate(symbol),
+                  "' is not in the vocabulary (it must hold all 256 byte symbols)");
+      ids.push_back(id->second);
+    }
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    cache.emplace(piece, ids);
+    return ids;
+  }
+
+  // Ordinary text (no special tokens) -> ids.
+  void encode_text(const std::string& text, std::vector<int64_t>& ids) const {
+    if (text.empty()) return;
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+    std::unique_ptr<icu::RegexMatcher> matcher(pattern->matcher(unicode, status));
+    KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
+    std::string piece;
+    while (matcher->find(status) && U_SUCCESS(status)) {
+      const int32_t start = matcher->start(status), end = matcher->end(status);
+      piece.clear();
+      unicode.tempSubStringBetween(start, end).toUTF8String(piece);
+      for (int64_t id : encode_piece(piece)) ids.push_back(id);
+    }
+    KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
+  }
+};
+
+BpeTokenizer::BpeTokenizer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+BpeTokenizer::BpeTokenizer(BpeTokenizer&&) noexcept = default;
+BpeTokenizer& BpeTokenizer::operator=(BpeTokenizer&&) noexcept = default;
+BpeTokenizer::~BpeTokenizer() = default;
+
+BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                      const std::vector<std::string>& special) {
+  auto state = std::make_unique<State>();
+  const nlohmann::json vocab = read_json_file(vocab_json);
+  KUAFU_CHECK(vocab.is_object(), vocab_json, ": expected an object of token -> id");
+  for (const auto& [token, id] : vocab.items()) {
+    KUAFU_CHECK(id.is_number_integer(), vocab_json, ": token '", text::abbreviate(token), "' has no integer id");
+    state->add_token(token, id.get<int64_t>(), vocab_json);
+  }
+  std::ifstream in(merges_txt);
+  KUAFU_CHECK(in, "cannot read ", merges_txt);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (number == 1 && text::starts_with(line, "#version"))) continue;
+    const size_t space = line.find(' ');
+    const std::string where = merges_txt + ":" + std::to_string(number);
+    KUAFU_CHECK(space != std::string::npos && line.find(' ', space + 1) == std::string::npos, where,
+                ": expected \"left right\", found \"", text::abbreviate(line), "\"");
+    state->add_merge(line.substr(0, space), line.substr(space + 1), where);
+  }
+  for (const std::string& token : special) state->add_special(token, vocab_json);
+  return BpeTokenizer(std::move(state));
+}
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
+  const nlohmann::json file = read_json_file(path);
+  const auto model = file.find("model");
+  KUAFU_CHECK(model != file.end() && model->is_object() && model->value("type", std::string()) == "BPE", path,
+              ": expected a BPE model (\"model\": {\"type\": \"BPE\", ...})");
+  const auto pre = file.find("pre_tokenizer");
+  KUAFU_CHECK(pre != file.end() && pre->is_object() && pre->value("type", std::string()) == "ByteLevel", path,
+              ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
+  auto state = std::make_unique<State>();
+  state->add_prefix_space = pre->value("add_prefix_space", false);
+  KUAFU_CHECK(model->contains("vocab") && (*model)["vocab"].is_object(), path, ": model.vocab must be an object");
+  for (const auto& [token, id] : (*model)["vocab"].items()) {
+    KUAFU_CHECK(id.is_number_integer(), path, ": model.vocab['", text::abbreviate(token), "'] has no integer id");
+    state->add_token(token, id.get<int64_t>(), path);
+  }
+  if (const auto added = file.find("added_tokens"); added != file.end() && added->is_array()) {
+    for (const auto& token : *added) {
+      const std::string content = token.value("content", std::string());
+      state->add_token(content, token.value("id", int64_t{-1}), path);
+      state->add_special(content, path);
+    }
+  }
+  const auto merges = model->find("merges");
+  KUAFU_CHECK(merges != model->end() && merges->is_array(), path, ": model.merges must be a list");
+  for (size_t i = 0; i < merges->size(); ++i) {
+    const nlohmann::json& merge = (*merges)[i];
+    const std::string where = path + ": model.merges[" + std::to_string(i) + "]";
+    if (merge.is_string()) {  // "left right" (older files)
+      const std::string pair = merge.get<std::string>();
+      const size_t space = pair.find(' ');
+      KUAFU_CHECK(space != std::string::npos, where, ": expected \"left right\"");
+      state->add_merge(pair.substr(0, space), pair.substr(space + 1), where);
+    } else {  // ["left", "right"]
+      KUAFU_CHECK(merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string(), where,
+                  ": expected a pair of strings");
+      state->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>(), where);
+    }
+  }
+  return BpeTokenizer(std::move(state));
+}
+
+BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
+  const fs::path root = dir;
+  if (fs::exists(root / "tokenizer.json")) return from_tokenizer_json((root / "tokenizer.json").string());
+  KUAFU_CHECK(fs::exists(root / "vocab.json") && fs::exists(root / "merges.txt"), dir,
+              " has no tokenizer.json and no vocab.json + merges.txt (byte-level BPE)");
+  // The special tokens the folder names (bos, eos, unk, pad, ...), each as a string or {"content": ...}.
+  std::vector<std::string> special;
+  auto collect = [&](const nlohmann::json& value) {
+    const std::string token = value.is_string() ? value.get<std::string>()
+                              : value.is_object() ? value.value("content", std::string())
+                                                  : std::string();
+    if (!token.empty() && std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
+  };
+  for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
+    if (!fs::exists(root / file)) continue;
+    const nlohmann::json config = read_json_file((root / file).string());
+    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
+      if (config.contains(key) && !config[key].is_null()) collect(config[key]);
+    }
+  }
+  return from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
+}
+
+std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
+  if (const auto bad = first_invalid_utf8(text)) {
+    fail("byte-level BPE: the text is not valid UTF-8 at byte " + std::to_string(*bad));
+  }
+  std::vector<int64_t> ids;
+  // Special tokens first: the text between them is ordinary.
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t found = std::string_view::npos;
+    const std::pair<std::string, int64_t>* which = nullptr;
+    for (const auto& special : state_->special) {
+      const size_t at = text.find(special.first, start);
+      if (at < found) found = at, which = &special;  // longest first: ties keep the longer token
+    }
+    std::string ordinary(text.substr(start, found == std::string_view::npos ? std::string_view::npos : found - start));
+    // As Hugging Face's ByteLevel pre-tokenizer does, for each stretch between special tokens.
+    if (state_->add_prefix_space && !ordinary.empty() && ordinary[0] != ' ') ordinary.insert(0, 1, ' ');
+    state_->encode_text(ordinary, ids);
+    if (!which) break;
+    ids.push_back(which->second);
+    start = found + which->first.size();
+  }
+  return ids;
+}
+
+std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
+  std::string out;
+  for (int64_t id : ids) {
+    KUAFU_CHECK(id >= 0 && static_cast<size_t>(id) < state_->tokens.size() && !state_->tokens[static_cast<size_t>(id)].empty(),
+                "byte-level BPE: id ", id, " is not in the vocabulary");
+    const std::string& token = state_->tokens[static_cast<size_t>(id)];
+    const bool special = std::any_of(state_->special.begin(), state_->special.end(), [&](const auto& s) { return s.second == id; });
+    if (special) {
+      out += token;
+      continue;
+    }
+    // Each character of the token stands for one byte.
+    for (size_t i = 0; i < token.size();) {
+      const auto c = static_cast<unsigned char>(token[i]);
+      const size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : 3;
+      uint32_t cp = length == 1 ? c : c & (0x7F >> length);
+      for (size_t k = 1; k < length && i + k < token.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(token[i + k]) & 0x3F);
+      const auto byte = state_->symbol_byte.find(cp);
+      KUAFU_CHECK(byte != state_->symbol_byte.end(), "byte-level BPE: token ", id, " ('", text::abbreviate(token),
+                  "') holds a character that stands for no byte");
+      out.push_back(static_cast<char>(byte->second));
+      i += length;
+    }
+  }
+  return out;
+}
+
+int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(state_->tokens.size()); }
+
+std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {
+  const auto found = state_->vocab.find(token);
+  if (found == state_->vocab.end()) return std::nullopt;
+  return found->second;
+}
+
+}  // namespace kuafu::io

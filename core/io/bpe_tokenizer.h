@@ -1,0 +1,49 @@
+// Byte-level BPE, the tokenizer of GPT-2, OPT and RoBERTa: special tokens are matched whole first; the
+// rest is cut by GPT-2's pre-tokenisation pattern (contractions, letters, digits, other symbols, runs
+// of whitespace; ICU's regex engine supplies the Unicode classes), each piece's UTF-8 bytes become
+// printable characters (GPT-2's bytes_to_unicode), and adjacent symbols merge in the order merges.txt
+// ranks them. decode(encode(text)) == text for all valid UTF-8.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kuafu::io {
+
+class BpeTokenizer {
+ public:
+  // vocab.json (token -> id) and merges.txt (one "left right" pair per line, by rank); `special` are
+  // tokens of the vocabulary matched whole in text (e.g. "<|endoftext|>"). kuafu::Error naming the file
+  // and line or token for malformed input.
+  static BpeTokenizer from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                 const std::vector<std::string>& special = {});
+  // tokenizer.json as Hugging Face `tokenizers` saves it: a BPE model with a ByteLevel pre-tokenizer;
+  // its added tokens are the special ones.
+  static BpeTokenizer from_tokenizer_json(const std::string& path);
+  // A model folder: tokenizer.json when there is one, else vocab.json + merges.txt with the special
+  // tokens tokenizer_config.json / special_tokens_map.json name.
+  static BpeTokenizer from_folder(const std::string& dir);
+
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+  ~BpeTokenizer();
+
+  // kuafu::Error naming the byte offset for text that is not valid UTF-8.
+  std::vector<int64_t> encode(std::string_view text) const;
+  std::string decode(const std::vector<int64_t>& ids) const;
+
+  int64_t vocab_size() const;  // the largest id + 1
+  std::optional<int64_t> token_id(const std::string& token) const;
+
+ private:
+  struct State;
+  explicit BpeTokenizer(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kuafu::io

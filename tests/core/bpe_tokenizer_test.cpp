@@ -1,0 +1,130 @@
+// Byte-level BPE: ids equal Hugging Face `tokenizers`' on held-out text (tests/python/bpe_reference.py
+// trains a 2,000-token byte-level BPE on 95% of the King James Bible, exported by data/kjv/export.sh;
+// the rest and strings with non-ASCII, runs of spaces and newlines, digits and special tokens are
+// encoded by both) and tiktoken's with GPT-2's real vocabulary; decode(encode(x)) == x; merges worked
+// by hand; bad input named.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/io/bpe_tokenizer.h"
+#include "core/util/atomic_file.h"
+#include "core/util/text.h"
+#include "tests/support/python_reference.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::io {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
+  const fs::path dir = testing::temp_dir("bpe_reference");
+  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
+  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
+  const testing::PythonRun run =
+      testing::run_python_reference("bpe_reference.py", "build " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json expected = nlohmann::json::parse(read_file((dir / "expected.json").string()));
+  ASSERT_EQ(expected.size(), 9u);
+  ASSERT_GT(expected[0]["text"].get<std::string>().size(), 100000u) << "the held-out part of the Bible";
+
+  const BpeTokenizer from_json = BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+  const BpeTokenizer from_files = BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string(),
+                                                           {"<|endoftext|>", "<pad>"});
+  for (const BpeTokenizer* tokenizer : {&from_json, &from_files}) {
+    EXPECT_EQ(tokenizer->vocab_size(), 2000);
+    for (const auto& item : expected) {
+      const std::string sample = item["text"];
+      SCOPED_TRACE(text::abbreviate(sample, 60));
+      const std::vector<int64_t> ids = tokenizer->encode(sample);
+      EXPECT_EQ(ids, item["ids"].get<std::vector<int64_t>>());
+      EXPECT_EQ(tokenizer->decode(ids), sample);
+    }
+  }
+}
+
+// GPT-2's own 50,257-token vocabulary (from openai-whisper's gpt2.tiktoken, converted to vocab.json +
+// merges.txt by the script) on 1 MB of the Bible and 1 MB of GCIDE (dict-gcide): tiktoken's ids.
+TEST(BpeTokenizerTest, GPT2sVocabularyGivesTiktokensIds) {
+  const fs::path dir = testing::temp_dir("bpe_gpt2");
+  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
+  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
+  const std::string gcide = "/usr/share/dictd/gcide.dict.dz";
+  ASSERT_TRUE(fs::exists(gcide)) << gcide << " comes with Debian's dict-gcide (scripts/setup)";
+  const testing::PythonRun run = testing::run_python_reference(
+      "gpt2_bpe_reference.py", "build " + (dir / "kjv/kjv.txt").string() + " " + gcide + " " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json expected = nlohmann::json::parse(read_file((dir / "expected.json").string()));
+  ASSERT_EQ(expected.size(), 5u);
+  const BpeTokenizer gpt2 =
+      BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<|endoftext|>"});
+  EXPECT_EQ(gpt2.vocab_size(), 50257);
+  EXPECT_EQ(gpt2.token_id("<|endoftext|>"), 50256);
+  size_t bytes = 0;
+  for (const auto& item : expected) {
+    const std::string sample = item["text"];
+    SCOPED_TRACE(text::abbreviate(sample, 60));
+    bytes += sample.size();
+    const std::vector<int64_t> ids = gpt2.encode(sample);
+    EXPECT_EQ(ids, item["ids"].get<std::vector<int64_t>>());
+    EXPECT_EQ(gpt2.decode(ids), sample);
+  }
+  EXPECT_GE(bytes, 2000000u);
+}
+
+// A vocabulary and merges small enough to work by hand. "Ġ" is the space byte's character.
+BpeTokenizer tiny_tokenizer(const fs::path& dir) {
+  nlohmann::json vocab = nlohmann::json::object();
+  int64_t id = 0;
+  for (int b = 0; b < 256; ++b) {
+    // Every byte's character, as bytes_to_unicode gives it: printable ASCII as itself.
+    if (b >= 33 && b <= 126) vocab[std::string(1, static_cast<char>(b))] = id++;
+  }
+  vocab["\xC4\xA0"] = id++;  // Ġ (space)
+  for (const char* merged : {"ab", "abc", "\xC4\xA0" "ab", "cc", "<eos>"}) vocab[merged] = id++;
+  std::ofstream(dir / "vocab.json") << vocab.dump();
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\na b\nab c\n\xC4\xA0 ab\nc c\n";
+  return BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<eos>"});
+}
+
+TEST(BpeTokenizerTest, MergesApplyByRankAsWorkedByHand) {
+  const fs::path dir = testing::temp_dir("bpe_tiny");
+  const BpeTokenizer t = tiny_tokenizer(dir);
+  auto id = [&](const std::string& token) { return *t.token_id(token); };
+  // "abc": a b -> ab (rank 0), ab c -> abc (rank 1).
+  EXPECT_EQ(t.encode("abc"), std::vector<int64_t>{id("abc")});
+  // " abcc": Ġ a b c c -> Ġ ab c c (rank 0) -> Ġ abc c (rank 1; "Ġ ab" is rank 2 and comes later)
+  // -> no more ranked pairs ("abc c" has none).
+  EXPECT_EQ(t.encode(" abcc"), (std::vector<int64_t>{id("\xC4\xA0"), id("abc"), id("c")}));
+  // "ccc": c c -> cc once, left to right, leaving the last c.
+  EXPECT_EQ(t.encode("ccc"), (std::vector<int64_t>{id("cc"), id("c")}));
+  // The special token is matched whole, never merged into its neighbours.
+  EXPECT_EQ(t.encode("ab<eos>ab"), (std::vector<int64_t>{id("ab"), id("<eos>"), id("ab")}));
+  EXPECT_EQ(t.decode(t.encode("ab<eos>ab")), "ab<eos>ab");
+}
+
+TEST(BpeTokenizerTest, BadInputIsNamed) {
+  const fs::path dir = testing::temp_dir("bpe_bad");
+  const BpeTokenizer t = tiny_tokenizer(dir);
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { t.encode("ab\xFF" "c"); }), "not valid UTF-8 at byte 2"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { t.decode({99999}); }), "id 99999 is not in the vocabulary"));
+  std::ofstream(dir / "bad_merges.txt") << "a b\nabc\n";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "bad_merges.txt").string());
+  }), "bad_merges.txt:2: expected \"left right\""));
+  std::ofstream(dir / "unknown_merge.txt") << "x y\n";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "unknown_merge.txt").string());
+  }), "makes a token the vocabulary lacks"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string(), {"<bos>"});
+  }), "special token '<bos>' is not in the vocabulary"));
+  std::ofstream(dir / "broken.json") << "{\"model\": ";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { BpeTokenizer::from_tokenizer_json((dir / "broken.json").string()); }),
+                                "broken.json: not valid JSON"));
+}
+
+}  // namespace
+}  // namespace kuafu::io
