@@ -1,0 +1,135 @@
+// OPT against transformers (tests/python/opt_reference.py builds tiny random OPTForCausalLM with random
+// LayerNorms and biases; nothing is downloaded): pre-LN, and opt-350m's post-LN shape with project_in /
+// project_out and no final layer norm. Each folder (and a bare OPTModel's) gives transformers' logits on
+// a left-padded batch (transformers takes the positions from the mask: each row's count of real tokens
+// + 2), its loss and gradients, and its greedy tokens; Kuafu's exports load in transformers with
+// Kuafu's logits.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "apps/opt/hugging_face.h"
+#include "core/io/safetensors.h"
+#include "core/train/checkpoint.h"
+#include "tests/support/python_reference.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::opt {
+namespace {
+namespace fs = std::filesystem;
+
+// Float32 on both sides, the same maths in another summation order: rounding only (GPT-2's
+// counterpart measures 1e-7 on the logits); 1e-5 still catches a position off by one or a missing
+// norm (those move logits of order 1 by 1e-2 or more).
+constexpr double kTolerance = 1e-5;
+
+struct Reference {
+  fs::path dir;
+  std::map<std::string, io::SafetensorsFile> outputs;  // by variant
+  const torch::Tensor& get(const std::string& variant, const std::string& name) const {
+    const torch::Tensor* t = outputs.at(variant).find(name);
+    if (!t) throw Error(variant + ".safetensors has no " + name);
+    return *t;
+  }
+};
+
+Reference build_reference(const std::string& name) {
+  Reference r{testing::temp_dir(name), {}};
+  const testing::PythonRun run = testing::run_python_reference("opt_reference.py", "build " + r.dir.string());
+  if (run.exit_code != 0) throw Error("opt_reference.py build failed:\n" + run.output);
+  for (const char* variant : {"pre", "post"}) {
+    r.outputs[variant] = io::load_safetensors((r.dir / (std::string(variant) + ".safetensors")).string());
+  }
+  return r;
+}
+
+torch::Tensor padded_logits(OPTForCausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor real = mask.to(torch::kBool);
+  nn::DecodeStep step{ids, (real.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), real};
+  std::vector<ops::KVCache> caches;
+  return model->decode(step, caches);
+}
+
+double max_difference_on_real_tokens(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
+  return (a - b).abs().index({mask.to(torch::kBool)}).max().item<double>();
+}
+
+TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
+  const Reference r = build_reference("opt_reference");
+  for (const std::string folder : {"pre", "pre_bare", "post"}) {
+    SCOPED_TRACE(folder);
+    const std::string variant = folder == "post" ? "post" : "pre";
+    auto ref = [&](const std::string& name) { return r.get(variant, name); };
+    OPTForCausalLM model = load_hf_opt((r.dir / folder).string());
+    model->eval();
+    EXPECT_EQ(model->config.projects(), variant == "post");
+    EXPECT_EQ(model->config.has_final_layer_norm(), variant == "pre");
+    EXPECT_LT(max_difference_on_real_tokens(padded_logits(model, ref("ids"), ref("mask")), ref("logits"), ref("mask")),
+              kTolerance);
+
+    const torch::Tensor tokens = ref("tokens");
+    const int64_t t = tokens.size(1);
+    torch::Tensor loss = model->loss(tokens.narrow(1, 0, t - 1), tokens.narrow(1, 1, t - 1));
+    EXPECT_NEAR(loss.item<double>(), ref("loss").item<double>(), kTolerance);
+    model->zero_grad();
+    loss.backward();
+    int compared = 0;
+    for (const auto& p : model->named_parameters()) {
+      const torch::Tensor* expected = r.outputs.at(variant).find("grad." + p.key());
+      if (!expected) continue;
+      ++compared;
+      EXPECT_TRUE(torch::allclose(p.value().grad(), *expected, 1e-4, 1e-6))
+          << p.key() << ": largest gradient difference " << (p.value().grad() - *expected).abs().max().item<double>();
+    }
+    EXPECT_EQ(compared, 4);
+
+    // Greedy generation from the left-padded prompts (each row at its own positions) gives
+    // transformers' tokens.
+    const torch::Tensor ids = ref("ids"), mask = ref("mask").to(torch::kBool);
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t row = 0; row < ids.size(0); ++row) {
+      const torch::Tensor real = ids[row].index({mask[row]});
+      prompts.emplace_back(real.data_ptr<int64_t>(), real.data_ptr<int64_t>() + real.numel());
+    }
+    nn::SamplingOptions greedy;
+    greedy.temperature = 0;
+    greedy.max_new_tokens = ref("generated").size(1);
+    const auto generated = nn::generate(decoder(model), prompts, greedy);
+    for (size_t row = 0; row < prompts.size(); ++row) {
+      const torch::Tensor expected = ref("generated")[static_cast<int64_t>(row)];
+      EXPECT_EQ(generated[row], std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + expected.numel()))
+          << "row " << row;
+    }
+  }
+}
+
+TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
+  const Reference r = build_reference("opt_export");
+  for (const std::string variant : {"pre", "post"}) {
+    SCOPED_TRACE(variant);
+    OPTForCausalLM model = load_hf_opt((r.dir / variant).string());
+    {
+      torch::NoGradGuard no_grad;
+      torch::manual_seed(5);
+      for (auto& p : model->parameters()) p.add_(0.05 * torch::randn_like(p));
+    }
+    model->eval();
+    const torch::Tensor ids = r.get(variant, "ids"), mask = r.get(variant, "mask");
+    const fs::path expected = r.dir / (variant + "_kuafu.safetensors");
+    io::save_safetensors(expected.string(), {{"ids", ids}, {"mask", mask}, {"logits", padded_logits(model, ids, mask)}});
+    const fs::path out = r.dir / (variant + "_export");
+    export_hf_opt(model, out.string());
+    const testing::PythonRun check =
+        testing::run_python_reference("opt_reference.py", "check " + out.string() + " " + expected.string());
+    ASSERT_EQ(check.exit_code, 0) << check.output;
+    EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kTolerance) << check.output;
+    OPTForCausalLM reloaded = load_hf_opt(out.string());
+    const auto mine = train::named_weights(*model), theirs = train::named_weights(*reloaded);
+    ASSERT_EQ(mine.size(), theirs.size());
+    for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::equal(mine[i].second, theirs[i].second)) << mine[i].first;
+  }
+}
+
+}  // namespace
+}  // namespace kuafu::opt

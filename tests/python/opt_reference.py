@@ -1,0 +1,80 @@
+"""OPT reference outputs from transformers for tests/apps/opt_hf_test.cpp (nothing is downloaded).
+
+  opt_reference.py build OUT   two tiny random OPTForCausalLM: "pre" (pre-LN, final layer norm) and "post"
+                               (opt-350m's shape: post-LN, no final layer norm, word_embed_proj_dim 16 of
+                               hidden 32, so project_in/project_out), saved with save_pretrained into
+                               OUT/<variant>, "pre"'s bare OPTModel into OUT/pre_bare, and
+                               OUT/<variant>.safetensors: logits of a left-padded batch (transformers takes
+                               the positions from the attention mask), loss and gradients of an unpadded
+                               batch, greedy generation from the padded batch
+  opt_reference.py check DIR EXPECTED
+                               loads DIR (a folder Kuafu wrote) and prints the largest logit difference
+"""
+import json
+import pathlib
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import OPTConfig, OPTForCausalLM
+
+GRADIENTS = ["model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight",
+             "model.decoder.layers.0.self_attn.q_proj.weight", "model.decoder.layers.1.fc2.bias"]
+
+
+def padded_batch():
+    ids = torch.tensor([[1, 1, 1, 2, 5, 6, 7], [2, 3, 4, 5, 6, 7, 9]])  # 1 is OPT's pad, 2 its </s> BOS
+    mask = torch.tensor([[0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1]])
+    return ids, mask
+
+
+def build_variant(out, name, pre_ln):
+    torch.manual_seed(0 if pre_ln else 1)
+    config = OPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+                       max_position_embeddings=32, word_embed_proj_dim=32 if pre_ln else 16,
+                       do_layer_norm_before=pre_ln, dropout=0.0, attention_dropout=0.0, pad_token_id=1,
+                       bos_token_id=2, eos_token_id=2)
+    model = OPTForCausalLM(config).eval()
+    with torch.no_grad():
+        # LayerNorms start at ones and zeros and biases at zero: random values make a swapped or
+        # skipped tensor show.
+        for pname, p in model.named_parameters():
+            if "layer_norm" in pname or pname.endswith("bias"):
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "layer_norm.weight" in pname else 0.0))
+    model.save_pretrained(out / name)
+    if pre_ln:
+        model.model.save_pretrained(out / (name + "_bare"))
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        generated = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=1,
+                                   eos_token_id=None)[:, ids.shape[1]:]
+    tokens = torch.randint(3, 97, (3, 10), generator=torch.Generator().manual_seed(1))
+    loss = model(input_ids=tokens, labels=tokens).loss
+    loss.backward()
+    named = dict(model.named_parameters())
+    reference = {"ids": ids, "mask": mask, "logits": logits.contiguous(), "generated": generated.contiguous(),
+                 "tokens": tokens, "loss": loss.detach().reshape(1)}
+    for g in GRADIENTS:
+        reference["grad." + g] = named[g].grad.contiguous()
+    save_file(reference, str(out / (name + ".safetensors")))
+
+
+def check(folder, expected_path):
+    expected = load_file(expected_path)
+    model = OPTForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        logits = model(input_ids=expected["ids"], attention_mask=expected["mask"]).logits
+    diff = (logits - expected["logits"]).abs()[expected["mask"].bool()].max().item()
+    print(json.dumps({"max_abs_diff": diff}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "build":
+        out = pathlib.Path(sys.argv[2])
+        build_variant(out, "pre", True)
+        build_variant(out, "post", False)
+    elif sys.argv[1] == "check":
+        check(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("usage: opt_reference.py build OUT | check DIR EXPECTED")
