@@ -102,46 +102,28 @@ torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
 }
 
 torch::Tensor GPTImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = local_logits(x);
-  return transformer->wte->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
+  return nn::tied_output_loss(*transformer->wte, local_logits(x), targets);
 }
 
 torch::Tensor GPTImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {
-  const double tokens = static_cast<double>(targets.numel());
-  const torch::Tensor mean = tail_loss(x, targets).detach().to(torch::kFloat64).reshape({1});
-  return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
-}
-
-torch::Tensor GPTImpl::run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches, const torch::Tensor& key_padding) {
-  if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.n_layer));
-  for (int64_t i = 0; i < config.n_layer; ++i) {
-    x = transformer->blocks[static_cast<size_t>(i)]->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr,
-                                                             key_padding);
-  }
-  return transformer->wte->gather_logits(local_logits(x));
+  return nn::token_loss_sums(tail_loss(x, targets), targets);
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches) {
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
-  return run_blocks(embed(tokens, past), caches, {});
+  const torch::Tensor x = nn::run_blocks(transformer->blocks, embed(tokens, past), caches);
+  return transformer->wte->gather_logits(local_logits(x));
 }
 
 torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  return run_blocks(embed_at(step.tokens, step.positions), &caches, step.key_padding);
+  const torch::Tensor x = nn::run_blocks(transformer->blocks, embed_at(step.tokens, step.positions), &caches, step.key_padding);
+  return transformer->wte->gather_logits(local_logits(x));
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor x = embed(tokens);
-  for (int64_t i = 0; i < config.n_layer; ++i) x = block(i, x);
-  return tail_loss(x, targets);
+  return tail_loss(nn::run_blocks(transformer->blocks, embed(tokens), nullptr), targets);
 }
 
-nn::Decoder decoder(GPT& model) {
-  return {[model](const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) mutable {
-            return model->decode(step, caches);
-          },
-          model->config.n_positions, model->parameters().front().device()};
-}
+nn::Decoder decoder(GPT& model) { return nn::decoder_of(model, model->config.n_positions); }
 
 }  // namespace kuafu::gpt

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/hooks/block_model.h"
-#include "core/nn/generation.h"
+#include "core/nn/language_model.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
 
@@ -77,7 +77,6 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
-  torch::Tensor run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches, const torch::Tensor& key_padding);
   void initialize();
 };
 TORCH_MODULE(GPT);

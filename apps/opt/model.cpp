@@ -139,44 +139,26 @@ torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) {
 }
 
 torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  // The softmax runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-  torch::Tensor logits = local_logits(x);
-  return decoder->embed_tokens->cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
+  return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
 }
 
 torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {
-  const double tokens = static_cast<double>(targets.numel());
-  const torch::Tensor mean = tail_loss(x, targets).detach().to(torch::kFloat64).reshape({1});
-  return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
+  return nn::token_loss_sums(tail_loss(x, targets), targets);
 }
 
-torch::Tensor OPTForCausalLMImpl::run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches,
-                                             const torch::Tensor& key_padding) {
-  if (caches && caches->empty()) caches->resize(static_cast<size_t>(config.num_hidden_layers));
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    x = decoder->blocks[static_cast<size_t>(i)]->forward(x, caches ? &(*caches)[static_cast<size_t>(i)] : nullptr,
-                                                         key_padding);
-  }
+torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& tokens) {
+  return decoder->embed_tokens->gather_logits(local_logits(nn::run_blocks(decoder->blocks, head(tokens), nullptr)));
+}
+
+torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+  const torch::Tensor x = nn::run_blocks(decoder->blocks, embed(step.tokens, step.positions), &caches, step.key_padding);
   return decoder->embed_tokens->gather_logits(local_logits(x));
 }
 
-torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& tokens) { return run_blocks(head(tokens), nullptr, {}); }
-
-torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  return run_blocks(embed(step.tokens, step.positions), &caches, step.key_padding);
-}
-
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor x = head(tokens);
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) x = block(i, x);
-  return tail_loss(x, targets);
+  return tail_loss(nn::run_blocks(decoder->blocks, head(tokens), nullptr), targets);
 }
 
-nn::Decoder decoder(OPTForCausalLM& model) {
-  return {[model](const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) mutable {
-            return model->decode(step, caches);
-          },
-          model->config.max_position_embeddings, model->parameters().front().device()};
-}
+nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }
 
 }  // namespace kuafu::opt

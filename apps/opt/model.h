@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/hooks/block_model.h"
-#include "core/nn/generation.h"
+#include "core/nn/language_model.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
 
@@ -84,7 +84,6 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // final norm, projection, tied output layer
-  torch::Tensor run_blocks(torch::Tensor x, std::vector<ops::KVCache>* caches, const torch::Tensor& key_padding);
   void initialize();
 };
 TORCH_MODULE(OPTForCausalLM);

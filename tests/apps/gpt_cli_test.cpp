@@ -35,6 +35,20 @@ Result run_gpt(const std::string& args) {
 
 using testing::temp_dir;
 
+// Token files of a 64-token vocabulary in `dir` and a config c.toml training a tiny GPT on them for 2
+// steps into dir/run; returns " --config <dir>/c.toml".
+std::string tiny_run(const fs::path& dir, int layers) {
+  std::vector<uint32_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 64);
+  io::write_token_file((dir / "train.tok").string(), tokens, 64);
+  io::write_token_file((dir / "val.tok").string(), tokens, 64);
+  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = " << layers
+                                << "\nn_head = 2\n[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
+                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n";
+  return " --config " + (dir / "c.toml").string();
+}
+
 TEST(GPTConfigsTest, EveryShippedConfigValidates) {
   int count = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(KUAFU_SOURCE_DIR) / "apps/gpt/configs")) {
@@ -68,15 +82,7 @@ TEST(GPTCliTest, UnknownSubcommandAndHelp) {
 
 TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
   const auto dir = temp_dir("truncated");
-  std::vector<uint32_t> tokens(2000);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 64);
-  io::write_token_file((dir / "train.tok").string(), tokens, 64);
-  io::write_token_file((dir / "val.tok").string(), tokens, 64);
-  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 1\nn_head = 2\n"
-                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
-                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
-                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n";
-  const std::string config = " --config " + (dir / "c.toml").string();
+  const std::string config = tiny_run(dir, 1);
   const Result trained = run_gpt("train" + config);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   const fs::path model = dir / "run/checkpoints/step_00000002/model.safetensors";
@@ -137,15 +143,7 @@ TEST(GPTCliTest, GenerateContinuesEachPromptOfABatch) {
 // never replaces a folder.
 TEST(GPTCliTest, ExportedFolderStartsAnotherRun) {
   const auto dir = temp_dir("export");
-  std::vector<uint32_t> tokens(2000);
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i * 7 % 64);
-  io::write_token_file((dir / "train.tok").string(), tokens, 64);
-  io::write_token_file((dir / "val.tok").string(), tokens, 64);
-  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 2\nn_head = 2\n"
-                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
-                                << "[train]\nsteps = 2\nbatch_size = 2\nmicro_batch_size = 2\neval_rows = 2\n"
-                                << "out_dir = \"" << (dir / "run").string() << "\"\n[runtime]\nthreads = 1\n";
-  const std::string config = " --config " + (dir / "c.toml").string();
+  const std::string config = tiny_run(dir, 2);
   const Result trained = run_gpt("train" + config);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   const Result exported = run_gpt("export" + config + " --out " + (dir / "hf").string());

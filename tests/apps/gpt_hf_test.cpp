@@ -11,7 +11,7 @@
 #include "apps/gpt/hugging_face.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
-#include "tests/support/python_reference.h"
+#include "tests/support/reference_outputs.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::gpt {
@@ -25,34 +25,18 @@ constexpr double kTolerance = 1e-5;
 
 struct Reference {
   fs::path dir;
-  io::SafetensorsFile outputs;
-  const torch::Tensor& operator[](const std::string& name) const {
-    const torch::Tensor* t = outputs.find(name);
-    if (!t) throw Error("reference.safetensors has no " + name);
-    return *t;
-  }
+  testing::ReferenceOutputs outputs;
+  const torch::Tensor& operator[](const std::string& name) const { return outputs[name]; }
 };
 
 Reference build_reference(const std::string& name) {
-  Reference r{testing::temp_dir(name), {}};
-  const testing::PythonRun run = testing::run_python_reference("gpt2_reference.py", "build " + r.dir.string());
-  if (run.exit_code != 0) throw Error("gpt2_reference.py build failed:\n" + run.output);
-  r.outputs = io::load_safetensors((r.dir / "reference.safetensors").string());
-  return r;
+  const fs::path dir = testing::build_python_reference("gpt2_reference.py", name);
+  return {dir, testing::read_reference(dir / "reference.safetensors")};
 }
 
-// Logits of the reference's left-padded batch, each row at the positions of its real tokens.
-torch::Tensor padded_logits(GPT& model, const Reference& r) {
-  torch::NoGradGuard no_grad;
-  const torch::Tensor mask = r["mask"].to(torch::kBool);
-  nn::DecodeStep step{r["ids"], (mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), mask};
-  std::vector<ops::KVCache> caches;
-  return model->decode(step, caches);
-}
+using testing::max_difference_on_real_tokens;
 
-double max_difference_on_real_tokens(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
-  return (a - b).abs().index({mask.to(torch::kBool)}).max().item<double>();
-}
+torch::Tensor padded_logits(GPT& model, const Reference& r) { return testing::padded_logits(model, r["ids"], r["mask"]); }
 
 TEST(GPTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
   const Reference r = build_reference("gpt2_reference");
@@ -72,28 +56,17 @@ TEST(GPTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
     model->zero_grad();
     loss.backward();
     for (const auto& p : model->named_parameters()) {
-      const torch::Tensor* expected = r.outputs.find("grad." + p.key());
+      const torch::Tensor* expected = r.outputs.file.find("grad." + p.key());
       if (!expected) continue;
       EXPECT_TRUE(torch::allclose(p.value().grad(), *expected, 1e-4, 1e-6))
           << p.key() << ": largest gradient difference " << (p.value().grad() - *expected).abs().max().item<double>();
     }
 
     // Greedy generation from the left-padded prompts gives transformers' tokens.
-    const torch::Tensor ids = r["ids"], mask = r["mask"].to(torch::kBool);
-    std::vector<std::vector<int64_t>> prompts;
-    for (int64_t row = 0; row < ids.size(0); ++row) {
-      const torch::Tensor real = ids[row].index({mask[row]});
-      prompts.emplace_back(real.data_ptr<int64_t>(), real.data_ptr<int64_t>() + real.numel());
-    }
     nn::SamplingOptions greedy;
     greedy.temperature = 0;
     greedy.max_new_tokens = r["generated"].size(1);
-    const auto generated = nn::generate(decoder(model), prompts, greedy);
-    for (size_t row = 0; row < prompts.size(); ++row) {
-      const torch::Tensor expected = r["generated"][static_cast<int64_t>(row)];
-      EXPECT_EQ(generated[row], std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + expected.numel()))
-          << "row " << row;
-    }
+    EXPECT_EQ(nn::generate(decoder(model), testing::prompts_of(r["ids"], r["mask"]), greedy), testing::rows_of(r["generated"]));
   }
 }
 

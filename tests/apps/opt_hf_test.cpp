@@ -7,11 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "apps/opt/hugging_face.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
-#include "tests/support/python_reference.h"
+#include "tests/support/reference_outputs.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::opt {
@@ -25,35 +26,18 @@ constexpr double kTolerance = 1e-5;
 
 struct Reference {
   fs::path dir;
-  std::map<std::string, io::SafetensorsFile> outputs;  // by variant
-  const torch::Tensor& get(const std::string& variant, const std::string& name) const {
-    const torch::Tensor* t = outputs.at(variant).find(name);
-    if (!t) throw Error(variant + ".safetensors has no " + name);
-    return *t;
-  }
+  std::map<std::string, testing::ReferenceOutputs> outputs;  // by variant
+  const torch::Tensor& get(const std::string& variant, const std::string& name) const { return outputs.at(variant)[name]; }
 };
 
 Reference build_reference(const std::string& name) {
-  Reference r{testing::temp_dir(name), {}};
-  const testing::PythonRun run = testing::run_python_reference("opt_reference.py", "build " + r.dir.string());
-  if (run.exit_code != 0) throw Error("opt_reference.py build failed:\n" + run.output);
-  for (const char* variant : {"pre", "post"}) {
-    r.outputs[variant] = io::load_safetensors((r.dir / (std::string(variant) + ".safetensors")).string());
-  }
+  Reference r{testing::build_python_reference("opt_reference.py", name), {}};
+  for (const std::string variant : {"pre", "post"}) r.outputs[variant] = testing::read_reference(r.dir / (variant + ".safetensors"));
   return r;
 }
 
-torch::Tensor padded_logits(OPTForCausalLM& model, const torch::Tensor& ids, const torch::Tensor& mask) {
-  torch::NoGradGuard no_grad;
-  const torch::Tensor real = mask.to(torch::kBool);
-  nn::DecodeStep step{ids, (real.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), real};
-  std::vector<ops::KVCache> caches;
-  return model->decode(step, caches);
-}
-
-double max_difference_on_real_tokens(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
-  return (a - b).abs().index({mask.to(torch::kBool)}).max().item<double>();
-}
+using testing::max_difference_on_real_tokens;
+using testing::padded_logits;
 
 TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
   const Reference r = build_reference("opt_reference");
@@ -76,7 +60,7 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
     loss.backward();
     int compared = 0;
     for (const auto& p : model->named_parameters()) {
-      const torch::Tensor* expected = r.outputs.at(variant).find("grad." + p.key());
+      const torch::Tensor* expected = r.outputs.at(variant).file.find("grad." + p.key());
       if (!expected) continue;
       ++compared;
       EXPECT_TRUE(torch::allclose(p.value().grad(), *expected, 1e-4, 1e-6))
@@ -86,21 +70,11 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
 
     // Greedy generation from the left-padded prompts (each row at its own positions) gives
     // transformers' tokens.
-    const torch::Tensor ids = ref("ids"), mask = ref("mask").to(torch::kBool);
-    std::vector<std::vector<int64_t>> prompts;
-    for (int64_t row = 0; row < ids.size(0); ++row) {
-      const torch::Tensor real = ids[row].index({mask[row]});
-      prompts.emplace_back(real.data_ptr<int64_t>(), real.data_ptr<int64_t>() + real.numel());
-    }
     nn::SamplingOptions greedy;
     greedy.temperature = 0;
     greedy.max_new_tokens = ref("generated").size(1);
-    const auto generated = nn::generate(decoder(model), prompts, greedy);
-    for (size_t row = 0; row < prompts.size(); ++row) {
-      const torch::Tensor expected = ref("generated")[static_cast<int64_t>(row)];
-      EXPECT_EQ(generated[row], std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + expected.numel()))
-          << "row " << row;
-    }
+    EXPECT_EQ(nn::generate(decoder(model), testing::prompts_of(ref("ids"), ref("mask")), greedy),
+              testing::rows_of(ref("generated")));
   }
 }
 

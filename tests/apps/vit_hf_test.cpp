@@ -9,7 +9,7 @@
 #include "apps/vit/hugging_face.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
-#include "tests/support/python_reference.h"
+#include "tests/support/reference_outputs.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::vit {
@@ -23,20 +23,13 @@ constexpr double kTolerance = 1e-5;
 
 struct Reference {
   fs::path dir;
-  io::SafetensorsFile outputs;
-  const torch::Tensor& operator[](const std::string& name) const {
-    const torch::Tensor* t = outputs.find(name);
-    if (!t) throw Error("reference.safetensors has no " + name);
-    return *t;
-  }
+  testing::ReferenceOutputs outputs;
+  const torch::Tensor& operator[](const std::string& name) const { return outputs[name]; }
 };
 
 Reference build_reference(const std::string& name) {
-  Reference r{testing::temp_dir(name), {}};
-  const testing::PythonRun run = testing::run_python_reference("vit_reference.py", "build " + r.dir.string());
-  if (run.exit_code != 0) throw Error("vit_reference.py build failed:\n" + run.output);
-  r.outputs = io::load_safetensors((r.dir / "reference.safetensors").string());
-  return r;
+  const fs::path dir = testing::build_python_reference("vit_reference.py", name);
+  return {dir, testing::read_reference(dir / "reference.safetensors")};
 }
 
 TEST(ViTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
@@ -52,7 +45,7 @@ TEST(ViTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
   loss.backward();
   int compared = 0;
   for (const auto& p : model->named_parameters()) {
-    const torch::Tensor* expected = r.outputs.find("grad." + p.key());
+    const torch::Tensor* expected = r.outputs.file.find("grad." + p.key());
     if (!expected) continue;
     ++compared;
     EXPECT_TRUE(torch::allclose(p.value().grad(), *expected, 1e-4, 1e-6))

@@ -1,0 +1,34 @@
+// What every causal language model built from nn::TransformerBlock shares around its own embeddings
+// and final layers (GPT-2, OPT; next, RLHF's reward and value models): the blocks run with caches and a
+// padding mask, the tied output layer's loss in float32, the evaluation sums, and the nn::Decoder that
+// generation drives.
+#pragma once
+
+#include <vector>
+
+#include "core/nn/generation.h"
+#include "core/nn/transformer_block.h"
+#include "core/parallel/tensor/embedding.h"
+
+namespace kuafu::nn {
+
+// `blocks` over x [B, T, C]; with `caches` (one per block, made on first use) each continues its cache.
+torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
+                         const torch::Tensor& key_padding = {});
+
+// Mean cross-entropy of the tied output layer's logits (this rank's block) against targets. The softmax
+// runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
+torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& logits,
+                               const torch::Tensor& targets);
+
+// [loss sum, tokens, 0] (float64): the evaluation sums of a mean loss over `targets`' tokens.
+torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tensor& targets);
+
+// The decoder generation drives, for a model holder with decode(step, caches).
+template <typename ModelHolder>
+Decoder decoder_of(ModelHolder model, int64_t context) {
+  return {[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) mutable { return model->decode(step, caches); },
+          context, model->parameters().front().device()};
+}
+
+}  // namespace kuafu::nn
