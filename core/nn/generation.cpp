@@ -78,7 +78,8 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       step = left_padded(windows, decoder.device, real);
     }
     // Sampled on the host with the seeded CPU generator: the same tokens on every device.
-    const torch::Tensor logits = decoder.forward(step, caches).select(1, -1).to(torch::kCPU).to(torch::kFloat64);
+    torch::Tensor logits = decoder.forward(step, caches).select(1, -1).to(torch::kCPU).to(torch::kFloat64);
+    if (options.vocab_limit > 0 && options.vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, options.vocab_limit);
     std::vector<int64_t> next(rows);
     for (size_t r = 0; r < rows; ++r) {
       const torch::Tensor row = logits[static_cast<int64_t>(r)];

@@ -19,6 +19,9 @@ struct SamplingOptions {
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
   std::optional<int64_t> stop_token;
+  // Only ids below this are ever chosen (0: every row of the output layer). OPT's embedding has 50,272
+  // rows for a 50,265-token tokenizer: the extra rows are padding, never sampled, never resized away.
+  int64_t vocab_limit = 0;
 };
 
 // One decoding call: the new tokens of every row, where each one sits in its row's sequence, and which

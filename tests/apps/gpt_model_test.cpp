@@ -167,6 +167,31 @@ TEST(SamplingTest, BatchedSamplingIsReproducible) {
   EXPECT_NE(nn::generate(decoder(model), prompts, options), first);
 }
 
+// vocab_limit keeps sampling to the tokenizer's ids when the output layer has more rows (OPT): the
+// tiny model's 50 rows, limited to 7, never give an id of 7 or more, greedy or sampled.
+TEST(SamplingTest, NoTokenBeyondTheVocabularyLimitIsChosen) {
+  torch::manual_seed(4);
+  GPT model(tiny_config());
+  model->eval();
+  nn::SamplingOptions options;
+  options.max_new_tokens = 12;
+  options.seed = 9;
+  options.vocab_limit = 7;
+  for (double temperature : {0.0, 1.0, 5.0}) {
+    options.temperature = temperature;
+    for (const auto& row : nn::generate(decoder(model), {{1, 2, 3}, {40, 41}}, options)) {
+      for (int64_t id : row) EXPECT_LT(id, 7) << "temperature " << temperature;
+    }
+  }
+  // Without the limit the hot samples reach the other rows (the test above would see it).
+  options.vocab_limit = 0;
+  int64_t highest = 0;
+  for (const auto& row : nn::generate(decoder(model), {{1, 2, 3}, {40, 41}}, options)) {
+    for (int64_t id : row) highest = std::max(highest, id);
+  }
+  EXPECT_GE(highest, 7);
+}
+
 // Before: when the context filled, decoding restarted and the tokens produced so far were dropped
 // from the result (30 asked for past a 16-position context gave 17).
 TEST(SamplingTest, GenerationPastTheContextReturnsEveryNewToken) {
