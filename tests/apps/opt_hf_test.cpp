@@ -10,6 +10,7 @@
 #include <map>
 
 #include "apps/opt/hugging_face.h"
+#include "apps/opt/shapes.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/reference_outputs.h"
@@ -103,6 +104,33 @@ TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
     ASSERT_EQ(mine.size(), theirs.size());
     for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::equal(mine[i].second, theirs[i].second)) << mine[i].first;
   }
+}
+
+// The published shapes: OPTConfig::parameter_count equals transformers' count of OPTForCausalLM built
+// from the same shape (on the meta device); 125m and 350m give the sizes Hugging Face lists (125,239,296
+// and 331,196,416), the others stay within 5% of their names.
+TEST(OPTShapesTest, ParameterCountsEqualTransformersAndThePublishedSizes) {
+  std::string specs;
+  for (const std::string& name : opt_shape_names()) {
+    const OPTConfig c = opt_shape(name);
+    specs += " " + name + "," + std::to_string(c.hidden_size) + "," + std::to_string(c.num_hidden_layers) + "," +
+             std::to_string(c.num_attention_heads) + "," + std::to_string(c.word_embed_proj_dim) + "," +
+             (c.do_layer_norm_before ? "1" : "0");
+  }
+  const testing::PythonRun run = testing::run_python_reference("opt_reference.py", "count" + specs);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json counts = testing::last_json_line(run.output);
+  ASSERT_EQ(counts.size(), 8u);
+  const std::map<std::string, double> nominal = {{"125m", 125e6}, {"350m", 350e6}, {"1.3b", 1.3e9}, {"2.7b", 2.7e9},
+                                                 {"6.7b", 6.7e9}, {"13b", 13e9},   {"30b", 30e9},   {"66b", 66e9}};
+  for (const std::string& name : opt_shape_names()) {
+    const int64_t count = opt_shape(name).parameter_count();
+    EXPECT_EQ(count, counts[name].get<int64_t>()) << name;
+    EXPECT_NEAR(static_cast<double>(count) / nominal.at(name), 1.0, 0.06) << name;
+  }
+  EXPECT_EQ(opt_shape("125m").parameter_count(), 125239296);
+  EXPECT_EQ(opt_shape("350m").parameter_count(), 331196416);
+  EXPECT_TRUE(testing::Contains(testing::error_message([] { opt_shape("7b"); }), "125m, 350m, 1.3b"));
 }
 
 }  // namespace

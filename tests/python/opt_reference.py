@@ -9,6 +9,9 @@
                                batch, greedy generation from the padded batch
   opt_reference.py check DIR EXPECTED
                                loads DIR (a folder Kuafu wrote) and prints the largest logit difference
+  opt_reference.py count NAME,HIDDEN,LAYERS,HEADS,EMBED_DIM,PRE_LN ...
+                               each shape's parameter count in OPTForCausalLM, built on the meta device
+                               (no memory), the tied head counted once
 """
 import json
 import pathlib
@@ -76,5 +79,17 @@ if __name__ == "__main__":
         build_variant(out, "post", False)
     elif sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "count":
+        counts = {}
+        for spec in sys.argv[2:]:
+            name, hidden, layers, heads, embed, pre_ln = spec.split(",")
+            hidden, layers, heads, embed = int(hidden), int(layers), int(heads), int(embed)
+            config = OPTConfig(vocab_size=50272, hidden_size=hidden, num_hidden_layers=layers, ffn_dim=4 * hidden,
+                               num_attention_heads=heads, max_position_embeddings=2048, word_embed_proj_dim=embed,
+                               do_layer_norm_before=pre_ln == "1")
+            with torch.device("meta"):
+                model = OPTForCausalLM(config)
+            counts[name] = sum(p.numel() for p in model.parameters())
+        print(json.dumps(counts))
     else:
         sys.exit("usage: opt_reference.py build OUT | check DIR EXPECTED")
