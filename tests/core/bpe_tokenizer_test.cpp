@@ -105,6 +105,34 @@ TEST(BpeTokenizerTest, MergesApplyByRankAsWorkedByHand) {
   EXPECT_EQ(t.decode(t.encode("ab<eos>ab")), "ab<eos>ab");
 }
 
+// A model folder: tokenizer.json when there is one; else vocab.json + merges.txt with the special
+// tokens special_tokens_map.json names (as strings or {"content": ...}).
+TEST(BpeTokenizerTest, AFolderNamesItsSpecialTokens) {
+  const fs::path dir = testing::temp_dir("bpe_folder");
+  tiny_tokenizer(dir);  // writes vocab.json (with "<eos>") and merges.txt
+  std::ofstream(dir / "special_tokens_map.json") << R"({"eos_token": {"content": "<eos>"}, "pad_token": "<eos>"})";
+  const BpeTokenizer from_folder = BpeTokenizer::from_folder(dir.string());
+  const int64_t eos = *from_folder.token_id("<eos>");
+  EXPECT_EQ(from_folder.encode("ab<eos>"), (std::vector<int64_t>{*from_folder.token_id("ab"), eos}));
+  // Without the map "<eos>" is ordinary text: its characters.
+  fs::remove(dir / "special_tokens_map.json");
+  const BpeTokenizer plain = BpeTokenizer::from_folder(dir.string());
+  EXPECT_EQ(plain.encode("<eos>").size(), 5u);
+  // A tokenizer.json beside them wins.
+  nlohmann::json vocab = nlohmann::json::parse(read_file((dir / "vocab.json").string()));
+  nlohmann::json file = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array({"a b"})}}},
+                         {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                         {"added_tokens", nlohmann::json::array({{{"id", eos}, {"content", "<eos>"}, {"special", true}}})}};
+  std::ofstream(dir / "tokenizer.json") << file.dump();
+  const BpeTokenizer from_json = BpeTokenizer::from_folder(dir.string());
+  // Only "a b" is a merge here: "abc" stays "ab" + "c", and "<eos>" is special again.
+  EXPECT_EQ(from_json.encode("abc<eos>"),
+            (std::vector<int64_t>{*from_json.token_id("ab"), *from_json.token_id("c"), eos}));
+  const fs::path empty = testing::temp_dir("bpe_no_folder");
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { BpeTokenizer::from_folder(empty.string()); }),
+                                "no tokenizer.json and no vocab.json + merges.txt"));
+}
+
 TEST(BpeTokenizerTest, BadInputIsNamed) {
   const fs::path dir = testing::temp_dir("bpe_bad");
   const BpeTokenizer t = tiny_tokenizer(dir);
