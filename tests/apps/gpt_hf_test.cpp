@@ -23,16 +23,9 @@ namespace fs = std::filesystem;
 // 1e-5 leaves room and still catches a wrong position, mask or tensor (those move logits by 1e-2 or more).
 constexpr double kTolerance = 1e-5;
 
-struct Reference {
-  fs::path dir;
-  testing::ReferenceOutputs outputs;
-  const torch::Tensor& operator[](const std::string& name) const { return outputs[name]; }
-};
+using testing::Reference;
 
-Reference build_reference(const std::string& name) {
-  const fs::path dir = testing::build_python_reference("gpt2_reference.py", name);
-  return {dir, testing::read_reference(dir / "reference.safetensors")};
-}
+Reference build_reference(const std::string& name) { return testing::build_reference("gpt2_reference.py", name); }
 
 using testing::max_difference_on_real_tokens;
 

@@ -21,16 +21,9 @@ namespace fs = std::filesystem;
 // a wrong tensor or a missing norm (those move logits of order 1 by 1e-2 or more).
 constexpr double kTolerance = 1e-5;
 
-struct Reference {
-  fs::path dir;
-  testing::ReferenceOutputs outputs;
-  const torch::Tensor& operator[](const std::string& name) const { return outputs[name]; }
-};
+using testing::Reference;
 
-Reference build_reference(const std::string& name) {
-  const fs::path dir = testing::build_python_reference("vit_reference.py", name);
-  return {dir, testing::read_reference(dir / "reference.safetensors")};
-}
+Reference build_reference(const std::string& name) { return testing::build_reference("vit_reference.py", name); }
 
 TEST(ViTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
   const Reference r = build_reference("vit_reference");

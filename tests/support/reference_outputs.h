@@ -37,6 +37,18 @@ inline std::filesystem::path build_python_reference(const std::string& script, c
   return dir;
 }
 
+// A reference built into its folder with one outputs file (reference.safetensors), read by name.
+struct Reference {
+  std::filesystem::path dir;
+  ReferenceOutputs outputs;
+  const torch::Tensor& operator[](const std::string& name) const { return outputs[name]; }
+};
+
+inline Reference build_reference(const std::string& script, const std::string& name) {
+  const std::filesystem::path dir = build_python_reference(script, name);
+  return {dir, read_reference(dir / "reference.safetensors")};
+}
+
 // Logits [B, T, V] of a left-padded batch (mask: 1 for a real token), each row at the positions of
 // its real tokens, through the model's decode (as generation runs it).
 template <typename ModelHolder>
