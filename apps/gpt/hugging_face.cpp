@@ -1,6 +1,5 @@
 #include "apps/gpt/hugging_face.h"
 
-#include "core/train/checkpoint.h"
 #include "core/train/hf_interop.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -72,13 +71,7 @@ void load_hf_weights(GPT& model, const io::HfFolder& folder) {
     }
     return text::starts_with(stored, "transformer.") ? stored : "transformer." + stored;  // a bare GPT2Model
   });
-  if (const io::HfTensor* head = folder.find("lm_head.weight")) {
-    // A file that holds the head must hold the embedding's copy: an untied head would be dropped here.
-    const io::HfTensor* embedding = folder.find("transformer.wte.weight");
-    if (!embedding) embedding = folder.find("wte.weight");
-    KUAFU_CHECK(embedding && torch::equal(head->tensor, embedding->tensor), head->file,
-                ": lm_head.weight differs from transformer.wte.weight; Kuafu's GPT-2 ties them");
-  }
+  train::check_tied_copy(folder, "lm_head.weight", {"transformer.wte.weight", "wte.weight"});
 }
 
 GPT load_hf_gpt(const std::string& dir, torch::Device device) {
@@ -89,10 +82,7 @@ GPT load_hf_gpt(const std::string& dir, torch::Device device) {
 }
 
 void export_hf_gpt(GPT& model, const std::string& dir, const io::HfWriteOptions& options) {
-  KUAFU_CHECK(!model->tp.enabled(), "export takes the whole (serial) model");
-  io::NamedTensors tensors;
-  for (const auto& [name, tensor] : train::named_weights(*model)) tensors.emplace_back(name, tensor.detach().to(torch::kFloat32));
-  io::write_hf_folder(dir, hf_config(model->config), tensors, options);
+  train::export_pretrained(*model, model->tp, dir, hf_config(model->config), options);
 }
 
 }  // namespace kuafu::gpt

@@ -1,6 +1,5 @@
 #include "apps/opt/hugging_face.h"
 
-#include "core/train/checkpoint.h"
 #include "core/train/hf_interop.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -64,15 +63,10 @@ nlohmann::json hf_config(const OPTConfig& c) {
 
 void load_hf_weights(OPTForCausalLM& model, const io::HfFolder& folder) {
   train::load_pretrained(*model, model->tp, folder, [](const std::string& stored) -> std::optional<std::string> {
-    if (stored == "lm_head.weight") return std::nullopt;  // the token embedding (checked below)
+    if (stored == "lm_head.weight") return std::nullopt;  // a copy of the token embedding (checked below)
     return text::starts_with(stored, "model.") ? stored : "model." + stored;  // a bare OPTModel's "decoder.*"
   });
-  if (const io::HfTensor* head = folder.find("lm_head.weight")) {
-    const io::HfTensor* embedding = folder.find("model.decoder.embed_tokens.weight");
-    if (!embedding) embedding = folder.find("decoder.embed_tokens.weight");
-    KUAFU_CHECK(embedding && torch::equal(head->tensor, embedding->tensor), head->file,
-                ": lm_head.weight differs from model.decoder.embed_tokens.weight; Kuafu's OPT ties them");
-  }
+  train::check_tied_copy(folder, "lm_head.weight", {"model.decoder.embed_tokens.weight", "decoder.embed_tokens.weight"});
 }
 
 OPTForCausalLM load_hf_opt(const std::string& dir, torch::Device device) {
@@ -83,10 +77,7 @@ OPTForCausalLM load_hf_opt(const std::string& dir, torch::Device device) {
 }
 
 void export_hf_opt(OPTForCausalLM& model, const std::string& dir, const io::HfWriteOptions& options) {
-  KUAFU_CHECK(!model->tp.enabled(), "export takes the whole (serial) model");
-  io::NamedTensors tensors;
-  for (const auto& [name, tensor] : train::named_weights(*model)) tensors.emplace_back(name, tensor.detach().to(torch::kFloat32));
-  io::write_hf_folder(dir, hf_config(model->config), tensors, options);
+  train::export_pretrained(*model, model->tp, dir, hf_config(model->config), options);
 }
 
 }  // namespace kuafu::opt

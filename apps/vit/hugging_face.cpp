@@ -1,6 +1,5 @@
 #include "apps/vit/hugging_face.h"
 
-#include "core/train/checkpoint.h"
 #include "core/train/hf_interop.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -87,10 +86,7 @@ ViTForImageClassification load_hf_vit(const std::string& dir, torch::Device devi
 
 void export_hf_vit(ViTForImageClassification& model, const std::string& dir, const std::vector<std::string>& class_names,
                    const io::HfWriteOptions& options) {
-  KUAFU_CHECK(!model->tp.enabled(), "export takes the whole (serial) model");
-  io::NamedTensors tensors;
-  for (const auto& [name, tensor] : train::named_weights(*model)) tensors.emplace_back(name, tensor.detach().to(torch::kFloat32));
-  io::write_hf_folder(dir, hf_config(model->config, class_names), tensors, options);
+  train::export_pretrained(*model, model->tp, dir, hf_config(model->config, class_names), options);
 }
 
 }  // namespace kuafu::vit

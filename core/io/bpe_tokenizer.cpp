@@ -124,22 +124,21 @@ struct BpeTokenizer::State {
     std::vector<std::string> symbols;
     for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
     // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
+    std::vector<int> ranks;  // ranks[i]: of the pair symbols[i], symbols[i + 1] (INT_MAX: none)
     while (symbols.size() > 1) {
-      int best = INT_MAX;
+      ranks.clear();
       for (size_t i = 0; i + 1 < symbols.size(); ++i) {
         const auto rank = merge_rank.find(symbols[i] + " " + symbols[i + 1]);
-        if (rank != merge_rank.end()) best = std::min(best, rank->second);
+        ranks.push_back(rank == merge_rank.end() ? INT_MAX : rank->second);
       }
+      const int best = *std::min_element(ranks.begin(), ranks.end());
       if (best == INT_MAX) break;
       std::vector<std::string> merged;
       for (size_t i = 0; i < symbols.size(); ++i) {
-        if (i + 1 < symbols.size()) {
-          const auto rank = merge_rank.find(symbols[i] + " " + symbols[i + 1]);
-          if (rank != merge_rank.end() && rank->second == best) {
-            merged.push_back(symbols[i] + symbols[i + 1]);
-            ++i;
-            continue;
-          }
+        if (i + 1 < symbols.size() && ranks[i] == best) {
+          merged.push_back(symbols[i] + symbols[i + 1]);
+          ++i;
+          continue;
         }
         merged.push_back(symbols[i]);
       }

@@ -176,13 +176,12 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config, const
     save_safetensors((building / kSingleFile).string(), shards[0], metadata);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
-    const std::string count = std::to_string(shards.size());
+    auto five_digits = [](size_t n) {
+      std::string digits = std::to_string(n);
+      return std::string(5 - std::min<size_t>(5, digits.size()), '0') + digits;
+    };
     for (size_t i = 0; i < shards.size(); ++i) {
-      std::string number = std::to_string(i + 1);
-      number.insert(0, 5 - std::min<size_t>(5, number.size()), '0');
-      std::string of = count;
-      of.insert(0, 5 - std::min<size_t>(5, of.size()), '0');
-      const std::string file = "model-" + number + "-of-" + of + ".safetensors";
+      const std::string file = "model-" + five_digits(i + 1) + "-of-" + five_digits(shards.size()) + ".safetensors";
       save_safetensors((building / file).string(), shards[i], metadata);
       for (const auto& [name, tensor] : shards[i]) weight_map[name] = file;
     }

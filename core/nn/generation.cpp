@@ -26,13 +26,14 @@ torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
 
 namespace {
 
-// The rows' windows left-padded into one first decoding step; `real` becomes its key mask.
-DecodeStep left_padded(const std::vector<std::vector<int64_t>>& windows, const torch::Device& device, torch::Tensor& real) {
+// The rows' windows left-padded into one first decoding step; its key_padding (which keys are real
+// tokens) is set only when some row is padded.
+DecodeStep left_padded(const std::vector<std::vector<int64_t>>& windows, const torch::Device& device) {
   const int64_t rows = static_cast<int64_t>(windows.size());
   int64_t longest = 0;
   for (const auto& w : windows) longest = std::max<int64_t>(longest, static_cast<int64_t>(w.size()));
   torch::Tensor tokens = torch::zeros({rows, longest}, torch::kInt64);  // padding's id is never attended to
-  real = torch::zeros({rows, longest}, torch::kBool);
+  torch::Tensor real = torch::zeros({rows, longest}, torch::kBool);
   for (int64_t r = 0; r < rows; ++r) {
     const auto& w = windows[static_cast<size_t>(r)];
     const int64_t pad = longest - static_cast<int64_t>(w.size());
@@ -68,14 +69,13 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
   std::vector<std::vector<int64_t>> produced(rows);
   std::vector<bool> stopped(rows, false);
   std::vector<ops::KVCache> caches;
-  torch::Tensor real;  // [B, cached]: which cached keys are real tokens
-  DecodeStep step = left_padded(windows, decoder.device, real);
+  DecodeStep step = left_padded(windows, decoder.device);
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     if (!caches.empty() && caches[0].length() + 1 > limit) {
       // Context full: restart every row's cache from its last limit/2 tokens (rare in sampling demos).
       for (auto& w : windows) w.assign(w.end() - std::min<int64_t>(static_cast<int64_t>(w.size()), limit / 2), w.end());
       caches.clear();
-      step = left_padded(windows, decoder.device, real);
+      step = left_padded(windows, decoder.device);
     }
     // Sampled on the host with the seeded CPU generator: the same tokens on every device.
     torch::Tensor logits = decoder.forward(step, caches).select(1, -1).to(torch::kCPU).to(torch::kFloat64);
@@ -98,10 +98,11 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
     std::vector<int64_t> positions;
     for (const auto& w : windows) positions.push_back(static_cast<int64_t>(w.size()) - 1);
     const auto on_model = torch::TensorOptions(torch::kInt64).device(decoder.device);
-    real = torch::cat({real, torch::ones({static_cast<int64_t>(rows), 1}, real.options())}, 1);
     step.tokens = torch::tensor(next, on_model).unsqueeze(1);
     step.positions = torch::tensor(positions, on_model).unsqueeze(1);
-    step.key_padding = step.key_padding.defined() ? real : torch::Tensor();
+    if (step.key_padding.defined()) {  // the new token is real in every row
+      step.key_padding = torch::cat({step.key_padding, torch::ones({step.key_padding.size(0), 1}, step.key_padding.options())}, 1);
+    }
   }
   return produced;
 }

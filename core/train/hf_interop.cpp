@@ -6,6 +6,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/train/checkpoint.h"
+
 namespace kuafu::train {
 
 void add_hf_schema(config::Schema& s) {
@@ -60,6 +62,25 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     tensor.copy_(by_name.at(name));
     return true;
   });
+}
+
+void check_tied_copy(const io::HfFolder& folder, const std::string& head, const std::vector<std::string>& embedding_names) {
+  const io::HfTensor* copy = folder.find(head);
+  if (!copy) return;
+  const io::HfTensor* embedding = nullptr;
+  for (const std::string& name : embedding_names) {
+    if (!embedding) embedding = folder.find(name);
+  }
+  KUAFU_CHECK(embedding && torch::equal(copy->tensor, embedding->tensor), copy->file, ": ", head, " differs from ",
+              embedding_names.front(), "; the model ties them");
+}
+
+void export_pretrained(const torch::nn::Module& model, const parallel::TensorParallel& tp, const std::string& dir,
+                       const nlohmann::json& config, const io::HfWriteOptions& options) {
+  KUAFU_CHECK(!tp.enabled(), "export takes the whole (serial) model");
+  io::NamedTensors tensors;
+  for (const auto& [name, tensor] : named_weights(model)) tensors.emplace_back(name, tensor.detach().to(torch::kFloat32));
+  io::write_hf_folder(dir, config, tensors, options);
 }
 
 }  // namespace kuafu::train

@@ -31,4 +31,13 @@ io::HfWriteOptions export_options(const config::Config& config);
 void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& tp, const io::HfFolder& folder,
                      const io::StoredToModel& to_model, const io::MayStay& may_stay = nullptr);
 
+// A tied output layer a folder stores as a copy (`head`, e.g. "lm_head.weight") must equal the
+// embedding it is tied to, stored under the first of `embedding_names` the folder has: otherwise the
+// copy, which the model drops, would differ from what it keeps. kuafu::Error naming the file.
+void check_tied_copy(const io::HfFolder& folder, const std::string& head, const std::vector<std::string>& embedding_names);
+
+// Writes the whole (serial) `model`'s parameters and buffers in float32 as a new folder `dir` with `config`.
+void export_pretrained(const torch::nn::Module& model, const parallel::TensorParallel& tp, const std::string& dir,
+                       const nlohmann::json& config, const io::HfWriteOptions& options);
+
 }  // namespace kuafu::train

@@ -52,7 +52,7 @@ StepLoop::StepLoop(const TrainSettings& settings, const Runtime& runtime, const 
   if (runtime.is_main()) progress_.emplace(start_step, settings.steps, settings.log_interval, settings.progress);
 }
 
-void StepLoop::begin(int64_t /*step*/) {
+void StepLoop::begin() {
   start_ = std::chrono::steady_clock::now();
   sent_before_ = bytes_sent_by_group(*runtime_.world);
 }

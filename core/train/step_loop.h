@@ -38,7 +38,7 @@ class StepLoop {
   // Installs the stop signals; progress starts at `start_step` (0-based) of settings.steps.
   StepLoop(const TrainSettings& settings, const Runtime& runtime, const RunFolder& run, int64_t start_step, StepWork work);
 
-  void begin(int64_t step);  // starts the step's clock and byte counters
+  void begin();  // starts a step's clock and byte counters
   // One small all-reduce over the world: the mean loss and every rank's non-finite and stop flags.
   StepOutcome agree(double loss, bool non_finite) const;
   // After the step's work: waits for the device, then prints `fields` ("loss 3.21 | lr ...") with the

@@ -106,7 +106,7 @@ TrainSummary Trainer::run() {
 
   task_.model().train();
   for (int64_t step = start_step_; step < settings_.steps; ++step) {
-    loop.begin(step);
+    loop.begin();
     const double lr = state_->start_step(step);
     // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
     const double loss_scale = state_->loss_scale();

@@ -90,7 +90,7 @@ void train_ppo(const config::Config& config, uint64_t seed, std::optional<int64_
   };
   StepLoop loop(settings, runtime, run, start, {"states", 16, 0, torch::kFloat32});
   for (int64_t step = start; step < settings.steps; ++step) {
-    loop.begin(step);
+    loop.begin();
     if (stop_during == step) request_stop();
     // Rollout: states and sampled actions come from the default generator, which the checkpoint keeps.
     const torch::Tensor states = torch::randn({16, 4});
