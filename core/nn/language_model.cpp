@@ -15,7 +15,7 @@ torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const to
 }
 
 torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tensor& targets) {
-  const double tokens = static_cast<double>(targets.numel());
+  const double tokens = static_cast<double>((targets != parallel::kIgnoredTarget).sum().item<int64_t>());
   const torch::Tensor mean = mean_loss.detach().to(torch::kFloat64).reshape({1});
   return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
 }

@@ -21,7 +21,7 @@ torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x,
 torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& logits,
                                const torch::Tensor& targets);
 
-// [loss sum, tokens, 0] (float64): the evaluation sums of a mean loss over `targets`' tokens.
+// [loss sum, tokens, 0] (float64): the evaluation sums of a mean loss over `targets`' learned tokens.
 torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tensor& targets);
 
 // The decoder generation drives, for a model holder with decode(step, caches).

@@ -132,6 +132,31 @@ inline void tied_embedding_equals_serial(parallel::TokenEmbeddingImpl& embedding
   loss_p.backward();
   expect_close(loss_p, loss_s, "loss", tolerance);
   expect_gradients({param}, mesh, tolerance);
+
+  // Ignored targets (kIgnoredTarget): every target of row 0 and one of row 1, so row blocks hold
+  // different numbers of learned tokens. PyTorch's ignore_index mean is the reference.
+  weight.mutable_grad() = torch::Tensor();
+  torch::Tensor masked = targets.clone();
+  masked[0].fill_(parallel::kIgnoredTarget);
+  masked[1][2] = parallel::kIgnoredTarget;
+  const BoundParam again = bind_param("embedding (ignored targets)", table, weight, layout, mesh);
+  const torch::Tensor logits_m = torch::matmul(torch::embedding(again.serial, ids), again.serial.t());
+  const torch::Tensor loss_m = torch::nn::functional::cross_entropy(
+      logits_m.reshape({-1, full[0]}), masked.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(parallel::kIgnoredTarget));
+  loss_m.backward();
+  const torch::Tensor loss_pm = embedding.cross_entropy(embedding.logits(embedding.forward(ids)), masked);
+  loss_pm.backward();
+  expect_close(loss_pm, loss_m, "loss with ignored targets", tolerance);
+  expect_gradients({again}, mesh, tolerance);
+
+  // No learned target at all: a loss of exactly 0 and zero gradients, not torch's 0/0.
+  weight.mutable_grad() = torch::Tensor();
+  const torch::Tensor none = torch::full_like(targets, parallel::kIgnoredTarget);
+  const torch::Tensor loss_none = embedding.cross_entropy(embedding.logits(embedding.forward(ids)), none);
+  loss_none.backward();
+  EXPECT_EQ(loss_none.item<double>(), 0.0) << "loss of a batch with every target ignored";
+  EXPECT_EQ(weight.grad().abs().max().item<double>(), 0.0) << "gradient of a batch with every target ignored";
 }
 
 }  // namespace kuafu::testing

@@ -12,6 +12,11 @@
 
 namespace kuafu::parallel {
 
+// A target that takes no part in the loss (prompt tokens, padding): PyTorch's and Hugging Face's -100.
+constexpr int64_t kIgnoredTarget = -100;
+// How many targets are learned (not kIgnoredTarget), at least 1 so that a batch with none divides to 0.
+torch::Tensor learned_count(const torch::Tensor& targets);
+
 class TokenEmbeddingImpl : public torch::nn::Module {
  public:
   // This rank's block of the embedded activation for token ids [B, ...], the whole batch of this data
@@ -20,7 +25,8 @@ class TokenEmbeddingImpl : public torch::nn::Module {
   // The tied output layer, logits = hidden E^T: this rank's block of the logits from its block of the
   // final hidden states.
   virtual torch::Tensor logits(const torch::Tensor& hidden) = 0;
-  // Mean cross-entropy over every token of `targets` [B, ...] (the whole batch, as given to forward),
+  // Mean cross-entropy over the learned tokens of `targets` [B, ...] (the whole batch, as given to
+  // forward; kIgnoredTarget takes no part, and a batch with no learned token gives 0 and no gradient),
   // never gathering the logits. The same value on every rank of the tensor group; each rank's backward
   // yields the exact gradient of its own logits block.
   virtual torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) = 0;

@@ -34,9 +34,11 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     const OwnedTargets t = owned(targets, vocab_start, logits.size(1));
     torch::Tensor picked = logits.gather(1, t.local.unsqueeze(1)).squeeze(1) * t.mask.to(logits.scalar_type());
     dist::all_reduce(picked, *group);
-    // loss_i = log sum_j exp(z_ij) - z_i,target, computed around the row maximum
-    torch::Tensor loss = (sum.log() + max - picked).mean();
-    ctx->save_for_backward({exp / sum.unsqueeze(1), t.local, t.mask});
+    // loss_i = log sum_j exp(z_ij) - z_i,target, computed around the row maximum, averaged over the
+    // learned rows (weight 1/count each, 0 for an ignored row)
+    const torch::Tensor weights = (targets != kIgnoredTarget).to(logits.scalar_type()) / learned_count(targets);
+    torch::Tensor loss = ((sum.log() + max - picked) * weights).sum();
+    ctx->save_for_backward({exp / sum.unsqueeze(1), t.local, t.mask, weights});
     return loss;
   }
 
@@ -45,8 +47,9 @@ struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossE
     torch::Tensor d = saved[0].clone();  // softmax over this rank's columns
     const torch::Tensor& local = saved[1];
     const torch::Tensor& mask = saved[2];
+    const torch::Tensor& weights = saved[3];
     d.scatter_add_(1, local.unsqueeze(1), -mask.to(d.scalar_type()).unsqueeze(1));
-    d.mul_(grad[0] / static_cast<double>(d.size(0)));
+    d.mul_(weights.unsqueeze(1) * grad[0]);
     return {d, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -108,12 +111,16 @@ torch::Tensor blocked_cross_entropy(const torch::Tensor& logits, const torch::Te
   KUAFU_CHECK(logits.dim() == targets.dim() + 1 && logits.sizes().slice(0, targets.dim()) == targets.sizes(),
               "cross-entropy of blocked logits: logits [B/r, ..., V/v] and this rank's targets [B/r, ...], got ",
               logits.sizes(), " and ", targets.sizes());
-  const torch::Tensor row_mean = vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}),
-                                                              targets.reshape({-1}), vocab->rank() * logits.size(-1),
-                                                              vocab);
-  // L = (1/r) Σ_blocks loss_block, all-reduced over the row blocks forward. Its backward is the
-  // identity: ∂L/∂logits = (1/r) ∂loss_block/∂logits is what each rank computes from its own rows.
-  return dist::autograd::reduce_from_group(row_mean / static_cast<double>(rows->size()), rows);
+  const torch::Tensor block_mean = vocab_parallel_cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                                targets.reshape({-1}), vocab->rank() * logits.size(-1),
+                                                                vocab);
+  // Blocks hold different numbers of learned tokens, so each weighs in by its share n_b / n:
+  // L = Σ_blocks (n_b / n) loss_b, all-reduced over the row blocks forward. Its backward is the
+  // identity: ∂L/∂logits = (n_b / n) ∂loss_b/∂logits is what each rank computes from its own rows.
+  const torch::Tensor block_learned = (targets != kIgnoredTarget).sum().to(block_mean.scalar_type());
+  torch::Tensor all_learned = block_learned.clone();
+  dist::all_reduce(all_learned, *rows);
+  return dist::autograd::reduce_from_group(block_mean * block_learned / all_learned.clamp_min(1), rows);
 }
 
 torch::Tensor gather_blocked_logits(const torch::Tensor& logits, const dist::GroupPtr& vocab,

@@ -32,7 +32,8 @@ class VocabParallelEmbeddingImpl : public TokenEmbeddingImpl, public ShardedModu
 TORCH_MODULE(VocabParallelEmbedding);
 
 // Mean cross-entropy of logits cut by vocabulary along the last dimension ([N, V/P] on each rank, this
-// rank's ids starting at `vocab_start`) against global target ids [N]. The row maximum and the sum of
+// rank's ids starting at `vocab_start`) against global target ids [N], over the learned targets (not
+// kIgnoredTarget; 0 when there are none). The row maximum and the sum of
 // exponentials are all-reduced, the target's logit comes from the rank that holds it; the backward
 // is softmax - one-hot on each rank's own columns. Equals the serial cross-entropy of the full logits.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
@@ -45,8 +46,9 @@ torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const to
 // This rank's row block of a whole batch [B, ...] (ids, targets); kuafu::Error naming the sizes when B
 // does not divide into `rows`' size.
 torch::Tensor rows_block(const torch::Tensor& batch, const dist::ProcessGroup& rows);
-// Mean cross-entropy over every row block: the vocabulary-parallel cross-entropy of this rank's rows
-// (targets [rows, ...] = rows_block of the batch), averaged over the equal-sized row blocks.
+// Mean cross-entropy over the learned targets of every row block: the vocabulary-parallel cross-entropy
+// of this rank's rows (targets [rows, ...] = rows_block of the batch), each block weighted by its
+// share of the learned targets.
 torch::Tensor blocked_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                     const dist::GroupPtr& vocab, const dist::GroupPtr& rows);
 // The full logits [B, ..., V] from every rank's block.
