@@ -5,6 +5,7 @@
 #include "apps/gpt/hugging_face.h"
 #include "core/io/tokenizer.h"
 #include "core/train/benchmark.h"
+#include "core/train/generate_settings.h"
 #include "core/train/hf_interop.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
@@ -31,15 +32,7 @@ config::Schema gpt_schema() {
   s.add_int("data.val_every", 20, "`prepare` puts every N-th block of 100 lines into validation").min(2);
   s.add_int("data.context", 256, "tokens per training window (<= model.n_positions)").min(1);
 
-  s.add_string("generate.prompt", "In the beginning", "text to continue");
-  s.add_string_list("generate.prompts", {},
-                    "several texts continued together as one left-padded batch (instead of generate.prompt)");
-  s.add_int("generate.max_new_tokens", 200, "tokens to sample").min(1);
-  s.add_float("generate.temperature", 0.8, "softmax temperature; 0 = greedy").min(0).max(10);
-  s.add_int("generate.top_k", 40, "sample among the k most likely tokens; 0 = off").min(0);
-  // 0 would keep no token to sample from: refused with the other keys, not during sampling.
-  s.add_float("generate.top_p", 0.95, "nucleus sampling mass in (0, 1]; 1 = off").min(0.001).max(1.0);
-  s.add_int("generate.seed", 0, "sampling seed").min(0);
+  train::add_generate_schema(s, "In the beginning", 0.8);
 
   train::add_benchmark_schema(s);
   train::add_hf_schema(s);
@@ -65,22 +58,6 @@ void check_context(const config::Config& config, const GPTConfig& m) {
     config.fail_at("data.context", "(" + std::to_string(context) + ") exceeds the model's " +
                                        std::to_string(m.n_positions) + " positions (model.n_positions)");
   }
-}
-
-GenerateSettings generate_settings(const config::Config& config) {
-  GenerateSettings g;
-  g.prompts = config.get_string_list("generate.prompts");
-  g.prompts_key = "generate.prompts";
-  if (g.prompts.empty()) {
-    g.prompts = {config.get_string("generate.prompt")};
-    g.prompts_key = "generate.prompt";
-  }
-  g.sampling.max_new_tokens = config.get_int("generate.max_new_tokens");
-  g.sampling.temperature = config.get_float("generate.temperature");
-  g.sampling.top_k = config.get_int("generate.top_k");
-  g.sampling.top_p = config.get_float("generate.top_p");
-  g.sampling.seed = static_cast<uint64_t>(config.get_int("generate.seed"));
-  return g;
 }
 
 GPTConfig model_config(const config::Config& config) {

@@ -31,12 +31,4 @@ struct TextData {
 };
 TextData text_data(const config::Config& config);
 
-// generate.*: what to continue and how to sample.
-struct GenerateSettings {
-  std::vector<std::string> prompts;  // generate.prompts, or else generate.prompt alone
-  std::string prompts_key;           // the key they came from, for messages
-  nn::SamplingOptions sampling;      // (stop token: the tokenizer's)
-};
-GenerateSettings generate_settings(const config::Config& config);
-
 }  // namespace kuafu::gpt

@@ -13,6 +13,7 @@
 #include "apps/gpt/hugging_face.h"
 #include "core/config/cli.h"
 #include "core/dist/collectives.h"
+#include "core/io/text_split.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
 #include "core/memory/memory_config.h"
@@ -21,6 +22,7 @@
 #include "core/optim/optim_config.h"
 #include "core/train/app.h"
 #include "core/train/benchmark.h"
+#include "core/train/generate_settings.h"
 #include "core/train/hf_interop.h"
 #include "core/train/model_memory.h"
 #include "core/util/device.h"
@@ -133,14 +135,7 @@ void prepare_command(const config::Config& config) {
   fs::create_directories(data.dir, created);
   if (created) config.fail_at("data.dir", "= " + data.dir + ": cannot create the folder: " + created.message());
 
-  // Split by blocks of lines so validation windows read continuous text; every N-th block validates.
-  std::ifstream in(text_path);
-  std::string line, train_text, val_text;
-  const int64_t val_every = data.val_every;
-  for (int64_t index = 0; std::getline(in, line); ++index) {
-    ((index / 100) % val_every == val_every - 1 ? val_text : train_text) += line + "\n";
-  }
-  KUAFU_CHECK(!val_text.empty() && !train_text.empty(), text_path, " is too short to split into train and validation");
+  const auto [train_text, val_text] = io::split_text_blocks(text_path, data.val_every);
 
   if (!fs::exists(data.tokenizer_model)) {
     const std::string train_only = (fs::path(data.dir) / "tokenizer_train.txt").string();
@@ -210,7 +205,7 @@ void generate_command(const config::Config& config, const std::string& checkpoin
   GPT model(model_config(config), parallel::TensorParallel::serial_on(resolve_device(config.get_string("runtime.device"), 0)));
   const std::string folder = train::checkpoint_to_read(train::read_train_settings(config).out_dir, checkpoint);
   train::CheckpointStore::load_model(folder, *model);
-  GenerateSettings settings = generate_settings(config);
+  train::GenerateSettings settings = train::generate_settings(config);
   if (!prompt_text.empty()) {
     settings.prompts = {prompt_text};
     settings.prompts_key = "--prompt";

@@ -124,12 +124,18 @@ torch::Tensor OPTForCausalLMImpl::embed(const torch::Tensor& tokens, const torch
   return decoder->dropout(x + decoder->embed_positions.forward(positions + OPTConfig::kPositionOffset));
 }
 
-torch::Tensor OPTForCausalLMImpl::head(const torch::Tensor& tokens) {
-  return embed(tokens, torch::arange(tokens.size(1), tokens.options().dtype(torch::kInt64)).unsqueeze(0));
+torch::Tensor OPTForCausalLMImpl::head(const torch::Tensor& inputs) {
+  if (inputs.dim() == 3) {
+    KUAFU_CHECK(inputs.size(1) == 2, "packed OPT inputs are [B, 2, T] (token ids over document ids), got ", inputs.sizes());
+    documents_ = inputs.select(1, 1);
+    return embed(inputs.select(1, 0), nn::positions_in_documents(documents_));
+  }
+  documents_ = torch::Tensor();
+  return embed(inputs, torch::arange(inputs.size(1), inputs.options().dtype(torch::kInt64)).unsqueeze(0));
 }
 
 torch::Tensor OPTForCausalLMImpl::block(int64_t i, const torch::Tensor& x) {
-  return decoder->blocks[static_cast<size_t>(i)]->forward(x);
+  return decoder->blocks[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents_));
 }
 
 torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) {
@@ -146,8 +152,10 @@ torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch:
   return nn::token_loss_sums(tail_loss(x, targets), targets);
 }
 
-torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& tokens) {
-  return decoder->embed_tokens->gather_logits(local_logits(nn::run_blocks(decoder->blocks, head(tokens), nullptr)));
+torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
+  const torch::Tensor x = head(inputs);
+  return decoder->embed_tokens->gather_logits(
+      local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, documents_))));
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
@@ -155,8 +163,9 @@ torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector
   return decoder->embed_tokens->gather_logits(local_logits(x));
 }
 
-torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  return tail_loss(nn::run_blocks(decoder->blocks, head(tokens), nullptr), targets);
+torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  const torch::Tensor x = head(inputs);
+  return tail_loss(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, documents_)), targets);
 }
 
 nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }

@@ -57,12 +57,14 @@ TORCH_MODULE(Decoder);
 struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   explicit OPTForCausalLMImpl(const OPTConfig& config, parallel::TensorParallel tp = {});
 
-  // Logits [B, T, V] of tokens [B, T] at positions 0..T-1 (no padding).
-  torch::Tensor forward(const torch::Tensor& tokens);
+  // Logits [B, T, V] of `inputs`: tokens [B, T] at positions 0..T-1 (no padding), or packed rows
+  // [B, 2, T], token ids over document ids (contiguous runs), each document attending only to itself
+  // with positions counted from its own start.
+  torch::Tensor forward(const torch::Tensor& inputs);
   // The same for rows at their own positions with left padding, continuing `caches` (generation).
   torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
-  // Mean next-token cross-entropy, never gathering the logits.
-  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // Mean next-token cross-entropy of `inputs` (as forward's), never gathering the logits.
+  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream.
   torch::Tensor embed(const torch::Tensor& tokens, const torch::Tensor& positions);
 
@@ -71,7 +73,7 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart head_part() const override;
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override;
-  torch::Tensor head(const torch::Tensor& tokens) override;
+  torch::Tensor head(const torch::Tensor& inputs) override;  // inputs as forward's
   torch::Tensor block(int64_t i, const torch::Tensor& x) override;
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) override;
@@ -85,6 +87,9 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // final norm, projection, tied output layer
   void initialize();
+  // The documents of the packed rows head() embedded last (undefined when unpacked): the blocks of the
+  // same forward, and their recomputation in its backward, keep attention within them.
+  torch::Tensor documents_;
 };
 TORCH_MODULE(OPTForCausalLM);
 

@@ -173,7 +173,7 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config, const
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};  // transformers checks it
   if (shards.size() == 1) {
-    save_safetensors((building / kSingleFile).string(), shards[0], metadata);
+    save_safetensors((building / (options.weights_stem + ".safetensors")).string(), shards[0], metadata);
   } else {
     nlohmann::json weight_map = nlohmann::json::object();
     auto five_digits = [](size_t n) {
@@ -181,14 +181,14 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config, const
       return std::string(5 - std::min<size_t>(5, digits.size()), '0') + digits;
     };
     for (size_t i = 0; i < shards.size(); ++i) {
-      const std::string file = "model-" + five_digits(i + 1) + "-of-" + five_digits(shards.size()) + ".safetensors";
+      const std::string file = options.weights_stem + "-" + five_digits(i + 1) + "-of-" + five_digits(shards.size()) + ".safetensors";
       save_safetensors((building / file).string(), shards[i], metadata);
       for (const auto& [name, tensor] : shards[i]) weight_map[name] = file;
     }
     const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_file_atomic((building / kIndexFile).string(), index.dump(2) + "\n");
+    write_file_atomic((building / (options.weights_stem + ".safetensors.index.json")).string(), index.dump(2) + "\n");
   }
-  write_file_atomic((building / "config.json").string(), config.dump(2) + "\n");
+  write_file_atomic((building / options.config_file).string(), config.dump(2) + "\n");
   for (const std::string& file : options.extra_files) {
     fs::copy_file(file, building / fs::path(file).filename(), error);
     KUAFU_CHECK(!error, "cannot copy ", file, " into ", dir, ": ", error.message());

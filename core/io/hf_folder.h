@@ -75,6 +75,9 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
 struct HfWriteOptions {
   int64_t max_shard_bytes = int64_t{5} << 30;  // above it the weights are cut into shards plus an index
   std::vector<std::string> extra_files;        // copied in beside the weights (tokenizer files)
+  // A model folder's names; a PEFT adapter folder has adapter_config.json and adapter_model.safetensors.
+  std::string config_file = "config.json";
+  std::string weights_stem = "model";  // <stem>.safetensors, or <stem>-0000i-of-0000n.safetensors + index
 };
 
 // Writes a new folder `dir`: config.json, the tensors (one file, or shards model-0000i-of-0000n and the

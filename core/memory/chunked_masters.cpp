@@ -90,6 +90,7 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     pieces_.push_back(std::move(param));
   }
   if (low_precision(dtype_)) optim::cast_floating_buffers(model_, dtype_);
+  optim::cast_frozen_parameters(model_, dtype_);
 }
 
 void ChunkedMasters::relocate_masters(int64_t c, const torch::Device& device, bool pinned) {

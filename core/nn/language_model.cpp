@@ -3,10 +3,20 @@
 namespace kuafu::nn {
 
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
-                         const torch::Tensor& key_padding) {
+                         const ops::AttentionMask& mask) {
   if (caches && caches->empty()) caches->resize(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, caches ? &(*caches)[i] : nullptr, key_padding);
+  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, caches ? &(*caches)[i] : nullptr, mask);
   return x;
+}
+
+torch::Tensor positions_in_documents(const torch::Tensor& documents) {
+  const int64_t t = documents.size(1);
+  const torch::Tensor index = torch::arange(t, documents.options().dtype(torch::kInt64)).expand_as(documents);
+  // A document starts where the id changes; each position counts from the latest start before it.
+  torch::Tensor starts = documents.narrow(1, 1, t - 1).ne(documents.narrow(1, 0, t - 1));
+  starts = torch::cat({torch::ones_like(documents.narrow(1, 0, 1), starts.options()), starts}, 1);
+  const torch::Tensor first = std::get<0>(torch::where(starts, index, torch::zeros_like(index)).cummax(1));
+  return index - first;
 }
 
 torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& logits,

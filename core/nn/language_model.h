@@ -14,7 +14,11 @@ namespace kuafu::nn {
 
 // `blocks` over x [B, T, C]; with `caches` (one per block, made on first use) each continues its cache.
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
-                         const torch::Tensor& key_padding = {});
+                         const ops::AttentionMask& mask = {});
+
+// Packed rows (several documents per row, each attending only to itself): each position's index within
+// its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.
+torch::Tensor positions_in_documents(const torch::Tensor& documents);
 
 // Mean cross-entropy of the tied output layer's logits (this rank's block) against targets. The softmax
 // runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.

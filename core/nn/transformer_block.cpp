@@ -15,7 +15,7 @@ torch::Tensor activate(Activation activation, const torch::Tensor& x) {
 }
 
 torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                         ops::KVCache* cache, const torch::Tensor& key_padding) {
+                                         ops::KVCache* cache, const ops::AttentionMask& mask) {
   const int64_t b = q.size(0), t = q.size(1), width = q.size(2);
   auto split_heads = [&](const torch::Tensor& y) {  // [B, T, h D] -> [B, h, T, D]
     return y.view({b, y.size(1), heads, width / heads}).transpose(1, 2);
@@ -26,11 +26,12 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Te
   const double p = is_training() ? dropout : 0.0;
   torch::Tensor y;
   if (sequence.enabled()) {
-    KUAFU_CHECK(!cache && !key_padding.defined(),
-                "sequence parallelism runs without a key-value cache or padding masks (training on full windows)");
+    KUAFU_CHECK(!cache && !mask.key_padding.defined() && !mask.documents.defined(),
+                "sequence parallelism runs without a key-value cache, padding masks or packed documents (training on "
+                "full windows)");
     y = parallel::sequence::attention(split_heads(q), keys, values, causal_now, p, sequence);
   } else {
-    y = ops::scaled_dot_product_attention(split_heads(q), keys, values, causal_now, p, key_padding);
+    y = ops::scaled_dot_product_attention(split_heads(q), keys, values, causal_now, p, mask);
   }
   return y.transpose(1, 2).reshape({b, t, width});
 }
@@ -85,24 +86,24 @@ void TransformerBlockImpl::register_at(const std::string& path, const std::share
   parent->register_module(path.substr(start), layer);
 }
 
-torch::Tensor TransformerBlockImpl::attend(const torch::Tensor& x, ops::KVCache* cache, const torch::Tensor& key_padding) {
+torch::Tensor TransformerBlockImpl::attend(const torch::Tensor& x, ops::KVCache* cache, const ops::AttentionMask& mask) {
   torch::Tensor y;
   if (!qkv.is_empty()) {
     const auto parts = qkv.forward(x).chunk(3, /*dim=*/2);  // this rank's heads of q | k | v
-    y = attention(parts[0], parts[1], parts[2], cache, key_padding);
+    y = attention(parts[0], parts[1], parts[2], cache, mask);
   } else {
-    y = attention(q.forward(x), k.forward(x), v.forward(x), cache, key_padding);
+    y = attention(q.forward(x), k.forward(x), v.forward(x), cache, mask);
   }
   return dropout(attention_out.forward(y));
 }
 
-torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, ops::KVCache* cache, const torch::Tensor& key_padding) {
+torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& x, ops::KVCache* cache, const ops::AttentionMask& mask) {
   auto mlp = [&](const torch::Tensor& h) { return dropout(fc_out.forward(activate(spec.activation, fc_in.forward(h)))); };
   if (spec.pre_norm) {
-    const torch::Tensor h = x + attend(norm_1.forward(x), cache, key_padding);
+    const torch::Tensor h = x + attend(norm_1.forward(x), cache, mask);
     return h + mlp(norm_2.forward(h));
   }
-  const torch::Tensor h = norm_1.forward(x + attend(x, cache, key_padding));
+  const torch::Tensor h = norm_1.forward(x + attend(x, cache, mask));
   return norm_2.forward(h + mlp(h));
 }
 

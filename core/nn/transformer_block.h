@@ -27,9 +27,9 @@ torch::Tensor activate(Activation activation, const torch::Tensor& x);
 // rank's chunk of the sequence.
 struct AttentionCoreImpl : torch::nn::Module {
   AttentionCoreImpl(int64_t heads, bool causal, double dropout) : heads(heads), causal(causal), dropout(dropout) {}
-  // q, k, v [B, T, h D] -> [B, T, h D]; key_padding [B, Tk] (true: a real token), Tk counting the cache.
+  // q, k, v [B, T, h D] -> [B, T, h D]; mask.key_padding [B, Tk] counts the cached keys too.
   torch::Tensor forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, ops::KVCache* cache = nullptr,
-                        const torch::Tensor& key_padding = {});
+                        const ops::AttentionMask& mask = {});
   int64_t heads;  // on this rank
   bool causal;
   double dropout;
@@ -64,7 +64,7 @@ struct TransformerBlockSpec {
 struct TransformerBlockImpl : torch::nn::Module {
   TransformerBlockImpl(const TransformerBlockSpec& spec, const parallel::TensorParallel& tp);
   // x [B, T, C] (the stream in the tensor mode's layout); `cache` continues a decoded sequence.
-  torch::Tensor forward(const torch::Tensor& x, ops::KVCache* cache = nullptr, const torch::Tensor& key_padding = {});
+  torch::Tensor forward(const torch::Tensor& x, ops::KVCache* cache = nullptr, const ops::AttentionMask& mask = {});
 
   TransformerBlockSpec spec;
   torch::nn::AnyModule norm_1, norm_2, qkv, q, k, v, attention_out, fc_in, fc_out;
@@ -72,7 +72,7 @@ struct TransformerBlockImpl : torch::nn::Module {
   torch::nn::Dropout dropout{nullptr};
 
  private:
-  torch::Tensor attend(const torch::Tensor& x, ops::KVCache* cache, const torch::Tensor& key_padding);
+  torch::Tensor attend(const torch::Tensor& x, ops::KVCache* cache, const ops::AttentionMask& mask);
   // Registers `layer` at `path` under this block, making the containers a dotted path names.
   void register_at(const std::string& path, const std::shared_ptr<torch::nn::Module>& layer);
 };

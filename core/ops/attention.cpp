@@ -20,9 +20,19 @@ bool fused_kernel_is_faster(const torch::Tensor& q, int64_t keys) {
 }  // namespace
 
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                           bool causal, double dropout, const torch::Tensor& key_padding) {
+                                           bool causal, double dropout, const AttentionMask& mask) {
   const int64_t tq = q.size(2);
   const int64_t tk = k.size(2);
+  const torch::Tensor& key_padding = mask.key_padding;
+  if (mask.documents.defined()) {
+    TORCH_CHECK(tq == tk && !key_padding.defined() && mask.documents.sizes() == at::IntArrayRef({q.size(0), tq}),
+                "attention within documents takes whole packed rows: documents [B, T], no cache, no padding mask");
+    // Query i sees key j of the same document (and j <= i when causal). Every query sees itself.
+    const torch::Tensor& d = mask.documents;
+    torch::Tensor allowed = d.unsqueeze(2).eq(d.unsqueeze(1));  // [B, T, T]
+    if (causal) allowed = allowed.logical_and(torch::ones({tq, tk}, allowed.options()).tril());
+    return at::scaled_dot_product_attention(q, k, v, allowed.unsqueeze(1), dropout, /*is_causal=*/false);
+  }
   const bool masked = (causal && tq != tk) || key_padding.defined();  // tq != tk: decoding with a cache
   if (fused_kernel_is_faster(q, tk) && !masked) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);

@@ -4,14 +4,24 @@
 
 namespace kuafu::ops {
 
-// softmax(q kᵀ / √D + mask) v. `causal`: query i (aligned to the end of the keys) sees keys <= i.
-// `key_padding` [B, Tk] (bool, true for a real token; undefined: none) hides padded keys; a query that
-// sees no key at all (a padding position itself) gets the mean of the values instead of NaN.
+// Which keys a query may see besides the causal rule.
+struct AttentionMask {
+  AttentionMask(torch::Tensor key_padding = {}, torch::Tensor documents = {})  // NOLINT: a padding mask alone
+      : key_padding(std::move(key_padding)), documents(std::move(documents)) {}
+  // [B, Tk] bool, true for a real token (left padding in batched generation); undefined: none.
+  torch::Tensor key_padding;
+  // [B, T] int64, the document each position belongs to when several share a row (packed training,
+  // no cache): a query sees only keys of its own document; undefined: one document per row.
+  torch::Tensor documents;
+};
+
+// softmax(q kᵀ / √D + masks) v. `causal`: query i (aligned to the end of the keys) sees keys <= i.
+// `mask.key_padding` hides padded keys; a query that sees no key at all (a padding position itself)
+// gets the mean of the values instead of NaN. `mask.documents` keeps each query within its document.
 torch::Tensor scaled_dot_product_attention(const torch::Tensor& q,  // [B, H, Tq, D]
                                            const torch::Tensor& k,  // [B, H, Tk, D]
                                            const torch::Tensor& v,  // [B, H, Tk, D]
-                                           bool causal, double dropout = 0.0,
-                                           const torch::Tensor& key_padding = {});
+                                           bool causal, double dropout = 0.0, const AttentionMask& mask = {});
 
 // Keys and values of the tokens seen so far, per layer.
 struct KVCache {

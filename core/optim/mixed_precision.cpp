@@ -79,7 +79,7 @@ MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : mod
   torch::NoGradGuard no_grad;
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
-    if (!p.requires_grad()) continue;
+    if (!p.requires_grad()) continue;  // frozen: cast below
     if (dtype == torch::kFloat32 || !p.is_floating_point()) {
       masters_.push_back({item.key(), p, nullptr, true});
       continue;
@@ -90,6 +90,14 @@ MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : mod
     model_params_.push_back(p);
   }
   if (has_copies()) cast_floating_buffers(model, dtype);
+  cast_frozen_parameters(model, dtype);
+}
+
+void cast_frozen_parameters(torch::nn::Module& model, torch::Dtype dtype) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters()) {
+    if (!p.requires_grad() && p.is_floating_point() && p.scalar_type() != dtype) p.set_data(p.data().to(dtype));
+  }
 }
 
 void cast_floating_buffers(torch::nn::Module& model, torch::Dtype dtype) {

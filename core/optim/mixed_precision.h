@@ -42,6 +42,10 @@ torch::Dtype compute_dtype(const config::Config& config, const torch::Device& de
 // The loss scaler precision.loss_scale asks for ("auto": dynamic for fp16, none otherwise).
 std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config);
 
+// Frozen floating-point parameters (a LoRA base) to `dtype`: they need no masters and compute, and are
+// held, in the compute dtype.
+void cast_frozen_parameters(torch::nn::Module& model, torch::Dtype dtype);
+
 // Floating-point buffers (e.g. norms' running statistics) follow the compute dtype: they are computed
 // with the activations.
 void cast_floating_buffers(torch::nn::Module& model, torch::Dtype dtype);

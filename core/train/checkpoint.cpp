@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <iomanip>
+#include <map>
 #include <set>
 #include <sstream>
 
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
 #include "core/util/atomic_file.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 #include "core/util/text.h"
@@ -135,6 +137,21 @@ io::NamedTensors named_weights(const torch::nn::Module& model) {
   return out;
 }
 
+void copy_named_weights(const io::NamedTensors& weights, torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> targets;
+  for (const auto& [name, tensor] : named_weights(model)) targets.emplace(name, tensor);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : weights) {
+    const auto target = targets.find(name);
+    KUAFU_CHECK(target != targets.end(), "the model has no tensor '", name, "' to copy into");
+    KUAFU_CHECK(target->second.sizes() == tensor.sizes(), "'", name, "' has shape ", tensor.sizes(), " but the model's has ",
+                target->second.sizes());
+    target->second.copy_(tensor);
+    targets.erase(target);
+  }
+  KUAFU_CHECK(targets.empty(), "nothing was copied into the model's '", targets.empty() ? "" : targets.begin()->first, "'");
+}
+
 io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::ProcessGroup& pipeline) {
   const auto on_group = torch::TensorOptions().device(pipeline.device());  // what the backend moves
   if (pipeline.rank() > 0) {
@@ -211,13 +228,10 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
   }
   dist::barrier(*world_);
   {
-    auto state = at::detail::getDefaultCPUGenerator();
-    torch::Tensor rng;
-    {
-      std::lock_guard<std::mutex> lock(state.mutex());
-      rng = state.get_state();
-    }
-    io::save_safetensors((fs::path(partial) / rng_file(world_->rank())).string(), {{"cpu", rng}});
+    // The CPU's generator and, on a GPU, that GPU's (dropout masks drawn there): a resumed run draws on.
+    io::NamedTensors generators = {{"cpu", generator_state(torch::kCPU)}};
+    if (const auto gpu = current_cuda_device()) generators.emplace_back("cuda", generator_state(*gpu));
+    io::save_safetensors((fs::path(partial) / rng_file(world_->rank())).string(), generators);
   }
   dist::barrier(*world_);
   if (main) {
@@ -380,9 +394,13 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
   }
   io::SafetensorsFile rng = io::load_safetensors(rng_path.string());
   KUAFU_CHECK(rng.find("cpu"), rng_path.string(), " lacks the 'cpu' generator state");
-  auto generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(*rng.find("cpu"));
+  set_generator_state(torch::kCPU, *rng.find("cpu"));
+  const auto gpu = current_cuda_device();
+  if (const torch::Tensor* cuda = rng.find("cuda"); cuda && gpu) {
+    set_generator_state(*gpu, *cuda);
+  } else if (gpu) {
+    log::warnf("checkpoint ", folder, " holds no GPU generator state (written on a CPU): dropout on the GPU draws anew");
+  }
   return state;
 }
 

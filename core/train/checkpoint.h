@@ -87,6 +87,9 @@ class CheckpointStore {
 
 // A module's parameters and buffers under their names (the tensors themselves, not copies).
 io::NamedTensors named_weights(const torch::nn::Module& model);
+// Copies `weights` into `model`'s tensors of the same names; kuafu::Error naming a tensor the model
+// lacks or whose shape differs, and a model tensor that `weights` leaves out.
+void copy_named_weights(const io::NamedTensors& weights, torch::nn::Module& model);
 
 // Pipeline parallelism: every stage's tensors (whole, after any tensor-parallel gather) collected on
 // stage 0, which saves them; collective over `pipeline`. Other stages get `mine` back.

@@ -45,6 +45,13 @@ torch::Device resolve_device(const std::string& spec, int local_rank, const std:
   return {torch::kCUDA, static_cast<c10::DeviceIndex>(index)};
 }
 
+std::optional<torch::Device> current_cuda_device() {
+#ifdef KUAFU_WITH_CUDA
+  if (cuda_available()) return torch::Device(torch::kCUDA, c10::cuda::current_device());
+#endif
+  return std::nullopt;
+}
+
 void select_device(const torch::Device& device) {
 #ifdef KUAFU_WITH_CUDA
   if (device.is_cuda()) c10::cuda::set_device(device.index());

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/types.h>
@@ -17,6 +18,9 @@ bool cuda_available();
 // "cuda" (the local rank's GPU) or "cuda:N". Throws kuafu::Error naming `key` for anything else, or
 // for a GPU this machine does not have.
 torch::Device resolve_device(const std::string& spec, int local_rank, const std::string& key = "runtime.device");
+
+// The CUDA device this process works on (select_device's), or nullopt when CUDA is unavailable.
+std::optional<torch::Device> current_cuda_device();
 
 // Makes `device` the current CUDA device of this process (no-op on the CPU): NCCL and the caching
 // allocator act on the current device.

@@ -4,9 +4,11 @@
   - debian-faq: each question of the Debian FAQ with the first paragraph of its answer.
 Pairs go to train.jsonl or val.jsonl by a hash of their source (GCIDE: the definition, which the
 headwords of one entry and words defined alike share; the FAQ: the question), so no answer is in both.
+pretrain.txt is plain text for pre-training a small model first: the training pairs as prose
+("Harbinger: A forerunner.") and, with --kjv, the King James Bible; nothing of validation is in it.
 Standard library only.
 
-Usage: data/instructions/build.py OUT_DIR [--val-percent 10] [--gcide PATH] [--faq PATH]
+Usage: data/instructions/build.py OUT_DIR [--val-percent 10] [--gcide PATH] [--faq PATH] [--kjv PATH]
 """
 import argparse
 import gzip
@@ -138,12 +140,21 @@ def faq_pairs(path):
             yield question_text, {"prompt": question_text, "response": answer_text}
 
 
+def prose(source, pair):
+    """A training pair as plain text: "Word: definition" for GCIDE, the question then its answer for the FAQ."""
+    if source == "gcide":
+        word = pair["prompt"][len("What does "):-len(" mean?")]
+        return f"{word[0].upper() + word[1:]}: {pair['response']}"
+    return f"{pair['prompt']} {pair['response']}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir")
     parser.add_argument("--val-percent", type=int, default=10)
     parser.add_argument("--gcide", default="/usr/share/dictd/gcide.dict.dz")
     parser.add_argument("--faq", default="/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz")
+    parser.add_argument("--kjv", help="kjv.txt (data/kjv/export.sh) to add to pretrain.txt")
     args = parser.parse_args()
     for path, package in ((args.gcide, "dict-gcide"), (args.faq, "debian-faq")):
         if not pathlib.Path(path).exists():
@@ -152,17 +163,22 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     counts = {"train": 0, "val": 0, "gcide": 0, "faq": 0}
     with open(out / "train.jsonl.partial", "w", encoding="utf-8") as train, \
-            open(out / "val.jsonl.partial", "w", encoding="utf-8") as val:
+            open(out / "val.jsonl.partial", "w", encoding="utf-8") as val, \
+            open(out / "pretrain.txt.partial", "w", encoding="utf-8") as pretrain:
         for source, pairs in (("gcide", gcide_pairs(args.gcide)), ("faq", faq_pairs(args.faq))):
             for key, pair in pairs:
                 # By source: the same definition or question always lands on the same side.
                 bucket = int(hashlib.sha1(f"{source}:{key}".encode()).hexdigest(), 16) % 100
                 split = "val" if bucket < args.val_percent else "train"
                 (val if split == "val" else train).write(json.dumps(pair, ensure_ascii=False) + "\n")
+                if split == "train":
+                    pretrain.write(prose(source, pair) + "\n")
                 counts[split] += 1
                 counts[source] += 1
-    for split in ("train", "val"):
-        (out / f"{split}.jsonl.partial").replace(out / f"{split}.jsonl")
+        if args.kjv:
+            pretrain.write(pathlib.Path(args.kjv).read_text(encoding="utf-8"))
+    for name in ("train.jsonl", "val.jsonl", "pretrain.txt"):
+        (out / f"{name}.partial").replace(out / name)
     (out / "summary.json").write_text(json.dumps(counts) + "\n")
     print(json.dumps(counts))
 

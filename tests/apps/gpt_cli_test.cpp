@@ -12,26 +12,16 @@
 #include "core/io/safetensors.h"
 #include "core/io/token_file.h"
 #include "tests/support/benchmark_line.h"
+#include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::gpt {
 namespace {
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout and stderr
-};
+using Result = testing::CommandResult;
 
-Result run_gpt(const std::string& args) {
-  const std::string command = std::string(KUAFU_GPT_PATH) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, output};
-}
+Result run_gpt(const std::string& args) { return testing::run_command(std::string(KUAFU_GPT_PATH) + " " + args); }
 
 using testing::temp_dir;
 

@@ -22,6 +22,8 @@ namespace kuafu::gpt {
 namespace fs = std::filesystem;
 using testing::metric_lines;
 using testing::single_runtime;
+using testing::saved;
+using testing::expect_same_tensors;
 
 
 // A corpus with learnable structure: mostly t+1 = (5 t + 3) mod V, sometimes a random token.
@@ -123,25 +125,6 @@ inline double grad_norm_difference(const fs::path& run, const fs::path& referenc
     worst = std::max(worst, std::abs(x - y) / std::max(std::abs(y), 1e-30));
   }
   return worst;
-}
-
-// One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
-inline io::SafetensorsFile saved(const fs::path& root, const std::string& name, const std::string& file, int step = 6) {
-  return io::load_safetensors(
-      (fs::path(train::checkpoint_folder((root / name / "checkpoints").string(), step)) / file).string());
-}
-
-// Every tensor of `expected` is in `actual`, within `relative` x its largest magnitude (at least `floor`).
-inline void expect_same_tensors(const io::SafetensorsFile& actual, const io::SafetensorsFile& expected, double relative,
-                         double floor, const std::string& what) {
-  ASSERT_EQ(actual.tensors.size(), expected.tensors.size()) << what;
-  for (const auto& [name, tensor] : expected.tensors) {
-    const torch::Tensor* found = actual.find(name);
-    ASSERT_TRUE(found) << what << " lacks " << name;
-    ASSERT_EQ(found->sizes(), tensor.sizes()) << what << " " << name;
-    const double scale = std::max(floor, tensor.abs().max().item<double>());
-    EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
-  }
 }
 
 class GPTTrainingTest : public ::testing::Test {

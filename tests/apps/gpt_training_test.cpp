@@ -18,6 +18,7 @@
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
 #include "tests/apps/gpt_training_support.h"
+#include "tests/support/devices.h"
 
 namespace kuafu::gpt {
 namespace {
@@ -58,16 +59,27 @@ TEST_F(GPTTrainingTest, DroppingTheAccumulationFactorFailsTheComparison) {
               4 * metric_lines(root_ / "large" / "metrics.jsonl").front().at("grad_norm").get<double>(), 1e-4);
 }
 
-// With dropout, so that the restored random streams matter.
+// With dropout, so that the restored random streams matter: the CPU's, and on a GPU that GPU's.
 TEST_F(GPTTrainingTest, ResumeFollowsTheUninterruptedLossCurveExactly) {
-  train_serially(make_config(root_, "straight", "model.dropout=0.1"));
-  train_serially(make_config(root_, "resumed", "train.steps=3\nmodel.dropout=0.1"));
-  train_serially(make_config(root_, "resumed", "model.dropout=0.1"));  // picks up the step-3 checkpoint
-  const auto straight = losses_of(root_ / "straight" / "metrics.jsonl");
-  const auto resumed = losses_of(root_ / "resumed" / "metrics.jsonl");
-  ASSERT_EQ(straight.size(), 6u);
-  ASSERT_EQ(resumed.size(), 6u);
-  for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(straight[i], resumed[i]) << "step " << i + 1;
+  for (const torch::Device& device : testing::devices_to_test()) {
+    SCOPED_TRACE(device.str());
+    const std::string on = "model.dropout=0.1\nruntime.device=\"" + device.str() + "\"";
+    const std::string tag = device.is_cpu() ? "" : "_gpu";
+    auto train = [&](const std::string& name, const std::string& extra) {
+      const config::Config config = make_config(root_, name + tag, extra + on);
+      train::Runtime runtime = train::start_runtime(config);
+      std::unique_ptr<TextTask> task = make_text_task(config, runtime);
+      train::Trainer(config, runtime, *task).run();
+    };
+    train("straight", "");
+    train("resumed", "train.steps=3\n");
+    train("resumed", "");  // picks up the step-3 checkpoint
+    const auto straight = losses_of(root_ / ("straight" + tag) / "metrics.jsonl");
+    const auto resumed = losses_of(root_ / ("resumed" + tag) / "metrics.jsonl");
+    ASSERT_EQ(straight.size(), 6u);
+    ASSERT_EQ(resumed.size(), 6u);
+    for (size_t i = 0; i < straight.size(); ++i) EXPECT_EQ(straight[i], resumed[i]) << "step " << i + 1;
+  }
 }
 
 TEST_F(GPTTrainingTest, ResumeRefusesACheckpointOfAnotherModel) {

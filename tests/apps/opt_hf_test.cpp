@@ -2,7 +2,7 @@
 // LayerNorms and biases; nothing is downloaded): pre-LN, and opt-350m's post-LN shape with project_in /
 // project_out and no final layer norm. Each folder (and a bare OPTModel's) gives transformers' logits on
 // a left-padded batch (transformers takes the positions from the mask: each row's count of real tokens
-// + 2), its loss and gradients, and its greedy tokens; Kuafu's exports load in transformers with
+// + 2), its loss and gradients (also with labels of -100), and its greedy tokens; Kuafu's exports load in transformers with
 // Kuafu's logits.
 #include <gtest/gtest.h>
 
@@ -68,6 +68,21 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
           << p.key() << ": largest gradient difference " << (p.value().grad() - *expected).abs().max().item<double>();
     }
     EXPECT_EQ(compared, 4);
+
+    // Labels of -100 (a prompt's five tokens, a whole row, one more) take no part: transformers'
+    // ignore_index mean over the rest, and its gradients.
+    const torch::Tensor labels = ref("labels");
+    model->zero_grad();
+    torch::Tensor masked = model->loss(tokens.narrow(1, 0, t - 1), labels.narrow(1, 1, t - 1));
+    EXPECT_NEAR(masked.item<double>(), ref("masked_loss").item<double>(), kTolerance);
+    masked.backward();
+    for (const auto& p : model->named_parameters()) {
+      const torch::Tensor* expected = r.outputs.at(variant).file.find("masked_grad." + p.key());
+      if (!expected) continue;
+      EXPECT_TRUE(torch::allclose(p.value().grad(), *expected, 1e-4, 1e-6))
+          << p.key() << " (masked): largest gradient difference "
+          << (p.value().grad() - *expected).abs().max().item<double>();
+    }
 
     // Greedy generation from the left-padded prompts (each row at its own positions) gives
     // transformers' tokens.

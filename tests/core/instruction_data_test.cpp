@@ -9,23 +9,14 @@
 #include <fstream>
 
 #include "core/io/instruction_data.h"
+#include "tests/support/byte_tokenizer.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::io {
 namespace {
 namespace fs = std::filesystem;
 
-// Printable ASCII, space and newline as single-byte tokens (no merges), and "</s>" as a special token.
-BpeTokenizer byte_tokenizer(const fs::path& dir) {
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 33; b <= 126; ++b) vocab[std::string(1, static_cast<char>(b))] = b;  // id = the byte
-  vocab["\xC4\xA0"] = 32;   // Ġ: space
-  vocab["\xC4\x8A"] = 10;   // Ċ: newline
-  vocab["</s>"] = 2;
-  std::ofstream(dir / "vocab.json") << vocab.dump();
-  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
-  return BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string(), {"</s>"});
-}
+BpeTokenizer byte_tokenizer(const fs::path& dir) { return testing::write_byte_tokenizer(dir); }
 
 std::vector<int64_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 

@@ -9,6 +9,13 @@
                                batch, greedy generation from the padded batch
   opt_reference.py check DIR EXPECTED
                                loads DIR (a folder Kuafu wrote) and prints the largest logit difference
+  opt_reference.py peft BASE ADAPTER EXPECTED
+                               loads the PEFT adapter folder ADAPTER (Kuafu wrote it) onto BASE with
+                               PeftModel.from_pretrained and prints the largest logit difference
+  opt_reference.py peft_build BASE OUT
+                               a PEFT LoRA (r 4, alpha 8, q_proj/v_proj/fc1) on BASE with random A and B,
+                               saved with save_pretrained into OUT/adapter, and OUT/adapter.safetensors:
+                               its logits on the left-padded batch
   opt_reference.py count NAME,HIDDEN,LAYERS,HEADS,EMBED_DIM,PRE_LN ...
                                each shape's parameter count in OPTForCausalLM, built on the meta device
                                (no memory), the tied head counted once
@@ -60,6 +67,18 @@ def build_variant(out, name, pre_ln):
                  "tokens": tokens, "loss": loss.detach().reshape(1)}
     for g in GRADIENTS:
         reference["grad." + g] = named[g].grad.contiguous()
+    # Labels of -100 (a prompt, a whole row of padding) take no part: the mean is over the rest.
+    model.zero_grad()
+    labels = tokens.clone()
+    labels[0, :5] = -100
+    labels[1, :] = -100
+    labels[2, 7] = -100
+    masked = model(input_ids=tokens, labels=labels).loss
+    masked.backward()
+    reference["labels"] = labels
+    reference["masked_loss"] = masked.detach().reshape(1)
+    for g in GRADIENTS:
+        reference["masked_grad." + g] = named[g].grad.contiguous()
     save_file(reference, str(out / (name + ".safetensors")))
 
 
@@ -72,6 +91,36 @@ def check(folder, expected_path):
     print(json.dumps({"max_abs_diff": diff}))
 
 
+def peft_logits(base, adapter, ids, mask):
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(OPTForCausalLM.from_pretrained(base), adapter).eval()
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask).logits
+
+
+def peft_check(base, adapter, expected_path):
+    expected = load_file(expected_path)
+    logits = peft_logits(base, adapter, expected["ids"], expected["mask"])
+    diff = (logits - expected["logits"]).abs()[expected["mask"].bool()].max().item()
+    print(json.dumps({"max_abs_diff": diff}))
+
+
+def peft_build(base, out):
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(3)
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "fc1"], lora_dropout=0.0,
+                        task_type="CAUSAL_LM")
+    model = get_peft_model(OPTForCausalLM.from_pretrained(base), config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn_like(p) * 0.1)  # B starts at zero: random values make it count
+    model.save_pretrained(out / "adapter")
+    ids, mask = padded_batch()
+    save_file({"ids": ids, "mask": mask, "logits": peft_logits(base, str(out / "adapter"), ids, mask).contiguous()},
+              str(out / "adapter.safetensors"))
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         out = pathlib.Path(sys.argv[2])
@@ -79,6 +128,10 @@ if __name__ == "__main__":
         build_variant(out, "post", False)
     elif sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "peft":
+        peft_check(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif sys.argv[1] == "peft_build":
+        peft_build(sys.argv[2], pathlib.Path(sys.argv[3]))
     elif sys.argv[1] == "count":
         counts = {}
         for spec in sys.argv[2:]:

@@ -5,18 +5,15 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "tests/support/run_command.h"
+
 namespace kuafu::testing {
 
-struct PythonRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using PythonRun = CommandResult;
 
 inline PythonRun run_python_reference(const std::string& script, const std::string& args) {
   namespace fs = std::filesystem;
@@ -27,15 +24,8 @@ inline PythonRun run_python_reference(const std::string& script, const std::stri
     return {};
   }
   // Offline: the references build their tiny models themselves.
-  const std::string command = "HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 " + python.string() + " " +
-                              path.string() + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  PythonRun run;
-  char buffer[4096];
-  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return run;
+  return run_command("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 " + python.string() + " " +
+                     path.string() + " " + args);
 }
 
 // The JSON object a reference script prints as its last line (libraries may print before it).

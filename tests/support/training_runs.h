@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "core/io/safetensors.h"
@@ -46,6 +47,25 @@ inline io::SafetensorsFile checkpoint_weights(const std::filesystem::path& run, 
   return io::load_safetensors(
       (std::filesystem::path(train::checkpoint_folder((run / "checkpoints").string(), step)) / "model.safetensors")
           .string());
+}
+
+// One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
+inline io::SafetensorsFile saved(const std::filesystem::path& root, const std::string& name, const std::string& file, int step = 6) {
+  return io::load_safetensors(
+      (std::filesystem::path(train::checkpoint_folder((root / name / "checkpoints").string(), step)) / file).string());
+}
+
+// Every tensor of `expected` is in `actual`, within `relative` x its largest magnitude (at least `floor`).
+inline void expect_same_tensors(const io::SafetensorsFile& actual, const io::SafetensorsFile& expected, double relative,
+                         double floor, const std::string& what) {
+  ASSERT_EQ(actual.tensors.size(), expected.tensors.size()) << what;
+  for (const auto& [name, tensor] : expected.tensors) {
+    const torch::Tensor* found = actual.find(name);
+    ASSERT_TRUE(found) << what << " lacks " << name;
+    ASSERT_EQ(found->sizes(), tensor.sizes()) << what << " " << name;
+    const double scale = std::max(floor, tensor.abs().max().item<double>());
+    EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
+  }
 }
 
 }  // namespace kuafu::testing

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "core/dist/process_mesh.h"
+#include "core/io/targets.h"
 #include "core/parallel/tensor/layout.h"
 
 namespace kuafu::parallel {
 
-// A target that takes no part in the loss (prompt tokens, padding): PyTorch's and Hugging Face's -100.
-constexpr int64_t kIgnoredTarget = -100;
+using io::kIgnoredTarget;
 // How many targets are learned (not kIgnoredTarget), at least 1 so that a batch with none divides to 0.
 torch::Tensor learned_count(const torch::Tensor& targets);
 

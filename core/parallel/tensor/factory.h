@@ -46,6 +46,7 @@ class SerialLinearImpl : public torch::nn::Module {
  public:
   explicit SerialLinearImpl(const LinearSpec& spec, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& x);
+  WeightOrder order() const { return order_; }
   torch::Tensor weight, bias;
 
  private:

@@ -1,0 +1,147 @@
+#include "core/train/peft_adapter.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/io/hf_folder.h"
+#include "core/util/logging.h"
+#include "core/util/text.h"
+
+namespace kuafu::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPrefix = "base_model.model.";  // PeftModel around the model
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+
+io::NamedTensors adapters_of(const torch::nn::Module& model) {
+  io::NamedTensors out;
+  for (const auto& item : model.named_parameters()) {
+    if (nn::is_lora_parameter(item.key())) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+}  // namespace
+
+void add_lora_schema(config::Schema& s) {
+  s.add_int("lora.rank", 0, "LoRA rank r; 0 = off (every weight trains)").min(0).max(1 << 16);
+  s.add_float("lora.alpha", 16.0, "LoRA scale numerator: the adapters' output is multiplied by alpha / r").min(0);
+  s.add_float("lora.dropout", 0.0, "dropout on the adapters' input").min(0).max(0.9);
+  s.add_string_list("lora.targets", {"q_proj", "v_proj"},
+                    "layers that get adapters: a layer's path or its last parts (PEFT's target_modules)");
+  s.add_string("lora.init_from", "", "a PEFT adapter folder to start the adapters from (its r, alpha and targets)");
+}
+
+std::optional<nn::LoraSpec> lora_spec(const config::Config& config) {
+  const std::string init = config.get_string("lora.init_from");
+  if (!init.empty()) {
+    if (!fs::is_regular_file(fs::path(init) / kConfigFile)) {
+      config.fail_at("lora.init_from", "= " + init + " is not an adapter folder (no " + kConfigFile + ")");
+    }
+    nn::LoraSpec spec = read_adapter_config(init);
+    if (config.is_set("lora.dropout")) spec.dropout = config.get_float("lora.dropout");
+    return spec;
+  }
+  if (config.get_int("lora.rank") == 0) return std::nullopt;
+  nn::LoraSpec spec;
+  spec.rank = config.get_int("lora.rank");
+  spec.alpha = config.get_float("lora.alpha");
+  spec.dropout = config.get_float("lora.dropout");
+  spec.targets = config.get_string_list("lora.targets");
+  if (spec.targets.empty()) config.fail_at("lora.targets", "is empty; name the layers to adapt, e.g. [\"q_proj\", \"v_proj\"]");
+  return spec;
+}
+
+bool apply_configured_lora(const config::Config& config, torch::nn::Module& model) {
+  const std::optional<nn::LoraSpec> spec = lora_spec(config);
+  if (!spec) return false;
+  const std::vector<std::string> adapted = nn::apply_lora(model, *spec);
+  int64_t trainable = 0, total = 0;
+  for (const auto& p : model.parameters()) {
+    total += p.numel();
+    if (p.requires_grad()) trainable += p.numel();
+  }
+  log::infof("LoRA r = ", spec->rank, ", alpha = ", spec->alpha, " on ", adapted.size(), " layers: ", trainable,
+             " of ", total, " parameters train (", 100.0 * static_cast<double>(trainable) / static_cast<double>(total), "%)");
+  if (const std::string init = config.get_string("lora.init_from"); !init.empty()) load_adapter(model, init);
+  return true;
+}
+
+nn::LoraSpec read_adapter_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kConfigFile).string();
+  KUAFU_CHECK(fs::is_regular_file(path), dir, " is not a PEFT adapter folder: it has no ", kConfigFile);
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(std::ifstream(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  const std::string type = io::config_value<std::string>(config, "peft_type", "", path);
+  KUAFU_CHECK(type == "LORA", path, ": \"peft_type\" is \"", type, "\"; Kuafu reads LoRA adapters only");
+  nn::LoraSpec spec;
+  spec.rank = io::config_required<int64_t>(config, "r", path);
+  spec.alpha = io::config_value<double>(config, "lora_alpha", static_cast<double>(spec.rank), path);
+  spec.dropout = io::config_value<double>(config, "lora_dropout", 0.0, path);
+  KUAFU_CHECK(spec.rank > 0, path, ": \"r\" must be positive");
+  for (const char* variant : {"use_rslora", "use_dora"}) {
+    KUAFU_CHECK(!io::config_value<bool>(config, variant, false, path), path, ": \"", variant, "\" is not supported");
+  }
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
+    const auto found = config.find(pattern);
+    KUAFU_CHECK(found == config.end() || found->is_null() || found->empty(), path, ": \"", pattern,
+                "\" (a rank or alpha per layer) is not supported");
+  }
+  const auto targets = config.find("target_modules");
+  KUAFU_CHECK(targets != config.end() && targets->is_array() && !targets->empty(), path,
+              ": \"target_modules\" must be a list of layer names (a regular expression is not supported)");
+  spec.targets.clear();
+  for (const auto& target : *targets) {
+    KUAFU_CHECK(target.is_string(), path, ": \"target_modules\" holds ", target.dump(), ", not a name");
+    spec.targets.push_back(target.get<std::string>());
+  }
+  return spec;
+}
+
+void load_adapter(torch::nn::Module& model, const std::string& dir) {
+  const std::string file = (fs::path(dir) / kWeightsFile).string();
+  KUAFU_CHECK(fs::is_regular_file(file), dir, " has no ", kWeightsFile);
+  io::HfFolder folder;
+  folder.path = dir;
+  for (auto& [name, tensor] : io::load_safetensors(file).tensors) folder.tensors.push_back({name, tensor, file});
+  io::load_hf_weights(folder, adapters_of(model), [](const std::string& stored) -> std::optional<std::string> {
+    std::string name = text::starts_with(stored, kPrefix) ? stored.substr(std::string(kPrefix).size()) : stored;
+    // PEFT keeps its adapter name in memory ("lora_A.default.weight") and drops it when saving.
+    for (const char* part : {".lora_A.default.", ".lora_B.default."}) {
+      if (const size_t at = name.find(part); at != std::string::npos) name.erase(at + 7, 8);
+    }
+    return name;
+  });
+}
+
+void export_adapter(const torch::nn::Module& model, const nn::LoraSpec& spec, const std::string& dir,
+                    const std::string& base_model) {
+  io::NamedTensors tensors;
+  for (const auto& [name, tensor] : adapters_of(model)) tensors.emplace_back(kPrefix + name, tensor.detach().to(torch::kFloat32));
+  KUAFU_CHECK(!tensors.empty(), "the model has no LoRA adapters to export (lora.rank = 0)");
+  const nlohmann::json config = {{"peft_type", "LORA"},
+                                 {"task_type", "CAUSAL_LM"},
+                                 {"r", spec.rank},
+                                 {"lora_alpha", spec.alpha},
+                                 {"lora_dropout", spec.dropout},
+                                 {"target_modules", spec.targets},
+                                 {"bias", "none"},
+                                 {"fan_in_fan_out", false},
+                                 {"use_rslora", false},
+                                 {"init_lora_weights", true},
+                                 {"inference_mode", true},
+                                 {"modules_to_save", nullptr},
+                                 {"base_model_name_or_path", base_model}};
+  io::HfWriteOptions options;
+  options.config_file = kConfigFile;
+  options.weights_stem = "adapter_model";
+  io::write_hf_folder(dir, config, tensors, options);
+}
+
+}  // namespace kuafu::train
