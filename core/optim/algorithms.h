@@ -10,6 +10,7 @@ struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   bool decoupled_weight_decay = true;  // AdamW (Loshchilov & Hutter); false = Adam with L2 in the gradient
   bool fused_cpu = true;               // CPU fp32 contiguous parameters take the vectorised CPU Adam kernel
+  bool fused_cuda = true;              // GPU fp32 parameters take ATen's fused multi-tensor kernel, in one launch
 };
 
 class AdamW : public Optimizer {

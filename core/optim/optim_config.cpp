@@ -31,6 +31,7 @@ void add_optimizer_schema(config::Schema& s) {
   s.add_float("optim.trust_coefficient", 1e-3, "LARS: trust coefficient eeta").min(0);
   s.add_float("optim.trust_clamp", 0.0, "LAMB/LARS: cap on the trust ratio; 0 = none").min(0);
   s.add_bool("optim.fused_cpu", true, "Adam/AdamW: vectorised CPU kernel for float32 parameters in host memory");
+  s.add_bool("optim.fused_cuda", true, "Adam/AdamW: ATen's fused multi-tensor kernel for float32 parameters on a GPU");
   s.add_float("optim.grad_clip", 1.0,
               "clip the global gradient norm to this before the step (LAMB's pre-clipping); 0 = no clipping")
       .min(0);
@@ -69,6 +70,7 @@ std::unique_ptr<Optimizer> make_optimizer(const config::Config& config, const st
     o.eps = config.get_float("optim.eps");
     o.decoupled_weight_decay = name == "adamw";
     o.fused_cpu = config.get_bool("optim.fused_cpu");
+    o.fused_cuda = config.get_bool("optim.fused_cuda");
     optimizer = std::make_unique<AdamW>(std::move(groups), o);
   } else if (name == "sgd") {
     SgdOptions o;

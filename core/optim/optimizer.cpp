@@ -1,5 +1,8 @@
 #include "core/optim/optimizer.h"
 
+#include <ATen/ops/_foreach_norm.h>
+
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -125,13 +128,22 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std
   for (const auto& group : groups) {
     if (group) device = group->device();
   }
-  std::vector<torch::Tensor> local;
-  local.reserve(tensors.size());
-  for (const auto& t : tensors) {
-    const torch::Tensor norm = at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64);
-    local.push_back(norm.square().to(device));
+  torch::Tensor sums;
+  const bool one_gpu = std::all_of(tensors.begin(), tensors.end(), [&](const torch::Tensor& t) {
+    return t.is_cuda() && t.device() == tensors.front().device();
+  });
+  if (one_gpu) {
+    // One multi-tensor launch instead of a few kernels per tensor (~200 for a 125M-parameter model).
+    sums = torch::stack(at::_foreach_norm(tensors, 2, torch::kFloat64)).square().to(device);
+  } else {
+    std::vector<torch::Tensor> local;
+    local.reserve(tensors.size());
+    for (const auto& t : tensors) {
+      const torch::Tensor norm = at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64);
+      local.push_back(norm.square().to(device));
+    }
+    sums = torch::stack(local);
   }
-  torch::Tensor sums = torch::stack(local);
   // One all-reduce per distinct group, in order of first appearance (the same on every rank).
   std::vector<const dist::ProcessGroup*> order;
   std::map<const dist::ProcessGroup*, std::vector<int64_t>> members;

@@ -6,6 +6,7 @@
 #include "core/optim/algorithms.h"
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
+#include "tests/support/devices.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu {
@@ -41,14 +42,14 @@ struct TwoParams {
   torch::Tensor matrix, bias;  // the first gets weight decay, the second none
 };
 
-TwoParams random_params(int64_t seed, torch::Dtype dtype) {
+TwoParams random_params(int64_t seed, torch::Dtype dtype, const torch::Device& device = torch::kCPU) {
   torch::manual_seed(seed);
-  return {torch::randn({37, 29}, dtype).requires_grad_(true), torch::randn({29}, dtype).requires_grad_(true)};
+  return {torch::randn({37, 29}, dtype).to(device).requires_grad_(true), torch::randn({29}, dtype).to(device).requires_grad_(true)};
 }
 
 void set_random_grads(const std::vector<torch::Tensor>& params, int64_t step) {
   torch::manual_seed(1000 + step);
-  for (const auto& p : params) p.mutable_grad() = torch::randn_like(p);
+  for (const auto& p : params) p.mutable_grad() = torch::randn(p.sizes(), p.scalar_type()).to(p.device());
 }
 
 // Runs `steps` steps of ours and of torch's on copies of the same parameters and gradients, with a
@@ -86,50 +87,58 @@ std::vector<torch::optim::OptimizerParamGroup> torch_groups(
   return groups;
 }
 
+// On every device (tests/support/devices.h): the CPU's fused kernel is the vectorised CPU Adam, a
+// GPU's is ATen's fused multi-tensor AdamW.
 TEST(OptimizerTest, AdamWFollowsTorchAdamWStepForStep) {
-  for (const bool fused : {false, true}) {
-    auto mine = random_params(1, torch::kFloat32), reference = random_params(1, torch::kFloat32);
-    optim::AdamOptions options;
-    options.beta2 = 0.95;
-    options.fused_cpu = fused;
-    optim::AdamW ours(decay_and_bias(mine, 0.1), options);
-    auto adamw = [](double wd) {
-      auto o = std::make_unique<torch::optim::AdamWOptions>(1e-2);
-      o->betas({0.9, 0.95}).eps(1e-8).weight_decay(wd);
-      return o;
-    };
-    torch::optim::AdamW theirs(torch_groups(reference, adamw(0.1), adamw(0.0)), torch::optim::AdamWOptions(1e-2));
-    // The tensor path runs torch's own sequence of operations: bitwise equal. The fused kernel
-    // reproduces ATen's vectorised kernels bitwise too (cpu_adam_test checks that per ISA); a few
-    // float32 ulps of the ~1 weights are allowed for LibTorch builds whose kernels round differently.
-    const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
-    if (fused) {
-      EXPECT_LE(difference, 1e-6);
-    } else {
-      EXPECT_EQ(difference, 0.0);
+  for (const torch::Device& device : testing::devices_to_test()) {
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(device.str() + (fused ? " fused" : ""));
+      auto mine = random_params(1, torch::kFloat32, device), reference = random_params(1, torch::kFloat32, device);
+      optim::AdamOptions options;
+      options.beta2 = 0.95;
+      options.fused_cpu = options.fused_cuda = fused;
+      optim::AdamW ours(decay_and_bias(mine, 0.1), options);
+      auto adamw = [](double wd) {
+        auto o = std::make_unique<torch::optim::AdamWOptions>(1e-2);
+        o->betas({0.9, 0.95}).eps(1e-8).weight_decay(wd);
+        return o;
+      };
+      torch::optim::AdamW theirs(torch_groups(reference, adamw(0.1), adamw(0.0)), torch::optim::AdamWOptions(1e-2));
+      // The tensor path runs torch's own sequence of operations: bitwise equal. The fused kernels
+      // reproduce ATen's vectorised kernels (cpu_adam_test checks that per ISA); a few float32 ulps of
+      // the ~1 weights are allowed for kernels that round differently (fused multiply-adds).
+      const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
+      if (fused) {
+        EXPECT_LE(difference, 1e-6);
+      } else {
+        EXPECT_EQ(difference, 0.0);
+      }
     }
   }
 }
 
 TEST(OptimizerTest, AdamWithL2FollowsTorchAdam) {
-  for (const bool fused : {false, true}) {
-    auto mine = random_params(2, torch::kFloat32), reference = random_params(2, torch::kFloat32);
-    optim::AdamOptions options;
-    options.decoupled_weight_decay = false;
-    options.fused_cpu = fused;
-    optim::AdamW ours(decay_and_bias(mine, 0.05), options);
-    auto adam = [](double wd) {
-      auto o = std::make_unique<torch::optim::AdamOptions>(1e-2);
-      o->weight_decay(wd);
-      return o;
-    };
-    torch::optim::Adam theirs(torch_groups(reference, adam(0.05), adam(0.0)), torch::optim::AdamOptions(1e-2));
-    EXPECT_EQ(ours.name(), "adam");
-    const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
-    if (fused) {
-      EXPECT_LE(difference, 1e-6);
-    } else {
-      EXPECT_EQ(difference, 0.0);
+  for (const torch::Device& device : testing::devices_to_test()) {
+    for (const bool fused : {false, true}) {
+      SCOPED_TRACE(device.str() + (fused ? " fused" : ""));
+      auto mine = random_params(2, torch::kFloat32, device), reference = random_params(2, torch::kFloat32, device);
+      optim::AdamOptions options;
+      options.decoupled_weight_decay = false;
+      options.fused_cpu = options.fused_cuda = fused;
+      optim::AdamW ours(decay_and_bias(mine, 0.05), options);
+      auto adam = [](double wd) {
+        auto o = std::make_unique<torch::optim::AdamOptions>(1e-2);
+        o->weight_decay(wd);
+        return o;
+      };
+      torch::optim::Adam theirs(torch_groups(reference, adam(0.05), adam(0.0)), torch::optim::AdamOptions(1e-2));
+      EXPECT_EQ(ours.name(), "adam");
+      const double difference = max_difference_to_torch(ours, mine, theirs, reference, 6);
+      if (fused) {
+        EXPECT_LE(difference, 1e-6);
+      } else {
+        EXPECT_EQ(difference, 0.0);
+      }
     }
   }
 }
@@ -400,6 +409,22 @@ TEST(GradNormTest, ClippingEqualsTorchClipGradNorm) {
   const torch::Tensor before = mine.matrix.grad().clone();
   EXPECT_FALSE(std::isfinite(optim::clip_grad_norm(params, 1.5, nullptr)));
   EXPECT_TRUE(torch::equal(mine.matrix.grad(), before));
+}
+
+// float32 gradients on every device (a GPU's norms take one multi-tensor launch): torch's norm sums in
+// float32, ours in float64, so they agree to float32 rounding (1e-6 relative).
+TEST(GradNormTest, Float32NormsOnEveryDeviceEqualTorchs) {
+  for (const torch::Device& device : testing::devices_to_test()) {
+    SCOPED_TRACE(device.str());
+    auto mine = random_params(8, torch::kFloat32, device), reference = random_params(8, torch::kFloat32, device);
+    set_random_grads({mine.matrix, mine.bias}, 1);
+    set_random_grads({reference.matrix, reference.bias}, 1);
+    const std::vector<Param> params = {{"matrix", mine.matrix, nullptr, true}, {"bias", mine.bias, nullptr, true}};
+    const double ours = optim::clip_grad_norm(params, 1.5, nullptr);
+    const double theirs = torch::nn::utils::clip_grad_norm_({reference.matrix, reference.bias}, 1.5);
+    EXPECT_NEAR(ours, theirs, 1e-6 * theirs);
+    EXPECT_TRUE(torch::allclose(mine.matrix.grad(), reference.matrix.grad(), 1e-5, 0));
+  }
 }
 
 }  // namespace
