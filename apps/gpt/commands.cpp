@@ -242,23 +242,16 @@ void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   check_model_fits(config, runtime);
   const GPTConfig m = model_config(config);
-  const train::BenchmarkMemory memory(runtime.device);  // before any model state
+  train::BenchmarkMemory memory(runtime.device);  // before any model state
   const train::TrainSettings settings = train::read_train_settings(config);
   torch::manual_seed(settings.seed);
   GPT model(m, parallel::TensorParallel::serial_on(runtime.device));
-  const int64_t batch = settings.micro_batch_size;
   const int64_t context = text_data(config).context;
-  const torch::Tensor tokens =
-      torch::randint(m.vocab_size, {batch, context + 1}, torch::TensorOptions(torch::kInt64).device(runtime.device));
   train::BenchmarkSpec spec;
   spec.app = "gpt";
-  spec.item_name = "tokens";
   spec.flops_per_item = m.flops_per_token(context);
-  spec.items_per_row = context;
   spec.parameters = m.parameter_count();
-  spec.fields = {{"context", context}};
-  const nlohmann::json line = train::benchmark_training(
-      config, runtime, *model, {tokens.narrow(1, 0, context), tokens.narrow(1, 1, context)}, spec, memory);
+  const nlohmann::json line = train::benchmark_language_model(config, runtime, *model, m.vocab_size, context, spec, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 

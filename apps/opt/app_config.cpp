@@ -42,6 +42,9 @@ config::Schema opt_schema() {
   s.add_string("data.dir", "data/instructions/out/opt_tokens", "text: folder for the train/val token files");
   s.add_int("data.val_every", 20, "text: `prepare` puts every N-th block of 100 lines into validation").min(2);
   s.add_int("data.context", 256, "text: tokens per window; instructions: longer examples are skipped").min(2);
+  s.add_bool("data.eos_after_lines", true,
+             "text: each line is a document that `prepare` ends with \"</s>\" (OPT's separator, so the model "
+             "learns where a text ends) instead of a newline");
   s.add_bool("data.pack", false,
              "instructions: pack several examples into each row of data.context tokens, each attending only to "
              "itself with its own positions (no padding between them)");
@@ -67,6 +70,7 @@ OptData opt_data(const config::Config& config) {
   d.val_every = config.get_int("data.val_every");
   d.context = config.get_int("data.context");
   d.pack = config.get_bool("data.pack");
+  d.eos_after_lines = config.get_bool("data.eos_after_lines");
   return d;
 }
 

@@ -23,6 +23,7 @@ struct OptData {
   int64_t val_every = 0;
   int64_t context = 0;  // text: tokens per window; instructions: the longest example kept
   bool pack = false;    // instructions: several examples per row of `context` tokens
+  bool eos_after_lines = true;  // text: every line is a document, ended by </s>
 };
 OptData opt_data(const config::Config& config);
 

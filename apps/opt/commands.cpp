@@ -68,7 +68,18 @@ void prepare_command(const config::Config& config) {
   const io::BpeTokenizer tokenizer = load_tokenizer(config);
   const auto [train_text, val_text] = io::split_text_blocks(data.text, data.val_every);
   const auto vocab = static_cast<uint64_t>(tokenizer.vocab_size());
-  auto write = [&](const std::string& path, const std::string& text) {
+  const std::string eos = data.eos_after_lines ? "</s>" : "\n";
+  if (data.eos_after_lines) instruction_format(config, tokenizer);  // names data.tokenizer when it lacks </s>
+  auto write = [&](const std::string& path, const std::string& lines) {
+    std::string text;
+    text.reserve(lines.size() + lines.size() / 16);
+    for (char c : lines) {
+      if (c == '\n') {
+        text.append(eos);
+      } else {
+        text.push_back(c);
+      }
+    }
     const std::vector<int64_t> ids = tokenizer.encode(text);
     io::write_token_file(path, std::vector<uint32_t>(ids.begin(), ids.end()), vocab);
     log::infof("wrote ", path, ": ", ids.size(), " tokens from ", text.size(), " bytes");
@@ -160,24 +171,16 @@ void export_command(const config::Config& config, const std::string& checkpoint,
 void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   check_model_fits(config, runtime);
-  const train::BenchmarkMemory memory(runtime.device);  // before any model state
+  train::BenchmarkMemory memory(runtime.device);  // before any model state
   OPTForCausalLM model = build_model(config, parallel::TensorParallel::serial_on(runtime.device));
   const OPTConfig& m = model->config;
-  const train::TrainSettings settings = train::read_train_settings(config);
   const int64_t context = opt_data(config).context;
-  const torch::Tensor tokens = torch::randint(m.vocab_size, {settings.micro_batch_size, context + 1},
-                                              torch::TensorOptions(torch::kInt64).device(runtime.device));
-  int64_t trainable = 0;
-  for (const auto& p : model->parameters()) trainable += p.requires_grad() ? p.numel() : 0;
   train::BenchmarkSpec spec;
   spec.app = "opt";
-  spec.item_name = "tokens";
   spec.flops_per_item = m.flops_per_token(context);
-  spec.items_per_row = context;
   spec.parameters = m.parameter_count();
-  spec.fields = {{"context", context}, {"trainable_parameters", trainable}, {"lora_rank", config.get_int("lora.rank")}};
-  const nlohmann::json line = train::benchmark_training(
-      config, runtime, *model, {tokens.narrow(1, 0, context), tokens.narrow(1, 1, context)}, spec, memory);
+  spec.fields = {{"lora_rank", config.get_int("lora.rank")}};
+  const nlohmann::json line = train::benchmark_language_model(config, runtime, *model, m.vocab_size, context, spec, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }
 

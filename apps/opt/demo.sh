@@ -47,7 +47,7 @@ done
 # 4. Answer perplexity and greedy answers.
 config_full="$configs/demo_finetune.toml"
 eval_line() {  # config run checkpoint
-  "$app" eval --config "$1" --set "model.init_from=\"$out/base\"" --set "train.out_dir=\"$out/$2\"" $3 | tail -1
+  "$app" eval --config "$1" --set "model.init_from=\"$out/base\"" --set "train.out_dir=\"$out/$2\"" $3 | grep '^{' | tail -1
 }
 pre=$(eval_line "$config_full" full "--checkpoint init")
 full=$(eval_line "$config_full" full "")
@@ -63,7 +63,7 @@ for run in pretrained full lora; do
   config=$([[ $run == lora ]] && echo "$configs/demo_lora.toml" || echo "$config_full")
   checkpoint=$([[ $run == pretrained ]] && echo "--checkpoint init" || echo "")
   "$app" generate --config "$config" --set "model.init_from=\"$out/base\"" --set "train.out_dir=\"$out/${run/pretrained/full}\"" \
-    --set "generate.prompts=$prompts" $checkpoint | sed "s/^{/{\"model\": \"$run\", /" >> "$out/answers.jsonl"
+    --set "generate.prompts=$prompts" $checkpoint | grep '^{' | sed "s/^{/{\"model\": \"$run\", /" >> "$out/answers.jsonl"
 done
 "$python" - "$out" "$pre" "$full" "$lora" "${seconds[full]}" "${seconds[lora]}" "$((pretrained_done - start))" "$(( $(date +%s) - start ))" <<'PY'
 import json, sys

@@ -218,7 +218,7 @@ void benchmark_command(const config::Config& config) {
   train::Runtime runtime = train::start_runtime(config);
   train::check_model_fits(config, runtime, static_cast<double>(model_config(config).parameter_count()), kModelSizeKeys);
   const ViTConfig m = model_config(config);
-  const train::BenchmarkMemory memory(runtime.device);  // before any model state
+  train::BenchmarkMemory memory(runtime.device);  // before any model state
   const train::TrainSettings settings = train::read_train_settings(config);
   torch::manual_seed(settings.seed);
   ViTForImageClassification model(m, parallel::TensorParallel::serial_on(runtime.device));

@@ -273,14 +273,18 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
     fail("byte-level BPE: the text is not valid UTF-8 at byte " + std::to_string(*bad));
   }
   std::vector<int64_t> ids;
-  // Special tokens first: the text between them is ordinary.
+  // Special tokens first: the text between them is ordinary. Each special token's next occurrence is
+  // kept and searched again only once passed, so a text with many of them is read once per token.
+  const auto& specials = state_->special;
+  std::vector<size_t> next(specials.size());
+  for (size_t i = 0; i < specials.size(); ++i) next[i] = text.find(specials[i].first);
   size_t start = 0;
   while (start <= text.size()) {
     size_t found = std::string_view::npos;
     const std::pair<std::string, int64_t>* which = nullptr;
-    for (const auto& special : state_->special) {
-      const size_t at = text.find(special.first, start);
-      if (at < found) found = at, which = &special;  // longest first: ties keep the longer token
+    for (size_t i = 0; i < specials.size(); ++i) {
+      if (next[i] != std::string_view::npos && next[i] < start) next[i] = text.find(specials[i].first, start);
+      if (next[i] < found) found = next[i], which = &specials[i];  // longest first: ties keep the longer token
     }
     std::string ordinary(text.substr(start, found == std::string_view::npos ? std::string_view::npos : found - start));
     // As Hugging Face's ByteLevel pre-tokenizer does, for each stretch between special tokens.

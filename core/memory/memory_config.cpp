@@ -34,6 +34,9 @@ void add_memory_schema(config::Schema& s) {
               "memory (stepped there by CPU Adam)")
       .min(0.0)
       .max(1.0);
+  s.add_bool("memory.offload_frozen", false,
+             "frozen weights (a LoRA base) live in host memory and come to the device one block at a time; needs "
+             "memory.activation_checkpointing and memory.strategy = \"none\"");
   s.add_float("memory.margin_ratio", 0.0,
               "gemini, auto placement: share of the device memory left spare after warm-up that holds float32 "
               "masters and optimizer state (stepped on the device)")

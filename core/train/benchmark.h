@@ -22,11 +22,15 @@ void add_benchmark_schema(config::Schema& schema);
 class BenchmarkMemory {
  public:
   explicit BenchmarkMemory(const torch::Device& device);
-  nlohmann::json figures() const;  // peaks and the baselines, MiB
+  // The model and its state are built: from here the steps' own peak is kept as well (building can
+  // peak higher, e.g. weights made in float32 before they are cast or offloaded).
+  void start_steps();
+  nlohmann::json figures() const;  // peaks (whole run, and the steps alone) and the baselines, MiB
 
  private:
   torch::Device device_;
   int64_t resident_before_, in_use_before_;
+  int64_t setup_peak_in_use_ = 0, setup_peak_bytes_ = 0;
   memory::PeakInUse peak_in_use_;
 };
 
@@ -42,6 +46,12 @@ struct BenchmarkSpec {
 // Times the steps and returns the line (every rank; rank 0 prints it). MFU is the model FLOPs this rank
 // reached over the matrix-product rate this rank's device measured in the compute dtype.
 nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::BlockModel& model,
-                                  const Batch& batch, const BenchmarkSpec& spec, const BenchmarkMemory& memory);
+                                  const Batch& batch, const BenchmarkSpec& spec, BenchmarkMemory& memory);
+
+// A language model's benchmark: micro-batch rows (train.micro_batch_size) of `context` random tokens
+// below `vocab` against their next tokens, timed by benchmark_training; the line counts tokens and adds
+// "context" and "trainable_parameters" to `spec.fields`.
+nlohmann::json benchmark_language_model(const config::Config& config, const Runtime& runtime, hooks::BlockModel& model,
+                                        int64_t vocab, int64_t context, BenchmarkSpec spec, BenchmarkMemory& memory);
 
 }  // namespace kuafu::train

@@ -49,6 +49,7 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   } else {
     init_replicated(replicas);
   }
+  if (config.get_bool("memory.offload_frozen")) offload_frozen_weights();
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
   if (sharded_) {
     sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
@@ -63,6 +64,27 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
 ModelState::~ModelState() {
   // The model must not call into hooks that are gone.
   if (hooks_installed_) options_.set_block_hooks(nullptr);
+  frozen_offload_.reset();  // the frozen weights return to the device
+}
+
+void ModelState::offload_frozen_weights() {
+  const std::string key = "memory.offload_frozen";
+  if (config_.get_string("memory.strategy") != "none") {
+    config_.fail_at(key, "keeps frozen weights on the host by itself: use it with memory.strategy = \"none\" "
+                         "(the trainable LoRA adapters are small)");
+  }
+  if (!config_.get_bool("memory.activation_checkpointing")) {
+    config_.fail_at(key, "needs memory.activation_checkpointing = true: a forward that keeps a block's weights for "
+                         "its backward would keep every block's on the device");
+  }
+  if (runtime_.tensor.enabled() || runtime_.pipelined()) {
+    config_.fail_at(key, "runs without parallel.tensor and parallel.pipeline");
+  }
+  // After the masters: the frozen weights are already in the compute dtype.
+  frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device);
+  hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(frozen_offload_.get());
+  if (!hooks_installed_) config_.fail_at(key, "needs a model that runs its blocks through the block-call interface");
+  if (runtime_.is_main()) log::infof(frozen_offload_->describe());
 }
 
 void ModelState::init_replicated(const dist::GroupPtr& replicas) {

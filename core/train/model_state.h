@@ -24,6 +24,7 @@
 #include "core/hooks/block_hooks.h"
 #include "core/io/safetensors.h"
 #include "core/memory/chunked_masters.h"
+#include "core/memory/frozen_offload.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/mixed_precision.h"
@@ -98,6 +99,7 @@ class ModelState {
 
  private:
   void init_replicated(const dist::GroupPtr& replicas);
+  void offload_frozen_weights();  // memory.offload_frozen
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
@@ -115,6 +117,7 @@ class ModelState {
   std::unique_ptr<optim::MasterWeights> masters_;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<memory::ChunkedMasters> sharded_;  // zero1 / zero2 / gemini: replaces masters_ and data_parallel_
+  std::unique_ptr<memory::FrozenWeightOffload> frozen_offload_;  // memory.offload_frozen
   std::vector<optim::Param> params_;                 // the masters, with their tensor-parallel sharding
   std::map<std::string, parallel::Layout> layouts_;  // tensor-parallel parameters by name
   dist::GroupPtr norm_group_;                        // ranks whose gradients make up one global norm

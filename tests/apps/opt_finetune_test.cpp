@@ -18,6 +18,7 @@
 #include "apps/opt/task.h"
 #include "core/io/instruction_batches.h"
 #include "core/io/targets.h"
+#include "core/memory/frozen_offload.h"
 #include "core/nn/lora.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/byte_tokenizer.h"
@@ -231,6 +232,47 @@ TEST_F(OPTFinetuneTest, ShardedLoraFineTuningOnTwoRanksEqualsPlainAndKeepsTheBas
     EXPECT_EQ(torch::equal(*after, tensor), !adapter) << name;
   }
   EXPECT_EQ(adapters, 8);
+}
+
+// LoRA with its frozen base in host memory, brought to the device one block at a time
+// (memory.offload_frozen): the same steps as with the base on the device, bit for bit (the same
+// arithmetic on copies of the same weights). On this CPU both tiers are host memory; the memory it
+// saves on a GPU is in docs/opt.md.
+TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
+  auto train_with = [&](const std::string& name, const std::vector<std::string>& extra) {
+    std::vector<std::string> overrides = {"lora.rank=4", "memory.activation_checkpointing=true"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    const auto config = make_config(root_, name, overrides);
+    train::Runtime runtime = train::start_runtime(config);
+    std::unique_ptr<OptTask> task = make_task(config, runtime);
+    train::Trainer(config, runtime, *task).run();
+  };
+  train_with("on_device", {});
+  train_with("offloaded", {"memory.offload_frozen=true"});
+  testing::expect_same_tensors(testing::saved(root_, "offloaded", "model.safetensors"),
+                               testing::saved(root_, "on_device", "model.safetensors"), 0.0, 0.0, "weights");
+  testing::expect_same_tensors(testing::saved(root_, "offloaded", "optimizer.safetensors"),
+                               testing::saved(root_, "on_device", "optimizer.safetensors"), 0.0, 0.0, "optimizer state");
+  // Between calls a frozen weight is its host copy; during its block's call, a copy made for the call.
+  OPTForCausalLM model = build_model(make_config(root_, "hooks", {"lora.rank=4"}), parallel::TensorParallel::serial_on(torch::kCPU));
+  {
+    memory::FrozenWeightOffload offload(*model, torch::kCPU);
+    const torch::Tensor weight = model->named_parameters()["model.decoder.layers.0.fc1.weight"];
+    const torch::Tensor adapter = model->named_parameters()["model.decoder.layers.0.self_attn.q_proj.lora_A.weight"];
+    const void* home = weight.data_ptr();
+    const void* adapter_home = adapter.data_ptr();
+    const hooks::BlockCall call{"model.decoder.layers.0", {model->decoder->blocks[0].get()}};
+    const torch::Tensor before = weight.detach().clone();
+    offload.pre_backward(call);
+    EXPECT_NE(weight.data_ptr(), home);
+    EXPECT_TRUE(torch::equal(weight, before));
+    EXPECT_EQ(adapter.data_ptr(), adapter_home) << "trainable weights stay where they are";
+    offload.post_backward(call);
+    EXPECT_EQ(weight.data_ptr(), home);
+  }
+  const std::string message = testing::error_message([&] { train_with("no_checkpointing", {"memory.offload_frozen=true",
+                                                                                        "memory.activation_checkpointing=false"}); });
+  EXPECT_TRUE(testing::Contains(message, "memory.activation_checkpointing")) << message;
 }
 
 // The command line as a user runs it.
