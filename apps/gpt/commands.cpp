@@ -36,7 +36,7 @@ TextTask::TextTask(GPT model, const train::ParallelOptions& options, std::shared
     : ModelTask(std::make_unique<train::ParallelModel>(*model, options), micro_batch, model->tp.batch_blocks()),
       model_(std::move(model)), train_(std::move(train)), val_(std::move(val)), eval_rows_(eval_rows) {}
 
-torch::Device TextTask::device() const { return model_->parameters().front().device(); }
+torch::Device TextTask::device() const { return model_->tp.device; }
 
 train::Batch TextTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
   const io::TokenBatch batch = train_->train_batch(step, first_row, rows).to(device());

@@ -24,7 +24,7 @@ class TextTask : public train::ModelTask {
   GPT& gpt() { return model_; }
 
  private:
-  torch::Device device() const;  // where the model's weights are: batches go there
+  torch::Device device() const;  // the run's device, where the model was built: batches go there
 
   GPT model_;
   std::shared_ptr<io::TokenWindowLoader> train_, val_;

@@ -33,7 +33,8 @@ class OptTask : public train::ModelTask {
   OPTForCausalLM& opt() { return model_; }
 
  private:
-  torch::Device device() const { return model_->parameters().front().device(); }
+  // The run's device, where the model was built (a frozen weight offloaded to the host is no guide).
+  torch::Device device() const { return model_->tp.device; }
   OPTForCausalLM model_;
   BatchSource batches_;
 };
