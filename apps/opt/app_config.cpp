@@ -138,10 +138,13 @@ OPTConfig model_config(const config::Config& config) {
       config.fail_at("model.num_attention_heads", "(" + std::to_string(m.num_attention_heads) +
                                                       ") must divide model.hidden_size (" + std::to_string(m.hidden_size) + ")");
     }
-    m.vocab_size = config.get_int("model.vocab_size");
-    if (m.vocab_size == 0) m.vocab_size = (load_tokenizer(config).vocab_size() + 7) / 8 * 8;
   }
-  if (config.is_set("model.vocab_size") && config.get_int("model.vocab_size") > 0) m.vocab_size = config.get_int("model.vocab_size");
+  // model.vocab_size when set; else a shape's own, or the tokenizer's rounded up to a multiple of 8.
+  if (const int64_t vocab = config.get_int("model.vocab_size"); vocab > 0) {
+    m.vocab_size = vocab;
+  } else if (config.get_string("model.shape").empty()) {
+    m.vocab_size = (load_tokenizer(config).vocab_size() + 7) / 8 * 8;
+  }
   m.dropout = config.get_float("model.dropout");
   m.attention_dropout = config.get_float("model.attention_dropout");
   check_fits_positions(config, m);

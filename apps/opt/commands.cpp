@@ -68,18 +68,20 @@ void prepare_command(const config::Config& config) {
   const io::BpeTokenizer tokenizer = load_tokenizer(config);
   const auto [train_text, val_text] = io::split_text_blocks(data.text, data.val_every);
   const auto vocab = static_cast<uint64_t>(tokenizer.vocab_size());
-  const std::string eos = data.eos_after_lines ? "</s>" : "\n";
   if (data.eos_after_lines) instruction_format(config, tokenizer);  // names data.tokenizer when it lacks </s>
   auto write = [&](const std::string& path, const std::string& lines) {
-    std::string text;
-    text.reserve(lines.size() + lines.size() / 16);
-    for (char c : lines) {
-      if (c == '\n') {
-        text.append(eos);
-      } else {
-        text.push_back(c);
+    std::string with_eos;
+    if (data.eos_after_lines) {
+      with_eos.reserve(lines.size() + lines.size() / 16);
+      for (char c : lines) {
+        if (c == '\n') {
+          with_eos += "</s>";
+        } else {
+          with_eos += c;
+        }
       }
     }
+    const std::string& text = data.eos_after_lines ? with_eos : lines;
     const std::vector<int64_t> ids = tokenizer.encode(text);
     io::write_token_file(path, std::vector<uint32_t>(ids.begin(), ids.end()), vocab);
     log::infof("wrote ", path, ": ", ids.size(), " tokens from ", text.size(), " bytes");

@@ -8,6 +8,19 @@
 #include "core/util/error.h"
 
 namespace kuafu::io {
+namespace {
+
+// The first `count` tokens of `e` as inputs, each with its next token as the target where the loss
+// learns it (targets elsewhere keep kIgnoredTarget).
+void write_example(const InstructionExample& e, int64_t count, int64_t* inputs, int64_t* targets) {
+  const auto n = static_cast<int64_t>(e.tokens.size());
+  for (int64_t i = 0; i < count; ++i) {
+    inputs[i] = e.tokens[static_cast<size_t>(i)];
+    if (i + 1 < n && e.learned[static_cast<size_t>(i + 1)]) targets[i] = e.tokens[static_cast<size_t>(i + 1)];
+  }
+}
+
+}  // namespace
 
 InstructionBatcher::InstructionBatcher(std::shared_ptr<const InstructionSet> examples, int64_t pad_id,
                                        int64_t global_batch, uint64_t seed, const torch::Device& device, int64_t pack_to)
@@ -91,12 +104,9 @@ TokenBatch InstructionBatcher::packed_rows(const std::vector<std::vector<int64_t
       const InstructionExample& e = examples_->examples[static_cast<size_t>(groups[static_cast<size_t>(r)][d])];
       const auto n = static_cast<int64_t>(e.tokens.size());
       KUAFU_CHECK(at + n <= length, "examples of ", at + n, " tokens do not fit a packed row of ", length);
-      for (int64_t i = 0; i < n; ++i) {
-        in[(r * 2) * length + at + i] = e.tokens[static_cast<size_t>(i)];
-        in[(r * 2 + 1) * length + at + i] = static_cast<int64_t>(d);
-        // The example's last token predicts nothing: the next token belongs to another example.
-        if (i + 1 < n && e.learned[static_cast<size_t>(i + 1)]) targets[r * length + at + i] = e.tokens[static_cast<size_t>(i + 1)];
-      }
+      // Every token goes in; the last predicts nothing, as the next one belongs to another example.
+      write_example(e, n, in + (r * 2) * length + at, targets + r * length + at);
+      std::fill_n(in + (r * 2 + 1) * length + at, n, static_cast<int64_t>(d));
       at += n;
     }
   }
@@ -114,11 +124,8 @@ TokenBatch InstructionBatcher::rows_of(const std::vector<int64_t>& indices, int6
   int64_t* targets = batch.targets.data_ptr<int64_t>();
   for (int64_t r = 0; r < rows; ++r) {
     const InstructionExample& e = examples_->examples[static_cast<size_t>(indices[static_cast<size_t>(r)])];
-    const auto n = static_cast<int64_t>(e.tokens.size());
-    for (int64_t i = 0; i + 1 < n; ++i) {
-      inputs[r * length + i] = e.tokens[static_cast<size_t>(i)];
-      if (e.learned[static_cast<size_t>(i + 1)]) targets[r * length + i] = e.tokens[static_cast<size_t>(i + 1)];
-    }
+    // The last token is only a target: it has no next token to predict.
+    write_example(e, static_cast<int64_t>(e.tokens.size()) - 1, inputs + r * length, targets + r * length);
   }
   return batch;
 }

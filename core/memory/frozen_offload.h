@@ -24,7 +24,6 @@ class FrozenWeightOffload : public hooks::BlockHooks {
   void pre_backward(const hooks::BlockCall& call) override { fetch(call); }
   void post_backward(const hooks::BlockCall& call) override { release(call); }
 
-  int64_t host_bytes() const { return host_bytes_; }
   std::string describe() const;
 
  private:

@@ -113,8 +113,11 @@ void load_adapter(torch::nn::Module& model, const std::string& dir) {
   io::load_hf_weights(folder, adapters_of(model), [](const std::string& stored) -> std::optional<std::string> {
     std::string name = text::starts_with(stored, kPrefix) ? stored.substr(std::string(kPrefix).size()) : stored;
     // PEFT keeps its adapter name in memory ("lora_A.default.weight") and drops it when saving.
-    for (const char* part : {".lora_A.default.", ".lora_B.default."}) {
-      if (const size_t at = name.find(part); at != std::string::npos) name.erase(at + 7, 8);
+    const std::string adapter_name = ".default";
+    for (const std::string part : {".lora_A", ".lora_B"}) {
+      if (const size_t at = name.find(part + adapter_name + "."); at != std::string::npos) {
+        name.erase(at + part.size(), adapter_name.size());
+      }
     }
     return name;
   });

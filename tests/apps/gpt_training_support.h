@@ -42,10 +42,7 @@ inline void write_corpus(const fs::path& dir) {
 }
 
 // One folder per test run, shared by the test process and the workers it starts.
-inline fs::path temp_dir(const std::string& name) {
-  const int owner = testing::is_worker() ? ::getppid() : ::getpid();
-  return fs::temp_directory_path() / ("kuafu_gpt_" + name + "_" + std::to_string(owner));
-}
+inline fs::path temp_dir(const std::string& name) { return testing::shared_test_dir("gpt_" + name); }
 
 inline config::Config make_config(const fs::path& root, const std::string& out, const std::string& extra) {
   const std::string text = "[model]\nvocab_size = 64\nn_positions = 32\nn_embd = 32\nn_layer = 2\nn_head = 2\n"

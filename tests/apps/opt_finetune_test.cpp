@@ -33,12 +33,6 @@ namespace kuafu::opt {
 namespace {
 namespace fs = std::filesystem;
 
-// One folder per test, shared by the test process and the workers it starts.
-fs::path run_root(const std::string& name) {
-  const int owner = testing::is_worker() ? ::getppid() : ::getpid();
-  return fs::temp_directory_path() / ("kuafu_opt_" + name + "_" + std::to_string(owner));
-}
-
 // "What does wN mean?" -> a definition whose length varies with N, so rows pad differently.
 void write_instructions(const fs::path& path, int first, int count) {
   std::ofstream out(path);
@@ -74,7 +68,7 @@ config::Config make_config(const fs::path& root, const std::string& out, const s
 class OPTFinetuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = run_root(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = testing::shared_test_dir(std::string("opt_") + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     if (!testing::is_worker()) {
       fs::remove_all(root_);
       write_data(root_);

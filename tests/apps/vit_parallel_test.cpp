@@ -31,10 +31,7 @@ constexpr int kSteps = 3;
 
 // One folder per test, shared by the test process and the workers it starts.
 fs::path test_root() {
-  const int owner = testing::is_worker() ? ::getppid() : ::getpid();
-  return fs::temp_directory_path() /
-         ("kuafu_vit_parallel_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-          std::to_string(owner));
+  return testing::shared_test_dir("vit_parallel_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
 }
 
 // `n` random 28 x 28 gray images with labels i mod 10, as an HDF5 set: small, so every run's final

@@ -87,10 +87,7 @@ struct ToyTask : ModelTask {
   torch::Tensor x, y;
 };
 
-fs::path test_root() {
-  const int owner = testing::is_worker() ? ::getppid() : ::getpid();
-  return fs::temp_directory_path() / ("kuafu_toy_" + std::to_string(owner));
-}
+fs::path test_root() { return testing::shared_test_dir("toy"); }
 
 config::Config toy_config(const std::string& name, const std::string& extra) {
   config::Schema schema;

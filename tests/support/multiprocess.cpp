@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -102,6 +103,11 @@ bool is_worker() {
     if (const char* started = std::getenv(kStartedVar)) std::ofstream{started};
   }
   return worker;
+}
+
+std::filesystem::path shared_test_dir(const std::string& name) {
+  const int owner = is_worker() ? ::getppid() : ::getpid();
+  return std::filesystem::temp_directory_path() / ("kuafu_" + name + "_" + std::to_string(owner));
 }
 
 int worker_rank() { return dist::detect_launch_env().rank; }

@@ -7,6 +7,7 @@
 //   }
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -26,5 +27,9 @@ int worker_world_size();
 // workers cannot start or never reach the test. Skips the test when the workers skipped it.
 void run_test_on_ranks(int world, int timeout_s = 60,
                        const std::map<std::string, std::string>& extra_env = {});
+
+// <temp>/kuafu_<name>_<pid of the test process>: the same folder in the test process and in the workers
+// it starts, so workers find what their parent wrote there. Neither created nor cleared.
+std::filesystem::path shared_test_dir(const std::string& name);
 
 }  // namespace kuafu::testing
