@@ -8,7 +8,8 @@
 #      (configs/demo_lora.toml) on the instruction set, the loss on the answers only;
 #   4. the held-out answer perplexity of the pre-trained model and of both fine-tunes, and greedy answers
 #      to five held-out "What does WORD mean?" prompts from each.
-# Writes <out>/summary.json and <out>/answers.jsonl. Steps already done (a folder that exists) are kept.
+# Writes <out>/summary.json, <out>/answers.jsonl and <out>/report/ (scripts/report). Steps already done
+# (a folder that exists) are kept.
 # Usage: apps/opt/demo.sh [build dir = build] [out = runs/opt_demo]
 set -euo pipefail
 build=${1:-build}
@@ -83,3 +84,6 @@ for line in open(f"{out}/answers.jsonl"):
     a = json.loads(line)
     print(f"[{a['model']}] {a['prompt']} -> {a['output']}")
 PY
+
+# 5. Curves of both fine-tunes (loss, answer perplexity, rate, speed, memory): <out>/report/index.html.
+scripts/report --out "$out/report" --title "OPT demo: full fine-tune vs LoRA" "$out/full" "$out/lora"

@@ -31,7 +31,7 @@ class ImageTask : public train::ModelTask {
 
   ViTForImageClassification& vit() { return model_; }
   ImageDataset& val_set() { return *val_; }
-  int64_t steps_per_epoch() const { return train_->size() / global_batch_; }
+  int64_t steps_per_epoch() const override { return train_->size() / global_batch_; }
   // The logits of evaluation items [begin, end) in batches of the micro-batch size.
   void for_each_eval_batch(int64_t begin, int64_t end,
                            const std::function<void(const torch::Tensor& logits, const torch::Tensor& labels)>& use);

@@ -54,6 +54,9 @@ RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const
   checkpoints_ = std::make_unique<CheckpointStore>((fs::path(out_dir_) / "checkpoints").string(),
                                                    runtime.world->world_group(),
                                                    static_cast<int>(settings.keep_checkpoints));
+  // The effective config of the latest invocation beside metrics.jsonl, for reports (each checkpoint
+  // keeps its own copy in trainer.json).
+  if (runtime.is_main()) write_file_atomic((fs::path(out_dir_) / "config.toml").string(), config_.to_toml());
 }
 
 nlohmann::json RunFolder::fingerprint() const {

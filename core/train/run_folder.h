@@ -1,7 +1,7 @@
 // A training run's folder (train.out_dir), the same for every training loop: one run at a time in it
-// (a lock), its checkpoints (checkpoints/step_N), metrics.jsonl (one curve across resumes), and the
-// checkpoint a run resumes from (train.resume), refused when the model settings it was trained with
-// differ from the config's.
+// (a lock), its checkpoints (checkpoints/step_N), metrics.jsonl (one curve across resumes), config.toml
+// (the latest invocation's effective config, for reports), and the checkpoint a run resumes from
+// (train.resume), refused when the model settings it was trained with differ from the config's.
 #pragma once
 
 #include <nlohmann/json.hpp>

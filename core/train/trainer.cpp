@@ -90,10 +90,15 @@ TrainSummary Trainer::run() {
     log::infof("training ", settings_.steps - start_step_, " steps: batch ", settings_.batch_size, " = micro ",
                micro_batch, " x ", data.size(), " data ranks x ", accumulation_, " accumulation");
   }
+  const int64_t steps_per_epoch = task_.steps_per_epoch();
+  auto add_epoch = [&](nlohmann::json& metrics, int64_t steps_done) {
+    if (steps_per_epoch > 0) metrics["epoch"] = static_cast<double>(steps_done) / static_cast<double>(steps_per_epoch);
+  };
   auto report_eval = [&](int64_t step) {
     const LossSum eval = evaluate();
     summary.val_loss = eval.loss_sum / std::max(1.0, eval.count);
     nlohmann::json metrics = {{"step", step}, {"val_loss", summary.val_loss}};
+    add_epoch(metrics, step);
     std::string line = "eval at step " + std::to_string(step) + ": loss " + fixed(summary.val_loss, 4);
     for (const EvalMetric& metric : task_.eval_metrics(eval)) {
       metrics[metric.key] = metric.value;
@@ -168,6 +173,7 @@ TrainSummary Trainer::run() {
     summary.steps_done = step + 1;
 
     nlohmann::json metrics = {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}};
+    add_epoch(metrics, step + 1);
     for (const auto& [name, value] : state_->memory_figures()) metrics[name] = value;
     if (state_->loss_scaler()) {
       metrics["loss_scale"] = loss_scale;

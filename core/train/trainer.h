@@ -51,6 +51,9 @@ class TrainTask {
   virtual double flops_per_item() const = 0;
   virtual int64_t items_per_row() const = 0;
   virtual std::string item_name() const { return "tokens"; }
+  // Optimizer steps per pass over the training set; 0 for a task without epochs (a token stream).
+  // When known, metrics.jsonl rows carry "epoch" (fractional), for curves against epochs.
+  virtual int64_t steps_per_epoch() const { return 0; }
   // What evaluation reports beside the mean loss, from the sums over every rank: perplexity unless the
   // task says otherwise (classifiers: accuracy from LossSum::correct; others from LossSum::extra).
   virtual std::vector<EvalMetric> eval_metrics(const LossSum& sums) const;

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The LAMB large-batch result at the seed's data ratio: Fashion-MNIST (60,000 images) with batch 1,536 is
+# 2.6% of the set per step, as 32,768 is of ImageNet's 1.28 M. The same model
+# (configs/fashion_mnist_small.toml) trains the same number of epochs with
+#   AdamW at batch 128 (the baseline: peak rate 1e-3, 1 epoch of warm-up), then AdamW and LAMB at
+#   1,536, 4,096 and 8,192, each at its rule's rate and at half and twice that rate:
+#   - AdamW: square-root scaling, lr(B) = 1e-3 * sqrt(B / 128);
+#   - LAMB (the LAMB paper's recipe): square-root scaling from its own base, lr(B) = 3.75e-3 * sqrt(B / 128)
+#     (3e-2 at 8,192, the best of 1e-2 / 3e-2 / 6e-2 in the earlier 20-epoch runs), and linear-epoch
+#     warm-up: warm-up epochs grow in proportion to the batch (7.5 epochs at 8,192), so every large batch
+#     warms up for the same ~53 steps. AdamW's large-batch runs take the same warm-up.
+# Everything else is the config's (cosine decay to 0, weight decay 0.05, clipping at 1, label smoothing
+# 0.1, random-resized crops and flips), in bf16 (twice fp32's speed here), evaluated after every epoch.
+#
+# Each run trains in <out>/<name> (metrics.jsonl, config.toml, the latest checkpoint) and is marked done
+# when it finishes; running the script again skips finished runs and resumes an interrupted one from its
+# last epoch. At the end: <out>/summary.md, <out>/accuracy_vs_batch.{png,svg} (sweep_summary.py), and
+# the curves (scripts/report) of the best rates in <out>/report and of every run in <out>/report_all.
+#
+# Usage: apps/vit/large_batch_sweep.sh [--build DIR] [--out DIR] [--epochs N] [--dtype bf16|fp32]
+#          [--jobs N] [--only "NAME ..."] [--set KEY=VALUE ...] [--list]
+#   --jobs N: N runs at a time (a GPU or a many-core machine; give each --set runtime.threads=...)
+#   --set:    passed to every run (e.g. data.train=..., runtime.device="cuda")
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=$root/build out=runs/vit_large_batch epochs=30 dtype=bf16 jobs=1 only="" list=false extra=()
+while (($#)); do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --epochs) epochs=$2; shift 2 ;;
+    --dtype) dtype=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --set) extra+=(--set "$2"); shift 2 ;;
+    --list) list=true; shift ;;
+    *) echo "large_batch_sweep.sh: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+done
+for n in epochs jobs; do
+  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "large_batch_sweep.sh: --$n must be a positive integer, not '${!n}'" >&2; exit 2; }
+done
+app=$build/apps/vit/kuafu-vit
+config=$here/configs/fashion_mnist_small.toml
+images=60000
+
+# One line per run, in the order they train: name optimizer batch micro_batch lr warmup_steps.
+# The rule's rates come first, then the search around them, then the baseline's own search.
+plan() {
+  awk -v images=$images '
+    function run(optimizer, batch, factor, base,   lr, steps, micro, warmup) {
+      lr = sprintf("%.3g", base * sqrt(batch / 128) * factor)
+      steps = int(images / batch)
+      micro = batch > 2048 ? 2048 : batch
+      warmup = batch == 128 ? steps : int(steps * 7.5 * batch / 8192 + 0.5)
+      printf "%s_b%d_lr%s %s %d %d %s %d\n", optimizer, batch, lr, optimizer, batch, micro, lr, warmup
+    }
+    BEGIN {
+      run("adamw", 128, 1, 1e-3)
+      split("1536 8192 4096", batches, " ")
+      for (i = 1; i <= 3; i++) { run("lamb", batches[i], 1, 3.75e-3); run("adamw", batches[i], 1, 1e-3) }
+      for (i = 1; i <= 3; i++) {
+        run("lamb", batches[i], 2, 3.75e-3); run("lamb", batches[i], 0.5, 3.75e-3)
+        run("adamw", batches[i], 2, 1e-3); run("adamw", batches[i], 0.5, 1e-3)
+      }
+      run("adamw", 128, 2, 1e-3); run("adamw", 128, 0.5, 1e-3)
+    }'
+}
+
+if $list; then plan; exit 0; fi
+[[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
+mkdir -p "$out"
+
+train_run() {  # name optimizer batch micro lr warmup
+  local name=$1 optimizer=$2 batch=$3 micro=$4 lr=$5 warmup=$6
+  local dir=$out/$name per_epoch=$((images / batch)) start=$(date +%s)
+  echo "$name: training $((per_epoch * epochs)) steps ($epochs epochs of $per_epoch) at lr $lr, warm-up $warmup steps"
+  "$app" train --config "$config" --set train.out_dir="\"$dir\"" --set train.batch_size="$batch" \
+    --set train.micro_batch_size="$micro" --set train.steps=$((per_epoch * epochs)) \
+    --set train.eval_interval="$per_epoch" --set train.checkpoint_interval="$per_epoch" \
+    --set train.keep_checkpoints=1 --set train.log_interval="$per_epoch" --set train.progress='"plain"' \
+    --set optim.name="\"$optimizer\"" --set optim.lr="$lr" --set optim.min_lr=0 \
+    --set optim.warmup_steps="$warmup" --set precision.dtype="\"$dtype\"" "${extra[@]}" \
+    >> "$dir.log" 2>&1 < /dev/null || { echo "$name failed: see $dir.log" >&2; return 1; }
+  echo "$(($(date +%s) - start))" >> "$dir/wall_seconds"
+  touch "$dir/done"
+  echo "$name: $(tail -n 1 "$dir.log")"
+}
+
+mapfile -t runs < <(plan)
+running=0
+for line in "${runs[@]}"; do
+  read -r name optimizer batch micro lr warmup <<< "$line"
+  [[ -z $only || " $only " == *" $name "* ]] || continue
+  if [[ -e $out/$name/done ]]; then echo "$name: done"; continue; fi
+  train_run "$name" "$optimizer" "$batch" "$micro" "$lr" "$warmup" &
+  if ((++running >= jobs)); then
+    wait -n || { wait; exit 1; }
+    ((running--))
+  fi
+done
+while ((running > 0)); do
+  wait -n || { wait; exit 1; }
+  ((running--))
+done
+
+"$root/.venv/bin/python" "$here/sweep_summary.py" "$out"
+mapfile -t best < "$out/best_runs.txt"
+"$root/scripts/report" --out "$out/report" --title "Large-batch sweep: the best rate per optimizer and batch" "${best[@]}"
+"$root/scripts/report" --out "$out/report_all" --title "Large-batch sweep: every run" "$out"/*_b*_lr*/
