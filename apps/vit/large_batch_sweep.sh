@@ -18,13 +18,14 @@
 # the curves (scripts/report) of the best rates in <out>/report and of every run in <out>/report_all.
 #
 # Usage: apps/vit/large_batch_sweep.sh [--build DIR] [--out DIR] [--epochs N] [--dtype bf16|fp32]
-#          [--jobs N] [--only "NAME ..."] [--set KEY=VALUE ...] [--list]
+#          [--jobs N] [--extend N] [--only "NAME ..."] [--set KEY=VALUE ...] [--list]
 #   --jobs N: N runs at a time (a GPU or a many-core machine; give each --set runtime.threads=...)
+#   --extend N: rounds of going one rate further where the best rate is the highest or lowest tried (1)
 #   --set:    passed to every run (e.g. data.train=..., runtime.device="cuda")
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-build=$root/build out=runs/vit_large_batch epochs=30 dtype=bf16 jobs=1 only="" list=false extra=()
+build=$root/build out=runs/vit_large_batch epochs=30 dtype=bf16 jobs=1 extend=1 only="" list=false extra=()
 while (($#)); do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -32,40 +33,45 @@ while (($#)); do
     --epochs) epochs=$2; shift 2 ;;
     --dtype) dtype=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --extend) extend=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --set) extra+=(--set "$2"); shift 2 ;;
     --list) list=true; shift ;;
     *) echo "large_batch_sweep.sh: unknown argument '$1' (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
+fail() { echo "large_batch_sweep.sh: $1" >&2; exit 2; }
+[[ $extend =~ ^[0-9]+$ ]] || fail "--extend must be a number of rounds, not '$extend'"
 for n in epochs jobs; do
-  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || { echo "large_batch_sweep.sh: --$n must be a positive integer, not '${!n}'" >&2; exit 2; }
+  [[ ${!n} =~ ^[1-9][0-9]*$ ]] || fail "--$n must be a positive integer, not '${!n}'"
 done
 app=$build/apps/vit/kuafu-vit
 config=$here/configs/fashion_mnist_small.toml
 images=60000
 
-# One line per run, in the order they train: name optimizer batch micro_batch lr warmup_steps.
-# The rule's rates come first, then the search around them, then the baseline's own search.
+# A run's line: name optimizer batch micro_batch lr warmup_steps (micro-batches of at most 2,048; the
+# baseline warms up for 1 epoch, the large batches for 7.5 epochs x batch / 8,192).
+run_line() {  # optimizer batch lr
+  awk -v optimizer="$1" -v batch="$2" -v lr="$3" -v images=$images 'BEGIN {
+    lr = sprintf("%.3g", lr); steps = int(images / batch); micro = batch > 2048 ? 2048 : batch
+    warmup = batch == 128 ? steps : int(steps * 7.5 * batch / 8192 + 0.5)
+    printf "%s_b%d_lr%s %s %d %d %s %d\n", optimizer, batch, lr, optimizer, batch, micro, lr, warmup }'
+}
+rule_rate() {  # base batch factor: base * sqrt(batch / 128) * factor
+  awk -v base="$1" -v batch="$2" -v factor="$3" 'BEGIN { printf "%.3g", base * sqrt(batch / 128) * factor }'
+}
+# The runs in the order they train: the rule's rates first, then half and twice them, then the
+# baseline's own search.
 plan() {
-  awk -v images=$images '
-    function run(optimizer, batch, factor, base,   lr, steps, micro, warmup) {
-      lr = sprintf("%.3g", base * sqrt(batch / 128) * factor)
-      steps = int(images / batch)
-      micro = batch > 2048 ? 2048 : batch
-      warmup = batch == 128 ? steps : int(steps * 7.5 * batch / 8192 + 0.5)
-      printf "%s_b%d_lr%s %s %d %d %s %d\n", optimizer, batch, lr, optimizer, batch, micro, lr, warmup
-    }
-    BEGIN {
-      run("adamw", 128, 1, 1e-3)
-      split("1536 8192 4096", batches, " ")
-      for (i = 1; i <= 3; i++) { run("lamb", batches[i], 1, 3.75e-3); run("adamw", batches[i], 1, 1e-3) }
-      for (i = 1; i <= 3; i++) {
-        run("lamb", batches[i], 2, 3.75e-3); run("lamb", batches[i], 0.5, 3.75e-3)
-        run("adamw", batches[i], 2, 1e-3); run("adamw", batches[i], 0.5, 1e-3)
-      }
-      run("adamw", 128, 2, 1e-3); run("adamw", 128, 0.5, 1e-3)
-    }'
+  run_line adamw 128 1e-3
+  for batch in 1536 8192 4096; do
+    run_line lamb $batch "$(rule_rate 3.75e-3 $batch 1)"; run_line adamw $batch "$(rule_rate 1e-3 $batch 1)"
+  done
+  for batch in 1536 8192 4096; do
+    for factor in 2 0.5; do run_line lamb $batch "$(rule_rate 3.75e-3 $batch $factor)"; done
+    for factor in 2 0.5; do run_line adamw $batch "$(rule_rate 1e-3 $batch $factor)"; done
+  done
+  run_line adamw 128 2e-3; run_line adamw 128 5e-4
 }
 
 if $list; then plan; exit 0; fi
@@ -88,24 +94,37 @@ train_run() {  # name optimizer batch micro lr warmup
   echo "$name: $(tail -n 1 "$dir.log")"
 }
 
-mapfile -t runs < <(plan)
-running=0
-for line in "${runs[@]}"; do
-  read -r name optimizer batch micro lr warmup <<< "$line"
-  [[ -z $only || " $only " == *" $name "* ]] || continue
-  if [[ -e $out/$name/done ]]; then echo "$name: done"; continue; fi
-  train_run "$name" "$optimizer" "$batch" "$micro" "$lr" "$warmup" &
-  if ((++running >= jobs)); then
-    wait -n || { wait; exit 1; }
+train_lines() {  # run lines; --jobs at a time; finished runs skipped
+  local line name optimizer batch micro lr warmup running=0
+  for line in "$@"; do
+    read -r name optimizer batch micro lr warmup <<< "$line"
+    [[ -z $only || " $only " == *" $name "* ]] || continue
+    if [[ -e $out/$name/done ]]; then echo "$name: done"; continue; fi
+    train_run "$name" "$optimizer" "$batch" "$micro" "$lr" "$warmup" &
+    if ((++running >= jobs)); then
+      wait -n || { wait; return 1; }
+      ((running--))
+    fi
+  done
+  while ((running > 0)); do
+    wait -n || { wait; return 1; }
     ((running--))
-  fi
-done
-while ((running > 0)); do
-  wait -n || { wait; exit 1; }
-  ((running--))
+  done
+}
+
+mapfile -t runs < <(plan)
+train_lines "${runs[@]}"
+# Where the best rate of an optimizer and batch is the highest or lowest tried, the search goes one
+# step (x2 or x0.5) further, --extend rounds at most.
+for ((round = 0; round < extend; round++)); do
+  mapfile -t beyond < <("$root/.venv/bin/python" "$here/sweep_summary.py" "$out" --beyond-edges)
+  ((${#beyond[@]})) || break
+  runs=()
+  for item in "${beyond[@]}"; do runs+=("$(run_line $item)"); done
+  train_lines "${runs[@]}"
 done
 
 "$root/.venv/bin/python" "$here/sweep_summary.py" "$out"
 mapfile -t best < "$out/best_runs.txt"
-"$root/scripts/report" --out "$out/report" --title "Large-batch sweep: the best rate per optimizer and batch" "${best[@]}"
+"$root/scripts/report" --out "$out/report" --title "Large-batch sweep: the best rate per setting" "${best[@]}"
 "$root/scripts/report" --out "$out/report_all" --title "Large-batch sweep: every run" "$out"/*_b*_lr*/

@@ -3,10 +3,14 @@
 Reads every run folder <out>/<optimizer>_b<batch>_lr<rate> and writes
   <out>/summary.md            every rate tried, and the best rate per optimizer and batch;
   <out>/accuracy_vs_batch.{png,svg}
+  <out>/accuracy.csv          every run's test accuracy and loss after each epoch;
   <out>/best_runs.txt         the folder of each (optimizer, batch)'s best rate, for scripts/report.
 Final test accuracy is the last evaluation's (after the last epoch); an unfinished run is listed with
 the epoch it reached and left out of the comparison.
-Usage: .venv/bin/python apps/vit/sweep_summary.py OUT
+With --beyond-edges it writes nothing and prints "optimizer batch rate" for the next rate to try
+(twice the highest, or half the lowest) wherever the best of an optimizer and batch is at an edge of
+the rates tried.
+Usage: .venv/bin/python apps/vit/sweep_summary.py OUT [--beyond-edges]
 """
 
 import os
@@ -32,6 +36,7 @@ def read_runs(out):
         if not accuracy:
             continue
         wall = os.path.join(folder, "wall_seconds")
+        curve = [(row.get("epoch", float("nan")), row["val_accuracy"], row["val_loss"]) for row in accuracy]
         runs.append({
             "name": name, "folder": folder, "optimizer": match.group(1), "batch": int(match.group(2)),
             "lr": float(match.group(3)), "lr_text": match.group(3),
@@ -40,7 +45,7 @@ def read_runs(out):
             "best": 100 * max(row["val_accuracy"] for row in accuracy),
             "steps": max(row["step"] for row in run.train_rows),
             "minutes": sum(float(x) for x in open(wall).read().split()) / 60 if os.path.exists(wall) else None,
-            "warmup": warmup_steps(run.config_text),
+            "warmup": warmup_steps(run.config_text), "curve": curve,
         })
     return runs
 
@@ -85,7 +90,8 @@ def write_table(runs, best, out):
         lines += ["", f"Baseline (AdamW, batch 128): {baseline['final']:.2f}%."]
         lamb = best.get(("lamb", 1536))
         if lamb:
-            lines.append(f"LAMB at 1,536 is {lamb['final'] - baseline['final']:+.2f} points from it (target: within 1).")
+            gap = lamb["final"] - baseline["final"]
+            lines.append(f"LAMB at 1,536 is {gap:+.2f} points from it (target: within 1).")
     with open(os.path.join(out, "summary.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return "\n".join(lines)
@@ -124,18 +130,48 @@ def plot(runs, best, out):
     plt.close(fig)
 
 
+def beyond_edges(runs, best):
+    """The next rate for each (optimizer, batch) whose best finished rate is the highest or the lowest
+    tried; a setting with an unfinished run waits for it. Smallest large batch first (the comparison
+    with the baseline), the baseline's own last (its runs take longest)."""
+    proposals = []
+    order = lambda item: (item[0][1] == 128, item[0][1], item[0][0])  # noqa: E731
+    for (optimizer, batch), chosen in sorted(best.items(), key=order):
+        tried = [r for r in runs if r["optimizer"] == optimizer and r["batch"] == batch]
+        if not all(r["done"] for r in tried):
+            continue
+        rates = [r["lr"] for r in tried]
+        if chosen["lr"] == max(rates):
+            proposals.append(f"{optimizer} {batch} {max(rates) * 2:.3g}")
+        if chosen["lr"] == min(rates):
+            proposals.append(f"{optimizer} {batch} {min(rates) / 2:.3g}")
+    return proposals
+
+
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    edges = "--beyond-edges" in args
+    args = [a for a in args if a != "--beyond-edges"]
+    if len(args) != 1:
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    out = sys.argv[1]
+    out = args[0]
     runs = read_runs(out) if os.path.isdir(out) else []
     if not runs:
         print(f"sweep_summary: {out} holds no evaluated runs named <optimizer>_b<batch>_lr<rate>", file=sys.stderr)
         return 1
     best = best_per_setting(runs)
+    if edges:
+        for proposal in beyond_edges(runs, best):
+            print(proposal)
+        return 0
     print(write_table(runs, best, out))
     plot(runs, best, out)
+    with open(os.path.join(out, "accuracy.csv"), "w", encoding="utf-8") as f:
+        f.write("run,epoch,test_accuracy,test_loss\n")
+        for run in runs:
+            for epoch, accuracy, loss in run["curve"]:
+                f.write(f"{run['name']},{epoch:g},{accuracy:.4f},{loss:.4f}\n")
     order = sorted(best.values(), key=lambda r: (r["batch"], r["optimizer"]))
     with open(os.path.join(out, "best_runs.txt"), "w", encoding="utf-8") as f:
         f.write("".join(r["folder"] + "\n" for r in order))

@@ -97,14 +97,15 @@ def read_config(folder):
     return None
 
 
-def moving_mean(values, window):
-    """Mean of the last `window` values at each point (fewer at the start)."""
-    out, total = [], 0.0
-    for i, v in enumerate(values):
-        total += v
-        if i >= window:
-            total -= values[i - window]
-        out.append(total / min(i + 1, window))
+def centred_mean(values, half):
+    """Mean of values[i - half : i + half + 1] at each i (a shorter window at the ends): no lag."""
+    prefix = [0.0]
+    for v in values:
+        prefix.append(prefix[-1] + v)
+    out = []
+    for i in range(len(values)):
+        lo, hi = max(0, i - half), min(len(values), i + half + 1)
+        out.append((prefix[hi] - prefix[lo]) / (hi - lo))
     return out
 
 
@@ -151,8 +152,8 @@ def plot(runs, x_key, spec, out_dir, formats):
         colour = f"C{index % 10}"
         if smoothed and len(ys) > 50:  # per-step values are noisy: each step faint, a moving mean on top
             ax.plot(xs, ys, color=colour, linewidth=0.6, alpha=0.25)
-            ys = moving_mean(ys, min(200, len(ys) // 20))
-            note = " (faint: each step; line: mean of the last 5% of steps, at most 200)"
+            ys = centred_mean(ys, min(100, len(ys) // 40))
+            note = " (faint: each step; line: centred mean over 5% of the steps, at most 201)"
         style = {"marker": "o", "markersize": 3} if len(xs) <= 60 else {}
         (line,) = ax.plot(xs, ys, color=colour, label=run.label, linewidth=1.4, **style)
         line.set_gid(f"run-{index}")

@@ -72,7 +72,8 @@ for report_dir in ("report", "report_all"):
         check(lines == ["0", "1"], f"{svg}: run lines {lines}, expected one per run (0, 1)")
     page = open(os.path.join(out, report_dir, "index.html")).read()
     for name in RUNS:
-        check(name in page and f'name = &quot;{name.split("_")[0]}&quot;' in page, f"index.html lacks {name} or its config")
+        optimizer = name.split("_")[0]
+        check(name in page and f"name = &quot;{optimizer}&quot;" in page, f"index.html lacks {name} or its config")
     check(page.count("<img ") == 7, f"index.html shows {page.count('<img ')} figures, expected 7")
 
 # A second invocation skips both finished runs and leaves their metrics alone.
@@ -106,5 +107,20 @@ with open(no_epochs, "w") as f:
 step_only = subprocess.run([report, "--out", os.path.join(work, "r2"), "--x", "epoch", no_epochs],
                            capture_output=True, text=True)
 check(step_only.returncode != 0 and "no \"epoch\"" in step_only.stderr, f"--x epoch without epochs: {step_only.stderr}")
-check(kuafu_report.moving_mean([1.0, 3.0, 5.0, 7.0], 2) == [1.0, 2.0, 4.0, 6.0], "moving_mean")
+# The sweep's next rates: one step beyond the edge where the best rate is the highest or lowest tried.
+sys.path.insert(0, os.path.join(source, "apps", "vit"))
+import sweep_summary  # noqa: E402
+
+
+def tried(optimizer, batch, lr, final, done=True):
+    return {"optimizer": optimizer, "batch": batch, "lr": lr, "final": final, "done": done}
+
+
+grid = [tried("lamb", 1536, 0.013, 85.0), tried("lamb", 1536, 0.026, 87.0), tried("lamb", 1536, 0.0065, 84.0),
+        tried("adamw", 1536, 0.002, 85.0), tried("adamw", 1536, 0.004, 86.0), tried("adamw", 1536, 0.008, 85.5),
+        tried("adamw", 8192, 0.008, 80.0), tried("adamw", 8192, 0.004, 81.0),
+        tried("lamb", 8192, 0.03, 80.0), tried("lamb", 8192, 0.06, 79.0, done=False)]
+proposals = sweep_summary.beyond_edges(grid, sweep_summary.best_per_setting(grid))
+check(proposals == ["lamb 1536 0.052", "adamw 8192 0.002"], f"beyond_edges: {proposals}")
+check(kuafu_report.centred_mean([1.0, 3.0, 5.0, 7.0], 1) == [2.0, 3.0, 5.0, 6.0], "centred_mean")
 print("report test passed")
