@@ -114,6 +114,12 @@ def plot(runs, best, out):
     if baseline:
         ax.axhline(baseline["final"] - 1, color="gray", linestyle="--", linewidth=1,
                    label=f"baseline − 1 point ({baseline['final'] - 1:.2f}%)")
+    finals = [r["final"] for r in best.values()]
+    low = min(finals) - 5  # diverged rates would squash the comparison: they stay in the table
+    if any(r["done"] and r["final"] < low for r in runs):
+        ax.set_ylim(low, max(finals) + 1.5)
+        ax.text(0.99, 0.02, f"rates that ended below {low:.0f}% are off the scale (see summary.md)",
+                transform=ax.transAxes, ha="right", fontsize=7, color="gray")
     ax.set_xscale("log", base=2)
     batches = sorted({r["batch"] for r in runs})
     ax.set_xticks(batches, [f"{b:,}" for b in batches])
