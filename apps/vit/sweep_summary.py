@@ -16,6 +16,7 @@ Usage: .venv/bin/python apps/vit/sweep_summary.py OUT [--beyond-edges]
 import os
 import re
 import sys
+import tomllib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "python"))
 import kuafu_report  # noqa: E402  (found through the path above)
@@ -51,8 +52,7 @@ def read_runs(out):
 
 
 def warmup_steps(config_text):
-    match = re.search(r"^warmup_steps = (\d+)", config_text or "", re.MULTILINE)
-    return int(match.group(1)) if match else None
+    return tomllib.loads(config_text)["optim"]["warmup_steps"] if config_text else None
 
 
 def best_per_setting(runs):

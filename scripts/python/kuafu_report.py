@@ -109,6 +109,11 @@ def centred_mean(values, half):
     return out
 
 
+def evaluation_keys(runs):
+    """The val_* metrics any run reports, sorted."""
+    return sorted({k for run in runs for row in run.eval_rows for k in row if k.startswith("val_")})
+
+
 def figure_specs(runs):
     """(file stem, title, y label, key, rows, smoothed) for each quantity some run has."""
     specs = []
@@ -118,7 +123,7 @@ def figure_specs(runs):
 
     if present("loss", "train_rows"):
         specs.append(("loss", "training loss", "loss", "loss", "train_rows", True))
-    eval_keys = sorted({k for run in runs for row in run.eval_rows for k in row if k.startswith("val_")})
+    eval_keys = evaluation_keys(runs)
     for key in eval_keys:
         label = key + (" (%)" if key.endswith("accuracy") else "")
         specs.append((key, "evaluation: " + key[4:], label, key, "eval_rows", False))
@@ -183,7 +188,7 @@ def all_positive(runs, key):
 def summary_rows(runs):
     """One row per run: steps, last loss, each evaluation metric's last and best, median throughput,
     peak memory and the summed step time."""
-    eval_keys = sorted({k for run in runs for row in run.eval_rows for k in row if k.startswith("val_")})
+    eval_keys = evaluation_keys(runs)
     header = ["run", "steps", "last loss"]
     for key in eval_keys:
         header += [f"{key} (last)", f"{key} (best)"]
