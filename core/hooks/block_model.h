@@ -1,13 +1,17 @@
-// A model as the strategies see it: a head turning the inputs into a stream, blocks each mapping the
-// stream to the next, and a tail turning the final stream and the targets into a loss. A model file
-// writes only this maths; pipeline staging, sequence parallelism, activation checkpointing and the
-// memory strategies apply to every model of this shape from outside (core/train/parallelize.h).
+// A sequential model: a head turning the inputs into a stream, blocks each mapping the stream to the
+// next, and a tail turning the final stream and the targets into a loss. It is the shape pipeline
+// staging and sequence parallelism need, an extra beside the general form (hooks::SiteModel, whose
+// blocks take and return any tensors): a model file writes only this maths, and ParallelModel
+// (core/train/parallelize.h) makes its head, blocks and tail the block sites every other strategy
+// applies to.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
+
+#include "core/hooks/block_sites.h"
 
 namespace kuafu::hooks {
 
@@ -18,10 +22,11 @@ struct ModelPart {
   std::vector<std::string> modules;
 };
 
-class BlockModel {
+class BlockModel : public SiteModel {
  public:
-  virtual ~BlockModel() = default;
-  virtual torch::nn::Module& module() = 0;  // the model's root module (the parts' paths start there)
+  // module(): the model's root module (the parts' paths start there).
+  // The head, each block and the tail as sites, named as their parts (filled by ParallelModel).
+  BlockSites& block_sites() final { return sites_; }
 
   virtual int64_t num_blocks() const = 0;
   virtual ModelPart head_part() const = 0;
@@ -41,6 +46,9 @@ class BlockModel {
   // and each rank's loss is the mean over its positions. False: the tail needs the whole stream (e.g.
   // a classifier reading the class token), which is gathered first.
   virtual bool tail_per_position() const { return false; }
+
+ private:
+  BlockSites sites_;
 };
 
 }  // namespace kuafu::hooks

@@ -8,8 +8,9 @@ namespace kuafu::optim {
 
 void add_precision_schema(config::Schema& s) {
   s.add_string("precision.dtype", "fp32",
-               "compute dtype: fp32, bf16 or fp16 (fp16 needs CUDA); bf16/fp16 keep float32 master weights")
-      .choices({"fp32", "bf16", "fp16"});
+               "compute dtype: fp32, bf16 or fp16 (fp16 needs CUDA); bf16/fp16 keep float32 master weights; fp64 "
+               "(a model built in float64) for numerical checks against references")
+      .choices({"fp32", "bf16", "fp16", "fp64"});
   s.add_string("precision.grad_reduce", "float32",
                "bf16/fp16: dtype gradients accumulate over micro-steps and are averaged over the data ranks in. "
                "float32: float32 main gradients (Megatron's main_grad), the average exact to float32, twice the "
@@ -31,6 +32,7 @@ void add_precision_schema(config::Schema& s) {
 torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device) {
   const std::string name = config.get_string("precision.dtype");
   if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp64") return torch::kFloat64;
   if (name == "fp16") {
     if (!device.is_cuda()) {
       config.fail_at("precision.dtype", "is \"fp16\" but the device is the CPU, where LibTorch lacks half-precision "
@@ -80,7 +82,7 @@ MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : mod
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;  // frozen: cast below
-    if (dtype == torch::kFloat32 || !p.is_floating_point()) {
+    if (!low_precision(dtype) || !p.is_floating_point()) {  // full precision: the parameter is its own master
       masters_.push_back({item.key(), p, nullptr, true});
       continue;
     }

@@ -41,10 +41,18 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
                                   const Batch& batch, const BenchmarkSpec& spec, BenchmarkMemory& memory) {
   ParallelOptions options;
   options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
+  options.checkpoint_blocks = config.get_string_list("memory.checkpoint_blocks");
   ParallelModel runner(model, options);
+  return benchmark_training(config, runtime, model, [&] { return runner.loss(batch); }, batch.inputs.size(0), spec,
+                            memory);
+}
+
+nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::SiteModel& model,
+                                  const std::function<torch::Tensor()>& loss, int64_t rows, const BenchmarkSpec& spec,
+                                  BenchmarkMemory& memory) {
   ModelStateOptions state_options;
-  state_options.set_block_hooks = [&runner](hooks::BlockHooks* hooks) {
-    runner.set_block_hooks(hooks);
+  state_options.set_block_hooks = [&model](hooks::BlockHooks* hooks) {
+    model.block_sites().set_hooks(hooks, model.module());
     return true;
   };
   ModelState state(config, runtime, model.module(), std::move(state_options));
@@ -52,12 +60,11 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
   memory.start_steps();
   auto step = [&] {
     state.begin_backward(/*last=*/true);
-    (runner.loss(batch) * state.loss_scale()).backward();
+    (loss() * state.loss_scale()).backward();
     state.end_backward();
     state.finish_step(state.grad_norm(), /*max_norm=*/0.0, /*overflow=*/false);
   };
   const StepTimes times = time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
-  const int64_t rows = batch.inputs.size(0);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
   const std::string strategy = config.get_string("memory.strategy");
   nlohmann::json line = {
@@ -69,7 +76,7 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
       {"precision", config.get_string("precision.dtype")},
       {"optimizer", state.optimizer().name()},
       {"memory_strategy", strategy},
-      {"activation_checkpointing", options.checkpoint_activations},
+      {"activation_checkpointing", config.get_bool("memory.activation_checkpointing")},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <string>
 
 #include "core/config/config.h"
@@ -43,8 +44,14 @@ struct BenchmarkSpec {
   nlohmann::json fields;       // the app's own fields (context, image_size)
 };
 
-// Times the steps and returns the line (every rank; rank 0 prints it). MFU is the model FLOPs this rank
+// Times training steps of any model and returns the line (every rank; rank 0 prints it): `loss` gives
+// the mean loss of one batch of `rows` rows; the memory strategy's hooks go on the model's block sites
+// (activation checkpointing, if any, is already applied to them). MFU is the model FLOPs this rank
 // reached over the matrix-product rate this rank's device measured in the compute dtype.
+nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::SiteModel& model,
+                                  const std::function<torch::Tensor()>& loss, int64_t rows, const BenchmarkSpec& spec,
+                                  BenchmarkMemory& memory);
+// A sequential model on `batch`, with activation checkpointing from the config (ParallelModel).
 nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::BlockModel& model,
                                   const Batch& batch, const BenchmarkSpec& spec, BenchmarkMemory& memory);
 

@@ -53,14 +53,13 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
   for (const auto& module : model_.module().modules()) {
     if (auto* core = dynamic_cast<nn::AttentionCoreImpl*>(module.get())) core->sequence = options_.sequence;
   }
-  const ModuleMap modules = modules_by_path(model_.module());
-  head_ = call_of(model_.head_part(), modules);
-  tail_ = call_of(model_.tail_part(), modules);
-  for (int64_t i = 0; i < n; ++i) blocks_.push_back(call_of(model_.block_part(i), modules));
-  for (const auto& head_path : model_.head_part().modules) {
-    const auto& tail_paths = model_.tail_part().modules;
-    if (std::find(tail_paths.begin(), tail_paths.end(), head_path) == tail_paths.end()) continue;
-    for (const auto& item : modules.at(head_path)->named_parameters()) tied_.insert(head_path + "." + item.key());
+  {
+    const ModuleMap modules = modules_by_path(model_.module());
+    for (const auto& head_path : model_.head_part().modules) {
+      const auto& tail_paths = model_.tail_part().modules;
+      if (std::find(tail_paths.begin(), tail_paths.end(), head_path) == tail_paths.end()) continue;
+      for (const auto& item : modules.at(head_path)->named_parameters()) tied_.insert(head_path + "." + item.key());
+    }
   }
   // 3. Pipeline staging.
   if (pipelined()) {
@@ -71,6 +70,29 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
     pp::ScheduleSpec one = options_.schedule;  // evaluation runs one micro-batch at a time
     one.micro_batches = 1;
     eval_engine_ = std::make_unique<pp::PipelineEngine>(one, options_.pipeline);
+  }
+  // The parts this rank holds become the model's block sites, for steps 4 and 5.
+  hooks::BlockSites& sites = model_.block_sites();
+  sites = hooks::BlockSites();
+  const ModuleMap modules = modules_by_path(model_.module());
+  head_ = model_.head_part().name;
+  tail_ = model_.tail_part().name;
+  if (options_.plan.first) sites.add(call_of(model_.head_part(), modules));
+  std::vector<std::string> held_blocks;
+  for (int64_t i = 0; i < n; ++i) {
+    blocks_.push_back(model_.block_part(i).name);
+    if (!options_.plan.holds_block(i)) continue;
+    sites.add(call_of(model_.block_part(i), modules));
+    held_blocks.push_back(blocks_.back());
+  }
+  if (options_.plan.last) sites.add(call_of(model_.tail_part(), modules));
+  // 4. Activation checkpointing: every block this rank holds, or those the patterns name.
+  if (options_.checkpoint_activations) {
+    if (options_.checkpoint_blocks.empty()) {
+      memory::checkpoint_blocks(sites, held_blocks);
+    } else {
+      memory::checkpoint_blocks(sites, options_.checkpoint_blocks);
+    }
   }
 }
 
@@ -105,23 +127,20 @@ void ParallelModel::keep_planned_parts() {
 }
 
 torch::Tensor ParallelModel::run_head(const torch::Tensor& inputs) {
-  return hooks::run_block(hooks_, head_, inputs, [&](const torch::Tensor& x) { return model_.head(x); });
+  return model_.block_sites().call(head_, inputs, [this](const torch::Tensor& x) { return model_.head(x); });
 }
 
 torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end) {
   for (int64_t i = begin; i < end; ++i) {
-    std::function<torch::Tensor(const torch::Tensor&)> body = [this, i](const torch::Tensor& input) {
-      return model_.block(i, input);
-    };
-    x = hooks::run_block(hooks_, blocks_[static_cast<size_t>(i)], x, [&](const torch::Tensor& input) {
-      return options_.checkpoint_activations ? memory::checkpointed(input, body) : body(input);
-    });
+    // Captured by value: a checkpointed block runs this again during backward.
+    x = model_.block_sites().call(blocks_[static_cast<size_t>(i)], x,
+                                  [this, i](const torch::Tensor& input) { return model_.block(i, input); });
   }
   return x;
 }
 
 torch::Tensor ParallelModel::run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums) {
-  return hooks::run_block(hooks_, tail_, x, [&](const torch::Tensor& stream) {
+  return model_.block_sites().call(tail_, x, [this, targets, sums](const torch::Tensor& stream) {
     return sums ? model_.tail_sums(stream, targets) : model_.tail_loss(stream, targets);
   });
 }
@@ -219,6 +238,13 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
   return costs;
 }
 
+void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,
+                            const std::vector<std::string>& default_blocks) {
+  if (!config.get_bool("memory.activation_checkpointing")) return;
+  const std::vector<std::string> chosen = config.get_string_list("memory.checkpoint_blocks");
+  memory::checkpoint_blocks(sites, chosen.empty() ? default_blocks : chosen);
+}
+
 void check_row_blocks(const config::Config& config, const parallel::TensorParallel& tp,
                       const std::vector<std::string>& keys) {
   const int blocks = tp.batch_blocks();
@@ -236,6 +262,7 @@ ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config&
   ParallelOptions options;
   options.sequence = runtime.sequence;
   options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
+  options.checkpoint_blocks = config.get_string_list("memory.checkpoint_blocks");
   if (!runtime.pipelined()) return options;
   pp::ScheduleSpec spec = runtime.pipeline;
   spec.micro_batches = static_cast<int>(accumulation_steps(config, runtime));

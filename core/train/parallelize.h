@@ -5,9 +5,12 @@
 //      along its positions after the head;
 //   3. pipeline staging: this rank keeps the head, blocks and tail of its stages (cut uniformly, by
 //      parameters or by measured time) and frees the rest;
-//   4. activation checkpointing: each block's forward is recomputed in its backward;
+//   4. activation checkpointing: each block's forward (or those matching memory.checkpoint_blocks) is
+//      recomputed in its backward;
 //   5. the memory strategy (ZeRO, Gemini): installed by the trainer once the optimizer exists, through
 //      the block hooks each part runs under (set_block_hooks).
+// Steps 4 and 5 act on the model's block sites (hooks::BlockSites): the head, each block and the tail,
+// as they act on the blocks of any model (core/train/block_strategies.h).
 // ParallelModel then runs the model: the loss of a batch, a pipeline step, evaluation sums.
 #pragma once
 
@@ -36,6 +39,7 @@ struct ParallelOptions {
   dist::GroupPtr pipeline;                         // the "pipeline" axis (null without stages)
   dist::GroupPtr ends;  // this rank's first and last stage when it is one of them (tied weights)
   bool checkpoint_activations = false;
+  std::vector<std::string> checkpoint_blocks;  // block-name globs to checkpoint; empty: every block
 };
 
 class ParallelModel {
@@ -60,7 +64,7 @@ class ParallelModel {
   // False for a parameter this rank holds as a second copy (a tied weight on the last stage): the
   // global gradient norm counts the first stage's.
   bool counts_in_global_norm(const std::string& name) const;
-  void set_block_hooks(hooks::BlockHooks* hooks) { hooks_ = hooks; }
+  void set_block_hooks(hooks::BlockHooks* hooks) { model_.block_sites().set_hooks(hooks, model_.module()); }
 
  private:
   torch::Tensor run_head(const torch::Tensor& inputs);
@@ -75,12 +79,16 @@ class ParallelModel {
 
   hooks::BlockModel& model_;
   ParallelOptions options_;
-  hooks::BlockHooks* hooks_ = nullptr;
-  hooks::BlockCall head_, tail_;  // each part's name and modules, for the hooks
-  std::vector<hooks::BlockCall> blocks_;
+  std::string head_, tail_;          // the parts' site names
+  std::vector<std::string> blocks_;  // [block]
   std::set<std::string> tied_;  // parameters both the head and the tail compute with
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
+
+// Activation checkpointing from the config on any model's blocks (memory.activation_checkpointing): the
+// blocks memory.checkpoint_blocks names, or `default_blocks` (globs) when it names none.
+void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,
+                            const std::vector<std::string>& default_blocks);
 
 // 2D, 2.5D and 3D tensor parallelism cut every batch into row blocks: each of `keys` (row counts such as
 // train.micro_batch_size) must be a multiple of their number. Checked at the key before any work.

@@ -38,6 +38,9 @@ void add_runtime_schema(config::Schema& schema) {
       .choices({"uniform", "parameters", "time"});
   schema.add_bool("memory.activation_checkpointing", false,
                   "recompute each block's forward in its backward instead of keeping its activations");
+  schema.add_string_list("memory.checkpoint_blocks", {},
+                         "with activation checkpointing: the blocks to recompute, as globs over the model's block "
+                         "names (e.g. [\"down_blocks.*\"]); empty: the model's own choice (every transformer layer)");
   parallel::add_tensor_parallel_schema(schema);
   parallel::sequence::add_sequence_parallel_schema(schema);
 }

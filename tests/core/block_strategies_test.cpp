@@ -1,0 +1,315 @@
+// Strategies applied by module to models of any shape (hooks::BlockSites): blocks that take and return
+// several tensors get one pre/post backward each, checkpoint with several inputs and outputs, and the
+// test-only UNet-shaped and two-stream models (tests/support/site_models.h) train under activation
+// checkpointing, data parallelism, ZeRO-2 and Gemini on 2 Gloo ranks with the serial run's gradients,
+// and Gemini's auto placement equals its static placement.
+//
+// Gradients are compared, not weights after an adaptive step: the runs use plain SGD (lr 0.1, no
+// momentum, decay or clipping) in float64 (precision.dtype = "fp64"), so step s's gradient is
+// (w[s-1] - w[s]) / lr, read from a checkpoint after every step. Tolerance 1e-10 of the largest gradient
+// (at least 1): float64 sums in another order (2 ranks, chunked reductions) differ by ~1e-16 relative,
+// and recovering a gradient from two weights costs ~1e-15; a wrong gradient is off by far more.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "core/memory/activation_checkpoint.h"
+#include "core/train/checkpoint.h"
+#include "core/train/parallelize.h"
+#include "core/train/trainer.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/site_models.h"
+#include "tests/support/test_util.h"
+#include "tests/support/training_runs.h"
+#include "tests/support/worker_world.h"
+
+namespace kuafu::train {
+namespace {
+namespace fs = std::filesystem;
+using hooks::Tensors;
+
+// Counts the hook calls per block.
+struct CountingHooks : hooks::BlockHooks {
+  std::map<std::string, std::array<int, 4>> calls;  // pre/post forward, pre/post backward
+  void pre_forward(const hooks::BlockCall& c) override { ++calls[c.name][0]; }
+  void post_forward(const hooks::BlockCall& c) override { ++calls[c.name][1]; }
+  void pre_backward(const hooks::BlockCall& c) override { ++calls[c.name][2]; }
+  void post_backward(const hooks::BlockCall& c) override { ++calls[c.name][3]; }
+};
+
+std::map<std::string, torch::Tensor> gradients_of(torch::nn::Module& model) {
+  std::map<std::string, torch::Tensor> grads;
+  for (const auto& item : model.named_parameters()) {
+    grads[item.key()] = item.value().grad().defined() ? item.value().grad().clone() : torch::zeros_like(item.value());
+  }
+  return grads;
+}
+
+void expect_same_gradients(const std::map<std::string, torch::Tensor>& actual,
+                           const std::map<std::string, torch::Tensor>& expected, double tolerance, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (const auto& [name, grad] : expected) {
+    ASSERT_TRUE(actual.count(name)) << what << " lacks " << name;
+    const double scale = std::max(1.0, grad.abs().max().item<double>());
+    EXPECT_LE((actual.at(name) - grad).abs().max().item<double>(), tolerance * scale) << what << " " << name;
+  }
+}
+
+TEST(BlockStrategiesTest, ABlockOfSeveralTensorsHasOneBackwardBracket) {
+  torch::nn::Linear a(3, 3), b(3, 3);
+  a->to(torch::kFloat64);
+  b->to(torch::kFloat64);
+  hooks::BlockSites sites;
+  sites.add({"pair", {a.get(), b.get()}});
+  CountingHooks counting;
+  torch::nn::Module root;
+  root.register_module("a", a);
+  root.register_module("b", b);
+  sites.set_hooks(&counting, root);
+  const torch::Tensor x = torch::randn({2, 3}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor y = torch::randn({2, 3}, torch::kFloat64).requires_grad_(true);
+  const torch::Tensor ids = torch::arange(2);
+  const Tensors out = sites.call("pair", {x, y, ids, torch::Tensor()}, [&](const Tensors& in) {
+    EXPECT_FALSE(in[3].defined()) << "an absent input stays absent";
+    EXPECT_TRUE(torch::equal(in[2], ids)) << "ids pass as they are";
+    return Tensors{a->forward(in[0]) * b->forward(in[1]), b->forward(in[0]), in[2]};
+  });
+  ASSERT_EQ(out.size(), 3u);
+  (out[0].sum() + out[1].pow(2).sum()).backward();
+  EXPECT_EQ(counting.calls["pair"], (std::array<int, 4>{1, 1, 1, 1}));
+  // The same gradients as the block without hooks.
+  const torch::Tensor gx = x.grad().clone(), gy = y.grad().clone();
+  x.mutable_grad() = torch::Tensor();
+  y.mutable_grad() = torch::Tensor();
+  (a(x) * b(y)).sum().add(b(x).pow(2).sum()).backward();
+  EXPECT_TRUE(torch::allclose(gx, x.grad(), 0, 1e-14));
+  EXPECT_TRUE(torch::allclose(gy, y.grad(), 0, 1e-14));
+}
+
+TEST(BlockStrategiesTest, CheckpointingSeveralTensorsEqualsThePlainBlock) {
+  torch::nn::Linear a(4, 4);
+  a->to(torch::kFloat64);
+  // Two inputs (one needs no gradient), a mask that is absent, three outputs: one unused, one the
+  // input itself, and dropout whose mask the recomputation must repeat.
+  auto body = [a](const Tensors& in) mutable {
+    torch::Tensor h = torch::dropout(a->forward(in[0]).tanh(), 0.5, /*train=*/true) * in[1];
+    return Tensors{h, h.exp(), in[0]};
+  };
+  auto run = [&](bool checkpoint) {
+    a->zero_grad();
+    torch::manual_seed(3);
+    const torch::Tensor x = torch::linspace(-1, 1, 8, torch::kFloat64).view({2, 4}).requires_grad_(true);
+    const torch::Tensor scale = torch::full({2, 4}, 1.5, torch::kFloat64);
+    const Tensors inputs{x, scale, torch::Tensor()};
+    const Tensors out = checkpoint ? memory::checkpointed(inputs, body) : body(inputs);
+    (out[0].pow(2).sum() + 3 * out[2].sum()).backward();
+    auto grads = gradients_of(*a);
+    grads["x"] = x.grad().clone();
+    return grads;
+  };
+  expect_same_gradients(run(true), run(false), 0, "checkpointed");
+}
+
+template <typename Model, typename Batch>
+std::map<std::string, torch::Tensor> model_gradients(Model& model, const Batch& batch) {
+  for (auto& p : model->parameters()) p.mutable_grad() = torch::Tensor();
+  model->loss(batch).backward();
+  return gradients_of(*model);
+}
+
+TEST(BlockStrategiesTest, CheckpointingByPatternRecomputesOnlyThoseBlocks) {
+  torch::manual_seed(1);
+  testing::UNetToy unet;
+  const testing::UNetBatch batch = testing::unet_data(4);
+  const auto plain = model_gradients(unet, batch);
+  memory::checkpoint_blocks(unet->sites, {"down_blocks.*", "mid_block"});
+  // A counter inside the checkpointing: a checkpointed block's body runs twice a step, the others once.
+  std::map<std::string, int> runs;
+  for (const auto& name : unet->sites.names()) {
+    unet->sites.wrap(name, [&runs](const hooks::BlockCall& call, const Tensors& in, const hooks::BlockBody& next) {
+      ++runs[call.name];
+      return next(in);
+    });
+  }
+  expect_same_gradients(model_gradients(unet, batch), plain, 1e-14, "checkpointed down and mid blocks");
+  EXPECT_EQ(runs["down_blocks.0"], 2);
+  EXPECT_EQ(runs["down_blocks.1"], 2);
+  EXPECT_EQ(runs["mid_block"], 2);
+  EXPECT_EQ(runs["up_blocks.0"], 1);
+  EXPECT_EQ(runs["conv_in"], 1);
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { memory::checkpoint_blocks(unet->sites, {"encoder.*"}); }),
+                           "no block of the model matches \"encoder.*\""));
+}
+
+TEST(BlockStrategiesTest, HooksNeedEveryParameterInABlock) {
+  torch::manual_seed(1);
+  testing::TwoStreamToy toy;
+  hooks::BlockSites partial(*toy, {"embed", "blocks.0", "blocks.1", "blocks.2"});
+  CountingHooks counting;
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { partial.set_hooks(&counting, *toy); }),
+                           "parameter head.residue.weight lies in none of the model's blocks"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { hooks::BlockSites(*toy, {"embed", "trunk"}); }),
+                           "the model names block trunk, which is no submodule of it"));
+}
+
+// ---- Training under the strategies, 2 Gloo ranks against the serial run ----
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.1;
+
+fs::path run_root() { return testing::shared_test_dir("block_strategies"); }
+
+config::Config run_config(const std::string& name, const std::string& extra) {
+  config::Schema schema;
+  add_runtime_schema(schema);
+  add_trainer_schema(schema);
+  const std::string text = "[train]\nsteps = " + std::to_string(kSteps) +
+                           "\nbatch_size = 8\nmicro_batch_size = 8\neval_rows = 8\ncheckpoint_interval = 1\n"
+                           "keep_checkpoints = 5\nprogress = \"plain\"\nout_dir = \"" + (run_root() / name).string() +
+                           "\"\n[optim]\nname = \"sgd\"\nmomentum = 0.0\nweight_decay = 0.0\ngrad_clip = 0.0\nlr = " +
+                           std::to_string(kLr) + "\nwarmup_steps = 0\nschedule = \"constant\"\n[precision]\ndtype = \"fp64\"\n"
+                           "[runtime]\nthreads = 1\ndevice = \"cpu\"\n[dist]\ntimeout_s = 60\n";
+  std::vector<std::string> overrides;
+  std::istringstream lines(extra);
+  for (std::string line; std::getline(lines, line);) overrides.push_back(line);
+  return config::Config::from_string(text, name + ".toml", schema, overrides);
+}
+
+// A model of the general form with 64 fixed rows: step s trains on rows [8 s, 8 s + 8) (mod 64).
+template <typename Model, typename Batch>
+struct SiteTask : TrainTask {
+  SiteTask(Model model, Batch data) : net(std::move(model)), data(std::move(data)) {}
+  torch::nn::Module& model() override { return *net; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override {
+    return net->loss(data.rows((8 * step + first_row) % 64, rows).to(dtype()));
+  }
+  torch::Dtype dtype() { return net->parameters().front().scalar_type(); }  // bf16 under precision.dtype = "bf16"
+  LossSum evaluate(int rank, int ranks) override {
+    torch::NoGradGuard no_grad;
+    const int64_t rows = 8 / ranks;
+    const double loss = net->loss(data.rows(rank * rows, rows).to(dtype())).template item<double>();
+    return {loss * static_cast<double>(rows), static_cast<double>(rows), 0, {}};
+  }
+  double flops_per_item() const override { return 1.0; }
+  int64_t items_per_row() const override { return 1; }
+  std::vector<std::string> checkpoint_keys() const override { return {}; }
+  bool set_block_hooks(hooks::BlockHooks* hooks) override {
+    net->sites.set_hooks(hooks, *net);
+    return true;
+  }
+  Model net;
+  Batch data;
+};
+
+// The strategy runs: name, overrides, ranks. Each equals the serial run but the bf16 pair, which
+// equal each other (below).
+struct StrategyRun {
+  std::string name, overrides;
+  int ranks;
+};
+const std::vector<StrategyRun> kRuns = {
+    {"checkpointed", "memory.activation_checkpointing=true", 1},
+    {"data", "train.micro_batch_size=4", 2},
+    {"zero2", "train.micro_batch_size=4\nmemory.strategy=\"zero2\"", 2},
+    {"gemini", "train.micro_batch_size=4\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
+               "memory.activation_checkpointing=true", 2},
+    // Gemini places chunks only when the compute dtype is below the masters' (in float32 or float64 the
+    // compute shards are the masters), so auto placement runs in bf16: one row per micro-step (4
+    // accumulated), chunks of ~16k elements, kept and prefetched by the warm-up's trace. Placement moves
+    // data, not arithmetic: it equals static placement in bf16 bitwise. (A device budget that forces
+    // evictions is not used: on these toys the room between what one block call needs and what holds
+    // every chunk, ~0.05 MiB, is below the run-to-run noise of the CPU activation measurement.)
+    {"gemini_static_bf16", "train.micro_batch_size=1\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
+                           "memory.activation_checkpointing=true\nprecision.dtype=\"bf16\"", 2},
+    {"gemini_auto_bf16", "train.micro_batch_size=1\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
+                         "memory.activation_checkpointing=true\nprecision.dtype=\"bf16\"\n"
+                         "memory.placement=\"auto\"", 2},
+};
+
+template <typename Model, typename Batch>
+void train_model(const std::string& prefix, const std::string& name, const std::string& overrides,
+                 const std::shared_ptr<dist::World>& world, const std::vector<std::string>& checkpoint_defaults,
+                 const Batch& data) {
+  const config::Config config = run_config(prefix + name, overrides);
+  Runtime runtime = start_runtime(config, world);
+  torch::manual_seed(1);
+  SiteTask<Model, Batch> task(Model(), data);
+  checkpoint_from_config(config, task.net->sites, checkpoint_defaults);
+  Trainer(config, runtime, task).run();
+}
+
+// Step s's gradients of run `name`: (w[s-1] - w[s]) / lr, w[0] the seeded initial weights.
+std::vector<std::map<std::string, torch::Tensor>> step_gradients(const std::string& name, torch::nn::Module& initial) {
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : initial.named_parameters()) before[item.key()] = item.value().detach().clone();
+  std::vector<std::map<std::string, torch::Tensor>> steps;
+  for (int s = 1; s <= kSteps; ++s) {
+    const io::SafetensorsFile weights = testing::checkpoint_weights(run_root() / name, s);
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& [key, w] : before) {
+      const torch::Tensor* after = weights.find(key);
+      EXPECT_TRUE(after) << name << " step " << s << " lacks " << key;
+      if (!after) continue;
+      grads[key] = (w - *after) / kLr;
+      before[key] = *after;
+    }
+    steps.push_back(grads);
+  }
+  return steps;
+}
+
+template <typename Model>
+void expect_runs_equal_serial(const std::string& prefix) {
+  torch::manual_seed(1);
+  Model initial;
+  const auto serial = step_gradients(prefix + "serial", *initial);
+  for (const auto& run : kRuns) {
+    if (run.name.find("bf16") != std::string::npos) continue;
+    const auto actual = step_gradients(prefix + run.name, *initial);
+    for (int s = 0; s < kSteps; ++s) {
+      expect_same_gradients(actual[s], serial[s], 1e-10, prefix + run.name + " step " + std::to_string(s + 1));
+    }
+  }
+  // bf16: the model starts from the float32 masters' bf16 copy, so the weights before step 1 are the
+  // same in both runs; auto placement (evicting, prefetching, stepping masters where they live) equals
+  // static placement bitwise.
+  const auto placed_static = step_gradients(prefix + "gemini_static_bf16", *initial);
+  const auto placed_auto = step_gradients(prefix + "gemini_auto_bf16", *initial);
+  for (int s = 0; s < kSteps; ++s) {
+    expect_same_gradients(placed_auto[s], placed_static[s], 0, prefix + "bf16 auto vs static, step " + std::to_string(s + 1));
+  }
+  // Auto placement kept chunks gathered and fetched the next block's ahead.
+  const auto lines = testing::metric_lines(run_root() / (prefix + "gemini_auto_bf16") / "metrics.jsonl");
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps));
+  EXPECT_GT(lines.back().value("prefetches", 0.0), 0.0) << lines.back().dump();
+}
+
+template <typename Model, typename Batch>
+void run_strategies(const std::string& prefix, const std::vector<std::string>& checkpoint_defaults, const Batch& data) {
+  if (!testing::is_worker()) {
+    for (const auto& name : {std::string("serial"), std::string("checkpointed")}) {
+      fs::remove_all(run_root() / (prefix + name));
+    }
+    train_model<Model>(prefix, "serial", "", dist::World::single(), checkpoint_defaults, data);
+    train_model<Model>(prefix, "checkpointed", kRuns[0].overrides, dist::World::single(), checkpoint_defaults, data);
+    testing::run_test_on_ranks(2, 120);
+    expect_runs_equal_serial<Model>(prefix);
+    return;
+  }
+  auto world = testing::worker_world();
+  for (const auto& run : kRuns) {
+    if (run.ranks == 2) train_model<Model>(prefix, run.name, run.overrides, world, checkpoint_defaults, data);
+  }
+}
+
+TEST(BlockStrategiesTest, AUNetShapedModelTrainsUnderEveryStrategyWithTheSerialGradients) {
+  run_strategies<testing::UNetToy>("unet_", {"down_blocks.*", "mid_block", "up_blocks.*"}, testing::unet_data(64));
+}
+
+TEST(BlockStrategiesTest, ATwoStreamModelTrainsUnderEveryStrategyWithTheSerialGradients) {
+  run_strategies<testing::TwoStreamToy>("two_stream_", {"blocks.*"}, testing::two_stream_data(64));
+}
+
+}  // namespace
+}  // namespace kuafu::train
