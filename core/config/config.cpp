@@ -379,6 +379,20 @@ std::string Config::source_of(const std::string& key) const {
   return entry(key).source;
 }
 
+Config Config::model_view(const std::string& model) const {
+  const std::string prefix = "models." + model + ".";
+  Config view = *this;
+  for (const auto& [key, e] : entries_) {
+    if (!e.set || key.rfind(prefix, 0) != 0) continue;
+    const std::string base = key.substr(prefix.size());
+    KUAFU_CHECK(entries_.count(base), "config key '", key, "' has no top-level key '", base, "'");
+    Entry own = e;
+    own.location = key + " at " + e.location;
+    view.entries_[base] = own;
+  }
+  return view;
+}
+
 void Config::fail_at(const std::string& key, const std::string& message) const {
   const Entry& e = entry(key);
   const std::string where = e.set ? " at " + e.location : " (default " + to_toml_value(e.value) + ")";

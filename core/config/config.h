@@ -39,6 +39,11 @@ class Config {
   //   config.fail_at("train.batch_size", "must divide by the data-parallel size 4")
   [[noreturn]] void fail_at(const std::string& key, const std::string& message) const;
 
+  // The config as model `model` of a run of several models sees it (Schema::add_model_sections): each
+  // key under "models.<model>." that the file or an override set replaces the top-level key of the same
+  // name, which stays the default for every model. Errors at such a key name where it was set.
+  Config model_view(const std::string& model) const;
+
   // The effective config: every key, sections by first dotted component, sorted; explicitly set
   // values carry a comment naming their source. from_string() reads it back to an equal Config.
   std::string to_toml() const;

@@ -249,6 +249,23 @@ Schema& Schema::merge(const Schema& other) {
   return *this;
 }
 
+void Schema::add_model_sections(const std::vector<std::string>& models, const std::vector<std::string>& sections) {
+  std::vector<Field> copies;
+  for (const auto& [key, field] : fields_) {
+    bool chosen = false;
+    for (const auto& section : sections) chosen = chosen || key.rfind(section + ".", 0) == 0;
+    if (!chosen) continue;
+    for (const auto& model : models) {
+      Field copy("models." + model + "." + key, field.type(), field.default_value(), field.help());
+      if (field.min_bound()) copy.min(*field.min_bound());
+      if (field.max_bound()) copy.max(*field.max_bound());
+      if (!field.allowed().empty()) copy.choices(field.allowed());
+      copies.push_back(copy);
+    }
+  }
+  for (auto& copy : copies) add(std::move(copy));
+}
+
 const Field* Schema::find(const std::string& key) const {
   const auto it = fields_.find(key);
   return it == fields_.end() ? nullptr : &it->second;

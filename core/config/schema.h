@@ -71,6 +71,10 @@ class Schema {
 
   // Adds every field of `other`; the same duplicate rules apply.
   Schema& merge(const Schema& other);
+  // Per-model sections for a run of several models: every key under one of `sections` (e.g. "optim",
+  // "precision", "memory") again as "models.<model>.<key>" for each of `models`, with the same type,
+  // bounds and choices, so that each model may differ from the top-level keys (Config::model_view).
+  void add_model_sections(const std::vector<std::string>& models, const std::vector<std::string>& sections);
 
   const Field* find(const std::string& key) const;    // nullptr when not declared
   bool has_section(const std::string& prefix) const;  // some key starts with "prefix."

@@ -57,13 +57,22 @@ void StepLoop::begin() {
   sent_before_ = bytes_sent_by_group(*runtime_.world);
 }
 
-StepOutcome StepLoop::agree(double loss, bool non_finite) const {
+StepOutcome StepLoop::agree(double loss, bool non_finite) const { return agree(std::vector<double>{loss}, non_finite); }
+
+StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite) const {
   const auto& world = *runtime_.world->world_group();
-  torch::Tensor flags = torch::tensor({loss, non_finite ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0},
-                                      torch::TensorOptions(torch::kFloat64).device(world.device()));
+  std::vector<double> values = {non_finite ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
+  values.insert(values.end(), losses.begin(), losses.end());
+  torch::Tensor flags = torch::tensor(values, torch::TensorOptions(torch::kFloat64)).to(world.device());
   dist::all_reduce(flags, world);
   flags = flags.cpu();
-  return {flags[0].item<double>() / world.size(), flags[1].item<double>() > 0, flags[2].item<double>() > 0};
+  const double* v = flags.data_ptr<double>();
+  StepOutcome outcome;
+  outcome.non_finite = v[0] > 0;
+  outcome.stop = v[1] > 0;
+  for (size_t i = 0; i < losses.size(); ++i) outcome.losses.push_back(v[2 + i] / world.size());
+  outcome.loss = outcome.losses.empty() ? 0.0 : outcome.losses.front();
+  return outcome;
 }
 
 void StepLoop::end(int64_t step, nlohmann::json metrics, const std::string& fields) {

@@ -23,23 +23,55 @@ void add_trainer_schema(config::Schema& s) {
   memory::add_memory_schema(s);
 }
 
-double TrainTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, double) {
+void add_model_sections(config::Schema& schema, const std::vector<std::string>& models) {
+  schema.add_model_sections(models, {"optim", "precision", "memory"});
+}
+
+double RunTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, double) {
   fail("this task does not run a pipeline schedule");
 }
 
 bool TrainTask::set_block_hooks(hooks::BlockHooks* /*hooks*/) { return false; }
 
-Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task)
+std::vector<RunModel> TrainTask::models() {
+  RunModel one;
+  one.module = &model();
+  one.set_block_hooks = [this](hooks::BlockHooks* hooks) { return set_block_hooks(hooks); };
+  one.counts_in_global_norm = [this](const std::string& name) { return counts_in_global_norm(name); };
+  return {one};
+}
+
+std::map<std::string, torch::Tensor> TrainTask::losses(int64_t step, int64_t first_row, int64_t rows) {
+  return {{"", loss(step, first_row, rows)}};
+}
+
+Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
     : config_(config), runtime_(runtime), task_(task), settings_(read_train_settings(config)) {
   run_ = std::make_unique<RunFolder>(config, runtime, settings_, task.checkpoint_keys());
   accumulation_ = accumulation_steps(config, runtime);
-  ModelStateOptions options;
-  options.steps = settings_.steps;
-  options.counts_in_global_norm = [&task](const std::string& name) { return task.counts_in_global_norm(name); };
-  options.set_block_hooks = [&task](hooks::BlockHooks* hooks) { return task.set_block_hooks(hooks); };
-  state_ = std::make_unique<ModelState>(config, runtime, task.model(), std::move(options));
+  models_ = task.models();
+  for (const RunModel& model : models_) {
+    KUAFU_CHECK(model.module, "model ", model.name, " of the task has no module");
+    views_.push_back(model.name.empty() ? config : config.model_view(model.name));
+    const config::Config& view = views_.back();
+    if (!model.trained) {
+      frozen_.push_back(std::make_unique<FrozenModel>(view, runtime, *model.module,
+                                                      FrozenModelOptions{model.name, model.saved, model.set_block_hooks}));
+      continue;
+    }
+    ModelStateOptions options;
+    options.name = model.name;
+    options.steps = settings_.steps;
+    options.counts_in_global_norm = model.counts_in_global_norm;
+    options.set_block_hooks = model.set_block_hooks;
+    trained_.push_back({model.name, std::make_unique<ModelState>(view, runtime, *model.module, std::move(options)),
+                        view.get_float("optim.grad_clip")});
+  }
+  KUAFU_CHECK(!trained_.empty(), "the task trains none of its models");
+  KUAFU_CHECK(!task.pipelined() || (trained_.size() == 1 && frozen_.empty()), "a pipelined task trains one model");
   if (const std::optional<Resume> resume = run_->checkpoint_to_resume()) {
-    state_->load(resume->folder, resume->trainer_state);
+    for (Trained& t : trained_) t.state->load(resume->folder, resume->trainer_state);
+    for (auto& f : frozen_) f->load(resume->folder);
     start_step_ = resume->step();
     run_->resumed(*resume);
   }
@@ -47,22 +79,43 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, TrainTask& task
 
 Trainer::~Trainer() = default;
 
-void Trainer::save_checkpoint(int64_t step) {
-  nlohmann::json state;
-  state_->save_scaler_state(state);
-  run_->save(step, state_->checkpoint_parts(), state);
+ModelState& Trainer::state(const std::string& name) {
+  for (Trained& t : trained_) {
+    if (t.name == name) return *t.state;
+  }
+  fail("the run trains no model named \"" + name + "\"");
 }
 
-std::vector<EvalMetric> TrainTask::eval_metrics(const LossSum& sums) const {
+void Trainer::save_checkpoint(int64_t step) {
+  nlohmann::json state = nlohmann::json::object();
+  std::vector<CheckpointPart> parts;
+  for (const Trained& t : trained_) {
+    t.state->save_scaler_state(state);
+    for (CheckpointPart& part : t.state->checkpoint_parts()) parts.push_back(std::move(part));
+  }
+  for (const auto& f : frozen_) {
+    for (CheckpointPart& part : f->checkpoint_parts()) parts.push_back(std::move(part));
+  }
+  run_->save(step, parts, state);
+}
+
+void Trainer::drop_partial_step() {
+  for (Trained& t : trained_) t.state->drop_partial_step();
+}
+
+std::vector<EvalMetric> RunTask::eval_metrics(const LossSum& sums) const {
   return {{"val_ppl", "perplexity", std::exp(sums.loss_sum / std::max(1.0, sums.count))}};
 }
 
-LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data) {
+LossSum evaluate_task(RunTask& task, const dist::ProcessGroup& data) {
   torch::NoGradGuard no_grad;
-  const bool was_training = task.model().is_training();
-  task.model().eval();
+  std::vector<std::pair<torch::nn::Module*, bool>> modes;  // each model and whether it was training
+  for (const RunModel& model : task.models()) {
+    modes.emplace_back(model.module, model.module->is_training());
+    model.module->eval();
+  }
   LossSum local = task.evaluate(data.rank(), data.size());
-  task.model().train(was_training);
+  for (auto& [module, training] : modes) module->train(training);
   std::vector<double> values = {local.loss_sum, local.count, local.correct};
   values.insert(values.end(), local.extra.begin(), local.extra.end());
   torch::Tensor sums = torch::tensor(values, torch::TensorOptions(torch::kFloat64)).to(data.device());
@@ -85,7 +138,7 @@ TrainSummary Trainer::run() {
   const int64_t micro_batch = settings_.micro_batch_size;
   StepLoop loop(settings_, runtime_, *run_, start_step_,
                 {task_.item_name(), static_cast<double>(settings_.batch_size * task_.items_per_row()),
-                 task_.flops_per_item(), state_->compute_dtype()});
+                 task_.flops_per_item(), trained_.front().state->compute_dtype()});
   if (runtime_.is_main()) {
     log::infof("training ", settings_.steps - start_step_, " steps: batch ", settings_.batch_size, " = micro ",
                micro_batch, " x ", data.size(), " data ranks x ", accumulation_, " accumulation");
@@ -109,22 +162,29 @@ TrainSummary Trainer::run() {
     run_->write_metrics(metrics);
   };
 
-  task_.model().train();
+  for (const RunModel& model : models_) model.module->train(model.trained);
+  const size_t n = trained_.size();
+  // One model keeps the single-model figure names ("loss", "lr", ...); several prefix theirs with the name.
+  auto key = [&](size_t i, const std::string& figure) {
+    return trained_[i].name.empty() ? figure : trained_[i].name + "." + figure;
+  };
   for (int64_t step = start_step_; step < settings_.steps; ++step) {
     loop.begin();
-    const double lr = state_->start_step(step);
-    // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
-    const double loss_scale = state_->loss_scale();
-
-    double loss_sum = 0.0;
+    std::vector<double> lrs, loss_scales, loss_sums(n, 0.0);
+    for (Trained& t : trained_) {
+      lrs.push_back(t.state->start_step(step));
+      // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
+      loss_scales.push_back(t.state->loss_scale());
+    }
     auto first_row = [&](int64_t micro) { return micro * micro_batch * data.size() + data.rank() * micro_batch; };
     if (task_.pipelined()) {
       // The schedule interleaves the micro-batches' backwards: the data-parallel average comes after.
-      state_->begin_pipelined_backward();
+      ModelState& state = *trained_.front().state;
+      state.begin_pipelined_backward();
       std::vector<int64_t> first_rows;
       for (int64_t micro = 0; micro < accumulation_; ++micro) first_rows.push_back(first_row(micro));
-      loss_sum = task_.pipeline_step(step, first_rows, micro_batch, loss_scale) * static_cast<double>(accumulation_);
-      state_->end_pipelined_backward();
+      loss_sums[0] = task_.pipeline_step(step, first_rows, micro_batch, loss_scales[0]) * static_cast<double>(accumulation_);
+      state.end_pipelined_backward();
     } else {
       bool interrupted = false;
       for (int64_t micro = 0; micro < accumulation_; ++micro) {
@@ -134,15 +194,24 @@ TrainSummary Trainer::run() {
           break;
         }
         const bool sync = micro + 1 == accumulation_;
-        state_->begin_backward(sync);
-        torch::Tensor loss = task_.loss(step, first_row(micro), micro_batch);
-        (loss * (loss_scale / static_cast<double>(accumulation_))).backward();
-        loss_sum += loss.item<double>();
+        for (Trained& t : trained_) t.state->begin_backward(sync);
+        const std::map<std::string, torch::Tensor> losses = task_.losses(step, first_row(micro), micro_batch);
+        // One backward of the models' scaled losses together: each model's gradients come from its own.
+        torch::Tensor total;
+        for (size_t i = 0; i < n; ++i) {
+          const auto found = losses.find(trained_[i].name);
+          KUAFU_CHECK(found != losses.end() && found->second.defined(), "the task gave no loss for model \"",
+                      trained_[i].name, "\"");
+          const torch::Tensor scaled = found->second * (loss_scales[i] / static_cast<double>(accumulation_));
+          total = total.defined() ? total + scaled : scaled;
+          loss_sums[i] += found->second.item<double>();
+        }
+        if (total.requires_grad()) total.backward();
       }
       if (interrupted) {
         // A stop between micro-steps drops the partial step: its gradients are settled as a step's would
         // be (the same collectives on every rank) and then zeroed; the weights are those of `step` steps.
-        state_->drop_partial_step();
+        drop_partial_step();
         loop.finish_progress();
         if (step > start_step_) save_checkpoint(step);
         summary.stopped_by_signal = true;
@@ -150,36 +219,58 @@ TrainSummary Trainer::run() {
                    step);
         return summary;
       }
-      state_->end_backward();
+      for (Trained& t : trained_) t.state->end_backward();
     }
-    const double grad_norm = state_->grad_norm();
-    const StepOutcome outcome = loop.agree(loss_sum / static_cast<double>(accumulation_), !std::isfinite(grad_norm));
-    const double loss = outcome.loss;
+    std::vector<double> grad_norms, mean_losses;
+    bool non_finite = false;
+    for (size_t i = 0; i < n; ++i) {
+      grad_norms.push_back(trained_[i].state->grad_norm());
+      non_finite = non_finite || !std::isfinite(grad_norms.back());
+      mean_losses.push_back(loss_sums[i] / static_cast<double>(accumulation_));
+    }
+    const StepOutcome outcome = loop.agree(mean_losses, non_finite);
+    double loss = 0;  // the models' losses together
+    for (double model_loss : outcome.losses) loss += model_loss;
     const bool overflow = !std::isfinite(loss) || outcome.non_finite;
-    if (overflow && !state_->loss_scaler()) {
+    bool scaled = true;  // every model has a loss scaler, which skips an overflowed step
+    for (const Trained& t : trained_) scaled = scaled && t.state->loss_scaler();
+    if (overflow && !scaled) {
       const auto last = run_->latest_checkpoint();
+      std::string norms;
+      for (size_t i = 0; i < n; ++i) norms += (i ? ", " : "") + std::to_string(grad_norms[i]);
       throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
-                                 grad_norm, ". Nothing was saved from this step; the last good checkpoint is ",
+                                 norms, ". Nothing was saved from this step; the last good checkpoint is ",
                                  last ? *last : std::string("none"),
                                  ". Lower optim.lr or raise optim.warmup_steps, then resume."));
     }
-    state_->finish_step(grad_norm, settings_.grad_clip, overflow);
+    for (size_t i = 0; i < n; ++i) trained_[i].state->finish_step(grad_norms[i], trained_[i].grad_clip, overflow);
     if (overflow) {
       summary.skipped_steps += 1;
-      loop.print("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " + fixed(loss_scale, 0) +
+      loop.print("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " + fixed(loss_scales[0], 0) +
                  "; step skipped");
     }
     summary.last_loss = loss;
     summary.steps_done = step + 1;
 
-    nlohmann::json metrics = {{"loss", loss}, {"lr", lr}, {"grad_norm", grad_norm}};
-    add_epoch(metrics, step + 1);
-    for (const auto& [name, value] : state_->memory_figures()) metrics[name] = value;
-    if (state_->loss_scaler()) {
-      metrics["loss_scale"] = loss_scale;
-      metrics["skipped"] = overflow;
+    nlohmann::json metrics = {{"loss", loss}};
+    std::string fields = "loss " + fixed(loss, 4);
+    for (size_t i = 0; i < n; ++i) {
+      const ModelState& state = *trained_[i].state;
+      if (n > 1) {
+        metrics[key(i, "loss")] = outcome.losses[i];
+        fields += " | " + trained_[i].name + " " + fixed(outcome.losses[i], 4);
+      }
+      metrics[key(i, "lr")] = lrs[i];
+      metrics[key(i, "grad_norm")] = grad_norms[i];
+      for (const auto& [name, value] : state.memory_figures()) metrics[key(i, name)] = value;
+      if (state.loss_scaler()) {
+        metrics[key(i, "loss_scale")] = loss_scales[i];
+        metrics[key(i, "skipped")] = overflow;
+      }
     }
-    loop.end(step, metrics, "loss " + fixed(loss, 4) + " | lr " + scientific(lr, 3));
+    add_epoch(metrics, step + 1);
+    fields += " | lr " + scientific(lrs[0], 3);
+    loop.end(step, metrics, fields);
 
     if (loop.evaluation_due(step)) report_eval(step + 1);
     if (loop.checkpoint_due(step, outcome.stop)) {

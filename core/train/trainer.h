@@ -1,17 +1,23 @@
-// The training loop shared by every app: micro-steps with gradient accumulation, data parallelism,
-// the configured optimizer and schedule, mixed precision with float32 masters and loss scaling,
-// clipping, evaluation, progress, JSONL metrics, checkpoints, exact resume, stop on SIGINT/SIGTERM and
-// on a non-finite loss.
+// The training loop shared by every app, for one model or several (PPO's actor and critic beside a
+// frozen reference and reward model; a UNet beside a frozen VAE and text encoder): micro-steps with
+// gradient accumulation, data parallelism, each trained model's optimizer, schedule, precision and memory
+// strategy from its own config section (models.<name>.*, the top-level keys as defaults), frozen models
+// in their compute dtype (optionally offloaded), clipping, evaluation, progress, JSONL metrics, one
+// checkpoint of every part, exact resume, stop on SIGINT/SIGTERM (between micro-steps too) and on a
+// non-finite loss. An app with one model gives a TrainTask: the case of one trained model named "".
 #pragma once
 
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
-#include <string>
-
 #include <optional>
+#include <string>
 
 #include "core/config/config.h"
 #include "core/hooks/block_hooks.h"
 #include "core/train/checkpoint.h"
+#include "core/train/frozen_model.h"
 #include "core/train/model_state.h"
 #include "core/train/run_folder.h"
 #include "core/train/runtime.h"
@@ -21,6 +27,9 @@ namespace kuafu::train {
 
 // train.*, optim.*, precision.* and memory.* keys.
 void add_trainer_schema(config::Schema& schema);
+// models.<name>.optim.*, .precision.* and .memory.* for each of `models` (a run of several models):
+// add after every optim/precision/memory key is in `schema`.
+void add_model_sections(config::Schema& schema, const std::vector<std::string>& models);
 
 // Sums over this rank's share of an evaluation set.
 struct LossSum {
@@ -38,13 +47,30 @@ struct EvalMetric {
   bool percent = false;  // shown as a percentage
 };
 
-// What an app gives the trainer.
-class TrainTask {
+// One model of a run, as the trainer drives it.
+struct RunModel {
+  std::string name;                     // its section models.<name> and checkpoint part; "" for an app's one model
+  torch::nn::Module* module = nullptr;  // its parameters on the run's device
+  bool trained = true;                  // false: a FrozenModel (no optimizer, no gradients)
+  bool saved = true;                    // frozen: checkpoints hold it (trained models are always saved)
+  // Installs (null: removes) hooks around the model's blocks; null or false: it cannot (memory.strategy =
+  // "gemini", memory.offload_frozen need it).
+  std::function<bool(hooks::BlockHooks*)> set_block_hooks;
+  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
+  // stage): the global gradient norm counts the other one. Null: every parameter counts.
+  std::function<bool(const std::string&)> counts_in_global_norm;
+};
+
+// What a run gives the trainer: its models and its data.
+class RunTask {
  public:
-  virtual ~TrainTask() = default;
-  virtual torch::nn::Module& model() = 0;
-  // Mean loss over this rank's rows [first_row, first_row + rows) of optimizer step `step`'s global batch.
-  virtual torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) = 0;
+  virtual ~RunTask() = default;
+  // The run's models, trained and frozen (cheap: called when the trainer is made and around evaluations).
+  virtual std::vector<RunModel> models() = 0;
+  // The mean loss of each trained model, by name, over this rank's rows [first_row, first_row + rows)
+  // of optimizer step `step`'s global batch (a micro-step). A model's loss may depend on the others
+  // (rollouts, rewards); one backward of their sum reaches each.
+  virtual std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) = 0;
   // This rank's share (`rank` of `ranks`) of the fixed evaluation set.
   virtual LossSum evaluate(int rank, int ranks) = 0;
   // Model FLOPs (forward + backward) per item, for MFU; items are tokens for language models.
@@ -60,23 +86,32 @@ class TrainTask {
   // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
   virtual std::vector<std::string> checkpoint_keys() const = 0;
 
-  // Pipeline parallelism: a task whose model is cut into stages runs all of a step's micro-batches
-  // through its schedule at once. pipeline_step runs micro-batches of `rows` rows starting at
-  // `first_rows` (this data rank's), accumulating gradients as for their mean loss x `loss_scale`, and
-  // returns that mean loss (unscaled) on every rank.
+  // Pipeline parallelism (one trained model): a task whose model is cut into stages runs all of a
+  // step's micro-batches through its schedule at once. pipeline_step runs micro-batches of `rows` rows
+  // starting at `first_rows` (this data rank's), accumulating gradients as for their mean loss x
+  // `loss_scale`, and returns that mean loss (unscaled) on every rank.
   virtual bool pipelined() const { return false; }
   virtual double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows,
                                double loss_scale);
-  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
-  // stage): the global gradient norm counts the other one.
+};
+
+// What an app with one trained model gives the trainer.
+class TrainTask : public RunTask {
+ public:
+  virtual torch::nn::Module& model() = 0;
+  // Mean loss over this rank's rows [first_row, first_row + rows) of optimizer step `step`'s global batch.
+  virtual torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) = 0;
   virtual bool counts_in_global_norm(const std::string& /*name*/) const { return true; }
   // Installs (null: removes) hooks around each of the model's blocks (memory.strategy = "gemini"); false
   // when the model does not run its blocks through the block-call interface.
   virtual bool set_block_hooks(hooks::BlockHooks* hooks);
+
+  std::vector<RunModel> models() final;  // one trained model named ""
+  std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) final;
 };
 
 // Evaluates `task` on every rank of `data` (each its share) and returns the sums over all ranks.
-LossSum evaluate_task(TrainTask& task, const dist::ProcessGroup& data);
+LossSum evaluate_task(RunTask& task, const dist::ProcessGroup& data);
 
 struct TrainSummary {
   int64_t steps_done = 0;
@@ -87,29 +122,43 @@ struct TrainSummary {
   bool stopped_by_signal = false;
 };
 
-// The single-model training loop: one ModelState stepped over the task's micro-batches.
 class Trainer {
  public:
-  Trainer(const config::Config& config, Runtime& runtime, TrainTask& task);
+  // Makes each model's state: trained models read their view of `config` (Config::model_view), frozen
+  // ones theirs, and everything resumes from the run folder's checkpoint when there is one.
+  Trainer(const config::Config& config, Runtime& runtime, RunTask& task);
   ~Trainer();
 
   TrainSummary run();
   LossSum evaluate();  // all ranks together; returns the global sums
 
   int64_t start_step() const { return start_step_; }
-  double learning_rate(int64_t step) const { return state_->learning_rate(step); }
-  optim::Optimizer& optimizer() { return state_->optimizer(); }
-  const optim::DynamicLossScaler* loss_scaler() const { return state_->loss_scaler(); }
+  // A trained model's state by name ("" for a TrainTask's model); kuafu::Error for another name.
+  ModelState& state(const std::string& name = "");
+  // The first trained model's figures.
+  double learning_rate(int64_t step) const { return trained_.front().state->learning_rate(step); }
+  optim::Optimizer& optimizer() { return trained_.front().state->optimizer(); }
+  const optim::DynamicLossScaler* loss_scaler() const { return trained_.front().state->loss_scaler(); }
 
  private:
+  struct Trained {
+    std::string name;
+    std::unique_ptr<ModelState> state;
+    double grad_clip = 0;
+  };
   void save_checkpoint(int64_t step);
+  // A stop between micro-steps: the partial step is dropped on every model.
+  void drop_partial_step();
 
   const config::Config& config_;
   Runtime& runtime_;
-  TrainTask& task_;
+  RunTask& task_;
   std::unique_ptr<RunFolder> run_;
   const TrainSettings settings_;
-  std::unique_ptr<ModelState> state_;
+  std::vector<RunModel> models_;
+  std::deque<config::Config> views_;  // each model's view of the config (the states refer to them)
+  std::vector<Trained> trained_;      // in models() order
+  std::vector<std::unique_ptr<FrozenModel>> frozen_;
   int64_t accumulation_;
   int64_t start_step_ = 0;
 };

@@ -1,0 +1,47 @@
+#include "core/train/frozen_model.h"
+
+#include "core/optim/mixed_precision.h"
+#include "core/util/error.h"
+#include "core/util/logging.h"
+
+namespace kuafu::train {
+
+FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, torch::nn::Module& model,
+                         FrozenModelOptions options)
+    : model_(model), options_(std::move(options)), dtype_(optim::compute_dtype(config, runtime.device)) {
+  for (const auto& item : model.named_parameters()) {
+    KUAFU_CHECK(item.value().device() == runtime.device, "frozen model ", options_.name, ": parameter ", item.key(),
+                " is on ", item.value().device().str(), ", not on the run's device ", runtime.device.str());
+    item.value().requires_grad_(false);
+  }
+  optim::cast_frozen_parameters(model, dtype_);
+  optim::cast_floating_buffers(model, dtype_);
+  if (config.get_bool("memory.offload_frozen")) {
+    // Its forward keeps no graph (nothing of it is trained), so no block's weights stay for a backward.
+    offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device);
+    hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(offload_.get());
+    if (!hooks_installed_) {
+      config.fail_at("memory.offload_frozen", "needs a model that runs its blocks through the block-call interface "
+                                              "(frozen model \"" + options_.name + "\")");
+    }
+    if (runtime.is_main()) log::infof("frozen model ", options_.name, ": ", offload_->describe());
+  }
+}
+
+FrozenModel::~FrozenModel() {
+  if (hooks_installed_) options_.set_block_hooks(nullptr);
+  offload_.reset();  // the weights return to the device
+}
+
+std::vector<CheckpointPart> FrozenModel::checkpoint_parts() const {
+  if (!options_.saved) return {};
+  return {{options_.name, named_weights(model_), {}, ""}};
+}
+
+void FrozenModel::load(const std::string& folder) {
+  if (!options_.saved) return;
+  io::NamedTensors weights = named_weights(model_);
+  CheckpointStore::load_weights(folder, weights, nullptr, options_.name);
+}
+
+}  // namespace kuafu::train
