@@ -52,27 +52,6 @@ double TextTask::flops_per_item() const { return model_->config.flops_per_token(
 
 namespace {
 
-// What sequence parallelism needs of the model and data, checked at the keys before any work.
-void check_sequence_parallel(const config::Config& config, const GPTConfig& model, int64_t context,
-                             const parallel::sequence::SequenceParallel& sequence) {
-  const std::string size = std::to_string(sequence.size);
-  if (context % sequence.size != 0) {
-    config.fail_at("data.context", "is " + std::to_string(context) +
-                                       " but parallel.sequence.size = " + size +
-                                       " cuts each sequence into equal chunks; use a multiple of " + size);
-  }
-  if (sequence.mode == parallel::sequence::SequenceMode::kAllToAll && model.n_head % sequence.size != 0) {
-    config.fail_at("model.n_head", "is " + std::to_string(model.n_head) +
-                                       " but all_to_all sequence parallelism shares the heads among " + size +
-                                       " ranks; use a multiple of " + size + " or mode = \"ring\"");
-  }
-  if (sequence.mode != parallel::sequence::SequenceMode::kAllToAll && model.dropout > 0) {
-    config.fail_at("model.dropout", "is " + std::to_string(model.dropout) +
-                                        " but ring attention has no attention-probability dropout; set it to 0 "
-                                        "or use parallel.sequence.mode = \"all_to_all\"");
-  }
-}
-
 // The task with this rank's share of the model: tensor blocks by `tp`, pipeline parts by `stages`
 // (null: the whole model).
 std::unique_ptr<TextTask> build_text_task(const config::Config& config, const parallel::TensorParallel& tp,
@@ -93,12 +72,15 @@ std::unique_ptr<TextTask> build_text_task(const config::Config& config, const pa
     }
   }
   train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
-  if (stages && stages->sequence.enabled()) check_sequence_parallel(config, model, data.context, stages->sequence);
   auto train = std::make_shared<io::TokenWindowLoader>(train_file, data.context, settings.seed, tp.device);
   auto val = std::make_shared<io::TokenWindowLoader>(val_file, data.context, settings.seed, tp.device);
   const int64_t micro_batch = settings.micro_batch_size;
   torch::manual_seed(settings.seed);
   GPT gpt(model, tp);
+  if (stages && stages->sequence.enabled()) {
+    train::check_sequence_parallel(config, *gpt, stages->sequence, "data.context", data.context, "model.n_head",
+                                   "model.dropout");
+  }
   if (const std::string folder = train::init_from(config); !folder.empty()) {
     load_hf_weights(gpt, io::read_hf_folder(folder));  // a resumed run's checkpoint replaces them
     log::infof("initial weights from ", folder);

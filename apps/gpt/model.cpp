@@ -116,8 +116,14 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
 }
 
 torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  const torch::Tensor x = nn::run_blocks(transformer->blocks, embed_at(step.tokens, step.positions), &caches, step.key_padding);
-  return transformer->wte->gather_logits(local_logits(x));
+  // Through the block sites, so generation runs under the strategies the model trains under.
+  const hooks::BlockSites& sites = block_sites();
+  const torch::Tensor x = sites.call(head_part().name, step.tokens, [&](const torch::Tensor& tokens) {
+    return embed_at(tokens, step.positions);
+  });
+  const torch::Tensor h = nn::run_blocks(transformer->blocks, x, &caches, step.key_padding, &sites);
+  return sites.call(tail_part().name, h,
+                    [&](const torch::Tensor& y) { return transformer->wte->gather_logits(local_logits(y)); });
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

@@ -159,8 +159,14 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  const torch::Tensor x = nn::run_blocks(decoder->blocks, embed(step.tokens, step.positions), &caches, step.key_padding);
-  return decoder->embed_tokens->gather_logits(local_logits(x));
+  // Through the block sites, so generation runs under the strategies the model trains under.
+  const hooks::BlockSites& sites = block_sites();
+  const torch::Tensor x = sites.call(head_part().name, step.tokens, [&](const torch::Tensor& tokens) {
+    return embed(tokens, step.positions);
+  });
+  const torch::Tensor h = nn::run_blocks(decoder->blocks, x, &caches, step.key_padding, &sites);
+  return sites.call(tail_part().name, h,
+                    [&](const torch::Tensor& y) { return decoder->embed_tokens->gather_logits(local_logits(y)); });
 }
 
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {

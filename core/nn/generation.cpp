@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/dist/collectives.h"
 #include "core/util/error.h"
 
 namespace kuafu::nn {
@@ -94,7 +95,8 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       produced[r].push_back(next[r]);
       if (options.stop_token && next[r] == *options.stop_token) stopped[r] = true;
     }
-    if (std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; })) break;
+    const bool done_here = std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; });
+    if (decoder.all_done ? decoder.all_done(done_here) : done_here) break;
     std::vector<int64_t> positions;
     for (const auto& w : windows) positions.push_back(static_cast<int64_t>(w.size()) - 1);
     const auto on_model = torch::TensorOptions(torch::kInt64).device(decoder.device);
@@ -105,6 +107,14 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
     }
   }
   return produced;
+}
+
+std::function<bool(bool)> all_done_over(dist::GroupPtr group) {
+  return [group = std::move(group)](bool done_here) {
+    torch::Tensor flag = torch::tensor({done_here ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(group->device()));
+    dist::all_reduce(flag, *group, dist::Reduce::kMin);
+    return flag.item<double>() > 0;
+  };
 }
 
 std::vector<int64_t> generate(const Decoder& decoder, const std::vector<int64_t>& prompt, const SamplingOptions& options) {

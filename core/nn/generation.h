@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/dist/process_group.h"
 #include "core/ops/attention.h"
 
 namespace kuafu::nn {
@@ -40,7 +41,14 @@ struct Decoder {
   std::function<torch::Tensor(const DecodeStep& step, std::vector<ops::KVCache>& caches)> forward;
   int64_t context = 0;  // positions the model covers
   torch::Device device = torch::kCPU;
+  // Whether every rank that decodes together has finished, given whether this rank has (a collective):
+  // under a layout whose forward communicates (Gemini gathering chunks over the data ranks) a rank
+  // whose rows have all stopped keeps decoding, one forward per step, until all have. Null: this rank's.
+  std::function<bool(bool done_here)> all_done;
 };
+
+// all_done for the ranks of `group`: one all-reduce of a flag per decoding step.
+std::function<bool(bool)> all_done_over(dist::GroupPtr group);
 
 // Continues every prompt (token ids) in one batch; returns each row's new tokens. The model should be
 // in eval mode. Row r's tokens equal those of generating from prompts[r] alone when greedy; sampling

@@ -3,9 +3,15 @@
 namespace kuafu::nn {
 
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
-                         const ops::AttentionMask& mask) {
+                         const ops::AttentionMask& mask, const hooks::BlockSites* sites) {
   if (caches && caches->empty()) caches->resize(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) x = blocks[i]->forward(x, caches ? &(*caches)[i] : nullptr, mask);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    ops::KVCache* cache = caches ? &(*caches)[i] : nullptr;
+    auto body = [block = blocks[i], cache, mask](const torch::Tensor& input) mutable {
+      return block->forward(input, cache, mask);
+    };
+    x = sites ? sites->call(*blocks[i], x, body) : body(x);
+  }
   return x;
 }
 

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "core/hooks/block_sites.h"
 #include "core/nn/generation.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/embedding.h"
@@ -13,8 +14,10 @@
 namespace kuafu::nn {
 
 // `blocks` over x [B, T, C]; with `caches` (one per block, made on first use) each continues its cache.
+// With `sites` (the model's block sites), each block runs through its site, so the strategies acting on
+// blocks (Gemini gathering a block's chunks) act on this call too: a decode step under the run's layout.
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
-                         const ops::AttentionMask& mask = {});
+                         const ops::AttentionMask& mask = {}, const hooks::BlockSites* sites = nullptr);
 
 // Packed rows (several documents per row, each attending only to itself): each position's index within
 // its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.

@@ -77,15 +77,21 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
   const ModuleMap modules = modules_by_path(model_.module());
   head_ = model_.head_part().name;
   tail_ = model_.tail_part().name;
-  if (options_.plan.first) sites.add(call_of(model_.head_part(), modules));
+  // A part of one module is also found by it (a decode step calls its blocks by module).
+  auto add = [&](const hooks::ModelPart& part) {
+    hooks::BlockCall call = call_of(part, modules);
+    const torch::nn::Module* key = call.modules.size() == 1 ? call.modules.front() : nullptr;
+    sites.add(std::move(call), key);
+  };
+  if (options_.plan.first) add(model_.head_part());
   std::vector<std::string> held_blocks;
   for (int64_t i = 0; i < n; ++i) {
     blocks_.push_back(model_.block_part(i).name);
     if (!options_.plan.holds_block(i)) continue;
-    sites.add(call_of(model_.block_part(i), modules));
+    add(model_.block_part(i));
     held_blocks.push_back(blocks_.back());
   }
-  if (options_.plan.last) sites.add(call_of(model_.tail_part(), modules));
+  if (options_.plan.last) add(model_.tail_part());
   // 4. Activation checkpointing: every block this rank holds, or those the patterns name.
   if (options_.checkpoint_activations) {
     if (options_.checkpoint_blocks.empty()) {
@@ -236,6 +242,30 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
   for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();
   set_generator_state(device, random_state);
   return costs;
+}
+
+void check_sequence_parallel(const config::Config& config, torch::nn::Module& model, const sp::SequenceParallel& sequence,
+                             const std::string& positions_key, int64_t positions, const std::string& heads_key,
+                             const std::string& dropout_key) {
+  const std::string size = std::to_string(sequence.size);
+  if (positions % sequence.size != 0) {
+    config.fail_at(positions_key, "is " + std::to_string(positions) + " but parallel.sequence.size = " + size +
+                                      " cuts each sequence into equal chunks; use a multiple of " + size);
+  }
+  for (const auto& module : model.modules()) {
+    const auto* attention = dynamic_cast<const nn::AttentionCoreImpl*>(module.get());
+    if (!attention) continue;
+    if (sequence.mode == sp::SequenceMode::kAllToAll && attention->heads % sequence.size != 0) {
+      config.fail_at(heads_key, "is " + std::to_string(attention->heads) +
+                                    " but all_to_all sequence parallelism shares the heads among " + size +
+                                    " ranks; use a multiple of " + size + " or mode = \"ring\"");
+    }
+    if (sequence.mode != sp::SequenceMode::kAllToAll && attention->dropout > 0) {
+      config.fail_at(dropout_key, "is " + std::to_string(attention->dropout) +
+                                      " but ring attention has no attention-probability dropout; set it to 0 or use "
+                                      "parallel.sequence.mode = \"all_to_all\"");
+    }
+  }
 }
 
 void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,

@@ -85,6 +85,14 @@ class ParallelModel {
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
 
+// What sequence parallelism needs of a model and its rows, checked at the keys before any work: rows of
+// `positions` positions (set by `positions_key`) cut into equal chunks; with all_to_all, the heads of
+// every attention of `model` (nn::AttentionCore; set by `heads_key`) shared out among the ranks; with
+// ring, no dropout on the attention probabilities (set by `dropout_key`).
+void check_sequence_parallel(const config::Config& config, torch::nn::Module& model,
+                             const parallel::sequence::SequenceParallel& sequence, const std::string& positions_key,
+                             int64_t positions, const std::string& heads_key, const std::string& dropout_key);
+
 // Activation checkpointing from the config on any model's blocks (memory.activation_checkpointing): the
 // blocks memory.checkpoint_blocks names, or `default_blocks` (globs) when it names none.
 void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,

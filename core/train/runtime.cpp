@@ -36,6 +36,10 @@ void add_runtime_schema(config::Schema& schema) {
                                                      "time (balanced, the embeddings and output layer counted on the "
                                                      "end stages; time is measured at start-up)")
       .choices({"uniform", "parameters", "time"});
+  schema.add_int("parallel.dap.size", 1,
+                 "dynamic axial parallelism (FastFold): ranks over which a model's blocks cut each sample's MSA and "
+                 "pair tensors; 1: off")
+      .min(1);
   schema.add_bool("memory.activation_checkpointing", false,
                   "recompute each block's forward in its backward instead of keeping its activations");
   schema.add_string_list("memory.checkpoint_blocks", {},
@@ -85,24 +89,33 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
                                                  "\" combines with data parallelism only: set parallel.tensor.mode = "
                                                  "\"none\" and parallel.pipeline = 1");
   }
+  const int dap = static_cast<int>(config.get_int("parallel.dap.size"));
+  if (dap > 1 && (runtime.tensor.spec.size > 1 || runtime.pipeline.stages > 1 || runtime.sequence.enabled())) {
+    config.fail_at("parallel.dap.size", "is " + std::to_string(dap) + " but combines with data parallelism only: set "
+                                        "parallel.tensor.mode = \"none\", parallel.pipeline = 1 and "
+                                        "parallel.sequence.mode = \"none\"");
+  }
   const int ranks = runtime.world->size(), tensor = runtime.tensor.spec.size;
-  // Ranks holding one copy of the model, or (sequence parallelism) sharing one copy's sequences.
-  const int model = tensor * runtime.pipeline.stages * runtime.sequence.size;
+  // Ranks holding one copy of the model, or (sequence or dynamic axial parallelism) sharing one copy's rows.
+  const int model = tensor * runtime.pipeline.stages * runtime.sequence.size * dap;
   if (ranks % model != 0) {
     config.fail_at(runtime.pipeline.stages > 1 ? "parallel.pipeline"
                    : runtime.sequence.enabled() ? "parallel.sequence.size"
+                   : dap > 1                    ? "parallel.dap.size"
                                                 : "parallel.tensor.size",
                    "gives " + std::to_string(model) + " ranks per model copy (pipeline " +
                        std::to_string(runtime.pipeline.stages) + " x tensor " + std::to_string(tensor) +
-                       " x sequence " + std::to_string(runtime.sequence.size) + ") but the job has " +
+                       " x sequence " + std::to_string(runtime.sequence.size) + " x dap " + std::to_string(dap) +
+                       ") but the job has " +
                        std::to_string(ranks) + " ranks, which it does not divide");
   }
   const int64_t data = config.get_int("parallel.data");
   if (data != 0 && data * model != ranks) {
     config.fail_at("parallel.data", "is " + std::to_string(data) + " but the job has " + std::to_string(ranks) +
-                                        " ranks = data x pipeline x tensor x sequence (" +
+                                        " ranks = data x pipeline x tensor x sequence x dap (" +
                                         std::to_string(runtime.pipeline.stages) + " x " + std::to_string(tensor) +
-                                        " x " + std::to_string(runtime.sequence.size) + "); use " +
+                                        " x " + std::to_string(runtime.sequence.size) + " x " + std::to_string(dap) +
+                                        "); use " +
                                         std::to_string(ranks / model) +
                                         " or 0");
   }
@@ -111,11 +124,13 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   if (runtime.pipeline.stages > 1) axes.push_back({"pipeline", runtime.pipeline.stages});
   axes.push_back({"data", ranks / model});
   if (runtime.sequence.enabled()) axes.push_back({"sequence", runtime.sequence.size});
+  if (dap > 1) axes.push_back({"dap", dap});
   for (const auto& axis : parallel::tensor_mesh_axes(runtime.tensor.spec)) axes.push_back(axis);
   runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, axes);
   runtime.tensor.mesh = runtime.mesh;
   runtime.tensor.device = runtime.device;  // the layers make their parameters there
   if (runtime.sequence.enabled()) runtime.sequence.group = runtime.mesh->group("sequence");
+  if (dap > 1) runtime.dap = runtime.mesh->group("dap");
   if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());
   return runtime;
 }
@@ -127,7 +142,9 @@ dist::GroupPtr Runtime::model_group() const {
 }
 
 dist::GroupPtr Runtime::replica_group() const {
-  return sequence.enabled() ? mesh->group(std::vector<std::string>{"data", "sequence"}) : mesh->group("data");
+  if (sequence.enabled()) return mesh->group(std::vector<std::string>{"data", "sequence"});
+  if (dap) return mesh->group(std::vector<std::string>{"data", "dap"});
+  return mesh->group("data");
 }
 
 int64_t accumulation_steps(const config::Config& config, const Runtime& runtime) {

@@ -15,15 +15,19 @@
 namespace kuafu::train {
 
 // runtime.* and dist.* keys, plus parallel.data, parallel.pipeline, .schedule, .chunks, .partition,
-// parallel.tensor.*, parallel.sequence.* and memory.activation_checkpointing.
+// parallel.tensor.*, parallel.sequence.*, parallel.dap.size and memory.activation_checkpointing.
 void add_runtime_schema(config::Schema& schema);
 
 struct Runtime {
   std::shared_ptr<dist::World> world;
-  // axes: pipeline (when > 1), data, sequence (when on), then the tensor axes
+  // axes: pipeline (when > 1), data, sequence or dap (when on), then the tensor axes
   std::shared_ptr<dist::ProcessMesh> mesh;
   parallel::TensorParallel tensor;            // the configured mode over `mesh` (serial when none)
   parallel::sequence::SequenceParallel sequence;  // each sequence cut across the "sequence" axis (off: none)
+  // FastFold's dynamic axial parallelism: the "dap" axis (parallel.dap.size) over which a model's blocks
+  // cut each sample's MSA and pair tensors (core/parallel/dap); null when off. Its ranks take the same
+  // rows, each its block of every sample, and their losses are means over their blocks.
+  dist::GroupPtr dap;
   // Stages, schedule and chunks (micro_batches: set by the trainer from the accumulation steps).
   parallel::pipeline::ScheduleSpec pipeline;
   bool pipelined() const { return pipeline.stages > 1; }
@@ -31,7 +35,7 @@ struct Runtime {
   // The ranks holding one copy of the model: pipeline and tensor axes (null for a serial model).
   dist::GroupPtr model_group() const;
   // The ranks holding the same weights and sharing out each step's tokens, over which gradients are
-  // averaged: data, and sequence when on (its ranks take the same rows' chunks of positions).
+  // averaged: data, and sequence or dap when on (their ranks take the same rows' chunks of positions).
   dist::GroupPtr replica_group() const;
   int threads = 1;
   torch::Device device{torch::kCPU};

@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 
 #include "core/memory/activation_checkpoint.h"
 #include "core/train/checkpoint.h"
@@ -227,6 +228,16 @@ const std::vector<StrategyRun> kRuns = {
                          "memory.placement=\"auto\"", 2},
 };
 
+// The model as the run's layout asks: the two-stream model's blocks take the dap group.
+template <typename Model>
+Model make_model(const Runtime& runtime) {
+  if constexpr (std::is_same_v<Model, testing::TwoStreamToy>) {
+    return Model(runtime.dap);
+  } else {
+    return Model();
+  }
+}
+
 template <typename Model, typename Batch>
 void train_model(const std::string& prefix, const std::string& name, const std::string& overrides,
                  const std::shared_ptr<dist::World>& world, const std::vector<std::string>& checkpoint_defaults,
@@ -234,7 +245,7 @@ void train_model(const std::string& prefix, const std::string& name, const std::
   const config::Config config = run_config(prefix + name, overrides);
   Runtime runtime = start_runtime(config, world);
   torch::manual_seed(1);
-  SiteTask<Model, Batch> task(Model(), data);
+  SiteTask<Model, Batch> task(make_model<Model>(runtime), data);
   checkpoint_from_config(config, task.net->sites, checkpoint_defaults);
   Trainer(config, runtime, task).run();
 }
@@ -309,6 +320,37 @@ TEST(BlockStrategiesTest, AUNetShapedModelTrainsUnderEveryStrategyWithTheSerialG
 
 TEST(BlockStrategiesTest, ATwoStreamModelTrainsUnderEveryStrategyWithTheSerialGradients) {
   run_strategies<testing::TwoStreamToy>("two_stream_", {"blocks.*"}, testing::two_stream_data(64));
+}
+
+// FastFold's dynamic axial parallelism from the config: parallel.dap.size = 2 next to 2 data ranks (4
+// processes). Each dap rank holds half of every sample's residues (the MSA's columns, the pair's rows),
+// the outer product gathers the other half, and each rank's loss is the mean over its residues; the
+// gradients averaged over the data and dap ranks are the serial run's (float64, 1e-10 as above).
+TEST(BlockStrategiesTest, ATwoStreamModelSplitOverADapAxisGivesTheSerialGradients) {
+  const auto data = testing::two_stream_data(64);
+  const std::string overrides = "train.micro_batch_size=4\nparallel.dap.size=2";
+  if (!testing::is_worker()) {
+    fs::remove_all(run_root() / "dap_serial");
+    train_model<testing::TwoStreamToy>("dap_", "serial", "", dist::World::single(), {}, data);
+    testing::run_test_on_ranks(4, 120);
+    torch::manual_seed(1);
+    testing::TwoStreamToy initial;
+    const auto serial = step_gradients("dap_serial", *initial);
+    const auto split = step_gradients("dap_split", *initial);
+    for (int s = 0; s < kSteps; ++s) {
+      expect_same_gradients(split[s], serial[s], 1e-10, "dap step " + std::to_string(s + 1));
+    }
+    return;
+  }
+  auto world = testing::worker_world();
+  train_model<testing::TwoStreamToy>("dap_", "split", overrides, world, {}, data);
+  // The run's mesh: data 2 x dap 2, the model's blocks on the dap axis.
+  const config::Config config = run_config("dap_mesh", overrides);
+  const Runtime runtime = start_runtime(config, world);
+  ASSERT_TRUE(runtime.dap);
+  EXPECT_EQ(runtime.dap->size(), 2);
+  EXPECT_EQ(runtime.mesh->size("data"), 2);
+  EXPECT_EQ(runtime.replica_group()->size(), 4);
 }
 
 }  // namespace

@@ -12,6 +12,9 @@
 #include <torch/torch.h>
 
 #include "core/hooks/block_sites.h"
+#include "core/parallel/dap/dap.h"
+#include "core/nn/conv.h"
+#include "core/nn/cross_attention.h"
 
 namespace kuafu::testing {
 
@@ -36,27 +39,27 @@ struct ToyResBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(ToyResBlock);
 
-// Cross-attention over the pixels: queries from x [B, C, H, W], keys and values from context [B, M, Cc].
+// Cross-attention over the pixels (diffusers' Transformer2D in miniature): queries from the normalised
+// x [B, C, H, W], keys and values from context [B, M, Cc], added back to x.
 struct ToyCrossAttentionImpl : torch::nn::Module {
-  ToyCrossAttentionImpl(int64_t channels, int64_t context, int64_t heads) : heads(heads) {
+  ToyCrossAttentionImpl(int64_t channels, int64_t context, int64_t heads) {
     norm = register_module("norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(4, channels)));
-    to_q = register_module("to_q", torch::nn::Linear(torch::nn::LinearOptions(channels, channels).bias(false)));
-    to_k = register_module("to_k", torch::nn::Linear(torch::nn::LinearOptions(context, channels).bias(false)));
-    to_v = register_module("to_v", torch::nn::Linear(torch::nn::LinearOptions(context, channels).bias(false)));
-    to_out = register_module("to_out", torch::nn::Linear(channels, channels));
+    nn::CrossAttentionSpec spec;
+    spec.query_dim = channels;
+    spec.cross_attention_dim = context;
+    spec.heads = heads;
+    spec.dim_head = channels / heads;
+    attn = register_module("attn", nn::CrossAttention(spec));
+    torch::NoGradGuard no_grad;
+    for (auto& p : attn->parameters()) p.normal_(0.0, 0.3);  // the layer starts at zero, for its model to set
   }
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context) {
-    const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3), d = c / heads;
+    const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     const torch::Tensor pixels = norm(x).flatten(2).transpose(1, 2);  // [B, HW, C]
-    auto split = [&](const torch::Tensor& t) { return t.view({b, -1, heads, d}).transpose(1, 2); };  // [B, h, N, D]
-    const torch::Tensor attended = at::scaled_dot_product_attention(split(to_q(pixels)), split(to_k(context)),
-                                                                    split(to_v(context)));
-    const torch::Tensor merged = attended.transpose(1, 2).reshape({b, h * w, c});  // [B, HW, C]
-    return x + to_out(merged).transpose(1, 2).reshape({b, c, h, w});
+    return x + attn(pixels, context).transpose(1, 2).reshape({b, c, h, w});
   }
-  int64_t heads;
   torch::nn::GroupNorm norm{nullptr};
-  torch::nn::Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out{nullptr};
+  nn::CrossAttention attn{nullptr};
 };
 TORCH_MODULE(ToyCrossAttention);
 
@@ -90,7 +93,7 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
     auto down_0 = down->register_module("0", std::make_shared<torch::nn::Module>());
     down_res.push_back(down_0->register_module("resnet", ToyResBlock(8, 8, 256)));
     down_0_attention = down_0->register_module("attention", ToyCrossAttention(8, 6, 2));
-    down_0_sample = down_0->register_module("downsample", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 8, 3).stride(2).padding(1)));
+    down_0_sample = down_0->register_module("downsample", nn::Downsample2D(nn::ResampleSpec{8}));
     auto down_1 = down->register_module("1", std::make_shared<torch::nn::Module>());
     down_res.push_back(down_1->register_module("resnet", ToyResBlock(8, 16, 256)));
     auto mid = register_module("mid_block", std::make_shared<torch::nn::Module>());
@@ -99,7 +102,7 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
     auto up = register_module("up_blocks", std::make_shared<torch::nn::Module>());
     auto up_0 = up->register_module("0", std::make_shared<torch::nn::Module>());
     up_res.push_back(up_0->register_module("resnet", ToyResBlock(32, 16, 256)));
-    up_0_sample = up_0->register_module("upsample", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 16, 3).padding(1)));
+    up_0_sample = up_0->register_module("upsample", nn::Upsample2D(nn::ResampleSpec{16}));
     auto up_1 = up->register_module("1", std::make_shared<torch::nn::Module>());
     up_res.push_back(up_1->register_module("resnet", ToyResBlock(24, 8, 256)));
     up_1_attention = up_1->register_module("attention", ToyCrossAttention(8, 6, 2));
@@ -139,9 +142,7 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
     })[0];
     x = sites.call("up_blocks.0", {x, skip_1, temb}, [this](const Tensors& in) {
       const torch::Tensor h = up_res[0](torch::cat({in[0], in[1]}, 1), in[2]);  // [B, 16, 2, 2]
-      const auto nearest = torch::nn::functional::InterpolateFuncOptions().scale_factor(std::vector<double>{2, 2})
-                               .mode(torch::kNearest);
-      return Tensors{up_0_sample(torch::nn::functional::interpolate(h, nearest))};  // [B, 16, 4, 4]
+      return Tensors{up_0_sample(h)};                                              // [B, 16, 4, 4]
     })[0];
     x = sites.call("up_blocks.1", {x, skip_0, temb, context}, [this](const Tensors& in) {
       return Tensors{up_1_attention(up_res[1](torch::cat({in[0], in[1]}, 1), in[2]), in[3])};  // [B, 8, 4, 4]
@@ -152,7 +153,9 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
   }
 
   torch::nn::Linear time_1{nullptr}, time_2{nullptr}, context_proj{nullptr};
-  torch::nn::Conv2d conv_in{nullptr}, down_0_sample{nullptr}, up_0_sample{nullptr}, out_conv{nullptr};
+  torch::nn::Conv2d conv_in{nullptr}, out_conv{nullptr};
+  nn::Downsample2D down_0_sample{nullptr};
+  nn::Upsample2D up_0_sample{nullptr};
   std::vector<ToyResBlock> down_res, up_res;
   ToyResBlock mid_res{nullptr};
   ToyCrossAttention down_0_attention{nullptr}, mid_attention{nullptr}, up_1_attention{nullptr};
@@ -185,7 +188,9 @@ inline TwoStreamBatch two_stream_data(int64_t rows) {
 }
 
 // One Evoformer-like block: the MSA stream m [B, S, R, 128] takes a bias from the pair stream, and the
-// pair stream z [B, R, R, 16] takes the outer product mean of the MSA.
+// pair stream z [B, R, R, 16] takes the outer product mean of the MSA. Under dynamic axial parallelism
+// (`dap` set) each rank holds its residues R' of both: m [B, S, R', 128], z's rows [B, R', R, 16]; the
+// outer product gathers every residue's projection.
 struct TwoStreamBlockImpl : torch::nn::Module {
   TwoStreamBlockImpl() {
     msa_norm = register_module("msa_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({128})));
@@ -195,20 +200,23 @@ struct TwoStreamBlockImpl : torch::nn::Module {
     outer_in = register_module("outer_in", torch::nn::Linear(128, 16));
     outer_out = register_module("outer_out", torch::nn::Linear(16, 16));
   }
-  hooks::Tensors forward(const torch::Tensor& m, const torch::Tensor& z) {
-    const torch::Tensor bias = pair_bias(z.mean(2)).unsqueeze(1);  // [B, 1, R, 128]
+  hooks::Tensors forward(const torch::Tensor& m, const torch::Tensor& z, const dist::GroupPtr& dap) {
+    const torch::Tensor bias = pair_bias(z.mean(2)).unsqueeze(1);  // [B, 1, R', 128]
     const torch::Tensor m2 = m + bias * torch::sigmoid(msa_gate(msa_norm(m)));
-    const torch::Tensor a = outer_in(outer_norm(m2));  // [B, S, R, 16]
-    const torch::Tensor outer = torch::einsum("bsic,bsjc->bijc", {a, a}) / static_cast<double>(a.size(1));
-    return {m2, z + outer_out(outer)};
+    const torch::Tensor a = outer_in(outer_norm(m2));                            // [B, S, R', 16]
+    const torch::Tensor every = dap ? parallel::dap::gather(a, dap, 2) : a;      // [B, S, R, 16]
+    const torch::Tensor outer = torch::einsum("bsic,bsjc->bijc", {a, every}) / static_cast<double>(a.size(1));
+    return {m2, z + outer_out(outer)};  // outer [B, R', R, 16]
   }
   torch::nn::LayerNorm msa_norm{nullptr}, outer_norm{nullptr};
   torch::nn::Linear msa_gate{nullptr}, pair_bias{nullptr}, outer_in{nullptr}, outer_out{nullptr};
 };
 TORCH_MODULE(TwoStreamBlock);
 
+// `dap`: the run's dynamic axial parallelism group (runtime.dap; null: off). Under it each rank's loss
+// is the mean over its residues, so that averaging over the data and dap ranks gives the whole mean.
 struct TwoStreamToyImpl : torch::nn::Module, hooks::SiteModel {
-  explicit TwoStreamToyImpl(int64_t depth = 3) {
+  explicit TwoStreamToyImpl(dist::GroupPtr dap = nullptr, int64_t depth = 3) : dap(std::move(dap)) {
     auto embed = register_module("embed", std::make_shared<torch::nn::Module>());
     msa_in = embed->register_module("msa", torch::nn::Linear(3, 128));
     pair_in = embed->register_module("pair", torch::nn::Linear(2, 16));
@@ -230,14 +238,17 @@ struct TwoStreamToyImpl : torch::nn::Module, hooks::SiteModel {
 
   torch::Tensor loss(const TwoStreamBatch& batch) {
     using hooks::Tensors;
-    Tensors streams = sites.call("embed", {batch.msa, batch.pair}, [this](const Tensors& in) {
+    // This rank's residues: the MSA's columns (dim 2) and the pair's rows (dim 1).
+    auto mine = [this](const torch::Tensor& x, int64_t dim) { return dap ? parallel::dap::split(x, dap, dim) : x; };
+    Tensors streams = sites.call("embed", {mine(batch.msa, 2), mine(batch.pair, 1)}, [this](const Tensors& in) {
       return Tensors{msa_in(in[0]), pair_in(in[1])};
     });
     for (size_t i = 0; i < blocks.size(); ++i) {
       streams = sites.call("blocks." + std::to_string(i), streams,
-                           [this, i](const Tensors& in) { return blocks[i](in[0], in[1]); });
+                           [this, i](const Tensors& in) { return blocks[i]->forward(in[0], in[1], dap); });
     }
-    return sites.call("head", {streams[0], streams[1], batch.residue_target, batch.pair_target}, [this](const Tensors& in) {
+    const Tensors head_inputs = {streams[0], streams[1], mine(batch.residue_target, 1), mine(batch.pair_target, 1)};
+    return sites.call("head", head_inputs, [this](const Tensors& in) {
       return Tensors{torch::mse_loss(residue_out(in[0].mean(1)), in[2]) + torch::mse_loss(pair_out(in[1]), in[3])};
     })[0];
   }
@@ -245,6 +256,7 @@ struct TwoStreamToyImpl : torch::nn::Module, hooks::SiteModel {
   torch::nn::Linear msa_in{nullptr}, pair_in{nullptr}, residue_out{nullptr}, pair_out{nullptr};
   std::vector<TwoStreamBlock> blocks;
   hooks::BlockSites sites;
+  dist::GroupPtr dap;
 };
 TORCH_MODULE(TwoStreamToy);
 
