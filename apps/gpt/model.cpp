@@ -116,14 +116,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
 }
 
 torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  // Through the block sites, so generation runs under the strategies the model trains under.
-  const hooks::BlockSites& sites = block_sites();
-  const torch::Tensor x = sites.call(head_part().name, step.tokens, [&](const torch::Tensor& tokens) {
-    return embed_at(tokens, step.positions);
-  });
-  const torch::Tensor h = nn::run_blocks(transformer->blocks, x, &caches, step.key_padding, &sites);
-  return sites.call(tail_part().name, h,
-                    [&](const torch::Tensor& y) { return transformer->wte->gather_logits(local_logits(y)); });
+  return nn::decode_through_sites(
+      *this, transformer->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
+      [&](const torch::Tensor& x) { return transformer->wte->gather_logits(local_logits(x)); });
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {

@@ -159,14 +159,9 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  // Through the block sites, so generation runs under the strategies the model trains under.
-  const hooks::BlockSites& sites = block_sites();
-  const torch::Tensor x = sites.call(head_part().name, step.tokens, [&](const torch::Tensor& tokens) {
-    return embed(tokens, step.positions);
-  });
-  const torch::Tensor h = nn::run_blocks(decoder->blocks, x, &caches, step.key_padding, &sites);
-  return sites.call(tail_part().name, h,
-                    [&](const torch::Tensor& y) { return decoder->embed_tokens->gather_logits(local_logits(y)); });
+  return nn::decode_through_sites(
+      *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed(s.tokens, s.positions); },
+      [&](const torch::Tensor& x) { return decoder->embed_tokens->gather_logits(local_logits(x)); });
 }
 
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {

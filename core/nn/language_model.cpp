@@ -15,6 +15,15 @@ torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x,
   return x;
 }
 
+torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<TransformerBlock>& blocks, const DecodeStep& step,
+                                   std::vector<ops::KVCache>& caches,
+                                   const std::function<torch::Tensor(const DecodeStep&)>& embed,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& logits) {
+  const hooks::BlockSites& sites = model.block_sites();
+  const torch::Tensor x = sites.call(model.head_part().name, step.tokens, [&](const torch::Tensor&) { return embed(step); });
+  return sites.call(model.tail_part().name, run_blocks(blocks, x, &caches, step.key_padding, &sites), logits);
+}
+
 torch::Tensor positions_in_documents(const torch::Tensor& documents) {
   const int64_t t = documents.size(1);
   const torch::Tensor index = torch::arange(t, documents.options().dtype(torch::kInt64)).expand_as(documents);

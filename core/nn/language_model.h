@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "core/hooks/block_sites.h"
+#include "core/hooks/block_model.h"
 #include "core/nn/generation.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/embedding.h"
@@ -18,6 +18,15 @@ namespace kuafu::nn {
 // blocks (Gemini gathering a block's chunks) act on this call too: a decode step under the run's layout.
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
                          const ops::AttentionMask& mask = {}, const hooks::BlockSites* sites = nullptr);
+
+// One decoding step of a causal language model through its block sites, so that the strategies acting
+// on blocks act on generation too (Gemini gathers each part's chunks around it): its head part runs
+// `embed` (the step's tokens and positions -> the stream), each of `blocks` continues its cache, and its
+// tail part runs `logits` (the final stream -> whole logits [B, T, V]).
+torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<TransformerBlock>& blocks, const DecodeStep& step,
+                                   std::vector<ops::KVCache>& caches,
+                                   const std::function<torch::Tensor(const DecodeStep&)>& embed,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& logits);
 
 // Packed rows (several documents per row, each attending only to itself): each position's index within
 // its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.
