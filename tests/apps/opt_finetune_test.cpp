@@ -12,10 +12,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/opt/app_config.h"
-#include "apps/opt/commands.h"
-#include "apps/opt/hugging_face.h"
-#include "apps/opt/task.h"
+#include "apps/opt_finetune/app_config.h"
+#include "apps/opt_finetune/commands.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/task.h"
 #include "core/io/instruction_batches.h"
 #include "core/io/targets.h"
 #include "core/memory/frozen_offload.h"

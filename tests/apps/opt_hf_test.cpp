@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <map>
 
-#include "apps/opt/hugging_face.h"
-#include "apps/opt/shapes.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/shapes.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/reference_outputs.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 
 #include "apps/gpt/model.h"
-#include "apps/opt/hugging_face.h"
+#include "apps/opt_finetune/hugging_face.h"
 #include "core/memory/activation_checkpoint.h"
 #include "core/nn/lora.h"
 #include "core/train/checkpoint.h"

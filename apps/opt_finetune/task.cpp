@@ -1,9 +1,9 @@
-#include "apps/opt/task.h"
+#include "apps/opt_finetune/task.h"
 
 #include <filesystem>
 
-#include "apps/opt/app_config.h"
-#include "apps/opt/hugging_face.h"
+#include "apps/opt_finetune/app_config.h"
+#include "apps/opt_finetune/hugging_face.h"
 #include "core/io/instruction_batches.h"
 #include "core/train/hf_interop.h"
 #include "core/train/peft_adapter.h"

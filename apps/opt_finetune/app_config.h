@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "apps/opt/model.h"
+#include "apps/opt_finetune/model.h"
 #include "core/config/config.h"
 #include "core/io/bpe_tokenizer.h"
 #include "core/io/instruction_data.h"

@@ -1,4 +1,4 @@
-#include "apps/opt/shapes.h"
+#include "apps/opt_finetune/shapes.h"
 
 #include "core/util/error.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/opt/model.h"
+#include "apps/opt_finetune/model.h"
 
 namespace kuafu::opt {
 

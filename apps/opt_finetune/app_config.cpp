@@ -1,9 +1,9 @@
-#include "apps/opt/app_config.h"
+#include "apps/opt_finetune/app_config.h"
 
 #include <filesystem>
 
-#include "apps/opt/hugging_face.h"
-#include "apps/opt/shapes.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/shapes.h"
 #include "core/train/benchmark.h"
 #include "core/train/generate_settings.h"
 #include "core/train/hf_interop.h"

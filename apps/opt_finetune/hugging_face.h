@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "apps/opt/model.h"
+#include "apps/opt_finetune/model.h"
 #include "core/io/hf_folder.h"
 
 namespace kuafu::opt {

@@ -1,5 +1,5 @@
 // kuafu-opt: OPT fine-tuning pipeline (see docs/opt.md and `kuafu-opt --help`).
-#include "apps/opt/commands.h"
+#include "apps/opt_finetune/commands.h"
 #include "core/util/malloc_tuning.h"
 #include "core/util/openmp_env.h"
 

@@ -1,4 +1,4 @@
-#include "apps/opt/model.h"
+#include "apps/opt_finetune/model.h"
 
 #include "core/util/error.h"
 #include "core/util/text.h"

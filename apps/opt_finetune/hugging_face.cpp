@@ -1,4 +1,4 @@
-#include "apps/opt/hugging_face.h"
+#include "apps/opt_finetune/hugging_face.h"
 
 #include "core/train/hf_interop.h"
 #include "core/util/error.h"

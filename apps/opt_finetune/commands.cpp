@@ -1,4 +1,4 @@
-#include "apps/opt/commands.h"
+#include "apps/opt_finetune/commands.h"
 
 #include <nlohmann/json.hpp>
 
@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <iostream>
 
-#include "apps/opt/app_config.h"
-#include "apps/opt/hugging_face.h"
-#include "apps/opt/task.h"
+#include "apps/opt_finetune/app_config.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/task.h"
 #include "core/config/cli.h"
 #include "core/io/text_split.h"
 #include "core/io/token_file.h"

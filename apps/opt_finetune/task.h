@@ -5,7 +5,7 @@
 #include <functional>
 #include <memory>
 
-#include "apps/opt/model.h"
+#include "apps/opt_finetune/model.h"
 #include "core/config/config.h"
 #include "core/io/token_loader.h"
 #include "core/train/model_task.h"

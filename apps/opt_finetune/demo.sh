@@ -10,11 +10,11 @@
 #      to five held-out "What does WORD mean?" prompts from each.
 # Writes <out>/summary.json, <out>/answers.jsonl and <out>/report/ (scripts/report). Steps already done
 # (a folder that exists) are kept.
-# Usage: apps/opt/demo.sh [build dir = build] [out = runs/opt_demo]
+# Usage: apps/opt_finetune/demo.sh [build dir = build] [out = runs/opt_demo]
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/opt_demo}
-app="$build/apps/opt/kuafu-opt"
+app="$build/apps/opt_finetune/kuafu-opt"
 configs="$(dirname "$0")/configs"
 data=data/instructions/out
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
