@@ -8,7 +8,7 @@
 #include "core/optim/optimizer.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
-#include "tests/apps/gpt_training_support.h"
+#include "tests/apps/gpt/gpt_training_support.h"
 #include "tests/support/devices.h"
 
 namespace kuafu::gpt {

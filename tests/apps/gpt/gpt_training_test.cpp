@@ -17,7 +17,7 @@
 #include "core/util/error.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
-#include "tests/apps/gpt_training_support.h"
+#include "tests/apps/gpt/gpt_training_support.h"
 #include "tests/support/devices.h"
 
 namespace kuafu::gpt {

@@ -11,7 +11,7 @@
 
 #include <limits>
 
-#include "tests/apps/gpt_training_support.h"
+#include "tests/apps/gpt/gpt_training_support.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 

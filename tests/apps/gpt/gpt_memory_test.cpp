@@ -10,7 +10,7 @@
 #include "core/io/safetensors.h"
 #include "core/memory/gemini.h"
 #include "core/train/parallelize.h"
-#include "tests/apps/gpt_training_support.h"
+#include "tests/apps/gpt/gpt_training_support.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
