@@ -169,7 +169,7 @@ TEST(ViTAppTest, Hdf5ArraysLoadAndBadLabelsAreRefusedAtTheKey) {
                                                    "data.val=\"" + (dir / "bad.h5").string() + "\""});
   auto set = open_dataset(config, model_config(config), /*train=*/true);
   EXPECT_EQ(set->size(), 20);
-  const ImageBatch batch = set->batch({0, 5, 19}, /*train=*/true, 1);
+  const io::ImageTensors batch = set->batch({0, 5, 19}, /*train=*/true, 1);
   EXPECT_EQ(batch.pixels.sizes().vec(), (std::vector<int64_t>{3, 1, 28, 28}));
   EXPECT_EQ(batch.labels[1].item<int64_t>(), 5);
   const std::string message = testing::error_message([&] { open_dataset(config, model_config(config), false); });
@@ -197,7 +197,7 @@ TEST(ViTAppTest, ImageFoldersSkipACorruptImageUpToTheLimit) {
   ASSERT_EQ(set->size(), 11);
   std::vector<size_t> all(11);
   for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-  const ImageBatch batch = set->batch(all, /*train=*/true, 3);
+  const io::ImageTensors batch = set->batch(all, /*train=*/true, 3);
   EXPECT_EQ(batch.labels.size(0), 10) << "the broken image is skipped";
   EXPECT_EQ(batch.pixels.sizes().vec(), (std::vector<int64_t>{10, 1, 28, 28}));
   const config::Config strict = config_with(0);

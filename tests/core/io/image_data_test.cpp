@@ -27,16 +27,9 @@ using kuafu::testing::expected_error;
 using Bytes = std::vector<uint8_t>;
 
 // Each test gets its own temporary folder, removed afterwards.
-class ImageDataTest : public ::testing::Test {
+class ImageDataTest : public kuafu::testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = kuafu::testing::temp_dir(std::string("image_data_") +
-                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
+  ImageDataTest() : TempDirTest("image_data_") {}
 };
 
 void write_raw(const std::string& path, const Bytes& bytes) {
