@@ -65,6 +65,24 @@ config::Config make_config(const fs::path& root, const std::string& out, const s
   return config::Config::from_string(base_config(root, out), "test.toml", opt_schema(), overrides);
 }
 
+// Every shipped config loads against the schema; a published shape gives its model. (The demo's
+// fine-tunes start from a folder the demo makes, so only their keys are checked.)
+TEST(OPTConfigsTest, EveryShippedConfigValidates) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KUAFU_SOURCE_DIR) / "apps/opt_finetune/configs")) {
+    SCOPED_TRACE(entry.path().string());
+    const config::Config config = config::Config::load(entry.path().string(), opt_schema());
+    if (config.get_string("model.init_from").empty()) {
+      EXPECT_GT(opt_data(config).context, 0);
+    }
+    if (!config.get_string("model.shape").empty()) {
+      EXPECT_GT(model_config(config).parameter_count(), 0);  // cross-key checks (positions fit the context)
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 11);
+}
+
 class OPTFinetuneTest : public ::testing::Test {
  protected:
   void SetUp() override {
