@@ -22,7 +22,7 @@ context=${4:-512}
 out=${5:-runs/opt_capacity}
 strategies=${6:-"full lora gemini"}
 shapes=${7:-"125m 350m 1.3b 2.7b 6.7b 13b"}
-app="$build/apps/opt/kuafu-opt"
+app="$build/apps/opt_finetune/kuafu-opt"
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
 device=${DEVICE:-auto}
@@ -37,7 +37,7 @@ for strategy in $strategies; do
   largest=none
   for shape in $shapes; do
     log="$out/${strategy}_${shape}.log"
-    if ! "$app" benchmark --config "apps/opt/configs/opt-$shape.toml" --set data.context="$context" \
+    if ! "$app" benchmark --config "apps/opt_finetune/configs/opt-$shape.toml" --set data.context="$context" \
         --set train.micro_batch_size=1 --set precision.dtype=\"bf16\" --set memory.activation_checkpointing=true \
         --set runtime.device=\""$device"\" --set benchmark.warmup=1 --set benchmark.steps=2 "${args[@]}" > "$log" 2>&1; then
       echo "$strategy $shape: stopped: $(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-160)"

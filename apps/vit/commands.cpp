@@ -32,9 +32,11 @@ const std::vector<std::string> kModelSizeKeys = {"model.num_hidden_layers", "mod
 
 // A host batch on the model's device (asynchronously through page-locked memory on a GPU), pixels in
 // the model's dtype.
-ImageBatch on_model_device(const ImageBatch& batch, torch::nn::Module& model) {
+io::ImageTensors on_model_device(io::ImageTensors batch, torch::nn::Module& model) {
   const torch::Tensor weight = model.parameters().front();
-  return {to_device(batch.pixels, weight.device()).to(weight.scalar_type()), to_device(batch.labels, weight.device())};
+  batch.pixels = to_device(batch.pixels, weight.device()).to(weight.scalar_type());
+  batch.labels = to_device(batch.labels, weight.device());
+  return batch;
 }
 
 // λ ~ Beta(α, α) as G1 / (G1 + G2) with G ~ Gamma(α, 1), from the step's own stream.
@@ -48,7 +50,7 @@ double mixup_weight(double alpha, uint64_t seed, int64_t step) {
 }  // namespace
 
 ImageTask::ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
-                     std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config,
+                     std::unique_ptr<io::ImageDataset> train, std::unique_ptr<io::ImageDataset> val, const config::Config& config,
                      const train::TrainSettings& settings)
     : ModelTask(std::make_unique<train::ParallelModel>(*model, options), settings.micro_batch_size, model->tp.batch_blocks()),
       model_(std::move(model)),
@@ -79,7 +81,7 @@ std::vector<size_t> ImageTask::training_items(int64_t step, int64_t first_row, i
 
 train::Batch ImageTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
   const std::vector<size_t> items = training_items(step, first_row, rows);
-  const ImageBatch batch =
+  const io::ImageTensors batch =
       on_model_device(train_->batch(items, /*train=*/true, seed_ * 1000003ull + static_cast<uint64_t>(step)), *model_);
   torch::Tensor pixels = batch.pixels;
   torch::Tensor targets = smoothed_targets(batch.labels, model_->config.num_labels, label_smoothing_);
@@ -95,7 +97,7 @@ train::Batch ImageTask::train_batch(int64_t step, int64_t first_row, int64_t row
 train::Batch ImageTask::eval_batch(int64_t first_row, int64_t rows) {
   std::vector<size_t> items(static_cast<size_t>(rows));
   std::iota(items.begin(), items.end(), static_cast<size_t>(first_row));
-  const ImageBatch batch = on_model_device(val_->batch(items, /*train=*/false, 0), *model_);
+  const io::ImageTensors batch = on_model_device(val_->batch(items, /*train=*/false, 0), *model_);
   return {batch.pixels, batch.labels};
 }
 

@@ -15,7 +15,7 @@ namespace kuafu::vit {
 class ImageTask : public train::ModelTask {
  public:
   ImageTask(ViTForImageClassification model, const train::ParallelOptions& options,
-            std::unique_ptr<ImageDataset> train, std::unique_ptr<ImageDataset> val, const config::Config& config,
+            std::unique_ptr<io::ImageDataset> train, std::unique_ptr<io::ImageDataset> val, const config::Config& config,
             const train::TrainSettings& settings);
   // Soft targets [B, classes] (label smoothing and mixup applied) for training, labels [B] for evaluation.
   train::Batch train_batch(int64_t step, int64_t first_row, int64_t rows) override;
@@ -30,7 +30,7 @@ class ImageTask : public train::ModelTask {
   }
 
   ViTForImageClassification& vit() { return model_; }
-  ImageDataset& val_set() { return *val_; }
+  io::ImageDataset& val_set() { return *val_; }
   int64_t steps_per_epoch() const override { return train_->size() / global_batch_; }
   // The logits of evaluation items [begin, end) in batches of the micro-batch size.
   void for_each_eval_batch(int64_t begin, int64_t end,
@@ -40,7 +40,7 @@ class ImageTask : public train::ModelTask {
   std::vector<size_t> training_items(int64_t step, int64_t first_row, int64_t rows);
 
   ViTForImageClassification model_;
-  std::unique_ptr<ImageDataset> train_, val_;
+  std::unique_ptr<io::ImageDataset> train_, val_;
   int64_t global_batch_;
   uint64_t seed_;
   double label_smoothing_, mixup_alpha_;

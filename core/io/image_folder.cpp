@@ -4,16 +4,24 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
+#include <set>
 
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::io {
 namespace {
 namespace fs = std::filesystem;
 
-bool is_image(const fs::path& path) {
+std::string lower_extension(const fs::path& path) {
   std::string ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext;
+}
+
+bool is_image(const fs::path& path) {
+  const std::string ext = lower_extension(path);
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
@@ -32,15 +40,22 @@ std::vector<std::string> class_folders(const std::string& root) {
   return names;
 }
 
-// Image paths under one class folder, sorted.
-std::vector<std::string> class_images(const fs::path& folder) {
-  std::vector<std::string> paths;
+// The images under one class folder, sorted by path, each with its caption file's text when it has one.
+std::vector<ImageFolderIndex::Item> class_images(const fs::path& folder, int label) {
+  std::vector<ImageFolderIndex::Item> images;
+  std::set<fs::path> captions;  // the .txt files seen, so that finding an image's caption costs no lookup
   const auto options = fs::directory_options::follow_directory_symlink;
   for (const auto& entry : fs::recursive_directory_iterator(folder, options)) {
-    if (entry.is_regular_file() && is_image(entry.path())) paths.push_back(entry.path().string());
+    if (!entry.is_regular_file()) continue;
+    if (is_image(entry.path())) images.push_back({entry.path().string(), label, std::nullopt});
+    if (lower_extension(entry.path()) == ".txt") captions.insert(entry.path());
   }
-  std::sort(paths.begin(), paths.end());
-  return paths;
+  std::sort(images.begin(), images.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
+  for (auto& image : images) {
+    const fs::path caption = fs::path(image.path).replace_extension(".txt");
+    if (captions.count(caption)) image.caption = text::trim(read_file(caption.string()));
+  }
+  return images;
 }
 
 ImageFolderIndex scan(const std::string& root, const std::vector<std::string>& classes) {
@@ -61,9 +76,9 @@ ImageFolderIndex scan(const std::string& root, const std::vector<std::string>& c
   std::sort(present.begin(), present.end());
   std::string empty_class;  // an empty class folder usually means a failed copy or extraction
   for (const auto& [label, name] : present) {
-    std::vector<std::string> paths = class_images(fs::path(root) / name);
-    if (paths.empty() && empty_class.empty()) empty_class = name;
-    for (std::string& path : paths) index.items.push_back({std::move(path), label});
+    std::vector<ImageFolderIndex::Item> images = class_images(fs::path(root) / name, label);
+    if (images.empty() && empty_class.empty()) empty_class = name;
+    for (auto& image : images) index.items.push_back(std::move(image));
   }
   KUAFU_CHECK(!index.items.empty(), "image folder ", root, " has no .jpg/.jpeg/.png images in its ", present.size(),
               " class folders");
@@ -74,7 +89,7 @@ ImageFolderIndex scan(const std::string& root, const std::vector<std::string>& c
 
 // Unreadable folders (permissions, broken links) surface as kuafu::Error like every other problem.
 template <typename Scan>
-ImageFolderIndex guarded(const std::string& root, Scan&& scan_fn) {
+auto guarded(const std::string& root, Scan&& scan_fn) {
   try {
     return scan_fn();
   } catch (const fs::filesystem_error& e) {
@@ -83,6 +98,10 @@ ImageFolderIndex guarded(const std::string& root, Scan&& scan_fn) {
 }
 
 }  // namespace
+
+std::vector<std::string> image_folder_classes(const std::string& root) {
+  return guarded(root, [&] { return class_folders(root); });
+}
 
 ImageFolderIndex scan_image_folder(const std::string& root) {
   return guarded(root, [&] { return scan(root, class_folders(root)); });

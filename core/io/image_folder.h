@@ -1,7 +1,8 @@
 // ImageNet-style image folders: root/<class>/.../<image>.{jpg,jpeg,png}, one sub-folder per class,
-// scanned into a sorted list of (path, label) items.
+// scanned into a sorted list of (path, label, caption) items.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,18 @@ struct ImageFolderIndex {
   struct Item {
     std::string path;
     int label;
+    std::optional<std::string> caption;  // <image>.txt beside the image (a.png: a.txt), trimmed
   };
   std::vector<Item> items;  // by label, then by path within a class
 };
 
+// The class names of `root`: its sub-folders sorted by name, hidden ones (starting with '.') ignored.
+// Throws kuafu::Error for a missing root or no class folders.
+std::vector<std::string> image_folder_classes(const std::string& root);
+
 // Classes are the sub-folders of `root` sorted by name (hidden ones, starting with '.', are ignored);
-// a class's images are found recursively, extensions .jpg .jpeg .png in any case. Throws
+// a class's images are found recursively, extensions .jpg .jpeg .png in any case, each with the text
+// of a caption file beside it when there is one (unreadable: an error naming it). Throws
 // kuafu::Error for a missing root, no class folders, a class folder without images, or no images.
 ImageFolderIndex scan_image_folder(const std::string& root);
 

@@ -105,6 +105,7 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
       if (outcome[k] == Outcome::kOk) {
         if (kept != k) std::copy_n(batch.pixels.begin() + k * plane, plane, batch.pixels.begin() + kept * plane);
         batch.labels.push_back(item.label);
+        batch.captions.push_back(item.caption);
         ++kept;
         continue;
       }

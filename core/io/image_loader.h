@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@ namespace kuafu::io {
 struct ImageBatch {
   std::vector<float> pixels;         // [n, channels, size, size], n = labels.size()
   std::vector<int64_t> labels;       // [n]
+  std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
   std::vector<std::string> skipped;  // paths of requested images that could not be decoded
 };
 

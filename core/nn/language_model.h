@@ -44,7 +44,7 @@ torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tenso
 template <typename ModelHolder>
 Decoder decoder_of(ModelHolder model, int64_t context) {
   return {[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) mutable { return model->decode(step, caches); },
-          context, model->parameters().front().device()};
+          context, model->parameters().front().device(), /*all_done=*/nullptr};
 }
 
 }  // namespace kuafu::nn

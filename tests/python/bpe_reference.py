@@ -1,4 +1,4 @@
-"""Byte-level BPE reference from Hugging Face `tokenizers` for tests/core/bpe_tokenizer_test.cpp.
+"""Byte-level BPE reference from Hugging Face `tokenizers` for tests/core/io/bpe_tokenizer_test.cpp.
 
   bpe_reference.py build TEXT OUT   trains a 2,000-token byte-level BPE on the first 95% of TEXT's lines
                                     (special tokens <|endoftext|> and <pad>), saves OUT/tokenizer.json,

@@ -1,4 +1,4 @@
-"""Reference outputs of diffusers' image and attention layers for tests/core/nn_layers_test.cpp.
+"""Reference outputs of diffusers' image and attention layers for tests/core/nn/nn_layers_test.cpp.
 
   diffusers_layers_reference.py build OUT   writes OUT/reference.safetensors: for every case below, in
                                             float64, the layer's parameters, inputs, a random upstream

@@ -1,4 +1,4 @@
-"""GPT-2's real byte-level BPE (50,257 tokens) for tests/core/bpe_tokenizer_test.cpp. Its ranks ship in
+"""GPT-2's real byte-level BPE (50,257 tokens) for tests/core/io/bpe_tokenizer_test.cpp. Its ranks ship in
 PyPI's openai-whisper as assets/gpt2.tiktoken (scripts/setup installs the package without its
 dependencies; it is never imported); they are converted here to vocab.json + merges.txt, and tiktoken
 with the same ranks gives the reference ids.

@@ -1,4 +1,4 @@
-"""GPT-2 reference outputs from transformers for tests/apps/gpt_hf_test.cpp (nothing is downloaded).
+"""GPT-2 reference outputs from transformers for tests/apps/gpt/gpt_hf_test.cpp (nothing is downloaded).
 
   gpt2_reference.py build OUT   a tiny random GPT2LMHeadModel saved with save_pretrained into OUT/hf (one
                                 file) and OUT/hf_sharded (shards + index), and OUT/reference.safetensors:

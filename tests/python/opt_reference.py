@@ -1,4 +1,4 @@
-"""OPT reference outputs from transformers for tests/apps/opt_hf_test.cpp (nothing is downloaded).
+"""OPT reference outputs from transformers for tests/apps/opt_finetune/opt_hf_test.cpp (nothing is downloaded).
 
   opt_reference.py build OUT   two tiny random OPTForCausalLM: "pre" (pre-LN, final layer norm) and "post"
                                (opt-350m's shape: post-LN, no final layer norm, word_embed_proj_dim 16 of

@@ -1,4 +1,4 @@
-"""ViT reference outputs from transformers for tests/apps/vit_hf_test.cpp (nothing is downloaded).
+"""ViT reference outputs from transformers for tests/apps/vit/vit_hf_test.cpp (nothing is downloaded).
 
   vit_reference.py build OUT   a tiny random ViTForImageClassification saved with save_pretrained into
                                OUT/hf, its ViTModel backbone into OUT/backbone, and OUT/reference.safetensors:

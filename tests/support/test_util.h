@@ -1,5 +1,5 @@
-// Small helpers shared by tests: a fresh temporary folder, the message of the kuafu::Error an action
-// throws, and a substring check whose failure shows the whole text.
+// Small helpers shared by tests: a fresh temporary folder (and a fixture that gives each test one), the
+// message of the kuafu::Error an action throws, and a substring check whose failure shows the whole text.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "core/util/error.h"
 
@@ -21,6 +22,18 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   fs::create_directories(dir);
   return dir;
 }
+
+// A test with its own empty folder, named `prefix` + the test's name and removed afterwards.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override { dir_ = temp_dir(prefix_ + ::testing::UnitTest::GetInstance()->current_test_info()->name()); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string prefix_;
+  std::filesystem::path dir_;
+};
 
 // What `action` throws as kuafu::Error, or "" when it throws nothing.
 inline std::string error_message(const std::function<void()>& action) {

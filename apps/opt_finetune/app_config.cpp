@@ -1,0 +1,154 @@
+#include "apps/opt_finetune/app_config.h"
+
+#include <filesystem>
+
+#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/shapes.h"
+#include "core/train/benchmark.h"
+#include "core/train/generate_settings.h"
+#include "core/train/hf_interop.h"
+#include "core/train/peft_adapter.h"
+#include "core/train/runtime.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::opt {
+namespace fs = std::filesystem;
+
+config::Schema opt_schema() {
+  config::Schema s;
+  train::add_runtime_schema(s);
+  train::add_trainer_schema(s);
+  std::string shapes;
+  for (const std::string& name : opt_shape_names()) shapes += (shapes.empty() ? "" : ", ") + name;
+  s.add_string("model.shape", "", "a published OPT shape (" + shapes + "); empty: the model.* keys");
+  s.add_int("model.vocab_size", 0, "embedding rows; 0 = the tokenizer's vocabulary rounded up to a multiple of 8")
+      .min(0).max(1 << 24);
+  s.add_int("model.hidden_size", 768, "hidden size").min(1).max(1 << 18);
+  s.add_int("model.num_hidden_layers", 12, "decoder layers").min(1).max(100000);
+  s.add_int("model.num_attention_heads", 12, "attention heads (must divide model.hidden_size)").min(1).max(1 << 12);
+  s.add_int("model.ffn_dim", 3072, "MLP width").min(1).max(1 << 20);
+  s.add_int("model.max_position_embeddings", 2048, "longest sequence").min(1).max(1 << 20);
+  s.add_int("model.word_embed_proj_dim", 0, "token embedding width; 0 = model.hidden_size").min(0).max(1 << 18);
+  s.add_bool("model.do_layer_norm_before", true, "pre-LN; false: post-LN as opt-350m");
+  s.add_float("model.dropout", 0.1, "dropout on embeddings and residual branches").min(0).max(0.9);
+  s.add_float("model.attention_dropout", 0.0, "dropout on attention probabilities").min(0).max(0.9);
+
+  s.add_string("data.kind", "instructions", "\"instructions\" (JSONL prompt/response or messages) or \"text\"")
+      .choices({"instructions", "text"});
+  s.add_string("data.tokenizer", "", "folder with vocab.json + merges.txt or tokenizer.json; empty: model.init_from");
+  s.add_string("data.train", "data/instructions/out/train.jsonl", "instructions: training examples (JSONL)");
+  s.add_string("data.val", "data/instructions/out/val.jsonl", "instructions: held-out examples (JSONL)");
+  s.add_string("data.text", "data/instructions/out/pretrain.txt", "text: UTF-8 text that `prepare` tokenizes");
+  s.add_string("data.dir", "data/instructions/out/opt_tokens", "text: folder for the train/val token files");
+  s.add_int("data.val_every", 20, "text: `prepare` puts every N-th block of 100 lines into validation").min(2);
+  s.add_int("data.context", 256, "text: tokens per window; instructions: longer examples are skipped").min(2);
+  s.add_bool("data.eos_after_lines", true,
+             "text: each line is a document that `prepare` ends with \"</s>\" (OPT's separator, so the model "
+             "learns where a text ends) instead of a newline");
+  s.add_bool("data.pack", false,
+             "instructions: pack several examples into each row of data.context tokens, each attending only to "
+             "itself with its own positions (no padding between them)");
+
+  train::add_generate_schema(s, "What does harbinger mean?", 0.0);
+  train::add_lora_schema(s);
+  train::add_benchmark_schema(s);
+  train::add_hf_schema(s);
+  return s;
+}
+
+OptData opt_data(const config::Config& config) {
+  OptData d;
+  d.instructions = config.get_string("data.kind") == "instructions";
+  d.tokenizer = config.get_string("data.tokenizer");
+  if (d.tokenizer.empty()) d.tokenizer = train::init_from(config);
+  d.train = config.get_string("data.train");
+  d.val = config.get_string("data.val");
+  d.text = config.get_string("data.text");
+  d.dir = config.get_string("data.dir");
+  d.train_tokens = (fs::path(d.dir) / "train.tok").string();
+  d.val_tokens = (fs::path(d.dir) / "val.tok").string();
+  d.val_every = config.get_int("data.val_every");
+  d.context = config.get_int("data.context");
+  d.pack = config.get_bool("data.pack");
+  d.eos_after_lines = config.get_bool("data.eos_after_lines");
+  return d;
+}
+
+io::BpeTokenizer load_tokenizer(const config::Config& config) {
+  const std::string folder = opt_data(config).tokenizer;
+  if (folder.empty()) config.fail_at("data.tokenizer", "is empty and model.init_from names no folder: give a tokenizer folder");
+  if (!fs::is_directory(folder)) config.fail_at("data.tokenizer", "= " + folder + " is not a folder");
+  return io::BpeTokenizer::from_folder(folder);
+}
+
+io::InstructionFormat instruction_format(const config::Config& config, const io::BpeTokenizer& tokenizer) {
+  const std::optional<int64_t> eos = tokenizer.token_id("</s>");
+  if (!eos) config.fail_at("data.tokenizer", "'s vocabulary has no \"</s>\", OPT's BOS and EOS");
+  io::InstructionFormat format;
+  format.bos = *eos;
+  format.eos = *eos;
+  format.max_tokens = opt_data(config).context;
+  return format;
+}
+
+namespace {
+
+void check_fits_positions(const config::Config& config, const OPTConfig& m) {
+  if (const int64_t context = config.get_int("data.context"); context > m.max_position_embeddings) {
+    config.fail_at("data.context", "(" + std::to_string(context) + ") exceeds the model's " +
+                                       std::to_string(m.max_position_embeddings) + " positions");
+  }
+}
+
+}  // namespace
+
+OPTConfig model_config(const config::Config& config) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    OPTConfig m = opt_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
+    train::check_agrees_with_folder(
+        config,
+        {{"model.vocab_size", m.vocab_size}, {"model.hidden_size", m.hidden_size},
+         {"model.num_hidden_layers", m.num_hidden_layers}, {"model.num_attention_heads", m.num_attention_heads},
+         {"model.ffn_dim", m.ffn_dim}, {"model.max_position_embeddings", m.max_position_embeddings},
+         {"model.word_embed_proj_dim", m.word_embed_proj_dim}, {"model.do_layer_norm_before", m.do_layer_norm_before},
+         {"model.dropout", m.dropout}, {"model.attention_dropout", m.attention_dropout}},
+        {"model.dropout", "model.attention_dropout"});
+    if (config.is_set("model.dropout")) m.dropout = config.get_float("model.dropout");
+    if (config.is_set("model.attention_dropout")) m.attention_dropout = config.get_float("model.attention_dropout");
+    check_fits_positions(config, m);
+    return m;
+  }
+  OPTConfig m;
+  if (const std::string shape = config.get_string("model.shape"); !shape.empty()) {
+    try {
+      m = opt_shape(shape);
+    } catch (const Error& e) {
+      config.fail_at("model.shape", e.what());
+    }
+  } else {
+    m.hidden_size = config.get_int("model.hidden_size");
+    m.num_hidden_layers = config.get_int("model.num_hidden_layers");
+    m.num_attention_heads = config.get_int("model.num_attention_heads");
+    m.ffn_dim = config.get_int("model.ffn_dim");
+    m.max_position_embeddings = config.get_int("model.max_position_embeddings");
+    m.word_embed_proj_dim = config.get_int("model.word_embed_proj_dim");
+    if (m.word_embed_proj_dim == 0) m.word_embed_proj_dim = m.hidden_size;
+    m.do_layer_norm_before = config.get_bool("model.do_layer_norm_before");
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      config.fail_at("model.num_attention_heads", "(" + std::to_string(m.num_attention_heads) +
+                                                      ") must divide model.hidden_size (" + std::to_string(m.hidden_size) + ")");
+    }
+  }
+  // model.vocab_size when set; else a shape's own, or the tokenizer's rounded up to a multiple of 8.
+  if (const int64_t vocab = config.get_int("model.vocab_size"); vocab > 0) {
+    m.vocab_size = vocab;
+  } else if (config.get_string("model.shape").empty()) {
+    m.vocab_size = (load_tokenizer(config).vocab_size() + 7) / 8 * 8;
+  }
+  m.dropout = config.get_float("model.dropout");
+  m.attention_dropout = config.get_float("model.attention_dropout");
+  check_fits_positions(config, m);
+  return m;
+}
+
+}  // namespace kuafu::opt

@@ -1,0 +1,52 @@
+// Image sets as tensors for training and evaluation: IDX and HDF5 arrays held in memory, or image
+// folders decoded on worker threads; each image with its label and, where the set has one, a caption.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/io/image_augment.h"
+
+namespace kuafu::io {
+
+// Where a set's images are and how they become a model's input.
+struct ImageSetSpec {
+  std::string format = "idx";  // idx, folder or hdf5
+  // idx: the prefix of <path>-images-idx3-ubyte.gz and <path>-labels-idx1-ubyte.gz; folder: the root of
+  // <class>/.../<image> (captions: <image>.txt beside it); hdf5: the file.
+  std::string path;
+  std::vector<std::string> classes;  // folder: the class list that labels it (the training set's); empty: its own
+  std::string hdf5_images = "images", hdf5_labels = "labels", hdf5_captions = "captions";  // dataset names
+  // idx, hdf5: labels must lie in [0, num_classes), named "0", "1", ...; 0 = the largest label + 1.
+  int64_t num_classes = 0;
+  int threads = 0;                 // folder: decoding threads; 0 = torch::get_num_threads()
+  int64_t max_corrupt_images = 0;  // folder: unreadable images skipped (and reported) before loading fails
+  ImageTransform transform;        // the output's size, channels, augmentation and normalisation
+};
+
+struct ImageTensors {
+  torch::Tensor pixels;  // [n, C, S, S] float32, normalised
+  torch::Tensor labels;  // [n] int64 (n may be short of the request when unreadable images were skipped)
+  std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
+};
+
+class ImageDataset {
+ public:
+  virtual ~ImageDataset() = default;
+  virtual int64_t size() const = 0;
+  // Channels stored per image (1, 3 or 4) for arrays; 0 for folders, decoded to the transform's.
+  virtual int64_t stored_channels() const = 0;
+  // Items `items`, augmented (from `seed` and each item's index) when `train`, else centre-cropped.
+  virtual ImageTensors batch(const std::vector<size_t>& items, bool train, uint64_t seed) = 0;
+  // Class names: a folder's class list, else "0", "1", ...
+  virtual std::vector<std::string> class_names() const = 0;
+};
+
+// Opens the set. Throws kuafu::Error naming the file or folder when it is missing or malformed, when
+// a label lies outside [0, spec.num_classes) or when the transform is invalid. Batches are made in host
+// memory that copies fast to `device` (page-locked for a GPU).
+std::unique_ptr<ImageDataset> open_image_dataset(const ImageSetSpec& spec, const torch::Device& device = torch::kCPU);
+
+}  // namespace kuafu::io

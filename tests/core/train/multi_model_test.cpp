@@ -1,0 +1,347 @@
+// A run of four models through the one trainer, PPO-shaped: a policy and a value model trained with
+// different learning rates, schedules and memory strategies (their own [models.<name>.*] sections), a
+// frozen reference policy offloaded to host memory block by block, and a frozen reward model held in
+// bf16. One checkpoint holds all four; a run stopped by SIGTERM between the micro-steps of step 3 of 6
+// and resumed ends bitwise where the straight run ends; and each trained model's weights equal those
+// the single-model trainer gives it alone with the same settings (its loss reads only the frozen
+// models, so its update is its own).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "core/hooks/block_sites.h"
+#include "core/io/safetensors.h"
+#include "core/train/model_state.h"
+#include "core/train/run_folder.h"
+#include "core/train/step_loop.h"
+#include "core/train/trainer.h"
+#include "core/util/error.h"
+#include "tests/support/test_util.h"
+#include "tests/support/training_runs.h"
+
+namespace kuafu::train {
+namespace {
+namespace fs = std::filesystem;
+using hooks::Tensors;
+
+// Maths only: a policy over 3 actions, a value model, and a reward model scoring a state and an action;
+// its two layers are its blocks (frozen-weight offload brings each in around its call).
+struct MlpImpl : torch::nn::Module, hooks::SiteModel {
+  MlpImpl(int64_t in, int64_t out) : hidden(register_module("hidden", torch::nn::Linear(in, 8))),
+                                     head(register_module("head", torch::nn::Linear(8, out))) {
+    sites = hooks::BlockSites(*this, {"hidden", "head"});
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const torch::Tensor h = sites.call(*hidden, x, [this](const torch::Tensor& in) { return torch::tanh(hidden(in)); });
+    return sites.call(*head, h, [this](const torch::Tensor& in) { return head(in); });
+  }
+  torch::nn::Module& module() override { return *this; }
+  hooks::BlockSites& block_sites() override { return sites; }
+  torch::nn::Linear hidden, head;
+  hooks::BlockSites sites;
+};
+TORCH_MODULE(Mlp);
+
+struct Models {
+  Mlp policy{nullptr}, value{nullptr}, reference{nullptr}, reward{nullptr};
+  explicit Models(uint64_t seed) {
+    torch::manual_seed(seed);
+    policy = Mlp(4, 3), value = Mlp(4, 1), reference = Mlp(4, 3), reward = Mlp(7, 1);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < policy->parameters().size(); ++i) {
+      reference->parameters()[i].copy_(policy->parameters()[i]);  // the policy PPO starts from
+    }
+  }
+};
+
+std::function<bool(hooks::BlockHooks*)> hooks_of(Mlp& model) {
+  return [model](hooks::BlockHooks* hooks) mutable {
+    model->sites.set_hooks(hooks, *model);
+    return true;
+  };
+}
+
+// A micro-step's rollout: 8 states drawn from (step, first row) alone, so a resumed run sees the same
+// ones; actions sampled from the policy and from the reference; the frozen models' scores; the losses of
+// both trained models.
+struct Rollout {
+  torch::Tensor policy_loss, value_loss;
+};
+
+Rollout rollout(Models& m, int64_t step, int64_t first_row, int64_t rows) {
+  auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(1000 * step + first_row));
+  const torch::Tensor states = torch::randn({rows, 4}, generator, torch::kFloat32);
+  // The reward model computes in bf16 (its precision section).
+  auto reward_of = [&](const torch::Tensor& actions) {
+    const torch::Tensor scored = torch::cat({states, torch::one_hot(actions.squeeze(1), 3).to(torch::kFloat32)}, 1);
+    return m.reward(scored.to(m.reward->head->weight.scalar_type())).to(torch::kFloat32);
+  };
+  torch::Tensor actions, old_logp, ref_logp, reward, ref_reward;
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor logp = torch::log_softmax(m.policy(states), 1);
+    actions = torch::multinomial(logp.exp(), 1, /*replacement=*/false, generator);
+    old_logp = logp.gather(1, actions);
+    const torch::Tensor ref_all = torch::log_softmax(m.reference(states), 1);
+    ref_logp = ref_all.gather(1, actions);
+    reward = reward_of(actions);
+    // The value model learns the reward of the reference policy's actions: its loss reads only frozen
+    // models, so its update is its own (the single-model comparison below).
+    ref_reward = reward_of(torch::multinomial(ref_all.exp(), 1, /*replacement=*/false, generator));
+  }
+  // Clipped surrogate against the batch's mean reward, with a KL penalty to the reference policy.
+  const torch::Tensor advantage = reward - reward.mean();
+  const torch::Tensor logp = torch::log_softmax(m.policy(states), 1).gather(1, actions);
+  const torch::Tensor ratio = (logp - old_logp).exp();
+  return {-torch::min(ratio * advantage, ratio.clamp(0.8, 1.2) * advantage).mean() + 0.1 * (logp - ref_logp).mean(),
+          (m.value(states) - ref_reward).pow(2).mean()};
+}
+
+struct PpoTask : RunTask {
+  explicit PpoTask(uint64_t seed) : m(seed) {}
+  std::vector<RunModel> models() override {
+    auto trained = [](std::string name, torch::nn::Module* module) {
+      RunModel model;
+      model.name = std::move(name);
+      model.module = module;
+      return model;
+    };
+    auto frozen = [](std::string name, Mlp& model) {
+      RunModel run_model;
+      run_model.name = std::move(name);
+      run_model.module = model.get();
+      run_model.trained = false;
+      run_model.set_block_hooks = hooks_of(model);  // memory.offload_frozen brings its blocks in
+      return run_model;
+    };
+    return {trained("policy", m.policy.get()), trained("value", m.value.get()), frozen("reference", m.reference),
+            frozen("reward", m.reward)};
+  }
+  std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override {
+    if (stop_in_step == step && first_row == 0) std::raise(SIGTERM);  // during the step's first micro-step
+    const Rollout r = rollout(m, step, first_row, rows);
+    return {{"policy", r.policy_loss}, {"value", r.value_loss}};
+  }
+  LossSum evaluate(int, int) override {
+    const Rollout r = rollout(m, 99, 0, 8);
+    return {r.value_loss.item<double>() * 8, 8, 0, {}};
+  }
+  double flops_per_item() const override { return 0; }
+  int64_t items_per_row() const override { return 1; }
+  std::string item_name() const override { return "states"; }
+  std::vector<std::string> checkpoint_keys() const override { return {"optim."}; }
+  Models m;
+  std::optional<int64_t> stop_in_step;
+};
+
+// One trained model alone through the single-model trainer, the frozen ones computed as the run
+// computes them (the reward model in bf16).
+struct AloneTask : TrainTask {
+  AloneTask(std::string trained, uint64_t seed) : trained(std::move(trained)), m(seed) {
+    m.reward->to(torch::kBFloat16);
+    for (auto& p : m.reference->parameters()) p.requires_grad_(false);
+    for (auto& p : m.reward->parameters()) p.requires_grad_(false);
+    Mlp other = this->trained == "policy" ? m.value : m.policy;
+    for (auto& p : other->parameters()) p.requires_grad_(false);
+  }
+  torch::nn::Module& model() override { return trained == "policy" ? *m.policy : *m.value; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override {
+    const Rollout r = rollout(m, step, first_row, rows);
+    return trained == "policy" ? r.policy_loss : r.value_loss;
+  }
+  LossSum evaluate(int, int) override { return {1, 1, 0, {}}; }
+  double flops_per_item() const override { return 0; }
+  int64_t items_per_row() const override { return 1; }
+  std::vector<std::string> checkpoint_keys() const override { return {}; }
+  std::string trained;
+  Models m;
+};
+
+config::Schema ppo_schema() {
+  config::Schema schema;
+  add_runtime_schema(schema);
+  add_trainer_schema(schema);
+  add_model_sections(schema, {"policy", "value", "reference", "reward"});
+  return schema;
+}
+
+// 6 steps of 2 micro-steps. The policy: AdamW at 0.01 with a cosine schedule; the value model: SGD at
+// 0.05 with a linear one under ZeRO-2; the reference offloaded; the reward model in bf16.
+const char* kPpoSections =
+    "[models.policy.optim]\nname = \"adamw\"\nlr = 0.01\nschedule = \"cosine\"\nmin_lr = 0.001\n"
+    "[models.value.optim]\nname = \"sgd\"\nlr = 0.05\nmomentum = 0.9\nschedule = \"linear\"\nmin_lr = 0.0\n"
+    "[models.value.memory]\nstrategy = \"zero2\"\n"
+    "[models.reference.memory]\noffload_frozen = true\n"
+    "[models.reward.precision]\ndtype = \"bf16\"\n";
+
+std::string base_text(const fs::path& out) {
+  return "[train]\nsteps = 6\nbatch_size = 16\nmicro_batch_size = 8\ncheckpoint_interval = 2\nprogress = \"plain\"\n"
+         "out_dir = \"" + out.string() +
+         "\"\n[optim]\nname = \"adamw\"\nlr = 0.003\nwarmup_steps = 1\ngrad_clip = 1.0\n"
+         "[runtime]\nthreads = 1\ndevice = \"cpu\"\n";
+}
+
+config::Config ppo_config(const fs::path& out, const std::vector<std::string>& overrides = {}) {
+  return config::Config::from_string(base_text(out) + kPpoSections, "ppo.toml", ppo_schema(), overrides);
+}
+
+void train_ppo(const config::Config& config, uint64_t seed, std::optional<int64_t> stop_in_step = std::nullopt) {
+  Runtime runtime = testing::single_runtime();
+  PpoTask task(seed);
+  task.stop_in_step = stop_in_step;
+  Trainer(config, runtime, task).run();
+  clear_stop_request();
+}
+
+io::SafetensorsFile saved(const fs::path& out, const std::string& file, int step = 6) {
+  return io::load_safetensors((fs::path(checkpoint_folder((out / "checkpoints").string(), step)) / file).string());
+}
+
+void expect_equal_files(const io::SafetensorsFile& actual, const io::SafetensorsFile& expected, const std::string& what) {
+  ASSERT_EQ(actual.tensors.size(), expected.tensors.size()) << what;
+  for (const auto& [name, tensor] : expected.tensors) {
+    const torch::Tensor* other = actual.find(name);
+    ASSERT_NE(other, nullptr) << what << " lacks " << name;
+    EXPECT_TRUE(torch::equal(tensor, *other)) << what << ": " << name << " differs";
+  }
+}
+
+const std::vector<std::string> kFiles = {"policy.model.safetensors", "policy.optimizer.safetensors",
+                                         "value.model.safetensors",  "value.optimizer.safetensors",
+                                         "reference.model.safetensors", "reward.model.safetensors"};
+
+TEST(MultiModelTest, FourModelsStopBetweenMicroStepsAndResumeExactly) {
+  const fs::path root = testing::temp_dir("ppo");
+  train_ppo(ppo_config(root / "straight"), 7);
+  train_ppo(ppo_config(root / "resumed"), 7, /*stop_in_step=*/2);
+  ASSERT_FALSE(fs::exists(checkpoint_folder((root / "resumed" / "checkpoints").string(), 6))) << "the stop did not stop";
+  const std::string stopped = checkpoint_folder((root / "resumed" / "checkpoints").string(), 2);
+  ASSERT_TRUE(fs::exists(stopped)) << "the stop inside step 3 saves the weights of step 2";
+  train_ppo(ppo_config(root / "resumed"), /*other initial weights, replaced by the checkpoint's*/ 99);
+
+  for (const auto& file : kFiles) EXPECT_TRUE(fs::exists(fs::path(stopped) / file)) << file;
+  EXPECT_FALSE(fs::exists(fs::path(stopped) / "reference.optimizer.safetensors")) << "a frozen model has no optimizer";
+  for (const auto& file : kFiles) expect_equal_files(saved(root / "resumed", file), saved(root / "straight", file), file);
+  // The reward model is held in bf16, the others in float32.
+  EXPECT_EQ(saved(root / "straight", "reward.model.safetensors").find("head.weight")->scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(saved(root / "straight", "reference.model.safetensors").find("head.weight")->scalar_type(), torch::kFloat32);
+  // Each model's figures, under its name, and the same losses after the resume.
+  const auto straight = testing::metric_lines(root / "straight" / "metrics.jsonl");
+  const auto resumed = testing::metric_lines(root / "resumed" / "metrics.jsonl");
+  ASSERT_EQ(straight.size(), 6u);
+  ASSERT_EQ(resumed.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    for (const char* key : {"policy.loss", "value.loss", "policy.lr", "value.lr", "policy.grad_norm", "value.grad_norm"}) {
+      ASSERT_TRUE(resumed[i].contains(key)) << key;
+      EXPECT_EQ(resumed[i][key], straight[i][key]) << key << " at step " << i + 1;
+    }
+  }
+  // The sections gave each model its own rate and schedule. Step 4 of 6, one warm-up step: 2 of the 5
+  // decay steps done, progress 0.4.
+  EXPECT_NEAR(straight[3]["policy.lr"].get<double>(), 0.001 + 0.5 * (0.01 - 0.001) * (1 + std::cos(M_PI * 0.4)), 1e-12);
+  EXPECT_NEAR(straight[3]["value.lr"].get<double>(), 0.05 * (1 - 0.4), 1e-12);
+  // The models moved: a resume that restored nothing would not be compared against a standing start.
+  EXPECT_FALSE(torch::equal(*saved(root / "straight", "policy.model.safetensors").find("head.weight"),
+                            *saved(root / "straight", "policy.model.safetensors", 2).find("head.weight")));
+}
+
+TEST(MultiModelTest, EachTrainedModelStepsAsTheSingleModelTrainerWould) {
+  const fs::path root = testing::temp_dir("ppo_alone");
+  train_ppo(ppo_config(root / "together"), 7);
+  // The policy alone: its section's keys as top-level keys.
+  config::Schema schema;
+  add_runtime_schema(schema);
+  add_trainer_schema(schema);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> alone = {
+      {"policy", {"optim.name=\"adamw\"", "optim.lr=0.01", "optim.schedule=\"cosine\"", "optim.min_lr=0.001"}},
+      {"value", {"optim.name=\"sgd\"", "optim.lr=0.05", "optim.momentum=0.9", "optim.schedule=\"linear\"",
+                 "optim.min_lr=0.0", "memory.strategy=\"zero2\""}},
+  };
+  for (const auto& [name, overrides] : alone) {
+    SCOPED_TRACE(name);
+    const config::Config config =
+        config::Config::from_string(base_text(root / name), name + ".toml", schema, overrides);
+    Runtime runtime = testing::single_runtime();
+    AloneTask task(name, 7);
+    Trainer(config, runtime, task).run();
+    expect_equal_files(saved(root / name, "model.safetensors"), saved(root / "together", name + ".model.safetensors"),
+                       name + " alone vs together");
+  }
+}
+
+TEST(MultiModelTest, ModelSectionsAreCheckedAsTheTopLevelKeys) {
+  const fs::path root = testing::temp_dir("ppo_keys");
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { ppo_config(root, {"models.critic.optim.lr=0.1"}); }),
+                                "models.critic.optim.lr"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { ppo_config(root, {"models.value.optim.lr=-1"}); }),
+                                "models.value.optim.lr"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { ppo_config(root, {"models.value.optim.nme=\"sgd\""}); }),
+                                "did you mean 'models.value.optim.name'"));
+  // A view reads its own keys, the top-level ones otherwise, and errors name where a key was set.
+  const config::Config config = ppo_config(root);
+  const config::Config value = config.model_view("value");
+  EXPECT_EQ(value.get_string("optim.name"), "sgd");
+  EXPECT_EQ(value.get_float("optim.grad_clip"), 1.0);
+  EXPECT_EQ(config.model_view("reference").get_string("optim.name"), "adamw");
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { value.fail_at("optim.lr", "is wrong"); }),
+                                "models.value.optim.lr at ppo.toml:"));
+}
+
+// optim.ema_decay keeps ema = d ema + (1 - d) w after each step, worked here by hand from the weights;
+// for plain replicas and for ZeRO-2's sharded masters alike; saved as the "ema" part and restored by a
+// resume. The average is float32 arithmetic in the same order as the formula: 1e-6 relative.
+TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
+  const fs::path root = testing::temp_dir("ema");
+  for (const std::string strategy : {"none", "zero2"}) {
+    SCOPED_TRACE(strategy);
+    const config::Config config =
+        ppo_config(root / strategy, {"optim.ema_decay=0.9", "memory.strategy=\"" + strategy + "\""});
+    Runtime runtime = testing::single_runtime();
+    torch::manual_seed(3);
+    Mlp model(4, 3);
+    std::map<std::string, torch::Tensor> expected;
+    for (const auto& p : model->named_parameters()) expected[p.key()] = p.value().detach().clone();
+    {
+      RunFolder run(config, runtime, read_train_settings(config), {});
+      ModelState state(config, runtime, *model, {});
+      for (int64_t step = 0; step < 3; ++step) {
+        state.start_step(step);
+        state.begin_backward(true);
+        model(torch::randn({8, 4})).pow(2).mean().backward();
+        state.end_backward();
+        state.finish_step(state.grad_norm(), 0.0, false);
+        for (const auto& p : model->named_parameters()) {
+          expected[p.key()] = 0.9 * expected[p.key()] + 0.1 * p.value().detach();
+        }
+      }
+      const io::NamedTensors ema = state.full_ema();
+      ASSERT_EQ(ema.size(), expected.size());
+      for (const auto& [name, tensor] : ema) {
+        EXPECT_TRUE(torch::allclose(tensor, expected.at(name), 1e-6, 0)) << name;
+      }
+      run.save(3, state.checkpoint_parts(), nlohmann::json::object());
+    }
+    const std::string folder = checkpoint_folder((root / strategy / "checkpoints").string(), 3);
+    const io::SafetensorsFile saved = io::load_safetensors(folder + "/ema.model.safetensors");
+    for (const auto& [name, tensor] : expected) EXPECT_TRUE(torch::allclose(*saved.find(name), tensor, 1e-6, 0)) << name;
+    // A resume restores the average, not a fresh copy of the weights.
+    torch::manual_seed(4);
+    Mlp fresh(4, 3);
+    RunFolder run(config, runtime, read_train_settings(config), {});
+    ModelState resumed(config, runtime, *fresh, {});
+    const auto resume = run.checkpoint_to_resume();
+    ASSERT_TRUE(resume);
+    resumed.load(resume->folder, resume->trainer_state);
+    for (const auto& [name, tensor] : resumed.full_ema()) EXPECT_TRUE(torch::equal(tensor, *saved.find(name))) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kuafu::train
