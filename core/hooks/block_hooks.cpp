@@ -11,8 +11,6 @@ namespace {
 
 using torch::autograd::variable_list;
 
-bool differentiable(const torch::Tensor& t) { return t.defined() && t.requires_grad(); }
-
 // One node in the backward graph joining several tensors: autograd runs it once, when the gradients of
 // all of them have arrived, so a hook on it fires once per backward however many tensors cross the
 // boundary. Gradients pass through unchanged.
@@ -33,7 +31,7 @@ class BoundaryBackward : public torch::autograd::Node {
 Tensors through_boundary(const Tensors& tensors, std::function<void()> on_backward) {
   std::vector<torch::Tensor> crossing;
   for (const auto& t : tensors) {
-    if (differentiable(t)) crossing.push_back(t);
+    if (needs_grad(t)) crossing.push_back(t);
   }
   if (crossing.empty()) return tensors;
   auto node = std::make_shared<BoundaryBackward>(std::move(on_backward));
@@ -41,7 +39,7 @@ Tensors through_boundary(const Tensors& tensors, std::function<void()> on_backwa
   Tensors out;
   out.reserve(tensors.size());
   for (const auto& t : tensors) {
-    if (!differentiable(t)) {
+    if (!needs_grad(t)) {
       out.push_back(t);
       continue;
     }

@@ -20,6 +20,9 @@ using Tensors = std::vector<torch::Tensor>;
 using BlockBody = std::function<Tensors(const Tensors&)>;
 using TensorBody = std::function<torch::Tensor(const torch::Tensor&)>;
 
+// True for a tensor whose gradient autograd computes (an absent one needs none).
+inline bool needs_grad(const torch::Tensor& t) { return t.defined() && t.requires_grad(); }
+
 // One block as a strategy sees it.
 struct BlockCall {
   std::string name;                           // e.g. "transformer.h.3"; stable across steps

@@ -83,10 +83,6 @@ void BlockSites::wrap(const std::string& name, BlockWrapper wrapper) {
   found->second.wrappers.push_back(std::move(wrapper));
 }
 
-void BlockSites::unwrap_all() {
-  for (auto& [name, site] : sites_) site.wrappers.clear();
-}
-
 void BlockSites::set_hooks(BlockHooks* hooks, const torch::nn::Module& root) {
   if (hooks) {
     std::set<const void*> covered;

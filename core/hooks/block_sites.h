@@ -45,20 +45,16 @@ class BlockSites {
 
   // The strategies' side. Block names in the order they were added.
   std::vector<std::string> names() const;
-  bool has(const std::string& name) const { return sites_.count(name) > 0; }
   // The names matching `pattern` (a glob: "down_blocks.*", "*"); kuafu::Error when none does.
   std::vector<std::string> matching(const std::string& pattern) const;
   // Puts `wrapper` around the calls of block `name`, inside the wrappers already there and inside the
   // hooks (so a strategy acting through the hooks sees the wrapped call as the block: Gemini gathers
   // before a checkpointed block recomputes).
   void wrap(const std::string& name, BlockWrapper wrapper);
-  // Removes every wrapper (not the hooks).
-  void unwrap_all();
   // Installs the hooks around every block (null removes them). Installing checks that the blocks hold
   // every parameter of `root` (a parameter outside every block would be read while its strategy has
   // it elsewhere): kuafu::Error naming the first that is not.
   void set_hooks(BlockHooks* hooks, const torch::nn::Module& root);
-  BlockHooks* hooks() const { return hooks_; }
 
  private:
   struct Site {
@@ -79,6 +75,8 @@ class SiteModel {
   virtual ~SiteModel() = default;
   virtual torch::nn::Module& module() = 0;
   virtual BlockSites& block_sites() = 0;
+  // Installs (null: removes) hooks around every block: BlockSites::set_hooks over this model.
+  void set_block_hooks(BlockHooks* hooks) { block_sites().set_hooks(hooks, module()); }
 };
 
 }  // namespace kuafu::hooks

@@ -14,8 +14,6 @@ namespace {
 
 using torch::autograd::variable_list;
 
-bool differentiable(const torch::Tensor& t) { return t.defined() && t.requires_grad(); }
-
 // The backward of a checkpointed block: recompute, then backpropagate through the recomputed graph
 // (a backward inside a backward, as PyTorch's reentrant checkpoint does).
 class RecomputeBackward : public torch::autograd::Node {
@@ -55,7 +53,7 @@ class RecomputeBackward : public torch::autograd::Node {
     variable_list roots, root_grads;
     for (size_t k = 0; k < tracked_.size(); ++k) {
       const torch::Tensor& out = y[tracked_[k]];
-      if (!grads[k].defined() || !differentiable(out)) continue;  // an output nothing used
+      if (!grads[k].defined() || !hooks::needs_grad(out)) continue;  // an output nothing used
       roots.push_back(out);
       root_grads.push_back(grads[k]);
     }
@@ -63,7 +61,7 @@ class RecomputeBackward : public torch::autograd::Node {
     done_ = true;
     inputs_.clear();  // the saved inputs go with the step
     variable_list input_grads;
-    for (const auto& leaf : x) input_grads.push_back(differentiable(leaf) ? leaf.grad() : torch::Tensor());
+    for (const auto& leaf : x) input_grads.push_back(hooks::needs_grad(leaf) ? leaf.grad() : torch::Tensor());
     return input_grads;
   }
 

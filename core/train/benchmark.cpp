@@ -52,7 +52,7 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
                                   BenchmarkMemory& memory) {
   ModelStateOptions state_options;
   state_options.set_block_hooks = [&model](hooks::BlockHooks* hooks) {
-    model.block_sites().set_hooks(hooks, model.module());
+    model.set_block_hooks(hooks);
     return true;
   };
   ModelState state(config, runtime, model.module(), std::move(state_options));

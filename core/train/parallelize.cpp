@@ -94,11 +94,7 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
   if (options_.plan.last) add(model_.tail_part());
   // 4. Activation checkpointing: every block this rank holds, or those the patterns name.
   if (options_.checkpoint_activations) {
-    if (options_.checkpoint_blocks.empty()) {
-      memory::checkpoint_blocks(sites, held_blocks);
-    } else {
-      memory::checkpoint_blocks(sites, options_.checkpoint_blocks);
-    }
+    memory::checkpoint_blocks(sites, options_.checkpoint_blocks.empty() ? held_blocks : options_.checkpoint_blocks);
   }
 }
 

@@ -64,7 +64,7 @@ class ParallelModel {
   // False for a parameter this rank holds as a second copy (a tied weight on the last stage): the
   // global gradient norm counts the first stage's.
   bool counts_in_global_norm(const std::string& name) const;
-  void set_block_hooks(hooks::BlockHooks* hooks) { model_.block_sites().set_hooks(hooks, model_.module()); }
+  void set_block_hooks(hooks::BlockHooks* hooks) { model_.set_block_hooks(hooks); }
 
  private:
   torch::Tensor run_head(const torch::Tensor& inputs);

@@ -57,8 +57,6 @@ void StepLoop::begin() {
   sent_before_ = bytes_sent_by_group(*runtime_.world);
 }
 
-StepOutcome StepLoop::agree(double loss, bool non_finite) const { return agree(std::vector<double>{loss}, non_finite); }
-
 StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite) const {
   const auto& world = *runtime_.world->world_group();
   std::vector<double> values = {non_finite ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
@@ -71,7 +69,6 @@ StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite) 
   outcome.non_finite = v[0] > 0;
   outcome.stop = v[1] > 0;
   for (size_t i = 0; i < losses.size(); ++i) outcome.losses.push_back(v[2 + i] / world.size());
-  outcome.loss = outcome.losses.empty() ? 0.0 : outcome.losses.front();
   return outcome;
 }
 

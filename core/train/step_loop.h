@@ -29,7 +29,6 @@ struct StepWork {
 
 // The ranks' view of a step that has ended.
 struct StepOutcome {
-  double loss = 0;          // mean over the world's ranks (the first of `losses`)
   std::vector<double> losses;  // each model's, mean over the world's ranks
   bool non_finite = false;  // on some rank: a non-finite loss or gradient
   bool stop = false;        // some rank received SIGINT/SIGTERM
@@ -41,9 +40,7 @@ class StepLoop {
   StepLoop(const TrainSettings& settings, const Runtime& runtime, const RunFolder& run, int64_t start_step, StepWork work);
 
   void begin();  // starts a step's clock and byte counters
-  // One small all-reduce over the world: the mean loss and every rank's non-finite and stop flags.
-  StepOutcome agree(double loss, bool non_finite) const;
-  // The same for a step of several models' losses.
+  // One small all-reduce over the world: each model's mean loss and every rank's non-finite and stop flags.
   StepOutcome agree(const std::vector<double>& losses, bool non_finite) const;
   // After the step's work: waits for the device, then prints `fields` ("loss 3.21 | lr ...") with the
   // throughput to the progress line and writes `metrics` with the step's figures to metrics.jsonl.

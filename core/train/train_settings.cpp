@@ -37,7 +37,6 @@ TrainSettings read_train_settings(const config::Config& config) {
   t.out_dir = config.get_string("train.out_dir");
   t.resume = config.get_string("train.resume");
   t.progress = config.get_string("train.progress");
-  t.grad_clip = config.get_float("optim.grad_clip");
   return t;
 }
 

@@ -1,5 +1,6 @@
-// The train.* keys (how long, in what batches, how often to evaluate, save and log, and where) and
-// optim.grad_clip as one typed value: a command reads it once and hands it to what needs it.
+// The train.* keys (how long, in what batches, how often to evaluate, save and log, and where) as one
+// typed value: a command reads it once and hands it to what needs it. optim.grad_clip is each model's
+// (its section of the config), read by the trainer for each trained model.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,6 @@ struct TrainSettings {
   std::string out_dir;   // checkpoints, metrics.jsonl, logs
   std::string resume;    // "auto", "never" or a checkpoint folder
   std::string progress;  // "auto", "bar" or "plain"
-  double grad_clip = 0;  // global gradient-norm limit; 0 = off
 };
 
 // The train.* keys (optim.grad_clip is the optimizer's).

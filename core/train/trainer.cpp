@@ -79,13 +79,6 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
 
 Trainer::~Trainer() = default;
 
-ModelState& Trainer::state(const std::string& name) {
-  for (Trained& t : trained_) {
-    if (t.name == name) return *t.state;
-  }
-  fail("the run trains no model named \"" + name + "\"");
-}
-
 void Trainer::save_checkpoint(int64_t step) {
   nlohmann::json state = nlohmann::json::object();
   std::vector<CheckpointPart> parts;
@@ -237,7 +230,7 @@ TrainSummary Trainer::run() {
     if (overflow && !scaled) {
       const auto last = run_->latest_checkpoint();
       std::string norms;
-      for (size_t i = 0; i < n; ++i) norms += (i ? ", " : "") + std::to_string(grad_norms[i]);
+      for (size_t i = 0; i < n; ++i) norms += (i ? ", " : "") + detail::concat(grad_norms[i]);
       throw Error(detail::concat("training diverged at step ", step + 1, ": loss ", loss, ", gradient norm ",
                                  norms, ". Nothing was saved from this step; the last good checkpoint is ",
                                  last ? *last : std::string("none"),

@@ -133,8 +133,6 @@ class Trainer {
   LossSum evaluate();  // all ranks together; returns the global sums
 
   int64_t start_step() const { return start_step_; }
-  // A trained model's state by name ("" for a TrainTask's model); kuafu::Error for another name.
-  ModelState& state(const std::string& name = "");
   // The first trained model's figures.
   double learning_rate(int64_t step) const { return trained_.front().state->learning_rate(step); }
   optim::Optimizer& optimizer() { return trained_.front().state->optimizer(); }

@@ -63,7 +63,7 @@ struct Models {
 
 std::function<bool(hooks::BlockHooks*)> hooks_of(Mlp& model) {
   return [model](hooks::BlockHooks* hooks) mutable {
-    model->sites.set_hooks(hooks, *model);
+    model->set_block_hooks(hooks);
     return true;
   };
 }
