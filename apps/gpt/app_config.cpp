@@ -1,6 +1,7 @@
 #include "apps/gpt/app_config.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "apps/gpt/hugging_face.h"
 #include "core/io/tokenizer.h"
@@ -61,20 +62,12 @@ void check_context(const config::Config& config, const GPTConfig& m) {
 }
 
 GPTConfig model_config(const config::Config& config) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    // The folder's config.json gives the shape; a fine-tune may change the dropout only.
-    GPTConfig m = gpt_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
-    train::check_agrees_with_folder(config,
-                                    {{"model.vocab_size", m.vocab_size}, {"model.n_positions", m.n_positions},
-                                     {"model.n_embd", m.n_embd}, {"model.n_layer", m.n_layer}, {"model.n_head", m.n_head},
-                                     {"model.layer_norm_epsilon", m.layer_norm_epsilon}, {"model.dropout", m.dropout}},
-                                    {"model.dropout"});
-    if (config.is_set("model.dropout")) m.dropout = config.get_float("model.dropout");
-    check_context(config, m);
-    return m;
+  if (std::optional<GPTConfig> folder = gpt_format().init_config(config)) {
+    check_context(config, *folder);  // the folder gives the shape; a fine-tune may change the dropout only
+    return *folder;
   }
   GPTConfig m;
-  m.vocab_size = config.get_int("model.vocab_size");
+  gpt_format().numbers.read_config(config, m);
   if (m.vocab_size == 0) {
     const std::string tokenizer = text_data(config).tokenizer_model;
     if (!std::filesystem::exists(tokenizer)) {
@@ -83,12 +76,6 @@ GPTConfig model_config(const config::Config& config) {
     }
     m.vocab_size = io::Tokenizer::load(tokenizer).vocab_size();
   }
-  m.n_positions = config.get_int("model.n_positions");
-  m.n_embd = config.get_int("model.n_embd");
-  m.n_layer = config.get_int("model.n_layer");
-  m.n_head = config.get_int("model.n_head");
-  m.dropout = config.get_float("model.dropout");
-  m.layer_norm_epsilon = config.get_float("model.layer_norm_epsilon");
   if (m.n_embd % m.n_head != 0) {
     config.fail_at("model.n_head", "(" + std::to_string(m.n_head) + ") must divide model.n_embd (" +
                                        std::to_string(m.n_embd) + ")");

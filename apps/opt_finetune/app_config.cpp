@@ -1,6 +1,7 @@
 #include "apps/opt_finetune/app_config.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "apps/opt_finetune/hugging_face.h"
 #include "apps/opt_finetune/shapes.h"
@@ -74,20 +75,21 @@ OptData opt_data(const config::Config& config) {
   return d;
 }
 
-io::BpeTokenizer load_tokenizer(const config::Config& config) {
-  const std::string folder = opt_data(config).tokenizer;
+io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& data) {
+  const std::string& folder = data.tokenizer;
   if (folder.empty()) config.fail_at("data.tokenizer", "is empty and model.init_from names no folder: give a tokenizer folder");
   if (!fs::is_directory(folder)) config.fail_at("data.tokenizer", "= " + folder + " is not a folder");
   return io::BpeTokenizer::from_folder(folder);
 }
 
-io::InstructionFormat instruction_format(const config::Config& config, const io::BpeTokenizer& tokenizer) {
+io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
+                                         const io::BpeTokenizer& tokenizer) {
   const std::optional<int64_t> eos = tokenizer.token_id("</s>");
   if (!eos) config.fail_at("data.tokenizer", "'s vocabulary has no \"</s>\", OPT's BOS and EOS");
   io::InstructionFormat format;
   format.bos = *eos;
   format.eos = *eos;
-  format.max_tokens = opt_data(config).context;
+  format.max_tokens = data.context;
   return format;
 }
 
@@ -102,21 +104,12 @@ void check_fits_positions(const config::Config& config, const OPTConfig& m) {
 
 }  // namespace
 
-OPTConfig model_config(const config::Config& config) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    OPTConfig m = opt_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
-    train::check_agrees_with_folder(
-        config,
-        {{"model.vocab_size", m.vocab_size}, {"model.hidden_size", m.hidden_size},
-         {"model.num_hidden_layers", m.num_hidden_layers}, {"model.num_attention_heads", m.num_attention_heads},
-         {"model.ffn_dim", m.ffn_dim}, {"model.max_position_embeddings", m.max_position_embeddings},
-         {"model.word_embed_proj_dim", m.word_embed_proj_dim}, {"model.do_layer_norm_before", m.do_layer_norm_before},
-         {"model.dropout", m.dropout}, {"model.attention_dropout", m.attention_dropout}},
-        {"model.dropout", "model.attention_dropout"});
-    if (config.is_set("model.dropout")) m.dropout = config.get_float("model.dropout");
-    if (config.is_set("model.attention_dropout")) m.attention_dropout = config.get_float("model.attention_dropout");
-    check_fits_positions(config, m);
-    return m;
+OPTConfig model_config(const config::Config& config) { return model_config(config, opt_data(config)); }
+
+OPTConfig model_config(const config::Config& config, const OptData& data) {
+  if (std::optional<OPTConfig> folder = opt_format().init_config(config)) {
+    check_fits_positions(config, *folder);  // the folder gives the shape; a fine-tune may change the dropout rates
+    return *folder;
   }
   OPTConfig m;
   if (const std::string shape = config.get_string("model.shape"); !shape.empty()) {
@@ -126,14 +119,8 @@ OPTConfig model_config(const config::Config& config) {
       config.fail_at("model.shape", e.what());
     }
   } else {
-    m.hidden_size = config.get_int("model.hidden_size");
-    m.num_hidden_layers = config.get_int("model.num_hidden_layers");
-    m.num_attention_heads = config.get_int("model.num_attention_heads");
-    m.ffn_dim = config.get_int("model.ffn_dim");
-    m.max_position_embeddings = config.get_int("model.max_position_embeddings");
-    m.word_embed_proj_dim = config.get_int("model.word_embed_proj_dim");
+    opt_format().numbers.read_config(config, m);
     if (m.word_embed_proj_dim == 0) m.word_embed_proj_dim = m.hidden_size;
-    m.do_layer_norm_before = config.get_bool("model.do_layer_norm_before");
     if (m.hidden_size % m.num_attention_heads != 0) {
       config.fail_at("model.num_attention_heads", "(" + std::to_string(m.num_attention_heads) +
                                                       ") must divide model.hidden_size (" + std::to_string(m.hidden_size) + ")");
@@ -143,7 +130,7 @@ OPTConfig model_config(const config::Config& config) {
   if (const int64_t vocab = config.get_int("model.vocab_size"); vocab > 0) {
     m.vocab_size = vocab;
   } else if (config.get_string("model.shape").empty()) {
-    m.vocab_size = (load_tokenizer(config).vocab_size() + 7) / 8 * 8;
+    m.vocab_size = (load_tokenizer(config, data).vocab_size() + 7) / 8 * 8;
   }
   m.dropout = config.get_float("model.dropout");
   m.attention_dropout = config.get_float("model.attention_dropout");

@@ -29,11 +29,13 @@ OptData opt_data(const config::Config& config);
 
 // The model's shape: model.init_from's config.json, or model.shape's published one, or the model.*
 // keys (model.vocab_size = 0: the tokenizer's vocabulary rounded up to a multiple of 8).
+OPTConfig model_config(const config::Config& config, const OptData& data);
 OPTConfig model_config(const config::Config& config);
 
 // The data's tokenizer; kuafu::Error at data.tokenizer when there is none.
-io::BpeTokenizer load_tokenizer(const config::Config& config);
+io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& data);
 // The chat template with OPT's special tokens: "</s>" begins every example and ends every response.
-io::InstructionFormat instruction_format(const config::Config& config, const io::BpeTokenizer& tokenizer);
+io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
+                                         const io::BpeTokenizer& tokenizer);
 
 }  // namespace kuafu::opt

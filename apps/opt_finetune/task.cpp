@@ -13,42 +13,31 @@
 namespace kuafu::opt {
 namespace fs = std::filesystem;
 
-OptTask::OptTask(OPTForCausalLM model, const train::ParallelOptions& options, BatchSource batches, int64_t micro_batch)
-    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), micro_batch, model->tp.batch_blocks()),
-      model_(std::move(model)), batches_(std::move(batches)) {}
-
-train::Batch OptTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
-  const io::TokenBatch batch = batches_.train(step, first_row, rows).to(device());
-  return {batch.inputs, batch.targets};
-}
-
-train::Batch OptTask::eval_batch(int64_t first_row, int64_t rows) {
-  const io::TokenBatch batch = batches_.eval(first_row, rows).to(device());
-  return {batch.inputs, batch.targets};
-}
-
-double OptTask::flops_per_item() const {
-  return model_->config.flops_per_token(static_cast<int64_t>(batches_.tokens_per_row + 0.5));
+OptSettings read_settings(const config::Config& config) {
+  OptSettings settings{opt_data(config), train::read_train_settings(config), {}};
+  settings.model = model_config(config, settings.data);
+  return settings;
 }
 
 OPTForCausalLM build_model(const config::Config& config, const parallel::TensorParallel& tp) {
-  torch::manual_seed(train::read_train_settings(config).seed);
-  OPTForCausalLM model(model_config(config), tp);
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    load_hf_weights(model, io::read_hf_folder(folder));  // a resumed run's checkpoint replaces them
-    log::infof("initial weights from ", folder);
-  }
+  return build_model(config, read_settings(config), tp);
+}
+
+OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::TensorParallel& tp) {
+  torch::manual_seed(settings.train.seed);
+  OPTForCausalLM model(settings.model, tp);
+  opt_format().load_init_weights(config, model);
   train::apply_configured_lora(config, *model);
   return model;
 }
 
 namespace {
 
-BatchSource instruction_batches(const config::Config& config, const torch::Device& device) {
-  const OptData data = opt_data(config);
-  const train::TrainSettings settings = train::read_train_settings(config);
-  const io::BpeTokenizer tokenizer = load_tokenizer(config);
-  const io::InstructionFormat format = instruction_format(config, tokenizer);
+train::BatchSource instruction_batches(const config::Config& config, const OptSettings& run, const torch::Device& device) {
+  const OptData& data = run.data;
+  const train::TrainSettings& settings = run.train;
+  const io::BpeTokenizer tokenizer = load_tokenizer(config, data);
+  const io::InstructionFormat format = instruction_format(config, data, tokenizer);
   const std::optional<int64_t> pad = tokenizer.token_id("<pad>");
   auto read = [&](const std::string& key, const std::string& path) {
     if (!fs::is_regular_file(path)) {
@@ -75,44 +64,34 @@ BatchSource instruction_batches(const config::Config& config, const torch::Devic
   auto train_batches = std::make_shared<io::InstructionBatcher>(train, pad_id, settings.batch_size, settings.seed, device,
                                                                 data.pack ? data.context : 0);
   auto val_batches = std::make_shared<io::InstructionBatcher>(val, pad_id, 1, settings.seed, device);
-  BatchSource source;
-  source.train = [train_batches](int64_t step, int64_t first, int64_t rows) { return train_batches->train_batch(step, first, rows); };
-  source.eval = [val_batches](int64_t first, int64_t rows) { return val_batches->eval_batch(first, rows); };
+  train::BatchSource source;
+  source.train = [train_batches, device](int64_t step, int64_t first, int64_t rows) {
+    return train::to_batch(train_batches->train_batch(step, first, rows), device);
+  };
+  source.eval = [val_batches, device](int64_t first, int64_t rows) {
+    return train::to_batch(val_batches->eval_batch(first, rows), device);
+  };
   source.eval_rows = std::min(settings.eval_rows, val_batches->size());
-  source.tokens_per_row = data.pack ? static_cast<double>(data.context) : mean_tokens;
+  source.items_per_row = data.pack ? static_cast<double>(data.context) : mean_tokens;
   return source;
 }
 
-BatchSource text_batches(const config::Config& config, const torch::Device& device) {
-  const OptData data = opt_data(config);
-  const train::TrainSettings settings = train::read_train_settings(config);
-  for (const auto& path : {data.train_tokens, data.val_tokens}) {
-    KUAFU_CHECK(fs::exists(path), "token file ", path, " does not exist: run `kuafu-opt prepare --config ",
-                config.path(), "` first");
-  }
-  auto train = std::make_shared<io::TokenWindowLoader>(
-      std::make_shared<const io::TokenFile>(io::TokenFile::open(data.train_tokens)), data.context, settings.seed, device);
-  auto val = std::make_shared<io::TokenWindowLoader>(
-      std::make_shared<const io::TokenFile>(io::TokenFile::open(data.val_tokens)), data.context, settings.seed, device);
-  BatchSource source;
-  source.train = [train](int64_t step, int64_t first, int64_t rows) { return train->train_batch(step, first, rows); };
-  const int64_t eval_rows = settings.eval_rows;
-  source.eval = [val, eval_rows](int64_t first, int64_t rows) { return val->eval_batch(eval_rows, first, rows); };
-  source.eval_rows = eval_rows;
-  source.tokens_per_row = static_cast<double>(data.context);
-  return source;
-}
+}  // namespace
 
-std::unique_ptr<OptTask> build_task(const config::Config& config, const parallel::TensorParallel& tp,
-                                    const train::Runtime* stages) {
-  const train::TrainSettings settings = train::read_train_settings(config);
+std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettings& settings,
+                                   const parallel::TensorParallel& tp, const train::Runtime* stages) {
   train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
-  if (opt_data(config).pack && stages && (stages->pipelined() || stages->sequence.enabled())) {
+  if (settings.data.pack && stages && (stages->pipelined() || stages->sequence.enabled())) {
     config.fail_at("data.pack", "is on, but packed rows keep their documents apart only without pipeline and "
                                 "sequence parallelism: turn data.pack off or parallel.pipeline / parallel.sequence off");
   }
-  BatchSource batches = opt_data(config).instructions ? instruction_batches(config, tp.device) : text_batches(config, tp.device);
-  OPTForCausalLM model = build_model(config, tp);
+  const OptData& data = settings.data;
+  train::BatchSource batches =
+      data.instructions ? instruction_batches(config, settings, tp.device)
+                        : train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
+                                                    settings.train.eval_rows, tp.device,
+                                                    "kuafu-opt prepare --config " + config.path());
+  OPTForCausalLM model = build_model(config, settings, tp);
   const OPTConfig& m = model->config;
   for (const auto& check : {batches.train(0, 0, 1), batches.eval(0, 1)}) {
     const torch::Tensor ids = check.inputs.dim() == 3 ? check.inputs.select(1, 0) : check.inputs;  // packed: ids over documents
@@ -123,20 +102,19 @@ std::unique_ptr<OptTask> build_task(const config::Config& config, const parallel
   }
   train::ParallelOptions options;
   if (stages) {
-    const io::TokenBatch sample = batches.train(0, 0, settings.micro_batch_size).to(tp.device);
-    options = train::parallel_options(*model, config, *stages, {sample.inputs, sample.targets});
+    options = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
   }
-  return std::make_unique<OptTask>(model, options, std::move(batches), settings.micro_batch_size);
+  const double flops = m.flops_per_token(std::llround(batches.items_per_row));
+  return std::make_unique<OptTask>(model, options, std::move(batches), settings.train.micro_batch_size,
+                                   OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
 }
 
-}  // namespace
-
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime) {
-  return build_task(config, runtime.tensor, &runtime);
+  return make_task(config, read_settings(config), runtime.tensor, &runtime);
 }
 
 std::unique_ptr<OptTask> make_serial_task(const config::Config& config, const torch::Device& device) {
-  return build_task(config, parallel::TensorParallel::serial_on(device), nullptr);
+  return make_task(config, read_settings(config), parallel::TensorParallel::serial_on(device), nullptr);
 }
 
 }  // namespace kuafu::opt

@@ -1,5 +1,7 @@
 #include "apps/vit/app_config.h"
 
+#include <optional>
+
 #include "apps/vit/hugging_face.h"
 #include "core/train/benchmark.h"
 #include "core/train/hf_interop.h"
@@ -55,21 +57,10 @@ config::Schema vit_schema() {
 }
 
 ViTConfig model_config(const config::Config& config) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    // The folder's config.json gives the shape; a fine-tune may change the dropout and, with a new
-    // classifier, the classes.
-    ViTConfig m = vit_config_from_hf(io::read_hf_config(folder), folder + "/config.json");
-    train::check_agrees_with_folder(
-        config,
-        {{"model.image_size", m.image_size}, {"model.patch_size", m.patch_size}, {"model.num_channels", m.num_channels},
-         {"model.hidden_size", m.hidden_size}, {"model.num_hidden_layers", m.num_hidden_layers},
-         {"model.num_attention_heads", m.num_attention_heads}, {"model.intermediate_size", m.intermediate_size},
-         {"model.layer_norm_eps", m.layer_norm_eps}},
-        {});
-    for (const auto& [key, value] : {std::pair<const char*, double*>{"model.hidden_dropout_prob", &m.hidden_dropout_prob},
-                                     {"model.attention_probs_dropout_prob", &m.attention_probs_dropout_prob}}) {
-      if (config.is_set(key)) *value = config.get_float(key);
-    }
+  if (std::optional<ViTConfig> from_folder = vit_format().init_config(config)) {
+    // The folder gives the shape; a fine-tune may change the dropout and, with a new classifier, the classes.
+    ViTConfig& m = *from_folder;
+    const std::string folder = train::init_from(config);
     if (config.is_set("model.num_labels") && config.get_int("model.num_labels") != m.num_labels) {
       if (!config.get_bool("model.new_classifier")) {
         config.fail_at("model.num_labels", "is " + std::to_string(config.get_int("model.num_labels")) + " but " + folder +
@@ -81,17 +72,8 @@ ViTConfig model_config(const config::Config& config) {
     return m;
   }
   ViTConfig m;
-  m.image_size = config.get_int("model.image_size");
-  m.patch_size = config.get_int("model.patch_size");
-  m.num_channels = config.get_int("model.num_channels");
-  m.hidden_size = config.get_int("model.hidden_size");
-  m.num_hidden_layers = config.get_int("model.num_hidden_layers");
-  m.num_attention_heads = config.get_int("model.num_attention_heads");
-  m.intermediate_size = config.get_int("model.intermediate_size");
+  vit_format().numbers.read_config(config, m);
   m.num_labels = config.get_int("model.num_labels");
-  m.hidden_dropout_prob = config.get_float("model.hidden_dropout_prob");
-  m.attention_probs_dropout_prob = config.get_float("model.attention_probs_dropout_prob");
-  m.layer_norm_eps = config.get_float("model.layer_norm_eps");
   if (m.image_size % m.patch_size != 0) {
     config.fail_at("model.patch_size", "(" + std::to_string(m.patch_size) + ") must divide model.image_size (" +
                                            std::to_string(m.image_size) + ")");

@@ -3,27 +3,27 @@
 // or another number of labels) starts a fine-tune with a fresh classifier when the caller allows it.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
 #include "apps/vit/model.h"
-#include "core/io/hf_folder.h"
+#include "core/train/hf_model_format.h"
 
 namespace kuafu::vit {
 
-// kuafu::Error naming `where` and the key for what Kuafu's ViT does not compute (another model_type,
-// an activation other than exact GELU, no q/k/v bias, patches that do not tile the image).
-// num_labels comes from id2label (transformers' own rule).
-ViTConfig vit_config_from_hf(const nlohmann::json& config, const std::string& where);
+using VitFormat = train::HfModelFormat<ViTForImageClassification, ViTConfig>;
+
+// Reading a config.json refuses, naming the file and the key, what Kuafu's ViT does not compute
+// (another model_type, an activation other than exact GELU, no q/k/v bias, patches that do not tile the
+// image). num_labels comes from id2label (transformers' own rule).
+const VitFormat& vit_format();
+
 // `class_names` (empty: LABEL_i) become id2label / label2id.
 nlohmann::json hf_config(const ViTConfig& config, const std::vector<std::string>& class_names = {});
 
 // `folder`'s weights into `model` (any tensor-parallel layout). With `fresh_classifier` the folder's
 // classifier (absent in a ViTModel folder, or another shape) is ignored and the model's kept.
 void load_hf_weights(ViTForImageClassification& model, const io::HfFolder& folder, bool fresh_classifier = false);
-ViTForImageClassification load_hf_vit(const std::string& dir, torch::Device device = torch::kCPU);
 
 void export_hf_vit(ViTForImageClassification& model, const std::string& dir,
                    const std::vector<std::string>& class_names = {}, const io::HfWriteOptions& options = {});

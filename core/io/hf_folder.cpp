@@ -144,6 +144,15 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
   return filled;
 }
 
+std::vector<std::string> hf_tokenizer_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}) {
+    const std::filesystem::path path = std::filesystem::path(dir) / name;
+    if (std::filesystem::is_regular_file(path)) files.push_back(path.string());
+  }
+  return files;
+}
+
 void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
                      const HfWriteOptions& options) {
   KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");

@@ -80,6 +80,10 @@ struct HfWriteOptions {
   std::string weights_stem = "model";  // <stem>.safetensors, or <stem>-0000i-of-0000n.safetensors + index
 };
 
+// The Hugging Face tokenizer files `dir` holds (vocab.json, merges.txt, tokenizer.json, their configs),
+// to travel with an export so the folder is a whole model.
+std::vector<std::string> hf_tokenizer_files(const std::string& dir);
+
 // Writes a new folder `dir`: config.json, the tensors (one file, or shards model-0000i-of-0000n and the
 // index) and the extra files. It is built under a temporary name and renamed into place; an existing
 // `dir` is refused, so nothing saved before is ever overwritten.

@@ -1,23 +1,152 @@
 #include "core/train/app.h"
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
+#include "core/train/checkpoint.h"
+#include "core/train/generate_settings.h"
+#include "core/train/hf_interop.h"
+#include "core/train/model_memory.h"
 #include "core/train/runtime.h"
+#include "core/train/trainer.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
+#include "core/util/logging.h"
 
 namespace kuafu::train {
 
-int run_app(const std::string& program, const config::CommandLine& cli, const config::Schema& schema,
-            const std::map<std::string, AppCommand>& commands, int argc, const char* const argv[]) {
-  return run_app_command(program, [&] {
-    const config::ParsedCommand command = cli.parse(argc, argv);
+std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model) {
+  if (checkpoint == "init") return "init";
+  const std::string folder = checkpoint_to_read(read_train_settings(config).out_dir, checkpoint);
+  CheckpointStore::load_model(folder, model);
+  return folder;
+}
+
+nlohmann::json App::evaluate(ModelTask& task, const Runtime& runtime) {
+  const LossSum sums = evaluate_task(task, *runtime.mesh->group("data"));
+  const double loss = sums.loss_sum / std::max(1.0, sums.count);
+  return {{"val_loss", loss}, {"val_perplexity", std::exp(loss)}, {task.item_name(), sums.count}};
+}
+
+void check_model_fits(App& app, const config::Config& config, const Runtime& runtime) {
+  const ModelSize size = app.model_size();
+  check_model_fits(config, runtime, size.parameters, size.keys);
+}
+
+TrainSummary train_app(App& app, const config::Config& config) {
+  Runtime runtime = start_runtime(config);
+  check_model_fits(app, config, runtime);
+  std::unique_ptr<ModelTask> task = app.make_task(runtime.tensor, &runtime);
+  if (runtime.is_main()) {
+    log::infof(app.describe(*task), "; ", runtime.world->size(), " rank(s) x ", runtime.threads, " thread(s)");
+  }
+  Trainer trainer(config, runtime, *task);
+  const TrainSummary summary = trainer.run();
+  if (!summary.stopped_by_signal && summary.steps_done == read_train_settings(config).steps) app.after_training(summary, runtime);
+  return summary;
+}
+
+void eval_app(App& app, const config::Config& config, const std::string& checkpoint) {
+  Runtime runtime = start_runtime(config);
+  // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
+  std::unique_ptr<ModelTask> task = app.make_task(parallel::TensorParallel::serial_on(runtime.device), nullptr);
+  const std::string folder = load_checkpoint_weights(config, checkpoint, task->model());
+  nlohmann::json line = app.evaluate(*task, runtime);
+  line["checkpoint"] = folder;
+  if (runtime.is_main()) std::cout << line.dump() << std::endl;
+}
+
+void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt) {
+  torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
+  torch::nn::Module& model = app.build_model(resolve_device(config.get_string("runtime.device"), 0));
+  load_checkpoint_weights(config, checkpoint, model);
+  GenerateSettings settings = generate_settings(config);
+  if (!prompt.empty()) {
+    settings.prompts = {prompt};
+    settings.prompts_key = "--prompt";
+  }
+  const TextFraming framing = app.text_framing();
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& text : settings.prompts) {
+    KUAFU_CHECK(!text.empty(), settings.prompts_key, " holds an empty prompt");
+    ids.push_back(framing.encode(text));
+    KUAFU_CHECK(!ids.back().empty(), settings.prompts_key, " \"", text, "\" has no tokens to continue");
+  }
+  settings.sampling.stop_token = framing.stop_token;
+  settings.sampling.vocab_limit = framing.vocab_limit;
+  model.eval();
+  const std::vector<std::vector<int64_t>> produced = nn::generate(app.decoder(), ids, settings.sampling);
+  for (size_t r = 0; r < settings.prompts.size(); ++r) framing.print(r, settings.prompts[r], produced[r]);
+}
+
+void export_app(App& app, const config::Config& config, const config::ParsedCommand& command) {
+  const std::string out = command.option("out");
+  KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
+  torch::nn::Module& model = app.build_model(torch::kCPU);
+  const std::string folder = load_checkpoint_weights(config, command.option("checkpoint"), model);
+  nlohmann::json line = app.export_model(out, export_options(config), command);
+  line["checkpoint"] = folder;
+  line["exported"] = out;
+  std::cout << line.dump() << std::endl;
+}
+
+void benchmark_app(App& app, const config::Config& config) {
+  Runtime runtime = start_runtime(config);
+  check_model_fits(app, config, runtime);
+  BenchmarkMemory memory(runtime.device);  // before any model state
+  torch::manual_seed(read_train_settings(config).seed);
+  app.build_model(runtime.device);
+  const nlohmann::json line = app.benchmark(runtime, memory);
+  if (runtime.is_main()) std::cout << line.dump() << std::endl;
+}
+
+int run_app(const AppDefinition& app, int argc, const char* const argv[]) {
+  using Command = config::ParsedCommand;
+  using Config = config::Config;
+  const auto with_app = [&app](std::function<void(App&, const Config&, const Command&)> body) -> AppCommand {
+    return [&app, body](const Config& config, const Command& command) { body(*app.make_app(config), config, command); };
+  };
+  std::vector<AppCommandSpec> commands = app.before;
+  commands.push_back({app.train_name, "train (resumes from the latest checkpoint in train.out_dir)",
+                      with_app([](App& a, const Config& c, const Command&) { train_app(a, c); })});
+  commands.push_back({"eval", app.eval_help,
+                      with_app([](App& a, const Config& c, const Command& cmd) { eval_app(a, c, cmd.option("checkpoint")); })});
+  if (app.generates) {
+    commands.push_back({"generate", "continue prompts with a checkpoint's model", with_app([](App& a, const Config& c, const Command& cmd) {
+                          generate_app(a, c, cmd.option("checkpoint"), cmd.option("prompt"));
+                        })});
+  }
+  commands.push_back({"export", "a checkpoint as a Hugging Face folder (" + app.export_help + ")",
+                      with_app([](App& a, const Config& c, const Command& cmd) { export_app(a, c, cmd); })});
+  commands.push_back({"benchmark", "time training steps on " + app.item_help + "; prints one JSON line",
+                      with_app([](App& a, const Config& c, const Command&) { benchmark_app(a, c); })});
+
+  config::CommandLine cli(app.program, app.description);
+  std::map<std::string, AppCommand> bodies;
+  for (const AppCommandSpec& command : commands) {
+    cli.subcommand(command.name, command.help);
+    bodies[command.name] = command.run;
+  }
+  for (const std::string& sub : {std::string("eval"), std::string("generate"), std::string("export")}) {
+    if (bodies.count(sub)) {
+      cli.option(sub, "checkpoint", "DIR", "",
+                 "checkpoint folder (default: the latest in train.out_dir; \"init\": the starting weights)");
+    }
+  }
+  if (app.generates) cli.option("generate", "prompt", "TEXT", "", "a prompt (default: generate.prompt / generate.prompts)");
+  cli.option("export", "out", "DIR", "", "the new folder to write");
+  if (app.add_options) app.add_options(cli);
+
+  return run_app_command(app.program, [&] {
+    const Command command = cli.parse(argc, argv);
     if (command.help) {
       std::cout << (command.subcommand.empty() ? cli.help() : cli.help(command.subcommand));
       return;
     }
-    const auto found = commands.find(command.subcommand);
-    KUAFU_CHECK(found != commands.end(), program, " declares subcommand \"", command.subcommand, "\" but has no code for it");
-    const config::Config config = config::Config::load(command.config_path, schema, command.overrides);
+    const auto found = bodies.find(command.subcommand);
+    KUAFU_CHECK(found != bodies.end(), app.program, " declares subcommand \"", command.subcommand, "\" but has no code for it");
+    const Config config = Config::load(command.config_path, app.schema, command.overrides);
     if (command.print_config) {
       std::cout << config.to_toml();
       return;

@@ -1,23 +1,114 @@
-// The one main of every app: its subcommands on a config::CommandLine, the config loaded once and
-// checked against the app's schema before any work, --help and --print-config, and every error reported
-// as "<program>: error: ..." with exit code 1 (128 + the signal after a stop by SIGINT/SIGTERM).
+// The skeleton every app stands on. An app declares its program (name, schema, its own commands such as
+// `prepare`, whether it generates text) and an App: its settings, read once from the config when a
+// command starts, and what only it knows (its task, its model, its Hugging Face folder, its figures).
+// The skeleton gives the command line, --help, --print-config, errors reported as
+// "<program>: error: ..." with exit code 1 (128 + the signal after a stop by SIGINT/SIGTERM), and the
+// bodies of train, eval, generate, export and benchmark.
 #pragma once
+
+#include <nlohmann/json.hpp>
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/config/cli.h"
 #include "core/config/config.h"
+#include "core/io/hf_folder.h"
+#include "core/nn/generation.h"
+#include "core/train/benchmark.h"
+#include "core/train/model_task.h"
 
 namespace kuafu::train {
 
+// The configured model's size, for check_model_fits: its parameters and the keys that set them.
+struct ModelSize {
+  double parameters = 0;
+  std::vector<std::string> keys;
+};
+
+// Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and
+// how a row's new tokens are printed.
+struct TextFraming {
+  std::function<std::vector<int64_t>(const std::string& prompt)> encode;
+  std::function<void(size_t row, const std::string& prompt, const std::vector<int64_t>& produced)> print;
+  int64_t stop_token = -1;
+  int64_t vocab_limit = 0;  // 0: the model's whole vocabulary
+};
+
+// What an app tells the skeleton. One is made per command from the loaded config.
+class App {
+ public:
+  virtual ~App() = default;
+
+  virtual ModelSize model_size() = 0;
+  // The task on `tp`'s layout; with `runtime` laid out on its mesh (training: pipeline stages,
+  // sequence parallelism, checkpointing), without it whole on tp.device (evaluation).
+  virtual std::unique_ptr<ModelTask> make_task(const parallel::TensorParallel& tp, const Runtime* runtime) = 0;
+  // A line about the model for the start of training ("GPT-2: 12 layers, ...").
+  virtual std::string describe(ModelTask& task) = 0;
+  // After a training run that was not stopped early, on every rank (e.g. a figure to compare with).
+  virtual void after_training(const TrainSummary& /*summary*/, const Runtime& /*runtime*/) {}
+
+  // eval's figures of `task` (weights loaded), summed over the data ranks: by default the evaluation
+  // loss, its perplexity for a language model, and the items counted.
+  virtual nlohmann::json evaluate(ModelTask& task, const Runtime& runtime);
+
+  // The whole model on `device` with the run's starting weights (model.init_from, adapters), held by
+  // the App; export, generate and benchmark use it.
+  virtual torch::nn::Module& build_model(const torch::Device& device) = 0;
+  // Writes the built model (checkpoint loaded) as the new Hugging Face folder `out`; returns what export
+  // prints besides the checkpoint and the folder.
+  virtual nlohmann::json export_model(const std::string& out, io::HfWriteOptions options,
+                                      const config::ParsedCommand& command) = 0;
+  // The benchmark line of the built model (on runtime.device) under the run's strategies.
+  virtual nlohmann::json benchmark(const Runtime& runtime, BenchmarkMemory& memory) = 0;
+  // How prompts become tokens and tokens text; only for apps whose program generates.
+  virtual TextFraming text_framing() { fail("this app does not generate text"); }
+  virtual nn::Decoder decoder() { fail("this app does not generate text"); }
+};
+
+using AppFactory = std::function<std::unique_ptr<App>(const config::Config& config)>;
 // A subcommand's work, given the loaded config and the parsed command line (its options).
 using AppCommand = std::function<void(const config::Config& config, const config::ParsedCommand& command)>;
 
-// Parses argv with `cli`, loads --config against `schema` and runs the subcommand's entry of `commands`
-// (one per subcommand `cli` declares). Returns the process's exit code.
-int run_app(const std::string& program, const config::CommandLine& cli, const config::Schema& schema,
-            const std::map<std::string, AppCommand>& commands, int argc, const char* const argv[]);
+struct AppCommandSpec {
+  std::string name, help;
+  AppCommand run;
+};
+
+struct AppDefinition {
+  std::string program, description;
+  config::Schema schema;
+  AppFactory make_app;
+  std::vector<AppCommandSpec> before;  // the app's own commands, listed first (e.g. prepare)
+  std::string train_name = "train";    // e.g. "finetune"
+  std::string item_help;               // what `benchmark` times on, e.g. "random tokens"
+  std::string export_help;             // who loads an exported folder
+  std::string eval_help = "validation loss and perplexity of a checkpoint";
+  bool generates = false;              // adds `generate`
+  // More options and flags of the shared commands (e.g. export --adapter).
+  std::function<void(config::CommandLine& cli)> add_options;
+};
+
+// The whole program of an app; returns its exit code.
+int run_app(const AppDefinition& app, int argc, const char* const argv[]);
+
+// check_model_fits for the app's configured model.
+void check_model_fits(App& app, const config::Config& config, const Runtime& runtime);
+
+// The shared command bodies, for tests and for apps that wrap them.
+TrainSummary train_app(App& app, const config::Config& config);
+void eval_app(App& app, const config::Config& config, const std::string& checkpoint);
+void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt);
+void export_app(App& app, const config::Config& config, const config::ParsedCommand& command);
+void benchmark_app(App& app, const config::Config& config);
+
+// Loads the weights a command reads into `model`: a checkpoint folder, "" for the latest in
+// train.out_dir, or "init" for the weights the run starts from (left as built). Returns the folder or "init".
+std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model);
 
 }  // namespace kuafu::train

@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "core/train/checkpoint.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::train {
 
@@ -25,29 +27,45 @@ std::string init_from(const config::Config& config) {
   return dir;
 }
 
-void check_agrees_with_folder(const config::Config& config, const std::map<std::string, double>& from_folder,
-                              const std::vector<std::string>& may_differ) {
-  for (const auto& [key, folder_value] : from_folder) {
-    if (!config.is_set(key) || std::find(may_differ.begin(), may_differ.end(), key) != may_differ.end()) continue;
-    const bool integer = config.schema().find(key)->type() == config::Type::kInt;
-    const double value = integer ? static_cast<double>(config.get_int(key)) : config.get_float(key);
-    if (value != folder_value) {
-      std::ostringstream shown;
-      shown << folder_value;
-      config.fail_at(key, "disagrees with model.init_from = " + config.get_string("model.init_from") +
-                              ", whose config.json has " + shown.str() + "; remove the key or make it agree");
-    }
-  }
-}
-
 io::HfWriteOptions export_options(const config::Config& config) {
   io::HfWriteOptions options;
   options.max_shard_bytes = static_cast<int64_t>(config.get_float("export.max_shard_mb") * (1 << 20));
   return options;
 }
 
+namespace {
+
+bool starts_with_any(const std::string& name, const std::vector<std::string>& prefixes) {
+  return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return text::starts_with(name, p); });
+}
+
+// A tied head stored as a copy must equal the embedding the model keeps, or the copy the model drops
+// would differ from what it computes with.
+void check_tied_copy(const io::HfFolder& folder, const HfWeightNames& names) {
+  const io::HfTensor* copy = folder.find(names.tied_head);
+  if (!copy) return;
+  const std::string bare = names.tied_embedding.substr(names.prefix.size());
+  const io::HfTensor* embedding = folder.find(names.tied_embedding);
+  if (!embedding) embedding = folder.find(bare);
+  KUAFU_CHECK(embedding && torch::equal(copy->tensor, embedding->tensor), copy->file, ": ", names.tied_head,
+              " differs from ", names.tied_embedding, "; the model ties them");
+}
+
+}  // namespace
+
 void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& tp, const io::HfFolder& folder,
-                     const io::StoredToModel& to_model, const io::MayStay& may_stay) {
+                     const HfWeightNames& names) {
+  const io::StoredToModel to_model = [&](const std::string& stored) -> std::optional<std::string> {
+    if (stored == names.tied_head || starts_with_any(stored, names.fresh_prefixes)) return std::nullopt;
+    const bool own = starts_with_any(stored, names.own_prefixes) || text::starts_with(stored, names.prefix);
+    const std::string name = own ? stored : names.prefix + stored;  // a bare base model's names lack the prefix
+    const bool dropped = starts_with_any(name, names.dropped_prefixes) ||
+                         std::any_of(names.dropped_suffixes.begin(), names.dropped_suffixes.end(),
+                                     [&](const std::string& s) { return text::ends_with(name, s); });
+    if (dropped) return std::nullopt;
+    return name;
+  };
+  const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
   // The serial model's full tensors, filled from the folder (float32 on the host), then each rank
   // keeps its block of them.
   io::NamedTensors full;
@@ -62,17 +80,7 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     tensor.copy_(by_name.at(name));
     return true;
   });
-}
-
-void check_tied_copy(const io::HfFolder& folder, const std::string& head, const std::vector<std::string>& embedding_names) {
-  const io::HfTensor* copy = folder.find(head);
-  if (!copy) return;
-  const io::HfTensor* embedding = nullptr;
-  for (const std::string& name : embedding_names) {
-    if (!embedding) embedding = folder.find(name);
-  }
-  KUAFU_CHECK(embedding && torch::equal(copy->tensor, embedding->tensor), copy->file, ": ", head, " differs from ",
-              embedding_names.front(), "; the model ties them");
+  if (!names.tied_head.empty()) check_tied_copy(folder, names);
 }
 
 void export_pretrained(const torch::nn::Module& model, const parallel::TensorParallel& tp, const std::string& dir,

@@ -35,7 +35,7 @@ TEST(GPTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
   const Reference r = build_reference("gpt2_reference");
   for (const char* folder : {"hf", "hf_sharded"}) {
     SCOPED_TRACE(folder);
-    GPT model = load_hf_gpt((r.dir / folder).string());
+    GPT model = gpt_format().load((r.dir / folder).string());
     model->eval();
     EXPECT_EQ(model->config.vocab_size, 97);
     EXPECT_EQ(model->config.n_layer, 2);
@@ -65,7 +65,7 @@ TEST(GPTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
 
 TEST(GPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
   const Reference r = build_reference("gpt2_export");
-  GPT model = load_hf_gpt((r.dir / "hf").string());
+  GPT model = gpt_format().load((r.dir / "hf").string());
   {
     // Weights of Kuafu's own (as after fine-tuning), not those transformers wrote.
     torch::NoGradGuard no_grad;
@@ -82,10 +82,10 @@ TEST(GPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
   for (const auto& [name, options] : {std::pair<std::string, io::HfWriteOptions>{"export", {}}, {"export_sharded", sharded}}) {
     SCOPED_TRACE(name);
     const fs::path out = r.dir / name;
-    export_hf_gpt(model, out.string(), options);
+    gpt_format().save(model, out.string(), options);
     EXPECT_EQ(fs::exists(out / "model.safetensors.index.json"), name == "export_sharded");
     // Read back by Kuafu: the same tensors, bit for bit.
-    GPT reloaded = load_hf_gpt(out.string());
+    GPT reloaded = gpt_format().load(out.string());
     const auto mine = train::named_weights(*model);
     const auto theirs = train::named_weights(*reloaded);
     ASSERT_EQ(mine.size(), theirs.size());
@@ -110,7 +110,7 @@ fs::path variant(const fs::path& root, const std::string& name, const nlohmann::
 }
 
 std::string load_error(const fs::path& dir) {
-  return testing::error_message([&] { load_hf_gpt(dir.string()); });
+  return testing::error_message([&] { gpt_format().load(dir.string()); });
 }
 
 TEST(GPTHuggingFaceTest, BadFoldersAreRefusedNamingTheFileAndTensor) {
@@ -119,7 +119,7 @@ TEST(GPTHuggingFaceTest, BadFoldersAreRefusedNamingTheFileAndTensor) {
   c.vocab_size = 40, c.n_positions = 16, c.n_embd = 16, c.n_layer = 2, c.n_head = 2;
   torch::manual_seed(1);
   GPT model(c);
-  const nlohmann::json config = hf_config(c);
+  const nlohmann::json config = gpt_format().write_config(c);
   io::NamedTensors tensors;
   for (const auto& [name, t] : train::named_weights(*model)) tensors.emplace_back(name, t.detach().clone());
   auto without = [&](const std::string& dropped) {
@@ -166,7 +166,7 @@ TEST(GPTHuggingFaceTest, BadFoldersAreRefusedNamingTheFileAndTensor) {
   // A sharded folder that lost a shard names it.
   io::HfWriteOptions small;
   small.max_shard_bytes = 4096;
-  export_hf_gpt(model, (root / "sharded").string(), small);
+  gpt_format().save(model, (root / "sharded").string(), small);
   std::string second;
   for (const auto& entry : fs::directory_iterator(root / "sharded")) {
     if (entry.path().filename().string().rfind("model-00002-of-", 0) == 0) second = entry.path().filename().string();
@@ -176,7 +176,7 @@ TEST(GPTHuggingFaceTest, BadFoldersAreRefusedNamingTheFileAndTensor) {
   EXPECT_TRUE(testing::Contains(load_error(root / "sharded"), "names shard " + second));
 
   // An export never replaces a folder: the one there keeps its contents.
-  e = testing::error_message([&] { export_hf_gpt(model, (root / "missing").string()); });
+  e = testing::error_message([&] { gpt_format().save(model, (root / "missing").string()); });
   EXPECT_TRUE(testing::Contains(e, "already exists")) << e;
   EXPECT_EQ(io::load_safetensors((root / "missing/model.safetensors").string()).tensors.size(), tensors.size() - 1);
 
@@ -186,14 +186,14 @@ TEST(GPTHuggingFaceTest, BadFoldersAreRefusedNamingTheFileAndTensor) {
     half.emplace_back(name, t.to(torch::kBFloat16));
     bare.emplace_back(name.substr(std::string("transformer.").size()), t);
   }
-  GPT from_half = load_hf_gpt(variant(root, "bf16", config, half).string());
+  GPT from_half = gpt_format().load(variant(root, "bf16", config, half).string());
   EXPECT_TRUE(torch::equal(from_half->transformer->blocks[1]->parameters()[0],
                            model->transformer->blocks[1]->parameters()[0].to(torch::kBFloat16).to(torch::kFloat32)));
-  GPT from_bare = load_hf_gpt(variant(root, "bare", config, bare).string());
+  GPT from_bare = gpt_format().load(variant(root, "bare", config, bare).string());
   EXPECT_TRUE(torch::equal(from_bare->transformer->ln_f.ptr()->parameters()[0], model->transformer->ln_f.ptr()->parameters()[0]));
   torch::Tensor wte;
   for (const auto& [name, t] : tensors) if (name == "transformer.wte.weight") wte = t;
-  EXPECT_NO_THROW(load_hf_gpt(variant(root, "tied_copy", config, with("lm_head.weight", wte.clone())).string()));
+  EXPECT_NO_THROW(gpt_format().load(variant(root, "tied_copy", config, with("lm_head.weight", wte.clone())).string()));
   fs::remove_all(root);
 }
 

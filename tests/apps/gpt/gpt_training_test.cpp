@@ -146,12 +146,13 @@ TEST_F(GPTTrainingTest, AModelThatCannotFitIsRefusedBeforeItIsBuilt) {
   const auto config = make_config(root_, "run", "model.n_layer=100000\nmodel.n_embd=4096\nmodel.n_head=32");
   auto runtime = single_runtime();
   const auto start = std::chrono::steady_clock::now();
-  const std::string message = testing::error_message([&] { check_model_fits(config, runtime); });
+  const std::string message = testing::error_message([&] { train::check_model_fits(*make_gpt_app(config), config, runtime); });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
   EXPECT_TRUE(Contains(message, "model.n_layer = 100000, model.n_embd = 4096")) << message;
   EXPECT_TRUE(Contains(message, "GiB")) << message;
   // The tiny model of these tests fits.
-  EXPECT_NO_THROW(check_model_fits(make_config(root_, "run", ""), runtime));
+  const config::Config run = make_config(root_, "run", "");
+  EXPECT_NO_THROW(train::check_model_fits(*make_gpt_app(run), run, runtime));
 }
 
 // Before: generate.top_p = 0 passed the config check and failed during sampling.
@@ -231,7 +232,7 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   auto task = make_text_task(config, runtime.tensor);
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
-  const auto parallel = full_weights(task->gpt());
+  const auto parallel = full_weights(task->model_holder());
   const std::string serial_name = "serial_" + name + "_" + std::to_string(runtime.world->rank());
   const auto serial = train_serially(make_config(root, serial_name, kPlainSgd));
   EXPECT_LT(max_difference(parallel, serial), 2e-5);
@@ -391,7 +392,7 @@ TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
   EXPECT_EQ(trainer.start_step(), 3);
   trainer.run();
   const auto serial = train_serially(make_config(root_, "layout_serial_" + std::to_string(grid.world->rank()), ""));
-  EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
+  EXPECT_LT(max_difference(full_weights(task->model_holder()), serial), 2e-5);
 }
 
 // Pipeline parallelism through the trainer, from the config alone, against the serial run (6 plain SGD
@@ -424,9 +425,9 @@ void pipeline_training_equals_serial(const fs::path& root, const std::string& na
   }
 
   const auto reference = serial->model().named_parameters();
-  const auto layouts = parallel::collect_layouts(*task->gpt());
+  const auto layouts = parallel::collect_layouts(*task->model_holder());
   int compared = 0;
-  for (const auto& item : task->gpt()->named_parameters()) {
+  for (const auto& item : task->model_holder()->named_parameters()) {
     const auto found = layouts.find(item.key());
     const torch::Tensor whole = found == layouts.end()
                                     ? item.value().detach()
@@ -495,7 +496,7 @@ TEST_F(GPTTrainingTest, SerialCheckpointResumesTensorParallel) {
   EXPECT_EQ(trainer.start_step(), 3);
   trainer.run();
   const auto serial = train_serially(make_config(root_, "straight_" + std::to_string(rank), ""));
-  EXPECT_LT(max_difference(full_weights(task->gpt()), serial), 2e-5);
+  EXPECT_LT(max_difference(full_weights(task->model_holder()), serial), 2e-5);
 }
 
 // A serial checkpoint resumes on 2 pipeline stages (each loads its part of the weights and of the

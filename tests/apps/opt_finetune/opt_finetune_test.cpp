@@ -99,9 +99,9 @@ class OPTFinetuneTest : public ::testing::Test {
 // (pad id 1, ignored) to the step's longest example rounded up to a multiple of 8.
 TEST_F(OPTFinetuneTest, BatchesLearnTheAnswersOnly) {
   const auto config = make_config(root_, "batches");
-  const io::BpeTokenizer tokenizer = load_tokenizer(config);
+  const io::BpeTokenizer tokenizer = load_tokenizer(config, opt_data(config));
   auto set = std::make_shared<io::InstructionSet>(
-      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, tokenizer)));
+      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer)));
   io::InstructionBatcher batcher(set, /*pad_id=*/1, /*global_batch=*/8, /*seed=*/5);
   const io::TokenBatch batch = batcher.train_batch(3, 2, 2);
   ASSERT_EQ(batch.inputs.size(0), 2);
@@ -134,9 +134,9 @@ TEST_F(OPTFinetuneTest, BatchesLearnTheAnswersOnly) {
 // Without the documents (one causal sequence per row, positions 0..T-1) the loss differs.
 TEST_F(OPTFinetuneTest, PackedExamplesGiveTheUnpackedLossAndGradients) {
   const auto config = make_config(root_, "packed", {"data.pack=true", "data.context=192", "model.max_position_embeddings=192"});
-  const io::BpeTokenizer tokenizer = load_tokenizer(config);
+  const io::BpeTokenizer tokenizer = load_tokenizer(config, opt_data(config));
   auto set = std::make_shared<io::InstructionSet>(
-      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, tokenizer)));
+      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer)));
   io::InstructionBatcher unpacked(set, 1, 8, 5);
   io::InstructionBatcher packed(set, 1, 8, 5, torch::kCPU, /*pack_to=*/192);
   const io::TokenBatch one_per_row = unpacked.eval_batch(0, 6);
@@ -361,7 +361,7 @@ TEST_F(OPTFinetuneTest, CommandsFineTuneEvaluateGenerateAndExport) {
   OPTForCausalLM adapted = build_model(config, parallel::TensorParallel::serial_on(torch::kCPU));
   train::CheckpointStore::load_model(train::checkpoint_to_read((root_ / "cli_lora").string(), ""), *adapted);
   const torch::Tensor tokens = torch::randint(3, 120, {2, 10});
-  OPTForCausalLM plain = load_hf_opt(merged.string());
+  OPTForCausalLM plain = opt_format().load(merged.string());
   EXPECT_LT((plain->forward(tokens) - adapted->forward(tokens)).abs().max().item<double>(), 1e-5);
 
   // A second export into the same folder is refused and leaves it as it was.

@@ -46,7 +46,7 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
     SCOPED_TRACE(folder);
     const std::string variant = folder == "post" ? "post" : "pre";
     auto ref = [&](const std::string& name) { return r.get(variant, name); };
-    OPTForCausalLM model = load_hf_opt((r.dir / folder).string());
+    OPTForCausalLM model = opt_format().load((r.dir / folder).string());
     model->eval();
     EXPECT_EQ(model->config.projects(), variant == "post");
     EXPECT_EQ(model->config.has_final_layer_norm(), variant == "pre");
@@ -98,7 +98,7 @@ TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
   const Reference r = build_reference("opt_export");
   for (const std::string variant : {"pre", "post"}) {
     SCOPED_TRACE(variant);
-    OPTForCausalLM model = load_hf_opt((r.dir / variant).string());
+    OPTForCausalLM model = opt_format().load((r.dir / variant).string());
     {
       torch::NoGradGuard no_grad;
       torch::manual_seed(5);
@@ -109,12 +109,12 @@ TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
     const fs::path expected = r.dir / (variant + "_kuafu.safetensors");
     io::save_safetensors(expected.string(), {{"ids", ids}, {"mask", mask}, {"logits", padded_logits(model, ids, mask)}});
     const fs::path out = r.dir / (variant + "_export");
-    export_hf_opt(model, out.string());
+    opt_format().save(model, out.string());
     const testing::PythonRun check =
         testing::run_python_reference("opt_reference.py", "check " + out.string() + " " + expected.string());
     ASSERT_EQ(check.exit_code, 0) << check.output;
     EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kTolerance) << check.output;
-    OPTForCausalLM reloaded = load_hf_opt(out.string());
+    OPTForCausalLM reloaded = opt_format().load(out.string());
     const auto mine = train::named_weights(*model), theirs = train::named_weights(*reloaded);
     ASSERT_EQ(mine.size(), theirs.size());
     for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::equal(mine[i].second, theirs[i].second)) << mine[i].first;

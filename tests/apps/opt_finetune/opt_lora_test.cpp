@@ -181,7 +181,7 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
 
   // Kuafu -> PEFT: adapters with random B, written as an adapter folder, loaded by PeftModel.
   {
-    OPTForCausalLM model = load_hf_opt(base);
+    OPTForCausalLM model = opt_format().load(base);
     nn::LoraSpec spec;
     spec.rank = 4, spec.alpha = 12, spec.targets = {"q_proj", "v_proj", "fc2"};
     nn::apply_lora(*model, spec);
@@ -205,7 +205,7 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
     const nn::LoraSpec spec = train::read_adapter_config((dir / "adapter").string());
     EXPECT_EQ(spec.rank, 4);
     EXPECT_EQ(spec.alpha, 8);
-    OPTForCausalLM model = load_hf_opt(base);
+    OPTForCausalLM model = opt_format().load(base);
     EXPECT_EQ(nn::apply_lora(*model, spec).size(), 6u);
     train::load_adapter(*model, (dir / "adapter").string());
     model->eval();

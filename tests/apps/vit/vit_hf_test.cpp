@@ -27,7 +27,7 @@ Reference build_reference(const std::string& name) { return testing::build_refer
 
 TEST(ViTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
   const Reference r = build_reference("vit_reference");
-  ViTForImageClassification model = load_hf_vit((r.dir / "hf").string());
+  ViTForImageClassification model = vit_format().load((r.dir / "hf").string());
   model->eval();
   EXPECT_EQ(model->config.num_labels, 5);
   const torch::Tensor logits = model->forward(r["pixels"]);
@@ -50,7 +50,7 @@ TEST(ViTHuggingFaceTest, AFolderSavedByTransformersGivesItsOutputs) {
 TEST(ViTHuggingFaceTest, ABackboneStartsAFineTuneWithAFreshClassifier) {
   const Reference r = build_reference("vit_backbone");
   const io::HfFolder backbone = io::read_hf_folder((r.dir / "backbone").string());
-  ViTConfig c = vit_config_from_hf(io::read_hf_folder((r.dir / "hf").string()).config, "hf/config.json");
+  ViTConfig c = vit_format().read_config(io::read_hf_folder((r.dir / "hf").string()).config, "hf/config.json");
   c.num_labels = 3;  // a new task
   torch::manual_seed(2);
   ViTForImageClassification model(c);
@@ -65,7 +65,7 @@ TEST(ViTHuggingFaceTest, ABackboneStartsAFineTuneWithAFreshClassifier) {
 
 TEST(ViTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
   const Reference r = build_reference("vit_export");
-  ViTForImageClassification model = load_hf_vit((r.dir / "hf").string());
+  ViTForImageClassification model = vit_format().load((r.dir / "hf").string());
   {
     torch::NoGradGuard no_grad;
     torch::manual_seed(5);
@@ -87,7 +87,7 @@ TEST(ViTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
   EXPECT_LT(result["max_abs_diff"].get<double>(), kTolerance) << check.output;
   EXPECT_EQ(result["labels"]["3"], "dog") << check.output;
   // And back into Kuafu, bit for bit.
-  ViTForImageClassification reloaded = load_hf_vit(out.string());
+  ViTForImageClassification reloaded = vit_format().load(out.string());
   const auto mine = train::named_weights(*model), theirs = train::named_weights(*reloaded);
   ASSERT_EQ(mine.size(), theirs.size());
   for (size_t i = 0; i < mine.size(); ++i) EXPECT_TRUE(torch::equal(mine[i].second, theirs[i].second)) << mine[i].first;
