@@ -83,32 +83,33 @@ inline UNetBatch unet_data(int64_t rows) {
 
 struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
   UNetToyImpl() {
+    // Channels 32 / 64 (a fifth of the parameters in the timestep embedding): the blocks hold ~1 MiB of
+    // bf16 weights, so a Gemini budget can hold any one block but not all of them.
     auto time = register_module("time_embedding", std::make_shared<torch::nn::Module>());
-    // A wide timestep embedding: most of the toy's parameters, spread over several of Gemini's chunks.
     time_1 = time->register_module("linear_1", torch::nn::Linear(8, 256));
     time_2 = time->register_module("linear_2", torch::nn::Linear(256, 256));
     context_proj = register_module("context_proj", torch::nn::Linear(6, 6));
-    conv_in = register_module("conv_in", torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 8, 3).padding(1)));
+    conv_in = register_module("conv_in", torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 32, 3).padding(1)));
     auto down = register_module("down_blocks", std::make_shared<torch::nn::Module>());
     auto down_0 = down->register_module("0", std::make_shared<torch::nn::Module>());
-    down_res.push_back(down_0->register_module("resnet", ToyResBlock(8, 8, 256)));
-    down_0_attention = down_0->register_module("attention", ToyCrossAttention(8, 6, 2));
-    down_0_sample = down_0->register_module("downsample", nn::Downsample2D(nn::ResampleSpec{8}));
+    down_res.push_back(down_0->register_module("resnet", ToyResBlock(32, 32, 256)));
+    down_0_attention = down_0->register_module("attention", ToyCrossAttention(32, 6, 2));
+    down_0_sample = down_0->register_module("downsample", nn::Downsample2D(nn::ResampleSpec{32}));
     auto down_1 = down->register_module("1", std::make_shared<torch::nn::Module>());
-    down_res.push_back(down_1->register_module("resnet", ToyResBlock(8, 16, 256)));
+    down_res.push_back(down_1->register_module("resnet", ToyResBlock(32, 64, 256)));
     auto mid = register_module("mid_block", std::make_shared<torch::nn::Module>());
-    mid_res = mid->register_module("resnet", ToyResBlock(16, 16, 256));
-    mid_attention = mid->register_module("attention", ToyCrossAttention(16, 6, 2));
+    mid_res = mid->register_module("resnet", ToyResBlock(64, 64, 256));
+    mid_attention = mid->register_module("attention", ToyCrossAttention(64, 6, 2));
     auto up = register_module("up_blocks", std::make_shared<torch::nn::Module>());
     auto up_0 = up->register_module("0", std::make_shared<torch::nn::Module>());
-    up_res.push_back(up_0->register_module("resnet", ToyResBlock(32, 16, 256)));
-    up_0_sample = up_0->register_module("upsample", nn::Upsample2D(nn::ResampleSpec{16}));
+    up_res.push_back(up_0->register_module("resnet", ToyResBlock(128, 64, 256)));
+    up_0_sample = up_0->register_module("upsample", nn::Upsample2D(nn::ResampleSpec{64}));
     auto up_1 = up->register_module("1", std::make_shared<torch::nn::Module>());
-    up_res.push_back(up_1->register_module("resnet", ToyResBlock(24, 8, 256)));
-    up_1_attention = up_1->register_module("attention", ToyCrossAttention(8, 6, 2));
+    up_res.push_back(up_1->register_module("resnet", ToyResBlock(96, 32, 256)));
+    up_1_attention = up_1->register_module("attention", ToyCrossAttention(32, 6, 2));
     auto out = register_module("out", std::make_shared<torch::nn::Module>());
-    out_norm = out->register_module("norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(4, 8)));
-    out_conv = out->register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 2, 3).padding(1)));
+    out_norm = out->register_module("norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(4, 32)));
+    out_conv = out->register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 2, 3).padding(1)));
     to(torch::kFloat64);
     sites = hooks::BlockSites(*this, {"time_embedding", "context_proj", "conv_in", "down_blocks.0", "down_blocks.1",
                                       "mid_block", "up_blocks.0", "up_blocks.1", "out"});
@@ -128,12 +129,12 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
     torch::Tensor x = sites.call("conv_in", batch.x, [this](const torch::Tensor& in) { return conv_in(in); });
     // Each down block returns the stream for the next and its skip for the matching up block.
     Tensors out = sites.call("down_blocks.0", {x, temb, context}, [this](const Tensors& in) {
-      const torch::Tensor skip = down_0_attention(down_res[0](in[0], in[1]), in[2]);  // [B, 8, 4, 4]
-      return Tensors{down_0_sample(skip), skip};                                         // [B, 8, 2, 2], skip
+      const torch::Tensor skip = down_0_attention(down_res[0](in[0], in[1]), in[2]);  // [B, 32, 4, 4]
+      return Tensors{down_0_sample(skip), skip};                                         // [B, 32, 2, 2], skip
     });
     const torch::Tensor skip_0 = out[1];
     out = sites.call("down_blocks.1", {out[0], temb}, [this](const Tensors& in) {
-      const torch::Tensor h = down_res[1](in[0], in[1]);  // [B, 16, 2, 2]
+      const torch::Tensor h = down_res[1](in[0], in[1]);  // [B, 64, 2, 2]
       return Tensors{h, h};
     });
     const torch::Tensor skip_1 = out[1];
@@ -141,11 +142,11 @@ struct UNetToyImpl : torch::nn::Module, hooks::SiteModel {
       return Tensors{mid_attention(mid_res(in[0], in[1]), in[2])};
     })[0];
     x = sites.call("up_blocks.0", {x, skip_1, temb}, [this](const Tensors& in) {
-      const torch::Tensor h = up_res[0](torch::cat({in[0], in[1]}, 1), in[2]);  // [B, 16, 2, 2]
-      return Tensors{up_0_sample(h)};                                              // [B, 16, 4, 4]
+      const torch::Tensor h = up_res[0](torch::cat({in[0], in[1]}, 1), in[2]);  // [B, 64, 2, 2]
+      return Tensors{up_0_sample(h)};                                              // [B, 64, 4, 4]
     })[0];
     x = sites.call("up_blocks.1", {x, skip_0, temb, context}, [this](const Tensors& in) {
-      return Tensors{up_1_attention(up_res[1](torch::cat({in[0], in[1]}, 1), in[2]), in[3])};  // [B, 8, 4, 4]
+      return Tensors{up_1_attention(up_res[1](torch::cat({in[0], in[1]}, 1), in[2]), in[3])};  // [B, 32, 4, 4]
     })[0];
     return sites.call("out", {x, batch.target}, [this](const Tensors& in) {
       return Tensors{torch::mse_loss(out_conv(torch::silu(out_norm(in[0]))), in[1])};
@@ -187,21 +188,25 @@ inline TwoStreamBatch two_stream_data(int64_t rows) {
   return data;
 }
 
-// One Evoformer-like block: the MSA stream m [B, S, R, 128] takes a bias from the pair stream, and the
+// One Evoformer-like block: the MSA stream m [B, S, R, kMsa] takes a bias from the pair stream, and the
 // pair stream z [B, R, R, 16] takes the outer product mean of the MSA. Under dynamic axial parallelism
-// (`dap` set) each rank holds its residues R' of both: m [B, S, R', 128], z's rows [B, R', R, 16]; the
+// (`dap` set) each rank holds its residues R' of both: m [B, S, R', kMsa], z's rows [B, R', R, 16]; the
 // outer product gathers every residue's projection.
+// The MSA width: ~0.3 MiB of bf16 weights per block (8 blocks by default), so a Gemini budget can hold
+// one block but not all.
+constexpr int64_t kMsa = 384;
+
 struct TwoStreamBlockImpl : torch::nn::Module {
   TwoStreamBlockImpl() {
-    msa_norm = register_module("msa_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({128})));
-    msa_gate = register_module("msa_gate", torch::nn::Linear(128, 128));
-    pair_bias = register_module("pair_bias", torch::nn::Linear(16, 128));
-    outer_norm = register_module("outer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({128})));
-    outer_in = register_module("outer_in", torch::nn::Linear(128, 16));
+    msa_norm = register_module("msa_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kMsa})));
+    msa_gate = register_module("msa_gate", torch::nn::Linear(kMsa, kMsa));
+    pair_bias = register_module("pair_bias", torch::nn::Linear(16, kMsa));
+    outer_norm = register_module("outer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({kMsa})));
+    outer_in = register_module("outer_in", torch::nn::Linear(kMsa, 16));
     outer_out = register_module("outer_out", torch::nn::Linear(16, 16));
   }
   hooks::Tensors forward(const torch::Tensor& m, const torch::Tensor& z, const dist::GroupPtr& dap) {
-    const torch::Tensor bias = pair_bias(z.mean(2)).unsqueeze(1);  // [B, 1, R', 128]
+    const torch::Tensor bias = pair_bias(z.mean(2)).unsqueeze(1);  // [B, 1, R', kMsa]
     const torch::Tensor m2 = m + bias * torch::sigmoid(msa_gate(msa_norm(m)));
     const torch::Tensor a = outer_in(outer_norm(m2));                            // [B, S, R', 16]
     const torch::Tensor every = dap ? parallel::dap::gather(a, dap, 2) : a;      // [B, S, R, 16]
@@ -216,9 +221,9 @@ TORCH_MODULE(TwoStreamBlock);
 // `dap`: the run's dynamic axial parallelism group (runtime.dap; null: off). Under it each rank's loss
 // is the mean over its residues, so that averaging over the data and dap ranks gives the whole mean.
 struct TwoStreamToyImpl : torch::nn::Module, hooks::SiteModel {
-  explicit TwoStreamToyImpl(dist::GroupPtr dap = nullptr, int64_t depth = 3) : dap(std::move(dap)) {
+  explicit TwoStreamToyImpl(dist::GroupPtr dap = nullptr, int64_t depth = 8) : dap(std::move(dap)) {
     auto embed = register_module("embed", std::make_shared<torch::nn::Module>());
-    msa_in = embed->register_module("msa", torch::nn::Linear(3, 128));
+    msa_in = embed->register_module("msa", torch::nn::Linear(3, kMsa));
     pair_in = embed->register_module("pair", torch::nn::Linear(2, 16));
     auto list = register_module("blocks", std::make_shared<torch::nn::Module>());
     std::vector<std::string> names = {"embed"};
@@ -227,7 +232,7 @@ struct TwoStreamToyImpl : torch::nn::Module, hooks::SiteModel {
       names.push_back("blocks." + std::to_string(i));
     }
     auto head = register_module("head", std::make_shared<torch::nn::Module>());
-    residue_out = head->register_module("residue", torch::nn::Linear(128, 1));
+    residue_out = head->register_module("residue", torch::nn::Linear(kMsa, 1));
     pair_out = head->register_module("pair", torch::nn::Linear(16, 1));
     names.push_back("head");
     to(torch::kFloat64);

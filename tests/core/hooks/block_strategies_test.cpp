@@ -2,7 +2,8 @@
 // several tensors get one pre/post backward each, checkpoint with several inputs and outputs, and the
 // test-only UNet-shaped and two-stream models (tests/support/site_models.h) train under activation
 // checkpointing, data parallelism, ZeRO-2 and Gemini on 2 Gloo ranks with the serial run's gradients,
-// and Gemini's auto placement equals its static placement.
+// and Gemini's auto placement, alone and under a device budget that forces evictions, equals its static
+// placement (bf16, bitwise).
 //
 // Gradients are compared, not weights after an adaptive step: the runs use plain SGD (lr 0.1, no
 // momentum, decay or clipping) in float64 (precision.dtype = "fp64"), so step s's gradient is
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "core/dist/collectives.h"
 #include "core/memory/activation_checkpoint.h"
 #include "core/train/checkpoint.h"
 #include "core/train/parallelize.h"
@@ -144,7 +146,7 @@ TEST(BlockStrategiesTest, CheckpointingByPatternRecomputesOnlyThoseBlocks) {
 
 TEST(BlockStrategiesTest, HooksNeedEveryParameterInABlock) {
   torch::manual_seed(1);
-  testing::TwoStreamToy toy;
+  testing::TwoStreamToy toy(nullptr, /*depth=*/3);
   hooks::BlockSites partial(*toy, {"embed", "blocks.0", "blocks.1", "blocks.2"});
   CountingHooks counting;
   EXPECT_TRUE(testing::Contains(testing::expected_error([&] { partial.set_hooks(&counting, *toy); }),
@@ -215,11 +217,11 @@ const std::vector<StrategyRun> kRuns = {
     {"gemini", "train.micro_batch_size=4\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
                "memory.activation_checkpointing=true", 2},
     // Gemini places chunks only when the compute dtype is below the masters' (in float32 or float64 the
-    // compute shards are the masters), so auto placement runs in bf16: one row per micro-step (4
-    // accumulated), chunks of ~16k elements, kept and prefetched by the warm-up's trace. Placement moves
-    // data, not arithmetic: it equals static placement in bf16 bitwise. (A device budget that forces
-    // evictions is not used: on these toys the room between what one block call needs and what holds
-    // every chunk, ~0.05 MiB, is below the run-to-run noise of the CPU activation measurement.)
+    // compute shards are the masters), so placement runs in bf16: one row per micro-step (4
+    // accumulated), chunks of ~16k elements. Placement moves data, not arithmetic: auto placement (kept
+    // and prefetched by the warm-up's trace) and auto placement under a device budget that forces
+    // evictions (gemini_budget_bf16, run after these with a budget from gemini_auto_bf16's figures)
+    // equal static placement in bf16 bitwise.
     {"gemini_static_bf16", "train.micro_batch_size=1\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
                            "memory.activation_checkpointing=true\nprecision.dtype=\"bf16\"", 2},
     {"gemini_auto_bf16", "train.micro_batch_size=1\nmemory.strategy=\"gemini\"\nmemory.chunk_mb=0.03\n"
@@ -235,6 +237,19 @@ Model make_model(const Runtime& runtime) {
   } else {
     return Model();
   }
+}
+
+const std::string kBudgetRun = "gemini_budget_bf16";
+
+// The budget run's device budget: what gemini_auto_bf16 used at its peak (activations, every chunk
+// kept, the gradients of the blocks in backward) less a quarter of its chunks. That holds any one block
+// (the largest takes ~0.9 MiB in backward with its gradients and the chunks it shares with neighbours),
+// but not every chunk, so chunks are evicted every micro-step. The activations measured on the CPU (the
+// heap, shared with Gloo's threads) differ by up to ~0.3 MiB between runs; both margins are larger.
+double budget_mb(const std::string& prefix) {
+  const auto lines = testing::metric_lines(run_root() / (prefix + "gemini_auto_bf16") / "metrics.jsonl");
+  if (lines.empty()) return 0;
+  return lines.back().value("device_peak_mb", 0.0) - 0.25 * lines.back().value("chunks_mb", 0.0);
 }
 
 template <typename Model, typename Batch>
@@ -293,6 +308,17 @@ void expect_runs_equal_serial(const std::string& prefix) {
   const auto lines = testing::metric_lines(run_root() / (prefix + "gemini_auto_bf16") / "metrics.jsonl");
   ASSERT_EQ(lines.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(lines.back().value("prefetches", 0.0), 0.0) << lines.back().dump();
+  // Under the budget it evicted chunks, stayed within the budget, and took the same steps.
+  const double budget = budget_mb(prefix);
+  ASSERT_LT(budget, lines.back().value("device_peak_mb", 0.0)) << "the budget would not force evictions";
+  const auto budget_lines = testing::metric_lines(run_root() / (prefix + kBudgetRun) / "metrics.jsonl");
+  ASSERT_EQ(budget_lines.size(), static_cast<size_t>(kSteps));
+  EXPECT_GT(budget_lines.back().value("evictions", 0.0), 0.0) << budget_lines.back().dump();
+  EXPECT_LE(budget_lines.back().value("device_peak_mb", 1e9), budget) << budget_lines.back().dump();
+  const auto evicting = step_gradients(prefix + kBudgetRun, *initial);
+  for (int s = 0; s < kSteps; ++s) {
+    expect_same_gradients(evicting[s], placed_static[s], 0, prefix + "bf16 budget vs static, step " + std::to_string(s + 1));
+  }
 }
 
 template <typename Model, typename Batch>
@@ -311,6 +337,10 @@ void run_strategies(const std::string& prefix, const std::vector<std::string>& c
   for (const auto& run : kRuns) {
     if (run.ranks == 2) train_model<Model>(prefix, run.name, run.overrides, world, checkpoint_defaults, data);
   }
+  dist::barrier(*world->world_group());  // gemini_auto_bf16's metrics are written
+  const std::string auto_run = kRuns.back().overrides;
+  train_model<Model>(prefix, kBudgetRun, auto_run + "\nmemory.device_budget_mb=" + std::to_string(budget_mb(prefix)), world,
+                     checkpoint_defaults, data);
 }
 
 TEST(BlockStrategiesTest, AUNetShapedModelTrainsUnderEveryStrategyWithTheSerialGradients) {
