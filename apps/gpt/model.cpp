@@ -95,7 +95,7 @@ hooks::ModelPart GPTImpl::block_part(int64_t i) const {
   return {path, {path}};
 }
 
-torch::Tensor GPTImpl::block(int64_t i, const torch::Tensor& x) { return transformer->blocks[static_cast<size_t>(i)]->forward(x); }
+torch::Tensor GPTImpl::block(int64_t i, const torch::Tensor& x, const torch::Tensor& /*context*/) { return transformer->blocks[static_cast<size_t>(i)]->forward(x); }
 
 torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
   return transformer->wte->logits(transformer->ln_f.forward(x));  // the tied output layer

@@ -66,7 +66,7 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override { return {"transformer.head", {"transformer.ln_f", "transformer.wte"}}; }
   torch::Tensor head(const torch::Tensor& tokens) override { return embed(tokens); }
-  torch::Tensor block(int64_t i, const torch::Tensor& x) override;
+  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& context) override;
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) override;
   bool tail_per_position() const override { return true; }

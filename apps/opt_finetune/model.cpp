@@ -124,18 +124,21 @@ torch::Tensor OPTForCausalLMImpl::embed(const torch::Tensor& tokens, const torch
   return decoder->dropout(x + decoder->embed_positions.forward(positions + OPTConfig::kPositionOffset));
 }
 
+torch::Tensor OPTForCausalLMImpl::block_context(const torch::Tensor& inputs) const {
+  if (inputs.dim() != 3) return {};
+  KUAFU_CHECK(inputs.size(1) == 2, "packed OPT inputs are [B, 2, T] (token ids over document ids), got ", inputs.sizes());
+  return inputs.select(1, 1);
+}
+
 torch::Tensor OPTForCausalLMImpl::head(const torch::Tensor& inputs) {
-  if (inputs.dim() == 3) {
-    KUAFU_CHECK(inputs.size(1) == 2, "packed OPT inputs are [B, 2, T] (token ids over document ids), got ", inputs.sizes());
-    documents_ = inputs.select(1, 1);
-    return embed(inputs.select(1, 0), nn::positions_in_documents(documents_));
+  if (const torch::Tensor documents = block_context(inputs); documents.defined()) {
+    return embed(inputs.select(1, 0), nn::positions_in_documents(documents));
   }
-  documents_ = torch::Tensor();
   return embed(inputs, torch::arange(inputs.size(1), inputs.options().dtype(torch::kInt64)).unsqueeze(0));
 }
 
-torch::Tensor OPTForCausalLMImpl::block(int64_t i, const torch::Tensor& x) {
-  return decoder->blocks[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents_));
+torch::Tensor OPTForCausalLMImpl::block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) {
+  return decoder->blocks[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents));
 }
 
 torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) {
@@ -148,6 +151,10 @@ torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch:
   return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
 }
 
+torch::Tensor OPTForCausalLMImpl::tail_items(const torch::Tensor& targets) const {
+  return (targets != parallel::kIgnoredTarget).sum().to(torch::kFloat64);
+}
+
 torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {
   return nn::token_loss_sums(tail_loss(x, targets), targets);
 }
@@ -155,7 +162,7 @@ torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch:
 torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
   const torch::Tensor x = head(inputs);
   return decoder->embed_tokens->gather_logits(
-      local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, documents_))));
+      local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs)))));
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
@@ -166,7 +173,7 @@ torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector
 
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const torch::Tensor x = head(inputs);
-  return tail_loss(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, documents_)), targets);
+  return tail_loss(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs))), targets);
 }
 
 nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }

@@ -74,10 +74,14 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override;
   torch::Tensor head(const torch::Tensor& inputs) override;  // inputs as forward's
-  torch::Tensor block(int64_t i, const torch::Tensor& x) override;
+  // Packed rows' documents [B, T] (undefined for unpacked rows), which keep each block's attention within them.
+  torch::Tensor block_context(const torch::Tensor& inputs) const override;
+  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) override;
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) override;
   bool tail_per_position() const override { return true; }
+  // The learned targets (the answers of instruction rows).
+  torch::Tensor tail_items(const torch::Tensor& targets) const override;
 
   OPTConfig config;
   parallel::TensorParallel tp;
@@ -87,9 +91,6 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // final norm, projection, tied output layer
   void initialize();
-  // The documents of the packed rows head() embedded last (undefined when unpacked): the blocks of the
-  // same forward, and their recomputation in its backward, keep attention within them.
-  torch::Tensor documents_;
 };
 TORCH_MODULE(OPTForCausalLM);
 

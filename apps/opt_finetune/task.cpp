@@ -81,10 +81,6 @@ train::BatchSource instruction_batches(const config::Config& config, const OptSe
 std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettings& settings,
                                    const parallel::TensorParallel& tp, const train::Runtime* stages) {
   train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
-  if (settings.data.pack && stages && (stages->pipelined() || stages->sequence.enabled())) {
-    config.fail_at("data.pack", "is on, but packed rows keep their documents apart only without pipeline and "
-                                "sequence parallelism: turn data.pack off or parallel.pipeline / parallel.sequence off");
-  }
   const OptData& data = settings.data;
   train::BatchSource batches =
       data.instructions ? instruction_batches(config, settings, tp.device)
@@ -93,6 +89,10 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                                                     "kuafu-opt prepare --config " + config.path());
   OPTForCausalLM model = build_model(config, settings, tp);
   const OPTConfig& m = model->config;
+  if (stages && stages->sequence.enabled()) {
+    train::check_sequence_parallel(config, *model, stages->sequence, "data.context", data.context,
+                                   "model.num_attention_heads", "model.attention_dropout");
+  }
   for (const auto& check : {batches.train(0, 0, 1), batches.eval(0, 1)}) {
     const torch::Tensor ids = check.inputs.dim() == 3 ? check.inputs.select(1, 0) : check.inputs;  // packed: ids over documents
     if (ids.max().item<int64_t>() >= m.vocab_size) {

@@ -160,13 +160,13 @@ torch::Tensor ViTForImageClassificationImpl::tail_sums(const torch::Tensor& x, c
 
 torch::Tensor ViTForImageClassificationImpl::forward(const torch::Tensor& pixels) {
   torch::Tensor x = head(pixels);
-  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x);
+  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x, {});
   return logits(x);
 }
 
 torch::Tensor ViTForImageClassificationImpl::loss(const torch::Tensor& pixels, const torch::Tensor& soft_targets) {
   torch::Tensor x = head(pixels);
-  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x);
+  for (int64_t i = 0; i < num_blocks(); ++i) x = block(i, x, {});
   return tail_loss(x, soft_targets);
 }
 

@@ -89,7 +89,9 @@ struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override { return {"vit.head", {"vit.layernorm", "classifier"}}; }
   torch::Tensor head(const torch::Tensor& pixels) override;
-  torch::Tensor block(int64_t i, const torch::Tensor& x) override { return vit->layers[static_cast<size_t>(i)]->forward(x); }
+  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& /*context*/) override {
+    return vit->layers[static_cast<size_t>(i)]->forward(x);
+  }
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& soft_targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& labels) override;
 

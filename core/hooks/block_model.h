@@ -36,7 +36,13 @@ class BlockModel : public SiteModel {
   // inputs (token ids [B, T], pixels [B, C, S, S], ...) -> the stream [B, T, ...]: its dim 1 holds the
   // positions that sequence parallelism cuts.
   virtual torch::Tensor head(const torch::Tensor& inputs) = 0;
-  virtual torch::Tensor block(int64_t i, const torch::Tensor& x) = 0;
+  // What the blocks need of a micro-batch besides the stream, from its inputs: packed rows' documents
+  // [B, T] (each position attending only within its own); undefined when nothing. It travels with the
+  // batch, not inside the model: each pipeline stage computes it from the micro-batch it runs, and
+  // under sequence parallelism every rank keeps it whole (its attention picks the positions it needs).
+  virtual torch::Tensor block_context(const torch::Tensor& /*inputs*/) const { return {}; }
+  // `context`: block_context's for this micro-batch.
+  virtual torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& context) = 0;
   // The mean loss of the final stream against training targets.
   virtual torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) = 0;
   // Evaluation sums against evaluation targets: float64 [loss sum, items, items predicted right].
@@ -46,6 +52,12 @@ class BlockModel : public SiteModel {
   // and each rank's loss is the mean over its positions. False: the tail needs the whole stream (e.g.
   // a classifier reading the class token), which is gathered first.
   virtual bool tail_per_position() const { return false; }
+  // How many items tail_loss's mean averages over in `targets`, a 0-dim tensor (no host sync). Under
+  // sequence parallelism each rank's mean is weighted by its share of them, so that the ranks' average
+  // is the whole row's mean even when some targets are not learned (a loss on answers only).
+  virtual torch::Tensor tail_items(const torch::Tensor& targets) const {
+    return torch::scalar_tensor(static_cast<double>(targets.numel()), targets.options().dtype(torch::kFloat64));
+  }
 
  private:
   BlockSites sites_;

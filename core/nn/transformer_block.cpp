@@ -26,10 +26,9 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Te
   const double p = is_training() ? dropout : 0.0;
   torch::Tensor y;
   if (sequence.enabled()) {
-    KUAFU_CHECK(!cache && !mask.key_padding.defined() && !mask.documents.defined(),
-                "sequence parallelism runs without a key-value cache, padding masks or packed documents (training on "
-                "full windows)");
-    y = parallel::sequence::attention(split_heads(q), keys, values, causal_now, p, sequence);
+    KUAFU_CHECK(!cache && !mask.key_padding.defined(),
+                "sequence parallelism runs without a key-value cache or padding masks (training on full or packed rows)");
+    y = parallel::sequence::attention(split_heads(q), keys, values, causal_now, p, sequence, mask.documents);
   } else {
     y = ops::scaled_dot_product_attention(split_heads(q), keys, values, causal_now, p, mask);
   }

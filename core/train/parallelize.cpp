@@ -132,11 +132,18 @@ torch::Tensor ParallelModel::run_head(const torch::Tensor& inputs) {
   return model_.block_sites().call(head_, inputs, [this](const torch::Tensor& x) { return model_.head(x); });
 }
 
-torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end) {
+torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end, const torch::Tensor& context) {
+  hooks::BlockSites& sites = model_.block_sites();
   for (int64_t i = begin; i < end; ++i) {
     // Captured by value: a checkpointed block runs this again during backward.
-    x = model_.block_sites().call(blocks_[static_cast<size_t>(i)], x,
-                                  [this, i](const torch::Tensor& input) { return model_.block(i, input); });
+    const std::string& name = blocks_[static_cast<size_t>(i)];
+    if (!context.defined()) {
+      x = sites.call(name, x, [this, i](const torch::Tensor& input) { return model_.block(i, input, {}); });
+    } else {  // the context passes through the block's call as an input (ids: no gradient)
+      x = sites.call(name, {x, context}, [this, i](const hooks::Tensors& in) {
+        return hooks::Tensors{model_.block(i, in[0], in[1])};
+      })[0];
+    }
   }
   return x;
 }
@@ -151,9 +158,19 @@ torch::Tensor ParallelModel::run_unstaged(const Batch& batch, bool sums) {
   const sp::SequenceParallel& sequence = options_.sequence;
   const int64_t n = model_.num_blocks();
   torch::Tensor x = run_head(batch.inputs);
-  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, n), batch.targets, sums);
-  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, n);
-  if (model_.tail_per_position()) return run_tail(x, sp::local_chunk(batch.targets, 1, sequence), sums);
+  const torch::Tensor context = model_.block_context(batch.inputs);  // whole, also under sequence parallelism
+  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, n, context), batch.targets, sums);
+  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, n, context);
+  if (model_.tail_per_position()) {
+    const torch::Tensor targets = sp::local_chunk(batch.targets, 1, sequence);
+    const torch::Tensor out = run_tail(x, targets, sums);
+    if (sums) return out;
+    // This rank's mean over its items, weighted by their share of the row's (x P: the gradients are
+    // averaged over the sequence ranks). 1 exactly when every position counts.
+    const torch::Tensor share = model_.tail_items(targets) * static_cast<double>(sequence.size) /
+                                model_.tail_items(batch.targets).clamp_min(1.0);
+    return out * share.to(out.scalar_type());
+  }
   return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, sums);
 }
 
@@ -162,20 +179,20 @@ torch::Tensor ParallelModel::loss(const Batch& batch) {
   return run_unstaged(batch, /*sums=*/false);
 }
 
-torch::Tensor ParallelModel::stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets,
-                                           bool sums) {
+torch::Tensor ParallelModel::stage_forward(int chunk, const torch::Tensor& input, const Batch& micro_batch, bool sums) {
   const pp::ScheduleSpec& spec = options_.schedule;
   const int v = chunk * spec.stages + options_.pipeline->rank();
   const auto [begin, end] = options_.plan.chunks[static_cast<size_t>(chunk)];
-  torch::Tensor x = run_blocks(v == 0 ? run_head(input) : input, begin, end);
-  return v == spec.virtual_stages() - 1 ? run_tail(x, targets, sums) : x;
+  // Every stage holds the micro-batch (each rank reads the same rows), so each derives its blocks' context.
+  torch::Tensor x = run_blocks(v == 0 ? run_head(input) : input, begin, end, model_.block_context(micro_batch.inputs));
+  return v == spec.virtual_stages() - 1 ? run_tail(x, micro_batch.targets, sums) : x;
 }
 
 double ParallelModel::pipeline_step(const std::vector<Batch>& micro_batches, double loss_scale) {
   KUAFU_CHECK(pipelined(), "pipeline_step on a model without pipeline stages");
   const double loss = train_engine_->run(
       [&](int chunk, const torch::Tensor& input, int micro) {
-        return stage_forward(chunk, input, micro_batches[static_cast<size_t>(micro)].targets, false);
+        return stage_forward(chunk, input, micro_batches[static_cast<size_t>(micro)], false);
       },
       [&](int micro) { return micro_batches[static_cast<size_t>(micro)].inputs; }, loss_scale);
   // A tied weight's two copies (first and last stage) each get the sum of both gradients.
@@ -193,7 +210,7 @@ torch::Tensor ParallelModel::evaluate(const Batch& batch) {
   torch::NoGradGuard no_grad;
   if (pipelined()) {
     return eval_engine_->evaluate_sums(
-        [&](int chunk, const torch::Tensor& input, int) { return stage_forward(chunk, input, batch.targets, true); },
+        [&](int chunk, const torch::Tensor& input, int) { return stage_forward(chunk, input, batch, true); },
         [&](int) { return batch.inputs; }, /*width=*/3);
   }
   torch::Tensor sums = run_unstaged(batch, /*sums=*/true);
@@ -232,7 +249,8 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
   }
   pp::StageCosts costs;
   costs.head = median_seconds([&] { model.head(sample.inputs).sum().backward(); });
-  costs.block = median_seconds([&] { model.block(0, stream.clone().requires_grad_()).sum().backward(); });
+  const torch::Tensor context = model.block_context(sample.inputs);
+  costs.block = median_seconds([&] { model.block(0, stream.clone().requires_grad_(), context).sum().backward(); });
   costs.tail = median_seconds([&] { model.tail_loss(stream.clone().requires_grad_(), sample.targets).backward(); });
   // Timing leaves nothing behind: no gradients, the random streams where they were.
   for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();

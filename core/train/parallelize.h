@@ -68,13 +68,13 @@ class ParallelModel {
 
  private:
   torch::Tensor run_head(const torch::Tensor& inputs);
-  torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end);
+  torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end, const torch::Tensor& context);
   torch::Tensor run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums);
   // Head, blocks and tail on this rank (no stages), the stream cut along its positions under sequence
   // parallelism: the loss of this rank's share, or its evaluation sums.
   torch::Tensor run_unstaged(const Batch& batch, bool sums);
   // What a pipeline rank runs for a micro-batch's chunk: the head first, its blocks, the tail last.
-  torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const torch::Tensor& targets, bool sums);
+  torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const Batch& micro_batch, bool sums);
   void keep_planned_parts();
 
   hooks::BlockModel& model_;

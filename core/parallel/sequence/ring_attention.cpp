@@ -93,10 +93,28 @@ Visibility visibility(bool causal, int keys, int queries) {
   return keys == queries ? Visibility::kDiagonal : Visibility::kNone;
 }
 
+// Packed rows' documents, passed to the autograd functions as a value (not an input: ids have no
+// gradient, and an undefined tensor cannot be one).
+struct Documents {
+  torch::Tensor ids;  // [B, n] int64 for the whole sequence; undefined when unpacked
+};
+
+// Packed rows: which keys of chunk `key_chunk` are in the same document as query rows [first, first +
+// rows) of chunk `query_chunk`, [B, 1, rows, C] (documents [B, n] of the whole sequence, every rank's
+// copy); undefined when the rows are not packed.
+torch::Tensor same_document(const torch::Tensor& documents, int query_chunk, int64_t first, int64_t rows, int key_chunk,
+                            int64_t c) {
+  if (!documents.defined()) return {};
+  const torch::Tensor queries = documents.narrow(1, query_chunk * c + first, rows);  // [B, rows]
+  const torch::Tensor keys = documents.narrow(1, key_chunk * c, c);                  // [B, C]
+  return queries.unsqueeze(2).eq(keys.unsqueeze(1)).unsqueeze(1);
+}
+
 // Scores of query rows [first, first + rows) of this chunk against one key chunk, masked on the diagonal
-// chunk: query i sees key j <= i.
+// chunk (query i sees key j <= i) and, for packed rows, outside each query's document (`same`). The
+// diagonal keeps every row's own key, so no row is masked whole.
 torch::Tensor scores(const torch::Tensor& q_tile, const torch::Tensor& keys, double scale, Visibility seen,
-                     int64_t first) {
+                     int64_t first, const torch::Tensor& same = {}) {
   torch::Tensor s = torch::matmul(q_tile, keys.transpose(-2, -1)) * scale;  // [B, H, rows, C]
   if (seen == Visibility::kDiagonal) {
     const auto options = torch::TensorOptions().dtype(torch::kInt64).device(s.device());
@@ -104,6 +122,7 @@ torch::Tensor scores(const torch::Tensor& q_tile, const torch::Tensor& keys, dou
     torch::Tensor key = torch::arange(s.size(-1), options).unsqueeze(0);
     s = s.masked_fill(key > query, -std::numeric_limits<double>::infinity());
   }
+  if (same.defined()) s = s.masked_fill(same.logical_not(), -std::numeric_limits<double>::infinity());
   return s;
 }
 
@@ -114,19 +133,23 @@ void check_chunks(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 }
 
 // What both ring functions keep for backward besides their tensors.
-void save_settings(AutogradContext* ctx, bool causal, torch::ScalarType input_dtype, dist::GroupPtr group) {
+void save_settings(AutogradContext* ctx, bool causal, torch::ScalarType input_dtype, dist::GroupPtr group,
+                   const torch::Tensor& documents) {
   ctx->saved_data["causal"] = causal;
   ctx->saved_data["dtype"] = static_cast<int64_t>(input_dtype);
+  ctx->saved_data["documents"] = documents;
   dist::autograd::save_group(ctx, std::move(group));
 }
 struct Settings {
   bool causal;
   torch::ScalarType input_dtype;  // the gradients are returned in it
   const dist::ProcessGroup& group;
+  torch::Tensor documents;  // packed rows' documents [B, n]; undefined when unpacked
 };
 Settings saved_settings(AutogradContext* ctx) {
+  const c10::IValue& documents = ctx->saved_data["documents"];
   return {ctx->saved_data["causal"].toBool(), static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt()),
-          dist::autograd::saved_group(ctx)};
+          dist::autograd::saved_group(ctx), documents.isTensor() ? documents.toTensor() : torch::Tensor()};
 }
 double score_scale(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<double>(q.size(3))); }
 
@@ -134,7 +157,8 @@ double score_scale(const torch::Tensor& q) { return 1.0 / std::sqrt(static_cast<
 
 struct RingSelfAttention : Function<RingSelfAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
-                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal) {
+                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal, Documents packed) {
+    const torch::Tensor& documents = packed.ids;
     const auto acc = accumulation_type(q_in);
     const torch::Tensor q = q_in.to(acc), k = k_in.to(acc), v = v_in.to(acc);
     const int r = group->rank(), p = group->size();
@@ -145,7 +169,9 @@ struct RingSelfAttention : Function<RingSelfAttention> {
                                   q.options());
     ring_pass({k}, *group, false, [&](int owner, const Blocks& keys) {
       const Visibility seen = visibility(causal, owner, r);
-      if (seen != Visibility::kNone) s.narrow(3, owner * c, c).copy_(scores(q, keys[0], scale, seen, 0));
+      if (seen != Visibility::kNone) {
+        s.narrow(3, owner * c, c).copy_(scores(q, keys[0], scale, seen, 0, same_document(documents, r, 0, c, owner, c)));
+      }
       return Blocks();
     });
     torch::Tensor a = torch::softmax(s, -1);
@@ -157,7 +183,7 @@ struct RingSelfAttention : Function<RingSelfAttention> {
       return Blocks();
     });
     ctx->save_for_backward({q, k, v, a});
-    save_settings(ctx, causal, q_in.scalar_type(), std::move(group));
+    save_settings(ctx, causal, q_in.scalar_type(), std::move(group), documents);
     return out.to(q_in.scalar_type());
   }
 
@@ -190,7 +216,7 @@ struct RingSelfAttention : Function<RingSelfAttention> {
       return Blocks{torch::matmul(block.transpose(-2, -1), q) * scale};
     })[0];
     return {d_q.to(settings.input_dtype), d_k.to(settings.input_dtype), d_v.to(settings.input_dtype), torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -198,7 +224,9 @@ struct RingSelfAttention : Function<RingSelfAttention> {
 
 struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
-                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal, int64_t tile) {
+                               const torch::Tensor& v_in, dist::GroupPtr group, bool causal, int64_t tile,
+                               Documents packed) {
+    const torch::Tensor& documents = packed.ids;
     const auto acc = accumulation_type(q_in);
     const torch::Tensor q = q_in.to(acc);
     const int r = group->rank();
@@ -214,7 +242,8 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
       if (seen == Visibility::kNone) return Blocks();
       for (int64_t first = 0; first < c; first += tile) {
         const int64_t rows = std::min(tile, c - first);
-        const torch::Tensor s = scores(q.narrow(2, first, rows), block[0], scale, seen, first);
+        const torch::Tensor s =
+            scores(q.narrow(2, first, rows), block[0], scale, seen, first, same_document(documents, r, first, rows, owner, c));
         torch::Tensor m_tile = m.narrow(2, first, rows);
         const torch::Tensor m_new = torch::maximum(m_tile, std::get<0>(s.max(-1)));
         const torch::Tensor probs = torch::exp(s - m_new.unsqueeze(-1));
@@ -231,7 +260,7 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     const torch::Tensor lse = m + torch::log(l);  // [B, H, C]
     ctx->save_for_backward({q, k, v, o, lse});
     ctx->saved_data["tile"] = tile;
-    save_settings(ctx, causal, q_in.scalar_type(), std::move(group));
+    save_settings(ctx, causal, q_in.scalar_type(), std::move(group), documents);
     return o.to(q_in.scalar_type());
   }
 
@@ -251,8 +280,8 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
     // the scores' gradient dS = P ⊙ (dO Vᵀ − delta).
     auto tile_gradients = [&](const torch::Tensor& q_tile, const torch::Tensor& d_out_tile, const torch::Tensor& lse_tile,
                               const torch::Tensor& delta_tile, const torch::Tensor& keys, const torch::Tensor& values,
-                              Visibility seen, int64_t first) {
-      torch::Tensor probs = torch::exp(scores(q_tile, keys, scale, seen, first) - lse_tile.unsqueeze(-1));
+                              Visibility seen, int64_t first, const torch::Tensor& same) {
+      torch::Tensor probs = torch::exp(scores(q_tile, keys, scale, seen, first, same) - lse_tile.unsqueeze(-1));
       torch::Tensor d_s = probs * (torch::matmul(d_out_tile, values.transpose(-2, -1)) - delta_tile.unsqueeze(-1));
       return std::make_pair(probs, d_s);
     };
@@ -268,7 +297,8 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
         const int64_t rows = std::min(tile, c - first);
         const auto [probs, d_s] = tile_gradients(q.narrow(2, first, rows), d_out.narrow(2, first, rows),
                                                  lse.narrow(2, first, rows), delta.narrow(2, first, rows), block[0],
-                                                 block[1], seen, first);
+                                                 block[1], seen, first,
+                                                 same_document(settings.documents, r, first, rows, owner, c));
         d_q.narrow(2, first, rows).add_(torch::matmul(d_s, block[0]), scale);
       }
       return Blocks();
@@ -281,30 +311,41 @@ struct BlockwiseRingAttention : Function<BlockwiseRingAttention> {
         const int64_t rows = std::min(tile, c - first);
         const torch::Tensor q_tile = block[0].narrow(2, first, rows), d_out_tile = block[1].narrow(2, first, rows);
         const auto [probs, d_s] = tile_gradients(q_tile, d_out_tile, block[2].narrow(2, first, rows),
-                                                 block[3].narrow(2, first, rows), k, v, seen, first);
+                                                 block[3].narrow(2, first, rows), k, v, seen, first,
+                                                 same_document(settings.documents, owner, first, rows, r, c));
         d_v.add_(torch::matmul(probs.transpose(-2, -1), d_out_tile));
         d_k.add_(torch::matmul(d_s.transpose(-2, -1), q_tile), scale);
       }
       return Blocks();
     });
     return {d_q.to(settings.input_dtype), d_k.to(settings.input_dtype), d_v.to(settings.input_dtype), torch::Tensor(),
-            torch::Tensor(), torch::Tensor()};
+            torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
+
+void check_documents(const torch::Tensor& q, const torch::Tensor& documents, int ranks) {
+  KUAFU_CHECK(!documents.defined() || (documents.dim() == 2 && documents.size(0) == q.size(0) &&
+                                       documents.size(1) == q.size(2) * ranks),
+              "ring attention: documents must be [B, n] for the whole sequence (B = ", q.size(0), ", n = ",
+              q.size(2) * ranks, "), got ", documents.sizes());
+}
 
 }  // namespace
 
 torch::Tensor ring_self_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  dist::GroupPtr group, bool causal) {
+                                  dist::GroupPtr group, bool causal, const torch::Tensor& documents) {
   check_chunks(q, k, v, "ring_self_attention");
-  return RingSelfAttention::apply(q, k, v, std::move(group), causal);
+  check_documents(q, documents, group->size());
+  return RingSelfAttention::apply(q, k, v, std::move(group), causal, Documents{documents});
 }
 
 torch::Tensor blockwise_ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                       dist::GroupPtr group, bool causal, int64_t query_tile) {
+                                       dist::GroupPtr group, bool causal, int64_t query_tile,
+                                       const torch::Tensor& documents) {
   check_chunks(q, k, v, "blockwise_ring_attention");
   KUAFU_CHECK(query_tile > 0, "blockwise_ring_attention: query_tile must be positive, got ", query_tile);
-  return BlockwiseRingAttention::apply(q, k, v, std::move(group), causal, query_tile);
+  check_documents(q, documents, group->size());
+  return BlockwiseRingAttention::apply(q, k, v, std::move(group), causal, query_tile, Documents{documents});
 }
 
 }  // namespace kuafu::parallel::sequence

@@ -34,27 +34,30 @@ SequenceParallel sequence_parallel_spec(const config::Config& config) {
 }
 
 torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   dist::GroupPtr group, bool causal, double dropout) {
+                                   dist::GroupPtr group, bool causal, double dropout, const torch::Tensor& documents) {
   const int p = group->size();
   KUAFU_CHECK(q.size(1) % p == 0, "all-to-all sequence parallelism needs the attention heads (", q.size(1),
               ") to divide by the sequence-parallel size (", p, ")");
   // [B, H, C, D] sequence-split -> [B, H/P, n, D] head-split, and back after attention.
   auto to_heads = [&](const torch::Tensor& t) { return dist::autograd::all_to_all(t, group, 1, 2); };
-  const torch::Tensor out = ops::scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), causal, dropout);
+  // After the exchange each rank holds the whole sequence of its heads: the whole rows' documents apply.
+  const torch::Tensor out = ops::scaled_dot_product_attention(to_heads(q), to_heads(k), to_heads(v), causal, dropout,
+                                                              ops::AttentionMask({}, documents));
   return dist::autograd::all_to_all(out, group, 2, 1);
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                        double dropout, const SequenceParallel& sp) {
+                        double dropout, const SequenceParallel& sp, const torch::Tensor& documents) {
   switch (sp.mode) {
-    case SequenceMode::kNone: return ops::scaled_dot_product_attention(q, k, v, causal, dropout);
-    case SequenceMode::kAllToAll: return all_to_all_attention(q, k, v, sp.group, causal, dropout);
+    case SequenceMode::kNone:
+      return ops::scaled_dot_product_attention(q, k, v, causal, dropout, ops::AttentionMask({}, documents));
+    case SequenceMode::kAllToAll: return all_to_all_attention(q, k, v, sp.group, causal, dropout, documents);
     case SequenceMode::kRing:
     case SequenceMode::kRingScores:
       KUAFU_CHECK(dropout == 0.0, "ring attention has no attention-probability dropout (got ", dropout,
                   "); set the model's dropout to 0 or use all_to_all sequence parallelism");
-      return sp.mode == SequenceMode::kRing ? blockwise_ring_attention(q, k, v, sp.group, causal, sp.query_tile)
-                                            : ring_self_attention(q, k, v, sp.group, causal);
+      return sp.mode == SequenceMode::kRing ? blockwise_ring_attention(q, k, v, sp.group, causal, sp.query_tile, documents)
+                                            : ring_self_attention(q, k, v, sp.group, causal, documents);
   }
   fail("unknown sequence-parallel mode");
 }

@@ -38,12 +38,15 @@ SequenceMode sequence_mode(const std::string& name);  // "none", "ring", "ring_s
 // softmax(q kᵀ/√D) v over the whole sequence for this rank's chunk of queries. q, k, v: [B, H, C, D],
 // this rank's chunk (serial attention when `sp` is off). All-to-all needs H to divide by the size;
 // attention-probability dropout runs only where the whole key row is local (serial, all-to-all).
+// `documents` (packed rows): [B, n] int64 for the whole sequence, every rank's copy; each query sees
+// only keys of its own document.
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
-                        double dropout, const SequenceParallel& sp);
+                        double dropout, const SequenceParallel& sp, const torch::Tensor& documents = {});
 
 // Ulysses attention on its own (the ring forms are in ring_attention.h).
 torch::Tensor all_to_all_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   dist::GroupPtr group, bool causal, double dropout = 0.0);
+                                   dist::GroupPtr group, bool causal, double dropout = 0.0,
+                                   const torch::Tensor& documents = {});
 
 // This rank's chunk of `x` along `dim` (no communication; inputs every rank already holds). The length
 // must divide by the size: the error names both.

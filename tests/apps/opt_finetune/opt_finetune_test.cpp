@@ -246,35 +246,62 @@ TEST_F(OPTFinetuneTest, ShardedLoraFineTuningOnTwoRanksEqualsPlainAndKeepsTheBas
   EXPECT_EQ(adapters, 8);
 }
 
-// Tensor (1D) and pipeline parallelism from the config, on 2 Gloo ranks, against one process, with
-// plain SGD and no clipping so that each step moves the weights by exactly lr x gradient (a gradient
-// off by a factor shows; Adam's normalised steps would hide it). The loss is on the answers only, so
-// the masked loss is checked across vocabulary blocks and pipeline stages too. Weights within 2e-5
-// (float32, another summation order) and every step's gradient norm within 1e-5 of its size.
+// Plain SGD and no clipping, so that each step moves the weights by exactly lr x gradient (a gradient
+// off by a factor shows; Adam's normalised steps would hide it).
+void train_with_sgd(const fs::path& root, const std::string& name, const std::vector<std::string>& extra,
+                    const std::shared_ptr<dist::World>& on) {
+  std::vector<std::string> overrides = {"optim.name=\"sgd\"", "optim.momentum=0", "optim.weight_decay=0",
+                                        "optim.grad_clip=0", "optim.lr=0.3", "dist.timeout_s=60"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  const auto config = make_config(root, name, overrides);
+  train::Runtime runtime = train::start_runtime(config, on);
+  std::unique_ptr<OptTask> task = make_task(config, runtime);
+  train::Trainer(config, runtime, *task).run();
+}
+
+// Weights within 2e-5 (float32, another summation order) and every step's gradient norm within 1e-5 of
+// its size.
+void expect_same_steps(const fs::path& root, const std::string& run, const std::string& reference) {
+  testing::expect_same_tensors(testing::saved(root, run, "model.safetensors"),
+                               testing::saved(root, reference, "model.safetensors"), 2e-5, 1.0, run + " weights");
+  const std::vector<double> norms = testing::grad_norms(root / run), expected = testing::grad_norms(root / reference);
+  ASSERT_EQ(norms.size(), expected.size()) << run;
+  for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(norms[i], expected[i], 1e-5 * expected[i]) << run << " step " << i + 1;
+}
+
+// Tensor (1D) and pipeline parallelism from the config, on 2 Gloo ranks, against one process. The loss
+// is on the answers only, so the masked loss is checked across vocabulary blocks and pipeline stages too.
 TEST_F(OPTFinetuneTest, TensorAndPipelineParallelFineTuningEqualsOneProcess) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(2, 180);
   const auto world = testing::worker_world();
-  const std::vector<std::string> sgd = {"optim.name=\"sgd\"", "optim.momentum=0", "optim.weight_decay=0",
-                                        "optim.grad_clip=0", "optim.lr=0.3", "dist.timeout_s=60"};
-  auto train_with = [&](const std::string& name, const std::vector<std::string>& extra,
-                        const std::shared_ptr<dist::World>& on) {
-    std::vector<std::string> overrides = sgd;
-    overrides.insert(overrides.end(), extra.begin(), extra.end());
-    const auto config = make_config(root_, name, overrides);
-    train::Runtime runtime = train::start_runtime(config, on);
-    std::unique_ptr<OptTask> task = make_task(config, runtime);
-    train::Trainer(config, runtime, *task).run();
-  };
-  if (world->rank() == 0) train_with("one_process", {}, dist::World::single());
-  train_with("tensor", {"parallel.tensor.mode=\"1d\"", "parallel.tensor.size=2"}, world);
-  train_with("pipeline", {"parallel.pipeline=2"}, world);
+  if (world->rank() == 0) train_with_sgd(root_, "one_process", {}, dist::World::single());
+  train_with_sgd(root_, "tensor", {"parallel.tensor.mode=\"1d\"", "parallel.tensor.size=2"}, world);
+  train_with_sgd(root_, "pipeline", {"parallel.pipeline=2"}, world);
   if (world->rank() != 0) return;
-  for (const std::string run : {"tensor", "pipeline"}) {
-    testing::expect_same_tensors(testing::saved(root_, run, "model.safetensors"),
-                                 testing::saved(root_, "one_process", "model.safetensors"), 2e-5, 1.0, run + " weights");
-    const std::vector<double> norms = testing::grad_norms(root_ / run), reference = testing::grad_norms(root_ / "one_process");
-    ASSERT_EQ(norms.size(), reference.size()) << run;
-    for (size_t i = 0; i < norms.size(); ++i) EXPECT_NEAR(norms[i], reference[i], 1e-5 * reference[i]) << run << " step " << i + 1;
+  for (const std::string run : {"tensor", "pipeline"}) expect_same_steps(root_, run, "one_process");
+}
+
+// Packed rows (several examples in each row of 64 tokens, each attending only to itself) under pipeline
+// stages and under every sequence-parallel mode: the documents travel with each micro-batch (the model's
+// block_context), so each stage and each rank's attention keeps them apart, and every layout takes the
+// one process's steps.
+TEST_F(OPTFinetuneTest, PackedRowsTrainUnderPipelineAndSequenceParallelismAsInOneProcess) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 240);
+  const auto world = testing::worker_world();
+  const std::vector<std::string> packed = {"data.pack=true"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), packed.begin(), packed.end());
+    return extra;
+  };
+  if (world->rank() == 0) train_with_sgd(root_, "packed_one_process", with({}), dist::World::single());
+  train_with_sgd(root_, "packed_pipeline", with({"parallel.pipeline=2"}), world);
+  for (const std::string mode : {"ring", "ring_scores", "all_to_all"}) {
+    train_with_sgd(root_, "packed_" + mode, with({"parallel.sequence.mode=\"" + mode + "\"", "parallel.sequence.size=2"}),
+                   world);
+  }
+  if (world->rank() != 0) return;
+  for (const std::string run : {"pipeline", "ring", "ring_scores", "all_to_all"}) {
+    expect_same_steps(root_, "packed_" + run, "packed_one_process");
   }
 }
 

@@ -109,8 +109,8 @@ TEST(LoraTest, AdaptersTrainThroughCheckpointedBlocks) {
     model->zero_grad();
     torch::Tensor x = model->head(inputs);
     for (int64_t i = 0; i < model->num_blocks(); ++i) {
-      x = checkpoint ? memory::checkpointed(x, [&, i](const torch::Tensor& h) { return model->block(i, h); })
-                     : model->block(i, x);
+      x = checkpoint ? memory::checkpointed(x, [&, i](const torch::Tensor& h) { return model->block(i, h, {}); })
+                     : model->block(i, x, {});
     }
     model->tail_loss(x, targets).backward();
     std::map<std::string, torch::Tensor> grads;

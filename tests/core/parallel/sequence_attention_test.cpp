@@ -1,6 +1,7 @@
 // Sequence-parallel attention over real Gloo ranks against attention written out by hand on the whole
 // sequence (softmax(q kᵀ/√D + mask) v, differentiated by LibTorch's autograd), for ring self-attention,
-// blockwise ring attention and all-to-all (Ulysses) attention, with and without the causal mask.
+// blockwise ring attention and all-to-all (Ulysses) attention, with and without the causal mask, on
+// plain rows and on packed rows (several documents per row, each query seeing only its own document).
 //
 // Tolerances: float64 runs agree to 1e-12 (only the summation order differs: the online softmax
 // rescales partial sums); float32 runs, whose inputs are the same numbers, agree with the float64
@@ -20,25 +21,39 @@ namespace {
 using parallel::sequence::SequenceMode;
 using parallel::sequence::SequenceParallel;
 
-// The reference: attention over the whole sequence, written out.
-torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal) {
+// The reference: attention over the whole sequence, written out. `documents` [B, n]: keys of another
+// document are masked out (undefined: none).
+torch::Tensor reference_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal,
+                                  const torch::Tensor& documents) {
   torch::Tensor s = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   if (causal) {
     const int64_t n = q.size(2);
     s = s.masked_fill(torch::ones({n, n}, torch::kBool).triu(1), -std::numeric_limits<double>::infinity());
   }
+  if (documents.defined()) {
+    const torch::Tensor other = documents.unsqueeze(2).ne(documents.unsqueeze(1)).unsqueeze(1);  // [B, 1, n, n]
+    s = s.masked_fill(other, -std::numeric_limits<double>::infinity());
+  }
   return torch::matmul(torch::softmax(s, -1), v);
+}
+
+// Packed rows of 12 positions whose documents cross the chunk boundaries of 2, 3 and 4 ranks: row 0
+// holds documents of 5, 4 and 3 positions, row 1 of 2, 7 and 3.
+torch::Tensor packed_documents() {
+  return torch::tensor({0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2}, torch::kInt64).view({2, 12});
 }
 
 struct Case {
   SequenceMode mode;
   bool causal;
   torch::Dtype dtype;
+  bool packed = false;
 };
 
 std::string describe(const Case& c, int ranks) {
   const char* mode = c.mode == SequenceMode::kRing ? "blockwise ring" : c.mode == SequenceMode::kRingScores ? "ring self-attention" : "all-to-all";
-  return std::string(mode) + (c.causal ? ", causal" : "") + (c.dtype == torch::kFloat32 ? ", fp32" : ", fp64") +
+  return std::string(mode) + (c.causal ? ", causal" : "") + (c.packed ? ", packed" : "") +
+         (c.dtype == torch::kFloat32 ? ", fp32" : ", fp64") +
          ", P = " + std::to_string(ranks);
 }
 
@@ -54,8 +69,9 @@ void attention_equals_serial(const SequenceParallel& sp, const Case& c, int64_t 
   const torch::Tensor v0 = torch::randn({batch, heads, n, dim}, torch::kFloat64).to(c.dtype).to(torch::kFloat64);
   const torch::Tensor weights = torch::randn({batch, heads, n, dim}, torch::kFloat64).to(c.dtype).to(torch::kFloat64);
 
+  const torch::Tensor documents = c.packed ? packed_documents() : torch::Tensor();
   std::vector<torch::Tensor> whole = {q0.clone().requires_grad_(), k0.clone().requires_grad_(), v0.clone().requires_grad_()};
-  const torch::Tensor expected = reference_attention(whole[0], whole[1], whole[2], c.causal);
+  const torch::Tensor expected = reference_attention(whole[0], whole[1], whole[2], c.causal, documents);
   (expected * weights).sum().backward();
 
   std::vector<torch::Tensor> local;
@@ -63,7 +79,7 @@ void attention_equals_serial(const SequenceParallel& sp, const Case& c, int64_t 
   SequenceParallel mode = sp;
   mode.mode = c.mode;
   mode.query_tile = 2;  // chunks of 3 or 6 rows: tiles with a remainder
-  const torch::Tensor out = parallel::sequence::attention(local[0], local[1], local[2], c.causal, 0.0, mode);
+  const torch::Tensor out = parallel::sequence::attention(local[0], local[1], local[2], c.causal, 0.0, mode, documents);
   (out * parallel::sequence::local_chunk(weights, 2, sp).to(c.dtype)).sum().backward();
 
   const double tolerance = c.dtype == torch::kFloat64 ? 1e-12 : 2e-5;
@@ -86,6 +102,7 @@ void every_mode_equals_serial(int ranks) {
   for (SequenceMode mode : {SequenceMode::kRingScores, SequenceMode::kRing, SequenceMode::kAllToAll}) {
     for (bool causal : {false, true}) {
       for (torch::Dtype dtype : {torch::kFloat64, torch::kFloat32}) attention_equals_serial(sp, {mode, causal, dtype}, 12);
+      attention_equals_serial(sp, {mode, causal, torch::kFloat64, /*packed=*/true}, 12);
     }
   }
 }

@@ -47,7 +47,7 @@ struct ToyImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart block_part(int64_t i) const override { return {"h." + std::to_string(i), {"h." + std::to_string(i)}}; }
   hooks::ModelPart tail_part() const override { return {"out", {"out"}}; }
   torch::Tensor head(const torch::Tensor& x) override { return parallel::enter_stream(tp, in(x)); }
-  torch::Tensor block(int64_t i, const torch::Tensor& h) override {
+  torch::Tensor block(int64_t i, const torch::Tensor& h, const torch::Tensor& /*context*/) override {
     return h + down[static_cast<size_t>(i)].forward(torch::gelu(up[static_cast<size_t>(i)].forward(h)));
   }
   torch::Tensor tail_loss(const torch::Tensor& h, const torch::Tensor& y) override { return torch::mse_loss(out(h), y); }
