@@ -25,8 +25,8 @@ class GptApp : public train::App {
   train::ModelSize model_size() override {
     return {static_cast<double>(settings_.model.parameter_count()), {"model.n_layer", "model.n_embd"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::TensorParallel& tp, const train::Runtime* runtime) override {
-    return make_text_task(config_, settings_, tp, runtime);
+  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    return make_text_task(config_, settings_, options, runtime);
   }
   std::string describe(train::ModelTask&) override {
     const GPTConfig& m = settings_.model;
@@ -47,7 +47,7 @@ class GptApp : public train::App {
     return line;
   }
   torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(build_gpt(config_, settings_, parallel::TensorParallel::serial_on(device)));
+    model_.emplace(build_gpt(config_, settings_, parallel::ModelOptions::serial_on(device)));
     return **model_;
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {

@@ -39,27 +39,27 @@ nn::TransformerBlockSpec block_spec(const GPTConfig& c) {
   return spec;
 }
 
-TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp) {
-  wte = register_module("wte", parallel::make_embedding(tp, config.vocab_size, config.n_embd));
-  wpe = parallel::make_position_embedding(tp, config.n_positions, config.n_embd);
+TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::ModelOptions& options) {
+  wte = register_module("wte", parallel::make_embedding(options, config.vocab_size, config.n_embd));
+  wpe = parallel::make_position_embedding(options, config.n_positions, config.n_embd);
   register_module("wpe", wpe.ptr());
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
   h = register_module("h", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    blocks.push_back(h->register_module(std::to_string(i), nn::TransformerBlock(block_spec(config), tp)));
+    blocks.push_back(h->register_module(std::to_string(i), nn::TransformerBlock(block_spec(config), options)));
   }
-  ln_f = parallel::make_layer_norm(tp, config.n_embd, config.layer_norm_epsilon);
+  ln_f = parallel::make_layer_norm(options, config.n_embd, config.layer_norm_epsilon);
   register_module("ln_f", ln_f.ptr());
 }
 
-GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::TensorParallel tensor_parallel)
-    : config(cfg), tp(std::move(tensor_parallel)) {
+GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::ModelOptions options)
+    : config(cfg), tp(options.tp), device(options.device) {
   KUAFU_CHECK(cfg.n_embd % cfg.n_head == 0, "model.n_embd (", cfg.n_embd, ") must divide by model.n_head (",
               cfg.n_head, ")");
   KUAFU_CHECK(cfg.n_head % tp.feature_blocks() == 0, "model.n_head (", cfg.n_head, ") must divide by the ",
               tp.feature_blocks(), " blocks parallel.tensor.mode = \"", parallel::mode_name(tp.spec.mode),
               "\" cuts the heads into");
-  transformer = register_module("transformer", Transformer(cfg, tp));
+  transformer = register_module("transformer", Transformer(cfg, options));
   initialize();
 }
 

@@ -30,7 +30,7 @@ struct GPTConfig {
 nn::TransformerBlockSpec block_spec(const GPTConfig& config);
 
 struct TransformerImpl : torch::nn::Module {
-  TransformerImpl(const GPTConfig& config, const parallel::TensorParallel& tp);
+  TransformerImpl(const GPTConfig& config, const parallel::ModelOptions& options);
   std::shared_ptr<parallel::TokenEmbeddingImpl> wte;  // [V, C], also the output layer (this rank's block)
   torch::nn::AnyModule wpe;                           // [n_positions, C] (features cut like the stream's)
   torch::nn::Dropout drop{nullptr};
@@ -45,7 +45,7 @@ TORCH_MODULE(Transformer);
 struct GPTImpl : torch::nn::Module, hooks::BlockModel {
   // `tp` (default: serial) says how layers are cut; a parallel model is initialised as the serial one
   // from the same seed, each rank keeping its blocks.
-  explicit GPTImpl(const GPTConfig& config, parallel::TensorParallel tp = {});
+  explicit GPTImpl(const GPTConfig& config, parallel::ModelOptions options = {});
 
   // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
@@ -73,6 +73,7 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
 
   GPTConfig config;
   parallel::TensorParallel tp;
+  torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   Transformer transformer{nullptr};
 
  private:

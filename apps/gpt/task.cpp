@@ -11,19 +11,19 @@ GptSettings read_settings(const config::Config& config) {
   return {text_data(config), train::read_train_settings(config), model_config(config)};
 }
 
-GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::TensorParallel& tp) {
+GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options) {
   torch::manual_seed(settings.train.seed);
-  GPT gpt(settings.model, tp);
+  GPT gpt(settings.model, options);
   gpt_format().load_init_weights(config, gpt);
   return gpt;
 }
 
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const GptSettings& settings,
-                                         const parallel::TensorParallel& tp, const train::Runtime* runtime) {
+                                         const parallel::ModelOptions& options, const train::Runtime* runtime) {
   const TextData& data = settings.data;
   train::BatchSource batches =
       train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
-                                settings.train.eval_rows, tp.device, "kuafu-gpt prepare --config " + config.path());
+                                settings.train.eval_rows, options.device, "kuafu-gpt prepare --config " + config.path());
   const GPTConfig& model = settings.model;
   for (const auto& path : {data.train_tokens, data.val_tokens}) {
     if (const uint64_t vocab = io::TokenFile::open(path).vocab_size(); vocab > static_cast<uint64_t>(model.vocab_size)) {
@@ -31,26 +31,26 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const Gpt
                                              path + " (" + std::to_string(vocab) + ")");
     }
   }
-  train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
-  GPT gpt = build_gpt(config, settings, tp);
+  train::check_row_blocks(config, options.tp, {"train.micro_batch_size", "train.eval_rows"});
+  GPT gpt = build_gpt(config, settings, options);
   if (runtime && runtime->sequence.enabled()) {
     train::check_sequence_parallel(config, *gpt, runtime->sequence, "data.context", data.context, "model.n_head",
                                    "model.dropout");
   }
-  train::ParallelOptions options;
+  train::ParallelOptions layout;
   if (runtime) {  // a micro-batch for "time" partitions
-    options = train::parallel_options(*gpt, config, *runtime, batches.train(0, 0, settings.train.micro_batch_size));
+    layout = train::parallel_options(*gpt, config, *runtime, batches.train(0, 0, settings.train.micro_batch_size));
   }
-  return std::make_unique<TextTask>(gpt, options, std::move(batches), settings.train.micro_batch_size,
+  return std::make_unique<TextTask>(gpt, layout, std::move(batches), settings.train.micro_batch_size,
                                     TextTask::Figures{model.flops_per_token(data.context), {"model."}});
 }
 
-std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp) {
-  return make_text_task(config, read_settings(config), tp, nullptr);
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::ModelOptions& options) {
+  return make_text_task(config, read_settings(config), options, nullptr);
 }
 
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const train::Runtime& runtime) {
-  return make_text_task(config, read_settings(config), runtime.tensor, &runtime);
+  return make_text_task(config, read_settings(config), runtime.model_options(), &runtime);
 }
 
 }  // namespace kuafu::gpt

@@ -18,19 +18,19 @@ struct GptSettings {
 };
 GptSettings read_settings(const config::Config& config);
 
-// The configured GPT on `tp`, seeded from train.seed, with model.init_from's weights when it names a folder.
-GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::TensorParallel& tp);
+// The configured GPT built with `options`, seeded from train.seed, with model.init_from's weights when it names a folder.
+GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options);
 
 using TextTask = train::SourceTask<GPT>;
 
-// The GPT and its data from the config (seeded from train.seed); `tp` cuts the model's layers
-// (default: serial).
-std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::TensorParallel& tp = {});
+// The GPT and its data from the config (seeded from train.seed); `options` (default: serial on the CPU) say
+// how its layers are cut and where they live.
+std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::ModelOptions& options = {});
 // The same laid out on a runtime's mesh: tensor parallelism, and this rank's pipeline stage with its
 // schedule over the step's accumulation micro-batches.
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const train::Runtime& runtime);
 // Either of the above from settings already read.
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const GptSettings& settings,
-                                         const parallel::TensorParallel& tp, const train::Runtime* runtime);
+                                         const parallel::ModelOptions& options, const train::Runtime* runtime);
 
 }  // namespace kuafu::gpt

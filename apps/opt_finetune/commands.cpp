@@ -26,8 +26,8 @@ class OptApp : public train::App {
     return {static_cast<double>(settings_.model.parameter_count()),
             {"model.shape", "model.hidden_size", "model.num_hidden_layers"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::TensorParallel& tp, const train::Runtime* runtime) override {
-    return opt::make_task(config_, settings_, tp, runtime);
+  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    return opt::make_task(config_, settings_, options, runtime);
   }
   std::string describe(train::ModelTask&) override {
     const OPTConfig& m = settings_.model;
@@ -42,7 +42,7 @@ class OptApp : public train::App {
     return line;
   }
   torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(opt::build_model(config_, settings_, parallel::TensorParallel::serial_on(device)));
+    model_.emplace(opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device)));
     return **model_;
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;

@@ -49,40 +49,40 @@ nn::TransformerBlockSpec block_spec(const OPTConfig& c) {
   return spec;
 }
 
-DecoderImpl::DecoderImpl(const OPTConfig& c, const parallel::TensorParallel& tp) {
-  embed_tokens = register_module("embed_tokens", parallel::make_embedding(tp, c.vocab_size, c.word_embed_proj_dim));
-  embed_positions = parallel::make_position_embedding(tp, c.max_position_embeddings + OPTConfig::kPositionOffset, c.hidden_size);
+DecoderImpl::DecoderImpl(const OPTConfig& c, const parallel::ModelOptions& options) {
+  embed_tokens = register_module("embed_tokens", parallel::make_embedding(options, c.vocab_size, c.word_embed_proj_dim));
+  embed_positions = parallel::make_position_embedding(options, c.max_position_embeddings + OPTConfig::kPositionOffset, c.hidden_size);
   register_module("embed_positions", embed_positions.ptr());
   if (c.projects()) {
     // The projections take and give whole features: a tensor-parallel stream would need cut versions.
-    KUAFU_CHECK(!tp.enabled(), "OPT with word_embed_proj_dim != hidden_size (opt-350m) runs without tensor parallelism");
+    KUAFU_CHECK(!options.tp.enabled(), "OPT with word_embed_proj_dim != hidden_size (opt-350m) runs without tensor parallelism");
     auto linear = [&](int64_t in, int64_t out) {
       return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
     };
     project_in = register_module("project_in", linear(c.word_embed_proj_dim, c.hidden_size));
     project_out = register_module("project_out", linear(c.hidden_size, c.word_embed_proj_dim));
-    project_in->to(tp.device);
-    project_out->to(tp.device);
+    project_in->to(options.device);
+    project_out->to(options.device);
   }
   layers = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    blocks.push_back(layers->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), tp)));
+    blocks.push_back(layers->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), options)));
   }
   if (c.has_final_layer_norm()) {
-    final_layer_norm = parallel::make_layer_norm(tp, c.hidden_size, c.layer_norm_eps);
+    final_layer_norm = parallel::make_layer_norm(options, c.hidden_size, c.layer_norm_eps);
     register_module("final_layer_norm", final_layer_norm.ptr());
   }
   dropout = register_module("dropout", torch::nn::Dropout(c.dropout));
 }
 
-OPTForCausalLMImpl::OPTForCausalLMImpl(const OPTConfig& c, parallel::TensorParallel tensor_parallel)
-    : config(c), tp(std::move(tensor_parallel)) {
+OPTForCausalLMImpl::OPTForCausalLMImpl(const OPTConfig& c, parallel::ModelOptions options)
+    : config(c), tp(options.tp), device(options.device) {
   c.validate();
   KUAFU_CHECK(c.num_attention_heads % tp.feature_blocks() == 0, "num_attention_heads (", c.num_attention_heads,
               ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
               parallel::mode_name(tp.spec.mode), "\" cuts the heads into");
   model = register_module("model", std::make_shared<torch::nn::Module>()).get();
-  decoder = model->register_module("decoder", Decoder(c, tp));
+  decoder = model->register_module("decoder", Decoder(c, options));
   initialize();
 }
 

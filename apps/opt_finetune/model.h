@@ -41,7 +41,7 @@ struct OPTConfig {
 nn::TransformerBlockSpec block_spec(const OPTConfig& config);
 
 struct DecoderImpl : torch::nn::Module {
-  DecoderImpl(const OPTConfig& config, const parallel::TensorParallel& tp);
+  DecoderImpl(const OPTConfig& config, const parallel::ModelOptions& options);
   std::shared_ptr<parallel::TokenEmbeddingImpl> embed_tokens;  // [V, word_embed_proj_dim], also the output layer
   torch::nn::AnyModule embed_positions;                         // [max_position_embeddings + 2, H]
   torch::nn::Linear project_in{nullptr}, project_out{nullptr};  // when projects(), no bias
@@ -55,7 +55,7 @@ TORCH_MODULE(Decoder);
 // The model as maths: embeddings (the head), the blocks, final norm, projection and tied output
 // layer with the loss (the tail). Strategies other than tensor parallelism apply from outside.
 struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
-  explicit OPTForCausalLMImpl(const OPTConfig& config, parallel::TensorParallel tp = {});
+  explicit OPTForCausalLMImpl(const OPTConfig& config, parallel::ModelOptions options = {});
 
   // Logits [B, T, V] of `inputs`: tokens [B, T] at positions 0..T-1 (no padding), or packed rows
   // [B, 2, T], token ids over document ids (contiguous runs), each document attending only to itself
@@ -85,6 +85,7 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
 
   OPTConfig config;
   parallel::TensorParallel tp;
+  torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   torch::nn::Module* model = nullptr;  // "model", holding "decoder" (Hugging Face's nesting)
   Decoder decoder{nullptr};
 

@@ -19,13 +19,13 @@ OptSettings read_settings(const config::Config& config) {
   return settings;
 }
 
-OPTForCausalLM build_model(const config::Config& config, const parallel::TensorParallel& tp) {
-  return build_model(config, read_settings(config), tp);
+OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOptions& options) {
+  return build_model(config, read_settings(config), options);
 }
 
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::TensorParallel& tp) {
+OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options) {
   torch::manual_seed(settings.train.seed);
-  OPTForCausalLM model(settings.model, tp);
+  OPTForCausalLM model(settings.model, options);
   opt_format().load_init_weights(config, model);
   train::apply_configured_lora(config, *model);
   return model;
@@ -79,15 +79,15 @@ train::BatchSource instruction_batches(const config::Config& config, const OptSe
 }  // namespace
 
 std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettings& settings,
-                                   const parallel::TensorParallel& tp, const train::Runtime* stages) {
-  train::check_row_blocks(config, tp, {"train.micro_batch_size", "train.eval_rows"});
+                                   const parallel::ModelOptions& options, const train::Runtime* stages) {
+  train::check_row_blocks(config, options.tp, {"train.micro_batch_size", "train.eval_rows"});
   const OptData& data = settings.data;
   train::BatchSource batches =
-      data.instructions ? instruction_batches(config, settings, tp.device)
+      data.instructions ? instruction_batches(config, settings, options.device)
                         : train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
-                                                    settings.train.eval_rows, tp.device,
+                                                    settings.train.eval_rows, options.device,
                                                     "kuafu-opt prepare --config " + config.path());
-  OPTForCausalLM model = build_model(config, settings, tp);
+  OPTForCausalLM model = build_model(config, settings, options);
   const OPTConfig& m = model->config;
   if (stages && stages->sequence.enabled()) {
     train::check_sequence_parallel(config, *model, stages->sequence, "data.context", data.context,
@@ -100,21 +100,21 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                                              std::to_string(ids.max().item<int64_t>()) + ")");
     }
   }
-  train::ParallelOptions options;
+  train::ParallelOptions layout;
   if (stages) {
-    options = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
+    layout = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
   }
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));
-  return std::make_unique<OptTask>(model, options, std::move(batches), settings.train.micro_batch_size,
+  return std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
                                    OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
 }
 
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime) {
-  return make_task(config, read_settings(config), runtime.tensor, &runtime);
+  return make_task(config, read_settings(config), runtime.model_options(), &runtime);
 }
 
 std::unique_ptr<OptTask> make_serial_task(const config::Config& config, const torch::Device& device) {
-  return make_task(config, read_settings(config), parallel::TensorParallel::serial_on(device), nullptr);
+  return make_task(config, read_settings(config), parallel::ModelOptions::serial_on(device), nullptr);
 }
 
 }  // namespace kuafu::opt

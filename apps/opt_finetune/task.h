@@ -23,17 +23,17 @@ OptSettings read_settings(const config::Config& config);
 
 using OptTask = train::SourceTask<OPTForCausalLM>;
 
-// The config's model on `tp`, seeded from train.seed: model.init_from's weights when it names a folder,
+// The config's model built with `options`, seeded from train.seed: model.init_from's weights when it names a folder,
 // then the config's LoRA (lora.*), so checkpoints of a LoRA run load into it.
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::TensorParallel& tp);
-OPTForCausalLM build_model(const config::Config& config, const parallel::TensorParallel& tp);
+OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options);
+OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOptions& options);
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime);
 // The same with the whole model on `device` (evaluation).
 std::unique_ptr<OptTask> make_serial_task(const config::Config& config, const torch::Device& device);
-// Either of the above from settings already read (runtime null: the whole model on tp's device).
+// Either of the above from settings already read (runtime null: the whole model on options.device).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettings& settings,
-                                   const parallel::TensorParallel& tp, const train::Runtime* runtime);
+                                   const parallel::ModelOptions& options, const train::Runtime* runtime);
 
 }  // namespace kuafu::opt

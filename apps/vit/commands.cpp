@@ -20,8 +20,8 @@ class VitApp : public train::App {
     return {static_cast<double>(settings_.model.parameter_count()),
             {"model.num_hidden_layers", "model.hidden_size", "model.intermediate_size"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::TensorParallel& tp, const train::Runtime* runtime) override {
-    return make_image_task(config_, settings_, tp, runtime);
+  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    return make_image_task(config_, settings_, options, runtime);
   }
   std::string describe(train::ModelTask& task) override {
     const ViTConfig& m = settings_.model;
@@ -35,7 +35,7 @@ class VitApp : public train::App {
   // Top-1, top-5 and per-class accuracy.
   nlohmann::json evaluate(train::ModelTask& task, const train::Runtime& runtime) override;
   torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(build_vit(config_, settings_, parallel::TensorParallel::serial_on(device)));
+    model_.emplace(build_vit(config_, settings_, parallel::ModelOptions::serial_on(device)));
     return **model_;
   }
   // The class names as the evaluation set has them become the folder's id2label.

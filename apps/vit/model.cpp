@@ -93,25 +93,25 @@ nn::TransformerBlockSpec block_spec(const ViTConfig& c) {
   return spec;
 }
 
-ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::TensorParallel& tp) {
-  embeddings = register_module("embeddings", Embeddings(c, tp.device));
+ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::ModelOptions& options) {
+  embeddings = register_module("embeddings", Embeddings(c, options.device));
   encoder = register_module("encoder", std::make_shared<torch::nn::Module>());
   auto list = encoder->register_module("layer", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    layers.push_back(list->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), tp)));
+    layers.push_back(list->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), options)));
   }
-  layernorm = parallel::make_layer_norm(tp, c.hidden_size, c.layer_norm_eps);
+  layernorm = parallel::make_layer_norm(options, c.hidden_size, c.layer_norm_eps);
   register_module("layernorm", layernorm.ptr());
 }
 
-ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c, parallel::TensorParallel tensor_parallel)
-    : config(c), tp(std::move(tensor_parallel)) {
+ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c, parallel::ModelOptions options)
+    : config(c), tp(options.tp), device(options.device) {
   config.validate();
   KUAFU_CHECK(config.num_attention_heads % tp.feature_blocks() == 0, "model.num_attention_heads (",
               config.num_attention_heads, ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
               parallel::mode_name(tp.spec.mode), "\" cuts the heads into");
-  vit = register_module("vit", ViTModel(config, tp));
-  classifier = parallel::make_linear(tp, linear(config.hidden_size, config.num_labels), parallel::Cut::kColumn);
+  vit = register_module("vit", ViTModel(config, options));
+  classifier = parallel::make_linear(options, linear(config.hidden_size, config.num_labels), parallel::Cut::kColumn);
   register_module("classifier", classifier.ptr());
   // Hugging Face's initialisation: truncated normal (σ = 0.02) weights, class token and positions;
   // zero biases; LayerNorm ones and zeros.

@@ -60,7 +60,7 @@ TORCH_MODULE(Embeddings);
 nn::TransformerBlockSpec block_spec(const ViTConfig& config);
 
 struct ViTModelImpl : torch::nn::Module {
-  ViTModelImpl(const ViTConfig& config, const parallel::TensorParallel& tp);
+  ViTModelImpl(const ViTConfig& config, const parallel::ModelOptions& options);
   Embeddings embeddings{nullptr};
   std::shared_ptr<torch::nn::Module> encoder;  // child "layer" holds "0" .. "L-1"
   std::vector<nn::TransformerBlock> layers;
@@ -73,7 +73,7 @@ TORCH_MODULE(ViTModel);
 struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
   // `tp` (default: serial) cuts the blocks and the head; the model is initialised as the serial one
   // from the same seed (truncated normal, std 0.02; zero biases).
-  explicit ViTForImageClassificationImpl(const ViTConfig& config, parallel::TensorParallel tp = {});
+  explicit ViTForImageClassificationImpl(const ViTConfig& config, parallel::ModelOptions options = {});
 
   // Logits [B, num_labels] for pixels [B, C, S, S], whole on every rank (every rank of a tensor
   // group passes the same whole batch).
@@ -97,6 +97,7 @@ struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
 
   ViTConfig config;
   parallel::TensorParallel tp;
+  torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   ViTModel vit{nullptr};
   torch::nn::AnyModule classifier;
 

@@ -37,9 +37,9 @@ VitSettings read_settings(const config::Config& config) {
 }
 
 ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::TensorParallel& tp) {
+                                    const parallel::ModelOptions& options) {
   torch::manual_seed(settings.train.seed);
-  ViTForImageClassification vit(settings.model, tp);
+  ViTForImageClassification vit(settings.model, options);
   if (const std::string folder = train::init_from(config); !folder.empty()) {
     const bool new_classifier = config.get_bool("model.new_classifier");
     load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
@@ -104,31 +104,31 @@ void ImageTask::for_each_eval_batch(
 }
 
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const VitSettings& settings,
-                                           const parallel::TensorParallel& tp, const train::Runtime* runtime) {
+                                           const parallel::ModelOptions& options, const train::Runtime* runtime) {
   const ViTConfig& model = settings.model;
-  auto train = open_dataset(config, model, /*train=*/true, tp.device);
-  auto val = open_dataset(config, model, /*train=*/false, tp.device);
-  train::check_row_blocks(config, tp, {"train.micro_batch_size"});
-  ViTForImageClassification vit = build_vit(config, settings, tp);
-  train::ParallelOptions options;
+  auto train = open_dataset(config, model, /*train=*/true, options.device);
+  auto val = open_dataset(config, model, /*train=*/false, options.device);
+  train::check_row_blocks(config, options.tp, {"train.micro_batch_size"});
+  ViTForImageClassification vit = build_vit(config, settings, options);
+  train::ParallelOptions layout;
   if (runtime) {
     // "time" partitions time a micro-batch of blank images.
     const int64_t micro_batch = settings.train.micro_batch_size;
     const torch::Tensor pixels = torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size},
-                                              torch::TensorOptions().device(tp.device));  // no random draws
+                                              torch::TensorOptions().device(options.device));  // no random draws
     const torch::Tensor targets = smoothed_targets(
-        torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(tp.device)), model.num_labels, 0.0);
-    options = train::parallel_options(*vit, config, *runtime, {pixels, targets});
+        torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(options.device)), model.num_labels, 0.0);
+    layout = train::parallel_options(*vit, config, *runtime, {pixels, targets});
   }
-  return std::make_unique<ImageTask>(vit, options, std::move(train), std::move(val), config, settings);
+  return std::make_unique<ImageTask>(vit, layout, std::move(train), std::move(val), config, settings);
 }
 
-std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp) {
-  return make_image_task(config, read_settings(config), tp, nullptr);
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::ModelOptions& options) {
+  return make_image_task(config, read_settings(config), options, nullptr);
 }
 
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const train::Runtime& runtime) {
-  return make_image_task(config, read_settings(config), runtime.tensor, &runtime);
+  return make_image_task(config, read_settings(config), runtime.model_options(), &runtime);
 }
 
 }  // namespace kuafu::vit

@@ -22,10 +22,10 @@ struct VitSettings {
 };
 VitSettings read_settings(const config::Config& config);
 
-// The configured ViT on `tp`, seeded from train.seed, with model.init_from's weights when it names a
+// The configured ViT built with `options`, seeded from train.seed, with model.init_from's weights when it names a
 // folder (a new classifier when model.new_classifier says so).
 ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::TensorParallel& tp);
+                                    const parallel::ModelOptions& options);
 
 class ImageTask : public train::ModelTask {
  public:
@@ -59,13 +59,13 @@ class ImageTask : public train::ModelTask {
   double label_smoothing_, mixup_alpha_;
 };
 
-// The ViT (tensor-parallel as `tp` says) and its training and evaluation sets.
-std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::TensorParallel& tp = {});
+// The ViT (built with `options`: cuts and device) and its training and evaluation sets.
+std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::ModelOptions& options = {});
 // The same laid out on a runtime's mesh: tensor parallelism, sequence parallelism, this rank's pipeline
 // stage, activation checkpointing.
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const train::Runtime& runtime);
 // Either of the above from settings already read.
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const VitSettings& settings,
-                                           const parallel::TensorParallel& tp, const train::Runtime* runtime);
+                                           const parallel::ModelOptions& options, const train::Runtime* runtime);
 
 }  // namespace kuafu::vit

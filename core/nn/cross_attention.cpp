@@ -5,7 +5,8 @@
 
 namespace kuafu::nn {
 
-CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionSpec& s, const parallel::TensorParallel& tp) : spec(s) {
+CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionSpec& s, const parallel::ModelOptions& options) : spec(s) {
+  const parallel::TensorParallel& tp = options.tp;
   if (spec.cross_attention_dim == 0) spec.cross_attention_dim = spec.query_dim;
   KUAFU_CHECK(spec.query_dim > 0 && spec.cross_attention_dim > 0 && spec.heads > 0 && spec.dim_head > 0,
               "an attention layer needs positive widths and heads (query_dim ", spec.query_dim,
@@ -17,7 +18,7 @@ CrossAttentionImpl::CrossAttentionImpl(const CrossAttentionSpec& s, const parall
   local_heads = spec.heads / tp.feature_blocks();
   const int64_t inner = spec.heads * spec.dim_head;
   auto linear = [&](int64_t in, int64_t out, bool bias, parallel::Cut cut) {
-    return parallel::make_linear(tp, parallel::LinearSpec{in, out, bias, parallel::WeightOrder::kOutIn}, cut);
+    return parallel::make_linear(options, parallel::LinearSpec{in, out, bias, parallel::WeightOrder::kOutIn}, cut);
   };
   to_q = linear(spec.query_dim, inner, spec.bias, parallel::Cut::kColumn);
   to_k = linear(spec.cross_attention_dim, inner, spec.bias, parallel::Cut::kColumn);

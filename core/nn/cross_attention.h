@@ -26,7 +26,7 @@ struct CrossAttentionSpec {
 // come in the mode's residual-stream layout (whole in serial and 1D).
 struct CrossAttentionImpl : torch::nn::Module {
   explicit CrossAttentionImpl(const CrossAttentionSpec& spec,
-                              const parallel::TensorParallel& tp = parallel::TensorParallel());
+                              const parallel::ModelOptions& options = {});
   // x [B, N, query_dim]; context [B, M, cross_attention_dim] (undefined: self-attention over x, which
   // needs cross_attention_dim == query_dim); key_mask [B, M] bool, true for a real key (undefined:
   // every key). -> [B, N, query_dim]. A query whose keys are all masked gets the mean of the values.

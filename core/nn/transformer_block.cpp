@@ -35,7 +35,8 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Te
   return y.transpose(1, 2).reshape({b, t, width});
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockSpec& s, const parallel::TensorParallel& tp) : spec(s) {
+TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockSpec& s, const parallel::ModelOptions& options) : spec(s) {
+  const parallel::TensorParallel& tp = options.tp;
   KUAFU_CHECK(s.hidden > 0 && s.heads > 0 && s.hidden % s.heads == 0, "a transformer block's width (", s.hidden,
               ") must divide by its attention heads (", s.heads, ")");
   KUAFU_CHECK(s.heads % tp.feature_blocks() == 0, "the ", s.heads, " attention heads must divide by the ",
@@ -43,9 +44,9 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockSpec& s, const 
               "\" cuts them into");
   const BlockNames& n = s.names;
   auto linear = [&](int64_t in, int64_t out, parallel::Cut cut, int64_t stride = 1) {
-    return parallel::make_linear(tp, parallel::LinearSpec{in, out, /*bias=*/true, s.weight_order, stride}, cut);
+    return parallel::make_linear(options, parallel::LinearSpec{in, out, /*bias=*/true, s.weight_order, stride}, cut);
   };
-  norm_1 = parallel::make_layer_norm(tp, s.hidden, s.norm_eps);
+  norm_1 = parallel::make_layer_norm(options, s.hidden, s.norm_eps);
   register_at(n.norm_1, norm_1.ptr());
   if (!n.qkv.empty()) {
     qkv = linear(s.hidden, 3 * s.hidden, parallel::Cut::kColumn, /*stride=*/3);  // cut per q|k|v segment
@@ -59,7 +60,7 @@ TransformerBlockImpl::TransformerBlockImpl(const TransformerBlockSpec& s, const 
   }
   attention_out = linear(s.hidden, s.hidden, parallel::Cut::kRow);
   register_at(n.attention_out, attention_out.ptr());
-  norm_2 = parallel::make_layer_norm(tp, s.hidden, s.norm_eps);
+  norm_2 = parallel::make_layer_norm(options, s.hidden, s.norm_eps);
   register_at(n.norm_2, norm_2.ptr());
   fc_in = linear(s.hidden, s.intermediate, parallel::Cut::kColumn);
   register_at(n.fc_in, fc_in.ptr());

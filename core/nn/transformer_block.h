@@ -62,7 +62,7 @@ struct TransformerBlockSpec {
 // (every rank holds whole heads), the second a row layer, so attention itself runs locally on a rank's
 // heads in every tensor-parallel mode.
 struct TransformerBlockImpl : torch::nn::Module {
-  TransformerBlockImpl(const TransformerBlockSpec& spec, const parallel::TensorParallel& tp);
+  TransformerBlockImpl(const TransformerBlockSpec& spec, const parallel::ModelOptions& options);
   // x [B, T, C] (the stream in the tensor mode's layout); `cache` continues a decoded sequence.
   torch::Tensor forward(const torch::Tensor& x, ops::KVCache* cache = nullptr, const ops::AttentionMask& mask = {});
 

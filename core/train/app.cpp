@@ -37,7 +37,7 @@ void check_model_fits(App& app, const config::Config& config, const Runtime& run
 TrainSummary train_app(App& app, const config::Config& config) {
   Runtime runtime = start_runtime(config);
   check_model_fits(app, config, runtime);
-  std::unique_ptr<ModelTask> task = app.make_task(runtime.tensor, &runtime);
+  std::unique_ptr<ModelTask> task = app.make_task(runtime.model_options(), &runtime);
   if (runtime.is_main()) {
     log::infof(app.describe(*task), "; ", runtime.world->size(), " rank(s) x ", runtime.threads, " thread(s)");
   }
@@ -50,7 +50,7 @@ TrainSummary train_app(App& app, const config::Config& config) {
 void eval_app(App& app, const config::Config& config, const std::string& checkpoint) {
   Runtime runtime = start_runtime(config);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
-  std::unique_ptr<ModelTask> task = app.make_task(parallel::TensorParallel::serial_on(runtime.device), nullptr);
+  std::unique_ptr<ModelTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
   const std::string folder = load_checkpoint_weights(config, checkpoint, task->model());
   nlohmann::json line = app.evaluate(*task, runtime);
   line["checkpoint"] = folder;

@@ -45,9 +45,9 @@ class App {
   virtual ~App() = default;
 
   virtual ModelSize model_size() = 0;
-  // The task on `tp`'s layout; with `runtime` laid out on its mesh (training: pipeline stages,
-  // sequence parallelism, checkpointing), without it whole on tp.device (evaluation).
-  virtual std::unique_ptr<ModelTask> make_task(const parallel::TensorParallel& tp, const Runtime* runtime) = 0;
+  // The task built with `options` (its cuts and device); with `runtime` laid out on its mesh (training: pipeline stages,
+  // sequence parallelism, checkpointing), without it whole on options.device (evaluation).
+  virtual std::unique_ptr<ModelTask> make_task(const parallel::ModelOptions& options, const Runtime* runtime) = 0;
   // A line about the model for the start of training ("GPT-2: 12 layers, ...").
   virtual std::string describe(ModelTask& task) = 0;
   // After a training run that was not stopped early, on every rank (e.g. a figure to compare with).

@@ -21,7 +21,7 @@
 
 namespace kuafu::train {
 
-// `Model`: the app's module holder, built as Model(C, parallel::TensorParallel), with ->config and ->tp.
+// `Model`: the app's module holder, built as Model(C, parallel::ModelOptions), with ->config and ->tp.
 template <class Model, class C>
 struct HfModelFormat {
   std::string model_type;  // config.json's, e.g. "gpt2"
@@ -57,7 +57,7 @@ struct HfModelFormat {
   // The model `dir` holds, whole (serial) on `device`, its weights converted to float32.
   Model load(const std::string& dir, torch::Device device = torch::kCPU) const {
     const io::HfFolder folder = io::read_hf_folder(dir);
-    Model model(read_config(folder.config, dir + "/config.json"), parallel::TensorParallel::serial_on(device));
+    Model model(read_config(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(device));
     load_weights(model, folder);
     return model;
   }

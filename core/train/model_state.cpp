@@ -18,12 +18,12 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, options_.steps));
   scaler_ = optim::make_loss_scaler(config);
   // Everything the step touches lives on the run's device: the weights are made there (the layers take
-  // the device from runtime.tensor), masters, gradients and optimizer state follow them, and the tasks
+  // the device from runtime.model_options()), masters, gradients and optimizer state follow them, and the tasks
   // put their batches there.
   for (const auto& item : model.named_parameters()) {
     KUAFU_CHECK(item.value().device() == runtime.device, "the model made parameter ", item.key(), " on ",
                 item.value().device().str(), ", not on the run's device ", runtime.device.str(),
-                ": build its layers with runtime.tensor (its device)");
+                ": build its layers with runtime.model_options() (its device)");
   }
   dtype_ = optim::compute_dtype(config, runtime.device);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that

@@ -1,6 +1,6 @@
 // Applies the configured strategies to a model written as maths (hooks::BlockModel), always in this order:
 //   1. tensor parallelism: chosen when the model is built, its layers coming from the parallel::
-//      factories with runtime.tensor (the one strategy a model file names, through the factories only);
+//      factories with runtime.model_options() (the one strategy a model file names, through the factories only);
 //   2. sequence parallelism: every nn::AttentionCore gets the "sequence" group, and the stream is cut
 //      along its positions after the head;
 //   3. pipeline staging: this rank keeps the head, blocks and tail of its stages (cut uniformly, by

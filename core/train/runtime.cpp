@@ -128,7 +128,6 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   for (const auto& axis : parallel::tensor_mesh_axes(runtime.tensor.spec)) axes.push_back(axis);
   runtime.mesh = std::make_shared<dist::ProcessMesh>(runtime.world, axes);
   runtime.tensor.mesh = runtime.mesh;
-  runtime.tensor.device = runtime.device;  // the layers make their parameters there
   if (runtime.sequence.enabled()) runtime.sequence.group = runtime.mesh->group("sequence");
   if (dap > 1) runtime.dap = runtime.mesh->group("dap");
   if (env.world_size > 1) log::infof(dist::describe(env), "; mesh ", runtime.mesh->describe());

@@ -39,6 +39,8 @@ struct Runtime {
   dist::GroupPtr replica_group() const;
   int threads = 1;
   torch::Device device{torch::kCPU};
+  // What this rank's model is built with: the tensor-parallel cuts and the run's device.
+  parallel::ModelOptions model_options() const { return {tensor, device}; }
   bool is_main() const { return world->rank() == 0; }
 };
 

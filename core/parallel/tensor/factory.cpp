@@ -53,8 +53,9 @@ torch::Tensor SerialLayerNormImpl::forward(const torch::Tensor& x) {
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps_);
 }
 
-torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spec, Cut cut) {
-  if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec, tp.device));
+torch::nn::AnyModule make_linear(const ModelOptions& options, const LinearSpec& spec, Cut cut) {
+  const TensorParallel& tp = options.tp;
+  if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec, options.device));
   switch (tp.spec.mode) {
     case TensorMode::k1D:
       if (cut == Cut::kColumn) return torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh));
@@ -70,17 +71,19 @@ torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spe
   fail("make_linear: unknown tensor-parallel mode");
 }
 
-torch::nn::AnyModule make_layer_norm(const TensorParallel& tp, int64_t dim, double eps) {
+torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, double eps) {
+  const TensorParallel& tp = options.tp;
   if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) {
     // 1D keeps the residual stream whole on every rank: a replicated LayerNorm.
-    return torch::nn::AnyModule(SerialLayerNorm(dim, eps, tp.device));
+    return torch::nn::AnyModule(SerialLayerNorm(dim, eps, options.device));
   }
   if (tp.spec.mode == TensorMode::k3D) return torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps));
   return torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps));
 }
 
-std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim) {
-  if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim, tp.device);
+std::shared_ptr<TokenEmbeddingImpl> make_embedding(const ModelOptions& options, int64_t vocab, int64_t dim) {
+  const TensorParallel& tp = options.tp;
+  if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim, options.device);
   switch (tp.spec.mode) {
     case TensorMode::k1D: return std::make_shared<VocabParallelEmbeddingImpl>(vocab, dim, *tp.mesh);
     case TensorMode::k3D: return std::make_shared<Embedding3dImpl>(vocab, dim, *tp.mesh);
@@ -88,8 +91,9 @@ std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int
   }
 }
 
-torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim) {
-  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim, tp.device));
+torch::nn::AnyModule make_position_embedding(const ModelOptions& options, int64_t n, int64_t dim) {
+  const TensorParallel& tp = options.tp;
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim, options.device));
   if (tp.spec.mode == TensorMode::k3D) {
     return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}));
   }

@@ -19,8 +19,6 @@ namespace kuafu::parallel {
 struct TensorParallel {
   TensorParallelSpec spec;
   std::shared_ptr<dist::ProcessMesh> mesh;
-  // Where serial layers create their parameters (the run's device); cut layers use their mesh's.
-  torch::Device device = torch::kCPU;
 
   bool enabled() const { return spec.mode != TensorMode::kNone && spec.size > 1; }
   int size() const { return enabled() ? spec.size : 1; }  // ranks of one tensor-parallel group
@@ -32,13 +30,22 @@ struct TensorParallel {
   int batch_blocks() const;
   dist::GroupPtr group() const;  // the group spanning every tensor-parallel axis (null when serial)
   std::vector<std::string> axes() const { return tensor_axis_names(spec); }
+};
 
-  // Serial layers on `device`: one process's whole model (benchmarks, evaluation, sampling).
-  static TensorParallel serial_on(const torch::Device& device) {
-    TensorParallel tp;
-    tp.device = device;
-    return tp;
-  }
+// What a model is built with: where its layers are cut, and the device on which its serial and
+// replicated layers make their parameters (the run's; cut layers use their mesh's).
+// train::Runtime::model_options() gives the run's.
+struct ModelOptions {
+  ModelOptions() = default;
+  // `tp`'s cuts with the serial layers on `device` (a model built on the CPU by default, as in tests;
+  // a run's model takes train::Runtime::model_options(), and ModelState refuses parameters elsewhere).
+  ModelOptions(TensorParallel tp, torch::Device device = torch::kCPU) : tp(std::move(tp)), device(device) {}  // NOLINT
+
+  // One process's whole model on `device` (benchmarks, evaluation, sampling).
+  static ModelOptions serial_on(const torch::Device& device) { return {TensorParallel(), device}; }
+
+  TensorParallel tp;
+  torch::Device device = torch::kCPU;
 };
 
 // y = x W + b on one device, W stored as `order` says (GPT-2's Conv1D is kInOut).
@@ -73,19 +80,19 @@ TORCH_MODULE(SerialLayerNorm);
 // are the same either way.
 enum class Cut { kColumn, kRow };
 
-torch::nn::AnyModule make_linear(const TensorParallel& tp, const LinearSpec& spec, Cut cut);
+torch::nn::AnyModule make_linear(const ModelOptions& options, const LinearSpec& spec, Cut cut);
 
 // LayerNorm over `dim` features of the residual stream (parameters "weight" and "bias").
-torch::nn::AnyModule make_layer_norm(const TensorParallel& tp, int64_t dim, double eps);
+torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, double eps);
 
 // Token embedding [vocab, dim] with its tied output layer and loss (embedding.h); parameter "weight".
-std::shared_ptr<TokenEmbeddingImpl> make_embedding(const TensorParallel& tp, int64_t vocab, int64_t dim);
+std::shared_ptr<TokenEmbeddingImpl> make_embedding(const ModelOptions& options, int64_t vocab, int64_t dim);
 
 // An embedding [n, dim] added to every batch row of the residual stream, e.g. positions: ids [...] ->
 // [..., dim] with the features cut as the residual stream's are; parameter "weight".
-torch::nn::AnyModule make_position_embedding(const TensorParallel& tp, int64_t n, int64_t dim);
+torch::nn::AnyModule make_position_embedding(const ModelOptions& options, int64_t n, int64_t dim);
 
-// A classifier head built by make_linear(tp, {dim, classes}, Cut::kColumn) leaves this rank a block of
+// A classifier head built by make_linear(options, {dim, classes}, Cut::kColumn) leaves this rank a block of
 // the logits with the classes cut like the layer's output features. Its mean cross-entropy against the
 // whole batch's targets [B, ...] (every rank of the tensor group passes the same), never gathering the
 // logits; and the full logits [B, ..., classes] on every rank (differentiable: for losses every rank

@@ -120,8 +120,7 @@ TEST_F(GPTTrainingTest, EveryDeviceTrainsAsTheCpuDoes) {
 // device, which has no storage, every parameter must be a meta tensor.
 TEST_F(GPTTrainingTest, TheModelMakesEveryParameterOnTheGivenDevice) {
   const GPTConfig config = model_config(make_config(root_, "meta", ""));
-  parallel::TensorParallel on_meta;
-  on_meta.device = torch::kMeta;
+  const auto on_meta = parallel::ModelOptions::serial_on(torch::kMeta);
   GPT model(config, on_meta);
   int64_t count = 0;
   for (const auto& p : model->named_parameters()) {

@@ -163,7 +163,7 @@ TEST_F(GPTMemoryTest, ShardingWithTensorParallelismIsRefusedAtTheKey) {
   const auto config = make_config(root_, "refused", "memory.strategy=\"zero2\"\nparallel.tensor.mode=\"1d\"\n"
                                                     "parallel.tensor.size=2\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(config, testing::worker_world());
-  auto task = make_text_task(config, runtime.tensor);
+  auto task = make_text_task(config, runtime.model_options());
   const std::string message = testing::error_message([&] { train::Trainer(config, runtime, *task); });
   EXPECT_NE(message.find("memory.strategy"), std::string::npos) << message;
   EXPECT_NE(message.find("parallel.tensor"), std::string::npos) << message;

@@ -229,7 +229,7 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   const auto config = make_config(root, name, kPlainSgd + tensor + "\ntrain.micro_batch_size=" +
                                                   std::to_string(micro_batch) + "\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(config);
-  auto task = make_text_task(config, runtime.tensor);
+  auto task = make_text_task(config, runtime.model_options());
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
   const auto parallel = full_weights(task->model_holder());
@@ -378,7 +378,7 @@ TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
   const auto first = make_config(root_, "layout_1d", k1d + "\ntrain.micro_batch_size=4\ntrain.steps=3\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(first);
   {
-    auto task = make_text_task(first, runtime.tensor);
+    auto task = make_text_task(first, runtime.model_options());
     train::Trainer trainer(first, runtime, *task);
     trainer.run();
   }
@@ -387,7 +387,7 @@ TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
       k2d + "\ntrain.micro_batch_size=8\ndist.timeout_s=30\ntrain.resume=\"" +
           train::checkpoint_folder((root_ / "layout_1d" / "checkpoints").string(), 3) + "\"");
   train::Runtime grid = train::start_runtime(second, runtime.world);
-  auto task = make_text_task(second, grid.tensor);
+  auto task = make_text_task(second, grid.model_options());
   train::Trainer trainer(second, grid, *task);
   EXPECT_EQ(trainer.start_step(), 3);
   trainer.run();
@@ -491,7 +491,7 @@ TEST_F(GPTTrainingTest, SerialCheckpointResumesTensorParallel) {
                                                        train::checkpoint_folder((root_ / mine / "checkpoints").string(), 3) +
                                                        "\"\ntrain.out_dir=\"" + (root_ / "tp_resumed").string() + "\"");
   train::Runtime runtime = train::start_runtime(config);
-  auto task = make_text_task(config, runtime.tensor);
+  auto task = make_text_task(config, runtime.model_options());
   train::Trainer trainer(config, runtime, *task);
   EXPECT_EQ(trainer.start_step(), 3);
   trainer.run();

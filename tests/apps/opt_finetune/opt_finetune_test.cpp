@@ -144,7 +144,7 @@ TEST_F(OPTFinetuneTest, PackedExamplesGiveTheUnpackedLossAndGradients) {
   ASSERT_EQ(rows.inputs.sizes(), (std::vector<int64_t>{2, 2, 192}));
   EXPECT_EQ(rows.targets.ne(io::kIgnoredTarget).sum().item<int64_t>(), one_per_row.targets.ne(io::kIgnoredTarget).sum().item<int64_t>());
 
-  OPTForCausalLM model = build_model(config, parallel::TensorParallel::serial_on(torch::kCPU));
+  OPTForCausalLM model = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
   auto loss_and_grads = [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
     model->zero_grad();
     torch::Tensor loss = model->loss(inputs, targets);
@@ -233,7 +233,7 @@ TEST_F(OPTFinetuneTest, ShardedLoraFineTuningOnTwoRanksEqualsPlainAndKeepsTheBas
   if (world->rank() != 0) return;
   // The base weights are where the seed put them; the adapters moved.
   const auto config = make_config(root_, "lora_none", {"lora.rank=4"});
-  OPTForCausalLM start = build_model(config, parallel::TensorParallel::serial_on(torch::kCPU));
+  OPTForCausalLM start = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
   const io::SafetensorsFile trained = testing::saved(root_, "lora_none", "model.safetensors");
   int adapters = 0;
   for (const auto& [name, tensor] : train::named_weights(*start)) {
@@ -325,7 +325,7 @@ TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
   testing::expect_same_tensors(testing::saved(root_, "offloaded", "optimizer.safetensors"),
                                testing::saved(root_, "on_device", "optimizer.safetensors"), 0.0, 0.0, "optimizer state");
   // Between calls a frozen weight is its host copy; during its block's call, a copy made for the call.
-  OPTForCausalLM model = build_model(make_config(root_, "hooks", {"lora.rank=4"}), parallel::TensorParallel::serial_on(torch::kCPU));
+  OPTForCausalLM model = build_model(make_config(root_, "hooks", {"lora.rank=4"}), parallel::ModelOptions::serial_on(torch::kCPU));
   {
     memory::FrozenWeightOffload offload(*model, torch::kCPU);
     const torch::Tensor weight = model->named_parameters()["model.decoder.layers.0.fc1.weight"];
@@ -385,7 +385,7 @@ TEST_F(OPTFinetuneTest, CommandsFineTuneEvaluateGenerateAndExport) {
   EXPECT_TRUE(fs::exists(merged / "vocab.json")) << "the tokenizer travels with the model";
   EXPECT_TRUE(fs::exists(adapter / "adapter_config.json") && fs::exists(adapter / "adapter_model.safetensors"));
   const auto config = config::Config::load(lora, opt_schema());
-  OPTForCausalLM adapted = build_model(config, parallel::TensorParallel::serial_on(torch::kCPU));
+  OPTForCausalLM adapted = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
   train::CheckpointStore::load_model(train::checkpoint_to_read((root_ / "cli_lora").string(), ""), *adapted);
   const torch::Tensor tokens = torch::randint(3, 120, {2, 10});
   OPTForCausalLM plain = opt_format().load(merged.string());

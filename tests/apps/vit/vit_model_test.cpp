@@ -49,8 +49,7 @@ TEST(ViTModelTest, HuggingFaceNamesShapesAndParameterCount) {
 
 // Every parameter is made on the device the model is given (meta: no storage, nothing copied).
 TEST(ViTModelTest, EveryParameterIsMadeOnTheGivenDevice) {
-  parallel::TensorParallel on_meta;
-  on_meta.device = torch::kMeta;
+  const auto on_meta = parallel::ModelOptions::serial_on(torch::kMeta);
   ViTForImageClassification model(tiny(), on_meta);
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(p.value().is_meta()) << p.key();
   // Embeddings 4 (class token, positions, projection weight and bias), 16 per layer, final norm and head 4.

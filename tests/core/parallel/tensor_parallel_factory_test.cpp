@@ -31,7 +31,7 @@ void classifier_head_equals_serial(const parallel::TensorParallel& tp) {
   const torch::Tensor w = testing::randn64({classes, hidden}), b = testing::randn64({classes});
   const torch::Tensor x0 = testing::randn64({4, 3, hidden}), targets = torch::randint(classes, {4, 3});
 
-  torch::nn::AnyModule head = parallel::make_linear(tp, parallel::LinearSpec{hidden, classes}, parallel::Cut::kColumn);
+  torch::nn::AnyModule head = parallel::make_linear({tp}, parallel::LinearSpec{hidden, classes}, parallel::Cut::kColumn);
   head.ptr()->to(torch::kFloat64);
   const auto layouts = parallel::collect_layouts(*head.ptr());  // none when serial
   auto layout_of = [&](const std::string& name) {

@@ -25,17 +25,17 @@ namespace fs = std::filesystem;
 
 // The whole model: x [B, T, 4] -> W_in -> L x (h + W_2 gelu(W_1 h)) -> w_out -> mean squared error.
 struct ToyImpl : torch::nn::Module, hooks::BlockModel {
-  explicit ToyImpl(const parallel::TensorParallel& tp) : tp(tp) {
-    in = register_module("in", parallel::SerialLinear(parallel::LinearSpec{4, 16}, tp.device));
+  explicit ToyImpl(const parallel::ModelOptions& options) : tp(options.tp) {
+    in = register_module("in", parallel::SerialLinear(parallel::LinearSpec{4, 16}, options.device));
     auto h = register_module("h", std::make_shared<torch::nn::Module>());
     for (int i = 0; i < 4; ++i) {
       auto block = h->register_module(std::to_string(i), std::make_shared<torch::nn::Module>());
-      up.push_back(parallel::make_linear(tp, {16, 32}, parallel::Cut::kColumn));
-      down.push_back(parallel::make_linear(tp, {32, 16}, parallel::Cut::kRow));
+      up.push_back(parallel::make_linear(options, {16, 32}, parallel::Cut::kColumn));
+      down.push_back(parallel::make_linear(options, {32, 16}, parallel::Cut::kRow));
       block->register_module("up", up.back().ptr());
       block->register_module("down", down.back().ptr());
     }
-    out = register_module("out", parallel::SerialLinear(parallel::LinearSpec{16, 1}, tp.device));
+    out = register_module("out", parallel::SerialLinear(parallel::LinearSpec{16, 1}, options.device));
     parallel::initialize_like_serial(*this, tp, [](const std::string&, torch::Tensor& full) {
       full.normal_(0.0, 0.1);
       return true;
@@ -106,7 +106,7 @@ config::Config toy_config(const std::string& name, const std::string& extra) {
 // Trains the toy under `config` on `runtime` (the task built as an app builds its own).
 void train_toy(const config::Config& config, Runtime& runtime) {
   torch::manual_seed(1);
-  Toy toy(runtime.tensor);
+  Toy toy(runtime.model_options());
   const int64_t micro = config.get_int("train.micro_batch_size");
   const Batch data = toy_data();  // a sample micro-batch, for "time" partitions
   const ParallelOptions options =
@@ -200,7 +200,7 @@ TEST(ParallelizeTest, ATaskReportsItsOwnEvaluationFigures) {
   const config::Config config = toy_config("own_metrics", "train.micro_batch_size=4");
   Runtime runtime = start_runtime(config, testing::worker_world());
   torch::manual_seed(1);
-  Toy toy(runtime.tensor);
+  Toy toy(runtime.model_options());
   const Batch data = toy_data();
   ToyWithOwnMetrics task(toy, parallel_options(*toy, config, runtime, {data.inputs.narrow(0, 0, 4), data.targets.narrow(0, 0, 4)}), 4);
   Trainer(config, runtime, task).run();
