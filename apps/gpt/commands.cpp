@@ -12,6 +12,7 @@
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
 #include "core/util/logging.h"
+#include "core/util/utf8.h"
 
 namespace kuafu::gpt {
 namespace fs = std::filesystem;
@@ -72,8 +73,8 @@ class GptApp : public train::App {
       return std::vector<int64_t>(ids.begin(), ids.end());
     };
     framing.print = [tokenizer](size_t row, const std::string& prompt, const std::vector<int64_t>& produced) {
-      std::cout << (row ? "\n" : "") << prompt << tokenizer->decode(std::vector<uint32_t>(produced.begin(), produced.end()))
-                << std::endl;
+      const std::string continuation = tokenizer->decode(std::vector<uint32_t>(produced.begin(), produced.end()));
+      std::cout << (row ? "\n" : "") << prompt << text::replace_invalid_utf8(continuation) << std::endl;
     };
     framing.stop_token = tokenizer->eos_id();
     return framing;

@@ -12,6 +12,7 @@
 #include "core/train/hf_interop.h"
 #include "core/train/peft_adapter.h"
 #include "core/util/logging.h"
+#include "core/util/utf8.h"
 
 namespace kuafu::opt {
 namespace fs = std::filesystem;
@@ -98,7 +99,9 @@ train::TextFraming OptApp::text_framing() {
   framing.print = [tokenizer, eos = format.eos](size_t, const std::string& prompt, const std::vector<int64_t>& produced) {
     std::vector<int64_t> answer = produced;
     if (!answer.empty() && answer.back() == eos) answer.pop_back();
-    std::cout << nlohmann::json{{"prompt", prompt}, {"output", tokenizer->decode(answer)}}.dump() << std::endl;
+    // A sample may end inside a character (byte-level BPE): printed as U+FFFD, as transformers decodes it.
+    std::cout << nlohmann::json{{"prompt", prompt}, {"output", text::replace_invalid_utf8(tokenizer->decode(answer))}}.dump()
+              << std::endl;
   };
   framing.stop_token = format.eos;
   framing.vocab_limit = tokenizer->vocab_size();

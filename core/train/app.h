@@ -45,8 +45,8 @@ class App {
   virtual ~App() = default;
 
   virtual ModelSize model_size() = 0;
-  // The task built with `options` (its cuts and device); with `runtime` laid out on its mesh (training: pipeline stages,
-  // sequence parallelism, checkpointing), without it whole on options.device (evaluation).
+  // The task built with `options` (its cuts and device): with `runtime`, laid out on its mesh (training:
+  // pipeline stages, sequence parallelism, checkpointing); without, whole on options.device (evaluation).
   virtual std::unique_ptr<ModelTask> make_task(const parallel::ModelOptions& options, const Runtime* runtime) = 0;
   // A line about the model for the start of training ("GPT-2: 12 layers, ...").
   virtual std::string describe(ModelTask& task) = 0;
@@ -66,7 +66,8 @@ class App {
                                       const config::ParsedCommand& command) = 0;
   // The benchmark line of the built model (on runtime.device) under the run's strategies.
   virtual nlohmann::json benchmark(const Runtime& runtime, BenchmarkMemory& memory) = 0;
-  // How prompts become tokens and tokens text; only for apps whose program generates.
+  // Only for apps whose program generates: how prompts become tokens and tokens text, and the built
+  // model as generation drives it.
   virtual TextFraming text_framing() { fail("this app does not generate text"); }
   virtual nn::Decoder decoder() { fail("this app does not generate text"); }
 };

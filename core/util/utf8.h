@@ -1,0 +1,19 @@
+// Text as it can be printed: a byte-level tokenizer may end a sample, or a streamed piece, inside a
+// UTF-8 character, and JSON output refuses such bytes.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace kuafu::text {
+
+// `bytes` with every invalid or incomplete UTF-8 sequence replaced by U+FFFD, one per maximal
+// ill-formed subpart (the Unicode standard's practice, which Python's bytes.decode("utf-8",
+// errors="replace") and so transformers' decode follow).
+std::string replace_invalid_utf8(const std::string& bytes);
+
+// The length of `bytes` without a trailing character that is incomplete but could still be completed
+// (a stream holds it back until its remaining bytes arrive).
+size_t complete_utf8_prefix(const std::string& bytes);
+
+}  // namespace kuafu::text
