@@ -47,8 +47,8 @@ class GptApp : public train::App {
     line["unigram_entropy"] = unigram_entropy();
     return line;
   }
-  torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(build_gpt(config_, settings_, parallel::ModelOptions::serial_on(device)));
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    model_.emplace(build_gpt(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
     return **model_;
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {

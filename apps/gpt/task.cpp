@@ -11,10 +11,11 @@ GptSettings read_settings(const config::Config& config) {
   return {text_data(config), train::read_train_settings(config), model_config(config)};
 }
 
-GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options) {
+GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options,
+              bool starting_weights) {
   torch::manual_seed(settings.train.seed);
   GPT gpt(settings.model, options);
-  gpt_format().load_init_weights(config, gpt);
+  if (starting_weights) gpt_format().load_init_weights(config, gpt);
   return gpt;
 }
 

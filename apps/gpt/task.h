@@ -19,7 +19,9 @@ struct GptSettings {
 GptSettings read_settings(const config::Config& config);
 
 // The configured GPT built with `options`, seeded from train.seed, with model.init_from's weights when it names a folder.
-GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options);
+// `starting_weights` false: the seeded weights only (a checkpoint's replace them).
+GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options,
+              bool starting_weights = true);
 
 using TextTask = train::SourceTask<GPT>;
 

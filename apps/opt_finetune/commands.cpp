@@ -42,8 +42,8 @@ class OptApp : public train::App {
     line["data"] = settings_.data.instructions ? "answers" : "text";
     return line;
   }
-  torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device)));
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    model_.emplace(opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
     return **model_;
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;

@@ -23,10 +23,11 @@ OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOp
   return build_model(config, read_settings(config), options);
 }
 
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options) {
+OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
+                           bool starting_weights) {
   torch::manual_seed(settings.train.seed);
   OPTForCausalLM model(settings.model, options);
-  opt_format().load_init_weights(config, model);
+  if (starting_weights) opt_format().load_init_weights(config, model);
   train::apply_configured_lora(config, *model);
   return model;
 }

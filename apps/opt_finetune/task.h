@@ -25,7 +25,9 @@ using OptTask = train::SourceTask<OPTForCausalLM>;
 
 // The config's model built with `options`, seeded from train.seed: model.init_from's weights when it names a folder,
 // then the config's LoRA (lora.*), so checkpoints of a LoRA run load into it.
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options);
+// `starting_weights` false: the seeded weights only (a checkpoint's replace them), adapters still added.
+OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
+                           bool starting_weights = true);
 OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOptions& options);
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).

@@ -34,8 +34,8 @@ class VitApp : public train::App {
   }
   // Top-1, top-5 and per-class accuracy.
   nlohmann::json evaluate(train::ModelTask& task, const train::Runtime& runtime) override;
-  torch::nn::Module& build_model(const torch::Device& device) override {
-    model_.emplace(build_vit(config_, settings_, parallel::ModelOptions::serial_on(device)));
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    model_.emplace(build_vit(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
     return **model_;
   }
   // The class names as the evaluation set has them become the folder's id2label.

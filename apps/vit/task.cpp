@@ -37,10 +37,10 @@ VitSettings read_settings(const config::Config& config) {
 }
 
 ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::ModelOptions& options) {
+                                    const parallel::ModelOptions& options, bool starting_weights) {
   torch::manual_seed(settings.train.seed);
   ViTForImageClassification vit(settings.model, options);
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
+  if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
     const bool new_classifier = config.get_bool("model.new_classifier");
     load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
     log::infof("initial weights from ", folder, new_classifier ? " (a new classifier)" : "");

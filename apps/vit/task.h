@@ -25,7 +25,7 @@ VitSettings read_settings(const config::Config& config);
 // The configured ViT built with `options`, seeded from train.seed, with model.init_from's weights when it names a
 // folder (a new classifier when model.new_classifier says so).
 ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::ModelOptions& options);
+                                    const parallel::ModelOptions& options, bool starting_weights = true);
 
 class ImageTask : public train::ModelTask {
  public:

@@ -59,7 +59,7 @@ void eval_app(App& app, const config::Config& config, const std::string& checkpo
 
 void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
-  torch::nn::Module& model = app.build_model(resolve_device(config.get_string("runtime.device"), 0));
+  torch::nn::Module& model = app.build_model(resolve_device(config.get_string("runtime.device"), 0), checkpoint == "init");
   load_checkpoint_weights(config, checkpoint, model);
   GenerateSettings settings = generate_settings(config);
   if (!prompt.empty()) {
@@ -83,8 +83,9 @@ void generate_app(App& app, const config::Config& config, const std::string& che
 void export_app(App& app, const config::Config& config, const config::ParsedCommand& command) {
   const std::string out = command.option("out");
   KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
-  torch::nn::Module& model = app.build_model(torch::kCPU);
-  const std::string folder = load_checkpoint_weights(config, command.option("checkpoint"), model);
+  const std::string checkpoint = command.option("checkpoint");
+  torch::nn::Module& model = app.build_model(torch::kCPU, checkpoint == "init");
+  const std::string folder = load_checkpoint_weights(config, checkpoint, model);
   nlohmann::json line = app.export_model(out, export_options(config), command);
   line["checkpoint"] = folder;
   line["exported"] = out;
@@ -96,7 +97,7 @@ void benchmark_app(App& app, const config::Config& config) {
   check_model_fits(app, config, runtime);
   BenchmarkMemory memory(runtime.device);  // before any model state
   torch::manual_seed(read_train_settings(config).seed);
-  app.build_model(runtime.device);
+  app.build_model(runtime.device, /*starting_weights=*/false);
   const nlohmann::json line = app.benchmark(runtime, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }

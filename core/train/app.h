@@ -57,9 +57,10 @@ class App {
   // loss, its perplexity for a language model, and the items counted.
   virtual nlohmann::json evaluate(ModelTask& task, const Runtime& runtime);
 
-  // The whole model on `device` with the run's starting weights (model.init_from, adapters), held by
-  // the App; export, generate and benchmark use it.
-  virtual torch::nn::Module& build_model(const torch::Device& device) = 0;
+  // The whole model on `device` with the run's shape and adapters, held by the App; export, generate and
+  // benchmark use it. `starting_weights`: with model.init_from's weights; false when a checkpoint's
+  // replace them or the values do not matter (benchmark), so the folder is not read for nothing.
+  virtual torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) = 0;
   // Writes the built model (checkpoint loaded) as the new Hugging Face folder `out`; returns what export
   // prints besides the checkpoint and the folder.
   virtual nlohmann::json export_model(const std::string& out, io::HfWriteOptions options,
