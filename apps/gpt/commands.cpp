@@ -26,10 +26,10 @@ class GptApp : public train::App {
   train::ModelSize model_size() override {
     return {static_cast<double>(settings_.model.parameter_count()), {"model.n_layer", "model.n_embd"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return make_text_task(config_, settings_, options, runtime);
   }
-  std::string describe(train::ModelTask&) override {
+  std::string describe(train::RunTask&) override {
     const GPTConfig& m = settings_.model;
     std::ostringstream line;
     line << "GPT-2: " << m.n_layer << " layers, " << m.n_head << " heads, C = " << m.n_embd << ", vocabulary "
@@ -42,7 +42,7 @@ class GptApp : public train::App {
                  unigram_entropy(), " nats");
     }
   }
-  nlohmann::json evaluate(train::ModelTask& task, const train::Runtime& runtime) override {
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     nlohmann::json line = App::evaluate(task, runtime);
     line["unigram_entropy"] = unigram_entropy();
     return line;
@@ -77,6 +77,9 @@ class GptApp : public train::App {
       std::cout << (row ? "\n" : "") << prompt << text::replace_invalid_utf8(continuation) << std::endl;
     };
     framing.stop_token = tokenizer->eos_id();
+    framing.decode = [tokenizer](const std::vector<int64_t>& ids) {
+      return tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()));
+    };
     return framing;
   }
   nn::Decoder decoder() override { return gpt::decoder(*model_); }

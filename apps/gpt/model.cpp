@@ -117,7 +117,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
 
 torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
   return nn::decode_through_sites(
-      *this, transformer->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
+      *this, transformer->blocks, step, &caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
       [&](const torch::Tensor& x) { return transformer->wte->gather_logits(local_logits(x)); });
 }
 

@@ -27,17 +27,17 @@ class OptApp : public train::App {
     return {static_cast<double>(settings_.model.parameter_count()),
             {"model.shape", "model.hidden_size", "model.num_hidden_layers"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return opt::make_task(config_, settings_, options, runtime);
   }
-  std::string describe(train::ModelTask&) override {
+  std::string describe(train::RunTask&) override {
     const OPTConfig& m = settings_.model;
     std::ostringstream line;
     line << "OPT: " << m.num_hidden_layers << " layers, " << m.num_attention_heads << " heads, hidden " << m.hidden_size
          << ", vocabulary " << m.vocab_size << ", " << static_cast<double>(m.parameter_count()) / 1e6 << "M parameters";
     return line.str();
   }
-  nlohmann::json evaluate(train::ModelTask& task, const train::Runtime& runtime) override {
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     nlohmann::json line = App::evaluate(task, runtime);
     line["data"] = settings_.data.instructions ? "answers" : "text";
     return line;
@@ -105,6 +105,7 @@ train::TextFraming OptApp::text_framing() {
   };
   framing.stop_token = format.eos;
   framing.vocab_limit = tokenizer->vocab_size();
+  framing.decode = [tokenizer](const std::vector<int64_t>& ids) { return tokenizer->decode(ids); };
   return framing;
 }
 

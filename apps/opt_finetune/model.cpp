@@ -141,11 +141,12 @@ torch::Tensor OPTForCausalLMImpl::block(int64_t i, const torch::Tensor& x, const
   return decoder->blocks[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents));
 }
 
-torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) {
+torch::Tensor OPTForCausalLMImpl::final_projection(const torch::Tensor& x) {
   torch::Tensor h = config.has_final_layer_norm() ? decoder->final_layer_norm.forward(x) : x;
-  if (config.projects()) h = decoder->project_out(h);
-  return decoder->embed_tokens->logits(h);
+  return config.projects() ? decoder->project_out(h) : h;
 }
+
+torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) { return decoder->embed_tokens->logits(final_projection(x)); }
 
 torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
   return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
@@ -165,11 +166,21 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
       local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs)))));
 }
 
-torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches, bool logits) {
   return nn::decode_through_sites(
       *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) { return decoder->embed_tokens->gather_logits(local_logits(x)); });
+      [&](const torch::Tensor& x) {
+        return logits ? decoder->embed_tokens->gather_logits(local_logits(x)) : final_projection(x);
+      });
 }
+
+torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+  return through_sites(step, &caches, /*logits=*/true);
+}
+
+torch::Tensor OPTForCausalLMImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr, /*logits=*/true); }
+
+torch::Tensor OPTForCausalLMImpl::final_hidden(const nn::DecodeStep& step) { return through_sites(step, nullptr, /*logits=*/false); }
 
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const torch::Tensor x = head(inputs);

@@ -63,6 +63,12 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   torch::Tensor forward(const torch::Tensor& inputs);
   // The same for rows at their own positions with left padding, continuing `caches` (generation).
   torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
+  // The final hidden states [B, T, word_embed_proj_dim] of whole rows with padding anywhere
+  // (nn::whole_rows_step), after the final norm and projection, as Hugging Face's OPTModel returns them
+  // (what a sequence-classification head reads), through the block sites; no cache.
+  torch::Tensor final_hidden(const nn::DecodeStep& step);
+  // Whole logits [B, T, V] of the same rows (decode's without a cache).
+  torch::Tensor whole_logits(const nn::DecodeStep& step);
   // Mean next-token cross-entropy of `inputs` (as forward's), never gathering the logits.
   torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream.
@@ -90,7 +96,11 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   Decoder decoder{nullptr};
 
  private:
-  torch::Tensor local_logits(const torch::Tensor& x);  // final norm, projection, tied output layer
+  torch::Tensor final_projection(const torch::Tensor& x);  // final norm, projection
+  torch::Tensor local_logits(const torch::Tensor& x);      // and the tied output layer (this rank's block)
+  // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
+  // block site: whole logits, or the final hidden states.
+  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches, bool logits);
   void initialize();
 };
 TORCH_MODULE(OPTForCausalLM);

@@ -20,10 +20,10 @@ class VitApp : public train::App {
     return {static_cast<double>(settings_.model.parameter_count()),
             {"model.num_hidden_layers", "model.hidden_size", "model.intermediate_size"}};
   }
-  std::unique_ptr<train::ModelTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return make_image_task(config_, settings_, options, runtime);
   }
-  std::string describe(train::ModelTask& task) override {
+  std::string describe(train::RunTask& task) override {
     const ViTConfig& m = settings_.model;
     std::ostringstream line;
     line << "ViT: " << m.num_hidden_layers << " layers, " << m.num_attention_heads << " heads, H = " << m.hidden_size
@@ -33,7 +33,7 @@ class VitApp : public train::App {
     return line.str();
   }
   // Top-1, top-5 and per-class accuracy.
-  nlohmann::json evaluate(train::ModelTask& task, const train::Runtime& runtime) override;
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override;
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
     model_.emplace(build_vit(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
     return **model_;
@@ -52,7 +52,7 @@ class VitApp : public train::App {
   std::optional<ViTForImageClassification> model_;  // build_model's
 };
 
-nlohmann::json VitApp::evaluate(train::ModelTask& model_task, const train::Runtime& runtime) {
+nlohmann::json VitApp::evaluate(train::RunTask& model_task, const train::Runtime& runtime) {
   auto& task = dynamic_cast<ImageTask&>(model_task);
   torch::NoGradGuard no_grad;
   task.model().eval();

@@ -1,6 +1,8 @@
 #include "core/io/bpe_tokenizer.h"
 
 #include <nlohmann/json.hpp>
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
 
@@ -74,6 +76,10 @@ struct BpeTokenizer::State {
   std::string byte_symbol[256];                    // byte -> its printable character, as UTF-8
   std::unordered_map<uint32_t, uint8_t> symbol_byte;
   bool add_prefix_space = false;
+  // tokenizer.json's normalizer as steps applied in order to the text between special tokens.
+  enum class Normalize { Lowercase, Nfc, Nfd, Nfkc, Nfkd };
+  std::vector<Normalize> normalizers;
+  std::string normalized(const std::string& text) const;
   std::unique_ptr<icu::RegexPattern> pattern;
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;  // piece -> ids
@@ -204,6 +210,56 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
   return BpeTokenizer(std::move(state));
 }
 
+std::string BpeTokenizer::State::normalized(const std::string& text) const {
+  if (normalizers.empty() || text.empty()) return text;
+  icu::UnicodeString s = icu::UnicodeString::fromUTF8(text);
+  for (const Normalize step : normalizers) {
+    if (step == Normalize::Lowercase) {
+      s.toLower(icu::Locale::getRoot());  // Unicode's default full lower-case mapping, as Rust's to_lowercase
+      continue;
+    }
+    UErrorCode status = U_ZERO_ERROR;
+    const icu::Normalizer2* form = step == Normalize::Nfc    ? icu::Normalizer2::getNFCInstance(status)
+                                   : step == Normalize::Nfd  ? icu::Normalizer2::getNFDInstance(status)
+                                   : step == Normalize::Nfkc ? icu::Normalizer2::getNFKCInstance(status)
+                                                             : icu::Normalizer2::getNFKDInstance(status);
+    KUAFU_CHECK(U_SUCCESS(status), "ICU has no Unicode normalizer: ", u_errorName(status));
+    s = form->normalize(s, status);
+    KUAFU_CHECK(U_SUCCESS(status), "Unicode normalization failed: ", u_errorName(status));
+  }
+  std::string out;
+  s.toUTF8String(out);
+  return out;
+}
+
+namespace {
+
+// tokenizer.json's "normalizer" as steps; kuafu::Error naming a type Kuafu does not apply.
+void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
+                     std::vector<BpeTokenizer::State::Normalize>& steps) {
+  using Normalize = BpeTokenizer::State::Normalize;
+  if (normalizer.is_null()) return;
+  const std::string type = normalizer.is_object() ? normalizer.value("type", std::string()) : std::string();
+  if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array()) {
+    for (const nlohmann::json& step : normalizer["normalizers"]) read_normalizer(step, path, steps);
+    return;
+  }
+  static const std::vector<std::pair<std::string, Normalize>> known = {
+      {"Lowercase", Normalize::Lowercase}, {"NFC", Normalize::Nfc}, {"NFD", Normalize::Nfd},
+      {"NFKC", Normalize::Nfkc}, {"NFKD", Normalize::Nfkd}};
+  for (const auto& [name, step] : known) {
+    if (type == name) {
+      steps.push_back(step);
+      return;
+    }
+  }
+  fail(path + ": normalizer \"" + text::abbreviate(type) +
+       "\" is not supported (Kuafu applies Lowercase, NFC, NFD, NFKC, NFKD and Sequences of them); ids would "
+       "differ from transformers'");
+}
+
+}  // namespace
+
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   const nlohmann::json file = read_json_file(path);
   const auto model = file.find("model");
@@ -214,6 +270,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
               ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
   auto state = std::make_unique<State>();
   state->add_prefix_space = pre->value("add_prefix_space", false);
+  if (const auto normalizer = file.find("normalizer"); normalizer != file.end()) read_normalizer(*normalizer, path, state->normalizers);
   KUAFU_CHECK(model->contains("vocab") && (*model)["vocab"].is_object(), path, ": model.vocab must be an object");
   for (const auto& [token, id] : (*model)["vocab"].items()) {
     KUAFU_CHECK(id.is_number_integer(), path, ": model.vocab['", text::abbreviate(token), "'] has no integer id");
@@ -258,14 +315,26 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
                                                   : std::string();
     if (!token.empty() && std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
   };
+  bool add_prefix_space = false;
   for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
     if (!fs::exists(root / file)) continue;
-    const nlohmann::json config = read_json_file((root / file).string());
+    const std::string path = (root / file).string();
+    const nlohmann::json config = read_json_file(path);
     for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
       if (config.contains(key) && !config[key].is_null()) collect(config[key]);
     }
+    if (config.contains("add_prefix_space") && !config["add_prefix_space"].is_null()) {
+      KUAFU_CHECK(config["add_prefix_space"].is_boolean(), path, ": add_prefix_space must be true or false");
+      add_prefix_space = config["add_prefix_space"].get<bool>();
+    }
+    for (const char* key : {"do_lower_case", "do_lowercase"}) {
+      KUAFU_CHECK(!config.value(key, false), path, ": ", key, " = true is not supported for byte-level BPE (ids would "
+                  "differ from transformers'); give a tokenizer.json with a Lowercase normalizer");
+    }
   }
-  return from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
+  BpeTokenizer tokenizer = from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
+  tokenizer.state_->add_prefix_space = add_prefix_space;
+  return tokenizer;
 }
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
@@ -288,6 +357,7 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
     }
     std::string ordinary(text.substr(start, found == std::string_view::npos ? std::string_view::npos : found - start));
     // As Hugging Face's ByteLevel pre-tokenizer does, for each stretch between special tokens.
+    ordinary = state_->normalized(ordinary);
     if (state_->add_prefix_space && !ordinary.empty() && ordinary[0] != ' ') ordinary.insert(0, 1, ' ');
     state_->encode_text(ordinary, ids);
     if (!which) break;

@@ -22,11 +22,13 @@ class BpeTokenizer {
   // and line or token for malformed input.
   static BpeTokenizer from_files(const std::string& vocab_json, const std::string& merges_txt,
                                  const std::vector<std::string>& special = {});
-  // tokenizer.json as Hugging Face `tokenizers` saves it: a BPE model with a ByteLevel pre-tokenizer;
-  // its added tokens are the special ones.
+  // tokenizer.json as Hugging Face `tokenizers` saves it: a BPE model with a ByteLevel pre-tokenizer
+  // (its add_prefix_space honoured); its added tokens are the special ones; its normalizer applied
+  // (Lowercase, NFC, NFD, NFKC, NFKD, or a Sequence of them; any other refused by name).
   static BpeTokenizer from_tokenizer_json(const std::string& path);
   // A model folder: tokenizer.json when there is one, else vocab.json + merges.txt with the special
-  // tokens tokenizer_config.json / special_tokens_map.json name.
+  // tokens tokenizer_config.json / special_tokens_map.json name and tokenizer_config.json's
+  // add_prefix_space (do_lower_case refused by name).
   static BpeTokenizer from_folder(const std::string& dir);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
@@ -40,8 +42,9 @@ class BpeTokenizer {
   int64_t vocab_size() const;  // the largest id + 1
   std::optional<int64_t> token_id(const std::string& token) const;
 
+  struct State;  // (public for the file's helpers; nothing outside bpe_tokenizer.cpp sees its definition)
+
  private:
-  struct State;
   explicit BpeTokenizer(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -32,10 +32,9 @@ InstructionExample make_example(const std::vector<std::pair<std::string, bool>>&
   return example;
 }
 
-InstructionSet read_instructions(const std::string& path, const BpeTokenizer& tokenizer, const InstructionFormat& format) {
+void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json& item, const std::string& where)>& each) {
   std::ifstream in(path);
-  KUAFU_CHECK(in, "cannot read instruction data ", path);
-  InstructionSet set;
+  KUAFU_CHECK(in, "cannot read ", path);
   std::string line;
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (text::trim(line).empty()) continue;
@@ -46,12 +45,20 @@ InstructionSet read_instructions(const std::string& path, const BpeTokenizer& to
     } catch (const nlohmann::json::exception& e) {
       fail(where + ": not valid JSON: " + e.what());
     }
-    auto text_of = [&](const nlohmann::json& object, const char* key) {
-      KUAFU_CHECK(object.is_object() && object.contains(key) && object[key].is_string() &&
-                      !object[key].get<std::string>().empty(),
-                  where, ": expected a non-empty string \"", key, "\"");
-      return object[key].get<std::string>();
-    };
+    each(item, where);
+  }
+}
+
+std::string text_field(const nlohmann::json& object, const char* key, const std::string& where) {
+  KUAFU_CHECK(object.is_object() && object.contains(key) && object[key].is_string() && !object[key].get<std::string>().empty(),
+              where, ": expected a non-empty string \"", key, "\"");
+  return object[key].get<std::string>();
+}
+
+InstructionSet read_instructions(const std::string& path, const BpeTokenizer& tokenizer, const InstructionFormat& format) {
+  InstructionSet set;
+  read_jsonl(path, [&](const nlohmann::json& item, const std::string& where) {
+    auto text_of = [&](const nlohmann::json& object, const char* key) { return text_field(object, key, where); };
     std::vector<std::pair<std::string, bool>> segments;
     if (item.is_object() && item.contains("messages")) {
       KUAFU_CHECK(item["messages"].is_array() && !item["messages"].empty(), where, ": \"messages\" must be a non-empty list");
@@ -76,10 +83,10 @@ InstructionSet read_instructions(const std::string& path, const BpeTokenizer& to
     InstructionExample example = make_example(segments, tokenizer, format);
     if (format.max_tokens > 0 && static_cast<int64_t>(example.tokens.size()) > format.max_tokens) {
       ++set.skipped_too_long;
-      continue;
+      return;
     }
     set.examples.push_back(std::move(example));
-  }
+  });
   return set;
 }
 

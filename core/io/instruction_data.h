@@ -6,7 +6,10 @@
 // padding id is its EOS id still learns every real EOS.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,6 +41,12 @@ struct InstructionSet {
 // Segments of text in order, each learned or not, as one example (BOS first, EOS after each learned one).
 InstructionExample make_example(const std::vector<std::pair<std::string, bool>>& segments, const BpeTokenizer& tokenizer,
                                 const InstructionFormat& format);
+
+// Each non-blank line of a JSONL file, parsed, with "path:line" for messages; kuafu::Error naming
+// file:line for a line that is not JSON, and the file when it cannot be read.
+void read_jsonl(const std::string& path, const std::function<void(const nlohmann::json& item, const std::string& where)>& each);
+// object[key], a non-empty string; kuafu::Error naming `where` and the key otherwise.
+std::string text_field(const nlohmann::json& object, const char* key, const std::string& where);
 
 // One JSONL file; kuafu::Error naming file:line for malformed JSON, a missing or empty field, an
 // unknown role, or a conversation with no assistant turn.

@@ -10,19 +10,24 @@ namespace kuafu::nn {
 
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (top_k > 0 && top_k < logits.size(0)) {
-    const double kth = std::get<0>(torch::topk(logits, top_k)).index({top_k - 1}).item<double>();
+  if (top_k > 0 && top_k < logits.size(-1)) {
+    const torch::Tensor kth = std::get<0>(torch::topk(logits, top_k, -1)).narrow(-1, top_k - 1, 1);  // [..., 1]
     logits = logits.masked_fill(logits < kth, neg_inf);
   }
   if (top_p < 1.0) {
-    auto [sorted, order] = torch::sort(logits, /*dim=*/0, /*descending=*/true);
-    torch::Tensor cumulative = torch::softmax(sorted, 0).cumsum(0);
+    auto [sorted, order] = torch::sort(logits, /*dim=*/-1, /*descending=*/true);
+    const torch::Tensor probs = torch::softmax(sorted, -1);
     // Drop a token when the tokens ranked above it already reach top_p (the top token always stays).
-    torch::Tensor drop_sorted = (cumulative - torch::softmax(sorted, 0)) >= top_p;
-    torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(0, order, drop_sorted);
+    const torch::Tensor drop_sorted = (probs.cumsum(-1) - probs) >= top_p;
+    const torch::Tensor drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
     logits = logits.masked_fill(drop, neg_inf);
   }
   return logits;
+}
+
+DecodeStep whole_rows_step(const torch::Tensor& tokens, const torch::Tensor& real) {
+  const torch::Tensor mask = real.to(torch::kBool);
+  return {tokens, (mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), mask};
 }
 
 namespace {
@@ -72,6 +77,7 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
   std::vector<ops::KVCache> caches;
   DecodeStep step = left_padded(windows, decoder.device);
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
+    if (options.interrupted && options.interrupted()) break;
     if (!caches.empty() && caches[0].length() + 1 > limit) {
       // Context full: restart every row's cache from its last limit/2 tokens (rare in sampling demos).
       for (auto& w : windows) w.assign(w.end() - std::min<int64_t>(static_cast<int64_t>(w.size()), limit / 2), w.end());
@@ -93,6 +99,7 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       windows[r].push_back(next[r]);
       if (stopped[r]) continue;  // a stopped row still decodes with the batch; its tokens are dropped
       produced[r].push_back(next[r]);
+      if (options.on_token) options.on_token(r, next[r]);
       if (options.stop_token && next[r] == *options.stop_token) stopped[r] = true;
     }
     const bool done_here = std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; });

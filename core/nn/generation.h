@@ -23,6 +23,11 @@ struct SamplingOptions {
   // Only ids below this are ever chosen (0: every row of the output layer). OPT's embedding has 50,272
   // rows for a 50,265-token tokenizer: the extra rows are padding, never sampled, never resized away.
   int64_t vocab_limit = 0;
+  // Streaming: called with each row's new token as it is chosen (a stopped row's later tokens are not).
+  std::function<void(size_t row, int64_t token)> on_token;
+  // Checked before each decoding step: true stops every row where it is (Ctrl-C), and what each row
+  // produced so far is returned. Single-process use: ranks decoding together must all stop.
+  std::function<bool()> interrupted;
 };
 
 // One decoding call: the new tokens of every row, where each one sits in its row's sequence, and which
@@ -33,6 +38,12 @@ struct DecodeStep {
                             // offset, e.g. OPT's 2); padding's own positions are 0 and never seen
   torch::Tensor key_padding;  // [B, cached + T], true: a real token; undefined when no row is padded
 };
+
+// Whole rows of tokens [B, T] with padding anywhere (real [B, T] true on real tokens: left-padded
+// prompts, right-padded responses) as one step from an empty cache: each real token at the count of real
+// tokens before it, padding masked out of every key. A row's real tokens get the same outputs wherever
+// its padding is.
+DecodeStep whole_rows_step(const torch::Tensor& tokens, const torch::Tensor& real);
 
 // A causal language model as generation sees it.
 struct Decoder {
@@ -57,7 +68,8 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
                                            const SamplingOptions& options);
 std::vector<int64_t> generate(const Decoder& decoder, const std::vector<int64_t>& prompt, const SamplingOptions& options);
 
-// Keeps the logits a sampler may choose from (top-k, then nucleus top-p); others become -inf.
-torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p);  // logits [V]
+// Keeps the logits a sampler may choose from (top-k, then nucleus top-p) along the last dimension;
+// others become -inf.
+torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p);  // logits [..., V]
 
 }  // namespace kuafu::nn

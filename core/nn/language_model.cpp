@@ -16,12 +16,12 @@ torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x,
 }
 
 torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<TransformerBlock>& blocks, const DecodeStep& step,
-                                   std::vector<ops::KVCache>& caches,
+                                   std::vector<ops::KVCache>* caches,
                                    const std::function<torch::Tensor(const DecodeStep&)>& embed,
-                                   const std::function<torch::Tensor(const torch::Tensor&)>& logits) {
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& tail) {
   const hooks::BlockSites& sites = model.block_sites();
   const torch::Tensor x = sites.call(model.head_part().name, step.tokens, [&](const torch::Tensor&) { return embed(step); });
-  return sites.call(model.tail_part().name, run_blocks(blocks, x, &caches, step.key_padding, &sites), logits);
+  return sites.call(model.tail_part().name, run_blocks(blocks, x, caches, step.key_padding, &sites), tail);
 }
 
 torch::Tensor positions_in_documents(const torch::Tensor& documents) {

@@ -21,12 +21,13 @@ torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x,
 
 // One decoding step of a causal language model through its block sites, so that the strategies acting
 // on blocks act on generation too (Gemini gathers each part's chunks around it): its head part runs
-// `embed` (the step's tokens and positions -> the stream), each of `blocks` continues its cache, and its
-// tail part runs `logits` (the final stream -> whole logits [B, T, V]).
+// `embed` (the step's tokens and positions -> the stream), each of `blocks` continues its cache (none
+// when `caches` is null: whole rows at once, as RLHF scores them), and its tail part runs `tail` (the
+// final stream -> whole logits [B, T, V], or what else the caller reads there).
 torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<TransformerBlock>& blocks, const DecodeStep& step,
-                                   std::vector<ops::KVCache>& caches,
+                                   std::vector<ops::KVCache>* caches,
                                    const std::function<torch::Tensor(const DecodeStep&)>& embed,
-                                   const std::function<torch::Tensor(const torch::Tensor&)>& logits);
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& tail);
 
 // Packed rows (several documents per row, each attending only to itself): each position's index within
 // its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.

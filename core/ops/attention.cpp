@@ -48,7 +48,10 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   if (key_padding.defined()) {
     // The lowest finite score rather than -inf (as Hugging Face does): a query with every key hidden
     // then averages the values instead of dividing 0 by 0.
-    const double lowest = scores.scalar_type() == torch::kHalf ? -65504.0 : std::numeric_limits<float>::lowest();
+    // Each dtype's own: float's lowest overflows bfloat16, whose range ends just short of it.
+    const double lowest = scores.scalar_type() == torch::kHalf       ? static_cast<double>(std::numeric_limits<c10::Half>::lowest())
+                          : scores.scalar_type() == torch::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest())
+                                                                     : std::numeric_limits<float>::lowest();
     scores = scores.masked_fill(key_padding.logical_not().view({key_padding.size(0), 1, 1, tk}), lowest);
   }
   return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0), v);

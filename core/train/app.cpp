@@ -1,5 +1,7 @@
 #include "core/train/app.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <iostream>
@@ -13,20 +15,36 @@
 #include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
+#include "core/util/utf8.h"
 
 namespace kuafu::train {
 
-std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model) {
-  if (checkpoint == "init") return "init";
-  const std::string folder = checkpoint_to_read(read_train_settings(config).out_dir, checkpoint);
-  CheckpointStore::load_model(folder, model);
+namespace {
+
+std::string checkpoint_folder(const config::Config& config, const std::string& checkpoint) {
+  return checkpoint == "init" ? checkpoint : checkpoint_to_read(read_train_settings(config).out_dir, checkpoint);
+}
+
+}  // namespace
+
+std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model,
+                                    const std::string& part) {
+  const std::string folder = checkpoint_folder(config, checkpoint);
+  if (folder != "init") CheckpointStore::load_model(folder, model, part);
   return folder;
 }
 
-nlohmann::json App::evaluate(ModelTask& task, const Runtime& runtime) {
+nlohmann::json App::evaluate(RunTask& task, const Runtime& runtime) {
   const LossSum sums = evaluate_task(task, *runtime.mesh->group("data"));
   const double loss = sums.loss_sum / std::max(1.0, sums.count);
   return {{"val_loss", loss}, {"val_perplexity", std::exp(loss)}, {task.item_name(), sums.count}};
+}
+
+nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::string& items) {
+  const LossSum sums = evaluate_task(task, *runtime.mesh->group("data"));
+  nlohmann::json line = {{"val_loss", sums.loss_sum / std::max(1.0, sums.count)}, {items, sums.count}};
+  for (const EvalMetric& metric : task.eval_metrics(sums)) line[metric.key] = metric.value;
+  return line;
 }
 
 void check_model_fits(App& app, const config::Config& config, const Runtime& runtime) {
@@ -37,7 +55,7 @@ void check_model_fits(App& app, const config::Config& config, const Runtime& run
 TrainSummary train_app(App& app, const config::Config& config) {
   Runtime runtime = start_runtime(config);
   check_model_fits(app, config, runtime);
-  std::unique_ptr<ModelTask> task = app.make_task(runtime.model_options(), &runtime);
+  std::unique_ptr<RunTask> task = app.make_task(runtime.model_options(), &runtime);
   if (runtime.is_main()) {
     log::infof(app.describe(*task), "; ", runtime.world->size(), " rank(s) x ", runtime.threads, " thread(s)");
   }
@@ -50,8 +68,12 @@ TrainSummary train_app(App& app, const config::Config& config) {
 void eval_app(App& app, const config::Config& config, const std::string& checkpoint) {
   Runtime runtime = start_runtime(config);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
-  std::unique_ptr<ModelTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
-  const std::string folder = load_checkpoint_weights(config, checkpoint, task->model());
+  std::unique_ptr<RunTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
+  // Every model a checkpoint holds (the frozen ones it does not hold stay as built).
+  const std::string folder = checkpoint_folder(config, checkpoint);
+  for (const RunModel& model : task->models()) {
+    if (folder != "init" && (model.trained || model.saved)) CheckpointStore::load_model(folder, *model.module, model.name);
+  }
   nlohmann::json line = app.evaluate(*task, runtime);
   line["checkpoint"] = folder;
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
@@ -60,7 +82,7 @@ void eval_app(App& app, const config::Config& config, const std::string& checkpo
 void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
   torch::nn::Module& model = app.build_model(resolve_device(config.get_string("runtime.device"), 0), checkpoint == "init");
-  load_checkpoint_weights(config, checkpoint, model);
+  load_checkpoint_weights(config, checkpoint, model, app.model_part());
   GenerateSettings settings = generate_settings(config);
   if (!prompt.empty()) {
     settings.prompts = {prompt};
@@ -76,8 +98,50 @@ void generate_app(App& app, const config::Config& config, const std::string& che
   settings.sampling.stop_token = framing.stop_token;
   settings.sampling.vocab_limit = framing.vocab_limit;
   model.eval();
-  const std::vector<std::vector<int64_t>> produced = nn::generate(app.decoder(), ids, settings.sampling);
-  for (size_t r = 0; r < settings.prompts.size(); ++r) framing.print(r, settings.prompts[r], produced[r]);
+  const nn::Decoder decoder = app.decoder();
+  // Bounded by the context: past it a model would continue from a window of its own text, not the prompt.
+  size_t longest = 0;
+  for (const auto& p : ids) longest = std::max(longest, p.size());
+  const int64_t room = decoder.context - static_cast<int64_t>(longest);
+  KUAFU_CHECK(room > 0, settings.prompts_key, " has a prompt of ", longest, " tokens: no room for new ones within the model's ",
+              decoder.context, " positions");
+  if (settings.sampling.max_new_tokens > room) {
+    log::infof("generate.max_new_tokens = ", settings.sampling.max_new_tokens, " bounded to ", room, " by the model's ",
+               decoder.context, " positions");
+    settings.sampling.max_new_tokens = room;
+  }
+  // Answers are printed in order as soon as their rows (and the rows before) stop; a lone prompt's text
+  // streams to stderr as it comes when that is a terminal (a person watching; scripts read stdout's
+  // lines); Ctrl-C (or SIGTERM) stops decoding and prints what every row has so far (exit code 128 +
+  // signal).
+  const bool stream_to_terminal = ids.size() == 1 && framing.decode && ::isatty(STDERR_FILENO);
+  std::vector<std::vector<int64_t>> so_far(ids.size());
+  std::vector<bool> stopped(ids.size(), false);
+  size_t next_to_print = 0, streamed = 0;
+  auto print_ready = [&](bool all) {
+    for (; next_to_print < ids.size() && (all || stopped[next_to_print]); ++next_to_print) {
+      framing.print(next_to_print, settings.prompts[next_to_print], so_far[next_to_print]);
+    }
+  };
+  settings.sampling.on_token = [&](size_t row, int64_t token) {
+    so_far[row].push_back(token);
+    if (token == framing.stop_token) {
+      stopped[row] = true;
+      print_ready(false);
+    } else if (stream_to_terminal) {
+      const std::string text = framing.decode(so_far[row]);
+      const size_t whole = text::complete_utf8_prefix(text);
+      if (whole > streamed) {
+        std::cerr << text.substr(streamed, whole - streamed) << std::flush;
+        streamed = whole;
+      }
+    }
+  };
+  install_stop_signals();
+  settings.sampling.interrupted = [] { return stop_requested(); };
+  nn::generate(decoder, ids, settings.sampling);
+  if (streamed > 0) std::cerr << std::endl;
+  print_ready(/*all=*/true);
 }
 
 void export_app(App& app, const config::Config& config, const config::ParsedCommand& command) {
@@ -85,7 +149,7 @@ void export_app(App& app, const config::Config& config, const config::ParsedComm
   KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
   const std::string checkpoint = command.option("checkpoint");
   torch::nn::Module& model = app.build_model(torch::kCPU, checkpoint == "init");
-  const std::string folder = load_checkpoint_weights(config, checkpoint, model);
+  const std::string folder = load_checkpoint_weights(config, checkpoint, model, app.model_part());
   nlohmann::json line = app.export_model(out, export_options(config), command);
   line["checkpoint"] = folder;
   line["exported"] = out;

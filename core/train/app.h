@@ -37,6 +37,8 @@ struct TextFraming {
   std::function<void(size_t row, const std::string& prompt, const std::vector<int64_t>& produced)> print;
   int64_t stop_token = -1;
   int64_t vocab_limit = 0;  // 0: the model's whole vocabulary
+  // A row's tokens as bytes (for streaming a lone prompt's answer as it comes); may be null.
+  std::function<std::string(const std::vector<int64_t>& tokens)> decode;
 };
 
 // What an app tells the skeleton. One is made per command from the loaded config.
@@ -47,20 +49,23 @@ class App {
   virtual ModelSize model_size() = 0;
   // The task built with `options` (its cuts and device): with `runtime`, laid out on its mesh (training:
   // pipeline stages, sequence parallelism, checkpointing); without, whole on options.device (evaluation).
-  virtual std::unique_ptr<ModelTask> make_task(const parallel::ModelOptions& options, const Runtime* runtime) = 0;
+  // An app with one model gives a TrainTask (a ModelTask); one with several (RLHF) a RunTask.
+  virtual std::unique_ptr<RunTask> make_task(const parallel::ModelOptions& options, const Runtime* runtime) = 0;
   // A line about the model for the start of training ("GPT-2: 12 layers, ...").
-  virtual std::string describe(ModelTask& task) = 0;
+  virtual std::string describe(RunTask& task) = 0;
   // After a training run that was not stopped early, on every rank (e.g. a figure to compare with).
   virtual void after_training(const TrainSummary& /*summary*/, const Runtime& /*runtime*/) {}
 
   // eval's figures of `task` (weights loaded), summed over the data ranks: by default the evaluation
   // loss, its perplexity for a language model, and the items counted.
-  virtual nlohmann::json evaluate(ModelTask& task, const Runtime& runtime);
+  virtual nlohmann::json evaluate(RunTask& task, const Runtime& runtime);
 
   // The whole model on `device` with the run's shape and adapters, held by the App; export, generate and
   // benchmark use it. `starting_weights`: with model.init_from's weights; false when a checkpoint's
   // replace them or the values do not matter (benchmark), so the folder is not read for nothing.
   virtual torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) = 0;
+  // The checkpoint part build_model's model is ("" for an app's one model; RLHF's policy: "actor").
+  virtual std::string model_part() const { return ""; }
   // Writes the built model (checkpoint loaded) as the new Hugging Face folder `out`; returns what export
   // prints besides the checkpoint and the folder.
   virtual nlohmann::json export_model(const std::string& out, io::HfWriteOptions options,
@@ -99,6 +104,10 @@ struct AppDefinition {
 // The whole program of an app; returns its exit code.
 int run_app(const AppDefinition& app, int argc, const char* const argv[]);
 
+// eval's line of a task that reports its own figures (eval_metrics), summed over the data ranks:
+// val_loss, each metric by its key, and the items counted under `items` (e.g. "pairs").
+nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::string& items);
+
 // check_model_fits for the app's configured model.
 void check_model_fits(App& app, const config::Config& config, const Runtime& runtime);
 
@@ -109,8 +118,10 @@ void generate_app(App& app, const config::Config& config, const std::string& che
 void export_app(App& app, const config::Config& config, const config::ParsedCommand& command);
 void benchmark_app(App& app, const config::Config& config);
 
-// Loads the weights a command reads into `model`: a checkpoint folder, "" for the latest in
-// train.out_dir, or "init" for the weights the run starts from (left as built). Returns the folder or "init".
-std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model);
+// Loads the weights a command reads into `model` (the checkpoint's `part`): a checkpoint folder, "" for
+// the latest in train.out_dir, or "init" for the weights the run starts from (left as built). Returns
+// the folder or "init".
+std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model,
+                                    const std::string& part = "");
 
 }  // namespace kuafu::train

@@ -353,8 +353,8 @@ nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
   return state;
 }
 
-void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& model) {
-  load_weights(folder, named_weights(model));
+void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& model, const std::string& part) {
+  load_weights(folder, named_weights(model), nullptr, part);
 }
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,

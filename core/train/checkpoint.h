@@ -69,7 +69,7 @@ class CheckpointStore {
                              optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part = "");
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
-  static void load_model(const std::string& folder, torch::nn::Module& model);
+  static void load_model(const std::string& folder, torch::nn::Module& model, const std::string& part = "");
   // `subset`: the weights are part of the saved model (a pipeline stage's).
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
                            const ToLocal& to_local = nullptr, const std::string& part = "", bool subset = false);

@@ -263,6 +263,10 @@ TrainSummary Trainer::run() {
     }
     add_epoch(metrics, step + 1);
     fields += " | lr " + scientific(lrs[0], 3);
+    for (const auto& [name, value] : task_.step_figures(step)) {
+      metrics[name] = value;
+      fields += " | " + name + " " + fixed(value, 3);
+    }
     loop.end(step, metrics, fields);
 
     if (loop.evaluation_due(step)) report_eval(step + 1);

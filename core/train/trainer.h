@@ -85,6 +85,10 @@ class RunTask {
   virtual std::vector<EvalMetric> eval_metrics(const LossSum& sums) const;
   // Config keys whose values a checkpoint must match to be resumed (e.g. "model." keys).
   virtual std::vector<std::string> checkpoint_keys() const = 0;
+  // The task's own figures of step `step`, just done (RLHF: the rollout's reward, KL, response length),
+  // numbers by name: added to the step's metrics.jsonl line and progress line. Every rank calls it; the
+  // main rank's are written, so a task gives figures that are the same on every rank.
+  virtual std::map<std::string, double> step_figures(int64_t /*step*/) { return {}; }
 
   // Pipeline parallelism (one trained model): a task whose model is cut into stages runs all of a
   // step's micro-batches through its schedule at once. pipeline_step runs micro-batches of `rows` rows

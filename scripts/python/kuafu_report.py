@@ -25,6 +25,10 @@ matplotlib.rcParams.update({"svg.hashsalt": "kuafu", "svg.fonttype": "none", "fi
 FILE_METADATA = {"svg": {"Date": None}, "png": {"Software": None}}
 
 
+# Per-step figures of tasks beyond the trainer's own (core/train's RunTask::step_figures), in this order.
+TASK_FIGURES = ("reward", "kl", "response_length", "eos_rate", "answer_f1", "clip_fraction", "approx_kl", "kl_coef")
+
+
 class ReportError(Exception):
     """Bad input: the message names the file (and line) at fault."""
 
@@ -123,6 +127,10 @@ def figure_specs(runs):
 
     if present("loss", "train_rows"):
         specs.append(("loss", "training loss", "loss", "loss", "train_rows", True))
+    # Figures a task logs each step (RLHF's rollouts: reward, KL per sequence, length, EOS rate, ...).
+    for key in TASK_FIGURES:
+        if present(key, "train_rows"):
+            specs.append((key, "per step: " + key.replace("_", " "), key, key, "train_rows", True))
     eval_keys = evaluation_keys(runs)
     for key in eval_keys:
         label = key + (" (%)" if key.endswith("accuracy") else "")

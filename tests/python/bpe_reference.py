@@ -4,13 +4,21 @@
                                     (special tokens <|endoftext|> and <pad>), saves OUT/tokenizer.json,
                                     OUT/vocab.json and OUT/merges.txt, and writes OUT/expected.json: the
                                     ids of held-out texts (the last 5% of the lines, and strings with
-                                    non-ASCII, runs of spaces and newlines, digits and special tokens)
+                                    non-ASCII, runs of spaces and newlines, digits and special tokens);
+                                    OUT/prefix: vocab.json + merges.txt with tokenizer_config.json's
+                                    add_prefix_space = true, and OUT/lower: tokenizer.json with an NFC +
+                                    Lowercase normalizer, each with the ids transformers' AutoTokenizer
+                                    gives (expected_prefix.json, expected_lower.json); OUT/replace: a
+                                    tokenizer.json with a Replace normalizer, which Kuafu refuses
 """
 import json
 import pathlib
 import sys
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+import shutil
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from transformers import AutoTokenizer
 
 CASES = [
     "In the beginning God created the heaven and the earth.",
@@ -42,6 +50,36 @@ def build(text_path, out):
     texts = ["".join(lines[cut:])] + CASES
     expected = [{"text": t, "ids": tokenizer.encode(t).ids} for t in texts]
     (out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
+
+    # add_prefix_space in tokenizer_config.json beside vocab.json + merges.txt, as GPT-2 / RoBERTa folders have it.
+    prefix = out / "prefix"
+    prefix.mkdir(exist_ok=True)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(out / name, prefix / name)
+    (prefix / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": True, "bos_token": "<|endoftext|>",
+         "eos_token": "<|endoftext|>", "pad_token": "<pad>"}))
+    auto = AutoTokenizer.from_pretrained(str(prefix))
+    (out / "expected_prefix.json").write_text(json.dumps(
+        [{"text": t, "ids": auto(t, add_special_tokens=False)["input_ids"]} for t in CASES], ensure_ascii=False),
+        encoding="utf-8")
+
+    # A normalizer: NFC then lower case (CLIP's tokenizer lower-cases too).
+    lower = out / "lower"
+    lower.mkdir(exist_ok=True)
+    tokenizer.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    tokenizer.save(str(lower / "tokenizer.json"))
+    (lower / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    auto = AutoTokenizer.from_pretrained(str(lower))
+    cased = CASES + ["CAPITALS And MiXeD \u00c9T\u00c9 \u0130stanbul \u03a3\u039f\u03a6\u0399\u0391 e\u0301"]
+    (out / "expected_lower.json").write_text(json.dumps(
+        [{"text": t, "ids": auto(t, add_special_tokens=False)["input_ids"]} for t in cased], ensure_ascii=False),
+        encoding="utf-8")
+
+    replace = out / "replace"
+    replace.mkdir(exist_ok=True)
+    tokenizer.normalizer = normalizers.Replace(Regex("\\s+"), " ")
+    tokenizer.save(str(replace / "tokenizer.json"))
     print(json.dumps({"vocab": tokenizer.get_vocab_size(), "held_out_bytes": len(texts[0].encode())}))
 
 

@@ -54,10 +54,8 @@ inline Reference build_reference(const std::string& script, const std::string& n
 template <typename ModelHolder>
 torch::Tensor padded_logits(ModelHolder& model, const torch::Tensor& ids, const torch::Tensor& mask) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor real = mask.to(torch::kBool);
-  nn::DecodeStep step{ids, (real.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), real};
   std::vector<ops::KVCache> caches;
-  return model->decode(step, caches);
+  return model->decode(nn::whole_rows_step(ids, mask), caches);
 }
 
 // The largest difference at real tokens (padding's own outputs are nobody's business).

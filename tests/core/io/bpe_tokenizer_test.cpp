@@ -11,6 +11,7 @@
 
 #include "core/io/bpe_tokenizer.h"
 #include "core/util/atomic_file.h"
+#include "core/util/error.h"
 #include "core/util/text.h"
 #include "tests/support/python_reference.h"
 #include "tests/support/test_util.h"
@@ -42,6 +43,25 @@ TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
       EXPECT_EQ(ids, item["ids"].get<std::vector<int64_t>>());
       EXPECT_EQ(tokenizer->decode(ids), sample);
     }
+  }
+  // A folder's add_prefix_space (tokenizer_config.json) and a tokenizer.json normalizer give
+  // transformers' AutoTokenizer ids; a normalizer Kuafu does not apply is refused by name.
+  for (const std::string variant : {"prefix", "lower"}) {
+    const BpeTokenizer tokenizer = BpeTokenizer::from_folder((dir / variant).string());
+    const nlohmann::json cases = nlohmann::json::parse(read_file((dir / ("expected_" + variant + ".json")).string()));
+    ASSERT_GE(cases.size(), 8u);
+    for (const auto& item : cases) {
+      const std::string sample = item["text"];
+      SCOPED_TRACE(variant + ": " + text::abbreviate(sample, 60));
+      EXPECT_EQ(tokenizer.encode(sample), item["ids"].get<std::vector<int64_t>>());
+    }
+  }
+  try {
+    BpeTokenizer::from_folder((dir / "replace").string());
+    ADD_FAILURE() << "a Replace normalizer must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("normalizer \"Replace\" is not supported"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replace/tokenizer.json"), std::string::npos) << e.what();
   }
 }
 

@@ -1,0 +1,215 @@
+#include "apps/chat_rlhf/chat_session.h"
+
+#include <signal.h>
+
+#include <csignal>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "apps/opt_finetune/hugging_face.h"
+#include "core/util/device.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+#include "core/util/utf8.h"
+
+namespace kuafu::chat {
+
+ChatSession::ChatSession(opt::OPTForCausalLM model, std::shared_ptr<const io::BpeTokenizer> tokenizer,
+                         io::InstructionFormat format, nn::SamplingOptions sampling)
+    : model_(std::move(model)), tokenizer_(std::move(tokenizer)), format_(std::move(format)), sampling_(std::move(sampling)) {
+  model_->eval();
+  sampling_.stop_token = format_.eos;
+  sampling_.vocab_limit = tokenizer_->vocab_size();
+}
+
+std::vector<int64_t> ChatSession::render(size_t first, const std::string& message) const {
+  std::vector<std::pair<std::string, bool>> segments;
+  for (size_t t = first; t < turns_.size(); ++t) {
+    segments.emplace_back(turns_[t].first + format_.prompt_end, false);
+    segments.emplace_back(turns_[t].second, true);  // make_example closes it with EOS
+  }
+  segments.emplace_back(message + format_.prompt_end, false);
+  return io::make_example(segments, *tokenizer_, format_).tokens;
+}
+
+std::string ChatSession::reply(const std::string& message, const std::function<void(const std::string&)>& stream,
+                               const std::function<void(const std::string&)>& notice, const std::function<bool()>& interrupted) {
+  const int64_t context = model_->config.max_position_embeddings;
+  const int64_t room = std::min<int64_t>(sampling_.max_new_tokens, context / 2);  // an answer's share of the context
+  size_t first = 0;
+  std::vector<int64_t> prompt = render(first, message);
+  while (static_cast<int64_t>(prompt.size()) + room > context && first < turns_.size()) {
+    prompt = render(++first, message);
+  }
+  if (first > 0) {
+    notice("(the " + std::to_string(first) + " oldest turn" + (first > 1 ? "s" : "") + " dropped: the conversation " +
+           "no longer fits the model's " + std::to_string(context) + " positions)");
+    turns_.erase(turns_.begin(), turns_.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  KUAFU_CHECK(static_cast<int64_t>(prompt.size()) + 1 <= context, "the message is ", prompt.size(),
+              " tokens: no room for an answer within the model's ", context, " positions");
+  nn::SamplingOptions sampling = sampling_;
+  sampling.max_new_tokens = std::min<int64_t>(sampling_.max_new_tokens, context - static_cast<int64_t>(prompt.size()));
+  sampling.seed = sampling_.seed + static_cast<uint64_t>(replies_++);
+  std::vector<int64_t> answer;
+  size_t printed = 0;
+  std::string bytes;
+  sampling.on_token = [&](size_t, int64_t token) {
+    if (token == format_.eos) return;
+    answer.push_back(token);
+    bytes = tokenizer_->decode(answer);  // byte-level BPE: a prefix of the ids decodes to a prefix of the bytes
+    const size_t whole = text::complete_utf8_prefix(bytes);
+    if (whole > printed) {
+      stream(text::replace_invalid_utf8(bytes.substr(printed, whole - printed)));
+      printed = whole;
+    }
+  };
+  sampling.interrupted = interrupted;
+  nn::generate(nn::decoder_of(model_, context), prompt, sampling);
+  if (printed < bytes.size()) stream(text::replace_invalid_utf8(bytes.substr(printed)));
+  const std::string text = text::replace_invalid_utf8(bytes);
+  turns_.emplace_back(message, text);
+  return text;
+}
+
+void ChatSession::set(const std::string& name, const std::string& value) { set_sampling_option(sampling_, name, value); }
+
+void set_sampling_option(nn::SamplingOptions& sampling, const std::string& name, const std::string& value) {
+  auto number = [&](double low, double high) {
+    double v = 0;
+    size_t used = 0;
+    try {
+      v = std::stod(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KUAFU_CHECK(used > 0 && used == value.size(), name, ": \"", text::abbreviate(value), "\" is not a number");
+    KUAFU_CHECK(v >= low && v <= high, name, " must be in [", low, ", ", high, "], got ", value);
+    return v;
+  };
+  if (name == "temperature") {
+    sampling.temperature = number(0, 100);
+  } else if (name == "top_k") {
+    sampling.top_k = static_cast<int64_t>(number(0, 1e9));
+  } else if (name == "top_p") {
+    sampling.top_p = number(1e-6, 1);
+  } else if (name == "max_new_tokens") {
+    sampling.max_new_tokens = static_cast<int64_t>(number(1, 1e9));
+  } else if (name == "seed") {
+    sampling.seed = static_cast<uint64_t>(number(0, 1e18));
+  } else {
+    fail("unknown setting \"" + text::abbreviate(name) + "\" (temperature, top_k, top_p, max_new_tokens, seed)");
+  }
+}
+
+namespace {
+
+volatile std::sig_atomic_t g_interrupts = 0;
+void on_sigint(int) { g_interrupts = g_interrupts + 1; }
+
+const char* const kChatHelp =
+    "usage: kuafu-chat chat --model DIR [--prompt TEXT] [--temperature T] [--top-k K] [--top-p P]\n"
+    "                       [--max-new-tokens N] [--seed S]\n"
+    "\n"
+    "Chat with a policy: any stage's exported folder (OPTForCausalLM with its tokenizer). Replies stream as\n"
+    "they are generated; the conversation keeps its turns within the model's context (the oldest dropped\n"
+    "with a notice). At the prompt: /reset clears the conversation, /set NAME VALUE changes temperature,\n"
+    "top_k, top_p, max_new_tokens or seed, /quit (or Ctrl-D) leaves; Ctrl-C stops a reply, and at the\n"
+    "prompt leaves. --prompt answers once and exits, for scripts. Defaults: greedy (temperature 0),\n"
+    "200 new tokens.\n";
+
+}  // namespace
+
+int run_chat(int argc, const char* const argv[]) {
+  std::string model_dir, prompt, device = "cpu";
+  nn::SamplingOptions sampling;
+  sampling.temperature = 0;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        std::cout << kChatHelp;
+        return 0;
+      }
+      KUAFU_CHECK(text::starts_with(arg, "--"), "unexpected argument \"", text::abbreviate(arg), "\" (kuafu-chat chat --help)");
+      KUAFU_CHECK(i + 1 < argc, arg, " needs a value (kuafu-chat chat --help)");
+      const std::string value = argv[++i];
+      if (arg == "--model") {
+        model_dir = value;
+      } else if (arg == "--prompt") {
+        prompt = value;
+      } else if (arg == "--device") {
+        device = value;
+      } else {
+        std::string name = arg.substr(2);
+        for (char& c : name) c = c == '-' ? '_' : c;
+        set_sampling_option(sampling, name, value);  // names an unknown option
+      }
+    }
+    KUAFU_CHECK(!model_dir.empty(), "--model DIR is required: a stage's exported folder (kuafu-chat chat --help)");
+    auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(model_dir));
+    const std::optional<int64_t> eos = tokenizer->token_id("</s>");
+    KUAFU_CHECK(eos, model_dir, ": the tokenizer has no \"</s>\", OPT's BOS and EOS");
+    io::InstructionFormat format;
+    format.bos = *eos;
+    format.eos = *eos;
+    ChatSession session(opt::opt_format().load(model_dir, resolve_device(device, 0)), tokenizer, format, sampling);
+    auto stream = [](const std::string& piece) { std::cout << piece << std::flush; };
+    auto notice = [](const std::string& line) { std::cerr << line << "\n"; };
+    if (!prompt.empty()) {
+      session.reply(prompt, stream, notice);
+      std::cout << std::endl;
+      return 0;
+    }
+    // Ctrl-C interrupts the read at the prompt (no SA_RESTART) and stops a reply between tokens.
+    struct sigaction action {};
+    action.sa_handler = on_sigint;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, nullptr);
+    std::cout << "kuafu-chat: " << model_dir << " (" << session.sampling().max_new_tokens
+              << " new tokens at most; /reset, /set NAME VALUE, /quit)" << std::endl;
+    while (true) {
+      std::cout << "> " << std::flush;
+      g_interrupts = 0;
+      std::string line;
+      if (!std::getline(std::cin, line)) {
+        std::cout << std::endl;
+        break;  // end of input, or Ctrl-C at the prompt
+      }
+      line = text::trim(line);
+      if (line.empty()) continue;
+      if (line == "/quit" || line == "/exit") break;
+      if (line == "/reset") {
+        session.reset();
+        std::cout << "(conversation cleared)" << std::endl;
+        continue;
+      }
+      if (text::starts_with(line, "/set")) {
+        std::istringstream words(line.substr(4));
+        std::string name, value;
+        words >> name >> value;
+        try {
+          session.set(name, value);
+          std::cout << "(" << name << " = " << value << ")" << std::endl;
+        } catch (const Error& e) {
+          std::cout << "(/set " << e.what() << ")" << std::endl;
+        }
+        continue;
+      }
+      if (line[0] == '/') {
+        std::cout << "(unknown command " << line << ": /reset, /set NAME VALUE, /quit)" << std::endl;
+        continue;
+      }
+      session.reply(line, stream, notice, [] { return g_interrupts > 0; });
+      if (g_interrupts > 0) std::cout << " [stopped]";
+      std::cout << std::endl;
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "kuafu-chat chat: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kuafu::chat

@@ -1,0 +1,136 @@
+#include "apps/chat_rlhf/dpo_stage.h"
+
+#include <sstream>
+
+#include "apps/chat_rlhf/policy.h"
+#include "apps/chat_rlhf/preference_losses.h"
+#include "apps/opt_finetune/commands.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "core/train/hf_interop.h"
+#include "core/util/logging.h"
+
+namespace kuafu::chat {
+
+DpoTask::DpoTask(opt::OPTForCausalLM policy, opt::OPTForCausalLM reference, std::shared_ptr<const PreferenceSet> train,
+                 std::shared_ptr<const PreferenceSet> val, const train::TrainSettings& settings, const DpoSettings& dpo,
+                 int64_t pad_id, const torch::Device& device)
+    // The FLOPs of the policy's forward and backward; the reference's forward runs once per pair.
+    : PairTask(train, val, settings, pad_id, device, static_cast<double>(policy->config.parameter_count())),
+      policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
+      val_cache_(val->pairs.size()), dpo_(dpo) {
+  reference_->eval();
+  for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+}
+
+std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& batch, const PreferenceSet& set,
+                                                              std::vector<torch::Tensor>& cache) {
+  const torch::Tensor policy = learned_logprob_sums(policy_, batch.tokens, batch.real, batch.learned);  // [2n]
+  const int64_t n = batch.count();
+  std::vector<size_t> missing;
+  for (size_t p : batch.pairs) {
+    if (!cache[p].defined()) missing.push_back(p);
+  }
+  if (!missing.empty()) {
+    torch::NoGradGuard no_grad;
+    const PairRows rows = pair_rows(set, missing, pad_id(), device());
+    const torch::Tensor sums = learned_logprob_sums(reference_, rows.tokens, rows.real, rows.learned).to(torch::kFloat64).cpu();
+    const auto m = static_cast<int64_t>(missing.size());
+    for (int64_t i = 0; i < m; ++i) cache[missing[static_cast<size_t>(i)]] = torch::stack({sums[i], sums[m + i]});
+  }
+  torch::Tensor reference = torch::empty({2 * n}, torch::kFloat64);
+  for (int64_t i = 0; i < n; ++i) {
+    reference[i] = cache[batch.pairs[static_cast<size_t>(i)]][0];
+    reference[n + i] = cache[batch.pairs[static_cast<size_t>(i)]][1];
+  }
+  return {policy, reference.to(policy.device()).to(policy.scalar_type())};
+}
+
+torch::Tensor DpoTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  policy_->train();
+  const auto [policy, reference] = logprob_sums(train_pairs(step, first_row, rows), train_set(), train_cache_);
+  return dpo_loss(policy.narrow(0, 0, rows), policy.narrow(0, rows, rows), reference.narrow(0, 0, rows),
+                  reference.narrow(0, rows, rows), dpo_.beta, dpo_.loss)
+      .to(torch::kFloat32)
+      .mean();
+}
+
+train::LossSum DpoTask::evaluate(int rank, int ranks) {
+  torch::NoGradGuard no_grad;
+  policy_->eval();
+  train::LossSum sums;
+  sums.extra.assign(2, 0.0);
+  for_each_eval_batch(rank, ranks, [&](const PairRows& batch) {
+    const int64_t n = batch.count();
+    const auto [policy, reference] = logprob_sums(batch, val_set(), val_cache_);
+    const torch::Tensor p = policy.to(torch::kFloat64).cpu(), r = reference.to(torch::kFloat64).cpu();
+    const torch::Tensor h = (p.narrow(0, 0, n) - r.narrow(0, 0, n)) - (p.narrow(0, n, n) - r.narrow(0, n, n));
+    sums.loss_sum += dpo_loss(p.narrow(0, 0, n), p.narrow(0, n, n), r.narrow(0, 0, n), r.narrow(0, n, n), dpo_.beta, dpo_.loss).sum().item<double>();
+    sums.count += static_cast<double>(n);
+    sums.correct += (h > 0).sum().item<double>();
+    sums.extra[0] += dpo_.beta * h.sum().item<double>();
+    sums.extra[1] += p.narrow(0, 0, n).sum().item<double>();
+  });
+  return sums;
+}
+
+std::vector<train::EvalMetric> DpoTask::eval_metrics(const train::LossSum& sums) const {
+  const double pairs = std::max(1.0, sums.count);
+  return {{"val_accuracy", "preference accuracy", sums.correct / pairs, true},
+          {"val_margin", "reward margin", sums.extra[0] / pairs, false},
+          {"val_chosen_logprob", "chosen log-prob", sums.extra[1] / pairs, false}};
+}
+
+namespace {
+
+// DPO's policy is OPT fine-tuning's model (full or LoRA): its building, export, generation and
+// benchmark are kuafu-opt's; the task and its figures are DPO's.
+class DpoApp : public train::App {
+ public:
+  explicit DpoApp(const config::Config& config)
+      : config_(config), settings_(opt::read_settings(config)), dpo_(dpo_settings(config)), opt_(opt::make_opt_app(config)) {}
+
+  train::ModelSize model_size() override { return opt_->model_size(); }
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    require_data_parallel(config_, runtime, options, Stage::Dpo);
+    const std::string reference_folder = dpo_.reference.empty() ? train::init_from(config_) : dpo_.reference;
+    if (reference_folder.empty()) config_.fail_at("dpo.reference", "is empty and so is model.init_from: DPO needs the SFT model as its reference");
+    const ChatText text = chat_text(config_, settings_.data);
+    auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
+    auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
+    opt::OPTForCausalLM policy = opt::build_model(config_, settings_, options);
+    opt::OPTForCausalLM reference = opt::opt_format().load(reference_folder, options.device);
+    return std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
+  }
+  std::string describe(train::RunTask& task) override {
+    std::ostringstream line;
+    line << "DPO (" << (dpo_.loss == PreferenceLoss::Ipo ? "IPO" : "sigmoid") << ", beta " << dpo_.beta << ") on "
+         << opt_->describe(task);
+    return line.str();
+  }
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    return train::metrics_line(task, runtime, "pairs");
+  }
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    return opt_->build_model(device, starting_weights);
+  }
+  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
+    return opt_->export_model(out, std::move(options), command);
+  }
+  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
+    return opt_->benchmark(runtime, memory);
+  }
+  train::TextFraming text_framing() override { return opt_->text_framing(); }
+  nn::Decoder decoder() override { return opt_->decoder(); }
+
+ private:
+  const config::Config& config_;
+  opt::OptSettings settings_;
+  DpoSettings dpo_;
+  std::unique_ptr<train::App> opt_;
+};
+
+}  // namespace
+
+std::unique_ptr<train::App> make_dpo_app(const config::Config& config) { return std::make_unique<DpoApp>(config); }
+
+}  // namespace kuafu::chat

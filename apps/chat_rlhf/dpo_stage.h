@@ -1,0 +1,40 @@
+// The DPO stage (kuafu-chat dpo): the policy trained directly on preference pairs against a frozen
+// reference (the SFT model), whose log-probabilities are computed once per pair and cached. Evaluated by
+// held-out preference accuracy (the implicit reward β·h ranks the chosen answer first) and mean margin.
+#pragma once
+
+#include <memory>
+
+#include "apps/chat_rlhf/stage_config.h"
+#include "apps/chat_rlhf/stage_inputs.h"
+#include "apps/chat_rlhf/pair_task.h"
+#include "core/train/app.h"
+
+namespace kuafu::chat {
+
+class DpoTask : public PairTask {
+ public:
+  DpoTask(opt::OPTForCausalLM policy, opt::OPTForCausalLM reference, std::shared_ptr<const PreferenceSet> train,
+          std::shared_ptr<const PreferenceSet> val, const train::TrainSettings& settings, const DpoSettings& dpo,
+          int64_t pad_id, const torch::Device& device);
+
+  torch::nn::Module& model() override { return *policy_; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
+  // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen answers' log-prob sum.
+  train::LossSum evaluate(int rank, int ranks) override;
+  std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override;
+  std::vector<std::string> checkpoint_keys() const override { return {"model.", "lora.", "data.train", "dpo."}; }
+
+ private:
+  // The policy's and the (cached) reference's log-prob sums of the pairs' answers: [2n] each.
+  std::pair<torch::Tensor, torch::Tensor> logprob_sums(const PairRows& batch, const PreferenceSet& set,
+                                                       std::vector<torch::Tensor>& cache);
+
+  opt::OPTForCausalLM policy_, reference_;
+  std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
+  DpoSettings dpo_;
+};
+
+std::unique_ptr<train::App> make_dpo_app(const config::Config& config);
+
+}  // namespace kuafu::chat

@@ -1,0 +1,85 @@
+// PPO's experience: sampled responses scored by the four models. Sequences are model rows of a prompt
+// and its response with padding anywhere (generation left-pads prompts and right-pads responses); what
+// the policy update reads is gathered per response token into [B, R] tensors aligned at each response's
+// first token, so nothing downstream depends on where a row's padding was.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "apps/chat_rlhf/advantages.h"
+#include "apps/chat_rlhf/policy.h"
+#include "apps/chat_rlhf/policy_losses.h"
+#include "apps/chat_rlhf/scored_model.h"
+#include "core/nn/generation.h"
+
+namespace kuafu::chat {
+
+struct Sequences {
+  torch::Tensor tokens;           // [B, T]
+  torch::Tensor real;             // [B, T] bool
+  torch::Tensor response_start;   // [B]: the column of each row's first response token
+  torch::Tensor response_length;  // [B]: its real response tokens (EOS included)
+  torch::Tensor ended;            // [B] bool: the response ended with the stop token (else cut at the limit)
+  int64_t response_width = 0;     // R: the longest response
+
+  torch::Tensor response_mask() const;  // [B, R]
+  Sequences select(const torch::Tensor& rows) const;  // the rows `rows` [n] (int64 indices), as a batch of n
+  // per_column [B, T'] read at each response token's column + `shift` (−1: the position that predicts it) -> [B, R].
+  torch::Tensor at_responses(const torch::Tensor& per_column, int64_t shift) const;
+};
+
+// Prompts left-padded to the longest and responses right-padded after them (as generation lays them
+// out), or with `right_padded` every row's prompt and response together at column 0.
+Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& responses,
+                         int64_t pad_id, std::optional<int64_t> stop_token, const torch::Device& device,
+                         bool right_padded = false);
+
+// The policy's log-probabilities [B, R] of the responses, as the sampler drew them.
+torch::Tensor response_logprobs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling);
+// The same with the entropy [B, R] of each response token's distribution (when asked).
+NextTokens response_outputs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
+                            bool with_entropy);
+
+struct ValueEstimates {
+  torch::Tensor values;     // [B, R]: V of the state before each response token
+  torch::Tensor bootstrap;  // [B]: V after the last token for a response cut at the limit, 0 for one that ended
+};
+ValueEstimates response_values(ScoredModel& critic, const Sequences& s);
+
+// The reward model's score [B] at each row's last real token (its response's last).
+torch::Tensor sequence_scores(ScoredModel& reward, const Sequences& s);
+
+// How experience becomes advantages.
+struct ExperienceSettings {
+  nn::SamplingOptions sampling;
+  KlEstimator kl_estimator = KlEstimator::K1;
+  double kl_coef = 0.05;
+  double missing_eos_penalty = 0;  // added to the score of a response cut at the limit (e.g. −1)
+  double gamma = 1.0, lambda = 0.95;
+  bool whiten_advantages = true;
+};
+
+struct Experience {
+  Sequences sequences;
+  torch::Tensor mask;                        // [B, R]
+  torch::Tensor logprobs, ref_logprobs;      // [B, R]
+  torch::Tensor values, bootstrap;           // [B, R], [B]
+  torch::Tensor scores;                      // [B]: the reward model's, penalty included
+  torch::Tensor kl;                          // [B, R]: the estimator's per-token KL to the reference
+  torch::Tensor rewards, advantages, returns;  // [B, R]
+};
+
+// What PPO and GRPO share: the policy's and the reference's log-probabilities, the reward model's scores
+// (penalty included) and the per-token KL (no gradients; models in eval mode).
+Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+                         ScoredModel& reward, const ExperienceSettings& settings);
+
+// Scores `s` with the policy, the reference, the critic and the reward model (no gradients; call with
+// the models in eval mode, dropout off) and computes rewards, GAE and (whitened over `group`'s ranks)
+// advantages.
+Experience make_experience(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+                           ScoredModel& critic, ScoredModel& reward, const ExperienceSettings& settings,
+                           const dist::ProcessGroup* group = nullptr);
+
+}  // namespace kuafu::chat

@@ -1,0 +1,143 @@
+#include "apps/chat_rlhf/reward_stage.h"
+
+#include <sstream>
+
+#include "apps/chat_rlhf/preference_losses.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "core/train/benchmark.h"
+#include "core/train/hf_interop.h"
+#include "core/util/logging.h"
+
+namespace kuafu::chat {
+
+RewardTask::RewardTask(ScoredModel model, std::shared_ptr<const PreferenceSet> train, std::shared_ptr<const PreferenceSet> val,
+                       const train::TrainSettings& settings, double margin, int64_t pad_id, const torch::Device& device)
+    : PairTask(std::move(train), std::move(val), settings, pad_id, device, static_cast<double>(model->config.parameter_count())),
+      model_(std::move(model)), margin_(margin) {}
+
+torch::Tensor RewardTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  model_->train();
+  const PairRows batch = train_pairs(step, first_row, rows);
+  const torch::Tensor scores = model_->scores(batch.tokens, batch.real).to(torch::kFloat32);  // [2n]: chosen, then rejected
+  return pairwise_loss(scores.narrow(0, 0, rows), scores.narrow(0, rows, rows), margin_).mean();
+}
+
+train::LossSum RewardTask::evaluate(int rank, int ranks) {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  const auto kinds = static_cast<int64_t>(val_set().kinds.size());
+  train::LossSum sums;
+  sums.extra.assign(static_cast<size_t>(1 + 2 * kinds), 0.0);
+  for_each_eval_batch(rank, ranks, [&](const PairRows& batch) {
+    const int64_t n = batch.count();
+    const torch::Tensor scores = model_->scores(batch.tokens, batch.real).to(torch::kFloat64).cpu();
+    const torch::Tensor margin = scores.narrow(0, 0, n) - scores.narrow(0, n, n);
+    sums.loss_sum += pairwise_loss(scores.narrow(0, 0, n), scores.narrow(0, n, n), margin_).sum().item<double>();
+    sums.count += static_cast<double>(n);
+    sums.extra[0] += margin.sum().item<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      const bool right = margin[i].item<double>() > 0;
+      sums.correct += right ? 1 : 0;
+      const auto kind = static_cast<size_t>(batch.kinds[static_cast<size_t>(i)]);
+      sums.extra[1 + kind] += right ? 1 : 0;
+      sums.extra[1 + static_cast<size_t>(kinds) + kind] += 1;
+    }
+  });
+  return sums;
+}
+
+std::vector<train::EvalMetric> RewardTask::eval_metrics(const train::LossSum& sums) const {
+  const double pairs = std::max(1.0, sums.count);
+  std::vector<train::EvalMetric> metrics = {{"val_accuracy", "pairwise accuracy", sums.correct / pairs, true},
+                                            {"val_margin", "mean margin", sums.extra[0] / pairs, false}};
+  const std::vector<std::string>& names = val_set().kinds;
+  const size_t kinds = names.size();
+  for (size_t k = 0; k < kinds; ++k) {
+    if (names[k].empty() || sums.extra[1 + kinds + k] == 0) continue;
+    metrics.push_back({"val_accuracy_" + names[k], names[k], sums.extra[1 + k] / sums.extra[1 + kinds + k], true});
+  }
+  return metrics;
+}
+
+namespace {
+
+class RewardApp : public train::App {
+ public:
+  explicit RewardApp(const config::Config& config)
+      : config_(config), settings_(opt::read_settings(config)), reward_(reward_settings(config)) {}
+
+  train::ModelSize model_size() override {
+    return {static_cast<double>(settings_.model.parameter_count()), {"model.hidden_size", "model.num_hidden_layers"}};
+  }
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    require_data_parallel(config_, runtime, options, Stage::Reward);
+    const ChatText text = chat_text(config_, settings_.data);
+    auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
+    auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
+    ScoredModel model = build(options, /*starting_weights=*/true);
+    return std::make_unique<RewardTask>(model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
+  }
+  std::string describe(train::RunTask&) override {
+    const opt::OPTConfig& m = settings_.model;
+    std::ostringstream line;
+    line << "reward model: OPT, " << m.num_hidden_layers << " layers, hidden " << m.hidden_size << ", a scalar head; "
+         << static_cast<double>(m.parameter_count()) / 1e6 << "M parameters";
+    return line.str();
+  }
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    return train::metrics_line(task, runtime, "pairs");
+  }
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    model_.emplace(build(parallel::ModelOptions::serial_on(device), starting_weights));
+    return **model_;
+  }
+  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
+    if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
+    scored_format().save(*model_, out, options);
+    return {{"architecture", "OPTForSequenceClassification"}};
+  }
+  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
+    const int64_t rows = settings_.train.micro_batch_size, context = settings_.data.context;
+    ScoredModel& model = *model_;
+    const torch::Tensor tokens = torch::randint(0, settings_.model.vocab_size, {2 * rows, context},
+                                                torch::TensorOptions(torch::kInt64).device(runtime.device));
+    const torch::Tensor real = torch::ones_like(tokens, torch::kBool);
+    train::BenchmarkSpec spec;
+    spec.app = "chat-rm";
+    spec.item_name = "tokens";
+    spec.items_per_row = 2 * context;  // a row of the benchmark is a pair
+    spec.flops_per_item = 6.0 * static_cast<double>(settings_.model.parameter_count());
+    spec.parameters = settings_.model.parameter_count();
+    spec.fields = {{"context", context}};
+    return train::benchmark_training(config_, runtime, *model, [&] {
+      const torch::Tensor scores = model->scores(tokens, real).to(torch::kFloat32);
+      return pairwise_loss(scores.narrow(0, 0, rows), scores.narrow(0, rows, rows)).mean();
+    }, rows, spec, memory);
+  }
+
+ private:
+  // The reward model seeded from train.seed, from model.init_from (an SFT model's decoder, or a reward
+  // model's folder whole) when asked.
+  ScoredModel build(const parallel::ModelOptions& options, bool starting_weights) {
+    torch::manual_seed(settings_.train.seed);
+    ScoredModel model(settings_.model, options);
+    if (starting_weights) {
+      if (const std::string folder = train::init_from(config_); !folder.empty()) {
+        load_scored_weights(model, folder);
+        log::infof("initial weights from ", folder);
+      }
+    }
+    return model;
+  }
+
+  const config::Config& config_;
+  opt::OptSettings settings_;
+  RewardSettings reward_;
+  std::optional<ScoredModel> model_;
+};
+
+}  // namespace
+
+std::unique_ptr<train::App> make_reward_app(const config::Config& config) { return std::make_unique<RewardApp>(config); }
+
+}  // namespace kuafu::chat

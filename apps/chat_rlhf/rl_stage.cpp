@@ -1,0 +1,443 @@
+#include "apps/chat_rlhf/rl_stage.h"
+
+#include <cctype>
+#include <map>
+#include <sstream>
+
+#include "apps/chat_rlhf/rl_benchmark.h"
+#include "apps/opt_finetune/commands.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "core/dist/collectives.h"
+#include "core/train/hf_interop.h"
+#include "core/util/logging.h"
+
+namespace kuafu::chat {
+
+double answer_f1(const std::string& answer, const std::string& reference) {
+  auto words = [](const std::string& text) {
+    std::map<std::string, int> counts;
+    std::string word;
+    for (const char c : text + " ") {
+      if (std::isalnum(static_cast<unsigned char>(c)) || c == '\'') {
+        word += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      } else if (!word.empty()) {
+        ++counts[word];
+        word.clear();
+      }
+    }
+    return counts;
+  };
+  const auto a = words(answer), r = words(reference);
+  int common = 0, in_answer = 0, in_reference = 0;
+  for (const auto& [w, n] : a) {
+    in_answer += n;
+    if (const auto found = r.find(w); found != r.end()) common += std::min(n, found->second);
+  }
+  for (const auto& [w, n] : r) in_reference += n;
+  if (common == 0) return 0.0;
+  const double precision = static_cast<double>(common) / in_answer, recall = static_cast<double>(common) / in_reference;
+  return 2 * precision * recall / (precision + recall);
+}
+
+namespace {
+
+// Distinct streams for (seed, rollout, epoch, rank): splitmix64 of their mix.
+uint64_t mix_seed(uint64_t seed, int64_t a, int64_t b, int64_t c) {
+  uint64_t x = seed ^ (static_cast<uint64_t>(a) * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(b) << 32) ^ static_cast<uint64_t>(c);
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+
+int rank_of(const dist::GroupPtr& group) { return group ? group->rank() : 0; }
+int ranks_of(const dist::GroupPtr& group) { return group ? group->size() : 1; }
+
+// Sums over the group's ranks (a float64 vector), in place.
+void sum_over(torch::Tensor& sums, const dist::GroupPtr& group) {
+  if (!group || group->trivial()) return;
+  torch::Tensor moved = sums.to(group->device());
+  dist::all_reduce(moved, *group);
+  sums = moved.cpu();
+}
+
+}  // namespace
+
+RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text, std::vector<Prompt> prompts,
+               std::vector<Prompt> eval_prompts, const train::TrainSettings& train, dist::GroupPtr data,
+               std::shared_ptr<io::InstructionBatcher> ptx)
+    : stage_(stage), models_(std::move(models)), settings_(std::move(settings)), text_(std::move(text)),
+      prompts_(std::move(prompts)), eval_prompts_(std::move(eval_prompts)),
+      prompt_order_(static_cast<int64_t>(prompts_.size()), settings_.prompts_per_rollout, train.seed), ptx_(std::move(ptx)),
+      data_(std::move(data)), seed_(train.seed), batch_size_(train.batch_size),
+      device_(models_.actor->parameters().front().device()),
+      kl_{settings_.experience.kl_coef, settings_.kl_target, settings_.kl_horizon} {
+  // The block sites of the policies, so that the memory strategies reach their generation and scoring.
+  actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
+  reference_sites_ = std::make_unique<train::ParallelModel>(*models_.reference, train::ParallelOptions{});
+  settings_.experience.sampling.stop_token = text_.format.eos;
+  settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
+  for (torch::nn::Module* frozen : {static_cast<torch::nn::Module*>(models_.reference.get()), static_cast<torch::nn::Module*>(models_.reward.get())}) {
+    frozen->eval();
+    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
+  }
+  step_sums_ = torch::zeros({4}, torch::kFloat64);
+}
+
+std::vector<train::RunModel> RlTask::models() {
+  std::vector<train::RunModel> out;
+  train::RunModel actor;
+  actor.name = "actor";
+  actor.module = models_.actor.get();
+  actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+    actor_sites_->set_block_hooks(hooks);
+    return true;
+  };
+  out.push_back(actor);
+  if (models_.critic) {
+    train::RunModel critic;
+    critic.name = "critic";
+    critic.module = models_.critic->get();
+    out.push_back(critic);
+  }
+  train::RunModel reference;
+  reference.name = "reference";
+  reference.module = models_.reference.get();
+  reference.trained = reference.saved = false;
+  reference.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+    reference_sites_->set_block_hooks(hooks);
+    return true;
+  };
+  out.push_back(reference);
+  train::RunModel reward;
+  reward.name = "reward";
+  reward.module = models_.reward.get();
+  reward.trained = reward.saved = false;
+  out.push_back(reward);
+  return out;
+}
+
+std::vector<std::vector<int64_t>> RlTask::sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling) {
+  torch::NoGradGuard no_grad;
+  models_.actor->eval();  // dropout off: the log-probabilities are those of the distribution sampled
+  nn::Decoder decoder = opt::decoder(models_.actor);
+  // Ranks whose rows stop at different lengths keep decoding together (the actor's layout may gather).
+  if (data_ && !data_->trivial()) decoder.all_done = nn::all_done_over(data_);
+  return nn::generate(decoder, prompts, sampling);
+}
+
+torch::Tensor RlTask::grpo_advantages(const Experience& e) const {
+  torch::Tensor rewards = e.scores;  // [B]
+  if (settings_.kl_in_reward) {
+    const torch::Tensor k1 = kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1) * e.mask.to(e.logprobs.scalar_type());
+    rewards = rewards - settings_.experience.kl_coef * k1.sum(1);
+  }
+  if (settings_.scale_rewards != RewardScaling::Batch || ranks_of(data_) == 1) {
+    return group_advantages(rewards, settings_.group_size, settings_.scale_rewards);
+  }
+  // The batch's standard deviation over every rank's rows.
+  const torch::Tensor all = torch::ones_like(rewards, torch::kBool);
+  const torch::Tensor std = torch::sqrt(masked_var(rewards, all, data_.get()));
+  return group_advantages(rewards, settings_.group_size, RewardScaling::None) / (std + 1e-4);
+}
+
+void RlTask::make_rollout(int64_t rollout) {
+  const int rank = rank_of(data_), ranks = ranks_of(data_);
+  const int64_t per_rank = settings_.prompts_per_rollout / ranks;
+  const int64_t group = stage_ == Stage::Grpo ? settings_.group_size : 1;
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<const Prompt*> sources;
+  for (const size_t index : prompt_order_.rows(rollout, rank * per_rank, per_rank)) {
+    for (int64_t g = 0; g < group; ++g) {
+      prompts.push_back(prompts_[index].tokens);
+      sources.push_back(&prompts_[index]);
+    }
+  }
+  ExperienceSettings settings = settings_.experience;
+  settings.kl_coef = kl_.coef;
+  settings.sampling.seed = mix_seed(seed_, rollout, 0, rank);
+  const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
+  const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
+  models_.reward->eval();
+  if (models_.critic) {
+    (*models_.critic)->eval();
+    experience_ = make_experience(s, models_.actor, models_.reference, *models_.critic, models_.reward, settings, data_.get());
+  } else {
+    experience_ = score_samples(s, models_.actor, models_.reference, models_.reward, settings);
+    experience_.advantages = grpo_advantages(experience_).unsqueeze(1) * experience_.mask.to(experience_.logprobs.scalar_type());
+  }
+  rollout_ = rollout;
+
+  // Each epoch's order of this rank's rows, and each mini-batch's counts over all ranks.
+  const auto rows = static_cast<int64_t>(prompts.size());
+  const int64_t per_mini_batch = rows / settings_.mini_batches;
+  epoch_orders_.clear();
+  torch::Tensor counts = torch::zeros({settings_.epochs * settings_.mini_batches, 2}, torch::kFloat64);
+  const torch::Tensor tokens_per_row = experience_.mask.sum(1).to(torch::kFloat64).cpu();
+  for (int64_t epoch = 0; epoch < settings_.epochs; ++epoch) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed_, rollout, epoch + 1, rank));
+    const torch::Tensor order = torch::randperm(rows, generator, torch::kInt64);
+    epoch_orders_.emplace_back(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + rows);
+    for (int64_t mb = 0; mb < settings_.mini_batches; ++mb) {
+      const torch::Tensor chosen = order.narrow(0, mb * per_mini_batch, per_mini_batch);
+      counts[epoch * settings_.mini_batches + mb][0] = tokens_per_row.index_select(0, chosen).sum();
+      counts[epoch * settings_.mini_batches + mb][1] = static_cast<double>(per_mini_batch);
+    }
+  }
+  sum_over(counts, data_);
+  mini_batch_counts_.clear();
+  for (int64_t i = 0; i < counts.size(0); ++i) {
+    mini_batch_counts_.push_back({counts[i][0].item<double>(), counts[i][1].item<double>(), settings_.experience.sampling.max_new_tokens});
+  }
+
+  // The rollout's figures over all ranks: reward, KL per sequence (k1), length, EOS, F1 with the reference answer.
+  const torch::Tensor m = experience_.mask.to(torch::kFloat64);
+  const torch::Tensor k1 = (kl_estimate(experience_.logprobs, experience_.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1);
+  double f1 = 0, answered = 0;
+  for (size_t r = 0; r < responses.size(); ++r) {
+    if (sources[r]->answer.empty()) continue;
+    f1 += answer_f1(text_.decode_answer(responses[r]), sources[r]->answer);
+    answered += 1;
+  }
+  torch::Tensor sums = torch::tensor({experience_.scores.to(torch::kFloat64).sum().item<double>(), k1.sum().item<double>(),
+                                      m.sum().item<double>(), s.ended.to(torch::kFloat64).sum().item<double>(), f1, answered,
+                                      static_cast<double>(rows)},
+                                     torch::kFloat64);
+  sum_over(sums, data_);
+  const double n = sums[6].item<double>();
+  rollout_figures_ = {{"reward", sums[0].item<double>() / n},        {"kl", sums[1].item<double>() / n},
+                      {"response_length", sums[2].item<double>() / n}, {"eos_rate", sums[3].item<double>() / n},
+                      {"kl_coef", kl_.coef}};
+  if (sums[5].item<double>() > 0) rollout_figures_["answer_f1"] = sums[4].item<double>() / sums[5].item<double>();
+  if (stage_ == Stage::Ppo) kl_.update(sums[1].item<double>() / n, static_cast<int64_t>(n));
+}
+
+std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_row, int64_t rows) {
+  const int64_t per_rollout = settings_.steps_per_rollout();
+  if (step / per_rollout != rollout_) make_rollout(step / per_rollout);
+  const int64_t within = step % per_rollout, epoch = within / settings_.mini_batches, mini_batch = within % settings_.mini_batches;
+  const int ranks = ranks_of(data_);
+  const int64_t per_rank = batch_size_ / ranks;  // this rank's rows of a mini-batch
+  const int64_t local_first = first_row / (rows * ranks) * rows;  // micro-steps take `rows` rows of each rank in turn
+  std::vector<int64_t> picked;
+  for (int64_t i = 0; i < rows; ++i) {
+    picked.push_back(epoch_orders_[static_cast<size_t>(epoch)][static_cast<size_t>(mini_batch * per_rank + local_first + i)]);
+  }
+  const torch::Tensor index = torch::tensor(picked, torch::kInt64).to(device_);
+  const Experience& e = experience_;
+  const Sequences batch = e.sequences.select(index);
+  const torch::Tensor mask = e.mask.index_select(0, index);
+  const BatchCounts& counts = mini_batch_counts_[static_cast<size_t>(epoch * settings_.mini_batches + mini_batch)];
+  // The trainer averages micro-steps and data ranks; each micro-step's share of the whole mini-batch's
+  // loss is scaled back up so that the gradient is the whole mini-batch's, normalised by its counts.
+  const double scale = static_cast<double>(batch_size_) / static_cast<double>(rows);
+
+  models_.actor->eval();  // dropout off in PPO's updates too: the ratio compares like with like
+  const NextTokens out = response_outputs(models_.actor, batch, settings_.experience.sampling, settings_.entropy_coef > 0);
+  const torch::Tensor old_logprobs = e.logprobs.index_select(0, index);
+  const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
+                                                settings_.clip, settings_.clip);
+  torch::Tensor per_token = terms.loss;
+  if (settings_.entropy_coef > 0) per_token = per_token - settings_.entropy_coef * out.entropy;
+  if (stage_ == Stage::Grpo && !settings_.kl_in_reward && settings_.experience.kl_coef > 0) {
+    per_token = per_token + settings_.experience.kl_coef *
+                                kl_estimate(out.logprobs, e.ref_logprobs.index_select(0, index), settings_.experience.kl_estimator);
+  }
+  torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
+  if (ptx_ && settings_.ptx_coef > 0) {
+    models_.actor->train(false);
+    const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
+    actor_loss = actor_loss + settings_.ptx_coef * models_.actor->loss(ptx.inputs, ptx.targets);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor m = mask.to(torch::kFloat64);
+    const torch::Tensor log_ratio = (out.logprobs - old_logprobs).to(torch::kFloat64);
+    step_sums_ += torch::stack({(terms.clipped.to(torch::kFloat64) * m).sum(), (0.5 * log_ratio.square() * m).sum(),
+                                (terms.ratio.to(torch::kFloat64) * m).sum(), m.sum()})
+                      .cpu();
+  }
+  std::map<std::string, torch::Tensor> result = {{"actor", actor_loss}};
+  if (models_.critic) {
+    ScoredModel& critic = *models_.critic;
+    critic->eval();
+    const torch::Tensor values = response_values(critic, batch).values;
+    const torch::Tensor value_loss = clipped_value_loss(values, e.values.index_select(0, index).to(values.scalar_type()),
+                                                        e.returns.index_select(0, index).to(values.scalar_type()), settings_.value_clip);
+    result["critic"] = settings_.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts) * scale;
+  }
+  return result;
+}
+
+std::map<std::string, double> RlTask::step_figures(int64_t) {
+  torch::Tensor sums = step_sums_.clone();
+  sum_over(sums, data_);
+  step_sums_.zero_();
+  std::map<std::string, double> figures = rollout_figures_;
+  const double tokens = std::max(1.0, sums[3].item<double>());
+  figures["clip_fraction"] = sums[0].item<double>() / tokens;
+  figures["approx_kl"] = sums[1].item<double>() / tokens;
+  figures["ratio"] = sums[2].item<double>() / tokens;
+  return figures;
+}
+
+train::LossSum RlTask::evaluate(int rank, int ranks) {
+  torch::NoGradGuard no_grad;
+  const auto n = static_cast<int64_t>(eval_prompts_.size());
+  const int64_t first = n * rank / ranks, last = n * (rank + 1) / ranks;
+  train::LossSum sums;
+  sums.extra.assign(4, 0.0);
+  if (first == last) return sums;
+  std::vector<std::vector<int64_t>> prompts;
+  for (int64_t i = first; i < last; ++i) prompts.push_back(eval_prompts_[static_cast<size_t>(i)].tokens);
+  nn::SamplingOptions greedy = settings_.experience.sampling;
+  greedy.temperature = 0;  // the answers a user gets by default
+  const std::vector<std::vector<int64_t>> responses = sample(prompts, greedy);
+  const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
+  nn::SamplingOptions model_distribution;
+  model_distribution.vocab_limit = greedy.vocab_limit;
+  ExperienceSettings settings;
+  settings.sampling = model_distribution;
+  settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
+  models_.reward->eval();
+  const Experience e = score_samples(s, models_.actor, models_.reference, models_.reward, settings);
+  const torch::Tensor m = e.mask.to(torch::kFloat64);
+  const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
+  const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();
+  for (int64_t i = 0; i < last - first; ++i) {
+    const Prompt& p = eval_prompts_[static_cast<size_t>(first + i)];
+    sums.loss_sum += -(scores[i].item<double>() - kl_.coef * kl[i].item<double>());
+    sums.count += 1;
+    sums.correct += s.ended[i].item<bool>() ? 1 : 0;
+    sums.extra[0] += scores[i].item<double>();
+    sums.extra[1] += kl[i].item<double>();
+    sums.extra[2] += static_cast<double>(responses[static_cast<size_t>(i)].size());
+    sums.extra[3] += p.answer.empty() ? 0 : answer_f1(text_.decode_answer(responses[static_cast<size_t>(i)]), p.answer);
+  }
+  return sums;
+}
+
+std::vector<train::EvalMetric> RlTask::eval_metrics(const train::LossSum& sums) const {
+  const double n = std::max(1.0, sums.count);
+  return {{"val_reward", "held-out reward", sums.extra[0] / n, false},
+          {"val_kl", "KL to the reference", sums.extra[1] / n, false},
+          {"val_length", "length", sums.extra[2] / n, false},
+          {"val_eos_rate", "EOS rate", sums.correct / n, true},
+          {"val_answer_f1", "answer F1", sums.extra[3] / n, false}};
+}
+
+double RlTask::flops_per_item() const {
+  // Training's forward and backward per token: the actor, and PPO's critic.
+  return 6.0 * static_cast<double>(models_.actor->config.parameter_count()) * (models_.critic ? 2.0 : 1.0);
+}
+
+int64_t RlTask::items_per_row() const {
+  double prompt = 0;
+  for (const Prompt& p : prompts_) prompt += static_cast<double>(p.tokens.size());
+  return std::llround(prompt / static_cast<double>(prompts_.size())) + settings_.experience.sampling.max_new_tokens / 2;
+}
+
+namespace {
+
+class RlApp : public train::App {
+ public:
+  RlApp(const config::Config& config, Stage stage)
+      : config_(config), stage_(stage), settings_(opt::read_settings(config)), rl_(rl_settings(config, stage)),
+        opt_(opt::make_opt_app(config)) {}
+
+  train::ModelSize model_size() override {
+    const double actor = static_cast<double>(settings_.model.parameter_count());
+    return {actor * (stage_ == Stage::Ppo ? 4.0 : 3.0), {"model.hidden_size", "model.num_hidden_layers"}};
+  }
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override;
+  std::string describe(train::RunTask& task) override {
+    std::ostringstream line;
+    line << (stage_ == Stage::Ppo ? "PPO" : "GRPO") << ": " << rl_.prompts_per_rollout << " prompts per rollout"
+         << (stage_ == Stage::Grpo ? " x " + std::to_string(rl_.group_size) + " samples" : std::string()) << ", "
+         << rl_.epochs << " epoch(s) x " << rl_.mini_batches << " mini-batch(es); actor " << opt_->describe(task);
+    return line.str();
+  }
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    return train::metrics_line(task, runtime, "prompts");
+  }
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    built_ = &opt_->build_model(device, starting_weights);
+    return *built_;
+  }
+  std::string model_part() const override { return "actor"; }
+  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
+    return opt_->export_model(out, std::move(options), command);
+  }
+  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
+    KUAFU_CHECK(stage_ == Stage::Ppo, "kuafu-chat grpo benchmark: the benchmark times a PPO step (kuafu-chat ppo benchmark)");
+    auto actor = std::dynamic_pointer_cast<opt::OPTForCausalLMImpl>(built_->shared_from_this());
+    return benchmark_ppo(config_, runtime, opt::OPTForCausalLM(actor), settings_, rl_, memory);
+  }
+  train::TextFraming text_framing() override { return opt_->text_framing(); }
+  nn::Decoder decoder() override { return opt_->decoder(); }
+
+ private:
+  const config::Config& config_;
+  Stage stage_;
+  opt::OptSettings settings_;
+  RlSettings rl_;
+  std::unique_ptr<train::App> opt_;
+  torch::nn::Module* built_ = nullptr;  // build_model's actor (opt_ holds it)
+};
+
+std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) {
+  dist::GroupPtr data;
+  require_data_parallel(config_, runtime, options, stage_);
+  if (runtime) {
+    data = runtime->mesh->group("data");
+    if (rl_.prompts_per_rollout % data->size() != 0) {
+      config_.fail_at("rl.prompts_per_rollout", "(" + std::to_string(rl_.prompts_per_rollout) + ") must divide among the " +
+                                                    std::to_string(data->size()) + " data ranks");
+    }
+  }
+  if (rl_.reward_model.empty()) config_.fail_at("rl.reward_model", "is empty: name the reward model's folder (kuafu-chat rm export)");
+  if (data && rl_.eval_prompts_count % data->size() != 0) {
+    config_.fail_at("rl.eval_prompts_count", "(" + std::to_string(rl_.eval_prompts_count) + ") must divide among the " +
+                                                 std::to_string(data->size()) + " data ranks (they generate together)");
+  }
+  const ChatText text = chat_text(config_, settings_.data);
+  const int64_t room = rl_.experience.sampling.max_new_tokens;
+  std::vector<Prompt> prompts = read_prompt_file(config_, "data.train", settings_.data.train, text, 0, room);
+  std::vector<Prompt> eval_prompts = read_prompt_file(config_, "rl.eval_prompts", rl_.eval_prompts, text, rl_.eval_prompts_count, room);
+  if (static_cast<int64_t>(prompts.size()) < rl_.prompts_per_rollout) {
+    config_.fail_at("rl.prompts_per_rollout", "(" + std::to_string(rl_.prompts_per_rollout) + ") exceeds the " +
+                                                  std::to_string(prompts.size()) + " prompts of data.train");
+  }
+  RlModels models;
+  models.actor = opt::build_model(config_, settings_, options);
+  const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
+  if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
+  models.reference = opt::opt_format().load(reference, options.device);
+  models.reward = scored_format().load(rl_.reward_model, options.device);
+  if (models.reward->config.vocab_size != models.actor->config.vocab_size) {
+    config_.fail_at("rl.reward_model", "= " + rl_.reward_model + " has a vocabulary of " + std::to_string(models.reward->config.vocab_size) +
+                                           " rows, the actor " + std::to_string(models.actor->config.vocab_size) + ": train it from the same SFT model");
+  }
+  if (stage_ == Stage::Ppo) {
+    const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
+    const opt::OPTConfig shape = scored_format().read_config(io::read_hf_config(start), start + "/config.json");
+    torch::manual_seed(settings_.train.seed);
+    models.critic.emplace(shape, parallel::ModelOptions::serial_on(options.device));
+    load_scored_weights(*models.critic, start);
+  }
+  std::shared_ptr<io::InstructionBatcher> ptx;
+  if (rl_.ptx_coef > 0) {
+    auto set = std::make_shared<io::InstructionSet>(io::read_instructions(settings_.data.train, *text.tokenizer, text.format));
+    ptx = std::make_shared<io::InstructionBatcher>(set, text.pad_id, settings_.train.batch_size, settings_.train.seed);
+  }
+  return std::make_unique<RlTask>(stage_, std::move(models), rl_, text, std::move(prompts), std::move(eval_prompts),
+                                  settings_.train, data, ptx);
+}
+
+}  // namespace
+
+std::unique_ptr<train::App> make_rl_app(const config::Config& config, Stage stage) {
+  return std::make_unique<RlApp>(config, stage);
+}
+
+}  // namespace kuafu::chat

@@ -1,0 +1,142 @@
+#include "apps/chat_rlhf/stage_config.h"
+
+#include "apps/opt_finetune/app_config.h"
+#include "core/train/generate_settings.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::chat {
+
+const char* stage_name(Stage stage) {
+  switch (stage) {
+    case Stage::Sft: return "sft";
+    case Stage::Reward: return "rm";
+    case Stage::Dpo: return "dpo";
+    case Stage::Ppo: return "ppo";
+    case Stage::Grpo: return "grpo";
+  }
+  return "";
+}
+
+namespace {
+
+void add_rl_schema(config::Schema& s, Stage stage) {
+  s.add_string("rl.reward_model", "", "the reward model's folder (OPTForSequenceClassification, kuafu-chat rm export)");
+  s.add_string("rl.reference", "", "the frozen reference policy's folder; empty: model.init_from");
+  s.add_string("rl.kl_estimator", stage == Stage::Ppo ? "k1" : "k3",
+               "per-token KL estimator: k1, k2 or k3 (PPO: in the reward; GRPO: in the loss)")
+      .choices({"k1", "k2", "k3"});
+  s.add_float("rl.kl_coef", stage == Stage::Ppo ? 0.05 : 0.04, "KL coefficient (β)").min(0);
+  s.add_float("rl.missing_eos_penalty", 0.0, "added to the score of a response cut at generate.max_new_tokens");
+  s.add_int("rl.prompts_per_rollout", 8, "prompts sampled per rollout (on every data rank together)").min(1);
+  s.add_int("rl.epochs", 1, "passes over each rollout's experience").min(1).max(100);
+  s.add_int("rl.mini_batches", 1, "optimizer steps per pass (train.batch_size = the rollout's rows / this)").min(1);
+  s.add_float("rl.clip", 0.2, "the policy ratio's clip range ε").min(0).max(10);
+  s.add_float("rl.entropy_coef", 0.0, "entropy bonus").min(0);
+  s.add_string("rl.eval_prompts", "data/instructions/out/val.jsonl", "held-out prompts (JSONL with \"prompt\")");
+  s.add_int("rl.eval_prompts_count", 16, "held-out prompts answered at each evaluation").min(1);
+  if (stage == Stage::Ppo) {
+    s.add_string("rl.critic_init", "", "the critic's starting folder; empty: the reward model");
+    s.add_float("rl.kl_target", 0.0, "adaptive KL: the KL per sequence to hold (0: a fixed rl.kl_coef)").min(0);
+    s.add_float("rl.kl_horizon", 10000, "adaptive KL: its horizon in samples").min(1);
+    s.add_float("rl.gamma", 1.0, "GAE discount γ").min(0).max(1);
+    s.add_float("rl.lambda", 0.95, "GAE λ").min(0).max(1);
+    s.add_bool("rl.whiten_advantages", true, "whiten advantages over the rollout (all data ranks)");
+    s.add_float("rl.value_clip", 0.2, "the value loss's clip range").min(0);
+    s.add_float("rl.value_coef", 0.1, "the value loss's weight in the critic's loss").min(0);
+    s.add_float("rl.ptx_coef", 0.0, "weight of the pre-training (SFT) loss on data.train").min(0);
+  } else {
+    s.add_int("rl.group_size", 4, "samples per prompt (G)").min(2).max(1024);
+    s.add_string("rl.scale_rewards", "group", "advantage scaling: group, batch or none").choices({"group", "batch", "none"});
+    s.add_string("rl.loss_aggregation", "sequence-mean", "token-mean, sequence-mean or constant (Dr. GRPO)")
+        .choices({"token-mean", "sequence-mean", "constant"});
+    s.add_bool("rl.kl_in_reward", false,
+               "k1 in each sample's reward instead of rl.kl_estimator in the loss (the penalty in the loss "
+               "regularises towards KL(π_ref ‖ π), another optimum)");
+  }
+}
+
+}  // namespace
+
+config::Schema stage_schema(Stage stage) {
+  config::Schema s = opt::opt_schema();
+  switch (stage) {
+    case Stage::Sft:
+      break;
+    case Stage::Reward:
+      s.add_float("rm.margin", 0.0, "margin in the pairwise loss −log σ(r_chosen − r_rejected − margin)").min(0);
+      break;
+    case Stage::Dpo:
+      s.add_float("dpo.beta", 0.1, "β: the strength of the KL regularisation towards the reference").min(1e-6);
+      s.add_string("dpo.loss", "sigmoid", "sigmoid (DPO) or ipo").choices({"sigmoid", "ipo"});
+      s.add_string("dpo.reference", "", "the frozen reference's folder; empty: model.init_from");
+      break;
+    case Stage::Ppo:
+    case Stage::Grpo:
+      add_rl_schema(s, stage);
+      train::add_model_sections(s, stage == Stage::Ppo ? std::vector<std::string>{"actor", "critic", "reference", "reward"}
+                                                       : std::vector<std::string>{"actor", "reference", "reward"});
+      break;
+  }
+  return s;
+}
+
+void require_data_parallel(const config::Config& config, const train::Runtime* runtime, const parallel::ModelOptions& options,
+                           Stage stage) {
+  if (!runtime) return;
+  KUAFU_CHECK(runtime->pipeline.stages == 1 && !runtime->sequence.enabled() && !options.tp.enabled(), "kuafu-chat ",
+              stage_name(stage), " trains data parallel (with ZeRO, or Gemini for a policy); set parallel.pipeline, "
+              "parallel.sequence and parallel.tensor to 1 in ", config.path());
+}
+
+RewardSettings reward_settings(const config::Config& config) { return {config.get_float("rm.margin")}; }
+
+DpoSettings dpo_settings(const config::Config& config) {
+  return {config.get_float("dpo.beta"), preference_loss_named(config.get_string("dpo.loss")), config.get_string("dpo.reference")};
+}
+
+RlSettings rl_settings(const config::Config& config, Stage stage) {
+  RlSettings s;
+  const bool ppo = stage == Stage::Ppo;
+  s.reward_model = config.get_string("rl.reward_model");
+  s.reference = config.get_string("rl.reference");
+  ExperienceSettings& e = s.experience;
+  e.sampling = train::generate_settings(config).sampling;
+  if (e.sampling.temperature <= 0) config.fail_at("generate.temperature", "must be > 0 for rollouts: the policy gradient needs sampled responses");
+  e.kl_estimator = kl_estimator_named(config.get_string("rl.kl_estimator"));
+  e.kl_coef = config.get_float("rl.kl_coef");
+  e.missing_eos_penalty = config.get_float("rl.missing_eos_penalty");
+  s.prompts_per_rollout = config.get_int("rl.prompts_per_rollout");
+  s.epochs = config.get_int("rl.epochs");
+  s.mini_batches = config.get_int("rl.mini_batches");
+  s.clip = config.get_float("rl.clip");
+  s.entropy_coef = config.get_float("rl.entropy_coef");
+  s.eval_prompts = config.get_string("rl.eval_prompts");
+  s.eval_prompts_count = config.get_int("rl.eval_prompts_count");
+  s.aggregation = Aggregation::TokenMean;
+  if (ppo) {
+    s.critic_init = config.get_string("rl.critic_init");
+    s.kl_target = config.get_float("rl.kl_target");
+    s.kl_horizon = config.get_float("rl.kl_horizon");
+    e.gamma = config.get_float("rl.gamma");
+    e.lambda = config.get_float("rl.lambda");
+    e.whiten_advantages = config.get_bool("rl.whiten_advantages");
+    s.value_clip = config.get_float("rl.value_clip");
+    s.value_coef = config.get_float("rl.value_coef");
+    s.ptx_coef = config.get_float("rl.ptx_coef");
+  } else {
+    s.group_size = config.get_int("rl.group_size");
+    s.scale_rewards = reward_scaling_named(config.get_string("rl.scale_rewards"));
+    s.aggregation = aggregation_named(config.get_string("rl.loss_aggregation"));
+    s.kl_in_reward = config.get_bool("rl.kl_in_reward");
+  }
+  const int64_t rows = s.prompts_per_rollout * (ppo ? 1 : s.group_size);
+  const int64_t batch = config.get_int("train.batch_size");
+  if (batch * s.mini_batches != rows) {
+    config.fail_at("train.batch_size", "(" + std::to_string(batch) + ") x rl.mini_batches (" + std::to_string(s.mini_batches) +
+                                           ") must equal the rollout's " + std::to_string(rows) + " rows (rl.prompts_per_rollout" +
+                                           (ppo ? "" : " x rl.group_size") + ")");
+  }
+  return s;
+}
+
+}  // namespace kuafu::chat

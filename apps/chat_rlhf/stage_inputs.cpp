@@ -1,0 +1,69 @@
+#include "apps/chat_rlhf/stage_inputs.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "core/util/logging.h"
+#include "core/util/utf8.h"
+
+namespace kuafu::chat {
+namespace fs = std::filesystem;
+
+std::vector<int64_t> ChatText::prompt_tokens(const std::string& prompt) const {
+  return io::make_example({{prompt + format.prompt_end, false}}, *tokenizer, format).tokens;
+}
+
+std::string ChatText::decode_answer(std::vector<int64_t> tokens) const {
+  if (!tokens.empty() && tokens.back() == format.eos) tokens.pop_back();
+  return text::replace_invalid_utf8(tokenizer->decode(tokens));
+}
+
+ChatText chat_text(const config::Config& config, const opt::OptData& data) {
+  ChatText text;
+  auto tokenizer = std::make_shared<io::BpeTokenizer>(opt::load_tokenizer(config, data));
+  text.format = opt::instruction_format(config, data, *tokenizer);
+  text.pad_id = tokenizer->token_id("<pad>").value_or(text.format.eos);
+  text.tokenizer = tokenizer;
+  return text;
+}
+
+namespace {
+
+void check_file(const config::Config& config, const std::string& key, const std::string& path, const std::string& recipe) {
+  if (!fs::is_regular_file(path)) config.fail_at(key, "= " + path + " does not exist (" + recipe + ")");
+}
+
+}  // namespace
+
+std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& config, const std::string& key,
+                                                          const std::string& path, const ChatText& text) {
+  check_file(config, key, path, "preference pairs: data/preferences/build.py");
+  auto set = std::make_shared<PreferenceSet>(read_preferences(path, *text.tokenizer, text.format));
+  if (set->pairs.empty()) config.fail_at(key, "= " + path + " holds no pair of at most data.context tokens");
+  log::infof(path, ": ", set->pairs.size(), " pairs; ", set->skipped_too_long, " longer than data.context skipped");
+  return set;
+}
+
+std::vector<Prompt> read_prompt_file(const config::Config& config, const std::string& key, const std::string& path,
+                                     const ChatText& text, int64_t limit, int64_t room) {
+  check_file(config, key, path, "prompts: data/instructions/build.py");
+  std::vector<Prompt> prompts;
+  int64_t skipped = 0;
+  io::read_jsonl(path, [&](const nlohmann::json& item, const std::string& where) {
+    if (limit > 0 && static_cast<int64_t>(prompts.size()) >= limit) return;
+    Prompt p{io::text_field(item, "prompt", where), {}, ""};
+    if (item.contains("response")) p.answer = io::text_field(item, "response", where);
+    p.tokens = text.prompt_tokens(p.text);
+    if (static_cast<int64_t>(p.tokens.size()) + room > text.format.max_tokens) {
+      ++skipped;
+      return;
+    }
+    prompts.push_back(std::move(p));
+  });
+  if (prompts.empty()) config.fail_at(key, "= " + path + " holds no prompt that leaves room for an answer within data.context");
+  if (skipped > 0) log::infof(path, ": ", skipped, " prompts too long for data.context skipped");
+  return prompts;
+}
+
+}  // namespace kuafu::chat

@@ -1,0 +1,39 @@
+// What the stages read besides their models: the tokenizer and chat template (as OPT fine-tuning renders
+// examples), preference pairs and prompts, each file checked and named by its config key.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/chat_rlhf/preference_data.h"
+#include "apps/opt_finetune/app_config.h"
+#include "core/config/config.h"
+
+namespace kuafu::chat {
+
+struct ChatText {
+  std::shared_ptr<const io::BpeTokenizer> tokenizer;
+  io::InstructionFormat format;  // BOS and EOS "</s>", longest example data.context
+  int64_t pad_id = 0;            // "<pad>", else EOS (padding is positional: an EOS never hides)
+  // A prompt's tokens as the policy sees it before answering.
+  std::vector<int64_t> prompt_tokens(const std::string& prompt) const;
+  std::string decode_answer(std::vector<int64_t> tokens) const;  // its EOS dropped, whole characters only
+};
+ChatText chat_text(const config::Config& config, const opt::OptData& data);
+
+// The pairs of the file `path` (named by `key` in errors); kuafu::Error when missing or empty.
+std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& config, const std::string& key,
+                                                          const std::string& path, const ChatText& text);
+
+struct Prompt {
+  std::string text;
+  std::vector<int64_t> tokens;
+  std::string answer;  // the file's "response" when it has one: the reference a held-out score reads
+};
+// The prompts of a JSONL file ({"prompt": ...}, optionally "response"), at most `limit` (0: all), those
+// longer than data.context − `room` tokens skipped.
+std::vector<Prompt> read_prompt_file(const config::Config& config, const std::string& key, const std::string& path,
+                                     const ChatText& text, int64_t limit, int64_t room);
+
+}  // namespace kuafu::chat

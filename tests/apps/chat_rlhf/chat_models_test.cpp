@@ -1,0 +1,140 @@
+// The reward / value model and the policy against transformers (tests/python/rlhf_models_reference.py):
+// an OPTForSequenceClassification folder loads and scores as transformers scores it, left- or
+// right-padded; what Kuafu writes loads back in transformers with Kuafu's scores; a causal model's
+// next-token log-probabilities equal transformers'. Float32, 1e-5: the two libraries' kernels differ in
+// summation order by ~1e-6 on these sizes. And PPO's experience does not depend on where padding sits
+// (float64, 1e-12: the same sums in another order).
+#include <gtest/gtest.h>
+
+#include "apps/chat_rlhf/experience.h"
+#include "apps/chat_rlhf/policy.h"
+#include "apps/chat_rlhf/scored_model.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "tests/support/reference_outputs.h"
+
+namespace kuafu::chat {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+const testing::Reference& reference() {
+  static const testing::Reference r = testing::build_reference("rlhf_models_reference.py", "rlhf_models");
+  return r;
+}
+
+double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+TEST(ChatModelsTest, RewardModelScoresAsTransformersLeftOrRightPadded) {
+  const testing::Reference& ref = reference();
+  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  for (const std::string side : {"left", "right"}) {
+    const torch::Tensor scores = model->scores(ref[side + "_ids"], ref[side + "_mask"].to(torch::kBool));
+    EXPECT_LT(difference(scores, ref[side + "_scores"]), kTolerance) << side;
+  }
+}
+
+// In bf16 (the precision RLHF runs in on GPUs) the padded rows score as in float32, to bf16's
+// resolution: 8 bits of mantissa over two layers leave the scores within 0.05 of float32's.
+TEST(ChatModelsTest, RewardModelScoresPaddedRowsInBf16) {
+  const testing::Reference& ref = reference();
+  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor real = ref["left_mask"].to(torch::kBool);
+  const torch::Tensor full = model->scores(ref["left_ids"], real);
+  model->to(torch::kBFloat16);
+  const torch::Tensor half = model->scores(ref["left_ids"], real).to(torch::kFloat32);
+  EXPECT_LT(difference(half, full), 0.05);
+}
+
+TEST(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
+  const testing::Reference& ref = reference();
+  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+  {
+    torch::NoGradGuard no_grad;
+    model->score->weight.mul_(-2.0);  // Kuafu's own weights, not the folder's
+  }
+  const auto out = testing::temp_dir("rm_export");
+  std::filesystem::remove_all(out);
+  scored_format().save(model, out.string());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  io::NamedTensors expected;
+  for (const std::string side : {"left", "right"}) {
+    expected.emplace_back(side + "_ids", ref[side + "_ids"]);
+    expected.emplace_back(side + "_mask", ref[side + "_mask"]);
+    expected.emplace_back(side + "_scores", model->scores(ref[side + "_ids"], ref[side + "_mask"].to(torch::kBool)));
+  }
+  const std::string expected_path = (out.parent_path() / (out.filename().string() + "_expected.safetensors")).string();
+  io::save_safetensors(expected_path, expected);
+  const testing::PythonRun run = testing::run_python_reference("rlhf_models_reference.py", "check_rm " + out.string() + " " + expected_path);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json line = testing::last_json_line(run.output);
+  EXPECT_EQ(line["architecture"], "OPTForSequenceClassification");
+  EXPECT_LT(line["max_difference"].get<double>(), kTolerance);
+}
+
+TEST(ChatModelsTest, RewardModelStartsFromACausalModelsDecoder) {
+  const testing::Reference& ref = reference();
+  opt::OPTForCausalLM lm = opt::opt_format().load((ref.dir / "lm").string());
+  ScoredModel model(lm->config);
+  const torch::Tensor head = model->score->weight.clone();
+  load_scored_weights(model, (ref.dir / "lm").string());
+  EXPECT_TRUE(model->named_parameters()["model.decoder.layers.1.fc2.bias"].equal(lm->named_parameters()["model.decoder.layers.1.fc2.bias"]));
+  EXPECT_TRUE(model->score->weight.equal(head)) << "the head is new: it keeps its initial values";
+}
+
+TEST(ChatModelsTest, PolicyLogprobsEqualTransformers) {
+  const testing::Reference& ref = reference();
+  opt::OPTForCausalLM lm = opt::opt_format().load((ref.dir / "lm").string());
+  lm->eval();
+  torch::NoGradGuard no_grad;
+  const torch::Tensor real = ref["left_mask"].to(torch::kBool);
+  const torch::Tensor logprobs = next_token_logprobs(lm, ref["left_ids"], real);
+  // Positions whose token and next token are both real (a left pad predicts nothing anyone reads).
+  const torch::Tensor next_real = real.narrow(1, 1, real.size(1) - 1) & real.narrow(1, 0, real.size(1) - 1);
+  EXPECT_LT(difference(logprobs.index({next_real}), ref["lm_logprobs"].index({next_real})), kTolerance);
+}
+
+// The trap: the same prompts and responses laid out left-padded (as generated) and right-padded give the
+// same log-probabilities, values, scores, rewards and advantages, at float64 rounding.
+TEST(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
+  const testing::Reference& ref = reference();
+  opt::OPTForCausalLM policy = opt::opt_format().load((ref.dir / "lm").string());
+  ScoredModel reward = scored_format().load((ref.dir / "rm").string());
+  opt::OPTForCausalLM reference_model(policy->config);
+  ScoredModel critic(policy->config);
+  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(policy.get()), static_cast<torch::nn::Module*>(reward.get()),
+                               static_cast<torch::nn::Module*>(reference_model.get()), static_cast<torch::nn::Module*>(critic.get())}) {
+    m->to(torch::kFloat64);
+    m->eval();
+  }
+  const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6, 7}, {2, 11}, {2, 20, 21}};
+  const std::vector<std::vector<int64_t>> responses = {{30, 31, 2}, {40, 41, 42, 43, 44}, {50}};  // ended, cut, cut
+  ExperienceSettings settings;
+  settings.missing_eos_penalty = -0.5;
+  const Experience left = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU), policy, reference_model,
+                                          critic, reward, settings);
+  const Experience right = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU, /*right_padded=*/true),
+                                           policy, reference_model, critic, reward, settings);
+  EXPECT_FALSE(left.sequences.tokens.sizes() == right.sequences.tokens.sizes() && left.sequences.tokens.equal(right.sequences.tokens));
+  EXPECT_TRUE(left.mask.equal(right.mask));
+  for (const auto& [name, a, b] : std::vector<std::tuple<std::string, torch::Tensor, torch::Tensor>>{
+           {"logprobs", left.logprobs, right.logprobs}, {"ref_logprobs", left.ref_logprobs, right.ref_logprobs},
+           {"values", left.values, right.values}, {"bootstrap", left.bootstrap, right.bootstrap},
+           {"scores", left.scores, right.scores}, {"rewards", left.rewards, right.rewards},
+           {"advantages", left.advantages, right.advantages}, {"returns", left.returns, right.returns}}) {
+    EXPECT_LT(difference(a, b), 1e-12) << name;
+  }
+  EXPECT_TRUE(left.bootstrap[0].item<double>() == 0 && left.bootstrap[1].item<double>() != 0)
+      << "a response that ended is not bootstrapped; a cut one is";
+  torch::NoGradGuard no_grad;
+  const torch::Tensor raw = sequence_scores(reward, left.sequences);
+  EXPECT_NEAR(left.scores[0].item<double>(), raw[0].item<double>(), 1e-12) << "ended: no penalty";
+  EXPECT_NEAR(left.scores[1].item<double>(), raw[1].item<double>() - 0.5, 1e-12) << "cut at the limit: the penalty";
+}
+
+}  // namespace
+}  // namespace kuafu::chat

@@ -1,0 +1,300 @@
+// The kuafu-chat stages end to end through the command line a user runs, on a tiny task with the
+// byte-per-token tokenizer (tests/support/byte_tokenizer.h): SFT from scratch, the reward model from the
+// SFT folder, DPO, PPO and GRPO from both, each exported as a Hugging Face folder. What each stage must
+// show at its first step is checked exactly: DPO's loss is log 2 (the policy is its reference), PPO's
+// first mini-batch has ratio 1, no clipping and no approximate KL, GRPO's loss with β = 0 is 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "apps/chat_rlhf/chat_session.h"
+#include "apps/chat_rlhf/rl_stage.h"
+#include "apps/chat_rlhf/scored_model.h"
+#include "apps/opt_finetune/hugging_face.h"
+#include "core/util/atomic_file.h"
+#include "tests/support/byte_tokenizer.h"
+#include "tests/support/python_reference.h"
+#include "tests/support/run_command.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::chat {
+namespace {
+namespace fs = std::filesystem;
+
+const char* kAnswers[] = {"a bird", "a small stone", "to run fast", "very old", "a kind of tree"};
+
+std::string answer(int n) { return std::string(kAnswers[n % 5]) + " of " + std::to_string(n % 7) + "."; }
+
+void write_data(const fs::path& root) {
+  testing::write_byte_tokenizer(root / "tokenizer");
+  for (const auto& [name, first, count] : std::vector<std::tuple<std::string, int, int>>{{"train", 0, 40}, {"val", 100, 8}}) {
+    std::ofstream instructions(root / (name + ".jsonl")), pairs(root / (name + "_pairs.jsonl"));
+    for (int n = first; n < first + count; ++n) {
+      const std::string prompt = "What does w" + std::to_string(n) + " mean?";
+      instructions << nlohmann::json{{"prompt", prompt}, {"response", answer(n)}}.dump() << "\n";
+      const bool other = n % 2 == 0;
+      const std::string rejected = other ? answer(n + 1) : "a a a a a a a a.";
+      pairs << nlohmann::json{{"prompt", prompt}, {"chosen", answer(n)}, {"rejected", rejected}, {"kind", other ? "other" : "loop"}}.dump()
+            << "\n";
+    }
+  }
+}
+
+// `data`: the stage's data.* lines besides the tokenizer and context.
+std::string common_config(const fs::path& root, const std::string& out, int steps, const std::string& data) {
+  return "[data]\ntokenizer = \"" + (root / "tokenizer").string() + "\"\ncontext = 64\n" + data +
+         "[train]\nsteps = " + std::to_string(steps) + "\nbatch_size = 8\nmicro_batch_size = 4\neval_rows = 8\n"
+         "progress = \"plain\"\nlog_interval = 100\ncheckpoint_interval = 1000\nout_dir = \"" + (root / out).string() + "\"\n"
+         "[runtime]\nthreads = 1\ndevice = \"cpu\"\n";
+}
+
+fs::path write_config(const fs::path& root, const std::string& name, const std::string& text) {
+  const fs::path path = root / (name + ".toml");
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::vector<nlohmann::json> metrics(const fs::path& run) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("loss")) lines.push_back(j);
+  }
+  return lines;
+}
+
+testing::CommandResult chat(const std::string& args) { return testing::run_command(std::string(KUAFU_CHAT_PATH) + " " + args); }
+
+class ChatPipelineTest : public ::testing::Test {
+ protected:
+  // One pipeline for the suite: SFT and the reward model, which the later stages start from.
+  static void SetUpTestSuite() {
+    root_ = testing::temp_dir("chat_pipeline");
+    fs::remove_all(root_);
+    write_data(root_);
+    const fs::path sft = write_config(root_, "sft", common_config(root_, "sft_run", 40,
+        "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n") +
+        "[model]\nhidden_size = 32\nnum_hidden_layers = 2\nnum_attention_heads = 2\nffn_dim = 64\n"
+        "max_position_embeddings = 64\ndropout = 0.0\n"
+        "[optim]\nlr = 3e-3\nwarmup_steps = 2\n");
+    sft_trained_ = chat("sft --config " + sft.string());
+    sft_exported_ = chat("sft export --config " + sft.string() + " --out " + (root_ / "sft_hf").string());
+    const fs::path rm = write_config(root_, "rm", common_config(root_, "rm_run", 20, "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n"
+        "[optim]\nlr = 2e-3\nwarmup_steps = 2\n");
+    rm_trained_ = chat("rm --config " + rm.string());
+    rm_eval_ = chat("rm eval --config " + rm.string());
+    rm_exported_ = chat("rm export --config " + rm.string() + " --out " + (root_ / "rm_hf").string());
+  }
+  static fs::path root_;
+  static testing::CommandResult sft_trained_, sft_exported_, rm_trained_, rm_eval_, rm_exported_;
+};
+fs::path ChatPipelineTest::root_;
+testing::CommandResult ChatPipelineTest::sft_trained_, ChatPipelineTest::sft_exported_, ChatPipelineTest::rm_trained_,
+    ChatPipelineTest::rm_eval_, ChatPipelineTest::rm_exported_;
+
+TEST_F(ChatPipelineTest, SftAndRewardModelTrainAndExport) {
+  ASSERT_EQ(sft_trained_.exit_code, 0) << sft_trained_.output;
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  ASSERT_EQ(rm_trained_.exit_code, 0) << rm_trained_.output;
+  ASSERT_EQ(rm_eval_.exit_code, 0) << rm_eval_.output;
+  const nlohmann::json eval = testing::last_json_line(rm_eval_.output);
+  for (const char* key : {"val_accuracy", "val_margin", "val_accuracy_other", "val_accuracy_loop", "val_loss"}) {
+    EXPECT_TRUE(eval.contains(key)) << key << " in " << eval.dump();
+  }
+  EXPECT_EQ(eval["pairs"], 8);
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const nlohmann::json config = nlohmann::json::parse(read_file((root_ / "rm_hf/config.json").string()));
+  EXPECT_EQ(config["architectures"][0], "OPTForSequenceClassification");
+  ScoredModel exported = scored_format().load((root_ / "rm_hf").string());
+  EXPECT_TRUE(fs::exists(root_ / "rm_hf/vocab.json")) << "the tokenizer travels with the folder";
+}
+
+TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const fs::path dpo = write_config(root_, "dpo", common_config(root_, "dpo_run", 6, "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+      "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n"
+      "[optim]\nlr = 1e-3\nwarmup_steps = 1\n[dpo]\nbeta = 0.1\n");
+  const testing::CommandResult trained = chat("dpo --config " + dpo.string());
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::vector<nlohmann::json> lines = metrics(root_ / "dpo_run");
+  ASSERT_EQ(lines.size(), 6u);
+  // The policy is its reference at step 1: h = 0 for every pair, −log σ(0) = log 2.
+  EXPECT_NEAR(lines[0]["loss"].get<double>(), std::log(2.0), 1e-5);
+  const testing::CommandResult eval = chat("dpo eval --config " + dpo.string());
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_TRUE(testing::last_json_line(eval.output).contains("val_accuracy")) << eval.output;
+}
+
+std::string rl_config(const fs::path& root, const std::string& out, int steps, const std::string& rl) {
+  return common_config(root, out, steps, "train = \"" + (root / "train.jsonl").string() + "\"\n") +
+         "[model]\ninit_from = \"" + (root / "sft_hf").string() + "\"\n"
+         "[optim]\nlr = 1e-4\nwarmup_steps = 0\n[generate]\nmax_new_tokens = 12\ntemperature = 1.0\n"
+         "[rl]\nreward_model = \"" + (root / "rm_hf").string() + "\"\neval_prompts = \"" + (root / "val.jsonl").string() +
+         "\"\neval_prompts_count = 4\n" + rl;
+}
+
+TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  // A rollout of 16 prompts, 2 epochs x 2 mini-batches of 8: 4 optimizer steps per rollout.
+  const fs::path ppo = write_config(root_, "ppo", rl_config(root_, "ppo_run", 4,
+      "prompts_per_rollout = 16\nepochs = 2\nmini_batches = 2\nmissing_eos_penalty = -1.0\nentropy_coef = 0.01\n"));
+  const testing::CommandResult trained = chat("ppo --config " + ppo.string());
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::vector<nlohmann::json> lines = metrics(root_ / "ppo_run");
+  ASSERT_EQ(lines.size(), 4u);
+  for (const char* key : {"reward", "kl", "response_length", "eos_rate", "answer_f1", "clip_fraction", "approx_kl", "ratio",
+                          "actor.loss", "critic.loss", "kl_coef"}) {
+    EXPECT_TRUE(lines[0].contains(key)) << key << " in " << lines[0].dump();
+  }
+  // The first mini-batch is scored by the weights that sampled it, dropout off: ratio 1 up to float32
+  // rounding of the same forward on fewer rows.
+  EXPECT_NEAR(lines[0]["ratio"].get<double>(), 1.0, 1e-5);
+  EXPECT_EQ(lines[0]["clip_fraction"].get<double>(), 0.0);
+  EXPECT_LT(lines[0]["approx_kl"].get<double>(), 1e-10);
+  EXPECT_LT(lines[0]["kl"].get<double>(), 1e-4) << "the actor starts as its reference";
+  const testing::CommandResult eval = chat("ppo eval --config " + ppo.string());
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const nlohmann::json e = testing::last_json_line(eval.output);
+  for (const char* key : {"val_reward", "val_kl", "val_length", "val_eos_rate", "val_answer_f1"}) EXPECT_TRUE(e.contains(key)) << key;
+  const testing::CommandResult exported = chat("ppo export --config " + ppo.string() + " --out " + (root_ / "ppo_hf").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  opt::OPTForCausalLM actor = opt::opt_format().load((root_ / "ppo_hf").string());
+  EXPECT_GT(actor->config.num_hidden_layers, 0);
+}
+
+TEST_F(ChatPipelineTest, GrpoWithoutKlHasLossZeroAtItsFirstStep) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const fs::path grpo = write_config(root_, "grpo", rl_config(root_, "grpo_run", 2,
+      "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"));
+  const testing::CommandResult trained = chat("grpo --config " + grpo.string());
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::vector<nlohmann::json> lines = metrics(root_ / "grpo_run");
+  ASSERT_EQ(lines.size(), 2u);
+  // Ratio 1 and group advantages summing to 0 per group: the sequence-mean loss is 0 up to rounding.
+  EXPECT_LT(std::abs(lines[0]["loss"].get<double>()), 1e-6) << lines[0].dump();
+  EXPECT_NEAR(lines[0]["ratio"].get<double>(), 1.0, 1e-5);
+}
+
+TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
+  const testing::CommandResult unknown = chat("rlhf --config x.toml");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.output.find("unknown stage \"rlhf\""), std::string::npos) << unknown.output;
+  const fs::path missing = write_config(root_, "missing", rl_config(root_, "missing_run", 1, "prompts_per_rollout = 8\n"));
+  std::ofstream(missing, std::ios::app) << "";
+  const testing::CommandResult no_reward = chat("ppo --config " + missing.string() + " --set rl.reward_model='\"\"'");
+  EXPECT_EQ(no_reward.exit_code, 1);
+  EXPECT_NE(no_reward.output.find("rl.reward_model"), std::string::npos) << no_reward.output;
+  const testing::CommandResult bad_batch = chat("ppo --config " + missing.string() + " --set rl.mini_batches=3");
+  EXPECT_EQ(bad_batch.exit_code, 1);
+  EXPECT_NE(bad_batch.output.find("train.batch_size"), std::string::npos) << bad_batch.output;
+}
+
+// Every shipped config loads against its stage's schema (the stage from its name).
+TEST(ChatConfigsTest, EveryShippedConfigValidates) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KUAFU_SOURCE_DIR) / "apps/chat_rlhf/configs")) {
+    const std::string name = entry.path().filename().string();
+    SCOPED_TRACE(name);
+    const Stage stage = name.find("grpo") != std::string::npos  ? Stage::Grpo
+                        : name.find("ppo") != std::string::npos ? Stage::Ppo
+                        : name.find("dpo") != std::string::npos ? Stage::Dpo
+                        : name.find("rm") != std::string::npos  ? Stage::Reward
+                                                                : Stage::Sft;
+    const config::Config config = config::Config::load(entry.path().string(), stage_schema(stage));
+    if (stage == Stage::Ppo || stage == Stage::Grpo) {
+      EXPECT_GT(rl_settings(config, stage).prompts_per_rollout, 0);
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 9);
+}
+
+// A conversation keeps its turns (each rendered after the ones before), streams its reply in pieces
+// that add up to the reply, drops its oldest turns with a notice when the context fills, and /reset
+// clears it.
+TEST_F(ChatPipelineTest, ChatSessionStreamsKeepsHistoryAndDropsTheOldest) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const std::string dir = (root_ / "sft_hf").string();
+  auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(dir));
+  io::InstructionFormat format;
+  format.bos = format.eos = 2;
+  nn::SamplingOptions sampling;
+  sampling.temperature = 0;
+  sampling.max_new_tokens = 10;
+  ChatSession session(opt::opt_format().load(dir), tokenizer, format, sampling);
+  std::vector<std::string> pieces, notices;
+  const std::string first = session.reply("What does w3 mean?", [&](const std::string& p) { pieces.push_back(p); },
+                                          [&](const std::string& n) { notices.push_back(n); });
+  std::string joined;
+  for (const std::string& p : pieces) joined += p;
+  EXPECT_EQ(joined, first);
+  EXPECT_GT(pieces.size(), 1u) << "the reply arrives as it is generated, not at the end";
+  // Long messages fill the 64 positions: the oldest turns go, with a notice.
+  for (int i = 0; i < 4 && notices.empty(); ++i) {
+    session.reply("What does w" + std::to_string(i) + " mean, and what does w" + std::to_string(i + 1) + " mean?",
+                  [](const std::string&) {}, [&](const std::string& n) { notices.push_back(n); });
+  }
+  ASSERT_FALSE(notices.empty());
+  EXPECT_NE(notices[0].find("oldest turn"), std::string::npos) << notices[0];
+  EXPECT_GE(session.turns().size(), 1u);
+  session.reset();
+  EXPECT_TRUE(session.turns().empty());
+  session.set("temperature", "0.7");
+  EXPECT_EQ(session.sampling().temperature, 0.7);
+  EXPECT_THROW(session.set("warmth", "1"), Error);
+  EXPECT_THROW(session.set("top_p", "lots"), Error);
+}
+
+// kuafu-chat chat through a real terminal (tmux): it answers, /set and /reset answer, /quit leaves with
+// exit code 0, and so does Ctrl-C at the prompt.
+TEST_F(ChatPipelineTest, ChatThroughARealTerminal) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const std::string session = "kuafu_chat_test_" + std::to_string(::getpid());
+  auto tmux = [&](const std::string& args) { return testing::run_command("tmux " + args); };
+  auto screen = [&] { return tmux("capture-pane -p -t " + session).output; };
+  // `text` at least `count` times on the screen; ">" counts the prompts (lines beginning with it: tmux
+  // drops the space after it).
+  auto wait_for = [&](const std::string& text, int count) {
+    for (int i = 0; i < 600; ++i) {
+      const std::string s = "\n" + screen();
+      const std::string needle = text == "> " ? "\n>" : text;
+      size_t found = 0, at = 0;
+      while ((at = s.find(needle, at)) != std::string::npos) ++found, at += needle.size();
+      if (found >= static_cast<size_t>(count)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+  for (const std::string leave : {"/quit", "C-c"}) {
+    SCOPED_TRACE(leave);
+    const std::string command = std::string(KUAFU_CHAT_PATH) + " chat --model " + (root_ / "sft_hf").string() +
+                                " --max-new-tokens 12; echo EXIT=$?; sleep 30";
+    ASSERT_EQ(tmux("new-session -d -s " + session + " -x 160 -y 40 '" + command + "'").exit_code, 0);
+    ASSERT_TRUE(wait_for("> ", 1)) << screen();
+    tmux("send-keys -t " + session + " 'What does w3 mean?' Enter");
+    ASSERT_TRUE(wait_for("> ", 2)) << screen();
+    tmux("send-keys -t " + session + " '/set temperature 0.5' Enter");
+    ASSERT_TRUE(wait_for("(temperature = 0.5)", 1)) << screen();
+    tmux("send-keys -t " + session + " '/reset' Enter");
+    ASSERT_TRUE(wait_for("(conversation cleared)", 1)) << screen();
+    ASSERT_TRUE(wait_for("> ", 4)) << screen();
+    tmux("send-keys -t " + session + (leave == "C-c" ? " C-c" : " '/quit' Enter"));
+    EXPECT_TRUE(wait_for("EXIT=0", 1)) << screen();
+    const std::string answered = screen();
+    const size_t question = answered.find("What does w3 mean?");
+    ASSERT_NE(question, std::string::npos);
+    const size_t reply_start = answered.find('\n', question) + 1;
+    EXPECT_NE(answered.substr(reply_start, 2), "> ") << "an answer follows the question:\n" << answered;
+    tmux("kill-session -t " + session);
+  }
+}
+
+}  // namespace
+}  // namespace kuafu::chat

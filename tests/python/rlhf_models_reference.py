@@ -1,0 +1,100 @@
+"""Reward and policy models from transformers for tests/apps/chat_rlhf/chat_models_test.cpp (nothing is downloaded).
+
+  rlhf_models_reference.py build OUT
+      OUT/rm: a tiny random OPTForSequenceClassification (one label, pad 1), saved with save_pretrained;
+      OUT/lm: a tiny random OPTForCausalLM of the same shape;
+      OUT/reference.safetensors: a batch left-padded (left_ids, left_mask) and the same rows right-padded
+      (right_ids, right_mask), the reward model's scores of each (transformers pools the rightmost non-pad
+      token), and the causal model's log-probabilities of each next real token, left-padded (lm_logprobs)
+  rlhf_models_reference.py check_rm DIR EXPECTED
+      loads DIR (a folder Kuafu wrote) with AutoModelForSequenceClassification and prints, as JSON, the
+      largest difference of its scores on both batches from EXPECTED's (what Kuafu computed)
+  rlhf_models_reference.py check_lm DIR EXPECTED
+      loads DIR with AutoModelForCausalLM and prints the largest difference of its next-token
+      log-probabilities on the left-padded batch from EXPECTED's lm_logprobs
+"""
+import json
+import pathlib
+import sys
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, OPTConfig, OPTForCausalLM, \
+    OPTForSequenceClassification
+
+
+def config():
+    return OPTConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, ffn_dim=64, num_attention_heads=4,
+                     max_position_embeddings=32, word_embed_proj_dim=32, dropout=0.0, attention_dropout=0.0,
+                     pad_token_id=1, bos_token_id=2, eos_token_id=2, num_labels=1)
+
+
+def randomise(model):
+    # LayerNorms and biases away from their initial ones and zeros: a swapped or skipped tensor shows.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "layer_norm" in name or name.endswith("bias"):
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "layer_norm.weight" in name else 0.0))
+
+
+def batches():
+    rows = [[2, 5, 6, 7, 8, 9, 2], [2, 11, 12, 2], [2, 20, 21, 22, 23, 2]]  # </s> prompt ... </s> (EOS)
+    width = max(map(len, rows))
+    pad = 1
+    left = [[pad] * (width - len(r)) + r for r in rows]
+    right = [r + [pad] * (width - len(r)) for r in rows]
+    mask_left = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+    mask_right = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
+    return {"left_ids": torch.tensor(left), "left_mask": torch.tensor(mask_left),
+            "right_ids": torch.tensor(right), "right_mask": torch.tensor(mask_right)}
+
+
+def scores(model, b):
+    with torch.no_grad():
+        return {side: model(input_ids=b[f"{side}_ids"], attention_mask=b[f"{side}_mask"]).logits.squeeze(-1)
+                for side in ("left", "right")}
+
+
+def next_token_logprobs(model, b):
+    with torch.no_grad():
+        logits = model(input_ids=b["left_ids"], attention_mask=b["left_mask"]).logits[:, :-1]
+    return torch.log_softmax(logits, -1).gather(-1, b["left_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def build(out):
+    out = pathlib.Path(out)
+    torch.manual_seed(0)
+    rm = OPTForSequenceClassification(config()).eval()
+    randomise(rm)
+    rm.save_pretrained(out / "rm")
+    torch.manual_seed(1)
+    lm = OPTForCausalLM(config()).eval()
+    randomise(lm)
+    lm.save_pretrained(out / "lm")
+    b = batches()
+    s = scores(rm, b)
+    tensors = dict(b, left_scores=s["left"], right_scores=s["right"], lm_logprobs=next_token_logprobs(lm, b))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def check_rm(folder, expected):
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    e = load_file(expected)
+    s = scores(model, e)
+    diff = max((s[side] - e[f"{side}_scores"]).abs().max().item() for side in ("left", "right"))
+    print(json.dumps({"max_difference": diff, "architecture": type(model).__name__}))
+
+
+def check_lm(folder, expected):
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    e = load_file(expected)
+    real = (e["left_mask"][:, 1:] * e["left_mask"][:, :-1]).bool()
+    diff = (next_token_logprobs(model, e) - e["lm_logprobs"])[real].abs().max().item()
+    print(json.dumps({"max_difference": diff, "architecture": type(model).__name__}))
+
+
+if __name__ == "__main__":
+    commands = {"build": build, "check_rm": check_rm, "check_lm": check_lm}
+    if len(sys.argv) < 3 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](*sys.argv[2:])
