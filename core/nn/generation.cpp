@@ -84,18 +84,22 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       caches.clear();
       step = left_padded(windows, decoder.device);
     }
-    // Sampled on the host with the seeded CPU generator: the same tokens on every device.
-    torch::Tensor logits = decoder.forward(step, caches).select(1, -1).to(torch::kCPU).to(torch::kFloat64);
+    torch::Tensor logits = decoder.forward(step, caches).select(1, -1);  // [B, V]
     if (options.vocab_limit > 0 && options.vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, options.vocab_limit);
-    std::vector<int64_t> next(rows);
+    // Every row at once. Greedy picks on the device (widening to float64 changes no order); sampling
+    // runs on the host with the seeded CPU generator in float64, so the tokens are the same on every
+    // device, and one multinomial call draws the rows in order, as row-by-row draws would.
+    torch::Tensor chosen;  // [B] on the host
+    if (options.temperature <= 0) {
+      chosen = logits.argmax(1).to(torch::kCPU);
+    } else {
+      const torch::Tensor scaled = logits.to(torch::kCPU).to(torch::kFloat64) / options.temperature;
+      chosen = torch::multinomial(torch::softmax(filter_logits(scaled, options.top_k, options.top_p), 1), 1, false, generator)
+                   .squeeze(1);
+    }
+    chosen = chosen.contiguous();
+    const std::vector<int64_t> next(chosen.data_ptr<int64_t>(), chosen.data_ptr<int64_t>() + rows);
     for (size_t r = 0; r < rows; ++r) {
-      const torch::Tensor row = logits[static_cast<int64_t>(r)];
-      if (options.temperature <= 0) {
-        next[r] = row.argmax().item<int64_t>();
-      } else {
-        torch::Tensor filtered = filter_logits(row / options.temperature, options.top_k, options.top_p);
-        next[r] = torch::multinomial(torch::softmax(filtered, 0), 1, false, generator).item<int64_t>();
-      }
       windows[r].push_back(next[r]);
       if (stopped[r]) continue;  // a stopped row still decodes with the batch; its tokens are dropped
       produced[r].push_back(next[r]);

@@ -9,6 +9,11 @@
   rlhf_models_reference.py check_rm DIR EXPECTED
       loads DIR (a folder Kuafu wrote) with AutoModelForSequenceClassification and prints, as JSON, the
       largest difference of its scores on both batches from EXPECTED's (what Kuafu computed)
+  rlhf_models_reference.py ppo_update DIR IN OUT
+      one PPO update's losses and gradients, transcribed from the papers in plain PyTorch on transformers'
+      models: DIR/lm the actor, DIR/rm's decoder and score head the critic (a value at every position), on
+      IN's fixed experience (rows with left-padded prompts and right-padded responses, old log-probs,
+      values, advantages, returns); OUT: the policy and value losses and named gradients
   rlhf_models_reference.py check_lm DIR EXPECTED
       loads DIR with AutoModelForCausalLM and prints the largest difference of its next-token
       log-probabilities on the left-padded batch from EXPECTED's lm_logprobs
@@ -93,8 +98,40 @@ def check_lm(folder, expected):
     print(json.dumps({"max_difference": diff, "architecture": type(model).__name__}))
 
 
+def ppo_update(folder, inputs, out):
+    e = load_file(inputs)
+    s = {k: v.item() for k, v in e.items() if v.dim() == 0}
+    actor = AutoModelForCausalLM.from_pretrained(pathlib.Path(folder) / "lm").eval()
+    critic = AutoModelForSequenceClassification.from_pretrained(pathlib.Path(folder) / "rm").eval()
+    ids, mask = e["tokens"], e["real"].long()
+    starts, lengths = e["response_start"], e["response_length"]
+    rows, width = e["old_logprobs"].shape
+    logp_all = torch.log_softmax(actor(input_ids=ids, attention_mask=mask).logits.float(), -1)
+    values_all = critic.score(critic.model(input_ids=ids, attention_mask=mask).last_hidden_state).squeeze(-1)
+    policy_terms, value_terms = [], []
+    for b in range(rows):
+        for t in range(int(lengths[b])):
+            col = int(starts[b]) + t
+            logp = logp_all[b, col - 1, ids[b, col]]  # the token at col, predicted at col - 1
+            ratio = torch.exp(logp - e["old_logprobs"][b, t])
+            a = e["advantages"][b, t]
+            policy_terms.append(torch.max(-a * ratio, -a * torch.clamp(ratio, 1 - s["clip"], 1 + s["clip"])))
+            v, old, ret = values_all[b, col - 1], e["old_values"][b, t], e["returns"][b, t]
+            clipped = old + torch.clamp(v - old, -s["value_clip"], s["value_clip"])
+            value_terms.append(0.5 * torch.max((v - ret) ** 2, (clipped - ret) ** 2))
+    policy_loss = torch.stack(policy_terms).mean()  # a token mean over the batch
+    value_loss = torch.stack(value_terms).mean()
+    (policy_loss + value_loss).backward()
+    result = {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach()}
+    for prefix, model in (("actor.", actor), ("critic.", critic)):
+        for name, p in model.named_parameters():
+            if p.grad is not None and ("layers.1.fc2" in name or "embed_positions" in name or name == "score.weight"):
+                result[prefix + name] = p.grad
+    save_file({k: v.contiguous().double() for k, v in result.items()}, out)
+
+
 if __name__ == "__main__":
-    commands = {"build": build, "check_rm": check_rm, "check_lm": check_lm}
+    commands = {"build": build, "check_rm": check_rm, "check_lm": check_lm, "ppo_update": ppo_update}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

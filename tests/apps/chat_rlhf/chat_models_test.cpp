@@ -136,5 +136,90 @@ TEST(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
   EXPECT_NEAR(left.scores[1].item<double>(), raw[1].item<double>() - 0.5, 1e-12) << "cut at the limit: the penalty";
 }
 
+// A PPO update on a fixed experience batch, through the app's functions (the actor's and the critic's
+// passes over rows with left-padded prompts and right-padded responses, clipped policy and value losses,
+// token means), equals the papers' formulas transcribed token by token in plain PyTorch on transformers'
+// models: both losses, and the gradients of the actor's and the critic's parameters. Float32, 1e-5
+// relative: the libraries sum in other orders.
+TEST(ChatModelsTest, PpoUpdateEqualsThePythonTranscription) {
+  const testing::Reference& ref = reference();
+  opt::OPTForCausalLM actor = opt::opt_format().load((ref.dir / "lm").string());
+  ScoredModel critic = scored_format().load((ref.dir / "rm").string());
+  actor->eval();
+  critic->eval();
+  const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6, 7}, {2, 11}, {2, 20, 21}};
+  const std::vector<std::vector<int64_t>> responses = {{30, 31, 2}, {40, 41, 42, 43, 44}, {50, 2}};
+  const Sequences s = make_sequences(prompts, responses, 1, 2, torch::kCPU);
+  torch::manual_seed(11);
+  const torch::Tensor mask = s.response_mask();
+  const auto shape = mask.sizes();
+  torch::Tensor old_logprobs, old_values;
+  {
+    torch::NoGradGuard no_grad;  // near the current policy, so some ratios clip and some do not
+    old_logprobs = (response_logprobs(actor, s, {}) + 0.3 * torch::randn(shape)) * mask;
+    old_values = (response_values(critic, s).values + 0.3 * torch::randn(shape)) * mask;
+  }
+  const torch::Tensor advantages = torch::randn(shape) * mask, returns = torch::randn(shape) * mask;
+  const double clip = 0.2, value_clip = 0.2;
+  const BatchCounts counts = counts_of(mask);
+  const torch::Tensor policy_loss = aggregate(
+      clipped_policy_loss(response_logprobs(actor, s, {}), old_logprobs, advantages, clip, clip).loss, mask, Aggregation::TokenMean, counts);
+  const torch::Tensor value_loss =
+      aggregate(clipped_value_loss(response_values(critic, s).values, old_values, returns, value_clip), mask, Aggregation::TokenMean, counts);
+  (policy_loss + value_loss).backward();
+
+  const auto dir = testing::temp_dir("ppo_update");
+  io::save_safetensors((dir / "in.safetensors").string(),
+                       {{"tokens", s.tokens}, {"real", s.real.to(torch::kInt64)}, {"response_start", s.response_start},
+                        {"response_length", s.response_length}, {"old_logprobs", old_logprobs}, {"old_values", old_values},
+                        {"advantages", advantages}, {"returns", returns}, {"clip", torch::tensor(clip)},
+                        {"value_clip", torch::tensor(value_clip)}});
+  const testing::PythonRun run = testing::run_python_reference(
+      "rlhf_models_reference.py", "ppo_update " + ref.dir.string() + " " + (dir / "in.safetensors").string() + " " +
+                                      (dir / "out.safetensors").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const testing::ReferenceOutputs out = testing::read_reference(dir / "out.safetensors");
+  EXPECT_NEAR(policy_loss.item<double>(), out["policy_loss"].item<double>(), 1e-5);
+  EXPECT_NEAR(value_loss.item<double>(), out["value_loss"].item<double>(), 1e-5);
+  int compared = 0;
+  for (const auto& [prefix, module] : {std::pair<std::string, torch::nn::Module*>{"actor.", actor.get()}, {"critic.", critic.get()}}) {
+    for (const auto& item : module->named_parameters()) {
+      const torch::Tensor* expected = out.file.find(prefix + item.key());
+      if (!expected) continue;
+      const torch::Tensor grad = item.value().grad().to(torch::kFloat64);
+      EXPECT_LT((grad - *expected).abs().max().item<double>(), 1e-5 * std::max(1.0, expected->abs().max().item<double>()))
+          << prefix << item.key();
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 6) << "the reference names fc2, embed_positions and score gradients of both models";
+}
+
+// The trap of a padding id equal to EOS (GPT-2's tokenizers; OPT's without "<pad>"): every mask is
+// positional, so padding with the EOS id hides no real EOS: the same experience as with another padding
+// id, responses that ended counted as ended, the score on their EOS.
+TEST(ChatModelsTest, PaddingWithTheEosIdHidesNoEos) {
+  const testing::Reference& ref = reference();
+  opt::OPTForCausalLM policy = opt::opt_format().load((ref.dir / "lm").string());
+  ScoredModel reward = scored_format().load((ref.dir / "rm").string());
+  ScoredModel critic(policy->config);
+  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(policy.get()), static_cast<torch::nn::Module*>(reward.get()),
+                               static_cast<torch::nn::Module*>(critic.get())}) {
+    m->to(torch::kFloat64);
+    m->eval();
+  }
+  const int64_t eos = 2;
+  const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6}, {2, 11, 12, 13}};
+  const std::vector<std::vector<int64_t>> responses = {{30, eos}, {40, 41, 42, 43, eos}};
+  const Experience with_pad = make_experience(make_sequences(prompts, responses, 1, eos, torch::kCPU), policy, policy,
+                                              critic, reward, {});
+  const Experience with_eos = make_experience(make_sequences(prompts, responses, eos, eos, torch::kCPU), policy, policy,
+                                              critic, reward, {});
+  EXPECT_TRUE(with_eos.sequences.ended.all().item<bool>());
+  EXPECT_TRUE(with_eos.mask.sum(1).equal(torch::tensor({2, 5})));
+  EXPECT_LT(difference(with_eos.scores, with_pad.scores), 1e-12);
+  EXPECT_LT(difference(with_eos.advantages, with_pad.advantages), 1e-12);
+}
+
 }  // namespace
 }  // namespace kuafu::chat

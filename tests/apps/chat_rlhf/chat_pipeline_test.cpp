@@ -14,13 +14,16 @@
 
 #include "apps/chat_rlhf/chat_session.h"
 #include "apps/chat_rlhf/rl_stage.h"
+#include "core/train/runtime.h"
 #include "apps/chat_rlhf/scored_model.h"
 #include "apps/opt_finetune/hugging_face.h"
 #include "core/util/atomic_file.h"
 #include "tests/support/byte_tokenizer.h"
 #include "tests/support/python_reference.h"
 #include "tests/support/run_command.h"
+#include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
+#include "tests/support/worker_world.h"
 
 namespace kuafu::chat {
 namespace {
@@ -71,11 +74,23 @@ std::vector<nlohmann::json> metrics(const fs::path& run) {
 
 testing::CommandResult chat(const std::string& args) { return testing::run_command(std::string(KUAFU_CHAT_PATH) + " " + args); }
 
+// Trains `stage` with the config `text` (written as <root>/<name>.toml, the run in <root>/<name>_run) and
+// returns the run's training lines of metrics.jsonl; a failed run fails the test with its output.
+std::vector<nlohmann::json> train_stage(const fs::path& root, const std::string& stage, const std::string& name,
+                                        const std::string& text) {
+  const fs::path config = write_config(root, name, text);
+  const testing::CommandResult trained = chat(stage + " --config " + config.string());
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  return metrics(root / (name + "_run"));
+}
+
 class ChatPipelineTest : public ::testing::Test {
  protected:
   // One pipeline for the suite: SFT and the reward model, which the later stages start from.
   static void SetUpTestSuite() {
-    root_ = testing::temp_dir("chat_pipeline");
+    // The same folder in the worker processes of a multi-rank test, which find the parent's models there.
+    root_ = testing::shared_test_dir("chat_pipeline");
+    if (testing::is_worker()) return;
     fs::remove_all(root_);
     write_data(root_);
     const fs::path sft = write_config(root_, "sft", common_config(root_, "sft_run", 40,
@@ -118,18 +133,21 @@ TEST_F(ChatPipelineTest, SftAndRewardModelTrainAndExport) {
 
 TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
-  const fs::path dpo = write_config(root_, "dpo", common_config(root_, "dpo_run", 6, "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+  const std::vector<nlohmann::json> lines = train_stage(root_, "dpo", "dpo", common_config(root_, "dpo_run", 6,
+      "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
       "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n"
       "[optim]\nlr = 1e-3\nwarmup_steps = 1\n[dpo]\nbeta = 0.1\n");
-  const testing::CommandResult trained = chat("dpo --config " + dpo.string());
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  const std::vector<nlohmann::json> lines = metrics(root_ / "dpo_run");
   ASSERT_EQ(lines.size(), 6u);
   // The policy is its reference at step 1: h = 0 for every pair, −log σ(0) = log 2.
   EXPECT_NEAR(lines[0]["loss"].get<double>(), std::log(2.0), 1e-5);
-  const testing::CommandResult eval = chat("dpo eval --config " + dpo.string());
-  ASSERT_EQ(eval.exit_code, 0) << eval.output;
-  EXPECT_TRUE(testing::last_json_line(eval.output).contains("val_accuracy")) << eval.output;
+  // Held out: the starting weights rank no pair (h = 0 everywhere); six steps rank most right.
+  const std::string dpo = (root_ / "dpo.toml").string();
+  const testing::CommandResult before = chat("dpo eval --config " + dpo + " --checkpoint init"), after = chat("dpo eval --config " + dpo);
+  ASSERT_EQ(before.exit_code, 0) << before.output;
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_EQ(testing::last_json_line(before.output)["val_accuracy"].get<double>(), 0.0) << before.output;
+  EXPECT_GT(testing::last_json_line(after.output)["val_accuracy"].get<double>(), 0.5) << after.output;
+  EXPECT_LT(testing::last_json_line(after.output)["val_loss"].get<double>(), std::log(2.0)) << after.output;
 }
 
 std::string rl_config(const fs::path& root, const std::string& out, int steps, const std::string& rl) {
@@ -143,12 +161,10 @@ std::string rl_config(const fs::path& root, const std::string& out, int steps, c
 TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   // A rollout of 16 prompts, 2 epochs x 2 mini-batches of 8: 4 optimizer steps per rollout.
-  const fs::path ppo = write_config(root_, "ppo", rl_config(root_, "ppo_run", 4,
+  const std::vector<nlohmann::json> lines = train_stage(root_, "ppo", "ppo", rl_config(root_, "ppo_run", 4,
       "prompts_per_rollout = 16\nepochs = 2\nmini_batches = 2\nmissing_eos_penalty = -1.0\nentropy_coef = 0.01\n"));
-  const testing::CommandResult trained = chat("ppo --config " + ppo.string());
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  const std::vector<nlohmann::json> lines = metrics(root_ / "ppo_run");
   ASSERT_EQ(lines.size(), 4u);
+  const fs::path ppo = root_ / "ppo.toml";
   for (const char* key : {"reward", "kl", "response_length", "eos_rate", "answer_f1", "clip_fraction", "approx_kl", "ratio",
                           "actor.loss", "critic.loss", "kl_coef"}) {
     EXPECT_TRUE(lines[0].contains(key)) << key << " in " << lines[0].dump();
@@ -169,13 +185,42 @@ TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
   EXPECT_GT(actor->config.num_hidden_layers, 0);
 }
 
+// The trap of sharded actors: under Gemini every forward gathers chunks from both ranks, so a rank whose
+// sampled rows have all stopped must keep decoding until the other's have (nn::all_done_over). Two
+// ranks, each sampling its own prompts at temperature 1, train two steps and evaluate.
+TEST_F(ChatPipelineTest, PpoWithAGeminiActorOnTwoRanksNeverHangs) {
+  if (!testing::is_worker()) {
+    ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+    testing::run_test_on_ranks(2, 300);
+    const std::vector<nlohmann::json> lines = metrics(root_ / "ppo_gemini_run");
+    ASSERT_EQ(lines.size(), 2u);
+    for (const nlohmann::json& line : lines) EXPECT_TRUE(std::isfinite(line["loss"].get<double>())) << line.dump();
+    return;
+  }
+  const config::Config config = config::Config::from_string(
+      rl_config(root_, "ppo_gemini_run", 2, "prompts_per_rollout = 8\n") + "[models.actor.memory]\nstrategy = \"gemini\"\n",
+      "ppo_gemini.toml", stage_schema(Stage::Ppo));
+  train::Runtime runtime = train::start_runtime(config, testing::worker_world());
+  const std::unique_ptr<train::App> app = make_rl_app(config, Stage::Ppo);
+  const std::unique_ptr<train::RunTask> task = app->make_task(runtime.model_options(), &runtime);
+  train::Trainer trainer(config, runtime, *task);
+  EXPECT_EQ(trainer.run().steps_done, 2);
+}
+
+// generate.max_new_tokens far past the context is bounded by it, with a line saying so.
+TEST_F(ChatPipelineTest, GenerationIsBoundedByTheContext) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const testing::CommandResult r = chat("sft generate --config " + (root_ / "sft.toml").string() +
+                                        " --set generate.max_new_tokens=1000000000 --prompt 'What does w3 mean?'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("generate.max_new_tokens = 1000000000 bounded to"), std::string::npos) << r.output;
+  EXPECT_TRUE(testing::last_json_line(r.output).contains("output")) << r.output;
+}
+
 TEST_F(ChatPipelineTest, GrpoWithoutKlHasLossZeroAtItsFirstStep) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
-  const fs::path grpo = write_config(root_, "grpo", rl_config(root_, "grpo_run", 2,
+  const std::vector<nlohmann::json> lines = train_stage(root_, "grpo", "grpo", rl_config(root_, "grpo_run", 2,
       "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"));
-  const testing::CommandResult trained = chat("grpo --config " + grpo.string());
-  ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  const std::vector<nlohmann::json> lines = metrics(root_ / "grpo_run");
   ASSERT_EQ(lines.size(), 2u);
   // Ratio 1 and group advantages summing to 0 per group: the sequence-mean loss is 0 up to rounding.
   EXPECT_LT(std::abs(lines[0]["loss"].get<double>()), 1e-6) << lines[0].dump();
