@@ -95,6 +95,7 @@ summary = {
     "overlap_baseline": baseline,
     "policy": {"sft": {k: before[k] for k in keys}, "ppo": {k: ppo[k] for k in keys}, "grpo": {k: grpo[k] for k in keys}},
     "dpo_preference_accuracy": {"sft": dpo_before["val_accuracy"], "dpo": dpo_after["val_accuracy"]},
+    "dpo_likelihood_accuracy": {"sft": dpo_before["val_likelihood_accuracy"], "dpo": dpo_after["val_likelihood_accuracy"]},
     "seconds": {k: int(v) for k, v in seconds.items()},
 }
 open(f"{out}/summary.json", "w").write(json.dumps(summary, indent=2) + "\n")

@@ -58,7 +58,7 @@ train::LossSum DpoTask::evaluate(int rank, int ranks) {
   torch::NoGradGuard no_grad;
   policy_->eval();
   train::LossSum sums;
-  sums.extra.assign(2, 0.0);
+  sums.extra.assign(3, 0.0);
   for_each_eval_batch(rank, ranks, [&](const PairRows& batch) {
     const int64_t n = batch.count();
     const auto [policy, reference] = logprob_sums(batch, val_set(), val_cache_);
@@ -69,6 +69,7 @@ train::LossSum DpoTask::evaluate(int rank, int ranks) {
     sums.correct += (h > 0).sum().item<double>();
     sums.extra[0] += dpo_.beta * h.sum().item<double>();
     sums.extra[1] += p.narrow(0, 0, n).sum().item<double>();
+    sums.extra[2] += (p.narrow(0, 0, n) > p.narrow(0, n, n)).sum().item<double>();
   });
   return sums;
 }
@@ -77,7 +78,9 @@ std::vector<train::EvalMetric> DpoTask::eval_metrics(const train::LossSum& sums)
   const double pairs = std::max(1.0, sums.count);
   return {{"val_accuracy", "preference accuracy", sums.correct / pairs, true},
           {"val_margin", "reward margin", sums.extra[0] / pairs, false},
-          {"val_chosen_logprob", "chosen log-prob", sums.extra[1] / pairs, false}};
+          {"val_chosen_logprob", "chosen log-prob", sums.extra[1] / pairs, false},
+          // The policy's own ranking, which the SFT model has too (its implicit reward is 0 everywhere).
+          {"val_likelihood_accuracy", "likelihood ranks chosen first", sums.extra[2] / pairs, true}};
 }
 
 namespace {

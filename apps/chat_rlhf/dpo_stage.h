@@ -20,7 +20,8 @@ class DpoTask : public PairTask {
 
   torch::nn::Module& model() override { return *policy_; }
   torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
-  // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen answers' log-prob sum.
+  // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen
+  // answers' log-prob sum, pairs whose chosen answer the policy finds likelier.
   train::LossSum evaluate(int rank, int ranks) override;
   std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override;
   std::vector<std::string> checkpoint_keys() const override { return {"model.", "lora.", "data.train", "dpo."}; }

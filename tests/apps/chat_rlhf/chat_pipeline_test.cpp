@@ -75,11 +75,12 @@ std::vector<nlohmann::json> metrics(const fs::path& run) {
 testing::CommandResult chat(const std::string& args) { return testing::run_command(std::string(KUAFU_CHAT_PATH) + " " + args); }
 
 // Trains `stage` with the config `text` (written as <root>/<name>.toml, the run in <root>/<name>_run) and
-// returns the run's training lines of metrics.jsonl; a failed run fails the test with its output.
+// `args` (e.g. --set ...) and returns the run's training lines of metrics.jsonl; a failed run fails the
+// test with its output.
 std::vector<nlohmann::json> train_stage(const fs::path& root, const std::string& stage, const std::string& name,
-                                        const std::string& text) {
+                                        const std::string& text, const std::string& args = "") {
   const fs::path config = write_config(root, name, text);
-  const testing::CommandResult trained = chat(stage + " --config " + config.string());
+  const testing::CommandResult trained = chat(stage + " --config " + config.string() + " " + args);
   EXPECT_EQ(trained.exit_code, 0) << trained.output;
   return metrics(root / (name + "_run"));
 }
@@ -207,6 +208,26 @@ TEST_F(ChatPipelineTest, PpoWithAGeminiActorOnTwoRanksNeverHangs) {
   EXPECT_EQ(trainer.run().steps_done, 2);
 }
 
+// Accumulating micro-batches of different lengths gives the step of the whole mini-batch at once: the
+// losses are normalised by the mini-batch's token count, not each micro-batch's. One rollout of 8
+// prompts, one step, as 1 micro-batch of 8 and as 4 of 2: the same losses and gradient norms (float32
+// sums in another order: 1e-5 relative).
+TEST_F(ChatPipelineTest, PpoStepIsTheSameAccumulatedOrWhole) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  std::vector<nlohmann::json> first;
+  for (const int micro : {8, 2}) {
+    const std::string name = "ppo_micro" + std::to_string(micro);
+    const std::vector<nlohmann::json> lines = train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 1,
+        "prompts_per_rollout = 8\n"), "--set train.micro_batch_size=" + std::to_string(micro));
+    ASSERT_EQ(lines.size(), 1u);
+    first.push_back(lines[0]);
+  }
+  for (const char* key : {"actor.loss", "critic.loss", "actor.grad_norm", "critic.grad_norm", "reward", "response_length"}) {
+    const double whole = first[0][key].get<double>(), accumulated = first[1][key].get<double>();
+    EXPECT_NEAR(accumulated, whole, 1e-5 * std::max(1.0, std::abs(whole))) << key;
+  }
+}
+
 // generate.max_new_tokens far past the context is bounded by it, with a line saying so.
 TEST_F(ChatPipelineTest, GenerationIsBoundedByTheContext) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
@@ -317,6 +338,11 @@ TEST_F(ChatPipelineTest, ChatThroughARealTerminal) {
     }
     return false;
   };
+  // The session goes whatever the test's outcome (a failed assertion returns early).
+  struct KillSession {
+    std::string name;
+    ~KillSession() { testing::run_command("tmux kill-session -t " + name + " 2>/dev/null"); }
+  } kill_at_end{session};
   for (const std::string leave : {"/quit", "C-c"}) {
     SCOPED_TRACE(leave);
     const std::string command = std::string(KUAFU_CHAT_PATH) + " chat --model " + (root_ / "sft_hf").string() +
