@@ -4,6 +4,7 @@
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -148,6 +149,7 @@ int run_chat(int argc, const char* const argv[]) {
       }
     }
     KUAFU_CHECK(!model_dir.empty(), "--model DIR is required: a stage's exported folder (kuafu-chat chat --help)");
+    KUAFU_CHECK(std::filesystem::is_directory(model_dir), "--model ", model_dir, " is not a folder (a stage's export --out)");
     auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(model_dir));
     const std::optional<int64_t> eos = tokenizer->token_id("</s>");
     KUAFU_CHECK(eos, model_dir, ": the tokenizer has no \"</s>\", OPT's BOS and EOS");

@@ -257,6 +257,12 @@ TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
   const testing::CommandResult no_reward = chat("ppo --config " + missing.string() + " --set rl.reward_model='\"\"'");
   EXPECT_EQ(no_reward.exit_code, 1);
   EXPECT_NE(no_reward.output.find("rl.reward_model"), std::string::npos) << no_reward.output;
+  const testing::CommandResult no_folder = chat("chat --model " + (root_ / "nowhere").string() + " --prompt hello");
+  EXPECT_EQ(no_folder.exit_code, 1);
+  EXPECT_NE(no_folder.output.find("nowhere is not a folder"), std::string::npos) << no_folder.output;
+  const testing::CommandResult bad_option = chat("chat --model " + (root_ / "sft_hf").string() + " --warmth 3");
+  EXPECT_EQ(bad_option.exit_code, 1);
+  EXPECT_NE(bad_option.output.find("unknown setting \"warmth\""), std::string::npos) << bad_option.output;
   const testing::CommandResult bad_batch = chat("ppo --config " + missing.string() + " --set rl.mini_batches=3");
   EXPECT_EQ(bad_batch.exit_code, 1);
   EXPECT_NE(bad_batch.output.find("train.batch_size"), std::string::npos) << bad_batch.output;
