@@ -54,21 +54,20 @@ std::string ChatSession::reply(const std::string& message, const std::function<v
   sampling.max_new_tokens = std::min<int64_t>(sampling_.max_new_tokens, context - static_cast<int64_t>(prompt.size()));
   sampling.seed = sampling_.seed + static_cast<uint64_t>(replies_++);
   std::vector<int64_t> answer;
-  size_t printed = 0;
   std::string bytes;
+  text::Utf8Stream pieces;
+  auto give = [&](const std::string& piece) {
+    if (!piece.empty()) stream(piece);
+  };
   sampling.on_token = [&](size_t, int64_t token) {
     if (token == format_.eos) return;
     answer.push_back(token);
     bytes = tokenizer_->decode(answer);  // byte-level BPE: a prefix of the ids decodes to a prefix of the bytes
-    const size_t whole = text::complete_utf8_prefix(bytes);
-    if (whole > printed) {
-      stream(text::replace_invalid_utf8(bytes.substr(printed, whole - printed)));
-      printed = whole;
-    }
+    give(pieces.next(bytes));
   };
   sampling.interrupted = interrupted;
   nn::generate(nn::decoder_of(model_, context), prompt, sampling);
-  if (printed < bytes.size()) stream(text::replace_invalid_utf8(bytes.substr(printed)));
+  give(pieces.finish(bytes));
   const std::string text = text::replace_invalid_utf8(bytes);
   turns_.emplace_back(message, text);
   return text;

@@ -1,28 +1,14 @@
 #include "apps/chat_rlhf/rl_benchmark.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "apps/chat_rlhf/experience.h"
 #include "core/train/frozen_model.h"
 #include "core/train/parallelize.h"
-#include "core/util/device.h"
+#include "core/train/runtime.h"
 
 namespace kuafu::chat {
 namespace {
-
-double seconds_of(const std::function<void()>& work, const torch::Device& device) {
-  synchronize(device);
-  const auto start = std::chrono::steady_clock::now();
-  work();
-  synchronize(device);
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Greedy decoding that runs the whole sequence again for every new token: generation without a cache.
 void generate_without_cache(opt::OPTForCausalLM& model, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens,
@@ -71,18 +57,16 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   sampling.max_new_tokens = new_tokens;
   sampling.stop_token.reset();  // every row the full length: the same work each repeat
   const nn::Decoder decoder = opt::decoder(actor);
-  const int repeats = 3;
-  std::vector<double> with_cache, without_cache, experience_s;
+  const int repeats = 3;  // medians of 3; the run without a cache once (it is the slow one)
   std::vector<std::vector<int64_t>> responses;
-  for (int i = 0; i < repeats; ++i) {
-    with_cache.push_back(seconds_of([&] { responses = nn::generate(decoder, prompts, sampling); }, device));
-  }
-  without_cache.push_back(seconds_of([&] { generate_without_cache(actor, prompts, new_tokens, device); }, device));
+  const double with_cache =
+      train::time_steps([&] { responses = nn::generate(decoder, prompts, sampling); }, 0, repeats, device).median;
+  const double without_cache =
+      train::time_steps([&] { generate_without_cache(actor, prompts, new_tokens, device); }, 0, 1, device).median;
   const Sequences s = make_sequences(prompts, responses, 1, std::nullopt, device);
   Experience e;
-  for (int i = 0; i < repeats; ++i) {
-    experience_s.push_back(seconds_of([&] { e = make_experience(s, actor, reference, critic, reward, rl.experience); }, device));
-  }
+  const double experience_s =
+      train::time_steps([&] { e = make_experience(s, actor, reference, critic, reward, rl.experience); }, 0, repeats, device).median;
   // Training: one mini-batch's actor update, as the trainer steps it (ModelState: precision, memory strategy).
   const int64_t mini_batch = std::max<int64_t>(1, std::min<int64_t>(settings.train.micro_batch_size, rows));
   const torch::Tensor index = torch::arange(mini_batch, torch::TensorOptions(torch::kInt64).device(device));
@@ -106,17 +90,17 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   line["rollout_rows"] = rows;
   line["prompt_tokens"] = prompt_length;
   line["new_tokens"] = new_tokens;
-  line["generate_s_kv_cache"] = median(with_cache);
-  line["generate_tokens_per_s_kv_cache"] = generated / median(with_cache);
-  line["generate_s_no_cache"] = without_cache.front();
-  line["generate_tokens_per_s_no_cache"] = generated / without_cache.front();
-  line["kv_cache_speedup"] = without_cache.front() / median(with_cache);
-  line["experience_s"] = median(experience_s);
+  line["generate_s_kv_cache"] = with_cache;
+  line["generate_tokens_per_s_kv_cache"] = generated / with_cache;
+  line["generate_s_no_cache"] = without_cache;
+  line["generate_tokens_per_s_no_cache"] = generated / without_cache;
+  line["kv_cache_speedup"] = without_cache / with_cache;
+  line["experience_s"] = experience_s;
   line["reference_offloaded"] = frozen_reference.offloaded();
   // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of actor updates
   // over it (each of micro-batch rows timed above as step_time_ms_median; the critic's not counted).
   const double train_s = line.value("step_time_ms_median", 0.0) / 1000.0;
-  line["ppo_iteration_s"] = median(with_cache) + median(experience_s) +
+  line["ppo_iteration_s"] = with_cache + experience_s +
                           train_s * static_cast<double>(rl.steps_per_rollout()) * static_cast<double>(rows / mini_batch) /
                               static_cast<double>(rl.mini_batches);
   return line;

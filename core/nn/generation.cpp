@@ -46,11 +46,8 @@ DecodeStep left_padded(const std::vector<std::vector<int64_t>>& windows, const t
     tokens[r].narrow(0, pad, static_cast<int64_t>(w.size())).copy_(torch::tensor(w, torch::kInt64));
     real[r].narrow(0, pad, static_cast<int64_t>(w.size())).fill_(true);
   }
-  real = real.to(device);
-  DecodeStep step;
-  step.tokens = tokens.to(device);
-  step.positions = (real.to(torch::kInt64).cumsum(1) - 1).clamp_min(0);
-  if (!real.all().item<bool>()) step.key_padding = real;
+  DecodeStep step = whole_rows_step(tokens.to(device), real.to(device));
+  if (step.key_padding.all().item<bool>()) step.key_padding = torch::Tensor();  // set only when some row is padded
   return step;
 }
 

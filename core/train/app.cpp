@@ -117,7 +117,8 @@ void generate_app(App& app, const config::Config& config, const std::string& che
   const bool stream_to_terminal = ids.size() == 1 && framing.decode && ::isatty(STDERR_FILENO);
   std::vector<std::vector<int64_t>> so_far(ids.size());
   std::vector<bool> stopped(ids.size(), false);
-  size_t next_to_print = 0, streamed = 0;
+  size_t next_to_print = 0;
+  text::Utf8Stream streamed;
   auto print_ready = [&](bool all) {
     for (; next_to_print < ids.size() && (all || stopped[next_to_print]); ++next_to_print) {
       framing.print(next_to_print, settings.prompts[next_to_print], so_far[next_to_print]);
@@ -129,18 +130,13 @@ void generate_app(App& app, const config::Config& config, const std::string& che
       stopped[row] = true;
       print_ready(false);
     } else if (stream_to_terminal) {
-      const std::string text = framing.decode(so_far[row]);
-      const size_t whole = text::complete_utf8_prefix(text);
-      if (whole > streamed) {
-        std::cerr << text.substr(streamed, whole - streamed) << std::flush;
-        streamed = whole;
-      }
+      std::cerr << streamed.next(framing.decode(so_far[row])) << std::flush;
     }
   };
   install_stop_signals();
   settings.sampling.interrupted = [] { return stop_requested(); };
   nn::generate(decoder, ids, settings.sampling);
-  if (streamed > 0) std::cerr << std::endl;
+  if (streamed.started()) std::cerr << std::endl;
   print_ready(/*all=*/true);
 }
 

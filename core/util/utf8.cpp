@@ -70,4 +70,19 @@ size_t complete_utf8_prefix(const std::string& bytes) {
   return bytes.size();
 }
 
+std::string Utf8Stream::next(const std::string& bytes) {
+  const size_t whole = complete_utf8_prefix(bytes);
+  if (whole <= given_) return {};
+  std::string piece = replace_invalid_utf8(bytes.substr(given_, whole - given_));
+  given_ = whole;
+  return piece;
+}
+
+std::string Utf8Stream::finish(const std::string& bytes) {
+  if (bytes.size() <= given_) return {};
+  std::string piece = replace_invalid_utf8(bytes.substr(given_));
+  given_ = bytes.size();
+  return piece;
+}
+
 }  // namespace kuafu::text

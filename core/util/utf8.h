@@ -16,4 +16,18 @@ std::string replace_invalid_utf8(const std::string& bytes);
 // (a stream holds it back until its remaining bytes arrive).
 size_t complete_utf8_prefix(const std::string& bytes);
 
+// A growing text (a streamed answer, its tokens decoded again as each arrives) handed out in whole
+// characters: each call gives what is new since the last, invalid bytes as U+FFFD.
+class Utf8Stream {
+ public:
+  // The new bytes of `bytes` up to its last complete character (one still being completed waits).
+  std::string next(const std::string& bytes);
+  // Everything of `bytes` not yet given, the end of the stream.
+  std::string finish(const std::string& bytes);
+  bool started() const { return given_ > 0; }
+
+ private:
+  size_t given_ = 0;
+};
+
 }  // namespace kuafu::text

@@ -50,5 +50,18 @@ TEST(Utf8Test, AStreamHoldsBackOnlyACharacterThatCanStillBeCompleted) {
   EXPECT_EQ(complete_utf8_prefix("ab\xED\xA0"), 4u);
 }
 
+// A text growing as tokens arrive, worked by hand: "é" (C3 A9) arrives in two calls and is given once
+// whole; an impossible byte is given as U+FFFD; the end gives an unfinished character as U+FFFD.
+TEST(Utf8Test, AStreamGivesEachWholeCharacterOnce) {
+  Utf8Stream stream;
+  EXPECT_FALSE(stream.started());
+  EXPECT_EQ(stream.next("caf\xC3"), "caf");
+  EXPECT_EQ(stream.next("caf\xC3\xA9"), "\xC3\xA9");
+  EXPECT_EQ(stream.next("caf\xC3\xA9"), "");
+  EXPECT_EQ(stream.next("caf\xC3\xA9\xFF!"), "\xEF\xBF\xBD!");
+  EXPECT_EQ(stream.finish("caf\xC3\xA9\xFF!\xE2\x82"), "\xEF\xBF\xBD");
+  EXPECT_TRUE(stream.started());
+}
+
 }  // namespace
 }  // namespace kuafu::text
