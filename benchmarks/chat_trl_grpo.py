@@ -10,18 +10,14 @@ time over steps 2..STEPS of each and their ratio is printed as one JSON line.
 usage: .venv/bin/python benchmarks/chat_trl_grpo.py POLICY_DIR REWARD_DIR PROMPTS_JSONL KUAFU_CHAT
            [--prompts 8] [--group 4] [--new 40] [--steps 6] [--threads 2]
 """
-import argparse
 import json
-import pathlib
-import statistics
-import subprocess
-import tempfile
 import time
 
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
+from trl_comparison import arguments, compare, kuafu_step_times
 
 
 class StepTimes(TrainerCallback):
@@ -53,40 +49,12 @@ def trl_steps(a, prompts, out):
     return times.times
 
 
-def kuafu_steps(a, prompts_file, out):
-    run = out / "kuafu"
-    command = [a.kuafu_chat, "grpo", "--config", "apps/chat_rlhf/configs/demo_grpo.toml",
-               "--set", f'model.init_from="{a.policy}"', "--set", f'rl.reward_model="{a.reward}"',
-               "--set", f'data.train="{prompts_file}"', "--set", f'train.out_dir="{run}"',
-               "--set", f"train.steps={a.steps}", "--set", f"train.batch_size={a.prompts * a.group}",
-               "--set", f"train.micro_batch_size={a.prompts * a.group}", "--set", f"rl.prompts_per_rollout={a.prompts}",
-               "--set", f"rl.group_size={a.group}", "--set", f"generate.max_new_tokens={a.new}",
-               "--set", "train.eval_interval=0", "--set", "rl.eval_prompts_count=1", "--set", f"runtime.threads={a.threads}"]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-    rows = [json.loads(l) for l in open(run / "metrics.jsonl")]
-    return [r["step_time_s"] for r in rows if "step_time_s" in r]
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("policy")
-    parser.add_argument("reward")
-    parser.add_argument("prompts_file")
-    parser.add_argument("kuafu_chat")
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--group", type=int, default=4)
-    parser.add_argument("--new", type=int, default=40)
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--threads", type=int, default=2)
-    a = parser.parse_args()
-    prompts = [json.loads(l)["prompt"] + "\n" for l in open(a.prompts_file)][: a.prompts * a.steps]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = pathlib.Path(tmp)
-        subset = out / "prompts.jsonl"
-        subset.write_text("".join(json.dumps({"prompt": p[:-1]}) + "\n" for p in prompts))
-        trl = trl_steps(a, prompts, out)
-        kuafu = kuafu_steps(a, subset, out)
-    t, k = statistics.median(trl[1:]), statistics.median(kuafu[1:])
+    a = arguments(__doc__, group=True)
+    rows = a.prompts * a.group
+    trl, kuafu, t, k = compare(a, lambda prompts, out: trl_steps(a, prompts, out),
+                               lambda prompts_file, out: kuafu_step_times(a, "grpo", rows, prompts_file, out,
+                                                                          [f"rl.group_size={a.group}"]))
     print(json.dumps({"trl_step_s": t, "kuafu_step_s": k, "trl_over_kuafu": t / k, "trl_steps_s": trl, "kuafu_steps_s": kuafu,
                       "prompts": a.prompts, "group": a.group, "new_tokens": a.new, "threads": a.threads,
                       "torch": torch.__version__}))

@@ -83,10 +83,11 @@ Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::O
   Experience e;
   e.sequences = s;
   e.mask = s.response_mask();
-  e.logprobs = response_logprobs(policy, s, settings.sampling);
   e.ref_logprobs = response_logprobs(reference, s, settings.sampling);
-  e.scores = sequence_scores(reward, s).to(e.logprobs.scalar_type());
+  e.scores = sequence_scores(reward, s).to(e.ref_logprobs.scalar_type());
   if (settings.missing_eos_penalty != 0) e.scores = e.scores + settings.missing_eos_penalty * s.ended.logical_not().to(e.scores.scalar_type());
+  if (!settings.policy_logprobs) return e;
+  e.logprobs = response_logprobs(policy, s, settings.sampling);
   e.kl = kl_estimate(e.logprobs, e.ref_logprobs, settings.kl_estimator) * e.mask.to(e.logprobs.scalar_type());
   return e;
 }

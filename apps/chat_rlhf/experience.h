@@ -58,12 +58,15 @@ struct ExperienceSettings {
   double missing_eos_penalty = 0;  // added to the score of a response cut at the limit (e.g. −1)
   double gamma = 1.0, lambda = 0.95;
   bool whiten_advantages = true;
+  // False: the policy's log-probabilities (and the KL) are left to the update, whose own they are when
+  // it is the rollout's only one (GRPO, one epoch of one mini-batch, KL not in the reward: as trl does).
+  bool policy_logprobs = true;
 };
 
 struct Experience {
   Sequences sequences;
   torch::Tensor mask;                        // [B, R]
-  torch::Tensor logprobs, ref_logprobs;      // [B, R]
+  torch::Tensor logprobs, ref_logprobs;      // [B, R] (logprobs undefined without policy_logprobs)
   torch::Tensor values, bootstrap;           // [B, R], [B]
   torch::Tensor scores;                      // [B]: the reward model's, penalty included
   torch::Tensor kl;                          // [B, R]: the estimator's per-token KL to the reference

@@ -19,6 +19,11 @@ class RewardTask : public PairTask {
              const train::TrainSettings& settings, double margin, int64_t pad_id, const torch::Device& device);
 
   torch::nn::Module& model() override { return *model_; }
+  // Its block sites (the score head in the tail): Gemini applies.
+  bool set_block_hooks(hooks::BlockHooks* hooks) override {
+    model_->set_block_hooks(hooks);
+    return true;
+  }
   // The mean pairwise loss of this rank's pairs of the step.
   torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
   // Loss sum, pairs, pairs ranked right; extra: the margin sum, then per kind of val's pairs ranked right, then their counts.

@@ -38,6 +38,11 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
                                                reference_sites.set_block_hooks(h);
                                                return true;
                                              }});
+  const train::FrozenModel frozen_reward(config.model_view("reward"), runtime, *reward,
+                                         {"reward", false, [&](hooks::BlockHooks* h) {
+                                            reward->set_block_hooks(h);
+                                            return true;
+                                          }});
   for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(actor.get()), static_cast<torch::nn::Module*>(reference.get()),
                                static_cast<torch::nn::Module*>(critic.get()), static_cast<torch::nn::Module*>(reward.get())}) {
     m->eval();
@@ -97,6 +102,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   line["kv_cache_speedup"] = without_cache / with_cache;
   line["experience_s"] = experience_s;
   line["reference_offloaded"] = frozen_reference.offloaded();
+  line["reward_offloaded"] = frozen_reward.offloaded();
   // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of actor updates
   // over it (each of micro-batch rows timed above as step_time_ms_median; the critic's not counted).
   const double train_s = line.value("step_time_ms_median", 0.0) / 1000.0;

@@ -2,8 +2,8 @@
 // prompts and random weights, timed by part: the rollout (KV-cache generation, and the same tokens
 // without the cache for the speed-up), the experience (the actor's, reference's, critic's and reward
 // model's passes), and training (a mini-batch's actor update under the config's memory strategy and
-// precision, as the trainer steps it); peak memory with the reference as memory.offload_frozen leaves
-// it. One JSON line.
+// precision, as the trainer steps it); peak memory with the reference and the reward model as their
+// memory.offload_frozen leaves them. One JSON line.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -81,23 +81,35 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
     frozen->eval();
     for (auto& p : frozen->parameters()) p.set_requires_grad(false);
   }
-  step_sums_ = torch::zeros({4}, torch::kFloat64);
+  step_sums_ = torch::zeros({6}, torch::kFloat64);
 }
 
 std::vector<train::RunModel> RlTask::models() {
   std::vector<train::RunModel> out;
+  // A scored model's own sites (its score head in the tail) take the memory strategies.
+  auto scored_hooks = [](ScoredModel model) {
+    return [model](hooks::BlockHooks* hooks) mutable {
+      model->set_block_hooks(hooks);
+      return true;
+    };
+  };
   train::RunModel actor;
   actor.name = "actor";
-  actor.module = models_.actor.get();
-  actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
-    actor_sites_->set_block_hooks(hooks);
-    return true;
-  };
+  if (models_.shared_trunk) {
+    actor.module = models_.critic->get();  // the actor's parameters and the value head's
+  } else {
+    actor.module = models_.actor.get();
+    actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+      actor_sites_->set_block_hooks(hooks);
+      return true;
+    };
+  }
   out.push_back(actor);
-  if (models_.critic) {
+  if (models_.critic && !models_.shared_trunk) {
     train::RunModel critic;
     critic.name = "critic";
     critic.module = models_.critic->get();
+    critic.set_block_hooks = scored_hooks(*models_.critic);
     out.push_back(critic);
   }
   train::RunModel reference;
@@ -113,6 +125,7 @@ std::vector<train::RunModel> RlTask::models() {
   reward.name = "reward";
   reward.module = models_.reward.get();
   reward.trained = reward.saved = false;
+  reward.set_block_hooks = scored_hooks(models_.reward);
   out.push_back(reward);
   return out;
 }
@@ -155,6 +168,7 @@ void RlTask::make_rollout(int64_t rollout) {
   }
   ExperienceSettings settings = settings_.experience;
   settings.kl_coef = kl_.coef;
+  settings.policy_logprobs = !update_scores_policy();
   settings.sampling.seed = mix_seed(seed_, rollout, 0, rank);
   const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
   const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
@@ -164,7 +178,7 @@ void RlTask::make_rollout(int64_t rollout) {
     experience_ = make_experience(s, models_.actor, models_.reference, *models_.critic, models_.reward, settings, data_.get());
   } else {
     experience_ = score_samples(s, models_.actor, models_.reference, models_.reward, settings);
-    experience_.advantages = grpo_advantages(experience_).unsqueeze(1) * experience_.mask.to(experience_.logprobs.scalar_type());
+    experience_.advantages = grpo_advantages(experience_).unsqueeze(1) * experience_.mask.to(experience_.ref_logprobs.scalar_type());
   }
   rollout_ = rollout;
 
@@ -190,9 +204,12 @@ void RlTask::make_rollout(int64_t rollout) {
     mini_batch_counts_.push_back({counts[i][0].item<double>(), counts[i][1].item<double>(), settings_.experience.sampling.max_new_tokens});
   }
 
-  // The rollout's figures over all ranks: reward, KL per sequence (k1), length, EOS, F1 with the reference answer.
+  // The rollout's figures over all ranks: reward, KL per sequence (k1; from the update when it scores
+  // the policy), length, EOS, F1 with the reference answer.
   const torch::Tensor m = experience_.mask.to(torch::kFloat64);
-  const torch::Tensor k1 = (kl_estimate(experience_.logprobs, experience_.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1);
+  const torch::Tensor k1 = experience_.logprobs.defined()
+                               ? (kl_estimate(experience_.logprobs, experience_.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1)
+                               : torch::zeros({rows}, torch::kFloat64);
   double f1 = 0, answered = 0;
   for (size_t r = 0; r < responses.size(); ++r) {
     if (sources[r]->answer.empty()) continue;
@@ -210,6 +227,11 @@ void RlTask::make_rollout(int64_t rollout) {
                       {"kl_coef", kl_.coef}};
   if (sums[5].item<double>() > 0) rollout_figures_["answer_f1"] = sums[4].item<double>() / sums[5].item<double>();
   if (stage_ == Stage::Ppo) kl_.update(sums[1].item<double>() / n, static_cast<int64_t>(n));
+  rollout_rows_ = n;
+}
+
+bool RlTask::update_scores_policy() const {
+  return stage_ == Stage::Grpo && settings_.steps_per_rollout() == 1 && !settings_.kl_in_reward;
 }
 
 std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_row, int64_t rows) {
@@ -234,7 +256,8 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
 
   models_.actor->eval();  // dropout off in PPO's updates too: the ratio compares like with like
   const NextTokens out = response_outputs(models_.actor, batch, settings_.experience.sampling, settings_.entropy_coef > 0);
-  const torch::Tensor old_logprobs = e.logprobs.index_select(0, index);
+  // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
+  const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
   const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
                                                 settings_.clip, settings_.clip);
   torch::Tensor per_token = terms.loss;
@@ -253,9 +276,13 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     torch::NoGradGuard no_grad;
     const torch::Tensor m = mask.to(torch::kFloat64);
     const torch::Tensor log_ratio = (out.logprobs - old_logprobs).to(torch::kFloat64);
-    step_sums_ += torch::stack({(terms.clipped.to(torch::kFloat64) * m).sum(), (0.5 * log_ratio.square() * m).sum(),
-                                (terms.ratio.to(torch::kFloat64) * m).sum(), m.sum()})
-                      .cpu();
+    step_sums_.narrow(0, 0, 4) += torch::stack({(terms.clipped.to(torch::kFloat64) * m).sum(), (0.5 * log_ratio.square() * m).sum(),
+                                              (terms.ratio.to(torch::kFloat64) * m).sum(), m.sum()})
+                                    .cpu();
+    if (!e.logprobs.defined()) {
+      const torch::Tensor k1 = kl_estimate(out.logprobs.detach(), e.ref_logprobs.index_select(0, index), KlEstimator::K1);
+      step_sums_[5] += (k1.to(torch::kFloat64) * m).sum().cpu();
+    }
   }
   std::map<std::string, torch::Tensor> result = {{"actor", actor_loss}};
   if (models_.critic) {
@@ -264,7 +291,13 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     const torch::Tensor values = response_values(critic, batch).values;
     const torch::Tensor value_loss = clipped_value_loss(values, e.values.index_select(0, index).to(values.scalar_type()),
                                                         e.returns.index_select(0, index).to(values.scalar_type()), settings_.value_clip);
-    result["critic"] = settings_.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts) * scale;
+    {
+      torch::NoGradGuard no_grad;
+      step_sums_[4] += (value_loss.detach().to(torch::kFloat64) * mask.to(torch::kFloat64)).sum().cpu();
+    }
+    const torch::Tensor critic_loss = settings_.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts) * scale;
+    // A shared trunk learns from both losses as one model.
+    result[models_.shared_trunk ? "actor" : "critic"] = models_.shared_trunk ? actor_loss + critic_loss : critic_loss;
   }
   return result;
 }
@@ -278,6 +311,8 @@ std::map<std::string, double> RlTask::step_figures(int64_t) {
   figures["clip_fraction"] = sums[0].item<double>() / tokens;
   figures["approx_kl"] = sums[1].item<double>() / tokens;
   figures["ratio"] = sums[2].item<double>() / tokens;
+  if (models_.critic) figures["value_loss"] = sums[4].item<double>() / tokens;  // per response token, before rl.value_coef
+  if (!experience_.logprobs.defined()) figures["kl"] = sums[5].item<double>() / rollout_rows_;  // the update scored the policy
   return figures;
 }
 
@@ -339,6 +374,13 @@ int64_t RlTask::items_per_row() const {
 
 namespace {
 
+// A critic's fresh value head starts at zero: the first rollout's values add no noise to its advantages,
+// and the trunk learns nothing from the value loss until the head has.
+void zero_value_head(ScoredModel& critic) {
+  torch::NoGradGuard no_grad;
+  critic->score->weight.zero_();
+}
+
 class RlApp : public train::App {
  public:
   RlApp(const config::Config& config, Stage stage)
@@ -347,7 +389,8 @@ class RlApp : public train::App {
 
   train::ModelSize model_size() override {
     const double actor = static_cast<double>(settings_.model.parameter_count());
-    return {actor * (stage_ == Stage::Ppo ? 4.0 : 3.0), {"model.hidden_size", "model.num_hidden_layers"}};
+    const bool critic = stage_ == Stage::Ppo && !rl_.shared_trunk;
+    return {actor * (critic ? 4.0 : 3.0), {"model.hidden_size", "model.num_hidden_layers"}};
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override;
   std::string describe(train::RunTask& task) override {
@@ -362,7 +405,10 @@ class RlApp : public train::App {
   }
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
     built_ = &opt_->build_model(device, starting_weights);
-    return *built_;
+    if (!rl_.shared_trunk) return *built_;
+    // The checkpoint's actor holds the value head too; generation and export read the decoder.
+    with_value_head_.emplace(opt::OPTForCausalLM(std::dynamic_pointer_cast<opt::OPTForCausalLMImpl>(built_->shared_from_this())));
+    return **with_value_head_;
   }
   std::string model_part() const override { return "actor"; }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
@@ -383,6 +429,7 @@ class RlApp : public train::App {
   RlSettings rl_;
   std::unique_ptr<train::App> opt_;
   torch::nn::Module* built_ = nullptr;  // build_model's actor (opt_ holds it)
+  std::optional<ScoredModel> with_value_head_;  // rl.shared_trunk: build_model's actor with its value head
 };
 
 std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) {
@@ -418,12 +465,22 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     config_.fail_at("rl.reward_model", "= " + rl_.reward_model + " has a vocabulary of " + std::to_string(models.reward->config.vocab_size) +
                                            " rows, the actor " + std::to_string(models.actor->config.vocab_size) + ": train it from the same SFT model");
   }
-  if (stage_ == Stage::Ppo) {
+  if (rl_.shared_trunk) {
+    // The value head on the actor's decoder, fresh (the reward model's head reads another trunk).
+    const std::string strategy = config_.model_view("actor").get_string("memory.strategy");
+    if (strategy == "gemini") {
+      config_.fail_at("rl.shared_trunk", "puts actor and critic in one model, which Gemini does not manage yet "
+                                         "(models.actor.memory.strategy = \"gemini\"): use ZeRO, or separate models");
+    }
+    models.critic.emplace(models.actor);
+    models.shared_trunk = true;
+    zero_value_head(*models.critic);
+  } else if (stage_ == Stage::Ppo) {
     const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
     const opt::OPTConfig shape = scored_format().read_config(io::read_hf_config(start), start + "/config.json");
     torch::manual_seed(settings_.train.seed);
     models.critic.emplace(shape, parallel::ModelOptions::serial_on(options.device));
-    load_scored_weights(*models.critic, start);
+    if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);
   }
   std::shared_ptr<io::InstructionBatcher> ptx;
   if (rl_.ptx_coef > 0) {

@@ -32,7 +32,8 @@ double answer_f1(const std::string& answer, const std::string& reference);
 
 struct RlModels {
   opt::OPTForCausalLM actor{nullptr}, reference{nullptr};
-  std::optional<ScoredModel> critic;  // PPO
+  std::optional<ScoredModel> critic;  // PPO; under rl.shared_trunk a value head on the actor's decoder
+  bool shared_trunk = false;          // then the critic is trained as the actor (one model, one loss)
   ScoredModel reward{nullptr};
 };
 
@@ -61,6 +62,9 @@ class RlTask : public train::RunTask {
   void make_rollout(int64_t rollout);
   // Responses to `prompts` from the actor (eval mode): sampled with `sampling`, or greedy.
   std::vector<std::vector<int64_t>> sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling);
+  // True when the rollout's only update scores the policy for the ratio (GRPO, one epoch of one
+  // mini-batch, KL not in the reward): the experience skips the policy's pass, as trl does.
+  bool update_scores_policy() const;
   // GRPO: the rollout's advantages from its scores (and KL when in the reward), per sequence [B].
   torch::Tensor grpo_advantages(const Experience& e) const;
 
@@ -83,7 +87,8 @@ class RlTask : public train::RunTask {
   std::vector<std::vector<int64_t>> epoch_orders_;  // per epoch: the order of this rank's rows
   std::vector<BatchCounts> mini_batch_counts_;      // per (epoch, mini-batch): over all ranks
   std::map<std::string, double> rollout_figures_;   // over all ranks
-  torch::Tensor step_sums_;  // this step's [clipped, approx KL, ratio, tokens] sums, this rank
+  double rollout_rows_ = 0;  // the rollout's rows over all ranks
+  torch::Tensor step_sums_;  // this step's [clipped, approx KL, ratio, tokens, value loss, k1] sums, this rank
 };
 
 std::unique_ptr<train::App> make_rl_app(const config::Config& config, Stage stage);

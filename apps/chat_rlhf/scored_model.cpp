@@ -5,18 +5,47 @@
 
 namespace kuafu::chat {
 
+namespace {
+
+const char* const kScoreTail = "score.head";
+
+}  // namespace
+
 ScoredModelImpl::ScoredModelImpl(const opt::OPTConfig& c, parallel::ModelOptions options)
     : config(c), tp(options.tp), lm(c, options) {
+  add_score_head(options.device);
+}
+
+ScoredModelImpl::ScoredModelImpl(opt::OPTForCausalLM trunk) : config(trunk->config), tp(trunk->tp), lm(std::move(trunk)) {
+  add_score_head(lm->parameters().front().device());
+}
+
+void ScoredModelImpl::add_score_head(const torch::Device& device) {
   register_module("model", lm->named_children()["model"]);
-  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(c.word_embed_proj_dim, 1).bias(false)));
-  score->to(options.device);
-  torch::NoGradGuard no_grad;
-  score->weight.normal_(0.0, 0.02);  // Hugging Face's init_std
+  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config.word_embed_proj_dim, 1).bias(false)));
+  score->to(device);
+  {
+    torch::NoGradGuard no_grad;
+    score->weight.normal_(0.0, 0.02);  // Hugging Face's init_std
+  }
+  std::vector<hooks::ModelPart> parts = {lm->head_part()};
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) parts.push_back(lm->block_part(i));
+  hooks::ModelPart tail{kScoreTail, {"score"}};
+  for (const std::string& path : lm->tail_part().modules) {
+    if (path != "model.decoder.embed_tokens") tail.modules.push_back(path);  // the tied output layer is not read
+  }
+  parts.push_back(tail);
+  sites_ = hooks::BlockSites::of_parts(*this, parts);
 }
 
 torch::Tensor ScoredModelImpl::values(const torch::Tensor& tokens, const torch::Tensor& real) {
-  const torch::Tensor hidden = lm->final_hidden(nn::whole_rows_step(tokens, real));  // [B, T, D]
-  return score(hidden.to(score->weight.scalar_type())).squeeze(-1);                 // [B, T]
+  return nn::decode_through_sites(
+      sites_, lm->head_part().name, kScoreTail, lm->decoder->blocks, nn::whole_rows_step(tokens, real), nullptr,
+      [&](const nn::DecodeStep& s) { return lm->embed(s.tokens, s.positions); },
+      [&](const torch::Tensor& x) {
+        const torch::Tensor hidden = lm->final_projection(x);                  // [B, T, D]
+        return score(hidden.to(score->weight.scalar_type())).squeeze(-1);  // [B, T]
+      });
 }
 
 torch::Tensor ScoredModelImpl::scores(const torch::Tensor& tokens, const torch::Tensor& real) {
@@ -47,7 +76,7 @@ const ScoredFormat& scored_format() {
   return format;
 }
 
-void load_scored_weights(ScoredModel& model, const std::string& dir) {
+bool load_scored_weights(ScoredModel& model, const std::string& dir) {
   const io::HfFolder folder = io::read_hf_folder(dir);
   bool classifier = false;
   if (folder.config.contains("architectures") && folder.config["architectures"].is_array()) {
@@ -55,12 +84,13 @@ void load_scored_weights(ScoredModel& model, const std::string& dir) {
   }
   if (classifier) {
     scored_format().load_weights(model, folder);
-    return;
+    return true;
   }
   // A causal language model: its decoder, its tied head dropped, the score head new.
   train::HfWeightNames names = opt::opt_format().names;
   names.fresh_prefixes = {"score."};
   train::load_pretrained(*model, model->tp, folder, names);
+  return false;
 }
 
 }  // namespace kuafu::chat

@@ -11,11 +11,14 @@ namespace kuafu::chat {
 
 struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   explicit ScoredModelImpl(const opt::OPTConfig& config, parallel::ModelOptions options = {});
+  // A head on `trunk`'s decoder, shared with it (PPO's actor and critic on one trunk): this module's
+  // parameters are the trunk's and the head's.
+  explicit ScoredModelImpl(opt::OPTForCausalLM trunk);
 
-  // The decoder's block sites (the head outside them: Gemini, which needs every parameter in a block,
-  // does not apply to these models yet).
+  // Its sites: the decoder's head part and blocks, and a tail holding the final norm, projection and
+  // score head, so that Gemini and frozen-weight offload reach every parameter.
   torch::nn::Module& module() override { return *this; }
-  hooks::BlockSites& block_sites() override { return lm->block_sites(); }
+  hooks::BlockSites& block_sites() override { return sites_; }
 
   // The head at every position [B, T] of whole rows (tokens [B, T], real [B, T]: padding anywhere).
   torch::Tensor values(const torch::Tensor& tokens, const torch::Tensor& real);
@@ -26,6 +29,10 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   parallel::TensorParallel tp;
   opt::OPTForCausalLM lm;  // the decoder: its "model" is this module's "model" (its tied output layer unused)
   torch::nn::Linear score{nullptr};
+
+ private:
+  void add_score_head(const torch::Device& device);
+  hooks::BlockSites sites_;
 };
 TORCH_MODULE(ScoredModel);
 
@@ -36,7 +43,8 @@ using ScoredFormat = train::HfModelFormat<ScoredModel, opt::OPTConfig>;
 // OPTForSequenceClassification folders with one label: read (refusing num_labels ≠ 1 by name) and written.
 const ScoredFormat& scored_format();
 // Loads `dir` into `model`: a sequence-classification folder whole, or a causal language model's decoder
-// (an SFT model: the head keeps its initial values). kuafu::Error naming the folder otherwise.
-void load_scored_weights(ScoredModel& model, const std::string& dir);
+// (an SFT model: the head keeps its initial values). True when the folder held the head; kuafu::Error
+// naming the folder otherwise.
+bool load_scored_weights(ScoredModel& model, const std::string& dir);
 
 }  // namespace kuafu::chat

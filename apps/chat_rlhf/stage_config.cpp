@@ -36,6 +36,9 @@ void add_rl_schema(config::Schema& s, Stage stage) {
   s.add_int("rl.eval_prompts_count", 16, "held-out prompts answered at each evaluation").min(1);
   if (stage == Stage::Ppo) {
     s.add_string("rl.critic_init", "", "the critic's starting folder; empty: the reward model");
+    s.add_bool("rl.shared_trunk", false,
+               "the critic is a value head on the actor's decoder (one model trained on the policy loss plus "
+               "rl.value_coef x the value loss; models.critic unused) instead of a model of its own");
     s.add_float("rl.kl_target", 0.0, "adaptive KL: the KL per sequence to hold (0: a fixed rl.kl_coef)").min(0);
     s.add_float("rl.kl_horizon", 10000, "adaptive KL: its horizon in samples").min(1);
     s.add_float("rl.gamma", 1.0, "GAE discount γ").min(0).max(1);
@@ -84,7 +87,7 @@ void require_data_parallel(const config::Config& config, const train::Runtime* r
                            Stage stage) {
   if (!runtime) return;
   KUAFU_CHECK(runtime->pipeline.stages == 1 && !runtime->sequence.enabled() && !options.tp.enabled(), "kuafu-chat ",
-              stage_name(stage), " trains data parallel (with ZeRO, or Gemini for a policy); set parallel.pipeline, "
+              stage_name(stage), " trains data parallel (with ZeRO or Gemini); set parallel.pipeline, "
               "parallel.sequence and parallel.tensor to 1 in ", config.path());
 }
 
@@ -115,6 +118,10 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
   s.aggregation = Aggregation::TokenMean;
   if (ppo) {
     s.critic_init = config.get_string("rl.critic_init");
+    s.shared_trunk = config.get_bool("rl.shared_trunk");
+    if (s.shared_trunk && !s.critic_init.empty()) {
+      config.fail_at("rl.critic_init", "names a critic folder, but rl.shared_trunk puts the value head on the actor's decoder");
+    }
     s.kl_target = config.get_float("rl.kl_target");
     s.kl_horizon = config.get_float("rl.kl_horizon");
     e.gamma = config.get_float("rl.gamma");

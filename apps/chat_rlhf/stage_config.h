@@ -44,6 +44,7 @@ DpoSettings dpo_settings(const config::Config& config);
 struct RlSettings {
   std::string reward_model;   // rl.reward_model: an OPTForSequenceClassification folder (kuafu-chat rm export)
   std::string critic_init;    // rl.critic_init: the critic's start ("" = the reward model)
+  bool shared_trunk = false;  // rl.shared_trunk: the critic is a value head on the actor's decoder
   std::string reference;      // rl.reference: "" = model.init_from
   ExperienceSettings experience;  // sampling from generate.*, KL, penalty, GAE, whitening
   double kl_target = 0, kl_horizon = 10000;  // adaptive KL (target 0: fixed)

@@ -166,21 +166,17 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
       local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs)))));
 }
 
-torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches, bool logits) {
+torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
   return nn::decode_through_sites(
       *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) {
-        return logits ? decoder->embed_tokens->gather_logits(local_logits(x)) : final_projection(x);
-      });
+      [&](const torch::Tensor& x) { return decoder->embed_tokens->gather_logits(local_logits(x)); });
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  return through_sites(step, &caches, /*logits=*/true);
+  return through_sites(step, &caches);
 }
 
-torch::Tensor OPTForCausalLMImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr, /*logits=*/true); }
-
-torch::Tensor OPTForCausalLMImpl::final_hidden(const nn::DecodeStep& step) { return through_sites(step, nullptr, /*logits=*/false); }
+torch::Tensor OPTForCausalLMImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr); }
 
 torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const torch::Tensor x = head(inputs);

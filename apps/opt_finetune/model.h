@@ -63,11 +63,7 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   torch::Tensor forward(const torch::Tensor& inputs);
   // The same for rows at their own positions with left padding, continuing `caches` (generation).
   torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
-  // The final hidden states [B, T, word_embed_proj_dim] of whole rows with padding anywhere
-  // (nn::whole_rows_step), after the final norm and projection, as Hugging Face's OPTModel returns them
-  // (what a sequence-classification head reads), through the block sites; no cache.
-  torch::Tensor final_hidden(const nn::DecodeStep& step);
-  // Whole logits [B, T, V] of the same rows (decode's without a cache).
+  // Whole logits [B, T, V] of whole rows with padding anywhere (nn::whole_rows_step): decode's without a cache.
   torch::Tensor whole_logits(const nn::DecodeStep& step);
   // Mean next-token cross-entropy of `inputs` (as forward's), never gathering the logits.
   torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
@@ -95,12 +91,14 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   torch::nn::Module* model = nullptr;  // "model", holding "decoder" (Hugging Face's nesting)
   Decoder decoder{nullptr};
 
+  // The final stream [B, T, H] -> [B, T, word_embed_proj_dim]: final norm, projection (what a head reads).
+  torch::Tensor final_projection(const torch::Tensor& x);
+
  private:
-  torch::Tensor final_projection(const torch::Tensor& x);  // final norm, projection
   torch::Tensor local_logits(const torch::Tensor& x);      // and the tied output layer (this rank's block)
   // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
-  // block site: whole logits, or the final hidden states.
-  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches, bool logits);
+  // block site: whole logits.
+  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
   void initialize();
 };
 TORCH_MODULE(OPTForCausalLM);

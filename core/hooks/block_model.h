@@ -15,13 +15,6 @@
 
 namespace kuafu::hooks {
 
-// One part of the model as strategies name it: a name stable across steps (e.g. "transformer.h.3") and
-// the paths, relative to the model, of the modules it computes with (e.g. "transformer.wte").
-struct ModelPart {
-  std::string name;
-  std::vector<std::string> modules;
-};
-
 class BlockModel : public SiteModel {
  public:
   // module(): the model's root module (the parts' paths start there).

@@ -8,17 +8,40 @@
 
 namespace kuafu::hooks {
 
-BlockSites::BlockSites(torch::nn::Module& root, const std::vector<std::string>& paths) {
+namespace {
+
+std::map<std::string, const torch::nn::Module*> submodules_by_path(torch::nn::Module& root) {
   std::map<std::string, const torch::nn::Module*> modules;
   // Not the root itself: a model names its blocks in its constructor, before a holder owns it.
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
     modules[item.key()] = item.value().get();
   }
-  for (const auto& path : paths) {
-    const auto found = modules.find(path);
-    KUAFU_CHECK(found != modules.end(), "the model names block ", path, ", which is no submodule of it");
-    add({path, {found->second}}, found->second);
+  return modules;
+}
+
+}  // namespace
+
+BlockSites::BlockSites(torch::nn::Module& root, const std::vector<std::string>& paths) {
+  std::vector<ModelPart> parts;
+  for (const auto& path : paths) parts.push_back({path, {path}});
+  *this = of_parts(root, parts);
+}
+
+BlockSites BlockSites::of_parts(torch::nn::Module& root, const std::vector<ModelPart>& parts) {
+  BlockSites sites;
+  const auto modules = submodules_by_path(root);
+  for (const auto& part : parts) {
+    BlockCall call{part.name, {}};
+    for (const auto& path : part.modules) {
+      const auto found = modules.find(path);
+      KUAFU_CHECK(found != modules.end(), "the model names block ", part.name,
+                  path == part.name ? std::string() : " with " + path, ", which is no submodule of it");
+      call.modules.push_back(found->second);
+    }
+    const torch::nn::Module* key = call.modules.size() == 1 ? call.modules.front() : nullptr;
+    sites.add(std::move(call), key);
   }
+  return sites;
 }
 
 void BlockSites::add(BlockCall call, const torch::nn::Module* key) {

@@ -22,6 +22,13 @@
 
 namespace kuafu::hooks {
 
+// One part of the model as strategies name it: a name stable across steps (e.g. "transformer.h.3") and
+// the paths, relative to the model, of the modules it computes with (e.g. "transformer.wte").
+struct ModelPart {
+  std::string name;
+  std::vector<std::string> modules;
+};
+
 // What a strategy does around a block's call: runs `next` (the block, or the strategies inside this
 // one) on `inputs` and returns its outputs.
 using BlockWrapper = std::function<Tensors(const BlockCall& call, const Tensors& inputs, const BlockBody& next)>;
@@ -31,6 +38,9 @@ class BlockSites {
   BlockSites() = default;
   // Each of `paths` (relative to `root`) names a submodule the model calls as one block.
   BlockSites(torch::nn::Module& root, const std::vector<std::string>& paths);
+  // Each of `parts` (module paths relative to `root`) as one block, in order; a part of one module is
+  // also found by it (a model calling its blocks by module).
+  static BlockSites of_parts(torch::nn::Module& root, const std::vector<ModelPart>& parts);
 
   // Adds a block that computes with several modules (a head reading two embeddings), named `call.name`;
   // `key` (may be null) is the module the model passes to call() for it.

@@ -19,9 +19,17 @@ torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<Transfo
                                    std::vector<ops::KVCache>* caches,
                                    const std::function<torch::Tensor(const DecodeStep&)>& embed,
                                    const std::function<torch::Tensor(const torch::Tensor&)>& tail) {
-  const hooks::BlockSites& sites = model.block_sites();
-  const torch::Tensor x = sites.call(model.head_part().name, step.tokens, [&](const torch::Tensor&) { return embed(step); });
-  return sites.call(model.tail_part().name, run_blocks(blocks, x, caches, step.key_padding, &sites), tail);
+  return decode_through_sites(model.block_sites(), model.head_part().name, model.tail_part().name, blocks, step, caches,
+                              embed, tail);
+}
+
+torch::Tensor decode_through_sites(const hooks::BlockSites& sites, const std::string& head, const std::string& tail_part,
+                                   std::vector<TransformerBlock>& blocks, const DecodeStep& step,
+                                   std::vector<ops::KVCache>* caches,
+                                   const std::function<torch::Tensor(const DecodeStep&)>& embed,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& tail) {
+  const torch::Tensor x = sites.call(head, step.tokens, [&](const torch::Tensor&) { return embed(step); });
+  return sites.call(tail_part, run_blocks(blocks, x, caches, step.key_padding, &sites), tail);
 }
 
 torch::Tensor positions_in_documents(const torch::Tensor& documents) {

@@ -28,6 +28,13 @@ torch::Tensor decode_through_sites(hooks::BlockModel& model, std::vector<Transfo
                                    std::vector<ops::KVCache>* caches,
                                    const std::function<torch::Tensor(const DecodeStep&)>& embed,
                                    const std::function<torch::Tensor(const torch::Tensor&)>& tail);
+// The same through `sites` whose head and tail parts are named `head` and `tail` (a model that is no
+// BlockModel: a reward model's sites, whose tail holds its score head).
+torch::Tensor decode_through_sites(const hooks::BlockSites& sites, const std::string& head, const std::string& tail_part,
+                                   std::vector<TransformerBlock>& blocks, const DecodeStep& step,
+                                   std::vector<ops::KVCache>* caches,
+                                   const std::function<torch::Tensor(const DecodeStep&)>& embed,
+                                   const std::function<torch::Tensor(const torch::Tensor&)>& tail);
 
 // Packed rows (several documents per row, each attending only to itself): each position's index within
 // its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.

@@ -228,6 +228,92 @@ TEST_F(ChatPipelineTest, PpoStepIsTheSameAccumulatedOrWhole) {
   }
 }
 
+// Each of the four PPO models takes its own memory strategy: actor and critic under Gemini (their
+// chunks gathered around each part, the critic's score head in its tail part), reference and reward
+// offloaded to the host a block at a time. The first step equals the plain run's: the same rollout,
+// losses and gradient norms (float32, the same sums in chunk order: 1e-5 relative). The reward model
+// trains under Gemini too, with the plain run's first step.
+TEST_F(ChatPipelineTest, EveryModelTakesItsOwnMemoryStrategy) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::string strategies =
+      "[models.actor.memory]\nstrategy = \"gemini\"\n[models.critic.memory]\nstrategy = \"gemini\"\n"
+      "[models.reference.memory]\noffload_frozen = true\n[models.reward.memory]\noffload_frozen = true\n";
+  std::vector<nlohmann::json> first;
+  for (const std::string& extra : {std::string(), strategies}) {
+    const std::string name = extra.empty() ? "ppo_plain" : "ppo_strategies";
+    const std::vector<nlohmann::json> lines =
+        train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 1, "prompts_per_rollout = 8\n") + extra);
+    ASSERT_EQ(lines.size(), 1u);
+    first.push_back(lines[0]);
+  }
+  for (const char* key : {"reward", "kl", "response_length", "actor.loss", "critic.loss", "actor.grad_norm", "critic.grad_norm"}) {
+    const double plain = first[0][key].get<double>(), strategies_run = first[1][key].get<double>();
+    EXPECT_NEAR(strategies_run, plain, 1e-5 * std::max(1.0, std::abs(plain))) << key;
+  }
+  std::vector<nlohmann::json> rm_first;
+  for (const std::string strategy : {"none", "gemini"}) {
+    const fs::path out = root_ / ("rm_" + strategy + "_run");
+    const testing::CommandResult trained = chat("rm --config " + (root_ / "rm.toml").string() + " --set train.steps=1 --set train.out_dir='\"" +
+                                                out.string() + "\"' --set memory.strategy='\"" + strategy + "\"'");
+    ASSERT_EQ(trained.exit_code, 0) << trained.output;
+    const std::vector<nlohmann::json> lines = metrics(out);
+    ASSERT_EQ(lines.size(), 1u);
+    rm_first.push_back(lines[0]);
+  }
+  for (const char* key : {"loss", "grad_norm"}) {
+    const double plain = rm_first[0][key].get<double>(), gemini = rm_first[1][key].get<double>();
+    EXPECT_NEAR(gemini, plain, 1e-5 * std::max(1.0, std::abs(plain))) << key;
+  }
+}
+
+// rl.shared_trunk: the critic is a value head on the actor's decoder, one model trained on the policy
+// loss plus rl.value_coef x the value loss. Against separate models starting alike (the critic from the
+// SFT folder, both value heads fresh at zero), the first step has the same rollout and values, the
+// shared model's loss is the actor's plus the critic's, and its squared gradient norm their sum (the
+// zero head passes no value gradient into the trunk yet; float32: 1e-5 relative); under ZeRO-2 its step
+// is the same. The shared run evaluates and exports the actor alone; Gemini on it is refused by name.
+TEST_F(ChatPipelineTest, SharedTrunkLearnsFromBothLosses) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::string rl = "prompts_per_rollout = 8\n";
+  const std::vector<nlohmann::json> separate = train_stage(root_, "ppo", "ppo_separate", rl_config(root_, "ppo_separate_run", 1,
+      rl + "critic_init = \"" + (root_ / "sft_hf").string() + "\"\n"));
+  const std::vector<nlohmann::json> shared = train_stage(root_, "ppo", "ppo_shared", rl_config(root_, "ppo_shared_run", 1,
+      rl + "shared_trunk = true\n"));
+  ASSERT_EQ(separate.size(), 1u);
+  ASSERT_EQ(shared.size(), 1u);
+  const nlohmann::json& a = separate[0];
+  const nlohmann::json& b = shared[0];
+  auto near = [](double got, double want, const char* what) {
+    EXPECT_NEAR(got, want, 1e-5 * std::max(1.0, std::abs(want))) << what;
+  };
+  for (const char* key : {"reward", "kl", "response_length", "value_loss"}) near(b[key].get<double>(), a[key].get<double>(), key);
+  EXPECT_FALSE(b.contains("critic.loss")) << b.dump();
+  EXPECT_GT(a["critic.loss"].get<double>(), 0.0);
+  // One trained model: its loss is the line's "loss".
+  near(b["loss"].get<double>(), a["actor.loss"].get<double>() + a["critic.loss"].get<double>(), "loss");
+  const double actor = a["actor.grad_norm"].get<double>(), critic = a["critic.grad_norm"].get<double>();
+  near(b["actor.grad_norm"].get<double>(), std::sqrt(actor * actor + critic * critic), "actor.grad_norm");
+
+  const fs::path config = root_ / "ppo_shared.toml";
+  const std::vector<nlohmann::json> zero = train_stage(root_, "ppo", "ppo_shared_zero", rl_config(root_, "ppo_shared_zero_run", 1,
+      rl + "shared_trunk = true\n") + "[models.actor.memory]\nstrategy = \"zero2\"\n");
+  ASSERT_EQ(zero.size(), 1u);
+  for (const char* key : {"loss", "actor.grad_norm"}) near(zero[0][key].get<double>(), b[key].get<double>(), key);
+
+  const testing::CommandResult eval = chat("ppo eval --config " + config.string());
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  const testing::CommandResult exported = chat("ppo export --config " + config.string() + " --out " + (root_ / "ppo_shared_hf").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const nlohmann::json written = nlohmann::json::parse(read_file((root_ / "ppo_shared_hf/config.json").string()));
+  EXPECT_EQ(written["architectures"][0], "OPTForCausalLM");
+  opt::OPTForCausalLM loaded = opt::opt_format().load((root_ / "ppo_shared_hf").string());
+  EXPECT_EQ(loaded->config.num_hidden_layers, 2);
+
+  const testing::CommandResult gemini = chat("ppo --config " + config.string() + " --set models.actor.memory.strategy='\"gemini\"'");
+  EXPECT_NE(gemini.exit_code, 0);
+  EXPECT_TRUE(testing::Contains(gemini.output, "rl.shared_trunk"));
+}
+
 // generate.max_new_tokens far past the context is bounded by it, with a line saying so.
 TEST_F(ChatPipelineTest, GenerationIsBoundedByTheContext) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
@@ -246,6 +332,11 @@ TEST_F(ChatPipelineTest, GrpoWithoutKlHasLossZeroAtItsFirstStep) {
   // Ratio 1 and group advantages summing to 0 per group: the sequence-mean loss is 0 up to rounding.
   EXPECT_LT(std::abs(lines[0]["loss"].get<double>()), 1e-6) << lines[0].dump();
   EXPECT_NEAR(lines[0]["ratio"].get<double>(), 1.0, 1e-5);
+  // One update per rollout scores the policy itself (no experience pass of the actor): the KL figure
+  // comes from it, 0 while the actor is its reference, then the moved policy's.
+  EXPECT_LT(std::abs(lines[0]["kl"].get<double>()), 1e-4) << lines[0].dump();
+  EXPECT_NE(lines[1]["kl"].get<double>(), 0.0) << lines[1].dump();
+  EXPECT_TRUE(std::isfinite(lines[1]["kl"].get<double>()));
 }
 
 TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
