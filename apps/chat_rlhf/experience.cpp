@@ -1,6 +1,7 @@
 #include "apps/chat_rlhf/experience.h"
 
 #include <algorithm>
+#include <map>
 
 #include "apps/chat_rlhf/policy.h"
 #include "core/util/error.h"
@@ -76,6 +77,44 @@ ValueEstimates response_values(ScoredModel& critic, const Sequences& s) {
 }
 
 torch::Tensor sequence_scores(ScoredModel& reward, const Sequences& s) { return reward->scores(s.tokens, s.real); }
+
+namespace {
+
+// Each tensor of an Experience (const or not) and of its Sequences, by name.
+template <typename AnyExperience, typename Visit>
+void for_each_field(AnyExperience& e, Visit visit) {
+  auto& s = e.sequences;
+  visit("tokens", s.tokens), visit("real", s.real), visit("response_start", s.response_start),
+      visit("response_length", s.response_length), visit("ended", s.ended), visit("mask", e.mask),
+      visit("logprobs", e.logprobs), visit("ref_logprobs", e.ref_logprobs), visit("values", e.values),
+      visit("bootstrap", e.bootstrap), visit("scores", e.scores), visit("kl", e.kl), visit("rewards", e.rewards),
+      visit("advantages", e.advantages), visit("returns", e.returns);
+}
+
+}  // namespace
+
+io::NamedTensors experience_tensors(const Experience& e) {
+  io::NamedTensors out;
+  for_each_field(e, [&](const char* name, const torch::Tensor& t) {
+    if (t.defined()) out.emplace_back(name, t.detach().cpu());
+  });
+  out.emplace_back("response_width", torch::tensor({e.sequences.response_width}, torch::kInt64));
+  return out;
+}
+
+Experience experience_from(const io::NamedTensors& tensors, const torch::Device& device) {
+  std::map<std::string, torch::Tensor> by_name(tensors.begin(), tensors.end());
+  Experience e;
+  for_each_field(e, [&](const char* name, torch::Tensor& t) {
+    if (const auto found = by_name.find(name); found != by_name.end()) t = found->second.to(device);
+  });
+  for (const char* needed : {"tokens", "real", "response_start", "response_length", "ended", "mask", "ref_logprobs",
+                             "scores", "advantages", "response_width"}) {
+    KUAFU_CHECK(by_name.count(needed), "the saved rollout lacks '", needed, "'");
+  }
+  e.sequences.response_width = by_name.at("response_width").item<int64_t>();
+  return e;
+}
 
 Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
                          ScoredModel& reward, const ExperienceSettings& settings) {

@@ -11,6 +11,7 @@
 #include "apps/chat_rlhf/policy.h"
 #include "apps/chat_rlhf/policy_losses.h"
 #include "apps/chat_rlhf/scored_model.h"
+#include "core/io/safetensors.h"
 #include "core/nn/generation.h"
 
 namespace kuafu::chat {
@@ -72,6 +73,11 @@ struct Experience {
   torch::Tensor kl;                          // [B, R]: the estimator's per-token KL to the reference
   torch::Tensor rewards, advantages, returns;  // [B, R]
 };
+
+// The experience as named tensors (undefined ones left out), for a checkpoint, and back on `device`;
+// kuafu::Error naming what is missing.
+io::NamedTensors experience_tensors(const Experience& e);
+Experience experience_from(const io::NamedTensors& tensors, const torch::Device& device);
 
 // What PPO and GRPO share: the policy's and the reference's log-probabilities, the reward model's scores
 // (penalty included) and the per-token KL (no gradients; models in eval mode).

@@ -316,6 +316,52 @@ std::map<std::string, double> RlTask::step_figures(int64_t) {
   return figures;
 }
 
+io::NamedTensors RlTask::task_state() const {
+  io::NamedTensors state = {{"kl_coef", torch::tensor({kl_.coef}, torch::kFloat64)}};
+  if (rollout_ < 0) return state;
+  state.emplace_back("rollout", torch::tensor({rollout_}, torch::kInt64));
+  state.emplace_back("rollout_rows", torch::tensor({rollout_rows_}, torch::kFloat64));
+  for (const auto& [name, tensor] : experience_tensors(experience_)) state.emplace_back("experience." + name, tensor);
+  std::vector<torch::Tensor> orders;
+  for (const std::vector<int64_t>& order : epoch_orders_) orders.push_back(torch::tensor(order, torch::kInt64));
+  state.emplace_back("epoch_orders", torch::stack(orders));  // [epochs, rows]
+  std::vector<double> counts;
+  for (const BatchCounts& c : mini_batch_counts_) counts.insert(counts.end(), {c.tokens, c.sequences, static_cast<double>(c.max_length)});
+  state.emplace_back("mini_batch_counts", torch::tensor(counts, torch::kFloat64).reshape({-1, 3}));
+  for (const auto& [name, value] : rollout_figures_) state.emplace_back("figure." + name, torch::tensor({value}, torch::kFloat64));
+  return state;
+}
+
+void RlTask::restore_task_state(const io::NamedTensors& state) {
+  std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
+  if (const auto coef = by_name.find("kl_coef"); coef != by_name.end()) kl_.coef = coef->second.item<double>();
+  if (!by_name.count("rollout")) return;  // none sampled yet, or a checkpoint without its rollout: sample anew
+  io::NamedTensors experience;
+  std::map<std::string, double> figures;
+  for (const auto& [name, tensor] : state) {
+    if (name.rfind("experience.", 0) == 0) experience.emplace_back(name.substr(11), tensor);
+    if (name.rfind("figure.", 0) == 0) figures[name.substr(7)] = tensor.item<double>();
+  }
+  for (const char* needed : {"rollout_rows", "epoch_orders", "mini_batch_counts"}) {
+    KUAFU_CHECK(by_name.count(needed), "the checkpoint's rollout state lacks '", needed, "'");
+  }
+  experience_ = experience_from(experience, device_);
+  const torch::Tensor orders = by_name.at("epoch_orders").contiguous();
+  epoch_orders_.clear();
+  for (int64_t e = 0; e < orders.size(0); ++e) {
+    const torch::Tensor row = orders[e].contiguous();
+    epoch_orders_.emplace_back(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+  }
+  const torch::Tensor counts = by_name.at("mini_batch_counts").contiguous();
+  mini_batch_counts_.clear();
+  for (int64_t i = 0; i < counts.size(0); ++i) {
+    mini_batch_counts_.push_back({counts[i][0].item<double>(), counts[i][1].item<double>(), static_cast<int64_t>(counts[i][2].item<double>())});
+  }
+  rollout_figures_ = figures;
+  rollout_rows_ = by_name.at("rollout_rows").item<double>();
+  rollout_ = by_name.at("rollout").item<int64_t>();
+}
+
 train::LossSum RlTask::evaluate(int rank, int ranks) {
   torch::NoGradGuard no_grad;
   const auto n = static_cast<int64_t>(eval_prompts_.size());

@@ -53,6 +53,11 @@ class RlTask : public train::RunTask {
   int64_t items_per_row() const override;
   std::vector<std::string> checkpoint_keys() const override { return {"model.", "lora.", "rl.", "data.train"}; }
   std::map<std::string, double> step_figures(int64_t step) override;
+  // The rollout being trained on (this rank's experience, the epochs' orders, the mini-batches' counts and
+  // the rollout's figures) and the adaptive KL coefficient: a run resumed between a rollout's steps trains
+  // on the rollout the earlier weights sampled, as the uninterrupted run does.
+  io::NamedTensors task_state() const override;
+  void restore_task_state(const io::NamedTensors& state) override;
 
   const RlModels& held() const { return models_; }
   const Experience& experience() const { return experience_; }  // the latest rollout's (this rank's share)

@@ -25,6 +25,7 @@ constexpr const char* kOptimizer = "optimizer.safetensors";
 constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
+std::string task_state_file(int rank) { return "task_rank" + std::to_string(rank) + ".safetensors"; }
 
 // The files of a part: model.safetensors for the unnamed one, <part>.model.safetensors otherwise.
 std::string part_file(const std::string& part, const char* file) { return part.empty() ? file : part + "." + file; }
@@ -216,8 +217,8 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
   save(step, {CheckpointPart{"", weights, optimizer_state, optimizer_name}}, trainer_state);
 }
 
-void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& parts,
-                           const nlohmann::json& trainer_state) const {
+void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
+                           const io::NamedTensors& rank_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
   const std::string partial = final_folder + ".partial";
   const bool main = world_->rank() == 0;
@@ -232,6 +233,7 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
     io::NamedTensors generators = {{"cpu", generator_state(torch::kCPU)}};
     if (const auto gpu = current_cuda_device()) generators.emplace_back("cuda", generator_state(*gpu));
     io::save_safetensors((fs::path(partial) / rng_file(world_->rank())).string(), generators);
+    if (!rank_state.empty()) io::save_safetensors((fs::path(partial) / task_state_file(world_->rank())).string(), rank_state);
   }
   dist::barrier(*world_);
   if (main) {
@@ -314,6 +316,12 @@ std::optional<std::string> CheckpointStore::latest() const {
   KUAFU_CHECK(folders.empty(), root_, " holds ", folders.size(), " step_N folder(s) but no complete checkpoint and no "
               "latest pointer; refusing to start over them. Move them away or name one in train.resume");
   return std::nullopt;
+}
+
+io::NamedTensors CheckpointStore::load_task_state(const std::string& folder, int rank) {
+  const fs::path path = fs::path(folder) / task_state_file(rank);
+  if (!fs::exists(path)) return {};
+  return io::load_safetensors(path.string()).tensors;
 }
 
 nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {

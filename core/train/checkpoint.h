@@ -39,8 +39,10 @@ class CheckpointStore {
   // The same with the optimizer state given as tensors (e.g. gathered from tensor-parallel blocks).
   void save(int64_t step, const io::NamedTensors& weights, const io::NamedTensors& optimizer_state,
             const std::string& optimizer_name, const nlohmann::json& trainer_state) const;
-  // Several models in one checkpoint, each a part with its own name.
-  void save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state) const;
+  // Several models in one checkpoint, each a part with its own name; `rank_state` (each rank its own,
+  // may be empty): the task's state (RunTask::task_state).
+  void save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
+            const io::NamedTensors& rank_state = {}) const;
 
   // The checkpoint `latest` names (a step_N folder beside it; it is never followed elsewhere), or when
   // that pointer is missing the newest complete checkpoint. None when there is no checkpoint; kuafu::Error
@@ -74,6 +76,8 @@ class CheckpointStore {
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
                            const ToLocal& to_local = nullptr, const std::string& part = "", bool subset = false);
   static nlohmann::json read_trainer_state(const std::string& folder);
+  // Rank `rank`'s task state in `folder` (empty when it holds none).
+  static io::NamedTensors load_task_state(const std::string& folder, int rank);
 
   const std::string& root() const { return root_; }
 

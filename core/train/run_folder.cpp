@@ -135,10 +135,11 @@ void RunFolder::write_metrics(const nlohmann::json& line) const {
   out << line.dump() << "\n";
 }
 
-void RunFolder::save(int64_t step, const std::vector<CheckpointPart>& parts, nlohmann::json trainer_state) const {
+void RunFolder::save(int64_t step, const std::vector<CheckpointPart>& parts, nlohmann::json trainer_state,
+                     const io::NamedTensors& rank_state) const {
   trainer_state["fingerprint"] = fingerprint();
   trainer_state["config"] = config_.to_toml();
-  checkpoints_->save(step, parts, trainer_state);
+  checkpoints_->save(step, parts, trainer_state, rank_state);
   if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
 }
 

@@ -41,7 +41,8 @@ class RunFolder {
 
   // Collective: saves `parts` as step `step`'s checkpoint, the config and its fingerprint added to
   // `trainer_state`.
-  void save(int64_t step, const std::vector<CheckpointPart>& parts, nlohmann::json trainer_state) const;
+  void save(int64_t step, const std::vector<CheckpointPart>& parts, nlohmann::json trainer_state,
+            const io::NamedTensors& rank_state = {}) const;
   std::optional<std::string> latest_checkpoint() const { return checkpoints_->latest(); }
   // Main rank: appends one line to metrics.jsonl.
   void write_metrics(const nlohmann::json& line) const;

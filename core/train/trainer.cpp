@@ -72,6 +72,15 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
   if (const std::optional<Resume> resume = run_->checkpoint_to_resume()) {
     for (Trained& t : trained_) t.state->load(resume->folder, resume->trainer_state);
     for (auto& f : frozen_) f->load(resume->folder);
+    io::NamedTensors task_state = CheckpointStore::load_task_state(resume->folder, runtime.world->rank());
+    const nlohmann::json saved_ranks = resume->trainer_state.value("world_size", nlohmann::json(0));
+    if (!task_state.empty() && saved_ranks != nlohmann::json(runtime.world->size())) {
+      // Each rank's share of it (a rollout's rows) means nothing to another number of ranks.
+      log::warnf("checkpoint ", resume->folder, " was written by ", saved_ranks.dump(), " ranks: the task's own state "
+                 "(e.g. the rollout being trained on) is not restored");
+      task_state.clear();
+    }
+    task.restore_task_state(task_state);
     start_step_ = resume->step();
     run_->resumed(*resume);
   }
@@ -89,7 +98,7 @@ void Trainer::save_checkpoint(int64_t step) {
   for (const auto& f : frozen_) {
     for (CheckpointPart& part : f->checkpoint_parts()) parts.push_back(std::move(part));
   }
-  run_->save(step, parts, state);
+  run_->save(step, parts, state, task_.task_state());
 }
 
 void Trainer::drop_partial_step() {

@@ -89,6 +89,13 @@ class RunTask {
   // numbers by name: added to the step's metrics.jsonl line and progress line. Every rank calls it; the
   // main rank's are written, so a task gives figures that are the same on every rank.
   virtual std::map<std::string, double> step_figures(int64_t /*step*/) { return {}; }
+  // What the task holds between steps that a resumed run needs to go on exactly as this one would
+  // (RLHF: the rollout being trained on, the adaptive KL coefficient): this rank's, saved with every
+  // checkpoint beside its random state.
+  virtual io::NamedTensors task_state() const { return {}; }
+  // Restores task_state() from the checkpoint resumed from: this rank's, or empty when the checkpoint has
+  // none for it (written by another number of ranks, or by a task that kept none).
+  virtual void restore_task_state(const io::NamedTensors& /*state*/) {}
 
   // Pipeline parallelism (one trained model): a task whose model is cut into stages runs all of a
   // step's micro-batches through its schedule at once. pipeline_step runs micro-batches of `rows` rows

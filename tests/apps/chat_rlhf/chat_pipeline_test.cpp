@@ -14,9 +14,10 @@
 
 #include "apps/chat_rlhf/chat_session.h"
 #include "apps/chat_rlhf/rl_stage.h"
-#include "core/train/runtime.h"
 #include "apps/chat_rlhf/scored_model.h"
 #include "apps/opt_finetune/hugging_face.h"
+#include "core/train/checkpoint.h"
+#include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
 #include "tests/support/byte_tokenizer.h"
 #include "tests/support/python_reference.h"
@@ -312,6 +313,34 @@ TEST_F(ChatPipelineTest, SharedTrunkLearnsFromBothLosses) {
   const testing::CommandResult gemini = chat("ppo --config " + config.string() + " --set models.actor.memory.strategy='\"gemini\"'");
   EXPECT_NE(gemini.exit_code, 0);
   EXPECT_TRUE(testing::Contains(gemini.output, "rl.shared_trunk"));
+}
+
+// A run resumed between a rollout's steps trains on the rollout the earlier weights sampled, with the
+// adaptive KL coefficient where it was: two rollouts of 4 steps (2 epochs x 2 mini-batches, β adapted
+// to a target), checkpoints every 2 steps; the newest (step 8) removed, the run resumes at step 6, in
+// the middle of the second rollout, and its steps 7 and 8 are the uninterrupted run's to the bit.
+TEST_F(ChatPipelineTest, PpoResumedMidRolloutGoesOnAsTheUninterruptedRun) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::string args = "--set train.batch_size=4 --set train.checkpoint_interval=2 --set train.keep_checkpoints=4";
+  auto config = [&](const std::string& name) {
+    return rl_config(root_, name + "_run", 8, "prompts_per_rollout = 8\nepochs = 2\nmini_batches = 2\nkl_target = 1.0\n");
+  };
+  const std::vector<nlohmann::json> straight = train_stage(root_, "ppo", "ppo_straight", config("ppo_straight"), args);
+  ASSERT_EQ(train_stage(root_, "ppo", "ppo_resumed", config("ppo_resumed"), args).size(), 8u);
+  const fs::path checkpoints = root_ / "ppo_resumed_run" / "checkpoints";
+  ASSERT_TRUE(fs::exists(fs::path(train::checkpoint_folder(checkpoints.string(), 6)) / "task_rank0.safetensors"));
+  fs::remove_all(train::checkpoint_folder(checkpoints.string(), 8));
+  write_file_atomic((checkpoints / "latest").string(), "step_00000006\n");
+  const std::vector<nlohmann::json> resumed = train_stage(root_, "ppo", "ppo_resumed", config("ppo_resumed"), args);
+  ASSERT_EQ(straight.size(), 8u);
+  ASSERT_EQ(resumed.size(), 8u);
+  EXPECT_NE(straight[4]["kl_coef"], straight[0]["kl_coef"]) << "the coefficient adapted between the rollouts";
+  for (size_t i = 6; i < 8; ++i) {
+    for (const char* key : {"reward", "kl", "kl_coef", "response_length", "actor.loss", "critic.loss", "actor.grad_norm",
+                            "critic.grad_norm", "ratio"}) {
+      EXPECT_EQ(resumed[i][key], straight[i][key]) << key << " at step " << i + 1;
+    }
+  }
 }
 
 // generate.max_new_tokens far past the context is bounded by it, with a line saying so.
