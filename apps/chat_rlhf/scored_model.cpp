@@ -71,7 +71,7 @@ const ScoredFormat& scored_format() {
                     " labels; a reward or value model has one (num_labels = 1)");
       }
     };
-    return ScoredFormat{"opt", "OPT", causal.numbers, constants, finish, {"model.", {"score."}, {}, {}, "", "", {}}};
+    return ScoredFormat{"opt", "OPT", causal.numbers, constants, finish, {"model.", {"score."}, {}, {}, "", "", {}}, causal.bounds};
   }();
   return format;
 }

@@ -1,5 +1,7 @@
 #include "apps/gpt/hugging_face.h"
 
+#include "apps/gpt/app_config.h"
+
 namespace kuafu::gpt {
 namespace {
 
@@ -58,6 +60,7 @@ const GptFormat& gpt_format() {
       // The head is the token embedding (safetensors refuses a second copy of shared storage, so
       // transformers stores it once); old GPT-2 files also hold the causal-mask buffers.
       {"transformer.", {}, {}, {".attn.bias", ".attn.masked_bias"}, "lm_head.weight", "transformer.wte.weight"},
+      gpt_schema,
   };
   return format;
 }

@@ -1,5 +1,7 @@
 #include "apps/opt_finetune/hugging_face.h"
 
+#include "apps/opt_finetune/app_config.h"
+
 namespace kuafu::opt {
 namespace {
 
@@ -51,6 +53,7 @@ const OptFormat& opt_format() {
       check_opt_config,
       // lm_head.weight is a copy of the token embedding.
       {"model.", {}, {}, {}, "lm_head.weight", "model.decoder.embed_tokens.weight"},
+      opt_schema,
   };
   return format;
 }

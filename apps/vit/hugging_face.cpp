@@ -1,5 +1,7 @@
 #include "apps/vit/hugging_face.h"
 
+#include "apps/vit/app_config.h"
+
 namespace kuafu::vit {
 namespace {
 
@@ -44,6 +46,7 @@ const VitFormat& vit_format() {
       check_vit_config,
       // A bare ViTModel's names lack the "vit." of the classification model; its pooler is unused here.
       {"vit.", {"classifier."}, {"vit.pooler."}, {}, "", ""},
+      vit_schema,
   };
   return format;
 }

@@ -41,7 +41,7 @@ std::vector<std::string> shards_of(const fs::path& index_path, const nlohmann::j
   for (const auto& [name, file] : index["weight_map"].items()) {
     KUAFU_CHECK(file.is_string(), index_path.string(), ": weight_map[\"", text::abbreviate(name), "\"] must be a file name");
     const std::string shard = file.get<std::string>();
-    KUAFU_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "..", index_path.string(),
+    KUAFU_CHECK(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..", index_path.string(),
                 ": weight_map[\"", text::abbreviate(name), "\"] = \"", text::abbreviate(shard),
                 "\" is not a file name in this folder");
     if (std::find(shards.begin(), shards.end(), shard) == shards.end()) shards.push_back(shard);

@@ -230,6 +230,17 @@ SafetensorsFile load_safetensors(const std::string& path) {
                 text::abbreviate(file.tensors[order[k - 1]].first), "' and '",
                 text::abbreviate(file.tensors[order[k]].first), "' overlap");
   }
+  // No byte of the data is left unindexed (the official reader refuses holes and trailing bytes too):
+  // in offset order the ranges tile the data section from its first byte to its last.
+  uint64_t covered = 0;
+  for (size_t k : order) {
+    KUAFU_CHECK(ranges[k].first == covered, path, ": data bytes [", covered, ", ", ranges[k].first,
+                ") belong to no tensor (a gap before '", text::abbreviate(file.tensors[k].first), "')");
+    covered = ranges[k].second;
+  }
+  KUAFU_CHECK(covered == data_size, path, ": the last ", data_size - covered, " data bytes belong to no tensor (",
+              "trailing bytes after the data of ", order.empty() ? std::string("no tensor") :
+              "'" + text::abbreviate(file.tensors[order.back()].first) + "'", ")");
   NamedTensors in_file_order;
   for (size_t k : order) in_file_order.push_back(std::move(file.tensors[k]));
   file.tensors = std::move(in_file_order);

@@ -24,11 +24,18 @@ DynamicLossScaler::DynamicLossScaler(LossScalerOptions options)
 void DynamicLossScaler::update(bool found_inf) {
   if (found_inf) {
     ++skipped_;
+    overflows_at_min_ = scale_ <= options_.min_scale ? overflows_at_min_ + 1 : 0;
+    KUAFU_CHECK(options_.max_overflows_at_min == 0 || overflows_at_min_ < options_.max_overflows_at_min,
+                "the loss scale has stayed at its floor (precision.min_scale = ", options_.min_scale, ") for ",
+                overflows_at_min_, " overflowing steps in a row (precision.max_overflows_at_min_scale): the gradients "
+                "are inf or NaN whatever the scale, so every step is skipped. The run has diverged; resume from an "
+                "earlier checkpoint with a lower learning rate, or train in bf16");
     clean_steps_ = 0;
     hysteresis_left_ = std::max<int64_t>(0, hysteresis_left_ - 1);
     if (hysteresis_left_ == 0) scale_ = std::max(options_.min_scale, scale_ * options_.backoff_factor);
     return;
   }
+  overflows_at_min_ = 0;
   if (++clean_steps_ == options_.growth_interval) {
     clean_steps_ = 0;
     hysteresis_left_ = options_.hysteresis;
@@ -38,7 +45,7 @@ void DynamicLossScaler::update(bool found_inf) {
 
 nlohmann::json DynamicLossScaler::state() const {
   return {{"scale", scale_}, {"clean_steps", clean_steps_}, {"hysteresis_left", hysteresis_left_},
-          {"skipped_steps", skipped_}};
+          {"skipped_steps", skipped_}, {"overflows_at_min", overflows_at_min_}};
 }
 
 void DynamicLossScaler::load_state(const nlohmann::json& state) {
@@ -49,6 +56,7 @@ void DynamicLossScaler::load_state(const nlohmann::json& state) {
     clean_steps_ = state.at("clean_steps").get<int64_t>();
     hysteresis_left_ = state.at("hysteresis_left").get<int64_t>();
     skipped_ = state.at("skipped_steps").get<int64_t>();
+    overflows_at_min_ = state.value("overflows_at_min", int64_t{0});  // absent from older checkpoints
   } catch (const nlohmann::json::exception&) {
     fail("loss scaler state: expected a number \"scale\" and whole numbers \"clean_steps\", \"hysteresis_left\" "
          "and \"skipped_steps\", found " + text::abbreviate(state.dump()));

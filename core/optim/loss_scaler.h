@@ -17,6 +17,9 @@ struct LossScalerOptions {
   int64_t hysteresis = 2;          // overflows tolerated before the first back-off (reset when the scale grows)
   double min_scale = 1.0;
   double max_scale = 16777216.0;   // 2^24
+  // Overflowing steps in a row at min_scale after which the run stops (0: never): there the gradients
+  // are inf or NaN whatever the scale, and every step would be skipped for ever.
+  int64_t max_overflows_at_min = 50;
 };
 
 // Follows Megatron-LM's DynamicGradScaler: on an overflow the growth count restarts and the hysteresis
@@ -27,7 +30,8 @@ class DynamicLossScaler {
   explicit DynamicLossScaler(LossScalerOptions options);  // kuafu::Error on inconsistent options
 
   double scale() const { return scale_; }
-  // Records the outcome of one step (`found_inf`: some gradient was inf or NaN, so the step is skipped).
+  // Records the outcome of one step (`found_inf`: some gradient was inf or NaN, so the step is skipped);
+  // kuafu::Error once max_overflows_at_min steps in a row overflowed at the floor.
   void update(bool found_inf);
   int64_t skipped_steps() const { return skipped_; }
 
@@ -40,6 +44,7 @@ class DynamicLossScaler {
   int64_t clean_steps_ = 0;    // since the last overflow or growth
   int64_t hysteresis_left_;
   int64_t skipped_ = 0;
+  int64_t overflows_at_min_ = 0;  // overflowing steps in a row at min_scale
 };
 
 }  // namespace kuafu::optim

@@ -27,6 +27,9 @@ void add_precision_schema(config::Schema& s) {
   s.add_int("precision.hysteresis", 2, "dynamic loss scale: overflows tolerated before backing off").min(1);
   s.add_float("precision.min_scale", 1.0, "dynamic loss scale: lower bound").min(1e-30);
   s.add_float("precision.max_scale", 16777216.0, "dynamic loss scale: upper bound").min(1);
+  s.add_int("precision.max_overflows_at_min_scale", 50,
+            "dynamic loss scale: overflowing steps in a row at precision.min_scale that stop the run (0: never)")
+      .min(0);
 }
 
 torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device) {
@@ -71,6 +74,7 @@ std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config) 
   o.hysteresis = config.get_int("precision.hysteresis");
   o.min_scale = config.get_float("precision.min_scale");
   o.max_scale = config.get_float("precision.max_scale");
+  o.max_overflows_at_min = config.get_int("precision.max_overflows_at_min_scale");
   if (o.min_scale > o.initial_scale || o.initial_scale > o.max_scale) {
     config.fail_at("precision.initial_scale", "must lie between precision.min_scale and precision.max_scale");
   }

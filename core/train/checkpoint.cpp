@@ -278,6 +278,30 @@ void CheckpointStore::prune(int64_t saved) const {
   for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(older[i]);
 }
 
+std::optional<std::string> CheckpointStore::latest_intact() const {
+  const std::optional<std::string> newest = latest();
+  if (!newest) return newest;
+  try {
+    read_trainer_state(*newest);
+    return newest;
+  } catch (const Error& damaged) {
+    const std::optional<int64_t> newest_step = step_of_name(fs::path(*newest).filename().string());
+    const auto folders = step_folders(root_);
+    for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
+      if (!newest_step || it->first >= *newest_step) continue;
+      try {
+        read_trainer_state(it->second.string());
+      } catch (const Error&) {
+        continue;
+      }
+      log::warnf("the newest checkpoint is damaged (", damaged.what(), "): resuming from the newest intact one, ",
+                 it->second.string());
+      return it->second.string();
+    }
+    throw;
+  }
+}
+
 std::vector<std::string> CheckpointStore::later_than(int64_t step) const {
   std::vector<std::string> later;
   for (const auto& [s, folder] : step_folders(root_)) {

@@ -48,6 +48,10 @@ class CheckpointStore {
   // that pointer is missing the newest complete checkpoint. None when there is no checkpoint; kuafu::Error
   // for a bad pointer or step_N folders none of which is complete.
   std::optional<std::string> latest() const;
+  // latest() when it is intact (its manifest's sizes and checksums hold, its trainer state reads);
+  // otherwise, with a warning naming what is wrong, the newest earlier checkpoint that is. kuafu::Error
+  // (latest()'s own) when none is.
+  std::optional<std::string> latest_intact() const;
   // The step_N folders above `step` (left by a run this one resumed from an earlier checkpoint of).
   std::vector<std::string> later_than(int64_t step) const;
 

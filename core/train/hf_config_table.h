@@ -44,6 +44,23 @@ class HfConfigTable {
     }
   }
 
+  // kuafu::Error naming `where` and the key when a field read from config.json lies outside the bounds
+  // `schema` gives its Kuafu key: a folder may not ask for more than the TOML config could (a
+  // hidden_size of 1,000,000,002 would otherwise reach the allocator).
+  void check_bounds(const config::Schema& schema, const std::string& where, const C& c) const {
+    for (const HfField<C>& f : fields_) {
+      const std::string key = config_key(f);
+      const config::Field* field = key.empty() ? nullptr : schema.find(key);
+      if (!field) continue;
+      std::visit(
+          [&](auto member) {
+            const std::string wrong = field->check(config::Value(c.*member));
+            KUAFU_CHECK(wrong.empty(), where, ": \"", f.json_key, "\" ", wrong, " (the bounds of ", key, ")");
+          },
+          f.member);
+    }
+  }
+
   nlohmann::json to_json(const C& c) const {
     nlohmann::json json = nlohmann::json::object();
     for (const HfField<C>& f : fields_) std::visit([&](auto member) { json[f.json_key] = c.*member; }, f.member);

@@ -32,6 +32,8 @@ struct HfModelFormat {
   // `where` and the key (e.g. an activation Kuafu's model does not compute).
   std::function<void(const nlohmann::json& json, const std::string& where, C& c)> finish;
   HfWeightNames names;
+  // The app's schema, whose model.* bounds the config.json's sizes must meet (none: unchecked).
+  std::function<config::Schema()> bounds = nullptr;
 
   // kuafu::Error naming `where` (the config.json) for another model_type, a missing or malformed key.
   C read_config(const nlohmann::json& json, const std::string& where) const {
@@ -40,6 +42,7 @@ struct HfModelFormat {
                 model_type, "\")");
     C c;
     numbers.read_json(json, where, c);
+    if (bounds) numbers.check_bounds(bounds(), where, c);
     if (finish) finish(json, where, c);
     return c;
   }

@@ -1,6 +1,7 @@
 #include "core/train/model_memory.h"
 
 #include <sstream>
+#include <vector>
 
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
@@ -45,9 +46,24 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
   double available = static_cast<double>(memory::available_bytes(torch::kCPU));
   if (runtime.device.is_cuda()) available += static_cast<double>(memory::available_bytes(runtime.device));
   if (needed <= available) return;
+  // The keys that say the model's size, as the config set them (model.shape names a string): those
+  // set, or every one when none is (the shape came from model.init_from's folder or the defaults).
+  std::vector<std::string> shown;
+  for (const std::string& key : model_keys) {
+    if (config.is_set(key)) shown.push_back(key);
+  }
+  if (shown.empty()) shown = model_keys;
   std::ostringstream keys;
-  for (size_t i = 0; i < model_keys.size(); ++i) {
-    keys << (i ? ", " : "") << model_keys[i] << " = " << config.get_int(model_keys[i]);
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const config::Field* field = config.schema().find(shown[i]);
+    keys << (i ? ", " : "") << shown[i] << " = ";
+    if (field && field->type() == config::Type::kString) {
+      keys << '"' << config.get_string(shown[i]) << '"';
+    } else if (field && field->type() == config::Type::kFloat) {
+      keys << config.get_float(shown[i]);
+    } else {
+      keys << config.get_int(shown[i]);
+    }
   }
   std::ostringstream count;
   count.precision(4);

@@ -14,6 +14,7 @@ namespace {
 constexpr const char* kPrefix = "base_model.model.";  // PeftModel around the model
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr int64_t kMaxRank = 1 << 16;
 
 io::NamedTensors adapters_of(const torch::nn::Module& model) {
   io::NamedTensors out;
@@ -26,7 +27,7 @@ io::NamedTensors adapters_of(const torch::nn::Module& model) {
 }  // namespace
 
 void add_lora_schema(config::Schema& s) {
-  s.add_int("lora.rank", 0, "LoRA rank r; 0 = off (every weight trains)").min(0).max(1 << 16);
+  s.add_int("lora.rank", 0, "LoRA rank r; 0 = off (every weight trains)").min(0).max(kMaxRank);
   s.add_float("lora.alpha", 16.0, "LoRA scale numerator: the adapters' output is multiplied by alpha / r").min(0);
   s.add_float("lora.dropout", 0.0, "dropout on the adapters' input").min(0).max(0.9);
   s.add_string_list("lora.targets", {"q_proj", "v_proj"},
@@ -84,7 +85,8 @@ nn::LoraSpec read_adapter_config(const std::string& dir) {
   spec.rank = io::config_required<int64_t>(config, "r", path);
   spec.alpha = io::config_value<double>(config, "lora_alpha", static_cast<double>(spec.rank), path);
   spec.dropout = io::config_value<double>(config, "lora_dropout", 0.0, path);
-  KUAFU_CHECK(spec.rank > 0, path, ": \"r\" must be positive");
+  KUAFU_CHECK(spec.rank > 0 && spec.rank <= kMaxRank, path, ": \"r\" = ", spec.rank, " must be in [1, ", kMaxRank,
+              "] (the bounds of lora.rank)");
   for (const char* variant : {"use_rslora", "use_dora"}) {
     KUAFU_CHECK(!io::config_value<bool>(config, variant, false, path), path, ": \"", variant, "\" is not supported");
   }
@@ -100,6 +102,15 @@ nn::LoraSpec read_adapter_config(const std::string& dir) {
   for (const auto& target : *targets) {
     KUAFU_CHECK(target.is_string(), path, ": \"target_modules\" holds ", target.dump(), ", not a name");
     spec.targets.push_back(target.get<std::string>());
+  }
+  // The stored adapters agree with r before any is built (an "r" of 30,000,000 allocated gigabytes first).
+  if (const fs::path weights = fs::path(dir) / kWeightsFile; fs::is_regular_file(weights)) {
+    for (const auto& [name, tensor] : io::load_safetensors(weights.string()).tensors) {
+      const bool a = name.find(".lora_A") != std::string::npos, b = name.find(".lora_B") != std::string::npos;
+      if (!a && !b) continue;
+      KUAFU_CHECK(tensor.dim() == 2 && tensor.size(a ? 0 : 1) == spec.rank, weights.string(), ": '", name, "' has shape ",
+                  tensor.sizes(), ", which does not fit \"r\" = ", spec.rank, " of ", path);
+    }
   }
   return spec;
 }

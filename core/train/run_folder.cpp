@@ -73,7 +73,7 @@ std::optional<Resume> RunFolder::checkpoint_to_resume() const {
   const std::string& resume = resume_;
   std::optional<std::string> folder;
   if (resume == "auto" || resume == "never") {
-    folder = checkpoints_->latest();
+    folder = resume == "auto" ? checkpoints_->latest_intact() : checkpoints_->latest();
     if (folder && resume == "never") {
       config_.fail_at("train.resume", "is \"never\" but " + out_dir_ + " already holds checkpoints (latest " +
                                           *folder + "); choose another train.out_dir or resume");

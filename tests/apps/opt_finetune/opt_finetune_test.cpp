@@ -419,6 +419,13 @@ TEST_F(OPTFinetuneTest, BadInputIsNamed) {
   const testing::CommandResult r = testing::run_command(program + " finetune --config " + missing);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_TRUE(testing::Contains(r.output, "data.val")) << r.output;
+  // The shipped opt-66b config on this machine: the fit check names the shape it was given (a string)
+  // and what it needs, instead of failing to read model.shape as an integer.
+  const testing::CommandResult huge = testing::run_command(
+      program + " finetune --config " + (fs::path(KUAFU_SOURCE_DIR) / "apps/opt_finetune/configs/opt-66b.toml").string());
+  EXPECT_NE(huge.exit_code, 0);
+  EXPECT_TRUE(testing::Contains(huge.output, "the model of model.shape = \"66b\" has ")) << huge.output;
+  EXPECT_TRUE(testing::Contains(huge.output, "GiB")) << huge.output;
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <tuple>
 
 #include "apps/opt_finetune/hugging_face.h"
 #include "apps/opt_finetune/shapes.h"
@@ -124,6 +126,28 @@ TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
 // The published shapes: OPTConfig::parameter_count equals transformers' count of OPTForCausalLM built
 // from the same shape (on the meta device); 125m and 350m give the sizes Hugging Face lists (125,239,296
 // and 331,196,416), the others stay within 5% of their names.
+// A folder's config.json may not ask for more than the TOML config could: sizes past the bounds of
+// their model.* keys are refused naming the file and the key before anything is built (a hidden_size of
+// 1,000,000,002 reached the allocator; 10⁹ layers were built until memory ran out).
+TEST(OPTHuggingFaceTest, SizesPastTheConfigBoundsAreRefusedBeforeBuilding) {
+  const fs::path dir = testing::temp_dir("opt_bounds");
+  const nlohmann::json good = {{"model_type", "opt"}, {"vocab_size", 64}, {"hidden_size", 16}, {"num_hidden_layers", 2},
+                               {"ffn_dim", 32}, {"num_attention_heads", 2}};
+  for (const auto& [key, value, bound] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+           {"hidden_size", 1000000002, "expected <= 262144, found 1000000002 (the bounds of model.hidden_size)"},
+           {"num_hidden_layers", 1000000000, "expected <= 100000, found 1000000000 (the bounds of model.num_hidden_layers)"},
+           {"num_attention_heads", 0, "expected >= 1, found 0 (the bounds of model.num_attention_heads)"}}) {
+    nlohmann::json config = good;
+    config[key] = value;
+    const fs::path folder = dir / key;
+    fs::create_directories(folder);
+    std::ofstream(folder / "config.json") << config.dump();
+    io::save_safetensors((folder / "model.safetensors").string(), {{"unread", torch::zeros({1})}});
+    const std::string error = testing::expected_error([&] { opt_format().load(folder.string()); });
+    EXPECT_TRUE(testing::Contains(error, (folder / "config.json").string() + ": \"" + key + "\" " + bound));
+  }
+}
+
 TEST(OPTShapesTest, ParameterCountsEqualTransformersAndThePublishedSizes) {
   std::string specs;
   for (const std::string& name : opt_shape_names()) {

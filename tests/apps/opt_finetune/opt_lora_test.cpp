@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "apps/gpt/model.h"
 #include "apps/opt_finetune/hugging_face.h"
@@ -211,6 +212,19 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
     model->eval();
     EXPECT_LT(testing::max_difference_on_real_tokens(testing::padded_logits(model, ids, mask), peft["logits"], mask),
               kTolerance);
+    // An "r" past lora.rank's bounds, or one the stored adapters do not have, is refused before any
+    // adapter is built.
+    const fs::path bad = dir / "bad_adapter";
+    fs::remove_all(bad);
+    fs::copy(dir / "adapter", bad);
+    nlohmann::json config = nlohmann::json::parse(std::ifstream(bad / "adapter_config.json"));
+    for (const auto& [r, expected] : std::vector<std::pair<int64_t, std::string>>{
+             {30000000, "\"r\" = 30000000 must be in [1, 65536] (the bounds of lora.rank)"},
+             {8, "which does not fit \"r\" = 8 of "}}) {
+      config["r"] = r;
+      std::ofstream(bad / "adapter_config.json") << config.dump();
+      EXPECT_TRUE(testing::Contains(testing::expected_error([&] { train::read_adapter_config(bad.string()); }), expected));
+    }
   }
 }
 

@@ -62,6 +62,23 @@ TEST(LossScalerTest, SavedStateResumesTheSameSequence) {
   EXPECT_EQ(resumed.skipped_steps(), whole.skipped_steps());
 }
 
+// Before: a scale stuck at its floor skipped every step for ever. Three overflows in a row at the floor
+// stop the run (a clean step restarts the count), and the count survives a checkpoint.
+TEST(LossScalerTest, OverflowingAtTheFloorStopsTheRun) {
+  optim::LossScalerOptions o = small();
+  o.max_overflows_at_min = 3;
+  optim::DynamicLossScaler scaler(o);
+  run(scaler, "xxxxx");  // 1024 (hysteresis), 512, 256, 128, 64: the floor
+  run(scaler, "xx.xx");  // two at the floor, a clean step, two more
+  EXPECT_EQ(scaler.scale(), 64);
+  optim::DynamicLossScaler resumed(o);
+  resumed.load_state(scaler.state());
+  for (optim::DynamicLossScaler* s : {&scaler, &resumed}) {
+    const std::string message = testing::error_message([&] { s->update(true); });
+    EXPECT_TRUE(testing::Contains(message, "stayed at its floor (precision.min_scale = 64) for 3 overflowing steps in a row"));
+  }
+}
+
 TEST(LossScalerTest, BadOptionsAndStateAreRefused) {
   auto o = small();
   o.min_scale = 4096 * 2;

@@ -78,6 +78,19 @@ TEST(CheckpointStoreTest, AMissingLatestPointerTakesTheNewestCompleteCheckpoint)
   EXPECT_TRUE(Contains(error_message([&] { saved.store.latest(); }), "refusing to start over them"));
 }
 
+// Before: a damaged newest checkpoint was refused with no way on but by hand. The newest intact one is
+// taken instead (the damage named in a warning); when none is intact, the newest's error stands.
+TEST(CheckpointStoreTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne) {
+  Saved saved({10, 20, 30});
+  for (const int64_t step : {30, 20}) {
+    write_file_atomic((fs::path(saved.folder(step)) / "model.safetensors").string(), "damaged bytes");
+  }
+  ASSERT_EQ(*saved.store.latest(), saved.folder(30));
+  EXPECT_EQ(*saved.store.latest_intact(), saved.folder(10));
+  write_file_atomic((fs::path(saved.folder(10)) / "model.safetensors").string(), "damaged bytes");
+  EXPECT_TRUE(Contains(error_message([&] { saved.store.latest_intact(); }), saved.folder(30)));
+}
+
 // Before: resuming at step 10 with keep = 1 and then saving step 11 deleted step 11 (the newest by name
 // was step 30) and left `latest` naming a deleted folder.
 TEST(CheckpointStoreTest, PruningKeepsTheCheckpointJustSavedAndLaterOnes) {

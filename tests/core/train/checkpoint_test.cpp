@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 
+#include "core/io/hf_folder.h"
 #include "core/io/safetensors.h"
 #include "core/optim/algorithms.h"
 #include "core/train/checkpoint.h"
@@ -105,6 +106,19 @@ TEST(SafetensorsTest, OffsetsMustBeIntegersAndNamesUniqueAndNonEmpty) {
                        "tensor '': expected a non-empty name"));
 }
 
+// A sharded folder's index may name only files of the folder itself: ".", "..", "" and paths are
+// refused naming the entry.
+TEST(HfFolderTest, AnIndexEntryNamingNoFileOfTheFolderIsRefused) {
+  const auto dir = temp_dir("hf_index");
+  std::ofstream(dir / "config.json") << "{}";
+  for (const std::string shard : {".", "..", "", "sub/w.safetensors"}) {
+    std::ofstream(dir / "model.safetensors.index.json") << nlohmann::json{{"weight_map", {{"w", shard}}}}.dump();
+    EXPECT_TRUE(testing::Contains(testing::expected_error([&] { io::read_hf_folder(dir.string()); }),
+                                  "model.safetensors.index.json: weight_map[\"w\"] = \"" + shard +
+                                      "\" is not a file name in this folder"));
+  }
+}
+
 TEST(SafetensorsTest, DamagedHeadersAreRefusedNamingFileAndTensor) {
   using testing::Contains;
   const auto entry = [](const std::string& shape, const std::string& offsets, const std::string& dtype = "\"F32\"") {
@@ -118,6 +132,13 @@ TEST(SafetensorsTest, DamagedHeadersAreRefusedNamingFileAndTensor) {
                        "tensor 'w': data_offsets: expected two non-negative integers"));
   EXPECT_TRUE(Contains(header_error("{\"a\":" + entry("[4]", "[0,16]") + ",\"b\":" + entry("[4]", "[8,24]") + "}", 24),
                        "tensor data ranges of 'a' and 'b' overlap"));
+  EXPECT_TRUE(Contains(header_error("{\"a\":" + entry("[4]", "[0,16]") + ",\"b\":" + entry("[4]", "[24,40]") + "}", 40),
+                       "data bytes [16, 24) belong to no tensor (a gap before 'b')"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[0,16]") + "}", 20),
+                       "the last 4 data bytes belong to no tensor (trailing bytes after the data of 'w')"));
+  EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4]", "[4,20]") + "}", 20),
+                       "data bytes [0, 4) belong to no tensor (a gap before 'w')"));
+  EXPECT_TRUE(Contains(header_error("{}", 8), "the last 8 data bytes belong to no tensor (trailing bytes after the data of no tensor)"));
   EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[8]", "[0,32]") + "}", 16),
                        "tensor 'w': data ends at byte 32 but the file holds only 16 data bytes"));
   EXPECT_TRUE(Contains(header_error("{\"w\":" + entry("[4611686018427387904,4611686018427387904]", "[0,0]") + "}", 0),
