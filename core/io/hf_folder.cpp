@@ -1,6 +1,9 @@
 #include "core/io/hf_folder.h"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <filesystem>
 #include <map>
@@ -153,6 +156,30 @@ std::vector<std::string> hf_tokenizer_files(const std::string& dir) {
   return files;
 }
 
+namespace {
+
+// Removes the <target>.partial-<pid> folders of exports into `target` whose process is gone (killed
+// before it finished): nothing else cleans them. A live process's folder stays (exports into one path
+// from two hosts of a shared file system at once are not supported).
+void remove_dead_exports(const fs::path& target) {
+  const std::string prefix = target.filename().string() + ".partial-";
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(target.parent_path(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), error);
+  }
+}
+
+// The folder's files into `building`: shards, index, config, extra files.
+void write_into(const fs::path& building, const nlohmann::json& config, const NamedTensors& tensors,
+                const HfWriteOptions& options);
+
+}  // namespace
+
 void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
                      const HfWriteOptions& options) {
   KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");
@@ -162,10 +189,25 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config, const
   std::error_code error;
   fs::create_directories(target.parent_path(), error);
   KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
+  remove_dead_exports(target);
   const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
   fs::remove_all(building);
   fs::create_directory(building, error);
   KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
+  try {
+    write_into(building, config, tensors, options);
+  } catch (...) {
+    fs::remove_all(building, error);  // a failed export leaves nothing behind
+    throw;
+  }
+  rename_durable(building.string(), target.string());
+}
+
+namespace {
+
+void write_into(const fs::path& building, const nlohmann::json& config, const NamedTensors& tensors,
+                const HfWriteOptions& options) {
+  std::error_code error;
 
   // Shards in the tensors' order, each as full as the limit allows (a tensor above it alone in one).
   std::vector<NamedTensors> shards(1);
@@ -200,10 +242,10 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config, const
   write_file_atomic((building / options.config_file).string(), config.dump(2) + "\n");
   for (const std::string& file : options.extra_files) {
     fs::copy_file(file, building / fs::path(file).filename(), error);
-    KUAFU_CHECK(!error, "cannot copy ", file, " into ", dir, ": ", error.message());
+    KUAFU_CHECK(!error, "cannot copy ", file, " into ", building.string(), ": ", error.message());
     fsync_path((building / fs::path(file).filename()).string());
   }
-  rename_durable(building.string(), target.string());
 }
 
+}  // namespace
 }  // namespace kuafu::io

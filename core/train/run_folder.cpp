@@ -1,7 +1,9 @@
 #include "core/train/run_folder.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "core/dist/collectives.h"
 #include "core/util/atomic_file.h"
@@ -59,11 +61,29 @@ RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const
   if (runtime.is_main()) write_file_atomic((fs::path(out_dir_) / "config.toml").string(), config_.to_toml());
 }
 
+namespace {
+
+// Settings every run's checkpoint records besides its task's keys: what they change of the run (a
+// resume refuses a change), or where a change is harmless, only warns of it.
+const std::vector<std::string> kRefusedChanges = {"optim.no_decay"};  // which parameters decay: the optimizer state's meaning
+const std::vector<std::string> kWarnedChanges = {"train.steps"};      // the schedule's length: the rate from here on
+
+bool among(const std::string& key, const std::vector<std::string>& keys) {
+  return std::find(keys.begin(), keys.end(), key) != keys.end();
+}
+
+}  // namespace
+
 nlohmann::json RunFolder::fingerprint() const {
   nlohmann::json fingerprint = nlohmann::json::object();
   for (const auto& prefix : fingerprint_prefixes_) {
     for (const auto& key : config_.schema().keys()) {
       if (key.rfind(prefix, 0) == 0) fingerprint[key] = value_text(config_, key);
+    }
+  }
+  for (const auto* keys : {&kRefusedChanges, &kWarnedChanges}) {
+    for (const std::string& key : *keys) {
+      if (config_.schema().find(key)) fingerprint[key] = value_text(config_, key);
     }
   }
   return fingerprint;
@@ -91,6 +111,15 @@ std::optional<Resume> RunFolder::checkpoint_to_resume() const {
   const nlohmann::json expected = fingerprint();  // items() refers to it: it must outlive the loop
   for (const auto& [key, value] : expected.items()) {
     const auto saved = trained.find(key);
+    const bool recorded_since = among(key, kRefusedChanges) || among(key, kWarnedChanges);
+    if (saved == trained.end() && recorded_since) continue;  // a checkpoint from before they were recorded
+    if (saved != trained.end() && *saved != value && among(key, kWarnedChanges)) {
+      if (runtime_.is_main()) {
+        log::warnf(key, " is ", value.get<std::string>(), " but checkpoint ", *folder, " was trained with ",
+                   saved->get<std::string>(), ": the run goes on, its learning-rate schedule now spread over the new length");
+      }
+      continue;
+    }
     if (saved == trained.end() || *saved != value) {
       config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + *folder + " was trained with " +
                                (saved == trained.end() ? std::string("no such key") : saved->get<std::string>()) +

@@ -91,6 +91,23 @@ TEST(GPTCliTest, TruncatedCheckpointIsRefusedAndLeftInPlace) {
   EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step_00000004"));
 }
 
+// Before: a resume with another optim.no_decay (other parameters decaying, the optimizer state read
+// as theirs) or another train.steps went unnoticed. The first is refused naming the key; the second,
+// harmless, goes on with a warning.
+TEST(GPTCliTest, AResumeRefusesAnotherNoDecayAndWarnsOfAnotherLength) {
+  const auto dir = temp_dir("resume_settings");
+  const std::string config = tiny_run(dir, 1);
+  ASSERT_EQ(run_gpt("train" + config).exit_code, 0);
+  const Result refused = run_gpt("train" + config + " --set train.steps=4 --set 'optim.no_decay=[\"bias\"]'");
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_TRUE(testing::Contains(refused.output, "optim.no_decay")) << refused.output;
+  EXPECT_FALSE(fs::exists(dir / "run/checkpoints/step_00000004"));
+  const Result longer = run_gpt("train" + config + " --set train.steps=4");
+  EXPECT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_TRUE(testing::Contains(longer.output, "train.steps is 4 but checkpoint")) << longer.output;
+  EXPECT_TRUE(fs::exists(dir / "run/checkpoints/step_00000004"));
+}
+
 // prepare -> train -> generate as a user runs them; generate.prompts continues several texts as one
 // left-padded batch and prints each prompt with its continuation.
 TEST(GPTCliTest, GenerateContinuesEachPromptOfABatch) {

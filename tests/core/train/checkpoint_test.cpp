@@ -2,6 +2,8 @@
 // that names the file.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -117,6 +119,24 @@ TEST(HfFolderTest, AnIndexEntryNamingNoFileOfTheFolderIsRefused) {
                                   "model.safetensors.index.json: weight_map[\"w\"] = \"" + shard +
                                       "\" is not a file name in this folder"));
   }
+}
+
+// Before: an export that failed or was killed left <out>.partial-<pid> folders nobody cleaned. A failed
+// one now removes its own; the next export into the same path removes those of processes that are gone
+// and keeps a live one's.
+TEST(HfFolderTest, AFailedExportLeavesNothingAndDeadExportsAreCleaned) {
+  const auto dir = temp_dir("hf_export");
+  const fs::path out = dir / "model";
+  const fs::path dead = dir / "model.partial-999999999", live = dir / ("model.partial-" + std::to_string(::getppid()));
+  fs::create_directories(dead);
+  fs::create_directories(live);
+  EXPECT_ANY_THROW(io::write_hf_folder(out.string(), {{"model_type", "x"}}, {{"w", torch::Tensor()}}, {}));
+  EXPECT_FALSE(fs::exists(dir / ("model.partial-" + std::to_string(::getpid()))));
+  EXPECT_FALSE(fs::exists(out));
+  io::write_hf_folder(out.string(), {{"model_type", "x"}}, {{"w", torch::ones({2})}}, {});
+  EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
 }
 
 TEST(SafetensorsTest, DamagedHeadersAreRefusedNamingFileAndTensor) {
