@@ -324,16 +324,19 @@ std::optional<std::string> CheckpointStore::latest() const {
     while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' ')) name.pop_back();
     KUAFU_CHECK(step_of_name(name), pointer.string(), " does not hold a step_N name of a folder beside it");
     const fs::path folder = fs::path(root_) / name;
-    KUAFU_CHECK(fs::is_directory(fs::symlink_status(folder)), pointer.string(), " names ", name,
-                ", which is not a folder in ", root_);
-    return folder.string();
+    const auto folder_status = fs::symlink_status(folder);
+    if (fs::is_directory(folder_status)) return folder.string();
+    // A folder that is gone (a save of the same step died between removing the old one and renaming
+    // the new one in) is passed over like a missing pointer; anything else there is refused.
+    KUAFU_CHECK(!fs::exists(folder_status), pointer.string(), " names ", name, ", which is not a folder in ", root_);
   }
-  // No pointer (deleted, or lost before it was written): the newest complete checkpoint, so that a run
-  // never starts over checkpoints that are there.
+  // No pointer (deleted, or lost before it was written), or one naming a folder that is gone: the newest
+  // complete checkpoint, so that a run never starts over checkpoints that are there.
   const auto folders = step_folders(root_);
   for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
     if (fs::is_regular_file(it->second / kManifest)) {
-      log::warnf(pointer.string(), " is missing: taking the newest complete checkpoint, ", it->second.string());
+      log::warnf(pointer.string(), fs::exists(status) ? " names a folder that is gone" : " is missing",
+                 ": taking the newest complete checkpoint, ", it->second.string());
       return it->second.string();
     }
   }

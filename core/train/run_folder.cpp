@@ -27,6 +27,18 @@ std::string value_text(const config::Config& config, const std::string& key) {
   return "";
 }
 
+// The step_N.partial folders of saves that died under `root`: only the run holding the folder's lock
+// could be writing one, so those there when it starts are leftovers.
+void remove_unfinished_saves(const std::string& root) {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(root, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) != 0 || name.size() < 8 || name.substr(name.size() - 8) != ".partial") continue;
+    fs::remove_all(entry.path(), error);
+    log::warnf("removed ", entry.path().string(), ", left by a checkpoint save that did not finish");
+  }
+}
+
 }  // namespace
 
 bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
@@ -58,8 +70,12 @@ RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const
                                                    static_cast<int>(settings.keep_checkpoints));
   // The effective config of the latest invocation beside metrics.jsonl, for reports (each checkpoint
   // keeps its own copy in trainer.json).
-  if (runtime.is_main()) write_file_atomic((fs::path(out_dir_) / "config.toml").string(), config_.to_toml());
+  if (runtime.is_main()) {
+    write_file_atomic((fs::path(out_dir_) / "config.toml").string(), config_.to_toml());
+    remove_unfinished_saves(checkpoints_->root());
+  }
 }
+
 
 namespace {
 

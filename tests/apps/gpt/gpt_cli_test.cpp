@@ -11,6 +11,7 @@
 #include "apps/gpt/app_config.h"
 #include "core/io/safetensors.h"
 #include "core/io/token_file.h"
+#include "core/util/atomic_file.h"
 #include "tests/support/benchmark_line.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
@@ -106,6 +107,25 @@ TEST(GPTCliTest, AResumeRefusesAnotherNoDecayAndWarnsOfAnotherLength) {
   EXPECT_EQ(longer.exit_code, 0) << longer.output;
   EXPECT_TRUE(testing::Contains(longer.output, "train.steps is 4 but checkpoint")) << longer.output;
   EXPECT_TRUE(fs::exists(dir / "run/checkpoints/step_00000004"));
+}
+
+// Before: a save that died left step_N.partial behind for good, and a `latest` naming a folder that a
+// dying re-save had removed stopped every resume. The next run removes the leftover, and takes the newest
+// complete checkpoint in place of the gone one (with a warning).
+TEST(GPTCliTest, LeftoversOfADyingSaveNeitherStayNorStopTheNextRun) {
+  const auto dir = temp_dir("dying_save");
+  const std::string config = tiny_run(dir, 1);
+  ASSERT_EQ(run_gpt("train" + config + " --set train.checkpoint_interval=1").exit_code, 0);
+  const fs::path checkpoints = dir / "run/checkpoints";
+  fs::create_directories(checkpoints / "step_00000003.partial");
+  std::ofstream(checkpoints / "step_00000003.partial/model.safetensors") << "half";
+  write_file_atomic((checkpoints / "latest").string(), "step_00000003\n");
+  const Result resumed = run_gpt("train" + config + " --set train.steps=3 --set train.checkpoint_interval=1");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(testing::Contains(resumed.output, "left by a checkpoint save that did not finish")) << resumed.output;
+  EXPECT_TRUE(testing::Contains(resumed.output, "names a folder that is gone: taking the newest complete checkpoint")) << resumed.output;
+  EXPECT_TRUE(testing::Contains(resumed.output, "resumed from " + (checkpoints / "step_00000002").string())) << resumed.output;
+  EXPECT_TRUE(fs::exists(checkpoints / "step_00000003/manifest.json"));
 }
 
 // prepare -> train -> generate as a user runs them; generate.prompts continues several texts as one
