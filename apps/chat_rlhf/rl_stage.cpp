@@ -227,7 +227,6 @@ void RlTask::make_rollout(int64_t rollout) {
                       {"kl_coef", kl_.coef}};
   if (sums[5].item<double>() > 0) rollout_figures_["answer_f1"] = sums[4].item<double>() / sums[5].item<double>();
   if (stage_ == Stage::Ppo) kl_.update(sums[1].item<double>() / n, static_cast<int64_t>(n));
-  rollout_rows_ = n;
 }
 
 bool RlTask::update_scores_policy() const {
@@ -296,8 +295,11 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
       step_sums_[4] += (value_loss.detach().to(torch::kFloat64) * mask.to(torch::kFloat64)).sum().cpu();
     }
     const torch::Tensor critic_loss = settings_.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts) * scale;
-    // A shared trunk learns from both losses as one model.
-    result[models_.shared_trunk ? "actor" : "critic"] = models_.shared_trunk ? actor_loss + critic_loss : critic_loss;
+    if (models_.shared_trunk) {
+      result["actor"] = actor_loss + critic_loss;  // one model learns from both losses
+    } else {
+      result["critic"] = critic_loss;
+    }
   }
   return result;
 }
@@ -312,7 +314,10 @@ std::map<std::string, double> RlTask::step_figures(int64_t) {
   figures["approx_kl"] = sums[1].item<double>() / tokens;
   figures["ratio"] = sums[2].item<double>() / tokens;
   if (models_.critic) figures["value_loss"] = sums[4].item<double>() / tokens;  // per response token, before rl.value_coef
-  if (!experience_.logprobs.defined()) figures["kl"] = sums[5].item<double>() / rollout_rows_;  // the update scored the policy
+  if (!experience_.logprobs.defined()) {  // the update scored the policy: the rollout's KL per sequence from it
+    const int64_t rows = settings_.prompts_per_rollout * (stage_ == Stage::Grpo ? settings_.group_size : 1);
+    figures["kl"] = sums[5].item<double>() / static_cast<double>(rows);
+  }
   return figures;
 }
 
@@ -320,7 +325,6 @@ io::NamedTensors RlTask::task_state() const {
   io::NamedTensors state = {{"kl_coef", torch::tensor({kl_.coef}, torch::kFloat64)}};
   if (rollout_ < 0) return state;
   state.emplace_back("rollout", torch::tensor({rollout_}, torch::kInt64));
-  state.emplace_back("rollout_rows", torch::tensor({rollout_rows_}, torch::kFloat64));
   for (const auto& [name, tensor] : experience_tensors(experience_)) state.emplace_back("experience." + name, tensor);
   std::vector<torch::Tensor> orders;
   for (const std::vector<int64_t>& order : epoch_orders_) orders.push_back(torch::tensor(order, torch::kInt64));
@@ -342,7 +346,7 @@ void RlTask::restore_task_state(const io::NamedTensors& state) {
     if (name.rfind("experience.", 0) == 0) experience.emplace_back(name.substr(11), tensor);
     if (name.rfind("figure.", 0) == 0) figures[name.substr(7)] = tensor.item<double>();
   }
-  for (const char* needed : {"rollout_rows", "epoch_orders", "mini_batch_counts"}) {
+  for (const char* needed : {"epoch_orders", "mini_batch_counts"}) {
     KUAFU_CHECK(by_name.count(needed), "the checkpoint's rollout state lacks '", needed, "'");
   }
   experience_ = experience_from(experience, device_);
@@ -358,7 +362,6 @@ void RlTask::restore_task_state(const io::NamedTensors& state) {
     mini_batch_counts_.push_back({counts[i][0].item<double>(), counts[i][1].item<double>(), static_cast<int64_t>(counts[i][2].item<double>())});
   }
   rollout_figures_ = figures;
-  rollout_rows_ = by_name.at("rollout_rows").item<double>();
   rollout_ = by_name.at("rollout").item<int64_t>();
 }
 

@@ -92,7 +92,6 @@ class RlTask : public train::RunTask {
   std::vector<std::vector<int64_t>> epoch_orders_;  // per epoch: the order of this rank's rows
   std::vector<BatchCounts> mini_batch_counts_;      // per (epoch, mini-batch): over all ranks
   std::map<std::string, double> rollout_figures_;   // over all ranks
-  double rollout_rows_ = 0;  // the rollout's rows over all ranks
   torch::Tensor step_sums_;  // this step's [clipped, approx KL, ratio, tokens, value loss, k1] sums, this rank
 };
 

@@ -176,36 +176,6 @@ void remove_dead_exports(const fs::path& target) {
 
 // The folder's files into `building`: shards, index, config, extra files.
 void write_into(const fs::path& building, const nlohmann::json& config, const NamedTensors& tensors,
-                const HfWriteOptions& options);
-
-}  // namespace
-
-void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
-                     const HfWriteOptions& options) {
-  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");
-  KUAFU_CHECK(options.max_shard_bytes > 0, "the shard size must be positive");
-  for (const std::string& file : options.extra_files) KUAFU_CHECK(fs::is_regular_file(file), "cannot copy ", file, ": no such file");
-  const fs::path target = fs::absolute(dir);
-  std::error_code error;
-  fs::create_directories(target.parent_path(), error);
-  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
-  remove_dead_exports(target);
-  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(building);
-  fs::create_directory(building, error);
-  KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
-  try {
-    write_into(building, config, tensors, options);
-  } catch (...) {
-    fs::remove_all(building, error);  // a failed export leaves nothing behind
-    throw;
-  }
-  rename_durable(building.string(), target.string());
-}
-
-namespace {
-
-void write_into(const fs::path& building, const nlohmann::json& config, const NamedTensors& tensors,
                 const HfWriteOptions& options) {
   std::error_code error;
 
@@ -248,4 +218,28 @@ void write_into(const fs::path& building, const nlohmann::json& config, const Na
 }
 
 }  // namespace
+
+void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
+                     const HfWriteOptions& options) {
+  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");
+  KUAFU_CHECK(options.max_shard_bytes > 0, "the shard size must be positive");
+  for (const std::string& file : options.extra_files) KUAFU_CHECK(fs::is_regular_file(file), "cannot copy ", file, ": no such file");
+  const fs::path target = fs::absolute(dir);
+  std::error_code error;
+  fs::create_directories(target.parent_path(), error);
+  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
+  remove_dead_exports(target);
+  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(building);
+  fs::create_directory(building, error);
+  KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
+  try {
+    write_into(building, config, tensors, options);
+  } catch (...) {
+    fs::remove_all(building, error);  // a failed export leaves nothing behind
+    throw;
+  }
+  rename_durable(building.string(), target.string());
+}
+
 }  // namespace kuafu::io

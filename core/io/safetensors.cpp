@@ -224,19 +224,17 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::vector<size_t> order(ranges.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  // All checked before any is moved, so that the message can name both tensors.
-  for (size_t k = 1; k < order.size(); ++k) {
-    KUAFU_CHECK(ranges[order[k]].first >= ranges[order[k - 1]].second, path, ": tensor data ranges of '",
-                text::abbreviate(file.tensors[order[k - 1]].first), "' and '",
-                text::abbreviate(file.tensors[order[k]].first), "' overlap");
-  }
-  // No byte of the data is left unindexed (the official reader refuses holes and trailing bytes too):
-  // in offset order the ranges tile the data section from its first byte to its last.
+  // All checked before any is moved, so that the messages can name the tensors. No byte of the data is
+  // left unindexed (the official reader refuses holes and trailing bytes too): in offset order the
+  // ranges tile the data section from its first byte to its last, neither overlapping nor apart.
   uint64_t covered = 0;
-  for (size_t k : order) {
-    KUAFU_CHECK(ranges[k].first == covered, path, ": data bytes [", covered, ", ", ranges[k].first,
-                ") belong to no tensor (a gap before '", text::abbreviate(file.tensors[k].first), "')");
-    covered = ranges[k].second;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto [begin, end] = ranges[order[k]];
+    KUAFU_CHECK(begin >= covered, path, ": tensor data ranges of '", text::abbreviate(file.tensors[order[k - 1]].first),
+                "' and '", text::abbreviate(file.tensors[order[k]].first), "' overlap");
+    KUAFU_CHECK(begin == covered, path, ": data bytes [", covered, ", ", begin, ") belong to no tensor (a gap before '",
+                text::abbreviate(file.tensors[order[k]].first), "')");
+    covered = end;
   }
   KUAFU_CHECK(covered == data_size, path, ": the last ", data_size - covered, " data bytes belong to no tensor (",
               "trailing bytes after the data of ", order.empty() ? std::string("no tensor") :

@@ -26,6 +26,7 @@ constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
 std::string task_state_file(int rank) { return "task_rank" + std::to_string(rank) + ".safetensors"; }
+constexpr const char* kPartialSuffix = ".partial";  // step_N.partial: a save being written
 
 // The files of a part: model.safetensors for the unnamed one, <part>.model.safetensors otherwise.
 std::string part_file(const std::string& part, const char* file) { return part.empty() ? file : part + "." + file; }
@@ -220,7 +221,7 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
 void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
                            const io::NamedTensors& rank_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
-  const std::string partial = final_folder + ".partial";
+  const std::string partial = final_folder + kPartialSuffix;
   const bool main = world_->rank() == 0;
   if (main) {
     fs::create_directories(root_);
@@ -278,27 +279,38 @@ void CheckpointStore::prune(int64_t saved) const {
   for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(older[i]);
 }
 
-std::optional<std::string> CheckpointStore::latest_intact() const {
+std::optional<std::pair<std::string, nlohmann::json>> CheckpointStore::latest_intact() const {
   const std::optional<std::string> newest = latest();
-  if (!newest) return newest;
+  if (!newest) return std::nullopt;
   try {
-    read_trainer_state(*newest);
-    return newest;
+    return std::make_pair(*newest, read_trainer_state(*newest));
   } catch (const Error& damaged) {
     const std::optional<int64_t> newest_step = step_of_name(fs::path(*newest).filename().string());
     const auto folders = step_folders(root_);
     for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
       if (!newest_step || it->first >= *newest_step) continue;
+      nlohmann::json state;
       try {
-        read_trainer_state(it->second.string());
+        state = read_trainer_state(it->second.string());
       } catch (const Error&) {
         continue;
       }
       log::warnf("the newest checkpoint is damaged (", damaged.what(), "): resuming from the newest intact one, ",
                  it->second.string());
-      return it->second.string();
+      return std::make_pair(it->second.string(), state);
     }
     throw;
+  }
+}
+
+void CheckpointStore::remove_unfinished_saves() const {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(root_, error)) {
+    const std::string name = entry.path().filename().string();
+    const size_t stem = name.size() - std::min(name.size(), std::string(kPartialSuffix).size());
+    if (name.substr(stem) != kPartialSuffix || !step_of_name(name.substr(0, stem))) continue;
+    fs::remove_all(entry.path(), error);
+    log::warnf("removed ", entry.path().string(), ", left by a checkpoint save that did not finish");
   }
 }
 

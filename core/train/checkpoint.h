@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dist/process_group.h"
@@ -49,9 +50,12 @@ class CheckpointStore {
   // for a bad pointer or step_N folders none of which is complete.
   std::optional<std::string> latest() const;
   // latest() when it is intact (its manifest's sizes and checksums hold, its trainer state reads);
-  // otherwise, with a warning naming what is wrong, the newest earlier checkpoint that is. kuafu::Error
-  // (latest()'s own) when none is.
-  std::optional<std::string> latest_intact() const;
+  // otherwise, with a warning naming what is wrong, the newest earlier checkpoint that is. With it, its
+  // trainer state (read once, verified). kuafu::Error (latest()'s own) when none is intact.
+  std::optional<std::pair<std::string, nlohmann::json>> latest_intact() const;
+  // Removes the step_N.partial folders of saves that died. Only for the run holding the folder's lock:
+  // nothing else may be writing one.
+  void remove_unfinished_saves() const;
   // The step_N folders above `step` (left by a run this one resumed from an earlier checkpoint of).
   std::vector<std::string> later_than(int64_t step) const;
 

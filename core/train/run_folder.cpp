@@ -27,18 +27,6 @@ std::string value_text(const config::Config& config, const std::string& key) {
   return "";
 }
 
-// The step_N.partial folders of saves that died under `root`: only the run holding the folder's lock
-// could be writing one, so those there when it starts are leftovers.
-void remove_unfinished_saves(const std::string& root) {
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(root, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || name.size() < 8 || name.substr(name.size() - 8) != ".partial") continue;
-    fs::remove_all(entry.path(), error);
-    log::warnf("removed ", entry.path().string(), ", left by a checkpoint save that did not finish");
-  }
-}
-
 }  // namespace
 
 bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
@@ -72,10 +60,9 @@ RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const
   // keeps its own copy in trainer.json).
   if (runtime.is_main()) {
     write_file_atomic((fs::path(out_dir_) / "config.toml").string(), config_.to_toml());
-    remove_unfinished_saves(checkpoints_->root());
+    checkpoints_->remove_unfinished_saves();
   }
 }
-
 
 namespace {
 
@@ -107,23 +94,24 @@ nlohmann::json RunFolder::fingerprint() const {
 
 std::optional<Resume> RunFolder::checkpoint_to_resume() const {
   const std::string& resume = resume_;
-  std::optional<std::string> folder;
-  if (resume == "auto" || resume == "never") {
-    folder = resume == "auto" ? checkpoints_->latest_intact() : checkpoints_->latest();
-    if (folder && resume == "never") {
-      config_.fail_at("train.resume", "is \"never\" but " + out_dir_ + " already holds checkpoints (latest " +
-                                          *folder + "); choose another train.out_dir or resume");
+  std::optional<Resume> found;
+  if (resume == "auto") {
+    if (auto intact = checkpoints_->latest_intact()) found = Resume{intact->first, std::move(intact->second)};
+  } else if (resume == "never") {
+    if (const std::optional<std::string> latest = checkpoints_->latest()) {
+      config_.fail_at("train.resume", "is \"never\" but " + out_dir_ + " already holds checkpoints (latest " + *latest +
+                                          "); choose another train.out_dir or resume");
     }
   } else {
-    folder = resume;
+    found = Resume{resume, CheckpointStore::read_trainer_state(resume)};
   }
-  if (!folder) {
+  if (!found) {
     if (runtime_.is_main() && fs::exists(fs::path(out_dir_) / "metrics.jsonl")) trim_metrics_after(0);
     return std::nullopt;
   }
-  Resume found{*folder, CheckpointStore::read_trainer_state(*folder)};
+  const std::string& folder = found->folder;
   // read_trainer_state checked its type; a state without one fails below at the first key.
-  const nlohmann::json trained = found.trainer_state.value("fingerprint", nlohmann::json::object());
+  const nlohmann::json trained = found->trainer_state.value("fingerprint", nlohmann::json::object());
   const nlohmann::json expected = fingerprint();  // items() refers to it: it must outlive the loop
   for (const auto& [key, value] : expected.items()) {
     const auto saved = trained.find(key);
@@ -131,13 +119,13 @@ std::optional<Resume> RunFolder::checkpoint_to_resume() const {
     if (saved == trained.end() && recorded_since) continue;  // a checkpoint from before they were recorded
     if (saved != trained.end() && *saved != value && among(key, kWarnedChanges)) {
       if (runtime_.is_main()) {
-        log::warnf(key, " is ", value.get<std::string>(), " but checkpoint ", *folder, " was trained with ",
+        log::warnf(key, " is ", value.get<std::string>(), " but checkpoint ", folder, " was trained with ",
                    saved->get<std::string>(), ": the run goes on, its learning-rate schedule now spread over the new length");
       }
       continue;
     }
     if (saved == trained.end() || *saved != value) {
-      config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + *folder + " was trained with " +
+      config_.fail_at(key, "is " + value.get<std::string>() + " but checkpoint " + folder + " was trained with " +
                                (saved == trained.end() ? std::string("no such key") : saved->get<std::string>()) +
                                "; use the same model settings or another train.out_dir");
     }

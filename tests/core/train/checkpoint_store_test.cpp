@@ -86,7 +86,10 @@ TEST(CheckpointStoreTest, ADamagedNewestCheckpointFallsBackToTheNewestIntactOne)
     write_file_atomic((fs::path(saved.folder(step)) / "model.safetensors").string(), "damaged bytes");
   }
   ASSERT_EQ(*saved.store.latest(), saved.folder(30));
-  EXPECT_EQ(*saved.store.latest_intact(), saved.folder(10));
+  const auto intact = saved.store.latest_intact();
+  ASSERT_TRUE(intact);
+  EXPECT_EQ(intact->first, saved.folder(10));
+  EXPECT_EQ(intact->second.at("step"), 10) << "its trainer state comes with it";
   write_file_atomic((fs::path(saved.folder(10)) / "model.safetensors").string(), "damaged bytes");
   EXPECT_TRUE(Contains(error_message([&] { saved.store.latest_intact(); }), saved.folder(30)));
 }
