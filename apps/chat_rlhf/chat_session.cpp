@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/causal_lm_family.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -16,10 +16,10 @@
 
 namespace kuafu::chat {
 
-ChatSession::ChatSession(opt::OPTForCausalLM model, std::shared_ptr<const io::BpeTokenizer> tokenizer,
+ChatSession::ChatSession(nn::CausalLMPtr model, std::shared_ptr<const io::BpeTokenizer> tokenizer,
                          io::InstructionFormat format, nn::SamplingOptions sampling)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), format_(std::move(format)), sampling_(std::move(sampling)) {
-  model_->eval();
+  model_->module().eval();
   sampling_.stop_token = format_.eos;
   sampling_.vocab_limit = tokenizer_->vocab_size();
 }
@@ -36,7 +36,7 @@ std::vector<int64_t> ChatSession::render(size_t first, const std::string& messag
 
 std::string ChatSession::reply(const std::string& message, const std::function<void(const std::string&)>& stream,
                                const std::function<void(const std::string&)>& notice, const std::function<bool()>& interrupted) {
-  const int64_t context = model_->config.max_position_embeddings;
+  const int64_t context = model_->positions();
   const int64_t room = std::min<int64_t>(sampling_.max_new_tokens, context / 2);  // an answer's share of the context
   size_t first = 0;
   std::vector<int64_t> prompt = render(first, message);
@@ -66,7 +66,7 @@ std::string ChatSession::reply(const std::string& message, const std::function<v
     give(pieces.next(bytes));
   };
   sampling.interrupted = interrupted;
-  nn::generate(nn::decoder_of(model_, context), prompt, sampling);
+  nn::generate(nn::decoder_of(model_), prompt, sampling);
   give(pieces.finish(bytes));
   const std::string text = text::replace_invalid_utf8(bytes);
   turns_.emplace_back(message, text);
@@ -112,7 +112,7 @@ const char* const kChatHelp =
     "usage: kuafu-chat chat --model DIR [--prompt TEXT] [--temperature T] [--top-k K] [--top-p P]\n"
     "                       [--max-new-tokens N] [--seed S]\n"
     "\n"
-    "Chat with a policy: any stage's exported folder (OPTForCausalLM with its tokenizer). Replies stream as\n"
+    "Chat with a policy: any stage's exported folder (OPTForCausalLM or GPT2LMHeadModel with its tokenizer). Replies stream as\n"
     "they are generated; the conversation keeps its turns within the model's context (the oldest dropped\n"
     "with a notice). At the prompt: /reset clears the conversation, /set NAME VALUE changes temperature,\n"
     "top_k, top_p, max_new_tokens or seed, /quit (or Ctrl-D) leaves; Ctrl-C stops a reply, and at the\n"
@@ -150,12 +150,14 @@ int run_chat(int argc, const char* const argv[]) {
     KUAFU_CHECK(!model_dir.empty(), "--model DIR is required: a stage's exported folder (kuafu-chat chat --help)");
     KUAFU_CHECK(std::filesystem::is_directory(model_dir), "--model ", model_dir, " is not a folder (a stage's export --out)");
     auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(model_dir));
-    const std::optional<int64_t> eos = tokenizer->token_id("</s>");
-    KUAFU_CHECK(eos, model_dir, ": the tokenizer has no \"</s>\", OPT's BOS and EOS");
+    nn::CausalLMPtr model = opt::load_causal_lm(model_dir, resolve_device(device, 0));
+    const std::string eos_token = opt::shape_of(*model).eos_token();
+    const std::optional<int64_t> eos = tokenizer->token_id(eos_token);
+    KUAFU_CHECK(eos, model_dir, ": the tokenizer has no \"", eos_token, "\", ", model->family(), "'s BOS and EOS");
     io::InstructionFormat format;
     format.bos = *eos;
     format.eos = *eos;
-    ChatSession session(opt::opt_format().load(model_dir, resolve_device(device, 0)), tokenizer, format, sampling);
+    ChatSession session(model, tokenizer, format, sampling);
     auto stream = [](const std::string& piece) { std::cout << piece << std::flush; };
     auto notice = [](const std::string& line) { std::cerr << line << "\n"; };
     if (!prompt.empty()) {

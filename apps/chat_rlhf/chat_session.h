@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "apps/opt_finetune/model.h"
+#include "core/nn/causal_lm.h"
 #include "core/io/bpe_tokenizer.h"
 #include "core/io/instruction_data.h"
 #include "core/nn/generation.h"
@@ -19,7 +19,7 @@ namespace kuafu::chat {
 
 class ChatSession {
  public:
-  ChatSession(opt::OPTForCausalLM model, std::shared_ptr<const io::BpeTokenizer> tokenizer, io::InstructionFormat format,
+  ChatSession(nn::CausalLMPtr model, std::shared_ptr<const io::BpeTokenizer> tokenizer, io::InstructionFormat format,
               nn::SamplingOptions sampling);
 
   // The reply to `message` after the history: `stream` receives its text in whole characters as it is
@@ -38,7 +38,7 @@ class ChatSession {
   // The tokens of the turns from `first` on, then `message` awaiting its answer.
   std::vector<int64_t> render(size_t first, const std::string& message) const;
 
-  opt::OPTForCausalLM model_;
+  nn::CausalLMPtr model_;
   std::shared_ptr<const io::BpeTokenizer> tokenizer_;
   io::InstructionFormat format_;
   nn::SamplingOptions sampling_;

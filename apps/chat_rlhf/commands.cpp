@@ -18,9 +18,10 @@ namespace {
 const char* const kUsage =
     "usage: kuafu-chat STAGE [COMMAND] --config FILE [--set key=value ...]\n"
     "\n"
-    "RLHF on OPT models, every stage's output a Hugging Face folder:\n"
+    "RLHF on OPT or GPT-2 models (model.init_from: a Hugging Face folder of either), every stage's\n"
+    "output a Hugging Face folder:\n"
     "  sft    supervised fine-tuning on conversations (the loss on the assistant's tokens)\n"
-    "  rm     the reward model on preference pairs (OPTForSequenceClassification)\n"
+    "  rm     the reward model on preference pairs (OPT- or GPT2ForSequenceClassification)\n"
     "  dpo    direct preference optimisation of the SFT model\n"
     "  ppo    PPO from the reward model (actor, critic, frozen reference and reward model)\n"
     "  grpo   GRPO from the reward model (groups of samples per prompt)\n"
@@ -39,22 +40,24 @@ train::AppDefinition stage_definition(Stage stage) {
     case Stage::Sft:
       app.description = "supervised fine-tuning on conversations (JSONL prompt/response or messages), full or LoRA";
       app.make_app = opt::make_opt_app;
+      app.add_options = opt::add_adapter_option;
       app.generates = true;
-      app.export_help = "an OPTForCausalLM folder, adapters merged";
+      app.export_help = "an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out answer loss and perplexity of a checkpoint";
       break;
     case Stage::Reward:
       app.description = "the reward model on preference pairs: pairwise loss, held-out accuracy per kind";
       app.make_app = make_reward_app;
-      app.export_help = "an OPTForSequenceClassification folder with score.weight";
+      app.export_help = "an OPT- or GPT2ForSequenceClassification folder with score.weight";
       app.eval_help = "held-out pairwise accuracy (overall and per kind) and mean margin of a checkpoint";
       app.item_help = "random pairs";
       break;
     case Stage::Dpo:
       app.description = "direct preference optimisation (DPO or IPO) against the frozen SFT model";
       app.make_app = make_dpo_app;
+      app.add_options = opt::add_adapter_option;
       app.generates = true;
-      app.export_help = "an OPTForCausalLM folder, adapters merged";
+      app.export_help = "an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out preference accuracy and reward margin of a checkpoint";
       break;
     case Stage::Ppo:
@@ -63,8 +66,9 @@ train::AppDefinition stage_definition(Stage stage) {
       app.description = ppo ? "PPO from the reward model: actor and critic, KL to the frozen SFT model in the reward, GAE"
                             : "GRPO from the reward model: groups of samples per prompt, group-normalised advantages";
       app.make_app = [stage](const config::Config& config) { return make_rl_app(config, stage); };
+      app.add_options = opt::add_adapter_option;
       app.generates = true;
-      app.export_help = "the actor as an OPTForCausalLM folder, adapters merged";
+      app.export_help = "the actor as an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out reward, KL to the reference, length, EOS rate and answer F1 of greedy answers";
       app.item_help = "random prompts (generation with and without the KV cache, experience, an update)";
       break;

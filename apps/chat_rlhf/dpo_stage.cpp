@@ -11,20 +11,20 @@
 
 namespace kuafu::chat {
 
-DpoTask::DpoTask(opt::OPTForCausalLM policy, opt::OPTForCausalLM reference, std::shared_ptr<const PreferenceSet> train,
+DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_ptr<const PreferenceSet> train,
                  std::shared_ptr<const PreferenceSet> val, const train::TrainSettings& settings, const DpoSettings& dpo,
                  int64_t pad_id, const torch::Device& device)
     // The FLOPs of the policy's forward and backward; the reference's forward runs once per pair.
-    : PairTask(train, val, settings, pad_id, device, static_cast<double>(policy->config.parameter_count())),
+    : PairTask(train, val, settings, pad_id, device, static_cast<double>(opt::shape_of(*policy).parameter_count())),
       policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
       val_cache_(val->pairs.size()), dpo_(dpo) {
-  reference_->eval();
-  for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  reference_->module().eval();
+  for (auto& p : reference_->module().parameters()) p.set_requires_grad(false);
 }
 
 std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& batch, const PreferenceSet& set,
                                                               std::vector<torch::Tensor>& cache) {
-  const torch::Tensor policy = learned_logprob_sums(policy_, batch.tokens, batch.real, batch.learned);  // [2n]
+  const torch::Tensor policy = learned_logprob_sums(*policy_, batch.tokens, batch.real, batch.learned);  // [2n]
   const int64_t n = batch.count();
   std::vector<size_t> missing;
   for (size_t p : batch.pairs) {
@@ -33,7 +33,7 @@ std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& ba
   if (!missing.empty()) {
     torch::NoGradGuard no_grad;
     const PairRows rows = pair_rows(set, missing, pad_id(), device());
-    const torch::Tensor sums = learned_logprob_sums(reference_, rows.tokens, rows.real, rows.learned).to(torch::kFloat64).cpu();
+    const torch::Tensor sums = learned_logprob_sums(*reference_, rows.tokens, rows.real, rows.learned).to(torch::kFloat64).cpu();
     const auto m = static_cast<int64_t>(missing.size());
     for (int64_t i = 0; i < m; ++i) cache[missing[static_cast<size_t>(i)]] = torch::stack({sums[i], sums[m + i]});
   }
@@ -46,7 +46,7 @@ std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& ba
 }
 
 torch::Tensor DpoTask::loss(int64_t step, int64_t first_row, int64_t rows) {
-  policy_->train();
+  policy_->module().train();
   const auto [policy, reference] = logprob_sums(train_pairs(step, first_row, rows), train_set(), train_cache_);
   return dpo_loss(policy.narrow(0, 0, rows), policy.narrow(0, rows, rows), reference.narrow(0, 0, rows),
                   reference.narrow(0, rows, rows), dpo_.beta, dpo_.loss)
@@ -56,7 +56,7 @@ torch::Tensor DpoTask::loss(int64_t step, int64_t first_row, int64_t rows) {
 
 train::LossSum DpoTask::evaluate(int rank, int ranks) {
   torch::NoGradGuard no_grad;
-  policy_->eval();
+  policy_->module().eval();
   train::LossSum sums;
   sums.extra.assign(3, 0.0);
   for_each_eval_batch(rank, ranks, [&](const PairRows& batch) {
@@ -97,11 +97,17 @@ class DpoApp : public train::App {
     require_data_parallel(config_, runtime, options, Stage::Dpo);
     const std::string reference_folder = dpo_.reference.empty() ? train::init_from(config_) : dpo_.reference;
     if (reference_folder.empty()) config_.fail_at("dpo.reference", "is empty and so is model.init_from: DPO needs the SFT model as its reference");
-    const ChatText text = chat_text(config_, settings_.data);
+    const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
-    opt::OPTForCausalLM policy = opt::build_model(config_, settings_, options);
-    opt::OPTForCausalLM reference = opt::opt_format().load(reference_folder, options.device);
+    nn::CausalLMPtr policy = opt::build_model(config_, settings_, options);
+    nn::CausalLMPtr reference = opt::load_causal_lm(reference_folder, options.device);
+    if (reference->family() != policy->family() || reference->vocab_size() != policy->vocab_size()) {
+      config_.fail_at(dpo_.reference.empty() ? "model.init_from" : "dpo.reference",
+                      "= " + reference_folder + " is " + reference->family() + " with a vocabulary of " +
+                          std::to_string(reference->vocab_size()) + " rows, the policy " + policy->family() + " with " +
+                          std::to_string(policy->vocab_size()));
+    }
     return std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
   }
   std::string describe(train::RunTask& task) override {

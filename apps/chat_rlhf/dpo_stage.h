@@ -14,11 +14,11 @@ namespace kuafu::chat {
 
 class DpoTask : public PairTask {
  public:
-  DpoTask(opt::OPTForCausalLM policy, opt::OPTForCausalLM reference, std::shared_ptr<const PreferenceSet> train,
+  DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_ptr<const PreferenceSet> train,
           std::shared_ptr<const PreferenceSet> val, const train::TrainSettings& settings, const DpoSettings& dpo,
           int64_t pad_id, const torch::Device& device);
 
-  torch::nn::Module& model() override { return *policy_; }
+  torch::nn::Module& model() override { return policy_->module(); }
   torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
   // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen
   // answers' log-prob sum, pairs whose chosen answer the policy finds likelier.
@@ -31,7 +31,7 @@ class DpoTask : public PairTask {
   std::pair<torch::Tensor, torch::Tensor> logprob_sums(const PairRows& batch, const PreferenceSet& set,
                                                        std::vector<torch::Tensor>& cache);
 
-  opt::OPTForCausalLM policy_, reference_;
+  nn::CausalLMPtr policy_, reference_;
   std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
   DpoSettings dpo_;
 };

@@ -56,7 +56,7 @@ Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const
   return {tokens.to(device), real.to(device), start.to(device), length.to(device), ended.to(device), response_width};
 }
 
-NextTokens response_outputs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
+NextTokens response_outputs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
                             bool with_entropy) {
   // Column c of the next-token outputs is about the token at column c + 1.
   NextTokens next = next_token_outputs(policy, s.tokens, s.real, sampling, with_entropy);
@@ -65,7 +65,7 @@ NextTokens response_outputs(opt::OPTForCausalLM& policy, const Sequences& s, con
   return next;
 }
 
-torch::Tensor response_logprobs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling) {
+torch::Tensor response_logprobs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling) {
   return response_outputs(policy, s, sampling, /*with_entropy=*/false).logprobs;
 }
 
@@ -116,7 +116,7 @@ Experience experience_from(const io::NamedTensors& tensors, const torch::Device&
   return e;
 }
 
-Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+Experience score_samples(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                          ScoredModel& reward, const ExperienceSettings& settings) {
   torch::NoGradGuard no_grad;
   Experience e;
@@ -131,7 +131,7 @@ Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::O
   return e;
 }
 
-Experience make_experience(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                            ScoredModel& critic, ScoredModel& reward, const ExperienceSettings& settings,
                            const dist::ProcessGroup* group) {
   torch::NoGradGuard no_grad;

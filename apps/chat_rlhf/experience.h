@@ -37,9 +37,9 @@ Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const
                          bool right_padded = false);
 
 // The policy's log-probabilities [B, R] of the responses, as the sampler drew them.
-torch::Tensor response_logprobs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling);
+torch::Tensor response_logprobs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling);
 // The same with the entropy [B, R] of each response token's distribution (when asked).
-NextTokens response_outputs(opt::OPTForCausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
+NextTokens response_outputs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
                             bool with_entropy);
 
 struct ValueEstimates {
@@ -81,13 +81,13 @@ Experience experience_from(const io::NamedTensors& tensors, const torch::Device&
 
 // What PPO and GRPO share: the policy's and the reference's log-probabilities, the reward model's scores
 // (penalty included) and the per-token KL (no gradients; models in eval mode).
-Experience score_samples(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+Experience score_samples(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                          ScoredModel& reward, const ExperienceSettings& settings);
 
 // Scores `s` with the policy, the reference, the critic and the reward model (no gradients; call with
 // the models in eval mode, dropout off) and computes rewards, GAE and (whitened over `group`'s ranks)
 // advantages.
-Experience make_experience(const Sequences& s, opt::OPTForCausalLM& policy, opt::OPTForCausalLM& reference,
+Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                            ScoredModel& critic, ScoredModel& reward, const ExperienceSettings& settings,
                            const dist::ProcessGroup* group = nullptr);
 

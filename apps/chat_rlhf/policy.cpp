@@ -4,10 +4,10 @@
 
 namespace kuafu::chat {
 
-NextTokens next_token_outputs(opt::OPTForCausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
+NextTokens next_token_outputs(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
                               const nn::SamplingOptions& sampling, bool with_entropy) {
   const int64_t t = tokens.size(1);
-  const torch::Tensor logits = model->whole_logits(nn::whole_rows_step(tokens, real)).narrow(1, 0, t - 1);  // [B, T - 1, V]
+  const torch::Tensor logits = model.whole_logits(nn::whole_rows_step(tokens, real)).narrow(1, 0, t - 1);  // [B, T - 1, V]
   const double temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
   NextTokens out;
   out.logprobs = sampled_logprobs(logits, tokens.narrow(1, 1, t - 1), temperature, sampling.top_k, sampling.top_p,
@@ -16,12 +16,12 @@ NextTokens next_token_outputs(opt::OPTForCausalLM& model, const torch::Tensor& t
   return out;
 }
 
-torch::Tensor next_token_logprobs(opt::OPTForCausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
+torch::Tensor next_token_logprobs(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
                                   const nn::SamplingOptions& sampling) {
   return next_token_outputs(model, tokens, real, sampling, /*with_entropy=*/false).logprobs;
 }
 
-torch::Tensor learned_logprob_sums(opt::OPTForCausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
+torch::Tensor learned_logprob_sums(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
                                    const torch::Tensor& learned) {
   const int64_t t = tokens.size(1);
   const torch::Tensor logprobs = next_token_logprobs(model, tokens, real);  // [B, T - 1]

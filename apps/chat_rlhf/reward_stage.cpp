@@ -12,7 +12,7 @@ namespace kuafu::chat {
 
 RewardTask::RewardTask(ScoredModel model, std::shared_ptr<const PreferenceSet> train, std::shared_ptr<const PreferenceSet> val,
                        const train::TrainSettings& settings, double margin, int64_t pad_id, const torch::Device& device)
-    : PairTask(std::move(train), std::move(val), settings, pad_id, device, static_cast<double>(model->config.parameter_count())),
+    : PairTask(std::move(train), std::move(val), settings, pad_id, device, static_cast<double>(model->shape.parameter_count())),
       model_(std::move(model)), margin_(margin) {}
 
 torch::Tensor RewardTask::loss(int64_t step, int64_t first_row, int64_t rows) {
@@ -71,18 +71,14 @@ class RewardApp : public train::App {
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     require_data_parallel(config_, runtime, options, Stage::Reward);
-    const ChatText text = chat_text(config_, settings_.data);
+    const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
     ScoredModel model = build(options, /*starting_weights=*/true);
     return std::make_unique<RewardTask>(model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
   }
   std::string describe(train::RunTask&) override {
-    const opt::OPTConfig& m = settings_.model;
-    std::ostringstream line;
-    line << "reward model: OPT, " << m.num_hidden_layers << " layers, hidden " << m.hidden_size << ", a scalar head; "
-         << static_cast<double>(m.parameter_count()) / 1e6 << "M parameters";
-    return line.str();
+    return "reward model, a scalar head on " + settings_.model.describe();
   }
   nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     return train::metrics_line(task, runtime, "pairs");
@@ -93,13 +89,13 @@ class RewardApp : public train::App {
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
-    scored_format().save(*model_, out, options);
-    return {{"architecture", "OPTForSequenceClassification"}};
+    save_scored_model(*model_, out, options);
+    return {{"architecture", settings_.model.is_gpt2() ? "GPT2ForSequenceClassification" : "OPTForSequenceClassification"}};
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const int64_t rows = settings_.train.micro_batch_size, context = settings_.data.context;
     ScoredModel& model = *model_;
-    const torch::Tensor tokens = torch::randint(0, settings_.model.vocab_size, {2 * rows, context},
+    const torch::Tensor tokens = torch::randint(0, settings_.model.vocab_size(), {2 * rows, context},
                                                 torch::TensorOptions(torch::kInt64).device(runtime.device));
     const torch::Tensor real = torch::ones_like(tokens, torch::kBool);
     train::BenchmarkSpec spec;

@@ -14,7 +14,7 @@
 namespace kuafu::chat {
 
 // `actor`: the configured policy, built on runtime.device; the other three models are made beside it.
-nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, opt::OPTForCausalLM actor,
+nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
                              const opt::OptSettings& settings, const RlSettings& rl, train::BenchmarkMemory& memory);
 
 }  // namespace kuafu::chat

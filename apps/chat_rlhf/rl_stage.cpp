@@ -70,14 +70,14 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
       prompts_(std::move(prompts)), eval_prompts_(std::move(eval_prompts)),
       prompt_order_(static_cast<int64_t>(prompts_.size()), settings_.prompts_per_rollout, train.seed), ptx_(std::move(ptx)),
       data_(std::move(data)), seed_(train.seed), batch_size_(train.batch_size),
-      device_(models_.actor->parameters().front().device()),
+      device_(models_.actor->module().parameters().front().device()),
       kl_{settings_.experience.kl_coef, settings_.kl_target, settings_.kl_horizon} {
   // The block sites of the policies, so that the memory strategies reach their generation and scoring.
   actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
   reference_sites_ = std::make_unique<train::ParallelModel>(*models_.reference, train::ParallelOptions{});
   settings_.experience.sampling.stop_token = text_.format.eos;
   settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
-  for (torch::nn::Module* frozen : {static_cast<torch::nn::Module*>(models_.reference.get()), static_cast<torch::nn::Module*>(models_.reward.get())}) {
+  for (torch::nn::Module* frozen : {&models_.reference->module(), static_cast<torch::nn::Module*>(models_.reward.get())}) {
     frozen->eval();
     for (auto& p : frozen->parameters()) p.set_requires_grad(false);
   }
@@ -98,7 +98,7 @@ std::vector<train::RunModel> RlTask::models() {
   if (models_.shared_trunk) {
     actor.module = models_.critic->get();  // the actor's parameters and the value head's
   } else {
-    actor.module = models_.actor.get();
+    actor.module = &models_.actor->module();
     actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
       actor_sites_->set_block_hooks(hooks);
       return true;
@@ -114,7 +114,7 @@ std::vector<train::RunModel> RlTask::models() {
   }
   train::RunModel reference;
   reference.name = "reference";
-  reference.module = models_.reference.get();
+  reference.module = &models_.reference->module();
   reference.trained = reference.saved = false;
   reference.set_block_hooks = [this](hooks::BlockHooks* hooks) {
     reference_sites_->set_block_hooks(hooks);
@@ -132,8 +132,8 @@ std::vector<train::RunModel> RlTask::models() {
 
 std::vector<std::vector<int64_t>> RlTask::sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling) {
   torch::NoGradGuard no_grad;
-  models_.actor->eval();  // dropout off: the log-probabilities are those of the distribution sampled
-  nn::Decoder decoder = opt::decoder(models_.actor);
+  models_.actor->module().eval();  // dropout off: the log-probabilities are those of the distribution sampled
+  nn::Decoder decoder = nn::decoder_of(models_.actor);
   // Ranks whose rows stop at different lengths keep decoding together (the actor's layout may gather).
   if (data_ && !data_->trivial()) decoder.all_done = nn::all_done_over(data_);
   return nn::generate(decoder, prompts, sampling);
@@ -175,9 +175,9 @@ void RlTask::make_rollout(int64_t rollout) {
   models_.reward->eval();
   if (models_.critic) {
     (*models_.critic)->eval();
-    experience_ = make_experience(s, models_.actor, models_.reference, *models_.critic, models_.reward, settings, data_.get());
+    experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get());
   } else {
-    experience_ = score_samples(s, models_.actor, models_.reference, models_.reward, settings);
+    experience_ = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings);
     experience_.advantages = grpo_advantages(experience_).unsqueeze(1) * experience_.mask.to(experience_.ref_logprobs.scalar_type());
   }
   rollout_ = rollout;
@@ -253,8 +253,8 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   // loss is scaled back up so that the gradient is the whole mini-batch's, normalised by its counts.
   const double scale = static_cast<double>(batch_size_) / static_cast<double>(rows);
 
-  models_.actor->eval();  // dropout off in PPO's updates too: the ratio compares like with like
-  const NextTokens out = response_outputs(models_.actor, batch, settings_.experience.sampling, settings_.entropy_coef > 0);
+  models_.actor->module().eval();  // dropout off in PPO's updates too: the ratio compares like with like
+  const NextTokens out = response_outputs(*models_.actor, batch, settings_.experience.sampling, settings_.entropy_coef > 0);
   // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
   const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
   const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
@@ -267,7 +267,7 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   }
   torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
   if (ptx_ && settings_.ptx_coef > 0) {
-    models_.actor->train(false);
+    models_.actor->module().train(false);
     const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
     actor_loss = actor_loss + settings_.ptx_coef * models_.actor->loss(ptx.inputs, ptx.targets);
   }
@@ -384,7 +384,7 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   settings.sampling = model_distribution;
   settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
   models_.reward->eval();
-  const Experience e = score_samples(s, models_.actor, models_.reference, models_.reward, settings);
+  const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings);
   const torch::Tensor m = e.mask.to(torch::kFloat64);
   const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
   const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();
@@ -412,7 +412,7 @@ std::vector<train::EvalMetric> RlTask::eval_metrics(const train::LossSum& sums) 
 
 double RlTask::flops_per_item() const {
   // Training's forward and backward per token: the actor, and PPO's critic.
-  return 6.0 * static_cast<double>(models_.actor->config.parameter_count()) * (models_.critic ? 2.0 : 1.0);
+  return 6.0 * static_cast<double>(opt::shape_of(*models_.actor).parameter_count()) * (models_.critic ? 2.0 : 1.0);
 }
 
 int64_t RlTask::items_per_row() const {
@@ -456,7 +456,7 @@ class RlApp : public train::App {
     built_ = &opt_->build_model(device, starting_weights);
     if (!rl_.shared_trunk) return *built_;
     // The checkpoint's actor holds the value head too; generation and export read the decoder.
-    with_value_head_.emplace(opt::OPTForCausalLM(std::dynamic_pointer_cast<opt::OPTForCausalLMImpl>(built_->shared_from_this())));
+    with_value_head_.emplace(std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()));
     return **with_value_head_;
   }
   std::string model_part() const override { return "actor"; }
@@ -465,8 +465,8 @@ class RlApp : public train::App {
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     KUAFU_CHECK(stage_ == Stage::Ppo, "kuafu-chat grpo benchmark: the benchmark times a PPO step (kuafu-chat ppo benchmark)");
-    auto actor = std::dynamic_pointer_cast<opt::OPTForCausalLMImpl>(built_->shared_from_this());
-    return benchmark_ppo(config_, runtime, opt::OPTForCausalLM(actor), settings_, rl_, memory);
+    return benchmark_ppo(config_, runtime, std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), settings_,
+                         rl_, memory);
   }
   train::TextFraming text_framing() override { return opt_->text_framing(); }
   nn::Decoder decoder() override { return opt_->decoder(); }
@@ -496,7 +496,7 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     config_.fail_at("rl.eval_prompts_count", "(" + std::to_string(rl_.eval_prompts_count) + ") must divide among the " +
                                                  std::to_string(data->size()) + " data ranks (they generate together)");
   }
-  const ChatText text = chat_text(config_, settings_.data);
+  const ChatText text = chat_text(config_, settings_.data, settings_.model);
   const int64_t room = rl_.experience.sampling.max_new_tokens;
   std::vector<Prompt> prompts = read_prompt_file(config_, "data.train", settings_.data.train, text, 0, room);
   std::vector<Prompt> eval_prompts = read_prompt_file(config_, "rl.eval_prompts", rl_.eval_prompts, text, rl_.eval_prompts_count, room);
@@ -508,12 +508,18 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   models.actor = opt::build_model(config_, settings_, options);
   const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
-  models.reference = opt::opt_format().load(reference, options.device);
-  models.reward = scored_format().load(rl_.reward_model, options.device);
-  if (models.reward->config.vocab_size != models.actor->config.vocab_size) {
-    config_.fail_at("rl.reward_model", "= " + rl_.reward_model + " has a vocabulary of " + std::to_string(models.reward->config.vocab_size) +
-                                           " rows, the actor " + std::to_string(models.actor->config.vocab_size) + ": train it from the same SFT model");
-  }
+  models.reference = opt::load_causal_lm(reference, options.device);
+  models.reward = load_scored_model(rl_.reward_model, options.device);
+  // All four read the actor's tokens: the same family and vocabulary.
+  auto check_like_actor = [&](const std::string& key, const std::string& folder, nn::CausalLM& model) {
+    if (model.family() != models.actor->family() || model.vocab_size() != models.actor->vocab_size()) {
+      config_.fail_at(key, "= " + folder + " is " + model.family() + " with a vocabulary of " + std::to_string(model.vocab_size()) +
+                               " rows, the actor " + models.actor->family() + " with " + std::to_string(models.actor->vocab_size()) +
+                               ": train it from the same SFT model");
+    }
+  };
+  check_like_actor(rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference);
+  check_like_actor("rl.reward_model", rl_.reward_model, *models.reward->lm);
   if (rl_.shared_trunk) {
     // The value head on the actor's decoder, fresh (the reward model's head reads another trunk).
     const std::string strategy = config_.model_view("actor").get_string("memory.strategy");
@@ -526,7 +532,7 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     zero_value_head(*models.critic);
   } else if (stage_ == Stage::Ppo) {
     const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
-    const opt::OPTConfig shape = scored_format().read_config(io::read_hf_config(start), start + "/config.json");
+    const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
     torch::manual_seed(settings_.train.seed);
     models.critic.emplace(shape, parallel::ModelOptions::serial_on(options.device));
     if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);

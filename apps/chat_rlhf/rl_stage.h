@@ -31,7 +31,7 @@ namespace kuafu::chat {
 double answer_f1(const std::string& answer, const std::string& reference);
 
 struct RlModels {
-  opt::OPTForCausalLM actor{nullptr}, reference{nullptr};
+  nn::CausalLMPtr actor, reference;
   std::optional<ScoredModel> critic;  // PPO; under rl.shared_trunk a value head on the actor's decoder
   bool shared_trunk = false;          // then the critic is trained as the actor (one model, one loss)
   ScoredModel reward{nullptr};

@@ -1,7 +1,7 @@
 #include "apps/chat_rlhf/scored_model.h"
 
-#include "apps/opt_finetune/hugging_face.h"
 #include "core/io/hf_folder.h"
+#include "core/nn/language_model.h"
 
 namespace kuafu::chat {
 
@@ -9,41 +9,44 @@ namespace {
 
 const char* const kScoreTail = "score.head";
 
+std::string classifier_architecture(const opt::LmShape& shape) {
+  return shape.is_gpt2() ? "GPT2ForSequenceClassification" : "OPTForSequenceClassification";
+}
+
+// The trunk's names, and the head's kept as stored.
+train::HfWeightNames scored_names(const opt::LmShape& shape) {
+  train::HfWeightNames names = opt::lm_weight_names(shape);
+  names.own_prefixes = {"score."};
+  return names;
+}
+
 }  // namespace
 
-ScoredModelImpl::ScoredModelImpl(const opt::OPTConfig& c, parallel::ModelOptions options)
-    : config(c), tp(options.tp), lm(c, options) {
-  add_score_head(options.device);
-}
+ScoredModelImpl::ScoredModelImpl(const opt::LmShape& s, parallel::ModelOptions options)
+    : ScoredModelImpl(s.build(options)) {}
 
-ScoredModelImpl::ScoredModelImpl(opt::OPTForCausalLM trunk) : config(trunk->config), tp(trunk->tp), lm(std::move(trunk)) {
-  add_score_head(lm->parameters().front().device());
-}
-
-void ScoredModelImpl::add_score_head(const torch::Device& device) {
-  register_module("model", lm->named_children()["model"]);
-  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(config.word_embed_proj_dim, 1).bias(false)));
-  score->to(device);
+ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk) : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp) {
+  for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
+  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(lm->final_width(), 1).bias(false)));
+  score->to(lm->module().parameters().front().device());
   {
     torch::NoGradGuard no_grad;
-    score->weight.normal_(0.0, 0.02);  // Hugging Face's init_std
+    score->weight.normal_(0.0, 0.02);  // Hugging Face's initializer range
   }
   std::vector<hooks::ModelPart> parts = {lm->head_part()};
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) parts.push_back(lm->block_part(i));
+  for (int64_t i = 0; i < lm->num_blocks(); ++i) parts.push_back(lm->block_part(i));
   hooks::ModelPart tail{kScoreTail, {"score"}};
-  for (const std::string& path : lm->tail_part().modules) {
-    if (path != "model.decoder.embed_tokens") tail.modules.push_back(path);  // the tied output layer is not read
-  }
+  for (const std::string& path : lm->final_modules()) tail.modules.push_back(path);  // the tied output layer is not read
   parts.push_back(tail);
   sites_ = hooks::BlockSites::of_parts(*this, parts);
 }
 
 torch::Tensor ScoredModelImpl::values(const torch::Tensor& tokens, const torch::Tensor& real) {
   return nn::decode_through_sites(
-      sites_, lm->head_part().name, kScoreTail, lm->decoder->blocks, nn::whole_rows_step(tokens, real), nullptr,
-      [&](const nn::DecodeStep& s) { return lm->embed(s.tokens, s.positions); },
+      sites_, lm->head_part().name, kScoreTail, lm->layers(), nn::whole_rows_step(tokens, real), nullptr,
+      [&](const nn::DecodeStep& s) { return lm->embed_at(s.tokens, s.positions); },
       [&](const torch::Tensor& x) {
-        const torch::Tensor hidden = lm->final_projection(x);                  // [B, T, D]
+        const torch::Tensor hidden = lm->final_hidden(x);                   // [B, T, D]
         return score(hidden.to(score->weight.scalar_type())).squeeze(-1);  // [B, T]
       });
 }
@@ -57,40 +60,40 @@ torch::Tensor last_real_token(const torch::Tensor& real) {
   return (index * real.to(torch::kInt64)).argmax(1);
 }
 
-const ScoredFormat& scored_format() {
-  static const ScoredFormat format = [] {
-    const opt::OptFormat& causal = opt::opt_format();
-    nlohmann::json constants = causal.constants;
-    constants["architectures"] = {"OPTForSequenceClassification"};
-    constants["id2label"] = {{"0", "LABEL_0"}};
-    constants["label2id"] = {{"LABEL_0", 0}};
-    auto finish = [check = causal.finish](const nlohmann::json& json, const std::string& where, opt::OPTConfig& c) {
-      check(json, where, c);
-      if (json.contains("id2label")) {
-        KUAFU_CHECK(json["id2label"].size() == 1, where, ": id2label has ", json["id2label"].size(),
-                    " labels; a reward or value model has one (num_labels = 1)");
-      }
-    };
-    return ScoredFormat{"opt", "OPT", causal.numbers, constants, finish, {"model.", {"score."}, {}, {}, "", "", {}}, causal.bounds};
-  }();
-  return format;
+opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& where) {
+  if (config.contains("id2label")) {
+    KUAFU_CHECK(config["id2label"].size() == 1, where, ": id2label has ", config["id2label"].size(),
+                " labels; a reward or value model has one (num_labels = 1)");
+  }
+  return opt::read_lm_shape(config, where);
+}
+
+ScoredModel load_scored_model(const std::string& dir, torch::Device device) {
+  const io::HfFolder folder = io::read_hf_folder(dir);
+  ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(device));
+  train::load_pretrained(*model, model->tp, folder, scored_names(model->shape));
+  return model;
+}
+
+void save_scored_model(ScoredModel& model, const std::string& dir, const io::HfWriteOptions& options) {
+  nlohmann::json config = opt::write_lm_config(model->shape);
+  config["architectures"] = {classifier_architecture(model->shape)};
+  config["id2label"] = {{"0", "LABEL_0"}};
+  config["label2id"] = {{"LABEL_0", 0}};
+  train::export_pretrained(*model, model->tp, dir, config, options);
 }
 
 bool load_scored_weights(ScoredModel& model, const std::string& dir) {
   const io::HfFolder folder = io::read_hf_folder(dir);
   bool classifier = false;
   if (folder.config.contains("architectures") && folder.config["architectures"].is_array()) {
-    for (const auto& a : folder.config["architectures"]) classifier |= a == "OPTForSequenceClassification";
+    for (const auto& a : folder.config["architectures"]) classifier |= a == classifier_architecture(model->shape);
   }
-  if (classifier) {
-    scored_format().load_weights(model, folder);
-    return true;
-  }
-  // A causal language model: its decoder, its tied head dropped, the score head new.
-  train::HfWeightNames names = opt::opt_format().names;
-  names.fresh_prefixes = {"score."};
+  train::HfWeightNames names = scored_names(model->shape);
+  // A causal language model: its trunk, its tied head dropped, the score head new.
+  if (!classifier) names.fresh_prefixes = {"score."};
   train::load_pretrained(*model, model->tp, folder, names);
-  return false;
+  return classifier;
 }
 
 }  // namespace kuafu::chat

@@ -1,22 +1,23 @@
-// RLHF's reward and value models: an OPT decoder with a scalar head on its final hidden states,
-// Hugging Face's OPTForSequenceClassification with one label ("model.decoder.*" + "score.weight",
-// [1, word_embed_proj_dim], no bias). The reward model reads it at each response's last real token; the
-// value model (PPO's critic) at every position.
+// RLHF's reward and value models: a causal language model's trunk (OPT or GPT-2) with a scalar head on
+// its final hidden states, Hugging Face's OPTForSequenceClassification / GPT2ForSequenceClassification
+// with one label (the trunk's names, "model.decoder.*" or "transformer.*", and "score.weight",
+// [1, final width], no bias). The reward model reads it at each response's last real token; the value
+// model (PPO's critic) at every position.
 #pragma once
 
-#include "apps/opt_finetune/model.h"
-#include "core/train/hf_model_format.h"
+#include "apps/opt_finetune/causal_lm_family.h"
 
 namespace kuafu::chat {
 
 struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
-  explicit ScoredModelImpl(const opt::OPTConfig& config, parallel::ModelOptions options = {});
-  // A head on `trunk`'s decoder, shared with it (PPO's actor and critic on one trunk): this module's
-  // parameters are the trunk's and the head's.
-  explicit ScoredModelImpl(opt::OPTForCausalLM trunk);
+  // A fresh trunk of `shape` (seeded by the caller) with a head.
+  explicit ScoredModelImpl(const opt::LmShape& shape, parallel::ModelOptions options = {});
+  // A head on `trunk`, shared with it (PPO's actor and critic on one trunk): this module's parameters
+  // are the trunk's and the head's.
+  explicit ScoredModelImpl(nn::CausalLMPtr trunk);
 
-  // Its sites: the decoder's head part and blocks, and a tail holding the final norm, projection and
-  // score head, so that Gemini and frozen-weight offload reach every parameter.
+  // Its sites: the trunk's head part and blocks, and a tail holding the final norm (and projection) and
+  // the score head, so that Gemini and frozen-weight offload reach every parameter.
   torch::nn::Module& module() override { return *this; }
   hooks::BlockSites& block_sites() override { return sites_; }
 
@@ -25,13 +26,12 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   // The head at each row's last real token [B] (Hugging Face pools the rightmost non-pad token).
   torch::Tensor scores(const torch::Tensor& tokens, const torch::Tensor& real);
 
-  opt::OPTConfig config;
-  parallel::TensorParallel tp;
-  opt::OPTForCausalLM lm;  // the decoder: its "model" is this module's "model" (its tied output layer unused)
+  opt::LmShape shape;       // the trunk's
+  nn::CausalLMPtr lm;       // the trunk: its children are this module's (its tied output layer unused)
   torch::nn::Linear score{nullptr};
+  parallel::TensorParallel tp;  // the trunk's
 
  private:
-  void add_score_head(const torch::Device& device);
   hooks::BlockSites sites_;
 };
 TORCH_MODULE(ScoredModel);
@@ -39,10 +39,16 @@ TORCH_MODULE(ScoredModel);
 // Index [B] of each row's rightmost real token.
 torch::Tensor last_real_token(const torch::Tensor& real);
 
-using ScoredFormat = train::HfModelFormat<ScoredModel, opt::OPTConfig>;
-// OPTForSequenceClassification folders with one label: read (refusing num_labels ≠ 1 by name) and written.
-const ScoredFormat& scored_format();
-// Loads `dir` into `model`: a sequence-classification folder whole, or a causal language model's decoder
+// The trunk's shape of a sequence-classification folder's config.json (OPT or GPT-2; `where` names
+// it), refusing num_labels ≠ 1 by name.
+opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& where);
+// The sequence-classification model `dir` holds, whole on `device`.
+ScoredModel load_scored_model(const std::string& dir, torch::Device device = torch::kCPU);
+// Writes `model` (serial) as a new folder that transformers' AutoModelForSequenceClassification loads.
+// A GPT-2 folder has no pad_token_id (GPT-2 has no pad token): transformers then scores the last token
+// of a batch of one, so score padded rows one at a time there.
+void save_scored_model(ScoredModel& model, const std::string& dir, const io::HfWriteOptions& options = {});
+// Loads `dir` into `model`: a sequence-classification folder whole, or a causal language model's trunk
 // (an SFT model: the head keeps its initial values). True when the folder held the head; kuafu::Error
 // naming the folder otherwise.
 bool load_scored_weights(ScoredModel& model, const std::string& dir);

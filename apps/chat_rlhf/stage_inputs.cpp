@@ -19,10 +19,10 @@ std::string ChatText::decode_answer(std::vector<int64_t> tokens) const {
   return text::replace_invalid_utf8(tokenizer->decode(tokens));
 }
 
-ChatText chat_text(const config::Config& config, const opt::OptData& data) {
+ChatText chat_text(const config::Config& config, const opt::OptData& data, const opt::LmShape& shape) {
   ChatText text;
   auto tokenizer = std::make_shared<io::BpeTokenizer>(opt::load_tokenizer(config, data));
-  text.format = opt::instruction_format(config, data, *tokenizer);
+  text.format = opt::instruction_format(config, data, *tokenizer, shape);
   text.pad_id = tokenizer->token_id("<pad>").value_or(text.format.eos);
   text.tokenizer = tokenizer;
   return text;

@@ -20,7 +20,7 @@ struct ChatText {
   std::vector<int64_t> prompt_tokens(const std::string& prompt) const;
   std::string decode_answer(std::vector<int64_t> tokens) const;  // its EOS dropped, whole characters only
 };
-ChatText chat_text(const config::Config& config, const opt::OptData& data);
+ChatText chat_text(const config::Config& config, const opt::OptData& data, const opt::LmShape& shape);
 
 // The pairs of the file `path` (named by `key` in errors); kuafu::Error when missing or empty.
 std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& config, const std::string& key,

@@ -53,7 +53,8 @@ TransformerImpl::TransformerImpl(const GPTConfig& config, const parallel::ModelO
 }
 
 GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::ModelOptions options)
-    : config(cfg), tp(options.tp), device(options.device) {
+    : config(cfg), device(options.device) {
+  tp = options.tp;
   KUAFU_CHECK(cfg.n_embd % cfg.n_head == 0, "model.n_embd (", cfg.n_embd, ") must divide by model.n_head (",
               cfg.n_head, ")");
   KUAFU_CHECK(cfg.n_head % tp.feature_blocks() == 0, "model.n_head (", cfg.n_head, ") must divide by the ",
@@ -95,10 +96,9 @@ hooks::ModelPart GPTImpl::block_part(int64_t i) const {
   return {path, {path}};
 }
 
-torch::Tensor GPTImpl::block(int64_t i, const torch::Tensor& x, const torch::Tensor& /*context*/) { return transformer->blocks[static_cast<size_t>(i)]->forward(x); }
 
 torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
-  return transformer->wte->logits(transformer->ln_f.forward(x));  // the tied output layer
+  return transformer->wte->logits(final_hidden(x));  // the tied output layer
 }
 
 torch::Tensor GPTImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
@@ -115,15 +115,17 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
   return transformer->wte->gather_logits(local_logits(x));
 }
 
-torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+torch::Tensor GPTImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
   return nn::decode_through_sites(
-      *this, transformer->blocks, step, &caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
+      *this, transformer->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
       [&](const torch::Tensor& x) { return transformer->wte->gather_logits(local_logits(x)); });
 }
 
-torch::Tensor GPTImpl::loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  return tail_loss(nn::run_blocks(transformer->blocks, embed(tokens), nullptr), targets);
+torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
+  return through_sites(step, &caches);
 }
+
+torch::Tensor GPTImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr); }
 
 nn::Decoder decoder(GPT& model) { return nn::decoder_of(model, model->config.n_positions); }
 

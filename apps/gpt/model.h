@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/hooks/block_model.h"
+#include "core/nn/causal_lm.h"
 #include "core/nn/language_model.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
@@ -42,7 +42,7 @@ TORCH_MODULE(Transformer);
 
 // The model as maths: embeddings (the head), the blocks, the final norm with the tied output layer and
 // loss (the tail). Strategies other than tensor parallelism apply from outside (train::ParallelModel).
-struct GPTImpl : torch::nn::Module, hooks::BlockModel {
+struct GPTImpl : torch::nn::Module, nn::CausalLM {
   // `tp` (default: serial) says how layers are cut; a parallel model is initialised as the serial one
   // from the same seed, each rank keeping its blocks.
   explicit GPTImpl(const GPTConfig& config, parallel::ModelOptions options = {});
@@ -51,13 +51,14 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches = nullptr);
   // The same for rows at their own positions with left padding (batched generation).
-  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
-  // Mean cross-entropy of next-token prediction, never gathering the logits. Under tensor parallelism
-  // every rank of the group passes the same whole batch; each computes the rows its mode gives it.
-  torch::Tensor loss(const torch::Tensor& tokens, const torch::Tensor& targets);
+  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) override;
+  // Whole logits [B, T, V] of whole rows with padding anywhere (nn::whole_rows_step): decode's without a cache.
+  torch::Tensor whole_logits(const nn::DecodeStep& step) override;
+  // loss(tokens, targets) (nn::CausalLM's): under tensor parallelism every rank of the group passes the
+  // same whole batch; each computes the rows its mode gives it.
   // tokens [B, T] continuing `past` cached positions -> the residual stream (this rank's block).
   torch::Tensor embed(const torch::Tensor& tokens, int64_t past = 0);
-  torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions);  // positions [B or 1, T]
+  torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) override;  // positions [B or 1, T]
 
   // hooks::BlockModel: head = embed, block i = layer i, tail = final norm, tied output layer, loss.
   torch::nn::Module& module() override { return *this; }
@@ -65,19 +66,27 @@ struct GPTImpl : torch::nn::Module, hooks::BlockModel {
   hooks::ModelPart head_part() const override { return {"transformer.embed", {"transformer.wte", "transformer.wpe"}}; }
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override { return {"transformer.head", {"transformer.ln_f", "transformer.wte"}}; }
-  torch::Tensor head(const torch::Tensor& tokens) override { return embed(tokens); }
-  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& context) override;
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) override;
-  bool tail_per_position() const override { return true; }
+
+  // nn::CausalLM: the trunk a head reads (the final stream through ln_f).
+  std::vector<nn::TransformerBlock>& layers() override { return transformer->blocks; }
+  torch::Tensor final_hidden(const torch::Tensor& x) override { return transformer->ln_f.forward(x); }
+  int64_t final_width() const override { return config.n_embd; }
+  std::vector<std::string> final_modules() const override { return {"transformer.ln_f"}; }
+  int64_t positions() const override { return config.n_positions; }
+  int64_t vocab_size() const override { return config.vocab_size; }
+  std::string family() const override { return "GPT-2"; }
 
   GPTConfig config;
-  parallel::TensorParallel tp;
   torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   Transformer transformer{nullptr};
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
+  // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
+  // block site: whole logits.
+  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
   void initialize();
 };
 TORCH_MODULE(GPT);

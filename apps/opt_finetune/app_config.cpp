@@ -83,9 +83,10 @@ io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& dat
 }
 
 io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
-                                         const io::BpeTokenizer& tokenizer) {
-  const std::optional<int64_t> eos = tokenizer.token_id("</s>");
-  if (!eos) config.fail_at("data.tokenizer", "'s vocabulary has no \"</s>\", OPT's BOS and EOS");
+                                         const io::BpeTokenizer& tokenizer, const LmShape& shape) {
+  const std::string token = shape.eos_token();
+  const std::optional<int64_t> eos = tokenizer.token_id(token);
+  if (!eos) config.fail_at("data.tokenizer", "'s vocabulary has no \"" + token + "\", " + shape.family() + "'s BOS and EOS");
   io::InstructionFormat format;
   format.bos = *eos;
   format.eos = *eos;
@@ -95,18 +96,45 @@ io::InstructionFormat instruction_format(const config::Config& config, const Opt
 
 namespace {
 
-void check_fits_positions(const config::Config& config, const OPTConfig& m) {
-  if (const int64_t context = config.get_int("data.context"); context > m.max_position_embeddings) {
-    config.fail_at("data.context", "(" + std::to_string(context) + ") exceeds the model's " +
-                                       std::to_string(m.max_position_embeddings) + " positions");
+void check_fits_positions(const config::Config& config, const LmShape& m) {
+  if (const int64_t context = config.get_int("data.context"); context > m.positions()) {
+    config.fail_at("data.context", "(" + std::to_string(context) + ") exceeds the model's " + std::to_string(m.positions()) +
+                                       " positions");
   }
+}
+
+// A GPT-2 folder gives the whole shape: the OPT keys that would describe another are refused by name,
+// and the one dropout rate GPT-2 has is model.dropout (model.attention_dropout must agree).
+gpt::GPTConfig gpt2_init_config(const config::Config& config, const std::string& folder, const nlohmann::json& json) {
+  gpt::GPTConfig c = std::get<gpt::GPTConfig>(read_lm_shape(json, folder + "/config.json").config);
+  for (const char* key : {"model.shape", "model.vocab_size", "model.hidden_size", "model.num_hidden_layers",
+                          "model.num_attention_heads", "model.ffn_dim", "model.max_position_embeddings",
+                          "model.word_embed_proj_dim", "model.do_layer_norm_before"}) {
+    if (config.is_set(key)) {
+      config.fail_at(key, "describes an OPT, but model.init_from = " + folder +
+                              " is a GPT-2 folder whose config.json gives the shape; remove the key");
+    }
+  }
+  if (config.is_set("model.dropout")) c.dropout = config.get_float("model.dropout");
+  if (config.is_set("model.attention_dropout") && config.get_float("model.attention_dropout") != c.dropout) {
+    config.fail_at("model.attention_dropout", "differs from the dropout rate (" + std::to_string(c.dropout) +
+                                                  "); GPT-2 has one rate for embeddings, attention and residual branches");
+  }
+  return c;
 }
 
 }  // namespace
 
-OPTConfig model_config(const config::Config& config) { return model_config(config, opt_data(config)); }
+LmShape model_config(const config::Config& config) { return model_config(config, opt_data(config)); }
 
-OPTConfig model_config(const config::Config& config, const OptData& data) {
+LmShape model_config(const config::Config& config, const OptData& data) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    if (const nlohmann::json json = io::read_hf_config(folder); json.contains("model_type") && json["model_type"] == "gpt2") {
+      const LmShape shape = gpt2_init_config(config, folder, json);
+      check_fits_positions(config, shape);
+      return shape;
+    }
+  }
   if (std::optional<OPTConfig> folder = opt_format().init_config(config)) {
     check_fits_positions(config, *folder);  // the folder gives the shape; a fine-tune may change the dropout rates
     return *folder;

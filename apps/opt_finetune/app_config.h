@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "apps/opt_finetune/model.h"
+#include "apps/opt_finetune/causal_lm_family.h"
 #include "core/config/config.h"
 #include "core/io/bpe_tokenizer.h"
 #include "core/io/instruction_data.h"
@@ -27,15 +27,17 @@ struct OptData {
 };
 OptData opt_data(const config::Config& config);
 
-// The model's shape: model.init_from's config.json, or model.shape's published one, or the model.*
-// keys (model.vocab_size = 0: the tokenizer's vocabulary rounded up to a multiple of 8).
-OPTConfig model_config(const config::Config& config, const OptData& data);
-OPTConfig model_config(const config::Config& config);
+// The model's family and shape: model.init_from's config.json (OPT or GPT-2), or model.shape's published
+// OPT, or the model.* keys' OPT (model.vocab_size = 0: the tokenizer's vocabulary rounded up to a
+// multiple of 8).
+LmShape model_config(const config::Config& config, const OptData& data);
+LmShape model_config(const config::Config& config);
 
 // The data's tokenizer; kuafu::Error at data.tokenizer when there is none.
 io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& data);
-// The chat template with OPT's special tokens: "</s>" begins every example and ends every response.
+// The chat template with the family's special token (OPT's "</s>", GPT-2's "<|endoftext|>"), which
+// begins every example and ends every response.
 io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
-                                         const io::BpeTokenizer& tokenizer);
+                                         const io::BpeTokenizer& tokenizer, const LmShape& shape);
 
 }  // namespace kuafu::opt

@@ -30,59 +30,53 @@ class OptApp : public train::App {
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return opt::make_task(config_, settings_, options, runtime);
   }
-  std::string describe(train::RunTask&) override {
-    const OPTConfig& m = settings_.model;
-    std::ostringstream line;
-    line << "OPT: " << m.num_hidden_layers << " layers, " << m.num_attention_heads << " heads, hidden " << m.hidden_size
-         << ", vocabulary " << m.vocab_size << ", " << static_cast<double>(m.parameter_count()) / 1e6 << "M parameters";
-    return line.str();
-  }
+  std::string describe(train::RunTask&) override { return settings_.model.describe(); }
   nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     nlohmann::json line = App::evaluate(task, runtime);
     line["data"] = settings_.data.instructions ? "answers" : "text";
     return line;
   }
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_.emplace(opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
-    return **model_;
+    model_ = opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights);
+    return model_->module();
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
-    const OPTConfig& m = settings_.model;
+    const LmShape& m = settings_.model;
     const int64_t context = settings_.data.context;
     train::BenchmarkSpec spec;
     spec.app = "opt";
     spec.flops_per_item = m.flops_per_token(context);
     spec.parameters = m.parameter_count();
     spec.fields = {{"lora_rank", config_.get_int("lora.rank")}};
-    return train::benchmark_language_model(config_, runtime, **model_, m.vocab_size, context, spec, memory);
+    return train::benchmark_language_model(config_, runtime, *model_, m.vocab_size(), context, spec, memory);
   }
   train::TextFraming text_framing() override;
-  nn::Decoder decoder() override { return opt::decoder(*model_); }
+  nn::Decoder decoder() override { return nn::decoder_of(model_); }
 
  private:
   const config::Config& config_;
   OptSettings settings_;
-  std::optional<OPTForCausalLM> model_;  // build_model's
+  nn::CausalLMPtr model_;  // build_model's
 };
 
 nlohmann::json OptApp::export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) {
   const std::optional<nn::LoraSpec> lora = train::lora_spec(config_);
   if (command.flag("adapter")) {
     KUAFU_CHECK(lora, "export --adapter writes LoRA adapters, but lora.rank = 0 in ", config_.path());
-    train::export_adapter(**model_, *lora, out, train::init_from(config_));
+    train::export_adapter(model_->module(), *lora, out, train::init_from(config_));
     return {{"adapter", true}};
   }
   // The tokenizer's files travel along, so the folder is a whole model.
   if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
-  OPTForCausalLM model = *model_;
+  nn::CausalLMPtr model = model_;
   if (lora) {
-    // The adapters folded into the weights: a plain OPT with the adapted model's outputs.
-    OPTForCausalLM merged(model->config);
-    train::copy_named_weights(nn::merged_lora_weights(*model, *lora), *merged);
+    // The adapters folded into the weights: a plain model with the adapted model's outputs.
+    nn::CausalLMPtr merged = settings_.model.build();
+    train::copy_named_weights(nn::merged_lora_weights(model->module(), *lora), merged->module());
     model = merged;
   }
-  opt_format().save(model, out, options);
+  save_causal_lm(*model, out, options);
   return {{"adapter", false}};
 }
 
@@ -90,7 +84,7 @@ nlohmann::json OptApp::export_model(const std::string& out, io::HfWriteOptions o
 // continue the text after the BOS. Each answer prints as a JSON line.
 train::TextFraming OptApp::text_framing() {
   auto tokenizer = std::make_shared<io::BpeTokenizer>(load_tokenizer(config_, settings_.data));
-  const io::InstructionFormat format = instruction_format(config_, settings_.data, *tokenizer);
+  const io::InstructionFormat format = instruction_format(config_, settings_.data, *tokenizer, settings_.model);
   const bool instructions = settings_.data.instructions;
   train::TextFraming framing;
   framing.encode = [tokenizer, format, instructions](const std::string& prompt) {
@@ -127,14 +121,16 @@ void prepare_command(const config::Config& config) {
   const io::BpeTokenizer tokenizer = load_tokenizer(config, data);
   const auto [train_text, val_text] = io::split_text_blocks(data.text, data.val_every);
   const auto vocab = static_cast<uint64_t>(tokenizer.vocab_size());
-  if (data.eos_after_lines) instruction_format(config, data, tokenizer);  // names data.tokenizer when it lacks </s>
+  const LmShape shape = model_config(config, data);
+  const std::string eos = shape.eos_token();
+  if (data.eos_after_lines) instruction_format(config, data, tokenizer, shape);  // names data.tokenizer when it lacks the EOS
   auto write = [&](const std::string& path, const std::string& lines) {
     std::string with_eos;
     if (data.eos_after_lines) {
       with_eos.reserve(lines.size() + lines.size() / 16);
       for (char c : lines) {
         if (c == '\n') {
-          with_eos += "</s>";
+          with_eos += eos;
         } else {
           with_eos += c;
         }
@@ -149,10 +145,14 @@ void prepare_command(const config::Config& config) {
   write(data.val_tokens, val_text);
 }
 
+void add_adapter_option(config::CommandLine& cli) {
+  cli.flag("export", "adapter", "write only the LoRA adapters, as PEFT's adapter_config.json + adapter_model.safetensors");
+}
+
 int run_opt_app(int argc, const char* const argv[]) {
   train::AppDefinition app;
   app.program = "kuafu-opt";
-  app.description = "OPT fine-tuning (full or LoRA), evaluation, sampling and Hugging Face export";
+  app.description = "OPT or GPT-2 fine-tuning (full or LoRA), evaluation, sampling and Hugging Face export";
   app.schema = opt_schema();
   app.make_app = make_opt_app;
   app.before = {{"prepare", "data.kind = \"text\": token files from data.text; instructions: read and report them",
@@ -162,9 +162,7 @@ int run_opt_app(int argc, const char* const argv[]) {
   app.item_help = "random tokens";
   app.export_help = "adapters merged; --adapter: a PEFT adapter folder";
   app.eval_help = "validation loss and perplexity (instructions: of the answers) of a checkpoint";
-  app.add_options = [](config::CommandLine& cli) {
-    cli.flag("export", "adapter", "write only the LoRA adapters, as PEFT's adapter_config.json + adapter_model.safetensors");
-  };
+  app.add_options = add_adapter_option;
   return train::run_app(app, argc, argv);
 }
 

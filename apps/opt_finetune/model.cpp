@@ -76,7 +76,8 @@ DecoderImpl::DecoderImpl(const OPTConfig& c, const parallel::ModelOptions& optio
 }
 
 OPTForCausalLMImpl::OPTForCausalLMImpl(const OPTConfig& c, parallel::ModelOptions options)
-    : config(c), tp(options.tp), device(options.device) {
+    : config(c), device(options.device) {
+  tp = options.tp;
   c.validate();
   KUAFU_CHECK(c.num_attention_heads % tp.feature_blocks() == 0, "num_attention_heads (", c.num_attention_heads,
               ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
@@ -111,49 +112,35 @@ hooks::ModelPart OPTForCausalLMImpl::block_part(int64_t i) const {
   return {path, {path}};
 }
 
-hooks::ModelPart OPTForCausalLMImpl::tail_part() const {
-  std::vector<std::string> modules = {"model.decoder.embed_tokens"};
+std::vector<std::string> OPTForCausalLMImpl::final_modules() const {
+  std::vector<std::string> modules;
   if (config.has_final_layer_norm()) modules.push_back("model.decoder.final_layer_norm");
   if (config.projects()) modules.push_back("model.decoder.project_out");
+  return modules;
+}
+
+hooks::ModelPart OPTForCausalLMImpl::tail_part() const {
+  std::vector<std::string> modules = final_modules();
+  modules.insert(modules.begin(), "model.decoder.embed_tokens");
   return {"model.decoder.head", modules};
 }
 
-torch::Tensor OPTForCausalLMImpl::embed(const torch::Tensor& tokens, const torch::Tensor& positions) {
+torch::Tensor OPTForCausalLMImpl::embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) {
   torch::Tensor x = decoder->embed_tokens->forward(tokens);
   if (config.projects()) x = decoder->project_in(x);
   return decoder->dropout(x + decoder->embed_positions.forward(positions + OPTConfig::kPositionOffset));
 }
 
-torch::Tensor OPTForCausalLMImpl::block_context(const torch::Tensor& inputs) const {
-  if (inputs.dim() != 3) return {};
-  KUAFU_CHECK(inputs.size(1) == 2, "packed OPT inputs are [B, 2, T] (token ids over document ids), got ", inputs.sizes());
-  return inputs.select(1, 1);
-}
 
-torch::Tensor OPTForCausalLMImpl::head(const torch::Tensor& inputs) {
-  if (const torch::Tensor documents = block_context(inputs); documents.defined()) {
-    return embed(inputs.select(1, 0), nn::positions_in_documents(documents));
-  }
-  return embed(inputs, torch::arange(inputs.size(1), inputs.options().dtype(torch::kInt64)).unsqueeze(0));
-}
-
-torch::Tensor OPTForCausalLMImpl::block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) {
-  return decoder->blocks[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents));
-}
-
-torch::Tensor OPTForCausalLMImpl::final_projection(const torch::Tensor& x) {
+torch::Tensor OPTForCausalLMImpl::final_hidden(const torch::Tensor& x) {
   torch::Tensor h = config.has_final_layer_norm() ? decoder->final_layer_norm.forward(x) : x;
   return config.projects() ? decoder->project_out(h) : h;
 }
 
-torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) { return decoder->embed_tokens->logits(final_projection(x)); }
+torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) { return decoder->embed_tokens->logits(final_hidden(x)); }
 
 torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
   return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
-}
-
-torch::Tensor OPTForCausalLMImpl::tail_items(const torch::Tensor& targets) const {
-  return (targets != parallel::kIgnoredTarget).sum().to(torch::kFloat64);
 }
 
 torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {
@@ -168,7 +155,7 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
 
 torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
   return nn::decode_through_sites(
-      *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed(s.tokens, s.positions); },
+      *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
       [&](const torch::Tensor& x) { return decoder->embed_tokens->gather_logits(local_logits(x)); });
 }
 
@@ -177,11 +164,6 @@ torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector
 }
 
 torch::Tensor OPTForCausalLMImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr); }
-
-torch::Tensor OPTForCausalLMImpl::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  const torch::Tensor x = head(inputs);
-  return tail_loss(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs))), targets);
-}
 
 nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }
 

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "core/hooks/block_model.h"
+#include "core/nn/causal_lm.h"
 #include "core/nn/language_model.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
@@ -54,7 +54,7 @@ TORCH_MODULE(Decoder);
 
 // The model as maths: embeddings (the head), the blocks, final norm, projection and tied output
 // layer with the loss (the tail). Strategies other than tensor parallelism apply from outside.
-struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
+struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
   explicit OPTForCausalLMImpl(const OPTConfig& config, parallel::ModelOptions options = {});
 
   // Logits [B, T, V] of `inputs`: tokens [B, T] at positions 0..T-1 (no padding), or packed rows
@@ -62,37 +62,34 @@ struct OPTForCausalLMImpl : torch::nn::Module, hooks::BlockModel {
   // with positions counted from its own start.
   torch::Tensor forward(const torch::Tensor& inputs);
   // The same for rows at their own positions with left padding, continuing `caches` (generation).
-  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches);
+  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) override;
   // Whole logits [B, T, V] of whole rows with padding anywhere (nn::whole_rows_step): decode's without a cache.
-  torch::Tensor whole_logits(const nn::DecodeStep& step);
-  // Mean next-token cross-entropy of `inputs` (as forward's), never gathering the logits.
-  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
+  torch::Tensor whole_logits(const nn::DecodeStep& step) override;
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream.
-  torch::Tensor embed(const torch::Tensor& tokens, const torch::Tensor& positions);
+  torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) override;
 
   torch::nn::Module& module() override { return *this; }
   int64_t num_blocks() const override { return config.num_hidden_layers; }
   hooks::ModelPart head_part() const override;
   hooks::ModelPart block_part(int64_t i) const override;
   hooks::ModelPart tail_part() const override;
-  torch::Tensor head(const torch::Tensor& inputs) override;  // inputs as forward's
-  // Packed rows' documents [B, T] (undefined for unpacked rows), which keep each block's attention within them.
-  torch::Tensor block_context(const torch::Tensor& inputs) const override;
-  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) override;
   torch::Tensor tail_loss(const torch::Tensor& x, const torch::Tensor& targets) override;
   torch::Tensor tail_sums(const torch::Tensor& x, const torch::Tensor& targets) override;
-  bool tail_per_position() const override { return true; }
-  // The learned targets (the answers of instruction rows).
-  torch::Tensor tail_items(const torch::Tensor& targets) const override;
+
+  // nn::CausalLM: the trunk a head reads.
+  std::vector<nn::TransformerBlock>& layers() override { return decoder->blocks; }
+  // The final stream [B, T, H] -> [B, T, word_embed_proj_dim]: final norm, projection (what a head reads).
+  torch::Tensor final_hidden(const torch::Tensor& x) override;
+  int64_t final_width() const override { return config.word_embed_proj_dim; }
+  std::vector<std::string> final_modules() const override;
+  int64_t positions() const override { return config.max_position_embeddings; }
+  int64_t vocab_size() const override { return config.vocab_size; }
+  std::string family() const override { return "OPT"; }
 
   OPTConfig config;
-  parallel::TensorParallel tp;
   torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   torch::nn::Module* model = nullptr;  // "model", holding "decoder" (Hugging Face's nesting)
   Decoder decoder{nullptr};
-
-  // The final stream [B, T, H] -> [B, T, word_embed_proj_dim]: final norm, projection (what a head reads).
-  torch::Tensor final_projection(const torch::Tensor& x);
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);      // and the tied output layer (this rank's block)

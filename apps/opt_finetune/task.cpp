@@ -19,16 +19,19 @@ OptSettings read_settings(const config::Config& config) {
   return settings;
 }
 
-OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOptions& options) {
+nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options) {
   return build_model(config, read_settings(config), options);
 }
 
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
-                           bool starting_weights) {
+nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
+                            bool starting_weights) {
   torch::manual_seed(settings.train.seed);
-  OPTForCausalLM model(settings.model, options);
-  if (starting_weights) opt_format().load_init_weights(config, model);
-  train::apply_configured_lora(config, *model);
+  nn::CausalLMPtr model = settings.model.build(options);
+  if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
+    load_lm_weights(*model, io::read_hf_folder(folder));
+    log::infof("initial weights from ", folder);
+  }
+  train::apply_configured_lora(config, model->module());
   return model;
 }
 
@@ -38,7 +41,7 @@ train::BatchSource instruction_batches(const config::Config& config, const OptSe
   const OptData& data = run.data;
   const train::TrainSettings& settings = run.train;
   const io::BpeTokenizer tokenizer = load_tokenizer(config, data);
-  const io::InstructionFormat format = instruction_format(config, data, tokenizer);
+  const io::InstructionFormat format = instruction_format(config, data, tokenizer, run.model);
   const std::optional<int64_t> pad = tokenizer.token_id("<pad>");
   auto read = [&](const std::string& key, const std::string& path) {
     if (!fs::is_regular_file(path)) {
@@ -88,16 +91,16 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                         : train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
                                                     settings.train.eval_rows, options.device,
                                                     "kuafu-opt prepare --config " + config.path());
-  OPTForCausalLM model = build_model(config, settings, options);
-  const OPTConfig& m = model->config;
+  nn::CausalLMPtr model = build_model(config, settings, options);
+  const LmShape& m = settings.model;
   if (stages && stages->sequence.enabled()) {
-    train::check_sequence_parallel(config, *model, stages->sequence, "data.context", data.context,
+    train::check_sequence_parallel(config, model->module(), stages->sequence, "data.context", data.context,
                                    "model.num_attention_heads", "model.attention_dropout");
   }
   for (const auto& check : {batches.train(0, 0, 1), batches.eval(0, 1)}) {
     const torch::Tensor ids = check.inputs.dim() == 3 ? check.inputs.select(1, 0) : check.inputs;  // packed: ids over documents
-    if (ids.max().item<int64_t>() >= m.vocab_size) {
-      config.fail_at("model.vocab_size", "(" + std::to_string(m.vocab_size) + ") is smaller than the tokenizer's ids (up to " +
+    if (ids.max().item<int64_t>() >= m.vocab_size()) {
+      config.fail_at("model.vocab_size", "(" + std::to_string(m.vocab_size()) + ") is smaller than the tokenizer's ids (up to " +
                                              std::to_string(ids.max().item<int64_t>()) + ")");
     }
   }

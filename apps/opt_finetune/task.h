@@ -1,4 +1,4 @@
-// OPT fine-tuning as the trainer sees it: the model and its batches, from instruction examples (the
+// Causal language model fine-tuning (OPT or GPT-2) as the trainer sees it: the model and its batches, from instruction examples (the
 // loss on the responses only) or from windows of plain text.
 #pragma once
 
@@ -17,18 +17,18 @@ namespace kuafu::opt {
 struct OptSettings {
   OptData data;
   train::TrainSettings train;
-  OPTConfig model;
+  LmShape model;
 };
 OptSettings read_settings(const config::Config& config);
 
-using OptTask = train::SourceTask<OPTForCausalLM>;
+using OptTask = train::SourceTask<nn::CausalLMPtr>;
 
 // The config's model built with `options`, seeded from train.seed: model.init_from's weights when it names a folder,
 // then the config's LoRA (lora.*), so checkpoints of a LoRA run load into it.
 // `starting_weights` false: the seeded weights only (a checkpoint's replace them), adapters still added.
-OPTForCausalLM build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
-                           bool starting_weights = true);
-OPTForCausalLM build_model(const config::Config& config, const parallel::ModelOptions& options);
+nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
+                            bool starting_weights = true);
+nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options);
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime);

@@ -1,5 +1,8 @@
 #include "core/nn/language_model.h"
 
+#include "core/nn/causal_lm.h"
+#include "core/util/error.h"
+
 namespace kuafu::nn {
 
 torch::Tensor run_blocks(std::vector<TransformerBlock>& blocks, torch::Tensor x, std::vector<ops::KVCache>* caches,
@@ -51,6 +54,30 @@ torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tenso
   const double tokens = static_cast<double>((targets != parallel::kIgnoredTarget).sum().item<int64_t>());
   const torch::Tensor mean = mean_loss.detach().to(torch::kFloat64).reshape({1});
   return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
+}
+
+torch::Tensor CausalLM::block_context(const torch::Tensor& inputs) const {
+  if (inputs.dim() != 3) return {};
+  KUAFU_CHECK(inputs.size(1) == 2, "packed ", family(), " inputs are [B, 2, T] (token ids over document ids), got ",
+              inputs.sizes());
+  return inputs.select(1, 1);
+}
+
+torch::Tensor CausalLM::head(const torch::Tensor& inputs) {
+  KUAFU_CHECK(inputs.size(-1) <= positions(), "a sequence of ", inputs.size(-1), " tokens exceeds the ", family(),
+              " model's ", positions(), " positions");
+  if (const torch::Tensor documents = block_context(inputs); documents.defined()) {
+    return embed_at(inputs.select(1, 0), positions_in_documents(documents));
+  }
+  return embed_at(inputs, torch::arange(inputs.size(1), inputs.options().dtype(torch::kInt64)).unsqueeze(0));
+}
+
+torch::Tensor CausalLM::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  return tail_loss(run_blocks(layers(), head(inputs), nullptr, ops::AttentionMask({}, block_context(inputs))), targets);
+}
+
+torch::Tensor CausalLM::block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) {
+  return layers()[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents));
 }
 
 }  // namespace kuafu::nn

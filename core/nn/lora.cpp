@@ -92,6 +92,14 @@ std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& sp
   return adapted;
 }
 
+bool adapts_in_out_layers(const torch::nn::Module& model) {
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    const auto* linear = dynamic_cast<const parallel::SerialLinearImpl*>(module.get());
+    if (linear && linear->order() == parallel::WeightOrder::kInOut && linear->named_children().contains("lora_A")) return true;
+  }
+  return false;
+}
+
 io::NamedTensors merged_lora_weights(const torch::nn::Module& model, const LoraSpec& spec) {
   std::map<std::string, torch::Tensor> deltas;  // adapted weight name -> (alpha / r) B A in its layout
   for (const auto& item : model.named_modules()) {

@@ -28,6 +28,9 @@ struct LoraSpec {
 // the layers there are), or when a matching layer is cut by tensor parallelism.
 std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& spec);
 
+// Whether an adapted layer of `model` keeps its weight as [in, out] (GPT-2's Conv1D): PEFT's fan_in_fan_out.
+bool adapts_in_out_layers(const torch::nn::Module& model);
+
 // Whether `name` is an adapter's parameter (".lora_A." or ".lora_B." in it).
 bool is_lora_parameter(const std::string& name);
 

@@ -146,7 +146,7 @@ void export_adapter(const torch::nn::Module& model, const nn::LoraSpec& spec, co
                                  {"lora_dropout", spec.dropout},
                                  {"target_modules", spec.targets},
                                  {"bias", "none"},
-                                 {"fan_in_fan_out", false},
+                                 {"fan_in_fan_out", nn::adapts_in_out_layers(model)},
                                  {"use_rslora", false},
                                  {"init_lora_weights", true},
                                  {"inference_mode", true},

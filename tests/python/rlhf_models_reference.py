@@ -3,12 +3,20 @@
   rlhf_models_reference.py build OUT
       OUT/rm: a tiny random OPTForSequenceClassification (one label, pad 1), saved with save_pretrained;
       OUT/lm: a tiny random OPTForCausalLM of the same shape;
+      OUT/gpt2_rm, OUT/gpt2_lm: the same for GPT-2 (GPT2ForSequenceClassification, GPT2LMHeadModel);
       OUT/reference.safetensors: a batch left-padded (left_ids, left_mask) and the same rows right-padded
-      (right_ids, right_mask), the reward model's scores of each (transformers pools the rightmost non-pad
-      token), and the causal model's log-probabilities of each next real token, left-padded (lm_logprobs)
+      (right_ids, right_mask), the reward models' scores of each (transformers pools the rightmost non-pad
+      token), and the causal models' log-probabilities of each next real token, left-padded (lm_logprobs,
+      gpt2_ prefixed for GPT-2). GPT-2 takes each row's positions from its real tokens (position_ids =
+      cumsum(mask) - 1, as transformers' generate passes them); OPT computes them so itself.
+  rlhf_models_reference.py gpt2_start OUT
+      a tiny random GPT2LMHeadModel (128-token vocabulary, 64 positions) saved in OUT: a GPT-2 folder a
+      chat pipeline starts from
   rlhf_models_reference.py check_rm DIR EXPECTED
       loads DIR (a folder Kuafu wrote) with AutoModelForSequenceClassification and prints, as JSON, the
-      largest difference of its scores on both batches from EXPECTED's (what Kuafu computed)
+      largest difference of its scores on both batches from EXPECTED's (what Kuafu computed); a folder
+      without pad_token_id (GPT-2 has no pad token) is scored a row at a time, each row's real tokens
+      alone, as transformers requires
   rlhf_models_reference.py ppo_update DIR IN OUT
       one PPO update's losses and gradients, transcribed from the papers in plain PyTorch on transformers'
       models: DIR/lm the actor, DIR/rm's decoder and score head the critic (a value at every position), on
@@ -17,6 +25,8 @@
   rlhf_models_reference.py check_lm DIR EXPECTED
       loads DIR with AutoModelForCausalLM and prints the largest difference of its next-token
       log-probabilities on the left-padded batch from EXPECTED's lm_logprobs
+  rlhf_models_reference.py check_peft BASE ADAPTER EXPECTED
+      the same for the PEFT adapter folder ADAPTER (Kuafu wrote it) on BASE, with PeftModel.from_pretrained
 """
 import json
 import pathlib
@@ -24,8 +34,8 @@ import sys
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, OPTConfig, OPTForCausalLM, \
-    OPTForSequenceClassification
+from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, GPT2Config, GPT2ForSequenceClassification, \
+    GPT2LMHeadModel, OPTConfig, OPTForCausalLM, OPTForSequenceClassification
 
 
 def config():
@@ -34,12 +44,25 @@ def config():
                      pad_token_id=1, bos_token_id=2, eos_token_id=2, num_labels=1)
 
 
+def gpt2_config(**extra):
+    return GPT2Config(vocab_size=97, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                      attn_pdrop=0.0, bos_token_id=2, eos_token_id=2, **extra)
+
+
+def run(model, ids, mask):
+    """The model's outputs on rows with padding anywhere, each token at its position among the row's real ones."""
+    if model.config.model_type == "gpt2":
+        return model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+    return model(input_ids=ids, attention_mask=mask)
+
+
 def randomise(model):
     # LayerNorms and biases away from their initial ones and zeros: a swapped or skipped tensor shows.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "layer_norm" in name or name.endswith("bias"):
-                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "layer_norm.weight" in name else 0.0))
+            norm = "layer_norm" in name or "ln_" in name
+            if norm or name.endswith("bias"):
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if norm and name.endswith("weight") else 0.0))
 
 
 def batches():
@@ -56,46 +79,77 @@ def batches():
 
 def scores(model, b):
     with torch.no_grad():
-        return {side: model(input_ids=b[f"{side}_ids"], attention_mask=b[f"{side}_mask"]).logits.squeeze(-1)
-                for side in ("left", "right")}
+        return {side: run(model, b[f"{side}_ids"], b[f"{side}_mask"]).logits.squeeze(-1) for side in ("left", "right")}
+
+
+def scores_row_by_row(model, b):
+    """Scores of each row's real tokens alone (a batch of one: transformers needs no pad token for it)."""
+    out = {}
+    with torch.no_grad():
+        for side in ("left", "right"):
+            rows = [ids[mask.bool()].unsqueeze(0) for ids, mask in zip(b[f"{side}_ids"], b[f"{side}_mask"])]
+            out[side] = torch.cat([model(input_ids=r).logits.squeeze(-1) for r in rows])
+    return out
 
 
 def next_token_logprobs(model, b):
     with torch.no_grad():
-        logits = model(input_ids=b["left_ids"], attention_mask=b["left_mask"]).logits[:, :-1]
+        logits = run(model, b["left_ids"], b["left_mask"]).logits[:, :-1]
     return torch.log_softmax(logits, -1).gather(-1, b["left_ids"][:, 1:].unsqueeze(-1)).squeeze(-1)
 
 
 def build(out):
     out = pathlib.Path(out)
-    torch.manual_seed(0)
-    rm = OPTForSequenceClassification(config()).eval()
-    randomise(rm)
-    rm.save_pretrained(out / "rm")
-    torch.manual_seed(1)
-    lm = OPTForCausalLM(config()).eval()
-    randomise(lm)
-    lm.save_pretrained(out / "lm")
+
+    def saved(seed, make, name):
+        torch.manual_seed(seed)
+        model = make().eval()
+        randomise(model)
+        model.save_pretrained(out / name)
+        return model
+
+    rm = saved(0, lambda: OPTForSequenceClassification(config()), "rm")
+    lm = saved(1, lambda: OPTForCausalLM(config()), "lm")
+    gpt2_rm = saved(2, lambda: GPT2ForSequenceClassification(gpt2_config(num_labels=1, pad_token_id=1)), "gpt2_rm")
+    gpt2_lm = saved(3, lambda: GPT2LMHeadModel(gpt2_config()), "gpt2_lm")
     b = batches()
     s = scores(rm, b)
-    tensors = dict(b, left_scores=s["left"], right_scores=s["right"], lm_logprobs=next_token_logprobs(lm, b))
+    g = scores(gpt2_rm, b)
+    tensors = dict(b, left_scores=s["left"], right_scores=s["right"], lm_logprobs=next_token_logprobs(lm, b),
+                   gpt2_left_scores=g["left"], gpt2_right_scores=g["right"], gpt2_lm_logprobs=next_token_logprobs(gpt2_lm, b))
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def gpt2_start(out):
+    torch.manual_seed(4)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=128, n_positions=64, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0,
+                                       embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+    model.save_pretrained(out)
 
 
 def check_rm(folder, expected):
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     e = load_file(expected)
-    s = scores(model, e)
+    s = scores(model, e) if model.config.pad_token_id is not None else scores_row_by_row(model, e)
     diff = max((s[side] - e[f"{side}_scores"]).abs().max().item() for side in ("left", "right"))
     print(json.dumps({"max_difference": diff, "architecture": type(model).__name__}))
 
 
 def check_lm(folder, expected):
-    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    check_lm_model(AutoModelForCausalLM.from_pretrained(folder).eval(), expected)
+
+
+def check_lm_model(model, expected):
     e = load_file(expected)
     real = (e["left_mask"][:, 1:] * e["left_mask"][:, :-1]).bool()
     diff = (next_token_logprobs(model, e) - e["lm_logprobs"])[real].abs().max().item()
     print(json.dumps({"max_difference": diff, "architecture": type(model).__name__}))
+
+
+def check_peft(base, adapter, expected):
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).eval()
+    check_lm_model(model, expected)
 
 
 def ppo_update(folder, inputs, out):
@@ -131,7 +185,7 @@ def ppo_update(folder, inputs, out):
 
 
 if __name__ == "__main__":
-    commands = {"build": build, "check_rm": check_rm, "check_lm": check_lm, "ppo_update": ppo_update}
+    commands = {"build": build, "gpt2_start": gpt2_start, "check_rm": check_rm, "check_lm": check_lm, "check_peft": check_peft, "ppo_update": ppo_update}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

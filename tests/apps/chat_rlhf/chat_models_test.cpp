@@ -1,9 +1,9 @@
-// The reward / value model and the policy against transformers (tests/python/rlhf_models_reference.py):
-// an OPTForSequenceClassification folder loads and scores as transformers scores it, left- or
-// right-padded; what Kuafu writes loads back in transformers with Kuafu's scores; a causal model's
-// next-token log-probabilities equal transformers'. Float32, 1e-5: the two libraries' kernels differ in
-// summation order by ~1e-6 on these sizes. And PPO's experience does not depend on where padding sits
-// (float64, 1e-12: the same sums in another order).
+// The reward / value model and the policy against transformers (tests/python/rlhf_models_reference.py),
+// for each family (OPT and GPT-2): a ...ForSequenceClassification folder loads and scores as
+// transformers scores it, left- or right-padded; what Kuafu writes loads back in transformers with
+// Kuafu's scores; a causal model's next-token log-probabilities equal transformers'. Float32, 1e-5: the
+// two libraries' kernels differ in summation order by ~1e-6 on these sizes. And PPO's experience does not
+// depend on where padding sits (float64, 1e-12: the same sums in another order).
 #include <gtest/gtest.h>
 
 #include "apps/chat_rlhf/experience.h"
@@ -24,22 +24,29 @@ const testing::Reference& reference() {
 
 double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-TEST(ChatModelsTest, RewardModelScoresAsTransformersLeftOrRightPadded) {
+// The reference's models and figures of one family: "lm", "rm" and their outputs under the prefix
+// ("" for OPT, "gpt2_" for GPT-2).
+class ChatModelsTest : public ::testing::TestWithParam<std::string> {
+ protected:
   const testing::Reference& ref = reference();
-  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+  std::string folder(const std::string& model) const { return (ref.dir / (GetParam() + model)).string(); }
+  torch::Tensor figure(const std::string& name) const { return ref[GetParam() + name]; }
+};
+
+TEST_P(ChatModelsTest, RewardModelScoresAsTransformersLeftOrRightPadded) {
+  ScoredModel model = load_scored_model(folder("rm"));
   model->eval();
   torch::NoGradGuard no_grad;
   for (const std::string side : {"left", "right"}) {
     const torch::Tensor scores = model->scores(ref[side + "_ids"], ref[side + "_mask"].to(torch::kBool));
-    EXPECT_LT(difference(scores, ref[side + "_scores"]), kTolerance) << side;
+    EXPECT_LT(difference(scores, figure(side + "_scores")), kTolerance) << side;
   }
 }
 
 // In bf16 (the precision RLHF runs in on GPUs) the padded rows score as in float32, to bf16's
 // resolution: 8 bits of mantissa over two layers leave the scores within 0.05 of float32's.
-TEST(ChatModelsTest, RewardModelScoresPaddedRowsInBf16) {
-  const testing::Reference& ref = reference();
-  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+TEST_P(ChatModelsTest, RewardModelScoresPaddedRowsInBf16) {
+  ScoredModel model = load_scored_model(folder("rm"));
   model->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor real = ref["left_mask"].to(torch::kBool);
@@ -49,16 +56,15 @@ TEST(ChatModelsTest, RewardModelScoresPaddedRowsInBf16) {
   EXPECT_LT(difference(half, full), 0.05);
 }
 
-TEST(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
-  const testing::Reference& ref = reference();
-  ScoredModel model = scored_format().load((ref.dir / "rm").string());
+TEST_P(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
+  ScoredModel model = load_scored_model(folder("rm"));
   {
     torch::NoGradGuard no_grad;
     model->score->weight.mul_(-2.0);  // Kuafu's own weights, not the folder's
   }
-  const auto out = testing::temp_dir("rm_export");
+  const auto out = testing::temp_dir(GetParam() + "rm_export");
   std::filesystem::remove_all(out);
-  scored_format().save(model, out.string());
+  save_scored_model(model, out.string());
   model->eval();
   torch::NoGradGuard no_grad;
   io::NamedTensors expected;
@@ -72,42 +78,40 @@ TEST(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
   const testing::PythonRun run = testing::run_python_reference("rlhf_models_reference.py", "check_rm " + out.string() + " " + expected_path);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json line = testing::last_json_line(run.output);
-  EXPECT_EQ(line["architecture"], "OPTForSequenceClassification");
+  EXPECT_EQ(line["architecture"], GetParam().empty() ? "OPTForSequenceClassification" : "GPT2ForSequenceClassification");
   EXPECT_LT(line["max_difference"].get<double>(), kTolerance);
 }
 
-TEST(ChatModelsTest, RewardModelStartsFromACausalModelsDecoder) {
-  const testing::Reference& ref = reference();
-  opt::OPTForCausalLM lm = opt::opt_format().load((ref.dir / "lm").string());
-  ScoredModel model(lm->config);
+TEST_P(ChatModelsTest, RewardModelStartsFromACausalModelsTrunk) {
+  nn::CausalLMPtr lm = opt::load_causal_lm(folder("lm"));
+  ScoredModel model(opt::shape_of(*lm));
   const torch::Tensor head = model->score->weight.clone();
-  load_scored_weights(model, (ref.dir / "lm").string());
-  EXPECT_TRUE(model->named_parameters()["model.decoder.layers.1.fc2.bias"].equal(lm->named_parameters()["model.decoder.layers.1.fc2.bias"]));
+  EXPECT_FALSE(load_scored_weights(model, folder("lm")));
+  const std::string block = GetParam().empty() ? "model.decoder.layers.1.fc2.bias" : "transformer.h.1.mlp.c_proj.bias";
+  EXPECT_TRUE(model->named_parameters()[block].equal(lm->module().named_parameters()[block]));
   EXPECT_TRUE(model->score->weight.equal(head)) << "the head is new: it keeps its initial values";
 }
 
-TEST(ChatModelsTest, PolicyLogprobsEqualTransformers) {
-  const testing::Reference& ref = reference();
-  opt::OPTForCausalLM lm = opt::opt_format().load((ref.dir / "lm").string());
-  lm->eval();
+TEST_P(ChatModelsTest, PolicyLogprobsEqualTransformers) {
+  nn::CausalLMPtr lm = opt::load_causal_lm(folder("lm"));
+  lm->module().eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor real = ref["left_mask"].to(torch::kBool);
-  const torch::Tensor logprobs = next_token_logprobs(lm, ref["left_ids"], real);
+  const torch::Tensor logprobs = next_token_logprobs(*lm, ref["left_ids"], real);
   // Positions whose token and next token are both real (a left pad predicts nothing anyone reads).
   const torch::Tensor next_real = real.narrow(1, 1, real.size(1) - 1) & real.narrow(1, 0, real.size(1) - 1);
-  EXPECT_LT(difference(logprobs.index({next_real}), ref["lm_logprobs"].index({next_real})), kTolerance);
+  EXPECT_LT(difference(logprobs.index({next_real}), figure("lm_logprobs").index({next_real})), kTolerance);
 }
 
 // The trap: the same prompts and responses laid out left-padded (as generated) and right-padded give the
 // same log-probabilities, values, scores, rewards and advantages, at float64 rounding.
-TEST(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
-  const testing::Reference& ref = reference();
-  opt::OPTForCausalLM policy = opt::opt_format().load((ref.dir / "lm").string());
-  ScoredModel reward = scored_format().load((ref.dir / "rm").string());
-  opt::OPTForCausalLM reference_model(policy->config);
-  ScoredModel critic(policy->config);
-  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(policy.get()), static_cast<torch::nn::Module*>(reward.get()),
-                               static_cast<torch::nn::Module*>(reference_model.get()), static_cast<torch::nn::Module*>(critic.get())}) {
+TEST_P(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
+  nn::CausalLMPtr policy = opt::load_causal_lm(folder("lm"));
+  ScoredModel reward = load_scored_model(folder("rm"));
+  nn::CausalLMPtr reference_model = opt::shape_of(*policy).build();
+  ScoredModel critic(opt::shape_of(*policy));
+  for (torch::nn::Module* m : {&policy->module(), static_cast<torch::nn::Module*>(reward.get()), &reference_model->module(),
+                               static_cast<torch::nn::Module*>(critic.get())}) {
     m->to(torch::kFloat64);
     m->eval();
   }
@@ -115,10 +119,10 @@ TEST(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
   const std::vector<std::vector<int64_t>> responses = {{30, 31, 2}, {40, 41, 42, 43, 44}, {50}};  // ended, cut, cut
   ExperienceSettings settings;
   settings.missing_eos_penalty = -0.5;
-  const Experience left = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU), policy, reference_model,
+  const Experience left = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU), *policy, *reference_model,
                                           critic, reward, settings);
   const Experience right = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU, /*right_padded=*/true),
-                                           policy, reference_model, critic, reward, settings);
+                                           *policy, *reference_model, critic, reward, settings);
   EXPECT_FALSE(left.sequences.tokens.sizes() == right.sequences.tokens.sizes() && left.sequences.tokens.equal(right.sequences.tokens));
   EXPECT_TRUE(left.mask.equal(right.mask));
   for (const auto& [name, a, b] : std::vector<std::tuple<std::string, torch::Tensor, torch::Tensor>>{
@@ -136,15 +140,43 @@ TEST(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
   EXPECT_NEAR(left.scores[1].item<double>(), raw[1].item<double>() - 0.5, 1e-12) << "cut at the limit: the penalty";
 }
 
+// The trap of a padding id equal to EOS (GPT-2's tokenizers; OPT's without "<pad>"): every mask is
+// positional, so padding with the EOS id hides no real EOS: the same experience as with another padding
+// id, responses that ended counted as ended, the score on their EOS.
+TEST_P(ChatModelsTest, PaddingWithTheEosIdHidesNoEos) {
+  nn::CausalLMPtr policy = opt::load_causal_lm(folder("lm"));
+  ScoredModel reward = load_scored_model(folder("rm"));
+  ScoredModel critic(opt::shape_of(*policy));
+  for (torch::nn::Module* m : {&policy->module(), static_cast<torch::nn::Module*>(reward.get()),
+                               static_cast<torch::nn::Module*>(critic.get())}) {
+    m->to(torch::kFloat64);
+    m->eval();
+  }
+  const int64_t eos = 2;
+  const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6}, {2, 11, 12, 13}};
+  const std::vector<std::vector<int64_t>> responses = {{30, eos}, {40, 41, 42, 43, eos}};
+  const Experience with_pad = make_experience(make_sequences(prompts, responses, 1, eos, torch::kCPU), *policy, *policy,
+                                              critic, reward, {});
+  const Experience with_eos = make_experience(make_sequences(prompts, responses, eos, eos, torch::kCPU), *policy, *policy,
+                                              critic, reward, {});
+  EXPECT_TRUE(with_eos.sequences.ended.all().item<bool>());
+  EXPECT_TRUE(with_eos.mask.sum(1).equal(torch::tensor({2, 5})));
+  EXPECT_LT(difference(with_eos.scores, with_pad.scores), 1e-12);
+  EXPECT_LT(difference(with_eos.advantages, with_pad.advantages), 1e-12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, ChatModelsTest, ::testing::Values("", "gpt2_"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param.empty() ? "OPT" : "GPT2"; });
+
 // A PPO update on a fixed experience batch, through the app's functions (the actor's and the critic's
 // passes over rows with left-padded prompts and right-padded responses, clipped policy and value losses,
 // token means), equals the papers' formulas transcribed token by token in plain PyTorch on transformers'
 // models: both losses, and the gradients of the actor's and the critic's parameters. Float32, 1e-5
 // relative: the libraries sum in other orders.
-TEST(ChatModelsTest, PpoUpdateEqualsThePythonTranscription) {
+TEST(ChatModelsOptTest, PpoUpdateEqualsThePythonTranscription) {
   const testing::Reference& ref = reference();
   opt::OPTForCausalLM actor = opt::opt_format().load((ref.dir / "lm").string());
-  ScoredModel critic = scored_format().load((ref.dir / "rm").string());
+  ScoredModel critic = load_scored_model((ref.dir / "rm").string());
   actor->eval();
   critic->eval();
   const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6, 7}, {2, 11}, {2, 20, 21}};
@@ -156,14 +188,14 @@ TEST(ChatModelsTest, PpoUpdateEqualsThePythonTranscription) {
   torch::Tensor old_logprobs, old_values;
   {
     torch::NoGradGuard no_grad;  // near the current policy, so some ratios clip and some do not
-    old_logprobs = (response_logprobs(actor, s, {}) + 0.3 * torch::randn(shape)) * mask;
+    old_logprobs = (response_logprobs(*actor, s, {}) + 0.3 * torch::randn(shape)) * mask;
     old_values = (response_values(critic, s).values + 0.3 * torch::randn(shape)) * mask;
   }
   const torch::Tensor advantages = torch::randn(shape) * mask, returns = torch::randn(shape) * mask;
   const double clip = 0.2, value_clip = 0.2;
   const BatchCounts counts = counts_of(mask);
   const torch::Tensor policy_loss = aggregate(
-      clipped_policy_loss(response_logprobs(actor, s, {}), old_logprobs, advantages, clip, clip).loss, mask, Aggregation::TokenMean, counts);
+      clipped_policy_loss(response_logprobs(*actor, s, {}), old_logprobs, advantages, clip, clip).loss, mask, Aggregation::TokenMean, counts);
   const torch::Tensor value_loss =
       aggregate(clipped_value_loss(response_values(critic, s).values, old_values, returns, value_clip), mask, Aggregation::TokenMean, counts);
   (policy_loss + value_loss).backward();
@@ -193,32 +225,6 @@ TEST(ChatModelsTest, PpoUpdateEqualsThePythonTranscription) {
     }
   }
   EXPECT_GE(compared, 6) << "the reference names fc2, embed_positions and score gradients of both models";
-}
-
-// The trap of a padding id equal to EOS (GPT-2's tokenizers; OPT's without "<pad>"): every mask is
-// positional, so padding with the EOS id hides no real EOS: the same experience as with another padding
-// id, responses that ended counted as ended, the score on their EOS.
-TEST(ChatModelsTest, PaddingWithTheEosIdHidesNoEos) {
-  const testing::Reference& ref = reference();
-  opt::OPTForCausalLM policy = opt::opt_format().load((ref.dir / "lm").string());
-  ScoredModel reward = scored_format().load((ref.dir / "rm").string());
-  ScoredModel critic(policy->config);
-  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(policy.get()), static_cast<torch::nn::Module*>(reward.get()),
-                               static_cast<torch::nn::Module*>(critic.get())}) {
-    m->to(torch::kFloat64);
-    m->eval();
-  }
-  const int64_t eos = 2;
-  const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6}, {2, 11, 12, 13}};
-  const std::vector<std::vector<int64_t>> responses = {{30, eos}, {40, 41, 42, 43, eos}};
-  const Experience with_pad = make_experience(make_sequences(prompts, responses, 1, eos, torch::kCPU), policy, policy,
-                                              critic, reward, {});
-  const Experience with_eos = make_experience(make_sequences(prompts, responses, eos, eos, torch::kCPU), policy, policy,
-                                              critic, reward, {});
-  EXPECT_TRUE(with_eos.sequences.ended.all().item<bool>());
-  EXPECT_TRUE(with_eos.mask.sum(1).equal(torch::tensor({2, 5})));
-  EXPECT_LT(difference(with_eos.scores, with_pad.scores), 1e-12);
-  EXPECT_LT(difference(with_eos.advantages, with_pad.advantages), 1e-12);
 }
 
 }  // namespace

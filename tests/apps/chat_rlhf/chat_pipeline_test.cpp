@@ -19,7 +19,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
-#include "tests/support/byte_tokenizer.h"
+#include "tests/apps/chat_rlhf/stage_runs.h"
 #include "tests/support/python_reference.h"
 #include "tests/support/run_command.h"
 #include "tests/support/multiprocess.h"
@@ -29,62 +29,6 @@
 namespace kuafu::chat {
 namespace {
 namespace fs = std::filesystem;
-
-const char* kAnswers[] = {"a bird", "a small stone", "to run fast", "very old", "a kind of tree"};
-
-std::string answer(int n) { return std::string(kAnswers[n % 5]) + " of " + std::to_string(n % 7) + "."; }
-
-void write_data(const fs::path& root) {
-  testing::write_byte_tokenizer(root / "tokenizer");
-  for (const auto& [name, first, count] : std::vector<std::tuple<std::string, int, int>>{{"train", 0, 40}, {"val", 100, 8}}) {
-    std::ofstream instructions(root / (name + ".jsonl")), pairs(root / (name + "_pairs.jsonl"));
-    for (int n = first; n < first + count; ++n) {
-      const std::string prompt = "What does w" + std::to_string(n) + " mean?";
-      instructions << nlohmann::json{{"prompt", prompt}, {"response", answer(n)}}.dump() << "\n";
-      const bool other = n % 2 == 0;
-      const std::string rejected = other ? answer(n + 1) : "a a a a a a a a.";
-      pairs << nlohmann::json{{"prompt", prompt}, {"chosen", answer(n)}, {"rejected", rejected}, {"kind", other ? "other" : "loop"}}.dump()
-            << "\n";
-    }
-  }
-}
-
-// `data`: the stage's data.* lines besides the tokenizer and context.
-std::string common_config(const fs::path& root, const std::string& out, int steps, const std::string& data) {
-  return "[data]\ntokenizer = \"" + (root / "tokenizer").string() + "\"\ncontext = 64\n" + data +
-         "[train]\nsteps = " + std::to_string(steps) + "\nbatch_size = 8\nmicro_batch_size = 4\neval_rows = 8\n"
-         "progress = \"plain\"\nlog_interval = 100\ncheckpoint_interval = 1000\nout_dir = \"" + (root / out).string() + "\"\n"
-         "[runtime]\nthreads = 1\ndevice = \"cpu\"\n";
-}
-
-fs::path write_config(const fs::path& root, const std::string& name, const std::string& text) {
-  const fs::path path = root / (name + ".toml");
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::vector<nlohmann::json> metrics(const fs::path& run) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
-    if (j.contains("loss")) lines.push_back(j);
-  }
-  return lines;
-}
-
-testing::CommandResult chat(const std::string& args) { return testing::run_command(std::string(KUAFU_CHAT_PATH) + " " + args); }
-
-// Trains `stage` with the config `text` (written as <root>/<name>.toml, the run in <root>/<name>_run) and
-// `args` (e.g. --set ...) and returns the run's training lines of metrics.jsonl; a failed run fails the
-// test with its output.
-std::vector<nlohmann::json> train_stage(const fs::path& root, const std::string& stage, const std::string& name,
-                                        const std::string& text, const std::string& args = "") {
-  const fs::path config = write_config(root, name, text);
-  const testing::CommandResult trained = chat(stage + " --config " + config.string() + " " + args);
-  EXPECT_EQ(trained.exit_code, 0) << trained.output;
-  return metrics(root / (name + "_run"));
-}
 
 class ChatPipelineTest : public ::testing::Test {
  protected:
@@ -129,7 +73,7 @@ TEST_F(ChatPipelineTest, SftAndRewardModelTrainAndExport) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const nlohmann::json config = nlohmann::json::parse(read_file((root_ / "rm_hf/config.json").string()));
   EXPECT_EQ(config["architectures"][0], "OPTForSequenceClassification");
-  ScoredModel exported = scored_format().load((root_ / "rm_hf").string());
+  ScoredModel exported = load_scored_model((root_ / "rm_hf").string());
   EXPECT_TRUE(fs::exists(root_ / "rm_hf/vocab.json")) << "the tokenizer travels with the folder";
 }
 
@@ -150,14 +94,6 @@ TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
   EXPECT_EQ(testing::last_json_line(before.output)["val_accuracy"].get<double>(), 0.0) << before.output;
   EXPECT_GT(testing::last_json_line(after.output)["val_accuracy"].get<double>(), 0.5) << after.output;
   EXPECT_LT(testing::last_json_line(after.output)["val_loss"].get<double>(), std::log(2.0)) << after.output;
-}
-
-std::string rl_config(const fs::path& root, const std::string& out, int steps, const std::string& rl) {
-  return common_config(root, out, steps, "train = \"" + (root / "train.jsonl").string() + "\"\n") +
-         "[model]\ninit_from = \"" + (root / "sft_hf").string() + "\"\n"
-         "[optim]\nlr = 1e-4\nwarmup_steps = 0\n[generate]\nmax_new_tokens = 12\ntemperature = 1.0\n"
-         "[rl]\nreward_model = \"" + (root / "rm_hf").string() + "\"\neval_prompts = \"" + (root / "val.jsonl").string() +
-         "\"\neval_prompts_count = 4\n" + rl;
 }
 
 TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
@@ -420,7 +356,7 @@ TEST_F(ChatPipelineTest, ChatSessionStreamsKeepsHistoryAndDropsTheOldest) {
   nn::SamplingOptions sampling;
   sampling.temperature = 0;
   sampling.max_new_tokens = 10;
-  ChatSession session(opt::opt_format().load(dir), tokenizer, format, sampling);
+  ChatSession session(opt::load_causal_lm(dir), tokenizer, format, sampling);
   std::vector<std::string> pieces, notices;
   const std::string first = session.reply("What does w3 mean?", [&](const std::string& p) { pieces.push_back(p); },
                                           [&](const std::string& n) { notices.push_back(n); });

@@ -33,6 +33,11 @@ namespace kuafu::opt {
 namespace {
 namespace fs = std::filesystem;
 
+// The config's model, which these tests know to be an OPT.
+OPTForCausalLM build_opt(const config::Config& config, const parallel::ModelOptions& options) {
+  return OPTForCausalLM(std::dynamic_pointer_cast<OPTForCausalLMImpl>(build_model(config, options)));
+}
+
 // "What does wN mean?" -> a definition whose length varies with N, so rows pad differently.
 void write_instructions(const fs::path& path, int first, int count) {
   std::ofstream out(path);
@@ -101,7 +106,7 @@ TEST_F(OPTFinetuneTest, BatchesLearnTheAnswersOnly) {
   const auto config = make_config(root_, "batches");
   const io::BpeTokenizer tokenizer = load_tokenizer(config, opt_data(config));
   auto set = std::make_shared<io::InstructionSet>(
-      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer)));
+      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer, model_config(config))));
   io::InstructionBatcher batcher(set, /*pad_id=*/1, /*global_batch=*/8, /*seed=*/5);
   const io::TokenBatch batch = batcher.train_batch(3, 2, 2);
   ASSERT_EQ(batch.inputs.size(0), 2);
@@ -136,7 +141,7 @@ TEST_F(OPTFinetuneTest, PackedExamplesGiveTheUnpackedLossAndGradients) {
   const auto config = make_config(root_, "packed", {"data.pack=true", "data.context=192", "model.max_position_embeddings=192"});
   const io::BpeTokenizer tokenizer = load_tokenizer(config, opt_data(config));
   auto set = std::make_shared<io::InstructionSet>(
-      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer)));
+      io::read_instructions((root_ / "train.jsonl").string(), tokenizer, instruction_format(config, opt_data(config), tokenizer, model_config(config))));
   io::InstructionBatcher unpacked(set, 1, 8, 5);
   io::InstructionBatcher packed(set, 1, 8, 5, torch::kCPU, /*pack_to=*/192);
   const io::TokenBatch one_per_row = unpacked.eval_batch(0, 6);
@@ -144,7 +149,7 @@ TEST_F(OPTFinetuneTest, PackedExamplesGiveTheUnpackedLossAndGradients) {
   ASSERT_EQ(rows.inputs.sizes(), (std::vector<int64_t>{2, 2, 192}));
   EXPECT_EQ(rows.targets.ne(io::kIgnoredTarget).sum().item<int64_t>(), one_per_row.targets.ne(io::kIgnoredTarget).sum().item<int64_t>());
 
-  OPTForCausalLM model = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
+  OPTForCausalLM model = build_opt(config, parallel::ModelOptions::serial_on(torch::kCPU));
   auto loss_and_grads = [&](const torch::Tensor& inputs, const torch::Tensor& targets) {
     model->zero_grad();
     torch::Tensor loss = model->loss(inputs, targets);
@@ -162,7 +167,7 @@ TEST_F(OPTFinetuneTest, PackedExamplesGiveTheUnpackedLossAndGradients) {
   {  // Attention kept within each example, but positions counted from the row's start: differs too.
     torch::NoGradGuard no_grad;
     const torch::Tensor ids = rows.inputs.select(1, 0), documents = rows.inputs.select(1, 1);
-    torch::Tensor x = model->embed(ids, torch::arange(ids.size(1)).unsqueeze(0));
+    torch::Tensor x = model->embed_at(ids, torch::arange(ids.size(1)).unsqueeze(0));
     x = nn::run_blocks(model->decoder->blocks, x, nullptr, ops::AttentionMask({}, documents));
     EXPECT_GT(std::abs(model->tail_loss(x, rows.targets).item<double>() - reference), 1e-3) << "positions must restart";
   }
@@ -233,7 +238,7 @@ TEST_F(OPTFinetuneTest, ShardedLoraFineTuningOnTwoRanksEqualsPlainAndKeepsTheBas
   if (world->rank() != 0) return;
   // The base weights are where the seed put them; the adapters moved.
   const auto config = make_config(root_, "lora_none", {"lora.rank=4"});
-  OPTForCausalLM start = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
+  OPTForCausalLM start = build_opt(config, parallel::ModelOptions::serial_on(torch::kCPU));
   const io::SafetensorsFile trained = testing::saved(root_, "lora_none", "model.safetensors");
   int adapters = 0;
   for (const auto& [name, tensor] : train::named_weights(*start)) {
@@ -325,7 +330,7 @@ TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
   testing::expect_same_tensors(testing::saved(root_, "offloaded", "optimizer.safetensors"),
                                testing::saved(root_, "on_device", "optimizer.safetensors"), 0.0, 0.0, "optimizer state");
   // Between calls a frozen weight is its host copy; during its block's call, a copy made for the call.
-  OPTForCausalLM model = build_model(make_config(root_, "hooks", {"lora.rank=4"}), parallel::ModelOptions::serial_on(torch::kCPU));
+  OPTForCausalLM model = build_opt(make_config(root_, "hooks", {"lora.rank=4"}), parallel::ModelOptions::serial_on(torch::kCPU));
   {
     memory::FrozenWeightOffload offload(*model, torch::kCPU);
     const torch::Tensor weight = model->named_parameters()["model.decoder.layers.0.fc1.weight"];
@@ -385,7 +390,7 @@ TEST_F(OPTFinetuneTest, CommandsFineTuneEvaluateGenerateAndExport) {
   EXPECT_TRUE(fs::exists(merged / "vocab.json")) << "the tokenizer travels with the model";
   EXPECT_TRUE(fs::exists(adapter / "adapter_config.json") && fs::exists(adapter / "adapter_model.safetensors"));
   const auto config = config::Config::load(lora, opt_schema());
-  OPTForCausalLM adapted = build_model(config, parallel::ModelOptions::serial_on(torch::kCPU));
+  OPTForCausalLM adapted = build_opt(config, parallel::ModelOptions::serial_on(torch::kCPU));
   train::CheckpointStore::load_model(train::checkpoint_to_read((root_ / "cli_lora").string(), ""), *adapted);
   const torch::Tensor tokens = torch::randint(3, 120, {2, 10});
   OPTForCausalLM plain = opt_format().load(merged.string());

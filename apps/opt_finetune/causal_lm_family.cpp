@@ -1,0 +1,100 @@
+#include "apps/opt_finetune/causal_lm_family.h"
+
+#include <sstream>
+
+#include "apps/gpt/hugging_face.h"
+#include "apps/opt_finetune/hugging_face.h"
+
+namespace kuafu::opt {
+
+namespace {
+
+// Calls `f` with the family's format and shape.
+template <class F>
+auto with_format(const LmShape& shape, F&& f) {
+  if (const auto* gpt2 = std::get_if<gpt::GPTConfig>(&shape.config)) return f(gpt::gpt_format(), *gpt2);
+  return f(opt_format(), std::get<OPTConfig>(shape.config));
+}
+
+}  // namespace
+
+int64_t LmShape::parameter_count() const {
+  return std::visit([](const auto& c) { return c.parameter_count(); }, config);
+}
+
+double LmShape::flops_per_token(int64_t t) const {
+  return std::visit([t](const auto& c) { return c.flops_per_token(t); }, config);
+}
+
+int64_t LmShape::vocab_size() const {
+  return std::visit([](const auto& c) { return c.vocab_size; }, config);
+}
+
+int64_t LmShape::positions() const {
+  if (const auto* gpt2 = std::get_if<gpt::GPTConfig>(&config)) return gpt2->n_positions;
+  return std::get<OPTConfig>(config).max_position_embeddings;
+}
+
+int64_t LmShape::layers() const {
+  if (const auto* gpt2 = std::get_if<gpt::GPTConfig>(&config)) return gpt2->n_layer;
+  return std::get<OPTConfig>(config).num_hidden_layers;
+}
+
+int64_t LmShape::final_width() const {
+  if (const auto* gpt2 = std::get_if<gpt::GPTConfig>(&config)) return gpt2->n_embd;
+  return std::get<OPTConfig>(config).word_embed_proj_dim;
+}
+
+std::string LmShape::describe() const {
+  std::ostringstream line;
+  if (const auto* g = std::get_if<gpt::GPTConfig>(&config)) {
+    line << "GPT-2: " << g->n_layer << " layers, " << g->n_head << " heads, hidden " << g->n_embd;
+  } else {
+    const OPTConfig& m = std::get<OPTConfig>(config);
+    line << "OPT: " << m.num_hidden_layers << " layers, " << m.num_attention_heads << " heads, hidden " << m.hidden_size;
+  }
+  line << ", vocabulary " << vocab_size() << ", " << static_cast<double>(parameter_count()) / 1e6 << "M parameters";
+  return line.str();
+}
+
+nn::CausalLMPtr LmShape::build(const parallel::ModelOptions& options) const {
+  if (const auto* gpt2 = std::get_if<gpt::GPTConfig>(&config)) return gpt::GPT(*gpt2, options).ptr();
+  return OPTForCausalLM(std::get<OPTConfig>(config), options).ptr();
+}
+
+LmShape read_lm_shape(const nlohmann::json& config, const std::string& where) {
+  const std::string type = io::config_value<std::string>(config, "model_type", "", where);
+  if (type == gpt::gpt_format().model_type) return gpt::gpt_format().read_config(config, where);
+  return opt_format().read_config(config, where);  // names the model_type when it is not OPT's either
+}
+
+nlohmann::json write_lm_config(const LmShape& shape) {
+  return with_format(shape, [](const auto& format, const auto& c) { return format.write_config(c); });
+}
+
+const train::HfWeightNames& lm_weight_names(const LmShape& shape) {
+  return shape.is_gpt2() ? gpt::gpt_format().names : opt_format().names;
+}
+
+LmShape shape_of(nn::CausalLM& model) {
+  if (auto* gpt2 = dynamic_cast<gpt::GPTImpl*>(&model)) return gpt2->config;
+  if (auto* o = dynamic_cast<OPTForCausalLMImpl*>(&model)) return o->config;
+  fail("a causal language model of a family Kuafu cannot save: " + model.family());
+}
+
+nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device) {
+  const io::HfFolder folder = io::read_hf_folder(dir);
+  nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(device));
+  load_lm_weights(*model, folder);
+  return model;
+}
+
+void load_lm_weights(nn::CausalLM& model, const io::HfFolder& folder) {
+  train::load_pretrained(model.module(), model.tp, folder, lm_weight_names(shape_of(model)));
+}
+
+void save_causal_lm(nn::CausalLM& model, const std::string& dir, const io::HfWriteOptions& options) {
+  train::export_pretrained(model.module(), model.tp, dir, write_lm_config(shape_of(model)), options);
+}
+
+}  // namespace kuafu::opt

@@ -1,0 +1,58 @@
+// The causal language models kuafu-opt and kuafu-chat fine-tune, whichever family a Hugging Face
+// folder holds: OPT (a folder, a published shape or the model.* keys) and GPT-2 (a folder), told apart
+// by config.json's model_type. Everything past here sees an nn::CausalLM.
+#pragma once
+
+#include <string>
+#include <variant>
+
+#include "apps/gpt/model.h"
+#include "apps/opt_finetune/model.h"
+#include "core/io/hf_folder.h"
+#include "core/nn/causal_lm.h"
+#include "core/train/hf_interop.h"
+
+namespace kuafu::opt {
+
+// A model's family and shape.
+struct LmShape {
+  LmShape() = default;
+  LmShape(const OPTConfig& c) : config(c) {}        // NOLINT(google-explicit-constructor): a shape is either
+  LmShape(const gpt::GPTConfig& c) : config(c) {}   // NOLINT(google-explicit-constructor)
+
+  std::variant<OPTConfig, gpt::GPTConfig> config;
+
+  bool is_gpt2() const { return std::holds_alternative<gpt::GPTConfig>(config); }
+  std::string family() const { return is_gpt2() ? "GPT-2" : "OPT"; }
+  int64_t parameter_count() const;
+  double flops_per_token(int64_t t) const;  // forward + backward
+  int64_t vocab_size() const;
+  int64_t positions() const;
+  int64_t layers() const;
+  int64_t final_width() const;  // what a head on the final hidden states reads
+  // The token that begins every example and ends every response (BOS = EOS in both families).
+  std::string eos_token() const { return is_gpt2() ? "<|endoftext|>" : "</s>"; }
+  std::string describe() const;  // "OPT: 2 layers, 4 heads, hidden 64, vocabulary 512, 0.1M parameters"
+
+  // The model, seeded by the caller, laid out by `options`.
+  nn::CausalLMPtr build(const parallel::ModelOptions& options = {}) const;
+};
+
+// The shape of a model's config.json (`where` names it in errors): model_type "opt" or "gpt2",
+// checked as each family's format checks it; kuafu::Error naming `where` for another model_type.
+LmShape read_lm_shape(const nlohmann::json& config, const std::string& where);
+// The config.json of `shape`'s causal language model (OPTForCausalLM, GPT2LMHeadModel).
+nlohmann::json write_lm_config(const LmShape& shape);
+// How the family's folders name the model's tensors.
+const train::HfWeightNames& lm_weight_names(const LmShape& shape);
+// The shape `model` was built with.
+LmShape shape_of(nn::CausalLM& model);
+
+// The causal language model `dir` holds (OPTForCausalLM, GPT2LMHeadModel), whole on `device`.
+nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device = torch::kCPU);
+// `folder`'s weights into `model` (built from its config), on any tensor-parallel layout.
+void load_lm_weights(nn::CausalLM& model, const io::HfFolder& folder);
+// Writes `model` (serial) as a new folder `dir` that transformers' AutoModelForCausalLM loads.
+void save_causal_lm(nn::CausalLM& model, const std::string& dir, const io::HfWriteOptions& options = {});
+
+}  // namespace kuafu::opt

@@ -1,0 +1,64 @@
+// What fine-tuning, RLHF and chat use of a causal language model, whichever its family (GPT-2, OPT):
+// the block model the trainer runs, decoding with caches, whole rows' logits with padding anywhere,
+// and the trunk a scalar head reads (a reward or value model: embeddings, blocks, final hidden states).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/hooks/block_model.h"
+#include "core/io/targets.h"
+#include "core/io/targets.h"
+#include "core/nn/generation.h"
+#include "core/nn/transformer_block.h"
+#include "core/parallel/tensor/factory.h"
+
+namespace kuafu::nn {
+
+class CausalLM : public hooks::BlockModel {
+ public:
+  // Logits [B, T, V] of rows at their own positions with left padding, continuing `caches` (generation).
+  virtual torch::Tensor decode(const DecodeStep& step, std::vector<ops::KVCache>& caches) = 0;
+  // Whole logits [B, T, V] of whole rows with padding anywhere (whole_rows_step): decode's without a cache.
+  virtual torch::Tensor whole_logits(const DecodeStep& step) = 0;
+  // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream [B, T, H].
+  virtual torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) = 0;
+  virtual std::vector<TransformerBlock>& layers() = 0;
+  // The final stream [B, T, H] -> the hidden states [B, T, final_width()] an output layer or a head
+  // reads (final norm, and OPT's projection out where it has one).
+  virtual torch::Tensor final_hidden(const torch::Tensor& x) = 0;
+  virtual int64_t final_width() const = 0;
+  // The tail part's modules final_hidden runs (the tail less the tied output layer).
+  virtual std::vector<std::string> final_modules() const = 0;
+  virtual int64_t positions() const = 0;   // the longest sequence
+  virtual int64_t vocab_size() const = 0;  // rows of the output layer
+  virtual std::string family() const = 0;  // for messages: "OPT", "GPT-2"
+
+  // hooks::BlockModel's head and blocks, the same for every family: inputs are tokens [B, T] at positions
+  // 0..T-1, or packed rows [B, 2, T] (token ids over document ids, contiguous runs), each document
+  // attending only to itself with positions counted from its own start.
+  torch::Tensor head(const torch::Tensor& inputs) override;
+  // Packed rows' documents [B, T] (undefined for unpacked rows), which keep each block's attention within them.
+  torch::Tensor block_context(const torch::Tensor& inputs) const override;
+  torch::Tensor block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) override;
+  bool tail_per_position() const override { return true; }
+  // Mean next-token cross-entropy of `inputs` (as head's) against `targets`, never gathering the logits.
+  torch::Tensor loss(const torch::Tensor& inputs, const torch::Tensor& targets);
+  // The learned targets (not io::kIgnoredTarget: the answers of instruction rows).
+  torch::Tensor tail_items(const torch::Tensor& targets) const override {
+    return (targets != io::kIgnoredTarget).sum().to(torch::kFloat64);
+  }
+
+  parallel::TensorParallel tp;  // how its layers are cut (default: serial)
+};
+
+using CausalLMPtr = std::shared_ptr<CausalLM>;
+
+// The decoder generation drives.
+inline Decoder decoder_of(const CausalLMPtr& model) {
+  return {[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) { return model->decode(step, caches); },
+          model->positions(), model->module().parameters().front().device(), /*all_done=*/nullptr};
+}
+
+}  // namespace kuafu::nn

@@ -1,0 +1,213 @@
+// Every kuafu-chat stage from a GPT-2 folder that transformers saved (tests/python/rlhf_models_reference.py
+// gpt2_start), with GPT-2's one special token <|endoftext|> as BOS, EOS and padding (no pad token): SFT
+// lowers the held-out answer loss and exports a GPT2LMHeadModel whose next-token log-probabilities
+// transformers computes as Kuafu does; the reward model from the SFT folder exports a
+// GPT2ForSequenceClassification with Kuafu's scores; DPO, PPO and GRPO start from both with the exact
+// first-step figures each must show (DPO's loss log 2; PPO's ratio 1, no clipping, no approximate KL;
+// GRPO's loss 0 with β = 0), the PPO actor's export loads in transformers, and `chat` answers from it.
+// Parity in float32 to 1e-5: the libraries' kernels sum in other orders (~1e-6 on these sizes).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apps/chat_rlhf/policy.h"
+#include "apps/chat_rlhf/scored_model.h"
+#include "core/io/safetensors.h"
+#include "core/util/atomic_file.h"
+#include "tests/apps/chat_rlhf/stage_runs.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/python_reference.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::chat {
+namespace {
+
+constexpr int64_t kEos = 0;  // <|endoftext|>
+
+// Rows of the tiny task's tokens (BOS, prompt, answer, EOS), left-padded with the EOS id: ids [B, T], mask [B, T].
+std::pair<torch::Tensor, torch::Tensor> left_padded_rows() {
+  const std::vector<std::string> texts = {"What does w3 mean? a bird", "What does w10 mean? very old of 3.", "w7?"};
+  const int64_t width = 40;
+  torch::Tensor ids = torch::full({3, width}, kEos, torch::kInt64), mask = torch::zeros({3, width}, torch::kInt64);
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<int64_t> row = {kEos};
+    for (const char c : texts[static_cast<size_t>(r)]) row.push_back(c == ' ' ? 32 : static_cast<unsigned char>(c));
+    row.push_back(kEos);
+    const int64_t n = static_cast<int64_t>(row.size()), first = width - n;
+    ids.narrow(1, first, n).narrow(0, r, 1).copy_(torch::tensor(row).unsqueeze(0));
+    mask.narrow(1, first, n).narrow(0, r, 1).fill_(1);
+  }
+  return {ids, mask};
+}
+
+// Kuafu's next-token log-probabilities of `folder`'s causal model (a GPT-2) on left_padded_rows, written
+// beside it for the Python reference as <folder>_expected.safetensors.
+fs::path kuafu_logprobs(const fs::path& folder) {
+  nn::CausalLMPtr model = opt::load_causal_lm(folder.string());
+  EXPECT_EQ(model->family(), "GPT-2");
+  model->module().eval();
+  torch::NoGradGuard no_grad;
+  const auto [ids, mask] = left_padded_rows();
+  const fs::path expected = folder.parent_path() / (folder.filename().string() + "_expected.safetensors");
+  io::save_safetensors(expected.string(), {{"left_ids", ids},
+                                           {"left_mask", mask},
+                                           {"lm_logprobs", next_token_logprobs(*model, ids, mask.to(torch::kBool))}});
+  return expected;
+}
+
+// The reference `command` (check_lm or check_peft) agrees with Kuafu's log-probabilities on real tokens.
+void expect_reference_agrees(const std::string& command, const std::string& architecture) {
+  const testing::PythonRun run = testing::run_python_reference("rlhf_models_reference.py", command);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json line = testing::last_json_line(run.output);
+  EXPECT_EQ(line["architecture"], architecture);
+  EXPECT_LT(line["max_difference"].get<double>(), 1e-5) << command;
+}
+
+void expect_logprobs_as_transformers(const fs::path& folder) {
+  expect_reference_agrees("check_lm " + folder.string() + " " + kuafu_logprobs(folder).string(), "GPT2LMHeadModel");
+}
+
+nlohmann::json config_json(const fs::path& folder) { return nlohmann::json::parse(read_file((folder / "config.json").string())); }
+
+class ChatGpt2Test : public ::testing::Test {
+ protected:
+  // One pipeline for the suite: the GPT-2 start, SFT from it and the reward model from the SFT model.
+  static void SetUpTestSuite() {
+    root_ = testing::shared_test_dir("chat_gpt2");
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+    write_data(root_, testing::SpecialTokens::kGpt2);
+    start_ = testing::run_python_reference("rlhf_models_reference.py", "gpt2_start " + (root_ / "gpt2_start").string());
+    const std::string data =
+        "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
+    const fs::path sft = write_config(root_, "sft", common_config(root_, "sft_run", 30, data) +
+        "[model]\ninit_from = \"" + (root_ / "gpt2_start").string() + "\"\n[optim]\nlr = 3e-3\nwarmup_steps = 2\n");
+    sft_trained_ = chat("sft --config " + sft.string());
+    sft_before_ = chat("sft eval --config " + sft.string() + " --checkpoint init");
+    sft_after_ = chat("sft eval --config " + sft.string());
+    sft_exported_ = chat("sft export --config " + sft.string() + " --out " + (root_ / "sft_hf").string());
+    const fs::path rm = write_config(root_, "rm", common_config(root_, "rm_run", 10,
+        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 2e-3\nwarmup_steps = 2\n");
+    rm_trained_ = chat("rm --config " + rm.string());
+    rm_exported_ = chat("rm export --config " + rm.string() + " --out " + (root_ / "rm_hf").string());
+  }
+  static fs::path root_;
+  static testing::PythonRun start_;
+  static testing::CommandResult sft_trained_, sft_before_, sft_after_, sft_exported_, rm_trained_, rm_exported_;
+};
+fs::path ChatGpt2Test::root_;
+testing::PythonRun ChatGpt2Test::start_;
+testing::CommandResult ChatGpt2Test::sft_trained_, ChatGpt2Test::sft_before_, ChatGpt2Test::sft_after_,
+    ChatGpt2Test::sft_exported_, ChatGpt2Test::rm_trained_, ChatGpt2Test::rm_exported_;
+
+TEST_F(ChatGpt2Test, SftAndTheRewardModelStartFromAGpt2FolderAndExportGpt2) {
+  ASSERT_EQ(start_.exit_code, 0) << start_.output;
+  ASSERT_EQ(sft_trained_.exit_code, 0) << sft_trained_.output;
+  EXPECT_TRUE(testing::Contains(sft_trained_.output, "GPT-2: 2 layers")) << "the folder's family and shape";
+  ASSERT_EQ(sft_before_.exit_code, 0) << sft_before_.output;
+  ASSERT_EQ(sft_after_.exit_code, 0) << sft_after_.output;
+  const double before = testing::last_json_line(sft_before_.output)["val_loss"].get<double>();
+  const double after = testing::last_json_line(sft_after_.output)["val_loss"].get<double>();
+  EXPECT_LT(after, 0.75 * before) << "the held-out answer loss falls from chance (log 128): " << before << " -> " << after;
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  EXPECT_EQ(config_json(root_ / "sft_hf")["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_TRUE(fs::exists(root_ / "sft_hf/vocab.json")) << "the tokenizer travels with the folder";
+  expect_logprobs_as_transformers(root_ / "sft_hf");
+
+  ASSERT_EQ(rm_trained_.exit_code, 0) << rm_trained_.output;
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const nlohmann::json rm = config_json(root_ / "rm_hf");
+  EXPECT_EQ(rm["architectures"][0], "GPT2ForSequenceClassification");
+  EXPECT_EQ(rm["model_type"], "gpt2");
+  ScoredModel reward = load_scored_model((root_ / "rm_hf").string());
+  reward->eval();
+  torch::NoGradGuard no_grad;
+  const auto [ids, mask] = left_padded_rows();
+  io::NamedTensors expected;
+  for (const std::string side : {"left", "right"}) {  // the same rows twice: transformers scores each alone
+    expected.emplace_back(side + "_ids", ids);
+    expected.emplace_back(side + "_mask", mask);
+    expected.emplace_back(side + "_scores", reward->scores(ids, mask.to(torch::kBool)));
+  }
+  const fs::path expected_path = root_ / "rm_expected.safetensors";
+  io::save_safetensors(expected_path.string(), expected);
+  const testing::PythonRun run = testing::run_python_reference(
+      "rlhf_models_reference.py", "check_rm " + (root_ / "rm_hf").string() + " " + expected_path.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json line = testing::last_json_line(run.output);
+  EXPECT_EQ(line["architecture"], "GPT2ForSequenceClassification");
+  EXPECT_LT(line["max_difference"].get<double>(), 1e-5);
+}
+
+TEST_F(ChatGpt2Test, DpoPpoAndGrpoStartFromGpt2FoldersWithTheirExactFirstSteps) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::vector<nlohmann::json> dpo = train_stage(root_, "dpo", "dpo", common_config(root_, "dpo_run", 2,
+      "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+      "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n[dpo]\nbeta = 0.1\n");
+  ASSERT_EQ(dpo.size(), 2u);
+  EXPECT_NEAR(dpo[0]["loss"].get<double>(), std::log(2.0), 1e-5) << "the policy is its reference at step 1";
+
+  const std::vector<nlohmann::json> ppo = train_stage(root_, "ppo", "ppo", rl_config(root_, "ppo_run", 2,
+      "prompts_per_rollout = 16\nepochs = 1\nmini_batches = 2\n"));
+  ASSERT_EQ(ppo.size(), 2u);
+  EXPECT_NEAR(ppo[0]["ratio"].get<double>(), 1.0, 1e-5);
+  EXPECT_EQ(ppo[0]["clip_fraction"].get<double>(), 0.0);
+  EXPECT_LT(ppo[0]["approx_kl"].get<double>(), 1e-10);
+  EXPECT_LT(ppo[0]["kl"].get<double>(), 1e-4) << "the actor starts as its reference";
+  const testing::CommandResult exported =
+      chat("ppo export --config " + (root_ / "ppo.toml").string() + " --out " + (root_ / "ppo_hf").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  expect_logprobs_as_transformers(root_ / "ppo_hf");
+
+  const std::vector<nlohmann::json> shared = train_stage(root_, "ppo", "ppo_shared", rl_config(root_, "ppo_shared_run", 1,
+      "prompts_per_rollout = 8\nshared_trunk = true\n"));
+  ASSERT_EQ(shared.size(), 1u);
+  EXPECT_NEAR(shared[0]["ratio"].get<double>(), 1.0, 1e-5) << "a value head on the GPT-2 trunk";
+
+  const std::vector<nlohmann::json> grpo = train_stage(root_, "grpo", "grpo", rl_config(root_, "grpo_run", 1,
+      "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"));
+  ASSERT_EQ(grpo.size(), 1u);
+  EXPECT_LT(std::abs(grpo[0]["loss"].get<double>()), 1e-6) << grpo[0].dump();
+
+  const testing::CommandResult answered = chat("chat --model " + (root_ / "ppo_hf").string() + " --prompt 'What does w3 mean?'");
+  EXPECT_EQ(answered.exit_code, 0) << answered.output;
+}
+
+// LoRA on GPT-2's fused attention projection (lora.targets = ["c_attn"], a Conv1D whose weight is
+// [in, out]): the merged export is a GPT2LMHeadModel with the adapted model's outputs, and the adapter
+// folder (fan_in_fan_out, as PEFT keeps Conv1D) on the transformers start gives the same outputs in PEFT.
+TEST_F(ChatGpt2Test, LoraOnGpt2ExportsMergedAndPeftAdapters) {
+  ASSERT_EQ(start_.exit_code, 0) << start_.output;
+  const fs::path sft = write_config(root_, "lora", common_config(root_, "lora_run", 3,
+      "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n") +
+      "[model]\ninit_from = \"" + (root_ / "gpt2_start").string() + "\"\n[optim]\nlr = 1e-2\nwarmup_steps = 0\n"
+      "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"c_attn\"]\n");
+  const testing::CommandResult trained = chat("sft --config " + sft.string());
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  // The folder gives the whole shape: an OPT shape key beside it is refused by name.
+  const testing::CommandResult reshaped = chat("sft --config " + sft.string() + " --set model.hidden_size=64");
+  EXPECT_EQ(reshaped.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(reshaped.output, "model.hidden_size")) << reshaped.output;
+  EXPECT_TRUE(testing::Contains(reshaped.output, "is a GPT-2 folder")) << reshaped.output;
+  const testing::CommandResult merged = chat("sft export --config " + sft.string() + " --out " + (root_ / "lora_hf").string());
+  ASSERT_EQ(merged.exit_code, 0) << merged.output;
+  const testing::CommandResult adapter =
+      chat("sft export --adapter --config " + sft.string() + " --out " + (root_ / "lora_adapter").string());
+  ASSERT_EQ(adapter.exit_code, 0) << adapter.output;
+  const nlohmann::json adapter_config = nlohmann::json::parse(read_file((root_ / "lora_adapter/adapter_config.json").string()));
+  EXPECT_EQ(adapter_config["fan_in_fan_out"], true);
+  const fs::path expected = kuafu_logprobs(root_ / "lora_hf");
+  expect_reference_agrees("check_lm " + (root_ / "lora_hf").string() + " " + expected.string(), "GPT2LMHeadModel");
+  expect_reference_agrees("check_peft " + (root_ / "gpt2_start").string() + " " + (root_ / "lora_adapter").string() + " " +
+                              expected.string(),
+                          "PeftModelForCausalLM");
+  // The adapters moved the model: the merged export is not the start.
+  const fs::path start = kuafu_logprobs(root_ / "gpt2_start");
+  const io::SafetensorsFile before = io::load_safetensors(start.string()), after = io::load_safetensors(expected.string());
+  EXPECT_GT((*before.find("lm_logprobs") - *after.find("lm_logprobs")).abs().max().item<double>(), 1e-4);
+}
+
+}  // namespace
+}  // namespace kuafu::chat
