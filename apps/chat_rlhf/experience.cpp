@@ -56,13 +56,27 @@ Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const
   return {tokens.to(device), real.to(device), start.to(device), length.to(device), ended.to(device), response_width};
 }
 
+namespace {
+
+// Next-token outputs [B, T - 1] read at the responses [B, R]: column c is about the token at column c + 1.
+NextTokens at_responses(NextTokens next, const Sequences& s) {
+  next.logprobs = s.at_responses(next.logprobs, -1);
+  if (next.entropy.defined()) next.entropy = s.at_responses(next.entropy, -1);
+  return next;
+}
+
+// Values [B, T] (V after each column's token) read at the responses, and the bootstrap after the last.
+ValueEstimates values_at_responses(const torch::Tensor& values, const Sequences& s) {
+  const torch::Tensor last = (s.response_start + s.response_length - 1).clamp_min(0);
+  const torch::Tensor after_last = values.gather(1, last.unsqueeze(1)).squeeze(1);
+  return {s.at_responses(values, -1), after_last * s.ended.logical_not().to(after_last.scalar_type())};
+}
+
+}  // namespace
+
 NextTokens response_outputs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling,
                             bool with_entropy) {
-  // Column c of the next-token outputs is about the token at column c + 1.
-  NextTokens next = next_token_outputs(policy, s.tokens, s.real, sampling, with_entropy);
-  next.logprobs = s.at_responses(next.logprobs, -1);
-  if (with_entropy) next.entropy = s.at_responses(next.entropy, -1);
-  return next;
+  return at_responses(next_token_outputs(policy, s.tokens, s.real, sampling, with_entropy), s);
 }
 
 torch::Tensor response_logprobs(nn::CausalLM& policy, const Sequences& s, const nn::SamplingOptions& sampling) {
@@ -70,10 +84,13 @@ torch::Tensor response_logprobs(nn::CausalLM& policy, const Sequences& s, const 
 }
 
 ValueEstimates response_values(ScoredModel& critic, const Sequences& s) {
-  const torch::Tensor values = critic->values(s.tokens, s.real);  // [B, T]: V after each column's token
-  const torch::Tensor last = (s.response_start + s.response_length - 1).clamp_min(0);
-  const torch::Tensor after_last = values.gather(1, last.unsqueeze(1)).squeeze(1);
-  return {s.at_responses(values, -1), after_last * s.ended.logical_not().to(after_last.scalar_type())};
+  return values_at_responses(critic->values(s.tokens, s.real), s);
+}
+
+OutputsAndValues response_outputs_and_values(ScoredModel& shared, const Sequences& s, const nn::SamplingOptions& sampling,
+                                             bool with_entropy) {
+  const ScoredModelImpl::ValuesAndLogits both = shared->values_and_logits(s.tokens, s.real);
+  return {at_responses(next_token_outputs_of(both.logits, s.tokens, sampling, with_entropy), s), values_at_responses(both.values, s)};
 }
 
 torch::Tensor sequence_scores(ScoredModel& reward, const Sequences& s) { return reward->scores(s.tokens, s.real); }

@@ -48,6 +48,14 @@ struct ValueEstimates {
 };
 ValueEstimates response_values(ScoredModel& critic, const Sequences& s);
 
+// A shared trunk's actor outputs and values from one pass (rl.shared_trunk; `shared` built with reads_logits).
+struct OutputsAndValues {
+  NextTokens outputs;
+  ValueEstimates values;
+};
+OutputsAndValues response_outputs_and_values(ScoredModel& shared, const Sequences& s, const nn::SamplingOptions& sampling,
+                                             bool with_entropy);
+
 // The reward model's score [B] at each row's last real token (its response's last).
 torch::Tensor sequence_scores(ScoredModel& reward, const Sequences& s);
 

@@ -6,8 +6,13 @@ namespace kuafu::chat {
 
 NextTokens next_token_outputs(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
                               const nn::SamplingOptions& sampling, bool with_entropy) {
+  return next_token_outputs_of(model.whole_logits(nn::whole_rows_step(tokens, real)), tokens, sampling, with_entropy);
+}
+
+NextTokens next_token_outputs_of(const torch::Tensor& whole_logits, const torch::Tensor& tokens, const nn::SamplingOptions& sampling,
+                                 bool with_entropy) {
   const int64_t t = tokens.size(1);
-  const torch::Tensor logits = model.whole_logits(nn::whole_rows_step(tokens, real)).narrow(1, 0, t - 1);  // [B, T - 1, V]
+  const torch::Tensor logits = whole_logits.narrow(1, 0, t - 1);  // [B, T - 1, V]
   const double temperature = sampling.temperature > 0 ? sampling.temperature : 1.0;
   NextTokens out;
   out.logprobs = sampled_logprobs(logits, tokens.narrow(1, 1, t - 1), temperature, sampling.top_k, sampling.top_p,

@@ -19,6 +19,10 @@ struct NextTokens {
 NextTokens next_token_outputs(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,
                               const nn::SamplingOptions& sampling, bool with_entropy);
 
+// The same from whole logits [B, T, V] of the rows already computed (a shared trunk's one pass).
+NextTokens next_token_outputs_of(const torch::Tensor& logits, const torch::Tensor& tokens, const nn::SamplingOptions& sampling,
+                                 bool with_entropy);
+
 // Sum [B] of each row's learned tokens' log-probabilities (learned [B, T]: the response tokens, as
 // io::InstructionExample marks them; token 0 is never learned).
 torch::Tensor learned_logprob_sums(nn::CausalLM& model, const torch::Tensor& tokens, const torch::Tensor& real,

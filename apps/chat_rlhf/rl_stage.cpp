@@ -97,6 +97,13 @@ std::vector<train::RunModel> RlTask::models() {
   actor.name = "actor";
   if (models_.shared_trunk) {
     actor.module = models_.critic->get();  // the actor's parameters and the value head's
+    // Its passes run through both sets of sites: the trunk with the value head and output layer
+    // (updates), the policy's own (sampling, experience, ptx).
+    actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+      (*models_.critic)->set_block_hooks(hooks);
+      actor_sites_->set_block_hooks(hooks);
+      return true;
+    };
   } else {
     actor.module = &models_.actor->module();
     actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
@@ -254,7 +261,17 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   const double scale = static_cast<double>(batch_size_) / static_cast<double>(rows);
 
   models_.actor->module().eval();  // dropout off in PPO's updates too: the ratio compares like with like
-  const NextTokens out = response_outputs(*models_.actor, batch, settings_.experience.sampling, settings_.entropy_coef > 0);
+  const bool with_entropy = settings_.entropy_coef > 0;
+  NextTokens out;
+  torch::Tensor values;  // the critic's [B, R]
+  if (models_.shared_trunk) {  // one pass of the trunk for both
+    (*models_.critic)->eval();
+    OutputsAndValues both = response_outputs_and_values(*models_.critic, batch, settings_.experience.sampling, with_entropy);
+    out = std::move(both.outputs);
+    values = both.values.values;
+  } else {
+    out = response_outputs(*models_.actor, batch, settings_.experience.sampling, with_entropy);
+  }
   // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
   const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
   const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
@@ -269,7 +286,8 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   if (ptx_ && settings_.ptx_coef > 0) {
     models_.actor->module().train(false);
     const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
-    actor_loss = actor_loss + settings_.ptx_coef * models_.actor->loss(ptx.inputs, ptx.targets);
+    // Through the actor's sites, so that its memory strategy (Gemini's gathers) acts on this pass too.
+    actor_loss = actor_loss + settings_.ptx_coef * actor_sites_->loss({ptx.inputs, ptx.targets});
   }
   {
     torch::NoGradGuard no_grad;
@@ -287,7 +305,7 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   if (models_.critic) {
     ScoredModel& critic = *models_.critic;
     critic->eval();
-    const torch::Tensor values = response_values(critic, batch).values;
+    if (!values.defined()) values = response_values(critic, batch).values;
     const torch::Tensor value_loss = clipped_value_loss(values, e.values.index_select(0, index).to(values.scalar_type()),
                                                         e.returns.index_select(0, index).to(values.scalar_type()), settings_.value_clip);
     {
@@ -504,6 +522,11 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     config_.fail_at("rl.prompts_per_rollout", "(" + std::to_string(rl_.prompts_per_rollout) + ") exceeds the " +
                                                   std::to_string(prompts.size()) + " prompts of data.train");
   }
+  if (rl_.ptx_coef > 0 && config_.model_view("actor").get_string("memory.strategy") == "gemini") {
+    // The ptx pass is the actor's second pass before the same backward; Gemini gathers a part once per backward.
+    config_.fail_at("rl.ptx_coef", "adds a second pass of the actor to each backward, which Gemini does not manage yet "
+                                   "(models.actor.memory.strategy = \"gemini\"): use ZeRO, or rl.ptx_coef = 0");
+  }
   RlModels models;
   models.actor = opt::build_model(config_, settings_, options);
   const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
@@ -521,13 +544,8 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   check_like_actor(rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference);
   check_like_actor("rl.reward_model", rl_.reward_model, *models.reward->lm);
   if (rl_.shared_trunk) {
-    // The value head on the actor's decoder, fresh (the reward model's head reads another trunk).
-    const std::string strategy = config_.model_view("actor").get_string("memory.strategy");
-    if (strategy == "gemini") {
-      config_.fail_at("rl.shared_trunk", "puts actor and critic in one model, which Gemini does not manage yet "
-                                         "(models.actor.memory.strategy = \"gemini\"): use ZeRO, or separate models");
-    }
-    models.critic.emplace(models.actor);
+    // The value head on the actor's trunk, fresh (the reward model's head reads another trunk).
+    models.critic.emplace(models.actor, /*reads_logits=*/true);
     models.shared_trunk = true;
     zero_value_head(*models.critic);
   } else if (stage_ == Stage::Ppo) {

@@ -25,7 +25,8 @@ train::HfWeightNames scored_names(const opt::LmShape& shape) {
 ScoredModelImpl::ScoredModelImpl(const opt::LmShape& s, parallel::ModelOptions options)
     : ScoredModelImpl(s.build(options)) {}
 
-ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk) : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp) {
+ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits)
+    : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp), reads_logits_(reads_logits) {
   for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
   score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(lm->final_width(), 1).bias(false)));
   score->to(lm->module().parameters().front().device());
@@ -36,19 +37,38 @@ ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk) : shape(opt::shape_of(*t
   std::vector<hooks::ModelPart> parts = {lm->head_part()};
   for (int64_t i = 0; i < lm->num_blocks(); ++i) parts.push_back(lm->block_part(i));
   hooks::ModelPart tail{kScoreTail, {"score"}};
-  for (const std::string& path : lm->final_modules()) tail.modules.push_back(path);  // the tied output layer is not read
+  // The tied output layer only where the logits are read here too.
+  for (const std::string& path : reads_logits ? lm->tail_part().modules : lm->final_modules()) tail.modules.push_back(path);
   parts.push_back(tail);
   sites_ = hooks::BlockSites::of_parts(*this, parts);
 }
 
-torch::Tensor ScoredModelImpl::values(const torch::Tensor& tokens, const torch::Tensor& real) {
+torch::Tensor ScoredModelImpl::through_sites(const torch::Tensor& tokens, const torch::Tensor& real,
+                                             const std::function<torch::Tensor(const torch::Tensor&)>& tail) {
   return nn::decode_through_sites(
       sites_, lm->head_part().name, kScoreTail, lm->layers(), nn::whole_rows_step(tokens, real), nullptr,
-      [&](const nn::DecodeStep& s) { return lm->embed_at(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) {
-        const torch::Tensor hidden = lm->final_hidden(x);                   // [B, T, D]
-        return score(hidden.to(score->weight.scalar_type())).squeeze(-1);  // [B, T]
-      });
+      [&](const nn::DecodeStep& s) { return lm->embed_at(s.tokens, s.positions); }, tail);
+}
+
+torch::Tensor ScoredModelImpl::head_values(const torch::Tensor& x) {
+  const torch::Tensor hidden = lm->final_hidden(x);                   // [B, T, D]
+  return score(hidden.to(score->weight.scalar_type())).squeeze(-1);  // [B, T]
+}
+
+torch::Tensor ScoredModelImpl::values(const torch::Tensor& tokens, const torch::Tensor& real) {
+  return through_sites(tokens, real, [&](const torch::Tensor& x) { return head_values(x); });
+}
+
+ScoredModelImpl::ValuesAndLogits ScoredModelImpl::values_and_logits(const torch::Tensor& tokens, const torch::Tensor& real) {
+  KUAFU_CHECK(reads_logits_, "values_and_logits needs a scored model built to read the trunk's logits");
+  // Both leave the tail site as one tensor [B, T, V + 1], so that its hooks (Gemini's backward gathers)
+  // see every output.
+  const torch::Tensor both = through_sites(tokens, real, [&](const torch::Tensor& x) {
+    const torch::Tensor logits = lm->output_logits(x);  // [B, T, V]
+    return torch::cat({logits, head_values(x).to(logits.scalar_type()).unsqueeze(-1)}, -1);
+  });
+  const int64_t vocab = both.size(-1) - 1;
+  return {both.select(-1, vocab), both.narrow(-1, 0, vocab)};
 }
 
 torch::Tensor ScoredModelImpl::scores(const torch::Tensor& tokens, const torch::Tensor& real) {

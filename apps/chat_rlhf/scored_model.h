@@ -13,8 +13,9 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   // A fresh trunk of `shape` (seeded by the caller) with a head.
   explicit ScoredModelImpl(const opt::LmShape& shape, parallel::ModelOptions options = {});
   // A head on `trunk`, shared with it (PPO's actor and critic on one trunk): this module's parameters
-  // are the trunk's and the head's.
-  explicit ScoredModelImpl(nn::CausalLMPtr trunk);
+  // are the trunk's and the head's. `reads_logits`: its tail part holds the trunk's output layer too,
+  // for values_and_logits.
+  explicit ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits = false);
 
   // Its sites: the trunk's head part and blocks, and a tail holding the final norm (and projection) and
   // the score head, so that Gemini and frozen-weight offload reach every parameter.
@@ -25,6 +26,12 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   torch::Tensor values(const torch::Tensor& tokens, const torch::Tensor& real);
   // The head at each row's last real token [B] (Hugging Face pools the rightmost non-pad token).
   torch::Tensor scores(const torch::Tensor& tokens, const torch::Tensor& real);
+  // A shared trunk's one pass: the head at every position [B, T] and the trunk's whole next-token
+  // logits [B, T, V] (built with reads_logits).
+  struct ValuesAndLogits {
+    torch::Tensor values, logits;
+  };
+  ValuesAndLogits values_and_logits(const torch::Tensor& tokens, const torch::Tensor& real);
 
   opt::LmShape shape;       // the trunk's
   nn::CausalLMPtr lm;       // the trunk: its children are this module's (its tied output layer unused)
@@ -32,6 +39,12 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   parallel::TensorParallel tp;  // the trunk's
 
  private:
+  // The rows through the trunk's sites, `tail` reading the final stream in the score tail part.
+  torch::Tensor through_sites(const torch::Tensor& tokens, const torch::Tensor& real,
+                              const std::function<torch::Tensor(const torch::Tensor&)>& tail);
+  torch::Tensor head_values(const torch::Tensor& x);  // final stream [B, T, H] -> [B, T]
+
+  bool reads_logits_ = false;
   hooks::BlockSites sites_;
 };
 TORCH_MODULE(ScoredModel);

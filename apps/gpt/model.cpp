@@ -111,14 +111,13 @@ torch::Tensor GPTImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& ta
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches) {
   const int64_t past = caches && !caches->empty() ? (*caches)[0].length() : 0;
-  const torch::Tensor x = nn::run_blocks(transformer->blocks, embed(tokens, past), caches);
-  return transformer->wte->gather_logits(local_logits(x));
+  return output_logits(nn::run_blocks(transformer->blocks, embed(tokens, past), caches));
 }
 
 torch::Tensor GPTImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
   return nn::decode_through_sites(
       *this, transformer->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) { return transformer->wte->gather_logits(local_logits(x)); });
+      [&](const torch::Tensor& x) { return output_logits(x); });
 }
 
 torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {

@@ -71,6 +71,7 @@ struct GPTImpl : torch::nn::Module, nn::CausalLM {
 
   // nn::CausalLM: the trunk a head reads (the final stream through ln_f).
   std::vector<nn::TransformerBlock>& layers() override { return transformer->blocks; }
+  torch::Tensor output_logits(const torch::Tensor& x) override { return transformer->wte->gather_logits(local_logits(x)); }
   torch::Tensor final_hidden(const torch::Tensor& x) override { return transformer->ln_f.forward(x); }
   int64_t final_width() const override { return config.n_embd; }
   std::vector<std::string> final_modules() const override { return {"transformer.ln_f"}; }

@@ -139,6 +139,10 @@ torch::Tensor OPTForCausalLMImpl::final_hidden(const torch::Tensor& x) {
 
 torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) { return decoder->embed_tokens->logits(final_hidden(x)); }
 
+torch::Tensor OPTForCausalLMImpl::output_logits(const torch::Tensor& x) {
+  return decoder->embed_tokens->gather_logits(local_logits(x));
+}
+
 torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
   return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
 }
@@ -149,14 +153,13 @@ torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch:
 
 torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
   const torch::Tensor x = head(inputs);
-  return decoder->embed_tokens->gather_logits(
-      local_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs)))));
+  return output_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs))));
 }
 
 torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
   return nn::decode_through_sites(
       *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) { return decoder->embed_tokens->gather_logits(local_logits(x)); });
+      [&](const torch::Tensor& x) { return output_logits(x); });
 }
 
 torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {

@@ -78,6 +78,7 @@ struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
 
   // nn::CausalLM: the trunk a head reads.
   std::vector<nn::TransformerBlock>& layers() override { return decoder->blocks; }
+  torch::Tensor output_logits(const torch::Tensor& x) override;
   // The final stream [B, T, H] -> [B, T, word_embed_proj_dim]: final norm, projection (what a head reads).
   torch::Tensor final_hidden(const torch::Tensor& x) override;
   int64_t final_width() const override { return config.word_embed_proj_dim; }

@@ -25,6 +25,9 @@ class CausalLM : public hooks::BlockModel {
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream [B, T, H].
   virtual torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) = 0;
   virtual std::vector<TransformerBlock>& layers() = 0;
+  // The final stream [B, T, H] -> whole logits [B, T, V]: final norm (and projection) and the tied
+  // output layer, gathered under tensor parallelism.
+  virtual torch::Tensor output_logits(const torch::Tensor& x) = 0;
   // The final stream [B, T, H] -> the hidden states [B, T, final_width()] an output layer or a head
   // reads (final norm, and OPT's projection out where it has one).
   virtual torch::Tensor final_hidden(const torch::Tensor& x) = 0;

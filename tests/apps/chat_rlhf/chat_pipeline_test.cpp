@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <unistd.h>
@@ -207,8 +208,9 @@ TEST_F(ChatPipelineTest, EveryModelTakesItsOwnMemoryStrategy) {
 // loss plus rl.value_coef x the value loss. Against separate models starting alike (the critic from the
 // SFT folder, both value heads fresh at zero), the first step has the same rollout and values, the
 // shared model's loss is the actor's plus the critic's, and its squared gradient norm their sum (the
-// zero head passes no value gradient into the trunk yet; float32: 1e-5 relative); under ZeRO-2 its step
-// is the same. The shared run evaluates and exports the actor alone; Gemini on it is refused by name.
+// zero head passes no value gradient into the trunk yet; float32: 1e-5 relative); under ZeRO-2 and under
+// Gemini (one pass of the trunk for both losses, its chunks gathered around each part of it) its step is
+// the same. The shared run evaluates and exports the actor alone.
 TEST_F(ChatPipelineTest, SharedTrunkLearnsFromBothLosses) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const std::string rl = "prompts_per_rollout = 8\n";
@@ -246,9 +248,36 @@ TEST_F(ChatPipelineTest, SharedTrunkLearnsFromBothLosses) {
   opt::OPTForCausalLM loaded = opt::opt_format().load((root_ / "ppo_shared_hf").string());
   EXPECT_EQ(loaded->config.num_hidden_layers, 2);
 
-  const testing::CommandResult gemini = chat("ppo --config " + config.string() + " --set models.actor.memory.strategy='\"gemini\"'");
-  EXPECT_NE(gemini.exit_code, 0);
-  EXPECT_TRUE(testing::Contains(gemini.output, "rl.shared_trunk"));
+  const std::vector<nlohmann::json> gemini = train_stage(root_, "ppo", "ppo_shared_gemini", rl_config(root_, "ppo_shared_gemini_run", 1,
+      rl + "shared_trunk = true\n") + "[models.actor.memory]\nstrategy = \"gemini\"\n");
+  ASSERT_EQ(gemini.size(), 1u);
+  for (const char* key : {"reward", "loss", "value_loss", "actor.grad_norm"}) near(gemini[0][key].get<double>(), b[key].get<double>(), key);
+}
+
+// The pre-training (ptx) term: the actor's loss is the policy loss plus rl.ptx_coef x the language-model
+// loss of a batch of data.train, the same batch in every run of the same seed: at the first step the
+// actor's loss grows linearly in ptx_coef (coefficients 0, 0.5, 1: the same rollout, float32 1e-5
+// relative), and under ZeRO-2 with activation checkpointing (the ptx pass through the actor's sites) it
+// equals the plain run's. Gemini, which gathers a part once per backward, refuses the second pass by name.
+TEST_F(ChatPipelineTest, PtxAddsTheLanguageModelLossUnderEveryStrategy) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  std::map<std::string, double> loss;
+  for (const auto& [name, coef, extra] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"ptx0", "0.0", ""}, {"ptx05", "0.5", ""}, {"ptx1", "1.0", ""},
+           {"ptx1_zero", "1.0", "[models.actor.memory]\nstrategy = \"zero2\"\nactivation_checkpointing = true\n"}}) {
+    const std::vector<nlohmann::json> lines =
+        train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 1, "prompts_per_rollout = 8\nptx_coef = " + coef + "\n") + extra);
+    ASSERT_EQ(lines.size(), 1u) << name;
+    loss[name] = lines[0]["actor.loss"].get<double>();
+  }
+  const double half = loss["ptx05"] - loss["ptx0"], whole = loss["ptx1"] - loss["ptx0"];
+  EXPECT_GT(whole, 0.5) << "a language-model loss of the tiny task";
+  EXPECT_NEAR(whole, 2 * half, 1e-5 * std::max(1.0, std::abs(whole)));
+  EXPECT_NEAR(loss["ptx1_zero"], loss["ptx1"], 1e-5 * std::max(1.0, std::abs(loss["ptx1"])));
+  const testing::CommandResult gemini = chat("ppo --config " + (root_ / "ptx1.toml").string() +
+                                             " --set models.actor.memory.strategy='\"gemini\"'");
+  EXPECT_EQ(gemini.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(gemini.output, "rl.ptx_coef")) << gemini.output;
 }
 
 // A run resumed between a rollout's steps trains on the rollout the earlier weights sampled, with the
