@@ -1,0 +1,194 @@
+// The noise schedule and the samplers against diffusers (tests/python/diffusers_scheduler_reference.py)
+// on three configs: Stable Diffusion 1.x's (scaled linear, leading spacing, steps_offset 1), zero
+// terminal SNR with v-prediction and trailing spacing, and Glide's cosine with linspace spacing and x̂₀
+// clipped. Kuafu keeps ᾱ in float64 where diffusers keeps float32: ᾱ equals diffusers' formulas run in
+// float64 to 1e-12 relative and diffusers' float32 ᾱ to 5e-5 relative (1,000 float32 products, worst in
+// the cosine schedule's tail where ᾱ ~ 1e-9); a step's output agrees to 1e-5 (float32 samples); timestep
+// lists exactly. And the traps:
+// the previous timestep comes from the list, the offset never passes the schedule, Min-SNR's weights
+// per prediction type with no division by zero at a zero-SNR terminal step.
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "apps/stable_diffusion/samplers.h"
+#include "tests/support/reference_outputs.h"
+
+namespace kuafu::sd {
+namespace {
+
+const testing::Reference& reference() {
+  static const testing::Reference r = testing::build_reference("diffusers_scheduler_reference.py", "sd_schedulers");
+  return r;
+}
+
+double difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
+SchedulerConfig config_named(const std::string& name) {
+  SchedulerConfig c;
+  if (name == "sd15") {
+    c.beta_start = 0.00085;
+    c.beta_end = 0.012;
+    c.beta_schedule = BetaSchedule::kScaledLinear;
+    c.steps_offset = 1;
+    c.set_alpha_to_one = false;
+    c.clip_sample = false;
+  } else if (name == "zero_snr_v") {
+    c.rescale_betas_zero_snr = true;
+    c.timestep_spacing = TimestepSpacing::kTrailing;
+    c.prediction_type = Prediction::kVPrediction;
+    c.clip_sample = false;
+  } else {
+    c.beta_schedule = BetaSchedule::kSquaredCosCapV2;
+    c.timestep_spacing = TimestepSpacing::kLinspace;
+  }
+  return c;
+}
+
+class SchedulerTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  const testing::Reference& ref = reference();
+  NoiseSchedule schedule{config_named(GetParam())};
+  torch::Tensor figure(const std::string& name) const { return ref[GetParam() + "/" + name]; }
+};
+
+double relative_difference(const torch::Tensor& ours, const torch::Tensor& expected) {
+  return ((ours - expected).abs() / expected.abs().clamp_min(1e-300)).max().item<double>();
+}
+
+TEST_P(SchedulerTest, AlphasCumprodEqualDiffusers) {
+  EXPECT_LT(relative_difference(schedule.alphas_cumprod(), figure("alphas_cumprod_f64")), 1e-12);
+  EXPECT_LT(relative_difference(schedule.alphas_cumprod(), figure("alphas_cumprod")), 5e-5);
+}
+
+TEST_P(SchedulerTest, TimestepsAreDiffusersListsExactly) {
+  for (const int64_t n : {1, 2, 3, 7, 10, 30, 50, 333, 999, 1000}) {
+    if (GetParam() == "sd15" && n == 1000) continue;  // diffusers' list passes the schedule there (below)
+    const torch::Tensor expected = figure("timesteps_" + std::to_string(n));
+    EXPECT_EQ(schedule.timesteps(n), std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + expected.numel()))
+        << n << " steps";
+  }
+}
+
+// DDIM's step from each timestep of a 10-step schedule (the same x_t, one model output per step) equals
+// DDIM's eq. 12 stepping to the list's next timestep, and diffusers' own step wherever its t − T/N is
+// that timestep (leading, trailing); under linspace diffusers lands off the list (999 -> 899 where the
+// list says 888) and differs.
+TEST_P(SchedulerTest, DdimStepsToTheListsNextTimestep) {
+  const DdimSampler ddim(schedule, 10);
+  const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
+  std::vector<torch::Tensor> steps;
+  for (size_t i = 0; i < 10; ++i) steps.push_back(ddim.step(outputs[static_cast<int64_t>(i)], i, sample));
+  const torch::Tensor ours = torch::stack(steps);
+  EXPECT_LT(difference(ours, figure("ddim_listed")), 1e-5);
+  if (GetParam() == "cosine_linspace") {
+    EXPECT_GT(difference(figure("ddim_diffusers"), figure("ddim_listed")), 1e-2) << "the trap this avoids";
+  } else {
+    EXPECT_LT(difference(ours, figure("ddim_diffusers")), 1e-5);
+  }
+}
+
+// DDPM's step with its noise drawn as diffusers draws it (a CPU generator seeded 100 + i, one randn of the
+// sample's shape): the same x_prev, the last step at timestep 0 (or 1) included.
+TEST_P(SchedulerTest, DdpmStepsEqualDiffusersFromTheSameGenerator) {
+  const DdpmSampler ddpm(schedule, 10);
+  const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
+  std::vector<torch::Tensor> steps;
+  for (size_t i = 0; i < 10; ++i) {
+    const at::Generator generator = at::detail::createCPUGenerator(100 + i);
+    const torch::Tensor noise = torch::randn(sample.sizes(), generator, torch::kFloat32);
+    steps.push_back(ddpm.step(outputs[static_cast<int64_t>(i)], i, sample, noise));
+  }
+  EXPECT_LT(difference(torch::stack(steps), figure("ddpm")), 1e-5);
+}
+
+TEST_P(SchedulerTest, NoisingTargetsAndMinSnrWeightsEqualTheReference) {
+  const torch::Tensor rows = torch::tensor({10, 900}), x0 = figure("sample"), noise = figure("outputs")[0];
+  EXPECT_LT(difference(schedule.add_noise(x0, noise, rows), figure("noised")), 1e-5);
+  if (schedule.config().prediction_type == Prediction::kVPrediction) {
+    EXPECT_LT(difference(schedule.training_target(x0, noise, rows), figure("velocity")), 1e-5);
+  } else {
+    EXPECT_TRUE(schedule.training_target(x0, noise, rows).equal(noise));
+  }
+  const torch::Tensor all = torch::arange(schedule.train_timesteps());
+  const torch::Tensor snr = figure("snr");
+  const torch::Tensor positive = snr > 0;  // the reference's 0/0 at a zero-SNR step is checked by hand below
+  const torch::Tensor ours = schedule.min_snr_weights(all, 5.0);
+  EXPECT_LT(relative_difference(ours.index({positive}), figure("min_snr_5").index({positive})), 1e-10);
+  EXPECT_TRUE(torch::isfinite(ours).all().item<bool>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, SchedulerTest, ::testing::Values("sd15", "zero_snr_v", "cosine_linspace"));
+
+TEST(SchedulerTraps, FiftyLeadingStepsWithOffsetOneAre981To1) {
+  SchedulerConfig c = config_named("sd15");
+  const std::vector<int64_t> t = NoiseSchedule(c).timesteps(50);
+  ASSERT_EQ(t.size(), 50u);
+  for (size_t i = 0; i < t.size(); ++i) EXPECT_EQ(t[i], 981 - 20 * static_cast<int64_t>(i));
+}
+
+// 1,000 leading steps with steps_offset 1 would start at timestep 1000 (diffusers indexes ᾱ_1000 there):
+// the offset is cut to keep 999 .. 0, and a whole DDIM loop runs with every value finite.
+TEST(SchedulerTraps, AThousandStepsNeverIndexPastTheSchedule) {
+  const NoiseSchedule schedule(config_named("sd15"));
+  const DdimSampler ddim(schedule, 1000);
+  ASSERT_EQ(ddim.timesteps().front(), 999);
+  ASSERT_EQ(ddim.timesteps().back(), 0);
+  torch::manual_seed(0);
+  torch::Tensor x = torch::randn({1, 4, 4, 4});
+  for (size_t i = 0; i < ddim.timesteps().size(); ++i) x = ddim.step(0.1 * x, i, x);
+  EXPECT_TRUE(torch::isfinite(x).all().item<bool>());
+}
+
+// set_alpha_to_one false: the final step goes to ᾱ_0, not to 1 (SD's config); true: to 1, i.e. x̂₀.
+TEST(SchedulerTraps, TheFinalStepGoesToAlphaZeroOrOne) {
+  SchedulerConfig c = config_named("sd15");
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::randn({1, 4, 4, 4}), eps = torch::randn({1, 4, 4, 4});
+  for (const bool to_one : {false, true}) {
+    c.set_alpha_to_one = to_one;
+    const NoiseSchedule schedule(c);
+    const DdimSampler ddim(schedule, 10);
+    const size_t last = ddim.timesteps().size() - 1;
+    const Estimates e = schedule.estimates(eps, ddim.timesteps()[last], x);
+    const double a = to_one ? 1.0 : schedule.alpha_cumprod(0);
+    EXPECT_LT(difference(ddim.step(eps, last, x), std::sqrt(a) * e.x0 + std::sqrt(1 - a) * e.epsilon), 1e-6) << to_one;
+  }
+}
+
+// Min-SNR-γ by prediction type: ε min(SNR, γ)/SNR, v min(SNR, γ)/(SNR + 1) (min(SNR + 1, γ)/(SNR + 1) is
+// the bug: it gives 1 wherever SNR + 1 < γ), x₀ min(SNR, γ); at a zero-SNR terminal step ε's weight is its
+// limit 1 and v's is 0, never NaN.
+TEST(SchedulerTraps, MinSnrWeightsPerPredictionTypeAndAtZeroSnr) {
+  SchedulerConfig c = config_named("zero_snr_v");
+  const NoiseSchedule v(c);
+  const torch::Tensor t = torch::tensor({int64_t{999}});
+  EXPECT_EQ(v.snr(t).item<double>(), 0.0);
+  EXPECT_EQ(v.min_snr_weights(t, 5.0).item<double>(), 0.0);
+  // A step whose SNR is about 2: v's weight SNR/(SNR + 1), not 1.
+  const torch::Tensor all = torch::arange(1000);
+  const int64_t near_two = (v.snr(all) - 2.0).abs().argmin().item<int64_t>();
+  const double snr = v.snr(torch::tensor({near_two})).item<double>();
+  EXPECT_NEAR(v.min_snr_weights(torch::tensor({near_two}), 5.0).item<double>(), snr / (snr + 1), 1e-12);
+  c.prediction_type = Prediction::kEpsilon;
+  const NoiseSchedule eps(c);
+  EXPECT_EQ(eps.min_snr_weights(t, 5.0).item<double>(), 1.0);
+  EXPECT_NEAR(eps.min_snr_weights(torch::tensor({int64_t{0}}), 5.0).item<double>(), 5.0 / eps.snr(torch::tensor({int64_t{0}})).item<double>(),
+              1e-12);
+  c.prediction_type = Prediction::kSample;
+  EXPECT_NEAR(NoiseSchedule(c).min_snr_weights(torch::tensor({near_two}), 5.0).item<double>(), snr, 1e-12);
+}
+
+TEST(SchedulerTraps, BadStepCountsAndNamesAreNamed) {
+  const NoiseSchedule schedule(config_named("sd15"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { schedule.timesteps(0); }), "inference steps must be in [1, 1000]"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { schedule.timesteps(1001); }), "got 1001"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { timestep_spacing_named("even"); }), "leading, trailing, linspace"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { prediction_named("x0"); }), "epsilon, v_prediction, sample"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { beta_schedule_named("cosine"); }), "squaredcos_cap_v2"));
+}
+
+}  // namespace
+}  // namespace kuafu::sd
