@@ -126,37 +126,47 @@ Estimates NoiseSchedule::estimates(const torch::Tensor& model_output, int64_t t,
   return e;
 }
 
+std::vector<double> spaced_timesteps(int64_t total, int64_t count, TimestepSpacing spacing, int64_t offset, bool round_linspace) {
+  KUAFU_CHECK(count >= 1, "a schedule of ", count, " timesteps");
+  std::vector<double> out;
+  switch (spacing) {
+    case TimestepSpacing::kLinspace: {  // linspace(0, T − 1, N), descending; rounded, or float32 as Euler keeps it
+      const double step = count > 1 ? static_cast<double>(total - 1) / static_cast<double>(count - 1) : 0.0;
+      for (int64_t i = count - 1; i >= 0; --i) {
+        const double t = i == count - 1 && count > 1 ? static_cast<double>(total - 1) : static_cast<double>(i) * step;
+        out.push_back(round_linspace ? static_cast<double>(round_half_even(t)) : static_cast<double>(static_cast<float>(t)));
+      }
+      break;
+    }
+    case TimestepSpacing::kLeading: {  // (N − 1 .. 0) · ⌊T / N⌋ + offset
+      const int64_t ratio = total / count;
+      // The offset cut where it would push the first timestep past the schedule (1,000 steps with
+      // offset 1: diffusers indexes ᾱ_1000 there), so every N in [1, T] runs.
+      const int64_t cut = std::min(offset, total - 1 - (count - 1) * ratio);
+      for (int64_t i = count - 1; i >= 0; --i) out.push_back(static_cast<double>(i * ratio + cut));
+      break;
+    }
+    case TimestepSpacing::kTrailing: {  // round(arange(T, 0, −T/N)) − 1, as NumPy's arange counts it
+      const double ratio = static_cast<double>(total) / static_cast<double>(count), start = static_cast<double>(total);
+      const double delta = (start - ratio) - start;  // NumPy's arange steps by its second value minus its first
+      const auto n = static_cast<int64_t>(std::ceil(start / ratio));
+      for (int64_t i = 0; i < n; ++i) out.push_back(static_cast<double>(round_half_even(start + static_cast<double>(i) * delta) - 1));
+      break;
+    }
+  }
+  for (const double t : out) {
+    KUAFU_CHECK(t >= 0 && t <= static_cast<double>(total - 1), "inference timestep ", t, " of ", count, " falls outside [0, ",
+                total, ")");
+  }
+  return out;
+}
+
 std::vector<int64_t> NoiseSchedule::timesteps(int64_t steps) const {
   const int64_t total = train_timesteps();
   KUAFU_CHECK(steps >= 1 && steps <= total, "inference steps must be in [1, ", total, "] (the training timesteps), got ", steps);
   std::vector<int64_t> out;
-  switch (config_.timestep_spacing) {
-    case TimestepSpacing::kLinspace: {  // round(linspace(0, T − 1, N)), descending
-      const double step = steps > 1 ? static_cast<double>(total - 1) / static_cast<double>(steps - 1) : 0.0;
-      for (int64_t i = steps - 1; i >= 0; --i) {
-        out.push_back(i == steps - 1 && steps > 1 ? total - 1 : round_half_even(static_cast<double>(i) * step));
-      }
-      break;
-    }
-    case TimestepSpacing::kLeading: {  // (N − 1 .. 0) · ⌊T / N⌋ + steps_offset
-      const int64_t ratio = total / steps;
-      // The offset cut where it would push the first timestep past the schedule (1,000 steps with
-      // offset 1: diffusers indexes ᾱ_1000 there), so every N in [1, T] runs.
-      const int64_t offset = std::min(config_.steps_offset, total - 1 - (steps - 1) * ratio);
-      for (int64_t i = steps - 1; i >= 0; --i) out.push_back(i * ratio + offset);
-      break;
-    }
-    case TimestepSpacing::kTrailing: {  // round(arange(T, 0, −T/N)) − 1, as NumPy's arange counts it
-      const double ratio = static_cast<double>(total) / static_cast<double>(steps), start = static_cast<double>(total);
-      const double delta = (start - ratio) - start;  // NumPy's arange steps by its second value minus its first
-      const auto count = static_cast<int64_t>(std::ceil(start / ratio));
-      for (int64_t i = 0; i < count; ++i) out.push_back(round_half_even(start + static_cast<double>(i) * delta) - 1);
-      break;
-    }
-  }
-  for (const int64_t t : out) {
-    KUAFU_CHECK(t >= 0 && t < total, "inference timestep ", t, " of ", steps, " steps falls outside [0, ", total,
-                "): steps_offset = ", config_.steps_offset, " is too large for this spacing");
+  for (const double t : spaced_timesteps(total, steps, config_.timestep_spacing, config_.steps_offset)) {
+    out.push_back(static_cast<int64_t>(t));
   }
   return out;
 }

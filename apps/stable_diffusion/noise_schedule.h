@@ -68,6 +68,12 @@ class NoiseSchedule {
   torch::Tensor alphas_cumprod_;
 };
 
+// `count` timesteps of [0, total), descending, in `spacing` as diffusers lays them out: linspace rounded
+// (or float32, as Euler keeps it), leading ⌊total/count⌋ apart plus `offset` (cut where it would pass the
+// end), trailing total/count apart counted from the end.
+std::vector<double> spaced_timesteps(int64_t total, int64_t count, TimestepSpacing spacing, int64_t offset,
+                                     bool round_linspace = true);
+
 // The names diffusers' configs use ("scaled_linear", "trailing", "v_prediction", ...); kuafu::Error
 // listing the known ones.
 BetaSchedule beta_schedule_named(const std::string& name);

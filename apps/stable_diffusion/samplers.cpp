@@ -1,28 +1,64 @@
 #include "apps/stable_diffusion/samplers.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/util/error.h"
 
 namespace kuafu::sd {
 
-double Sampler::next_alpha_cumprod(size_t i, double last) const {
-  KUAFU_CHECK(i < timesteps_.size(), "step ", i, " of a ", timesteps_.size(), "-step schedule");
-  return i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timesteps_[i + 1]) : last;
+namespace {
+
+std::vector<double> as_doubles(const std::vector<int64_t>& values) { return {values.begin(), values.end()}; }
+
+// DPM-Solver's lists: N + 1 points of linspace or leading spacing with the last (0) dropped; trailing as DDIM's.
+std::vector<double> dpm_timesteps(const NoiseSchedule& schedule, int64_t steps) {
+  const SchedulerConfig& c = schedule.config();
+  KUAFU_CHECK(steps >= 1 && steps <= c.num_train_timesteps, "inference steps must be in [1, ", c.num_train_timesteps, "], got ", steps);
+  if (c.timestep_spacing == TimestepSpacing::kTrailing) return as_doubles(schedule.timesteps(steps));
+  std::vector<double> t = spaced_timesteps(c.num_train_timesteps, steps + 1, c.timestep_spacing, c.steps_offset);
+  t.pop_back();
+  return t;
 }
 
-torch::Tensor DdimSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
-                                const torch::Tensor& /*noise*/) const {
-  const double first = schedule_.config().set_alpha_to_one ? 1.0 : schedule_.alpha_cumprod(0);
-  const double previous = next_alpha_cumprod(i, first);
-  const Estimates e = schedule_.estimates(model_output, timesteps_[i], sample);
+// Euler's lists: DDIM's, but linspace's left unrounded (float32).
+std::vector<double> euler_timesteps(const NoiseSchedule& schedule, int64_t steps) {
+  const SchedulerConfig& c = schedule.config();
+  if (c.timestep_spacing != TimestepSpacing::kLinspace) return as_doubles(schedule.timesteps(steps));
+  KUAFU_CHECK(steps >= 1 && steps <= c.num_train_timesteps, "inference steps must be in [1, ", c.num_train_timesteps, "], got ", steps);
+  return spaced_timesteps(c.num_train_timesteps, steps, c.timestep_spacing, c.steps_offset, /*round_linspace=*/false);
+}
+
+// α_σ = 1/√(σ² + 1) and σ·α_σ: the signal and noise scales of the variance-preserving x at σ.
+std::pair<double, double> alpha_sigma(double sigma) {
+  const double alpha = 1 / std::sqrt(sigma * sigma + 1);
+  return {alpha, sigma * alpha};
+}
+
+}  // namespace
+
+int64_t Sampler::timestep_at(size_t i) const {
+  KUAFU_CHECK(i < timesteps_.size(), "step ", i, " of a ", timesteps_.size(), "-step schedule");
+  return static_cast<int64_t>(timesteps_[i]);
+}
+
+DdimSampler::DdimSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler(schedule, as_doubles(schedule.timesteps(steps))) {}
+
+torch::Tensor DdimSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+  const int64_t t = timestep_at(i);
+  const double last = schedule_.config().set_alpha_to_one ? 1.0 : schedule_.alpha_cumprod(0);
+  const double previous = i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : last;
+  const Estimates e = schedule_.estimates(model_output, t, sample);
   return std::sqrt(previous) * e.x0 + std::sqrt(1 - previous) * e.epsilon;
 }
 
-torch::Tensor DdpmSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
-                                const torch::Tensor& noise) const {
-  const int64_t t = timesteps_.at(i);
-  const double a = schedule_.alpha_cumprod(t), previous = next_alpha_cumprod(i, 1.0);
+DdpmSampler::DdpmSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler(schedule, as_doubles(schedule.timesteps(steps))) {}
+
+torch::Tensor DdpmSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor& noise) {
+  const int64_t t = timestep_at(i);
+  const double a = schedule_.alpha_cumprod(t);
+  const double previous = i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : 1.0;
   const double beta = 1 - a / previous;  // this step's β (over however many training steps it spans)
   const Estimates e = schedule_.estimates(model_output, t, sample);
   const torch::Tensor mean = (std::sqrt(previous) * beta / (1 - a)) * e.x0 + (std::sqrt(1 - beta) * (1 - previous) / (1 - a)) * sample;
@@ -30,6 +66,110 @@ torch::Tensor DdpmSampler::step(const torch::Tensor& model_output, size_t i, con
   KUAFU_CHECK(noise.defined(), "DDPM's step at timestep ", t, " adds noise: give it");
   const double variance = std::max((1 - previous) / (1 - a) * beta, 1e-20);
   return mean + std::sqrt(variance) * noise;
+}
+
+SigmaSampler::SigmaSampler(const NoiseSchedule& schedule, std::vector<double> timesteps) : Sampler(schedule, std::move(timesteps)) {
+  const int64_t total = schedule.train_timesteps();
+  auto sigma_at = [&](int64_t t) {
+    const double a = t == total - 1 && schedule.config().rescale_betas_zero_snr ? std::pow(2.0, -24) : schedule.alpha_cumprod(t);
+    return std::sqrt((1 - a) / a);
+  };
+  for (const double t : timesteps_) {  // linear interpolation between the integer timesteps around t
+    const auto below = static_cast<int64_t>(std::floor(t));
+    const int64_t above = std::min(below + 1, total - 1);
+    const double w = t - static_cast<double>(below);
+    sigmas_.push_back((1 - w) * sigma_at(below) + w * sigma_at(above));
+  }
+  sigmas_.push_back(0.0);
+}
+
+EulerSampler::EulerSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, euler_timesteps(schedule, steps)) {}
+
+double EulerSampler::init_noise_sigma() const {
+  const double largest = *std::max_element(sigmas_.begin(), sigmas_.end());
+  return schedule_.config().timestep_spacing == TimestepSpacing::kLeading ? std::sqrt(largest * largest + 1) : largest;
+}
+
+torch::Tensor EulerSampler::scale_model_input(const torch::Tensor& sample, size_t i) const {
+  return sample / std::sqrt(sigmas_.at(i) * sigmas_.at(i) + 1);
+}
+
+torch::Tensor EulerSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+  const double sigma = sigmas_.at(i);
+  torch::Tensor x0;
+  switch (schedule_.config().prediction_type) {
+    case Prediction::kEpsilon:
+      x0 = sample - sigma * model_output;
+      break;
+    case Prediction::kVPrediction:
+      x0 = model_output * (-sigma / std::sqrt(sigma * sigma + 1)) + sample / (sigma * sigma + 1);
+      break;
+    case Prediction::kSample:
+      x0 = model_output;
+      break;
+  }
+  return sample + (sample - x0) / sigma * (sigmas_.at(i + 1) - sigma);
+}
+
+DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_timesteps(schedule, steps)) {}
+
+torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+  KUAFU_CHECK(i == next_step_, "DPM-Solver steps in order: step ", i, " after ", next_step_, " steps");
+  const auto [alpha_s, sigma_s] = alpha_sigma(sigmas_.at(i));
+  const auto [alpha_t, sigma_t] = alpha_sigma(sigmas_.at(i + 1));
+  torch::Tensor x0;  // DPM-Solver++ works on x̂₀
+  switch (schedule_.config().prediction_type) {
+    case Prediction::kEpsilon:
+      x0 = (sample - sigma_s * model_output) / alpha_s;
+      break;
+    case Prediction::kVPrediction:
+      x0 = alpha_s * sample - sigma_s * model_output;
+      break;
+    case Prediction::kSample:
+      x0 = model_output;
+      break;
+  }
+  auto lambda = [](double alpha, double sigma) { return std::log(alpha) - std::log(sigma); };  // +∞ at σ = 0
+  const double h = lambda(alpha_t, sigma_t) - lambda(alpha_s, sigma_s);
+  const double decay = std::exp(-h) - 1;  // −1 at the final σ = 0: the step lands on x̂₀
+  const bool last = i + 1 == timesteps_.size();
+  torch::Tensor next = (sigma_t / sigma_s) * sample - (alpha_t * decay) * x0;
+  if (i > 0 && !last) {  // second order: the previous estimate gives the slope in λ
+    const auto [alpha_r, sigma_r] = alpha_sigma(sigmas_.at(i - 1));
+    const double h_previous = lambda(alpha_s, sigma_s) - lambda(alpha_r, sigma_r);
+    next = next - 0.5 * (alpha_t * decay) * (h / h_previous) * (x0 - previous_x0_);
+  }
+  previous_x0_ = x0;
+  ++next_step_;
+  return next;
+}
+
+torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale) {
+  if (!needs_unconditional(scale)) return conditional;
+  return unconditional + scale * (conditional - unconditional);
+}
+
+std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps) {
+  switch (kind) {
+    case SamplerKind::kDdim:
+      return std::make_unique<DdimSampler>(schedule, steps);
+    case SamplerKind::kDdpm:
+      return std::make_unique<DdpmSampler>(schedule, steps);
+    case SamplerKind::kEuler:
+      return std::make_unique<EulerSampler>(schedule, steps);
+    case SamplerKind::kDpmSolverPlusPlus2M:
+      return std::make_unique<DpmSolverSampler>(schedule, steps);
+  }
+  fail("unknown sampler");
+}
+
+SamplerKind sampler_named(const std::string& name) {
+  if (name == "ddim" || name == "DDIMScheduler") return SamplerKind::kDdim;
+  if (name == "ddpm" || name == "DDPMScheduler") return SamplerKind::kDdpm;
+  if (name == "euler" || name == "EulerDiscreteScheduler") return SamplerKind::kEuler;
+  if (name == "dpm++2m" || name == "DPMSolverMultistepScheduler") return SamplerKind::kDpmSolverPlusPlus2M;
+  fail("sampler \"" + name + "\" is not one of ddim (DDIMScheduler), ddpm (DDPMScheduler), euler (EulerDiscreteScheduler), "
+       "dpm++2m (DPMSolverMultistepScheduler)");
 }
 
 }  // namespace kuafu::sd

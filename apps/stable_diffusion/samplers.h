@@ -1,53 +1,107 @@
-// Reverse-process steps over a NoiseSchedule's inference timesteps: DDIM (η = 0, Song et al. 2021,
-// eq. 12) and DDPM (Ho et al. 2020, the posterior mean plus fixed-small variance noise). Each step goes
-// from the schedule's timestep i to timestep i + 1 of the same list: not to t − T/N as diffusers' DDIM
-// does, which under linspace spacing lands off the list.
+// Reverse-process samplers over a NoiseSchedule: DDIM (η = 0, Song et al. 2021, eq. 12), DDPM (Ho et al.
+// 2020: the posterior mean plus fixed-small variance noise), Euler discrete (Karras et al. 2022's ODE in
+// σ = √((1 − ᾱ)/ᾱ)) and DPM-Solver++(2M) (Lu et al. 2022, multistep, second order, first order at the
+// start and the end), each with diffusers' timestep lists and conventions. DDIM steps from timestep i to
+// timestep i + 1 of its own list: not to t − T/N as diffusers' DDIM does, which under linspace spacing
+// lands off the list.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "apps/stable_diffusion/noise_schedule.h"
 
 namespace kuafu::sd {
 
+enum class SamplerKind { kDdim, kDdpm, kEuler, kDpmSolverPlusPlus2M };
+
 class Sampler {
  public:
-  Sampler(const NoiseSchedule& schedule, int64_t steps) : schedule_(schedule), timesteps_(schedule.timesteps(steps)) {}
   virtual ~Sampler() = default;
 
-  const std::vector<int64_t>& timesteps() const { return timesteps_; }
-  // x at timesteps()[i] and the model's output there -> x at the next timestep (or x₀ after the last).
-  // `noise` (like `sample`): the step's Gaussian draw where the sampler adds one (DDPM), else unused.
+  // The timesteps the model is called at, in order (fractional for Euler under linspace spacing).
+  const std::vector<double>& timesteps() const { return timesteps_; }
+  // The initial noise's standard deviation: latents start as init_noise_sigma() × N(0, 1).
+  virtual double init_noise_sigma() const { return 1.0; }
+  // What the model is given at step i: the sample, or Euler's x / √(σ² + 1).
+  virtual torch::Tensor scale_model_input(const torch::Tensor& sample, size_t /*i*/) const { return sample; }
+  // x at step i and the model's output there -> x at step i + 1 (x₀ after the last). Steps run in order
+  // from 0 (DPM-Solver keeps the previous step's estimate). `noise` (like `sample`): the step's Gaussian
+  // draw where the sampler adds one (stochastic()), else unused.
   virtual torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
-                             const torch::Tensor& noise = {}) const = 0;
-  // Whether step adds noise (then `noise` must be given for every step but the last).
-  virtual bool stochastic() const = 0;
+                             const torch::Tensor& noise = {}) = 0;
+  virtual bool stochastic() const { return false; }
 
  protected:
-  // ᾱ at the timestep after timesteps()[i]; `last` is ᾱ after the final step.
-  double next_alpha_cumprod(size_t i, double last) const;
+  Sampler(const NoiseSchedule& schedule, std::vector<double> timesteps) : schedule_(schedule), timesteps_(std::move(timesteps)) {}
+  int64_t timestep_at(size_t i) const;  // an integer timestep's value (DDIM, DDPM)
 
   const NoiseSchedule& schedule_;
-  std::vector<int64_t> timesteps_;
+  std::vector<double> timesteps_;
 };
 
 class DdimSampler : public Sampler {
  public:
-  using Sampler::Sampler;
+  DdimSampler(const NoiseSchedule& schedule, int64_t steps);
   // x_prev = √ᾱ_prev x̂₀ + √(1 − ᾱ_prev) ε̂; after the last step ᾱ_prev is 1 (set_alpha_to_one) or ᾱ_0.
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
-                     const torch::Tensor& noise = {}) const override;
-  bool stochastic() const override { return false; }
+                     const torch::Tensor& noise = {}) override;
 };
 
 class DdpmSampler : public Sampler {
  public:
-  using Sampler::Sampler;
+  DdpmSampler(const NoiseSchedule& schedule, int64_t steps);
   // The posterior mean of x_prev given x̂₀ and x_t, plus σ noise, σ² = (1 − ᾱ_prev)/(1 − ᾱ_t) · β_t with
   // β_t = 1 − ᾱ_t/ᾱ_prev (no noise at timestep 0; ᾱ after the final step is 1).
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
-                     const torch::Tensor& noise = {}) const override;
+                     const torch::Tensor& noise = {}) override;
   bool stochastic() const override { return true; }
 };
+
+// The samplers that walk σ: σ_i interpolated (linearly in t) from the schedule at each timestep, then 0.
+// A zero-SNR schedule's last ᾱ is taken as 2⁻²⁴ here (σ finite), as diffusers does.
+class SigmaSampler : public Sampler {
+ public:
+  const std::vector<double>& sigmas() const { return sigmas_; }  // [steps + 1]
+
+ protected:
+  SigmaSampler(const NoiseSchedule& schedule, std::vector<double> timesteps);
+  std::vector<double> sigmas_;
+};
+
+class EulerSampler : public SigmaSampler {
+ public:
+  EulerSampler(const NoiseSchedule& schedule, int64_t steps);
+  double init_noise_sigma() const override;  // σ_max, or √(σ_max² + 1) under leading spacing
+  torch::Tensor scale_model_input(const torch::Tensor& sample, size_t i) const override;
+  // x̂₀ from the output at σ_i, then x + (σ_{i+1} − σ_i) (x − x̂₀)/σ_i.
+  torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                     const torch::Tensor& noise = {}) override;
+};
+
+class DpmSolverSampler : public SigmaSampler {
+ public:
+  DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps);
+  // With λ = log(α/σ), h = λ_{i+1} − λ_i: first order x' = (σ_{i+1}/σ_i) x − α_{i+1}(e^{−h} − 1) x̂₀ at the
+  // first and the last step; between, second order with D₁ = (x̂₀ − x̂₀_prev) h / h_prev (midpoint).
+  torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                     const torch::Tensor& noise = {}) override;
+
+ private:
+  torch::Tensor previous_x0_;
+  size_t next_step_ = 0;
+};
+
+// Classifier-free guidance (Ho & Salimans 2022): ε_u + g (ε_c − ε_u). At g = 1 the conditional output
+// itself (ε_u + (ε_c − ε_u) rounds away from it), and the unconditional pass is not needed at all.
+torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale);
+inline bool needs_unconditional(double scale) { return scale != 1.0; }
+
+// The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
+std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps);
+// diffusers' class names (DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler)
+// and Kuafu's short ones (ddim, ddpm, euler, dpm++2m); kuafu::Error listing them.
+SamplerKind sampler_named(const std::string& name);
 
 }  // namespace kuafu::sd

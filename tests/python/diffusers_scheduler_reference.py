@@ -16,6 +16,11 @@
         snr, min_snr_5                 SNR(t) for every t and Min-SNR-5 weights (Hang et al. transcribed),
                                        both from the float64 ᾱ (float32's 1 − ᾱ near ᾱ = 1 loses digits)
         noised, velocity               add_noise and get_velocity of (sample, outputs[0]) at timesteps 10 and 900
+        euler_*, dpm_*                 EulerDiscreteScheduler and DPMSolverMultistepScheduler (DPM-Solver++ 2M)
+                                       on the same config: timesteps, sigmas and init_noise_sigma of 10 steps,
+                                       timesteps_N for N in STEPS, and a 10-step loop from sample x
+                                       init_noise_sigma with outputs[i] at step i: each step's x (chained) and
+                                       Euler's scaled model inputs
 """
 import math
 import pathlib
@@ -23,14 +28,14 @@ import sys
 
 import numpy as np
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
+from diffusers import DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
 from diffusers.schedulers.scheduling_ddim import betas_for_alpha_bar, rescale_zero_terminal_snr
 from safetensors.torch import save_file
 
 CONFIGS = {
     # Stable Diffusion 1.x's scheduler_config.json.
     "sd15": dict(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1, set_alpha_to_one=False,
-                 clip_sample=False),
+                 clip_sample=False, timestep_spacing="leading"),  # each class's default spacing differs: name it
     # Zero terminal SNR with v-prediction and trailing spacing (Lin et al. 2023).
     "zero_snr_v": dict(rescale_betas_zero_snr=True, timestep_spacing="trailing", prediction_type="v_prediction",
                        clip_sample=False),
@@ -113,7 +118,33 @@ def build(out):
         snr = a / (1 - a)
         tensors[f"{name}/snr"] = snr
         tensors[f"{name}/min_snr_5"] = min_snr(snr, config.get("prediction_type", "epsilon"))
+        for prefix, kind in (("euler", EulerDiscreteScheduler), ("dpm", DPMSolverMultistepScheduler)):
+            tensors.update(sigma_sampler(f"{name}/{prefix}", kind(**sigma_config(config)), sample, outputs))
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def sigma_config(config):
+    return {k: v for k, v in config.items() if k not in ("set_alpha_to_one", "clip_sample")}
+
+
+def sigma_sampler(prefix, scheduler, sample, outputs):
+    tensors = {}
+    for n in STEPS:
+        if n >= 999 and scheduler.config.steps_offset:
+            continue  # leading spacing with an offset passes the schedule there
+        scheduler.set_timesteps(n)
+        tensors[f"{prefix}_timesteps_{n}"] = scheduler.timesteps.double()
+    scheduler.set_timesteps(10)
+    tensors[f"{prefix}_sigmas"] = scheduler.sigmas.double()
+    tensors[f"{prefix}_init_noise_sigma"] = torch.tensor(float(scheduler.init_noise_sigma), dtype=torch.float64)
+    x = sample * scheduler.init_noise_sigma
+    steps, inputs = [], []
+    for i, t in enumerate(scheduler.timesteps):
+        inputs.append(scheduler.scale_model_input(x, t))
+        x = scheduler.step(outputs[i], t, x).prev_sample
+        steps.append(x)
+    tensors[f"{prefix}_inputs"], tensors[f"{prefix}_steps"] = torch.stack(inputs), torch.stack(steps)
+    return tensors
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ TEST_P(SchedulerTest, TimestepsAreDiffusersListsExactly) {
 // that timestep (leading, trailing); under linspace diffusers lands off the list (999 -> 899 where the
 // list says 888) and differs.
 TEST_P(SchedulerTest, DdimStepsToTheListsNextTimestep) {
-  const DdimSampler ddim(schedule, 10);
+  DdimSampler ddim(schedule, 10);
   const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
   std::vector<torch::Tensor> steps;
   for (size_t i = 0; i < 10; ++i) steps.push_back(ddim.step(outputs[static_cast<int64_t>(i)], i, sample));
@@ -93,7 +93,7 @@ TEST_P(SchedulerTest, DdimStepsToTheListsNextTimestep) {
 // DDPM's step with its noise drawn as diffusers draws it (a CPU generator seeded 100 + i, one randn of the
 // sample's shape): the same x_prev, the last step at timestep 0 (or 1) included.
 TEST_P(SchedulerTest, DdpmStepsEqualDiffusersFromTheSameGenerator) {
-  const DdpmSampler ddpm(schedule, 10);
+  DdpmSampler ddpm(schedule, 10);
   const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
   std::vector<torch::Tensor> steps;
   for (size_t i = 0; i < 10; ++i) {
@@ -120,6 +120,45 @@ TEST_P(SchedulerTest, NoisingTargetsAndMinSnrWeightsEqualTheReference) {
   EXPECT_TRUE(torch::isfinite(ours).all().item<bool>());
 }
 
+// Euler discrete and DPM-Solver++(2M) as diffusers runs them: their own timestep lists, σ, the initial
+// noise scale, Euler's scaled model input, and a 10-step loop (each step from the previous one, so
+// DPM-Solver's second-order steps see its previous estimate) from the same initial latents with the same
+// model outputs: every step's x to 1e-5 of its largest value (float32 chains; σ reaches 2·10⁴ in the
+// cosine schedule's tail). Where diffusers' leading list with steps_offset passes the schedule (999 and
+// 1,000 DPM-Solver steps), Kuafu's stays within it.
+TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
+  const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
+  for (const auto& [prefix, kind] : {std::pair<std::string, SamplerKind>{"euler", SamplerKind::kEuler}, {"dpm", SamplerKind::kDpmSolverPlusPlus2M}}) {
+    for (const int64_t n : {1, 2, 3, 7, 10, 30, 50, 333, 999, 1000}) {
+      const std::vector<double> ours = make_sampler(kind, schedule, n)->timesteps();
+      if (schedule.config().steps_offset != 0 && n >= 999) {  // diffusers' list passes the schedule there; ours stays
+        EXPECT_LT(ours.front(), static_cast<double>(schedule.train_timesteps())) << prefix << " " << n << " steps";
+        continue;
+      }
+      const torch::Tensor expected = figure(prefix + "_timesteps_" + std::to_string(n));
+      EXPECT_EQ(ours, std::vector<double>(expected.data_ptr<double>(), expected.data_ptr<double>() + expected.numel()))
+          << prefix << " " << n << " steps";
+    }
+    const std::unique_ptr<Sampler> sampler = make_sampler(kind, schedule, 10);
+    const auto& sigmas = dynamic_cast<const SigmaSampler&>(*sampler).sigmas();
+    // 5e-4: diffusers' float32 1 − ᾱ near ᾱ = 1 (the cosine schedule's σ at t = 0) keeps few digits.
+    EXPECT_LT(relative_difference(torch::tensor(sigmas, torch::kFloat64), figure(prefix + "_sigmas")), 5e-4) << prefix;
+    const double init = figure(prefix + "_init_noise_sigma").item<double>();
+    EXPECT_NEAR(sampler->init_noise_sigma(), init, 1e-5 * init) << prefix;
+    torch::Tensor x = sample * sampler->init_noise_sigma();
+    for (size_t i = 0; i < 10; ++i) {
+      const auto row = static_cast<int64_t>(i);
+      if (kind == SamplerKind::kEuler) {
+        const torch::Tensor input = figure(prefix + "_inputs")[row];
+        EXPECT_LT(difference(sampler->scale_model_input(x, i), input), 1e-5 * input.abs().max().item<double>()) << i;
+      }
+      x = sampler->step(outputs[row], i, x);
+      const torch::Tensor expected = figure(prefix + "_steps")[row];
+      EXPECT_LT(difference(x, expected), 1e-5 * std::max(1.0, expected.abs().max().item<double>())) << prefix << " step " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, SchedulerTest, ::testing::Values("sd15", "zero_snr_v", "cosine_linspace"));
 
 TEST(SchedulerTraps, FiftyLeadingStepsWithOffsetOneAre981To1) {
@@ -133,7 +172,7 @@ TEST(SchedulerTraps, FiftyLeadingStepsWithOffsetOneAre981To1) {
 // the offset is cut to keep 999 .. 0, and a whole DDIM loop runs with every value finite.
 TEST(SchedulerTraps, AThousandStepsNeverIndexPastTheSchedule) {
   const NoiseSchedule schedule(config_named("sd15"));
-  const DdimSampler ddim(schedule, 1000);
+  DdimSampler ddim(schedule, 1000);
   ASSERT_EQ(ddim.timesteps().front(), 999);
   ASSERT_EQ(ddim.timesteps().back(), 0);
   torch::manual_seed(0);
@@ -150,9 +189,9 @@ TEST(SchedulerTraps, TheFinalStepGoesToAlphaZeroOrOne) {
   for (const bool to_one : {false, true}) {
     c.set_alpha_to_one = to_one;
     const NoiseSchedule schedule(c);
-    const DdimSampler ddim(schedule, 10);
+    DdimSampler ddim(schedule, 10);
     const size_t last = ddim.timesteps().size() - 1;
-    const Estimates e = schedule.estimates(eps, ddim.timesteps()[last], x);
+    const Estimates e = schedule.estimates(eps, static_cast<int64_t>(ddim.timesteps()[last]), x);
     const double a = to_one ? 1.0 : schedule.alpha_cumprod(0);
     EXPECT_LT(difference(ddim.step(eps, last, x), std::sqrt(a) * e.x0 + std::sqrt(1 - a) * e.epsilon), 1e-6) << to_one;
   }
@@ -181,6 +220,18 @@ TEST(SchedulerTraps, MinSnrWeightsPerPredictionTypeAndAtZeroSnr) {
   EXPECT_NEAR(NoiseSchedule(c).min_snr_weights(torch::tensor({near_two}), 5.0).item<double>(), snr, 1e-12);
 }
 
+// Guidance 1 is the conditional branch exactly (a + (b − a) is not b in floating point), and needs no
+// unconditional pass; another scale is ε_u + g (ε_c − ε_u) (against float64: values near 10⁴ in float32).
+TEST(SchedulerTraps, GuidanceOneIsTheConditionalBranchExactly) {
+  torch::manual_seed(2);
+  const torch::Tensor u = torch::randn({2, 4, 8, 8}), c = torch::randn({2, 4, 8, 8}) * 1e3;
+  EXPECT_FALSE(needs_unconditional(1.0));
+  EXPECT_TRUE(classifier_free_guidance(u, c, 1.0).equal(c));
+  EXPECT_FALSE((u + (c - u)).equal(c)) << "the rounding the exact branch avoids";
+  EXPECT_TRUE(needs_unconditional(7.5));
+  EXPECT_LT(difference(classifier_free_guidance(u, c, 7.5), u.to(torch::kFloat64) + 7.5 * (c.to(torch::kFloat64) - u.to(torch::kFloat64))), 1e-2);
+}
+
 TEST(SchedulerTraps, BadStepCountsAndNamesAreNamed) {
   const NoiseSchedule schedule(config_named("sd15"));
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { schedule.timesteps(0); }), "inference steps must be in [1, 1000]"));
@@ -188,6 +239,8 @@ TEST(SchedulerTraps, BadStepCountsAndNamesAreNamed) {
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { timestep_spacing_named("even"); }), "leading, trailing, linspace"));
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { prediction_named("x0"); }), "epsilon, v_prediction, sample"));
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { beta_schedule_named("cosine"); }), "squaredcos_cap_v2"));
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { sampler_named("PNDMScheduler"); }), "EulerDiscreteScheduler"));
+  EXPECT_EQ(sampler_named("DPMSolverMultistepScheduler"), SamplerKind::kDpmSolverPlusPlus2M);
 }
 
 }  // namespace
