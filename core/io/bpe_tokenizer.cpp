@@ -10,7 +10,9 @@
 #include <climits>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
+#include <optional>
 
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -24,6 +26,32 @@ namespace {
 // GPT-2's pre-tokenisation pattern, as Hugging Face's ByteLevel pre-tokenizer uses it.
 constexpr const char* kPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+// CLIP's words (its tokenizer's Split pre-tokenizer, matches kept, whitespace between them dropped).
+constexpr const char* kClipWordPattern =
+    R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+
+std::unique_ptr<icu::RegexPattern> compile(const char* pattern) {
+  UErrorCode status = U_ZERO_ERROR;
+  std::unique_ptr<icu::RegexPattern> compiled(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(pattern), 0, status));
+  KUAFU_CHECK(U_SUCCESS(status), "ICU could not compile the pre-tokenisation pattern ", pattern, ": ", u_errorName(status));
+  return compiled;
+}
+
+// Calls `piece` with each match of `pattern` in `text` (UTF-8).
+void for_each_match(const icu::RegexPattern& pattern, const std::string& text, const std::function<void(const std::string&)>& piece) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
+  std::unique_ptr<icu::RegexMatcher> matcher(pattern.matcher(unicode, status));
+  KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
+  std::string found;
+  while (matcher->find(status) && U_SUCCESS(status)) {
+    const int32_t start = matcher->start(status), end = matcher->end(status);
+    found.clear();
+    unicode.tempSubStringBetween(start, end).toUTF8String(found);
+    piece(found);
+  }
+  KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
+}
 
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
@@ -76,11 +104,17 @@ struct BpeTokenizer::State {
   std::string byte_symbol[256];                    // byte -> its printable character, as UTF-8
   std::unordered_map<uint32_t, uint8_t> symbol_byte;
   bool add_prefix_space = false;
-  // tokenizer.json's normalizer as steps applied in order to the text between special tokens.
-  enum class Normalize { Lowercase, Nfc, Nfd, Nfkc, Nfkd };
+  // tokenizer.json's normalizer as steps applied in order to the text between special tokens
+  // (CollapseWhitespace: every run of whitespace one space, CLIP's).
+  enum class Normalize { Lowercase, Nfc, Nfd, Nfkc, Nfkd, CollapseWhitespace };
   std::vector<Normalize> normalizers;
   std::string normalized(const std::string& text) const;
   std::unique_ptr<icu::RegexPattern> pattern;
+  // CLIP's BPE: text cut into words first (then each by GPT-2's pattern), each word's last symbol ending
+  // in word_end ("</w>"), a symbol the vocabulary lacks read as `unknown`.
+  std::unique_ptr<icu::RegexPattern> word_pattern;
+  std::string word_end;
+  std::optional<int64_t> unknown;
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;  // piece -> ids
 
@@ -93,9 +127,7 @@ struct BpeTokenizer::State {
       append_utf8(byte_symbol[b], cp);
       symbol_byte[cp] = static_cast<uint8_t>(b);
     }
-    UErrorCode status = U_ZERO_ERROR;
-    pattern.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kPattern), 0, status));
-    KUAFU_CHECK(U_SUCCESS(status), "ICU could not compile GPT-2's pre-tokenisation pattern: ", u_errorName(status));
+    pattern = compile(kPattern);
   }
 
   void add_token(const std::string& token, int64_t id, const std::string& where) {
@@ -129,6 +161,7 @@ struct BpeTokenizer::State {
     }
     std::vector<std::string> symbols;
     for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
+    if (!symbols.empty()) symbols.back() += word_end;
     // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
     std::vector<int> ranks;  // ranks[i]: of the pair symbols[i], symbols[i + 1] (INT_MAX: none)
     while (symbols.size() > 1) {
@@ -153,9 +186,9 @@ struct BpeTokenizer::State {
     std::vector<int64_t> ids;
     for (const std::string& symbol : symbols) {
       const auto id = vocab.find(symbol);
-      KUAFU_CHECK(id != vocab.end(), "byte-level BPE: symbol '", text::abbreviate(symbol),
+      KUAFU_CHECK(id != vocab.end() || unknown, "byte-level BPE: symbol '", text::abbreviate(symbol),
                   "' is not in the vocabulary (it must hold all 256 byte symbols)");
-      ids.push_back(id->second);
+      ids.push_back(id != vocab.end() ? id->second : *unknown);
     }
     std::lock_guard<std::mutex> lock(cache_mutex);
     cache.emplace(piece, ids);
@@ -165,18 +198,16 @@ struct BpeTokenizer::State {
   // Ordinary text (no special tokens) -> ids.
   void encode_text(const std::string& text, std::vector<int64_t>& ids) const {
     if (text.empty()) return;
-    UErrorCode status = U_ZERO_ERROR;
-    const icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
-    std::unique_ptr<icu::RegexMatcher> matcher(pattern->matcher(unicode, status));
-    KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
-    std::string piece;
-    while (matcher->find(status) && U_SUCCESS(status)) {
-      const int32_t start = matcher->start(status), end = matcher->end(status);
-      piece.clear();
-      unicode.tempSubStringBetween(start, end).toUTF8String(piece);
-      for (int64_t id : encode_piece(piece)) ids.push_back(id);
+    auto encode_pieces = [&](const std::string& part) {
+      for_each_match(*pattern, part, [&](const std::string& piece) {
+        for (int64_t id : encode_piece(piece)) ids.push_back(id);
+      });
+    };
+    if (word_pattern) {
+      for_each_match(*word_pattern, text, encode_pieces);
+    } else {
+      encode_pieces(text);
     }
-    KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
   }
 };
 
@@ -216,6 +247,14 @@ std::string BpeTokenizer::State::normalized(const std::string& text) const {
   for (const Normalize step : normalizers) {
     if (step == Normalize::Lowercase) {
       s.toLower(icu::Locale::getRoot());  // Unicode's default full lower-case mapping, as Rust's to_lowercase
+      continue;
+    }
+    if (step == Normalize::CollapseWhitespace) {
+      static const std::unique_ptr<icu::RegexPattern> whitespace = compile(R"(\s+)");
+      UErrorCode status = U_ZERO_ERROR;
+      std::unique_ptr<icu::RegexMatcher> matcher(whitespace->matcher(s, status));
+      s = matcher->replaceAll(icu::UnicodeString(" "), status);
+      KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
       continue;
     }
     UErrorCode status = U_ZERO_ERROR;
@@ -302,6 +341,21 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   return BpeTokenizer(std::move(state));
 }
 
+BpeTokenizer BpeTokenizer::clip_from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                           std::vector<std::string> special) {
+  const std::string start = "<|startoftext|>", end = "<|endoftext|>";
+  for (const std::string& token : {start, end}) {
+    if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
+  }
+  BpeTokenizer tokenizer = from_files(vocab_json, merges_txt, special);
+  State& state = *tokenizer.state_;
+  state.normalizers = {State::Normalize::Nfc, State::Normalize::CollapseWhitespace, State::Normalize::Lowercase};
+  state.word_pattern = compile(kClipWordPattern);
+  state.word_end = "</w>";
+  state.unknown = state.vocab.at(end);
+  return tokenizer;
+}
+
 BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   const fs::path root = dir;
   if (fs::exists(root / "tokenizer.json")) return from_tokenizer_json((root / "tokenizer.json").string());
@@ -315,7 +369,7 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
                                                   : std::string();
     if (!token.empty() && std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
   };
-  bool add_prefix_space = false;
+  bool add_prefix_space = false, clip = false;
   for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
     if (!fs::exists(root / file)) continue;
     const std::string path = (root / file).string();
@@ -327,11 +381,14 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
       KUAFU_CHECK(config["add_prefix_space"].is_boolean(), path, ": add_prefix_space must be true or false");
       add_prefix_space = config["add_prefix_space"].get<bool>();
     }
+    clip |= text::starts_with(config.value("tokenizer_class", std::string()), "CLIPTokenizer");
     for (const char* key : {"do_lower_case", "do_lowercase"}) {
-      KUAFU_CHECK(!config.value(key, false), path, ": ", key, " = true is not supported for byte-level BPE (ids would "
+      KUAFU_CHECK(clip || !config.value(key, false), path, ": ", key, " = true is not supported for byte-level BPE (ids would "
                   "differ from transformers'); give a tokenizer.json with a Lowercase normalizer");
     }
   }
+  // Every special token the folder names is matched whole, as transformers does (SD 2.x pads with "!").
+  if (clip) return clip_from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   BpeTokenizer tokenizer = from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   tokenizer.state_->add_prefix_space = add_prefix_space;
   return tokenizer;
@@ -390,6 +447,13 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
       out.push_back(static_cast<char>(byte->second));
       i += length;
     }
+  }
+  if (!state_->word_end.empty()) {  // CLIP: each word's end a space, the text trimmed (as transformers decodes)
+    for (size_t at = out.find(state_->word_end); at != std::string::npos; at = out.find(state_->word_end, at + 1)) {
+      out.replace(at, state_->word_end.size(), " ");
+    }
+    const size_t first = out.find_first_not_of(' '), last = out.find_last_not_of(' ');
+    out = first == std::string::npos ? std::string() : out.substr(first, last - first + 1);
   }
   return out;
 }

@@ -1,4 +1,4 @@
-// Byte-level BPE, the tokenizer of GPT-2, OPT and RoBERTa: special tokens are matched whole first; the
+// Byte-level BPE, the tokenizer of GPT-2, OPT and RoBERTa (and CLIP's, with its word ends and cleaning): special tokens are matched whole first; the
 // rest is cut by GPT-2's pre-tokenisation pattern (contractions, letters, digits, other symbols, runs
 // of whitespace; ICU's regex engine supplies the Unicode classes), each piece's UTF-8 bytes become
 // printable characters (GPT-2's bytes_to_unicode), and adjacent symbols merge in the order merges.txt
@@ -26,9 +26,16 @@ class BpeTokenizer {
   // (its add_prefix_space honoured); its added tokens are the special ones; its normalizer applied
   // (Lowercase, NFC, NFD, NFKC, NFKD, or a Sequence of them; any other refused by name).
   static BpeTokenizer from_tokenizer_json(const std::string& path);
+  // CLIP's tokenizer (transformers' CLIPTokenizer): NFC, whitespace runs collapsed, lower-cased; words cut
+  // by CLIP's pattern, each word's last symbol ending in "</w>"; "<|startoftext|>" and "<|endoftext|>"
+  // special (and `special`'s tokens), a symbol the vocabulary lacks read as "<|endoftext|>". encode gives
+  // the words' ids alone (the caller adds BOS and EOS); decode turns each "</w>" into a space and trims.
+  static BpeTokenizer clip_from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                      std::vector<std::string> special = {});
   // A model folder: tokenizer.json when there is one, else vocab.json + merges.txt with the special
   // tokens tokenizer_config.json / special_tokens_map.json name and tokenizer_config.json's
-  // add_prefix_space (do_lower_case refused by name).
+  // add_prefix_space (do_lower_case refused by name); CLIP's when tokenizer_config.json names
+  // CLIPTokenizer.
   static BpeTokenizer from_folder(const std::string& dir);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;

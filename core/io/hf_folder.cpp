@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSingleFile = "model.safetensors";
-constexpr const char* kIndexFile = "model.safetensors.index.json";
+// transformers' weight files, then diffusers' (a pipeline component's: unet/, vae/, text_encoder/ ...).
+constexpr const char* kStems[] = {"model", "diffusion_pytorch_model"};
 
 nlohmann::json read_json(const fs::path& path) {
   try {
@@ -79,22 +79,31 @@ HfFolder read_hf_folder(const std::string& dir) {
 
   std::vector<std::string> files;
   nlohmann::json index;
-  if (fs::exists(root / kIndexFile)) {
-    index = read_json(root / kIndexFile);
-    files = shards_of(root / kIndexFile, index);
-  } else if (fs::exists(root / kSingleFile)) {
-    files = {kSingleFile};
-  } else {
-    const bool pickle = fs::exists(root / "pytorch_model.bin") || fs::exists(root / "pytorch_model.bin.index.json");
-    fail(dir + " has no " + kSingleFile + " or " + kIndexFile +
-         (pickle ? ": its weights are PyTorch pickles (pytorch_model.bin), which Kuafu does not read; convert them "
-                   "with transformers: AutoModel.from_pretrained(dir).save_pretrained(new_dir)"
+  fs::path index_path;
+  for (const std::string stem : kStems) {
+    if (fs::exists(root / (stem + ".safetensors.index.json"))) {
+      index_path = root / (stem + ".safetensors.index.json");
+      index = read_json(index_path);
+      files = shards_of(index_path, index);
+      break;
+    }
+    if (fs::exists(root / (stem + ".safetensors"))) {
+      files = {stem + ".safetensors"};
+      break;
+    }
+  }
+  if (files.empty()) {
+    const bool pickle = fs::exists(root / "pytorch_model.bin") || fs::exists(root / "pytorch_model.bin.index.json") ||
+                        fs::exists(root / "diffusion_pytorch_model.bin");
+    fail(dir + " has no model.safetensors (or diffusion_pytorch_model.safetensors), nor an index of shards" +
+         (pickle ? ": its weights are PyTorch pickles (*.bin), which Kuafu does not read; convert them with "
+                   "transformers or diffusers: from_pretrained(dir).save_pretrained(new_dir)"
                  : ""));
   }
   std::map<std::string, std::string> file_of;  // tensor -> file, to refuse a tensor stored twice
   for (const std::string& file : files) {
     const fs::path path = root / file;
-    KUAFU_CHECK(fs::exists(path), root / kIndexFile, " names shard ", file, ", which is not in ", dir);
+    KUAFU_CHECK(fs::exists(path), index_path, " names shard ", file, ", which is not in ", dir);
     SafetensorsFile loaded = load_safetensors(path.string());
     for (auto& [name, tensor] : loaded.tensors) {
       const auto [where, inserted] = file_of.emplace(name, file);
@@ -105,7 +114,7 @@ HfFolder read_hf_folder(const std::string& dir) {
   if (!index.is_null()) {
     for (const auto& [name, file] : index["weight_map"].items()) {
       const auto found = file_of.find(name);
-      KUAFU_CHECK(found != file_of.end() && found->second == file.get<std::string>(), (root / kIndexFile).string(),
+      KUAFU_CHECK(found != file_of.end() && found->second == file.get<std::string>(), index_path.string(),
                   ": maps tensor '", text::abbreviate(name), "' to ", file.get<std::string>(), ", which does not hold it");
     }
   }

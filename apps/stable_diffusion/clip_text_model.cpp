@@ -1,0 +1,81 @@
+#include "apps/stable_diffusion/clip_text_model.h"
+
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::sd {
+
+void ClipTextConfig::validate() const {
+  KUAFU_CHECK(vocab_size > 0 && hidden_size > 0 && intermediate_size > 0 && num_hidden_layers > 0 && num_attention_heads > 0 &&
+                  max_position_embeddings > 0,
+              "CLIP's sizes (vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
+              "max_position_embeddings) must be positive");
+  KUAFU_CHECK(hidden_size % num_attention_heads == 0, "hidden_size (", hidden_size, ") must divide by num_attention_heads (",
+              num_attention_heads, ")");
+}
+
+nn::TransformerBlockSpec block_spec(const ClipTextConfig& c) {
+  nn::TransformerBlockSpec spec;
+  spec.hidden = c.hidden_size;
+  spec.heads = c.num_attention_heads;
+  spec.intermediate = c.intermediate_size;
+  spec.activation = c.hidden_act;
+  spec.causal = true;
+  spec.norm_eps = c.layer_norm_eps;
+  nn::BlockNames& names = spec.names;
+  names.norm_1 = "layer_norm1";
+  names.q = "self_attn.q_proj";
+  names.k = "self_attn.k_proj";
+  names.v = "self_attn.v_proj";
+  names.attention_out = "self_attn.out_proj";
+  names.norm_2 = "layer_norm2";
+  names.fc_in = "mlp.fc1";
+  names.fc_out = "mlp.fc2";
+  return spec;
+}
+
+ClipEmbeddingsImpl::ClipEmbeddingsImpl(const ClipTextConfig& c, const parallel::ModelOptions& options) {
+  token_embedding = register_module("token_embedding", parallel::make_embedding(options, c.vocab_size, c.hidden_size));
+  position_embedding = parallel::make_position_embedding(options, c.max_position_embeddings, c.hidden_size);
+  register_module("position_embedding", position_embedding.ptr());
+}
+
+ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& c, parallel::ModelOptions options) : config(c), tp(options.tp) {
+  c.validate();
+  text_model = register_module("text_model", std::make_shared<torch::nn::Module>()).get();
+  embeddings = text_model->register_module("embeddings", ClipEmbeddings(c, options));
+  auto encoder = text_model->register_module("encoder", std::make_shared<torch::nn::Module>());
+  layers = encoder->register_module("layers", std::make_shared<torch::nn::Module>());
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    blocks.push_back(layers->register_module(std::to_string(i), nn::TransformerBlock(block_spec(c), options)));
+  }
+  final_layer_norm = parallel::make_layer_norm(options, c.hidden_size, c.layer_norm_eps);
+  text_model->register_module("final_layer_norm", final_layer_norm.ptr());
+  // transformers' initialisation: N(0, 0.02) embeddings and projections, zero biases, unit LayerNorms.
+  parallel::initialize_like_serial(*this, tp, [](const std::string& name, torch::Tensor& full) {
+    if (name.find("layer_norm") != std::string::npos) return false;
+    if (text::ends_with(name, ".bias")) {
+      full.zero_();
+    } else {
+      full.normal_(0.0, 0.02);
+    }
+    return true;
+  });
+}
+
+ClipTextModelImpl::Output ClipTextModelImpl::forward(const torch::Tensor& ids) {
+  const int64_t t = ids.size(1);
+  KUAFU_CHECK(t <= config.max_position_embeddings, "a prompt of ", t, " tokens exceeds CLIP's ", config.max_position_embeddings,
+              " positions");
+  const torch::Tensor positions = torch::arange(t, ids.options().dtype(torch::kInt64)).unsqueeze(0);  // [1, T]
+  torch::Tensor x = embeddings->token_embedding->forward(ids) + embeddings->position_embedding.forward(positions);  // [B, T, D]
+  for (nn::TransformerBlock& block : blocks) x = block->forward(x);
+  Output out;
+  out.last_hidden = final_layer_norm.forward(x);
+  // Each row's end-of-text position [B]: the highest id under old configs, else the first eos_token_id.
+  const torch::Tensor end = config.eos_token_id == 2 ? ids.argmax(-1) : (ids == config.eos_token_id).to(torch::kInt64).argmax(-1);
+  out.pooled = out.last_hidden.gather(1, end.view({-1, 1, 1}).expand({-1, 1, out.last_hidden.size(2)})).squeeze(1);
+  return out;
+}
+
+}  // namespace kuafu::sd

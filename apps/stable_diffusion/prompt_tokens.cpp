@@ -1,0 +1,79 @@
+#include "apps/stable_diffusion/prompt_tokens.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::sd {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A special token as the tokenizer configs write it: "text" or {"content": "text", ...}; "" when absent.
+std::string token_named(const nlohmann::json& config, const std::string& key) {
+  if (!config.contains(key)) return "";
+  const nlohmann::json& value = config[key];
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object()) return value.value("content", std::string());
+  return "";
+}
+
+}  // namespace
+
+PromptTokenizer PromptTokenizer::from_folder(const std::string& dir) {
+  const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
+  KUAFU_CHECK(fs::exists(config_path), dir, " has no tokenizer_config.json (a CLIPTokenizer folder: vocab.json, merges.txt, "
+              "tokenizer_config.json)");
+  const nlohmann::json config = nlohmann::json::parse(read_file(config_path.string()), nullptr, false);
+  KUAFU_CHECK(config.is_object(), config_path.string(), " is not a JSON object");
+  KUAFU_CHECK(text::starts_with(config.value("tokenizer_class", std::string()), "CLIPTokenizer"), config_path.string(),
+              ": tokenizer_class \"", config.value("tokenizer_class", std::string()), "\" is not CLIPTokenizer");
+  PromptTokenizer t;
+  t.bpe_ = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(dir));
+  // special_tokens_map.json names the pad token where tokenizer_config.json does not.
+  std::string pad = token_named(config, "pad_token");
+  if (const fs::path map = fs::path(dir) / "special_tokens_map.json"; pad.empty() && fs::exists(map)) {
+    pad = token_named(nlohmann::json::parse(read_file(map.string()), nullptr, false), "pad_token");
+  }
+  if (pad.empty()) pad = "<|endoftext|>";
+  auto id = [&](const std::string& token) {
+    const std::optional<int64_t> found = t.bpe_->token_id(token);
+    KUAFU_CHECK(found, dir, ": the vocabulary has no \"", token, "\"");
+    return *found;
+  };
+  t.bos_ = id("<|startoftext|>");
+  t.eos_ = id("<|endoftext|>");
+  t.pad_ = id(pad);
+  if (config.contains("model_max_length") && config["model_max_length"].is_number_integer()) {
+    t.max_length_ = config["model_max_length"].get<int64_t>();
+  }
+  KUAFU_CHECK(t.max_length_ >= 2 && t.max_length_ <= 4096, config_path.string(), ": model_max_length = ", t.max_length_,
+              " is not a CLIP context (77)");
+  return t;
+}
+
+std::vector<int64_t> PromptTokenizer::encode(const std::string& prompt) const {
+  std::vector<int64_t> words = bpe_->encode(prompt);
+  words.resize(std::min<size_t>(words.size(), static_cast<size_t>(max_length_ - 2)));  // truncation keeps BOS and EOS
+  std::vector<int64_t> ids = {bos_};
+  ids.insert(ids.end(), words.begin(), words.end());
+  ids.push_back(eos_);
+  ids.resize(static_cast<size_t>(max_length_), pad_);
+  return ids;
+}
+
+torch::Tensor PromptTokenizer::encode(const std::vector<std::string>& prompts) const {
+  torch::Tensor out = torch::empty({static_cast<int64_t>(prompts.size()), max_length_}, torch::kInt64);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<int64_t> ids = encode(prompts[i]);
+    out[static_cast<int64_t>(i)].copy_(torch::tensor(ids, torch::kInt64));
+  }
+  return out;
+}
+
+}  // namespace kuafu::sd

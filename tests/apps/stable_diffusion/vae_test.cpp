@@ -1,0 +1,73 @@
+// The VAE against diffusers (tests/python/diffusers_vae_reference.py): a vae/ folder diffusers saved, under
+// the current and the older attention names, gives diffusers' posterior mean and log-variance and
+// decoding; what Kuafu writes loads back in diffusers with Kuafu's outputs. Float32, 1e-4 absolute on
+// outputs of order 1 (two blocks of 3x3 convolutions and GroupNorms summed in other orders). And a
+// folder that is no AutoencoderKL, or holds another block type, is refused naming the key.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "apps/stable_diffusion/vae_folder.h"
+#include "tests/support/reference_outputs.h"
+
+namespace kuafu::sd {
+namespace {
+
+const testing::Reference& reference() {
+  static const testing::Reference r = testing::build_reference("diffusers_vae_reference.py", "sd_vae");
+  return r;
+}
+
+double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+class VaeFolderTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(VaeFolderTest, GivesDiffusersPosteriorAndDecoding) {
+  const testing::Reference& ref = reference();
+  AutoencoderKL vae = load_vae((ref.dir / GetParam()).string());
+  vae->eval();
+  torch::NoGradGuard no_grad;
+  const AutoencoderKLImpl::Posterior posterior = vae->encode(ref["images"]);
+  EXPECT_LT(difference(posterior.mean, ref["mean"]), 1e-4);
+  EXPECT_LT(difference(posterior.logvar, ref["logvar"]), 1e-4);
+  EXPECT_LT(difference(vae->decode(ref["mean"]), ref["decoded"]), 1e-4);
+  EXPECT_EQ(posterior.mean.sizes(), (std::vector<int64_t>{2, 4, 8, 8}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Namings, VaeFolderTest, ::testing::Values("vae", "vae_old_names"));
+
+TEST(VaeTest, WhatKuafuWritesLoadsInDiffusersWithKuafusOutputs) {
+  const testing::Reference& ref = reference();
+  AutoencoderKL vae = load_vae((ref.dir / "vae").string());
+  vae->eval();
+  torch::NoGradGuard no_grad;
+  for (auto& p : vae->parameters()) p.mul_(0.9);  // Kuafu's own weights, not the folder's
+  const auto dir = testing::temp_dir("vae_export");
+  std::filesystem::remove_all(dir);
+  save_vae(vae, dir.string());
+  const AutoencoderKLImpl::Posterior posterior = vae->encode(ref["images"]);
+  const std::string expected = dir.string() + "_expected.safetensors";
+  io::save_safetensors(expected, {{"images", ref["images"]},
+                                  {"mean", posterior.mean},
+                                  {"logvar", posterior.logvar},
+                                  {"decoded", vae->decode(posterior.mean)}});
+  const testing::PythonRun run = testing::run_python_reference("diffusers_vae_reference.py", "check " + dir.string() + " " + expected);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_LT(testing::last_json_line(run.output)["max_difference"].get<double>(), 1e-4);
+}
+
+TEST(VaeTest, AnotherClassOrBlockTypeIsNamed) {
+  nlohmann::json config = write_vae_config(VaeConfig{});
+  config["_class_name"] = "AutoencoderTiny";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_vae_config(config, "vae/config.json"); }),
+                                "vae/config.json: _class_name \"AutoencoderTiny\" is not AutoencoderKL"));
+  config = write_vae_config(VaeConfig{});
+  config["down_block_types"][1] = "AttnDownEncoderBlock2D";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_vae_config(config, "vae/config.json"); }), "down_block_types"));
+  config = write_vae_config(VaeConfig{});
+  config["shift_factor"] = 0.1159;
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_vae_config(config, "vae/config.json"); }), "shift_factor"));
+}
+
+}  // namespace
+}  // namespace kuafu::sd
