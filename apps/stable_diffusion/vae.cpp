@@ -18,11 +18,8 @@ void VaeConfig::validate() const {
 
 VaeAttentionImpl::VaeAttentionImpl(int64_t channels, int64_t groups, const torch::Device& device)
     : nn::CrossAttentionImpl(nn::CrossAttentionSpec{channels, channels, 1, channels, /*bias=*/true, /*out_bias=*/true, 0.0}) {
+  nn::initialize_like_torch(*this);  // before group_norm joins: its parameters keep ones and zeros
   group_norm = register_module("group_norm", nn::make_group_norm({groups, channels, 1e-6, true, device}));
-  for (auto& p : parameters()) {  // PyTorch's Linear initialisation (the projections start at zero)
-    torch::NoGradGuard no_grad;
-    if (p.dim() == 2) torch::nn::init::kaiming_uniform_(p, std::sqrt(5.0));
-  }
   to(device);
 }
 

@@ -1,0 +1,203 @@
+#include "apps/stable_diffusion/unet.h"
+
+#include <cmath>
+
+#include "core/util/error.h"
+
+namespace kuafu::sd {
+
+namespace {
+
+bool has_attention(const std::string& block_type) { return block_type.rfind("CrossAttn", 0) == 0; }
+
+// A registered child list ("resnets", "attentions", ...) of `parent`.
+std::shared_ptr<torch::nn::Module> child_list(torch::nn::Module& parent, const std::string& name) {
+  return parent.register_module(name, std::make_shared<torch::nn::Module>());
+}
+
+torch::nn::Linear linear(int64_t in, int64_t out, const torch::Device& device, bool bias = true) {
+  torch::nn::Linear layer(torch::nn::LinearOptions(in, out).bias(bias));
+  layer->to(device);
+  return layer;
+}
+
+}  // namespace
+
+void UNetConfig::validate() const {
+  const size_t n = block_out_channels.size();
+  KUAFU_CHECK(n > 0 && down_block_types.size() == n && up_block_types.size() == n && heads.size() == n,
+              "the UNet needs one down block type, up block type and head count per block_out_channels entry (",
+              block_out_channels.size(), ")");
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t c = block_out_channels[i];
+    KUAFU_CHECK(c > 0 && c % norm_num_groups == 0, "block_out_channels ", c, " must divide into norm_num_groups = ", norm_num_groups,
+                " groups");
+    KUAFU_CHECK(heads[i] > 0 && c % heads[i] == 0, "block ", i, "'s ", heads[i], " attention heads must divide its ", c, " channels");
+    KUAFU_CHECK(down_block_types[i] == "CrossAttnDownBlock2D" || down_block_types[i] == "DownBlock2D", "down block type \"",
+                down_block_types[i], "\" is not CrossAttnDownBlock2D or DownBlock2D");
+    KUAFU_CHECK(up_block_types[i] == "CrossAttnUpBlock2D" || up_block_types[i] == "UpBlock2D", "up block type \"", up_block_types[i],
+                "\" is not CrossAttnUpBlock2D or UpBlock2D");
+  }
+  KUAFU_CHECK(layers_per_block > 0 && cross_attention_dim > 0 && in_channels > 0 && out_channels > 0,
+              "the UNet's layers_per_block, cross_attention_dim and channels must be positive");
+}
+
+torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, bool flip_sin_to_cos, double freq_shift) {
+  const int64_t half = dim / 2;
+  const auto f32 = t.options().dtype(torch::kFloat32);
+  const torch::Tensor exponent = -std::log(10000.0) * torch::arange(half, f32) / (static_cast<double>(half) - freq_shift);
+  const torch::Tensor angles = t.to(torch::kFloat32).unsqueeze(1) * exponent.exp().unsqueeze(0);  // [B, half]
+  torch::Tensor emb = flip_sin_to_cos ? torch::cat({angles.cos(), angles.sin()}, 1) : torch::cat({angles.sin(), angles.cos()}, 1);
+  if (dim % 2 == 1) emb = torch::constant_pad_nd(emb, {0, 1});
+  return emb;  // [B, dim]
+}
+
+BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t cross_attention_dim, const torch::Device& device) {
+  auto norm = [&](const char* name) { return register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5))); };
+  auto attention = [&](const char* name, int64_t context) {
+    nn::CrossAttention a(nn::CrossAttentionSpec{dim, context, heads, dim / heads, /*bias=*/false, /*out_bias=*/true, 0.0});
+    nn::initialize_like_torch(*a);
+    return register_module(name, a);
+  };
+  norm1 = norm("norm1");
+  attn1 = attention("attn1", dim);
+  norm2 = norm("norm2");
+  attn2 = attention("attn2", cross_attention_dim);
+  norm3 = norm("norm3");
+  // "ff.net.0.proj" (GEGLU's projection to the value and its gate) and "ff.net.2" (net.1 is a dropout).
+  auto ff = register_module("ff", std::make_shared<torch::nn::Module>());
+  auto net = ff->register_module("net", std::make_shared<torch::nn::Module>());
+  geglu = net->register_module("0", std::make_shared<torch::nn::Module>())->register_module("proj", linear(dim, 8 * dim, device));
+  ff_out = net->register_module("2", linear(4 * dim, dim, device));
+  to(device);
+}
+
+torch::Tensor BasicTransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& context) {
+  x = attn1->forward(norm1(x)) + x;
+  x = attn2->forward(norm2(x), context) + x;
+  const std::vector<torch::Tensor> value_gate = geglu(norm3(x)).chunk(2, -1);  // [B, N, 4 dim] each
+  return ff_out(value_gate[0] * torch::gelu(value_gate[1])) + x;
+}
+
+Transformer2DImpl::Transformer2DImpl(const UNetConfig& c, int64_t channels, int64_t heads, const torch::Device& device)
+    : linear(c.use_linear_projection) {
+  norm = register_module("norm", nn::make_group_norm({c.norm_num_groups, channels, 1e-6, true, device}));
+  auto projection = [&](const char* name) {
+    torch::nn::AnyModule layer = linear ? torch::nn::AnyModule(sd::linear(channels, channels, device))
+                                        : torch::nn::AnyModule(nn::make_conv2d({channels, channels, 1, 1, 0, true, device}));
+    register_module(name, layer.ptr());
+    return layer;
+  };
+  proj_in = projection("proj_in");
+  auto list = child_list(*this, "transformer_blocks");
+  blocks.push_back(list->register_module("0", BasicTransformerBlock(channels, heads, c.cross_attention_dim, device)));
+  proj_out = projection("proj_out");
+}
+
+torch::Tensor Transformer2DImpl::forward(const torch::Tensor& x, const torch::Tensor& context) {
+  const int64_t b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  torch::Tensor y = norm(x);
+  auto to_tokens = [&](const torch::Tensor& image) { return image.permute({0, 2, 3, 1}).reshape({b, h * w, c}); };  // [B, HW, C]
+  auto to_image = [&](const torch::Tensor& tokens) { return tokens.reshape({b, h, w, c}).permute({0, 3, 1, 2}); };  // [B, C, H, W]
+  y = linear ? proj_in.forward(to_tokens(y)) : to_tokens(proj_in.forward(y));
+  for (BasicTransformerBlock& block : blocks) y = block->forward(y, context);
+  y = linear ? to_image(proj_out.forward(y)) : proj_out.forward(to_image(y).contiguous());
+  return y + x;
+}
+
+UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Device& device) : config(c) {
+  c.validate();
+  const std::vector<int64_t>& widths = c.block_out_channels;
+  const auto n = static_cast<int64_t>(widths.size());
+  const int64_t time_dim = c.time_embed_dim();
+  conv_in = register_module("conv_in", nn::make_conv2d({c.in_channels, widths.front(), 3, 1, 1, true, device}));
+  auto time_embedding = register_module("time_embedding", std::make_shared<torch::nn::Module>());
+  time_linear_1 = time_embedding->register_module("linear_1", linear(widths.front(), time_dim, device));
+  time_linear_2 = time_embedding->register_module("linear_2", linear(time_dim, time_dim, device));
+  auto resnet = [&](int64_t in, int64_t out) {
+    return ResnetBlock2D(ResnetBlockSpec{in, out, c.norm_num_groups, c.norm_eps, time_dim, 0, device});
+  };
+  auto add_attention = [&](UNetBlock& block, int64_t j, int64_t channels, int64_t heads) {
+    auto list = block->named_children().contains("attentions") ? block->named_children()["attentions"] : child_list(*block, "attentions");
+    block->attentions.push_back(list->register_module(std::to_string(j), Transformer2D(c, channels, heads, device)));
+  };
+
+  auto downs = child_list(*this, "down_blocks");
+  int64_t out = widths.front();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t in = out;
+    out = widths[static_cast<size_t>(i)];
+    UNetBlock block = downs->register_module(std::to_string(i), UNetBlock());
+    auto resnets = child_list(*block, "resnets");
+    for (int64_t j = 0; j < c.layers_per_block; ++j) {
+      block->resnets.push_back(resnets->register_module(std::to_string(j), resnet(j == 0 ? in : out, out)));
+      if (has_attention(c.down_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, c.heads[static_cast<size_t>(i)]);
+    }
+    if (i + 1 < n) {
+      block->downsample = child_list(*block, "downsamplers")
+                              ->register_module("0", nn::Downsample2D(nn::ResampleSpec{out, out, c.downsample_padding, device}));
+    }
+    down_blocks.push_back(block);
+  }
+
+  mid_block = register_module("mid_block", UNetBlock());
+  auto mid_resnets = child_list(*mid_block, "resnets");
+  for (int j = 0; j < 2; ++j) mid_block->resnets.push_back(mid_resnets->register_module(std::to_string(j), resnet(widths.back(), widths.back())));
+  add_attention(mid_block, 0, widths.back(), c.heads.back());
+
+  auto ups = child_list(*this, "up_blocks");
+  out = widths.back();
+  for (int64_t i = 0; i < n; ++i) {  // the widths reversed; each resnet takes the matching skip too
+    const int64_t previous = out;
+    out = widths[static_cast<size_t>(n - 1 - i)];
+    const int64_t skip_in = widths[static_cast<size_t>(std::max<int64_t>(n - 2 - i, 0))];  // the block input's width on the way down
+    UNetBlock block = ups->register_module(std::to_string(i), UNetBlock());
+    auto resnets = child_list(*block, "resnets");
+    for (int64_t j = 0; j <= c.layers_per_block; ++j) {
+      const int64_t skip = j == c.layers_per_block ? skip_in : out;
+      block->resnets.push_back(resnets->register_module(std::to_string(j), resnet((j == 0 ? previous : out) + skip, out)));
+      if (has_attention(c.up_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, c.heads[static_cast<size_t>(n - 1 - i)]);
+    }
+    if (i + 1 < n) {
+      block->upsample = child_list(*block, "upsamplers")->register_module("0", nn::Upsample2D(nn::ResampleSpec{out, out, 1, device}));
+    }
+    up_blocks.push_back(block);
+  }
+  conv_norm_out = register_module("conv_norm_out", nn::make_group_norm({c.norm_num_groups, widths.front(), c.norm_eps, true, device}));
+  conv_out = register_module("conv_out", nn::make_conv2d({widths.front(), c.out_channels, 3, 1, 1, true, device}));
+}
+
+torch::Tensor UNet2DConditionImpl::forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text) {
+  const torch::Tensor t = timesteps.dim() == 0 ? timesteps.expand({latents.size(0)}) : timesteps;
+  const torch::Tensor time_in = timestep_embedding(t.to(latents.device()), config.block_out_channels.front(), config.flip_sin_to_cos,
+                                                   config.freq_shift);
+  const torch::Tensor time = time_linear_2(torch::silu(time_linear_1(time_in.to(latents.scalar_type()))));  // [B, 4 C0]
+  torch::Tensor x = conv_in(latents);
+  std::vector<torch::Tensor> skips = {x};
+  for (UNetBlock& block : down_blocks) {
+    for (size_t j = 0; j < block->resnets.size(); ++j) {
+      x = block->resnets[j]->forward(x, time);
+      if (!block->attentions.empty()) x = block->attentions[j]->forward(x, text);
+      skips.push_back(x);
+    }
+    if (block->downsample) {
+      x = block->downsample->forward(x);
+      skips.push_back(x);
+    }
+  }
+  x = mid_block->resnets[0]->forward(x, time);
+  x = mid_block->attentions[0]->forward(x, text);
+  x = mid_block->resnets[1]->forward(x, time);
+  for (UNetBlock& block : up_blocks) {
+    for (size_t j = 0; j < block->resnets.size(); ++j) {
+      x = block->resnets[j]->forward(torch::cat({x, skips.back()}, 1), time);
+      skips.pop_back();
+      if (!block->attentions.empty()) x = block->attentions[j]->forward(x, text);
+    }
+    // An odd size halved on the way down comes back to the skip's size, not twice this one.
+    if (block->upsample) x = block->upsample->forward(x, {skips.back().size(2), skips.back().size(3)});
+  }
+  return conv_out(torch::silu(conv_norm_out(x)));
+}
+
+}  // namespace kuafu::sd

@@ -1,0 +1,90 @@
+// Stable Diffusion's UNet (diffusers' UNet2DConditionModel) under diffusers' names: the sinusoidal
+// timestep embedding (flip_sin_to_cos, freq_shift) through two linear layers; down blocks of ResNet
+// blocks with, in CrossAttnDownBlock2D, a Transformer2DModel after each (self-attention, cross-attention
+// on the text, GEGLU feed-forward; 1x1-convolution or linear projections in and out); a mid block; up
+// blocks that take the down path's outputs as skips; GroupNorm, SiLU and a 3x3 convolution out. SD 1.x
+// (convolution projections, 8 heads) and SD 2.x (linear projections, per-block heads, upcast attention)
+// are both read from the config.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "apps/stable_diffusion/resnet_block.h"
+#include "core/nn/cross_attention.h"
+
+namespace kuafu::sd {
+
+// diffusers' UNet2DConditionModel config (SD 1.x's values as defaults).
+struct UNetConfig {
+  int64_t in_channels = 4, out_channels = 4;
+  std::vector<std::string> down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"};
+  std::vector<std::string> up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"};
+  std::vector<int64_t> block_out_channels = {320, 640, 1280, 1280};
+  int64_t layers_per_block = 2;
+  int64_t norm_num_groups = 32;
+  double norm_eps = 1e-5;
+  int64_t cross_attention_dim = 768;
+  std::vector<int64_t> heads = {8, 8, 8, 8};  // per block (diffusers' attention_head_dim, or num_attention_heads)
+  bool use_linear_projection = false;          // SD 2.x
+  bool upcast_attention = false;               // SD 2.x: the attention softmax in float32 under reduced precision
+  bool flip_sin_to_cos = true;
+  double freq_shift = 0;
+  int64_t downsample_padding = 1;
+
+  void validate() const;  // kuafu::Error naming the field
+  int64_t time_embed_dim() const { return 4 * block_out_channels.front(); }
+};
+
+// The sinusoidal embedding [B, dim] of timesteps t [B] (float): diffusers' get_timestep_embedding.
+torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, bool flip_sin_to_cos, double freq_shift);
+
+// diffusers' BasicTransformerBlock: LayerNorm + self-attention, LayerNorm + cross-attention on the text,
+// LayerNorm + GEGLU feed-forward ("ff.net.0.proj", "ff.net.2"), each residual.
+struct BasicTransformerBlockImpl : torch::nn::Module {
+  BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t cross_attention_dim, const torch::Device& device);
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& context);  // x [B, N, dim], context [B, M, cross]
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  nn::CrossAttention attn1{nullptr}, attn2{nullptr};
+  torch::nn::Linear geglu{nullptr}, ff_out{nullptr};  // ff.net.0.proj [8 dim, dim], ff.net.2 [dim, 4 dim]
+};
+TORCH_MODULE(BasicTransformerBlock);
+
+// diffusers' Transformer2DModel on an image: GroupNorm, projection in, the blocks over the H·W positions,
+// projection out, plus the input.
+struct Transformer2DImpl : torch::nn::Module {
+  Transformer2DImpl(const UNetConfig& config, int64_t channels, int64_t heads, const torch::Device& device);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);  // [B, C, H, W] -> same
+  bool linear;
+  torch::nn::GroupNorm norm{nullptr};
+  torch::nn::AnyModule proj_in, proj_out;  // 1x1 convolutions, or linear layers (use_linear_projection)
+  std::vector<BasicTransformerBlock> blocks;
+};
+TORCH_MODULE(Transformer2D);
+
+// A down, mid or up block: ResNet blocks, a Transformer2D after each where it has attention, and its
+// resampler ("downsamplers.0" / "upsamplers.0").
+struct UNetBlockImpl : torch::nn::Module {
+  std::vector<ResnetBlock2D> resnets;
+  std::vector<Transformer2D> attentions;
+  nn::Downsample2D downsample{nullptr};
+  nn::Upsample2D upsample{nullptr};
+};
+TORCH_MODULE(UNetBlock);
+
+struct UNet2DConditionImpl : torch::nn::Module {
+  explicit UNet2DConditionImpl(const UNetConfig& config, const torch::Device& device = torch::kCPU);
+  // latents [B, in, h, w], timesteps [B] (float or int), text [B, M, cross_attention_dim] -> the
+  // prediction [B, out, h, w] (ε, v or x₀, as the scheduler's config says).
+  torch::Tensor forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text);
+
+  UNetConfig config;
+  torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
+  torch::nn::Linear time_linear_1{nullptr}, time_linear_2{nullptr};  // "time_embedding.linear_1", "linear_2"
+  std::vector<UNetBlock> down_blocks, up_blocks;
+  UNetBlock mid_block{nullptr};
+  torch::nn::GroupNorm conv_norm_out{nullptr};
+};
+TORCH_MODULE(UNet2DCondition);
+
+}  // namespace kuafu::sd

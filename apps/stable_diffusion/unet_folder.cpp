@@ -1,0 +1,116 @@
+#include "apps/stable_diffusion/unet_folder.h"
+
+#include "core/train/hf_interop.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::sd {
+
+namespace {
+
+// An int or a list of ints (one per block) as a list of `blocks` values.
+std::vector<int64_t> per_block(const nlohmann::json& value, size_t blocks, const std::string& where, const std::string& key) {
+  if (value.is_number_integer()) return std::vector<int64_t>(blocks, value.get<int64_t>());
+  KUAFU_CHECK(value.is_array() && value.size() == blocks, where, ": ", key, " must be a number or one per block (", blocks, ")");
+  std::vector<int64_t> out;
+  for (const auto& v : value) {
+    KUAFU_CHECK(v.is_number_integer(), where, ": ", key, " holds ", v.dump(), ", not a number");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+std::vector<std::string> strings(const nlohmann::json& json, const std::string& key, const std::string& where) {
+  KUAFU_CHECK(json.contains(key) && json[key].is_array(), where, ": ", key, " must be a list");
+  std::vector<std::string> out;
+  for (const auto& v : json[key]) {
+    KUAFU_CHECK(v.is_string(), where, ": ", key, " holds ", v.dump(), ", not a block type");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+UNetConfig read_unet_config(const nlohmann::json& json, const std::string& where) {
+  const std::string kind = io::config_value<std::string>(json, "_class_name", "", where);
+  KUAFU_CHECK(kind == "UNet2DConditionModel", where, ": _class_name \"", text::abbreviate(kind), "\" is not UNet2DConditionModel");
+  // What Kuafu's UNet does not compute: each would load and silently compute another model.
+  for (const char* key : {"class_embed_type", "addition_embed_type", "encoder_hid_dim", "encoder_hid_dim_type", "num_class_embeds",
+                          "time_cond_proj_dim", "timestep_post_act", "time_embedding_act_fn", "time_embedding_dim",
+                          "cross_attention_norm"}) {
+    KUAFU_CHECK(!json.contains(key) || json[key].is_null(), where, ": ", key, " = ", json.contains(key) ? json[key].dump() : "",
+                " is not supported (SD 1.x and 2.x have none)");
+  }
+  const std::vector<std::pair<std::string, nlohmann::json>> expected = {
+      {"time_embedding_type", "positional"}, {"resnet_time_scale_shift", "default"}, {"mid_block_type", "UNetMidBlock2DCrossAttn"},
+      {"only_cross_attention", false},       {"dual_cross_attention", false},        {"center_input_sample", false},
+      {"conv_in_kernel", 3},                 {"conv_out_kernel", 3},                 {"act_fn", "silu"},
+      {"attention_type", "default"},         {"transformer_layers_per_block", 1},    {"mid_block_scale_factor", 1},
+      {"class_embeddings_concat", false},    {"mid_block_only_cross_attention", false}};
+  for (const auto& [key, value] : expected) {
+    KUAFU_CHECK(!json.contains(key) || json[key].is_null() || json[key] == value, where, ": ", key, " = ", json[key].dump(),
+                " is not supported (Kuafu's UNet computes ", value.dump(), ")");
+  }
+  UNetConfig c;
+  c.in_channels = io::config_value<int64_t>(json, "in_channels", 4, where);
+  c.out_channels = io::config_value<int64_t>(json, "out_channels", 4, where);
+  c.layers_per_block = io::config_value<int64_t>(json, "layers_per_block", 2, where);
+  c.norm_num_groups = io::config_value<int64_t>(json, "norm_num_groups", 32, where);
+  c.norm_eps = io::config_value<double>(json, "norm_eps", 1e-5, where);
+  c.cross_attention_dim = io::config_value<int64_t>(json, "cross_attention_dim", 1280, where);
+  c.use_linear_projection = io::config_value<bool>(json, "use_linear_projection", false, where);
+  c.upcast_attention = io::config_value<bool>(json, "upcast_attention", false, where);
+  c.flip_sin_to_cos = io::config_value<bool>(json, "flip_sin_to_cos", true, where);
+  c.freq_shift = io::config_value<double>(json, "freq_shift", 0.0, where);
+  c.downsample_padding = io::config_value<int64_t>(json, "downsample_padding", 1, where);
+  c.down_block_types = strings(json, "down_block_types", where);
+  c.up_block_types = strings(json, "up_block_types", where);
+  c.block_out_channels = per_block(json.value("block_out_channels", nlohmann::json()), c.down_block_types.size(), where, "block_out_channels");
+  // diffusers' attention_head_dim is the head count (its old name); num_attention_heads, when set, is.
+  const nlohmann::json heads = json.contains("num_attention_heads") && !json["num_attention_heads"].is_null() ? json["num_attention_heads"]
+                                                                                                               : json.value("attention_head_dim", nlohmann::json(8));
+  c.heads = per_block(heads, c.block_out_channels.size(), where, "attention_head_dim");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(where + ": " + e.what());
+  }
+  return c;
+}
+
+nlohmann::json write_unet_config(const UNetConfig& c) {
+  return {{"_class_name", "UNet2DConditionModel"},
+          {"in_channels", c.in_channels},
+          {"out_channels", c.out_channels},
+          {"down_block_types", c.down_block_types},
+          {"up_block_types", c.up_block_types},
+          {"block_out_channels", c.block_out_channels},
+          {"layers_per_block", c.layers_per_block},
+          {"norm_num_groups", c.norm_num_groups},
+          {"norm_eps", c.norm_eps},
+          {"cross_attention_dim", c.cross_attention_dim},
+          {"attention_head_dim", c.heads},
+          {"use_linear_projection", c.use_linear_projection},
+          {"upcast_attention", c.upcast_attention},
+          {"flip_sin_to_cos", c.flip_sin_to_cos},
+          {"freq_shift", c.freq_shift},
+          {"downsample_padding", c.downsample_padding},
+          {"act_fn", "silu"},
+          {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
+}
+
+UNet2DCondition load_unet(const std::string& dir, const torch::Device& device) {
+  const io::HfFolder folder = io::read_hf_folder(dir);
+  UNet2DCondition unet(read_unet_config(folder.config, dir + "/config.json"), device);
+  train::load_pretrained(*unet, parallel::TensorParallel{}, folder, train::HfWeightNames{});
+  return unet;
+}
+
+void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteOptions& options) {
+  io::HfWriteOptions written = options;
+  written.weights_stem = "diffusion_pytorch_model";
+  train::export_pretrained(*unet, parallel::TensorParallel{}, dir, write_unet_config(unet->config), written);
+}
+
+}  // namespace kuafu::sd

@@ -1,0 +1,23 @@
+// The UNet as diffusers' unet/ folders hold it: config.json (_class_name UNet2DConditionModel; the SD 1.x
+// and 2.x features Kuafu's UNet computes, anything else refused naming the key: class or addition
+// embeddings, other block or mid-block types, several transformer layers per block, ...) and
+// diffusion_pytorch_model.safetensors under diffusers' names.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/stable_diffusion/unet.h"
+#include "core/io/hf_folder.h"
+
+namespace kuafu::sd {
+
+UNetConfig read_unet_config(const nlohmann::json& config, const std::string& where);
+nlohmann::json write_unet_config(const UNetConfig& config);
+
+UNet2DCondition load_unet(const std::string& dir, const torch::Device& device = torch::kCPU);
+// Writes `unet` as a new folder `dir` that diffusers' UNet2DConditionModel.from_pretrained loads.
+void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteOptions& options = {});
+
+}  // namespace kuafu::sd
