@@ -93,10 +93,11 @@ class DpmSolverSampler : public SigmaSampler {
   size_t next_step_ = 0;
 };
 
-// Classifier-free guidance (Ho & Salimans 2022): ε_u + g (ε_c − ε_u). At g = 1 the conditional output
-// itself (ε_u + (ε_c − ε_u) rounds away from it), and the unconditional pass is not needed at all.
+// Classifier-free guidance (Ho & Salimans 2022): ε_u + g (ε_c − ε_u) for g > 1. At g ≤ 1 the conditional
+// output itself (ε_u + (ε_c − ε_u) rounds away from it at g = 1), with no unconditional pass, as diffusers'
+// pipelines do.
 torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale);
-inline bool needs_unconditional(double scale) { return scale != 1.0; }
+inline bool needs_unconditional(double scale) { return scale > 1.0; }
 
 // The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
 std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps);

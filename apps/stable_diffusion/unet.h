@@ -31,6 +31,7 @@ struct UNetConfig {
   bool flip_sin_to_cos = true;
   double freq_shift = 0;
   int64_t downsample_padding = 1;
+  int64_t sample_size = 64;  // the latents' side the model was trained at (images of sample_size × the VAE's factor)
 
   void validate() const;  // kuafu::Error naming the field
   int64_t time_embed_dim() const { return 4 * block_out_channels.front(); }

@@ -64,6 +64,7 @@ UNetConfig read_unet_config(const nlohmann::json& json, const std::string& where
   c.flip_sin_to_cos = io::config_value<bool>(json, "flip_sin_to_cos", true, where);
   c.freq_shift = io::config_value<double>(json, "freq_shift", 0.0, where);
   c.downsample_padding = io::config_value<int64_t>(json, "downsample_padding", 1, where);
+  c.sample_size = io::config_value<int64_t>(json, "sample_size", 64, where);
   c.down_block_types = strings(json, "down_block_types", where);
   c.up_block_types = strings(json, "up_block_types", where);
   c.block_out_channels = per_block(json.value("block_out_channels", nlohmann::json()), c.down_block_types.size(), where, "block_out_channels");
@@ -96,6 +97,7 @@ nlohmann::json write_unet_config(const UNetConfig& c) {
           {"flip_sin_to_cos", c.flip_sin_to_cos},
           {"freq_shift", c.freq_shift},
           {"downsample_padding", c.downsample_padding},
+          {"sample_size", c.sample_size},
           {"act_fn", "silu"},
           {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
 }

@@ -283,6 +283,11 @@ void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
     for (const nlohmann::json& step : normalizer["normalizers"]) read_normalizer(step, path, steps);
     return;
   }
+  if (type == "Replace" && normalizer.contains("pattern") && normalizer["pattern"].is_object() &&
+      normalizer["pattern"].value("Regex", std::string()) == "\\s+" && normalizer.value("content", std::string()) == " ") {
+    steps.push_back(Normalize::CollapseWhitespace);  // CLIP's: every run of whitespace one space
+    return;
+  }
   static const std::vector<std::pair<std::string, Normalize>> known = {
       {"Lowercase", Normalize::Lowercase}, {"NFC", Normalize::Nfc}, {"NFD", Normalize::Nfd},
       {"NFKC", Normalize::Nfkc}, {"NFKD", Normalize::Nfkd}};
@@ -293,7 +298,8 @@ void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
     }
   }
   fail(path + ": normalizer \"" + text::abbreviate(type) +
-       "\" is not supported (Kuafu applies Lowercase, NFC, NFD, NFKC, NFKD and Sequences of them); ids would "
+       "\" is not supported (Kuafu applies Lowercase, NFC, NFD, NFKC, NFKD, CLIP's whitespace Replace and Sequences of "
+       "them); ids would "
        "differ from transformers'");
 }
 
@@ -304,11 +310,27 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   const auto model = file.find("model");
   KUAFU_CHECK(model != file.end() && model->is_object() && model->value("type", std::string()) == "BPE", path,
               ": expected a BPE model (\"model\": {\"type\": \"BPE\", ...})");
-  const auto pre = file.find("pre_tokenizer");
-  KUAFU_CHECK(pre != file.end() && pre->is_object() && pre->value("type", std::string()) == "ByteLevel", path,
-              ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
+  auto pre = file.find("pre_tokenizer");
+  KUAFU_CHECK(pre != file.end() && pre->is_object(), path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
   auto state = std::make_unique<State>();
-  state->add_prefix_space = pre->value("add_prefix_space", false);
+  nlohmann::json byte_level = *pre;
+  if (pre->value("type", std::string()) == "Sequence") {  // CLIP's: words split by a pattern, then ByteLevel
+    const nlohmann::json& steps = (*pre)["pretokenizers"];
+    const bool clip = steps.is_array() && steps.size() == 2 && steps[0].value("type", std::string()) == "Split" &&
+                      steps[0].value("behavior", std::string()) == "Removed" && steps[0].value("invert", false) &&
+                      steps[0].contains("pattern") && steps[0]["pattern"].contains("Regex");
+    KUAFU_CHECK(clip, path, ": a Sequence pre_tokenizer is read only as CLIP's (Split by a pattern, then ByteLevel)");
+    state->word_pattern = compile(steps[0]["pattern"]["Regex"].get<std::string>().c_str());
+    byte_level = steps[1];
+  }
+  KUAFU_CHECK(byte_level.value("type", std::string()) == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
+  state->add_prefix_space = byte_level.value("add_prefix_space", false);
+  if (model->contains("end_of_word_suffix") && (*model)["end_of_word_suffix"].is_string()) {
+    state->word_end = (*model)["end_of_word_suffix"].get<std::string>();
+  }
+  KUAFU_CHECK(!model->contains("continuing_subword_prefix") || (*model)["continuing_subword_prefix"].is_null() ||
+                  (*model)["continuing_subword_prefix"] == "",
+              path, ": model.continuing_subword_prefix is not supported");
   if (const auto normalizer = file.find("normalizer"); normalizer != file.end()) read_normalizer(*normalizer, path, state->normalizers);
   KUAFU_CHECK(model->contains("vocab") && (*model)["vocab"].is_object(), path, ": model.vocab must be an object");
   for (const auto& [token, id] : (*model)["vocab"].items()) {
@@ -321,6 +343,12 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
       state->add_token(content, token.value("id", int64_t{-1}), path);
       state->add_special(content, path);
     }
+  }
+  if (model->contains("unk_token") && (*model)["unk_token"].is_string()) {  // what a symbol the vocabulary lacks reads as
+    const std::string unk = (*model)["unk_token"].get<std::string>();
+    const auto found = state->vocab.find(unk);
+    KUAFU_CHECK(found != state->vocab.end(), path, ": model.unk_token '", text::abbreviate(unk), "' is not in the vocabulary");
+    state->unknown = found->second;
   }
   const auto merges = model->find("merges");
   KUAFU_CHECK(merges != model->end() && merges->is_array(), path, ": model.merges must be a list");

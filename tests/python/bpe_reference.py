@@ -9,7 +9,8 @@
                                     add_prefix_space = true, and OUT/lower: tokenizer.json with an NFC +
                                     Lowercase normalizer, each with the ids transformers' AutoTokenizer
                                     gives (expected_prefix.json, expected_lower.json); OUT/replace: a
-                                    tokenizer.json with a Replace normalizer, which Kuafu refuses
+                                    tokenizer.json with a Replace normalizer other than CLIP's
+                                    whitespace one (quotes to a letter), which Kuafu refuses
 """
 import json
 import pathlib
@@ -78,7 +79,7 @@ def build(text_path, out):
 
     replace = out / "replace"
     replace.mkdir(exist_ok=True)
-    tokenizer.normalizer = normalizers.Replace(Regex("\\s+"), " ")
+    tokenizer.normalizer = normalizers.Replace(Regex("[\"']"), "q")
     tokenizer.save(str(replace / "tokenizer.json"))
     print(json.dumps({"vocab": tokenizer.get_vocab_size(), "held_out_bytes": len(texts[0].encode())}))
 

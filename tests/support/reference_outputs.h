@@ -59,6 +59,11 @@ torch::Tensor padded_logits(ModelHolder& model, const torch::Tensor& ids, const 
 }
 
 // The largest difference at real tokens (padding's own outputs are nobody's business).
+// The largest |a − b| (in float64).
+inline double max_abs_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
+}
+
 inline double max_difference_on_real_tokens(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& mask) {
   return (a - b).abs().index({mask.to(torch::kBool)}).max().item<double>();
 }

@@ -66,7 +66,6 @@ TEST(ClipTokenizerTest, AFolderThatIsNoClipTokenizerIsNamed) {
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { PromptTokenizer::from_folder(dir.string()); }), "is not CLIPTokenizer"));
 }
 
-double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 class ClipTextModelTest : public ::testing::TestWithParam<std::string> {};
 
@@ -77,8 +76,8 @@ TEST_P(ClipTextModelTest, AFolderGivesTransformersOutputsAndKuafusLoadsBack) {
   torch::NoGradGuard no_grad;
   const torch::Tensor ids = ref["text_ids"];
   const ClipTextModelImpl::Output out = model->forward(ids);
-  EXPECT_LT(difference(out.last_hidden, ref[GetParam() + "_hidden"]), 1e-5);
-  EXPECT_LT(difference(out.pooled, ref[GetParam() + "_pooled"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(out.last_hidden, ref[GetParam() + "_hidden"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(out.pooled, ref[GetParam() + "_pooled"]), 1e-5);
 
   for (auto& p : model->parameters()) p.mul_(0.9);  // Kuafu's own weights, not the folder's
   const auto dir = testing::temp_dir("clip_export_" + GetParam());

@@ -22,9 +22,6 @@ const testing::Reference& reference() {
   return r;
 }
 
-double difference(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
-}
 
 SchedulerConfig config_named(const std::string& name) {
   SchedulerConfig c;
@@ -82,11 +79,11 @@ TEST_P(SchedulerTest, DdimStepsToTheListsNextTimestep) {
   std::vector<torch::Tensor> steps;
   for (size_t i = 0; i < 10; ++i) steps.push_back(ddim.step(outputs[static_cast<int64_t>(i)], i, sample));
   const torch::Tensor ours = torch::stack(steps);
-  EXPECT_LT(difference(ours, figure("ddim_listed")), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(ours, figure("ddim_listed")), 1e-5);
   if (GetParam() == "cosine_linspace") {
-    EXPECT_GT(difference(figure("ddim_diffusers"), figure("ddim_listed")), 1e-2) << "the trap this avoids";
+    EXPECT_GT(testing::max_abs_difference(figure("ddim_diffusers"), figure("ddim_listed")), 1e-2) << "the trap this avoids";
   } else {
-    EXPECT_LT(difference(ours, figure("ddim_diffusers")), 1e-5);
+    EXPECT_LT(testing::max_abs_difference(ours, figure("ddim_diffusers")), 1e-5);
   }
 }
 
@@ -101,14 +98,14 @@ TEST_P(SchedulerTest, DdpmStepsEqualDiffusersFromTheSameGenerator) {
     const torch::Tensor noise = torch::randn(sample.sizes(), generator, torch::kFloat32);
     steps.push_back(ddpm.step(outputs[static_cast<int64_t>(i)], i, sample, noise));
   }
-  EXPECT_LT(difference(torch::stack(steps), figure("ddpm")), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(torch::stack(steps), figure("ddpm")), 1e-5);
 }
 
 TEST_P(SchedulerTest, NoisingTargetsAndMinSnrWeightsEqualTheReference) {
   const torch::Tensor rows = torch::tensor({10, 900}), x0 = figure("sample"), noise = figure("outputs")[0];
-  EXPECT_LT(difference(schedule.add_noise(x0, noise, rows), figure("noised")), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(schedule.add_noise(x0, noise, rows), figure("noised")), 1e-5);
   if (schedule.config().prediction_type == Prediction::kVPrediction) {
-    EXPECT_LT(difference(schedule.training_target(x0, noise, rows), figure("velocity")), 1e-5);
+    EXPECT_LT(testing::max_abs_difference(schedule.training_target(x0, noise, rows), figure("velocity")), 1e-5);
   } else {
     EXPECT_TRUE(schedule.training_target(x0, noise, rows).equal(noise));
   }
@@ -150,11 +147,11 @@ TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
       const auto row = static_cast<int64_t>(i);
       if (kind == SamplerKind::kEuler) {
         const torch::Tensor input = figure(prefix + "_inputs")[row];
-        EXPECT_LT(difference(sampler->scale_model_input(x, i), input), 1e-5 * input.abs().max().item<double>()) << i;
+        EXPECT_LT(testing::max_abs_difference(sampler->scale_model_input(x, i), input), 1e-5 * input.abs().max().item<double>()) << i;
       }
       x = sampler->step(outputs[row], i, x);
       const torch::Tensor expected = figure(prefix + "_steps")[row];
-      EXPECT_LT(difference(x, expected), 1e-5 * std::max(1.0, expected.abs().max().item<double>())) << prefix << " step " << i;
+      EXPECT_LT(testing::max_abs_difference(x, expected), 1e-5 * std::max(1.0, expected.abs().max().item<double>())) << prefix << " step " << i;
     }
   }
 }
@@ -193,7 +190,7 @@ TEST(SchedulerTraps, TheFinalStepGoesToAlphaZeroOrOne) {
     const size_t last = ddim.timesteps().size() - 1;
     const Estimates e = schedule.estimates(eps, static_cast<int64_t>(ddim.timesteps()[last]), x);
     const double a = to_one ? 1.0 : schedule.alpha_cumprod(0);
-    EXPECT_LT(difference(ddim.step(eps, last, x), std::sqrt(a) * e.x0 + std::sqrt(1 - a) * e.epsilon), 1e-6) << to_one;
+    EXPECT_LT(testing::max_abs_difference(ddim.step(eps, last, x), std::sqrt(a) * e.x0 + std::sqrt(1 - a) * e.epsilon), 1e-6) << to_one;
   }
 }
 
@@ -229,7 +226,7 @@ TEST(SchedulerTraps, GuidanceOneIsTheConditionalBranchExactly) {
   EXPECT_TRUE(classifier_free_guidance(u, c, 1.0).equal(c));
   EXPECT_FALSE((u + (c - u)).equal(c)) << "the rounding the exact branch avoids";
   EXPECT_TRUE(needs_unconditional(7.5));
-  EXPECT_LT(difference(classifier_free_guidance(u, c, 7.5), u.to(torch::kFloat64) + 7.5 * (c.to(torch::kFloat64) - u.to(torch::kFloat64))), 1e-2);
+  EXPECT_LT(testing::max_abs_difference(classifier_free_guidance(u, c, 7.5), u.to(torch::kFloat64) + 7.5 * (c.to(torch::kFloat64) - u.to(torch::kFloat64))), 1e-2);
 }
 
 TEST(SchedulerTraps, BadStepCountsAndNamesAreNamed) {

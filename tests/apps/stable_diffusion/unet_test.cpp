@@ -17,7 +17,6 @@ const testing::Reference& reference() {
   return r;
 }
 
-double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 class UNetFolderTest : public ::testing::TestWithParam<std::string> {};
 
@@ -26,11 +25,11 @@ TEST_P(UNetFolderTest, GivesDiffusersPredictionAndKuafusLoadsBack) {
   UNet2DCondition unet = load_unet((ref.dir / GetParam()).string());
   unet->eval();
   torch::NoGradGuard no_grad;
-  EXPECT_LT(difference(unet->forward(ref["latents"], ref["timesteps"], ref["text"]), ref[GetParam() + "_out"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(unet->forward(ref["latents"], ref["timesteps"], ref["text"]), ref[GetParam() + "_out"]), 1e-4);
   if (GetParam() == "sd1") {
     const torch::Tensor odd = unet->forward(ref["latents_odd"], ref["timesteps"].narrow(0, 0, 1), ref["text"].narrow(0, 0, 1));
     EXPECT_EQ(odd.sizes(), (std::vector<int64_t>{1, 4, 9, 9}));
-    EXPECT_LT(difference(odd, ref["sd1_out_odd"]), 1e-4);
+    EXPECT_LT(testing::max_abs_difference(odd, ref["sd1_out_odd"]), 1e-4);
   }
   for (auto& p : unet->parameters()) p.mul_(0.9);  // Kuafu's own weights, not the folder's
   const auto dir = testing::temp_dir("unet_export_" + GetParam());

@@ -18,7 +18,6 @@ const testing::Reference& reference() {
   return r;
 }
 
-double difference(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 class VaeFolderTest : public ::testing::TestWithParam<std::string> {};
 
@@ -28,9 +27,9 @@ TEST_P(VaeFolderTest, GivesDiffusersPosteriorAndDecoding) {
   vae->eval();
   torch::NoGradGuard no_grad;
   const AutoencoderKLImpl::Posterior posterior = vae->encode(ref["images"]);
-  EXPECT_LT(difference(posterior.mean, ref["mean"]), 1e-4);
-  EXPECT_LT(difference(posterior.logvar, ref["logvar"]), 1e-4);
-  EXPECT_LT(difference(vae->decode(ref["mean"]), ref["decoded"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(posterior.mean, ref["mean"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(posterior.logvar, ref["logvar"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(vae->decode(ref["mean"]), ref["decoded"]), 1e-4);
   EXPECT_EQ(posterior.mean.sizes(), (std::vector<int64_t>{2, 4, 8, 8}));
 }
 

@@ -1,0 +1,136 @@
+#include "apps/stable_diffusion/pipeline.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+
+#include "apps/stable_diffusion/clip_hugging_face.h"
+#include "apps/stable_diffusion/unet_folder.h"
+#include "apps/stable_diffusion/vae_folder.h"
+#include "core/io/hf_folder.h"
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/logging.h"
+
+namespace kuafu::sd {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json read_json(const fs::path& path) {
+  KUAFU_CHECK(fs::exists(path), path.string(), " does not exist");
+  const nlohmann::json json = nlohmann::json::parse(read_file(path.string()), nullptr, false);
+  KUAFU_CHECK(json.is_object(), path.string(), " is not a JSON object");
+  return json;
+}
+
+}  // namespace
+
+SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where) {
+  SchedulerFolder s;
+  s.class_name = io::config_value<std::string>(json, "_class_name", "", where);
+  try {
+    s.sampler = sampler_named(s.class_name);
+  } catch (const Error&) {
+    s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
+  }
+  const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
+  SchedulerConfig& c = s.config;
+  c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
+  c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
+  c.beta_end = io::config_value<double>(json, "beta_end", 0.02, where);
+  c.beta_schedule = beta_schedule_named(io::config_value<std::string>(json, "beta_schedule", "linear", where));
+  c.rescale_betas_zero_snr = io::config_value<bool>(json, "rescale_betas_zero_snr", false, where);
+  c.timestep_spacing = timestep_spacing_named(io::config_value<std::string>(json, "timestep_spacing", sigma ? "linspace" : "leading", where));
+  c.steps_offset = io::config_value<int64_t>(json, "steps_offset", 0, where);
+  c.set_alpha_to_one = io::config_value<bool>(json, "set_alpha_to_one", true, where);
+  c.prediction_type = prediction_named(io::config_value<std::string>(json, "prediction_type", "epsilon", where));
+  c.clip_sample = !sigma && io::config_value<bool>(json, "clip_sample", true, where);
+  c.clip_sample_range = io::config_value<double>(json, "clip_sample_range", 1.0, where);
+  KUAFU_CHECK(!json.contains("trained_betas") || json["trained_betas"].is_null(), where, ": trained_betas is not supported");
+  const std::vector<std::pair<std::string, nlohmann::json>> computed = {
+      {"thresholding", false},      {"use_karras_sigmas", false}, {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
+      {"use_lu_lambdas", false},    {"final_sigmas_type", "zero"}, {"algorithm_type", "dpmsolver++"}, {"solver_order", 2},
+      {"solver_type", "midpoint"},  {"euler_at_final", false},     {"interpolation_type", "linear"},  {"timestep_type", "discrete"},
+      {"variance_type", "fixed_small"}};
+  for (const auto& [key, value] : computed) {
+    if (!json.contains(key) || json[key].is_null() || json[key] == value) continue;
+    if (key == "variance_type" && s.sampler != SamplerKind::kDdpm) continue;  // another class's key, unused here
+    fail(where + ": " + key + " = " + json[key].dump() + " is not supported (Kuafu's samplers compute " + value.dump() + ")");
+  }
+  return s;
+}
+
+Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
+  const fs::path root = dir;
+  const nlohmann::json index = read_json(root / "model_index.json");
+  for (const auto& [name, value] : index.items()) {
+    if (name.rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version
+    const bool known = name == "tokenizer" || name == "text_encoder" || name == "unet" || name == "vae" || name == "scheduler";
+    if (known) continue;
+    const bool unused = name == "safety_checker" || name == "feature_extractor" || name == "image_encoder" || name == "requires_safety_checker";
+    KUAFU_CHECK(unused, (root / "model_index.json").string(), ": component \"", name, "\" (", value.dump(),
+                ") is not one Kuafu's pipeline has (tokenizer, text_encoder, unet, vae, scheduler)");
+    if (!value.is_null() && !value.is_boolean() && !(value.is_array() && !value.empty() && value[0].is_null())) {
+      log::warnf((root / "model_index.json").string(), ": ", name, " skipped (not needed to sample)");
+    }
+  }
+  Pipeline p;
+  p.tokenizer = PromptTokenizer::from_folder((root / "tokenizer").string());
+  p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device);
+  p.unet = load_unet((root / "unet").string(), device);
+  p.vae = load_vae((root / "vae").string(), device);
+  p.scheduler = read_scheduler_config(read_json(root / "scheduler" / "scheduler_config.json"),
+                                      (root / "scheduler" / "scheduler_config.json").string());
+  KUAFU_CHECK(p.text_encoder->config.hidden_size == p.unet->config.cross_attention_dim, dir, ": the text encoder's width (",
+              p.text_encoder->config.hidden_size, ") is not the UNet's cross_attention_dim (", p.unet->config.cross_attention_dim, ")");
+  for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(p.text_encoder.get()), static_cast<torch::nn::Module*>(p.unet.get()),
+                               static_cast<torch::nn::Module*>(p.vae.get())}) {
+    m->eval();
+  }
+  return p;
+}
+
+Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const SampleOptions& options) {
+  torch::NoGradGuard no_grad;
+  const auto rows = static_cast<int64_t>(prompts.size());
+  KUAFU_CHECK(rows > 0, "no prompt to sample");
+  const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
+  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, dpm++2m)");
+  const NoiseSchedule schedule(p.scheduler.config);
+  const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps);
+  const torch::Device device = p.unet->conv_in->weight.device();
+
+  // Text: the prompts, and the empty prompt for guidance, as [unconditional; conditional] rows.
+  const bool guided = needs_unconditional(options.guidance);
+  std::vector<std::string> texts = prompts;
+  if (guided) texts.insert(texts.begin(), prompts.size(), "");
+  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
+
+  at::Generator generator = at::detail::createCPUGenerator(options.seed);
+  torch::Tensor initial = options.initial_latents;
+  if (!initial.defined()) {
+    const int64_t scale = p.vae_scale();
+    const int64_t h = options.height > 0 ? options.height : p.unet->config.sample_size * scale;
+    const int64_t w = options.width > 0 ? options.width : p.unet->config.sample_size * scale;
+    KUAFU_CHECK(h % scale == 0 && w % scale == 0, "the image's size (", h, "x", w, ") must divide by the VAE's factor ", scale);
+    initial = torch::randn({rows, p.unet->config.in_channels, h / scale, w / scale}, generator, torch::kFloat32);
+  }
+  KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
+              "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
+  torch::Tensor latents = initial.to(device) * sampler->init_noise_sigma();
+  for (size_t i = 0; i < sampler->timesteps().size(); ++i) {
+    const torch::Tensor input = sampler->scale_model_input(latents, i);
+    const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler->timesteps()[i], torch::TensorOptions(torch::kFloat32).device(device));
+    const torch::Tensor out = p.unet->forward(guided ? torch::cat({input, input}) : input, t, text);
+    const torch::Tensor prediction = guided ? classifier_free_guidance(out.narrow(0, 0, rows), out.narrow(0, rows, rows), options.guidance) : out;
+    torch::Tensor noise;
+    if (sampler->stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(device);
+    latents = sampler->step(prediction, i, latents, noise);
+  }
+  const torch::Tensor decoded = p.vae->decode(latents / p.vae->config.scaling_factor);  // [B, 3, H, W] in about [−1, 1]
+  return {initial, latents, (decoded / 2 + 0.5).clamp(0, 1)};
+}
+
+}  // namespace kuafu::sd

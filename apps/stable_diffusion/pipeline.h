@@ -1,0 +1,58 @@
+// A diffusers Stable Diffusion pipeline folder (model_index.json naming tokenizer/, text_encoder/, unet/,
+// vae/ and scheduler/; a safety checker and feature extractor are skipped with a warning, any other
+// component refused by name) and text-to-image sampling over it: the prompts and the empty prompt
+// through CLIP, the UNet under classifier-free guidance stepped by a sampler, the VAE's decoding.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apps/stable_diffusion/clip_text_model.h"
+#include "apps/stable_diffusion/prompt_tokens.h"
+#include "apps/stable_diffusion/samplers.h"
+#include "apps/stable_diffusion/unet.h"
+#include "apps/stable_diffusion/vae.h"
+
+namespace kuafu::sd {
+
+// scheduler/scheduler_config.json: the schedule (each class's own defaults where a key is absent: leading
+// spacing and x̂₀ clipping for DDIM and DDPM, linspace and none for Euler and DPM-Solver) and the sampler
+// its class names (none for a class Kuafu does not step, e.g. PNDMScheduler: the schedule still reads,
+// and the caller names a sampler). Features the samplers do not compute are refused naming the key.
+struct SchedulerFolder {
+  SchedulerConfig config;
+  std::string class_name;
+  std::optional<SamplerKind> sampler;
+};
+SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where);
+
+struct Pipeline {
+  PromptTokenizer tokenizer;
+  ClipTextModel text_encoder{nullptr};
+  UNet2DCondition unet{nullptr};
+  AutoencoderKL vae{nullptr};
+  SchedulerFolder scheduler;
+  int64_t vae_scale() const { return int64_t{1} << (vae->config.block_out_channels.size() - 1); }  // pixels per latent
+};
+Pipeline load_pipeline(const std::string& dir, const torch::Device& device = torch::kCPU);
+
+struct SampleOptions {
+  int64_t steps = 50;
+  double guidance = 7.5;
+  std::optional<SamplerKind> sampler;  // else the folder's scheduler class
+  uint64_t seed = 0;                   // the CPU generator's: initial latents, then each stochastic step's noise
+  torch::Tensor initial_latents;       // [B, latent, h, w] N(0, 1) draws (scaled by the sampler's σ), else from the seed
+  int64_t height = 0, width = 0;       // pixels; 0: the UNet's sample_size × the VAE's factor
+};
+
+struct Samples {
+  torch::Tensor initial_latents;  // [B, latent, h, w], as drawn (before the sampler's scaling)
+  torch::Tensor latents;          // [B, latent, h, w], the sampler's last
+  torch::Tensor images;           // [B, 3, H, W] in [0, 1]
+};
+Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, const SampleOptions& options);
+
+}  // namespace kuafu::sd

@@ -1,0 +1,146 @@
+#include "apps/stable_diffusion/sample_command.h"
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/stable_diffusion/pipeline.h"
+#include "core/io/png_file.h"
+#include "core/io/safetensors.h"
+#include "core/util/device.h"
+#include "core/util/error.h"
+#include "core/util/text.h"
+
+namespace kuafu::sd {
+
+namespace {
+
+const char* const kHelp =
+    "usage: kuafu-sd sample --model DIR --prompt TEXT [--prompt TEXT ...] --out FILE.png [options]\n"
+    "\n"
+    "Text to images from a diffusers Stable Diffusion pipeline folder (model_index.json, tokenizer/,\n"
+    "text_encoder/, unet/, vae/, scheduler/), written as one PNG grid, the prompts side by side.\n"
+    "  --steps N            sampling steps (default 50)\n"
+    "  --guidance G         classifier-free guidance scale; 1 or less: none (default 7.5)\n"
+    "  --sampler NAME       ddim, ddpm, euler or dpm++2m (default: the folder's scheduler class)\n"
+    "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0)\n"
+    "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
+    "  --latents FILE       start from this initial noise (safetensors, tensor \"latents\" [B, 4, h, w])\n"
+    "  --save-latents FILE  write the initial noise there\n"
+    "  --device DEV         cpu (default), cuda, cuda:N\n";
+
+// images [B, 3, H, W] in [0, 1] -> one RGB grid, the images side by side.
+io::RgbImage grid_of(const torch::Tensor& images) {
+  const torch::Tensor bytes = (images.to(torch::kCPU, torch::kFloat32) * 255).round().clamp(0, 255).to(torch::kUInt8);  // [B, 3, H, W]
+  const torch::Tensor side_by_side = bytes.permute({2, 0, 3, 1}).reshape({bytes.size(2), -1, 3}).contiguous();     // [H, B·W, 3]
+  io::RgbImage grid;
+  grid.height = side_by_side.size(0);
+  grid.width = side_by_side.size(1);
+  grid.pixels.assign(side_by_side.data_ptr<uint8_t>(), side_by_side.data_ptr<uint8_t>() + side_by_side.numel());
+  return grid;
+}
+
+int64_t number(const std::string& option, const std::string& value) {
+  try {
+    size_t used = 0;
+    const int64_t n = std::stoll(value, &used);
+    if (used == value.size()) return n;
+  } catch (const std::exception&) {
+  }
+  fail(option + " " + value + " is not a whole number");
+}
+
+double real(const std::string& option, const std::string& value) {
+  try {
+    size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used == value.size() && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  fail(option + " " + value + " is not a number");
+}
+
+std::string value_text(double x) {
+  std::ostringstream out;
+  out << x;
+  return out.str();
+}
+
+}  // namespace
+
+int run_sample(int argc, const char* const argv[]) {
+  try {
+    std::string model, out, latents_in, latents_out, device = "cpu", sampler_name;
+    std::vector<std::string> prompts;
+    SampleOptions options;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (arg == "--help" || arg == "-h") {
+        std::cout << kHelp;
+        return 0;
+      }
+      KUAFU_CHECK(text::starts_with(arg, "--") && i + 1 < argc, "unexpected argument \"", text::abbreviate(arg),
+                  "\" (kuafu-sd sample --help)");
+      const std::string value = argv[++i];
+      if (arg == "--model") {
+        model = value;
+      } else if (arg == "--prompt") {
+        prompts.push_back(value);
+      } else if (arg == "--out") {
+        out = value;
+      } else if (arg == "--steps") {
+        options.steps = number(arg, value);
+      } else if (arg == "--guidance") {
+        options.guidance = real(arg, value);
+      } else if (arg == "--sampler") {
+        sampler_name = value;
+        options.sampler = sampler_named(value);
+      } else if (arg == "--seed") {
+        options.seed = static_cast<uint64_t>(number(arg, value));
+      } else if (arg == "--height") {
+        options.height = number(arg, value);
+      } else if (arg == "--width") {
+        options.width = number(arg, value);
+      } else if (arg == "--latents") {
+        latents_in = value;
+      } else if (arg == "--save-latents") {
+        latents_out = value;
+      } else if (arg == "--device") {
+        device = value;
+      } else {
+        fail("unknown option " + arg + " (kuafu-sd sample --help)");
+      }
+    }
+    KUAFU_CHECK(!model.empty(), "--model DIR is required: a diffusers pipeline folder (kuafu-sd sample --help)");
+    KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
+    KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
+    if (!latents_in.empty()) {
+      const io::SafetensorsFile file = io::load_safetensors(latents_in);
+      const torch::Tensor* latents = file.find("latents");
+      KUAFU_CHECK(latents, latents_in, " holds no tensor \"latents\"");
+      options.initial_latents = latents->to(torch::kFloat32);
+    }
+    Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
+    const Samples samples = sample(pipeline, prompts, options);
+    if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", samples.initial_latents.cpu()}});
+    std::string joined;
+    for (const std::string& p : prompts) joined += (joined.empty() ? "" : " | ") + p;
+    io::write_png(out, grid_of(samples.images),
+                  {{"prompt", joined},
+                   {"seed", latents_in.empty() ? std::to_string(options.seed) : "latents from " + latents_in},
+                   {"steps", std::to_string(options.steps)},
+                   {"guidance", value_text(options.guidance)},
+                   {"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
+                   {"model", model},
+                   {"software", "kuafu-sd"}});
+    std::cout << out << ": " << prompts.size() << " image(s) of " << samples.images.size(3) << "x" << samples.images.size(2) << "\n";
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "kuafu-sd sample: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kuafu::sd

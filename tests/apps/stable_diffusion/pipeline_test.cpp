@@ -1,0 +1,106 @@
+// Text-to-image sampling against diffusers' StableDiffusionPipeline (tests/python/diffusers_pipeline_reference.py)
+// on a tiny pipeline folder diffusers saved (its tokenizer as transformers 5 writes it, a tokenizer.json
+// alone): the same prompts at guidance 7.5 over 10 steps from the same initial latents give diffusers'
+// final latents and images under DDIM, Euler discrete, DPM-Solver++(2M), and DDPM with its noise from the
+// same seeded CPU generator. Float32, 1e-4 on latents and images of order 1 (ten UNet passes).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "apps/stable_diffusion/pipeline.h"
+#include "core/io/png_file.h"
+#include "core/util/atomic_file.h"
+#include "tests/support/reference_outputs.h"
+#include "tests/support/run_command.h"
+
+namespace kuafu::sd {
+namespace {
+
+const testing::Reference& reference() {
+  static const testing::Reference r = testing::build_reference("diffusers_pipeline_reference.py", "sd_pipeline");
+  return r;
+}
+
+
+class PipelineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
+  const testing::Reference& ref = reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  EXPECT_EQ(pipeline.scheduler.class_name, "DDIMScheduler");
+  SampleOptions options;
+  options.steps = 10;
+  options.guidance = 7.5;
+  options.sampler = sampler_named(GetParam() == "dpm" ? "dpm++2m" : GetParam());
+  options.seed = 7;
+  options.initial_latents = ref["initial_latents"];
+  const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+  EXPECT_LT(testing::max_abs_difference(samples.latents, ref[GetParam() + "_latents"]), 1e-4);
+  EXPECT_EQ(samples.images.sizes(), (std::vector<int64_t>{2, 3, 16, 16}));
+  EXPECT_LT(testing::max_abs_difference(samples.images, ref[GetParam() + "_images"]), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm"));
+
+TEST(PipelineFolderTest, AComponentItDoesNotHaveIsNamed) {
+  nlohmann::json scheduler = {{"_class_name", "PNDMScheduler"}, {"beta_schedule", "scaled_linear"}, {"skip_prk_steps", true}};
+  const SchedulerFolder pndm = read_scheduler_config(scheduler, "scheduler/scheduler_config.json");
+  EXPECT_FALSE(pndm.sampler.has_value()) << "the schedule reads; the caller names a sampler";
+  EXPECT_EQ(pndm.config.timestep_spacing, TimestepSpacing::kLeading);
+  scheduler = {{"_class_name", "EulerDiscreteScheduler"}, {"use_karras_sigmas", true}};
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_scheduler_config(scheduler, "s.json"); }), "use_karras_sigmas"));
+  EXPECT_EQ(read_scheduler_config({{"_class_name", "EulerDiscreteScheduler"}}, "s.json").config.timestep_spacing, TimestepSpacing::kLinspace);
+
+  const auto dir = testing::temp_dir("pipeline_extra");
+  std::ofstream(dir / "model_index.json") << R"({"_class_name": "StableDiffusionPipeline", "controlnet": ["diffusers", "ControlNetModel"]})";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { load_pipeline(dir.string()); }), "component \"controlnet\""));
+}
+
+testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_command(std::string(KUAFU_SD_PATH) + " " + args); }
+
+// kuafu-sd sample through its command line: from the reference's initial latents the grid's pixels are
+// diffusers' DDIM images as 8-bit values (±1: rounding), its text chunks say how it was made; a seeded
+// run's --save-latents, given back as --latents, makes the same file; bad input is named.
+TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
+  const testing::Reference& ref = reference();
+  const auto dir = testing::temp_dir("sd_sample");
+  io::save_safetensors((dir / "initial.safetensors").string(), {{"latents", ref["initial_latents"]}});
+  const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' --steps 10";
+  const testing::CommandResult run = kuafu_sd(common + " --latents " + (dir / "initial.safetensors").string() + " --out " + (dir / "grid.png").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const testing::PythonRun check = testing::run_python_reference(
+      "diffusers_pipeline_reference.py", "check_png " + (dir / "grid.png").string() + " " + (ref.dir / "reference.safetensors").string() + " ddim_images");
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  const nlohmann::json line = testing::last_json_line(check.output);
+  EXPECT_EQ(line["size"], (std::vector<int64_t>{16, 32, 3}));
+  EXPECT_LE(line["max_difference"].get<int64_t>(), 1);
+  const auto text = io::read_png_text((dir / "grid.png").string());
+  const std::map<std::string, std::string> fields(text.begin(), text.end());
+  EXPECT_EQ(fields.at("prompt"), "a photo of the cat | the cat!");
+  EXPECT_EQ(fields.at("steps"), "10");
+  EXPECT_EQ(fields.at("guidance"), "7.5");
+  EXPECT_EQ(fields.at("sampler"), "DDIMScheduler");
+
+  ASSERT_EQ(kuafu_sd(common + " --seed 3 --sampler euler --save-latents " + (dir / "noise.safetensors").string() + " --out " +
+                     (dir / "seeded.png").string()).exit_code, 0);
+  ASSERT_EQ(kuafu_sd(common + " --sampler euler --latents " + (dir / "noise.safetensors").string() + " --out " +
+                     (dir / "again.png").string()).exit_code, 0);
+  const auto pixels = [](const std::filesystem::path& png) {  // the file less its text chunks, which name the seed
+    const std::string bytes = read_file(png.string());
+    return bytes.substr(bytes.find("IDAT"));
+  };
+  EXPECT_EQ(pixels(dir / "seeded.png"), pixels(dir / "again.png"));
+
+  const testing::CommandResult no_model = kuafu_sd("sample --prompt cat --out x.png");
+  EXPECT_EQ(no_model.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(no_model.output, "--model DIR is required")) << no_model.output;
+  const testing::CommandResult bad_sampler = kuafu_sd(common + " --sampler plms --out x.png");
+  EXPECT_EQ(bad_sampler.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(bad_sampler.output, "sampler \"plms\" is not one of")) << bad_sampler.output;
+  const testing::CommandResult bad_steps = kuafu_sd(common + " --steps ten --out x.png");
+  EXPECT_TRUE(testing::Contains(bad_steps.output, "--steps ten is not a whole number")) << bad_steps.output;
+}
+
+}  // namespace
+}  // namespace kuafu::sd

@@ -1,0 +1,87 @@
+"""diffusers' StableDiffusionPipeline for tests/apps/stable_diffusion/pipeline_test.cpp (nothing is downloaded).
+
+  diffusers_pipeline_reference.py build OUT
+      OUT/pipe: a tiny random pipeline saved with save_pretrained (the CLIP tokenizer folder of
+      clip_reference.py, a 2-layer CLIPTextModel of width 12, SD 1.x's UNet shape with cross-attention 12 and
+      sample_size 8, a 2-block VAE (16x16 images), SD 1.x's DDIMScheduler config; no safety checker), and
+      OUT/reference.safetensors: initial latents [2, 4, 8, 8] and, for prompts PROMPTS at guidance 7.5 over
+      10 steps from them, each sampler's final latents and images [2, 3, 16, 16] (<sampler>_latents,
+      <sampler>_images) for DDIM, Euler discrete and DPM-Solver++(2M), and DDPM with its noise from a CPU
+      generator seeded 7
+  diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
+      reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
+      difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
+"""
+import pathlib
+import sys
+
+import torch
+from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
+                       StableDiffusionPipeline, UNet2DConditionModel)
+from safetensors.torch import load_file, save_file
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+from clip_reference import write_tokenizer
+
+PROMPTS = ["a photo of the cat", "the cat!"]
+SAMPLERS = {"ddim": DDIMScheduler, "euler": EulerDiscreteScheduler, "dpm": DPMSolverMultistepScheduler, "ddpm": DDPMScheduler}
+
+
+def randomise(model):
+    with torch.no_grad():  # norms and biases away from ones and zeros: a swapped tensor shows
+        for key, p in model.named_parameters():
+            if "norm" in key or key.endswith("bias"):
+                p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "norm" in key and key.endswith("weight") else 0.0))
+    return model.eval()
+
+
+def build(out):
+    out = pathlib.Path(out)
+    write_tokenizer(out / "tokenizer_files")
+    torch.manual_seed(0)
+    text_encoder = randomise(CLIPTextModel(CLIPTextConfig(vocab_size=522, hidden_size=12, intermediate_size=24, num_hidden_layers=2,
+                                                          num_attention_heads=2, max_position_embeddings=77, eos_token_id=2)))
+    unet = randomise(UNet2DConditionModel(sample_size=8, in_channels=4, out_channels=4, block_out_channels=(16, 32), norm_num_groups=8,
+                                          cross_attention_dim=12, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                          up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), layers_per_block=1, attention_head_dim=2))
+    vae = randomise(AutoencoderKL(block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
+                                  down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2))
+    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1, set_alpha_to_one=False,
+                              clip_sample=False)
+    pipe = StableDiffusionPipeline(vae=vae, text_encoder=text_encoder, tokenizer=CLIPTokenizer.from_pretrained(out / "tokenizer_files"),
+                                   unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None,
+                                   requires_safety_checker=False)
+    pipe.save_pretrained(out / "pipe")
+    # Sampled from the folder as saved: a scheduler built here would hand its class's defaults to another
+    # class through from_config (_use_default_values), which a saved config does not.
+    pipe = StableDiffusionPipeline.from_pretrained(out / "pipe")
+    saved = pipe.scheduler.config
+    latents = torch.randn(2, 4, 8, 8)
+    tensors = {"initial_latents": latents}
+    for name, kind in SAMPLERS.items():
+        pipe.scheduler = kind.from_config(saved)
+        generator = torch.Generator().manual_seed(7)
+        with torch.no_grad():
+            final = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(), generator=generator,
+                         output_type="latent").images
+            images = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(),
+                          generator=torch.Generator().manual_seed(7), output_type="pt").images
+        tensors[f"{name}_latents"], tensors[f"{name}_images"] = final, images
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def check_png(png, reference, key):
+    import json
+    import numpy as np
+    from PIL import Image
+    grid = np.asarray(Image.open(png).convert("RGB")).astype(np.int64)  # [H, B·W, 3]
+    images = load_file(reference)[key]
+    expected = torch.cat(list(images), dim=2).permute(1, 2, 0).mul(255).round().clamp(0, 255).to(torch.int64).numpy()
+    print(json.dumps({"max_difference": int(np.abs(grid - expected).max()), "size": list(grid.shape)}))
+
+
+if __name__ == "__main__":
+    commands = {"build": build, "check_png": check_png}
+    if len(sys.argv) < 3 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](*sys.argv[2:])
