@@ -5,7 +5,6 @@
 #include "apps/chat_rlhf/policy.h"
 #include "apps/chat_rlhf/preference_losses.h"
 #include "apps/opt_finetune/commands.h"
-#include "apps/opt_finetune/hugging_face.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
 
@@ -102,12 +101,8 @@ class DpoApp : public train::App {
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
     nn::CausalLMPtr policy = opt::build_model(config_, settings_, options);
     nn::CausalLMPtr reference = opt::load_causal_lm(reference_folder, options.device);
-    if (reference->family() != policy->family() || reference->vocab_size() != policy->vocab_size()) {
-      config_.fail_at(dpo_.reference.empty() ? "model.init_from" : "dpo.reference",
-                      "= " + reference_folder + " is " + reference->family() + " with a vocabulary of " +
-                          std::to_string(reference->vocab_size()) + " rows, the policy " + policy->family() + " with " +
-                          std::to_string(policy->vocab_size()));
-    }
+    check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference, *policy,
+                      "the policy");
     return std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
   }
   std::string describe(train::RunTask& task) override {

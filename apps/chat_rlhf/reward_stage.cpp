@@ -3,7 +3,6 @@
 #include <sstream>
 
 #include "apps/chat_rlhf/preference_losses.h"
-#include "apps/opt_finetune/hugging_face.h"
 #include "core/train/benchmark.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"

@@ -6,7 +6,6 @@
 
 #include "apps/chat_rlhf/rl_benchmark.h"
 #include "apps/opt_finetune/commands.h"
-#include "apps/opt_finetune/hugging_face.h"
 #include "core/dist/collectives.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
@@ -534,15 +533,9 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   models.reference = opt::load_causal_lm(reference, options.device);
   models.reward = load_scored_model(rl_.reward_model, options.device);
   // All four read the actor's tokens: the same family and vocabulary.
-  auto check_like_actor = [&](const std::string& key, const std::string& folder, nn::CausalLM& model) {
-    if (model.family() != models.actor->family() || model.vocab_size() != models.actor->vocab_size()) {
-      config_.fail_at(key, "= " + folder + " is " + model.family() + " with a vocabulary of " + std::to_string(model.vocab_size()) +
-                               " rows, the actor " + models.actor->family() + " with " + std::to_string(models.actor->vocab_size()) +
-                               ": train it from the same SFT model");
-    }
-  };
-  check_like_actor(rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference);
-  check_like_actor("rl.reward_model", rl_.reward_model, *models.reward->lm);
+  check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
+                    "the actor");
+  check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor");
   if (rl_.shared_trunk) {
     // The value head on the actor's trunk, fresh (the reward model's head reads another trunk).
     models.critic.emplace(models.actor, /*reads_logits=*/true);

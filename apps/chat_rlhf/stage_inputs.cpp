@@ -28,6 +28,14 @@ ChatText chat_text(const config::Config& config, const opt::OptData& data, const
   return text;
 }
 
+void check_same_tokens(const config::Config& config, const std::string& key, const std::string& folder, nn::CausalLM& model,
+                       nn::CausalLM& trained, const std::string& role) {
+  if (model.family() == trained.family() && model.vocab_size() == trained.vocab_size()) return;
+  config.fail_at(key, "= " + folder + " is " + model.family() + " with a vocabulary of " + std::to_string(model.vocab_size()) +
+                          " rows, " + role + " " + trained.family() + " with " + std::to_string(trained.vocab_size()) +
+                          ": train it from the same SFT model");
+}
+
 namespace {
 
 void check_file(const config::Config& config, const std::string& key, const std::string& path, const std::string& recipe) {

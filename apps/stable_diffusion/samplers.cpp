@@ -43,12 +43,16 @@ int64_t Sampler::timestep_at(size_t i) const {
   return static_cast<int64_t>(timesteps_[i]);
 }
 
+double Sampler::alpha_cumprod_after(size_t i, double last) const {
+  return i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : last;
+}
+
 DdimSampler::DdimSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler(schedule, as_doubles(schedule.timesteps(steps))) {}
 
 torch::Tensor DdimSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
   const int64_t t = timestep_at(i);
   const double last = schedule_.config().set_alpha_to_one ? 1.0 : schedule_.alpha_cumprod(0);
-  const double previous = i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : last;
+  const double previous = alpha_cumprod_after(i, last);
   const Estimates e = schedule_.estimates(model_output, t, sample);
   return std::sqrt(previous) * e.x0 + std::sqrt(1 - previous) * e.epsilon;
 }
@@ -58,7 +62,7 @@ DdpmSampler::DdpmSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler
 torch::Tensor DdpmSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor& noise) {
   const int64_t t = timestep_at(i);
   const double a = schedule_.alpha_cumprod(t);
-  const double previous = i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : 1.0;
+  const double previous = alpha_cumprod_after(i, 1.0);
   const double beta = 1 - a / previous;  // this step's β (over however many training steps it spans)
   const Estimates e = schedule_.estimates(model_output, t, sample);
   const torch::Tensor mean = (std::sqrt(previous) * beta / (1 - a)) * e.x0 + (std::sqrt(1 - beta) * (1 - previous) / (1 - a)) * sample;

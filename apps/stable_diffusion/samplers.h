@@ -36,6 +36,8 @@ class Sampler {
  protected:
   Sampler(const NoiseSchedule& schedule, std::vector<double> timesteps) : schedule_(schedule), timesteps_(std::move(timesteps)) {}
   int64_t timestep_at(size_t i) const;  // an integer timestep's value (DDIM, DDPM)
+  // ᾱ at the timestep after step i; `last` after the final step.
+  double alpha_cumprod_after(size_t i, double last) const;
 
   const NoiseSchedule& schedule_;
   std::vector<double> timesteps_;

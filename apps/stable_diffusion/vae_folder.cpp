@@ -8,13 +8,6 @@ namespace kuafu::sd {
 
 namespace {
 
-// A diffusers config.json value, with its default where the key is absent; kuafu::Error naming `where`
-// and the key for another type.
-template <class T>
-T value_of(const nlohmann::json& config, const std::string& key, T fallback, const std::string& where) {
-  return io::config_value<T>(config, key, fallback, where);
-}
-
 // The older attention names (query, key, value, proj_attn) as the current ones.
 void rename_old_attention(io::HfFolder& folder) {
   static const std::vector<std::pair<std::string, std::string>> renamed = {
@@ -32,18 +25,18 @@ void rename_old_attention(io::HfFolder& folder) {
 }  // namespace
 
 VaeConfig read_vae_config(const nlohmann::json& json, const std::string& where) {
-  const std::string kind = value_of<std::string>(json, "_class_name", "", where);
+  const std::string kind = io::config_value<std::string>(json, "_class_name", "", where);
   KUAFU_CHECK(kind == "AutoencoderKL", where, ": _class_name \"", text::abbreviate(kind), "\" is not AutoencoderKL");
   VaeConfig c;
-  c.in_channels = value_of<int64_t>(json, "in_channels", 3, where);
-  c.out_channels = value_of<int64_t>(json, "out_channels", 3, where);
-  c.latent_channels = value_of<int64_t>(json, "latent_channels", 4, where);
-  c.layers_per_block = value_of<int64_t>(json, "layers_per_block", 1, where);
-  c.norm_num_groups = value_of<int64_t>(json, "norm_num_groups", 32, where);
-  c.scaling_factor = value_of<double>(json, "scaling_factor", 0.18215, where);
-  c.mid_block_add_attention = value_of<bool>(json, "mid_block_add_attention", true, where);
-  c.use_quant_conv = value_of<bool>(json, "use_quant_conv", true, where);
-  c.use_post_quant_conv = value_of<bool>(json, "use_post_quant_conv", true, where);
+  c.in_channels = io::config_value<int64_t>(json, "in_channels", 3, where);
+  c.out_channels = io::config_value<int64_t>(json, "out_channels", 3, where);
+  c.latent_channels = io::config_value<int64_t>(json, "latent_channels", 4, where);
+  c.layers_per_block = io::config_value<int64_t>(json, "layers_per_block", 1, where);
+  c.norm_num_groups = io::config_value<int64_t>(json, "norm_num_groups", 32, where);
+  c.scaling_factor = io::config_value<double>(json, "scaling_factor", 0.18215, where);
+  c.mid_block_add_attention = io::config_value<bool>(json, "mid_block_add_attention", true, where);
+  c.use_quant_conv = io::config_value<bool>(json, "use_quant_conv", true, where);
+  c.use_post_quant_conv = io::config_value<bool>(json, "use_post_quant_conv", true, where);
   KUAFU_CHECK(json.contains("block_out_channels") && json["block_out_channels"].is_array(), where,
               ": block_out_channels must be a list of channel counts");
   c.block_out_channels.clear();
@@ -51,7 +44,7 @@ VaeConfig read_vae_config(const nlohmann::json& json, const std::string& where) 
     KUAFU_CHECK(v.is_number_integer(), where, ": block_out_channels holds ", v.dump(), ", not a channel count");
     c.block_out_channels.push_back(v.get<int64_t>());
   }
-  KUAFU_CHECK(value_of<std::string>(json, "act_fn", "silu", where) == "silu", where, ": act_fn must be silu");
+  KUAFU_CHECK(io::config_value<std::string>(json, "act_fn", "silu", where) == "silu", where, ": act_fn must be silu");
   for (const auto& [key, block] : {std::pair<std::string, std::string>{"down_block_types", "DownEncoderBlock2D"},
                                    {"up_block_types", "UpDecoderBlock2D"}}) {
     if (!json.contains(key)) continue;
