@@ -10,6 +10,7 @@
 #include "apps/chat_rlhf/reward_stage.h"
 #include "apps/chat_rlhf/rl_stage.h"
 #include "apps/chat_rlhf/stage_config.h"
+#include "core/train/peft_adapter.h"
 #include "apps/opt_finetune/commands.h"
 
 namespace kuafu::chat {
@@ -40,7 +41,7 @@ train::AppDefinition stage_definition(Stage stage) {
     case Stage::Sft:
       app.description = "supervised fine-tuning on conversations (JSONL prompt/response or messages), full or LoRA";
       app.make_app = opt::make_opt_app;
-      app.add_options = opt::add_adapter_option;
+      app.add_options = train::add_adapter_option;
       app.generates = true;
       app.export_help = "an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out answer loss and perplexity of a checkpoint";
@@ -55,7 +56,7 @@ train::AppDefinition stage_definition(Stage stage) {
     case Stage::Dpo:
       app.description = "direct preference optimisation (DPO or IPO) against the frozen SFT model";
       app.make_app = make_dpo_app;
-      app.add_options = opt::add_adapter_option;
+      app.add_options = train::add_adapter_option;
       app.generates = true;
       app.export_help = "an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out preference accuracy and reward margin of a checkpoint";
@@ -66,7 +67,7 @@ train::AppDefinition stage_definition(Stage stage) {
       app.description = ppo ? "PPO from the reward model: actor and critic, KL to the frozen SFT model in the reward, GAE"
                             : "GRPO from the reward model: groups of samples per prompt, group-normalised advantages";
       app.make_app = [stage](const config::Config& config) { return make_rl_app(config, stage); };
-      app.add_options = opt::add_adapter_option;
+      app.add_options = train::add_adapter_option;
       app.generates = true;
       app.export_help = "the actor as an OPTForCausalLM or GPT2LMHeadModel folder, adapters merged; --adapter: a PEFT adapter folder";
       app.eval_help = "held-out reward, KL to the reference, length, EOS rate and answer F1 of greedy answers";

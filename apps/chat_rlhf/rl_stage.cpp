@@ -9,6 +9,7 @@
 #include "core/dist/collectives.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
+#include "core/util/seed_mix.h"
 
 namespace kuafu::chat {
 
@@ -39,15 +40,6 @@ double answer_f1(const std::string& answer, const std::string& reference) {
 }
 
 namespace {
-
-// Distinct streams for (seed, rollout, epoch, rank): splitmix64 of their mix.
-uint64_t mix_seed(uint64_t seed, int64_t a, int64_t b, int64_t c) {
-  uint64_t x = seed ^ (static_cast<uint64_t>(a) * 0x9E3779B97F4A7C15ULL) ^ (static_cast<uint64_t>(b) << 32) ^ static_cast<uint64_t>(c);
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 int rank_of(const dist::GroupPtr& group) { return group ? group->rank() : 0; }
 int ranks_of(const dist::GroupPtr& group) { return group ? group->size() : 1; }

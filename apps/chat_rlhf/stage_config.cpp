@@ -2,6 +2,7 @@
 
 #include "apps/opt_finetune/app_config.h"
 #include "core/train/generate_settings.h"
+#include "core/train/parallelize.h"
 #include "core/train/trainer.h"
 
 namespace kuafu::chat {
@@ -85,10 +86,7 @@ config::Schema stage_schema(Stage stage) {
 
 void require_data_parallel(const config::Config& config, const train::Runtime* runtime, const parallel::ModelOptions& options,
                            Stage stage) {
-  if (!runtime) return;
-  KUAFU_CHECK(runtime->pipeline.stages == 1 && !runtime->sequence.enabled() && !options.tp.enabled(), "kuafu-chat ",
-              stage_name(stage), " trains data parallel (with ZeRO or Gemini); set parallel.pipeline, "
-              "parallel.sequence and parallel.tensor to 1 in ", config.path());
+  train::require_data_parallel(config, runtime, options, std::string("kuafu-chat ") + stage_name(stage));
 }
 
 RewardSettings reward_settings(const config::Config& config) { return {config.get_float("rm.margin")}; }

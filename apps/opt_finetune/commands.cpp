@@ -145,10 +145,6 @@ void prepare_command(const config::Config& config) {
   write(data.val_tokens, val_text);
 }
 
-void add_adapter_option(config::CommandLine& cli) {
-  cli.flag("export", "adapter", "write only the LoRA adapters, as PEFT's adapter_config.json + adapter_model.safetensors");
-}
-
 int run_opt_app(int argc, const char* const argv[]) {
   train::AppDefinition app;
   app.program = "kuafu-opt";
@@ -162,7 +158,7 @@ int run_opt_app(int argc, const char* const argv[]) {
   app.item_help = "random tokens";
   app.export_help = "adapters merged; --adapter: a PEFT adapter folder";
   app.eval_help = "validation loss and perplexity (instructions: of the answers) of a checkpoint";
-  app.add_options = add_adapter_option;
+  app.add_options = train::add_adapter_option;
   return train::run_app(app, argc, argv);
 }
 

@@ -16,8 +16,6 @@ std::unique_ptr<train::App> make_opt_app(const config::Config& config);
 
 void prepare_command(const config::Config& config);
 
-// export --adapter: the LoRA adapters alone (every command whose export is this App's).
-void add_adapter_option(config::CommandLine& cli);
 
 int run_opt_app(int argc, const char* const argv[]);
 

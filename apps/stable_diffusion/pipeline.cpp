@@ -2,6 +2,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 
 #include "apps/stable_diffusion/clip_hugging_face.h"
@@ -90,6 +93,34 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
     m->eval();
   }
   return p;
+}
+
+void write_pipeline(const std::string& source, const std::string& out, const std::vector<PipelineComponent>& replaced) {
+  KUAFU_CHECK(!fs::exists(out), out, " already exists; export into a new folder (nothing saved is overwritten)");
+  KUAFU_CHECK(source.empty() || fs::exists(fs::path(source) / "model_index.json"), source,
+              " is not a diffusers pipeline folder (no model_index.json)");
+  const fs::path target = fs::absolute(out);
+  std::error_code error;
+  fs::create_directories(target.parent_path(), error);
+  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
+  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(building);
+  try {
+    fs::create_directory(building);
+    auto is_replaced = [&](const fs::path& name) {
+      return std::any_of(replaced.begin(), replaced.end(), [&](const PipelineComponent& c) { return c.name == name.string(); });
+    };
+    if (!source.empty()) {
+      for (const fs::directory_entry& entry : fs::directory_iterator(source)) {
+        if (!is_replaced(entry.path().filename())) fs::copy(entry.path(), building / entry.path().filename(), fs::copy_options::recursive);
+      }
+    }
+    for (const PipelineComponent& component : replaced) component.write((building / component.name).string());
+  } catch (const std::exception& e) {
+    fs::remove_all(building, error);  // a failed export leaves nothing behind
+    fail("cannot write the pipeline folder " + out + ": " + e.what());
+  }
+  rename_durable(building.string(), target.string());
 }
 
 Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const SampleOptions& options) {

@@ -4,6 +4,7 @@
 // through CLIP, the UNet under classifier-free guidance stepped by a sampler, the VAE's decoding.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "apps/stable_diffusion/samplers.h"
 #include "apps/stable_diffusion/unet.h"
 #include "apps/stable_diffusion/vae.h"
+#include "core/io/hf_folder.h"
 
 namespace kuafu::sd {
 
@@ -38,6 +40,17 @@ struct Pipeline {
   int64_t vae_scale() const { return int64_t{1} << (vae->config.block_out_channels.size() - 1); }  // pixels per latent
 };
 Pipeline load_pipeline(const std::string& dir, const torch::Device& device = torch::kCPU);
+
+// A component written anew into a pipeline folder: its folder's name ("unet", "vae") and how to write
+// that (new) folder.
+struct PipelineComponent {
+  std::string name;
+  std::function<void(const std::string& dir)> write;
+};
+// Writes a new pipeline folder `out`: every component of the folder `source` (none when empty) as it is
+// but those `replaced` writes (a trained UNet or VAE). Built under a temporary name and renamed into place; an
+// existing `out` is refused, so nothing saved is ever overwritten.
+void write_pipeline(const std::string& source, const std::string& out, const std::vector<PipelineComponent>& replaced);
 
 struct SampleOptions {
   int64_t steps = 50;

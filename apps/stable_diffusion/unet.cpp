@@ -42,6 +42,105 @@ void UNetConfig::validate() const {
               "the UNet's layers_per_block, cross_attention_dim and channels must be positive");
 }
 
+double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) const {
+  const double m = static_cast<double>(text_tokens), d = static_cast<double>(cross_attention_dim);
+  double flops = 0;
+  auto conv = [&](double in, double out, double k, double positions) { flops += 2 * in * out * k * k * positions; };
+  auto resnet = [&](double in, double out, double positions) {
+    conv(in, out, 3, positions);
+    conv(out, out, 3, positions);
+    if (in != out) conv(in, out, 1, positions);
+  };
+  auto transformer = [&](double c, double n) {
+    flops += 2 * 2 * c * c * n;                  // projections in and out
+    flops += 2 * 4 * c * c * n + 2 * 2 * n * n * c;  // self-attention: q, k, v, out; scores and values
+    flops += 2 * 2 * c * c * n + 2 * 2 * d * c * m + 2 * 2 * n * m * c;  // cross-attention
+    flops += 2 * (8 * c * c + 4 * c * c) * n;    // GEGLU feed-forward
+  };
+  const size_t blocks = block_out_channels.size();
+  double positions = static_cast<double>(h * w), side_h = static_cast<double>(h), side_w = static_cast<double>(w);
+  conv(static_cast<double>(in_channels), static_cast<double>(block_out_channels.front()), 3, positions);
+  std::vector<double> skip_widths = {static_cast<double>(block_out_channels.front())};
+  double width = static_cast<double>(block_out_channels.front());
+  for (size_t i = 0; i < blocks; ++i) {
+    const double out = static_cast<double>(block_out_channels[i]);
+    for (int64_t j = 0; j < layers_per_block; ++j) {
+      resnet(j == 0 ? width : out, out, positions);
+      if (has_attention(down_block_types[i])) transformer(out, positions);
+      skip_widths.push_back(out);
+    }
+    width = out;
+    if (i + 1 < blocks) {
+      side_h = std::ceil(side_h / 2);
+      side_w = std::ceil(side_w / 2);
+      positions = side_h * side_w;
+      conv(out, out, 3, positions);
+      skip_widths.push_back(out);
+    }
+  }
+  resnet(width, width, positions);
+  transformer(width, positions);
+  resnet(width, width, positions);
+  for (size_t i = 0; i < blocks; ++i) {
+    const double out = static_cast<double>(block_out_channels[blocks - 1 - i]);
+    for (int64_t j = 0; j <= layers_per_block; ++j) {
+      resnet(width + skip_widths.back(), out, positions);
+      skip_widths.pop_back();
+      width = out;
+      if (has_attention(up_block_types[i])) transformer(out, positions);
+    }
+    if (i + 1 < blocks) {
+      side_h *= 2;  // odd sizes come back to the skip's: close enough for a FLOP count
+      side_w *= 2;
+      positions = side_h * side_w;
+      conv(out, out, 3, positions);
+    }
+  }
+  conv(width, static_cast<double>(out_channels), 3, positions);
+  return flops;
+}
+
+int64_t UNetConfig::parameter_count() const {
+  const int64_t t = time_embed_dim(), d = cross_attention_dim;
+  auto conv = [](int64_t in, int64_t out, int64_t k) { return in * out * k * k + out; };
+  auto resnet = [&](int64_t in, int64_t out) {
+    return 2 * in + conv(in, out, 3) + t * out + out + 2 * out + conv(out, out, 3) + (in != out ? conv(in, out, 1) : 0);
+  };
+  auto transformer = [&](int64_t c) {
+    const int64_t attention = 3 * c * c + c * c + c;  // q, k, v without bias; out with
+    const int64_t cross = c * c + 2 * d * c + c * c + c;
+    return 2 * c + 2 * conv(c, c, 1) + 3 * 2 * c + attention + cross + (c * 8 * c + 8 * c) + (4 * c * c + c);
+  };
+  const auto n = block_out_channels.size();
+  const int64_t c0 = block_out_channels.front();
+  int64_t count = conv(in_channels, c0, 3) + (c0 * t + t) + (t * t + t) + 2 * c0 + conv(c0, out_channels, 3);
+  std::vector<int64_t> skips = {c0};
+  int64_t width = c0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t out = block_out_channels[i];
+    for (int64_t j = 0; j < layers_per_block; ++j) {
+      count += resnet(j == 0 ? width : out, out) + (has_attention(down_block_types[i]) ? transformer(out) : 0);
+      skips.push_back(out);
+    }
+    width = out;
+    if (i + 1 < n) {
+      count += conv(out, out, 3);
+      skips.push_back(out);
+    }
+  }
+  count += 2 * resnet(width, width) + transformer(width);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t out = block_out_channels[n - 1 - i];
+    for (int64_t j = 0; j <= layers_per_block; ++j) {
+      count += resnet(width + skips.back(), out) + (has_attention(up_block_types[i]) ? transformer(out) : 0);
+      skips.pop_back();
+      width = out;
+    }
+    if (i + 1 < n) count += conv(out, out, 3);
+  }
+  return count;
+}
+
 torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, bool flip_sin_to_cos, double freq_shift) {
   const int64_t half = dim / 2;
   const auto f32 = t.options().dtype(torch::kFloat32);
@@ -165,39 +264,64 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   }
   conv_norm_out = register_module("conv_norm_out", nn::make_group_norm({c.norm_num_groups, widths.front(), c.norm_eps, true, device}));
   conv_out = register_module("conv_out", nn::make_conv2d({widths.front(), c.out_channels, 3, 1, 1, true, device}));
+
+  std::vector<hooks::ModelPart> blocks = {{"time_embedding", {"time_embedding"}}, {"conv_in", {"conv_in"}}};
+  for (int64_t i = 0; i < n; ++i) blocks.push_back({"down_blocks." + std::to_string(i), {"down_blocks." + std::to_string(i)}});
+  blocks.push_back({"mid_block", {"mid_block"}});
+  for (int64_t i = 0; i < n; ++i) blocks.push_back({"up_blocks." + std::to_string(i), {"up_blocks." + std::to_string(i)}});
+  blocks.push_back({"out", {"conv_norm_out", "conv_out"}});
+  sites = hooks::BlockSites::of_parts(*this, blocks);
 }
 
 torch::Tensor UNet2DConditionImpl::forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text) {
+  using hooks::Tensors;
   const torch::Tensor t = timesteps.dim() == 0 ? timesteps.expand({latents.size(0)}) : timesteps;
   const torch::Tensor time_in = timestep_embedding(t.to(latents.device()), config.block_out_channels.front(), config.flip_sin_to_cos,
-                                                   config.freq_shift);
-  const torch::Tensor time = time_linear_2(torch::silu(time_linear_1(time_in.to(latents.scalar_type()))));  // [B, 4 C0]
-  torch::Tensor x = conv_in(latents);
+                                                   config.freq_shift).to(latents.scalar_type());
+  const torch::Tensor time = sites.call("time_embedding", time_in, [this](const torch::Tensor& in) {
+    return time_linear_2(torch::silu(time_linear_1(in)));  // [B, 4 C0]
+  });
+  torch::Tensor x = sites.call(*conv_in, latents, [this](const torch::Tensor& in) { return conv_in(in); });
   std::vector<torch::Tensor> skips = {x};
   for (UNetBlock& block : down_blocks) {
-    for (size_t j = 0; j < block->resnets.size(); ++j) {
-      x = block->resnets[j]->forward(x, time);
-      if (!block->attentions.empty()) x = block->attentions[j]->forward(x, text);
-      skips.push_back(x);
-    }
-    if (block->downsample) {
-      x = block->downsample->forward(x);
-      skips.push_back(x);
-    }
+    // {stream, skips left on the way}: one skip per ResNet block and one after the downsampler.
+    const Tensors out = sites.call(*block, {x, time, text}, [block = block.get()](const Tensors& in) {
+      torch::Tensor y = in[0];
+      Tensors result = {y};
+      for (size_t j = 0; j < block->resnets.size(); ++j) {
+        y = block->resnets[j]->forward(y, in[1]);
+        if (!block->attentions.empty()) y = block->attentions[j]->forward(y, in[2]);
+        result.push_back(y);
+      }
+      if (block->downsample) result.push_back(y = block->downsample->forward(y));
+      result[0] = y;
+      return result;
+    });
+    x = out[0];
+    skips.insert(skips.end(), out.begin() + 1, out.end());
   }
-  x = mid_block->resnets[0]->forward(x, time);
-  x = mid_block->attentions[0]->forward(x, text);
-  x = mid_block->resnets[1]->forward(x, time);
+  x = sites.call(*mid_block, {x, time, text}, [this](const Tensors& in) {
+    const torch::Tensor y = mid_block->attentions[0]->forward(mid_block->resnets[0]->forward(in[0], in[1]), in[2]);
+    return Tensors{mid_block->resnets[1]->forward(y, in[1])};
+  })[0];
   for (UNetBlock& block : up_blocks) {
-    for (size_t j = 0; j < block->resnets.size(); ++j) {
-      x = block->resnets[j]->forward(torch::cat({x, skips.back()}, 1), time);
-      skips.pop_back();
-      if (!block->attentions.empty()) x = block->attentions[j]->forward(x, text);
-    }
-    // An odd size halved on the way down comes back to the skip's size, not twice this one.
-    if (block->upsample) x = block->upsample->forward(x, {skips.back().size(2), skips.back().size(3)});
+    // {stream, time, text, the skips it takes (last first), and where the upsampler aims}.
+    Tensors in = {x, time, text};
+    const size_t uses = block->resnets.size();
+    for (size_t j = 0; j < uses; ++j) in.push_back(skips[skips.size() - 1 - j]);
+    skips.resize(skips.size() - uses);
+    // An odd size halved on the way down comes back to the next skip's size, not twice this one.
+    const std::vector<int64_t> up_to = skips.empty() ? std::vector<int64_t>{} : std::vector<int64_t>{skips.back().size(2), skips.back().size(3)};
+    x = sites.call(*block, in, [block = block.get(), up_to](const Tensors& in) {
+      torch::Tensor y = in[0];
+      for (size_t j = 0; j < block->resnets.size(); ++j) {
+        y = block->resnets[j]->forward(torch::cat({y, in[3 + j]}, 1), in[1]);
+        if (!block->attentions.empty()) y = block->attentions[j]->forward(y, in[2]);
+      }
+      return Tensors{block->upsample ? block->upsample->forward(y, up_to) : y};
+    })[0];
   }
-  return conv_out(torch::silu(conv_norm_out(x)));
+  return sites.call("out", x, [this](const torch::Tensor& in) { return conv_out(torch::silu(conv_norm_out(in))); });
 }
 
 }  // namespace kuafu::sd

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "apps/stable_diffusion/resnet_block.h"
+#include "core/hooks/block_sites.h"
 #include "core/nn/cross_attention.h"
 
 namespace kuafu::sd {
@@ -35,6 +36,11 @@ struct UNetConfig {
 
   void validate() const;  // kuafu::Error naming the field
   int64_t time_embed_dim() const { return 4 * block_out_channels.front(); }
+  // Multiply-adds × 2 of one forward pass on latents h × w with `text_tokens` text positions: the
+  // convolutions, projections and attention products (norms and activations left out, as MFU does).
+  double forward_flops(int64_t h, int64_t w, int64_t text_tokens) const;
+  // The parameters the UNet of this config holds, counted without building it.
+  int64_t parameter_count() const;
 };
 
 // The sinusoidal embedding [B, dim] of timesteps t [B] (float): diffusers' get_timestep_embedding.
@@ -73,11 +79,16 @@ struct UNetBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(UNetBlock);
 
-struct UNet2DConditionImpl : torch::nn::Module {
+// Its blocks, for the memory strategies: "time_embedding", "conv_in", "down_blocks.<i>", "mid_block",
+// "up_blocks.<i>" and "out" (conv_norm_out and conv_out). A down block returns its stream and the skips it
+// leaves; an up block takes the skips it uses.
+struct UNet2DConditionImpl : torch::nn::Module, hooks::SiteModel {
   explicit UNet2DConditionImpl(const UNetConfig& config, const torch::Device& device = torch::kCPU);
   // latents [B, in, h, w], timesteps [B] (float or int), text [B, M, cross_attention_dim] -> the
   // prediction [B, out, h, w] (ε, v or x₀, as the scheduler's config says).
   torch::Tensor forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text);
+  torch::nn::Module& module() override { return *this; }
+  hooks::BlockSites& block_sites() override { return sites; }
 
   UNetConfig config;
   torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
@@ -85,6 +96,7 @@ struct UNet2DConditionImpl : torch::nn::Module {
   std::vector<UNetBlock> down_blocks, up_blocks;
   UNetBlock mid_block{nullptr};
   torch::nn::GroupNorm conv_norm_out{nullptr};
+  hooks::BlockSites sites;
 };
 TORCH_MODULE(UNet2DCondition);
 

@@ -1,6 +1,11 @@
 #include "apps/stable_diffusion/unet_folder.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "core/train/hf_interop.h"
+#include "core/train/peft_adapter.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -113,6 +118,31 @@ void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteO
   io::HfWriteOptions written = options;
   written.weights_stem = "diffusion_pytorch_model";
   train::export_pretrained(*unet, parallel::TensorParallel{}, dir, write_unet_config(unet->config), written);
+}
+
+void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir) {
+  io::NamedTensors adapters;
+  for (const auto& item : unet.named_parameters()) {
+    if (nn::is_lora_parameter(item.key())) adapters.emplace_back("unet." + item.key(), item.value().detach().to(torch::kFloat32));
+  }
+  KUAFU_CHECK(!adapters.empty(), "the UNet has no LoRA adapters to export (lora.rank = 0)");
+  // diffusers reads the adapter's LoraConfig from this metadata, its keys prefixed by the component.
+  const nlohmann::json config = {{"unet.r", spec.rank},           {"unet.lora_alpha", spec.alpha}, {"unet.lora_dropout", spec.dropout},
+                                 {"unet.target_modules", spec.targets}, {"unet.bias", "none"},        {"unet.use_rslora", false},
+                                 {"unet.use_dora", false}};
+  // Written beside the new folder first, then copied in with the PEFT files.
+  const std::filesystem::path staging = std::filesystem::absolute(dir).string() + ".lora-" + std::to_string(::getpid());
+  std::filesystem::remove_all(staging);
+  std::filesystem::create_directories(staging);
+  const std::string diffusers_file = (staging / "pytorch_lora_weights.safetensors").string();
+  try {
+    io::save_safetensors(diffusers_file, adapters, {{"lora_adapter_metadata", config.dump()}, {"format", "pt"}});
+    train::export_adapter(unet, spec, dir, base_unet_dir, train::AdapterFolderOptions{std::nullopt, {diffusers_file}});
+  } catch (...) {
+    std::filesystem::remove_all(staging);
+    throw;
+  }
+  std::filesystem::remove_all(staging);
 }
 
 }  // namespace kuafu::sd

@@ -10,6 +10,7 @@
 
 #include "apps/stable_diffusion/unet.h"
 #include "core/io/hf_folder.h"
+#include "core/nn/lora.h"
 
 namespace kuafu::sd {
 
@@ -19,5 +20,11 @@ nlohmann::json write_unet_config(const UNetConfig& config);
 UNet2DCondition load_unet(const std::string& dir, const torch::Device& device = torch::kCPU);
 // Writes `unet` as a new folder `dir` that diffusers' UNet2DConditionModel.from_pretrained loads.
 void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteOptions& options = {});
+
+// Writes the LoRA adapters of `unet` (applied with `spec`) as a new folder `dir` in both layouts users
+// load: PEFT's (adapter_config.json + adapter_model.safetensors, for PeftModel.from_pretrained on the UNet
+// of `base_unet_dir`) and diffusers' (pytorch_lora_weights.safetensors, "unet."-prefixed names and the
+// adapter's config in its metadata, for StableDiffusionPipeline.load_lora_weights).
+void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir);
 
 }  // namespace kuafu::sd

@@ -494,4 +494,27 @@ std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {
   return found->second;
 }
 
+void BpeTokenizer::write_clip_characters(const std::string& dir) {
+  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; the tokenizer goes into a new folder");
+  fs::create_directories(dir);
+  const State state;  // its byte symbols
+  nlohmann::ordered_json vocab;
+  int64_t id = 0;
+  for (const char* suffix : {"", "</w>"}) {
+    for (const std::string& symbol : state.byte_symbol) vocab[symbol + suffix] = id++;
+  }
+  for (const char* special : {"<|startoftext|>", "<|endoftext|>"}) vocab[special] = id++;
+  const nlohmann::ordered_json special = {
+      {"bos_token", "<|startoftext|>"}, {"eos_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}, {"unk_token", "<|endoftext|>"}};
+  nlohmann::ordered_json config = special;
+  config["tokenizer_class"] = "CLIPTokenizer";
+  config["model_max_length"] = 77;
+  config["do_lower_case"] = true;
+  const fs::path root = dir;
+  write_file_atomic((root / "vocab.json").string(), vocab.dump());
+  write_file_atomic((root / "merges.txt").string(), "#version: 0.2\n");
+  write_file_atomic((root / "tokenizer_config.json").string(), config.dump(2));
+  write_file_atomic((root / "special_tokens_map.json").string(), special.dump(2));
+}
+
 }  // namespace kuafu::io

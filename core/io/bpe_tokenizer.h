@@ -51,6 +51,13 @@ class BpeTokenizer {
   int64_t vocab_size() const;  // the largest id + 1
   std::optional<int64_t> token_id(const std::string& token) const;
 
+  // Writes a new CLIP tokenizer folder `dir` for a model trained from scratch: vocab.json of the 256 byte
+  // symbols, each also ending in "</w>", then "<|startoftext|>" and "<|endoftext|>" (514 tokens); merges.txt
+  // with no merges (every caption spelt out, one token a character); tokenizer_config.json naming
+  // CLIPTokenizer (77 positions, lower-cased, <|endoftext|> as padding); special_tokens_map.json.
+  // transformers' CLIPTokenizer reads it too.
+  static void write_clip_characters(const std::string& dir);
+
   struct State;  // (public for the file's helpers; nothing outside bpe_tokenizer.cpp sees its definition)
 
  private:

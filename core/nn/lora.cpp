@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "core/nn/cross_attention.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
 #include "core/util/error.h"
@@ -32,12 +33,17 @@ bool matches(const std::string& path, const std::vector<std::string>& targets) {
   return false;
 }
 
-// A block's linear layers with their paths under the block.
-std::vector<std::pair<torch::nn::AnyModule*, std::string>> linear_layers(TransformerBlockImpl& block) {
-  const BlockNames& n = block.spec.names;
-  std::vector<std::pair<torch::nn::AnyModule*, std::string>> layers = {
-      {&block.qkv, n.qkv}, {&block.q, n.q}, {&block.k, n.k}, {&block.v, n.v},
-      {&block.attention_out, n.attention_out}, {&block.fc_in, n.fc_in}, {&block.fc_out, n.fc_out}};
+// The linear layers of a transformer block or a (cross-)attention with their paths under it; none for
+// another module.
+std::vector<std::pair<torch::nn::AnyModule*, std::string>> linear_layers(torch::nn::Module& module) {
+  std::vector<std::pair<torch::nn::AnyModule*, std::string>> layers;
+  if (auto* block = dynamic_cast<TransformerBlockImpl*>(&module)) {
+    const BlockNames& n = block->spec.names;
+    layers = {{&block->qkv, n.qkv}, {&block->q, n.q}, {&block->k, n.k}, {&block->v, n.v},
+              {&block->attention_out, n.attention_out}, {&block->fc_in, n.fc_in}, {&block->fc_out, n.fc_out}};
+  } else if (auto* attention = dynamic_cast<CrossAttentionImpl*>(&module)) {
+    layers = {{&attention->to_q, "to_q"}, {&attention->to_k, "to_k"}, {&attention->to_v, "to_v"}, {&attention->out, "to_out.0"}};
+  }
   layers.erase(std::remove_if(layers.begin(), layers.end(), [](const auto& layer) { return layer.first->is_empty(); }),
                layers.end());
   return layers;
@@ -54,9 +60,7 @@ std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& sp
   KUAFU_CHECK(!spec.targets.empty(), "LoRA needs at least one target layer name");
   std::vector<std::string> adapted, seen;
   for (const auto& item : model.named_modules()) {
-    auto* block = dynamic_cast<TransformerBlockImpl*>(item.value().get());
-    if (!block) continue;
-    for (auto& [layer, name] : linear_layers(*block)) {
+    for (auto& [layer, name] : linear_layers(*item.value())) {
       const std::string path = item.key() + "." + name;
       seen.push_back(path);
       if (!matches(path, spec.targets)) continue;

@@ -23,7 +23,8 @@ struct LoraSpec {
   double scale() const { return alpha / static_cast<double>(rank); }
 };
 
-// Adds adapters to the matching linear layers of every nn::TransformerBlock in `model` and freezes
+// Adds adapters to the matching linear layers of every nn::TransformerBlock and nn::CrossAttention
+// (to_q, to_k, to_v, to_out.0: diffusers' names) in `model` and freezes
 // every other parameter. Returns the adapted layers' paths. kuafu::Error when no layer matches (naming
 // the layers there are), or when a matching layer is cut by tensor parallelism.
 std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& spec);

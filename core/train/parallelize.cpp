@@ -282,6 +282,14 @@ void check_sequence_parallel(const config::Config& config, torch::nn::Module& mo
   }
 }
 
+void require_data_parallel(const config::Config& config, const Runtime* runtime, const parallel::ModelOptions& options,
+                           const std::string& who) {
+  if (!runtime) return;
+  KUAFU_CHECK(runtime->pipeline.stages == 1 && !runtime->sequence.enabled() && !options.tp.enabled(), who,
+              " trains data parallel (with ZeRO or Gemini); set parallel.pipeline, parallel.sequence and parallel.tensor to 1 in ",
+              config.path());
+}
+
 void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,
                             const std::vector<std::string>& default_blocks) {
   if (!config.get_bool("memory.activation_checkpointing")) return;

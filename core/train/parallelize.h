@@ -93,6 +93,12 @@ void check_sequence_parallel(const config::Config& config, torch::nn::Module& mo
                              const parallel::sequence::SequenceParallel& sequence, const std::string& positions_key,
                              int64_t positions, const std::string& heads_key, const std::string& dropout_key);
 
+// For programs whose models train data parallel only (with ZeRO or Gemini): kuafu::Error naming the keys
+// when `runtime` (none: no check) pipelines, cuts sequences or `options` cut tensors. `who` begins the
+// message ("kuafu-sd train").
+void require_data_parallel(const config::Config& config, const Runtime* runtime, const parallel::ModelOptions& options,
+                           const std::string& who);
+
 // Activation checkpointing from the config on any model's blocks (memory.activation_checkpointing): the
 // blocks memory.checkpoint_blocks names, or `default_blocks` (globs) when it names none.
 void checkpoint_from_config(const config::Config& config, hooks::BlockSites& sites,

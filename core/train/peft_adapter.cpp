@@ -26,11 +26,15 @@ io::NamedTensors adapters_of(const torch::nn::Module& model) {
 
 }  // namespace
 
-void add_lora_schema(config::Schema& s) {
+void add_adapter_option(config::CommandLine& cli) {
+  cli.flag("export", "adapter", "write only the LoRA adapters, as PEFT's adapter_config.json + adapter_model.safetensors");
+}
+
+void add_lora_schema(config::Schema& s, const std::vector<std::string>& targets) {
   s.add_int("lora.rank", 0, "LoRA rank r; 0 = off (every weight trains)").min(0).max(kMaxRank);
   s.add_float("lora.alpha", 16.0, "LoRA scale numerator: the adapters' output is multiplied by alpha / r").min(0);
   s.add_float("lora.dropout", 0.0, "dropout on the adapters' input").min(0).max(0.9);
-  s.add_string_list("lora.targets", {"q_proj", "v_proj"},
+  s.add_string_list("lora.targets", targets,
                     "layers that get adapters: a layer's path or its last parts (PEFT's target_modules)");
   s.add_string("lora.init_from", "", "a PEFT adapter folder to start the adapters from (its r, alpha and targets)");
 }
@@ -135,12 +139,12 @@ void load_adapter(torch::nn::Module& model, const std::string& dir) {
 }
 
 void export_adapter(const torch::nn::Module& model, const nn::LoraSpec& spec, const std::string& dir,
-                    const std::string& base_model) {
+                    const std::string& base_model, const AdapterFolderOptions& folder) {
   io::NamedTensors tensors;
   for (const auto& [name, tensor] : adapters_of(model)) tensors.emplace_back(kPrefix + name, tensor.detach().to(torch::kFloat32));
   KUAFU_CHECK(!tensors.empty(), "the model has no LoRA adapters to export (lora.rank = 0)");
   const nlohmann::json config = {{"peft_type", "LORA"},
-                                 {"task_type", "CAUSAL_LM"},
+                                 {"task_type", folder.task_type ? nlohmann::json(*folder.task_type) : nlohmann::json()},
                                  {"r", spec.rank},
                                  {"lora_alpha", spec.alpha},
                                  {"lora_dropout", spec.dropout},
@@ -155,6 +159,7 @@ void export_adapter(const torch::nn::Module& model, const nn::LoraSpec& spec, co
   io::HfWriteOptions options;
   options.config_file = kConfigFile;
   options.weights_stem = "adapter_model";
+  options.extra_files = folder.extra_files;
   io::write_hf_folder(dir, config, tensors, options);
 }
 

@@ -7,13 +7,16 @@
 #include <optional>
 #include <string>
 
+#include "core/config/cli.h"
 #include "core/config/config.h"
 #include "core/nn/lora.h"
 
 namespace kuafu::train {
 
-// lora.rank (0: off), lora.alpha, lora.dropout, lora.targets, lora.init_from.
-void add_lora_schema(config::Schema& schema);
+// lora.rank (0: off), lora.alpha, lora.dropout, lora.targets (by default `targets`), lora.init_from.
+void add_lora_schema(config::Schema& schema, const std::vector<std::string>& targets = {"q_proj", "v_proj"});
+// export --adapter: a flag of the export command.
+void add_adapter_option(config::CommandLine& cli);
 // The config's LoRA, or nullopt when lora.rank = 0. kuafu::Error at the key for a bad value.
 std::optional<nn::LoraSpec> lora_spec(const config::Config& config);
 
@@ -27,9 +30,13 @@ nn::LoraSpec read_adapter_config(const std::string& dir);
 // Copies the folder's adapters into `model`, whose LoRA must be applied with the folder's spec:
 // kuafu::Error naming the file and tensor for a missing, unexpected or mis-shaped adapter.
 void load_adapter(torch::nn::Module& model, const std::string& dir);
+struct AdapterFolderOptions {
+  std::optional<std::string> task_type = "CAUSAL_LM";  // adapter_config.json's task_type; none (null) for a UNet
+  std::vector<std::string> extra_files;                // copied in beside the adapter's files
+};
 // Writes a new adapter folder `dir` (an existing one is refused) with `model`'s adapters in float32.
 // `base_model` goes into adapter_config.json's base_model_name_or_path.
 void export_adapter(const torch::nn::Module& model, const nn::LoraSpec& spec, const std::string& dir,
-                    const std::string& base_model);
+                    const std::string& base_model, const AdapterFolderOptions& options = {});
 
 }  // namespace kuafu::train

@@ -35,7 +35,8 @@ def randomise(model):
     return model.eval()
 
 
-def build(out):
+def save_tiny_pipeline(out):
+    """Saves the tiny random pipeline in OUT/pipe and returns it as diffusers loads it from there."""
     out = pathlib.Path(out)
     write_tokenizer(out / "tokenizer_files")
     torch.manual_seed(0)
@@ -52,9 +53,14 @@ def build(out):
                                    unet=unet, scheduler=scheduler, safety_checker=None, feature_extractor=None,
                                    requires_safety_checker=False)
     pipe.save_pretrained(out / "pipe")
-    # Sampled from the folder as saved: a scheduler built here would hand its class's defaults to another
+    # Used from the folder as saved: a scheduler built here would hand its class's defaults to another
     # class through from_config (_use_default_values), which a saved config does not.
-    pipe = StableDiffusionPipeline.from_pretrained(out / "pipe")
+    return StableDiffusionPipeline.from_pretrained(out / "pipe")
+
+
+def build(out):
+    out = pathlib.Path(out)
+    pipe = save_tiny_pipeline(out)
     saved = pipe.scheduler.config
     latents = torch.randn(2, 4, 8, 8)
     tensors = {"initial_latents": latents}

@@ -1,0 +1,180 @@
+#include "apps/stable_diffusion/commands.h"
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "apps/stable_diffusion/emoji_recipe.h"
+#include "apps/stable_diffusion/new_pipeline.h"
+#include "apps/stable_diffusion/unet_folder.h"
+#include "apps/stable_diffusion/vae_training.h"
+#include "core/optim/mixed_precision.h"
+#include "core/train/hf_interop.h"
+#include "core/train/parallelize.h"
+#include "core/train/peft_adapter.h"
+#include "core/util/error.h"
+
+namespace kuafu::sd {
+
+namespace {
+
+// The blocks activation checkpointing takes when memory.checkpoint_blocks names none: every block with
+// convolutions or attention at the latents' resolutions.
+const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_block", "up_blocks.*"};
+
+class SdApp : public train::App {
+ public:
+  explicit SdApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
+    const std::string unet_dir = (std::filesystem::path(settings_.pipeline) / "unet").string();
+    unet_config_ = read_unet_config(io::read_hf_config(unet_dir), unet_dir + "/config.json");
+  }
+
+  train::ModelSize model_size() override {
+    return {static_cast<double>(unet_config_.parameter_count()), {"model.pipeline"}};
+  }
+
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    train::require_data_parallel(config_, runtime, options, "kuafu-sd");
+    Pipeline pipeline = load_pipeline(settings_.pipeline, options.device);
+    if (settings_.new_unet) pipeline.unet = fresh_unet(options.device);
+    add_lora(pipeline.unet);
+    if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kCheckpointedBlocks);
+    const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
+    const int64_t channels = pipeline.vae->config.in_channels;
+    return std::make_unique<DiffusionTask>(std::move(pipeline), settings_, open_captioned_images(config_, true, channels, side),
+                                           open_captioned_images(config_, false, channels, side), options.device);
+  }
+
+  std::string describe(train::RunTask& run_task) override {
+    auto& task = dynamic_cast<DiffusionTask&>(run_task);
+    const Pipeline& p = task.pipeline();
+    const UNetConfig& u = p.unet->config;
+    std::ostringstream line;
+    line << "Stable Diffusion UNet (" << (settings_.new_unet ? "from scratch" : "from " + settings_.pipeline) << "): widths";
+    for (const int64_t w : u.block_out_channels) line << ' ' << w;
+    line << ", " << model_size().parameters / 1e6 << "M parameters, latents " << p.vae->config.latent_channels << "x" << u.sample_size
+         << "x" << u.sample_size << " (" << u.sample_size * p.vae_scale() << " px); text encoder and VAE frozen; "
+         << task.steps_per_epoch() << " steps per epoch";
+    return line.str();
+  }
+
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    return train::metrics_line(task, runtime, "images");
+  }
+
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    unet_ = starting_weights && !settings_.new_unet ? load_unet(unet_folder(), device) : fresh_unet(device);
+    add_lora(unet_);
+    return *unet_;
+  }
+  // Exports and samples take the moving average when the run keeps one.
+  std::string model_part() const override { return config_.get_float("optim.ema_decay") > 0 ? "unet.ema" : "unet"; }
+
+  // A whole pipeline folder (LoRA adapters merged into the UNet), or with --adapter the adapters alone.
+  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
+    const std::optional<nn::LoraSpec> lora = train::lora_spec(config_);
+    if (command.flag("adapter")) {
+      KUAFU_CHECK(lora, "export --adapter writes LoRA adapters, but lora.rank = 0 in ", config_.path());
+      export_unet_adapter(*unet_, *lora, out, unet_folder());
+      return {{"adapter", true}, {"unet", model_part()}};
+    }
+    UNet2DCondition unet = unet_;
+    if (lora) {
+      unet = UNet2DCondition(unet_config_);
+      train::copy_named_weights(nn::merged_lora_weights(*unet_, *lora), *unet);
+    }
+    write_pipeline(settings_.pipeline, out, {{"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }}});
+    return {{"adapter", false}, {"unet", model_part()}, {"pipeline", settings_.pipeline}};
+  }
+
+  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
+
+ private:
+  // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.
+  void add_lora(UNet2DCondition& unet) const {
+    torch::manual_seed(settings_.train.seed);
+    train::apply_configured_lora(config_, *unet);
+  }
+  std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
+  UNet2DCondition fresh_unet(const torch::Device& device) const {
+    torch::manual_seed(settings_.train.seed);
+    return UNet2DCondition(unet_config_, device);
+  }
+
+  const config::Config& config_;
+  SdSettings settings_;
+  UNetConfig unet_config_;
+  UNet2DCondition unet_{nullptr};  // build_model's
+};
+
+nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
+  train::checkpoint_from_config(config_, unet_->sites, kCheckpointedBlocks);
+  const UNetConfig& u = unet_config_;
+  const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = 77;
+  const auto f32 = torch::TensorOptions().device(runtime.device);
+  const torch::Tensor latents = torch::randn({rows, u.in_channels, side, side}, f32);
+  const torch::Tensor noise = torch::randn({rows, u.in_channels, side, side}, f32);
+  const torch::Tensor text = torch::randn({rows, text_tokens, u.cross_attention_dim}, f32);
+  const torch::Tensor timesteps = torch::randint(1000, {rows}, f32.dtype(torch::kInt64));
+  const NoiseSchedule schedule{SchedulerConfig{}};
+  train::BenchmarkSpec spec;
+  spec.app = "stable_diffusion";
+  spec.item_name = "images";
+  spec.flops_per_item = 3 * u.forward_flops(side, side, text_tokens);
+  spec.parameters = static_cast<int64_t>(model_size().parameters);
+  spec.fields = {{"latent_size", side}, {"block_out_channels", u.block_out_channels}};
+  auto loss = [&] {
+    const torch::Dtype dtype = unet_->conv_in->weight.scalar_type();  // the compute dtype, once the state has cast it
+    return diffusion_loss(unet_, schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});
+  };
+  return train::benchmark_training(config_, runtime, *unet_, loss, rows, spec, memory);
+}
+
+}  // namespace
+
+std::unique_ptr<train::App> make_sd_app(const config::Config& config) {
+  if (config.get_string("model.train") == "vae") return make_vae_app(config);
+  return std::make_unique<SdApp>(config);
+}
+
+int run_sd_app(int argc, const char* const argv[]) {
+  train::AppDefinition app;
+  app.program = "kuafu-sd";
+  app.description = "Stable Diffusion: train or fine-tune a diffusers pipeline's UNet, evaluate, export, benchmark; "
+                    "`kuafu-sd sample --help` samples images";
+  app.schema = sd_schema();
+  app.make_app = make_sd_app;
+  app.before = {{"prepare", "write the data recipe's captioned image folders (data.train, data.val)",
+                 [](const config::Config& config, const config::ParsedCommand&) {
+                   const std::string train = config.get_string("data.train"), val = config.get_string("data.val");
+                   if (train.empty()) config.fail_at("data.train", "is empty; name the folder prepare writes the training images to");
+                   if (val.empty()) config.fail_at("data.val", "is empty; name the folder prepare writes the held-out images to");
+                   const EmojiSplit split = write_emoji_folders(config.get_string("prepare.source"), train, val);
+                   std::cout << nlohmann::json{{"train", split.train}, {"held_out", split.held_out}, {"toned_bases", split.toned_bases},
+                                               {"unnamed_skipped", split.unnamed}}.dump() << std::endl;
+                 }},
+                {"init", "write a new pipeline folder (--out DIR) to train from scratch, shaped by init.*",
+                 [](const config::Config& config, const config::ParsedCommand& command) {
+                   const std::string out = command.option("out");
+                   KUAFU_CHECK(!out.empty(), "init needs --out DIR (a new folder)");
+                   const NewPipelineShape shape = new_pipeline_shape(config);
+                   write_new_pipeline(shape, out, static_cast<uint64_t>(config.get_int("train.seed")));
+                   std::cout << nlohmann::json{{"pipeline", out}, {"unet_parameters", shape.unet.parameter_count()}}.dump() << std::endl;
+                 }},
+                {"finetune", "train, starting from the pipeline's UNet (as train does unless model.new_unet)",
+                 [](const config::Config& config, const config::ParsedCommand&) {
+                   if (config.get_bool("model.new_unet")) config.fail_at("model.new_unet", "= true trains from scratch; use `train`");
+                   train::train_app(*make_sd_app(config), config);
+                 }}};
+  app.add_options = [](config::CommandLine& cli) {
+    train::add_adapter_option(cli);
+    cli.option("init", "out", "DIR", "", "the new pipeline folder");
+  };
+  app.item_help = "random latents and text encodings";
+  app.export_help = "StableDiffusionPipeline.from_pretrained loads it; --adapter: the UNet's LoRA adapters for "
+                    "load_lora_weights and PeftModel";
+  app.eval_help = "the diffusion loss of a checkpoint's UNet on the evaluation images";
+  return train::run_app(app, argc, argv);
+}
+
+}  // namespace kuafu::sd

@@ -1,0 +1,134 @@
+#include "apps/stable_diffusion/sd_settings.h"
+
+#include <filesystem>
+
+#include "apps/stable_diffusion/new_pipeline.h"
+#include "core/io/image_folder.h"
+#include "core/train/benchmark.h"
+#include "core/train/peft_adapter.h"
+#include "core/train/runtime.h"
+#include "core/train/trainer.h"
+#include "core/util/error.h"
+
+namespace kuafu::sd {
+
+config::Schema sd_schema() {
+  config::Schema s;
+  train::add_runtime_schema(s);
+  train::add_trainer_schema(s);
+  train::add_benchmark_schema(s);
+  train::add_model_sections(s, {"unet", "text_encoder", "vae"});
+  train::add_lora_schema(s, {"to_q", "to_k", "to_v", "to_out.0"});  // the UNet's attention projections
+  add_init_schema(s);
+  s.add_string("prepare.recipe", "emoji", "prepare: the data recipe, written to data.train and data.val (emoji: Debian's "
+                                          "ruby-tanuki-emoji, one skin tone per base held out)")
+      .choices({"emoji"});
+  s.add_string("prepare.source", "/usr/share/rubygems-integration/all/gems/tanuki_emoji-0.6.0",
+               "prepare: the package's folder (the tanuki_emoji gem)");
+  s.add_string("model.pipeline", "", "the diffusers pipeline folder to start from (model_index.json, unet/, vae/, "
+                                     "text_encoder/, tokenizer/, scheduler/); the VAE and text encoder stay frozen");
+  s.add_string("model.train", "unet", "the component trained: unet (text to image; the VAE and text encoder frozen) or vae "
+                                      "(reconstruction + KL, the first stage of a model trained from scratch)")
+      .choices({"unet", "vae"});
+  s.add_float("vae.kl_weight", 1e-4, "model.train = \"vae\": the KL term's weight (per latent element) beside the "
+                                     "reconstruction's mean squared error (per pixel)").min(0);
+  s.add_int("vae.scale_images", 256, "model.train = \"vae\": training images whose latents' spread sets the exported "
+                                     "scaling_factor").min(1);
+  s.add_bool("model.new_unet", false, "train the UNet from scratch: the folder's unet/config.json, freshly initialised");
+  s.add_float("export.max_shard_mb", 5120, "`export` cuts the UNet's weights into files of at most this size").min(1);
+
+  s.add_float("diffusion.caption_dropout", 0.0, "share of training rows given the empty caption (classifier-free guidance)")
+      .min(0).max(1);
+  s.add_float("diffusion.min_snr_gamma", 0.0, "Min-SNR-γ loss weighting (Hang et al. 2023; 5 is usual); 0 = off").min(0);
+  s.add_float("diffusion.noise_offset", 0.0, "noise offset: ε + offset · N(0, 1) per row and channel; 0 = off").min(0).max(1);
+  s.add_bool("diffusion.cache", false, "encode every training image (the VAE's Gaussian) and caption once before training "
+                                       "(needs augment.flip = false)");
+
+  s.add_string("data.format", "folder", "folder (one sub-folder per class, JPEG/PNG, captions in <image>.txt), idx "
+                                        "(MNIST-style files) or hdf5 (uint8 images, labels and captions)")
+      .choices({"idx", "folder", "hdf5"});
+  s.add_string("data.train", "", "idx: path prefix of the -images-idx3-ubyte.gz / -labels-idx1-ubyte.gz files; folder: the "
+                                 "training folder; hdf5: the training file");
+  s.add_string("data.val", "", "the same for the evaluation set");
+  s.add_string("data.hdf5_images", "images", "hdf5: dataset of uint8 images [N, H, W] or [N, H, W, C]");
+  s.add_string("data.hdf5_labels", "labels", "hdf5: dataset of integer labels [N]");
+  s.add_string("data.hdf5_captions", "captions", "hdf5: dataset of caption strings [N] (optional)");
+  s.add_string_list("data.class_captions", {}, "a caption per label, for images without one (e.g. Fashion-MNIST's class names)");
+  s.add_int("data.workers", 0, "image decoding threads per rank; 0 = runtime.threads").min(0);
+  s.add_int("data.max_corrupt_images", 100, "unreadable images skipped (and reported) before the run fails").min(0);
+  s.add_bool("augment.flip", false, "random horizontal flips");
+  return s;
+}
+
+SdSettings read_sd_settings(const config::Config& config) {
+  SdSettings s;
+  s.pipeline = config.get_string("model.pipeline");
+  if (s.pipeline.empty()) config.fail_at("model.pipeline", "is empty; name a diffusers pipeline folder to start from");
+  if (!std::filesystem::exists(std::filesystem::path(s.pipeline) / "model_index.json")) {
+    config.fail_at("model.pipeline", "= " + s.pipeline + " is not a diffusers pipeline folder (no model_index.json there)");
+  }
+  s.new_unet = config.get_bool("model.new_unet");
+  s.trained = config.get_string("model.train");
+  s.vae.kl_weight = config.get_float("vae.kl_weight");
+  s.vae.scale_images = config.get_int("vae.scale_images");
+  s.diffusion.caption_dropout = config.get_float("diffusion.caption_dropout");
+  s.diffusion.min_snr_gamma = config.get_float("diffusion.min_snr_gamma");
+  s.diffusion.noise_offset = config.get_float("diffusion.noise_offset");
+  s.diffusion.cache = config.get_bool("diffusion.cache");
+  if (s.diffusion.cache && config.get_bool("augment.flip")) {
+    config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be flipped anew each epoch; set augment.flip = false");
+  }
+  s.train = train::read_train_settings(config);
+  s.class_captions = config.get_string_list("data.class_captions");
+  return s;
+}
+
+void for_each_chunk(int64_t begin, int64_t end, int64_t chunk, const std::function<void(const std::vector<size_t>& items)>& use) {
+  chunk = std::max<int64_t>(1, chunk);
+  for (int64_t first = begin; first < end; first += chunk) {
+    std::vector<size_t> items;
+    for (int64_t i = first; i < std::min(end, first + chunk); ++i) items.push_back(static_cast<size_t>(i));
+    use(items);
+  }
+}
+
+std::pair<int64_t, int64_t> evaluation_share(int64_t size, int64_t limit, int rank, int ranks) {
+  const int64_t n = limit > 0 ? std::min(size, limit) : size;
+  return {n * rank / ranks, n * (rank + 1) / ranks};
+}
+
+std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size) {
+  const std::string key = train ? "data.train" : "data.val";
+  io::ImageSetSpec spec;
+  spec.format = config.get_string("data.format");
+  spec.path = config.get_string(key);
+  if (spec.path.empty()) config.fail_at(key, "is empty; name the " + std::string(train ? "training" : "evaluation") + " images");
+  spec.hdf5_images = config.get_string("data.hdf5_images");
+  spec.hdf5_labels = config.get_string("data.hdf5_labels");
+  spec.hdf5_captions = config.get_string("data.hdf5_captions");
+  spec.threads = static_cast<int>(config.get_int("data.workers"));
+  spec.max_corrupt_images = config.get_int("data.max_corrupt_images");
+  io::ImageTransform& t = spec.transform;
+  t.size = static_cast<int>(size);
+  t.channels = static_cast<int>(channels);
+  t.scale_min = 1.0;     // the whole image, resized: no random crops (a caption describes all of it)
+  t.resize_ratio = 1.0;  // nor a centre zoom in evaluation
+  t.flip = config.get_bool("augment.flip");
+  t.mean.assign(static_cast<size_t>(channels), 0.5f);  // to [−1, 1], the VAE's range
+  t.std.assign(static_cast<size_t>(channels), 0.5f);
+  std::unique_ptr<io::ImageDataset> set;
+  try {
+    if (spec.format == "folder" && !train) spec.classes = io::image_folder_classes(config.get_string("data.train"));
+    set = io::open_image_dataset(spec);
+  } catch (const Error& e) {
+    config.fail_at(key, e.what());
+  }
+  const int64_t stored = set->stored_channels();
+  if (stored != 0 && stored != channels) {
+    config.fail_at(key, "holds images of " + std::to_string(stored) + " channel(s) but the pipeline's VAE reads " +
+                            std::to_string(channels));
+  }
+  return set;
+}
+
+}  // namespace kuafu::sd

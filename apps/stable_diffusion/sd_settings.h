@@ -1,0 +1,55 @@
+// kuafu-sd's config for training and fine-tuning: the pipeline folder it starts from (model.*), the
+// captioned image set (data.*, augment.*), the objective's options (diffusion.*), and the trainer's,
+// runtime's and benchmark's keys. Read once per command into SdSettings.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/io/image_dataset.h"
+#include "core/train/train_settings.h"
+
+namespace kuafu::sd {
+
+config::Schema sd_schema();
+
+// diffusion.*
+struct DiffusionSettings {
+  double caption_dropout = 0;  // the share of rows trained on the empty caption's encoding (for guidance)
+  double min_snr_gamma = 0;    // 0: plain mean squared error
+  double noise_offset = 0;     // ε + offset · N(0, 1) per row and channel (darker and brighter images)
+  bool cache = false;          // encode every training image and caption once, before the first step
+};
+
+// vae.*: training the VAE (model.train = "vae").
+struct VaeTrainingSettings {
+  double kl_weight = 1e-4;     // the KL term's weight beside the reconstruction's mean squared error
+  int64_t scale_images = 256;  // training images whose latents set the exported scaling_factor
+};
+
+struct SdSettings {
+  std::string pipeline;  // model.pipeline: the diffusers pipeline folder the run starts from
+  std::string trained = "unet";  // model.train: the component trained ("unet" or "vae"), the others frozen
+  bool new_unet = false;  // model.new_unet: a fresh UNet of the folder's unet/config.json (training from scratch)
+  DiffusionSettings diffusion;
+  VaeTrainingSettings vae;
+  train::TrainSettings train;
+  std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions
+};
+SdSettings read_sd_settings(const config::Config& config);
+
+// The training (`train`) or evaluation set of data.*, as `channels` × `size`² images in [−1, 1] (the
+// VAE's input). An image without a caption is captioned data.class_captions[label], else its class's name.
+// Fails naming the key when a file or folder is missing or malformed or its channels are not `channels`.
+// Items [begin, end) in consecutive chunks of at most `chunk`, each handed to `use` as its item list.
+void for_each_chunk(int64_t begin, int64_t end, int64_t chunk, const std::function<void(const std::vector<size_t>& items)>& use);
+// Rank `rank` of `ranks`'s share [begin, end) of the first `limit` (0: all) of `size` evaluation items.
+std::pair<int64_t, int64_t> evaluation_share(int64_t size, int64_t limit, int rank, int ranks);
+
+std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size);
+
+}  // namespace kuafu::sd

@@ -1,0 +1,164 @@
+#include "apps/stable_diffusion/train_task.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/util/error.h"
+#include "core/util/seed_mix.h"
+
+namespace kuafu::sd {
+
+namespace {
+
+enum Stream : int64_t { kRowDraws = 1, kAugment = 2, kEvalDraws = 3 };
+
+}  // namespace
+
+RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
+                  const DiffusionSettings& settings) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, step, row, kRowDraws));
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  RowDraws d;
+  d.posterior_noise = torch::randn(latent_shape, generator, f32);
+  d.noise = torch::randn(latent_shape, generator, f32);
+  // diffusers' noise offset: one draw per channel added over the whole latent.
+  const torch::Tensor offset = torch::randn({latent_shape[0], 1, 1}, generator, f32);
+  if (settings.noise_offset > 0) d.noise = d.noise + settings.noise_offset * offset;
+  d.timestep = torch::randint(train_timesteps, {1}, generator, torch::TensorOptions().dtype(torch::kInt64)).item<int64_t>();
+  d.drop_caption = torch::rand({1}, generator, f32).item<double>() < settings.caption_dropout;
+  return d;
+}
+
+DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique_ptr<io::ImageDataset> train,
+                             std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
+    : pipeline_(std::move(pipeline)), settings_(std::move(settings)), schedule_(pipeline_.scheduler.config), train_(std::move(train)),
+      val_(std::move(val)), order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
+  const int64_t side = pipeline_.unet->config.sample_size;
+  latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
+  for (torch::nn::Module* frozen : {static_cast<torch::nn::Module*>(pipeline_.text_encoder.get()),
+                                    static_cast<torch::nn::Module*>(pipeline_.vae.get())}) {
+    frozen->eval();
+    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
+  }
+}
+
+std::vector<train::RunModel> DiffusionTask::models() {
+  train::RunModel unet;
+  unet.name = "unet";
+  unet.module = pipeline_.unet.get();
+  unet.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+    pipeline_.unet->set_block_hooks(hooks);
+    return true;
+  };
+  train::RunModel text_encoder;
+  text_encoder.name = "text_encoder";
+  text_encoder.module = pipeline_.text_encoder.get();
+  text_encoder.trained = text_encoder.saved = false;
+  train::RunModel vae;
+  vae.name = "vae";
+  vae.module = pipeline_.vae.get();
+  vae.trained = vae.saved = false;
+  return {unet, text_encoder, vae};
+}
+
+std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const {
+  const std::vector<std::string> names = set.class_names();
+  std::vector<std::string> captions;
+  for (size_t i = 0; i < batch.captions.size(); ++i) {
+    if (batch.captions[i]) {
+      captions.push_back(*batch.captions[i]);
+      continue;
+    }
+    const auto label = static_cast<size_t>(batch.labels[static_cast<int64_t>(i)].item<int64_t>());
+    captions.push_back(label < settings_.class_captions.size() ? settings_.class_captions[label] : names.at(label));
+  }
+  return captions;
+}
+
+torch::Tensor DiffusionTask::encode_text(const std::vector<std::string>& captions) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor ids = pipeline_.tokenizer.encode(captions).to(device_);  // [B, M]
+  return pipeline_.text_encoder->forward(ids).last_hidden.to(pipeline_.unet->conv_in->weight.scalar_type());
+}
+
+void DiffusionTask::fill_cache() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> moments, texts;
+  for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
+    const io::ImageTensors batch = train_->batch(items, /*train=*/false, settings_.train.seed);
+    const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
+    moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
+    texts.push_back(encode_text(captions_of(batch, *train_)));
+  });
+  cached_moments_ = torch::cat(moments);
+  cached_text_ = torch::cat(texts);
+}
+
+DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train,
+                                      uint64_t augment_seed) {
+  torch::NoGradGuard no_grad;
+  if (!empty_caption_.defined()) empty_caption_ = encode_text({""});
+  AutoencoderKLImpl::Posterior posterior;  // float32
+  torch::Tensor text;
+  if (train && settings_.diffusion.cache) {
+    if (!cached_moments_.defined()) fill_cache();
+    const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
+    const std::vector<torch::Tensor> parts = cached_moments_.index_select(0, index).chunk(2, 1);
+    posterior = {parts[0], parts[1]};
+    text = cached_text_.index_select(0, index);
+  } else {
+    io::ImageDataset& set = train ? *train_ : *val_;
+    const io::ImageTensors batch = set.batch(items, train, augment_seed);
+    const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
+    posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
+    text = encode_text(captions_of(batch, set));
+  }
+  std::vector<torch::Tensor> posterior_noise, noise;
+  std::vector<int64_t> timesteps;
+  for (size_t i = 0; i < draws.size(); ++i) {
+    posterior_noise.push_back(draws[i].posterior_noise);
+    noise.push_back(draws[i].noise);
+    timesteps.push_back(draws[i].timestep);
+    if (draws[i].drop_caption) text[static_cast<int64_t>(i)].copy_(empty_caption_[0]);
+  }
+  DiffusionInputs in;
+  in.latents = posterior.sample(torch::stack(posterior_noise).to(device_)) * pipeline_.vae->config.scaling_factor;  // [B, C, h, w]
+  in.text = text;
+  in.noise = torch::stack(noise).to(device_);
+  in.timesteps = torch::tensor(timesteps).to(device_);
+  return in;
+}
+
+std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t first_row, int64_t rows) {
+  const std::vector<size_t> items = order_.rows(step, first_row, rows);
+  std::vector<RowDraws> draws;
+  for (int64_t r = 0; r < rows; ++r) {
+    draws.push_back(draw_row(settings_.train.seed, step, first_row + r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
+  }
+  const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(settings_.train.seed, step, 0, kAugment));
+  return {{"unet", diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
+}
+
+train::LossSum DiffusionTask::evaluate(int rank, int ranks) {
+  torch::NoGradGuard no_grad;
+  const auto [begin, end] = evaluation_share(val_->size(), settings_.train.eval_rows, rank, ranks);
+  DiffusionSettings plain;  // no caption dropout; the same noise offset as training
+  plain.noise_offset = settings_.diffusion.noise_offset;
+  train::LossSum sums;
+  for_each_chunk(begin, end, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
+    std::vector<RowDraws> draws;
+    for (const size_t i : items) {
+      draws.push_back(draw_row(settings_.train.seed, -kEvalDraws, static_cast<int64_t>(i), latent_shape_, schedule_.train_timesteps(), plain));
+    }
+    const DiffusionInputs in = inputs(items, draws, /*train=*/false, 0);
+    sums.loss_sum += diffusion_row_losses(pipeline_.unet, schedule_, in).sum().item<double>();
+    sums.count += static_cast<double>(items.size());
+  });
+  return sums;
+}
+
+double DiffusionTask::flops_per_item() const {
+  const UNetConfig& c = pipeline_.unet->config;
+  return 3 * c.forward_flops(c.sample_size, c.sample_size, pipeline_.tokenizer.max_length());  // forward + backward
+}
+
+}  // namespace kuafu::sd

@@ -1,0 +1,69 @@
+// Latent diffusion training as the trainer sees it: the pipeline's UNet trained ("unet"), its text
+// encoder and VAE frozen ("text_encoder", "vae"; not saved: the pipeline folder holds them). Each row of a
+// step draws, from (seed, step, row) alone, the VAE posterior's noise, the diffusion noise (plus the
+// noise offset), its timestep and whether its caption is dropped to the empty caption's encoding, so a
+// row's loss is the same whichever rank or micro-batch computes it and a resumed run goes on exactly.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apps/stable_diffusion/diffusion_loss.h"
+#include "apps/stable_diffusion/pipeline.h"
+#include "apps/stable_diffusion/sd_settings.h"
+#include "core/io/epoch_order.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::sd {
+
+// What one row draws for a step.
+struct RowDraws {
+  torch::Tensor posterior_noise;  // [C, h, w]: the latent sampled from the VAE's Gaussian with it
+  torch::Tensor noise;            // [C, h, w]: ε, the noise offset added
+  int64_t timestep = 0;           // in [0, T)
+  bool drop_caption = false;
+};
+RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
+                  const DiffusionSettings& settings);
+
+class DiffusionTask : public train::RunTask {
+ public:
+  DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique_ptr<io::ImageDataset> train, std::unique_ptr<io::ImageDataset> val,
+                const torch::Device& device);
+
+  std::vector<train::RunModel> models() override;
+  std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override;
+  // The unweighted mean squared error over the evaluation images, each at its own fixed timestep and
+  // noise (the same at every evaluation, so curves compare runs with and without Min-SNR).
+  train::LossSum evaluate(int rank, int ranks) override;
+  std::vector<train::EvalMetric> eval_metrics(const train::LossSum&) const override { return {}; }
+  double flops_per_item() const override;
+  int64_t items_per_row() const override { return 1; }
+  std::string item_name() const override { return "images"; }
+  int64_t steps_per_epoch() const override { return order_.steps_per_epoch(); }
+  std::vector<std::string> checkpoint_keys() const override { return {"model.", "diffusion."}; }
+
+  Pipeline& pipeline() { return pipeline_; }
+  // The objective's inputs for items `items` of the training (`train`) or evaluation set with each row's
+  // draws; training images are flipped (augment.flip) from `augment_seed` and each item.
+  DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
+
+ private:
+  std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
+  void fill_cache();  // diffusion.cache: every training image's Gaussian and caption encoding, once
+  torch::Tensor encode_text(const std::vector<std::string>& captions);  // [B, M, D] in the UNet's dtype
+
+  Pipeline pipeline_;
+  SdSettings settings_;
+  NoiseSchedule schedule_;
+  std::unique_ptr<io::ImageDataset> train_, val_;
+  io::EpochOrder order_;
+  torch::Device device_;
+  std::vector<int64_t> latent_shape_;  // [C, h, w]
+  torch::Tensor empty_caption_;        // [1, M, D], the encoding dropped captions get
+  torch::Tensor cached_moments_, cached_text_;  // [N, 2C, h, w] float32 and [N, M, D] (diffusion.cache)
+};
+
+}  // namespace kuafu::sd

@@ -1,0 +1,468 @@
+// Stable Diffusion training (kuafu-sd train / finetune) on the tiny pipeline of
+// tests/python/diffusers_pipeline_reference.py:
+// - the objective against diffusers' train_text_to_image.py step (tests/python/diffusers_training_reference.py):
+//   the latents and text encodings it makes, the loss and UNet gradients for ε and v prediction, with and
+//   without Min-SNR-5 (float32; 1e-5 on the loss, 1e-5 x the largest gradient entry);
+// - the task's draws: a row's loss is the same whichever micro-batch computes it, caption drop-out gives
+//   the empty caption's encoding (not zeros), the encoding cache gives the uncached loss;
+// - the trainer: activation checkpointing, data parallelism, ZeRO-2 and Gemini over 2 Gloo ranks give the
+//   serial run's SGD steps (the weights after plain SGD are the gradients; 2e-5), a resumed run's moving
+//   average is the uninterrupted run's bitwise, and the exported pipeline folder loads in diffusers with
+//   the moving average's weights and Kuafu's UNet output (1e-5).
+#include <gtest/gtest.h>
+
+#include <opencv2/imgcodecs.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "apps/stable_diffusion/commands.h"
+#include "apps/stable_diffusion/emoji_recipe.h"
+#include "apps/stable_diffusion/new_pipeline.h"
+#include "apps/stable_diffusion/vae_folder.h"
+#include "apps/stable_diffusion/vae_training.h"
+#include "apps/stable_diffusion/unet_folder.h"
+#include "core/io/png_file.h"
+#include "core/io/safetensors.h"
+#include "core/train/checkpoint.h"
+#include "core/util/atomic_file.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/reference_outputs.h"
+#include "tests/support/training_runs.h"
+#include "tests/support/worker_world.h"
+
+namespace kuafu::sd {
+namespace {
+namespace fs = std::filesystem;
+
+const testing::Reference& reference() {
+  static const testing::Reference r = testing::build_reference("diffusers_training_reference.py", "sd_training");
+  return r;
+}
+
+class DiffusionLossTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(DiffusionLossTest, IsDiffusersTrainingStep) {
+  const auto& [prediction, gamma] = GetParam();
+  const testing::Reference& ref = reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  const auto posterior = p.vae->encode(ref["pixels"]);
+  const torch::Tensor latents = posterior.sample(ref["posterior_noise"]) * p.vae->config.scaling_factor;
+  EXPECT_LT(testing::max_abs_difference(latents, ref["latents"]), 1e-5);
+  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(std::vector<std::string>{"a photo of the cat", ""})).last_hidden;
+  EXPECT_LT(testing::max_abs_difference(text, ref["text"]), 1e-5);
+
+  SchedulerConfig config = p.scheduler.config;
+  config.prediction_type = prediction_named(prediction);
+  const NoiseSchedule schedule(config);
+  const torch::Tensor loss = diffusion_loss(p.unet, schedule, {ref["latents"], ref["text"], ref["noise"], ref["timesteps"]}, gamma);
+  loss.backward();
+  const std::string key = prediction + "_" + std::to_string(gamma);
+  const double expected = ref[key + "_loss"].item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * expected);
+  const auto params = p.unet->named_parameters();
+  for (const char* name : {"conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight",
+                           "mid_block.resnets.0.conv1.weight", "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias",
+                           "time_embedding.linear_1.weight"}) {
+    const torch::Tensor& want = ref[key + "." + name];
+    EXPECT_LT(testing::max_abs_difference(params[name].grad(), want), 1e-5 * want.abs().max().item<double>()) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PredictionsAndWeights, DiffusionLossTest,
+                         ::testing::Combine(::testing::Values("epsilon", "v_prediction"), ::testing::Values(0, 5)));
+
+// The VAE's objective: the decoded posterior sample's squared error and the KL per latent element are
+// diffusers' (its DiagonalGaussianDistribution.kl() over the element count). Float32, 1e-5 relative.
+TEST(VaeLossTest, IsTheReconstructionErrorAndDiffusersKl) {
+  const testing::Reference& ref = reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  torch::NoGradGuard no_grad;
+  const VaeLosses l = vae_row_losses(p.vae, ref["pixels"], ref["posterior_noise"]);
+  EXPECT_LT(testing::max_abs_difference(l.reconstruction, ref["vae_reconstruction"]), 1e-5 * ref["vae_reconstruction"].max().item<double>());
+  EXPECT_LT(testing::max_abs_difference(l.kl, ref["vae_kl"]), 1e-5 * ref["vae_kl"].max().item<double>());
+  EXPECT_NEAR(psnr_of(0.04), 20.0, 1e-12) << "peak-to-peak 2: 10 log10(4 / 0.04)";
+}
+
+// The UNet's analytic parameter count is its modules' (SD 1.x's and 2.x's block layouts, tiny widths).
+TEST(UNetSizeTest, ParameterCountIsTheModulesCount) {
+  UNetConfig c;
+  c.block_out_channels = {16, 32, 32, 32};
+  c.norm_num_groups = 8;
+  c.cross_attention_dim = 24;
+  c.heads = {2, 2, 2, 2};
+  for (const bool sd2 : {false, true}) {
+    c.use_linear_projection = sd2;
+    UNet2DCondition unet(c);
+    int64_t modules = 0;
+    for (const auto& p : unet->parameters()) modules += p.numel();
+    EXPECT_EQ(c.parameter_count(), modules) << (sd2 ? "SD 2.x" : "SD 1.x");
+  }
+}
+
+// Every shipped config loads; the benchmark's UNet (SD 1.5's unet/config.json, no weights) has the
+// 859,520,964 parameters diffusers builds from that config (counted by diffusers on the meta device).
+TEST(SdConfigsTest, EveryConfigLoadsAndTheBenchmarkUNetIsSd15Sized) {
+  const fs::path configs = fs::path(KUAFU_SOURCE_DIR) / "apps/stable_diffusion/configs";
+  int loaded = 0;
+  for (const auto& entry : fs::directory_iterator(configs)) {
+    if (entry.path().extension() != ".toml") continue;
+    EXPECT_NO_THROW(config::Config::load(entry.path().string(), sd_schema())) << entry.path();
+    ++loaded;
+  }
+  EXPECT_GE(loaded, 3);
+  const config::Config benchmark = config::Config::load((configs / "benchmark_sd15.toml").string(), sd_schema(),
+                                                        {"model.pipeline=\"" + (configs / "sd15_unet").string() + "\""});
+  EXPECT_EQ(make_sd_app(benchmark)->model_size().parameters, 859520964.0);
+}
+
+// --- the task and the trainer on a tiny captioned image folder ---
+
+// 8 training and 4 evaluation images (16 px, red or blue squares on grey) with captions, in <root>/images.
+void write_images(const fs::path& root) {
+  for (const auto& [split, count] : {std::pair{std::string("train"), 8}, std::pair{std::string("val"), 4}}) {
+    for (int i = 0; i < count; ++i) {
+      const std::string colour = i % 2 == 0 ? "red" : "blue";
+      const fs::path folder = root / "images" / split / colour;
+      fs::create_directories(folder);
+      io::RgbImage image{16, 16, std::vector<uint8_t>(16 * 16 * 3, 128)};
+      for (int y = 2 + i % 3; y < 12; ++y) {
+        for (int x = 3; x < 13 - i % 4; ++x) image.pixels[static_cast<size_t>((y * 16 + x) * 3 + (i % 2 == 0 ? 0 : 2))] = 230;
+      }
+      const std::string stem = (folder / std::to_string(i)).string();
+      io::write_png(stem + ".png", image);
+      std::ofstream(stem + ".txt") << "a " << colour << " square, number " << i;
+    }
+  }
+}
+
+// The test's folder with the pipeline and images (the parent writes them; workers find them).
+fs::path test_root() {
+  return testing::shared_test_dir("sd_training_" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+}
+
+void prepare(const fs::path& root) {
+  fs::remove_all(root);
+  fs::create_directories(root);
+  fs::copy(reference().dir / "pipe", root / "pipe", fs::copy_options::recursive);
+  write_images(root);
+}
+
+constexpr int kSteps = 3;
+
+// 3 plain SGD steps of 4 images (no clipping, no momentum: the weights move by the gradients).
+config::Config tiny_config(const fs::path& root, const std::string& run, const std::vector<std::string>& extra) {
+  std::vector<std::string> overrides = {
+      "model.pipeline=\"" + (root / "pipe").string() + "\"", "data.train=\"" + (root / "images/train").string() + "\"",
+      "data.val=\"" + (root / "images/val").string() + "\"", "train.out_dir=\"" + (root / run).string() + "\"",
+      "train.progress=\"plain\"", "runtime.threads=1", "runtime.device=\"cpu\"", "train.steps=" + std::to_string(kSteps),
+      "train.batch_size=4", "train.micro_batch_size=4", "train.eval_interval=0", "train.checkpoint_interval=0",
+      "diffusion.caption_dropout=0.25", "diffusion.min_snr_gamma=5", "diffusion.noise_offset=0.1", "optim.name=\"sgd\"",
+      "optim.momentum=0", "optim.weight_decay=0", "optim.grad_clip=0", "optim.lr=0.5", "optim.warmup_steps=0", "dist.timeout_s=60"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return config::Config::from_string("", (root / (run + ".toml")).string(), sd_schema(), overrides);
+}
+
+std::unique_ptr<DiffusionTask> serial_task(const config::Config& config, std::unique_ptr<train::App>& app) {
+  app = make_sd_app(config);
+  std::unique_ptr<train::RunTask> task = app->make_task(parallel::ModelOptions::serial_on(torch::kCPU), nullptr);
+  return std::unique_ptr<DiffusionTask>(dynamic_cast<DiffusionTask*>(task.release()));
+}
+
+// A row's draws come from (seed, step, row) alone, so one micro-batch of 4 and two of 2 give one loss.
+TEST(DiffusionTaskTest, RowsDrawTheSameWhicheverMicroBatchHoldsThem) {
+  const fs::path root = test_root();
+  prepare(root);
+  const config::Config config = tiny_config(root, "run", {});
+  std::unique_ptr<train::App> app;
+  auto task = serial_task(config, app);
+  torch::NoGradGuard no_grad;
+  const double whole = task->losses(1, 0, 4).at("unet").item<double>();
+  const double halves = (task->losses(1, 0, 2).at("unet").item<double>() + task->losses(1, 2, 2).at("unet").item<double>()) / 2;
+  EXPECT_NEAR(whole, halves, 1e-6 * whole);
+  EXPECT_NE(whole, task->losses(2, 0, 4).at("unet").item<double>()) << "another step draws anew";
+}
+
+// Dropped captions train on the empty caption's CLIP encoding (what guidance pairs with at sampling),
+// never on zeros; with diffusion.cache the encodings come from the cache and the loss is the same.
+TEST(DiffusionTaskTest, DroppedCaptionsGetTheEmptyCaptionsEncoding) {
+  const fs::path root = test_root();
+  prepare(root);
+  std::unique_ptr<train::App> app;
+  auto task = serial_task(tiny_config(root, "run", {"diffusion.caption_dropout=1"}), app);
+  torch::NoGradGuard no_grad;
+  Pipeline& p = task->pipeline();
+  const torch::Tensor empty = p.text_encoder->forward(p.tokenizer.encode(std::vector<std::string>{""})).last_hidden;  // [1, 77, D]
+  const DiffusionSettings all_dropped{1.0, 0, 0, false};
+  std::vector<RowDraws> draws;
+  for (int64_t r = 0; r < 2; ++r) draws.push_back(draw_row(1, 0, r, {4, 8, 8}, 1000, all_dropped));
+  ASSERT_TRUE(draws[0].drop_caption && draws[1].drop_caption);
+  const DiffusionInputs dropped = task->inputs({0, 1}, draws, true, 0);
+  EXPECT_GT(empty.abs().max().item<double>(), 0.1);
+  EXPECT_EQ(testing::max_abs_difference(dropped.text, empty.expand({2, -1, -1})), 0.0);
+  for (RowDraws& d : draws) d.drop_caption = false;
+  const DiffusionInputs kept = task->inputs({0, 1}, draws, true, 0);
+  const torch::Tensor captions =
+      p.text_encoder->forward(p.tokenizer.encode(std::vector<std::string>{"a blue square, number 1", "a blue square, number 3"})).last_hidden;
+  EXPECT_EQ(testing::max_abs_difference(kept.text, captions), 0.0);
+
+  std::unique_ptr<train::App> cached_app, plain_app;
+  auto cached = serial_task(tiny_config(root, "run", {"diffusion.cache=true"}), cached_app);
+  auto plain = serial_task(tiny_config(root, "run", {}), plain_app);
+  const double a = cached->losses(0, 0, 4).at("unet").item<double>(), b = plain->losses(0, 0, 4).at("unet").item<double>();
+  EXPECT_NEAR(a, b, 1e-6 * b);
+}
+
+void train_on_ranks(const config::Config& config) {
+  static const std::shared_ptr<dist::World> world = testing::worker_world();
+  train::Runtime runtime = train::start_runtime(config, world);
+  std::unique_ptr<train::App> app = make_sd_app(config);
+  std::unique_ptr<train::RunTask> task = app->make_task(runtime.model_options(), &runtime);
+  train::Trainer(config, runtime, *task).run();
+}
+
+std::vector<double> unet_grad_norms(const fs::path& run) {
+  std::vector<double> norms;
+  for (const auto& line : testing::metric_lines(run / "metrics.jsonl")) norms.push_back(line.at("unet.grad_norm").get<double>());
+  return norms;
+}
+
+void expect_same_steps(const fs::path& root, const std::string& run, const std::string& reference_run) {
+  testing::expect_same_tensors(testing::saved(root, run, "unet.model.safetensors", kSteps),
+                               testing::saved(root, reference_run, "unet.model.safetensors", kSteps), 2e-5, 1e-3, run);
+  const auto a = unet_grad_norms(root / run), b = unet_grad_norms(root / reference_run);
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps)) << run;
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << run << " step " << i + 1;
+}
+
+TEST(DiffusionTrainingTest, EveryStrategyTakesTheSerialSteps) {
+  const fs::path root = test_root();
+  if (!testing::is_worker()) {
+    prepare(root);
+    train::train_app(*make_sd_app(tiny_config(root, "serial", {})), tiny_config(root, "serial", {}));
+    const config::Config checkpointed = tiny_config(root, "checkpointed", {"memory.activation_checkpointing=true"});
+    train::train_app(*make_sd_app(checkpointed), checkpointed);
+    testing::run_test_on_ranks(2, 300);
+    ASSERT_GT(unet_grad_norms(root / "serial").at(0), 0.0);
+    for (const char* run : {"checkpointed", "data", "zero2", "gemini"}) expect_same_steps(root, run, "serial");
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", {"train.micro_batch_size=2"}));
+  train_on_ranks(tiny_config(root, "zero2", {"train.micro_batch_size=2", "memory.strategy=\"zero2\""}));
+  train_on_ranks(tiny_config(root, "gemini", {"train.micro_batch_size=1", "memory.strategy=\"gemini\"", "memory.chunk_mb=0.05",
+                                              "memory.activation_checkpointing=true"}));
+}
+
+// The UNet's output on fixed inputs (saved as `inputs` for the Python side): [2, 4, 8, 8].
+struct UNetProbe {
+  torch::Tensor sample, timesteps, text;
+  explicit UNetProbe(const fs::path& inputs) {
+    torch::manual_seed(3);
+    sample = torch::randn({2, 4, 8, 8});
+    timesteps = torch::tensor({5, 640});
+    text = torch::randn({2, 77, 12});
+    io::save_safetensors(inputs.string(), {{"sample", sample}, {"timesteps", timesteps}, {"text", text}});
+  }
+  torch::Tensor operator()(UNet2DConditionImpl& unet) const {
+    torch::NoGradGuard no_grad;
+    return unet.forward(sample, timesteps, text);
+  }
+};
+
+torch::Tensor python_output(const std::string& command, const fs::path& out, const std::string& key) {
+  const testing::PythonRun run = testing::run_python_reference("diffusers_training_reference.py", command + " " + out.string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  return *io::load_safetensors(out.string()).find(key);
+}
+
+// AdamW with a moving average (decay 0.9) over 4 steps, checkpoints every 2: the run resumed from step 2
+// ends with the uninterrupted run's weights and moving average, bit for bit. Its export is a pipeline
+// folder diffusers loads, whose UNet is the moving average and computes what Kuafu's does.
+TEST(DiffusionTrainingTest, MovingAverageResumesExactlyAndExportsToDiffusers) {
+  const fs::path root = test_root();
+  prepare(root);
+  auto config = [&](const std::string& run) {
+    return tiny_config(root, run, {"optim.name=\"adamw\"", "optim.lr=1e-3", "optim.ema_decay=0.9", "train.steps=4",
+                                   "train.checkpoint_interval=2", "train.keep_checkpoints=3"});
+  };
+  train::train_app(*make_sd_app(config("straight")), config("straight"));
+  train::train_app(*make_sd_app(config("resumed")), config("resumed"));
+  const fs::path checkpoints = root / "resumed" / "checkpoints";
+  fs::remove_all(train::checkpoint_folder(checkpoints.string(), 4));
+  write_file_atomic((checkpoints / "latest").string(), "step_00000002\n");
+  train::train_app(*make_sd_app(config("resumed")), config("resumed"));
+  for (const char* file : {"unet.model.safetensors", "unet.ema.model.safetensors"}) {
+    testing::expect_same_tensors(testing::saved(root, "resumed", file, 4), testing::saved(root, "straight", file, 4), 0.0, 1.0, file);
+  }
+  const io::SafetensorsFile ema = testing::saved(root, "straight", "unet.ema.model.safetensors", 4);
+  const io::SafetensorsFile live = testing::saved(root, "straight", "unet.model.safetensors", 4);
+  EXPECT_GT(testing::max_abs_difference(ema.tensors.begin()->second, live.find(ema.tensors.begin()->first)->clone()), 0.0);
+
+  const config::Config straight = config("straight");
+  config::ParsedCommand command;
+  command.options["out"] = (root / "exported").string();
+  command.options["checkpoint"] = "";  // the latest
+  train::export_app(*make_sd_app(straight), straight, command);
+  Pipeline exported = load_pipeline((root / "exported").string());
+  for (const auto& item : exported.unet->named_parameters()) {
+    ASSERT_TRUE(ema.find(item.key())) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), *ema.find(item.key()))) << item.key();
+  }
+  const UNetProbe probe(root / "inputs.safetensors");
+  const torch::Tensor theirs = python_output("unet_output " + (root / "exported").string() + " " + (root / "inputs.safetensors").string(),
+                                             root / "out.safetensors", "output");
+  EXPECT_LT(testing::max_abs_difference(probe(*exported.unet), theirs), 1e-5);
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { train::export_app(*make_sd_app(straight), straight, command); }),
+                                "already exists"));
+}
+
+// LoRA on the UNet's attention projections (to_q, to_k, to_v, to_out.0; r 4, alpha 8). Under activation
+// checkpointing its SGD steps are the unchecked run's (2e-5), and only the adapters move. After AdamW
+// steps the adapter folder loads with diffusers' load_lora_weights and with peft's PeftModel, and the
+// merged pipeline folder with from_pretrained, each giving Kuafu's adapted UNet's output (1e-5).
+TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiffusersAndPeft) {
+  const fs::path root = test_root();
+  prepare(root);
+  const std::vector<std::string> lora = {"lora.rank=4", "lora.alpha=8"};
+  for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{{"lora", "memory.activation_checkpointing=false"},
+                                                                                     {"lora_checkpointed", "memory.activation_checkpointing=true"}}) {
+    std::vector<std::string> overrides = lora;
+    overrides.push_back(extra);
+    const config::Config config = tiny_config(root, run, overrides);
+    train::train_app(*make_sd_app(config), config);
+  }
+  expect_same_steps(root, "lora_checkpointed", "lora");
+  const io::SafetensorsFile trained = testing::saved(root, "lora", "unet.model.safetensors", kSteps);
+  UNet2DCondition original = load_unet((root / "pipe/unet").string());
+  EXPECT_TRUE(torch::equal(*trained.find("conv_in.weight"), original->conv_in->weight)) << "a frozen weight moved";
+  EXPECT_GT(trained.find("mid_block.attentions.0.transformer_blocks.0.attn2.to_k.lora_B.weight")->abs().max().item<double>(), 0.0);
+
+  std::vector<std::string> adam = lora;
+  adam.insert(adam.end(), {"optim.name=\"adamw\"", "optim.lr=1e-2"});
+  const config::Config config = tiny_config(root, "lora_adam", adam);
+  train::train_app(*make_sd_app(config), config);
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "adapter").string()}, {"checkpoint", ""}};
+  command.flags = {"adapter"};
+  train::export_app(*make_sd_app(config), config, command);
+  command.options["out"] = (root / "merged").string();
+  command.flags.clear();
+  train::export_app(*make_sd_app(config), config, command);
+
+  const UNetProbe probe(root / "inputs.safetensors");
+  std::unique_ptr<train::App> app = make_sd_app(config);
+  auto& adapted = dynamic_cast<UNet2DConditionImpl&>(app->build_model(torch::kCPU, true));
+  train::load_checkpoint_weights(config, "", adapted, "unet");
+  const torch::Tensor mine = probe(adapted);
+  const std::string inputs = (root / "inputs.safetensors").string();
+  for (const char* loader : {"diffusers", "peft"}) {
+    const torch::Tensor theirs = python_output("lora_outputs " + (root / "pipe").string() + " " + (root / "adapter").string() + " " + inputs,
+                                               root / "lora_out.safetensors", loader);
+    EXPECT_LT(testing::max_abs_difference(mine, theirs), 1e-5) << loader;
+  }
+  const torch::Tensor merged = python_output("unet_output " + (root / "merged").string() + " " + inputs, root / "merged_out.safetensors", "output");
+  EXPECT_LT(testing::max_abs_difference(mine, merged), 1e-5);
+  EXPECT_GT(testing::max_abs_difference(mine, probe(*original)), 1e-3) << "the adapters changed the output";
+}
+
+// From scratch: `init` writes a pipeline folder diffusers loads (its character-level tokenizer giving
+// transformers' ids, each model the size Kuafu built); the VAE trained on the images 40 AdamW steps
+// raises the evaluation images' PSNR by more than 3 dB; its export sets scaling_factor so the training
+// images' latents have unit spread; the UNet then trains on that folder.
+TEST(FromScratchTest, InitThenTheVaeThenTheUNet) {
+  const fs::path root = test_root();
+  prepare(root);
+  const std::vector<std::string> shape = {"init.text_hidden_size=16", "init.text_layers=1", "init.vae_block_out_channels=[8, 16]",
+                                          "init.unet_block_out_channels=[16, 32]", "init.sample_size=8", "init.norm_num_groups=4"};
+  const config::Config init = config::Config::from_string("", (root / "init.toml").string(), sd_schema(), shape);
+  const NewPipelineShape s = new_pipeline_shape(init);
+  write_new_pipeline(s, (root / "p0").string(), 5);
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { write_new_pipeline(s, (root / "p0").string(), 5); }), "already exists"));
+  const testing::PythonRun check =
+      testing::run_python_reference("diffusers_training_reference.py", "check_new_pipeline " + (root / "p0").string() + " 'A red square: No. 7!'");
+  ASSERT_EQ(check.exit_code, 0) << check.output;
+  const nlohmann::json loaded = testing::last_json_line(check.output);
+  Pipeline p0 = load_pipeline((root / "p0").string());
+  EXPECT_EQ(loaded["ids"].get<std::vector<int64_t>>(), p0.tokenizer.encode(std::string("A red square: No. 7!")));
+  EXPECT_EQ(loaded["unet"].get<int64_t>(), s.unet.parameter_count());
+  EXPECT_EQ(p0.unet->config.cross_attention_dim, 16);
+
+  auto vae_config = [&](const std::string& run, std::vector<std::string> extra) {
+    std::vector<std::string> overrides = {"model.train=\"vae\"", "model.pipeline=\"" + (root / "p0").string() + "\"",
+                                          "optim.name=\"adamw\"", "optim.lr=3e-3", "train.steps=40", "vae.kl_weight=1e-4"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return tiny_config(root, run, overrides);
+  };
+  const config::Config vae = vae_config("vae", {});
+  auto psnr = [&](const std::string& checkpoint) {
+    ::testing::internal::CaptureStdout();
+    train::eval_app(*make_sd_app(vae), vae, checkpoint);
+    return testing::last_json_line(::testing::internal::GetCapturedStdout())["val_psnr"].get<double>();
+  };
+  const double before = psnr("init");
+  train::train_app(*make_sd_app(vae), vae);
+  const double after = psnr("");
+  EXPECT_GT(after, before + 3.0) << before << " dB -> " << after << " dB";
+
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "p1").string()}, {"checkpoint", ""}};
+  train::export_app(*make_sd_app(vae), vae, command);
+  AutoencoderKL trained = load_vae((root / "p1/vae").string());
+  EXPECT_NE(trained->config.scaling_factor, 1.0);
+  std::unique_ptr<io::ImageDataset> images = open_captioned_images(vae, true, 3, 16);
+  const double spread = trained->config.scaling_factor / latent_scaling_factor(trained, *images, 256, 4, 99);
+  EXPECT_NEAR(spread, 1.0, 0.1) << "latents x scaling_factor have unit spread (another draw of the posterior)";
+
+  const config::Config unet = tiny_config(root, "unet", {"model.pipeline=\"" + (root / "p1").string() + "\"", "train.steps=2"});
+  EXPECT_EQ(train::train_app(*make_sd_app(unet), unet).steps_done, 2);
+}
+
+// The emoji recipe on a package of the same layout: two bases in all five tones hold out tone 0 and tone 1
+// (the Latin square), every other image trains; captions are the index's names; an image the index does
+// not name, and the flags by region code, are skipped; a half-transparent pixel is composited onto white.
+TEST(EmojiRecipeTest, HoldsOutOneToneOfEachBaseAndCaptionsByName) {
+  const fs::path root = testing::temp_dir("sd_emoji");
+  const fs::path images = root / "gem/app/assets/images/tanuki_emoji";
+  fs::create_directories(images);
+  fs::create_directories(root / "gem/vendor/emojione-alpha-codes");
+  nlohmann::json index;
+  const std::vector<std::string> tones = {"light", "medium-light", "medium", "medium-dark", "dark"};
+  auto add = [&](const std::string& codes, const std::string& name) {
+    index[codes] = {{"output", codes}, {"name", name}};
+    std::string file = "emoji_u" + codes + ".png";
+    for (char& c : file) c = c == '-' ? '_' : c;
+    cv::Mat rgba(4, 4, CV_8UC4, cv::Scalar(0, 0, 200, 255));  // opaque red (BGRA)
+    rgba.at<cv::Vec4b>(0, 0) = cv::Vec4b(0, 0, 0, 128);        // half-transparent black
+    cv::imwrite((images / file).string(), rgba);
+  };
+  for (const auto& [base, name] : {std::pair{std::string("1f44b"), std::string("waving hand")}, std::pair{std::string("1f44d"), std::string("thumbs up")}}) {
+    add(base, name);
+    for (int t = 0; t < 5; ++t) add(base + "-1f3f" + std::string(1, "bcdef"[t]), name + ": " + tones[static_cast<size_t>(t)] + " skin tone");
+  }
+  add("1f600", "grinning face");
+  cv::imwrite((images / "emoji_u1f9ff.png").string(), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3)));  // not in the index
+  cv::imwrite((images / "AC.png").string(), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3)));            // a flag
+  std::ofstream(root / "gem/vendor/emojione-alpha-codes/eac.json") << index.dump();
+
+  const EmojiSplit split = write_emoji_folders((root / "gem").string(), (root / "train").string(), (root / "held").string());
+  EXPECT_EQ(split.toned_bases, 2);
+  EXPECT_EQ(split.held_out, 2);
+  EXPECT_EQ(split.train, 11);
+  EXPECT_EQ(split.unnamed, 1);
+  EXPECT_TRUE(fs::exists(root / "held/1f44b/emoji_u1f44b_1f3fb.png"));
+  EXPECT_TRUE(fs::exists(root / "held/1f44d/emoji_u1f44d_1f3fc.png"));
+  EXPECT_TRUE(fs::exists(root / "train/1f44b/emoji_u1f44b_1f3fc.png"));
+  EXPECT_EQ(read_file((root / "held/1f44d/emoji_u1f44d_1f3fc.txt").string()), "thumbs up: medium-light skin tone");
+  const cv::Mat written = cv::imread((root / "train/1f600/emoji_u1f600.png").string(), cv::IMREAD_COLOR);
+  EXPECT_EQ(written.at<cv::Vec3b>(1, 1), cv::Vec3b(0, 0, 200));
+  EXPECT_EQ(written.at<cv::Vec3b>(0, 0), cv::Vec3b(127, 127, 127)) << "half-transparent black on white";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    write_emoji_folders((root / "gem").string(), (root / "train").string(), (root / "held2").string());
+  }), "already exists"));
+  EXPECT_EQ(skin_tone_of("1f44b-1f3fe"), 3);
+  EXPECT_EQ(skin_tone_of("1f44b"), -1);
+}
+
+}  // namespace
+}  // namespace kuafu::sd

@@ -1,0 +1,114 @@
+"""diffusers' text-to-image training step for tests/apps/stable_diffusion/training_test.cpp (nothing is downloaded).
+
+  diffusers_training_reference.py build OUT
+      OUT/pipe: the tiny pipeline of diffusers_pipeline_reference.py, and OUT/reference.safetensors: images
+      `pixels` [2, 3, 16, 16] in [-1, 1] captioned CAPTIONS, the VAE posterior's noise and the diffusion noise
+      [2, 4, 8, 8], timesteps [2]; the latents diffusers' train_text_to_image.py makes of them
+      (latent_dist.sample() x scaling_factor, the posterior's draw given); and, for epsilon and v prediction
+      without and with Min-SNR-5 weighting (diffusers.training_utils.compute_snr, as the script weights),
+      the loss (<prediction>_<gamma>_loss) and the gradients of GRADIENTS (<prediction>_<gamma>.<name>);
+      the VAE's objective on the pixels: the reconstruction's mean squared error per image of the decoded
+      posterior sample (vae_reconstruction) and diffusers' DiagonalGaussianDistribution.kl() per latent
+      element (vae_kl)
+  diffusers_training_reference.py check_new_pipeline PIPE CAPTION
+      loads PIPE (a folder `kuafu-sd init` wrote) with StableDiffusionPipeline.from_pretrained and prints, as
+      JSON, its tokenizer's 77 ids of CAPTION and the parameter count of each model
+  diffusers_training_reference.py unet_output PIPE INPUTS OUT
+      loads PIPE with StableDiffusionPipeline.from_pretrained and writes its UNet's output on INPUTS'
+      sample, timesteps and text to OUT (safetensors, "output")
+  diffusers_training_reference.py lora_outputs PIPE ADAPTER INPUTS OUT
+      the same with the LoRA adapter folder ADAPTER on PIPE's UNet, loaded both ways a user would:
+      StableDiffusionPipeline.load_lora_weights (its pytorch_lora_weights.safetensors; "diffusers") and
+      peft's PeftModel.from_pretrained on UNet2DConditionModel (its adapter_config.json; "peft")
+"""
+import pathlib
+import sys
+
+import torch
+import torch.nn.functional as F
+from diffusers import DDPMScheduler, StableDiffusionPipeline
+from diffusers.training_utils import compute_snr
+from safetensors.torch import load_file, save_file
+
+from diffusers_pipeline_reference import save_tiny_pipeline
+
+CAPTIONS = ["a photo of the cat", ""]
+GRADIENTS = ["conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight", "mid_block.resnets.0.conv1.weight",
+             "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias", "time_embedding.linear_1.weight"]
+
+
+def build(out):
+    out = pathlib.Path(out)
+    pipe = save_tiny_pipeline(out)
+    torch.manual_seed(1)
+    pixels = torch.rand(2, 3, 16, 16) * 2 - 1
+    posterior_noise, noise = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
+    timesteps = torch.tensor([17, 903])
+    with torch.no_grad():
+        dist = pipe.vae.encode(pixels).latent_dist
+        latents = (dist.mean + dist.std * posterior_noise) * pipe.vae.config.scaling_factor  # latent_dist.sample() with this draw
+        ids = pipe.tokenizer(CAPTIONS, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
+        text = pipe.text_encoder(ids, return_dict=False)[0]
+    tensors = {"pixels": pixels, "posterior_noise": posterior_noise, "noise": noise, "timesteps": timesteps, "latents": latents, "text": text}
+    with torch.no_grad():
+        decoded = pipe.vae.decode(dist.mean + dist.std * posterior_noise).sample
+        tensors["vae_reconstruction"] = (decoded - pixels).square().mean(dim=[1, 2, 3])
+        tensors["vae_kl"] = dist.kl() / dist.mean[0].numel()
+    for prediction in ["epsilon", "v_prediction"]:
+        scheduler = DDPMScheduler.from_config(pipe.scheduler.config, prediction_type=prediction)
+        for gamma in [0, 5]:
+            pipe.unet.zero_grad()
+            noisy = scheduler.add_noise(latents, noise, timesteps)
+            target = noise if prediction == "epsilon" else scheduler.get_velocity(latents, noise, timesteps)
+            pred = pipe.unet(noisy, timesteps, text, return_dict=False)[0]
+            if gamma == 0:
+                loss = F.mse_loss(pred.float(), target.float(), reduction="mean")
+            else:  # train_text_to_image.py's Min-SNR weighting
+                snr = compute_snr(scheduler, timesteps)
+                weights = torch.stack([snr, gamma * torch.ones_like(timesteps)], dim=1).min(dim=1)[0]
+                weights = weights / snr if prediction == "epsilon" else weights / (snr + 1)
+                loss = F.mse_loss(pred.float(), target.float(), reduction="none")
+                loss = (loss.mean(dim=list(range(1, len(loss.shape)))) * weights).mean()
+            loss.backward()
+            key = f"{prediction}_{gamma}"
+            tensors[key + "_loss"] = loss.detach().reshape(1)
+            params = dict(pipe.unet.named_parameters())
+            for name in GRADIENTS:
+                tensors[f"{key}.{name}"] = params[name].grad.clone()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def check_new_pipeline(pipe_dir, caption):
+    import json
+    pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
+    ids = pipe.tokenizer(caption, padding="max_length", max_length=77, truncation=True).input_ids
+    count = lambda model: sum(p.numel() for p in model.parameters())
+    print(json.dumps({"ids": ids, "unet": count(pipe.unet), "vae": count(pipe.vae), "text_encoder": count(pipe.text_encoder)}))
+
+
+def unet_output(pipe, inputs, out):
+    pipe = StableDiffusionPipeline.from_pretrained(pipe)
+    given = load_file(inputs)
+    with torch.no_grad():
+        output = pipe.unet(given["sample"], given["timesteps"], given["text"], return_dict=False)[0]
+    save_file({"output": output.contiguous()}, out)
+
+
+def lora_outputs(pipe_dir, adapter, inputs, out):
+    from diffusers import UNet2DConditionModel
+    from peft import PeftModel
+    given = load_file(inputs)
+    args = (given["sample"], given["timesteps"], given["text"])
+    pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
+    pipe.load_lora_weights(adapter)
+    peft_unet = PeftModel.from_pretrained(UNet2DConditionModel.from_pretrained(pathlib.Path(pipe_dir) / "unet"), adapter)
+    with torch.no_grad():
+        outputs = {"diffusers": pipe.unet(*args, return_dict=False)[0], "peft": peft_unet(*args, return_dict=False)[0]}
+    save_file({k: v.contiguous() for k, v in outputs.items()}, out)
+
+
+if __name__ == "__main__":
+    commands = {"build": build, "unet_output": unet_output, "lora_outputs": lora_outputs, "check_new_pipeline": check_new_pipeline}
+    if len(sys.argv) < 3 or sys.argv[1] not in commands:
+        sys.exit(__doc__)
+    commands[sys.argv[1]](*sys.argv[2:])
