@@ -7,7 +7,8 @@
 #   3. the VAE trained on the images (reconstruction + KL), exported with its latents' scaling factor;
 #   4. the UNet trained on its latents and the captions (caption drop-out, Min-SNR-5, moving average),
 #      exported as a pipeline folder diffusers loads;
-#   5. a sample grid of held-out (emoji, tone) captions: <out>/held_out_grid.png.
+#   5. every held-out (emoji, tone) caption sampled and its skin tone measured against the real images'
+#      palette (<out>/tone_score.json), the first eight as <out>/held_out_grid.png.
 # Steps already done (a folder that exists) are kept. VAE_STEPS and UNET_STEPS change the lengths.
 # Usage: apps/stable_diffusion/demo.sh [build dir = build] [out = runs/sd_demo]
 set -euo pipefail
@@ -32,8 +33,18 @@ unet_sets=($(stage_sets "$out/p1" "$out/unet") --set "train.steps=${UNET_STEPS:-
 "$sd" train --config "$config" "${unet_sets[@]}"
 [[ -d $out/p2 ]] || "$sd" export --config "$config" "${unet_sets[@]}" --out "$out/p2"
 
-# Eight held-out captions: (emoji, tone) pairs the UNet never saw.
+# The held-out captions: (emoji, tone) pairs the UNet never saw. All of them sampled and scored against the
+# real images' tone palette (tone_score.py; chance 0.2); the first eight as the grid to look at.
+captions=()
+for file in data/emoji/held_out/*/*.txt; do captions+=("$(cat "$file")"); done
+printf '%s\n' "${captions[@]}" > "$out/held_out_captions.txt"
 prompts=()
-for caption in $(ls data/emoji/held_out/*/*.txt | head -8); do prompts+=(--prompt "$(cat "$caption")"); done
-"$sd" sample --model "$out/p2" "${prompts[@]}" --steps 50 --guidance 4 --seed 1 --out "$out/held_out_grid.png"
-echo "wrote $out/held_out_grid.png"
+for caption in "${captions[@]}"; do prompts+=(--prompt "$caption"); done
+sample=("$sd" sample --model "$out/p2" --steps 50 --guidance "${GUIDANCE:-4}" --seed 1)
+"${sample[@]}" "${prompts[@]:0:16}" --out "$out/held_out_grid.png"
+"${sample[@]}" "${prompts[@]}" --out "$out/held_out_all.png"
+.venv/bin/python "$(dirname "$0")/tone_score.py" data/emoji "$out/held_out_all.png" "$out/held_out_captions.txt" --size 32 \
+  > "$out/tone_score.json"
+python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('held-out tone accuracy', d['tone_accuracy'], 'of', d['images'], '(chance 0.2)')" \
+  "$out/tone_score.json"
+echo "wrote $out/held_out_grid.png, $out/held_out_all.png and $out/tone_score.json"

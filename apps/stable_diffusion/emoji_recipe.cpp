@@ -31,13 +31,14 @@ std::string code_points_of(const fs::path& file) {
   return codes;
 }
 
-// The sequence without its tone modifier: the base emoji's code points.
+// The sequence without its tone modifier: the base emoji's code points (a modifier alone, the tone's
+// swatch, is its own base).
 std::string base_of(const std::string& code_points) {
   std::vector<std::string> kept;
   for (const std::string& part : text::split(code_points, '-')) {
     if (skin_tone_of(part) < 0) kept.push_back(part);
   }
-  return text::join(kept, "-");
+  return kept.empty() ? code_points : text::join(kept, "-");
 }
 
 // The image composited onto white, as 8-bit RGB.
@@ -96,7 +97,7 @@ EmojiSplit write_emoji_folders(const std::string& package, const std::string& tr
       continue;
     }
     named[codes] = {entry.path(), (*found)["name"].get<std::string>()};
-    if (const int tone = skin_tone_of(codes); tone >= 0) tones[base_of(codes)].insert(tone);
+    if (const int tone = skin_tone_of(codes); tone >= 0 && base_of(codes) != codes) tones[base_of(codes)].insert(tone);
   }
   std::map<std::string, int> held_out_tone;  // the Latin square over the bases in all five tones
   for (const auto& [base, present] : tones) {
@@ -108,7 +109,7 @@ EmojiSplit write_emoji_folders(const std::string& package, const std::string& tr
   for (const auto& [codes, file_and_name] : named) {
     const std::string base = base_of(codes);
     const auto hold = held_out_tone.find(base);
-    const bool held = hold != held_out_tone.end() && skin_tone_of(codes) == hold->second;
+    const bool held = hold != held_out_tone.end() && base != codes && skin_tone_of(codes) == hold->second;
     const fs::path folder = (held ? held_building : train_building) / base;
     fs::create_directories(folder);
     const std::string stem = (folder / file_and_name.first.stem()).string();

@@ -15,6 +15,7 @@
 #include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
+#include "core/util/text.h"
 #include "core/util/utf8.h"
 
 namespace kuafu::train {
@@ -30,7 +31,20 @@ std::string checkpoint_folder(const config::Config& config, const std::string& c
 std::string load_checkpoint_weights(const config::Config& config, const std::string& checkpoint, torch::nn::Module& model,
                                     const std::string& part) {
   const std::string folder = checkpoint_folder(config, checkpoint);
-  if (folder != "init") CheckpointStore::load_model(folder, model, part);
+  if (folder == "init") return folder;
+  const std::string ema = ".ema";
+  if (part == "ema" || text::ends_with(part, ema)) {
+    // A moving average holds the trained parameters only (a LoRA run's adapters): the model's own part
+    // first, then the average over its trained parameters.
+    CheckpointStore::load_model(folder, model, part == "ema" ? "" : part.substr(0, part.size() - ema.size()));
+    io::NamedTensors trained;
+    for (const auto& item : model.named_parameters()) {
+      if (item.value().requires_grad()) trained.emplace_back(item.key(), item.value());
+    }
+    CheckpointStore::load_weights(folder, trained, nullptr, part);
+  } else {
+    CheckpointStore::load_model(folder, model, part);
+  }
   return folder;
 }
 

@@ -319,8 +319,9 @@ TEST(DiffusionTrainingTest, MovingAverageResumesExactlyAndExportsToDiffusers) {
 
 // LoRA on the UNet's attention projections (to_q, to_k, to_v, to_out.0; r 4, alpha 8). Under activation
 // checkpointing its SGD steps are the unchecked run's (2e-5), and only the adapters move. After AdamW
-// steps the adapter folder loads with diffusers' load_lora_weights and with peft's PeftModel, and the
-// merged pipeline folder with from_pretrained, each giving Kuafu's adapted UNet's output (1e-5).
+// steps with a moving average (of the adapters alone, over the frozen weights) the adapter folder loads
+// with diffusers' load_lora_weights and with peft's PeftModel, and the merged pipeline folder with
+// from_pretrained, each giving Kuafu's adapted UNet's output (1e-5).
 TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiffusersAndPeft) {
   const fs::path root = test_root();
   prepare(root);
@@ -339,7 +340,7 @@ TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiff
   EXPECT_GT(trained.find("mid_block.attentions.0.transformer_blocks.0.attn2.to_k.lora_B.weight")->abs().max().item<double>(), 0.0);
 
   std::vector<std::string> adam = lora;
-  adam.insert(adam.end(), {"optim.name=\"adamw\"", "optim.lr=1e-2"});
+  adam.insert(adam.end(), {"optim.name=\"adamw\"", "optim.lr=1e-2", "optim.ema_decay=0.5"});
   const config::Config config = tiny_config(root, "lora_adam", adam);
   train::train_app(*make_sd_app(config), config);
   config::ParsedCommand command;
@@ -353,7 +354,8 @@ TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiff
   const UNetProbe probe(root / "inputs.safetensors");
   std::unique_ptr<train::App> app = make_sd_app(config);
   auto& adapted = dynamic_cast<UNet2DConditionImpl&>(app->build_model(torch::kCPU, true));
-  train::load_checkpoint_weights(config, "", adapted, "unet");
+  ASSERT_EQ(app->model_part(), "unet.ema") << "exports take the moving average (of the adapters alone)";
+  train::load_checkpoint_weights(config, "", adapted, app->model_part());
   const torch::Tensor mine = probe(adapted);
   const std::string inputs = (root / "inputs.safetensors").string();
   for (const char* loader : {"diffusers", "peft"}) {
@@ -419,7 +421,8 @@ TEST(FromScratchTest, InitThenTheVaeThenTheUNet) {
 }
 
 // The emoji recipe on a package of the same layout: two bases in all five tones hold out tone 0 and tone 1
-// (the Latin square), every other image trains; captions are the index's names; an image the index does
+// (the Latin square), every other image trains (the tone swatches, a modifier alone, are their own
+// bases); captions are the index's names; an image the index does
 // not name, and the flags by region code, are skipped; a half-transparent pixel is composited onto white.
 TEST(EmojiRecipeTest, HoldsOutOneToneOfEachBaseAndCaptionsByName) {
   const fs::path root = testing::temp_dir("sd_emoji");
@@ -441,6 +444,7 @@ TEST(EmojiRecipeTest, HoldsOutOneToneOfEachBaseAndCaptionsByName) {
     for (int t = 0; t < 5; ++t) add(base + "-1f3f" + std::string(1, "bcdef"[t]), name + ": " + tones[static_cast<size_t>(t)] + " skin tone");
   }
   add("1f600", "grinning face");
+  for (int t = 0; t < 5; ++t) add("1f3f" + std::string(1, "bcdef"[t]), tones[static_cast<size_t>(t)] + " skin tone");  // the swatches
   cv::imwrite((images / "emoji_u1f9ff.png").string(), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3)));  // not in the index
   cv::imwrite((images / "AC.png").string(), cv::Mat(4, 4, CV_8UC3, cv::Scalar(1, 2, 3)));            // a flag
   std::ofstream(root / "gem/vendor/emojione-alpha-codes/eac.json") << index.dump();
@@ -448,7 +452,8 @@ TEST(EmojiRecipeTest, HoldsOutOneToneOfEachBaseAndCaptionsByName) {
   const EmojiSplit split = write_emoji_folders((root / "gem").string(), (root / "train").string(), (root / "held").string());
   EXPECT_EQ(split.toned_bases, 2);
   EXPECT_EQ(split.held_out, 2);
-  EXPECT_EQ(split.train, 11);
+  EXPECT_EQ(split.train, 16) << "11 emoji and the 5 swatches, each its own base";
+  EXPECT_TRUE(fs::exists(root / "train/1f3fb/emoji_u1f3fb.png"));
   EXPECT_EQ(split.unnamed, 1);
   EXPECT_TRUE(fs::exists(root / "held/1f44b/emoji_u1f44b_1f3fb.png"));
   EXPECT_TRUE(fs::exists(root / "held/1f44d/emoji_u1f44d_1f3fc.png"));
