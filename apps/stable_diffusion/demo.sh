@@ -9,7 +9,8 @@
 #      exported as a pipeline folder diffusers loads;
 #   5. every held-out (emoji, tone) caption sampled and its skin tone measured against the real images'
 #      palette (<out>/tone_score.json), the first eight as <out>/held_out_grid.png.
-# Steps already done (a folder that exists) are kept. VAE_STEPS and UNET_STEPS change the lengths.
+# About 35 minutes on this machine (docs/stable_diffusion.md has its figures). Steps already done (a folder
+# that exists) are kept. VAE_STEPS (2,000) and UNET_STEPS (8,000) change the lengths.
 # Usage: apps/stable_diffusion/demo.sh [build dir = build] [out = runs/sd_demo]
 set -euo pipefail
 build=${1:-build}
@@ -25,11 +26,11 @@ stage_sets() {  # pipeline run-folder: the keys every stage sets
 [[ -d data/emoji/train ]] || "$sd" prepare --config "$config"
 [[ -d $out/p0 ]] || "$sd" init --config "$config" --out "$out/p0"
 
-vae_sets=($(stage_sets "$out/p0" "$out/vae") $(at model.train vae) --set "train.steps=${VAE_STEPS:-600}" --set optim.ema_decay=0)
+vae_sets=($(stage_sets "$out/p0" "$out/vae") $(at model.train vae) --set "train.steps=${VAE_STEPS:-2000}" --set optim.ema_decay=0)
 "$sd" train --config "$config" "${vae_sets[@]}"
 [[ -d $out/p1 ]] || "$sd" export --config "$config" "${vae_sets[@]}" --out "$out/p1"
 
-unet_sets=($(stage_sets "$out/p1" "$out/unet") --set "train.steps=${UNET_STEPS:-1500}")
+unet_sets=($(stage_sets "$out/p1" "$out/unet") --set "train.steps=${UNET_STEPS:-8000}")
 "$sd" train --config "$config" "${unet_sets[@]}"
 [[ -d $out/p2 ]] || "$sd" export --config "$config" "${unet_sets[@]}" --out "$out/p2"
 
