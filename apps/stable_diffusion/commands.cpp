@@ -25,8 +25,7 @@ const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_bloc
 class SdApp : public train::App {
  public:
   explicit SdApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
-    const std::string unet_dir = (std::filesystem::path(settings_.pipeline) / "unet").string();
-    unet_config_ = read_unet_config(io::read_hf_config(unet_dir), unet_dir + "/config.json");
+    unet_config_ = read_unet_config(io::read_hf_config(unet_folder()), unet_folder() + "/config.json");
   }
 
   train::ModelSize model_size() override {

@@ -37,7 +37,7 @@ struct Pipeline {
   UNet2DCondition unet{nullptr};
   AutoencoderKL vae{nullptr};
   SchedulerFolder scheduler;
-  int64_t vae_scale() const { return int64_t{1} << (vae->config.block_out_channels.size() - 1); }  // pixels per latent
+  int64_t vae_scale() const { return vae->config.scale_factor(); }  // pixels per latent
 };
 Pipeline load_pipeline(const std::string& dir, const torch::Device& device = torch::kCPU);
 

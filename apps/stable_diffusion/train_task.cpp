@@ -61,7 +61,7 @@ std::vector<train::RunModel> DiffusionTask::models() {
 }
 
 std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const {
-  const std::vector<std::string> names = set.class_names();
+  std::vector<std::string> names;  // read only when an image has no caption
   std::vector<std::string> captions;
   for (size_t i = 0; i < batch.captions.size(); ++i) {
     if (batch.captions[i]) {
@@ -69,7 +69,12 @@ std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batc
       continue;
     }
     const auto label = static_cast<size_t>(batch.labels[static_cast<int64_t>(i)].item<int64_t>());
-    captions.push_back(label < settings_.class_captions.size() ? settings_.class_captions[label] : names.at(label));
+    if (label < settings_.class_captions.size()) {
+      captions.push_back(settings_.class_captions[label]);
+      continue;
+    }
+    if (names.empty()) names = set.class_names();
+    captions.push_back(names.at(label));
   }
   return captions;
 }

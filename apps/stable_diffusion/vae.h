@@ -22,6 +22,8 @@ struct VaeConfig {
   bool use_quant_conv = true, use_post_quant_conv = true;
 
   void validate() const;  // kuafu::Error naming the field
+  // Pixels per latent along a side: each block but the last halves the image.
+  int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
 };
 
 // The mid block's self-attention over the H·W positions (one head of all channels), with its GroupNorm

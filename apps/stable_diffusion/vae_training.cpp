@@ -35,7 +35,7 @@ VaeTask::VaeTask(AutoencoderKL vae, SdSettings settings, int64_t image_size, std
                  std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
     : vae_(std::move(vae)), settings_(std::move(settings)), train_(std::move(train)), val_(std::move(val)),
       order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
-  const int64_t factor = int64_t{1} << (vae_->config.block_out_channels.size() - 1);
+  const int64_t factor = vae_->config.scale_factor();
   latent_shape_ = {vae_->config.latent_channels, image_size / factor, image_size / factor};
 }
 
@@ -98,7 +98,7 @@ class VaeApp : public train::App {
     const std::filesystem::path root = settings_.pipeline;
     vae_config_ = read_vae_config(io::read_hf_config((root / "vae").string()), (root / "vae" / "config.json").string());
     image_size_ = read_unet_config(io::read_hf_config((root / "unet").string()), (root / "unet" / "config.json").string()).sample_size *
-                  (int64_t{1} << (vae_config_.block_out_channels.size() - 1));
+                  vae_config_.scale_factor();
   }
 
   train::ModelSize model_size() override {
