@@ -4,11 +4,11 @@
 #include <opencv2/imgcodecs.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "core/io/json_file.h"
 #include "core/io/png_file.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
@@ -78,12 +78,7 @@ EmojiSplit write_emoji_folders(const std::string& package, const std::string& tr
   const fs::path images = fs::path(package) / "app/assets/images/tanuki_emoji";
   KUAFU_CHECK(fs::is_regular_file(index_file), "no emoji index at ", index_file.string(), " (is ruby-tanuki-emoji installed?)");
   KUAFU_CHECK(fs::is_directory(images), "no emoji images at ", images.string());
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(std::ifstream(index_file));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(index_file.string() + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json index = io::read_json_object(index_file.string());
   // Each named image by its code points, in order; which tones each base comes in.
   std::map<std::string, std::pair<fs::path, std::string>> named;
   std::map<std::string, std::set<int>> tones;
@@ -103,24 +98,25 @@ EmojiSplit write_emoji_folders(const std::string& package, const std::string& tr
   for (const auto& [base, present] : tones) {
     if (present.size() == 5) held_out_tone[base] = static_cast<int>(split.toned_bases++ % 5);
   }
-  const fs::path train_building = fs::absolute(train_dir).string() + ".partial", held_building = fs::absolute(held_out_dir).string() + ".partial";
-  fs::remove_all(train_building);
-  fs::remove_all(held_building);
-  for (const auto& [codes, file_and_name] : named) {
-    const std::string base = base_of(codes);
-    const auto hold = held_out_tone.find(base);
-    const bool held = hold != held_out_tone.end() && base != codes && skin_tone_of(codes) == hold->second;
-    const fs::path folder = (held ? held_building : train_building) / base;
-    fs::create_directories(folder);
-    const std::string stem = (folder / file_and_name.first.stem()).string();
-    io::write_png(stem + ".png", on_white(file_and_name.first.string()));
-    write_file_atomic(stem + ".txt", file_and_name.second);
-    ++(held ? split.held_out : split.train);
-  }
+  auto is_held_out = [&](const std::string& codes) {
+    const auto hold = held_out_tone.find(base_of(codes));
+    return hold != held_out_tone.end() && base_of(codes) != codes && skin_tone_of(codes) == hold->second;
+  };
+  for (const auto& [codes, file_and_name] : named) ++(is_held_out(codes) ? split.held_out : split.train);
   KUAFU_CHECK(split.train > 0 && split.held_out > 0, package, " gave ", split.train, " training and ", split.held_out,
               " held-out emoji; it needs bases in all five skin tones");
-  fs::rename(train_building, train_dir);
-  fs::rename(held_building, held_out_dir);
+  for (const bool held : {false, true}) {
+    write_folder_atomic(held ? held_out_dir : train_dir, [&](const fs::path& building) {
+      for (const auto& [codes, file_and_name] : named) {
+        if (is_held_out(codes) != held) continue;
+        const fs::path folder = building / base_of(codes);
+        fs::create_directories(folder);
+        const std::string stem = (folder / file_and_name.first.stem()).string();
+        io::write_png(stem + ".png", on_white(file_and_name.first.string()));
+        write_file_atomic(stem + ".txt", file_and_name.second);
+      }
+    });
+  }
   return split;
 }
 

@@ -57,6 +57,7 @@ NewPipelineShape new_pipeline_shape(const config::Config& config) {
   u.cross_attention_dim = s.text.hidden_size;
   u.heads.assign(n, config.get_int("init.unet_heads"));
   u.sample_size = config.get_int("init.sample_size");
+  s.vae.sample_size = u.sample_size * s.vae.scale_factor();  // the images' side
   s.scheduler.beta_start = 0.00085;
   s.scheduler.beta_end = 0.012;
   s.scheduler.beta_schedule = BetaSchedule::kScaledLinear;

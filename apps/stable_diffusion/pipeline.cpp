@@ -2,8 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 
@@ -11,6 +9,7 @@
 #include "apps/stable_diffusion/unet_folder.h"
 #include "apps/stable_diffusion/vae_folder.h"
 #include "core/io/hf_folder.h"
+#include "core/io/json_file.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -21,12 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json read_json(const fs::path& path) {
-  KUAFU_CHECK(fs::exists(path), path.string(), " does not exist");
-  const nlohmann::json json = nlohmann::json::parse(read_file(path.string()), nullptr, false);
-  KUAFU_CHECK(json.is_object(), path.string(), " is not a JSON object");
-  return json;
-}
 
 }  // namespace
 
@@ -67,7 +60,7 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
 
 Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
   const fs::path root = dir;
-  const nlohmann::json index = read_json(root / "model_index.json");
+  const nlohmann::json index = io::read_json_object((root / "model_index.json").string());
   for (const auto& [name, value] : index.items()) {
     if (name.rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version
     const bool known = name == "tokenizer" || name == "text_encoder" || name == "unet" || name == "vae" || name == "scheduler";
@@ -84,7 +77,7 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
   p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device);
   p.unet = load_unet((root / "unet").string(), device);
   p.vae = load_vae((root / "vae").string(), device);
-  p.scheduler = read_scheduler_config(read_json(root / "scheduler" / "scheduler_config.json"),
+  p.scheduler = read_scheduler_config(io::read_json_object((root / "scheduler" / "scheduler_config.json").string()),
                                       (root / "scheduler" / "scheduler_config.json").string());
   KUAFU_CHECK(p.text_encoder->config.hidden_size == p.unet->config.cross_attention_dim, dir, ": the text encoder's width (",
               p.text_encoder->config.hidden_size, ") is not the UNet's cross_attention_dim (", p.unet->config.cross_attention_dim, ")");
@@ -99,28 +92,21 @@ void write_pipeline(const std::string& source, const std::string& out, const std
   KUAFU_CHECK(!fs::exists(out), out, " already exists; export into a new folder (nothing saved is overwritten)");
   KUAFU_CHECK(source.empty() || fs::exists(fs::path(source) / "model_index.json"), source,
               " is not a diffusers pipeline folder (no model_index.json)");
-  const fs::path target = fs::absolute(out);
-  std::error_code error;
-  fs::create_directories(target.parent_path(), error);
-  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
-  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(building);
+  auto is_replaced = [&](const fs::path& name) {
+    return std::any_of(replaced.begin(), replaced.end(), [&](const PipelineComponent& c) { return c.name == name.string(); });
+  };
   try {
-    fs::create_directory(building);
-    auto is_replaced = [&](const fs::path& name) {
-      return std::any_of(replaced.begin(), replaced.end(), [&](const PipelineComponent& c) { return c.name == name.string(); });
-    };
-    if (!source.empty()) {
-      for (const fs::directory_entry& entry : fs::directory_iterator(source)) {
-        if (!is_replaced(entry.path().filename())) fs::copy(entry.path(), building / entry.path().filename(), fs::copy_options::recursive);
+    write_folder_atomic(out, [&](const fs::path& building) {
+      if (!source.empty()) {
+        for (const fs::directory_entry& entry : fs::directory_iterator(source)) {
+          if (!is_replaced(entry.path().filename())) fs::copy(entry.path(), building / entry.path().filename(), fs::copy_options::recursive);
+        }
       }
-    }
-    for (const PipelineComponent& component : replaced) component.write((building / component.name).string());
+      for (const PipelineComponent& component : replaced) component.write((building / component.name).string());
+    });
   } catch (const std::exception& e) {
-    fs::remove_all(building, error);  // a failed export leaves nothing behind
     fail("cannot write the pipeline folder " + out + ": " + e.what());
   }
-  rename_durable(building.string(), target.string());
 }
 
 Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const SampleOptions& options) {
@@ -137,7 +123,8 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const bool guided = needs_unconditional(options.guidance);
   std::vector<std::string> texts = prompts;
   if (guided) texts.insert(texts.begin(), prompts.size(), "");
-  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
+  const torch::Dtype unet_dtype = p.unet->conv_in->weight.scalar_type();
+  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden.to(unet_dtype);  // [(2)B, 77, D]
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
@@ -154,14 +141,26 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   for (size_t i = 0; i < sampler->timesteps().size(); ++i) {
     const torch::Tensor input = sampler->scale_model_input(latents, i);
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler->timesteps()[i], torch::TensorOptions(torch::kFloat32).device(device));
-    const torch::Tensor out = p.unet->forward(guided ? torch::cat({input, input}) : input, t, text);
+    const torch::Tensor out = p.unet->forward((guided ? torch::cat({input, input}) : input).to(unet_dtype), t, text).to(torch::kFloat32);
     const torch::Tensor prediction = guided ? classifier_free_guidance(out.narrow(0, 0, rows), out.narrow(0, rows, rows), options.guidance) : out;
     torch::Tensor noise;
     if (sampler->stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(device);
     latents = sampler->step(prediction, i, latents, noise);
   }
-  const torch::Tensor decoded = p.vae->decode(latents / p.vae->config.scaling_factor);  // [B, 3, H, W] in about [−1, 1]
+  const torch::Tensor unscaled = (latents / p.vae->config.scaling_factor).to(p.vae->decoder->conv_in->weight.scalar_type());
+  const torch::Tensor decoded = (options.vae_tile > 0 ? p.vae->tiled_decode(unscaled, options.vae_tile) : p.vae->decode(unscaled)).to(torch::kFloat32);  // [B, 3, H, W] in about [−1, 1]
   return {initial, latents, (decoded / 2 + 0.5).clamp(0, 1)};
+}
+
+io::RgbImage sample_grid(const torch::Tensor& images) {
+  torch::Tensor bytes = (images.to(torch::kCPU, torch::kFloat32) * 255).round().clamp(0, 255).to(torch::kUInt8);  // [B, C, H, W]
+  if (bytes.size(1) == 1) bytes = bytes.expand({-1, 3, -1, -1});  // grey as RGB                              // [B, 3, H, W]
+  const torch::Tensor side_by_side = bytes.permute({2, 0, 3, 1}).reshape({bytes.size(2), -1, 3}).contiguous();     // [H, B·W, 3]
+  io::RgbImage grid;
+  grid.height = side_by_side.size(0);
+  grid.width = side_by_side.size(1);
+  grid.pixels.assign(side_by_side.data_ptr<uint8_t>(), side_by_side.data_ptr<uint8_t>() + side_by_side.numel());
+  return grid;
 }
 
 }  // namespace kuafu::sd

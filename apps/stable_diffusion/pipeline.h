@@ -17,6 +17,7 @@
 #include "apps/stable_diffusion/unet.h"
 #include "apps/stable_diffusion/vae.h"
 #include "core/io/hf_folder.h"
+#include "core/io/png_file.h"
 
 namespace kuafu::sd {
 
@@ -59,6 +60,7 @@ struct SampleOptions {
   uint64_t seed = 0;                   // the CPU generator's: initial latents, then each stochastic step's noise
   torch::Tensor initial_latents;       // [B, latent, h, w] N(0, 1) draws (scaled by the sampler's σ), else from the seed
   int64_t height = 0, width = 0;       // pixels; 0: the UNet's sample_size × the VAE's factor
+  int64_t vae_tile = 0;                // pixels: decode in overlapping tiles of this side (0: whole)
 };
 
 struct Samples {
@@ -66,6 +68,11 @@ struct Samples {
   torch::Tensor latents;          // [B, latent, h, w], the sampler's last
   torch::Tensor images;           // [B, 3, H, W] in [0, 1]
 };
+// The UNet and text encoder compute in their weights' dtype (a bf16 run's); the sampler's latents and
+// steps stay float32, and the VAE decodes in its own dtype.
 Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, const SampleOptions& options);
+
+// images [B, 3 or 1, H, W] in [0, 1] -> one RGB grid, the images side by side.
+io::RgbImage sample_grid(const torch::Tensor& images);
 
 }  // namespace kuafu::sd

@@ -4,7 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/atomic_file.h"
+#include "core/io/json_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -29,8 +29,7 @@ PromptTokenizer PromptTokenizer::from_folder(const std::string& dir) {
   const fs::path config_path = fs::path(dir) / "tokenizer_config.json";
   KUAFU_CHECK(fs::exists(config_path), dir, " has no tokenizer_config.json (a CLIPTokenizer folder: vocab.json, merges.txt, "
               "tokenizer_config.json)");
-  const nlohmann::json config = nlohmann::json::parse(read_file(config_path.string()), nullptr, false);
-  KUAFU_CHECK(config.is_object(), config_path.string(), " is not a JSON object");
+  const nlohmann::json config = io::read_json_object(config_path.string());
   KUAFU_CHECK(text::starts_with(config.value("tokenizer_class", std::string()), "CLIPTokenizer"), config_path.string(),
               ": tokenizer_class \"", config.value("tokenizer_class", std::string()), "\" is not CLIPTokenizer");
   PromptTokenizer t;
@@ -38,7 +37,7 @@ PromptTokenizer PromptTokenizer::from_folder(const std::string& dir) {
   // special_tokens_map.json names the pad token where tokenizer_config.json does not.
   std::string pad = token_named(config, "pad_token");
   if (const fs::path map = fs::path(dir) / "special_tokens_map.json"; pad.empty() && fs::exists(map)) {
-    pad = token_named(nlohmann::json::parse(read_file(map.string()), nullptr, false), "pad_token");
+    pad = token_named(io::read_json_object(map.string()), "pad_token");
   }
   if (pad.empty()) pad = "<|endoftext|>";
   auto id = [&](const std::string& token) {

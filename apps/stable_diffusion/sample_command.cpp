@@ -29,18 +29,10 @@ const char* const kHelp =
     "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
     "  --latents FILE       start from this initial noise (safetensors, tensor \"latents\" [B, 4, h, w])\n"
     "  --save-latents FILE  write the initial noise there\n"
+    "  --vae-tile PX|auto   decode in overlapping tiles of PX pixels (auto: the VAE's sample_size, as\n"
+    "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
 
-// images [B, 3, H, W] in [0, 1] -> one RGB grid, the images side by side.
-io::RgbImage grid_of(const torch::Tensor& images) {
-  const torch::Tensor bytes = (images.to(torch::kCPU, torch::kFloat32) * 255).round().clamp(0, 255).to(torch::kUInt8);  // [B, 3, H, W]
-  const torch::Tensor side_by_side = bytes.permute({2, 0, 3, 1}).reshape({bytes.size(2), -1, 3}).contiguous();     // [H, B·W, 3]
-  io::RgbImage grid;
-  grid.height = side_by_side.size(0);
-  grid.width = side_by_side.size(1);
-  grid.pixels.assign(side_by_side.data_ptr<uint8_t>(), side_by_side.data_ptr<uint8_t>() + side_by_side.numel());
-  return grid;
-}
 
 int64_t number(const std::string& option, const std::string& value) {
   try {
@@ -72,7 +64,7 @@ std::string value_text(double x) {
 
 int run_sample(int argc, const char* const argv[]) {
   try {
-    std::string model, out, latents_in, latents_out, device = "cpu", sampler_name;
+    std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile;
     std::vector<std::string> prompts;
     SampleOptions options;
     for (int i = 1; i < argc; ++i) {
@@ -107,6 +99,8 @@ int run_sample(int argc, const char* const argv[]) {
         latents_in = value;
       } else if (arg == "--save-latents") {
         latents_out = value;
+      } else if (arg == "--vae-tile") {
+        vae_tile = value;
       } else if (arg == "--device") {
         device = value;
       } else {
@@ -123,11 +117,12 @@ int run_sample(int argc, const char* const argv[]) {
       options.initial_latents = latents->to(torch::kFloat32);
     }
     Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
+    if (!vae_tile.empty()) options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
     const Samples samples = sample(pipeline, prompts, options);
     if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", samples.initial_latents.cpu()}});
     std::string joined;
     for (const std::string& p : prompts) joined += (joined.empty() ? "" : " | ") + p;
-    io::write_png(out, grid_of(samples.images),
+    io::write_png(out, sample_grid(samples.images),
                   {{"prompt", joined},
                    {"seed", latents_in.empty() ? std::to_string(options.seed) : "latents from " + latents_in},
                    {"steps", std::to_string(options.steps)},

@@ -44,6 +44,12 @@ config::Schema sd_schema() {
   s.add_bool("diffusion.cache", false, "encode every training image (the VAE's Gaussian) and caption once before training "
                                        "(needs augment.flip = false)");
 
+  s.add_string_list("sample.prompts", {}, "prompts sampled at each evaluation (on the moving average) into "
+                                         "<train.out_dir>/samples/step_<N>.png, side by side; none: no samples");
+  s.add_int("sample.steps", 25, "sampling steps of those samples (the folder's scheduler class)").min(1);
+  s.add_float("sample.guidance", 4.0, "their classifier-free guidance scale; 1 or less: none");
+  s.add_int("sample.seed", 0, "their initial noise's seed (the same at every evaluation, so the images compare)").min(0);
+
   s.add_string("data.format", "folder", "folder (one sub-folder per class, JPEG/PNG, captions in <image>.txt), idx "
                                         "(MNIST-style files) or hdf5 (uint8 images, labels and captions)")
       .choices({"idx", "folder", "hdf5"});
@@ -78,6 +84,10 @@ SdSettings read_sd_settings(const config::Config& config) {
   if (s.diffusion.cache && config.get_bool("augment.flip")) {
     config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be flipped anew each epoch; set augment.flip = false");
   }
+  s.samples.prompts = config.get_string_list("sample.prompts");
+  s.samples.steps = config.get_int("sample.steps");
+  s.samples.guidance = config.get_float("sample.guidance");
+  s.samples.seed = static_cast<uint64_t>(config.get_int("sample.seed"));
   s.train = train::read_train_settings(config);
   s.class_captions = config.get_string_list("data.class_captions");
   return s;

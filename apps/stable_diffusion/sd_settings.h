@@ -31,11 +31,20 @@ struct VaeTrainingSettings {
   int64_t scale_images = 256;  // training images whose latents set the exported scaling_factor
 };
 
+// sample.*: images sampled at each evaluation, on the moving average where there is one.
+struct TrainingSamples {
+  std::vector<std::string> prompts;  // none: no samples
+  int64_t steps = 25;
+  double guidance = 4.0;
+  uint64_t seed = 0;
+};
+
 struct SdSettings {
   std::string pipeline;  // model.pipeline: the diffusers pipeline folder the run starts from
   std::string trained = "unet";  // model.train: the component trained ("unet" or "vae"), the others frozen
   bool new_unet = false;  // model.new_unet: a fresh UNet of the folder's unet/config.json (training from scratch)
   DiffusionSettings diffusion;
+  TrainingSamples samples;
   VaeTrainingSettings vae;
   train::TrainSettings train;
   std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions

@@ -2,6 +2,10 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
 #include "core/util/error.h"
 #include "core/util/seed_mix.h"
 
@@ -159,6 +163,31 @@ train::LossSum DiffusionTask::evaluate(int rank, int ranks) {
     sums.count += static_cast<double>(items.size());
   });
   return sums;
+}
+
+void DiffusionTask::after_evaluation(int64_t step, const std::string& out_dir, bool main) {
+  const TrainingSamples& wanted = settings_.samples;
+  if (wanted.prompts.empty()) return;
+  SampleOptions options;
+  options.steps = wanted.steps;
+  options.guidance = wanted.guidance;
+  options.seed = wanted.seed;
+  const bool training = pipeline_.unet->is_training();
+  pipeline_.unet->eval();
+  const Samples samples = sample(pipeline_, wanted.prompts, options);  // every rank: the UNet's blocks may gather
+  pipeline_.unet->train(training);
+  if (!main) return;
+  const std::filesystem::path folder = std::filesystem::path(out_dir) / "samples";
+  std::filesystem::create_directories(folder);
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld.png", static_cast<long long>(step));
+  std::string joined;
+  for (const std::string& p : wanted.prompts) joined += (joined.empty() ? "" : " | ") + p;
+  std::ostringstream guidance;
+  guidance << wanted.guidance;
+  io::write_png((folder / name).string(), sample_grid(samples.images),
+                {{"prompt", joined}, {"seed", std::to_string(wanted.seed)}, {"steps", std::to_string(wanted.steps)},
+                 {"guidance", guidance.str()}, {"training step", std::to_string(step)}, {"software", "kuafu-sd"}});
 }
 
 double DiffusionTask::flops_per_item() const {

@@ -39,6 +39,8 @@ class DiffusionTask : public train::RunTask {
   // noise (the same at every evaluation, so curves compare runs with and without Min-SNR).
   train::LossSum evaluate(int rank, int ranks) override;
   std::vector<train::EvalMetric> eval_metrics(const train::LossSum&) const override { return {}; }
+  // sample.prompts, sampled from the same noise at every evaluation: <out_dir>/samples/step_<N>.png.
+  void after_evaluation(int64_t step, const std::string& out_dir, bool main) override;
   double flops_per_item() const override;
   int64_t items_per_row() const override { return 1; }
   std::string item_name() const override { return "images"; }

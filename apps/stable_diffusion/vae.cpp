@@ -1,5 +1,6 @@
 #include "apps/stable_diffusion/vae.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/util/error.h"
@@ -10,6 +11,7 @@ void VaeConfig::validate() const {
   KUAFU_CHECK(in_channels > 0 && out_channels > 0 && latent_channels > 0 && layers_per_block > 0 && norm_num_groups > 0,
               "the VAE's sizes (in_channels, out_channels, latent_channels, layers_per_block, norm_num_groups) must be positive");
   KUAFU_CHECK(!block_out_channels.empty(), "the VAE needs at least one block (block_out_channels)");
+  KUAFU_CHECK(sample_size > 0, "the VAE's sample_size (", sample_size, ") must be positive");
   for (const int64_t c : block_out_channels) {
     KUAFU_CHECK(c > 0 && c % norm_num_groups == 0, "block_out_channels ", c, " must be positive and divide into norm_num_groups = ",
                 norm_num_groups, " groups");
@@ -128,6 +130,52 @@ AutoencoderKLImpl::Posterior AutoencoderKLImpl::encode(const torch::Tensor& imag
 
 torch::Tensor AutoencoderKLImpl::decode(const torch::Tensor& latents) {
   return decoder->forward(post_quant_conv ? post_quant_conv(latents) : latents);
+}
+
+namespace {
+
+// The first `extent` rows (dim 2) or columns (dim 3) of `tile` fade in from the last ones of `before`:
+// before · (1 − k/extent) + tile · k/extent at offset k, in place (diffusers' blend_v / blend_h).
+void blend(const torch::Tensor& before, torch::Tensor& tile, int64_t dim, int64_t extent) {
+  extent = std::min({before.size(dim), tile.size(dim), extent});
+  if (extent <= 0) return;
+  std::vector<int64_t> shape(4, 1);
+  shape[static_cast<size_t>(dim)] = extent;
+  const torch::Tensor k = (torch::arange(extent, torch::kFloat64) / static_cast<double>(extent)).to(tile.dtype()).to(tile.device()).view(shape);
+  torch::Tensor head = tile.narrow(dim, 0, extent);
+  head.copy_(before.narrow(dim, before.size(dim) - extent, extent) * (1 - k) + head * k);
+}
+
+}  // namespace
+
+torch::Tensor AutoencoderKLImpl::tiled_decode(const torch::Tensor& latents, int64_t tile) {
+  const int64_t latent_tile = tile / config.scale_factor();
+  KUAFU_CHECK(latent_tile >= 4, "a decoding tile of ", tile, " pixels is under 4 latents (the VAE's factor is ", config.scale_factor(), ")");
+  if (latents.size(2) <= latent_tile && latents.size(3) <= latent_tile) return decode(latents);
+  const int64_t stride = latent_tile * 3 / 4;  // latents between tile starts
+  const int64_t blend_extent = tile / 4;       // pixels blended with the tile before
+  const int64_t kept = tile - blend_extent;    // pixels a tile contributes
+  std::vector<std::vector<torch::Tensor>> tiles;  // [row][column] decoded [B, out, ≤tile, ≤tile]
+  for (int64_t i = 0; i < latents.size(2); i += stride) {
+    tiles.emplace_back();
+    for (int64_t j = 0; j < latents.size(3); j += stride) {
+      const torch::Tensor part = latents.narrow(2, i, std::min(latent_tile, latents.size(2) - i))
+                                     .narrow(3, j, std::min(latent_tile, latents.size(3) - j));
+      tiles.back().push_back(decode(part));
+    }
+  }
+  std::vector<torch::Tensor> rows;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    std::vector<torch::Tensor> row;
+    for (size_t j = 0; j < tiles[i].size(); ++j) {
+      torch::Tensor& t = tiles[i][j];  // blended in place: the next row and column blend with this result
+      if (i > 0) blend(tiles[i - 1][j], t, 2, blend_extent);
+      if (j > 0) blend(tiles[i][j - 1], t, 3, blend_extent);
+      row.push_back(t.narrow(2, 0, std::min(kept, t.size(2))).narrow(3, 0, std::min(kept, t.size(3))));
+    }
+    rows.push_back(torch::cat(row, 3));
+  }
+  return torch::cat(rows, 2);
 }
 
 }  // namespace kuafu::sd

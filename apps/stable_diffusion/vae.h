@@ -18,6 +18,7 @@ struct VaeConfig {
   int64_t layers_per_block = 2;
   int64_t norm_num_groups = 32;
   double scaling_factor = 0.18215;
+  int64_t sample_size = 32;  // pixels; the tile side of diffusers' tiled decoding (enable_tiling)
   bool mid_block_add_attention = true;
   bool use_quant_conv = true, use_post_quant_conv = true;
 
@@ -73,6 +74,10 @@ struct AutoencoderKLImpl : torch::nn::Module {
   };
   Posterior encode(const torch::Tensor& images);        // images [B, in, H, W] in [−1, 1]
   torch::Tensor decode(const torch::Tensor& latents);   // latents [B, latent, h, w] (unscaled) -> [B, out, H, W]
+  // The same in overlapping tiles of `tile` pixels (tile / factor latents, a quarter overlap, the overlap
+  // blended linearly): diffusers' tiled_decode, so a large image needs one tile's activations at a time.
+  // Latents no larger than a tile decode whole, as diffusers does.
+  torch::Tensor tiled_decode(const torch::Tensor& latents, int64_t tile);
 
   VaeConfig config;
   VaeCoder encoder{nullptr}, decoder{nullptr};

@@ -34,6 +34,7 @@ VaeConfig read_vae_config(const nlohmann::json& json, const std::string& where) 
   c.layers_per_block = io::config_value<int64_t>(json, "layers_per_block", 1, where);
   c.norm_num_groups = io::config_value<int64_t>(json, "norm_num_groups", 32, where);
   c.scaling_factor = io::config_value<double>(json, "scaling_factor", 0.18215, where);
+  c.sample_size = io::config_value<int64_t>(json, "sample_size", 32, where);
   c.mid_block_add_attention = io::config_value<bool>(json, "mid_block_add_attention", true, where);
   c.use_quant_conv = io::config_value<bool>(json, "use_quant_conv", true, where);
   c.use_post_quant_conv = io::config_value<bool>(json, "use_post_quant_conv", true, where);
@@ -79,6 +80,7 @@ nlohmann::json write_vae_config(const VaeConfig& c) {
           {"act_fn", "silu"},
           {"norm_num_groups", c.norm_num_groups},
           {"scaling_factor", c.scaling_factor},
+          {"sample_size", c.sample_size},
           {"force_upcast", true},
           {"mid_block_add_attention", c.mid_block_add_attention},
           {"use_quant_conv", c.use_quant_conv},

@@ -1,3 +1,4 @@
+#include "core/io/json_file.h"
 #include "core/io/bpe_tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -84,14 +85,6 @@ std::optional<size_t> first_invalid_utf8(std::string_view s) {
     i += length;
   }
   return std::nullopt;
-}
-
-nlohmann::json read_json_file(const std::string& path) {
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path + ": not valid JSON: " + e.what());
-  }
 }
 
 }  // namespace

@@ -1,15 +1,11 @@
 #include "core/io/hf_folder.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <cerrno>
-
 #include <filesystem>
 #include <map>
 #include <set>
 #include <sstream>
 
+#include "core/io/json_file.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -21,14 +17,6 @@ namespace {
 
 // transformers' weight files, then diffusers' (a pipeline component's: unet/, vae/, text_encoder/ ...).
 constexpr const char* kStems[] = {"model", "diffusion_pytorch_model"};
-
-nlohmann::json read_json(const fs::path& path) {
-  try {
-    return nlohmann::json::parse(read_file(path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path.string() + ": not valid JSON: " + e.what());
-  }
-}
 
 std::string shape_text(const torch::Tensor& t) {
   std::ostringstream out;
@@ -66,7 +54,7 @@ nlohmann::json read_hf_config(const std::string& dir) {
   KUAFU_CHECK(fs::is_directory(root), "model folder ", dir, (fs::exists(root) ? " is not a folder" : " does not exist"));
   const fs::path config_path = root / "config.json";
   KUAFU_CHECK(fs::exists(config_path), dir, " has no config.json (not a Hugging Face model folder)");
-  nlohmann::json config = read_json(config_path);
+  nlohmann::json config = read_json_file(config_path.string());
   KUAFU_CHECK(config.is_object(), config_path.string(), ": expected a JSON object");
   return config;
 }
@@ -83,7 +71,7 @@ HfFolder read_hf_folder(const std::string& dir) {
   for (const std::string stem : kStems) {
     if (fs::exists(root / (stem + ".safetensors.index.json"))) {
       index_path = root / (stem + ".safetensors.index.json");
-      index = read_json(index_path);
+      index = read_json_file(index_path.string());
       files = shards_of(index_path, index);
       break;
     }
@@ -167,22 +155,6 @@ std::vector<std::string> hf_tokenizer_files(const std::string& dir) {
 
 namespace {
 
-// Removes the <target>.partial-<pid> folders of exports into `target` whose process is gone (killed
-// before it finished): nothing else cleans them. A live process's folder stays (exports into one path
-// from two hosts of a shared file system at once are not supported).
-void remove_dead_exports(const fs::path& target) {
-  const std::string prefix = target.filename().string() + ".partial-";
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(target.parent_path(), error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const auto pid = static_cast<pid_t>(std::stol(digits));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(entry.path(), error);
-  }
-}
-
 // The folder's files into `building`: shards, index, config, extra files.
 void write_into(const fs::path& building, const nlohmann::json& config, const NamedTensors& tensors,
                 const HfWriteOptions& options) {
@@ -230,25 +202,9 @@ void write_into(const fs::path& building, const nlohmann::json& config, const Na
 
 void write_hf_folder(const std::string& dir, const nlohmann::json& config, const NamedTensors& tensors,
                      const HfWriteOptions& options) {
-  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; export into a new folder (nothing saved is overwritten)");
   KUAFU_CHECK(options.max_shard_bytes > 0, "the shard size must be positive");
   for (const std::string& file : options.extra_files) KUAFU_CHECK(fs::is_regular_file(file), "cannot copy ", file, ": no such file");
-  const fs::path target = fs::absolute(dir);
-  std::error_code error;
-  fs::create_directories(target.parent_path(), error);
-  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
-  remove_dead_exports(target);
-  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
-  fs::remove_all(building);
-  fs::create_directory(building, error);
-  KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
-  try {
-    write_into(building, config, tensors, options);
-  } catch (...) {
-    fs::remove_all(building, error);  // a failed export leaves nothing behind
-    throw;
-  }
-  rename_durable(building.string(), target.string());
+  write_folder_atomic(dir, [&](const fs::path& building) { write_into(building, config, tensors, options); });
 }
 
 }  // namespace kuafu::io

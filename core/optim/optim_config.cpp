@@ -37,7 +37,7 @@ void add_optimizer_schema(config::Schema& s) {
       .min(0);
   s.add_float("optim.ema_decay", 0.0,
               "keep an exponential moving average of the float32 weights, ema = d ema + (1 - d) w after each step "
-              "(diffusion models sample with it); saved beside the model as the ema part; 0 = none")
+              "(diffusion models sample with it); evaluation runs on it, and it is saved beside the model as the ema part; 0 = none")
       .min(0)
       .max(0.999999);
 }

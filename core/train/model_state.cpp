@@ -185,6 +185,22 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
   zero_grads();
 }
 
+void ModelState::swap_ema() {
+  if (ema_.empty()) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < ema_.size(); ++i) {
+    torch::Tensor& master = params_[i].tensor;
+    const torch::Tensor live = master.clone();
+    master.copy_(ema_[i]);
+    ema_[i].copy_(live);
+  }
+  if (sharded_) {
+    sharded_->copy_masters_to_model();
+  } else {
+    masters_->copy_masters_to_model();
+  }
+}
+
 void ModelState::update_ema() {
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < ema_.size(); ++i) {

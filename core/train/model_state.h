@@ -94,6 +94,10 @@ class ModelState {
   // whole tensors of it by name (collective); empty without optim.ema_decay.
   const std::vector<torch::Tensor>& ema() const { return ema_; }
   io::NamedTensors full_ema() const;
+  // Exchanges the moving average with the weights the optimizer steps and gives the model the result, as
+  // a step does: the model then computes with the average. A second call restores everything bit for bit.
+  // Nothing without optim.ema_decay. Collective under ZeRO and Gemini.
+  void swap_ema();
   // Gemini's and ZeRO's memory figures for the metrics line (empty for plain replicas).
   std::vector<std::pair<std::string, double>> memory_figures() const;
 

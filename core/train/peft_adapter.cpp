@@ -1,9 +1,9 @@
 #include "core/train/peft_adapter.h"
 
 #include <filesystem>
-#include <fstream>
 
 #include "core/io/hf_folder.h"
+#include "core/io/json_file.h"
 #include "core/util/logging.h"
 #include "core/util/text.h"
 
@@ -77,12 +77,7 @@ bool apply_configured_lora(const config::Config& config, torch::nn::Module& mode
 nn::LoraSpec read_adapter_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / kConfigFile).string();
   KUAFU_CHECK(fs::is_regular_file(path), dir, " is not a PEFT adapter folder: it has no ", kConfigFile);
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(std::ifstream(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path + ": not valid JSON: " + e.what());
-  }
+  const nlohmann::json config = io::read_json_object(path);
   const std::string type = io::config_value<std::string>(config, "peft_type", "", path);
   KUAFU_CHECK(type == "LORA", path, ": \"peft_type\" is \"", type, "\"; Kuafu reads LoRA adapters only");
   nn::LoraSpec spec;

@@ -127,7 +127,17 @@ LossSum evaluate_task(RunTask& task, const dist::ProcessGroup& data) {
   return {v[0], v[1], v[2], std::vector<double>(v + 3, v + values.size())};
 }
 
-LossSum Trainer::evaluate() { return evaluate_task(task_, *runtime_.mesh->group("data")); }
+void Trainer::with_moving_averages(const std::function<void()>& body) {
+  for (Trained& t : trained_) t.state->swap_ema();
+  body();
+  for (Trained& t : trained_) t.state->swap_ema();
+}
+
+LossSum Trainer::evaluate() {
+  LossSum sums;
+  with_moving_averages([&] { sums = evaluate_task(task_, *runtime_.mesh->group("data")); });
+  return sums;
+}
 
 TrainSummary Trainer::run() {
   TrainSummary summary;
@@ -150,7 +160,11 @@ TrainSummary Trainer::run() {
     if (steps_per_epoch > 0) metrics["epoch"] = static_cast<double>(steps_done) / static_cast<double>(steps_per_epoch);
   };
   auto report_eval = [&](int64_t step) {
-    const LossSum eval = evaluate();
+    LossSum eval;
+    with_moving_averages([&] {
+      eval = evaluate_task(task_, data);
+      task_.after_evaluation(step, settings_.out_dir, runtime_.is_main());
+    });
     summary.val_loss = eval.loss_sum / std::max(1.0, eval.count);
     nlohmann::json metrics = {{"step", step}, {"val_loss", summary.val_loss}};
     add_epoch(metrics, step);

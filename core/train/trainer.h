@@ -89,6 +89,9 @@ class RunTask {
   // numbers by name: added to the step's metrics.jsonl line and progress line. Every rank calls it; the
   // main rank's are written, so a task gives figures that are the same on every rank.
   virtual std::map<std::string, double> step_figures(int64_t /*step*/) { return {}; }
+  // After each evaluation (the models holding their moving averages, where optim.ema_decay is set), on
+  // every rank: a task writes what a person looks at, e.g. samples, under `out_dir` (`main`: the rank that writes).
+  virtual void after_evaluation(int64_t /*step*/, const std::string& /*out_dir*/, bool /*main*/) {}
   // What the task holds between steps that a resumed run needs to go on exactly as this one would
   // (RLHF: the rollout being trained on, the adaptive KL coefficient): this rank's, saved with every
   // checkpoint beside its random state.
@@ -141,7 +144,9 @@ class Trainer {
   ~Trainer();
 
   TrainSummary run();
-  LossSum evaluate();  // all ranks together; returns the global sums
+  // All ranks together, on the moving averages where optim.ema_decay is set (what a checkpoint exports);
+  // returns the global sums.
+  LossSum evaluate();
 
   int64_t start_step() const { return start_step_; }
   // The first trained model's figures.
@@ -156,6 +161,8 @@ class Trainer {
     double grad_clip = 0;
   };
   void save_checkpoint(int64_t step);
+  // `body` with every trained model's moving average swapped in (optim.ema_decay), then the live weights back.
+  void with_moving_averages(const std::function<void()>& body);
   // A stop between micro-steps: the partial step is dropped on every model.
   void drop_partial_step();
 

@@ -1,6 +1,7 @@
 #include "core/util/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -31,6 +32,47 @@ void rename_durable(const std::string& from, const std::string& to) {
   KUAFU_CHECK(::rename(from.c_str(), to.c_str()) == 0, "cannot rename ", from, " to ", to, ": ", errno_text());
   auto parent = std::filesystem::path(to).parent_path();
   fsync_path(parent.empty() ? "." : parent.string());
+}
+
+namespace {
+
+// Removes the <target>.partial-<pid> folders whose process is gone (killed before it finished): nothing
+// else cleans them. A live process's folder stays (writers into one path from two hosts of a shared file
+// system at once are not supported).
+void remove_dead_partials(const std::filesystem::path& target) {
+  const std::string prefix = target.filename().string() + ".partial-";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(target.parent_path(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const auto pid = static_cast<pid_t>(std::stol(digits));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove_all(entry.path(), error);
+  }
+}
+
+}  // namespace
+
+void write_folder_atomic(const std::string& dir, const std::function<void(const std::filesystem::path& building)>& fill) {
+  namespace fs = std::filesystem;
+  KUAFU_CHECK(!fs::exists(dir), dir, " already exists; write into a new folder (nothing saved is overwritten)");
+  const fs::path target = fs::absolute(dir);
+  std::error_code error;
+  fs::create_directories(target.parent_path(), error);
+  KUAFU_CHECK(!error, "cannot create ", target.parent_path().string(), ": ", error.message());
+  remove_dead_partials(target);
+  const fs::path building = target.string() + ".partial-" + std::to_string(::getpid());
+  fs::remove_all(building, error);
+  fs::create_directory(building, error);
+  KUAFU_CHECK(!error, "cannot create ", building.string(), ": ", error.message());
+  try {
+    fill(building);
+  } catch (...) {
+    fs::remove_all(building, error);  // a failed write leaves nothing behind
+    throw;
+  }
+  rename_durable(building.string(), target.string());
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {

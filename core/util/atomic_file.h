@@ -1,8 +1,10 @@
 // Crash-safe file writing: data goes to a temporary name, is fsync'ed, then renamed over the target,
-// so a reader sees either the old file or the complete new one, never a torn one.
+// so a reader sees either the old file or the complete new one, never a torn one. Folders likewise.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -16,6 +18,12 @@ void fsync_path(const std::string& path);
 
 // Renames `from` to `to` and fsyncs the parent folder of `to`.
 void rename_durable(const std::string& from, const std::string& to);
+
+// Writes a new folder `dir` whole or not at all: `fill` writes its files into a folder beside it
+// (<dir>.partial-<pid>), renamed to `dir` once `fill` returns; if `fill` throws, that folder is removed
+// and the error passes on. An existing `dir` is refused (nothing saved is overwritten), and the partial
+// folders of writers into `dir` that died before finishing are removed first.
+void write_folder_atomic(const std::string& dir, const std::function<void(const std::filesystem::path& building)>& fill);
 
 // The whole file as bytes; kuafu::Error naming the path when it cannot be read.
 std::string read_file(const std::string& path);

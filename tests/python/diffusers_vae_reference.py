@@ -5,7 +5,9 @@
       attention), saved with save_pretrained; OUT/vae_old_names: the same weights under the older attention
       names (query, key, value, proj_attn), which diffusers still reads;
       OUT/reference.safetensors: images [2, 3, 16, 16], the posterior's mean and logvar, and the decoding
-      of the mean (decoded)
+      of the mean (decoded); latents [1, 4, 21, 14] (tiled_latents) and their tiled decoding
+      (tiled_decoded: enable_tiling with the config's sample_size 16, tiles of 8 latents, the last row
+      and column short)
   diffusers_vae_reference.py check DIR EXPECTED
       loads DIR (a folder Kuafu wrote) with AutoencoderKL.from_pretrained and prints, as JSON, the largest
       difference of its mean, logvar and decoding of EXPECTED's images from EXPECTED's
@@ -30,7 +32,7 @@ def build(out):
     out = pathlib.Path(out)
     torch.manual_seed(0)
     vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4, block_out_channels=(8, 16), layers_per_block=1,
-                        norm_num_groups=4, down_block_types=("DownEncoderBlock2D",) * 2,
+                        norm_num_groups=4, sample_size=16, down_block_types=("DownEncoderBlock2D",) * 2,
                         up_block_types=("UpDecoderBlock2D",) * 2).eval()
     with torch.no_grad():  # GroupNorms and biases away from ones and zeros: a swapped tensor shows
         for name, p in vae.named_parameters():
@@ -49,7 +51,12 @@ def build(out):
     save_file(renamed, old / "diffusion_pytorch_model.safetensors")
     images = torch.rand(2, 3, 16, 16) * 2 - 1
     mean, logvar, decoded = outputs(vae, images)
-    tensors = {"images": images, "mean": mean, "logvar": logvar, "decoded": decoded}
+    tiled_latents = torch.randn(1, 4, 21, 14)
+    vae.enable_tiling()
+    with torch.no_grad():
+        tiled_decoded = vae.decode(tiled_latents).sample
+    tensors = {"images": images, "mean": mean, "logvar": logvar, "decoded": decoded, "tiled_latents": tiled_latents,
+               "tiled_decoded": tiled_decoded}
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
 

@@ -35,6 +35,22 @@ TEST_P(VaeFolderTest, GivesDiffusersPosteriorAndDecoding) {
 
 INSTANTIATE_TEST_SUITE_P(Namings, VaeFolderTest, ::testing::Values("vae", "vae_old_names"));
 
+// Tiles of the config's sample_size (16 px, 8 latents, a quarter overlap) over latents of 21 x 14, whose
+// last tile row and column are short: diffusers' tiled decoding, 1e-4 as the whole decoding. Latents
+// within one tile decode whole.
+TEST(VaeTest, TiledDecodingIsDiffusers) {
+  const testing::Reference& ref = reference();
+  AutoencoderKL vae = load_vae((ref.dir / "vae").string());
+  vae->eval();
+  torch::NoGradGuard no_grad;
+  ASSERT_EQ(vae->config.sample_size, 16);
+  const torch::Tensor tiled = vae->tiled_decode(ref["tiled_latents"], vae->config.sample_size);
+  EXPECT_EQ(tiled.sizes(), (std::vector<int64_t>{1, 3, 42, 28}));
+  EXPECT_LT(testing::max_abs_difference(tiled, ref["tiled_decoded"]), 1e-4);
+  EXPECT_GT(testing::max_abs_difference(tiled, vae->decode(ref["tiled_latents"])), 1e-3) << "the tiles were decoded apart";
+  EXPECT_TRUE(torch::equal(vae->tiled_decode(ref["mean"], 16), vae->decode(ref["mean"])));
+}
+
 TEST(VaeTest, WhatKuafuWritesLoadsInDiffusersWithKuafusOutputs) {
   const testing::Reference& ref = reference();
   AutoencoderKL vae = load_vae((ref.dir / "vae").string());

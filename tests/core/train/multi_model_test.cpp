@@ -296,7 +296,8 @@ TEST(MultiModelTest, ModelSectionsAreCheckedAsTheTopLevelKeys) {
 
 // optim.ema_decay keeps ema = d ema + (1 - d) w after each step, worked here by hand from the weights;
 // for plain replicas and for ZeRO-2's sharded masters alike; saved as the "ema" part and restored by a
-// resume. The average is float32 arithmetic in the same order as the formula: 1e-6 relative.
+// resume; swapped into the model and back. The average is float32 arithmetic in the same order as the
+// formula: 1e-6 relative.
 TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
   const fs::path root = testing::temp_dir("ema");
   for (const std::string strategy : {"none", "zero2"}) {
@@ -326,6 +327,14 @@ TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
       for (const auto& [name, tensor] : ema) {
         EXPECT_TRUE(torch::allclose(tensor, expected.at(name), 1e-6, 0)) << name;
       }
+      // swap_ema gives the model the average (as evaluation wants), and a second call the weights back, bit for bit.
+      std::map<std::string, torch::Tensor> live;
+      for (const auto& p : model->named_parameters()) live[p.key()] = p.value().detach().clone();
+      state.swap_ema();
+      for (const auto& p : model->named_parameters()) EXPECT_TRUE(torch::allclose(p.value(), expected.at(p.key()), 1e-6, 0)) << p.key();
+      state.swap_ema();
+      for (const auto& p : model->named_parameters()) EXPECT_TRUE(torch::equal(p.value(), live.at(p.key()))) << p.key();
+      for (const auto& [name, tensor] : state.full_ema()) EXPECT_TRUE(torch::allclose(tensor, expected.at(name), 1e-6, 0)) << name;
       run.save(3, state.checkpoint_parts(), nlohmann::json::object());
     }
     const std::string folder = checkpoint_folder((root / strategy / "checkpoints").string(), 3);
