@@ -10,7 +10,7 @@
 #      prompted class (chance 10%), into <out>/scores.jsonl: 50 per class from each UNet with DDIM-50, and
 #      10 per class from the Min-SNR UNet with DDIM-50 and with DDPM-1000 from the same initial noise; the
 #      first four of each class as grids (a class per column).
-# Steps already done (a folder that exists) are kept. About 90 minutes on this machine (2 cores), 20 of them
+# Steps already done (a folder that exists) are kept. About 90 minutes on this machine (2 cores), 25 of them
 # DDPM's 1,000 steps.
 # Usage: apps/stable_diffusion/fashion_check.sh [build dir = build] [out = runs/sd_fashion]
 set -euo pipefail
