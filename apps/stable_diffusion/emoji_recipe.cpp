@@ -105,18 +105,21 @@ EmojiSplit write_emoji_folders(const std::string& package, const std::string& tr
   for (const auto& [codes, file_and_name] : named) ++(is_held_out(codes) ? split.held_out : split.train);
   KUAFU_CHECK(split.train > 0 && split.held_out > 0, package, " gave ", split.train, " training and ", split.held_out,
               " held-out emoji; it needs bases in all five skin tones");
-  for (const bool held : {false, true}) {
-    write_folder_atomic(held ? held_out_dir : train_dir, [&](const fs::path& building) {
-      for (const auto& [codes, file_and_name] : named) {
-        if (is_held_out(codes) != held) continue;
-        const fs::path folder = building / base_of(codes);
-        fs::create_directories(folder);
-        const std::string stem = (folder / file_and_name.first.stem()).string();
-        io::write_png(stem + ".png", on_white(file_and_name.first.string()));
-        write_file_atomic(stem + ".txt", file_and_name.second);
-      }
-    });
-  }
+  auto write_split = [&](const fs::path& building, bool held) {
+    for (const auto& [codes, file_and_name] : named) {
+      if (is_held_out(codes) != held) continue;
+      const fs::path folder = building / base_of(codes);
+      fs::create_directories(folder);
+      const std::string stem = (folder / file_and_name.first.stem()).string();
+      io::write_png(stem + ".png", on_white(file_and_name.first.string()));
+      write_file_atomic(stem + ".txt", file_and_name.second);
+    }
+  };
+  // The held-out folder is written inside the training folder's write, so a failure in either leaves neither.
+  write_folder_atomic(train_dir, [&](const fs::path& train_building) {
+    write_split(train_building, false);
+    write_folder_atomic(held_out_dir, [&](const fs::path& held_building) { write_split(held_building, true); });
+  });
   return split;
 }
 

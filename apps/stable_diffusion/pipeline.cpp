@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <sstream>
 
 #include "apps/stable_diffusion/clip_hugging_face.h"
 #include "apps/stable_diffusion/unet_folder.h"
@@ -17,11 +18,6 @@
 namespace kuafu::sd {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-
-}  // namespace
 
 SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where) {
   SchedulerFolder s;
@@ -89,7 +85,6 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
 }
 
 void write_pipeline(const std::string& source, const std::string& out, const std::vector<PipelineComponent>& replaced) {
-  KUAFU_CHECK(!fs::exists(out), out, " already exists; export into a new folder (nothing saved is overwritten)");
   KUAFU_CHECK(source.empty() || fs::exists(fs::path(source) / "model_index.json"), source,
               " is not a diffusers pipeline folder (no model_index.json)");
   auto is_replaced = [&](const fs::path& name) {
@@ -152,9 +147,18 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   return {initial, latents, (decoded / 2 + 0.5).clamp(0, 1)};
 }
 
+std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,
+                                                                 const SampleOptions& options) {
+  std::string joined;
+  for (const std::string& p : prompts) joined += (joined.empty() ? "" : " | ") + p;
+  std::ostringstream guidance;
+  guidance << options.guidance;
+  return {{"prompt", joined}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
+}
+
 io::RgbImage sample_grid(const torch::Tensor& images) {
   torch::Tensor bytes = (images.to(torch::kCPU, torch::kFloat32) * 255).round().clamp(0, 255).to(torch::kUInt8);  // [B, C, H, W]
-  if (bytes.size(1) == 1) bytes = bytes.expand({-1, 3, -1, -1});  // grey as RGB                              // [B, 3, H, W]
+  if (bytes.size(1) == 1) bytes = bytes.expand({-1, 3, -1, -1});  // grey as RGB: [B, 3, H, W]
   const torch::Tensor side_by_side = bytes.permute({2, 0, 3, 1}).reshape({bytes.size(2), -1, 3}).contiguous();     // [H, B·W, 3]
   io::RgbImage grid;
   grid.height = side_by_side.size(0);

@@ -72,6 +72,10 @@ struct Samples {
 // steps stay float32, and the VAE decodes in its own dtype.
 Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, const SampleOptions& options);
 
+// A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
+std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,
+                                                                 const SampleOptions& options);
+
 // images [B, 3 or 1, H, W] in [0, 1] -> one RGB grid, the images side by side.
 io::RgbImage sample_grid(const torch::Tensor& images);
 

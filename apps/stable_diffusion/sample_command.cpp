@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -33,7 +32,6 @@ const char* const kHelp =
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
 
-
 int64_t number(const std::string& option, const std::string& value) {
   try {
     size_t used = 0;
@@ -52,12 +50,6 @@ double real(const std::string& option, const std::string& value) {
   } catch (const std::exception&) {
   }
   fail(option + " " + value + " is not a number");
-}
-
-std::string value_text(double x) {
-  std::ostringstream out;
-  out << x;
-  return out.str();
 }
 
 }  // namespace
@@ -120,16 +112,11 @@ int run_sample(int argc, const char* const argv[]) {
     if (!vae_tile.empty()) options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
     const Samples samples = sample(pipeline, prompts, options);
     if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", samples.initial_latents.cpu()}});
-    std::string joined;
-    for (const std::string& p : prompts) joined += (joined.empty() ? "" : " | ") + p;
-    io::write_png(out, sample_grid(samples.images),
-                  {{"prompt", joined},
-                   {"seed", latents_in.empty() ? std::to_string(options.seed) : "latents from " + latents_in},
-                   {"steps", std::to_string(options.steps)},
-                   {"guidance", value_text(options.guidance)},
-                   {"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
-                   {"model", model},
-                   {"software", "kuafu-sd"}});
+    auto text = sample_png_text(prompts, latents_in.empty() ? std::to_string(options.seed) : "latents from " + latents_in, options);
+    text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
+                             {"model", model},
+                             {"software", "kuafu-sd"}});
+    io::write_png(out, sample_grid(samples.images), text);
     std::cout << out << ": " << prompts.size() << " image(s) of " << samples.images.size(3) << "x" << samples.images.size(2) << "\n";
     return 0;
   } catch (const Error& e) {

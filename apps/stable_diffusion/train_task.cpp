@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <sstream>
 
 #include "core/util/error.h"
 #include "core/util/seed_mix.h"
@@ -181,13 +180,9 @@ void DiffusionTask::after_evaluation(int64_t step, const std::string& out_dir, b
   std::filesystem::create_directories(folder);
   char name[32];
   std::snprintf(name, sizeof name, "step_%08lld.png", static_cast<long long>(step));
-  std::string joined;
-  for (const std::string& p : wanted.prompts) joined += (joined.empty() ? "" : " | ") + p;
-  std::ostringstream guidance;
-  guidance << wanted.guidance;
-  io::write_png((folder / name).string(), sample_grid(samples.images),
-                {{"prompt", joined}, {"seed", std::to_string(wanted.seed)}, {"steps", std::to_string(wanted.steps)},
-                 {"guidance", guidance.str()}, {"training step", std::to_string(step)}, {"software", "kuafu-sd"}});
+  auto text = sample_png_text(wanted.prompts, std::to_string(wanted.seed), options);
+  text.insert(text.end(), {{"training step", std::to_string(step)}, {"software", "kuafu-sd"}});
+  io::write_png((folder / name).string(), sample_grid(samples.images), text);
 }
 
 double DiffusionTask::flops_per_item() const {

@@ -1,4 +1,3 @@
-#include "core/io/json_file.h"
 #include "core/io/bpe_tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -15,6 +14,7 @@
 #include <mutex>
 #include <optional>
 
+#include "core/io/json_file.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
