@@ -1,5 +1,7 @@
 #include "apps/stable_diffusion/commands.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -87,6 +89,7 @@ class SdApp : public train::App {
   }
 
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
+  nlohmann::json benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory);
 
  private:
   // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.
@@ -107,6 +110,7 @@ class SdApp : public train::App {
 };
 
 nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
+  if (config_.get_int("benchmark.sampling_steps") > 0) return benchmark_sampling(runtime, memory);
   train::checkpoint_from_config(config_, unet_->sites, kCheckpointedBlocks);
   const UNetConfig& u = unet_config_;
   const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = 77;
@@ -127,6 +131,48 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
     return diffusion_loss(unet_, schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});
   };
   return train::benchmark_training(config_, runtime, *unet_, loss, rows, spec, memory);
+}
+
+// DDIM's loop under guidance 7.5 (two UNet rows per image, diffusers' default scale) on random initial
+// latents and text encodings, the UNet alone in precision.dtype: what benchmarks/sd_sampling_diffusers.py
+// times in diffusers.
+nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
+  if (config_.get_string("memory.strategy") != "none") {
+    config_.fail_at("memory.strategy", "must be \"none\" with benchmark.sampling_steps: sampling is timed on the UNet alone");
+  }
+  const torch::Dtype dtype = optim::compute_dtype(config_, runtime.device);
+  unet_->to(dtype);
+  unet_->eval();
+  const UNetConfig& u = unet_config_;
+  const int64_t rows = settings_.train.micro_batch_size, steps = config_.get_int("benchmark.sampling_steps");
+  const double guidance = 7.5;
+  const auto f32 = torch::TensorOptions().device(runtime.device);
+  const torch::Tensor initial = torch::randn({rows, u.in_channels, u.sample_size, u.sample_size}, f32);  // [B, C, h, w]
+  const torch::Tensor text = torch::randn({2 * rows, 77, u.cross_attention_dim}, f32);                    // [2B, 77, D]
+  const NoiseSchedule schedule{SchedulerConfig{}};
+  at::Generator generator = at::detail::createCPUGenerator(0);
+  memory.start_steps();
+  const train::StepTimes times = train::time_steps(
+      [&] {
+        const std::unique_ptr<Sampler> ddim = make_sampler(SamplerKind::kDdim, schedule, steps);
+        denoise(unet_, *ddim, initial, text, guidance, generator);
+      },
+      config_.get_int("benchmark.warmup"), config_.get_int("benchmark.steps"), runtime.device);
+  nlohmann::json line = {{"app", "stable_diffusion"},
+                         {"config", config_.path()},
+                         {"measures", "sampling"},
+                         {"parameters", static_cast<int64_t>(model_size().parameters)},
+                         {"batch", rows},
+                         {"precision", config_.get_string("precision.dtype")},
+                         {"sampler", "ddim"},
+                         {"sampling_steps", steps},
+                         {"guidance", guidance},
+                         {"latent_size", u.sample_size},
+                         {"loop_s_median", times.median},
+                         {"sampling_steps_per_s", static_cast<double>(steps) / times.median},
+                         {"ms_per_sampling_step", times.median * 1e3 / static_cast<double>(steps)}};
+  line.update(memory.figures());
+  return line;
 }
 
 }  // namespace

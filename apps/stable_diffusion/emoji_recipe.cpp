@@ -1,7 +1,9 @@
 #include "apps/stable_diffusion/emoji_recipe.h"
 
 #include <nlohmann/json.hpp>
+#ifdef KUAFU_WITH_IMAGE_CODECS
 #include <opencv2/imgcodecs.hpp>
+#endif
 
 #include <filesystem>
 #include <map>
@@ -43,6 +45,9 @@ std::string base_of(const std::string& code_points) {
 
 // The image composited onto white, as 8-bit RGB.
 io::RgbImage on_white(const std::string& path) {
+#ifndef KUAFU_WITH_IMAGE_CODECS
+  fail("cannot read " + path + ": this build has no image decoding (KUAFU_WITH_IMAGE_CODECS=OFF)");
+#else
   const cv::Mat image = cv::imread(path, cv::IMREAD_UNCHANGED);
   KUAFU_CHECK(!image.empty() && image.depth() == CV_8U, "cannot read ", path, " as an 8-bit image");
   io::RgbImage out{image.cols, image.rows, std::vector<uint8_t>(static_cast<size_t>(image.cols * image.rows * 3))};
@@ -59,6 +64,7 @@ io::RgbImage on_white(const std::string& path) {
     }
   }
   return out;
+#endif
 }
 
 }  // namespace

@@ -19,6 +19,22 @@ namespace kuafu::sd {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A float32 VAE on `device` holding `vae`'s (reduced-precision) weights, for decoding.
+AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device) {
+  AutoencoderKL copy(vae->config, device);
+  torch::NoGradGuard no_grad;
+  const auto source = vae->named_parameters();
+  for (auto& param : copy->named_parameters()) param.value().copy_(source[param.key()]);
+  const auto source_buffers = vae->named_buffers();
+  for (auto& buffer : copy->named_buffers()) buffer.value().copy_(source_buffers[buffer.key()]);
+  copy->eval();
+  return copy;
+}
+
+}  // namespace
+
 SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where) {
   SchedulerFolder s;
   s.class_name = io::config_value<std::string>(json, "_class_name", "", where);
@@ -104,6 +120,25 @@ void write_pipeline(const std::string& source, const std::string& out, const std
   }
 }
 
+torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
+                      at::Generator& generator) {
+  torch::NoGradGuard no_grad;
+  const bool guided = needs_unconditional(guidance);
+  const int64_t rows = latents.size(0);
+  const torch::Dtype dtype = unet->conv_in->weight.scalar_type();
+  const torch::Tensor context = text.to(dtype);
+  for (size_t i = 0; i < sampler.timesteps().size(); ++i) {
+    const torch::Tensor input = sampler.scale_model_input(latents, i);
+    const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
+    const torch::Tensor out = unet->forward((guided ? torch::cat({input, input}) : input).to(dtype), t, context).to(torch::kFloat32);
+    const torch::Tensor prediction = guided ? classifier_free_guidance(out.narrow(0, 0, rows), out.narrow(0, rows, rows), guidance) : out;
+    torch::Tensor noise;
+    if (sampler.stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(latents.device());
+    latents = sampler.step(prediction, i, latents, noise);
+  }
+  return latents;
+}
+
 Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const SampleOptions& options) {
   torch::NoGradGuard no_grad;
   const auto rows = static_cast<int64_t>(prompts.size());
@@ -118,8 +153,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const bool guided = needs_unconditional(options.guidance);
   std::vector<std::string> texts = prompts;
   if (guided) texts.insert(texts.begin(), prompts.size(), "");
-  const torch::Dtype unet_dtype = p.unet->conv_in->weight.scalar_type();
-  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden.to(unet_dtype);  // [(2)B, 77, D]
+  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
@@ -132,18 +166,10 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   }
   KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
               "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
-  torch::Tensor latents = initial.to(device) * sampler->init_noise_sigma();
-  for (size_t i = 0; i < sampler->timesteps().size(); ++i) {
-    const torch::Tensor input = sampler->scale_model_input(latents, i);
-    const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler->timesteps()[i], torch::TensorOptions(torch::kFloat32).device(device));
-    const torch::Tensor out = p.unet->forward((guided ? torch::cat({input, input}) : input).to(unet_dtype), t, text).to(torch::kFloat32);
-    const torch::Tensor prediction = guided ? classifier_free_guidance(out.narrow(0, 0, rows), out.narrow(0, rows, rows), options.guidance) : out;
-    torch::Tensor noise;
-    if (sampler->stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(device);
-    latents = sampler->step(prediction, i, latents, noise);
-  }
-  const torch::Tensor unscaled = (latents / p.vae->config.scaling_factor).to(p.vae->decoder->conv_in->weight.scalar_type());
-  const torch::Tensor decoded = (options.vae_tile > 0 ? p.vae->tiled_decode(unscaled, options.vae_tile) : p.vae->decode(unscaled)).to(torch::kFloat32);  // [B, 3, H, W] in about [−1, 1]
+  const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator);
+  AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
+  const torch::Tensor unscaled = latents / vae->config.scaling_factor;
+  const torch::Tensor decoded = options.vae_tile > 0 ? vae->tiled_decode(unscaled, options.vae_tile) : vae->decode(unscaled);  // [B, 3, H, W] in about [−1, 1]
   return {initial, latents, (decoded / 2 + 0.5).clamp(0, 1)};
 }
 

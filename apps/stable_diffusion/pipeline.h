@@ -69,8 +69,16 @@ struct Samples {
   torch::Tensor images;           // [B, 3, H, W] in [0, 1]
 };
 // The UNet and text encoder compute in their weights' dtype (a bf16 run's); the sampler's latents and
-// steps stay float32, and the VAE decodes in its own dtype.
+// steps stay float32, and the VAE decodes in float32 whatever its weights' dtype (diffusers' force_upcast:
+// a reduced-precision decoding loses the image's fine values, and in fp16 overflows to black).
 Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, const SampleOptions& options);
+
+// The sampler's loop: from `latents` [B, C, h, w] (float32, already scaled by init_noise_sigma) through
+// every step of `sampler`, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
+// caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
+// `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
+torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
+                      at::Generator& generator);
 
 // A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,

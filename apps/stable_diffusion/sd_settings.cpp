@@ -17,6 +17,9 @@ config::Schema sd_schema() {
   train::add_runtime_schema(s);
   train::add_trainer_schema(s);
   train::add_benchmark_schema(s);
+  s.add_int("benchmark.sampling_steps", 0, "time sampling instead of training: DDIM loops of this many steps under guidance "
+                                           "7.5, the UNet alone in precision.dtype (benchmark.steps loops timed; 0: time training)")
+      .min(0);
   train::add_model_sections(s, {"unet", "text_encoder", "vae"});
   train::add_lora_schema(s, {"to_q", "to_k", "to_v", "to_out.0"});  // the UNet's attention projections
   add_init_schema(s);
@@ -85,9 +88,9 @@ SdSettings read_sd_settings(const config::Config& config) {
     config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be flipped anew each epoch; set augment.flip = false");
   }
   s.samples.prompts = config.get_string_list("sample.prompts");
-  s.samples.steps = config.get_int("sample.steps");
-  s.samples.guidance = config.get_float("sample.guidance");
-  s.samples.seed = static_cast<uint64_t>(config.get_int("sample.seed"));
+  s.samples.options.steps = config.get_int("sample.steps");
+  s.samples.options.guidance = config.get_float("sample.guidance");
+  s.samples.options.seed = static_cast<uint64_t>(config.get_int("sample.seed"));
   s.train = train::read_train_settings(config);
   s.class_captions = config.get_string_list("data.class_captions");
   return s;

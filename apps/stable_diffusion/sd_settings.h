@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stable_diffusion/pipeline.h"
 #include "core/config/config.h"
 #include "core/io/image_dataset.h"
 #include "core/train/train_settings.h"
@@ -34,9 +35,7 @@ struct VaeTrainingSettings {
 // sample.*: images sampled at each evaluation, on the moving average where there is one.
 struct TrainingSamples {
   std::vector<std::string> prompts;  // none: no samples
-  int64_t steps = 25;
-  double guidance = 4.0;
-  uint64_t seed = 0;
+  SampleOptions options;             // sample.steps, sample.guidance and sample.seed; the folder's sampler
 };
 
 struct SdSettings {

@@ -167,20 +167,16 @@ train::LossSum DiffusionTask::evaluate(int rank, int ranks) {
 void DiffusionTask::after_evaluation(int64_t step, const std::string& out_dir, bool main) {
   const TrainingSamples& wanted = settings_.samples;
   if (wanted.prompts.empty()) return;
-  SampleOptions options;
-  options.steps = wanted.steps;
-  options.guidance = wanted.guidance;
-  options.seed = wanted.seed;
   const bool training = pipeline_.unet->is_training();
   pipeline_.unet->eval();
-  const Samples samples = sample(pipeline_, wanted.prompts, options);  // every rank: the UNet's blocks may gather
+  const Samples samples = sample(pipeline_, wanted.prompts, wanted.options);  // every rank: the UNet's blocks may gather
   pipeline_.unet->train(training);
   if (!main) return;
   const std::filesystem::path folder = std::filesystem::path(out_dir) / "samples";
   std::filesystem::create_directories(folder);
   char name[32];
   std::snprintf(name, sizeof name, "step_%08lld.png", static_cast<long long>(step));
-  auto text = sample_png_text(wanted.prompts, std::to_string(wanted.seed), options);
+  auto text = sample_png_text(wanted.prompts, std::to_string(wanted.options.seed), wanted.options);
   text.insert(text.end(), {{"training step", std::to_string(step)}, {"software", "kuafu-sd"}});
   io::write_png((folder / name).string(), sample_grid(samples.images), text);
 }

@@ -25,6 +25,16 @@ torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   return logits;
 }
 
+torch::Tensor sample_rows(const torch::Tensor& logits, at::Generator& generator) {
+  const int64_t vocab = logits.size(1);
+  const torch::Tensor weights = (logits - std::get<0>(logits.max(1, /*keepdim=*/true))).exp();  // [B, V]; −inf: 0
+  const torch::Tensor cdf = weights.cumsum(1);                                                   // [B, V]
+  const torch::Tensor u = torch::rand({logits.size(0), 1}, generator, logits.options()) * cdf.narrow(1, vocab - 1, 1);  // [B, 1]
+  // The first token whose cumulative weight passes u: token i when cdf[i − 1] <= u < cdf[i], so a token
+  // of weight 0 never is.
+  return torch::searchsorted(cdf, u, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1).squeeze(1);
+}
+
 DecodeStep whole_rows_step(const torch::Tensor& tokens, const torch::Tensor& real) {
   const torch::Tensor mask = real.to(torch::kBool);
   return {tokens, (mask.to(torch::kInt64).cumsum(1) - 1).clamp_min(0), mask};
@@ -85,14 +95,13 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
     if (options.vocab_limit > 0 && options.vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, options.vocab_limit);
     // Every row at once. Greedy picks on the device (widening to float64 changes no order); sampling
     // runs on the host with the seeded CPU generator in float64, so the tokens are the same on every
-    // device, and one multinomial call draws the rows in order, as row-by-row draws would.
+    // device.
     torch::Tensor chosen;  // [B] on the host
     if (options.temperature <= 0) {
       chosen = logits.argmax(1).to(torch::kCPU);
     } else {
       const torch::Tensor scaled = logits.to(torch::kCPU).to(torch::kFloat64) / options.temperature;
-      chosen = torch::multinomial(torch::softmax(filter_logits(scaled, options.top_k, options.top_p), 1), 1, false, generator)
-                   .squeeze(1);
+      chosen = sample_rows(filter_logits(scaled, options.top_k, options.top_p), generator);
     }
     chosen = chosen.contiguous();
     const std::vector<int64_t> next(chosen.data_ptr<int64_t>(), chosen.data_ptr<int64_t>() + rows);

@@ -37,7 +37,12 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   if (fused_kernel_is_faster(q, tk) && !masked) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
   }
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  // Scores and softmax in float32 under reduced precision, as the fused kernels compute them (and diffusers'
+  // upcast_attention): bf16 scores of size 30 are off by up to 0.06, each probability by up to 6%, and
+  // fp16 scores past 65,504 overflow to inf and NaN.
+  const bool upcast = at::isReducedFloatingType(q.scalar_type());
+  torch::Tensor scores = torch::matmul(upcast ? q.to(torch::kFloat32) : q, (upcast ? k.to(torch::kFloat32) : k).transpose(-2, -1)) /
+                         std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, Tq, Tk]
   if (causal) {
     // Key j is hidden from query i (position tk - tq + i) when it comes later.
     const auto positions = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
@@ -48,13 +53,9 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   if (key_padding.defined()) {
     // The lowest finite score rather than -inf (as Hugging Face does): a query with every key hidden
     // then averages the values instead of dividing 0 by 0.
-    // Each dtype's own: float's lowest overflows bfloat16, whose range ends just short of it.
-    const double lowest = scores.scalar_type() == torch::kHalf       ? static_cast<double>(std::numeric_limits<c10::Half>::lowest())
-                          : scores.scalar_type() == torch::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest())
-                                                                     : std::numeric_limits<float>::lowest();
-    scores = scores.masked_fill(key_padding.logical_not().view({key_padding.size(0), 1, 1, tk}), lowest);
+    scores = scores.masked_fill(key_padding.logical_not().view({key_padding.size(0), 1, 1, tk}), std::numeric_limits<float>::lowest());
   }
-  return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0), v);
+  return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0).to(v.scalar_type()), v);
 }
 
 std::pair<torch::Tensor, torch::Tensor> KVCache::append(const torch::Tensor& k, const torch::Tensor& v) {

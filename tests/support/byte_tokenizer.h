@@ -1,7 +1,7 @@
-// A tiny byte-level BPE tokenizer folder for tests: printable ASCII, space and newline as single-byte
-// tokens (id = the byte; no merges) and OPT's special tokens <s> 0, <pad> 1, </s> 2, <unk> 3 (or
-// GPT-2's one, <|endoftext|> 0, with no pad token, and the other bytes below 128), so each character is
-// one id and expected ids can be worked out by hand.
+// A tiny byte-level BPE tokenizer folder for tests: the bytes below 128 as single-byte tokens (id = the
+// byte; no merges) but OPT's special tokens <s> 0, <pad> 1, </s> 2, <unk> 3 (or GPT-2's one,
+// <|endoftext|> 0, with no pad token), so each character is one id and expected ids can be worked out by
+// hand.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,15 +22,15 @@ inline io::BpeTokenizer write_byte_tokenizer(const std::filesystem::path& dir, S
   vocab["\xC4\xA0"] = 32;  // Ġ: space
   vocab["\xC4\x8A"] = 10;  // Ċ: newline
   const bool gpt2 = specials == SpecialTokens::kGpt2;
+  // Every other id below 128 a byte too (GPT-2's byte symbols: byte b < 33 is U+0100 + b, byte 127 is
+  // U+0121), so a model of 128 rows samples no id the tokenizer lacks (an id it lacks fails decoding).
+  auto symbol = [](int code) { return std::string{static_cast<char>(0xC0 | (code >> 6)), static_cast<char>(0x80 | (code & 0x3F))}; };
+  for (int b = gpt2 ? 1 : 4; b < 32; ++b) {
+    if (b != 10) vocab[symbol(0x100 + b)] = b;
+  }
+  vocab[symbol(0x121)] = 127;
   if (gpt2) {
     vocab["<|endoftext|>"] = 0;
-    // Every other id below 128 a byte too (GPT-2's byte symbols: byte b < 33 is U+0100 + b, byte 127 is
-    // U+0121), so a model of 128 rows samples no id the tokenizer lacks.
-    auto symbol = [](int code) { return std::string{static_cast<char>(0xC0 | (code >> 6)), static_cast<char>(0x80 | (code & 0x3F))}; };
-    for (int b = 1; b < 32; ++b) {
-      if (b != 10) vocab[symbol(0x100 + b)] = b;
-    }
-    vocab[symbol(0x121)] = 127;
   } else {
     vocab["<s>"] = 0;
     vocab["<pad>"] = 1;

@@ -43,6 +43,30 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
 
 INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm"));
 
+// A bf16 VAE (a bf16 run's frozen one) decodes in float32, as diffusers' force_upcast does: the images equal
+// a float32 VAE's holding the same (bf16-rounded) weights, from the same latents, to float32's rounding
+// (1e-6), while decoding in bf16 puts them 1e-3 or more off (measured: about 1e-2).
+TEST(SampleTest, ABf16VaeDecodesInFloat32) {
+  const testing::Reference& ref = reference();
+  SampleOptions options;
+  options.steps = 4;
+  options.sampler = SamplerKind::kDdim;
+  options.initial_latents = ref["initial_latents"];
+  Pipeline bf16 = load_pipeline((ref.dir / "pipe").string());
+  bf16.vae->to(torch::kBFloat16);
+  const Samples samples = sample(bf16, {"a photo of the cat", "the cat!"}, options);
+  EXPECT_EQ(bf16.vae->decoder->conv_in->weight.scalar_type(), torch::kBFloat16) << "the pipeline's VAE stays as it was";
+  Pipeline rounded = load_pipeline((ref.dir / "pipe").string());
+  rounded.vae->to(torch::kBFloat16);
+  rounded.vae->to(torch::kFloat32);
+  const Samples expected = sample(rounded, {"a photo of the cat", "the cat!"}, options);
+  EXPECT_LT(testing::max_abs_difference(samples.images, expected.images), 1e-6);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor in_bf16 =
+      (bf16.vae->decode((samples.latents / bf16.vae->config.scaling_factor).to(torch::kBFloat16)).to(torch::kFloat32) / 2 + 0.5).clamp(0, 1);
+  EXPECT_GT(testing::max_abs_difference(in_bf16, expected.images), 1e-3) << "the check would not see a bf16 decoding";
+}
+
 TEST(PipelineFolderTest, AComponentItDoesNotHaveIsNamed) {
   nlohmann::json scheduler = {{"_class_name", "PNDMScheduler"}, {"beta_schedule", "scaled_linear"}, {"skip_prk_steps", true}};
   const SchedulerFolder pndm = read_scheduler_config(scheduler, "scheduler/scheduler_config.json");

@@ -9,9 +9,11 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <tuple>
 
 #include "core/nn/conv.h"
 #include "core/nn/cross_attention.h"
+#include "core/ops/attention.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/tensor_parallel_checks.h"
@@ -174,6 +176,36 @@ TEST(NnLayersTest, CrossAttentionMatchesDiffusers) {
   expect_matches_reference("attention_mask", *masked,
                            [&](const Inputs& in) { return masked(in.x, in.context, in.key_mask); }, differences);
   differences.print("CrossAttention");
+}
+
+// Under bf16 and fp16 the attention's scores and softmax are float32 (diffusers' upcast_attention; the
+// fused kernels accumulate so), on both of ops::scaled_dot_product_attention's paths (64 keys: products;
+// 600: the fused kernel), padding mask or not. Reference: float64 on the same rounded inputs. Scores of
+// spread 9 (bf16 spacing 0.06 there) put bf16 products and softmax 0.11 to 0.21 off (measured with
+// PyTorch), float32 scores 0.012 to 0.014, the rest being the probabilities' and output's rounding to
+// bf16 (values of size 4): 0.03 lies between. fp16 scores past 1e5 overflow to inf and NaN unless
+// upcast; upcast, the output is within fp16's rounding of the float64 one (0.01).
+TEST(NnLayersTest, AttentionScoresAndSoftmaxAreFloat32UnderReducedPrecision) {
+  torch::manual_seed(11);
+  for (const int64_t keys : {64, 600}) {
+    const torch::Tensor q = torch::randn({1, 2, keys, 32}) * 3, k = torch::randn({1, 2, keys, 32}) * 3, v = torch::randn({1, 2, keys, 32});
+    ops::AttentionMask padding;
+    padding.key_padding = torch::ones({1, keys}, torch::kBool);
+    padding.key_padding.narrow(1, keys - 5, 5).fill_(false);
+    for (const bool masked : {false, true}) {
+      const ops::AttentionMask mask = masked ? padding : ops::AttentionMask{};
+      for (const auto& [dtype, scale, tolerance] : {std::tuple{torch::kBFloat16, 1.0, 0.03}, std::tuple{torch::kHalf, 1000.0, 0.01}}) {
+        const torch::Tensor qr = (q * scale).to(dtype), kr = k.to(dtype), vr = v.to(dtype);
+        const torch::Tensor expected =
+            ops::scaled_dot_product_attention(qr.to(torch::kFloat64), kr.to(torch::kFloat64), vr.to(torch::kFloat64), false, 0.0, mask);
+        const torch::Tensor out = ops::scaled_dot_product_attention(qr, kr, vr, false, 0.0, mask);
+        EXPECT_EQ(out.scalar_type(), dtype);
+        EXPECT_TRUE(torch::isfinite(out).all().item<bool>()) << keys << " keys, " << dtype << (masked ? ", masked" : "");
+        EXPECT_LT((out.to(torch::kFloat64) - expected).abs().max().item<double>(), tolerance)
+            << keys << " keys, " << dtype << (masked ? ", masked" : "");
+      }
+    }
+  }
 }
 
 TEST(NnLayersTest, MistakesNameWhatToChange) {
