@@ -182,14 +182,20 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
   return {{"prompt", joined}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
 }
 
-io::RgbImage sample_grid(const torch::Tensor& images) {
+io::RgbImage sample_grid(const torch::Tensor& images, int64_t columns) {
   torch::Tensor bytes = (images.to(torch::kCPU, torch::kFloat32) * 255).round().clamp(0, 255).to(torch::kUInt8);  // [B, C, H, W]
   if (bytes.size(1) == 1) bytes = bytes.expand({-1, 3, -1, -1});  // grey as RGB: [B, 3, H, W]
-  const torch::Tensor side_by_side = bytes.permute({2, 0, 3, 1}).reshape({bytes.size(2), -1, 3}).contiguous();     // [H, B·W, 3]
+  const int64_t count = bytes.size(0), h = bytes.size(2), w = bytes.size(3);
+  if (columns <= 0) columns = count;
+  KUAFU_CHECK(count % columns == 0, "a grid of ", columns, " columns cannot hold ", count, " images");
+  const torch::Tensor rows = bytes.view({count / columns, columns, 3, h, w})  // [R, K, 3, H, W]
+                                 .permute({0, 3, 1, 4, 2})                   // [R, H, K, W, 3]
+                                 .reshape({count / columns * h, columns * w, 3})
+                                 .contiguous();  // [R·H, K·W, 3]
   io::RgbImage grid;
-  grid.height = side_by_side.size(0);
-  grid.width = side_by_side.size(1);
-  grid.pixels.assign(side_by_side.data_ptr<uint8_t>(), side_by_side.data_ptr<uint8_t>() + side_by_side.numel());
+  grid.height = rows.size(0);
+  grid.width = rows.size(1);
+  grid.pixels.assign(rows.data_ptr<uint8_t>(), rows.data_ptr<uint8_t>() + rows.numel());
   return grid;
 }
 

@@ -84,7 +84,8 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,
                                                                  const SampleOptions& options);
 
-// images [B, 3 or 1, H, W] in [0, 1] -> one RGB grid, the images side by side.
-io::RgbImage sample_grid(const torch::Tensor& images);
+// images [B, 3 or 1, H, W] in [0, 1] -> one RGB grid, `columns` images a row (0: all in one row; B must
+// divide by it), the rows in order.
+io::RgbImage sample_grid(const torch::Tensor& images, int64_t columns = 0);
 
 }  // namespace kuafu::sd

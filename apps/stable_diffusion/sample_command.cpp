@@ -20,14 +20,15 @@ const char* const kHelp =
     "usage: kuafu-sd sample --model DIR --prompt TEXT [--prompt TEXT ...] --out FILE.png [options]\n"
     "\n"
     "Text to images from a diffusers Stable Diffusion pipeline folder (model_index.json, tokenizer/,\n"
-    "text_encoder/, unet/, vae/, scheduler/), written as one PNG grid, the prompts side by side.\n"
+    "text_encoder/, unet/, vae/, scheduler/), written as one PNG grid: the prompts side by side, a row per seed.\n"
     "  --steps N            sampling steps (default 50)\n"
     "  --guidance G         classifier-free guidance scale; 1 or less: none (default 7.5)\n"
     "  --sampler NAME       ddim, ddpm, euler or dpm++2m (default: the folder's scheduler class)\n"
-    "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0)\n"
+    "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0); once per\n"
+    "                       row of the grid\n"
     "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
     "  --latents FILE       start from this initial noise (safetensors, tensor \"latents\" [B, 4, h, w])\n"
-    "  --save-latents FILE  write the initial noise there\n"
+    "  --save-latents FILE  write the initial noise there (every row's, seed by seed)\n"
     "  --vae-tile PX|auto   decode in overlapping tiles of PX pixels (auto: the VAE's sample_size, as\n"
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
@@ -58,6 +59,7 @@ int run_sample(int argc, const char* const argv[]) {
   try {
     std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile;
     std::vector<std::string> prompts;
+    std::vector<uint64_t> seeds;
     SampleOptions options;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
@@ -82,7 +84,7 @@ int run_sample(int argc, const char* const argv[]) {
         sampler_name = value;
         options.sampler = sampler_named(value);
       } else if (arg == "--seed") {
-        options.seed = static_cast<uint64_t>(number(arg, value));
+        seeds.push_back(static_cast<uint64_t>(number(arg, value)));
       } else if (arg == "--height") {
         options.height = number(arg, value);
       } else if (arg == "--width") {
@@ -102,6 +104,8 @@ int run_sample(int argc, const char* const argv[]) {
     KUAFU_CHECK(!model.empty(), "--model DIR is required: a diffusers pipeline folder (kuafu-sd sample --help)");
     KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
     KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
+    if (seeds.empty()) seeds.push_back(0);
+    KUAFU_CHECK(latents_in.empty() || seeds.size() == 1, "--latents gives the initial noise of one row of images; name at most one --seed with it");
     if (!latents_in.empty()) {
       const io::SafetensorsFile file = io::load_safetensors(latents_in);
       const torch::Tensor* latents = file.find("latents");
@@ -110,14 +114,22 @@ int run_sample(int argc, const char* const argv[]) {
     }
     Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
     if (!vae_tile.empty()) options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
-    const Samples samples = sample(pipeline, prompts, options);
-    if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", samples.initial_latents.cpu()}});
-    auto text = sample_png_text(prompts, latents_in.empty() ? std::to_string(options.seed) : "latents from " + latents_in, options);
+    std::vector<torch::Tensor> images, initial;  // a row per seed: [B, 3, H, W] and [B, C, h, w]
+    for (const uint64_t seed : seeds) {
+      options.seed = seed;
+      const Samples samples = sample(pipeline, prompts, options);
+      images.push_back(samples.images);
+      initial.push_back(samples.initial_latents.cpu());
+    }
+    if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", torch::cat(initial)}});
+    std::string seed_text;
+    for (const uint64_t seed : seeds) seed_text += (seed_text.empty() ? "" : ", ") + std::to_string(seed);
+    auto text = sample_png_text(prompts, latents_in.empty() ? seed_text : "latents from " + latents_in, options);
     text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                              {"model", model},
                              {"software", "kuafu-sd"}});
-    io::write_png(out, sample_grid(samples.images), text);
-    std::cout << out << ": " << prompts.size() << " image(s) of " << samples.images.size(3) << "x" << samples.images.size(2) << "\n";
+    io::write_png(out, sample_grid(torch::cat(images), static_cast<int64_t>(prompts.size())), text);
+    std::cout << out << ": " << prompts.size() * seeds.size() << " image(s) of " << images[0].size(3) << "x" << images[0].size(2) << "\n";
     return 0;
   } catch (const Error& e) {
     std::cerr << "kuafu-sd sample: error: " << e.what() << "\n";

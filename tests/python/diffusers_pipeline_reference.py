@@ -11,6 +11,8 @@
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
+  diffusers_pipeline_reference.py stacked_png GRID TOP BOTTOM
+      prints, as JSON, whether GRID's pixels are TOP's above BOTTOM's (three PNGs read with PIL)
 """
 import pathlib
 import sys
@@ -86,8 +88,18 @@ def check_png(png, reference, key):
     print(json.dumps({"max_difference": int(np.abs(grid - expected).max()), "size": list(grid.shape)}))
 
 
+def stacked_png(grid, top, bottom):
+    import json
+    import numpy as np
+    from PIL import Image
+    read = lambda path: np.asarray(Image.open(path).convert("RGB"))  # [H, W, 3]
+    expected = np.concatenate([read(top), read(bottom)], axis=0)
+    found = read(grid)
+    print(json.dumps({"size": list(found.shape), "stacked": found.shape == expected.shape and bool((found == expected).all())}))
+
+
 if __name__ == "__main__":
-    commands = {"build": build, "check_png": check_png}
+    commands = {"build": build, "check_png": check_png, "stacked_png": stacked_png}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

@@ -10,6 +10,7 @@
 
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/io/png_file.h"
+#include "core/io/safetensors.h"
 #include "core/util/atomic_file.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/run_command.h"
@@ -115,6 +116,26 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
     return bytes.substr(bytes.find("IDAT"));
   };
   EXPECT_EQ(pixels(dir / "seeded.png"), pixels(dir / "again.png"));
+
+  // A row per seed: seeds 3 and 5 give seed 3's row (the grid above) over seed 5's (sampled alone).
+  ASSERT_EQ(kuafu_sd(common + " --seed 5 --sampler euler --out " + (dir / "five.png").string()).exit_code, 0);
+  ASSERT_EQ(kuafu_sd(common + " --seed 3 --seed 5 --sampler euler --save-latents " + (dir / "both.safetensors").string() + " --out " +
+                     (dir / "rows.png").string()).exit_code, 0);
+  const testing::PythonRun stacked = testing::run_python_reference(
+      "diffusers_pipeline_reference.py",
+      "stacked_png " + (dir / "rows.png").string() + " " + (dir / "seeded.png").string() + " " + (dir / "five.png").string());
+  ASSERT_EQ(stacked.exit_code, 0) << stacked.output;
+  const nlohmann::json stacking = testing::last_json_line(stacked.output);
+  EXPECT_EQ(stacking["size"], (std::vector<int64_t>{32, 32, 3}));
+  EXPECT_TRUE(stacking["stacked"].get<bool>()) << stacked.output;
+  EXPECT_EQ(io::load_safetensors((dir / "both.safetensors").string()).find("latents")->size(0), 4) << "two prompts, two seeds";
+  const auto row_text = io::read_png_text((dir / "rows.png").string());
+  const std::map<std::string, std::string> row_fields(row_text.begin(), row_text.end());
+  EXPECT_EQ(row_fields.at("seed"), "3, 5");
+  const testing::CommandResult seeds_and_latents =
+      kuafu_sd(common + " --seed 3 --seed 5 --latents " + (dir / "noise.safetensors").string() + " --out x.png");
+  EXPECT_EQ(seeds_and_latents.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(seeds_and_latents.output, "name at most one --seed")) << seeds_and_latents.output;
 
   const testing::CommandResult no_model = kuafu_sd("sample --prompt cat --out x.png");
   EXPECT_EQ(no_model.exit_code, 1);
