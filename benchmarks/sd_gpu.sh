@@ -32,12 +32,13 @@ logfile="$OUT_DIR/sd_gpu.log"
 work=$(mktemp -d)
 log() { echo "== [$SECONDS s] $*" | tee -a "$logfile" >&2; }
 left() { echo $((DEADLINE - SECONDS)); }
+capped() { local limit=$(left); ((limit > $1)) && limit=$1; echo "$limit"; }  # min(seconds, time left)
 record() { echo "$1" | tee -a "$jsonl"; }
 # label seconds command...: runs it within min(seconds, time left), its stdout's JSON lines recorded with the label.
 measured() {
-  local label=$1 limit=$2
+  local label=$1 limit
+  limit=$(capped "$2")
   shift 2
-  ((limit > $(left))) && limit=$(left)
   if ((limit < 10)); then log "$label skipped: out of time"; return; fi
   log "$label"
   local line
@@ -67,7 +68,7 @@ for variant in "${variants[@]}"; do
   for sampler in "ddim 50" "ddpm 1000"; do
     set -- $sampler
     name="${variant}_$1$2"
-    limit=$(left); ((limit > 150)) && limit=150
+    limit=$(capped 150)
     log "fashion $name ($((10 * PER_CLASS)) samples)"
     start=$SECONDS
     if timeout "$limit" "$SD" sample --model "$work/$variant" --sampler "$1" --steps "$2" --guidance 3 --seed 1 --device "$DEVICE" \

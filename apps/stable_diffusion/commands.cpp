@@ -24,6 +24,9 @@ namespace {
 // convolutions or attention at the latents' resolutions.
 const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_block", "up_blocks.*"};
 
+// The benchmarks' text encodings: as many positions as CLIP's prompts (77 tokens).
+constexpr int64_t kTextTokens = 77;
+
 class SdApp : public train::App {
  public:
   explicit SdApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
@@ -113,7 +116,7 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   if (config_.get_int("benchmark.sampling_steps") > 0) return benchmark_sampling(runtime, memory);
   train::checkpoint_from_config(config_, unet_->sites, kCheckpointedBlocks);
   const UNetConfig& u = unet_config_;
-  const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = 77;
+  const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = kTextTokens;
   const auto f32 = torch::TensorOptions().device(runtime.device);
   const torch::Tensor latents = torch::randn({rows, u.in_channels, side, side}, f32);
   const torch::Tensor noise = torch::randn({rows, u.in_channels, side, side}, f32);
@@ -148,7 +151,7 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
   const double guidance = 7.5;
   const auto f32 = torch::TensorOptions().device(runtime.device);
   const torch::Tensor initial = torch::randn({rows, u.in_channels, u.sample_size, u.sample_size}, f32);  // [B, C, h, w]
-  const torch::Tensor text = torch::randn({2 * rows, 77, u.cross_attention_dim}, f32);                    // [2B, 77, D]
+  const torch::Tensor text = torch::randn({2 * rows, kTextTokens, u.cross_attention_dim}, f32);           // [2B, 77, D]
   const NoiseSchedule schedule{SchedulerConfig{}};
   at::Generator generator = at::detail::createCPUGenerator(0);
   memory.start_steps();

@@ -11,9 +11,11 @@
 #include "apps/stable_diffusion/vae_folder.h"
 #include "core/io/hf_folder.h"
 #include "core/io/json_file.h"
+#include "core/train/checkpoint.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
+#include "core/util/text.h"
 
 namespace kuafu::sd {
 
@@ -24,11 +26,7 @@ namespace {
 // A float32 VAE on `device` holding `vae`'s (reduced-precision) weights, for decoding.
 AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device) {
   AutoencoderKL copy(vae->config, device);
-  torch::NoGradGuard no_grad;
-  const auto source = vae->named_parameters();
-  for (auto& param : copy->named_parameters()) param.value().copy_(source[param.key()]);
-  const auto source_buffers = vae->named_buffers();
-  for (auto& buffer : copy->named_buffers()) buffer.value().copy_(source_buffers[buffer.key()]);
+  train::copy_named_weights(train::named_weights(*vae), *copy);
   copy->eval();
   return copy;
 }
@@ -175,11 +173,9 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
 
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,
                                                                  const SampleOptions& options) {
-  std::string joined;
-  for (const std::string& p : prompts) joined += (joined.empty() ? "" : " | ") + p;
   std::ostringstream guidance;
   guidance << options.guidance;
-  return {{"prompt", joined}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
+  return {{"prompt", text::join(prompts, " | ")}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
 }
 
 io::RgbImage sample_grid(const torch::Tensor& images, int64_t columns) {

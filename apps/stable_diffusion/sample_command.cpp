@@ -122,9 +122,9 @@ int run_sample(int argc, const char* const argv[]) {
       initial.push_back(samples.initial_latents.cpu());
     }
     if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", torch::cat(initial)}});
-    std::string seed_text;
-    for (const uint64_t seed : seeds) seed_text += (seed_text.empty() ? "" : ", ") + std::to_string(seed);
-    auto text = sample_png_text(prompts, latents_in.empty() ? seed_text : "latents from " + latents_in, options);
+    std::vector<std::string> seed_names;
+    for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
+    auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
     text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                              {"model", model},
                              {"software", "kuafu-sd"}});
