@@ -4,6 +4,7 @@
 
 #include "apps/chat_rlhf/experience.h"
 #include "core/train/frozen_model.h"
+#include "core/train/model_state.h"
 #include "core/train/parallelize.h"
 #include "core/train/runtime.h"
 
@@ -21,6 +22,13 @@ void generate_without_cache(nn::CausalLM& model, const std::vector<std::vector<i
     const torch::Tensor next = logits.argmax(-1).cpu();
     for (size_t r = 0; r < rows.size(); ++r) rows[r].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
   }
+}
+
+// Bytes of a module's parameters (a frozen model's: in host memory when it is offloaded).
+double parameter_mib(torch::nn::Module& module) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& p : module.parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
+  return static_cast<double>(bytes) / (1 << 20);
 }
 
 }  // namespace
@@ -43,9 +51,25 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
                                             reward->set_block_hooks(h);
                                             return true;
                                           }});
+  // Actor and critic as the trainer holds them: each its own state, from its own config section.
+  const config::Config actor_view = config.model_view("actor"), critic_view = config.model_view("critic");
+  train::ParallelModel actor_sites(*actor, {});
+  train::ModelStateOptions actor_options, critic_options;
+  actor_options.name = "actor";
+  actor_options.set_block_hooks = [&](hooks::BlockHooks* h) {
+    actor_sites.set_block_hooks(h);
+    return true;
+  };
+  critic_options.name = "critic";
+  critic_options.set_block_hooks = [&](hooks::BlockHooks* h) {
+    critic->set_block_hooks(h);
+    return true;
+  };
+  train::ModelState actor_state(actor_view, runtime, actor->module(), std::move(actor_options));
+  train::ModelState critic_state(critic_view, runtime, *critic, std::move(critic_options));
   for (torch::nn::Module* m : {&actor->module(), &reference->module(), static_cast<torch::nn::Module*>(critic.get()),
                                static_cast<torch::nn::Module*>(reward.get())}) {
-    m->eval();
+    m->eval();  // dropout off in rollouts and updates, as in the trainer
   }
   // This rank's prompts: random tokens, half the context long.
   const int ranks = runtime.mesh->group("data")->size();
@@ -63,48 +87,68 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   sampling.stop_token.reset();  // every row the full length: the same work each repeat
   const nn::Decoder decoder = nn::decoder_of(actor);
   const int repeats = 3;  // medians of 3; the run without a cache once (it is the slow one)
-  std::vector<std::vector<int64_t>> responses;
-  const double with_cache =
-      train::time_steps([&] { responses = nn::generate(decoder, prompts, sampling); }, 0, repeats, device).median;
-  const double without_cache =
-      train::time_steps([&] { generate_without_cache(*actor, prompts, new_tokens, device); }, 0, 1, device).median;
-  const Sequences s = make_sequences(prompts, responses, 1, std::nullopt, device);
+  const bool without_cache_timed = config.get_bool("benchmark.generate_without_cache");
+  double with_cache = 0, without_cache = 0, experience_s = 0;
+  Sequences s;
   Experience e;
-  const double experience_s =
-      train::time_steps([&] { e = make_experience(s, *actor, *reference, critic, reward, rl.experience); }, 0, repeats, device).median;
-  // Training: one mini-batch's actor update, as the trainer steps it (ModelState: precision, memory strategy).
+  // The rollout, under the actor's and critic's memory strategies, before the timed updates.
+  auto rollout = [&] {
+    std::vector<std::vector<int64_t>> responses;
+    with_cache = train::time_steps([&] { responses = nn::generate(decoder, prompts, sampling); }, 0, repeats, device).median;
+    if (without_cache_timed) {
+      without_cache =
+          train::time_steps([&] { generate_without_cache(*actor, prompts, new_tokens, device); }, 0, 1, device).median;
+    }
+    s = make_sequences(prompts, responses, 1, std::nullopt, device);
+    experience_s =
+        train::time_steps([&] { e = make_experience(s, *actor, *reference, critic, reward, rl.experience); }, 0, repeats, device)
+            .median;
+  };
+  // Training: one mini-batch's update of actor and critic, as the trainer steps them.
   const int64_t mini_batch = std::max<int64_t>(1, std::min<int64_t>(settings.train.micro_batch_size, rows));
   const torch::Tensor index = torch::arange(mini_batch, torch::TensorOptions(torch::kInt64).device(device));
-  const Sequences batch = s.select(index);
-  const BatchCounts counts = counts_of(e.mask.index_select(0, index));
   train::BenchmarkSpec spec;
   spec.app = "chat-ppo";
   spec.item_name = "tokens";
   spec.items_per_row = prompt_length + new_tokens;
-  spec.flops_per_item = 6.0 * static_cast<double>(shape.parameter_count());
+  spec.flops_per_item = 6.0 * 2.0 * static_cast<double>(shape.parameter_count());  // actor and critic
   spec.parameters = shape.parameter_count();
   spec.fields = {{"context", prompt_length + new_tokens}};
-  train::ParallelModel actor_sites(*actor, {});
-  nlohmann::json line = train::benchmark_training(config, runtime, *actor, [&] {
+  spec.before_steps = rollout;
+  nlohmann::json line = train::benchmark_models(actor_view, runtime, {{"", &actor_state}, {"critic", &critic_state}}, [&] {
+    const Sequences batch = s.select(index);
+    const torch::Tensor mask = e.mask.index_select(0, index);
+    const BatchCounts counts = counts_of(mask);
     const torch::Tensor logprobs = response_logprobs(*actor, batch, rl.experience.sampling);
     const PolicyTerms terms = clipped_policy_loss(logprobs, e.logprobs.index_select(0, index), e.advantages.index_select(0, index),
                                                   rl.clip, rl.clip);
-    return aggregate(terms.loss, e.mask.index_select(0, index), Aggregation::TokenMean, counts);
+    const torch::Tensor values = response_values(critic, batch).values;
+    const torch::Tensor value_loss = clipped_value_loss(values, e.values.index_select(0, index).to(values.scalar_type()),
+                                                        e.returns.index_select(0, index).to(values.scalar_type()), rl.value_clip);
+    return std::vector<torch::Tensor>{aggregate(terms.loss, mask, Aggregation::TokenMean, counts),
+                                      rl.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts)};
   }, mini_batch, spec, memory);
   const double generated = static_cast<double>(rows * new_tokens);
+  line["critic_memory_strategy"] = critic_view.get_string("memory.strategy");
+  line["critic_precision"] = critic_view.get_string("precision.dtype");
   line["rollout_rows"] = rows;
   line["prompt_tokens"] = prompt_length;
   line["new_tokens"] = new_tokens;
   line["generate_s_kv_cache"] = with_cache;
   line["generate_tokens_per_s_kv_cache"] = generated / with_cache;
-  line["generate_s_no_cache"] = without_cache;
-  line["generate_tokens_per_s_no_cache"] = generated / without_cache;
-  line["kv_cache_speedup"] = without_cache / with_cache;
+  if (without_cache_timed) {
+    line["generate_s_no_cache"] = without_cache;
+    line["generate_tokens_per_s_no_cache"] = generated / without_cache;
+    line["kv_cache_speedup"] = without_cache / with_cache;
+  }
   line["experience_s"] = experience_s;
   line["reference_offloaded"] = frozen_reference.offloaded();
   line["reward_offloaded"] = frozen_reward.offloaded();
-  // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of actor updates
-  // over it (each of micro-batch rows timed above as step_time_ms_median; the critic's not counted).
+  // What the frozen models keep in host memory when offloaded (the capacity benchmark's host side).
+  line["reference_host_mb"] = frozen_reference.offloaded() ? parameter_mib(reference->module()) : 0.0;
+  line["reward_host_mb"] = frozen_reward.offloaded() ? parameter_mib(*reward) : 0.0;
+  // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of updates over it
+  // (each of micro-batch rows timed above as step_time_ms_median, actor and critic together).
   const double train_s = line.value("step_time_ms_median", 0.0) / 1000.0;
   line["ppo_iteration_s"] = with_cache + experience_s +
                           train_s * static_cast<double>(rl.steps_per_rollout()) * static_cast<double>(rows / mini_batch) /

@@ -1,9 +1,10 @@
-// `kuafu-chat ppo benchmark` (also `kuafu-chat benchmark`): a PPO step of the configured shape on random
-// prompts and random weights, timed by part: the rollout (KV-cache generation, and the same tokens
-// without the cache for the speed-up), the experience (the actor's, reference's, critic's and reward
-// model's passes), and training (a mini-batch's actor update under the config's memory strategy and
-// precision, as the trainer steps it); peak memory with the reference and the reward model as their
-// memory.offload_frozen leaves them. One JSON line.
+// `kuafu-chat ppo benchmark` (also `kuafu-chat benchmark`): a PPO iteration of the configured shape on
+// random prompts and random weights, with the four models as a run holds them: actor and critic each
+// under its own ModelState (models.actor / models.critic: precision, memory strategy, optimizer), the
+// reference and the reward model frozen (memory.offload_frozen). Timed by part: the rollout (KV-cache
+// generation, and the same tokens without the cache for the speed-up), the experience (the actor's,
+// reference's, critic's and reward model's passes) and a mini-batch's update of actor and critic; the
+// memory figures' step peak covers all three. One JSON line.
 #pragma once
 
 #include <nlohmann/json.hpp>

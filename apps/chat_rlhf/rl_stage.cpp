@@ -273,13 +273,7 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     per_token = per_token + settings_.experience.kl_coef *
                                 kl_estimate(out.logprobs, e.ref_logprobs.index_select(0, index), settings_.experience.kl_estimator);
   }
-  torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
-  if (ptx_ && settings_.ptx_coef > 0) {
-    models_.actor->module().train(false);
-    const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
-    // Through the actor's sites, so that its memory strategy (Gemini's gathers) acts on this pass too.
-    actor_loss = actor_loss + settings_.ptx_coef * actor_sites_->loss({ptx.inputs, ptx.targets});
-  }
+  const torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
   {
     torch::NoGradGuard no_grad;
     const torch::Tensor m = mask.to(torch::kFloat64);
@@ -311,6 +305,14 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     }
   }
   return result;
+}
+
+std::map<std::string, torch::Tensor> RlTask::further_losses(int pass, int64_t step, int64_t first_row, int64_t rows) {
+  KUAFU_CHECK(pass == 1 && ptx_, "RL tasks have one further pass, the pre-training term's");
+  models_.actor->module().eval();
+  const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
+  // Through the actor's sites, so that its memory strategy (Gemini's gathers, checkpointing) acts on it.
+  return {{"actor", settings_.ptx_coef * actor_sites_->loss({ptx.inputs, ptx.targets})}};
 }
 
 std::map<std::string, double> RlTask::step_figures(int64_t) {
@@ -512,11 +514,6 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   if (static_cast<int64_t>(prompts.size()) < rl_.prompts_per_rollout) {
     config_.fail_at("rl.prompts_per_rollout", "(" + std::to_string(rl_.prompts_per_rollout) + ") exceeds the " +
                                                   std::to_string(prompts.size()) + " prompts of data.train");
-  }
-  if (rl_.ptx_coef > 0 && config_.model_view("actor").get_string("memory.strategy") == "gemini") {
-    // The ptx pass is the actor's second pass before the same backward; Gemini gathers a part once per backward.
-    config_.fail_at("rl.ptx_coef", "adds a second pass of the actor to each backward, which Gemini does not manage yet "
-                                   "(models.actor.memory.strategy = \"gemini\"): use ZeRO, or rl.ptx_coef = 0");
   }
   RlModels models;
   models.actor = opt::build_model(config_, settings_, options);

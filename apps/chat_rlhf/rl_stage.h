@@ -45,6 +45,10 @@ class RlTask : public train::RunTask {
 
   std::vector<train::RunModel> models() override;
   std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override;
+  // With rl.ptx_coef > 0 the pre-training term is a second backward pass of the actor alone (a pass of its
+  // own, so that a memory strategy gathering each part once per backward, Gemini, manages it too).
+  int backward_passes() const override { return ptx_ && settings_.ptx_coef > 0 ? 2 : 1; }
+  std::map<std::string, torch::Tensor> further_losses(int pass, int64_t step, int64_t first_row, int64_t rows) override;
   // Greedy answers to this rank's share of the held-out prompts: loss sum = −(score − β·KL) summed,
   // count = prompts, correct = answers ended by EOS; extra: score, KL, length and F1 sums.
   train::LossSum evaluate(int rank, int ranks) override;

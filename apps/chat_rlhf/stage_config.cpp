@@ -48,6 +48,8 @@ void add_rl_schema(config::Schema& s, Stage stage) {
     s.add_float("rl.value_clip", 0.2, "the value loss's clip range").min(0);
     s.add_float("rl.value_coef", 0.1, "the value loss's weight in the critic's loss").min(0);
     s.add_float("rl.ptx_coef", 0.0, "weight of the pre-training (SFT) loss on data.train").min(0);
+    s.add_bool("benchmark.generate_without_cache", true,
+               "kuafu-chat benchmark: also time the rollout's tokens recomputing every row at each step (slow)");
   } else {
     s.add_int("rl.group_size", 4, "samples per prompt (G)").min(2).max(1024);
     s.add_string("rl.scale_rewards", "group", "advantage scaling: group, batch or none").choices({"group", "batch", "none"});

@@ -78,11 +78,17 @@ if $list; then plan; exit 0; fi
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
 
+# A TOML basic string holding $1 (a folder may hold quotes or backslashes).
+toml_string() {
+  local text=${1//\\/\\\\}
+  printf '"%s"' "${text//\"/\\\"}"
+}
+
 train_run() {  # name optimizer batch micro lr warmup
   local name=$1 optimizer=$2 batch=$3 micro=$4 lr=$5 warmup=$6
   local dir=$out/$name per_epoch=$((images / batch)) start=$(date +%s)
   echo "$name: training $((per_epoch * epochs)) steps ($epochs epochs of $per_epoch) at lr $lr, warm-up $warmup steps"
-  "$app" train --config "$config" --set train.out_dir="\"$dir\"" --set train.batch_size="$batch" \
+  "$app" train --config "$config" --set train.out_dir="$(toml_string "$dir")" --set train.batch_size="$batch" \
     --set train.micro_batch_size="$micro" --set train.steps=$((per_epoch * epochs)) \
     --set train.eval_interval="$per_epoch" --set train.checkpoint_interval="$per_epoch" \
     --set train.keep_checkpoints=1 --set train.log_interval="$per_epoch" --set train.progress='"plain"' \

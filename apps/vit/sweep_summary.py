@@ -33,18 +33,19 @@ def read_runs(out):
         if not match or not os.path.isfile(os.path.join(folder, "metrics.jsonl")):
             continue
         run = kuafu_report.load_run(folder)
-        accuracy = [row for row in run.eval_rows if "val_accuracy" in row]
+        accuracy = [row for row in run.eval_rows if kuafu_report.is_number(row.get("val_accuracy"))]
         if not accuracy:
             continue
         wall = os.path.join(folder, "wall_seconds")
-        curve = [(row.get("epoch", float("nan")), row["val_accuracy"], row["val_loss"]) for row in accuracy]
+        number = lambda row, key: row[key] if kuafu_report.is_number(row.get(key)) else float("nan")
+        curve = [(number(row, "epoch"), row["val_accuracy"], number(row, "val_loss")) for row in accuracy]
         runs.append({
             "name": name, "folder": folder, "optimizer": match.group(1), "batch": int(match.group(2)),
             "lr": float(match.group(3)), "lr_text": match.group(3),
             "done": os.path.exists(os.path.join(folder, "done")),
-            "epoch": accuracy[-1].get("epoch", float("nan")), "final": 100 * accuracy[-1]["val_accuracy"],
+            "epoch": number(accuracy[-1], "epoch"), "final": 100 * accuracy[-1]["val_accuracy"],
             "best": 100 * max(row["val_accuracy"] for row in accuracy),
-            "steps": max(row["step"] for row in run.train_rows),
+            "steps": max((row["step"] for row in run.train_rows), default=0),
             "minutes": sum(float(x) for x in open(wall).read().split()) / 60 if os.path.exists(wall) else None,
             "warmup": warmup_steps(run.config_text), "curve": curve,
         })
@@ -52,7 +53,11 @@ def read_runs(out):
 
 
 def warmup_steps(config_text):
-    return tomllib.loads(config_text)["optim"]["warmup_steps"] if config_text else None
+    """The run's optim.warmup_steps; None when its config is missing or unreadable (the table shows it)."""
+    try:
+        return tomllib.loads(config_text)["optim"]["warmup_steps"] if config_text else None
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        return None
 
 
 def best_per_setting(runs):
@@ -162,7 +167,11 @@ def main():
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     out = args[0]
-    runs = read_runs(out) if os.path.isdir(out) else []
+    try:
+        runs = read_runs(out) if os.path.isdir(out) else []
+    except kuafu_report.ReportError as e:
+        print(f"sweep_summary: {e}", file=sys.stderr)
+        return 1
     if not runs:
         print(f"sweep_summary: {out} holds no evaluated runs named <optimizer>_b<batch>_lr<rate>", file=sys.stderr)
         return 1

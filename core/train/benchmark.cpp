@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/train/model_state.h"
+#include "core/util/error.h"
 
 namespace kuafu::train {
 
@@ -56,13 +57,33 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
     return true;
   };
   ModelState state(config, runtime, model.module(), std::move(state_options));
-  const double matmul_flops = measure_matmul_flops(runtime.device, state.compute_dtype());
+  return benchmark_models(config, runtime, {{"", &state}}, [&] { return std::vector<torch::Tensor>{loss()}; }, rows, spec,
+                          memory);
+}
+
+nlohmann::json benchmark_models(const config::Config& config, const Runtime& runtime,
+                                const std::vector<BenchmarkedModel>& models,
+                                const std::function<std::vector<torch::Tensor>()>& losses, int64_t rows,
+                                const BenchmarkSpec& spec, BenchmarkMemory& memory) {
+  KUAFU_CHECK(!models.empty(), "benchmark_models: no model to train");
+  ModelState& first = *models.front().state;
+  const double matmul_flops = measure_matmul_flops(runtime.device, first.compute_dtype());
   memory.start_steps();
+  if (spec.before_steps) spec.before_steps();
   auto step = [&] {
-    state.begin_backward(/*last=*/true);
-    (loss() * state.loss_scale()).backward();
-    state.end_backward();
-    state.finish_step(state.grad_norm(), /*max_norm=*/0.0, /*overflow=*/false);
+    for (const BenchmarkedModel& m : models) m.state->begin_backward(/*last=*/true);
+    const std::vector<torch::Tensor> each = losses();
+    KUAFU_CHECK(each.size() == models.size(), "benchmark_models: ", each.size(), " losses for ", models.size(), " models");
+    torch::Tensor total;
+    for (size_t i = 0; i < models.size(); ++i) {
+      const torch::Tensor scaled = each[i] * models[i].state->loss_scale();
+      total = total.defined() ? total + scaled : scaled;
+    }
+    total.backward();
+    for (const BenchmarkedModel& m : models) {
+      m.state->end_backward();
+      m.state->finish_step(m.state->grad_norm(), /*max_norm=*/0.0, /*overflow=*/false);
+    }
   };
   const StepTimes times = time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
@@ -74,7 +95,7 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
       {"batch", rows},
       {"threads", runtime.threads},
       {"precision", config.get_string("precision.dtype")},
-      {"optimizer", state.optimizer().name()},
+      {"optimizer", first.optimizer().name()},
       {"memory_strategy", strategy},
       {"activation_checkpointing", config.get_bool("memory.activation_checkpointing")},
       {"step_time_ms_median", times.median * 1e3},
@@ -87,9 +108,9 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
   };
   line.update(memory.figures());
   line.update(spec.fields);
-  if (strategy != "none") {
-    line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
-    for (const auto& [name, value] : state.memory_figures()) line[name] = value;
+  if (strategy != "none") line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
+  for (const BenchmarkedModel& m : models) {
+    for (const auto& [name, value] : m.state->memory_figures()) line[m.name.empty() ? name : m.name + "." + name] = value;
   }
   return line;
 }

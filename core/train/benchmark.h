@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/config/config.h"
 #include "core/hooks/block_model.h"
@@ -42,6 +43,18 @@ struct BenchmarkSpec {
   int64_t items_per_row = 1;   // items in one row of the batch (tokens per sequence; 1 per image)
   int64_t parameters = 0;
   nlohmann::json fields;       // the app's own fields (context, image_size)
+  // Run once after the models' states are made and before the timed steps, its memory counted in the
+  // steps' peak (RLHF: the rollout's generation and experience under each model's memory strategy).
+  std::function<void()> before_steps;
+};
+
+class ModelState;
+
+// A model trained in the benchmark's steps: its state, and the name its memory figures are prefixed with
+// in the line ("" for the first, whose figures are the line's own).
+struct BenchmarkedModel {
+  std::string name;
+  ModelState* state = nullptr;
 };
 
 // Times training steps of any model and returns the line (every rank; rank 0 prints it): `loss` gives
@@ -51,6 +64,13 @@ struct BenchmarkSpec {
 nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::SiteModel& model,
                                   const std::function<torch::Tensor()>& loss, int64_t rows, const BenchmarkSpec& spec,
                                   BenchmarkMemory& memory);
+// Several models trained together, each through its own state: `losses` gives each model's mean loss of
+// one batch of `rows` rows, in the order of `models`; one backward of their sum reaches each. The line's
+// memory strategy, precision and optimizer are the first model's (`config`).
+nlohmann::json benchmark_models(const config::Config& config, const Runtime& runtime,
+                                const std::vector<BenchmarkedModel>& models,
+                                const std::function<std::vector<torch::Tensor>()>& losses, int64_t rows,
+                                const BenchmarkSpec& spec, BenchmarkMemory& memory);
 // A sequential model on `batch`, with activation checkpointing from the config (ParallelModel).
 nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::BlockModel& model,
                                   const Batch& batch, const BenchmarkSpec& spec, BenchmarkMemory& memory);

@@ -86,6 +86,9 @@ nn::LoraSpec read_adapter_config(const std::string& dir) {
   spec.dropout = io::config_value<double>(config, "lora_dropout", 0.0, path);
   KUAFU_CHECK(spec.rank > 0 && spec.rank <= kMaxRank, path, ": \"r\" = ", spec.rank, " must be in [1, ", kMaxRank,
               "] (the bounds of lora.rank)");
+  // The bounds of lora.dropout (5 reached LibTorch's own "dropout probability has to be between 0 and 1").
+  KUAFU_CHECK(spec.dropout >= 0.0 && spec.dropout <= 0.9, path, ": \"lora_dropout\" = ", spec.dropout,
+              " must be in [0, 0.9] (the bounds of lora.dropout)");
   for (const char* variant : {"use_rslora", "use_dora"}) {
     KUAFU_CHECK(!io::config_value<bool>(config, variant, false, path), path, ": \"", variant, "\" is not supported");
   }

@@ -31,6 +31,10 @@ double RunTask::pipeline_step(int64_t, const std::vector<int64_t>&, int64_t, dou
   fail("this task does not run a pipeline schedule");
 }
 
+std::map<std::string, torch::Tensor> RunTask::further_losses(int pass, int64_t, int64_t, int64_t) {
+  fail(detail::concat("this task gives no losses for backward pass ", pass));
+}
+
 bool TrainTask::set_block_hooks(hooks::BlockHooks* /*hooks*/) { return false; }
 
 std::vector<RunModel> TrainTask::models() {
@@ -209,20 +213,27 @@ TrainSummary Trainer::run() {
           interrupted = true;
           break;
         }
-        const bool sync = micro + 1 == accumulation_;
-        for (Trained& t : trained_) t.state->begin_backward(sync);
-        const std::map<std::string, torch::Tensor> losses = task_.losses(step, first_row(micro), micro_batch);
-        // One backward of the models' scaled losses together: each model's gradients come from its own.
-        torch::Tensor total;
-        for (size_t i = 0; i < n; ++i) {
-          const auto found = losses.find(trained_[i].name);
-          KUAFU_CHECK(found != losses.end() && found->second.defined(), "the task gave no loss for model \"",
-                      trained_[i].name, "\"");
-          const torch::Tensor scaled = found->second * (loss_scales[i] / static_cast<double>(accumulation_));
-          total = total.defined() ? total + scaled : scaled;
-          loss_sums[i] += found->second.item<double>();
+        const int passes = task_.backward_passes();
+        for (int pass = 0; pass < passes; ++pass) {
+          // Every model begins every pass (one without a loss in it just waits), and syncs in the last one.
+          const bool sync = micro + 1 == accumulation_ && pass + 1 == passes;
+          for (Trained& t : trained_) t.state->begin_backward(sync);
+          const std::map<std::string, torch::Tensor> losses =
+              pass == 0 ? task_.losses(step, first_row(micro), micro_batch)
+                        : task_.further_losses(pass, step, first_row(micro), micro_batch);
+          // One backward of the models' scaled losses together: each model's gradients come from its own.
+          torch::Tensor total;
+          for (size_t i = 0; i < n; ++i) {
+            const auto found = losses.find(trained_[i].name);
+            if (pass > 0 && found == losses.end()) continue;  // not in this pass
+            KUAFU_CHECK(found != losses.end() && found->second.defined(), "the task gave no loss for model \"",
+                        trained_[i].name, "\"");
+            const torch::Tensor scaled = found->second * (loss_scales[i] / static_cast<double>(accumulation_));
+            total = total.defined() ? total + scaled : scaled;
+            loss_sums[i] += found->second.item<double>();
+          }
+          if (total.defined() && total.requires_grad()) total.backward();
         }
-        if (total.requires_grad()) total.backward();
       }
       if (interrupted) {
         // A stop between micro-steps drops the partial step: its gradients are settled as a step's would

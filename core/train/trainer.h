@@ -71,6 +71,11 @@ class RunTask {
   // of optimizer step `step`'s global batch (a micro-step). A model's loss may depend on the others
   // (rollouts, rewards); one backward of their sum reaches each.
   virtual std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) = 0;
+  // Separate backwards per micro-step (1 unless a loss needs a second pass of a model: Gemini gathers a
+  // part once per backward). Pass 0 is losses(); pass p > 0's losses, of the models that take part in it,
+  // come from further_losses after the previous pass's backward. The gradients of the passes add up.
+  virtual int backward_passes() const { return 1; }
+  virtual std::map<std::string, torch::Tensor> further_losses(int pass, int64_t step, int64_t first_row, int64_t rows);
   // This rank's share (`rank` of `ranks`) of the fixed evaluation set.
   virtual LossSum evaluate(int rank, int ranks) = 0;
   // Model FLOPs (forward + backward) per item, for MFU; items are tokens for language models.

@@ -46,12 +46,22 @@ class Run:
 
     def series(self, key, x_key, rows=None):
         rows = self.train_rows if rows is None else rows
-        points = [(row[x_key], row[key]) for row in rows if key in row and row[key] is not None]
+        # A value that is not a number (null where a figure was not measured) leaves a gap.
+        points = [(row[x_key], row[key]) for row in rows if is_number(row.get(key)) and is_number(row.get(x_key))]
         return [p[0] for p in points], [p[1] for p in points]
 
     def throughput_key(self):
         keys = sorted({k for row in self.train_rows for k in row if k.endswith("_per_s")})
         return keys[0] if keys else None
+
+
+def is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def numbers(rows, key):
+    """The rows' values of `key` that are numbers (a null, a figure not measured, is left out)."""
+    return [row[key] for row in rows if is_number(row.get(key))]
 
 
 def load_run(path, label=None):
@@ -61,8 +71,8 @@ def load_run(path, label=None):
     if not os.path.isfile(metrics):
         raise ReportError(f"{path}: no metrics.jsonl (expected a run folder or a metrics.jsonl file)")
     folder = os.path.dirname(os.path.abspath(metrics))
-    with open(metrics, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    with open(metrics, "rb") as f:
+        lines = f.read().split(b"\n")
     while lines and not lines[-1].strip():
         lines.pop()
     train_rows, eval_rows = [], []
@@ -70,7 +80,7 @@ def load_run(path, label=None):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode("utf-8"))  # a UnicodeDecodeError is a ValueError
             if not isinstance(row, dict) or not isinstance(row.get("step"), int):
                 raise ValueError("a row is a JSON object with an integer \"step\"")
         except ValueError as e:
@@ -88,7 +98,7 @@ def read_config(folder):
     """The run's effective config: config.toml beside metrics.jsonl, else the newest checkpoint's copy."""
     path = os.path.join(folder, "config.toml")
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:  # shown as text only
             return f.read()
     checkpoints = os.path.join(folder, "checkpoints")
     steps = sorted(d for d in os.listdir(checkpoints) if d.startswith("step_")) if os.path.isdir(checkpoints) else []
@@ -190,7 +200,7 @@ def plot(runs, x_key, spec, out_dir, formats):
 
 
 def all_positive(runs, key):
-    return all(row[key] > 0 for run in runs for row in run.train_rows if key in row)
+    return all(value > 0 for run in runs for value in numbers(run.train_rows, key))
 
 
 def summary_rows(runs):
@@ -204,18 +214,18 @@ def summary_rows(runs):
     rows = []
     for run in runs:
         steps = max(row["step"] for row in run.train_rows + run.eval_rows)
-        losses = [row["loss"] for row in run.train_rows if "loss" in row]
+        losses = numbers(run.train_rows, "loss")
         row = [run.label, str(steps), f"{losses[-1]:.4g}" if losses else "-"]
         for key in eval_keys:
-            values = [r[key] for r in run.eval_rows if key in r]
+            values = numbers(run.eval_rows, key)
             best = (min if key.endswith("loss") or key.endswith("ppl") else max)(values) if values else None
             row += [format_metric(key, values[-1]) if values else "-", format_metric(key, best) if values else "-"]
         tkey = run.throughput_key()
-        rates = [r[tkey] for r in run.train_rows if tkey in r] if tkey else []
+        rates = numbers(run.train_rows, tkey) if tkey else []
         row.append(f"{statistics.median(rates):,.0f} {tkey.replace('_per_s', '/s')}" if rates else "-")
-        memory = [r["peak_mem_mb"] for r in run.train_rows if "peak_mem_mb" in r]
+        memory = numbers(run.train_rows, "peak_mem_mb")
         row.append(f"{max(memory):,.0f}" if memory else "-")
-        times = [r["step_time_s"] for r in run.train_rows if "step_time_s" in r]
+        times = numbers(run.train_rows, "step_time_s")
         row.append(f"{sum(times) / 60:.1f}" if times else "-")
         rows.append(row)
     return header, rows

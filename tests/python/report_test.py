@@ -31,7 +31,7 @@ def sweep():
 
 
 shutil.rmtree(work, ignore_errors=True)
-out = os.path.join(work, "sweep")
+out = os.path.join(work, 'sweep "1" \\ b')  # quotes and a backslash reach train.out_dir as a TOML string
 first = sweep()
 check(first.returncode == 0, f"the sweep failed:\n{first.stdout}\n{first.stderr}")
 
@@ -107,6 +107,36 @@ with open(no_epochs, "w") as f:
 step_only = subprocess.run([report, "--out", os.path.join(work, "r2"), "--x", "epoch", no_epochs],
                            capture_output=True, text=True)
 check(step_only.returncode != 0 and "no \"epoch\"" in step_only.stderr, f"--x epoch without epochs: {step_only.stderr}")
+# Invalid UTF-8 is named by file and line; figures not measured (null) or not numbers leave gaps.
+with open(broken, "wb") as f:
+    f.write(("\n".join([lines[0], "\udcff"]).encode("utf-8", "surrogateescape")) + b"\n" + "\n".join(lines[1:]).encode() + b"\n")
+binary = subprocess.run([report, "--out", os.path.join(work, "r3"), broken], capture_output=True, text=True)
+check(binary.returncode == 1 and f"{broken}:2: not a metrics row" in binary.stderr and "Traceback" not in binary.stderr,
+      f"invalid UTF-8: {binary.stderr}")
+gaps = os.path.join(work, "gaps.jsonl")
+with open(gaps, "w") as f:
+    for line in lines:
+        row = json.loads(line)
+        for key in ("val_loss", "grad_norm"):
+            if key in row:
+                row[key] = None if key == "val_loss" else "n/a"
+        f.write(json.dumps(row) + "\n")
+gapped = subprocess.run([report, "--out", os.path.join(work, "r4"), gaps], capture_output=True, text=True)
+check(gapped.returncode == 0, f"null and text figures: {gapped.stderr}")
+# The sweep's summary over a corrupt run names it; over null figures it still writes its table.
+summary_py = os.path.join(source, "apps", "vit", "sweep_summary.py")
+for name, text, code, expected in (
+        ("lamb_b64_lr0.1", metrics[RUNS[0]].replace('"val_loss"', '"val_loss": null, "x"', 1), 0, "| LAMB | 64 |"),
+        ("adamw_b64_lr0.1", "{broken\n" + metrics[RUNS[1]], 1, "adamw_b64_lr0.1/metrics.jsonl:1: not a metrics row")):
+    sweep_dir = os.path.join(work, "summary_" + name)
+    os.makedirs(os.path.join(sweep_dir, name))
+    with open(os.path.join(sweep_dir, name, "metrics.jsonl"), "w") as f:
+        f.write(text)
+    open(os.path.join(sweep_dir, name, "done"), "w").close()
+    summarised = subprocess.run([sys.executable, summary_py, sweep_dir], capture_output=True, text=True)
+    check(summarised.returncode == code and expected in summarised.stdout + summarised.stderr and
+          "Traceback" not in summarised.stderr, f"sweep_summary on {name}: {summarised.stdout}{summarised.stderr}")
+
 # The sweep's next rates: one step beyond the edge where the best rate is the highest or lowest tried.
 sys.path.insert(0, os.path.join(source, "apps", "vit"))
 import sweep_summary  # noqa: E402

@@ -213,7 +213,7 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
     EXPECT_LT(testing::max_difference_on_real_tokens(testing::padded_logits(model, ids, mask), peft["logits"], mask),
               kTolerance);
     // An "r" past lora.rank's bounds, or one the stored adapters do not have, is refused before any
-    // adapter is built.
+    // adapter is built; so is a "lora_dropout" past lora.dropout's.
     const fs::path bad = dir / "bad_adapter";
     fs::remove_all(bad);
     fs::copy(dir / "adapter", bad);
@@ -225,6 +225,12 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
       std::ofstream(bad / "adapter_config.json") << config.dump();
       EXPECT_TRUE(testing::Contains(testing::expected_error([&] { train::read_adapter_config(bad.string()); }), expected));
     }
+    // A dropout past lora.dropout's bounds is named, not left to LibTorch's Dropout.
+    config = nlohmann::json::parse(std::ifstream(dir / "adapter" / "adapter_config.json"));
+    config["lora_dropout"] = 5;
+    std::ofstream(bad / "adapter_config.json") << config.dump();
+    EXPECT_TRUE(testing::Contains(testing::expected_error([&] { train::read_adapter_config(bad.string()); }),
+                                  "\"lora_dropout\" = 5 must be in [0, 0.9] (the bounds of lora.dropout)"));
   }
 }
 
