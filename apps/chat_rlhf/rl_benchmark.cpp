@@ -24,13 +24,6 @@ void generate_without_cache(nn::CausalLM& model, const std::vector<std::vector<i
   }
 }
 
-// Bytes of a module's parameters (a frozen model's: in host memory when it is offloaded).
-double parameter_mib(torch::nn::Module& module) {
-  int64_t bytes = 0;
-  for (const torch::Tensor& p : module.parameters()) bytes += p.numel() * static_cast<int64_t>(p.element_size());
-  return static_cast<double>(bytes) / (1 << 20);
-}
-
 }  // namespace
 
 nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
@@ -145,8 +138,8 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   line["reference_offloaded"] = frozen_reference.offloaded();
   line["reward_offloaded"] = frozen_reward.offloaded();
   // What the frozen models keep in host memory when offloaded (the capacity benchmark's host side).
-  line["reference_host_mb"] = frozen_reference.offloaded() ? parameter_mib(reference->module()) : 0.0;
-  line["reward_host_mb"] = frozen_reward.offloaded() ? parameter_mib(*reward) : 0.0;
+  line["reference_host_mb"] = static_cast<double>(frozen_reference.host_bytes()) / (1 << 20);
+  line["reward_host_mb"] = static_cast<double>(frozen_reward.host_bytes()) / (1 << 20);
   // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of updates over it
   // (each of micro-batch rows timed above as step_time_ms_median, actor and critic together).
   const double train_s = line.value("step_time_ms_median", 0.0) / 1000.0;

@@ -25,6 +25,7 @@ class FrozenWeightOffload : public hooks::BlockHooks {
   void post_backward(const hooks::BlockCall& call) override { release(call); }
 
   std::string describe() const;
+  int64_t host_bytes() const { return host_bytes_; }  // the weights' home in host memory
 
  private:
   struct Frozen {

@@ -36,6 +36,8 @@ class FrozenModel {
   const std::string& name() const { return options_.name; }
   torch::Dtype compute_dtype() const { return dtype_; }
   bool offloaded() const { return offload_ != nullptr; }
+  // Bytes of its weights kept in host memory (memory.offload_frozen), 0 when not offloaded.
+  int64_t host_bytes() const { return offload_ ? offload_->host_bytes() : 0; }
   // Its weights as a checkpoint part (whole tensors, in the compute dtype), or none unless saved.
   std::vector<CheckpointPart> checkpoint_parts() const;
   // Restores the weights a checkpoint holds for it (when saved); kuafu::Error naming the folder otherwise.
