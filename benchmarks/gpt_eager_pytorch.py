@@ -5,8 +5,11 @@ Same maths as Kuafu's GPT: fused causal attention (scaled_dot_product_attention)
 AdamW. With `bf16` the weights and activations are bfloat16 and AdamW steps float32 master weights that
 are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
 
+With `compile` the model's forward and backward go through torch.compile (the optimizer step stays
+eager), the reference the standing GPU goal names.
+
 usage: .venv/bin/python benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH
-           [STEPS] [THREADS] [fp32|bf16] [cpu|cuda]
+           [STEPS] [THREADS] [fp32|bf16] [cpu|cuda] [eager|compile]
 """
 import json
 import statistics
@@ -62,6 +65,8 @@ def main():
     dtype = sys.argv[9] if len(sys.argv) > 9 else "fp32"
     assert dtype in ("fp32", "bf16"), f"precision must be fp32 or bf16, not {dtype}"
     device = torch.device(sys.argv[10] if len(sys.argv) > 10 else "cpu")
+    mode = sys.argv[11] if len(sys.argv) > 11 else "eager"
+    assert mode in ("eager", "compile"), f"mode must be eager or compile, not {mode}"
     torch.manual_seed(0)
     model = GPT(layers, heads, c, vocab, context).to(device)
     if dtype == "bf16":
@@ -71,12 +76,14 @@ def main():
     else:
         masters = None
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if mode == "compile" else model
+    warmup = 3 if mode == "compile" else 2  # compiling happens in the first steps
     times = []
-    for i in range(steps + 2):
+    for i in range(steps + warmup):
         tokens = torch.randint(vocab, (batch, context + 1), device=device)
         synchronize(device)
         start = time.perf_counter()
-        loss = model(tokens[:, :-1], tokens[:, 1:])
+        loss = forward(tokens[:, :-1], tokens[:, 1:])
         loss.backward()
         if masters is not None:
             with torch.no_grad():
@@ -90,10 +97,10 @@ def main():
             opt.step()
         opt.zero_grad()
         synchronize(device)  # GPU work is asynchronous: time it to its end, as Kuafu's time_steps does
-        if i >= 2:
+        if i >= warmup:
             times.append(time.perf_counter() - start)
     median = statistics.median(times)
-    print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "precision": dtype,
+    print(json.dumps({"impl": "pytorch-" + mode, "batch": batch, "torch": torch.__version__, "precision": dtype,
                       "step_time_ms_median": median * 1e3, "tokens_per_s": batch * context / median,
                       "threads": torch.get_num_threads(), "device": str(device)}))
 

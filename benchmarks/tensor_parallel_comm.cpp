@@ -5,6 +5,10 @@
 //             --batch 16 --seq 256]
 //   tensor_parallel_comm --table [--hidden ... --batch ... --seq ...]   (the formulas at P = 4, 8, 64, 512)
 //
+// With --interface NAME (each rank on its own host: benchmarks/tensor_parallel_wire.sh runs them in
+// network namespaces) the bytes NAME transmitted during the block are read from the kernel's counters as
+// well: what really crossed the wire, TCP/IP headers and acknowledgements included.
+//
 // Counting convention (core/dist/collectives.cpp): the bandwidth-optimal ring NCCL uses. All-reduce sends
 // 2(p-1)/p of the tensor per rank, all-gather and reduce-scatter (p-1)/p of the full tensor, broadcast and
 // reduce (a pipelined ring) the tensor from every rank but one, (p-1)/p on average. The block's input
@@ -15,6 +19,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -24,6 +31,7 @@
 #include "benchmarks/options_main.h"
 #include "core/dist/launch_env.h"
 #include "core/parallel/tensor/factory.h"
+#include "core/util/error.h"
 
 namespace {
 
@@ -103,6 +111,30 @@ int64_t bytes_sent(const kuafu::dist::World& world) {
   return total;
 }
 
+// Bytes and packets `interface` has transmitted, from /proc/net/dev (this process's network namespace).
+struct WireCount {
+  double bytes = 0;
+  double packets = 0;
+};
+
+WireCount transmitted(const std::string& interface) {
+  std::ifstream in("/proc/net/dev");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name != interface) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    double value[10] = {};  // received: bytes packets errs drop fifo frame compressed multicast; sent: bytes packets
+    for (double& v : value) fields >> v;
+    KUAFU_CHECK(fields, "/proc/net/dev: cannot read the counters of ", interface);
+    return {value[8], value[9]};
+  }
+  kuafu::fail("--interface " + interface + ": no such interface in /proc/net/dev");
+}
+
 int run(const po::variables_map& args) {
   using namespace kuafu;
   const Shape shape{static_cast<double>(args["batch"].as<int64_t>() * args["seq"].as<int64_t>()),
@@ -117,46 +149,97 @@ int run(const po::variables_map& args) {
   const int threads = args["threads"].as<int>();
   torch::set_num_threads(threads > 0 ? threads : 1);
 
+  const std::string collective = args["collective"].as<std::string>();
+  std::function<void()> work;  // what is measured
+  std::string label;           // and its name in the report
+  std::optional<double> formula_bytes;
+  nlohmann::json line;
   parallel::TensorParallel tp;
-  tp.spec = {mode_of(args["mode"].as<std::string>()), world->size(), args["depth"].as<int>()};
-  tp.mesh = std::make_shared<dist::ProcessMesh>(world, parallel::tensor_mesh_axes(tp.spec));
-  gpt::GPTConfig config;
-  config.n_embd = args["hidden"].as<int64_t>();
-  config.n_head = args["heads"].as<int64_t>();
-  config.n_layer = 1;
-  torch::manual_seed(0);
-  nn::TransformerBlock block(gpt::block_spec(config), tp);
-  {
-    torch::NoGradGuard no_grad;
-    for (auto& p : block->parameters()) p.normal_(0.0, 0.02);
+  torch::Tensor x;
+  std::optional<nn::TransformerBlock> block;
+  if (collective.empty()) {
+    tp.spec = {mode_of(args["mode"].as<std::string>()), world->size(), args["depth"].as<int>()};
+    tp.mesh = std::make_shared<dist::ProcessMesh>(world, parallel::tensor_mesh_axes(tp.spec));
+    gpt::GPTConfig config;
+    config.n_embd = args["hidden"].as<int64_t>();
+    config.n_head = args["heads"].as<int64_t>();
+    config.n_layer = 1;
+    torch::manual_seed(0);
+    block.emplace(gpt::block_spec(config), tp);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : (*block)->parameters()) p.normal_(0.0, 0.02);
+    }
+    const int64_t batch = args["batch"].as<int64_t>(), seq = args["seq"].as<int64_t>();
+    const torch::Tensor x_full = torch::randn({batch, seq, config.n_embd});  // [B, T, H]
+    x = parallel::shard_of(x_full, parallel::stream_layout(tp, 3), *tp.mesh).requires_grad_();
+    work = [&] { (*block)->forward(x, nullptr).sum().backward(); };
+    formula_bytes = *formula_elements(tp.spec.mode, world->size(), tp.spec.depth, shape) * 4;
+    label = parallel::mode_name(tp.spec.mode) + " P=" + std::to_string(world->size()) +
+            (tp.spec.mode == TensorMode::k2p5D ? " d=" + std::to_string(tp.spec.depth) : "");
+    line = {{"mode", parallel::mode_name(tp.spec.mode)}, {"depth", tp.spec.depth}};
+  } else {
+    // One collective of N x H float32 elements over every rank (what its accounting counts is printed).
+    x = torch::randn({static_cast<int64_t>(shape.tokens), static_cast<int64_t>(shape.hidden)});  // [N, H]
+    const auto& group = *world->world_group();
+    if (collective == "all_reduce") work = [&] { dist::all_reduce(x, group); };
+    else if (collective == "all_gather") work = [&] { dist::all_gather(x.chunk(world->size())[0].contiguous(), group); };
+    else if (collective == "reduce_scatter") work = [&] { dist::reduce_scatter(x, group); };
+    else if (collective == "broadcast") work = [&] { dist::broadcast(x, group, 0); };
+    else if (collective == "reduce") work = [&] { dist::reduce(x, group, 0); };
+    else throw std::invalid_argument("--collective must be all_reduce, all_gather, reduce_scatter, broadcast or reduce, got '" +
+                                     collective + "'");
+    label = collective + " P=" + std::to_string(world->size());
+    line = {{"collective", collective}};
   }
-  const int64_t batch = args["batch"].as<int64_t>(), seq = args["seq"].as<int64_t>();
-  const torch::Tensor x_full = torch::randn({batch, seq, config.n_embd});
-  const auto layout = parallel::stream_layout(tp, 3);
-  torch::Tensor x = parallel::shard_of(x_full, layout, *tp.mesh).requires_grad_();
 
+  const std::string interface = args["interface"].as<std::string>();
+  const auto& world_group = *world->world_group();
+  // Barriers around the work: every rank's counters start after all have set up, and stop after every
+  // peer has received what this rank sent.
+  world_group.wait(world_group.backend().barrier(), "the barrier before the block");
+  const WireCount wire_before = interface.empty() ? WireCount{} : transmitted(interface);
   const int64_t before = bytes_sent(*world);
   const auto start = std::chrono::steady_clock::now();
-  torch::Tensor y = block->forward(x, nullptr);
-  y.sum().backward();
+  work();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t sent = bytes_sent(*world) - before;
+  world_group.wait(world_group.backend().barrier(), "the barrier after the block");
+  const WireCount wire_after = interface.empty() ? WireCount{} : transmitted(interface);
 
-  // Every rank's count, gathered after the measurement.
-  torch::Tensor mine = torch::tensor({static_cast<double>(sent)}, torch::kFloat64);
-  const torch::Tensor all = dist::all_gather(mine, *world->world_group(), 0);
+  // Every rank's counts, gathered after the measurement: accounted bytes, wire bytes, wire packets.
+  torch::Tensor mine = torch::tensor({static_cast<double>(sent), wire_after.bytes - wire_before.bytes,
+                                      wire_after.packets - wire_before.packets}, torch::kFloat64).view({1, 3});
+  const torch::Tensor all = dist::all_gather(mine, world_group, 0);  // [ranks, 3]
   if (world->rank() == 0) {
-    const double mean = all.mean().item<double>(), most = all.max().item<double>();
-    const double formula = *formula_elements(tp.spec.mode, world->size(), tp.spec.depth, shape) * 4;
-    std::printf("%s P=%d%s N=%.0f H=%.0f: sent per rank mean %.1f kB (max %.1f kB), formula %.1f kB, "
-                "measured/formula %.6f, step %.2f s\n",
-                parallel::mode_name(tp.spec.mode).c_str(), world->size(),
-                tp.spec.mode == TensorMode::k2p5D ? (" d=" + std::to_string(tp.spec.depth)).c_str() : "",
-                shape.tokens, shape.hidden, mean / 1e3, most / 1e3, formula / 1e3, mean / formula, seconds);
-    nlohmann::json line = {{"mode", parallel::mode_name(tp.spec.mode)}, {"ranks", world->size()},
-                           {"depth", tp.spec.depth},  {"tokens", shape.tokens},
-                           {"hidden", shape.hidden},  {"bytes_sent_mean", mean},
-                           {"bytes_sent_max", most},  {"formula_bytes", formula}};
+    const torch::Tensor accounted = all.select(1, 0);
+    const double mean = accounted.mean().item<double>(), most = accounted.max().item<double>();
+    const double formula = formula_bytes.value_or(mean);  // a collective's accounting is its formula
+    std::printf("%s N=%.0f H=%.0f: sent per rank mean %.1f kB (max %.1f kB), formula %.1f kB, "
+                "measured/formula %.6f, %.2f s\n",
+                label.c_str(), shape.tokens, shape.hidden, mean / 1e3, most / 1e3, formula / 1e3, mean / formula, seconds);
+    line.update({{"ranks", world->size()},   {"tokens", shape.tokens}, {"hidden", shape.hidden},
+                 {"bytes_sent_mean", mean}, {"bytes_sent_max", most}, {"formula_bytes", formula}});
+    if (!interface.empty()) {
+      // Every packet on the wire carries Ethernet (14), IPv4 (20) and TCP (20 + 12 of timestamps)
+      // headers: what is left is what Gloo wrote to its sockets, its own message headers included.
+      constexpr double kHeaderBytes = 66;
+      const torch::Tensor wire = all.select(1, 1).contiguous(), packets = all.select(1, 2).contiguous();
+      const torch::Tensor payload = wire - kHeaderBytes * packets;
+      const auto values = [](const torch::Tensor& t) {
+        return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+      };
+      line["wire_bytes_per_rank"] = values(wire);
+      line["wire_packets_per_rank"] = values(packets);
+      line["wire_bytes_mean"] = wire.mean().item<double>();
+      line["wire_payload_bytes_mean"] = payload.mean().item<double>();
+      line["wire_payload_bytes_max"] = payload.max().item<double>();
+      std::printf("  on the wire (%s): sent per rank mean %.1f kB (max %.1f kB) in %.0f packets; less TCP/IP headers "
+                  "%.1f kB (max %.1f kB), payload/formula %.4f\n",
+                  interface.c_str(), line["wire_bytes_mean"].get<double>() / 1e3, wire.max().item<double>() / 1e3,
+                  packets.mean().item<double>(), payload.mean().item<double>() / 1e3, payload.max().item<double>() / 1e3,
+                  payload.mean().item<double>() / formula);
+    }
     std::cout << line.dump() << std::endl;
   }
   return 0;
@@ -173,6 +256,11 @@ int main(int argc, char** argv) {
       "heads", po::value<int64_t>()->default_value(16), "attention heads")(
       "batch", po::value<int64_t>()->default_value(16), "sequences")(
       "seq", po::value<int64_t>()->default_value(256), "tokens per sequence")(
-      "threads", po::value<int>()->default_value(1), "LibTorch threads per rank");
+      "threads", po::value<int>()->default_value(1), "LibTorch threads per rank")(
+      "collective", po::value<std::string>()->default_value(""),
+      "instead of the block, one collective of N x H floats over all ranks: all_reduce, all_gather, "
+      "reduce_scatter, broadcast or reduce")(
+      "interface", po::value<std::string>()->default_value(""),
+      "also measure the bytes this network interface transmits (one rank per host)");
   return kuafu::benchmarks::options_main(argc, argv, "tensor_parallel_comm", described, run);
 }

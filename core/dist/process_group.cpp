@@ -8,8 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
 
+#include "core/dist/deadline.h"
 #include "core/util/atomic_file.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -61,6 +63,32 @@ BackendKind choose_backend(const std::string& requested, const torch::Device& de
   return BackendKind::kGloo;
 }
 
+// The address this host reaches `master_addr` from: the kernel's route choice, read back from a UDP
+// socket connected there (no packet is sent). Empty when the address does not resolve or has no route.
+std::string local_address_towards(const std::string& master_addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(master_addr.c_str(), "9", &hints, &found) != 0) return {};
+  std::string local;
+  for (const addrinfo* a = found; a && local.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage self{};
+    socklen_t length = sizeof(self);
+    char text[NI_MAXHOST] = {};
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &length) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&self), length, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) == 0) {
+      local = text;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return local;
+}
+
 std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& master_addr) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
@@ -69,7 +97,14 @@ std::shared_ptr<::gloo::transport::Device> make_gloo_device(const std::string& m
   if (master_addr == "127.0.0.1" || master_addr == "localhost") {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
+  // Across hosts each rank listens on the address its host reaches the master from: the interface the
+  // job's network is on. The hostname's address (Gloo's default) may be another network's, or loopback
+  // (Debian maps the hostname to 127.0.1.1), where peers on other hosts cannot connect.
+  const std::string local = local_address_towards(master_addr);
+  KUAFU_CHECK(!local.empty(), "this host has no route to the master address ", master_addr,
+              "; set MASTER_ADDR (kuafu-run --master-addr) to an address of rank 0's host that this host reaches, "
+              "or GLOO_SOCKET_IFNAME to the interface to use");
+  return c10d::ProcessGroupGloo::createDeviceForHostname(local);
 }
 
 
@@ -205,6 +240,14 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
     std::lock_guard<std::mutex> lock(groups_mutex_);
     generation = created_[name]++;
   }
+  // Connecting must end, one way or the other, soon after the time-out: Gloo may otherwise wait for a
+  // vanished peer for ever (see deadline.h).
+  std::optional<Deadline> deadline;
+  if (group_size > 1) {
+    deadline.emplace(detail::concat("rank ", rank_, " connecting process group '", name, "' (", group_size, " ranks)"),
+                     timeout_ + std::chrono::seconds(10),
+                     "a peer probably failed or never started: see the other ranks' logs, on every host");
+  }
   c10::intrusive_ptr<compat::Backend> backend;
   if (group_size > 1) {
     KUAFU_CHECK(store_, "group '", name, "' needs several ranks but the world has no store");
@@ -218,6 +261,7 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
   // member that then failed or finished and exited (a refused config, a short test) broke the others'
   // connecting ("Connection closed by peer" under load): nobody leaves until every member is connected.
   if (kind_ == BackendKind::kGloo && !group->trivial()) group->wait(group->backend().barrier(), "connecting the group");
+  deadline.reset();
   std::lock_guard<std::mutex> lock(groups_mutex_);
   groups_.push_back(group);
   return group;
