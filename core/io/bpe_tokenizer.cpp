@@ -123,13 +123,25 @@ struct BpeTokenizer::State {
     pattern = compile(kPattern);
   }
 
+  // How many tokens the file being read lists: ids may leave holes, but at most kMaxIdGap past that count,
+  // so that the id -> token table follows the file (an id of 2^31 - 1 in a one-token vocab.json asked for
+  // 64 GiB; found by fuzz_bpe_files).
+  static constexpr int64_t kMaxIdGap = 65536;
+  int64_t listed_tokens = 0;
+
   void add_token(const std::string& token, int64_t id, const std::string& where) {
     KUAFU_CHECK(id >= 0 && id < (int64_t{1} << 31), where, ": token '", text::abbreviate(token), "' has id ", id);
+    KUAFU_CHECK(id < listed_tokens + kMaxIdGap, where, ": token '", text::abbreviate(token), "' has id ", id,
+                ", more than ", kMaxIdGap, " past the ", listed_tokens, " tokens the file lists");
     const auto [it, inserted] = vocab.emplace(token, id);
     KUAFU_CHECK(inserted || it->second == id, where, ": token '", text::abbreviate(token), "' has two ids, ", it->second,
                 " and ", id);
     if (tokens.size() <= static_cast<size_t>(id)) tokens.resize(static_cast<size_t>(id) + 1);
-    tokens[static_cast<size_t>(id)] = token;
+    // Two tokens of one id would decode as whichever came last (found by fuzz_bpe_files).
+    std::string& holder = tokens[static_cast<size_t>(id)];
+    KUAFU_CHECK(holder.empty() || holder == token, where, ": id ", id, " is given to both '", text::abbreviate(holder),
+                "' and '", text::abbreviate(token), "' (decoding it would be ambiguous)");
+    holder = token;
   }
 
   void add_merge(const std::string& left, const std::string& right, const std::string& where) {
@@ -214,6 +226,7 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
   auto state = std::make_unique<State>();
   const nlohmann::json vocab = read_json_file(vocab_json);
   KUAFU_CHECK(vocab.is_object(), vocab_json, ": expected an object of token -> id");
+  state->listed_tokens = static_cast<int64_t>(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     KUAFU_CHECK(id.is_number_integer(), vocab_json, ": token '", text::abbreviate(token), "' has no integer id");
     state->add_token(token, id.get<int64_t>(), vocab_json);
@@ -266,18 +279,35 @@ std::string BpeTokenizer::State::normalized(const std::string& text) const {
 
 namespace {
 
+// tokenizer.json's fields: the string `key` of `object`, or "" when `object` is no object or holds no
+// string there. nlohmann::json's value() throws its own type_error (no file named) for a key of another
+// type, and operator[] of a const object reads freed memory for a missing key (found by fuzz_tokenizer_json).
+std::string string_at(const nlohmann::json& object, const char* key) {
+  if (!object.is_object()) return "";
+  const auto found = object.find(key);
+  return found != object.end() && found->is_string() ? found->get<std::string>() : "";
+}
+
+// The boolean `key` of `object`, `fallback` when absent; kuafu::Error naming `where` for another type.
+bool flag_at(const nlohmann::json& object, const char* key, bool fallback, const std::string& where) {
+  const auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return fallback;
+  KUAFU_CHECK(found->is_boolean(), where, ".", key, " must be true or false, found ", text::abbreviate(found->dump()));
+  return found->get<bool>();
+}
+
 // tokenizer.json's "normalizer" as steps; kuafu::Error naming a type Kuafu does not apply.
 void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
                      std::vector<BpeTokenizer::State::Normalize>& steps) {
   using Normalize = BpeTokenizer::State::Normalize;
   if (normalizer.is_null()) return;
-  const std::string type = normalizer.is_object() ? normalizer.value("type", std::string()) : std::string();
+  const std::string type = string_at(normalizer, "type");
   if (type == "Sequence" && normalizer.contains("normalizers") && normalizer["normalizers"].is_array()) {
     for (const nlohmann::json& step : normalizer["normalizers"]) read_normalizer(step, path, steps);
     return;
   }
-  if (type == "Replace" && normalizer.contains("pattern") && normalizer["pattern"].is_object() &&
-      normalizer["pattern"].value("Regex", std::string()) == "\\s+" && normalizer.value("content", std::string()) == " ") {
+  if (type == "Replace" && normalizer.contains("pattern") && string_at(normalizer["pattern"], "Regex") == "\\s+" &&
+      string_at(normalizer, "content") == " ") {
     steps.push_back(Normalize::CollapseWhitespace);  // CLIP's: every run of whitespace one space
     return;
   }
@@ -301,23 +331,25 @@ void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   const nlohmann::json file = read_json_file(path);
   const auto model = file.find("model");
-  KUAFU_CHECK(model != file.end() && model->is_object() && model->value("type", std::string()) == "BPE", path,
+  KUAFU_CHECK(model != file.end() && string_at(*model, "type") == "BPE", path,
               ": expected a BPE model (\"model\": {\"type\": \"BPE\", ...})");
   auto pre = file.find("pre_tokenizer");
   KUAFU_CHECK(pre != file.end() && pre->is_object(), path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
   auto state = std::make_unique<State>();
   nlohmann::json byte_level = *pre;
-  if (pre->value("type", std::string()) == "Sequence") {  // CLIP's: words split by a pattern, then ByteLevel
-    const nlohmann::json& steps = (*pre)["pretokenizers"];
-    const bool clip = steps.is_array() && steps.size() == 2 && steps[0].value("type", std::string()) == "Split" &&
-                      steps[0].value("behavior", std::string()) == "Removed" && steps[0].value("invert", false) &&
-                      steps[0].contains("pattern") && steps[0]["pattern"].contains("Regex");
+  if (string_at(*pre, "type") == "Sequence") {  // CLIP's: words split by a pattern, then ByteLevel
+    const auto steps = pre->find("pretokenizers");
+    const bool clip = steps != pre->end() && steps->is_array() && steps->size() == 2 &&
+                      string_at((*steps)[0], "type") == "Split" && string_at((*steps)[0], "behavior") == "Removed" &&
+                      flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]") &&
+                      (*steps)[0].contains("pattern") && (*steps)[0]["pattern"].is_object() &&
+                      (*steps)[0]["pattern"].contains("Regex") && (*steps)[0]["pattern"]["Regex"].is_string();
     KUAFU_CHECK(clip, path, ": a Sequence pre_tokenizer is read only as CLIP's (Split by a pattern, then ByteLevel)");
-    state->word_pattern = compile(steps[0]["pattern"]["Regex"].get<std::string>().c_str());
-    byte_level = steps[1];
+    state->word_pattern = compile(string_at((*steps)[0]["pattern"], "Regex").c_str());
+    byte_level = (*steps)[1];
   }
-  KUAFU_CHECK(byte_level.value("type", std::string()) == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
-  state->add_prefix_space = byte_level.value("add_prefix_space", false);
+  KUAFU_CHECK(string_at(byte_level, "type") == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
+  state->add_prefix_space = flag_at(byte_level, "add_prefix_space", false, path + ": pre_tokenizer");
   if (model->contains("end_of_word_suffix") && (*model)["end_of_word_suffix"].is_string()) {
     state->word_end = (*model)["end_of_word_suffix"].get<std::string>();
   }
@@ -326,14 +358,19 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
               path, ": model.continuing_subword_prefix is not supported");
   if (const auto normalizer = file.find("normalizer"); normalizer != file.end()) read_normalizer(*normalizer, path, state->normalizers);
   KUAFU_CHECK(model->contains("vocab") && (*model)["vocab"].is_object(), path, ": model.vocab must be an object");
+  const auto added = file.find("added_tokens");
+  state->listed_tokens = static_cast<int64_t>((*model)["vocab"].size() + (added != file.end() ? added->size() : 0));
   for (const auto& [token, id] : (*model)["vocab"].items()) {
     KUAFU_CHECK(id.is_number_integer(), path, ": model.vocab['", text::abbreviate(token), "'] has no integer id");
     state->add_token(token, id.get<int64_t>(), path);
   }
-  if (const auto added = file.find("added_tokens"); added != file.end() && added->is_array()) {
+  if (added != file.end() && added->is_array()) {
     for (const auto& token : *added) {
-      const std::string content = token.value("content", std::string());
-      state->add_token(content, token.value("id", int64_t{-1}), path);
+      const std::string content = string_at(token, "content");
+      KUAFU_CHECK(token.is_object() && token.contains("id") && token["id"].is_number_integer() && !content.empty(), path,
+                  ": added_tokens: expected {\"id\": <integer>, \"content\": <non-empty text>}, found ",
+                  text::abbreviate(token.dump()));
+      state->add_token(content, token["id"].get<int64_t>(), path);
       state->add_special(content, path);
     }
   }

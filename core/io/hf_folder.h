@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/io/safetensors.h"
@@ -49,6 +50,11 @@ template <typename T>
 T config_value(const nlohmann::json& config, const std::string& key, T fallback, const std::string& where) {
   const auto found = config.find(key);
   if (found == config.end() || found->is_null()) return fallback;
+  // A count must be written as one: converting 1e30 to an integer is undefined behaviour (shown through
+  // fuzz_hf_config), and 2.5 would be cut to 2 without a word.
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (found->is_number_float()) throw Error(where + ": \"" + key + "\" = " + found->dump() + " must be a whole number");
+  }
   try {
     return found->get<T>();
   } catch (const nlohmann::json::exception&) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <utility>
 
@@ -168,10 +169,13 @@ TokenFile TokenFile::open(const std::string& path, bool check_ids) {
   // Compare in a way that cannot overflow, even for a garbage count.
   const uint64_t payload = file_bytes - kTokenFileHeaderBytes;
   if (file.size_ > payload / file.bytes_per_token_) {
-    const long double expected =
-        static_cast<long double>(file.size_) * file.bytes_per_token_ + kTokenFileHeaderBytes;
+    // The bytes the header claims, which a garbage count can push past 64 bits (converting such a
+    // floating-point product back to an integer was undefined behaviour; found by fuzz_token_file).
+    uint64_t claimed = 0;
+    const bool fits = !__builtin_mul_overflow(file.size_, uint64_t{file.bytes_per_token_}, &claimed) &&
+                      !__builtin_add_overflow(claimed, kTokenFileHeaderBytes, &claimed);
     fail("token file " + path + ": header says " + std::to_string(file.size_) + " tokens (" +
-         std::to_string(static_cast<unsigned long long>(expected)) + " bytes) but the file has " +
+         (fits ? std::to_string(claimed) : std::string("more than 2^64")) + " bytes) but the file has " +
          std::to_string(file_bytes) + " bytes — truncated?");
   }
   const uint64_t expected = file.size_ * file.bytes_per_token_ + kTokenFileHeaderBytes;
@@ -265,9 +269,25 @@ std::vector<uint64_t> TokenFile::histogram() const {
 
 double unigram_entropy_nats(const TokenFile& file) {
   KUAFU_CHECK(file.size() > 0, "token file ", file.path(), " is empty: its unigram entropy is undefined");
+  // Memory follows the tokens, not the header's claim: a vocab size of 2^30 in a file of seven tokens
+  // asked for 8 GiB of counters (found by fuzz_token_file). Such a file counts its ids in a map, in id
+  // order as the histogram would, so the sum below adds the same terms in the same order.
+  std::vector<uint64_t> counts;
+  if (file.vocab_size() <= file.size()) {
+    counts = file.histogram();
+  } else {
+    std::map<uint32_t, uint64_t> by_id;
+    for (uint64_t i = 0; i < file.size(); ++i) {
+      const uint32_t id = file.at(i);
+      KUAFU_CHECK(id < file.vocab_size(), "token file ", file.path(), ": token ", id, " at index ", i,
+                  " >= vocab size ", file.vocab_size());
+      ++by_id[id];
+    }
+    for (const auto& [id, count] : by_id) counts.push_back(count);
+  }
   const double total = static_cast<double>(file.size());
   double entropy = 0.0;
-  for (const uint64_t count : file.histogram()) {
+  for (const uint64_t count : counts) {
     if (count == 0) continue;
     const double p = static_cast<double>(count) / total;
     entropy -= p * std::log(p);

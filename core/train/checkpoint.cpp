@@ -9,6 +9,7 @@
 
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
+#include "core/train/checkpoint_manifest.h"
 #include "core/util/atomic_file.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -19,7 +20,7 @@ namespace kuafu::train {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kManifest = "manifest.json";
+constexpr const char* kManifest = kManifestFile;
 constexpr const char* kModel = "model.safetensors";
 constexpr const char* kOptimizer = "optimizer.safetensors";
 constexpr const char* kTrainer = "trainer.json";
@@ -49,50 +50,6 @@ std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& root) 
   }
   std::sort(folders.begin(), folders.end());
   return folders;
-}
-
-// A manifest entry must name a plain file inside the checkpoint folder: nothing outside it is read.
-bool plain_file_name(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos && name.find('\0') == std::string::npos;
-}
-
-// Verifies that every file the manifest lists is present with its size and CRC-32; returns the manifest.
-nlohmann::json verify_manifest(const std::string& folder) {
-  const fs::path manifest_path = fs::path(folder) / kManifest;
-  KUAFU_CHECK(fs::exists(folder), "checkpoint ", folder, " does not exist");
-  KUAFU_CHECK(fs::exists(manifest_path), "checkpoint ", folder, " has no ", kManifest,
-              ": it is incomplete or not a Kuafu checkpoint");
-  nlohmann::json manifest;
-  try {
-    manifest = nlohmann::json::parse(read_file(manifest_path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    fail("checkpoint manifest " + manifest_path.string() + " is corrupt: " + e.what());
-  }
-  KUAFU_CHECK(manifest.is_object() && manifest.contains("files") && manifest.at("files").is_object(), "checkpoint manifest ",
-              manifest_path.string(), " has no \"files\" table");
-  for (const auto& [name, entry] : manifest.at("files").items()) {
-    KUAFU_CHECK(plain_file_name(name), "checkpoint manifest ", manifest_path.string(), " lists \"",
-                name.substr(0, 80), name.size() > 80 ? "...\"" : "\"",
-                ", which is not a plain file name inside the checkpoint folder; refusing to read it");
-    const fs::path file = fs::path(folder) / name;
-    KUAFU_CHECK(fs::exists(fs::symlink_status(file)), "checkpoint ", folder, " is missing ", name, ", which ",
-                manifest_path.string(), " lists");
-    KUAFU_CHECK(fs::is_regular_file(fs::symlink_status(file)), "checkpoint file ", file.string(),
-                " is not a regular file (a link or a folder); refusing to read it");
-    KUAFU_CHECK(entry.is_object() && entry.contains("bytes") && entry.at("bytes").is_number_unsigned() &&
-                    entry.contains("crc32") && entry.at("crc32").is_number_unsigned(),
-                "checkpoint manifest ", manifest_path.string(), ": the entry of ", name,
-                " needs whole numbers \"bytes\" and \"crc32\"");
-    const auto size = static_cast<uint64_t>(fs::file_size(file));
-    const auto expected = entry.at("bytes").get<uint64_t>();
-    KUAFU_CHECK(size == expected, "checkpoint file ", file.string(), " has ", size, " bytes but the manifest says ",
-                expected, " (truncated or overwritten); refusing to load it");
-    const auto crc = file_crc32(file.string());
-    KUAFU_CHECK(crc == entry.at("crc32").get<uint32_t>(), "checkpoint file ", file.string(),
-                " fails its CRC-32 check (corrupt); refusing to load it");
-  }
-  return manifest;
 }
 
 torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::string& name, const torch::Tensor& full) {

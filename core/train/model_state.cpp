@@ -31,10 +31,18 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   const dist::GroupPtr replicas = runtime.replica_group();
   const std::string strategy = config.get_string("memory.strategy");
   if (strategy != "none") {
-    if (runtime.tensor.enabled() || runtime.pipelined()) {
-      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over data parallelism only: turn off "
-                                        "parallel.tensor and parallel.pipeline");
+    if (runtime.pipelined()) {
+      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over the data ranks of each tensor-parallel "
+                                        "group, but not yet with parallel.pipeline: turn one of them off");
     }
+    const std::string optimizer = config.get_string("optim.name");
+    if (runtime.tensor.enabled() && (optimizer == "lamb" || optimizer == "lars")) {
+      // Their trust ratios need each whole parameter's norm: over the data pieces and the tensor blocks at once.
+      config.fail_at("optim.name", "(\"" + optimizer + "\") with memory.strategy = \"" + strategy +
+                                       "\" and parallel.tensor is not supported yet: use adamw or sgd, or "
+                                       "memory.strategy = \"none\"");
+    }
+    // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     sharded_ = memory::make_sharded_states(config, model, replicas, dtype_);
     if (auto* strategy_hooks = dynamic_cast<hooks::BlockHooks*>(sharded_.get())) {
       hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(strategy_hooks);
@@ -43,9 +51,15 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
                                           "block-call interface, and this app's model does not yet; use zero1 or zero2");
       }
     }
-    // Each rank holds disjoint pieces of the masters: norms add up over the replicas.
+    // Each rank holds disjoint pieces of the masters: norms add up over the replicas, and with tensor
+    // parallelism over every rank (a block replicated over the tensor group counted on one of them).
     params_ = sharded_->params();
     norm_group_ = replicas;
+    if (runtime.tensor.enabled()) {
+      layouts_ = parallel::collect_layouts(model_);
+      mark_tensor_parallel_params();
+      norm_group_ = runtime.world->world_group();
+    }
   } else {
     init_replicated(replicas);
   }
@@ -103,18 +117,24 @@ void ModelState::init_replicated(const dist::GroupPtr& replicas) {
   // Tensor-parallel blocks tell the optimizer their shard group and who counts them in the global norm.
   layouts_ = parallel::collect_layouts(model_);
   params_ = masters_->params();
+  if (runtime_.tensor.enabled()) {
+    for (auto& p : params_) p.shard_group = parallel::shard_group(layout_of(p.name), *runtime_.mesh);
+  }
+  mark_tensor_parallel_params();
+  // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
+  norm_group_ = runtime_.model_group();
+}
+
+void ModelState::mark_tensor_parallel_params() {
   for (auto& p : params_) {
     if (runtime_.tensor.enabled()) {
-      const parallel::Layout cut = layout_of(p.name);
-      p.shard_group = parallel::shard_group(cut, *runtime_.mesh);
-      p.counts_in_global_norm = parallel::counts_in_global_norm(cut, runtime_.tensor.axes(), *runtime_.mesh);
+      p.counts_in_global_norm =
+          parallel::counts_in_global_norm(layout_of(p.name), runtime_.tensor.axes(), *runtime_.mesh);
     }
     if (options_.counts_in_global_norm) {
       p.counts_in_global_norm = p.counts_in_global_norm && options_.counts_in_global_norm(p.name);
     }
   }
-  // Norms span every rank holding part of the model: its pipeline stages and tensor blocks.
-  norm_group_ = runtime_.model_group();
 }
 
 parallel::Layout ModelState::layout_of(const std::string& name) const {
@@ -212,7 +232,7 @@ void ModelState::update_ema() {
 io::NamedTensors ModelState::full_ema() const {
   io::NamedTensors pieces;
   for (size_t i = 0; i < ema_.size(); ++i) pieces.emplace_back(params_[i].name + "/ema", ema_[i]);
-  io::NamedTensors full = sharded_ ? sharded_->full_state(pieces) : whole(pieces);
+  io::NamedTensors full = whole(sharded_ ? sharded_->full_state(pieces) : pieces);
   for (auto& item : full) item.first = *optim::state_owner(item.first);  // "<param>/ema" -> "<param>"
   return full;
 }
@@ -242,9 +262,9 @@ std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
   saved.name = options_.name;
   saved.optimizer_name = optimizer_->name();
   // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  saved.weights = sharded_ ? sharded_->full_weights() : whole(masters_->weights());
+  saved.weights = whole(sharded_ ? sharded_->full_weights() : masters_->weights());
   saved.optimizer_state =
-      sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : whole(optimizer_->state_tensors());
+      whole(sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors());
   std::vector<CheckpointPart> parts = {std::move(saved)};
   if (!ema_.empty()) parts.push_back({ema_part(), full_ema(), {}, ""});
   return parts;
@@ -257,17 +277,20 @@ void ModelState::save_scaler_state(nlohmann::json& trainer_state) const {
 void ModelState::load(const std::string& folder, const nlohmann::json& trainer_state) {
   CheckpointStore::LoadTarget target;
   target.rank = runtime_.world->rank();
+  // A saved tensor cut to this rank's tensor-parallel block, then (sharded) to its piece of the block.
+  const auto block_of = [&](const std::string& name, const torch::Tensor& full) {
+    return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+  };
   if (sharded_) {
     const io::NamedTensors weights = sharded_->weights_to_load();
+    if (runtime_.tensor.enabled()) target.to_local = block_of;
     target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return sharded_->piece_of(name, full);
+      return sharded_->piece_of(name, block_of(name, full));
     };
     CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
     sharded_->load_full_weights(weights);
   } else {
-    target.to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
-    };
+    target.to_local = block_of;
     target.part = runtime_.pipelined();
     CheckpointStore::load(folder, masters_->weights(), *optimizer_, target, options_.name);
     masters_->copy_masters_to_model();
@@ -276,7 +299,7 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
     io::NamedTensors whole_ema;  // filled by the load, then cut to this rank's pieces
     for (size_t i = 0; i < ema_.size(); ++i) whole_ema.emplace_back(params_[i].name, ema_[i]);
     CheckpointStore::ToLocal to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return sharded_ ? sharded_->piece_of(name, full) : parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+      return sharded_ ? sharded_->piece_of(name, block_of(name, full)) : block_of(name, full);
     };
     CheckpointStore::load_weights(folder, whole_ema, to_local, ema_part(), /*subset=*/runtime_.pipelined());
   }

@@ -103,6 +103,8 @@ class ModelState {
 
  private:
   void init_replicated(const dist::GroupPtr& replicas);
+  // Which parameters count in the global norm: a block replicated over the tensor group on one rank of it.
+  void mark_tensor_parallel_params();
   void offload_frozen_weights();  // memory.offload_frozen
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors

@@ -12,9 +12,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kPrefix = "base_model.model.";  // PeftModel around the model
-constexpr const char* kConfigFile = "adapter_config.json";
-constexpr const char* kWeightsFile = "adapter_model.safetensors";
-constexpr int64_t kMaxRank = 1 << 16;
+constexpr const char* kConfigFile = kAdapterConfigFile;
+constexpr const char* kWeightsFile = kAdapterWeightsFile;
+constexpr int64_t kMaxRank = kMaxLoraRank;
 
 io::NamedTensors adapters_of(const torch::nn::Module& model) {
   io::NamedTensors out;
@@ -72,49 +72,6 @@ bool apply_configured_lora(const config::Config& config, torch::nn::Module& mode
              " of ", total, " parameters train (", 100.0 * static_cast<double>(trainable) / static_cast<double>(total), "%)");
   if (const std::string init = config.get_string("lora.init_from"); !init.empty()) load_adapter(model, init);
   return true;
-}
-
-nn::LoraSpec read_adapter_config(const std::string& dir) {
-  const std::string path = (fs::path(dir) / kConfigFile).string();
-  KUAFU_CHECK(fs::is_regular_file(path), dir, " is not a PEFT adapter folder: it has no ", kConfigFile);
-  const nlohmann::json config = io::read_json_object(path);
-  const std::string type = io::config_value<std::string>(config, "peft_type", "", path);
-  KUAFU_CHECK(type == "LORA", path, ": \"peft_type\" is \"", type, "\"; Kuafu reads LoRA adapters only");
-  nn::LoraSpec spec;
-  spec.rank = io::config_required<int64_t>(config, "r", path);
-  spec.alpha = io::config_value<double>(config, "lora_alpha", static_cast<double>(spec.rank), path);
-  spec.dropout = io::config_value<double>(config, "lora_dropout", 0.0, path);
-  KUAFU_CHECK(spec.rank > 0 && spec.rank <= kMaxRank, path, ": \"r\" = ", spec.rank, " must be in [1, ", kMaxRank,
-              "] (the bounds of lora.rank)");
-  // The bounds of lora.dropout (5 reached LibTorch's own "dropout probability has to be between 0 and 1").
-  KUAFU_CHECK(spec.dropout >= 0.0 && spec.dropout <= 0.9, path, ": \"lora_dropout\" = ", spec.dropout,
-              " must be in [0, 0.9] (the bounds of lora.dropout)");
-  for (const char* variant : {"use_rslora", "use_dora"}) {
-    KUAFU_CHECK(!io::config_value<bool>(config, variant, false, path), path, ": \"", variant, "\" is not supported");
-  }
-  for (const char* pattern : {"rank_pattern", "alpha_pattern"}) {
-    const auto found = config.find(pattern);
-    KUAFU_CHECK(found == config.end() || found->is_null() || found->empty(), path, ": \"", pattern,
-                "\" (a rank or alpha per layer) is not supported");
-  }
-  const auto targets = config.find("target_modules");
-  KUAFU_CHECK(targets != config.end() && targets->is_array() && !targets->empty(), path,
-              ": \"target_modules\" must be a list of layer names (a regular expression is not supported)");
-  spec.targets.clear();
-  for (const auto& target : *targets) {
-    KUAFU_CHECK(target.is_string(), path, ": \"target_modules\" holds ", target.dump(), ", not a name");
-    spec.targets.push_back(target.get<std::string>());
-  }
-  // The stored adapters agree with r before any is built (an "r" of 30,000,000 allocated gigabytes first).
-  if (const fs::path weights = fs::path(dir) / kWeightsFile; fs::is_regular_file(weights)) {
-    for (const auto& [name, tensor] : io::load_safetensors(weights.string()).tensors) {
-      const bool a = name.find(".lora_A") != std::string::npos, b = name.find(".lora_B") != std::string::npos;
-      if (!a && !b) continue;
-      KUAFU_CHECK(tensor.dim() == 2 && tensor.size(a ? 0 : 1) == spec.rank, weights.string(), ": '", name, "' has shape ",
-                  tensor.sizes(), ", which does not fit \"r\" = ", spec.rank, " of ", path);
-    }
-  }
-  return spec;
 }
 
 void load_adapter(torch::nn::Module& model, const std::string& dir) {

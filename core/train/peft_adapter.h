@@ -13,6 +13,11 @@
 
 namespace kuafu::train {
 
+// A PEFT adapter folder's files, and the largest rank read (lora.rank's bound).
+inline constexpr const char* kAdapterConfigFile = "adapter_config.json";
+inline constexpr const char* kAdapterWeightsFile = "adapter_model.safetensors";
+inline constexpr int64_t kMaxLoraRank = 1 << 16;
+
 // lora.rank (0: off), lora.alpha, lora.dropout, lora.targets (by default `targets`), lora.init_from.
 void add_lora_schema(config::Schema& schema, const std::vector<std::string>& targets = {"q_proj", "v_proj"});
 // export --adapter: a flag of the export command.

@@ -103,6 +103,7 @@ void Trainer::save_checkpoint(int64_t step) {
     for (CheckpointPart& part : f->checkpoint_parts()) parts.push_back(std::move(part));
   }
   run_->save(step, parts, state, task_.task_state());
+  last_saved_step_ = step;
 }
 
 void Trainer::drop_partial_step() {
@@ -240,7 +241,8 @@ TrainSummary Trainer::run() {
         // be (the same collectives on every rank) and then zeroed; the weights are those of `step` steps.
         drop_partial_step();
         loop.finish_progress();
-        if (step > start_step_) save_checkpoint(step);
+        // (A stop during the save that just wrote this step finds it saved already.)
+        if (step > start_step_ && step != last_saved_step_) save_checkpoint(step);
         summary.stopped_by_signal = true;
         log::infof("stopped by signal during step ", step + 1, " (its micro-steps dropped); the weights are those of step ",
                    step);

@@ -182,6 +182,7 @@ class Trainer {
   std::vector<std::unique_ptr<FrozenModel>> frozen_;
   int64_t accumulation_;
   int64_t start_step_ = 0;
+  int64_t last_saved_step_ = -1;  // the step this run last checkpointed
 };
 
 }  // namespace kuafu::train

@@ -5,7 +5,8 @@ run=$build/tools/kuafu-run
 fail() { echo "FAILED: $*" >&2; exit 1; }
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
 
-# make_job STEPS CHECKPOINT_INTERVAL: $work/config.toml and its prepared data.
+# make_job STEPS CHECKPOINT_INTERVAL: $work/config.toml and its prepared data; JOB_WIDTH (64 unless
+# set) is the model's width.
 make_job() {
   rm -rf "$work"
   mkdir -p "$work"
@@ -14,7 +15,7 @@ make_job() {
 [model]
 n_layer = 2
 n_head = 4
-n_embd = 64
+n_embd = ${JOB_WIDTH:-64}
 n_positions = 32
 dropout = 0.1
 [data]

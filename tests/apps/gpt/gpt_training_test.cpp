@@ -232,16 +232,19 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   auto task = make_text_task(config, runtime.model_options());
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
-  const auto parallel = full_weights(task->model_holder());
+  // The checkpoint holds whole tensors: a serial model loads it.
+  GPT reloaded(model_config(config));
+  train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
+  // Gemini keeps the weights in its chunks, released between steps: its checkpoint speaks for them.
+  const bool model_holds_weights = config.get_string("memory.strategy") != "gemini";
+  const auto parallel = model_holds_weights ? full_weights(task->model_holder()) : reloaded->parameters();
   const std::string serial_name = "serial_" + name + "_" + std::to_string(runtime.world->rank());
   const auto serial = train_serially(make_config(root, serial_name, kPlainSgd));
   EXPECT_LT(max_difference(parallel, serial), 2e-5);
   if (runtime.is_main()) {
     EXPECT_LT(grad_norm_difference(root / name, root / serial_name), 1e-5);
   }
-  // The checkpoint holds whole tensors: a serial model loads it and equals the gathered weights.
-  GPT reloaded(model_config(config));
-  train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
+  // ... and equals the gathered weights.
   EXPECT_LT(max_difference(reloaded->parameters(), parallel), 1e-12);
   // Communication accounting: every step records the bytes this rank sent over the tensor group.
   if (runtime.is_main()) {
@@ -266,6 +269,24 @@ TEST_F(GPTTrainingTest, TensorParallelOnTwoRanksEqualsSerial) {
 TEST_F(GPTTrainingTest, TensorTimesDataParallelOnFourRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
   tensor_parallel_training_equals_serial(root_, "tp_1d_dp", k1d, 4);
+}
+
+// ZeRO-1/2 and Gemini shard each tensor-parallel block over the data ranks that hold it (2 data x 2
+// tensor): plain SGD's weights after each step and the global gradient norms equal the serial run's, so
+// the gradients do (a block replicated over the tensor group counted once in the norm).
+TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderZero1OnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_1d_zero1", k1d + "\nmemory.strategy=\"zero1\"", 4);
+}
+
+TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderZero2OnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_1d_zero2", k1d + "\nmemory.strategy=\"zero2\"", 4);
+}
+
+TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderGeminiOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_1d_gemini", k1d + "\nmemory.strategy=\"gemini\"", 4);
 }
 
 TEST_F(GPTTrainingTest, TwoDimensionalOnFourRanksEqualsSerial) {

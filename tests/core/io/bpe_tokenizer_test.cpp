@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "core/io/bpe_tokenizer.h"
 #include "core/util/atomic_file.h"
@@ -172,6 +175,58 @@ TEST(BpeTokenizerTest, BadInputIsNamed) {
   std::ofstream(dir / "broken.json") << "{\"model\": ";
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { BpeTokenizer::from_tokenizer_json((dir / "broken.json").string()); }),
                                 "broken.json: not valid JSON"));
+}
+
+// Found by fuzz_tokenizer_json (fuzz/corpus/tokenizer_json/crash-sequence-without-pretokenizers): a
+// Sequence pre_tokenizer without "pretokenizers" read freed memory (operator[] of a const object), and
+// fields of another type escaped as nlohmann::json's type_error, naming no file.
+TEST(BpeTokenizerTest, TokenizerJsonOfAnotherShapeIsNamed) {
+  const fs::path dir = testing::temp_dir("bpe_tokenizer_json_shapes");
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "<s>": 1}, "merges": []})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"pre_tokenizer": {"type": "Sequence", "pretokinezers": []}, )" + model + "}",
+       "a Sequence pre_tokenizer is read only as CLIP's"},
+      {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [1, 2]}, )" + model + "}",
+       "a Sequence pre_tokenizer is read only as CLIP's"},
+      {R"({"pre_tokenizer": {"type": 7}, )" + model + "}", "expected a ByteLevel pre_tokenizer"},
+      {R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "yes"}, )" + model + "}",
+       "pre_tokenizer.add_prefix_space must be true or false, found \"yes\""},
+      {R"({"pre_tokenizer": {"type": "ByteLevel"}, "added_tokens": [{"content": "<s>"}], )" + model + "}",
+       "added_tokens: expected {\"id\": <integer>, \"content\": <non-empty text>}, found {\"content\":\"<s>\"}"},
+      {R"({"pre_tokenizer": {"type": "ByteLevel"}, "normalizer": {"type": ["NFC"]}, )" + model + "}",
+       "normalizer \"\" is not supported"},
+  };
+  for (const auto& [json, expected] : cases) {
+    std::ofstream(dir / "tokenizer.json") << json;
+    EXPECT_TRUE(testing::Contains(
+        testing::expected_error([&] { BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string()); }),
+        expected))
+        << json;
+  }
+}
+
+// Found by fuzz_bpe_files (fuzz/corpus/bpe_files/crash-two-tokens-one-id): two tokens of one id loaded,
+// and decoding that id gave the other token, so decode(encode(text)) != text.
+TEST(BpeTokenizerTest, TwoTokensOfOneIdAreRefused) {
+  const fs::path dir = testing::temp_dir("bpe_shared_id");
+  std::ofstream(dir / "vocab.json") << R"({"a": 0, "b": 0, "c": 1})";
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  }), "vocab.json: id 0 is given to both 'a' and 'b'"));
+}
+
+// Found by a hand-written input to fuzz_bpe_files (fuzz/corpus/bpe_files/hand-huge-id): one token of id
+// 2^31 - 648 made the id table ask for 64 GiB. Holes in the numbering are still read.
+TEST(BpeTokenizerTest, AnIdFarPastTheTokensListedIsRefused) {
+  const fs::path dir = testing::temp_dir("bpe_huge_id");
+  std::ofstream(dir / "merges.txt") << "#version: 0.2\n";
+  std::ofstream(dir / "vocab.json") << R"({"a": 2147483000})";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] {
+    BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string());
+  }), "vocab.json: token 'a' has id 2147483000, more than 65536 past the 1 tokens the file lists"));
+  std::ofstream(dir / "vocab.json") << R"({"a": 0, "b": 40000})";
+  EXPECT_EQ(BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string()).vocab_size(), 40001);
 }
 
 }  // namespace

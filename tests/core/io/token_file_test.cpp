@@ -108,6 +108,23 @@ TEST_F(TokenFileTest, EntropyOfHandWorkedExample) {
   EXPECT_EQ(unigram_entropy_nats(TokenFile::open(path("z.tok"))), 0.0);
 }
 
+// Found by fuzz_token_file (fuzz/corpus/token_file/oom-vocab-beyond-tokens): the entropy of a file of a
+// few tokens whose header claims a huge vocabulary allocated a counter per id (8 GiB for 2^30 ids).
+TEST_F(TokenFileTest, EntropyOfAFewTokensOfAHugeVocabularyCountsOnlyTheTokens) {
+  write_token_file(path("wide.tok"), {7, 7, 4000000000u}, uint64_t{1} << 32);
+  const double third = 1.0 / 3.0;
+  EXPECT_NEAR(unigram_entropy_nats(TokenFile::open(path("wide.tok"))),
+              -(2 * third * std::log(2 * third) + third * std::log(third)), 1e-12);
+  // Unchecked ids are still refused by name on this path.
+  write_token_file(path("bad.tok"), {7, 9}, 10);
+  std::string bytes = read_bytes(path("bad.tok"));
+  bytes[16] = 8;  // vocab size 8 < 9, but also > the two tokens
+  write_bytes(path("bad.tok"), bytes);
+  EXPECT_NE(error_of([&] { unigram_entropy_nats(TokenFile::open(path("bad.tok"), false)); })
+                .find("token 9 at index 1 >= vocab size 8"),
+            std::string::npos);
+}
+
 TEST_F(TokenFileTest, WriteRejectsIdOutsideVocab) {
   const std::string message = error_of([&] { write_token_file(path("bad.tok"), {1, 2, 4096}, 4096); });
   EXPECT_NE(message.find("token 4096 at index 2 >= vocab size 4096"), std::string::npos) << message;
@@ -153,6 +170,22 @@ TEST_F(TokenFileTest, TruncatedFileNamesBothSizes) {
   write_bytes(path("t.tok"), bytes.substr(0, 10));
   EXPECT_NE(error_of([&] { TokenFile::open(path("t.tok")); }).find("has 10 bytes, less than the 32-byte header"),
             std::string::npos);
+}
+
+// Found by fuzz_token_file (fuzz/corpus/token_file/crash-count-beyond-64-bits): a token count whose byte
+// size does not fit in 64 bits reached a float-to-integer conversion out of range (undefined behaviour).
+TEST_F(TokenFileTest, ATokenCountBeyond64BitsOfBytesIsNamed) {
+  std::string bytes = std::string("KUAFUTOK") + std::string(24, '\0') + std::string(12, '\0');
+  bytes[8] = 1;                                    // version
+  bytes[12] = 4;                                   // bytes per token
+  bytes[16] = 10;                                  // vocab size
+  for (int i = 24; i < 32; ++i) bytes[i] = '\xff';  // 2^64 - 1 tokens
+  write_bytes(path("huge.tok"), bytes);
+  const std::string message = error_of([&] { TokenFile::open(path("huge.tok")); });
+  EXPECT_NE(message.find("header says 18446744073709551615 tokens (more than 2^64 bytes) but the file has 44 bytes"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find(path("huge.tok")), std::string::npos) << message;
 }
 
 // Before: truncating the file in place while it was mapped killed the reader with SIGBUS, no message.
