@@ -416,6 +416,35 @@ TEST_F(GPTTrainingTest, CheckpointMovesBetweenTensorParallelLayouts) {
   EXPECT_LT(max_difference(full_weights(task->model_holder()), serial), 2e-5);
 }
 
+// A sharded checkpoint under tensor parallelism resumes under another strategy: 3 AdamW steps under
+// ZeRO-2 x 1D (2 data x 2 tensor), then 3 under Gemini x 1D from its checkpoint (each rank's block
+// re-cut into its Gemini pieces, the moments with it); the checkpoint of step 6 equals 6 serial steps.
+TEST_F(GPTTrainingTest, ShardedCheckpointUnderTensorParallelismResumesUnderGemini) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  const auto first = make_config(root_, "zero2_1d", k1d + "\nmemory.strategy=\"zero2\"\ntrain.micro_batch_size=4\n"
+                                                          "train.steps=3\ndist.timeout_s=30");
+  train::Runtime runtime = train::start_runtime(first);
+  {
+    auto task = make_text_task(first, runtime.model_options());
+    train::Trainer trainer(first, runtime, *task);
+    trainer.run();
+  }
+  const auto second = make_config(
+      root_, "gemini_1d",
+      k1d + "\nmemory.strategy=\"gemini\"\ntrain.micro_batch_size=4\ndist.timeout_s=30\ntrain.resume=\"" +
+          train::checkpoint_folder((root_ / "zero2_1d" / "checkpoints").string(), 3) + "\"");
+  {
+    auto task = make_text_task(second, runtime.model_options());
+    train::Trainer trainer(second, runtime, *task);
+    EXPECT_EQ(trainer.start_step(), 3);
+    trainer.run();
+  }
+  GPT resumed(model_config(second));
+  train::CheckpointStore::load_model(train::checkpoint_folder((root_ / "gemini_1d" / "checkpoints").string(), 6), *resumed);
+  const auto serial = train_serially(make_config(root_, "sharded_serial_" + std::to_string(runtime.world->rank()), ""));
+  EXPECT_LT(max_difference(resumed->parameters(), serial), 2e-5);
+}
+
 // Pipeline parallelism through the trainer, from the config alone, against the serial run (6 plain SGD
 // steps, the same global batch, 4 layers): every parameter this stage holds (tensor blocks gathered)
 // by name within 2e-5 and the gradient norms within 1e-5 relative (float32, summation order), the same
