@@ -21,7 +21,7 @@ unshare --user --map-root-user --mount --propagation private bash -euo pipefail 
 source "$src/tests/dist/job_common.sh"
 mount -t tmpfs -o size=2600k kuafu-full-disk "$work/disk"
 job=$work/disk/run
-if timeout 300 "$run" --nproc-per-node 4 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
+if timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
     >"$work/full.log" 2>&1; then fail "the job on a full disk exited 0"; else code=$?; fi
 ((code != 124)) || fail "the job on a full disk hung"
 echo "on a full disk: kuafu-run exited with $code"
@@ -31,7 +31,7 @@ grep -q "cannot write $job/checkpoints/step_00000040.partial/.*No space left on 
 [[ $(cat "$job/checkpoints/latest") == step_00000020 && -f $job/checkpoints/step_00000020/manifest.json ]] ||
   fail "the last complete checkpoint is gone or latest moved: $(ls "$job/checkpoints")"
 mount -t tmpfs -o remount,size=20m kuafu-full-disk "$work/disk"
-timeout 300 "$run" --nproc-per-node 4 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
+timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
   >"$work/resumed.log" 2>&1 || { tail -20 "$work/resumed.log"; fail "the rerun with room"; }
 grep -h "partial\|resumed from" "$work/resumed.log"
 [[ ! -e $job/checkpoints/step_00000040.partial ]] || fail "the half-written checkpoint is still there"

@@ -40,9 +40,9 @@ TOML
   "$gpt" prepare --config "$work/config.toml" >"$work/prepare.log" 2>&1 || { cat "$work/prepare.log"; fail "prepare"; }
 }
 
-# run_one_host OUT_DIR: the job as 4 ranks on this host, to its end.
+# run_one_host OUT_DIR: the job as 4 ranks on this host, to its end (on a free port: tests run side by side).
 run_one_host() {
-  timeout 300 "$run" --nproc-per-node 4 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$1"\" \
+  timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$1"\" \
     >"$1.log" 2>&1 || { tail -20 "$1.log"; fail "the one-host job $1"; }
 }
 

@@ -14,7 +14,7 @@ JOB_WIDTH=256 make_job 40 20
 run_one_host "$work/reference"
 
 job=$work/stopped
-timeout 300 "$run" --nproc-per-node 4 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
+timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
   >"$job.log" 2>&1 &
 launcher=$!
 tries=0
@@ -34,7 +34,7 @@ latest=$(cat "$job/checkpoints/latest")
   fail "after SIGTERM during the step-20 save, latest is $latest: $(ls "$job/checkpoints")"
 ! ls -d "$job"/checkpoints/*.partial 2>/dev/null || fail "a .partial folder was left"
 
-timeout 300 "$run" --nproc-per-node 4 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
+timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
   >"$job.resumed.log" 2>&1 || { tail -20 "$job.resumed.log"; fail "the resumed job"; }
 grep -q "resumed from $job/checkpoints/step_00000020 at step 20" "$job.resumed.log" || fail "did not resume from step 20"
 [[ $(losses "$job") == $(losses "$work/reference") && $(losses "$job" | wc -l) == 40 ]] ||
