@@ -63,6 +63,8 @@ ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, s
 
 ChunkedMasters::~ChunkedMasters() = default;
 
+void ChunkedMasters::reduce_accumulated() { fail(describe() + ": cannot reduce a pipeline step's gradients"); }
+
 void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, const torch::Tensor&)>& keep) {
   torch::NoGradGuard no_grad;
   const auto options = params_.front().options().dtype(master_dtype_).requires_grad(false);

@@ -36,6 +36,10 @@ class ChunkedMasters {
   // after the last one.
   virtual void begin_backward(bool sync) = 0;
   virtual void finish_backward() = 0;
+  // A pipeline step, whose micro-batches interleave their backwards: gradients accumulate through all of
+  // them (begin_backward(false) first) and are reduced here, once. Strategies that reduce inside each
+  // backward (Gemini) refuse.
+  virtual void reduce_accumulated();
   virtual void zero_grad() = 0;
   // The updated master shards into the model's weights.
   virtual void copy_masters_to_model() = 0;

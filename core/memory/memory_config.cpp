@@ -83,7 +83,8 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
 }  // namespace
 
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
-                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype) {
+                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype,
+                                                    bool whole_gradients) {
   const std::string strategy = config.get_string("memory.strategy");
   const PlacementOptions placement = placement_options(config, strategy, compute_dtype);
   if (strategy == "none") return nullptr;
@@ -94,7 +95,7 @@ std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config
     return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce});
   }
   return std::make_unique<ZeroRedundancy>(
-      model, group, ZeroOptions{strategy == "zero1" ? 1 : 2, chunk_numel, compute_dtype, grad_reduce});
+      model, group, ZeroOptions{strategy == "zero1" || whole_gradients ? 1 : 2, chunk_numel, compute_dtype, grad_reduce});
 }
 
 }  // namespace kuafu::memory

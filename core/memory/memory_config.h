@@ -11,8 +11,10 @@ namespace kuafu::memory {
 void add_memory_schema(config::Schema& schema);
 
 // The sharding strategy memory.strategy asks for (zero1, zero2, gemini) over `group`, with `model` cast
-// to `compute_dtype`; null for "none" (plain data parallelism).
+// to `compute_dtype`; null for "none" (plain data parallelism). `whole_gradients`: ZeRO keeps whole
+// gradients through a step and reduces them once (stage 1), as a pipeline step needs.
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
-                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype);
+                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype,
+                                                    bool whole_gradients = false);
 
 }  // namespace kuafu::memory

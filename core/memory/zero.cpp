@@ -91,6 +91,12 @@ void ZeroRedundancy::finish_backward() {
   in_backward_ = false;
 }
 
+void ZeroRedundancy::reduce_accumulated() {
+  KUAFU_CHECK(stage_ == 1, "a pipeline step reduces accumulated whole gradients: ZeRO stage 1, not ", stage_);
+  sync_ = true;
+  finish_backward();  // every chunk launches now, in chunk order on every rank
+}
+
 void ZeroRedundancy::drain() {
   // Chunks holding a parameter that got no gradient this time have not launched yet.
   while (next_to_launch_ < layout_->num_chunks()) launch(next_to_launch_++);

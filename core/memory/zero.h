@@ -33,6 +33,7 @@ class ZeroRedundancy : public ChunkedMasters {
   int stage() const { return stage_; }
   void begin_backward(bool sync) override;
   void finish_backward() override;
+  void reduce_accumulated() override;
   void zero_grad() override;
   // One all-gather per chunk.
   void copy_masters_to_model() override;

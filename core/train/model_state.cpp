@@ -31,9 +31,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   const dist::GroupPtr replicas = runtime.replica_group();
   const std::string strategy = config.get_string("memory.strategy");
   if (strategy != "none") {
-    if (runtime.pipelined()) {
-      config.fail_at("memory.strategy", "(\"" + strategy + "\") shards over the data ranks of each tensor-parallel "
-                                        "group, but not yet with parallel.pipeline: turn one of them off");
+    if (runtime.pipelined() && strategy == "gemini") {
+      config.fail_at("memory.strategy", "(\"gemini\") reduces each block's gradients inside its backward, and a "
+                                        "pipeline step interleaves its micro-batches' backwards: use zero1 or zero2 "
+                                        "with parallel.pipeline");
     }
     const std::string optimizer = config.get_string("optim.name");
     if (runtime.tensor.enabled() && (optimizer == "lamb" || optimizer == "lars")) {
@@ -43,7 +44,13 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
                                        "memory.strategy = \"none\"");
     }
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
-    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_);
+    // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
+    // then holds them as ZeRO-1 does (DeepSpeed and Colossal-AI refuse ZeRO-2 with pipelines outright).
+    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined());
+    if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
+      log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
+                 "(the micro-batches' backwards interleave); optimizer state and masters stay sharded");
+    }
     if (auto* strategy_hooks = dynamic_cast<hooks::BlockHooks*>(sharded_.get())) {
       hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(strategy_hooks);
       if (!hooks_installed_) {
@@ -51,11 +58,12 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
                                           "block-call interface, and this app's model does not yet; use zero1 or zero2");
       }
     }
-    // Each rank holds disjoint pieces of the masters: norms add up over the replicas, and with tensor
-    // parallelism over every rank (a block replicated over the tensor group counted on one of them).
+    // Each rank holds disjoint pieces of the masters: norms add up over the replicas, and with tensor or
+    // pipeline parallelism over every rank (a block replicated over the tensor group, or a weight tied
+    // across stages, counted on one of them).
     params_ = sharded_->params();
     norm_group_ = replicas;
-    if (runtime.tensor.enabled()) {
+    if (runtime.tensor.enabled() || runtime.pipelined()) {
       layouts_ = parallel::collect_layouts(model_);
       mark_tensor_parallel_params();
       norm_group_ = runtime.world->world_group();
@@ -160,10 +168,12 @@ void ModelState::end_backward() {
 
 void ModelState::begin_pipelined_backward() {
   if (data_parallel_) data_parallel_->begin_backward(/*sync=*/false);
+  if (sharded_) sharded_->begin_backward(/*sync=*/false);
 }
 
 void ModelState::end_pipelined_backward() {
   if (data_parallel_) data_parallel_->reduce_now();
+  if (sharded_) sharded_->reduce_accumulated();
 }
 
 void ModelState::drop_partial_step() {
@@ -287,6 +297,7 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
     target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
       return sharded_->piece_of(name, block_of(name, full));
     };
+    target.part = runtime_.pipelined();
     CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
     sharded_->load_full_weights(weights);
   } else {

@@ -523,6 +523,19 @@ TEST_F(GPTTrainingTest, PipelineTimesDataParallelOnFourRanksEqualsSerial) {
   pipeline_training_equals_serial(root_, "pp_dp", "parallel.pipeline=2", 2);
 }
 
+// ZeRO-1 and ZeRO-2 under pipeline 2 x data 2: each stage's parameters sharded over its data ranks, the
+// gradients accumulated through the pipeline step and reduced once, the global norm over every rank with
+// the weight tied across the two ends counted once.
+TEST_F(GPTTrainingTest, PipelineTimesDataParallelUnderZero1OnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  pipeline_training_equals_serial(root_, "pp_dp_zero1", "parallel.pipeline=2\nmemory.strategy=\"zero1\"", 2);
+}
+
+TEST_F(GPTTrainingTest, PipelineTimesDataParallelUnderZero2OnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
+  pipeline_training_equals_serial(root_, "pp_dp_zero2", "parallel.pipeline=2\nmemory.strategy=\"zero2\"", 2);
+}
+
 // pipeline 2 x data 2 x tensor (1D) 2 = 8 ranks.
 TEST_F(GPTTrainingTest, PipelineTimesDataTimesTensorParallelOnEightRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(8, 180);
