@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <string_view>
@@ -163,85 +165,130 @@ const torch::Tensor* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
+FileSum save_safetensors(const std::string& path, const NamedTensors& tensors,
+                         const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<torch::Tensor> contiguous;
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
-    torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
-    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * t.element_size();
-    header[name] = {{"dtype", dtype_name(t.scalar_type())}, {"shape", t.sizes().vec()},
+    const uint64_t bytes = static_cast<uint64_t>(tensor.numel()) * tensor.element_size();
+    header[name] = {{"dtype", dtype_name(tensor.scalar_type())}, {"shape", tensor.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
-    contiguous.push_back(t);
   }
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');  // keeps the data 8-byte aligned, as the format advises
-  std::string out;
-  out.reserve(8 + json.size() + offset);
-  append_u64_le(out, json.size());
-  out += json;
-  for (const auto& t : contiguous) {
-    out.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * t.element_size());
-  }
-  write_file_atomic(path, out);
+  return write_file_atomic_streamed(path, [&](const ByteSink& write) {
+    std::string length;
+    append_u64_le(length, json.size());
+    write(length.data(), length.size());
+    write(json.data(), json.size());
+    for (const auto& item : tensors) {
+      // One tensor at a time on the host: a sharded master or a GPU weight is never copied whole with the rest.
+      const torch::Tensor t = item.second.detach().to(torch::kCPU).contiguous();
+      write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());
+    }
+  });
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
-  const std::string bytes = read_file(path);
-  KUAFU_CHECK(bytes.size() >= 8, path, ": too short for a safetensors file (", bytes.size(), " bytes)");
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  KUAFU_CHECK(header_len <= bytes.size() - 8, path, ": header length ", header_len,
-              " exceeds the file size ", bytes.size(), " (truncated or not a safetensors file)");
-  const nlohmann::json header = parse_header(path, std::string_view(bytes).substr(8, header_len));
-  KUAFU_CHECK(header.is_object(), path, ": header must be a JSON object");
-  const uint64_t data_size = bytes.size() - 8 - header_len;
-  const char* data = bytes.data() + 8 + header_len;
+const SafetensorsEntry* SafetensorsIndex::find(const std::string& name) const {
+  for (const auto& entry : entries) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
 
-  SafetensorsFile file;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+namespace {
+
+// Reads `bytes` bytes at `offset` of the open file into `out`.
+void read_at(std::ifstream& in, const std::string& path, uint64_t offset, char* out, uint64_t bytes) {
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(out, static_cast<std::streamsize>(bytes));
+  KUAFU_CHECK(in.good() || (bytes == 0), path, ": cannot read ", bytes, " bytes at byte ", offset, " (file changed?)");
+}
+
+}  // namespace
+
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  std::error_code error;
+  const uint64_t file_size = std::filesystem::file_size(path, error);
+  KUAFU_CHECK(!error, "cannot open ", path, ": ", error.message());
+  KUAFU_CHECK(file_size >= 8, path, ": too short for a safetensors file (", file_size, " bytes)");
+  std::ifstream in(path, std::ios::binary);
+  KUAFU_CHECK(in.good(), "cannot open ", path);
+  unsigned char length[8];
+  read_at(in, path, 0, reinterpret_cast<char*>(length), 8);
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(length[i]) << (8 * i);
+  KUAFU_CHECK(header_len <= file_size - 8, path, ": header length ", header_len, " exceeds the file size ", file_size,
+              " (truncated or not a safetensors file)");
+  std::string text(header_len, '\0');
+  read_at(in, path, 8, text.data(), header_len);
+  const nlohmann::json header = parse_header(path, text);
+  KUAFU_CHECK(header.is_object(), path, ": header must be a JSON object");
+  SafetensorsIndex index;
+  index.path = path;
+  index.data_start = 8 + header_len;
+  const uint64_t data_size = file_size - index.data_start;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       KUAFU_CHECK(entry.is_object(), path, ": __metadata__: expected an object of strings, found ", shown(entry));
       for (const auto& [k, v] : entry.items()) {
         KUAFU_CHECK(v.is_string(), path, ": metadata value for '", text::abbreviate(k), "' must be a string");
-        file.metadata[k] = v.get<std::string>();
+        index.metadata[k] = v.get<std::string>();
       }
       continue;
     }
     const std::string where = tensor_where(path, name);
     KUAFU_CHECK(!name.empty(), where, ": expected a non-empty name");
     const Entry e = read_entry(where, entry, data_size);
-    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
-    if (e.end > e.begin) std::memcpy(t.data_ptr(), data + e.begin, e.end - e.begin);
-    file.tensors.emplace_back(name, t);
-    ranges.emplace_back(e.begin, e.end);
+    index.entries.push_back({name, e.type, e.shape, e.begin, e.end});
   }
-  // nlohmann::json hands entries back sorted by name: restore file (offset) order.
-  std::vector<size_t> order(ranges.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
-  // All checked before any is moved, so that the messages can name the tensors. No byte of the data is
-  // left unindexed (the official reader refuses holes and trailing bytes too): in offset order the
-  // ranges tile the data section from its first byte to its last, neither overlapping nor apart.
+  // nlohmann::json hands entries back sorted by name: file (offset) order instead.
+  std::sort(index.entries.begin(), index.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return std::make_pair(a.begin, a.end) < std::make_pair(b.begin, b.end);
+  });
+  // No byte of the data is left unindexed (the official reader refuses holes and trailing bytes too): in
+  // offset order the ranges tile the data section from its first byte to its last, neither overlapping
+  // nor apart.
   uint64_t covered = 0;
-  for (size_t k = 0; k < order.size(); ++k) {
-    const auto [begin, end] = ranges[order[k]];
-    KUAFU_CHECK(begin >= covered, path, ": tensor data ranges of '", text::abbreviate(file.tensors[order[k - 1]].first),
-                "' and '", text::abbreviate(file.tensors[order[k]].first), "' overlap");
-    KUAFU_CHECK(begin == covered, path, ": data bytes [", covered, ", ", begin, ") belong to no tensor (a gap before '",
-                text::abbreviate(file.tensors[order[k]].first), "')");
-    covered = end;
+  for (size_t k = 0; k < index.entries.size(); ++k) {
+    const SafetensorsEntry& e = index.entries[k];
+    KUAFU_CHECK(e.begin >= covered, path, ": tensor data ranges of '", text::abbreviate(index.entries[k - 1].name),
+                "' and '", text::abbreviate(e.name), "' overlap");
+    KUAFU_CHECK(e.begin == covered, path, ": data bytes [", covered, ", ", e.begin, ") belong to no tensor (a gap before '",
+                text::abbreviate(e.name), "')");
+    covered = e.end;
   }
   KUAFU_CHECK(covered == data_size, path, ": the last ", data_size - covered, " data bytes belong to no tensor (",
-              "trailing bytes after the data of ", order.empty() ? std::string("no tensor") :
-              "'" + text::abbreviate(file.tensors[order.back()].first) + "'", ")");
-  NamedTensors in_file_order;
-  for (size_t k : order) in_file_order.push_back(std::move(file.tensors[k]));
-  file.tensors = std::move(in_file_order);
+              "trailing bytes after the data of ", index.entries.empty() ? std::string("no tensor") :
+              "'" + text::abbreviate(index.entries.back().name) + "'", ")");
+  return index;
+}
+
+torch::Tensor read_elements(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first, int64_t count) {
+  const auto element = static_cast<uint64_t>(c10::elementSize(entry.dtype));
+  const uint64_t numel = (entry.end - entry.begin) / element;
+  if (count < 0) count = static_cast<int64_t>(numel) - first;
+  KUAFU_CHECK(first >= 0 && count >= 0 && static_cast<uint64_t>(first) + static_cast<uint64_t>(count) <= numel,
+              tensor_where(index.path, entry.name), ": elements [", first, ", ", first + count, ") of ", numel, " asked for");
+  torch::Tensor t = torch::empty({count}, torch::TensorOptions().dtype(entry.dtype));
+  std::ifstream in(index.path, std::ios::binary);
+  KUAFU_CHECK(in.good(), "cannot open ", index.path);
+  read_at(in, index.path, index.data_start + entry.begin + static_cast<uint64_t>(first) * element,
+          static_cast<char*>(t.data_ptr()), static_cast<uint64_t>(count) * element);
+  return t;
+}
+
+torch::Tensor read_tensor(const SafetensorsIndex& index, const SafetensorsEntry& entry) {
+  return read_elements(index, entry, 0, -1).view(entry.shape);
+}
+
+SafetensorsFile load_safetensors(const std::string& path) {
+  const SafetensorsIndex index = read_safetensors_index(path);
+  SafetensorsFile file;
+  file.metadata = index.metadata;
+  for (const auto& entry : index.entries) file.tensors.emplace_back(entry.name, read_tensor(index, entry));
   return file;
 }
 

@@ -2,24 +2,52 @@
 // {name: {dtype, shape, data_offsets}} plus optional "__metadata__", then the raw tensor bytes.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/util/atomic_file.h"
+
 namespace kuafu::io {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Writes atomically (temporary name, fsync, rename). Tensors are stored contiguous, on CPU.
-void save_safetensors(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+// Writes atomically (temporary name, fsync, rename), streamed: one tensor at a time is brought to the
+// CPU (and made contiguous) and written, so no copy of the whole file is ever built. Returns the file's
+// size and CRC-32.
+FileSum save_safetensors(const std::string& path, const NamedTensors& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
   NamedTensors tensors;  // in file order
   std::map<std::string, std::string> metadata;
   const torch::Tensor* find(const std::string& name) const;
 };
+
+// Where one tensor lies in a file.
+struct SafetensorsEntry {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;  // bytes, counted from the start of the data section
+};
+
+// A file's header alone, validated as load_safetensors validates it: tensors are then read one at a
+// time (read_tensor), so that a reader holds only what it needs.
+struct SafetensorsIndex {
+  std::string path;
+  uint64_t data_start = 0;               // byte of the file where the data section begins
+  std::vector<SafetensorsEntry> entries;  // in file (offset) order
+  std::map<std::string, std::string> metadata;
+  const SafetensorsEntry* find(const std::string& name) const;
+};
+SafetensorsIndex read_safetensors_index(const std::string& path);
+// Tensor `entry` of `index`, read from its file (a fresh CPU tensor).
+torch::Tensor read_tensor(const SafetensorsIndex& index, const SafetensorsEntry& entry);
+// Only elements [first, first + count) of its flattened data, as a 1-D tensor.
+torch::Tensor read_elements(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first, int64_t count);
 
 // Validates the header (length, JSON, unique non-empty names, dtypes, integer shapes and offsets, sizes
 // that fit in 64 bits, data inside the file, no overlaps) and throws kuafu::Error naming the file and

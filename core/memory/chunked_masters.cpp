@@ -194,26 +194,42 @@ io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state)
   return out;
 }
 
-io::NamedTensors ChunkedMasters::weights_to_load() const {
-  std::map<std::string, torch::Tensor> fresh;
-  for (size_t i = 0; i < names_.size(); ++i) {
-    fresh[names_[i]] = torch::empty(shapes_[i], master_shards_.front().options());
-  }
-  return optim::weights_replacing(model_, fresh);
+int64_t ChunkedMasters::piece_offset(const std::string& name) const {
+  return layout_->piece(index_of(name), rank_).tensor_offset;
 }
 
-void ChunkedMasters::load_full_weights(const io::NamedTensors& weights) {
-  torch::NoGradGuard no_grad;
-  for (const auto& [name, full] : weights) {
-    const auto found = std::find(names_.begin(), names_.end(), name);
-    if (found == names_.end()) continue;  // buffers and frozen parameters were loaded in place
-    const int64_t i = found - names_.begin();
-    const Piece piece = layout_->piece(i, rank_);
-    master_shards_[layout_->slot(i).chunk]
-        .narrow(0, piece.shard_offset, piece.numel)
-        .copy_(full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel));
-    set_compute_weights(i, full);
+int64_t ChunkedMasters::piece_numel(const std::string& name) const {
+  return layout_->piece(index_of(name), rank_).numel;
+}
+
+bool ChunkedMasters::chunked(const std::string& name) const {
+  return std::find(names_.begin(), names_.end(), name) != names_.end();
+}
+
+io::NamedTensors ChunkedMasters::unchunked_weights() const {
+  io::NamedTensors out;
+  for (auto& item : optim::weights_replacing(model_, {})) {
+    if (!chunked(item.first)) out.push_back(std::move(item));
   }
+  return out;
+}
+
+io::NamedTensors ChunkedMasters::weights_to_load() const {
+  std::map<std::string, torch::Tensor> shapes_only;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    shapes_only[names_[i]] = torch::empty(shapes_[i], master_shards_.front().options().device(torch::kMeta));
+  }
+  return optim::weights_replacing(model_, shapes_only);
+}
+
+void ChunkedMasters::load_weight(const std::string& name, const torch::Tensor& full) {
+  torch::NoGradGuard no_grad;
+  const int64_t i = index_of(name);
+  const Piece piece = layout_->piece(i, rank_);
+  master_shards_[layout_->slot(i).chunk]
+      .narrow(0, piece.shard_offset, piece.numel)
+      .copy_(full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel));
+  set_compute_weights(i, full);
 }
 
 torch::Tensor ChunkedMasters::piece_of(const std::string& name, const torch::Tensor& full) const {

@@ -54,11 +54,20 @@ class ChunkedMasters {
   io::NamedTensors full_weights() const;
   // Collective: optimizer state_tensors() of pieces gathered into whole "<param>/<slot>" tensors.
   io::NamedTensors full_state(const io::NamedTensors& piece_state) const;
-  // Whole, uninitialised float32 tensors for every chunked parameter plus the model's other parameters
-  // and buffers themselves: what a checkpoint loads into before load_full_weights (no communication).
+  // What a checkpoint loads into: for every chunked parameter a float32 tensor of its shape on the meta
+  // device (a shape, no memory; load_weight takes its values), and the model's other parameters and
+  // buffers themselves (loaded in place). No communication.
   io::NamedTensors weights_to_load() const;
-  // weights_to_load() tensors, now filled, into this rank's masters and the model.
-  void load_full_weights(const io::NamedTensors& weights);
+  // Parameter `name`'s whole saved values into this rank's master piece and the model's compute copy.
+  void load_weight(const std::string& name, const torch::Tensor& full);
+  // For sharded checkpoints (no communication): where this rank's piece of parameter `name` starts among
+  // the parameter's elements, and the model's weights that are not chunked (buffers, frozen parameters),
+  // which every rank of the group holds alike.
+  int64_t piece_offset(const std::string& name) const;
+  int64_t piece_numel(const std::string& name) const;
+  const std::vector<int64_t>& shape_of(const std::string& name) const { return shapes_.at(index_of(name)); }
+  bool chunked(const std::string& name) const;
+  io::NamedTensors unchunked_weights() const;
   // A whole saved tensor of parameter `name` (e.g. its optimizer state) cut to this rank's piece.
   torch::Tensor piece_of(const std::string& name, const torch::Tensor& full) const;
 

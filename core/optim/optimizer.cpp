@@ -79,36 +79,56 @@ io::NamedTensors Optimizer::state_tensors() const {
 }
 
 void Optimizer::load_state_tensors(const io::SafetensorsFile& saved, const std::string& where, bool part) {
+  SavedState state;
+  state.metadata = saved.metadata;
+  state.count = saved.tensors.size();
+  state.read = [&saved](const std::string& name) -> std::optional<torch::Tensor> {
+    const torch::Tensor* found = saved.find(name);
+    if (!found) return std::nullopt;
+    return *found;
+  };
+  load_state_tensors(state, where, part);
+}
+
+void Optimizer::load_state_tensors(const SavedState& saved, const std::string& where, bool part) {
   const auto algorithm = saved.metadata.find("optimizer");
   KUAFU_CHECK(algorithm == saved.metadata.end() || algorithm->second == name(), where, ": optimizer state of ",
               algorithm == saved.metadata.end() ? "" : algorithm->second, " cannot resume ", name(),
               " (optim.name changed?)");
-  const torch::Tensor* step = saved.find("step");
+  const std::optional<torch::Tensor> step = saved.read("step");
   KUAFU_CHECK(step && step->numel() == 1, where, ": lacks the 'step' counter");
   const int64_t saved_steps = step->to(torch::kInt64).item<int64_t>();
   const auto slots = slot_names();
   size_t used = 1;
-  std::vector<std::vector<std::vector<torch::Tensor>>> loaded(groups_.size());
+  torch::NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    loaded[g].resize(groups_[g].params.size());
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       const Param& p = groups_[g].params[i];
-      for (const auto& slot : slots) {
-        const torch::Tensor* value = saved.find(p.name + "/" + slot);
+      std::vector<torch::Tensor>& state = states_[g][i];
+      for (size_t s = 0; s < slots.size(); ++s) {
+        const std::string state_name = p.name + "/" + slots[s];
+        const std::optional<torch::Tensor> value = saved.read(state_name);
         if (saved_steps == 0 && !value) continue;  // nothing was created before the first step
-        KUAFU_CHECK(value, where, ": no '", slot, "' state for parameter '", p.name,
+        KUAFU_CHECK(value, where, ": no '", slots[s], "' state for parameter '", p.name,
                     "' (checkpoint from another model or optimizer?)");
-        KUAFU_CHECK(value->sizes() == p.tensor.sizes(), where, ": '", p.name, "/", slot, "' has shape ",
-                    value->sizes(), " but the parameter has ", p.tensor.sizes());
-        io::check_loadable(where, p.name + "/" + slot, *value, state_dtype(p.tensor));
-        loaded[g][i].push_back(value->to(p.tensor.device(), state_dtype(p.tensor)).clone());
+        KUAFU_CHECK(value->sizes() == p.tensor.sizes(), where, ": '", state_name, "' has shape ", value->sizes(),
+                    " but the parameter has ", p.tensor.sizes());
+        io::check_loadable(where, state_name, *value, state_dtype(p.tensor));
         ++used;
+        if (state.size() != slots.size()) state.assign(slots.size(), torch::Tensor());
+        if (state[s].defined()) {
+          state[s].copy_(*value);  // in place: no second copy of the state is ever held
+        } else {
+          const torch::Tensor moved = value->to(p.tensor.device(), state_dtype(p.tensor));
+          state[s] = moved.is_same(*value) ? moved.clone() : moved;  // never a view of what was read
+        }
       }
+      KUAFU_CHECK(std::all_of(state.begin(), state.end(), [](const torch::Tensor& t) { return t.defined(); }), where,
+                  ": parameter '", p.name, "' has some of its state slots but not all");
     }
   }
-  KUAFU_CHECK(part || used == saved.tensors.size(), where, ": holds ", saved.tensors.size() - used,
+  KUAFU_CHECK(part || used == saved.count, where, ": holds ", saved.count - used,
               " state tensors this optimizer does not use (different model or optimizer?)");
-  states_ = std::move(loaded);
   steps_ = saved_steps;
 }
 

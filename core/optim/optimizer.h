@@ -2,6 +2,8 @@
 // the parameter's name (so checkpoints are readable and survive re-sharding), exact save/load.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,6 +61,15 @@ class Optimizer {
   // Restores state_tensors() output; `where` names the source in errors. Checks names, shapes, algorithm.
   // `part`: this rank holds part of the model (a pipeline stage), so `saved` may hold other parameters' state.
   void load_state_tensors(const io::SafetensorsFile& saved, const std::string& where, bool part = false);
+  // The same from tensors read one at a time when asked (a checkpoint streams them), each copied into the
+  // state tensor already there when there is one: loading holds at most one saved tensor beside the state.
+  // A failure part way leaves the state partly loaded (a run stops on it).
+  struct SavedState {
+    std::map<std::string, std::string> metadata;
+    size_t count = 0;  // state tensors saved (that this rank may read)
+    std::function<std::optional<torch::Tensor>(const std::string& name)> read;  // none when not saved
+  };
+  void load_state_tensors(const SavedState& saved, const std::string& where, bool part = false);
 
  protected:
   // Called once per step, after the step counter is incremented and before any group is updated.

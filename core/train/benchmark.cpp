@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <chrono>
+#include <filesystem>
+
 #include "core/train/model_state.h"
 #include "core/util/error.h"
 
@@ -10,10 +13,55 @@ namespace kuafu::train {
 void add_benchmark_schema(config::Schema& s) {
   s.add_int("benchmark.steps", 10, "timed training steps").min(1);
   s.add_int("benchmark.warmup", 2, "untimed steps first").min(0);
+  s.add_string("benchmark.checkpoint_dir", "",
+               "after the timed steps, save a checkpoint of the models under this folder and load it back, "
+               "timing both and metering their memory; \"\" = none");
 }
 
 namespace {
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int64_t folder_bytes(const std::filesystem::path& folder) {
+  int64_t bytes = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(folder)) {
+    if (entry.is_regular_file()) bytes += static_cast<int64_t>(entry.file_size());
+  }
+  return bytes;
+}
+
+// benchmark.checkpoint_dir: one checkpoint of every model saved there (as the trainer saves one) and
+// loaded back; the seconds and the peak memory in use of each, beside the steps' own figures.
+nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runtime,
+                               const std::vector<BenchmarkedModel>& models, BenchmarkMemory& memory) {
+  const std::string root = config.get_string("benchmark.checkpoint_dir");
+  CheckpointStore store(root, runtime.world->world_group(), /*keep=*/1);
+  const int64_t step = config.get_int("benchmark.warmup") + config.get_int("benchmark.steps");
+  memory.start_phase();
+  const auto save_start = std::chrono::steady_clock::now();
+  std::vector<CheckpointPart> parts;
+  nlohmann::json trainer_state = nlohmann::json::object();
+  for (const BenchmarkedModel& m : models) {
+    for (CheckpointPart& part : m.state->checkpoint_parts()) parts.push_back(std::move(part));
+  }
+  store.save(step, parts, trainer_state);
+  parts.clear();
+  const double save_s = seconds_since(save_start);
+  const double save_peak = memory.phase_peak_mb();
+  const std::string folder = checkpoint_folder(root, step);
+  memory.start_phase();
+  const auto load_start = std::chrono::steady_clock::now();
+  const nlohmann::json saved_state = CheckpointStore::read_trainer_state(folder);
+  for (const BenchmarkedModel& m : models) m.state->load(folder, saved_state);
+  return {{"checkpoint_save_s", save_s},
+          {"checkpoint_save_peak_in_use_mb", save_peak},
+          {"checkpoint_load_s", seconds_since(load_start)},
+          {"checkpoint_load_peak_in_use_mb", memory.phase_peak_mb()},
+          {"checkpoint_mb", mib(folder_bytes(folder))}};
+}
 }  // namespace
 
 BenchmarkMemory::BenchmarkMemory(const torch::Device& device)
@@ -27,6 +75,10 @@ void BenchmarkMemory::start_steps() {
   setup_peak_bytes_ = memory::peak_bytes(device_);
   peak_in_use_.restart();
 }
+
+void BenchmarkMemory::start_phase() { peak_in_use_.restart(); }
+
+double BenchmarkMemory::phase_peak_mb() const { return mib(peak_in_use_.peak()); }
 
 nlohmann::json BenchmarkMemory::figures() const {
   const int64_t steps_in_use = peak_in_use_.peak();
@@ -112,6 +164,7 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   for (const BenchmarkedModel& m : models) {
     for (const auto& [name, value] : m.state->memory_figures()) line[m.name.empty() ? name : m.name + "." + name] = value;
   }
+  if (!config.get_string("benchmark.checkpoint_dir").empty()) line.update(time_checkpoint(config, runtime, models, memory));
   return line;
 }
 

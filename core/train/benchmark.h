@@ -17,7 +17,7 @@
 
 namespace kuafu::train {
 
-// benchmark.steps and benchmark.warmup.
+// benchmark.steps, benchmark.warmup and benchmark.checkpoint_dir.
 void add_benchmark_schema(config::Schema& schema);
 
 // What the process holds before the model is built: the line's memory figures count from here.
@@ -28,6 +28,9 @@ class BenchmarkMemory {
   // peak higher, e.g. weights made in float32 before they are cast or offloaded).
   void start_steps();
   nlohmann::json figures() const;  // peaks (whole run, and the steps alone) and the baselines, MiB
+  // After figures(): the peak of a later phase (a checkpoint's save) from start_phase() on, MiB in use.
+  void start_phase();
+  double phase_peak_mb() const;
 
  private:
   torch::Device device_;

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -21,16 +22,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kManifest = kManifestFile;
-constexpr const char* kModel = "model.safetensors";
-constexpr const char* kOptimizer = "optimizer.safetensors";
+constexpr const char* kModel = "model";  // kinds of a part's files (checkpoint_shards.h)
+constexpr const char* kOptimizer = "optimizer";
 constexpr const char* kTrainer = "trainer.json";
 
 std::string rng_file(int rank) { return "rng_rank" + std::to_string(rank) + ".safetensors"; }
 std::string task_state_file(int rank) { return "task_rank" + std::to_string(rank) + ".safetensors"; }
 constexpr const char* kPartialSuffix = ".partial";  // step_N.partial: a save being written
 
-// The files of a part: model.safetensors for the unnamed one, <part>.model.safetensors otherwise.
-std::string part_file(const std::string& part, const char* file) { return part.empty() ? file : part + "." + file; }
+// What each rank wrote in a save: the manifest's entries, handed to rank 0 through the folder.
+std::string sums_file(int rank) { return "sums_rank" + std::to_string(rank) + ".json"; }
 
 // The step of a checkpoint folder's name "step_<digits>", or none for any other name.
 std::optional<int64_t> step_of_name(const std::string& name) {
@@ -52,38 +53,65 @@ std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& root) 
   return folders;
 }
 
+// verify_manifest reads every byte of a checkpoint (8.6 GB at 749M parameters), and a resume reads the
+// trainer state and then each model's part: a folder is verified once while its files stay as they were
+// (the same manifest, and each file of the same size and modification time).
+nlohmann::json verified_manifest(const std::string& folder) {
+  static std::mutex mutex;
+  static std::map<std::string, nlohmann::json> verified;
+  std::string key = fs::absolute(folder).string();
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const auto written = fs::last_write_time(entry.path(), error).time_since_epoch().count();
+    key += "\n" + entry.path().filename().string() + " " + std::to_string(entry.is_regular_file(error) ? entry.file_size(error) : 0) +
+           " " + std::to_string(written);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (const auto found = verified.find(key); found != verified.end()) return found->second;
+  }
+  nlohmann::json manifest = verify_manifest(folder);
+  std::lock_guard<std::mutex> lock(mutex);
+  verified[key] = manifest;
+  return manifest;
+}
+
 torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::string& name, const torch::Tensor& full) {
   return to_local ? to_local(name, full) : full;
 }
 
-// `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors.
+// `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors. One
+// whole tensor at a time is read (from its pieces, when sharded) and cut to this rank's.
 void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local,
-                     bool part, const std::string& part_name) {
-  const std::string path = (fs::path(folder) / part_file(part_name, kModel)).string();
-  KUAFU_CHECK(fs::exists(path), "checkpoint ", folder, " has no ", part_file(part_name, kModel),
-              part_name.empty() ? std::string() : " (no model \"" + part_name + "\" in it)");
-  io::SafetensorsFile file = io::load_safetensors(path);
+                     bool part, const std::string& part_name,
+                     const std::function<void(const std::string&, const torch::Tensor&)>& store = nullptr) {
+  const SavedTensors saved(folder, part_name, kModel);
+  const std::string& path = saved.where();
   torch::NoGradGuard no_grad;
   std::vector<std::string> missing;
   size_t matched = 0;
-  auto restore = [&](const std::string& name, torch::Tensor target) {
-    const torch::Tensor* saved = file.find(name);
-    if (!saved) {
+  for (const auto& [name, target] : weights) {
+    if (!saved.contains(name)) {
       missing.push_back(name);
-      return;
+      continue;
     }
-    const torch::Tensor local = local_of(to_local, name, *saved);
-    KUAFU_CHECK(local.sizes() == target.sizes(), path, ": '", name, "' has shape ", saved->sizes(),
+    const torch::Tensor whole = saved.read(name);
+    const torch::Tensor local = local_of(to_local, name, whole);
+    KUAFU_CHECK(local.sizes() == target.sizes(), path, ": '", name, "' has shape ", whole.sizes(),
                 " but the model expects ", target.sizes(), " (checkpoint from a different model config?)");
     // The whole saved tensor is checked, which every rank reads alike: all refuse together.
-    io::check_loadable(path, name, *saved, target);
-    target.copy_(local);
+    io::check_loadable(path, name, whole, target);
+    if (target.is_meta()) {
+      KUAFU_CHECK(store, "loading '", name, "': a target of no memory needs the loader's store");
+      store(name, local);
+    } else {
+      target.copy_(local);
+    }
     ++matched;
-  };
-  for (const auto& [name, tensor] : weights) restore(name, tensor);
+  }
   KUAFU_CHECK(missing.empty(), path, ": missing ", missing.size(), " tensors the model needs, e.g. '",
               missing.empty() ? "" : missing.front(), "'");
-  KUAFU_CHECK(part || matched == file.tensors.size(), path, ": holds ", file.tensors.size() - matched,
+  KUAFU_CHECK(part || matched == saved.names().size(), path, ": holds ", saved.names().size() - matched,
               " tensors the model does not have (checkpoint from a different model?)");
 }
 
@@ -179,43 +207,84 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
                            const io::NamedTensors& rank_state) const {
   const std::string final_folder = checkpoint_folder(root_, step);
   const std::string partial = final_folder + kPartialSuffix;
-  const bool main = world_->rank() == 0;
+  const int rank = world_->rank();
+  const bool main = rank == 0;
   if (main) {
     fs::create_directories(root_);
     fs::remove_all(partial);  // left by a run that died while saving
     fs::create_directories(partial);
   }
   dist::barrier(*world_);
+  std::map<std::string, FileSum> sums;  // what this rank writes, for the manifest
+  const auto in_partial = [&](const std::string& name) { return (fs::path(partial) / name).string(); };
   {
     // The CPU's generator and, on a GPU, that GPU's (dropout masks drawn there): a resumed run draws on.
     io::NamedTensors generators = {{"cpu", generator_state(torch::kCPU)}};
     if (const auto gpu = current_cuda_device()) generators.emplace_back("cuda", generator_state(*gpu));
-    io::save_safetensors((fs::path(partial) / rng_file(world_->rank())).string(), generators);
-    if (!rank_state.empty()) io::save_safetensors((fs::path(partial) / task_state_file(world_->rank())).string(), rank_state);
+    sums[rng_file(rank)] = io::save_safetensors(in_partial(rng_file(rank)), generators);
+    if (!rank_state.empty()) sums[task_state_file(rank)] = io::save_safetensors(in_partial(task_state_file(rank)), rank_state);
   }
-  dist::barrier(*world_);
-  if (main) {
-    std::set<std::string> names;
-    for (const CheckpointPart& part : parts) {
-      KUAFU_CHECK(names.insert(part.name).second && (part.name.empty() || plain_file_name(part.name)),
-                  "checkpoint parts need distinct names usable in file names; found \"", part.name, "\" twice or unusable");
-      io::save_safetensors((fs::path(partial) / part_file(part.name, kModel)).string(), part.weights, {{"format", "pt"}});
-      if (part.optimizer_name.empty()) continue;  // a frozen model
-      io::save_safetensors((fs::path(partial) / part_file(part.name, kOptimizer)).string(), part.optimizer_state,
-                           {{"optimizer", part.optimizer_name}});
+  std::set<std::string> names;
+  for (const CheckpointPart& part : parts) {
+    KUAFU_CHECK(names.insert(part.name).second && (part.name.empty() || plain_file_name(part.name)),
+                "checkpoint parts need distinct names usable in file names; found \"", part.name, "\" twice or unusable");
+    const std::map<std::string, std::string> model_meta = {{"format", "pt"}};
+    const std::map<std::string, std::string> optimizer_meta = {{"optimizer", part.optimizer_name}};
+    const auto write = [&](const char* kind, const auto& tensors, const std::map<std::string, std::string>& meta) {
+      sums[whole_file_name(part.name, kind)] = io::save_safetensors(in_partial(whole_file_name(part.name, kind)), tensors, meta);
+    };
+    if (!part.sharded) {
+      if (!main) continue;
+      write(kModel, part.weights, model_meta);
+      if (!part.optimizer_name.empty()) write(kOptimizer, part.optimizer_state, optimizer_meta);
+      continue;
     }
+    const auto all_whole = [](const std::vector<TensorPiece>& pieces) {
+      return std::all_of(pieces.begin(), pieces.end(), [](const TensorPiece& p) { return is_whole(p.place, p.data.numel()); });
+    };
+    if (world_->size() == 1 && all_whole(part.weight_pieces) && all_whole(part.state_pieces)) {
+      // One process holds every piece whole: the plain files, as a run on one rank always wrote.
+      const auto as_tensors = [](const std::vector<TensorPiece>& pieces) {
+        io::NamedTensors tensors;
+        for (const TensorPiece& p : pieces) tensors.emplace_back(p.name, p.data.view(p.place.shape));
+        return tensors;
+      };
+      write(kModel, as_tensors(part.weight_pieces), model_meta);
+      if (!part.optimizer_name.empty()) write(kOptimizer, as_tensors(part.state_pieces), optimizer_meta);
+      continue;
+    }
+    const auto write_pieces = [&](const char* kind, const std::vector<TensorPiece>& pieces,
+                                  const std::map<std::string, std::string>& meta) {
+      const std::string file = shard_file_name(part.name, kind, rank);
+      sums[file] = save_pieces(in_partial(file), pieces, meta);
+    };
+    write_pieces(kModel, part.weight_pieces, model_meta);
+    if (!part.optimizer_name.empty()) write_pieces(kOptimizer, part.state_pieces, optimizer_meta);
+  }
+  if (main) {
     nlohmann::json state = trainer_state;
     state["step"] = step;
     state["world_size"] = world_->size();
-    write_file_atomic((fs::path(partial) / kTrainer).string(), state.dump(2));
-
+    const std::string text = state.dump(2);
+    write_file_atomic(in_partial(kTrainer), text);
+    sums[kTrainer] = {text.size(), file_crc32(in_partial(kTrainer))};
+  }
+  {
+    nlohmann::json mine = nlohmann::json::object();
+    for (const auto& [file, sum] : sums) mine[file] = {{"bytes", sum.bytes}, {"crc32", sum.crc32}};
+    write_file_atomic(in_partial(sums_file(rank)), mine.dump());
+  }
+  dist::barrier(*world_);
+  if (main) {
+    // Every rank's files, summed as they were written (no file is read back).
     nlohmann::json manifest;
-    for (const auto& entry : fs::directory_iterator(partial)) {
-      const std::string name = entry.path().filename().string();
-      manifest["files"][name] = {{"bytes", fs::file_size(entry.path())}, {"crc32", file_crc32(entry.path().string())}};
+    manifest["files"] = nlohmann::json::object();
+    for (int r = 0; r < world_->size(); ++r) {
+      manifest["files"].update(nlohmann::json::parse(read_file(in_partial(sums_file(r)))));
+      fs::remove(in_partial(sums_file(r)));
     }
     manifest["step"] = step;
-    write_file_atomic((fs::path(partial) / kManifest).string(), manifest.dump(2));
+    write_file_atomic(in_partial(kManifest), manifest.dump(2));
     fsync_path(partial);
     if (fs::exists(final_folder)) fs::remove_all(final_folder);  // only ever a re-save of this same step
     rename_durable(partial, final_folder);
@@ -314,6 +383,13 @@ std::optional<std::string> CheckpointStore::latest() const {
   return std::nullopt;
 }
 
+io::NamedTensors CheckpointStore::read_whole(const std::string& folder, const std::string& kind, const std::string& part) {
+  const SavedTensors saved(folder, part, kind);
+  io::NamedTensors tensors;
+  for (const std::string& name : saved.names()) tensors.emplace_back(name, saved.read(name));
+  return tensors;
+}
+
 io::NamedTensors CheckpointStore::load_task_state(const std::string& folder, int rank) {
   const fs::path path = fs::path(folder) / task_state_file(rank);
   if (!fs::exists(path)) return {};
@@ -321,7 +397,7 @@ io::NamedTensors CheckpointStore::load_task_state(const std::string& folder, int
 }
 
 nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
-  const nlohmann::json manifest = verify_manifest(folder);
+  const nlohmann::json manifest = verified_manifest(folder);
   const std::string path = (fs::path(folder) / kTrainer).string();
   nlohmann::json state;
   try {
@@ -363,24 +439,38 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
                                    const ToLocal& to_local, const std::string& part, bool subset) {
-  verify_manifest(folder);
+  verified_manifest(folder);
   restore_weights(folder, weights, to_local, subset, part);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
                                      optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights, target.to_local, target.part, part);
-  const std::string optimizer_path = (fs::path(folder) / part_file(part, kOptimizer)).string();
-  io::SafetensorsFile optimizer_state = io::load_safetensors(optimizer_path);
-  for (auto& [name, tensor] : optimizer_state.tensors) {
-    // A parameter's state takes its parameter's layout.
-    if (const auto owner = optim::state_owner(name)) {
-      tensor = local_of(target.state_to_local ? target.state_to_local : target.to_local, *owner, tensor);
-    }
+  restore_weights(folder, weights, target.to_local, target.part, part, target.store);
+  const SavedTensors saved_state(folder, part, kOptimizer);
+  const std::string& optimizer_path = saved_state.where();
+  std::set<std::string> held;  // a pipeline stage's parameters: the state of the others is not read
+  for (const auto& item : weights) held.insert(item.first);
+  optim::Optimizer::SavedState optimizer_state;
+  optimizer_state.metadata = saved_state.metadata();
+  for (const std::string& name : saved_state.names()) {
+    const auto owner = optim::state_owner(name);
+    optimizer_state.count += !(owner && target.part && !held.count(*owner));
   }
+  // One saved tensor at a time, read when the optimizer asks for it and cut to this rank's layout.
+  optimizer_state.read = [&](const std::string& name) -> std::optional<torch::Tensor> {
+    if (!saved_state.contains(name)) return std::nullopt;
+    // A parameter's state takes its parameter's layout.
+    const auto owner = optim::state_owner(name);
+    if (owner && target.state_place) {
+      if (const auto place = target.state_place(*owner)) return saved_state.read_piece(name, place->first, place->second);
+    }
+    torch::Tensor tensor = saved_state.read(name);
+    if (owner) tensor = local_of(target.state_to_local ? target.state_to_local : target.to_local, *owner, tensor);
+    return tensor;
+  };
+  const std::optional<torch::Tensor> optimizer_steps = optimizer_state.read("step");
   // The optimizer steps once per training step except those skipped for overflow (fp16).
-  const torch::Tensor* optimizer_steps = optimizer_state.find("step");
   const int64_t step = state.at("step").get<int64_t>();
   KUAFU_CHECK(optimizer_steps && optimizer_steps->numel() == 1, optimizer_path, ": lacks the 'step' counter");
   const int64_t taken = optimizer_steps->to(torch::kInt64).item<int64_t>();

@@ -1,5 +1,7 @@
 // Checkpoints: one folder per step holding the model (safetensors, Hugging Face names), optimizer
-// state, each rank's RNG state and the trainer state, sealed by a manifest of sizes and CRC-32s.
+// state, each rank's RNG state and the trainer state, sealed by a manifest of sizes and CRC-32s. A model
+// trained over several ranks is saved sharded: each rank streams the pieces it owns to a file of its own,
+// and any layout loads them back (checkpoint_shards.h).
 // A folder is built under a temporary name and renamed into place, so a crash never leaves a torn one.
 // A loop that trains several models (PPO's policy and value model beside frozen reference and reward
 // models) saves them all in one folder as named parts: <part>.model.safetensors and, for a trained one,
@@ -17,15 +19,20 @@
 #include "core/dist/process_group.h"
 #include "core/io/safetensors.h"
 #include "core/optim/optimizer.h"
+#include "core/train/checkpoint_shards.h"
 
 namespace kuafu::train {
 
-// One model of a checkpoint: whole tensors, whatever the layout.
+// One model of a checkpoint: whole tensors (rank 0's are written), or each rank's pieces (every rank
+// writes its own, in parallel; see checkpoint_shards.h).
 struct CheckpointPart {
   std::string name;                  // "" for an app's one model
   io::NamedTensors weights;          // parameters (float32 masters in mixed precision) and buffers
   io::NamedTensors optimizer_state;  // empty for a frozen model (no optimizer file)
-  std::string optimizer_name;        // empty for a frozen model
+  std::string optimizer_name;        // empty for a frozen model (no optimizer file)
+  bool sharded = false;              // true: the pieces below instead of `weights` and `optimizer_state`
+  std::vector<TensorPiece> weight_pieces;  // this rank's, of tensors no other rank writes
+  std::vector<TensorPiece> state_pieces;
 };
 
 class CheckpointStore {
@@ -33,7 +40,8 @@ class CheckpointStore {
   // `root` holds step_00000100/ folders and a `latest` file. Keeps the newest `keep` checkpoints.
   CheckpointStore(std::string root, dist::GroupPtr world, int keep);
 
-  // Collective over `world`: every rank saves its RNG state; rank 0 writes the rest. `weights` are
+  // Collective over `world`: every rank saves its RNG state and the pieces of sharded parts; rank 0 writes
+  // the rest. `weights` are
   // the model's parameters (float32 masters in mixed precision) and buffers under their model names.
   void save(int64_t step, const io::NamedTensors& weights, const optim::Optimizer& optimizer,
             const nlohmann::json& trainer_state) const;
@@ -69,11 +77,19 @@ class CheckpointStore {
     ToLocal to_local;         // a saved tensor -> this rank's part of it; null: the whole tensor
     ToLocal state_to_local;   // a parameter's optimizer state when cut otherwise (ZeRO pieces); null: to_local
     bool part = false;        // this rank holds part of the model (a pipeline stage): loads the tensors it has
+    // Where a parameter's optimizer state lies, when it is a run of elements of its block (ZeRO/Gemini
+    // pieces): the state is then read as only those elements (SavedTensors::read_piece), the place's
+    // `shape` the whole tensor's. Null (or none returned): read whole and cut by state_to_local.
+    std::function<std::optional<std::pair<PiecePlace, int64_t>>(const std::string& param)> state_place;
+    // Takes a loaded tensor (this rank's part of it) whose target is a meta tensor, a shape only (Gemini's
+    // and ZeRO's chunked weights, stored where the strategy keeps them). Null: every target is real.
+    std::function<void(const std::string& name, const torch::Tensor& local)> store;
   };
 
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
-  // A checkpoint from another number of ranks loads too; the RNG then continues unrestored (warning).
+  // A checkpoint from another number of ranks or layout loads too (one whole tensor at a time is read,
+  // from its pieces, and cut to this rank's); the RNG then continues unrestored (warning).
   // `part` names the model in a checkpoint of several.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
                              optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part = "");
@@ -84,6 +100,9 @@ class CheckpointStore {
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
                            const ToLocal& to_local = nullptr, const std::string& part = "", bool subset = false);
   static nlohmann::json read_trainer_state(const std::string& folder);
+  // Every tensor of a part's model or optimizer state (`kind` "model" or "optimizer"), whole, whatever
+  // layout wrote them (tools and tests).
+  static io::NamedTensors read_whole(const std::string& folder, const std::string& kind, const std::string& part = "");
   // Rank `rank`'s task state in `folder` (empty when it holds none).
   static io::NamedTensors load_task_state(const std::string& folder, int rank);
 

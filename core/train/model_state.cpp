@@ -267,16 +267,62 @@ io::NamedTensors ModelState::whole(io::NamedTensors tensors) const {
   return tensors;
 }
 
+PiecePlace ModelState::place_in_whole(const std::string& name, std::vector<int64_t> block, int64_t offset) const {
+  PiecePlace place;
+  if (runtime_.tensor.enabled()) place.cuts = parallel::block_cuts(layout_of(name), *runtime_.mesh);
+  for (const auto& cut : place.cuts) block[static_cast<size_t>(cut.dim)] *= cut.count;
+  place.shape = std::move(block);
+  place.offset = offset;
+  return place;
+}
+
+std::vector<TensorPiece> ModelState::owned_pieces(const io::NamedTensors& tensors) const {
+  const bool replica_writes = runtime_.replica_group()->rank() == 0;
+  std::vector<TensorPiece> pieces;
+  for (const auto& [name, tensor] : tensors) {
+    const auto owner = optim::state_owner(name);
+    if (!owner && name == "step") {  // the optimizer's step counter, alike on every rank
+      if (runtime_.world->rank() == 0) pieces.push_back(whole_piece(name, tensor));
+      continue;
+    }
+    const std::string& of = owner ? *owner : name;
+    // Replicated over a tensor axis its layout does not split, or the second copy of a tied weight.
+    if (runtime_.tensor.enabled() &&
+        !parallel::counts_in_global_norm(layout_of(of), runtime_.tensor.axes(), *runtime_.mesh)) {
+      continue;
+    }
+    if (options_.counts_in_global_norm && !options_.counts_in_global_norm(of)) continue;
+    const bool chunked = sharded_ && sharded_->chunked(of);
+    if (!chunked && !replica_writes) continue;  // data replicas hold it alike
+    if (tensor.numel() == 0 && chunked) continue;  // none of it falls in this rank's shard
+    pieces.push_back({name, tensor,
+                      chunked ? place_in_whole(of, sharded_->shape_of(of), sharded_->piece_offset(of))
+                              : place_in_whole(of, tensor.sizes().vec(), 0)});
+  }
+  return pieces;
+}
+
 std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
   CheckpointPart saved;
   saved.name = options_.name;
   saved.optimizer_name = optimizer_->name();
-  // Checkpoints hold whole tensors, whatever the layout: gathering is collective over the tensor group.
-  saved.weights = whole(sharded_ ? sharded_->full_weights() : masters_->weights());
-  saved.optimizer_state =
-      whole(sharded_ ? sharded_->full_state(optimizer_->state_tensors()) : optimizer_->state_tensors());
+  saved.sharded = true;
+  if (sharded_) {
+    // The model's tensors in its own order, the chunked ones as this rank's pieces of the masters.
+    std::map<std::string, torch::Tensor> pieces;
+    for (const auto& p : params_) pieces[p.name] = p.tensor;
+    saved.weight_pieces = owned_pieces(optim::weights_replacing(model_, pieces));
+  } else {
+    saved.weight_pieces = owned_pieces(masters_->weights());
+  }
+  saved.state_pieces = owned_pieces(optimizer_->state_tensors());
   std::vector<CheckpointPart> parts = {std::move(saved)};
-  if (!ema_.empty()) parts.push_back({ema_part(), full_ema(), {}, ""});
+  if (!ema_.empty()) {
+    io::NamedTensors ema;
+    for (size_t i = 0; i < ema_.size(); ++i) ema.emplace_back(params_[i].name, ema_[i]);
+    CheckpointPart average{ema_part(), {}, {}, "", true, owned_pieces(ema), {}};
+    parts.push_back(std::move(average));
+  }
   return parts;
 }
 
@@ -298,8 +344,13 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
       return sharded_->piece_of(name, block_of(name, full));
     };
     target.part = runtime_.pipelined();
+    target.store = [&](const std::string& name, const torch::Tensor& block) { sharded_->load_weight(name, block); };
+    // The optimizer state of this rank's pieces alone is read.
+    target.state_place = [&](const std::string& name) -> std::optional<std::pair<PiecePlace, int64_t>> {
+      return std::make_pair(place_in_whole(name, sharded_->shape_of(name), sharded_->piece_offset(name)),
+                            sharded_->piece_numel(name));
+    };
     CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
-    sharded_->load_full_weights(weights);
   } else {
     target.to_local = block_of;
     target.part = runtime_.pipelined();

@@ -78,8 +78,8 @@ class ModelState {
   void finish_step(double grad_norm, double max_norm, bool overflow);
 
   // This model's parts of a checkpoint: its weights and optimizer state, and its moving average when
-  // optim.ema_decay is set; whole tensors (collective over the tensor, pipeline and data groups; rank 0
-  // holds all).
+  // optim.ema_decay is set; each rank's pieces as it holds them (its ZeRO/Gemini piece, its tensor-parallel
+  // block, its pipeline stage), each tensor written by one rank only. No communication.
   std::vector<CheckpointPart> checkpoint_parts() const;
   // Adds the loss scaler's state to a checkpoint's trainer state.
   void save_scaler_state(nlohmann::json& trainer_state) const;
@@ -114,6 +114,13 @@ class ModelState {
   // Whole tensors of the model's layout (tensor-parallel blocks gathered, pipeline stages collected on
   // rank 0), by parameter name or "<param>/<slot>" for optimizer state.
   io::NamedTensors whole(io::NamedTensors tensors) const;
+  // This rank's pieces of `tensors` (by parameter or buffer name, or "<param>/<slot>" optimizer state)
+  // that it writes in a checkpoint: of the ranks holding the same piece (data replicas, replicas over a
+  // tensor axis, a tied weight's second stage) only one does, and an optimizer-wide entry ("step") only
+  // world rank 0 writes.
+  std::vector<TensorPiece> owned_pieces(const io::NamedTensors& tensors) const;
+  // Where elements from `offset` of this rank's block (shape `block`) of tensor `name` lie in the whole.
+  PiecePlace place_in_whole(const std::string& name, std::vector<int64_t> block, int64_t offset) const;
 
   const config::Config& config_;
   const Runtime& runtime_;

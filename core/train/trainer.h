@@ -158,6 +158,9 @@ class Trainer {
   double learning_rate(int64_t step) const { return trained_.front().state->learning_rate(step); }
   optim::Optimizer& optimizer() { return trained_.front().state->optimizer(); }
   const optim::DynamicLossScaler* loss_scaler() const { return trained_.front().state->loss_scaler(); }
+  // Saves every model's state now as the checkpoint of `step` (collective), as run() does at its
+  // intervals: e.g. a resumed checkpoint written again in this run's layout.
+  void save_checkpoint(int64_t step);
 
  private:
   struct Trained {
@@ -165,7 +168,6 @@ class Trainer {
     std::unique_ptr<ModelState> state;
     double grad_clip = 0;
   };
-  void save_checkpoint(int64_t step);
   // `body` with every trained model's moving average swapped in (optim.ema_decay), then the live weights back.
   void with_moving_averages(const std::function<void()>& body);
   // A stop between micro-steps: the partial step is dropped on every model.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -76,20 +77,38 @@ void write_folder_atomic(const std::string& dir, const std::function<void(const 
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic_streamed(path, [&](const ByteSink& write) { write(bytes.data(), bytes.size()); });
+}
+
+FileSum write_file_atomic_streamed(const std::string& path, const std::function<void(const ByteSink& write)>& fill) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   KUAFU_CHECK(fd >= 0, "cannot create ", tmp, ": ", errno_text());
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("cannot write " + tmp + ": " + why);
+  FileSum sum;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const ByteSink write = [&](const void* data, size_t bytes) {
+    const char* from = static_cast<const char*>(data);
+    size_t written = 0;
+    while (written < bytes) {
+      const ssize_t n = ::write(fd, from + written, bytes - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail("cannot write " + tmp + ": " + errno_text());
+      written += static_cast<size_t>(n);
     }
-    written += static_cast<size_t>(n);
+    // zlib takes at most 4 GiB per call.
+    for (size_t done = 0; done < bytes;) {
+      const auto step = static_cast<uInt>(std::min<size_t>(bytes - done, 1u << 30));
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(from + done), step);
+      done += step;
+    }
+    sum.bytes += bytes;
+  };
+  try {
+    fill(write);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());  // a failed write leaves nothing behind
+    throw;
   }
   const bool synced = ::fsync(fd) == 0;
   ::close(fd);
@@ -98,6 +117,8 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     fail("fsync of " + tmp + " failed: " + errno_text());
   }
   rename_durable(tmp, path);
+  sum.crc32 = static_cast<uint32_t>(crc);
+  return sum;
 }
 
 std::string read_file(const std::string& path) {

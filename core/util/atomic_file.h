@@ -13,6 +13,16 @@ namespace kuafu {
 // Writes `bytes` to `path` atomically (temporary file in the same folder, fsync, rename, fsync folder).
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
+// What a written file holds, as a checkpoint manifest records it.
+struct FileSum {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+// The same, streamed: `fill` hands the file's bytes to `write` piece by piece, so that no copy of the
+// whole file is built in memory. Returns the size and CRC-32 of what was written.
+using ByteSink = std::function<void(const void* data, size_t bytes)>;
+FileSum write_file_atomic_streamed(const std::string& path, const std::function<void(const ByteSink& write)>& fill);
+
 // fsync of a file or folder by path (folders: makes a completed rename durable).
 void fsync_path(const std::string& path);
 

@@ -27,9 +27,13 @@ done
 read -r after _ <<<"$(netns_hosts_tx "$hosts" 1)"
 
 step=$work/one_host/checkpoints/step_00000004
-for file in model optimizer rng_rank0 rng_rank1 rng_rank2 rng_rank3; do
-  cmp "$step/$file.safetensors" "$work/two_hosts/checkpoints/step_00000004/$file.safetensors" ||
-    fail "$file.safetensors differs between one host and two"
+# Every rank's pieces of the model and optimizer state, and its RNG state.
+files=$(cd "$step" && ls *.safetensors)
+for kind in model optimizer rng; do
+  [[ $(echo "$files" | grep -c "^$kind.*rank") == 4 ]] || fail "expected a $kind file of each of the 4 ranks: $(echo $files)"
+done
+for file in $files; do
+  cmp "$step/$file" "$work/two_hosts/checkpoints/step_00000004/$file" || fail "$file differs between one host and two"
 done
 echo "weights, optimizer state and RNG states: equal bit for bit"
 [[ $(losses "$work/one_host") == $(losses "$work/two_hosts") && $(losses "$work/one_host" | wc -l) == 4 ]] ||

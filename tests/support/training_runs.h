@@ -42,17 +42,25 @@ inline std::vector<double> grad_norms(const std::filesystem::path& run) {
   return norms;
 }
 
+// The tensors of `file` ("model.safetensors", "unet.ema.model.safetensors", "optimizer.safetensors") in
+// checkpoint `folder`, whole, whether one rank wrote it or every rank its pieces (checkpoint_shards.h).
+inline io::SafetensorsFile saved_file(const std::string& folder, const std::string& file) {
+  const std::string stem = file.substr(0, file.size() - std::string(".safetensors").size());
+  const size_t dot = stem.rfind('.');
+  const std::string part = dot == std::string::npos ? "" : stem.substr(0, dot);
+  io::SafetensorsFile out;
+  out.tensors = train::CheckpointStore::read_whole(folder, stem.substr(dot == std::string::npos ? 0 : dot + 1), part);
+  return out;
+}
+
 // The weights (whole tensors) of the step-`step` checkpoint of the run whose out_dir is `run`.
 inline io::SafetensorsFile checkpoint_weights(const std::filesystem::path& run, int step) {
-  return io::load_safetensors(
-      (std::filesystem::path(train::checkpoint_folder((run / "checkpoints").string(), step)) / "model.safetensors")
-          .string());
+  return saved_file(train::checkpoint_folder((run / "checkpoints").string(), step), "model.safetensors");
 }
 
 // One file of the step-`step` checkpoint of run `name` (whole tensors, whatever the strategy).
 inline io::SafetensorsFile saved(const std::filesystem::path& root, const std::string& name, const std::string& file, int step = 6) {
-  return io::load_safetensors(
-      (std::filesystem::path(train::checkpoint_folder((root / name / "checkpoints").string(), step)) / file).string());
+  return saved_file(train::checkpoint_folder((root / name / "checkpoints").string(), step), file);
 }
 
 // Every tensor of `expected` is in `actual`, within `relative` x its largest magnitude (at least `floor`).

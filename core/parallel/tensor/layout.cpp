@@ -58,6 +58,15 @@ torch::Tensor shard_of(const torch::Tensor& full, const Layout& layout, const di
   return t.contiguous().clone();
 }
 
+std::vector<BlockCut> block_cuts(const Layout& layout, const dist::ProcessMesh& mesh) {
+  std::vector<BlockCut> cuts;
+  for (const auto& split : layout) {
+    const Blocks b = blocks_of(split, mesh);
+    cuts.push_back({split.dim, split.stride, b.count, b.index});
+  }
+  return cuts;
+}
+
 torch::Tensor gather_full(const torch::Tensor& shard, const Layout& layout, const dist::ProcessMesh& mesh) {
   torch::Tensor t = shard.contiguous();
   for (auto split = layout.rbegin(); split != layout.rend(); ++split) {

@@ -22,6 +22,17 @@ struct DimSplit {
 };
 using Layout = std::vector<DimSplit>;  // empty: the whole tensor on every rank
 
+// Where this rank's block lies along one cut dimension: the dimension is `stride` segments, each cut
+// into `count` equal blocks, and the rank holds block `index` of every segment.
+struct BlockCut {
+  int64_t dim = 0;
+  int64_t stride = 1;
+  int64_t count = 1;
+  int64_t index = 0;
+};
+// This rank's block of a tensor of `layout`, as cuts (one per split dimension; none for a whole tensor).
+std::vector<BlockCut> block_cuts(const Layout& layout, const dist::ProcessMesh& mesh);
+
 // This rank's block of `full` (a copy). kuafu::Error when a split dimension does not divide.
 torch::Tensor shard_of(const torch::Tensor& full, const Layout& layout, const dist::ProcessMesh& mesh);
 
