@@ -147,18 +147,6 @@ int64_t ChunkedMasters::index_of(const std::string& name) const {
   return found - names_.begin();
 }
 
-io::NamedTensors ChunkedMasters::full_weights() const {
-  torch::NoGradGuard no_grad;
-  std::map<std::string, torch::Tensor> whole;
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    const torch::Tensor chunk = dist::all_gather(master_shards_[c].to(group_->device()), *group_);  // masters may be in host memory
-    for (int64_t i : layout_->tensors_in(c)) {
-      whole[names_[i]] = chunk.narrow(0, layout_->slot(i).offset, layout_->slot(i).numel).view(shapes_[i]);
-    }
-  }
-  return optim::weights_replacing(model_, whole);
-}
-
 io::NamedTensors ChunkedMasters::full_state(const io::NamedTensors& piece_state) const {
   torch::NoGradGuard no_grad;
   // Slots in the order they first appear; every rank holds the same names (one piece per parameter).

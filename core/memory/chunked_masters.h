@@ -1,7 +1,8 @@
 // What ZeRO and Gemini share: the model's trainable parameters laid into chunks, each chunk sharded over
 // the data group, rank r keeping float32 masters (and gradients) for shard r of every chunk; the
-// optimizer's view of them (one piece per parameter and rank); and checkpoints of whole tensors, so a
-// run saved on P ranks loads on any other number. The trainer drives a strategy through this class.
+// optimizer's view of them (one piece per parameter and rank); and where each piece lies in its
+// parameter, so that every rank checkpoints its own pieces and a run saved on P ranks loads on any other
+// number (core/train/checkpoint_shards.h). The trainer drives a strategy through this class.
 #pragma once
 
 #include <functional>
@@ -50,8 +51,6 @@ class ChunkedMasters {
   // Memory figures for the metrics line and benchmarks (e.g. peak bytes per tier), in MiB or counts.
   virtual std::vector<std::pair<std::string, double>> memory_figures() const { return {}; }
 
-  // Collective: the float32 masters (and buffers) under the model's names.
-  io::NamedTensors full_weights() const;
   // Collective: optimizer state_tensors() of pieces gathered into whole "<param>/<slot>" tensors.
   io::NamedTensors full_state(const io::NamedTensors& piece_state) const;
   // What a checkpoint loads into: for every chunked parameter a float32 tensor of its shape on the meta
