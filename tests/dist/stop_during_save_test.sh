@@ -14,9 +14,20 @@ JOB_WIDTH=256 make_job 40 20
 run_one_host "$work/reference"
 
 job=$work/stopped
-timeout 300 "$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
+# kuafu-run itself in the background (not under `timeout`, which passes a SIGTERM it gets on to its
+# child and then to its whole process group: kuafu-run takes a second SIGTERM as the order to kill the
+# ranks), with a watchdog in timeout's place.
+"$run" --nproc-per-node 4 --master-port 0 "$gpt" train --config "$work/config.toml" --set train.out_dir=\""$job"\" \
   >"$job.log" 2>&1 &
 launcher=$!
+(
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  sleep 300 &
+  sleeper=$!
+  wait "$sleeper"
+  kill -KILL "$launcher"
+) >/dev/null 2>&1 &
+watchdog=$!
 tries=0
 until [[ -d $job/checkpoints/step_00000020.partial ]]; do
   ((++tries < 60000)) || fail "no save of step 20 began: $(tail -n 5 "$job.log")"
@@ -26,6 +37,7 @@ done
 kill -TERM "$launcher"
 [[ ! -f $job/checkpoints/step_00000020/manifest.json ]] || fail "the save had already finished: nothing was tested"
 if wait "$launcher"; then code=0; else code=$?; fi
+kill "$watchdog" 2>/dev/null || true
 ((code == 143)) || fail "SIGTERM during a save: kuafu-run exited with $code, not 143: $(tail -n 5 "$job.log")"
 grep -h "stopped by signal\|saved checkpoint" "$job.log"
 (($(grep -c "saved checkpoint" "$job.log") == 1)) || fail "the checkpoint of step 20 was written more than once"
