@@ -194,14 +194,6 @@ bool ChunkedMasters::chunked(const std::string& name) const {
   return std::find(names_.begin(), names_.end(), name) != names_.end();
 }
 
-io::NamedTensors ChunkedMasters::unchunked_weights() const {
-  io::NamedTensors out;
-  for (auto& item : optim::weights_replacing(model_, {})) {
-    if (!chunked(item.first)) out.push_back(std::move(item));
-  }
-  return out;
-}
-
 io::NamedTensors ChunkedMasters::weights_to_load() const {
   std::map<std::string, torch::Tensor> shapes_only;
   for (size_t i = 0; i < names_.size(); ++i) {

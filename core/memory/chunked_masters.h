@@ -60,13 +60,11 @@ class ChunkedMasters {
   // Parameter `name`'s whole saved values into this rank's master piece and the model's compute copy.
   void load_weight(const std::string& name, const torch::Tensor& full);
   // For sharded checkpoints (no communication): where this rank's piece of parameter `name` starts among
-  // the parameter's elements, and the model's weights that are not chunked (buffers, frozen parameters),
-  // which every rank of the group holds alike.
+  // the parameter's elements and how many it holds, its shape, and whether `name` is chunked at all.
   int64_t piece_offset(const std::string& name) const;
   int64_t piece_numel(const std::string& name) const;
   const std::vector<int64_t>& shape_of(const std::string& name) const { return shapes_.at(index_of(name)); }
   bool chunked(const std::string& name) const;
-  io::NamedTensors unchunked_weights() const;
   // A whole saved tensor of parameter `name` (e.g. its optimizer state) cut to this rank's piece.
   torch::Tensor piece_of(const std::string& name, const torch::Tensor& full) const;
 

@@ -266,8 +266,9 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
     state["step"] = step;
     state["world_size"] = world_->size();
     const std::string text = state.dump(2);
-    write_file_atomic(in_partial(kTrainer), text);
-    sums[kTrainer] = {text.size(), file_crc32(in_partial(kTrainer))};
+    sums[kTrainer] = write_file_atomic_streamed(in_partial(kTrainer), [&](const ByteSink& write) {
+      write(text.data(), text.size());
+    });
   }
   {
     nlohmann::json mine = nlohmann::json::object();
