@@ -37,6 +37,10 @@ class BlockHooks {
   // Before any of the block's backward runs, and after the gradients w.r.t. its inputs are computed.
   virtual void pre_backward(const BlockCall& call) = 0;
   virtual void post_backward(const BlockCall& call) = 0;
+  // After each of several backward passes whose gradients add up to one step while forwards run between
+  // them (a pipeline stage's micro-batches): a strategy that reduces gradients inside a backward settles
+  // the pass's here, before the next pass's gradients arrive.
+  virtual void end_backward_pass() {}
 };
 
 // body(inputs) between hooks->pre_forward and post_forward (just body(inputs) when hooks is null). When

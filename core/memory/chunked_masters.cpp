@@ -220,4 +220,18 @@ torch::Tensor ChunkedMasters::piece_of(const std::string& name, const torch::Ten
   return full.reshape(-1).narrow(0, piece.tensor_offset, piece.numel);
 }
 
+void ChunkedMasters::sum_gradient_with_copies(const std::string& name, const dist::ProcessGroup& copies) {
+  torch::NoGradGuard no_grad;
+  const int64_t i = index_of(name);
+  const Piece piece = layout_->piece(i, rank_);
+  const int64_t c = layout_->slot(i).chunk;
+  torch::Tensor mine = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);  // [piece] float32
+  // [numel] the whole averaged gradient: each data rank contributes its piece, zeros elsewhere.
+  torch::Tensor whole = torch::zeros({layout_->slot(i).numel}, mine.options().device(params_[i].device()));
+  whole.narrow(0, piece.tensor_offset, piece.numel).copy_(mine);
+  if (!group_->trivial()) dist::all_reduce(whole, *group_);
+  dist::all_reduce(whole, copies);
+  mine.copy_(whole.narrow(0, piece.tensor_offset, piece.numel));
+}
+
 }  // namespace kuafu::memory

@@ -67,6 +67,11 @@ class ChunkedMasters {
   bool chunked(const std::string& name) const;
   // A whole saved tensor of parameter `name` (e.g. its optimizer state) cut to this rank's piece.
   torch::Tensor piece_of(const std::string& name, const torch::Tensor& full) const;
+  // Collective over the data group, then `copies`: after finish_backward, parameter `name`'s averaged
+  // gradient plus those of its copies on the ranks of `copies` (a tied weight on other pipeline stages),
+  // each copy sharded over its own data group. The pieces lie at other offsets in the copies' chunks, so
+  // the whole gradient is assembled first.
+  void sum_gradient_with_copies(const std::string& name, const dist::ProcessGroup& copies);
 
  protected:
   // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's

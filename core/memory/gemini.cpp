@@ -258,8 +258,24 @@ void Gemini::finish_backward() {
   if (!warmed_up_ && micro_steps_seen_ > 0) finish_warm_up();
 }
 
+void Gemini::end_backward_pass() {
+  if (!in_backward_) return;  // a backward outside training
+  reduce_owed();
+  // The next pass's gradients are staged and reduced afresh; the warm-up trace goes on through the step.
+  reduced_.assign(reduced_.size(), false);
+  grad_ready_.assign(grad_ready_.size(), false);
+}
+
 void Gemini::settle_backward() {
   if (!in_backward_) return;
+  reduce_owed();
+  in_backward_ = false;
+  tracing_ = false;
+  compute_peak_.reset();
+  compute_model_bytes_.reset();
+}
+
+void Gemini::reduce_owed() {
   // Blocks whose input needs no gradient (the embeddings) get no post_backward, and a parameter unused in
   // this step gets no gradient: their chunks are reduced here, in chunk order on every rank.
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
@@ -279,10 +295,6 @@ void Gemini::settle_backward() {
     }
     reduce_if_complete(c);
   }
-  in_backward_ = false;
-  tracing_ = false;
-  compute_peak_.reset();
-  compute_model_bytes_.reset();
 }
 
 void Gemini::zero_grad() {

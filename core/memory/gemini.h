@@ -68,6 +68,9 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   // Gradients are reduce-scattered during every backward (accumulation adds into the shards).
   void begin_backward(bool sync) override;
   void finish_backward() override;
+  // A pipeline step: each micro-batch's backward pass was reduced at its end (end_backward_pass), so
+  // this only settles the step as finish_backward does.
+  void reduce_accumulated() override { finish_backward(); }
   void zero_grad() override;
   // Masters into the compute-dtype shards (and chunks kept on the device).
   void copy_masters_to_model() override;
@@ -79,6 +82,8 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   void post_forward(const hooks::BlockCall& call) override;
   void pre_backward(const hooks::BlockCall& call) override;
   void post_backward(const hooks::BlockCall& call) override;
+  // The pass's owed reductions now: the next pass (forwards run in between) may reach the same chunks.
+  void end_backward_pass() override;
 
   TensorState state(int64_t tensor) const { return states_.at(tensor); }
   bool gathered(int64_t chunk) const { return gathered_.at(chunk); }
@@ -110,7 +115,8 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   torch::Tensor& staging_for(int64_t chunk);  // the chunk's gradient buffer, allocated (and accounted) on first use
   void reduce_if_complete(int64_t chunk);
   void settle(int64_t tensor);  // walks a tensor to HOLD after a backward by legal steps
-  void settle_backward();       // the reductions a finished backward still owes
+  void reduce_owed();           // the reductions a finished backward pass still owes
+  void settle_backward();       // reduce_owed, and the backward (and warm-up trace) ends
 
   // Placement (gemini_placement.cpp).
   void place_initially();

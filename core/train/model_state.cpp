@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/dist/collectives.h"
+#include "core/hooks/grad_ready.h"
 #include "core/memory/memory_config.h"
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
@@ -31,21 +32,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   const dist::GroupPtr replicas = runtime.replica_group();
   const std::string strategy = config.get_string("memory.strategy");
   if (strategy != "none") {
-    if (runtime.pipelined() && strategy == "gemini") {
-      config.fail_at("memory.strategy", "(\"gemini\") reduces each block's gradients inside its backward, and a "
-                                        "pipeline step interleaves its micro-batches' backwards: use zero1 or zero2 "
-                                        "with parallel.pipeline");
-    }
-    const std::string optimizer = config.get_string("optim.name");
-    if (runtime.tensor.enabled() && (optimizer == "lamb" || optimizer == "lars")) {
-      // Their trust ratios need each whole parameter's norm: over the data pieces and the tensor blocks at once.
-      config.fail_at("optim.name", "(\"" + optimizer + "\") with memory.strategy = \"" + strategy +
-                                       "\" and parallel.tensor is not supported yet: use adamw or sgd, or "
-                                       "memory.strategy = \"none\"");
-    }
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
     // then holds them as ZeRO-1 does (DeepSpeed and Colossal-AI refuse ZeRO-2 with pipelines outright).
+    // Gemini reduces each micro-batch's backward at its end (told through the block hooks).
     sharded_ = memory::make_sharded_states(config, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined());
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
       log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
@@ -65,6 +55,11 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
     norm_group_ = replicas;
     if (runtime.tensor.enabled() || runtime.pipelined()) {
       layouts_ = parallel::collect_layouts(model_);
+      // A parameter's norm (LAMB's and LARS's trust ratios) adds its pieces over the replicas and its
+      // blocks over the tensor axes at once.
+      for (auto& p : params_) {
+        if (auto group = parallel::shard_group(layout_of(p.name), *runtime.mesh, runtime.replica_axes())) p.shard_group = group;
+      }
       mark_tensor_parallel_params();
       norm_group_ = runtime.world->world_group();
     }
@@ -139,9 +134,7 @@ void ModelState::mark_tensor_parallel_params() {
       p.counts_in_global_norm =
           parallel::counts_in_global_norm(layout_of(p.name), runtime_.tensor.axes(), *runtime_.mesh);
     }
-    if (options_.counts_in_global_norm) {
-      p.counts_in_global_norm = p.counts_in_global_norm && options_.counts_in_global_norm(p.name);
-    }
+    p.counts_in_global_norm = p.counts_in_global_norm && options_.tied.counts(p.name);
   }
 }
 
@@ -174,6 +167,21 @@ void ModelState::begin_pipelined_backward() {
 void ModelState::end_pipelined_backward() {
   if (data_parallel_) data_parallel_->reduce_now();
   if (sharded_) sharded_->reduce_accumulated();
+  sum_tied_gradients();
+}
+
+void ModelState::sum_tied_gradients() {
+  if (options_.tied.names.empty()) return;
+  const auto params = model_.named_parameters();
+  for (const auto& name : options_.tied.names) {
+    if (!params[name].requires_grad()) continue;  // frozen: no gradient
+    if (sharded_) {
+      sharded_->sum_gradient_with_copies(name, *options_.tied.group);
+    } else {
+      torch::Tensor grad = hooks::grad_of(params[name]);  // the float32 main gradient under bf16 / fp16
+      dist::all_reduce(grad, *options_.tied.group);
+    }
+  }
 }
 
 void ModelState::drop_partial_step() {
@@ -291,7 +299,7 @@ std::vector<TensorPiece> ModelState::owned_pieces(const io::NamedTensors& tensor
         !parallel::counts_in_global_norm(layout_of(of), runtime_.tensor.axes(), *runtime_.mesh)) {
       continue;
     }
-    if (options_.counts_in_global_norm && !options_.counts_in_global_norm(of)) continue;
+    if (!options_.tied.counts(of)) continue;
     const bool chunked = sharded_ && sharded_->chunked(of);
     if (!chunked && !replica_writes) continue;  // data replicas hold it alike
     if (tensor.numel() == 0 && chunked) continue;  // none of it falls in this rank's shard

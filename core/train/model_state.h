@@ -31,15 +31,16 @@
 #include "core/parallel/data/data_parallel.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
+#include "core/train/tied_copies.h"
 
 namespace kuafu::train {
 
 struct ModelStateOptions {
   std::string name;   // its part of a checkpoint of several models ("" for an app's one model)
   int64_t steps = 1;  // optimizer steps of the run: the schedule's length
-  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
-  // stage): the global gradient norm counts the other one. Null: every parameter counts.
-  std::function<bool(const std::string& name)> counts_in_global_norm;
+  // Parameters with copies on other ranks (a pipeline's tied embedding): after a pipelined backward each
+  // gets the sum of the copies' gradients; only counted copies enter the global norm and checkpoints.
+  TiedCopies tied;
   // Installs (null: removes) hooks around each of the model's blocks; false when the model does not run
   // its blocks through the block-call interface. Null: it cannot. Gemini needs it.
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
@@ -66,7 +67,7 @@ class ModelState {
   void end_backward();
   // A pipeline schedule interleaves the micro-steps' backwards: the reduction comes after all of them.
   void begin_pipelined_backward();
-  void end_pipelined_backward();
+  void end_pipelined_backward();  // reduces, then sums the tied copies' gradients
   // A stop between micro-steps: the gradients are settled as a step's would be (the same collectives on
   // every rank), then dropped.
   void drop_partial_step();
@@ -105,6 +106,8 @@ class ModelState {
   void init_replicated(const dist::GroupPtr& replicas);
   // Which parameters count in the global norm: a block replicated over the tensor group on one rank of it.
   void mark_tensor_parallel_params();
+  // Each tied copy's gradient becomes the sum of the copies' (after the data-parallel reduction).
+  void sum_tied_gradients();
   void offload_frozen_weights();  // memory.offload_frozen
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors

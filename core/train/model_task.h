@@ -28,7 +28,7 @@ class ModelTask : public TrainTask {
   LossSum evaluate(int rank, int ranks) override;
   bool pipelined() const override { return parallel_->pipelined(); }
   double pipeline_step(int64_t step, const std::vector<int64_t>& first_rows, int64_t rows, double loss_scale) override;
-  bool counts_in_global_norm(const std::string& name) const override { return parallel_->counts_in_global_norm(name); }
+  TiedCopies tied_copies() const override { return parallel_->tied_copies(); }
   bool set_block_hooks(hooks::BlockHooks* hooks) override {
     parallel_->set_block_hooks(hooks);
     return true;

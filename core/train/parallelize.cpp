@@ -6,7 +6,6 @@
 
 #include "core/dist/collectives.h"
 #include "core/memory/activation_checkpoint.h"
-#include "core/hooks/grad_ready.h"
 #include "core/nn/transformer_block.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -194,15 +193,8 @@ double ParallelModel::pipeline_step(const std::vector<Batch>& micro_batches, dou
       [&](int chunk, const torch::Tensor& input, int micro) {
         return stage_forward(chunk, input, micro_batches[static_cast<size_t>(micro)], false);
       },
-      [&](int micro) { return micro_batches[static_cast<size_t>(micro)].inputs; }, loss_scale);
-  // A tied weight's two copies (first and last stage) each get the sum of both gradients.
-  if (options_.ends) {
-    const auto params = model_.module().named_parameters();
-    for (const auto& name : tied_) {
-      torch::Tensor grad = hooks::grad_of(params[name]);  // the float32 main gradient under bf16 / fp16
-      dist::all_reduce(grad, *options_.ends);
-    }
-  }
+      [&](int micro) { return micro_batches[static_cast<size_t>(micro)].inputs; }, loss_scale,
+      [this] { model_.block_sites().end_backward_pass(); });
   return loss;
 }
 
@@ -221,8 +213,9 @@ torch::Tensor ParallelModel::evaluate(const Batch& batch) {
   return sums;
 }
 
-bool ParallelModel::counts_in_global_norm(const std::string& name) const {
-  return !(pipelined() && !options_.plan.first && tied_.count(name));
+TiedCopies ParallelModel::tied_copies() const {
+  if (!pipelined() || !options_.ends) return {};
+  return {tied_, options_.ends, options_.plan.first};
 }
 
 parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model) {

@@ -24,6 +24,7 @@
 #include "core/parallel/pipeline/engine.h"
 #include "core/parallel/pipeline/partition.h"
 #include "core/train/runtime.h"
+#include "core/train/tied_copies.h"
 
 namespace kuafu::train {
 
@@ -55,15 +56,16 @@ class ParallelModel {
   // sequence parallelism; gradients then average over the sequence ranks).
   torch::Tensor loss(const Batch& batch);
   // Pipelined: a step's micro-batches through the schedule, gradients accumulated as for their mean
-  // loss x loss_scale (tied weights' copies summed); the mean loss (unscaled) on every rank.
+  // loss x loss_scale (each copy of a tied weight its own stage's: the caller sums them, tied_copies());
+  // the mean loss (unscaled) on every rank. The block hooks hear of the end of each micro-batch's backward.
   double pipeline_step(const std::vector<Batch>& micro_batches, double loss_scale);
   // Evaluation sums of `batch` (float64 [loss sum, items, right]), whole-batch figures on every rank of
   // the model's group.
   torch::Tensor evaluate(const Batch& batch);
 
-  // False for a parameter this rank holds as a second copy (a tied weight on the last stage): the
-  // global gradient norm counts the first stage's.
-  bool counts_in_global_norm(const std::string& name) const;
+  // The weights the head and the tail share, held on the first and the last stage (pipelined): the first
+  // stage's copy counts.
+  TiedCopies tied_copies() const;
   void set_block_hooks(hooks::BlockHooks* hooks) { model_.set_block_hooks(hooks); }
 
  private:

@@ -140,11 +140,13 @@ dist::GroupPtr Runtime::model_group() const {
   return axes.empty() ? nullptr : mesh->group(axes);
 }
 
-dist::GroupPtr Runtime::replica_group() const {
-  if (sequence.enabled()) return mesh->group(std::vector<std::string>{"data", "sequence"});
-  if (dap) return mesh->group(std::vector<std::string>{"data", "dap"});
-  return mesh->group("data");
+std::vector<std::string> Runtime::replica_axes() const {
+  if (sequence.enabled()) return {"data", "sequence"};
+  if (dap) return {"data", "dap"};
+  return {"data"};
 }
+
+dist::GroupPtr Runtime::replica_group() const { return mesh->group(replica_axes()); }
 
 int64_t accumulation_steps(const config::Config& config, const Runtime& runtime) {
   const TrainSettings settings = read_train_settings(config);

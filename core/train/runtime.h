@@ -37,6 +37,7 @@ struct Runtime {
   // The ranks holding the same weights and sharing out each step's tokens, over which gradients are
   // averaged: data, and sequence or dap when on (their ranks take the same rows' chunks of positions).
   dist::GroupPtr replica_group() const;
+  std::vector<std::string> replica_axes() const;  // the mesh axes of replica_group()
   int threads = 1;
   torch::Device device{torch::kCPU};
   // What this rank's model is built with: the tensor-parallel cuts and the run's device.

@@ -41,7 +41,7 @@ std::vector<RunModel> TrainTask::models() {
   RunModel one;
   one.module = &model();
   one.set_block_hooks = [this](hooks::BlockHooks* hooks) { return set_block_hooks(hooks); };
-  one.counts_in_global_norm = [this](const std::string& name) { return counts_in_global_norm(name); };
+  one.tied = tied_copies();
   return {one};
 }
 
@@ -66,7 +66,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
     ModelStateOptions options;
     options.name = model.name;
     options.steps = settings_.steps;
-    options.counts_in_global_norm = model.counts_in_global_norm;
+    options.tied = model.tied;
     options.set_block_hooks = model.set_block_hooks;
     trained_.push_back({model.name, std::make_unique<ModelState>(view, runtime, *model.module, std::move(options)),
                         view.get_float("optim.grad_clip")});

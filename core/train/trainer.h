@@ -56,9 +56,8 @@ struct RunModel {
   // Installs (null: removes) hooks around the model's blocks; null or false: it cannot (memory.strategy =
   // "gemini", memory.offload_frozen need it).
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
-  // False for a parameter this rank holds as a second copy (a pipeline's tied embedding on the last
-  // stage): the global gradient norm counts the other one. Null: every parameter counts.
-  std::function<bool(const std::string&)> counts_in_global_norm;
+  // Parameters with copies on other ranks (a pipeline's tied embedding): gradients summed, one counted.
+  TiedCopies tied;
 };
 
 // What a run gives the trainer: its models and its data.
@@ -120,7 +119,7 @@ class TrainTask : public RunTask {
   virtual torch::nn::Module& model() = 0;
   // Mean loss over this rank's rows [first_row, first_row + rows) of optimizer step `step`'s global batch.
   virtual torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) = 0;
-  virtual bool counts_in_global_norm(const std::string& /*name*/) const { return true; }
+  virtual TiedCopies tied_copies() const { return {}; }
   // Installs (null: removes) hooks around each of the model's blocks (memory.strategy = "gemini"); false
   // when the model does not run its blocks through the block-call interface.
   virtual bool set_block_hooks(hooks::BlockHooks* hooks);

@@ -49,14 +49,15 @@ PipelineEngine::PipelineEngine(const ScheduleSpec& spec, dist::GroupPtr group)
 }
 
 double PipelineEngine::run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
-                           double loss_scale) {
+                           double loss_scale, const std::function<void()>& after_backward) {
   if (steps_.empty()) {
     // What the lists must satisfy for messages matched by order, and on NCCL, where a send waits for its
     // receive, for exchanges not to deadlock: checked once, before computing.
     check_ordered_exchanges(spec_, /*sends_block=*/group_->kind() == dist::BackendKind::kNccl);
     steps_ = schedule_for(spec_, group_->rank());
   }
-  return execute(steps_, forward, micro_input, loss_scale, /*width=*/1).item<double>() / spec_.micro_batches;
+  return execute(steps_, forward, micro_input, loss_scale, /*width=*/1, after_backward).item<double>() /
+         spec_.micro_batches;
 }
 
 double PipelineEngine::evaluate(const ChunkForward& forward,
@@ -72,7 +73,7 @@ torch::Tensor PipelineEngine::evaluate_sums(const ChunkForward& forward,
 
 torch::Tensor PipelineEngine::execute(const std::vector<Step>& steps, const ChunkForward& forward,
                                       const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale,
-                                      int64_t width) {
+                                      int64_t width, const std::function<void()>& after_backward) {
   const int p = spec_.stages, s = group_->rank(), last = spec_.virtual_stages() - 1;
   const int next = (s + 1) % p, previous = (s + p - 1) % p;
   const double micro_batches = spec_.micro_batches;
@@ -191,6 +192,7 @@ torch::Tensor PipelineEngine::execute(const std::vector<Step>& steps, const Chun
       } else {
         torch::autograd::backward({slot.output}, {slot.gradient});
       }
+      if (after_backward) after_backward();
       slot.output = slot.gradient = torch::Tensor();
       if (v == 0) live.erase({step.micro, step.chunk});  // nothing to send back
       stats_.compute_seconds += seconds_since(step_start);

@@ -35,10 +35,11 @@ class PipelineEngine {
   // One optimizer step's micro-batches, forward and backward as the schedule says. Gradients
   // accumulate into the parameters as for the mean of the micro-batches' losses times `loss_scale`
   // (mixed precision). `micro_input(m)` is called only on the rank holding virtual stage 0. Returns
-  // the mean loss (unscaled) on every rank.
+  // the mean loss (unscaled) on every rank. `after_backward` (if set) runs after each micro-batch
+  // chunk's backward, before the next forward (a memory strategy settles that backward's gradients).
   // Activations may have any shape and dtype: each is preceded by a small header describing it.
   double run(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input,
-             double loss_scale = 1.0);
+             double loss_scale = 1.0, const std::function<void()>& after_backward = nullptr);
   // The same micro-batches forward only, without gradients (evaluation): the mean loss on every rank.
   double evaluate(const ChunkForward& forward, const std::function<torch::Tensor(int micro)>& micro_input);
   // Forward only, the last virtual stage returning `width` numbers per micro-batch (e.g. a loss sum, an
@@ -51,7 +52,8 @@ class PipelineEngine {
  private:
   // The sums of what the last virtual stage returned ([width] each), on every rank.
   torch::Tensor execute(const std::vector<Step>& steps, const ChunkForward& forward,
-                        const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale, int64_t width);
+                        const std::function<torch::Tensor(int micro)>& micro_input, double loss_scale, int64_t width,
+                        const std::function<void()>& after_backward = nullptr);
 
   ScheduleSpec spec_;
   dist::GroupPtr group_;

@@ -77,10 +77,12 @@ torch::Tensor gather_full(const torch::Tensor& shard, const Layout& layout, cons
   return t;
 }
 
-dist::GroupPtr shard_group(const Layout& layout, const dist::ProcessMesh& mesh) {
+dist::GroupPtr shard_group(const Layout& layout, const dist::ProcessMesh& mesh,
+                           const std::vector<std::string>& pieces_over) {
   std::vector<std::string> axes;
   for (const auto& split : layout) axes.insert(axes.end(), split.axes.begin(), split.axes.end());
   if (axes.empty()) return nullptr;
+  axes.insert(axes.end(), pieces_over.begin(), pieces_over.end());
   return mesh.group(in_mesh_order(axes, mesh));
 }
 

@@ -40,8 +40,11 @@ torch::Tensor shard_of(const torch::Tensor& full, const Layout& layout, const di
 // those groups must call it, in the same order).
 torch::Tensor gather_full(const torch::Tensor& shard, const Layout& layout, const dist::ProcessMesh& mesh);
 
-// The ranks holding different blocks of the parameter (every axis the layout splits), or null.
-dist::GroupPtr shard_group(const Layout& layout, const dist::ProcessMesh& mesh);
+// The ranks holding different blocks of the parameter (every axis the layout splits), or null. With
+// `pieces_over` (the data axes ZeRO and Gemini cut each block over), the ranks holding its pieces: null
+// when the layout splits nothing (the pieces' own group serves).
+dist::GroupPtr shard_group(const Layout& layout, const dist::ProcessMesh& mesh,
+                           const std::vector<std::string>& pieces_over = {});
 
 // True on the one rank of each set of replicas: coordinate 0 along every axis of `tensor_axes` that
 // the layout does not split. Such a rank counts the parameter in the global gradient norm.

@@ -157,20 +157,6 @@ TEST_F(GPTMemoryTest, GeminiGathersChunksAroundBlocksAndReleasesThem) {
   }
 }
 
-// Sharding with tensor parallelism takes optimizers without per-parameter norms: LAMB and LARS (whose
-// trust ratios would need each whole parameter's norm over pieces and blocks at once) are refused at
-// optim.name. (ZeRO and Gemini under tensor parallelism: GPTTrainingTest.TensorTimesDataParallelUnder*.)
-TEST_F(GPTMemoryTest, ShardingWithTensorParallelismRefusesTrustRatioOptimizersAtTheKey) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 60);
-  const auto config = make_config(root_, "refused", "memory.strategy=\"zero2\"\nparallel.tensor.mode=\"1d\"\n"
-                                                    "parallel.tensor.size=2\ndist.timeout_s=30\noptim.name=\"lamb\"");
-  train::Runtime runtime = train::start_runtime(config, testing::worker_world());
-  auto task = make_text_task(config, runtime.model_options());
-  const std::string message = testing::error_message([&] { train::Trainer(config, runtime, *task); });
-  EXPECT_NE(message.find("optim.name"), std::string::npos) << message;
-  EXPECT_NE(message.find("lamb"), std::string::npos) << message;
-}
-
 // The ledger is what the budgets trust: after every micro-step of auto placement (chunks kept, evicted
 // and prefetched, masters moved to the device by the margin) and of static placement, the device bytes it
 // counts equal those of the tensors Gemini holds there, the accounted peak stays within the budget, and

@@ -225,8 +225,8 @@ std::vector<torch::Tensor> full_weights(GPT& model) {
 // per data rank leave the other ranks to data parallelism. Tolerances 2e-5 (weights) and 1e-5 (relative,
 // gradient norms): float32, only summation order differs.
 void tensor_parallel_training_equals_serial(const fs::path& root, const std::string& name, const std::string& tensor,
-                                            int micro_batch) {
-  const auto config = make_config(root, name, kPlainSgd + tensor + "\ntrain.micro_batch_size=" +
+                                            int micro_batch, const std::string& optimizer = kPlainSgd) {
+  const auto config = make_config(root, name, optimizer + tensor + "\ntrain.micro_batch_size=" +
                                                   std::to_string(micro_batch) + "\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(config);
   auto task = make_text_task(config, runtime.model_options());
@@ -239,7 +239,7 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   const bool model_holds_weights = config.get_string("memory.strategy") != "gemini";
   const auto parallel = model_holds_weights ? full_weights(task->model_holder()) : reloaded->parameters();
   const std::string serial_name = "serial_" + name + "_" + std::to_string(runtime.world->rank());
-  const auto serial = train_serially(make_config(root, serial_name, kPlainSgd));
+  const auto serial = train_serially(make_config(root, serial_name, optimizer));
   EXPECT_LT(max_difference(parallel, serial), 2e-5);
   if (runtime.is_main()) {
     EXPECT_LT(grad_norm_difference(root / name, root / serial_name), 1e-5);
@@ -293,6 +293,23 @@ TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderZero2OnFourRanksEqualsSerial
 TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderGeminiOnFourRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
   tensor_parallel_training_equals_serial(root_, "tp_1d_gemini", k1d + "\nmemory.strategy=\"gemini\"", 4);
+}
+
+// LAMB and LARS scale each parameter's step by the ratio of its norm to its update's: under sharding
+// with tensor parallelism those norms add the pieces over the data ranks and the blocks over the tensor
+// ranks at once. Their weights after 6 steps equal the serial run's (a norm over a part of a parameter
+// changes its ratio, and so every later weight, well beyond 2e-5; the gradients are checked above).
+const std::string kLamb = "optim.name=\"lamb\"\noptim.lr=5e-2\noptim.eps=1e-6\noptim.grad_clip=0\n";
+const std::string kLars = "optim.name=\"lars\"\noptim.lr=0.2\noptim.trust_coefficient=0.02\noptim.grad_clip=0\n";
+
+TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderZero2WithLambOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_1d_zero2_lamb", k1d + "\nmemory.strategy=\"zero2\"", 4, kLamb);
+}
+
+TEST_F(GPTTrainingTest, TensorTimesDataParallelUnderGeminiWithLarsOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  tensor_parallel_training_equals_serial(root_, "tp_1d_gemini_lars", k1d + "\nmemory.strategy=\"gemini\"", 4, kLars);
 }
 
 // The same with each 2D grid block sharded over 2 data ranks (2 data x (2 x 2) = 8 ranks).
@@ -494,7 +511,10 @@ void pipeline_training_equals_serial(const fs::path& root, const std::string& na
   const auto reference = serial->model().named_parameters();
   const auto layouts = parallel::collect_layouts(*task->model_holder());
   int compared = 0;
+  // Gemini keeps the weights in its chunks, released between steps: its checkpoint speaks for them.
+  const bool model_holds_weights = config.get_string("memory.strategy") != "gemini";
   for (const auto& item : task->model_holder()->named_parameters()) {
+    if (!model_holds_weights) break;
     const auto found = layouts.find(item.key());
     const torch::Tensor whole = found == layouts.end()
                                     ? item.value().detach()
@@ -502,7 +522,7 @@ void pipeline_training_equals_serial(const fs::path& root, const std::string& na
     EXPECT_LT((whole - reference[item.key()]).abs().max().item<double>(), 2e-5) << item.key();
     ++compared;
   }
-  EXPECT_LT(compared, static_cast<int>(reference.size())) << "a stage holds part of the model";
+  if (model_holds_weights) EXPECT_LT(compared, static_cast<int>(reference.size())) << "a stage holds part of the model";
   GPT reloaded(model_config(config));
   train::CheckpointStore::load_model(train::checkpoint_folder((root / name / "checkpoints").string(), 6), *reloaded);
   for (const auto& item : reloaded->named_parameters()) {
@@ -551,6 +571,24 @@ TEST_F(GPTTrainingTest, PipelineTimesDataParallelUnderZero1OnFourRanksEqualsSeri
 TEST_F(GPTTrainingTest, PipelineTimesDataParallelUnderZero2OnFourRanksEqualsSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4, 120);
   pipeline_training_equals_serial(root_, "pp_dp_zero2", "parallel.pipeline=2\nmemory.strategy=\"zero2\"", 2);
+}
+
+// Gemini under pipeline 2 x data 2: each stage's chunks sharded over its data ranks, every micro-batch's
+// backward reduced at its end while the schedule's other forwards run between them, the tied embedding's
+// gradient summed over the two ends from its pieces.
+TEST_F(GPTTrainingTest, PipelineTimesDataParallelUnderGeminiOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  pipeline_training_equals_serial(root_, "pp_dp_gemini", "parallel.pipeline=2\nmemory.strategy=\"gemini\"", 2);
+}
+
+// The interleaved schedule under Gemini: a backward pass reaches only one of the rank's two model chunks,
+// so the chunks holding tensors of both are reduced at the pass's end with zeros for the others.
+TEST_F(GPTTrainingTest, InterleavedPipelineUnderGeminiOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 180);
+  pipeline_training_equals_serial(root_, "pp_interleaved_gemini",
+                                  "parallel.pipeline=2\nparallel.schedule=\"interleaved\"\nparallel.chunks=2\n"
+                                  "memory.strategy=\"gemini\"",
+                                  2);
 }
 
 // pipeline 2 x data 2 x tensor (1D) 2 = 8 ranks.
