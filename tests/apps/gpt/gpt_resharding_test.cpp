@@ -140,5 +140,23 @@ TEST_F(GPTTrainingTest, ZeroTwoTimesTensorMovesToGeminiExactly) {
   expect_same_random_states(step3(root_, "zero2_1d"), step3(root_, "gemini_1d"), 4);
 }
 
+// Gemini under pipeline 2 x data 2 (each stage's chunks sharded over its data ranks, the tied embedding
+// written by the first stage) moves to ZeRO-1 under 1D tensor x data 2.
+TEST_F(GPTTrainingTest, GeminiTimesPipelineMovesToZeroOneTimesTensorExactly) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4, 180);
+  const std::string layers = "model.n_layer=4\ntrain.micro_batch_size=2\n";
+  const auto staged = make_config(root_, "gemini_pp", kSettings + layers + "parallel.pipeline=2\nmemory.strategy=\"gemini\"");
+  train::Runtime runtime = train::start_runtime(staged);
+  train_three_steps(staged, runtime);
+  const auto tensor = make_config(root_, "zero1_1d", kSettings + layers +
+                                                         "parallel.tensor.mode=\"1d\"\nparallel.tensor.size=2\n"
+                                                         "memory.strategy=\"zero1\"\n" + resume_from(root_, "gemini_pp"));
+  train::Runtime cut = train::start_runtime(tensor, runtime.world);
+  resave(tensor, cut);
+  if (!runtime.is_main()) return;
+  EXPECT_EQ(written_as(step3(root_, "gemini_pp")), "4 shards");
+  expect_same_whole_tensors(step3(root_, "gemini_pp"), step3(root_, "zero1_1d"));
+}
+
 }  // namespace
 }  // namespace kuafu::gpt
