@@ -66,20 +66,30 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     return name;
   };
   const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
-  // The serial model's full tensors, filled from the folder (float32 on the host), then each rank
-  // keeps its block of them.
-  io::NamedTensors full;
+  // A parameter the model holds whole is filled in place. One that tensor parallelism cuts is filled as
+  // the serial model's full tensor (float32 on the host), of which this rank then keeps its block. (A
+  // whole float32 copy of every parameter beside the model made the load peak at 3x the model.)
+  const auto layouts = parallel::collect_layouts(model);
+  io::NamedTensors targets;
+  std::map<std::string, torch::Tensor> full_of_cut;
   parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
-    full.emplace_back(name, torch::empty(tensor.sizes(), torch::kFloat32));
+    if (!layouts.count(name)) {
+      targets.emplace_back(name, tensor);  // the parameter itself
+      return false;
+    }
+    full_of_cut[name] = torch::empty(tensor.sizes(), torch::kFloat32);
+    targets.emplace_back(name, full_of_cut[name]);
     return false;
   });
-  const std::set<std::string> filled = io::load_hf_weights(folder, full, to_model, may_stay);
-  std::map<std::string, torch::Tensor> by_name(full.begin(), full.end());
-  parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
-    if (!filled.count(name)) return false;  // a tensor `may_stay` let keep its initial values
-    tensor.copy_(by_name.at(name));
-    return true;
-  });
+  const std::set<std::string> filled = io::load_hf_weights(folder, targets, to_model, may_stay);
+  if (!full_of_cut.empty()) {
+    parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
+      const auto full = full_of_cut.find(name);
+      if (full == full_of_cut.end() || !filled.count(name)) return false;  // filled in place, or may stay
+      tensor.copy_(full->second);
+      return true;
+    });
+  }
   if (!names.tied_head.empty()) check_tied_copy(folder, names);
 }
 
