@@ -61,7 +61,7 @@ GPTImpl::GPTImpl(const GPTConfig& cfg, parallel::ModelOptions options)
               tp.feature_blocks(), " blocks parallel.tensor.mode = \"", parallel::mode_name(tp.spec.mode),
               "\" cuts the heads into");
   transformer = register_module("transformer", Transformer(cfg, options));
-  initialize();
+  if (!options.device.is_meta()) initialize();
 }
 
 void GPTImpl::initialize() {
@@ -69,8 +69,9 @@ void GPTImpl::initialize() {
   // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
   parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
-    if (name.find("ln_") != std::string::npos) return false;  // LayerNorm keeps ones / zeros
-    if (text::ends_with(name, ".bias")) {
+    if (name.find("ln_") != std::string::npos && text::ends_with(name, ".weight")) {
+      full.fill_(1.0);  // LayerNorm: ones and zeros
+    } else if (text::ends_with(name, ".bias")) {
       full.zero_();
     } else {
       full.normal_(0.0, name.find("c_proj.weight") != std::string::npos ? residual_std : 0.02);

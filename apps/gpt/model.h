@@ -77,6 +77,7 @@ struct GPTImpl : torch::nn::Module, nn::CausalLM {
   std::vector<std::string> final_modules() const override { return {"transformer.ln_f"}; }
   int64_t positions() const override { return config.n_positions; }
   int64_t vocab_size() const override { return config.vocab_size; }
+  void initialize() override;
   std::string family() const override { return "GPT-2"; }
 
   GPTConfig config;
@@ -88,7 +89,6 @@ struct GPTImpl : torch::nn::Module, nn::CausalLM {
   // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
   // block site: whole logits.
   torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
-  void initialize();
 };
 TORCH_MODULE(GPT);
 

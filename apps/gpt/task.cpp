@@ -3,6 +3,8 @@
 #include "apps/gpt/hugging_face.h"
 #include "core/io/token_file.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
+#include "core/train/parallelize.h"
 #include "core/util/logging.h"
 
 namespace kuafu::gpt {
@@ -11,11 +13,30 @@ GptSettings read_settings(const config::Config& config) {
   return {text_data(config), train::read_train_settings(config), model_config(config)};
 }
 
+namespace {
+
+// The model described on the meta device (lazy construction), then given the weights of those
+// parameters `holds` names (null: all) on `device`: the serial model's from train.seed, then
+// model.init_from's.
+GPT describe_gpt(const GptSettings& settings, parallel::ModelOptions options) {
+  options.device = torch::kMeta;
+  return GPT(settings.model, options);
+}
+
+void materialize_gpt(const config::Config& config, const GptSettings& settings, GPT& gpt, const torch::Device& device,
+                     const std::function<bool(const std::string&)>& holds, bool starting_weights) {
+  train::materialize(*gpt, {device, nullptr, holds});
+  torch::manual_seed(settings.train.seed);
+  gpt->initialize();
+  if (starting_weights) gpt_format().load_init_weights(config, gpt);
+}
+
+}  // namespace
+
 GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options,
               bool starting_weights) {
-  torch::manual_seed(settings.train.seed);
-  GPT gpt(settings.model, options);
-  if (starting_weights) gpt_format().load_init_weights(config, gpt);
+  GPT gpt = describe_gpt(settings, options);
+  materialize_gpt(config, settings, gpt, options.device, nullptr, starting_weights);
   return gpt;
 }
 
@@ -33,7 +54,7 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const Gpt
     }
   }
   train::check_row_blocks(config, options.tp, {"train.micro_batch_size", "train.eval_rows"});
-  GPT gpt = build_gpt(config, settings, options);
+  GPT gpt = describe_gpt(settings, options);
   if (runtime && runtime->sequence.enabled()) {
     train::check_sequence_parallel(config, *gpt, runtime->sequence, "data.context", data.context, "model.n_head",
                                    "model.dropout");
@@ -42,6 +63,9 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const Gpt
   if (runtime) {  // a micro-batch for "time" partitions
     layout = train::parallel_options(*gpt, config, *runtime, batches.train(0, 0, settings.train.micro_batch_size));
   }
+  const train::StageParts parts = train::stage_parts(*gpt, layout.plan);  // only this rank's stage gets storage
+  materialize_gpt(config, settings, gpt, options.device, [&parts](const std::string& name) { return parts.holds(name); },
+                  /*starting_weights=*/true);
   return std::make_unique<TextTask>(gpt, layout, std::move(batches), settings.train.micro_batch_size,
                                     TextTask::Figures{model.flops_per_token(data.context), {"model."}});
 }

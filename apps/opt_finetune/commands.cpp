@@ -24,8 +24,10 @@ class OptApp : public train::App {
   explicit OptApp(const config::Config& config) : config_(config), settings_(read_settings(config)) {}
 
   train::ModelSize model_size() override {
-    return {static_cast<double>(settings_.model.parameter_count()),
-            {"model.shape", "model.hidden_size", "model.num_hidden_layers"}};
+    // With LoRA the whole model stays frozen (the adapters, a fraction of a percent, are not counted).
+    const auto parameters = static_cast<double>(settings_.model.parameter_count());
+    return {parameters, {"model.shape", "model.hidden_size", "model.num_hidden_layers"},
+            train::lora_spec(config_) ? parameters : 0.0};
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return opt::make_task(config_, settings_, options, runtime);

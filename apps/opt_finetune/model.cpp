@@ -57,12 +57,12 @@ DecoderImpl::DecoderImpl(const OPTConfig& c, const parallel::ModelOptions& optio
     // The projections take and give whole features: a tensor-parallel stream would need cut versions.
     KUAFU_CHECK(!options.tp.enabled(), "OPT with word_embed_proj_dim != hidden_size (opt-350m) runs without tensor parallelism");
     auto linear = [&](int64_t in, int64_t out) {
-      return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+      return parallel::make_linear(options, {in, out, /*bias=*/false, parallel::WeightOrder::kOutIn}, parallel::Cut::kColumn);
     };
-    project_in = register_module("project_in", linear(c.word_embed_proj_dim, c.hidden_size));
-    project_out = register_module("project_out", linear(c.hidden_size, c.word_embed_proj_dim));
-    project_in->to(options.device);
-    project_out->to(options.device);
+    project_in = linear(c.word_embed_proj_dim, c.hidden_size);
+    project_out = linear(c.hidden_size, c.word_embed_proj_dim);
+    register_module("project_in", project_in.ptr());
+    register_module("project_out", project_out.ptr());
   }
   layers = register_module("layers", std::make_shared<torch::nn::Module>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
@@ -84,15 +84,16 @@ OPTForCausalLMImpl::OPTForCausalLMImpl(const OPTConfig& c, parallel::ModelOption
               parallel::mode_name(tp.spec.mode), "\" cuts the heads into");
   model = register_module("model", std::make_shared<torch::nn::Module>()).get();
   decoder = model->register_module("decoder", Decoder(c, options));
-  initialize();
+  if (!options.device.is_meta()) initialize();
 }
 
 void OPTForCausalLMImpl::initialize() {
   // Hugging Face's OPT initialisation: N(0, 0.02) weights (positions included), zero biases, LayerNorms
   // at ones and zeros.
   parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
-    if (name.find("layer_norm") != std::string::npos) return false;
-    if (text::ends_with(name, ".bias")) {
+    if (name.find("layer_norm") != std::string::npos && text::ends_with(name, ".weight")) {
+      full.fill_(1.0);
+    } else if (text::ends_with(name, ".bias")) {
       full.zero_();
     } else {
       full.normal_(0.0, 0.02);
@@ -127,14 +128,14 @@ hooks::ModelPart OPTForCausalLMImpl::tail_part() const {
 
 torch::Tensor OPTForCausalLMImpl::embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) {
   torch::Tensor x = decoder->embed_tokens->forward(tokens);
-  if (config.projects()) x = decoder->project_in(x);
+  if (config.projects()) x = decoder->project_in.forward(x);
   return decoder->dropout(x + decoder->embed_positions.forward(positions + OPTConfig::kPositionOffset));
 }
 
 
 torch::Tensor OPTForCausalLMImpl::final_hidden(const torch::Tensor& x) {
   torch::Tensor h = config.has_final_layer_norm() ? decoder->final_layer_norm.forward(x) : x;
-  return config.projects() ? decoder->project_out(h) : h;
+  return config.projects() ? decoder->project_out.forward(h) : h;
 }
 
 torch::Tensor OPTForCausalLMImpl::local_logits(const torch::Tensor& x) { return decoder->embed_tokens->logits(final_hidden(x)); }

@@ -44,7 +44,7 @@ struct DecoderImpl : torch::nn::Module {
   DecoderImpl(const OPTConfig& config, const parallel::ModelOptions& options);
   std::shared_ptr<parallel::TokenEmbeddingImpl> embed_tokens;  // [V, word_embed_proj_dim], also the output layer
   torch::nn::AnyModule embed_positions;                         // [max_position_embeddings + 2, H]
-  torch::nn::Linear project_in{nullptr}, project_out{nullptr};  // when projects(), no bias
+  torch::nn::AnyModule project_in, project_out;  // when projects(): serial, no bias
   std::shared_ptr<torch::nn::Module> layers;                    // children "0" .. "L-1"
   std::vector<nn::TransformerBlock> blocks;
   torch::nn::AnyModule final_layer_norm;  // when has_final_layer_norm()
@@ -85,6 +85,7 @@ struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
   std::vector<std::string> final_modules() const override;
   int64_t positions() const override { return config.max_position_embeddings; }
   int64_t vocab_size() const override { return config.vocab_size; }
+  void initialize() override;
   std::string family() const override { return "OPT"; }
 
   OPTConfig config;
@@ -97,7 +98,6 @@ struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
   // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
   // block site: whole logits.
   torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
-  void initialize();
 };
 TORCH_MODULE(OPTForCausalLM);
 

@@ -5,7 +5,10 @@
 #include "apps/opt_finetune/app_config.h"
 #include "apps/opt_finetune/hugging_face.h"
 #include "core/io/instruction_batches.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
+#include "core/train/parallelize.h"
 #include "core/train/peft_adapter.h"
 #include "core/train/train_settings.h"
 #include "core/util/logging.h"
@@ -23,15 +26,37 @@ nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelO
   return build_model(config, read_settings(config), options);
 }
 
-nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
-                            bool starting_weights) {
+namespace {
+
+// The model described on the meta device (lazy construction): nothing is allocated yet.
+nn::CausalLMPtr describe_model(const OptSettings& settings, parallel::ModelOptions options) {
+  options.device = torch::kMeta;
+  return settings.model.build(options);
+}
+
+// Gives a described model its weights on `device`, those `holds` names (null: all): the serial model's
+// initialisation from train.seed, then model.init_from's weights (read one tensor at a time), then the
+// config's LoRA. A LoRA run trains only the adapters, so the model's own weights are made in `frozen`.
+void materialize_model(const config::Config& config, const OptSettings& settings, nn::CausalLM& model,
+                       const torch::Device& device, torch::Dtype frozen, const std::function<bool(const std::string&)>& holds,
+                       bool starting_weights) {
+  const torch::Dtype dtype = train::lora_spec(config) ? frozen : torch::kFloat32;
+  train::materialize(model.module(), {device, [dtype](const std::string&) { return dtype; }, holds});
   torch::manual_seed(settings.train.seed);
-  nn::CausalLMPtr model = settings.model.build(options);
+  model.initialize();
   if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
-    load_lm_weights(*model, io::read_hf_folder(folder));
+    load_lm_weights(model, io::read_hf_folder(folder));
     log::infof("initial weights from ", folder);
   }
-  train::apply_configured_lora(config, model->module());
+  train::apply_configured_lora(config, model.module());
+}
+
+}  // namespace
+
+nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
+                            bool starting_weights) {
+  nn::CausalLMPtr model = describe_model(settings, options);
+  materialize_model(config, settings, *model, options.device, torch::kFloat32, nullptr, starting_weights);
   return model;
 }
 
@@ -91,7 +116,7 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                         : train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
                                                     settings.train.eval_rows, options.device,
                                                     "kuafu-opt prepare --config " + config.path());
-  nn::CausalLMPtr model = build_model(config, settings, options);
+  nn::CausalLMPtr model = describe_model(settings, options);
   const LmShape& m = settings.model;
   if (stages && stages->sequence.enabled()) {
     train::check_sequence_parallel(config, model->module(), stages->sequence, "data.context", data.context,
@@ -108,6 +133,12 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
   if (stages) {
     layout = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
   }
+  // Only this rank's pipeline stage is given storage; a run's frozen weights go straight into the
+  // compute dtype that ModelState would cast them to (the whole model of an evaluation stays float32).
+  const train::StageParts parts = train::stage_parts(*model, layout.plan);
+  materialize_model(config, settings, *model, options.device,
+                    stages ? optim::compute_dtype(config, options.device) : torch::kFloat32,
+                    [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));
   return std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
                                    OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});

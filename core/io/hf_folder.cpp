@@ -18,9 +18,9 @@ namespace {
 // transformers' weight files, then diffusers' (a pipeline component's: unet/, vae/, text_encoder/ ...).
 constexpr const char* kStems[] = {"model", "diffusion_pytorch_model"};
 
-std::string shape_text(const torch::Tensor& t) {
+std::string shape_text(at::IntArrayRef sizes) {
   std::ostringstream out;
-  out << t.sizes();
+  out << sizes;
   return out.str();
 }
 
@@ -41,6 +41,8 @@ std::vector<std::string> shards_of(const fs::path& index_path, const nlohmann::j
 }
 
 }  // namespace
+
+torch::Tensor HfTensor::read() const { return read_tensor(*index, *entry); }
 
 const HfTensor* HfFolder::find(const std::string& name) const {
   for (const auto& t : tensors) {
@@ -92,11 +94,12 @@ HfFolder read_hf_folder(const std::string& dir) {
   for (const std::string& file : files) {
     const fs::path path = root / file;
     KUAFU_CHECK(fs::exists(path), index_path, " names shard ", file, ", which is not in ", dir);
-    SafetensorsFile loaded = load_safetensors(path.string());
-    for (auto& [name, tensor] : loaded.tensors) {
-      const auto [where, inserted] = file_of.emplace(name, file);
-      KUAFU_CHECK(inserted, dir, ": tensor '", text::abbreviate(name), "' is stored twice, in ", where->second, " and ", file);
-      folder.tensors.push_back({name, std::move(tensor), path.string()});
+    auto header = std::make_shared<const SafetensorsIndex>(read_safetensors_index(path.string()));
+    for (const SafetensorsEntry& entry : header->entries) {
+      const auto [where, inserted] = file_of.emplace(entry.name, file);
+      KUAFU_CHECK(inserted, dir, ": tensor '", text::abbreviate(entry.name), "' is stored twice, in ", where->second,
+                  " and ", file);
+      folder.tensors.push_back({entry.name, path.string(), header, &entry});
     }
   }
   if (!index.is_null()) {
@@ -109,28 +112,30 @@ HfFolder read_hf_folder(const std::string& dir) {
   return folder;
 }
 
-std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors& model, const StoredToModel& to_model,
+std::set<std::string> load_hf_weights(const HfFolder& folder, const HfTargets& model, const StoredToModel& to_model,
                                       const MayStay& may_stay) {
-  std::map<std::string, torch::Tensor> targets;
-  for (const auto& [name, tensor] : model) targets.emplace(name, tensor);
   std::map<std::string, std::string> filled_by;  // model name -> stored name
   torch::NoGradGuard no_grad;
   for (const HfTensor& stored : folder.tensors) {
     const std::optional<std::string> name = to_model(stored.name);
     if (!name) continue;
     const std::string where = stored.file + ": tensor '" + text::abbreviate(stored.name) + "'";
-    const auto target = targets.find(*name);
-    KUAFU_CHECK(target != targets.end(), where, " is not part of this model (read as '", text::abbreviate(*name),
+    const auto target = model.find(*name);
+    KUAFU_CHECK(target != model.end(), where, " is not part of this model (read as '", text::abbreviate(*name),
                 "'); is the folder's model_type the one this app trains?");
     const auto [previous, first] = filled_by.emplace(*name, stored.name);
     KUAFU_CHECK(first, where, " and tensor '", previous->second, "' both load into '", *name, "'");
-    KUAFU_CHECK(stored.tensor.sizes() == target->second.sizes(), where, " has shape ", shape_text(stored.tensor),
-                " but the model's '", *name, "' has ", shape_text(target->second), " (does config.json match the weights?)");
-    check_loadable(stored.file, stored.name, stored.tensor, target->second);
-    target->second.copy_(stored.tensor);
+    KUAFU_CHECK(stored.shape() == target->second.shape, where, " has shape ", shape_text(stored.shape()),
+                " but the model's '", *name, "' has ", shape_text(target->second.shape),
+                " (does config.json match the weights?)");
+    if (!target->second.fill) continue;  // another rank holds it
+    const torch::Tensor tensor = stored.read();  // [shape], one at a time
+    check_loadable(stored.file, stored.name, tensor, target->second.dtype);
+
+    target->second.fill(tensor);
   }
   std::vector<std::string> missing;
-  for (const auto& [name, tensor] : targets) {
+  for (const auto& [name, target] : model) {
     if (!filled_by.count(name) && !(may_stay && may_stay(name))) missing.push_back(name);
   }
   if (!missing.empty()) {
@@ -142,6 +147,16 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
   std::set<std::string> filled;
   for (const auto& [name, stored] : filled_by) filled.insert(name);
   return filled;
+}
+
+std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors& model, const StoredToModel& to_model,
+                                      const MayStay& may_stay) {
+  HfTargets targets;
+  for (const auto& [name, tensor] : model) {
+    torch::Tensor into = tensor;
+    targets[name] = {tensor.sizes().vec(), tensor.scalar_type(), [into](const torch::Tensor& stored) mutable { into.copy_(stored); }};
+  }
+  return load_hf_weights(folder, targets, to_model, may_stay);
 }
 
 std::vector<std::string> hf_tokenizer_files(const std::string& dir) {

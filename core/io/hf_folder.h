@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -19,10 +21,15 @@
 
 namespace kuafu::io {
 
+// One stored tensor, read from its file only when asked (a folder of a large model is never held whole).
 struct HfTensor {
-  std::string name;
-  torch::Tensor tensor;  // as stored (dtype included), on the CPU
-  std::string file;      // the safetensors file that holds it, for messages
+  std::string name;  // as stored (a loader may rename it, e.g. older attention names)
+  std::string file;  // the safetensors file that holds it, for messages
+  std::shared_ptr<const SafetensorsIndex> index;  // that file's header
+  const SafetensorsEntry* entry = nullptr;        // this tensor's place in it
+  const std::vector<int64_t>& shape() const { return entry->shape; }
+  torch::ScalarType dtype() const { return entry->dtype; }
+  torch::Tensor read() const;  // a fresh CPU tensor, as stored (dtype included)
 };
 
 struct HfFolder {
@@ -35,7 +42,8 @@ struct HfFolder {
 // config.json alone (kuafu::Error naming the folder or file when missing or malformed).
 nlohmann::json read_hf_config(const std::string& dir);
 
-// Reads config.json and every stored tensor. kuafu::Error naming the folder, file or tensor for: no
+// Reads config.json and every weight file's header (the tensors are read one at a time, by
+// HfTensor::read or load_hf_weights). kuafu::Error naming the folder, file or tensor for: no
 // folder, no config.json or malformed JSON, no safetensors weights (a PyTorch pickle alone gets a note
 // on converting it), an index that names a missing shard or a tensor its shard lacks, a tensor stored
 // twice, and every problem load_safetensors finds in a file.
@@ -71,10 +79,24 @@ T config_required(const nlohmann::json& config, const std::string& key, const st
 // Model tensors that may keep their initial values when the folder has nothing for them (a new head).
 using MayStay = std::function<bool(const std::string& model_name)>;
 
-// Copies the folder's tensors into `model` (its tensors by name) through `to_model`, converting among
-// the floating widths. kuafu::Error naming the file and tensor for a stored tensor that maps to no
-// model tensor, two that map to the same one, a shape or dtype that does not fit; and naming the
-// model tensors that nothing filled (unless `may_stay` allows it). Returns the names it filled.
+// A model tensor a folder fills: the whole (serial) shape and the dtype it is held in, and what takes
+// the stored tensor (of that shape, as stored): a tensor-parallel rank keeps its block of it. No `fill`:
+// the tensor is held by another rank (a pipeline stage's) and is not read at all.
+struct HfTarget {
+  std::vector<int64_t> shape;
+  torch::ScalarType dtype = torch::kFloat32;
+  std::function<void(const torch::Tensor& stored)> fill;
+};
+using HfTargets = std::map<std::string, HfTarget>;
+
+// Fills `model`'s tensors by name from the folder's through `to_model`, reading one stored tensor at a
+// time and converting among the floating widths. kuafu::Error naming the file and tensor for a stored
+// tensor that maps to no model tensor, two that map to the same one, a shape or dtype that does not
+// fit; and naming the model tensors that nothing filled (unless `may_stay` allows it). Returns the names
+// it filled.
+std::set<std::string> load_hf_weights(const HfFolder& folder, const HfTargets& model, const StoredToModel& to_model,
+                                      const MayStay& may_stay = nullptr);
+// The same into whole tensors, copied in place.
 std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors& model, const StoredToModel& to_model,
                                       const MayStay& may_stay = nullptr);
 

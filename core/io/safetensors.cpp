@@ -300,11 +300,19 @@ void check_loadable(const std::string& file, const std::string& name, const torc
               dtype_label(type), " but expected ", dtype_label(target),
               " (only F16, BF16, F32 and F64 convert into each other)");
   if (!is_float_width(type)) return;
-  const int64_t non_finite = count_non_finite(stored);
+  // Counted a slice at a time: the masks and the converted copy of a whole large tensor would double
+  // what loading it holds.
+  constexpr int64_t kSlice = int64_t{1} << 20;
+  const torch::Tensor flat = stored.reshape(-1);
+  int64_t non_finite = 0, overflowing = 0;
+  for (int64_t first = 0; first < flat.numel(); first += kSlice) {
+    const torch::Tensor slice = flat.slice(0, first, std::min(first + kSlice, flat.numel()));
+    const int64_t bad = count_non_finite(slice);
+    non_finite += bad;
+    if (bad == 0 && type != target) overflowing += count_non_finite(slice.to(target));
+  }
   KUAFU_CHECK(non_finite == 0, where, " holds ", non_finite, " non-finite values (NaN or infinity) among ",
               stored.numel(), "; refusing to load it");
-  if (type == target) return;
-  const int64_t overflowing = count_non_finite(stored.to(target));
   KUAFU_CHECK(overflowing == 0, where, ": ", overflowing, " of its ", stored.numel(), " ", dtype_label(type),
               " values overflow ", dtype_label(target), " (they would become infinite)");
 }

@@ -37,6 +37,10 @@ class CausalLM : public hooks::BlockModel {
   virtual int64_t positions() const = 0;   // the longest sequence
   virtual int64_t vocab_size() const = 0;  // rows of the output layer
   virtual std::string family() const = 0;  // for messages: "OPT", "GPT-2"
+  // The family's random initialisation of every parameter, from the global generator. A model built on
+  // the meta device (lazy construction) is initialised by this once train::materialize has given its
+  // parameters storage; on any other device its constructor calls it.
+  virtual void initialize() = 0;
 
   // hooks::BlockModel's head and blocks, the same for every family: inputs are tokens [B, T] at positions
   // 0..T-1, or packed rows [B, 2, T] (token ids over document ids, contiguous runs), each document

@@ -69,13 +69,16 @@ std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& sp
                   " is cut by tensor parallelism: turn parallel.tensor off to fine-tune with LoRA");
       const bool out_in = linear->order() == parallel::WeightOrder::kOutIn;
       const int64_t in = linear->weight.size(out_in ? 1 : 0), out = linear->weight.size(out_in ? 0 : 1);
-      const auto options = linear->weight.options();
+      // The adapters train: at least float32 (masters are made from them) beside a frozen layer held in
+      // the compute dtype.
+      const torch::Device device = linear->weight.device();
+      const torch::Dtype dtype = torch::promote_types(linear->weight.scalar_type(), torch::kFloat32);
       torch::nn::Linear a(torch::nn::LinearOptions(in, spec.rank).bias(false));  // draws A as PEFT does
       torch::nn::Linear b(torch::nn::LinearOptions(spec.rank, out).bias(false));
       torch::NoGradGuard no_grad;
       b->weight.zero_();
-      a->to(options.device(), options.dtype().toScalarType());
-      b->to(options.device(), options.dtype().toScalarType());
+      a->to(device, dtype);
+      b->to(device, dtype);
       torch::nn::Dropout dropout(spec.dropout);
       linear->register_module("lora_A", a);
       linear->register_module("lora_B", b);

@@ -28,6 +28,7 @@ namespace kuafu::train {
 struct ModelSize {
   double parameters = 0;
   std::vector<std::string> keys;
+  double frozen = 0;  // of the parameters, those that do not train (a LoRA run's base model)
 };
 
 // Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and

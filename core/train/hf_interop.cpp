@@ -47,7 +47,7 @@ void check_tied_copy(const io::HfFolder& folder, const HfWeightNames& names) {
   const std::string bare = names.tied_embedding.substr(names.prefix.size());
   const io::HfTensor* embedding = folder.find(names.tied_embedding);
   if (!embedding) embedding = folder.find(bare);
-  KUAFU_CHECK(embedding && torch::equal(copy->tensor, embedding->tensor), copy->file, ": ", names.tied_head,
+  KUAFU_CHECK(embedding && torch::equal(copy->read(), embedding->read()), copy->file, ": ", names.tied_head,
               " differs from ", names.tied_embedding, "; the model ties them");
 }
 
@@ -66,30 +66,31 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     return name;
   };
   const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
-  // A parameter the model holds whole is filled in place. One that tensor parallelism cuts is filled as
-  // the serial model's full tensor (float32 on the host), of which this rank then keeps its block. (A
-  // whole float32 copy of every parameter beside the model made the load peak at 3x the model.)
+  // Each stored tensor is read alone and goes straight into the parameter: whole, or this rank's block
+  // of it under tensor parallelism. A parameter still on the meta device is another pipeline stage's
+  // (lazy construction): it is checked against the folder but not read.
   const auto layouts = parallel::collect_layouts(model);
-  io::NamedTensors targets;
-  std::map<std::string, torch::Tensor> full_of_cut;
-  parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
-    if (!layouts.count(name)) {
-      targets.emplace_back(name, tensor);  // the parameter itself
-      return false;
+  io::HfTargets targets;
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor p = item.value();
+    const auto layout = layouts.find(item.key());
+    io::HfTarget& target = targets[item.key()];
+    target.dtype = p.scalar_type();
+    if (layout == layouts.end()) {
+      target.shape = p.sizes().vec();
+    } else {
+      target.shape = parallel::full_shape(p.sizes(), layout->second, *tp.mesh);
     }
-    full_of_cut[name] = torch::empty(tensor.sizes(), torch::kFloat32);
-    targets.emplace_back(name, full_of_cut[name]);
-    return false;
-  });
-  const std::set<std::string> filled = io::load_hf_weights(folder, targets, to_model, may_stay);
-  if (!full_of_cut.empty()) {
-    parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& tensor) {
-      const auto full = full_of_cut.find(name);
-      if (full == full_of_cut.end() || !filled.count(name)) return false;  // filled in place, or may stay
-      tensor.copy_(full->second);
-      return true;
-    });
+    if (p.is_meta()) continue;
+    if (layout == layouts.end()) {
+      target.fill = [p](const torch::Tensor& stored) mutable { p.copy_(stored); };
+    } else {
+      target.fill = [p, layout = layout->second, mesh = tp.mesh](const torch::Tensor& stored) mutable {
+        p.copy_(parallel::shard_of(stored, layout, *mesh));
+      };
+    }
   }
+  io::load_hf_weights(folder, targets, to_model, may_stay);
   if (!names.tied_head.empty()) check_tied_copy(folder, names);
 }
 

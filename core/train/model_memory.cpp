@@ -22,9 +22,9 @@ std::string gib(double bytes) {
 
 }  // namespace
 
-double least_training_bytes(const config::Config& config, const Runtime& runtime, double parameters) {
+double least_training_bytes(const config::Config& config, const Runtime& runtime, double parameters, double frozen) {
   const double model_ranks = static_cast<double>(runtime.tensor.size()) * runtime.pipeline.stages;
-  const double share = parameters / model_ranks;
+  const double share = (parameters - frozen) / model_ranks;
   const double data = runtime.mesh->size("data");
   const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
   const double compute = static_cast<double>(torch::elementSize(dtype));
@@ -37,12 +37,12 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   if (strategy == "zero1") per_parameter = compute + grads + (masters + state) / data;
   if (strategy == "zero2") per_parameter = compute + (compute + masters + state) / data;
   if (strategy == "gemini") per_parameter = (compute + compute + 4 + state) / data;
-  return share * per_parameter;
+  return share * per_parameter + frozen / model_ranks * compute;
 }
 
 void check_model_fits(const config::Config& config, const Runtime& runtime, double parameters,
-                      const std::vector<std::string>& model_keys) {
-  const double needed = least_training_bytes(config, runtime, parameters);
+                      const std::vector<std::string>& model_keys, double frozen) {
+  const double needed = least_training_bytes(config, runtime, parameters, frozen);
   double available = static_cast<double>(memory::available_bytes(torch::kCPU));
   if (runtime.device.is_cuda()) available += static_cast<double>(memory::available_bytes(runtime.device));
   if (needed <= available) return;

@@ -8,8 +8,10 @@
 #include "core/memory/activation_checkpoint.h"
 #include "core/nn/transformer_block.h"
 #include "core/util/device.h"
+#include "core/train/lazy_model.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
+#include "core/util/text.h"
 
 namespace kuafu::train {
 
@@ -97,20 +99,36 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
   }
 }
 
-void ParallelModel::keep_planned_parts() {
-  // Every rank built and initialised the whole model (so each part equals the serial one from the
-  // seed); the parts of other stages leave the module tree and give their memory back.
-  const pp::StagePlan& plan = options_.plan;
-  std::set<std::string> held, all;
+StageParts stage_parts(hooks::BlockModel& model, const pp::StagePlan& plan) {
+  const bool whole = plan.chunks.empty();
+  StageParts parts;
   auto note = [&](const hooks::ModelPart& part, bool keep) {
     for (const auto& path : part.modules) {
-      all.insert(path);
-      if (keep) held.insert(path);
+      parts.all.insert(path);
+      if (keep || whole) parts.held.insert(path);
     }
   };
-  note(model_.head_part(), plan.first);
-  note(model_.tail_part(), plan.last);
-  for (int64_t i = 0; i < model_.num_blocks(); ++i) note(model_.block_part(i), plan.holds_block(i));
+  note(model.head_part(), plan.first);
+  note(model.tail_part(), plan.last);
+  for (int64_t i = 0; i < model.num_blocks(); ++i) note(model.block_part(i), plan.holds_block(i));
+  return parts;
+}
+
+bool StageParts::holds(const std::string& name) const {
+  bool in_a_part = false;
+  for (const auto& path : all) {
+    if (!text::starts_with(name, path + ".")) continue;
+    if (held.count(path)) return true;
+    in_a_part = true;
+  }
+  return !in_a_part;
+}
+
+void ParallelModel::keep_planned_parts() {
+  // Every rank described the whole model and initialised it as the serial one from the seed (drawing
+  // for the parts it does not hold: train::materialize leaves those on the meta device); the parts of
+  // other stages leave the module tree, giving back whatever memory they held.
+  const auto [held, all] = stage_parts(model_, options_.plan);
   const ModuleMap modules = modules_by_path(model_.module());
   for (const auto& path : all) {
     if (held.count(path)) continue;
@@ -232,6 +250,18 @@ parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model) {
 
 parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample) {
   const torch::Device device = sample.inputs.device();
+  // A model still described on the meta device (lazy construction) is timed with zeros in the parts
+  // timed (head, a block, tail), which then return to the meta device: the time does not depend on
+  // the values.
+  std::vector<torch::Tensor> timed_on_zeros;
+  if (has_meta_parameters(model.module())) {
+    pp::StagePlan ends{{{0, 1}}, true, true};
+    const StageParts parts = stage_parts(model, ends);
+    for (auto& item : model.module().named_parameters()) {
+      if (item.value().is_meta() && parts.holds(item.key())) timed_on_zeros.push_back(item.value());
+    }
+    materialize(model.module(), {device, nullptr, [&](const std::string& name) { return parts.holds(name); }});
+  }
   const torch::Tensor random_state = generator_state(device);
   // Median of 3 after a warm-up, each timed until the device has finished.
   auto median_seconds = [&](const std::function<void()>& work) { return time_steps(work, 1, 3, device).median; };
@@ -248,6 +278,8 @@ parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Ba
   // Timing leaves nothing behind: no gradients, the random streams where they were.
   for (auto& p : model.module().parameters()) p.mutable_grad() = torch::Tensor();
   set_generator_state(device, random_state);
+  torch::NoGradGuard no_grad;
+  for (auto& p : timed_on_zeros) rebind(p, torch::empty(p.sizes(), p.options().device(torch::kMeta)));
   return costs;
 }
 

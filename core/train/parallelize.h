@@ -87,6 +87,15 @@ class ParallelModel {
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
 
+// The module paths of `model`'s parts (head, blocks, tail) that `plan`'s stage holds, and all of them;
+// the empty plan of an unpipelined model holds every part.
+struct StageParts {
+  std::set<std::string> held, all;
+  // Whether parameter `name` (a path under the model) lies in a held part, or in none of the parts.
+  bool holds(const std::string& name) const;
+};
+StageParts stage_parts(hooks::BlockModel& model, const parallel::pipeline::StagePlan& plan);
+
 // What sequence parallelism needs of a model and its rows, checked at the keys before any work: rows of
 // `positions` positions (set by `positions_key`) cut into equal chunks; with all_to_all, the heads of
 // every attention of `model` (nn::AttentionCore; set by `heads_key`) shared out among the ranks; with

@@ -79,7 +79,8 @@ void load_adapter(torch::nn::Module& model, const std::string& dir) {
   KUAFU_CHECK(fs::is_regular_file(file), dir, " has no ", kWeightsFile);
   io::HfFolder folder;
   folder.path = dir;
-  for (auto& [name, tensor] : io::load_safetensors(file).tensors) folder.tensors.push_back({name, tensor, file});
+  auto header = std::make_shared<const io::SafetensorsIndex>(io::read_safetensors_index(file));
+  for (const auto& entry : header->entries) folder.tensors.push_back({entry.name, file, header, &entry});
   io::load_hf_weights(folder, adapters_of(model), [](const std::string& stored) -> std::optional<std::string> {
     std::string name = text::starts_with(stored, kPrefix) ? stored.substr(std::string(kPrefix).size()) : stored;
     // PEFT keeps its adapter name in memory ("lora_A.default.weight") and drops it when saving.

@@ -161,4 +161,10 @@ void set_generator_state(const torch::Device& device, const torch::Tensor& state
   generator.set_state(state);
 }
 
+void rebind(torch::Tensor& tensor, const torch::Tensor& storage) {
+  // Both are plain dense TensorImpls (meta included), so the shallow copy set_data would make is sound;
+  // the autograd metadata (requires_grad, the gradient) stays with `tensor`.
+  tensor.unsafeGetTensorImpl()->shallow_copy_from(storage.getIntrusivePtr());
+}
+
 }  // namespace kuafu

@@ -33,6 +33,11 @@ void synchronize(const torch::Device& device);
 // asynchronously on the current stream; on the CPU it is `tensor` itself.
 torch::Tensor to_device(const torch::Tensor& tensor, const torch::Device& device);
 
+// Points `tensor` (and every handle to it, such as a module's member for its parameter) at `storage`:
+// its data, shape, dtype and device. Tensor::set_data does the same but refuses to move between the meta
+// device and a real one, which lazy construction does (train::materialize).
+void rebind(torch::Tensor& tensor, const torch::Tensor& storage);
+
 // Host tensors that will be copied to `device`: page-locked when it is a GPU (fast, asynchronous copies).
 torch::TensorOptions host_staging_options(const torch::Device& device);
 

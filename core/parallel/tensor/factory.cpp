@@ -2,11 +2,14 @@
 
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
+
 #include "core/dist/collectives.h"
 
 #include "core/parallel/tensor/layers_3d.h"
 #include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
@@ -53,18 +56,38 @@ torch::Tensor SerialLayerNormImpl::forward(const torch::Tensor& x) {
   return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps_);
 }
 
+namespace {
+
+// Cut layers make their parameters on their mesh's device. A model described on the meta device (lazy
+// construction) moves each there as it is made, so building holds at most one layer's block.
+void describe_on_meta(const ModelOptions& options, torch::nn::Module& layer) {
+  if (!options.device.is_meta()) return;
+  for (auto& p : layer.parameters()) rebind(p, torch::empty(p.sizes(), p.options().device(torch::kMeta)));
+}
+torch::nn::AnyModule placed(const ModelOptions& options, torch::nn::AnyModule layer) {
+  describe_on_meta(options, *layer.ptr());
+  return layer;
+}
+template <typename Layer>
+std::shared_ptr<Layer> placed(const ModelOptions& options, std::shared_ptr<Layer> layer) {
+  describe_on_meta(options, *layer);
+  return layer;
+}
+
+}  // namespace
+
 torch::nn::AnyModule make_linear(const ModelOptions& options, const LinearSpec& spec, Cut cut) {
   const TensorParallel& tp = options.tp;
   if (!tp.enabled()) return torch::nn::AnyModule(SerialLinear(spec, options.device));
   switch (tp.spec.mode) {
     case TensorMode::k1D:
-      if (cut == Cut::kColumn) return torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh));
-      return torch::nn::AnyModule(RowParallelLinear(spec, *tp.mesh));
+      if (cut == Cut::kColumn) return placed(options, torch::nn::AnyModule(ColumnParallelLinear(spec, *tp.mesh)));
+      return placed(options, torch::nn::AnyModule(RowParallelLinear(spec, *tp.mesh)));
     case TensorMode::k2D:
     case TensorMode::k2p5D:
-      return torch::nn::AnyModule(GridLinear(spec, *tp.mesh));
+      return placed(options, torch::nn::AnyModule(GridLinear(spec, *tp.mesh)));
     case TensorMode::k3D:
-      return torch::nn::AnyModule(Linear3d(spec, *tp.mesh, cut == Cut::kColumn ? Side3d::kY : Side3d::kX));
+      return placed(options, torch::nn::AnyModule(Linear3d(spec, *tp.mesh, cut == Cut::kColumn ? Side3d::kY : Side3d::kX)));
     case TensorMode::kNone:
       break;
   }
@@ -77,17 +100,17 @@ torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, d
     // 1D keeps the residual stream whole on every rank: a replicated LayerNorm.
     return torch::nn::AnyModule(SerialLayerNorm(dim, eps, options.device));
   }
-  if (tp.spec.mode == TensorMode::k3D) return torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps));
-  return torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps));
+  if (tp.spec.mode == TensorMode::k3D) return placed(options, torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps)));
+  return placed(options, torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps)));
 }
 
 std::shared_ptr<TokenEmbeddingImpl> make_embedding(const ModelOptions& options, int64_t vocab, int64_t dim) {
   const TensorParallel& tp = options.tp;
   if (!tp.enabled()) return std::make_shared<SerialEmbeddingImpl>(vocab, dim, options.device);
   switch (tp.spec.mode) {
-    case TensorMode::k1D: return std::make_shared<VocabParallelEmbeddingImpl>(vocab, dim, *tp.mesh);
-    case TensorMode::k3D: return std::make_shared<Embedding3dImpl>(vocab, dim, *tp.mesh);
-    default: return std::make_shared<GridEmbeddingImpl>(vocab, dim, *tp.mesh);
+    case TensorMode::k1D: return placed(options, std::make_shared<VocabParallelEmbeddingImpl>(vocab, dim, *tp.mesh));
+    case TensorMode::k3D: return placed(options, std::make_shared<Embedding3dImpl>(vocab, dim, *tp.mesh));
+    default: return placed(options, std::make_shared<GridEmbeddingImpl>(vocab, dim, *tp.mesh));
   }
 }
 
@@ -95,9 +118,9 @@ torch::nn::AnyModule make_position_embedding(const ModelOptions& options, int64_
   const TensorParallel& tp = options.tp;
   if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialEmbedding(n, dim, options.device));
   if (tp.spec.mode == TensorMode::k3D) {
-    return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}));
+    return placed(options, torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"})));
   }
-  return torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes()));
+  return placed(options, torch::nn::AnyModule(FeatureSplitEmbedding(n, dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes())));
 }
 
 namespace {
@@ -208,15 +231,26 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
                             const std::function<bool(const std::string& name, torch::Tensor& full)>& init) {
   torch::NoGradGuard no_grad;
   const auto layouts = collect_layouts(model);
+  // A parameter still on the meta device is another pipeline stage's (train::materialize): it is drawn
+  // where this rank's are and dropped, so the generator moves on as in the serial model.
+  std::optional<torch::Device> drawn_on;
+  for (const auto& p : model.parameters()) {
+    if (!p.is_meta()) drawn_on = p.device();
+  }
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
     const auto layout = layouts.find(item.key());
-    if (layout == layouts.end()) {
+    const bool whole = layout == layouts.end();
+    if (whole && p.scalar_type() == torch::kFloat32 && !p.is_meta()) {
       init(item.key(), p);
       continue;
     }
-    torch::Tensor full = torch::empty(full_shape(p.sizes(), layout->second, *tp.mesh), p.options());
-    if (init(item.key(), full)) p.copy_(shard_of(full, layout->second, *tp.mesh));
+    // Drawn in float32 whatever the parameter is held in (bf16 draws differ), then cut and cast.
+    const std::vector<int64_t> shape = whole ? p.sizes().vec() : full_shape(p.sizes(), layout->second, *tp.mesh);
+    const torch::Device device = p.is_meta() && drawn_on ? *drawn_on : p.device();
+    torch::Tensor full = torch::empty(shape, torch::TensorOptions(torch::kFloat32).device(device));
+    if (!init(item.key(), full) || p.is_meta()) continue;
+    p.copy_(whole ? full : shard_of(full, layout->second, *tp.mesh));
   }
 }
 

@@ -45,7 +45,7 @@ struct ModelOptions {
   static ModelOptions serial_on(const torch::Device& device) { return {TensorParallel(), device}; }
 
   TensorParallel tp;
-  torch::Device device = torch::kCPU;
+  torch::Device device = torch::kCPU;  // torch::kMeta: described only, no storage (train/lazy_model.h)
 };
 
 // y = x W + b on one device, W stored as `order` says (GPT-2's Conv1D is kInOut).
@@ -112,9 +112,11 @@ Layout stream_layout(const TensorParallel& tp, int64_t dims);
 torch::Tensor enter_stream(const TensorParallel& tp, const torch::Tensor& x);
 
 // Initialises every parameter of `model` as the serial model would be from the same seed: `init`
-// fills the full tensor of each parameter (in named_parameters order) or returns false to keep the
-// parameter as constructed; a cut parameter keeps its block, so a tensor-parallel model starts equal
-// to the serial one.
+// fills the full tensor of each parameter (in named_parameters order, always float32, then cast to the
+// parameter's dtype) or returns false to keep the parameter as it is; a cut parameter keeps its block,
+// so a tensor-parallel model starts equal to the serial one. A parameter on the meta device (another
+// pipeline stage's, under lazy construction) is drawn and dropped, so the others' draws stay the
+// serial model's.
 void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
                             const std::function<bool(const std::string& name, torch::Tensor& full)>& init);
 

@@ -9,20 +9,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "apps/gpt/model.h"
+#include "tests/apps/gpt/gpt_tiny_config.h"
 #include "core/util/error.h"
 
 namespace kuafu::gpt {
 namespace {
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.vocab_size = 50;
-  c.n_positions = 16;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
-}
+GPTConfig tiny_config() { return tiny_gpt_config(); }
 
 TEST(GPTModelTest, HuggingFaceNamesShapesAndCount) {
   torch::manual_seed(0);

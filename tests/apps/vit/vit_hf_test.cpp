@@ -60,7 +60,7 @@ TEST(ViTHuggingFaceTest, ABackboneStartsAFineTuneWithAFreshClassifier) {
   load_hf_weights(model, backbone, /*fresh_classifier=*/true);
   EXPECT_TRUE(torch::equal(model->classifier.ptr()->parameters()[0], initial_head));
   const io::HfFolder full = io::read_hf_folder((r.dir / "hf").string());
-  EXPECT_TRUE(torch::equal(model->vit->embeddings->cls_token, full.find("vit.embeddings.cls_token")->tensor));
+  EXPECT_TRUE(torch::equal(model->vit->embeddings->cls_token, full.find("vit.embeddings.cls_token")->read()));
 }
 
 TEST(ViTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {

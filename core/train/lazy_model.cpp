@@ -1,0 +1,29 @@
+#include "core/train/lazy_model.h"
+
+#include "core/util/device.h"
+#include "core/util/error.h"
+
+namespace kuafu::train {
+
+void materialize(torch::nn::Module& model, const Materialization& how) {
+  torch::NoGradGuard no_grad;
+  for (const auto& item : model.named_buffers()) {
+    KUAFU_CHECK(!item.value().is_meta(), "buffer ", item.key(), " was made on the meta device; a model built lazily "
+                                         "must make its buffers where it runs");
+  }
+  for (auto& item : model.named_parameters()) {
+    torch::Tensor& p = item.value();
+    if (!p.is_meta() || (how.holds && !how.holds(item.key()))) continue;
+    const torch::Dtype dtype = how.dtype_of ? how.dtype_of(item.key()) : torch::kFloat32;
+    rebind(p, torch::zeros(p.sizes(), torch::TensorOptions(dtype).device(how.device)));
+  }
+}
+
+bool has_meta_parameters(const torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) {
+    if (p.is_meta()) return true;
+  }
+  return false;
+}
+
+}  // namespace kuafu::train

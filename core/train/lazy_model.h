@@ -1,0 +1,37 @@
+// Lazy construction: a model is first described on the meta device (its layers made with
+// parallel::ModelOptions::device = torch::kMeta: names, shapes and tensor-parallel layouts, no storage),
+// and given storage only once a rank knows what it holds (its pipeline stage, its tensor-parallel
+// blocks) and in which dtype each parameter lives (float32 where it trains and masters are made from it,
+// the compute dtype where it stays frozen). Building then never holds more than training does: no
+// float32 copy of a model that runs in bf16, no other stage's layers, no whole tensor of a cut one.
+//   model = Model(config, {tp, torch::kMeta});                 // nothing allocated
+//   train::materialize(*model, {device, dtype_of, holds});     // storage, zero-filled
+//   torch::manual_seed(seed); model->initialize();             // the serial model's draws, replayed
+//   train::load_pretrained(*model, tp, folder, names);         // one stored tensor at a time
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+
+namespace kuafu::train {
+
+struct Materialization {
+  torch::Device device = torch::kCPU;
+  // Each parameter's dtype, by name (null: float32).
+  std::function<torch::Dtype(const std::string& name)> dtype_of;
+  // Whether this rank holds a parameter (null: all). One it does not stays on the meta device: another
+  // pipeline stage's, which ParallelModel then drops.
+  std::function<bool(const std::string& name)> holds;
+};
+
+// Gives every parameter of `model` still on the meta device zero-filled storage as `how` says. A
+// buffer on the meta device is refused (its value cannot be known): models keep none, or make them on
+// their device. Parameters already materialised are left as they are.
+void materialize(torch::nn::Module& model, const Materialization& how);
+
+// Whether any parameter of `model` is on the meta device.
+bool has_meta_parameters(const torch::nn::Module& model);
+
+}  // namespace kuafu::train
