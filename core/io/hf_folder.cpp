@@ -131,7 +131,6 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const HfTargets& m
     if (!target->second.fill) continue;  // another rank holds it
     const torch::Tensor tensor = stored.read();  // [shape], one at a time
     check_loadable(stored.file, stored.name, tensor, target->second.dtype);
-
     target->second.fill(tensor);
   }
   std::vector<std::string> missing;

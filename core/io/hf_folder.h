@@ -28,7 +28,6 @@ struct HfTensor {
   std::shared_ptr<const SafetensorsIndex> index;  // that file's header
   const SafetensorsEntry* entry = nullptr;        // this tensor's place in it
   const std::vector<int64_t>& shape() const { return entry->shape; }
-  torch::ScalarType dtype() const { return entry->dtype; }
   torch::Tensor read() const;  // a fresh CPU tensor, as stored (dtype included)
 };
 
