@@ -11,6 +11,7 @@
 #include "core/io/text_split.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
+#include "core/train/lazy_model.h"
 #include "core/util/logging.h"
 #include "core/util/utf8.h"
 
@@ -57,9 +58,16 @@ class GptApp : public train::App {
     gpt_format().save(*model_, out, options);
     return {{"parameters", settings_.model.parameter_count()}};
   }
+  void build_benchmark_model(const train::Runtime& runtime) override {
+    if (!train::defers_trained_weights(config_)) return App::build_benchmark_model(runtime);
+    const auto options = parallel::ModelOptions::serial_on(runtime.device);
+    model_.emplace(describe_gpt(settings_, options));
+    deferred_ = deferred_gpt_weights(config_, settings_, options, /*starting_weights=*/false);
+  }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const GPTConfig& m = settings_.model;
     train::BenchmarkSpec spec;
+    spec.deferred = deferred_;
     spec.app = "gpt";
     spec.flops_per_item = m.flops_per_token(settings_.data.context);
     spec.parameters = m.parameter_count();
@@ -90,6 +98,7 @@ class GptApp : public train::App {
   const config::Config& config_;
   GptSettings settings_;
   std::optional<GPT> model_;  // build_model's
+  DeferredWeights deferred_;  // a benchmark model left described for ZeRO and Gemini
 };
 
 }  // namespace

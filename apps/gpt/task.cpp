@@ -13,16 +13,32 @@ GptSettings read_settings(const config::Config& config) {
   return {text_data(config), train::read_train_settings(config), model_config(config)};
 }
 
-namespace {
-
-// The model described on the meta device (lazy construction), then given the weights of those
-// parameters `holds` names (null: all) on `device`: the serial model's from train.seed, then
-// model.init_from's.
 GPT describe_gpt(const GptSettings& settings, parallel::ModelOptions options) {
   options.device = torch::kMeta;
   return GPT(settings.model, options);
 }
 
+DeferredWeights deferred_gpt_weights(const config::Config& config, const GptSettings& settings,
+                                     const parallel::ModelOptions& options, bool starting_weights) {
+  // Each replay describes the whole model afresh (no storage): every rank draws the serial model.
+  DeferredWeights weights{options.device, [settings, options] {
+                            GPT fresh = describe_gpt(settings, options);
+                            torch::manual_seed(settings.train.seed);
+                            fresh->initialize();
+                          }};
+  if (starting_weights) {
+    weights.load = [config, settings, options] {
+      GPT fresh = describe_gpt(settings, options);
+      gpt_format().load_init_weights(config, fresh);
+    };
+  }
+  return weights;
+}
+
+namespace {
+
+// A described model given the weights of those parameters `holds` names (null: all) on `device`: the
+// serial model's from train.seed, then model.init_from's.
 void materialize_gpt(const config::Config& config, const GptSettings& settings, GPT& gpt, const torch::Device& device,
                      const std::function<bool(const std::string&)>& holds, bool starting_weights) {
   train::materialize(*gpt, {device, nullptr, holds});
@@ -63,11 +79,17 @@ std::unique_ptr<TextTask> make_text_task(const config::Config& config, const Gpt
   if (runtime) {  // a micro-batch for "time" partitions
     layout = train::parallel_options(*gpt, config, *runtime, batches.train(0, 0, settings.train.micro_batch_size));
   }
-  const train::StageParts parts = train::stage_parts(*gpt, layout.plan);  // only this rank's stage gets storage
-  materialize_gpt(config, settings, gpt, options.device, [&parts](const std::string& name) { return parts.holds(name); },
-                  /*starting_weights=*/true);
-  return std::make_unique<TextTask>(gpt, layout, std::move(batches), settings.train.micro_batch_size,
-                                    TextTask::Figures{model.flops_per_token(data.context), {"model."}});
+  const bool deferred = runtime && train::defers_trained_weights(config);
+  if (!deferred) {
+    const train::StageParts parts = train::stage_parts(*gpt, layout.plan);  // only this rank's stage gets storage
+    materialize_gpt(config, settings, gpt, options.device,
+                    [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
+  }
+  auto task = std::make_unique<TextTask>(gpt, layout, std::move(batches), settings.train.micro_batch_size,
+                                         TextTask::Figures{model.flops_per_token(data.context), {"model."}});
+  // Under ZeRO and Gemini the strategy fills its chunks as the weights are drawn and read.
+  if (deferred) task->defer_weights(deferred_gpt_weights(config, settings, options, /*starting_weights=*/true));
+  return task;
 }
 
 std::unique_ptr<TextTask> make_text_task(const config::Config& config, const parallel::ModelOptions& options) {

@@ -23,6 +23,13 @@ GptSettings read_settings(const config::Config& config);
 GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options,
               bool starting_weights = true);
 
+// The configured GPT described on the meta device (lazy construction; core/train/lazy_model.h), and
+// how ZeRO and Gemini fill its trained weights into their chunks: the serial model's draws from
+// train.seed, then, with `starting_weights`, model.init_from's.
+GPT describe_gpt(const GptSettings& settings, parallel::ModelOptions options);
+DeferredWeights deferred_gpt_weights(const config::Config& config, const GptSettings& settings,
+                                     const parallel::ModelOptions& options, bool starting_weights);
+
 using TextTask = train::SourceTask<GPT>;
 
 // The GPT and its data from the config (seeded from train.seed); `options` (default: serial on the CPU) say

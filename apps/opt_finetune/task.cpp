@@ -135,13 +135,34 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
   }
   // Only this rank's pipeline stage is given storage; a run's frozen weights go straight into the
   // compute dtype that ModelState would cast them to (the whole model of an evaluation stays float32).
-  const train::StageParts parts = train::stage_parts(*model, layout.plan);
-  materialize_model(config, settings, *model, options.device,
-                    stages ? optim::compute_dtype(config, options.device) : torch::kFloat32,
-                    [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
+  // A full fine-tuning run under ZeRO or Gemini leaves every weight described: the strategy fills its
+  // chunks as a fresh description is initialised and loaded into its weight sink.
+  const bool deferred = stages && !train::lora_spec(config) && train::defers_trained_weights(config);
+  if (!deferred) {
+    const train::StageParts parts = train::stage_parts(*model, layout.plan);
+    materialize_model(config, settings, *model, options.device,
+                      stages ? optim::compute_dtype(config, options.device) : torch::kFloat32,
+                      [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
+  }
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));
-  return std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
-                                   OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
+  auto task = std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
+                                        OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
+  if (deferred) {
+    task->defer_weights({options.device,
+                         [settings, options] {
+                           nn::CausalLMPtr fresh = describe_model(settings, options);
+                           torch::manual_seed(settings.train.seed);
+                           fresh->initialize();
+                         },
+                         [config, settings, options] {
+                           if (const std::string folder = train::init_from(config); !folder.empty()) {
+                             nn::CausalLMPtr fresh = describe_model(settings, options);
+                             load_lm_weights(*fresh, io::read_hf_folder(folder));
+                             log::infof("initial weights from ", folder);
+                           }
+                         }});
+  }
+  return task;
 }
 
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime) {

@@ -5,6 +5,7 @@
 
 #include "core/hooks/grad_ready.h"
 #include "core/optim/mixed_precision.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -23,22 +24,33 @@ std::vector<std::string> trainable_names(const torch::nn::Module& model) {
 }
 
 ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
-                               int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce)
+                               int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce,
+                               DeferredWeights deferred)
     : model_(model),
       group_(std::move(group)),
       rank_(group_->rank()),
       dtype_(dtype),
       grad_dtype_(optim::grad_dtype(dtype, grad_reduce)),
+      device_(deferred ? deferred.device : torch::Device(torch::kCPU)),
+      deferred_(std::move(deferred)),
       names_(std::move(names)) {
   KUAFU_CHECK(!names_.empty(), "the model has no trainable parameters to shard");
   const auto named = model.named_parameters();
   std::vector<int64_t> numels;
+  bool any_meta = false;
   for (const auto& name : names_) {
     const torch::Tensor& p = named[name];
     const torch::Tensor& first = named[names_.front()];
     KUAFU_CHECK(p.is_floating_point(), "parameter '", name, "' is not floating-point");
-    KUAFU_CHECK(p.scalar_type() == first.scalar_type() && p.device() == first.device(), "parameter '", name,
-                "' differs in dtype or device from '", names_.front(), "'");
+    KUAFU_CHECK(p.scalar_type() == first.scalar_type(), "parameter '", name, "' differs in dtype from '",
+                names_.front(), "'");
+    if (p.is_meta()) {
+      any_meta = true;
+    } else {
+      if (!deferred_ && params_.empty()) device_ = p.device();
+      KUAFU_CHECK(p.device() == device_, "parameter '", name, "' is on ", p.device().str(), ", not on ",
+                  device_.str(), " where the model computes");
+    }
     params_.push_back(p);
     shapes_.push_back(p.sizes().vec());
     numels.push_back(p.numel());
@@ -55,9 +67,13 @@ ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, s
                                                std::max(total / kMinChunks, 2 * largest));
   const int64_t chunk = chunk_numel > 0 ? chunk_numel : search_chunk_numel(numels, 0, search_max, 1024, group_->size());
   layout_.emplace(numels, chunk, group_->size());
+  KUAFU_CHECK(!any_meta || deferred_, "the model's trainable parameters are on the meta device and nothing "
+                                      "says how to fill them (lazy construction without DeferredWeights)");
   // Rank 0's initial weights everywhere, as plain data parallelism does.
   torch::NoGradGuard no_grad;
-  for (auto param : model.parameters()) dist::broadcast(param, *group_, 0);
+  for (auto param : model.parameters()) {
+    if (!param.is_meta()) dist::broadcast(param, *group_, 0);
+  }
   for (auto buffer : model.buffers()) dist::broadcast(buffer, *group_, 0);
 }
 
@@ -67,15 +83,42 @@ void ChunkedMasters::reduce_accumulated() { fail(describe() + ": cannot reduce a
 
 void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, const torch::Tensor&)>& keep) {
   torch::NoGradGuard no_grad;
-  const auto options = params_.front().options().dtype(master_dtype_).requires_grad(false);
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    // Whole chunk in the parameters' own precision, so the masters are never rounded.
-    torch::Tensor whole = torch::zeros({layout_->chunk_numel(c)}, options);
-    for (int64_t i : layout_->tensors_in(c)) {
-      whole.narrow(0, layout_->slot(i).offset, params_[i].numel()).copy_(params_[i].reshape(-1));
-    }
-    master_shards_.push_back(keep(c, whole));
-    grad_shards_.push_back(torch::zeros({layout_->shard_numel(c)}, master_shards_.back().options()));
+  const int64_t chunks = layout_->num_chunks();
+  const auto options = torch::TensorOptions(master_dtype_).device(device_);
+  master_shards_.resize(chunks);
+  grad_shards_.resize(chunks);
+  // A chunk is filled whole in the parameters' own precision (the masters are never rounded) and
+  // handed to `keep` once its last tensor has arrived.
+  std::vector<torch::Tensor> filling(chunks);
+  std::vector<size_t> arrived(chunks, 0);
+  std::vector<bool> has_value(names_.size(), false);
+  auto arrive = [&](int64_t i, const torch::Tensor& value) {
+    KUAFU_CHECK(!has_value[i], "parameter '", names_[i], "' was given its initial value twice");
+    KUAFU_CHECK(value.numel() == layout_->slot(i).numel, "the initial value of '", names_[i], "' has ", value.numel(),
+                " elements, the parameter ", layout_->slot(i).numel);
+    has_value[i] = true;
+    const int64_t c = layout_->slot(i).chunk;
+    if (!filling[c].defined()) filling[c] = torch::zeros({layout_->chunk_numel(c)}, options);
+    filling[c].narrow(0, layout_->slot(i).offset, value.numel()).copy_(value.reshape(-1));
+    if (++arrived[c] < layout_->tensors_in(c).size()) return;
+    master_shards_[c] = keep(c, filling[c]);
+    grad_shards_[c] = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
+    filling[c] = torch::Tensor();
+  };
+  for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
+    if (!params_[i].is_meta()) arrive(i, params_[i]);
+  }
+  if (deferred_) {
+    WeightSink sink;
+    sink.device = device_;
+    sink.wants = [&](const std::string& name) { return chunked(name) && !has_value[index_of(name)]; };
+    sink.take = [&](const std::string& name, const torch::Tensor& value) { arrive(index_of(name), value); };
+    ScopedWeightSink scope(sink);
+    deferred_.initialize();
+  }
+  for (size_t i = 0; i < names_.size(); ++i) {
+    KUAFU_CHECK(has_value[i], "parameter '", names_[i], "' got no initial value: the model's initialize() left it "
+                              "on the meta device");
   }
   piece_of_tensor_.assign(names_.size(), -1);
   for (const auto& item : model_.named_parameters()) {
@@ -93,6 +136,11 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
   }
   if (low_precision(dtype_)) optim::cast_floating_buffers(model_, dtype_);
   optim::cast_frozen_parameters(model_, dtype_);
+}
+
+void ChunkedMasters::bind(int64_t i, const torch::Tensor& values) {
+  rebind(params_[i], values.view(shapes_[i]));
+  params_[i].mutable_grad() = torch::Tensor();
 }
 
 void ChunkedMasters::relocate_masters(int64_t c, const torch::Device& device, bool pinned) {
@@ -114,7 +162,7 @@ void ChunkedMasters::watch_gradients() {
 }
 
 torch::Tensor ChunkedMasters::zero_chunk(int64_t c) const {
-  return torch::zeros({layout_->chunk_numel(c)}, torch::TensorOptions().dtype(dtype_).device(params_.front().device()));
+  return torch::zeros({layout_->chunk_numel(c)}, torch::TensorOptions().dtype(dtype_).device(device_));
 }
 
 void ChunkedMasters::move_grad_to_staging(int64_t i, torch::Tensor& staging) {

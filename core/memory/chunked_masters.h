@@ -16,6 +16,7 @@
 #include "core/memory/chunk_layout.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::memory {
 
@@ -76,12 +77,19 @@ class ChunkedMasters {
  protected:
   // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's
   // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype`. Gradients
-  // are reduced over the group in optim::grad_dtype(dtype, grad_reduce).
+  // are reduced over the group in optim::grad_dtype(dtype, grad_reduce). Trainable parameters still on
+  // the meta device (lazy construction) take their values from `deferred` in build_masters; every rank
+  // draws and loads the same values, so they are not broadcast.
   ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
-                 int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce);
+                 int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce, DeferredWeights deferred);
   // Builds the master shards: `keep(c, whole)` gets chunk c whole, in the parameters' own precision, and
-  // returns this rank's master shard (a copy, or a view the strategy keeps alive); then the pieces.
+  // returns this rank's master shard (a copy, or a view the strategy keeps alive) after pointing the
+  // chunk's parameters into its compute copy (bind); then the pieces. Chunks are made one at a time as
+  // their parameters' values arrive (deferred ones from `deferred.initialize`, in any order), so besides
+  // what the strategy keeps only the chunks being filled exist whole.
   void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
+  // Points parameter i at `values` (its place in a chunk's compute copy), from the meta device too.
+  void bind(int64_t i, const torch::Tensor& values);
   // Moves chunk c's master and gradient shards to `device` (a copy even on the same device) and points
   // the optimizer's pieces at them; the optimizer state follows at its next step.
   void relocate_masters(int64_t chunk, const torch::Device& device, bool pinned);
@@ -112,6 +120,8 @@ class ChunkedMasters {
   torch::Dtype dtype_;                        // the compute dtype
   torch::Dtype grad_dtype_;                   // reductions (and ZeRO-1's accumulation): float32 under bf16/fp16
   torch::Dtype master_dtype_;                 // float32 (float64 for float64 models)
+  torch::Device device_;                      // where the model computes
+  DeferredWeights deferred_;                  // how meta parameters get their values (lazy construction)
   std::vector<std::string> names_;            // trainable parameters in layout order
   std::vector<torch::Tensor> params_;         // the model's parameters, same order
   std::vector<std::vector<int64_t>> shapes_;  // their shapes

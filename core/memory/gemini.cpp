@@ -26,9 +26,9 @@ void allocate_storage(const torch::Tensor& t) {
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
     : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype,
-                     options.grad_reduce),
+                     options.grad_reduce, options.deferred),
       placement_(options.placement),
-      fast_device_(params_.front().device()),
+      fast_device_(device_),
       ledger_(options.placement.budgets),
       prefetch_stream_(fast_device_) {
   place_initially();
@@ -49,21 +49,24 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
   }
   torch::NoGradGuard no_grad;
+  const int64_t chunks = layout_->num_chunks();
+  payloads_.resize(chunks);
+  shards_.resize(chunks);
+  // Each chunk's whole compute copy lives only while it is made (unless pinned): building holds no more
+  // of the device than a gather does.
   build_masters([&](int64_t c, const torch::Tensor& whole) {
     const int64_t shard = layout_->shard_numel(c);
-    const torch::Tensor payload = whole.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
-    payloads_.push_back(payload);
-    shards_.push_back(pinned_[c] ? payload : copy_to_tier(payload.narrow(0, rank_ * shard, shard), shard_tier_[c]));
+    payloads_[c] = whole.to(dtype_, /*non_blocking=*/false, /*copy=*/true);
+    shards_[c] = pinned_[c] ? payloads_[c] : copy_to_tier(payloads_[c].narrow(0, rank_ * shard, shard), shard_tier_[c]);
+    for (int64_t i : layout_->tensors_in(c)) {
+      const TensorSlot& slot = layout_->slot(i);
+      bind(i, payloads_[c].narrow(0, slot.offset, slot.numel));
+      index_of_impl_[params_[i].unsafeGetTensorImpl()] = i;
+    }
+    if (!pinned_[c]) free_storage(payloads_[c]);
     // In the parameters' own precision the compute shard is the master; otherwise a float32 copy.
-    return low_precision(dtype_) ? copy_to_tier(whole.narrow(0, rank_ * shard, shard), master_tier_[c]) : shards_.back();
+    return low_precision(dtype_) ? copy_to_tier(whole.narrow(0, rank_ * shard, shard), master_tier_[c]) : shards_[c];
   });
-  for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
-    const TensorSlot& slot = layout_->slot(i);
-    params_[i].set_data(payloads_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]));
-    params_[i].mutable_grad() = torch::Tensor();
-    index_of_impl_[params_[i].unsafeGetTensorImpl()] = i;
-  }
-  const int64_t chunks = layout_->num_chunks();
   grad_staging_.resize(chunks);
   gathered_.assign(chunks, false);
   arriving_.resize(chunks);
@@ -71,13 +74,10 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
   states_.assign(params_.size(), TensorState::kFree);
   grad_ready_.assign(params_.size(), false);
   for (int64_t c = 0; c < chunks; ++c) {
-    if (pinned_[c]) {
-      gathered_[c] = true;
-      gathered_bytes_ += payload_bytes(c);
-      for (int64_t i : layout_->tensors_in(c)) states_[i] = TensorState::kHold;
-    } else {
-      free_storage(payloads_[c]);
-    }
+    if (!pinned_[c]) continue;
+    gathered_[c] = true;
+    gathered_bytes_ += payload_bytes(c);
+    for (int64_t i : layout_->tensors_in(c)) states_[i] = TensorState::kHold;
   }
   peak_gathered_bytes_ = gathered_bytes_;  // the peak counts from here, in training
   watch_gradients();

@@ -84,7 +84,7 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
 
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
                                                     const dist::GroupPtr& group, torch::Dtype compute_dtype,
-                                                    bool whole_gradients) {
+                                                    bool whole_gradients, DeferredWeights deferred) {
   const std::string strategy = config.get_string("memory.strategy");
   const PlacementOptions placement = placement_options(config, strategy, compute_dtype);
   if (strategy == "none") return nullptr;
@@ -92,10 +92,12 @@ std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config
       static_cast<int64_t>(config.get_float("memory.chunk_mb") * (1 << 20)) / torch::elementSize(compute_dtype);
   const optim::GradReduce grad_reduce = optim::grad_reduce(config);
   if (strategy == "gemini") {
-    return std::make_unique<Gemini>(model, group, GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce});
+    return std::make_unique<Gemini>(model, group,
+                                    GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce, std::move(deferred)});
   }
-  return std::make_unique<ZeroRedundancy>(
-      model, group, ZeroOptions{strategy == "zero1" || whole_gradients ? 1 : 2, chunk_numel, compute_dtype, grad_reduce});
+  return std::make_unique<ZeroRedundancy>(model, group,
+                                          ZeroOptions{strategy == "zero1" || whole_gradients ? 1 : 2, chunk_numel,
+                                                      compute_dtype, grad_reduce, std::move(deferred)});
 }
 
 }  // namespace kuafu::memory

@@ -13,18 +13,19 @@ std::vector<std::string> reversed(std::vector<std::string> names) { return {name
 
 ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, const ZeroOptions& options)
     : ChunkedMasters(model, std::move(group), reversed(trainable_names(model)), options.chunk_numel, options.dtype,
-                     options.grad_reduce),
+                     options.grad_reduce, options.deferred),
       stage_(options.stage) {
   KUAFU_CHECK(stage_ == 1 || stage_ == 2, "ZeRO stage must be 1 or 2, got ", stage_);
   torch::NoGradGuard no_grad;
+  param_chunks_.resize(layout_->num_chunks());
   build_masters([&](int64_t c, const torch::Tensor& whole) {
     const int64_t shard = layout_->shard_numel(c);
-    if (low_precision(dtype_)) {
-      param_chunks_.push_back(whole.to(dtype_));
-      return whole.narrow(0, rank_ * shard, shard).clone();
+    param_chunks_[c] = low_precision(dtype_) ? whole.to(dtype_) : whole;
+    for (int64_t i : layout_->tensors_in(c)) {
+      bind(i, param_chunks_[c].narrow(0, layout_->slot(i).offset, layout_->slot(i).numel));
     }
-    param_chunks_.push_back(whole);
-    return whole.narrow(0, rank_ * shard, shard);  // the chunk itself is the master
+    // In the parameters' own precision the chunk itself is the master.
+    return low_precision(dtype_) ? whole.narrow(0, rank_ * shard, shard).clone() : whole.narrow(0, rank_ * shard, shard);
   });
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
     grad_chunks_.push_back(stage_ == 1 ? zero_chunk(c).to(grad_dtype_) : torch::Tensor());
@@ -32,8 +33,6 @@ ZeroRedundancy::ZeroRedundancy(torch::nn::Module& model, dist::GroupPtr group, c
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
     const TensorSlot& slot = layout_->slot(i);
     torch::Tensor& param = params_[i];
-    param.set_data(param_chunks_[slot.chunk].narrow(0, slot.offset, slot.numel).view(shapes_[i]));
-    param.mutable_grad() = torch::Tensor();
     // Stage 2 copies each gradient out in the hook. Stage 1 accumulates into the whole gradient chunk: in
     // place as .grad where the chunk has the compute dtype, else (float32 main gradients) added in after
     // each backward, before on_grad_ready counts it.

@@ -171,7 +171,7 @@ void benchmark_app(App& app, const config::Config& config) {
   check_model_fits(app, config, runtime);
   BenchmarkMemory memory(runtime.device);  // before any model state
   torch::manual_seed(read_train_settings(config).seed);
-  app.build_model(runtime.device, /*starting_weights=*/false);
+  app.build_benchmark_model(runtime);
   const nlohmann::json line = app.benchmark(runtime, memory);
   if (runtime.is_main()) std::cout << line.dump() << std::endl;
 }

@@ -71,6 +71,10 @@ class App {
   // prints besides the checkpoint and the folder.
   virtual nlohmann::json export_model(const std::string& out, io::HfWriteOptions options,
                                       const config::ParsedCommand& command) = 0;
+  // The model `benchmark` trains, held by the App: by default build_model's on runtime.device, without
+  // starting weights. An app that builds lazily leaves it described under ZeRO and Gemini and hands
+  // its DeferredWeights to the benchmark (BenchmarkSpec::deferred).
+  virtual void build_benchmark_model(const Runtime& runtime) { build_model(runtime.device, /*starting_weights=*/false); }
   // The benchmark line of the built model (on runtime.device) under the run's strategies.
   virtual nlohmann::json benchmark(const Runtime& runtime, BenchmarkMemory& memory) = 0;
   // Only for apps whose program generates: how prompts become tokens and tokens text, and the built

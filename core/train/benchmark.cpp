@@ -87,6 +87,7 @@ nlohmann::json BenchmarkMemory::figures() const {
           // allocated, not what the allocator keeps for reuse
           {"peak_in_use_mb", mib(std::max(setup_peak_in_use_, steps_in_use))},
           {"steps_peak_in_use_mb", mib(steps_in_use)},
+          {"setup_peak_in_use_mb", mib(setup_peak_in_use_)},
           {"in_use_before_model_mb", mib(in_use_before_)}};
 }
 
@@ -108,6 +109,7 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
     model.set_block_hooks(hooks);
     return true;
   };
+  state_options.deferred = spec.deferred;
   ModelState state(config, runtime, model.module(), std::move(state_options));
   return benchmark_models(config, runtime, {{"", &state}}, [&] { return std::vector<torch::Tensor>{loss()}; }, rows, spec,
                           memory);

@@ -14,6 +14,7 @@
 #include "core/memory/memory_meter.h"
 #include "core/train/parallelize.h"
 #include "core/train/runtime.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::train {
 
@@ -27,7 +28,7 @@ class BenchmarkMemory {
   // The model and its state are built: from here the steps' own peak is kept as well (building can
   // peak higher, e.g. weights made in float32 before they are cast or offloaded).
   void start_steps();
-  nlohmann::json figures() const;  // peaks (whole run, and the steps alone) and the baselines, MiB
+  nlohmann::json figures() const;  // peaks (whole run, building, the steps alone) and the baselines, MiB
   // After figures(): the peak of a later phase (a checkpoint's save) from start_phase() on, MiB in use.
   void start_phase();
   double phase_peak_mb() const;
@@ -49,6 +50,8 @@ struct BenchmarkSpec {
   // Run once after the models' states are made and before the timed steps, its memory counted in the
   // steps' peak (RLHF: the rollout's generation and experience under each model's memory strategy).
   std::function<void()> before_steps;
+  // The first model was left described: ZeRO or Gemini fill its trained weights (App::build_benchmark_model).
+  DeferredWeights deferred;
 };
 
 class ModelState;

@@ -9,6 +9,7 @@
 #include "core/train/checkpoint.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::train {
 
@@ -67,8 +68,10 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
   };
   const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
   // Each stored tensor is read alone and goes straight into the parameter: whole, or this rank's block
-  // of it under tensor parallelism. A parameter still on the meta device is another pipeline stage's
-  // (lazy construction): it is checked against the folder but not read.
+  // of it under tensor parallelism. A parameter still on the meta device (lazy construction) goes to
+  // the weight sink in scope when it wants it; otherwise (another pipeline stage's) it is checked
+  // against the folder but not read.
+  const WeightSink* sink = current_weight_sink();
   const auto layouts = parallel::collect_layouts(model);
   io::HfTargets targets;
   for (auto& item : model.named_parameters()) {
@@ -81,12 +84,19 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     } else {
       target.shape = parallel::full_shape(p.sizes(), layout->second, *tp.mesh);
     }
-    if (p.is_meta()) continue;
-    if (layout == layouts.end()) {
-      target.fill = [p](const torch::Tensor& stored) mutable { p.copy_(stored); };
+    std::function<void(const torch::Tensor&)> put;
+    if (!p.is_meta()) {
+      put = [p](const torch::Tensor& value) mutable { p.copy_(value); };
+    } else if (sink && sink->wants(item.key())) {
+      put = [sink, name = item.key()](const torch::Tensor& value) { sink->take(name, value); };
     } else {
-      target.fill = [p, layout = layout->second, mesh = tp.mesh](const torch::Tensor& stored) mutable {
-        p.copy_(parallel::shard_of(stored, layout, *mesh));
+      continue;
+    }
+    if (layout == layouts.end()) {
+      target.fill = put;
+    } else {
+      target.fill = [put, layout = layout->second, mesh = tp.mesh](const torch::Tensor& stored) {
+        put(parallel::shard_of(stored, layout, *mesh));
       };
     }
   }

@@ -26,4 +26,8 @@ bool has_meta_parameters(const torch::nn::Module& model) {
   return false;
 }
 
+bool defers_trained_weights(const config::Config& config) {
+  return config.get_string("memory.strategy") != "none";
+}
+
 }  // namespace kuafu::train

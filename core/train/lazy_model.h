@@ -8,12 +8,17 @@
 //   train::materialize(*model, {device, dtype_of, holds});     // storage, zero-filled
 //   torch::manual_seed(seed); model->initialize();             // the serial model's draws, replayed
 //   train::load_pretrained(*model, tp, folder, names);         // one stored tensor at a time
+// Under ZeRO and Gemini the trained weights are not materialised at all: the task hands ModelState
+// the recipe (core/util/weight_sink.h, DeferredWeights) and the strategy writes each value into its
+// chunk as it is drawn or read.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
 #include <string>
+
+#include "core/config/config.h"
 
 namespace kuafu::train {
 
@@ -33,5 +38,10 @@ void materialize(torch::nn::Module& model, const Materialization& how);
 
 // Whether any parameter of `model` is on the meta device.
 bool has_meta_parameters(const torch::nn::Module& model);
+
+// Whether a training task leaves its trained weights described only, for the sharded strategy
+// (memory.strategy zero1, zero2, gemini) to fill chunk by chunk (TrainTask::defer_weights): a float32
+// copy of the whole model never exists, on the device or the host.
+bool defers_trained_weights(const config::Config& config);
 
 }  // namespace kuafu::train

@@ -21,22 +21,31 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   // Everything the step touches lives on the run's device: the weights are made there (the layers take
   // the device from runtime.model_options()), masters, gradients and optimizer state follow them, and the tasks
   // put their batches there.
+  // A lazily built model leaves its trainable weights on the meta device for the sharded strategy.
+  const std::string strategy = config.get_string("memory.strategy");
+  const bool deferred = options_.deferred && strategy != "none";
   for (const auto& item : model.named_parameters()) {
-    KUAFU_CHECK(item.value().device() == runtime.device, "the model made parameter ", item.key(), " on ",
-                item.value().device().str(), ", not on the run's device ", runtime.device.str(),
+    const torch::Tensor& p = item.value();
+    if (deferred && p.is_meta() && p.requires_grad()) continue;
+    KUAFU_CHECK(!p.is_meta(), "parameter ", item.key(), " is still on the meta device and nothing fills it: a task "
+                              "built lazily passes its DeferredWeights on (TrainTask::deferred_weights)",
+                deferred ? "" : ", and only memory.strategy zero1, zero2 or gemini fills trained weights later");
+    KUAFU_CHECK(p.device() == runtime.device, "the model made parameter ", item.key(), " on ", p.device().str(),
+                ", not on the run's device ", runtime.device.str(),
                 ": build its layers with runtime.model_options() (its device)");
   }
   dtype_ = optim::compute_dtype(config, runtime.device);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();
-  const std::string strategy = config.get_string("memory.strategy");
   if (strategy != "none") {
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
     // then holds them as ZeRO-1 does (DeepSpeed and Colossal-AI refuse ZeRO-2 with pipelines outright).
     // Gemini reduces each micro-batch's backward at its end (told through the block hooks).
-    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined());
+    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
+                                           deferred ? options_.deferred : DeferredWeights{});
+    if (deferred) load_deferred_weights();
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
       log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
                  "(the micro-batches' backwards interleave); optimizer state and masters stay sharded");
@@ -82,6 +91,18 @@ ModelState::~ModelState() {
   // The model must not call into hooks that are gone.
   if (hooks_installed_) options_.set_block_hooks(nullptr);
   frozen_offload_.reset();  // the frozen weights return to the device
+}
+
+void ModelState::load_deferred_weights() {
+  if (!options_.deferred.load) return;
+  // The starting weights (model.init_from) go into the masters and compute copies one tensor at a time,
+  // as a checkpoint's do.
+  WeightSink sink;
+  sink.device = runtime_.device;
+  sink.wants = [this](const std::string& name) { return sharded_->chunked(name); };
+  sink.take = [this](const std::string& name, const torch::Tensor& value) { sharded_->load_weight(name, value); };
+  ScopedWeightSink scope(sink);
+  options_.deferred.load();
 }
 
 void ModelState::offload_frozen_weights() {

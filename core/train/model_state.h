@@ -32,6 +32,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
 #include "core/train/tied_copies.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::train {
 
@@ -44,12 +45,15 @@ struct ModelStateOptions {
   // Installs (null: removes) hooks around each of the model's blocks; false when the model does not run
   // its blocks through the block-call interface. Null: it cannot. Gemini needs it.
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
+  // A model whose trainable parameters are still on the meta device (lazy construction, under
+  // memory.strategy zero1, zero2 or gemini): how they get their values, streamed into the chunks.
+  DeferredWeights deferred;
 };
 
 class ModelState {
  public:
   // Reads optim.*, precision.* and memory.* from `config`. The model's parameters must already be on
-  // runtime.device.
+  // runtime.device, or (trainable ones, with options.deferred) on the meta device.
   ModelState(const config::Config& config, const Runtime& runtime, torch::nn::Module& model, ModelStateOptions options);
   ~ModelState();
   ModelState(const ModelState&) = delete;
@@ -109,6 +113,8 @@ class ModelState {
   // Each tied copy's gradient becomes the sum of the copies' (after the data-parallel reduction).
   void sum_tied_gradients();
   void offload_frozen_weights();  // memory.offload_frozen
+  // model.init_from's weights into the chunks of a lazily built model (options.deferred.load).
+  void load_deferred_weights();
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }

@@ -42,6 +42,7 @@ std::vector<RunModel> TrainTask::models() {
   one.module = &model();
   one.set_block_hooks = [this](hooks::BlockHooks* hooks) { return set_block_hooks(hooks); };
   one.tied = tied_copies();
+  one.deferred = deferred_weights();
   return {one};
 }
 
@@ -68,6 +69,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
     options.steps = settings_.steps;
     options.tied = model.tied;
     options.set_block_hooks = model.set_block_hooks;
+    options.deferred = model.deferred;
     trained_.push_back({model.name, std::make_unique<ModelState>(view, runtime, *model.module, std::move(options)),
                         view.get_float("optim.grad_clip")});
   }

@@ -58,6 +58,8 @@ struct RunModel {
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
   // Parameters with copies on other ranks (a pipeline's tied embedding): gradients summed, one counted.
   TiedCopies tied;
+  // Trained weights left on the meta device for the sharded strategy to fill (lazy construction).
+  DeferredWeights deferred;
 };
 
 // What a run gives the trainer: its models and its data.
@@ -123,8 +125,16 @@ class TrainTask : public RunTask {
   // Installs (null: removes) hooks around each of the model's blocks (memory.strategy = "gemini"); false
   // when the model does not run its blocks through the block-call interface.
   virtual bool set_block_hooks(hooks::BlockHooks* hooks);
+  // The model was left on the meta device: ModelState fills it through `weights` (a task built for
+  // memory.strategy zero1, zero2 or gemini; see core/train/lazy_model.h). A task wrapping another
+  // forwards deferred_weights().
+  void defer_weights(DeferredWeights weights) { deferred_ = std::move(weights); }
+  virtual DeferredWeights deferred_weights() const { return deferred_; }
 
   std::vector<RunModel> models() final;  // one trained model named ""
+
+ private:
+  DeferredWeights deferred_;
   std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) final;
 };
 

@@ -5,12 +5,12 @@
 #include <optional>
 
 #include "core/dist/collectives.h"
-
 #include "core/parallel/tensor/layers_3d.h"
 #include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::parallel {
 
@@ -231,11 +231,14 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
                             const std::function<bool(const std::string& name, torch::Tensor& full)>& init) {
   torch::NoGradGuard no_grad;
   const auto layouts = collect_layouts(model);
-  // A parameter still on the meta device is another pipeline stage's (train::materialize): it is drawn
-  // where this rank's are and dropped, so the generator moves on as in the serial model.
+  // A parameter still on the meta device is drawn where this rank's are and handed to the weight sink
+  // in scope (a sharded strategy laying it into its chunk), or dropped when none wants it (another
+  // pipeline stage's), so the generator moves on as in the serial model.
+  const WeightSink* sink = current_weight_sink();
   std::optional<torch::Device> drawn_on;
+  if (sink) drawn_on = sink->device;
   for (const auto& p : model.parameters()) {
-    if (!p.is_meta()) drawn_on = p.device();
+    if (!sink && !p.is_meta()) drawn_on = p.device();
   }
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
@@ -249,8 +252,14 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
     const std::vector<int64_t> shape = whole ? p.sizes().vec() : full_shape(p.sizes(), layout->second, *tp.mesh);
     const torch::Device device = p.is_meta() && drawn_on ? *drawn_on : p.device();
     torch::Tensor full = torch::empty(shape, torch::TensorOptions(torch::kFloat32).device(device));
-    if (!init(item.key(), full) || p.is_meta()) continue;
-    p.copy_(whole ? full : shard_of(full, layout->second, *tp.mesh));
+    const bool drawn = init(item.key(), full);
+    if (p.is_meta()) {
+      if (!sink || !sink->wants(item.key())) continue;
+      if (!drawn) full.zero_();  // kept as made: a lazily made parameter starts at zero
+      sink->take(item.key(), whole ? full : shard_of(full, layout->second, *tp.mesh));
+    } else if (drawn) {
+      p.copy_(whole ? full : shard_of(full, layout->second, *tp.mesh));
+    }
   }
 }
 

@@ -114,9 +114,9 @@ torch::Tensor enter_stream(const TensorParallel& tp, const torch::Tensor& x);
 // Initialises every parameter of `model` as the serial model would be from the same seed: `init`
 // fills the full tensor of each parameter (in named_parameters order, always float32, then cast to the
 // parameter's dtype) or returns false to keep the parameter as it is; a cut parameter keeps its block,
-// so a tensor-parallel model starts equal to the serial one. A parameter on the meta device (another
-// pipeline stage's, under lazy construction) is drawn and dropped, so the others' draws stay the
-// serial model's.
+// so a tensor-parallel model starts equal to the serial one. A parameter on the meta device (lazy
+// construction) is drawn and handed to the current WeightSink (core/util/weight_sink.h) when it wants
+// it, or dropped (another pipeline stage's), so the others' draws stay the serial model's.
 void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
                             const std::function<bool(const std::string& name, torch::Tensor& full)>& init);
 

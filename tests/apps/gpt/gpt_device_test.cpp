@@ -32,6 +32,7 @@ struct DeviceCheckingTask : train::TrainTask {
   double flops_per_item() const override { return inner->flops_per_item(); }
   int64_t items_per_row() const override { return inner->items_per_row(); }
   std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
+  DeferredWeights deferred_weights() const override { return inner->deferred_weights(); }
   std::unique_ptr<TextTask> inner;
   torch::Device device;
   int losses = 0;

@@ -33,7 +33,9 @@ void train_with(const fs::path& root, const std::string& name, const std::string
                 const std::shared_ptr<dist::World>& world) {
   const auto config = make_config(root, name, kCommon + "\nmemory.strategy=\"" + strategy + "\"");
   train::Runtime runtime = train::start_runtime(config, world);
-  InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
+  // Built as a run builds it: under a sharding strategy the model stays described and the strategy fills
+  // its chunks (lazy construction), while "none" builds it whole.
+  InjectedTask task(make_text_task(config, runtime), {2}, std::numeric_limits<double>::infinity());
   train::Trainer trainer(config, runtime, task);
   const auto summary = trainer.run();
   EXPECT_EQ(summary.skipped_steps, 1) << strategy;

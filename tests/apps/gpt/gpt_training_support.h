@@ -105,6 +105,7 @@ struct InjectedTask : train::TrainTask {
   int64_t items_per_row() const override { return inner->items_per_row(); }
   std::vector<std::string> checkpoint_keys() const override { return inner->checkpoint_keys(); }
   bool set_block_hooks(hooks::BlockHooks* hooks) override { return inner->set_block_hooks(hooks); }
+  DeferredWeights deferred_weights() const override { return inner->deferred_weights(); }
   std::unique_ptr<TextTask> inner;
   std::set<int64_t> steps;
   double factor;

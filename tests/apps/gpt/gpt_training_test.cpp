@@ -229,7 +229,7 @@ void tensor_parallel_training_equals_serial(const fs::path& root, const std::str
   const auto config = make_config(root, name, optimizer + tensor + "\ntrain.micro_batch_size=" +
                                                   std::to_string(micro_batch) + "\ndist.timeout_s=30");
   train::Runtime runtime = train::start_runtime(config);
-  auto task = make_text_task(config, runtime.model_options());
+  auto task = make_text_task(config, runtime);  // as a run builds it: lazily, under ZeRO and Gemini
   train::Trainer trainer(config, runtime, *task);
   trainer.run();
   // The checkpoint holds whole tensors: a serial model loads it.
