@@ -9,6 +9,8 @@
 #                                        [ranks = "1 2"] [kuafu-gpt = <build>/apps/gpt/kuafu-gpt]
 # Prints one JSON line per rank count (rank 0's) and keeps each run's log in <out>. LAYERS sets another
 # depth (28.3M parameters a layer): two ranks of 26 layers need more than this 24 GiB machine holds.
+# ASYNC_SAVE=true saves as train.async_save does: checkpoint_save_blocking_s is then the time until
+# training could go on (the state copied to host memory), checkpoint_save_s until the save is sealed.
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/checkpoint_memory}
@@ -22,7 +24,8 @@ settings=(--set model.n_layer="${LAYERS:-26}" --set model.n_embd=1536 --set mode
           --set model.n_positions=128 --set data.context=128 --set train.micro_batch_size=4
           --set precision.dtype='"bf16"' --set optim.name='"adamw"' --set memory.strategy='"gemini"'
           --set memory.placement='"auto"' --set memory.margin_ratio=0.8 --set memory.device_budget_mb=2048
-          --set memory.host_budget_mb=12288 --set benchmark.warmup=1 --set benchmark.steps=2)
+          --set memory.host_budget_mb=12288 --set benchmark.warmup=1 --set benchmark.steps=2
+          --set train.async_save="${ASYNC_SAVE:-false}")
 for ranks in $ranks_list; do
   folder="$out/checkpoints_${ranks}_ranks"
   echo "$ranks rank(s), ${LAYERS:-26} layers" >&2

@@ -1,6 +1,7 @@
 #include "apps/opt_finetune/task.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "apps/opt_finetune/app_config.h"
 #include "apps/opt_finetune/hugging_face.h"
@@ -34,21 +35,38 @@ nn::CausalLMPtr describe_model(const OptSettings& settings, parallel::ModelOptio
   return settings.model.build(options);
 }
 
+// How a LoRA run holds the model's own weights, which stay frozen: in the compute dtype when training,
+// and in host memory under memory.offload_frozen.
+struct FrozenBase {
+  torch::Dtype dtype = torch::kFloat32;
+  bool on_host = false;
+};
+
 // Gives a described model its weights on `device`, those `holds` names (null: all): the serial model's
 // initialisation from train.seed, then model.init_from's weights (read one tensor at a time), then the
-// config's LoRA. A LoRA run trains only the adapters, so the model's own weights are made in `frozen`.
+// config's LoRA. A LoRA run trains only the adapters, so the model's own weights are made as `frozen` says.
 void materialize_model(const config::Config& config, const OptSettings& settings, nn::CausalLM& model,
-                       const torch::Device& device, torch::Dtype frozen, const std::function<bool(const std::string&)>& holds,
+                       const torch::Device& device, FrozenBase frozen, const std::function<bool(const std::string&)>& holds,
                        bool starting_weights) {
-  const torch::Dtype dtype = train::lora_spec(config) ? frozen : torch::kFloat32;
-  train::materialize(model.module(), {device, [dtype](const std::string&) { return dtype; }, holds});
-  torch::manual_seed(settings.train.seed);
-  model.initialize();
+  const bool lora = train::lora_spec(config).has_value();
+  const torch::Dtype dtype = lora ? frozen.dtype : torch::kFloat32;
+  const bool on_host = lora && frozen.on_host;
+  train::Materialization how{device, [dtype](const std::string&) { return dtype; }, holds};
+  if (on_host) how.on_host = [](const std::string&) { return true; };
+  train::materialize(model.module(), how);
+  {
+    // Weights held in host memory are still drawn on the run's device, as an eager model's are.
+    const WeightSink draw_here{device, [](const std::string&) { return false; }, nullptr};
+    std::optional<ScopedWeightSink> scope;
+    if (on_host) scope.emplace(draw_here);
+    torch::manual_seed(settings.train.seed);
+    model.initialize();
+  }
   if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
     load_lm_weights(model, io::read_hf_folder(folder));
     log::infof("initial weights from ", folder);
   }
-  train::apply_configured_lora(config, model.module());
+  train::apply_configured_lora(config, model.module(), on_host ? std::optional<torch::Device>(device) : std::nullopt);
 }
 
 }  // namespace
@@ -56,7 +74,7 @@ void materialize_model(const config::Config& config, const OptSettings& settings
 nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
                             bool starting_weights) {
   nn::CausalLMPtr model = describe_model(settings, options);
-  materialize_model(config, settings, *model, options.device, torch::kFloat32, nullptr, starting_weights);
+  materialize_model(config, settings, *model, options.device, FrozenBase{}, nullptr, starting_weights);
   return model;
 }
 
@@ -140,8 +158,10 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
   const bool deferred = stages && !train::lora_spec(config) && train::defers_trained_weights(config);
   if (!deferred) {
     const train::StageParts parts = train::stage_parts(*model, layout.plan);
-    materialize_model(config, settings, *model, options.device,
-                      stages ? optim::compute_dtype(config, options.device) : torch::kFloat32,
+    // Training: the frozen base straight in the compute dtype, and in host memory when offloaded.
+    const FrozenBase frozen = stages ? FrozenBase{optim::compute_dtype(config, options.device), config.get_bool("memory.offload_frozen")}
+                                     : FrozenBase{};
+    materialize_model(config, settings, *model, options.device, frozen,
                       [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
   }
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));

@@ -10,8 +10,12 @@ FrozenWeightOffload::FrozenWeightOffload(torch::nn::Module& model, const torch::
   torch::NoGradGuard no_grad;
   for (auto& p : model.parameters()) {
     if (p.requires_grad() || !p.is_floating_point()) continue;
-    torch::Tensor host = torch::empty(p.sizes(), p.options().device(torch::kCPU).pinned_memory(device.is_cuda()));
-    host.copy_(p);
+    // A weight made in host memory (lazy construction) stays where it is.
+    torch::Tensor host = p.detach();
+    if (!p.device().is_cpu() || (device.is_cuda() && !p.is_pinned())) {
+      host = torch::empty(p.sizes(), p.options().device(torch::kCPU).pinned_memory(device.is_cuda()));
+      host.copy_(p);
+    }
     host_bytes_ += host.numel() * static_cast<int64_t>(host.element_size());
     p.set_data(host);
     frozen_[p.unsafeGetTensorImpl()] = {p, host};

@@ -15,7 +15,7 @@ namespace kuafu::memory {
 class FrozenWeightOffload : public hooks::BlockHooks {
  public:
   // Moves every frozen floating-point parameter of `model` to host memory (page-locked when `device` is
-  // a GPU); each block's go to `device` around its calls.
+  // a GPU; one made there already stays); each block's go to `device` around its calls.
   FrozenWeightOffload(torch::nn::Module& model, const torch::Device& device);
   ~FrozenWeightOffload() override;  // the weights return to the device
 

@@ -71,7 +71,7 @@ std::vector<std::string> apply_lora(torch::nn::Module& model, const LoraSpec& sp
       const int64_t in = linear->weight.size(out_in ? 1 : 0), out = linear->weight.size(out_in ? 0 : 1);
       // The adapters train: at least float32 (masters are made from them) beside a frozen layer held in
       // the compute dtype.
-      const torch::Device device = linear->weight.device();
+      const torch::Device device = spec.device.value_or(linear->weight.device());
       const torch::Dtype dtype = torch::promote_types(linear->weight.scalar_type(), torch::kFloat32);
       torch::nn::Linear a(torch::nn::LinearOptions(in, spec.rank).bias(false));  // draws A as PEFT does
       torch::nn::Linear b(torch::nn::LinearOptions(spec.rank, out).bias(false));

@@ -6,6 +6,7 @@
 // adapter folders and merged exports name them as PEFT does.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct LoraSpec {
   // (PEFT's target_modules as a list), e.g. "q_proj" or "layers.0.self_attn.q_proj".
   std::vector<std::string> targets = {"q_proj", "v_proj"};
   double scale() const { return alpha / static_cast<double>(rank); }
+  // Where the adapters are made (none: beside the adapted layer's weight). A model whose frozen weights
+  // were made in host memory (memory.offload_frozen) keeps its trained adapters on the run's device.
+  std::optional<torch::Device> device;
 };
 
 // Adds adapters to the matching linear layers of every nn::TransformerBlock and nn::CrossAttention

@@ -1,12 +1,15 @@
 #include "core/train/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <iomanip>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
@@ -203,27 +206,57 @@ void CheckpointStore::save(int64_t step, const io::NamedTensors& weights, const 
   save(step, {CheckpointPart{"", weights, optimizer_state, optimizer_name}}, trainer_state);
 }
 
+namespace {
+
+// The random generators a resumed run continues: the CPU's and, on a GPU, that GPU's (dropout masks).
+io::NamedTensors generator_states() {
+  io::NamedTensors generators = {{"cpu", generator_state(torch::kCPU)}};
+  if (const auto gpu = current_cuda_device()) generators.emplace_back("cuda", generator_state(*gpu));
+  return generators;
+}
+
+}  // namespace
+
+struct CheckpointStore::PendingSave {
+  int64_t step = 0;
+  std::string partial;
+  std::vector<CheckpointPart> parts;  // host copies
+  nlohmann::json trainer_state;
+  io::NamedTensors rank_state, generators;
+  std::thread writer;
+  std::atomic<bool> ended{false};
+  std::exception_ptr error;  // what the writer threw
+};
+
 void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
                            const io::NamedTensors& rank_state) const {
-  const std::string final_folder = checkpoint_folder(root_, step);
-  const std::string partial = final_folder + kPartialSuffix;
-  const int rank = world_->rank();
-  const bool main = rank == 0;
-  if (main) {
+  KUAFU_CHECK(!pending_, "a synchronous save while the asynchronous save of step ", pending_ ? pending_->step : 0,
+              " is not finished");
+  const std::string partial = begin_save(step);
+  write_rank_files(step, partial, parts, trainer_state, rank_state, generator_states());
+  seal(step);
+}
+
+std::string CheckpointStore::begin_save(int64_t step) const {
+  const std::string partial = checkpoint_folder(root_, step) + kPartialSuffix;
+  if (world_->rank() == 0) {
     fs::create_directories(root_);
     fs::remove_all(partial);  // left by a run that died while saving
     fs::create_directories(partial);
   }
   dist::barrier(*world_);
+  return partial;
+}
+
+void CheckpointStore::write_rank_files(int64_t step, const std::string& partial, const std::vector<CheckpointPart>& parts,
+                                       const nlohmann::json& trainer_state, const io::NamedTensors& rank_state,
+                                       const io::NamedTensors& generators) const {
+  const int rank = world_->rank();
+  const bool main = rank == 0;
   std::map<std::string, FileSum> sums;  // what this rank writes, for the manifest
   const auto in_partial = [&](const std::string& name) { return (fs::path(partial) / name).string(); };
-  {
-    // The CPU's generator and, on a GPU, that GPU's (dropout masks drawn there): a resumed run draws on.
-    io::NamedTensors generators = {{"cpu", generator_state(torch::kCPU)}};
-    if (const auto gpu = current_cuda_device()) generators.emplace_back("cuda", generator_state(*gpu));
-    sums[rng_file(rank)] = io::save_safetensors(in_partial(rng_file(rank)), generators);
-    if (!rank_state.empty()) sums[task_state_file(rank)] = io::save_safetensors(in_partial(task_state_file(rank)), rank_state);
-  }
+  sums[rng_file(rank)] = io::save_safetensors(in_partial(rng_file(rank)), generators);
+  if (!rank_state.empty()) sums[task_state_file(rank)] = io::save_safetensors(in_partial(task_state_file(rank)), rank_state);
   std::set<std::string> names;
   for (const CheckpointPart& part : parts) {
     KUAFU_CHECK(names.insert(part.name).second && (part.name.empty() || plain_file_name(part.name)),
@@ -270,13 +303,17 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
       write(text.data(), text.size());
     });
   }
-  {
-    nlohmann::json mine = nlohmann::json::object();
-    for (const auto& [file, sum] : sums) mine[file] = {{"bytes", sum.bytes}, {"crc32", sum.crc32}};
-    write_file_atomic(in_partial(sums_file(rank)), mine.dump());
-  }
+  nlohmann::json mine = nlohmann::json::object();
+  for (const auto& [file, sum] : sums) mine[file] = {{"bytes", sum.bytes}, {"crc32", sum.crc32}};
+  write_file_atomic(in_partial(sums_file(rank)), mine.dump());
+}
+
+void CheckpointStore::seal(int64_t step) const {
+  const std::string final_folder = checkpoint_folder(root_, step);
+  const std::string partial = final_folder + kPartialSuffix;
+  const auto in_partial = [&](const std::string& name) { return (fs::path(partial) / name).string(); };
   dist::barrier(*world_);
-  if (main) {
+  if (world_->rank() == 0) {
     // Every rank's files, summed as they were written (no file is read back).
     nlohmann::json manifest;
     manifest["files"] = nlohmann::json::object();
@@ -293,6 +330,83 @@ void CheckpointStore::save(int64_t step, const std::vector<CheckpointPart>& part
     prune(step);
   }
   dist::barrier(*world_);
+}
+
+namespace {
+
+// `t`'s values in host memory, owned by the copy: the snapshot an asynchronous save writes while
+// training changes the originals.
+torch::Tensor host_copy(const torch::Tensor& t) { return t.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true); }
+
+io::NamedTensors host_copies(const io::NamedTensors& tensors) {
+  io::NamedTensors out;
+  for (const auto& [name, t] : tensors) out.emplace_back(name, host_copy(t));
+  return out;
+}
+
+std::vector<TensorPiece> host_copies(const std::vector<TensorPiece>& pieces) {
+  std::vector<TensorPiece> out = pieces;
+  for (TensorPiece& p : out) p.data = host_copy(p.data);
+  return out;
+}
+
+}  // namespace
+
+bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
+  if (world.size() == 1) return mine;
+  torch::Tensor flag = torch::tensor({mine ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
+  dist::all_reduce(flag, world, dist::Reduce::kMax);
+  return flag.item<double>() > 0;
+}
+
+void CheckpointStore::save_async(int64_t step, const std::vector<CheckpointPart>& parts,
+                                 const nlohmann::json& trainer_state, const io::NamedTensors& rank_state) {
+  finish_pending();
+  auto pending = std::make_unique<PendingSave>();
+  pending->step = step;
+  pending->partial = begin_save(step);
+  for (const CheckpointPart& part : parts) {
+    CheckpointPart copy = part;
+    copy.weights = host_copies(part.weights);
+    copy.optimizer_state = host_copies(part.optimizer_state);
+    copy.weight_pieces = host_copies(part.weight_pieces);
+    copy.state_pieces = host_copies(part.state_pieces);
+    pending->parts.push_back(std::move(copy));
+  }
+  pending->trainer_state = trainer_state;
+  pending->rank_state = host_copies(rank_state);
+  pending->generators = generator_states();  // now, not when the writer gets to them
+  PendingSave* p = pending.get();
+  pending->writer = std::thread([this, p] {
+    try {
+      write_rank_files(p->step, p->partial, p->parts, p->trainer_state, p->rank_state, p->generators);
+    } catch (...) {
+      p->error = std::current_exception();
+    }
+    p->ended.store(true, std::memory_order_release);
+  });
+  pending_ = std::move(pending);
+}
+
+bool CheckpointStore::writing() const { return pending_ && !pending_->ended.load(std::memory_order_acquire); }
+
+void CheckpointStore::finish_pending() {
+  if (!pending_) return;
+  const std::unique_ptr<PendingSave> pending = std::move(pending_);
+  pending->writer.join();
+  // Every rank learns whether a writer failed, so that all stop together instead of waiting in the
+  // seal's barrier for the one that failed.
+  const bool failed_elsewhere = on_any_rank(static_cast<bool>(pending->error), *world_);
+  if (pending->error) std::rethrow_exception(pending->error);
+  if (failed_elsewhere) {
+    throw Error(detail::concat("checkpoint ", pending->partial, ": another rank could not write its part (its log "
+                               "names the file); ", (fs::path(root_) / "latest").string(), " still names the previous checkpoint"));
+  }
+  seal(pending->step);
+}
+
+CheckpointStore::~CheckpointStore() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
 }
 
 void CheckpointStore::prune(int64_t saved) const {

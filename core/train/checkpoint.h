@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -52,6 +53,23 @@ class CheckpointStore {
   // may be empty): the task's state (RunTask::task_state).
   void save(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
             const io::NamedTensors& rank_state = {}) const;
+
+  // Asynchronous saving (train.async_save): the same checkpoint as save(), collective as save() is, but
+  // each rank's files are written by a thread of its own from a copy of `parts` in host memory while
+  // training goes on. The checkpoint is complete (its manifest written, renamed into place, `latest`
+  // naming it) only at finish_pending(): the trainer calls that once no rank is writing (writing()
+  // false on every rank), before its next save and at the end of the run. Until then `latest` names
+  // the previous checkpoint. A write that failed fails finish_pending() on every rank.
+  void save_async(int64_t step, const std::vector<CheckpointPart>& parts, const nlohmann::json& trainer_state,
+                  const io::NamedTensors& rank_state = {});
+  bool writing() const;  // this rank's writer thread is still at work
+  bool pending() const { return pending_ != nullptr; }
+  void finish_pending();  // collective; waits for this rank's writer first
+  // Waits for a writer still running; an unfinished save stays a .partial folder, which the next run
+  // removes.
+  ~CheckpointStore();
+  CheckpointStore(const CheckpointStore&) = delete;
+  CheckpointStore& operator=(const CheckpointStore&) = delete;
 
   // The checkpoint `latest` names (a step_N folder beside it; it is never followed elsewhere), or when
   // that pointer is missing the newest complete checkpoint. None when there is no checkpoint; kuafu::Error
@@ -110,10 +128,20 @@ class CheckpointStore {
 
  private:
   void prune(int64_t saved_step) const;  // drops older checkpoints beyond `keep`
+  // A save's three phases: rank 0 makes the .partial folder (collective); every rank writes its files
+  // into it (no communication: a writer thread may do it); rank 0 seals it with the manifest, renames
+  // it into place and points `latest` at it (collective).
+  std::string begin_save(int64_t step) const;
+  void write_rank_files(int64_t step, const std::string& partial, const std::vector<CheckpointPart>& parts,
+                        const nlohmann::json& trainer_state, const io::NamedTensors& rank_state,
+                        const io::NamedTensors& generators) const;
+  void seal(int64_t step) const;
 
+  struct PendingSave;
   std::string root_;
   dist::GroupPtr world_;
   int keep_;
+  std::unique_ptr<PendingSave> pending_;  // an asynchronous save not yet sealed
 };
 
 // A module's parameters and buffers under their names (the tensors themselves, not copies).
@@ -125,6 +153,9 @@ void copy_named_weights(const io::NamedTensors& weights, torch::nn::Module& mode
 // Pipeline parallelism: every stage's tensors (whole, after any tensor-parallel gather) collected on
 // stage 0, which saves them; collective over `pipeline`. Other stages get `mine` back.
 io::NamedTensors gather_pipeline_stages(io::NamedTensors mine, const dist::ProcessGroup& pipeline);
+
+// Whether `mine` holds on any rank of `world` (one tiny all-reduce; none on a single rank).
+bool on_any_rank(bool mine, const dist::ProcessGroup& world);
 
 // "run/checkpoints/step_00000100" for step 100.
 std::string checkpoint_folder(const std::string& root, int64_t step);

@@ -15,7 +15,9 @@ void materialize(torch::nn::Module& model, const Materialization& how) {
     torch::Tensor& p = item.value();
     if (!p.is_meta() || (how.holds && !how.holds(item.key()))) continue;
     const torch::Dtype dtype = how.dtype_of ? how.dtype_of(item.key()) : torch::kFloat32;
-    rebind(p, torch::zeros(p.sizes(), torch::TensorOptions(dtype).device(how.device)));
+    auto options = torch::TensorOptions(dtype).device(how.device);
+    if (how.on_host && how.on_host(item.key())) options = host_staging_options(how.device).dtype(dtype);
+    rebind(p, torch::zeros(p.sizes(), options));
   }
 }
 

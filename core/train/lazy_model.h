@@ -29,6 +29,10 @@ struct Materialization {
   // Whether this rank holds a parameter (null: all). One it does not stays on the meta device: another
   // pipeline stage's, which ParallelModel then drops.
   std::function<bool(const std::string& name)> holds;
+  // Whether a parameter is made in host memory instead (page-locked when `device` is a GPU): the frozen
+  // weights memory.offload_frozen keeps there (null: none). Initialise such a model with a WeightSink
+  // on `device` in scope, so its values are drawn where an eager model's are.
+  std::function<bool(const std::string& name)> on_host;
 };
 
 // Gives every parameter of `model` still on the meta device zero-filled storage as `how` says. A

@@ -24,9 +24,11 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   // A lazily built model leaves its trainable weights on the meta device for the sharded strategy.
   const std::string strategy = config.get_string("memory.strategy");
   const bool deferred = options_.deferred && strategy != "none";
+  const bool frozen_on_host = config.get_bool("memory.offload_frozen");
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (deferred && p.is_meta() && p.requires_grad()) continue;
+    if (frozen_on_host && p.device().is_cpu() && !p.requires_grad()) continue;  // made there (lazy construction)
     KUAFU_CHECK(!p.is_meta(), "parameter ", item.key(), " is still on the meta device and nothing fills it: a task "
                               "built lazily passes its DeferredWeights on (TrainTask::deferred_weights)",
                 deferred ? "" : ", and only memory.strategy zero1, zero2 or gemini fills trained weights later");

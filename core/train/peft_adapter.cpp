@@ -59,9 +59,11 @@ std::optional<nn::LoraSpec> lora_spec(const config::Config& config) {
   return spec;
 }
 
-bool apply_configured_lora(const config::Config& config, torch::nn::Module& model) {
-  const std::optional<nn::LoraSpec> spec = lora_spec(config);
+bool apply_configured_lora(const config::Config& config, torch::nn::Module& model,
+                           std::optional<torch::Device> adapters_on) {
+  std::optional<nn::LoraSpec> spec = lora_spec(config);
   if (!spec) return false;
+  spec->device = adapters_on;
   const std::vector<std::string> adapted = nn::apply_lora(model, *spec);
   int64_t trainable = 0, total = 0;
   for (const auto& p : model.parameters()) {

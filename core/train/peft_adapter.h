@@ -26,8 +26,10 @@ void add_adapter_option(config::CommandLine& cli);
 std::optional<nn::LoraSpec> lora_spec(const config::Config& config);
 
 // Applies the config's LoRA to `model` (nothing when off) and, with lora.init_from, loads that
-// adapter folder's weights. Returns whether LoRA is on.
-bool apply_configured_lora(const config::Config& config, torch::nn::Module& model);
+// adapter folder's weights. Returns whether LoRA is on. `adapters_on`: where the adapters are made
+// (none: beside each adapted weight).
+bool apply_configured_lora(const config::Config& config, torch::nn::Module& model,
+                           std::optional<torch::Device> adapters_on = std::nullopt);
 
 // The spec an adapter folder's adapter_config.json gives (a LoRA one with plain target names);
 // kuafu::Error naming the file and key otherwise.

@@ -29,17 +29,10 @@ std::string value_text(const config::Config& config, const std::string& key) {
 
 }  // namespace
 
-bool on_any_rank(bool mine, const dist::ProcessGroup& world) {
-  if (world.size() == 1) return mine;
-  torch::Tensor flag = torch::tensor({mine ? 1.0 : 0.0}, torch::TensorOptions(torch::kFloat64).device(world.device()));
-  dist::all_reduce(flag, world, dist::Reduce::kMax);
-  return flag.item<double>() > 0;
-}
-
 RunFolder::RunFolder(const config::Config& config, const Runtime& runtime, const TrainSettings& settings,
                      std::vector<std::string> fingerprint)
     : config_(config), runtime_(runtime), fingerprint_prefixes_(std::move(fingerprint)), out_dir_(settings.out_dir),
-      resume_(settings.resume) {
+      resume_(settings.resume), async_save_(settings.async_save) {
   // One run per out_dir: the main rank holds the folder's lock for the run's life, and every rank
   // stops when another run holds it (before anything is written).
   std::string refused;
@@ -172,8 +165,20 @@ void RunFolder::save(int64_t step, const std::vector<CheckpointPart>& parts, nlo
                      const io::NamedTensors& rank_state) const {
   trainer_state["fingerprint"] = fingerprint();
   trainer_state["config"] = config_.to_toml();
-  checkpoints_->save(step, parts, trainer_state, rank_state);
-  if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
+  if (!async_save_) {
+    checkpoints_->save(step, parts, trainer_state, rank_state);
+    if (runtime_.is_main()) log::infof("saved checkpoint ", checkpoint_folder(checkpoints_->root(), step));
+    return;
+  }
+  finish_checkpoint();  // the previous one first
+  checkpoints_->save_async(step, parts, trainer_state, rank_state);
+  if (runtime_.is_main()) log::infof("saving checkpoint ", checkpoint_folder(checkpoints_->root(), step), " in the background");
+}
+
+void RunFolder::finish_checkpoint() const {
+  if (!checkpoints_->pending()) return;
+  checkpoints_->finish_pending();
+  if (runtime_.is_main()) log::infof("saved checkpoint ", *checkpoints_->latest());
 }
 
 }  // namespace kuafu::train

@@ -40,9 +40,13 @@ class RunFolder {
   void resumed(const Resume& resume) const;
 
   // Collective: saves `parts` as step `step`'s checkpoint, the config and its fingerprint added to
-  // `trainer_state`.
+  // `trainer_state`. With train.async_save the files are written in the background: the checkpoint is
+  // complete at finish_checkpoint(), due once checkpoint_writing() is false on every rank.
   void save(int64_t step, const std::vector<CheckpointPart>& parts, nlohmann::json trainer_state,
             const io::NamedTensors& rank_state = {}) const;
+  bool checkpoint_writing() const { return checkpoints_->writing(); }
+  bool checkpoint_pending() const { return checkpoints_->pending(); }
+  void finish_checkpoint() const;  // collective
   std::optional<std::string> latest_checkpoint() const { return checkpoints_->latest(); }
   // Main rank: appends one line to metrics.jsonl.
   void write_metrics(const nlohmann::json& line) const;
@@ -57,11 +61,9 @@ class RunFolder {
   std::vector<std::string> fingerprint_prefixes_;
   std::string out_dir_;
   std::string resume_;  // train.resume
+  bool async_save_;     // train.async_save
   std::unique_ptr<FolderLock> lock_;  // main rank: held for the run's life
   std::unique_ptr<CheckpointStore> checkpoints_;
 };
-
-// Whether `mine` holds on any rank of `world` (one tiny all-reduce; none on a single rank).
-bool on_any_rank(bool mine, const dist::ProcessGroup& world);
 
 }  // namespace kuafu::train

@@ -57,9 +57,9 @@ void StepLoop::begin() {
   sent_before_ = bytes_sent_by_group(*runtime_.world);
 }
 
-StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite) const {
+StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite, bool writing) const {
   const auto& world = *runtime_.world->world_group();
-  std::vector<double> values = {non_finite ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0};
+  std::vector<double> values = {non_finite ? 1.0 : 0.0, stop_requested() ? 1.0 : 0.0, writing ? 1.0 : 0.0};
   values.insert(values.end(), losses.begin(), losses.end());
   torch::Tensor flags = torch::tensor(values, torch::TensorOptions(torch::kFloat64)).to(world.device());
   dist::all_reduce(flags, world);
@@ -68,7 +68,8 @@ StepOutcome StepLoop::agree(const std::vector<double>& losses, bool non_finite) 
   StepOutcome outcome;
   outcome.non_finite = v[0] > 0;
   outcome.stop = v[1] > 0;
-  for (size_t i = 0; i < losses.size(); ++i) outcome.losses.push_back(v[2 + i] / world.size());
+  outcome.writing = v[2] > 0;
+  for (size_t i = 0; i < losses.size(); ++i) outcome.losses.push_back(v[3 + i] / world.size());
   return outcome;
 }
 

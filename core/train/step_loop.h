@@ -32,6 +32,7 @@ struct StepOutcome {
   std::vector<double> losses;  // each model's, mean over the world's ranks
   bool non_finite = false;  // on some rank: a non-finite loss or gradient
   bool stop = false;        // some rank received SIGINT/SIGTERM
+  bool writing = false;     // some rank is still writing a checkpoint in the background
 };
 
 class StepLoop {
@@ -40,8 +41,9 @@ class StepLoop {
   StepLoop(const TrainSettings& settings, const Runtime& runtime, const RunFolder& run, int64_t start_step, StepWork work);
 
   void begin();  // starts a step's clock and byte counters
-  // One small all-reduce over the world: each model's mean loss and every rank's non-finite and stop flags.
-  StepOutcome agree(const std::vector<double>& losses, bool non_finite) const;
+  // One small all-reduce over the world: each model's mean loss and every rank's non-finite, stop and
+  // still-writing (a checkpoint in the background) flags.
+  StepOutcome agree(const std::vector<double>& losses, bool non_finite, bool writing = false) const;
   // After the step's work: waits for the device, then prints `fields` ("loss 3.21 | lr ...") with the
   // throughput to the progress line and writes `metrics` with the step's figures to metrics.jsonl.
   void end(int64_t step, nlohmann::json metrics, const std::string& fields);

@@ -15,6 +15,9 @@ void add_train_schema(config::Schema& s) {
   s.add_int("train.checkpoint_interval", 0, "steps between checkpoints; 0 = only at the end and on a stop signal")
       .min(0);
   s.add_int("train.keep_checkpoints", 3, "newest checkpoints to keep").min(1);
+  s.add_bool("train.async_save", false,
+             "write each checkpoint in the background while training goes on, from a copy in host memory (as "
+             "large as what the rank saves); it becomes the latest once every rank has written its part");
   s.add_string("train.out_dir", "runs/default", "folder for checkpoints, metrics.jsonl and logs");
   s.add_string("train.resume", "auto",
                "auto: continue from the latest checkpoint in out_dir if there is one; never: refuse to start "
@@ -34,6 +37,7 @@ TrainSettings read_train_settings(const config::Config& config) {
   t.eval_interval = config.get_int("train.eval_interval");
   t.checkpoint_interval = config.get_int("train.checkpoint_interval");
   t.keep_checkpoints = config.get_int("train.keep_checkpoints");
+  t.async_save = config.get_bool("train.async_save");
   t.out_dir = config.get_string("train.out_dir");
   t.resume = config.get_string("train.resume");
   t.progress = config.get_string("train.progress");

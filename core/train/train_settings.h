@@ -18,6 +18,7 @@ struct TrainSettings {
   uint64_t seed = 0;             // initialisation and data order
   int64_t log_interval = 0, eval_interval = 0, checkpoint_interval = 0;  // 0: only at the end
   int64_t keep_checkpoints = 0;
+  bool async_save = false;  // checkpoints written by a background thread (CheckpointStore::save_async)
   std::string out_dir;   // checkpoints, metrics.jsonl, logs
   std::string resume;    // "auto", "never" or a checkpoint folder
   std::string progress;  // "auto", "bar" or "plain"

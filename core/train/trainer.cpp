@@ -94,7 +94,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
 
 Trainer::~Trainer() = default;
 
-void Trainer::save_checkpoint(int64_t step) {
+void Trainer::save_checkpoint(int64_t step, bool wait) {
   nlohmann::json state = nlohmann::json::object();
   std::vector<CheckpointPart> parts;
   for (const Trained& t : trained_) {
@@ -105,6 +105,7 @@ void Trainer::save_checkpoint(int64_t step) {
     for (CheckpointPart& part : f->checkpoint_parts()) parts.push_back(std::move(part));
   }
   run_->save(step, parts, state, task_.task_state());
+  if (wait) run_->finish_checkpoint();
   last_saved_step_ = step;
 }
 
@@ -147,6 +148,12 @@ LossSum Trainer::evaluate() {
 }
 
 TrainSummary Trainer::run() {
+  const TrainSummary summary = run_steps();
+  run_->finish_checkpoint();  // one still being written (train.async_save)
+  return summary;
+}
+
+TrainSummary Trainer::run_steps() {
   TrainSummary summary;
   summary.steps_done = start_step_;
   if (start_step_ >= settings_.steps) {
@@ -244,7 +251,7 @@ TrainSummary Trainer::run() {
         drop_partial_step();
         loop.finish_progress();
         // (A stop during the save that just wrote this step finds it saved already.)
-        if (step > start_step_ && step != last_saved_step_) save_checkpoint(step);
+        if (step > start_step_ && step != last_saved_step_) save_checkpoint(step, /*wait=*/false);
         summary.stopped_by_signal = true;
         log::infof("stopped by signal during step ", step + 1, " (its micro-steps dropped); the weights are those of step ",
                    step);
@@ -259,7 +266,9 @@ TrainSummary Trainer::run() {
       non_finite = non_finite || !std::isfinite(grad_norms.back());
       mean_losses.push_back(loss_sums[i] / static_cast<double>(accumulation_));
     }
-    const StepOutcome outcome = loop.agree(mean_losses, non_finite);
+    const StepOutcome outcome = loop.agree(mean_losses, non_finite, run_->checkpoint_writing());
+    // A checkpoint written in the background is sealed at the first step every rank has written its part.
+    if (run_->checkpoint_pending() && !outcome.writing) run_->finish_checkpoint();
     double loss = 0;  // the models' losses together
     for (double model_loss : outcome.losses) loss += model_loss;
     const bool overflow = !std::isfinite(loss) || outcome.non_finite;
@@ -310,7 +319,7 @@ TrainSummary Trainer::run() {
     if (loop.evaluation_due(step)) report_eval(step + 1);
     if (loop.checkpoint_due(step, outcome.stop)) {
       loop.finish_progress();
-      save_checkpoint(step + 1);
+      save_checkpoint(step + 1, /*wait=*/false);
     }
     if (outcome.stop && !loop.last(step)) {
       summary.stopped_by_signal = true;

@@ -168,10 +168,15 @@ class Trainer {
   optim::Optimizer& optimizer() { return trained_.front().state->optimizer(); }
   const optim::DynamicLossScaler* loss_scaler() const { return trained_.front().state->loss_scaler(); }
   // Saves every model's state now as the checkpoint of `step` (collective), as run() does at its
-  // intervals: e.g. a resumed checkpoint written again in this run's layout.
-  void save_checkpoint(int64_t step);
+  // intervals: e.g. a resumed checkpoint written again in this run's layout. Complete on return, also
+  // under train.async_save.
+  void save_checkpoint(int64_t step) { save_checkpoint(step, /*wait=*/true); }
 
  private:
+  TrainSummary run_steps();
+  // `wait` false under train.async_save: the files are written while training goes on, and the
+  // checkpoint is sealed once every rank has written its part (the steps agree on that).
+  void save_checkpoint(int64_t step, bool wait);
   struct Trained {
     std::string name;
     std::unique_ptr<ModelState> state;

@@ -13,6 +13,8 @@
 
 namespace kuafu {
 
+// A sink that wants nothing only sets where values are drawn: the run's device, for parameters
+// materialised in host memory (memory.offload_frozen) whose draws must equal an eager model's.
 struct WeightSink {
   torch::Device device = torch::kCPU;  // where values are drawn (the run's device, so draws match eager ones)
   // Whether the sink takes parameter `name`'s value; one it does not take is still drawn (the random

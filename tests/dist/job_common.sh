@@ -6,7 +6,7 @@ fail() { echo "FAILED: $*" >&2; exit 1; }
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
 
 # make_job STEPS CHECKPOINT_INTERVAL: $work/config.toml and its prepared data; JOB_WIDTH (64 unless
-# set) is the model's width.
+# set) is the model's width, ASYNC_SAVE (false unless set) its train.async_save.
 make_job() {
   rm -rf "$work"
   mkdir -p "$work"
@@ -31,6 +31,7 @@ micro_batch_size = 4
 eval_interval = 0
 checkpoint_interval = $2
 keep_checkpoints = 10
+async_save = ${ASYNC_SAVE:-false}
 [runtime]
 device = "cpu"
 [parallel.tensor]

@@ -233,7 +233,8 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
   const auto layouts = collect_layouts(model);
   // A parameter still on the meta device is drawn where this rank's are and handed to the weight sink
   // in scope (a sharded strategy laying it into its chunk), or dropped when none wants it (another
-  // pipeline stage's), so the generator moves on as in the serial model.
+  // pipeline stage's), so the generator moves on as in the serial model. With a sink in scope every
+  // value is drawn on its device (the run's), also for a parameter held in host memory.
   const WeightSink* sink = current_weight_sink();
   std::optional<torch::Device> drawn_on;
   if (sink) drawn_on = sink->device;
@@ -244,13 +245,13 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
     torch::Tensor& p = item.value();
     const auto layout = layouts.find(item.key());
     const bool whole = layout == layouts.end();
-    if (whole && p.scalar_type() == torch::kFloat32 && !p.is_meta()) {
+    const torch::Device device = (p.is_meta() || sink) && drawn_on ? *drawn_on : p.device();
+    if (whole && p.scalar_type() == torch::kFloat32 && !p.is_meta() && p.device() == device) {
       init(item.key(), p);
       continue;
     }
     // Drawn in float32 whatever the parameter is held in (bf16 draws differ), then cut and cast.
     const std::vector<int64_t> shape = whole ? p.sizes().vec() : full_shape(p.sizes(), layout->second, *tp.mesh);
-    const torch::Device device = p.is_meta() && drawn_on ? *drawn_on : p.device();
     torch::Tensor full = torch::empty(shape, torch::TensorOptions(torch::kFloat32).device(device));
     const bool drawn = init(item.key(), full);
     if (p.is_meta()) {

@@ -332,10 +332,12 @@ TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
   // Between calls a frozen weight is its host copy; during its block's call, a copy made for the call.
   OPTForCausalLM model = build_opt(make_config(root_, "hooks", {"lora.rank=4"}), parallel::ModelOptions::serial_on(torch::kCPU));
   {
-    memory::FrozenWeightOffload offload(*model, torch::kCPU);
     const torch::Tensor weight = model->named_parameters()["model.decoder.layers.0.fc1.weight"];
+    const void* built = weight.data_ptr();
+    memory::FrozenWeightOffload offload(*model, torch::kCPU);
     const torch::Tensor adapter = model->named_parameters()["model.decoder.layers.0.self_attn.q_proj.lora_A.weight"];
     const void* home = weight.data_ptr();
+    EXPECT_EQ(home, built) << "a weight already in host memory (lazy construction makes it there) is not copied";
     const void* adapter_home = adapter.data_ptr();
     const hooks::BlockCall call{"model.decoder.layers.0", {model->decoder->blocks[0].get()}};
     const torch::Tensor before = weight.detach().clone();
