@@ -105,7 +105,7 @@ ViTModelImpl::ViTModelImpl(const ViTConfig& c, const parallel::ModelOptions& opt
 }
 
 ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c, parallel::ModelOptions options)
-    : config(c), tp(options.tp), device(options.device) {
+    : config(c), tp(options.tp) {
   config.validate();
   KUAFU_CHECK(config.num_attention_heads % tp.feature_blocks() == 0, "model.num_attention_heads (",
               config.num_attention_heads, ") must divide by the ", tp.feature_blocks(), " blocks parallel.tensor.mode = \"",
@@ -113,11 +113,16 @@ ViTForImageClassificationImpl::ViTForImageClassificationImpl(const ViTConfig& c,
   vit = register_module("vit", ViTModel(config, options));
   classifier = parallel::make_linear(options, linear(config.hidden_size, config.num_labels), parallel::Cut::kColumn);
   register_module("classifier", classifier.ptr());
+  if (!options.device.is_meta()) initialize();
+}
+
+void ViTForImageClassificationImpl::initialize() {
   // Hugging Face's initialisation: truncated normal (σ = 0.02) weights, class token and positions;
   // zero biases; LayerNorm ones and zeros.
   parallel::initialize_like_serial(*this, tp, [](const std::string& name, torch::Tensor& full) {
-    if (name.find("layernorm") != std::string::npos) return false;
-    if (text::ends_with(name, ".bias")) {
+    if (name.find("layernorm") != std::string::npos && text::ends_with(name, ".weight")) {
+      full.fill_(1.0);
+    } else if (text::ends_with(name, ".bias")) {
       full.zero_();
     } else {
       truncated_normal_(full, 0.02);

@@ -72,8 +72,11 @@ TORCH_MODULE(ViTModel);
 // the class token (the tail). Strategies other than tensor parallelism apply from outside.
 struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
   // `tp` (default: serial) cuts the blocks and the head; the model is initialised as the serial one
-  // from the same seed (truncated normal, std 0.02; zero biases).
+  // from the same seed (truncated normal, std 0.02; zero biases). On the meta device it is only
+  // described (lazy construction): initialize() once it has storage.
   explicit ViTForImageClassificationImpl(const ViTConfig& config, parallel::ModelOptions options = {});
+  // Hugging Face's initialisation, drawn as the serial model's.
+  void initialize();
 
   // Logits [B, num_labels] for pixels [B, C, S, S], whole on every rank (every rank of a tensor
   // group passes the same whole batch).
@@ -97,7 +100,6 @@ struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
 
   ViTConfig config;
   parallel::TensorParallel tp;
-  torch::Device device = torch::kCPU;  // where its serial and replicated layers live (the run's)
   ViTModel vit{nullptr};
   torch::nn::AnyModule classifier;
 

@@ -6,6 +6,7 @@
 
 #include "apps/vit/hugging_face.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/util/device.h"
 #include "core/util/logging.h"
 
@@ -36,15 +37,57 @@ VitSettings read_settings(const config::Config& config) {
           config.get_float("augment.mixup")};
 }
 
-ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::ModelOptions& options, bool starting_weights) {
+namespace {
+
+// The ViT described on the meta device (lazy construction, core/train/lazy_model.h).
+ViTForImageClassification describe_vit(const VitSettings& settings, parallel::ModelOptions options) {
+  options.device = torch::kMeta;
+  return ViTForImageClassification(settings.model, options);
+}
+
+void seed_and_initialize(const VitSettings& settings, ViTForImageClassification& vit) {
   torch::manual_seed(settings.train.seed);
-  ViTForImageClassification vit(settings.model, options);
-  if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
+  vit->initialize();
+}
+
+void load_starting_weights(const config::Config& config, ViTForImageClassification& vit) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
     const bool new_classifier = config.get_bool("model.new_classifier");
     load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
     log::infof("initial weights from ", folder, new_classifier ? " (a new classifier)" : "");
   }
+}
+
+// A described ViT given the weights of the parameters `holds` names (null: all) on `device`: the serial
+// model's from train.seed, then model.init_from's.
+void materialize_vit(const config::Config& config, const VitSettings& settings, ViTForImageClassification& vit,
+                     const torch::Device& device, const std::function<bool(const std::string&)>& holds,
+                     bool starting_weights) {
+  train::materialize(*vit, {device, nullptr, holds});
+  seed_and_initialize(settings, vit);
+  if (starting_weights) load_starting_weights(config, vit);
+}
+
+// Under ZeRO and Gemini: the strategy fills its chunks as a fresh description is initialised and loaded.
+DeferredWeights deferred_vit_weights(const config::Config& config, const VitSettings& settings,
+                                     const parallel::ModelOptions& options) {
+  return {options.device,
+          [settings, options] {
+            ViTForImageClassification fresh = describe_vit(settings, options);
+            seed_and_initialize(settings, fresh);
+          },
+          [config, settings, options] {
+            ViTForImageClassification fresh = describe_vit(settings, options);
+            load_starting_weights(config, fresh);
+          }};
+}
+
+}  // namespace
+
+ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
+                                    const parallel::ModelOptions& options, bool starting_weights) {
+  ViTForImageClassification vit = describe_vit(settings, options);
+  materialize_vit(config, settings, vit, options.device, nullptr, starting_weights);
   return vit;
 }
 
@@ -109,7 +152,7 @@ std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const V
   auto train = open_dataset(config, model, /*train=*/true, options.device);
   auto val = open_dataset(config, model, /*train=*/false, options.device);
   train::check_row_blocks(config, options.tp, {"train.micro_batch_size"});
-  ViTForImageClassification vit = build_vit(config, settings, options);
+  ViTForImageClassification vit = describe_vit(settings, options);
   train::ParallelOptions layout;
   if (runtime) {
     // "time" partitions time a micro-batch of blank images.
@@ -120,7 +163,15 @@ std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const V
         torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(options.device)), model.num_labels, 0.0);
     layout = train::parallel_options(*vit, config, *runtime, {pixels, targets});
   }
-  return std::make_unique<ImageTask>(vit, layout, std::move(train), std::move(val), config, settings);
+  const bool deferred = runtime && train::defers_trained_weights(config);
+  if (!deferred) {
+    const train::StageParts parts = train::stage_parts(*vit, layout.plan);  // only this rank's stage gets storage
+    materialize_vit(config, settings, vit, options.device,
+                    [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
+  }
+  auto task = std::make_unique<ImageTask>(vit, layout, std::move(train), std::move(val), config, settings);
+  if (deferred) task->defer_weights(deferred_vit_weights(config, settings, options));
+  return task;
 }
 
 std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const parallel::ModelOptions& options) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/vit/model.h"
+#include "core/train/lazy_model.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
@@ -54,6 +55,23 @@ TEST(ViTModelTest, EveryParameterIsMadeOnTheGivenDevice) {
   for (const auto& p : model->named_parameters()) EXPECT_TRUE(p.value().is_meta()) << p.key();
   // Embeddings 4 (class token, positions, projection weight and bias), 16 per layer, final norm and head 4.
   EXPECT_EQ(model->named_parameters().size(), 4u + 16u * 2u + 4u);
+}
+
+// Lazy construction: described on the meta device, given storage, then initialised from the same seed,
+// the ViT equals the one built eagerly, bit for bit (LayerNorms included, which a lazily made parameter
+// would otherwise leave at zero).
+TEST(ViTModelTest, DescribedThenInitialisedEqualsTheEagerModel) {
+  torch::manual_seed(5);
+  ViTForImageClassification eager(tiny());
+  ViTForImageClassification lazy(tiny(), parallel::ModelOptions::serial_on(torch::kMeta));
+  train::materialize(*lazy, {torch::kCPU});
+  torch::manual_seed(5);
+  lazy->initialize();
+  const auto expected = eager->named_parameters();
+  for (const auto& item : lazy->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()])) << item.key();
+  }
+  EXPECT_EQ(lazy->named_parameters()["vit.layernorm.weight"].min().item<double>(), 1.0);
 }
 
 TEST(ViTModelTest, ForwardShapesAndBadInput) {
