@@ -26,7 +26,7 @@ DeferredWeights deferred_gpt_weights(const config::Config& config, const GptSett
                             torch::manual_seed(settings.train.seed);
                             fresh->initialize();
                           }};
-  if (starting_weights) {
+  if (starting_weights && !train::init_from(config).empty()) {
     weights.load = [config, settings, options] {
       GPT fresh = describe_gpt(settings, options);
       gpt_format().load_init_weights(config, fresh);

@@ -35,6 +35,14 @@ nn::CausalLMPtr describe_model(const OptSettings& settings, parallel::ModelOptio
   return settings.model.build(options);
 }
 
+// model.init_from's weights, when it names a folder (read one tensor at a time).
+void load_starting_weights(const config::Config& config, nn::CausalLM& model) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    load_lm_weights(model, io::read_hf_folder(folder));
+    log::infof("initial weights from ", folder);
+  }
+}
+
 // How a LoRA run holds the model's own weights, which stay frozen: in the compute dtype when training,
 // and in host memory under memory.offload_frozen.
 struct FrozenBase {
@@ -62,10 +70,7 @@ void materialize_model(const config::Config& config, const OptSettings& settings
     torch::manual_seed(settings.train.seed);
     model.initialize();
   }
-  if (const std::string folder = train::init_from(config); starting_weights && !folder.empty()) {
-    load_lm_weights(model, io::read_hf_folder(folder));
-    log::infof("initial weights from ", folder);
-  }
+  if (starting_weights) load_starting_weights(config, model);
   train::apply_configured_lora(config, model.module(), on_host ? std::optional<torch::Device>(device) : std::nullopt);
 }
 
@@ -168,19 +173,18 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
   auto task = std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
                                         OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
   if (deferred) {
-    task->defer_weights({options.device,
-                         [settings, options] {
-                           nn::CausalLMPtr fresh = describe_model(settings, options);
-                           torch::manual_seed(settings.train.seed);
-                           fresh->initialize();
-                         },
-                         [config, settings, options] {
-                           if (const std::string folder = train::init_from(config); !folder.empty()) {
-                             nn::CausalLMPtr fresh = describe_model(settings, options);
-                             load_lm_weights(*fresh, io::read_hf_folder(folder));
-                             log::infof("initial weights from ", folder);
-                           }
-                         }});
+    DeferredWeights weights{options.device, [settings, options] {
+                              nn::CausalLMPtr fresh = describe_model(settings, options);
+                              torch::manual_seed(settings.train.seed);
+                              fresh->initialize();
+                            }};
+    if (!train::init_from(config).empty()) {
+      weights.load = [config, settings, options] {
+        nn::CausalLMPtr fresh = describe_model(settings, options);
+        load_starting_weights(config, *fresh);
+      };
+    }
+    task->defer_weights(std::move(weights));
   }
   return task;
 }

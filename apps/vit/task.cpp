@@ -71,15 +71,17 @@ void materialize_vit(const config::Config& config, const VitSettings& settings, 
 // Under ZeRO and Gemini: the strategy fills its chunks as a fresh description is initialised and loaded.
 DeferredWeights deferred_vit_weights(const config::Config& config, const VitSettings& settings,
                                      const parallel::ModelOptions& options) {
-  return {options.device,
-          [settings, options] {
-            ViTForImageClassification fresh = describe_vit(settings, options);
-            seed_and_initialize(settings, fresh);
-          },
-          [config, settings, options] {
-            ViTForImageClassification fresh = describe_vit(settings, options);
-            load_starting_weights(config, fresh);
-          }};
+  DeferredWeights weights{options.device, [settings, options] {
+                            ViTForImageClassification fresh = describe_vit(settings, options);
+                            seed_and_initialize(settings, fresh);
+                          }};
+  if (!train::init_from(config).empty()) {
+    weights.load = [config, settings, options] {
+      ViTForImageClassification fresh = describe_vit(settings, options);
+      load_starting_weights(config, fresh);
+    };
+  }
+  return weights;
 }
 
 }  // namespace

@@ -237,9 +237,12 @@ void initialize_like_serial(torch::nn::Module& model, const TensorParallel& tp,
   // value is drawn on its device (the run's), also for a parameter held in host memory.
   const WeightSink* sink = current_weight_sink();
   std::optional<torch::Device> drawn_on;
-  if (sink) drawn_on = sink->device;
-  for (const auto& p : model.parameters()) {
-    if (!sink && !p.is_meta()) drawn_on = p.device();
+  if (sink) {
+    drawn_on = sink->device;
+  } else {
+    for (const auto& p : model.parameters()) {
+      if (!p.is_meta()) drawn_on = p.device();
+    }
   }
   for (auto& item : model.named_parameters()) {
     torch::Tensor& p = item.value();
