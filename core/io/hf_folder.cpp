@@ -129,7 +129,8 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const HfTargets& m
                 " but the model's '", *name, "' has ", shape_text(target->second.shape),
                 " (does config.json match the weights?)");
     if (!target->second.fill) continue;  // another rank holds it
-    const torch::Tensor tensor = stored.read();  // [shape], one at a time
+    // [shape] or the target's part of it, one at a time
+    const torch::Tensor tensor = target->second.read ? target->second.read(stored) : stored.read();
     check_loadable(stored.file, stored.name, tensor, target->second.dtype);
     target->second.fill(tensor);
   }
@@ -153,7 +154,10 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
   HfTargets targets;
   for (const auto& [name, tensor] : model) {
     torch::Tensor into = tensor;
-    targets[name] = {tensor.sizes().vec(), tensor.scalar_type(), [into](const torch::Tensor& stored) mutable { into.copy_(stored); }};
+    HfTarget& target = targets[name];
+    target.shape = tensor.sizes().vec();
+    target.dtype = tensor.scalar_type();
+    target.fill = [into](const torch::Tensor& stored) mutable { into.copy_(stored); };
   }
   return load_hf_weights(folder, targets, to_model, may_stay);
 }

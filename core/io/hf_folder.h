@@ -78,18 +78,20 @@ T config_required(const nlohmann::json& config, const std::string& key, const st
 // Model tensors that may keep their initial values when the folder has nothing for them (a new head).
 using MayStay = std::function<bool(const std::string& model_name)>;
 
-// A model tensor a folder fills: the whole (serial) shape and the dtype it is held in, and what takes
-// the stored tensor (of that shape, as stored): a tensor-parallel rank keeps its block of it. No `fill`:
-// the tensor is held by another rank (a pipeline stage's) and is not read at all.
+// A model tensor a folder fills: the whole (serial) shape and the dtype it is held in, what of the
+// stored tensor to read (`read`; null: all of it, as stored) and what takes that (`fill`): a
+// tensor-parallel rank reads and keeps only its block. No `fill`: the tensor is held by another rank (a
+// pipeline stage's) and is not read at all.
 struct HfTarget {
   std::vector<int64_t> shape;
   torch::ScalarType dtype = torch::kFloat32;
-  std::function<void(const torch::Tensor& stored)> fill;
+  std::function<torch::Tensor(const HfTensor& stored)> read;
+  std::function<void(const torch::Tensor& read)> fill;
 };
 using HfTargets = std::map<std::string, HfTarget>;
 
-// Fills `model`'s tensors by name from the folder's through `to_model`, reading one stored tensor at a
-// time and converting among the floating widths. kuafu::Error naming the file and tensor for a stored
+// Fills `model`'s tensors by name from the folder's through `to_model`, reading one stored tensor (or
+// the part of it a target reads) at a time and converting among the floating widths. kuafu::Error naming the file and tensor for a stored
 // tensor that maps to no model tensor, two that map to the same one, a shape or dtype that does not
 // fit; and naming the model tensors that nothing filled (unless `may_stay` allows it). Returns the names
 // it filled.

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -266,6 +267,12 @@ SafetensorsIndex read_safetensors_index(const std::string& path) {
   return index;
 }
 
+namespace {
+std::atomic<uint64_t> bytes_read{0};
+}  // namespace
+
+uint64_t tensor_bytes_read() { return bytes_read.load(); }
+
 torch::Tensor read_elements(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first, int64_t count) {
   const auto element = static_cast<uint64_t>(c10::elementSize(entry.dtype));
   const uint64_t numel = (entry.end - entry.begin) / element;
@@ -277,7 +284,54 @@ torch::Tensor read_elements(const SafetensorsIndex& index, const SafetensorsEntr
   KUAFU_CHECK(in.good(), "cannot open ", index.path);
   read_at(in, index.path, index.data_start + entry.begin + static_cast<uint64_t>(first) * element,
           static_cast<char*>(t.data_ptr()), static_cast<uint64_t>(count) * element);
+  bytes_read += static_cast<uint64_t>(count) * element;
   return t;
+}
+
+torch::Tensor read_box(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first,
+                       const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
+                       const std::vector<int64_t>& size) {
+  const auto element = static_cast<uint64_t>(c10::elementSize(entry.dtype));
+  const int64_t held = static_cast<int64_t>((entry.end - entry.begin) / element);
+  const size_t dims = shape.size();
+  int64_t extent = 1, box = 1;
+  bool inside = dims > 0 && begin.size() == dims && size.size() == dims && first >= 0;
+  for (size_t d = 0; inside && d < dims; ++d) {
+    inside = shape[d] >= 0 && begin[d] >= 0 && size[d] >= 0 && begin[d] + size[d] <= shape[d];
+    extent *= shape[d];
+    box *= size[d];
+  }
+  KUAFU_CHECK(inside && extent <= held - first, tensor_where(index.path, entry.name), ": a box of ",
+              torch::IntArrayRef(size), " at ", torch::IntArrayRef(begin), " of ", torch::IntArrayRef(shape), " from element ",
+              first, " does not lie in its ", held, " elements");
+  torch::Tensor out = torch::empty(size, torch::TensorOptions().dtype(entry.dtype));
+  if (box == 0) return out;
+  // Row-major strides of `shape`, and where the box's first element lies.
+  std::vector<int64_t> stride(dims, 1);
+  for (size_t d = dims - 1; d > 0; --d) stride[d - 1] = stride[d] * shape[d];
+  int64_t start = first;
+  for (size_t d = 0; d < dims; ++d) start += begin[d] * stride[d];
+  // A run: the last dimension's span, grown over every dimension the box holds whole (those after `inner`).
+  size_t inner = dims - 1;
+  int64_t run = size[inner];
+  while (inner > 0 && size[inner] == shape[inner]) run *= size[--inner];
+  std::ifstream in(index.path, std::ios::binary);
+  KUAFU_CHECK(in.good(), "cannot open ", index.path);
+  char* into = static_cast<char*>(out.data_ptr());
+  const uint64_t run_bytes = static_cast<uint64_t>(run) * element;
+  std::vector<int64_t> at(inner, 0);  // the run's index along each dimension before `inner`
+  for (int64_t runs = box / run; runs > 0; --runs) {
+    int64_t element_index = start;
+    for (size_t d = 0; d < inner; ++d) element_index += at[d] * stride[d];
+    read_at(in, index.path, index.data_start + entry.begin + static_cast<uint64_t>(element_index) * element, into, run_bytes);
+    into += run_bytes;
+    for (size_t d = inner; d-- > 0;) {  // the next run, last dimension fastest
+      if (++at[d] < size[d]) break;
+      at[d] = 0;
+    }
+  }
+  bytes_read += static_cast<uint64_t>(box) * element;
+  return out;
 }
 
 torch::Tensor read_tensor(const SafetensorsIndex& index, const SafetensorsEntry& entry) {

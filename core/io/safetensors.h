@@ -48,6 +48,15 @@ SafetensorsIndex read_safetensors_index(const std::string& path);
 torch::Tensor read_tensor(const SafetensorsIndex& index, const SafetensorsEntry& entry);
 // Only elements [first, first + count) of its flattened data, as a 1-D tensor.
 torch::Tensor read_elements(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first, int64_t count);
+// Only the box [begin, begin + size) of the elements [first, first + prod(shape)) of its data viewed as
+// an array of `shape` (row-major): one read per run of consecutive elements, nothing else of the file.
+// A tensor of `size`. (A column block of a matrix is read row by row; a row block in one read.)
+torch::Tensor read_box(const SafetensorsIndex& index, const SafetensorsEntry& entry, int64_t first,
+                       const std::vector<int64_t>& shape, const std::vector<int64_t>& begin,
+                       const std::vector<int64_t>& size);
+// Bytes of tensor data read_elements and read_box have read in this process so far (headers not
+// counted): what a loader took from disk, for benchmarks and tests.
+uint64_t tensor_bytes_read();
 
 // Validates the header (length, JSON, unique non-empty names, dtypes, integer shapes and offsets, sizes
 // that fit in 64 bits, data inside the file, no overlaps) and throws kuafu::Error naming the file and

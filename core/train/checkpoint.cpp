@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -79,13 +80,17 @@ nlohmann::json verified_manifest(const std::string& folder) {
   return manifest;
 }
 
-torch::Tensor local_of(const CheckpointStore::ToLocal& to_local, const std::string& name, const torch::Tensor& full) {
-  return to_local ? to_local(name, full) : full;
+// This rank's part of saved tensor `name` (the whole tensor without one), in the shape it is held in.
+torch::Tensor part_of(const SavedTensors& saved, const std::string& name,
+                      const std::optional<CheckpointStore::LocalPart>& part) {
+  if (!part) return saved.read(name);
+  const int64_t numel = std::accumulate(part->shape.begin(), part->shape.end(), int64_t{1}, std::multiplies<>());
+  return saved.read_piece(name, part->place, numel).view(part->shape);
 }
 
 // `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors. One
-// whole tensor at a time is read (from its pieces, when sharded) and cut to this rank's.
-void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::ToLocal& to_local,
+// tensor at a time, only this rank's part of it read from the saved pieces.
+void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::PlaceOf& place_of,
                      bool part, const std::string& part_name,
                      const std::function<void(const std::string&, const torch::Tensor&)>& store = nullptr) {
   const SavedTensors saved(folder, part_name, kModel);
@@ -98,12 +103,16 @@ void restore_weights(const std::string& folder, const io::NamedTensors& weights,
       missing.push_back(name);
       continue;
     }
-    const torch::Tensor whole = saved.read(name);
-    const torch::Tensor local = local_of(to_local, name, whole);
-    KUAFU_CHECK(local.sizes() == target.sizes(), path, ": '", name, "' has shape ", whole.sizes(),
-                " but the model expects ", target.sizes(), " (checkpoint from a different model config?)");
-    // The whole saved tensor is checked, which every rank reads alike: all refuse together.
-    io::check_loadable(path, name, whole, target);
+    const auto local_part = place_of ? place_of(name) : std::nullopt;
+    const std::vector<int64_t> expected = local_part ? local_part->place.shape : target.sizes().vec();
+    KUAFU_CHECK(saved.shape(name) == expected, path, ": '", name, "' has shape ", torch::IntArrayRef(saved.shape(name)),
+                " but the model expects ", torch::IntArrayRef(expected), " (checkpoint from a different model config?)");
+    const torch::Tensor local = part_of(saved, name, local_part);
+    KUAFU_CHECK(local.sizes() == target.sizes(), "loading '", name, "': its part here has shape ", local.sizes(),
+                " but the model's has ", target.sizes());
+    // Only this rank's part is checked (NaN, infinity, narrowing): a rank that refuses exits, and the
+    // others end at their next collective (core/dist/deadline.h).
+    io::check_loadable(path, name, local, target);
     if (target.is_meta()) {
       KUAFU_CHECK(store, "loading '", name, "': a target of no memory needs the loader's store");
       store(name, local);
@@ -553,15 +562,15 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
 }
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
-                                   const ToLocal& to_local, const std::string& part, bool subset) {
+                                   const PlaceOf& place_of, const std::string& part, bool subset) {
   verified_manifest(folder);
-  restore_weights(folder, weights, to_local, subset, part);
+  restore_weights(folder, weights, place_of, subset, part);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
                                      optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part) {
   nlohmann::json state = read_trainer_state(folder);
-  restore_weights(folder, weights, target.to_local, target.part, part, target.store);
+  restore_weights(folder, weights, target.weight_place, target.part, part, target.store);
   const SavedTensors saved_state(folder, part, kOptimizer);
   const std::string& optimizer_path = saved_state.where();
   std::set<std::string> held;  // a pipeline stage's parameters: the state of the others is not read
@@ -575,14 +584,11 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
   // One saved tensor at a time, read when the optimizer asks for it and cut to this rank's layout.
   optimizer_state.read = [&](const std::string& name) -> std::optional<torch::Tensor> {
     if (!saved_state.contains(name)) return std::nullopt;
-    // A parameter's state takes its parameter's layout.
+    // A parameter's state takes its parameter's layout; other state (the step counter) is whole.
     const auto owner = optim::state_owner(name);
-    if (owner && target.state_place) {
-      if (const auto place = target.state_place(*owner)) return saved_state.read_piece(name, place->first, place->second);
-    }
-    torch::Tensor tensor = saved_state.read(name);
-    if (owner) tensor = local_of(target.state_to_local ? target.state_to_local : target.to_local, *owner, tensor);
-    return tensor;
+    if (!owner) return saved_state.read(name);
+    const PlaceOf& place_of = target.state_place ? target.state_place : target.weight_place;
+    return part_of(saved_state, name, place_of ? place_of(*owner) : std::nullopt);
   };
   const std::optional<torch::Tensor> optimizer_steps = optimizer_state.read("step");
   // The optimizer steps once per training step except those skipped for overflow (fp16).

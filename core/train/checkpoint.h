@@ -85,20 +85,21 @@ class CheckpointStore {
   // The step_N folders above `step` (left by a run this one resumed from an earlier checkpoint of).
   std::vector<std::string> later_than(int64_t step) const;
 
-  // What a saved (full) tensor becomes on this rank before it is loaded, by tensor name: identity for
-  // whole tensors, this rank's block for tensor-parallel ones.
-  using ToLocal = std::function<torch::Tensor(const std::string& name, const torch::Tensor& full)>;
+  // This rank's part of a saved tensor: a tensor-parallel block, a run of a block's elements (a
+  // ZeRO/Gemini piece) or both. Only the saved bytes of it are read.
+  struct LocalPart {
+    PiecePlace place;            // where it lies in the whole tensor (`place.shape` the whole's)
+    std::vector<int64_t> shape;  // how this rank holds its elements: the block's shape, or 1-D for a run
+  };
+  // A tensor's part on this rank, by the tensor's name; null (or none returned): the whole tensor.
+  using PlaceOf = std::function<std::optional<LocalPart>(const std::string& name)>;
 
   // How this rank takes a checkpoint, which any number of ranks may have written.
   struct LoadTarget {
-    int rank = 0;             // whose RNG state is restored
-    ToLocal to_local;         // a saved tensor -> this rank's part of it; null: the whole tensor
-    ToLocal state_to_local;   // a parameter's optimizer state when cut otherwise (ZeRO pieces); null: to_local
-    bool part = false;        // this rank holds part of the model (a pipeline stage): loads the tensors it has
-    // Where a parameter's optimizer state lies, when it is a run of elements of its block (ZeRO/Gemini
-    // pieces): the state is then read as only those elements (SavedTensors::read_piece), the place's
-    // `shape` the whole tensor's. Null (or none returned): read whole and cut by state_to_local.
-    std::function<std::optional<std::pair<PiecePlace, int64_t>>(const std::string& param)> state_place;
+    int rank = 0;           // whose RNG state is restored
+    PlaceOf weight_place;   // a weight's part on this rank
+    PlaceOf state_place;    // a parameter's optimizer state (by the parameter's name); null: weight_place
+    bool part = false;      // this rank holds part of the model (a pipeline stage): loads the tensors it has
     // Takes a loaded tensor (this rank's part of it) whose target is a meta tensor, a shape only (Gemini's
     // and ZeRO's chunked weights, stored where the strategy keeps them). Null: every target is real.
     std::function<void(const std::string& name, const torch::Tensor& local)> store;
@@ -106,8 +107,8 @@ class CheckpointStore {
 
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores
   // model, optimizer and this rank's RNG; returns the trainer state. kuafu::Error on any mismatch.
-  // A checkpoint from another number of ranks or layout loads too (one whole tensor at a time is read,
-  // from its pieces, and cut to this rank's); the RNG then continues unrestored (warning).
+  // A checkpoint from another number of ranks or layout loads too (each tensor's part on this rank is
+  // read from the saved pieces it overlaps); the RNG then continues unrestored (warning).
   // `part` names the model in a checkpoint of several.
   static nlohmann::json load(const std::string& folder, const io::NamedTensors& weights,
                              optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part = "");
@@ -116,7 +117,7 @@ class CheckpointStore {
   static void load_model(const std::string& folder, torch::nn::Module& model, const std::string& part = "");
   // `subset`: the weights are part of the saved model (a pipeline stage's).
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
-                           const ToLocal& to_local = nullptr, const std::string& part = "", bool subset = false);
+                           const PlaceOf& place_of = nullptr, const std::string& part = "", bool subset = false);
   static nlohmann::json read_trainer_state(const std::string& folder);
   // Every tensor of a part's model or optimizer state (`kind` "model" or "optimizer"), whole, whatever
   // layout wrote them (tools and tests).

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <set>
 
+#include "core/train/piece_reader.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -236,55 +237,31 @@ const std::vector<SavedTensors::Source>& SavedTensors::sources(const std::string
 
 std::vector<int64_t> SavedTensors::shape(const std::string& name) const { return sources(name).front().place.shape; }
 
+std::vector<SavedPiece> SavedTensors::saved_pieces(const std::vector<Source>& list) const {
+  std::vector<SavedPiece> saved;
+  for (const Source& source : list) {
+    const io::SafetensorsIndex& file = files_[source.file];
+    saved.push_back(piece_in_file(file, file.entries[source.entry], source.place));
+  }
+  return saved;
+}
+
 torch::Tensor SavedTensors::read(const std::string& name) const {
   const auto& list = sources(name);
   const Source& first = list.front();
   const io::SafetensorsEntry& first_entry = files_[first.file].entries[first.entry];
   if (!sharded_) return io::read_tensor(files_[first.file], first_entry);
-  torch::Tensor whole = torch::empty(first.place.shape, torch::TensorOptions(first_entry.dtype));
-  // Which elements the pieces have written: each exactly once, and all of them.
-  torch::Tensor covered = torch::zeros(first.place.shape, torch::TensorOptions(torch::kBool));
-  for (const Source& source : list) {
-    const io::SafetensorsIndex& file = files_[source.file];
-    const torch::Tensor data = io::read_tensor(file, file.entries[source.entry]);
-    KUAFU_CHECK(!train::read_piece(covered, source.place, data.numel()).any().item<bool>(), file.path, ": its piece of '",
-                text::abbreviate(name), "' overlaps another rank's");
-    write_piece(covered, source.place, torch::ones({data.numel()}, torch::TensorOptions(torch::kBool)));
-    write_piece(whole, source.place, data);
-  }
-  const int64_t missing = covered.numel() - covered.sum().item<int64_t>();
-  KUAFU_CHECK(missing == 0, where_, ": the pieces of '", text::abbreviate(name), "' leave ", missing, " of its ",
-              covered.numel(), " elements unwritten (a rank's file is missing?)");
-  return whole;
+  PiecePlace whole;
+  whole.shape = first.place.shape;
+  return assemble_piece(name, whole, product(whole.shape), saved_pieces(list), first_entry.dtype, where_).view(whole.shape);
 }
 
 torch::Tensor SavedTensors::read_piece(const std::string& name, const PiecePlace& place, int64_t numel) const {
   const auto& list = sources(name);
   KUAFU_CHECK(place.shape == list.front().place.shape, where_, ": '", text::abbreviate(name), "' has shape ",
               torch::IntArrayRef(list.front().place.shape), " but ", torch::IntArrayRef(place.shape), " is expected");
-  const bool flat = place.cuts.empty() && std::all_of(list.begin(), list.end(), [](const Source& s) {
-    return s.place.cuts.empty();
-  });
-  if (!flat) return train::read_piece(read(name), place, numel);
   const io::SafetensorsEntry& first = files_[list.front().file].entries[list.front().entry];
-  torch::Tensor out = torch::empty({numel}, torch::TensorOptions(first.dtype));
-  torch::Tensor covered = torch::zeros({numel}, torch::TensorOptions(torch::kBool));
-  const int64_t begin = place.offset, end = place.offset + numel;
-  for (const Source& source : list) {
-    const io::SafetensorsIndex& file = files_[source.file];
-    const io::SafetensorsEntry& entry = file.entries[source.entry];
-    const int64_t held = static_cast<int64_t>((entry.end - entry.begin) / c10::elementSize(entry.dtype));
-    const int64_t from = std::max(begin, source.place.offset), to = std::min(end, source.place.offset + held);
-    if (from >= to) continue;  // none of what is asked for
-    KUAFU_CHECK(!covered.narrow(0, from - begin, to - from).any().item<bool>(), file.path, ": its piece of '",
-                text::abbreviate(name), "' overlaps another rank's");
-    covered.narrow(0, from - begin, to - from).fill_(true);
-    out.narrow(0, from - begin, to - from).copy_(io::read_elements(file, entry, from - source.place.offset, to - from));
-  }
-  const int64_t missing = numel - covered.sum().item<int64_t>();
-  KUAFU_CHECK(missing == 0, where_, ": the pieces of '", text::abbreviate(name), "' leave ", missing, " of elements [",
-              begin, ", ", end, ") unwritten (a rank's file is missing?)");
-  return out;
+  return assemble_piece(name, place, numel, saved_pieces(list), first.dtype, where_);
 }
 
 }  // namespace kuafu::train

@@ -56,6 +56,8 @@ inline constexpr const char* kPiecesKey = "kuafu.pieces";
 FileSum save_pieces(const std::string& path, const std::vector<TensorPiece>& pieces,
                     std::map<std::string, std::string> metadata);
 
+struct SavedPiece;  // piece_reader.h
+
 // One kind of one part of a checkpoint, whole or sharded: whole tensors by name, each read when asked
 // from the pieces that make it up (only their bytes), checked to cover every element exactly once.
 class SavedTensors {
@@ -67,9 +69,9 @@ class SavedTensors {
   const std::vector<std::string>& names() const { return names_; }
   bool contains(const std::string& name) const { return pieces_.count(name) > 0; }
   torch::Tensor read(const std::string& name) const;
-  // Only `numel` elements of the block `place` names (1-D): a ZeRO/Gemini piece. Where neither it nor the
-  // saved pieces are tensor-parallel blocks, only the bytes of the saved pieces it overlaps are read;
-  // otherwise the whole tensor is read and cut.
+  // Only `numel` elements of the block `place` names (1-D): a tensor-parallel block, a ZeRO/Gemini piece
+  // or both, whatever layout saved it. Only the bytes of the saved pieces it overlaps are read
+  // (piece_reader.h).
   torch::Tensor read_piece(const std::string& name, const PiecePlace& place, int64_t numel) const;
   // The whole tensor's shape and dtype, without reading it.
   std::vector<int64_t> shape(const std::string& name) const;
@@ -85,6 +87,7 @@ class SavedTensors {
     PiecePlace place;
   };
   const std::vector<Source>& sources(const std::string& name) const;
+  std::vector<SavedPiece> saved_pieces(const std::vector<Source>& list) const;
 
   std::vector<io::SafetensorsIndex> files_;
   std::map<std::string, std::vector<Source>> pieces_;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/train/checkpoint.h"
+#include "core/train/piece_reader.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 #include "core/util/weight_sink.h"
@@ -67,8 +68,8 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     return name;
   };
   const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
-  // Each stored tensor is read alone and goes straight into the parameter: whole, or this rank's block
-  // of it under tensor parallelism. A parameter still on the meta device (lazy construction) goes to
+  // Each stored tensor is read alone and goes straight into the parameter: whole, or under tensor
+  // parallelism only this rank's block of it (its bytes alone read from the file). A parameter still on the meta device (lazy construction) goes to
   // the weight sink in scope when it wants it; otherwise (another pipeline stage's) it is checked
   // against the folder but not read.
   const WeightSink* sink = current_weight_sink();
@@ -92,11 +93,10 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
     } else {
       continue;
     }
-    if (layout == layouts.end()) {
-      target.fill = put;
-    } else {
-      target.fill = [put, layout = layout->second, mesh = tp.mesh](const torch::Tensor& stored) {
-        put(parallel::shard_of(stored, layout, *mesh));
+    target.fill = put;
+    if (layout != layouts.end()) {  // this rank's block alone is read
+      target.read = [cuts = parallel::block_cuts(layout->second, *tp.mesh)](const io::HfTensor& stored) {
+        return read_block(*stored.index, *stored.entry, cuts);
       };
     }
   }

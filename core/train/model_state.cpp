@@ -362,39 +362,41 @@ void ModelState::save_scaler_state(nlohmann::json& trainer_state) const {
 }
 
 void ModelState::load(const std::string& folder, const nlohmann::json& trainer_state) {
+  using LocalPart = CheckpointStore::LocalPart;
   CheckpointStore::LoadTarget target;
   target.rank = runtime_.world->rank();
-  // A saved tensor cut to this rank's tensor-parallel block, then (sharded) to its piece of the block.
-  const auto block_of = [&](const std::string& name, const torch::Tensor& full) {
-    return parallel::shard_of(full, layout_of(name), *runtime_.mesh);
+  // A tensor's tensor-parallel block on this rank (a block of `block` shape), and (sharded) this rank's
+  // run of that block's elements: only those bytes of the checkpoint are read.
+  const auto block_of = [&](const std::string& name, const std::vector<int64_t>& block) -> std::optional<LocalPart> {
+    if (!runtime_.tensor.enabled()) return std::nullopt;
+    return LocalPart{place_in_whole(name, block, 0), block};
   };
+  const auto piece_of = [&](const std::string& name) {
+    return LocalPart{place_in_whole(name, sharded_->shape_of(name), sharded_->piece_offset(name)),
+                     {sharded_->piece_numel(name)}};
+  };
+  io::NamedTensors weights;
   if (sharded_) {
-    const io::NamedTensors weights = sharded_->weights_to_load();
-    if (runtime_.tensor.enabled()) target.to_local = block_of;
-    target.state_to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return sharded_->piece_of(name, block_of(name, full));
-    };
-    target.part = runtime_.pipelined();
+    weights = sharded_->weights_to_load();  // blocks, the chunked ones of no memory (stored by the strategy)
     target.store = [&](const std::string& name, const torch::Tensor& block) { sharded_->load_weight(name, block); };
-    // The optimizer state of this rank's pieces alone is read.
-    target.state_place = [&](const std::string& name) -> std::optional<std::pair<PiecePlace, int64_t>> {
-      return std::make_pair(place_in_whole(name, sharded_->shape_of(name), sharded_->piece_offset(name)),
-                            sharded_->piece_numel(name));
-    };
-    CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
+    target.state_place = [&](const std::string& name) -> std::optional<LocalPart> { return piece_of(name); };
   } else {
-    target.to_local = block_of;
-    target.part = runtime_.pipelined();
-    CheckpointStore::load(folder, masters_->weights(), *optimizer_, target, options_.name);
-    masters_->copy_masters_to_model();
+    weights = masters_->weights();
   }
+  std::map<std::string, std::vector<int64_t>> blocks;
+  for (const auto& [name, tensor] : weights) blocks[name] = tensor.sizes().vec();
+  target.weight_place = [&](const std::string& name) { return block_of(name, blocks.at(name)); };
+  target.part = runtime_.pipelined();
+  CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
+  if (!sharded_) masters_->copy_masters_to_model();
   if (!ema_.empty()) {
-    io::NamedTensors whole_ema;  // filled by the load, then cut to this rank's pieces
-    for (size_t i = 0; i < ema_.size(); ++i) whole_ema.emplace_back(params_[i].name, ema_[i]);
-    CheckpointStore::ToLocal to_local = [&](const std::string& name, const torch::Tensor& full) {
-      return sharded_ ? sharded_->piece_of(name, block_of(name, full)) : block_of(name, full);
+    io::NamedTensors ema;  // this rank's pieces or blocks of the averages
+    for (size_t i = 0; i < ema_.size(); ++i) ema.emplace_back(params_[i].name, ema_[i]);
+    const CheckpointStore::PlaceOf ema_place = [&](const std::string& name) -> std::optional<LocalPart> {
+      if (sharded_) return piece_of(name);
+      return block_of(name, blocks.at(name));
     };
-    CheckpointStore::load_weights(folder, whole_ema, to_local, ema_part(), /*subset=*/runtime_.pipelined());
+    CheckpointStore::load_weights(folder, ema, ema_place, ema_part(), /*subset=*/runtime_.pipelined());
   }
   if (scaler_ && trainer_state.contains(scaler_key())) {
     try {

@@ -1,13 +1,15 @@
 // Sharded checkpoint files (checkpoint_shards.h): pieces written by several "ranks" (each its own file)
 // rebuild the whole tensor exactly, whatever the cut: a tensor-parallel block (strided, as the fused QKV
 // projection is cut, or along two dimensions), a flat run of elements (a ZeRO/Gemini piece), or a run
-// within a block (both). The blocks are checked against index lists worked out by hand. Pieces that
+// within a block (both). The blocks are checked against index lists worked out by hand. Any layout's
+// piece is read from any other layout's files touching only its own bytes (counted). Pieces that
 // overlap or leave a gap, a rank's file gone and places no writer makes are refused, naming the file.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "core/train/checkpoint_shards.h"
+#include "core/train/piece_reader.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::train {
@@ -190,6 +192,91 @@ TEST(CheckpointShardsTest, ARangeOfATensorIsReadWithoutTheRest) {
   EXPECT_TRUE(torch::equal(io::read_tensor(index, *index.find("b")), b));
   EXPECT_TRUE(Contains(error_message([&] { io::read_elements(index, *index.find("b"), 5, 3); }),
                        "elements [5, 8) of 7 asked for"));
+}
+
+TEST(CheckpointShardsTest, ABoxOfAFileIsReadAloneRunByRun) {
+  const fs::path folder = testing::temp_dir("shards_box");
+  const torch::Tensor a = torch::randn({4, 5, 6});
+  io::save_safetensors((folder / "f.safetensors").string(), {{"pad", torch::randn({3})}, {"a", a}});
+  const io::SafetensorsIndex index = io::read_safetensors_index((folder / "f.safetensors").string());
+  const io::SafetensorsEntry& entry = *index.find("a");
+  const uint64_t before = io::tensor_bytes_read();
+  // Rows 1..2, columns 2..4 of every matrix 1..3: 3 x 2 runs of 3 elements.
+  EXPECT_TRUE(torch::equal(io::read_box(index, entry, 0, {4, 5, 6}, {1, 1, 2}, {3, 2, 3}),
+                           a.narrow(0, 1, 3).narrow(1, 1, 2).narrow(2, 2, 3)));
+  EXPECT_EQ(io::tensor_bytes_read() - before, 3u * 2 * 3 * 4);
+  // The elements from 30 on seen as a [3, 5, 6] array (a run of the tensor): its last two matrices whole.
+  EXPECT_TRUE(torch::equal(io::read_box(index, entry, 30, {3, 5, 6}, {1, 0, 0}, {2, 5, 6}), a.narrow(0, 2, 2)));
+  EXPECT_TRUE(Contains(error_message([&] { io::read_box(index, entry, 30, {4, 5, 6}, {0, 0, 0}, {1, 1, 1}); }),
+                       "does not lie in its 120 elements"));
+  EXPECT_TRUE(Contains(error_message([&] { io::read_box(index, entry, 0, {4, 5, 6}, {0, 4, 0}, {1, 2, 1}); }),
+                       "a box of [1, 2, 1] at [0, 4, 0] of [4, 5, 6]"));
+}
+
+// Every layout's piece read from every other layout's files equals the piece cut from the whole tensor
+// in memory (write_piece / read_piece, checked by hand above), and reads exactly its own bytes.
+TEST(CheckpointShardsTest, AnyLayoutsPieceIsReadFromAnyOtherLayoutsFilesTouchingOnlyItsBytes) {
+  const fs::path root = testing::temp_dir("shards_any");
+  const torch::Tensor whole = torch::randn({12, 6, 4});  // [12, 6, 4]
+  const int64_t numel = whole.numel();
+  // Layouts as the pieces of every rank: each block cut into `runs` runs of its elements (ZeRO over as
+  // many data ranks; the last run the shortest, as a chunk's tail is).
+  using parallel::BlockCut;
+  struct Layout {
+    std::string name;
+    std::vector<std::vector<BlockCut>> blocks;
+    int64_t runs = 1;
+  };
+  const std::vector<Layout> layouts = {
+      {"whole", {{}}, 1},
+      {"zero3", {{}}, 3},
+      {"rows2", {{{0, 1, 2, 0}}, {{0, 1, 2, 1}}}, 1},
+      {"qkv_cols2_zero2", {{{1, 3, 2, 0}}, {{1, 3, 2, 1}}}, 2},
+      {"grid2x2", {{{0, 1, 2, 0}, {2, 1, 2, 0}}, {{0, 1, 2, 0}, {2, 1, 2, 1}}, {{0, 1, 2, 1}, {2, 1, 2, 0}},
+                   {{0, 1, 2, 1}, {2, 1, 2, 1}}}, 1},
+      {"strided_rows3_zero2", {{{0, 2, 3, 0}}, {{0, 2, 3, 1}}, {{0, 2, 3, 2}}}, 2},
+  };
+  const auto pieces_of = [&](const Layout& layout) {
+    std::vector<std::pair<PiecePlace, int64_t>> pieces;
+    for (const auto& cuts : layout.blocks) {
+      int64_t block = 1;
+      for (int64_t d : block_shape({whole.sizes().vec(), cuts, 0})) block *= d;
+      const int64_t run = (block + layout.runs - 1) / layout.runs;
+      for (int64_t from = 0; from < block; from += run) {
+        pieces.push_back({{whole.sizes().vec(), cuts, from}, std::min(run, block - from)});
+      }
+    }
+    return pieces;
+  };
+  for (const Layout& saved : layouts) {
+    std::vector<std::vector<TensorPiece>> ranks;
+    for (const auto& [place, n] : pieces_of(saved)) ranks.push_back({piece_at(whole, place, n)});
+    write_ranks(root / saved.name, ranks);
+    const SavedTensors files((root / saved.name).string(), "", "model");
+    for (const Layout& wanted : layouts) {
+      for (const auto& [place, n] : pieces_of(wanted)) {
+        const uint64_t before = io::tensor_bytes_read();
+        EXPECT_TRUE(torch::equal(files.read_piece("w", place, n), read_piece(whole, place, n)))
+            << wanted.name << " from " << saved.name << " at offset " << place.offset;
+        EXPECT_EQ(io::tensor_bytes_read() - before, static_cast<uint64_t>(n) * 4) << wanted.name << " from " << saved.name;
+      }
+    }
+    const uint64_t before = io::tensor_bytes_read();
+    EXPECT_TRUE(torch::equal(files.read("w"), whole)) << saved.name;
+    EXPECT_EQ(io::tensor_bytes_read() - before, static_cast<uint64_t>(numel) * 4) << saved.name;
+  }
+}
+
+TEST(CheckpointShardsTest, ABlockOfAWholeFileIsReadAlone) {
+  const fs::path folder = testing::temp_dir("shards_block");
+  const torch::Tensor w = torch::randn({8, 9});
+  io::save_safetensors((folder / "model.safetensors").string(), {{"w", w}});
+  const io::SafetensorsIndex index = io::read_safetensors_index((folder / "model.safetensors").string());
+  // The fused q|k|v columns cut over 3 ranks, rank 1's block: columns 1, 4 and 7.
+  const uint64_t before = io::tensor_bytes_read();
+  const torch::Tensor block = read_block(index, *index.find("w"), {{1, 3, 3, 1}});
+  EXPECT_TRUE(torch::equal(block, w.index_select(1, torch::tensor({1, 4, 7}))));
+  EXPECT_EQ(io::tensor_bytes_read() - before, 8u * 3 * 4);
 }
 
 }  // namespace
