@@ -11,6 +11,9 @@
 # depth (28.3M parameters a layer): two ranks of 26 layers need more than this 24 GiB machine holds.
 # ASYNC_SAVE=true saves as train.async_save does: checkpoint_save_blocking_s is then the time until
 # training could go on (the state copied to host memory), checkpoint_save_s until the save is sealed.
+# EXTRA: more `--set key=value` arguments, split at spaces (e.g. tensor parallelism:
+# EXTRA='--set parallel.tensor.mode="1d" --set parallel.tensor.size=2'). checkpoint_load_read_mb is what
+# the load read of the checkpoint's files on rank 0.
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/checkpoint_memory}
@@ -26,6 +29,8 @@ settings=(--set model.n_layer="${LAYERS:-26}" --set model.n_embd=1536 --set mode
           --set memory.placement='"auto"' --set memory.margin_ratio=0.8 --set memory.device_budget_mb=2048
           --set memory.host_budget_mb=12288 --set benchmark.warmup=1 --set benchmark.steps=2
           --set train.async_save="${ASYNC_SAVE:-false}")
+read -r -a extra <<< "${EXTRA:-}"
+settings+=("${extra[@]}")
 for ranks in $ranks_list; do
   folder="$out/checkpoints_${ranks}_ranks"
   echo "$ranks rank(s), ${LAYERS:-26} layers" >&2

@@ -1,6 +1,7 @@
 // Sharded checkpoint files (core/train/checkpoint_shards): the bytes as rank 0's shard file of a
 // checkpoint of one rank, opened (the pieces' places read from its metadata), then every tensor rebuilt
-// whole and read as a run of elements, as a load under another layout reads them.
+// whole, read as a run of elements and as a block of its last dimension cut in two (box reads,
+// core/train/piece_reader), as a load under another layout reads them.
 #include <torch/torch.h>
 
 #include "core/train/checkpoint_shards.h"
@@ -16,6 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       kuafu::train::PiecePlace run;
       run.shape = saved.shape(name);
       saved.read_piece(name, run, whole.numel() / 2);
+      if (!run.shape.empty() && run.shape.back() % 2 == 0) {
+        kuafu::train::PiecePlace block = run;
+        block.cuts = {{static_cast<int64_t>(run.shape.size()) - 1, 1, 2, 1}};
+        saved.read_piece(name, block, whole.numel() / 2);
+      }
     }
   });
   return 0;

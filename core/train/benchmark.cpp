@@ -65,9 +65,11 @@ nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runt
   const std::string folder = checkpoint_folder(root, step);
   memory.start_phase();
   const auto load_start = std::chrono::steady_clock::now();
+  const uint64_t read_before = io::tensor_bytes_read();
   const nlohmann::json saved_state = CheckpointStore::read_trainer_state(folder);
   for (const BenchmarkedModel& m : models) m.state->load(folder, saved_state);
   return {{"checkpoint_save_s", save_s},
+          {"checkpoint_load_read_mb", mib(static_cast<int64_t>(io::tensor_bytes_read() - read_before))},  // this rank's
           {"checkpoint_save_blocking_s", async ? blocking_s : save_s},
           {"checkpoint_save_peak_in_use_mb", save_peak},
           {"checkpoint_load_s", seconds_since(load_start)},

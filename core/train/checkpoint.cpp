@@ -570,6 +570,7 @@ void CheckpointStore::load_weights(const std::string& folder, const io::NamedTen
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,
                                      optim::Optimizer& optimizer, const LoadTarget& target, const std::string& part) {
   nlohmann::json state = read_trainer_state(folder);
+  const uint64_t read_before = io::tensor_bytes_read();
   restore_weights(folder, weights, target.weight_place, target.part, part, target.store);
   const SavedTensors saved_state(folder, part, kOptimizer);
   const std::string& optimizer_path = saved_state.where();
@@ -598,6 +599,8 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
   KUAFU_CHECK(taken >= 0 && taken <= step, optimizer_path, ": the optimizer took ", taken, " steps, which does not fit ",
               "step ", step, " of trainer.json");
   optimizer.load_state_tensors(optimizer_state, optimizer_path, target.part);
+  log::infof(folder, part.empty() ? std::string() : " (model \"" + part + "\")", ": read ",
+             (io::tensor_bytes_read() - read_before) >> 20, " MiB of weights and optimizer state (this rank's part)");
   const fs::path rng_path = fs::path(folder) / rng_file(target.rank);
   if (!fs::exists(rng_path)) {
     const nlohmann::json world_size = state.value("world_size", nlohmann::json(0));

@@ -9,6 +9,7 @@
 #include "core/train/checkpoint.h"
 #include "core/train/piece_reader.h"
 #include "core/util/error.h"
+#include "core/util/logging.h"
 #include "core/util/text.h"
 #include "core/util/weight_sink.h"
 
@@ -100,7 +101,12 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
       };
     }
   }
+  const uint64_t read_before = io::tensor_bytes_read();
   io::load_hf_weights(folder, targets, to_model, may_stay);
+  uint64_t stored = 0;
+  for (const io::HfTensor& t : folder.tensors) stored += t.entry->end - t.entry->begin;
+  log::infof(folder.path, ": read ", (io::tensor_bytes_read() - read_before) >> 20, " MiB of its ", stored >> 20,
+             " MiB of weights (this rank's part)");
   if (!names.tied_head.empty()) check_tied_copy(folder, names);
 }
 
