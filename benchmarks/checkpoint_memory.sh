@@ -11,9 +11,8 @@
 # depth (28.3M parameters a layer): two ranks of 26 layers need more than this 24 GiB machine holds.
 # ASYNC_SAVE=true saves as train.async_save does: checkpoint_save_blocking_s is then the time until
 # training could go on (the state copied to host memory), checkpoint_save_s until the save is sealed.
-# EXTRA: more `--set key=value` arguments, split at spaces (e.g. tensor parallelism:
-# EXTRA='--set parallel.tensor.mode="1d" --set parallel.tensor.size=2'). checkpoint_load_read_mb is what
-# the load read of the checkpoint's files on rank 0.
+# EXTRA: more `--set key=value` arguments, split at spaces (e.g. EXTRA='--set memory.placement="static"').
+# checkpoint_load_read_mb is what the load read of the checkpoint's files on rank 0.
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/checkpoint_memory}

@@ -167,6 +167,16 @@ void export_app(App& app, const config::Config& config, const config::ParsedComm
 }
 
 void benchmark_app(App& app, const config::Config& config) {
+  // The benchmark steps every rank's whole model (data parallelism, memory strategies): a config that
+  // cuts the model over ranks is refused rather than timed as something it is not.
+  if (config.schema().find("parallel.tensor.mode") && config.get_string("parallel.tensor.mode") != "none") {
+    config.fail_at("parallel.tensor.mode", "is \"" + config.get_string("parallel.tensor.mode") + "\": `benchmark` times "
+                   "the whole model on every rank; tensor parallelism's figures come from benchmarks/tensor_parallel_comm.sh and a `train` run's metrics");
+  }
+  if (config.get_int("parallel.pipeline") > 1) {
+    config.fail_at("parallel.pipeline", "is " + std::to_string(config.get_int("parallel.pipeline")) + ": `benchmark` times "
+                   "the whole model on every rank; pipeline figures come from benchmarks/pipeline_bubble and a `train` run's metrics");
+  }
   Runtime runtime = start_runtime(config);
   check_model_fits(app, config, runtime);
   BenchmarkMemory memory(runtime.device);  // before any model state

@@ -223,6 +223,14 @@ TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   EXPECT_EQ(line.value("activation_checkpointing", false), true);
   EXPECT_GT(line.value("chunks_mb", 0.0), 0) << "Gemini's figures";
   EXPECT_EQ(line.value("context", 0), 8);
+  // A model cut over ranks is not what the benchmark builds: refused, naming the key.
+  const Result tensor = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set parallel.tensor.mode='\"1d\"'");
+  EXPECT_NE(tensor.exit_code, 0);
+  EXPECT_NE(tensor.output.find("parallel.tensor.mode"), std::string::npos) << tensor.output;
+  EXPECT_NE(tensor.output.find("times the whole model on every rank"), std::string::npos) << tensor.output;
+  const Result pipeline = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set parallel.pipeline=2");
+  EXPECT_NE(pipeline.exit_code, 0);
+  EXPECT_NE(pipeline.output.find("parallel.pipeline"), std::string::npos) << pipeline.output;
 }
 
 }  // namespace
