@@ -43,11 +43,15 @@ class OptApp : public train::App {
     return model_->module();
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;
+  void build_benchmark_model(const train::Runtime& runtime) override {
+    model_ = opt::build_benchmark_model(config_, settings_, runtime.device, deferred_);
+  }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const LmShape& m = settings_.model;
     const int64_t context = settings_.data.context;
     train::BenchmarkSpec spec;
     spec.app = "opt";
+    spec.deferred = deferred_;
     spec.flops_per_item = m.flops_per_token(context);
     spec.parameters = m.parameter_count();
     spec.fields = {{"lora_rank", config_.get_int("lora.rank")}};
@@ -59,7 +63,8 @@ class OptApp : public train::App {
  private:
   const config::Config& config_;
   OptSettings settings_;
-  nn::CausalLMPtr model_;  // build_model's
+  nn::CausalLMPtr model_;     // build_model's
+  DeferredWeights deferred_;  // a benchmark model left described for ZeRO and Gemini
 };
 
 nlohmann::json OptApp::export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) {

@@ -74,12 +74,49 @@ void materialize_model(const config::Config& config, const OptSettings& settings
   train::apply_configured_lora(config, model.module(), on_host ? std::optional<torch::Device>(device) : std::nullopt);
 }
 
+// A described model made ready to train, those `holds` names (null: all) given storage: a LoRA run's
+// frozen base straight in the compute dtype that ModelState would cast it to (in host memory under
+// memory.offload_frozen). A full fine-tuning run under ZeRO or Gemini stays described: the returned
+// weights let the strategy fill its chunks as a fresh description is initialised and loaded into its
+// weight sink. Otherwise the returned weights are empty.
+DeferredWeights materialize_for_training(const config::Config& config, const OptSettings& settings,
+                                         const parallel::ModelOptions& options, nn::CausalLM& model,
+                                         const std::function<bool(const std::string&)>& holds, bool starting_weights) {
+  DeferredWeights weights;
+  if (!train::lora_spec(config) && train::defers_trained_weights(config)) {
+    weights.device = options.device;
+    weights.initialize = [settings, options] {
+      nn::CausalLMPtr fresh = describe_model(settings, options);
+      torch::manual_seed(settings.train.seed);
+      fresh->initialize();
+    };
+    if (starting_weights && !train::init_from(config).empty()) {
+      weights.load = [config, settings, options] {
+        nn::CausalLMPtr fresh = describe_model(settings, options);
+        load_starting_weights(config, *fresh);
+      };
+    }
+    return weights;
+  }
+  const FrozenBase frozen{optim::compute_dtype(config, options.device), config.get_bool("memory.offload_frozen")};
+  materialize_model(config, settings, model, options.device, frozen, holds, starting_weights);
+  return weights;
+}
+
 }  // namespace
 
 nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
                             bool starting_weights) {
   nn::CausalLMPtr model = describe_model(settings, options);
   materialize_model(config, settings, *model, options.device, FrozenBase{}, nullptr, starting_weights);
+  return model;
+}
+
+nn::CausalLMPtr build_benchmark_model(const config::Config& config, const OptSettings& settings,
+                                      const torch::Device& device, DeferredWeights& deferred) {
+  const auto options = parallel::ModelOptions::serial_on(device);
+  nn::CausalLMPtr model = describe_model(settings, options);
+  deferred = materialize_for_training(config, settings, options, *model, nullptr, /*starting_weights=*/false);
   return model;
 }
 
@@ -156,36 +193,19 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
   if (stages) {
     layout = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
   }
-  // Only this rank's pipeline stage is given storage; a run's frozen weights go straight into the
-  // compute dtype that ModelState would cast them to (the whole model of an evaluation stays float32).
-  // A full fine-tuning run under ZeRO or Gemini leaves every weight described: the strategy fills its
-  // chunks as a fresh description is initialised and loaded into its weight sink.
-  const bool deferred = stages && !train::lora_spec(config) && train::defers_trained_weights(config);
-  if (!deferred) {
-    const train::StageParts parts = train::stage_parts(*model, layout.plan);
-    // Training: the frozen base straight in the compute dtype, and in host memory when offloaded.
-    const FrozenBase frozen = stages ? FrozenBase{optim::compute_dtype(config, options.device), config.get_bool("memory.offload_frozen")}
-                                     : FrozenBase{};
-    materialize_model(config, settings, *model, options.device, frozen,
-                      [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
+  // Only this rank's pipeline stage is given storage (the whole model of an evaluation, in float32).
+  const train::StageParts parts = train::stage_parts(*model, layout.plan);
+  const auto holds = [&parts](const std::string& name) { return parts.holds(name); };
+  DeferredWeights deferred;
+  if (stages) {
+    deferred = materialize_for_training(config, settings, options, *model, holds, /*starting_weights=*/true);
+  } else {
+    materialize_model(config, settings, *model, options.device, FrozenBase{}, holds, /*starting_weights=*/true);
   }
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));
   auto task = std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
                                         OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
-  if (deferred) {
-    DeferredWeights weights{options.device, [settings, options] {
-                              nn::CausalLMPtr fresh = describe_model(settings, options);
-                              torch::manual_seed(settings.train.seed);
-                              fresh->initialize();
-                            }};
-    if (!train::init_from(config).empty()) {
-      weights.load = [config, settings, options] {
-        nn::CausalLMPtr fresh = describe_model(settings, options);
-        load_starting_weights(config, *fresh);
-      };
-    }
-    task->defer_weights(std::move(weights));
-  }
+  if (deferred) task->defer_weights(std::move(deferred));
   return task;
 }
 

@@ -10,6 +10,7 @@
 #include "core/train/source_task.h"
 #include "core/train/runtime.h"
 #include "core/train/train_settings.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::opt {
 
@@ -29,6 +30,11 @@ using OptTask = train::SourceTask<nn::CausalLMPtr>;
 nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
                             bool starting_weights = true);
 nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options);
+// The benchmark's whole model on `device`, built as a training run builds it (seeded weights only): a
+// LoRA run's frozen base in the compute dtype (in host memory under memory.offload_frozen); a full
+// fine-tune under ZeRO or Gemini left described, with `deferred` for the strategy to fill it from.
+nn::CausalLMPtr build_benchmark_model(const config::Config& config, const OptSettings& settings,
+                                      const torch::Device& device, DeferredWeights& deferred);
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime);
