@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "apps/chat_rlhf/experience.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
+#include "core/train/lazy_model.h"
 #include "core/train/model_state.h"
 #include "core/train/parallelize.h"
 #include "core/train/runtime.h"
@@ -31,8 +33,23 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   const torch::Device device = runtime.device;
   const opt::LmShape& shape = settings.model;
   const parallel::ModelOptions options = runtime.model_options();
-  nn::CausalLMPtr reference = shape.build(options);
-  ScoredModel critic(shape, options), reward(shape, options);
+  // The frozen reference and reward models are made straight in their compute dtype, as a run makes
+  // them (described, given storage, then their random weights drawn): no float32 copy first.
+  const auto make_frozen = [&](torch::nn::Module& model, const std::string& name, const std::function<void()>& draw) {
+    const torch::Dtype dtype = optim::compute_dtype(config.model_view(name), device);
+    train::materialize(model, {device, [dtype](const std::string&) { return dtype; }});
+    torch::NoGradGuard no_grad;
+    draw();
+  };
+  const parallel::ModelOptions described(options.tp, torch::kMeta);
+  nn::CausalLMPtr reference = shape.build(described);
+  make_frozen(reference->module(), "reference", [&] { reference->initialize(); });
+  ScoredModel reward(shape, described);
+  make_frozen(*reward, "reward", [&] {
+    reward->lm->initialize();
+    reward->score->weight.normal_(0.0, 0.02);  // as a new head starts
+  });
+  ScoredModel critic(shape, options);
   train::ParallelModel reference_sites(*reference, {});
   const train::FrozenModel frozen_reference(config.model_view("reference"), runtime, reference->module(),
                                             {"reference", false, [&](hooks::BlockHooks* h) {

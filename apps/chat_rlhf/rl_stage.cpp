@@ -7,6 +7,7 @@
 #include "apps/chat_rlhf/rl_benchmark.h"
 #include "apps/opt_finetune/commands.h"
 #include "core/dist/collectives.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
 #include "core/util/seed_mix.h"
@@ -519,8 +520,13 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   models.actor = opt::build_model(config_, settings_, options);
   const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
-  models.reference = opt::load_causal_lm(reference, options.device);
-  models.reward = load_scored_model(rl_.reward_model, options.device);
+  // The frozen reference and reward models are made in their compute dtype (their config sections'
+  // precision.dtype), as the run holds them.
+  const auto frozen_dtype = [&](const std::string& model) {
+    return optim::compute_dtype(config_.model_view(model), options.device);
+  };
+  models.reference = opt::load_causal_lm(reference, options.device, frozen_dtype("reference"));
+  models.reward = load_scored_model(rl_.reward_model, options.device, frozen_dtype("reward"));
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
                     "the actor");

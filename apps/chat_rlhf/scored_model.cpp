@@ -2,6 +2,8 @@
 
 #include "core/io/hf_folder.h"
 #include "core/nn/language_model.h"
+#include "core/train/lazy_model.h"
+#include "core/util/device.h"
 
 namespace kuafu::chat {
 
@@ -29,7 +31,9 @@ ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits)
     : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp), reads_logits_(reads_logits) {
   for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
   score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(lm->final_width(), 1).bias(false)));
-  score->to(lm->module().parameters().front().device());
+  // On the trunk's device, the meta device included (a described trunk), where Module::to cannot go.
+  const torch::Device device = lm->module().parameters().front().device();
+  for (torch::Tensor& p : score->parameters()) rebind(p, p.to(device));
   {
     torch::NoGradGuard no_grad;
     score->weight.normal_(0.0, 0.02);  // Hugging Face's initializer range
@@ -88,9 +92,11 @@ opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& 
   return opt::read_lm_shape(config, where);
 }
 
-ScoredModel load_scored_model(const std::string& dir, torch::Device device) {
+ScoredModel load_scored_model(const std::string& dir, torch::Device device, torch::Dtype dtype) {
   const io::HfFolder folder = io::read_hf_folder(dir);
-  ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(device));
+  // As opt::load_causal_lm: described, given storage in `dtype`, every weight (the head's too) read.
+  ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(torch::kMeta));
+  train::materialize(*model, {device, [dtype](const std::string&) { return dtype; }});
   train::load_pretrained(*model, model->tp, folder, scored_names(model->shape));
   return model;
 }

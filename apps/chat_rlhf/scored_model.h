@@ -55,8 +55,9 @@ torch::Tensor last_real_token(const torch::Tensor& real);
 // The trunk's shape of a sequence-classification folder's config.json (OPT or GPT-2; `where` names
 // it), refusing num_labels ≠ 1 by name.
 opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& where);
-// The sequence-classification model `dir` holds, whole on `device`.
-ScoredModel load_scored_model(const std::string& dir, torch::Device device = torch::kCPU);
+// The sequence-classification model `dir` holds, whole on `device`, its weights held in `dtype`.
+ScoredModel load_scored_model(const std::string& dir, torch::Device device = torch::kCPU,
+                              torch::Dtype dtype = torch::kFloat32);
 // Writes `model` (serial) as a new folder that transformers' AutoModelForSequenceClassification loads.
 // A GPT-2 folder has no pad_token_id (GPT-2 has no pad token): transformers then scores the last token
 // of a batch of one, so score padded rows one at a time there.

@@ -4,6 +4,7 @@
 
 #include "apps/gpt/hugging_face.h"
 #include "apps/opt_finetune/hugging_face.h"
+#include "core/train/lazy_model.h"
 
 namespace kuafu::opt {
 
@@ -82,9 +83,12 @@ LmShape shape_of(nn::CausalLM& model) {
   fail("a causal language model of a family Kuafu cannot save: " + model.family());
 }
 
-nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device) {
+nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device, torch::Dtype dtype) {
   const io::HfFolder folder = io::read_hf_folder(dir);
-  nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(device));
+  // Described, then given storage in `dtype` and filled from the folder: every weight comes from it, so
+  // nothing is drawn, and no float32 copy of a model held in bf16 is ever made.
+  nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(torch::kMeta));
+  train::materialize(model->module(), {device, [dtype](const std::string&) { return dtype; }});
   load_lm_weights(*model, folder);
   return model;
 }

@@ -48,8 +48,10 @@ const train::HfWeightNames& lm_weight_names(const LmShape& shape);
 // The shape `model` was built with.
 LmShape shape_of(nn::CausalLM& model);
 
-// The causal language model `dir` holds (OPTForCausalLM, GPT2LMHeadModel), whole on `device`.
-nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device = torch::kCPU);
+// The causal language model `dir` holds (OPTForCausalLM, GPT2LMHeadModel), whole on `device`, its
+// weights held in `dtype` (a frozen model's compute dtype: made in it, never in float32 first).
+nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device = torch::kCPU,
+                               torch::Dtype dtype = torch::kFloat32);
 // `folder`'s weights into `model` (built from its config), on any tensor-parallel layout.
 void load_lm_weights(nn::CausalLM& model, const io::HfFolder& folder);
 // Writes `model` (serial) as a new folder `dir` that transformers' AutoModelForCausalLM loads.

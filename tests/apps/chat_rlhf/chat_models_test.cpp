@@ -82,6 +82,23 @@ TEST_P(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
   EXPECT_LT(line["max_difference"].get<double>(), kTolerance);
 }
 
+// A frozen model is made straight in its compute dtype: its weights are the folder's rounded to bf16,
+// exactly what the float32 model cast afterwards holds.
+TEST_P(ChatModelsTest, FrozenModelsLoadStraightInTheirComputeDtype) {
+  const auto same_in_bf16 = [](torch::nn::Module& bf16, torch::nn::Module& f32) {
+    const auto wide = f32.named_parameters();
+    for (const auto& item : bf16.named_parameters()) {
+      EXPECT_EQ(item.value().scalar_type(), torch::kBFloat16) << item.key();
+      EXPECT_TRUE(item.value().equal(wide[item.key()].to(torch::kBFloat16))) << item.key();
+    }
+  };
+  nn::CausalLMPtr lm = opt::load_causal_lm(folder("lm"), torch::kCPU, torch::kBFloat16);
+  same_in_bf16(lm->module(), opt::load_causal_lm(folder("lm"))->module());
+  ScoredModel reward = load_scored_model(folder("rm"), torch::kCPU, torch::kBFloat16);
+  ScoredModel wide = load_scored_model(folder("rm"));
+  same_in_bf16(*reward, *wide);
+}
+
 TEST_P(ChatModelsTest, RewardModelStartsFromACausalModelsTrunk) {
   nn::CausalLMPtr lm = opt::load_causal_lm(folder("lm"));
   ScoredModel model(opt::shape_of(*lm));

@@ -331,6 +331,7 @@ void run_strategies(const std::string& prefix, const std::vector<std::string>& c
     train_model<Model>(prefix, "checkpointed", kRuns[0].overrides, dist::World::single(), checkpoint_defaults, data);
     testing::run_test_on_ranks(2, 120);
     expect_runs_equal_serial<Model>(prefix);
+    fs::remove_all(run_root());  // about 200 MB of checkpoints
     return;
   }
   auto world = testing::worker_world();
@@ -369,6 +370,7 @@ TEST(BlockStrategiesTest, ATwoStreamModelSplitOverADapAxisGivesTheSerialGradient
     for (int s = 0; s < kSteps; ++s) {
       expect_same_gradients(split[s], serial[s], 1e-10, "dap step " + std::to_string(s + 1));
     }
+    fs::remove_all(run_root());
     return;
   }
   auto world = testing::worker_world();
