@@ -37,7 +37,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   // them (described, given storage, then their random weights drawn): no float32 copy first.
   const auto make_frozen = [&](torch::nn::Module& model, const std::string& name, const std::function<void()>& draw) {
     const torch::Dtype dtype = optim::compute_dtype(config.model_view(name), device);
-    train::materialize(model, {device, [dtype](const std::string&) { return dtype; }});
+    train::materialize(model, train::Materialization::all_in(device, dtype));
     torch::NoGradGuard no_grad;
     draw();
   };

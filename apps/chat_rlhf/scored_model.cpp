@@ -96,7 +96,7 @@ ScoredModel load_scored_model(const std::string& dir, torch::Device device, torc
   const io::HfFolder folder = io::read_hf_folder(dir);
   // As opt::load_causal_lm: described, given storage in `dtype`, every weight (the head's too) read.
   ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(*model, {device, [dtype](const std::string&) { return dtype; }});
+  train::materialize(*model, train::Materialization::all_in(device, dtype));
   train::load_pretrained(*model, model->tp, folder, scored_names(model->shape));
   return model;
 }

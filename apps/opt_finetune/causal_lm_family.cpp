@@ -88,7 +88,7 @@ nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device, tor
   // Described, then given storage in `dtype` and filled from the folder: every weight comes from it, so
   // nothing is drawn, and no float32 copy of a model held in bf16 is ever made.
   nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(model->module(), {device, [dtype](const std::string&) { return dtype; }});
+  train::materialize(model->module(), train::Materialization::all_in(device, dtype));
   load_lm_weights(*model, folder);
   return model;
 }

@@ -59,7 +59,8 @@ void materialize_model(const config::Config& config, const OptSettings& settings
   const bool lora = train::lora_spec(config).has_value();
   const torch::Dtype dtype = lora ? frozen.dtype : torch::kFloat32;
   const bool on_host = lora && frozen.on_host;
-  train::Materialization how{device, [dtype](const std::string&) { return dtype; }, holds};
+  train::Materialization how = train::Materialization::all_in(device, dtype);
+  how.holds = holds;
   if (on_host) how.on_host = [](const std::string&) { return true; };
   train::materialize(model.module(), how);
   {

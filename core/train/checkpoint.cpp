@@ -1,5 +1,7 @@
 #include "core/train/checkpoint.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -7,7 +9,6 @@
 #include <iomanip>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -84,8 +85,7 @@ nlohmann::json verified_manifest(const std::string& folder) {
 torch::Tensor part_of(const SavedTensors& saved, const std::string& name,
                       const std::optional<CheckpointStore::LocalPart>& part) {
   if (!part) return saved.read(name);
-  const int64_t numel = std::accumulate(part->shape.begin(), part->shape.end(), int64_t{1}, std::multiplies<>());
-  return saved.read_piece(name, part->place, numel).view(part->shape);
+  return saved.read_piece(name, part->place, c10::multiply_integers(part->shape)).view(part->shape);
 }
 
 // `part`: the model is a pipeline stage's part, so the checkpoint may hold other stages' tensors. One

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <numeric>
+#include <c10/util/accumulate.h>
 #include <set>
 
 #include "core/train/piece_reader.h"
@@ -12,10 +12,6 @@
 namespace kuafu::train {
 namespace fs = std::filesystem;
 namespace {
-
-int64_t product(const std::vector<int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
 
 // A view of `whole` showing the block `cuts` name, each cut dimension split in two, [stride, block]
 // (a view: splitting a dimension always is one). Cuts go from the last dimension back, so that the
@@ -63,7 +59,7 @@ std::vector<int64_t> block_shape(const PiecePlace& place) {
 }
 
 bool is_whole(const PiecePlace& place, int64_t numel) {
-  return place.cuts.empty() && place.offset == 0 && numel == product(place.shape);
+  return place.cuts.empty() && place.offset == 0 && numel == c10::multiply_integers(place.shape);
 }
 
 nlohmann::json place_to_json(const PiecePlace& place) {
@@ -108,23 +104,9 @@ PiecePlace place_from_json(const nlohmann::json& json, const std::string& where)
   return place;
 }
 
-void write_piece(torch::Tensor& whole, const PiecePlace& place, const torch::Tensor& data) {
-  torch::NoGradGuard no_grad;
-  const int64_t numel = data.numel();
-  const torch::Tensor flat = data.reshape(-1).to(whole.device(), whole.scalar_type());
-  if (place.cuts.empty()) {
-    whole.view(-1).narrow(0, place.offset, numel).copy_(flat);
-  } else if (place.offset == 0 && numel == product(block_shape(place))) {
-    torch::Tensor view = block_view(whole, place.cuts);
-    view.copy_(flat.view(view.sizes()));
-  } else {
-    whole.view(-1).index_copy_(0, positions_in_whole(whole, place, numel).to(whole.device()), flat);
-  }
-}
-
 torch::Tensor read_piece(const torch::Tensor& whole, const PiecePlace& place, int64_t numel) {
   if (place.cuts.empty()) return whole.reshape(-1).narrow(0, place.offset, numel).clone();
-  if (place.offset == 0 && numel == product(block_shape(place))) {
+  if (place.offset == 0 && numel == c10::multiply_integers(block_shape(place))) {
     return block_view(whole, place.cuts).contiguous().view(-1).clone();
   }
   return whole.reshape(-1).index_select(0, positions_in_whole(whole, place, numel).to(whole.device()));
@@ -221,8 +203,8 @@ SavedTensors::SavedTensors(const std::string& folder, const std::string& part, c
   // made, so that no shape a file claims is allocated beyond what the files hold.
   for (const auto& [name, list] : pieces_) {
     int64_t held = 0;
-    for (const Source& source : list) held += product(files_[source.file].entries[source.entry].shape);
-    const int64_t whole = product(list.front().place.shape);
+    for (const Source& source : list) held += c10::multiply_integers(files_[source.file].entries[source.entry].shape);
+    const int64_t whole = c10::multiply_integers(list.front().place.shape);
     KUAFU_CHECK(held == whole, where_, ": the pieces of '", text::abbreviate(name), "' hold ", held,
                 " elements but its shape ", torch::IntArrayRef(list.front().place.shape), " has ", whole,
                 " (a rank's file is missing, or pieces overlap)");
@@ -253,7 +235,7 @@ torch::Tensor SavedTensors::read(const std::string& name) const {
   if (!sharded_) return io::read_tensor(files_[first.file], first_entry);
   PiecePlace whole;
   whole.shape = first.place.shape;
-  return assemble_piece(name, whole, product(whole.shape), saved_pieces(list), first_entry.dtype, where_).view(whole.shape);
+  return assemble_piece(name, whole, c10::multiply_integers(whole.shape), saved_pieces(list), first_entry.dtype, where_).view(whole.shape);
 }
 
 torch::Tensor SavedTensors::read_piece(const std::string& name, const PiecePlace& place, int64_t numel) const {

@@ -43,8 +43,8 @@ nlohmann::json place_to_json(const PiecePlace& place);
 // kuafu::Error naming `where` for anything but a place a writer could have made.
 PiecePlace place_from_json(const nlohmann::json& json, const std::string& where);
 
-// Writes `data` (numel elements) into `whole` at `place`, and reads them back as a 1-D copy.
-void write_piece(torch::Tensor& whole, const PiecePlace& place, const torch::Tensor& data);
+// The `numel` elements of `whole` at `place`, as a 1-D copy: a piece cut in memory (what saving a rank's
+// piece and piece_reader.h's reads from files must agree with).
 torch::Tensor read_piece(const torch::Tensor& whole, const PiecePlace& place, int64_t numel);
 
 // File names of a part's kind.

@@ -70,9 +70,9 @@ void load_pretrained(torch::nn::Module& model, const parallel::TensorParallel& t
   };
   const io::MayStay may_stay = [&](const std::string& name) { return starts_with_any(name, names.fresh_prefixes); };
   // Each stored tensor is read alone and goes straight into the parameter: whole, or under tensor
-  // parallelism only this rank's block of it (its bytes alone read from the file). A parameter still on the meta device (lazy construction) goes to
-  // the weight sink in scope when it wants it; otherwise (another pipeline stage's) it is checked
-  // against the folder but not read.
+  // parallelism only this rank's block of it (its bytes alone read from the file). A parameter still on
+  // the meta device (lazy construction) goes to the weight sink in scope when it wants it; otherwise
+  // (another pipeline stage's) it is checked against the folder but not read.
   const WeightSink* sink = current_weight_sink();
   const auto layouts = parallel::collect_layouts(model);
   io::HfTargets targets;

@@ -33,6 +33,11 @@ struct Materialization {
   // weights memory.offload_frozen keeps there (null: none). Initialise such a model with a WeightSink
   // on `device` in scope, so its values are drawn where an eager model's are.
   std::function<bool(const std::string& name)> on_host;
+
+  // Every parameter on `device` in `dtype` (a model loaded whole, or frozen in its compute dtype).
+  static Materialization all_in(const torch::Device& device, torch::Dtype dtype) {
+    return {device, [dtype](const std::string&) { return dtype; }};
+  }
 };
 
 // Gives every parameter of `model` still on the meta device zero-filled storage as `how` says. A

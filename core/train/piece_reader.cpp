@@ -1,7 +1,8 @@
 #include "core/train/piece_reader.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
-#include <numeric>
 
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -10,10 +11,6 @@ namespace kuafu::train {
 namespace {
 
 using Shape = std::vector<int64_t>;
-
-int64_t product(const Shape& shape) {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
-}
 
 // A box of a block, in the block's coordinates, that is one run of the block's flattened elements.
 struct Box {
@@ -27,7 +24,7 @@ struct Box {
 void split_run(const Shape& shape, Shape prefix, int64_t begin, int64_t end, int64_t first, std::vector<Box>& out) {
   if (begin >= end) return;
   const size_t dim = prefix.size();
-  const int64_t row = product(Shape(shape.begin() + static_cast<std::ptrdiff_t>(dim) + 1, shape.end()));
+  const int64_t row = c10::multiply_integers(shape.begin() + static_cast<std::ptrdiff_t>(dim) + 1, shape.end());
   const auto rows = [&](int64_t from, int64_t count, int64_t at) {  // rows [from, from + count), whole
     Box box{prefix, Shape(dim, 1), at};
     box.begin.push_back(from);
@@ -127,7 +124,7 @@ std::vector<Shared> shared_along(const PlacedBox& wanted, const PlacedBox& saved
 
 // A view of the box's elements of the 1-D `piece` tensor, in the box's shape.
 torch::Tensor box_view(const torch::Tensor& piece, const Box& box) {
-  return piece.narrow(0, box.first, product(box.size)).view(box.size);
+  return piece.narrow(0, box.first, c10::multiply_integers(box.size)).view(box.size);
 }
 
 }  // namespace
@@ -148,7 +145,7 @@ torch::Tensor assemble_piece(const std::string& name, const PiecePlace& wanted, 
   const bool flat = wanted.cuts.empty() &&
                     std::all_of(saved.begin(), saved.end(), [](const SavedPiece& s) { return s.place.cuts.empty(); });
   const auto geometry = [&](const PiecePlace& place) {
-    return flat ? PiecePlace{{product(place.shape)}, {}, place.offset} : place;
+    return flat ? PiecePlace{{c10::multiply_integers(place.shape)}, {}, place.offset} : place;
   };
   const std::vector<PlacedBox> wanted_boxes = placed_boxes(geometry(wanted), numel);
   for (const SavedPiece& piece : saved) {
@@ -198,7 +195,7 @@ torch::Tensor read_block(const io::SafetensorsIndex& file, const io::Safetensors
   whole.shape = entry.shape;
   const PiecePlace block{entry.shape, cuts, 0};
   const Shape shape = block_shape(block);
-  return assemble_piece(entry.name, block, product(shape), {piece_in_file(file, entry, whole)}, entry.dtype, file.path)
+  return assemble_piece(entry.name, block, c10::multiply_integers(shape), {piece_in_file(file, entry, whole)}, entry.dtype, file.path)
       .view(shape);
 }
 

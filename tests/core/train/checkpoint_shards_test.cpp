@@ -214,7 +214,7 @@ TEST(CheckpointShardsTest, ABoxOfAFileIsReadAloneRunByRun) {
 }
 
 // Every layout's piece read from every other layout's files equals the piece cut from the whole tensor
-// in memory (write_piece / read_piece, checked by hand above), and reads exactly its own bytes.
+// in memory (read_piece, checked by hand above), and reads exactly its own bytes.
 TEST(CheckpointShardsTest, AnyLayoutsPieceIsReadFromAnyOtherLayoutsFilesTouchingOnlyItsBytes) {
   const fs::path root = testing::temp_dir("shards_any");
   const torch::Tensor whole = torch::randn({12, 6, 4});  // [12, 6, 4]
