@@ -49,7 +49,8 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
     reward->lm->initialize();
     reward->score->weight.normal_(0.0, 0.02);  // as a new head starts
   });
-  ScoredModel critic(shape, options);
+  // The critic trains: float32, or left described for its sharded strategy (ZeRO, Gemini) to fill.
+  ScoredModel critic(shape, described);
   train::ParallelModel reference_sites(*reference, {});
   const train::FrozenModel frozen_reference(config.model_view("reference"), runtime, reference->module(),
                                             {"reference", false, [&](hooks::BlockHooks* h) {
@@ -75,6 +76,16 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
     critic->set_block_hooks(h);
     return true;
   };
+  if (train::defers_trained_weights(critic_view)) {
+    critic_options.deferred.device = device;
+    critic_options.deferred.initialize = [shape, described] {
+      ScoredModel fresh(shape, described);
+      fresh->initialize();
+    };
+  } else {
+    train::materialize(*critic, train::Materialization::all_in(device, torch::kFloat32));
+    critic->initialize();
+  }
   train::ModelState actor_state(actor_view, runtime, actor->module(), std::move(actor_options));
   train::ModelState critic_state(critic_view, runtime, *critic, std::move(critic_options));
   for (torch::nn::Module* m : {&actor->module(), &reference->module(), static_cast<torch::nn::Module*>(critic.get()),

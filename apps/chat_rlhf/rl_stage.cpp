@@ -9,6 +9,7 @@
 #include "core/dist/collectives.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/util/logging.h"
 #include "core/util/seed_mix.h"
 
@@ -539,8 +540,10 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   } else if (stage_ == Stage::Ppo) {
     const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
     const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
-    torch::manual_seed(settings_.train.seed);
-    models.critic.emplace(shape, parallel::ModelOptions::serial_on(options.device));
+    // Described, given float32 storage (the critic trains), then filled from the folder: nothing is
+    // drawn, since the trunk comes from it and the head too, or starts at zero.
+    models.critic.emplace(shape, parallel::ModelOptions::serial_on(torch::kMeta));
+    train::materialize(**models.critic, train::Materialization::all_in(options.device, torch::kFloat32));
     if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);
   }
   std::shared_ptr<io::InstructionBatcher> ptx;

@@ -30,11 +30,10 @@ ScoredModelImpl::ScoredModelImpl(const opt::LmShape& s, parallel::ModelOptions o
 ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits)
     : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp), reads_logits_(reads_logits) {
   for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
-  score = register_module("score", torch::nn::Linear(torch::nn::LinearOptions(lm->final_width(), 1).bias(false)));
-  // On the trunk's device, the meta device included (a described trunk), where Module::to cannot go.
+  // On the trunk's device, the meta device included (a described trunk: nothing drawn).
   const torch::Device device = lm->module().parameters().front().device();
-  for (torch::Tensor& p : score->parameters()) rebind(p, p.to(device));
-  {
+  score = register_module("score", parallel::SerialLinear(parallel::LinearSpec{lm->final_width(), 1, /*bias=*/false}, device));
+  if (!device.is_meta()) {
     torch::NoGradGuard no_grad;
     score->weight.normal_(0.0, 0.02);  // Hugging Face's initializer range
   }
@@ -45,6 +44,16 @@ ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits)
   for (const std::string& path : reads_logits ? lm->tail_part().modules : lm->final_modules()) tail.modules.push_back(path);
   parts.push_back(tail);
   sites_ = hooks::BlockSites::of_parts(*this, parts);
+}
+
+void ScoredModelImpl::initialize() {
+  lm->initialize();
+  torch::nn::Module head;  // the head under its name in this model, as a WeightSink knows it
+  head.register_module("score", score);
+  parallel::initialize_like_serial(head, tp, [](const std::string&, torch::Tensor& full) {
+    full.normal_(0.0, 0.02);
+    return true;
+  });
 }
 
 torch::Tensor ScoredModelImpl::through_sites(const torch::Tensor& tokens, const torch::Tensor& real,

@@ -16,6 +16,10 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   // are the trunk's and the head's. `reads_logits`: its tail part holds the trunk's output layer too,
   // for values_and_logits.
   explicit ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits = false);
+  // The trunk's initialisation and the head's N(0, 0.02) (Hugging Face's initializer range), from the
+  // current seed, in the order an eager model draws them: for a model described on the meta device and
+  // then materialised, or (with a WeightSink in scope) left described for a sharded strategy.
+  void initialize();
 
   // Its sites: the trunk's head part and blocks, and a tail holding the final norm (and projection) and
   // the score head, so that Gemini and frozen-weight offload reach every parameter.
@@ -35,7 +39,7 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
 
   opt::LmShape shape;       // the trunk's
   nn::CausalLMPtr lm;       // the trunk: its children are this module's (its tied output layer unused)
-  torch::nn::Linear score{nullptr};
+  parallel::SerialLinear score{nullptr};  // [1, final width], no bias
   parallel::TensorParallel tp;  // the trunk's
 
  private:

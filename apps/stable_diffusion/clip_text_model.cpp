@@ -51,10 +51,15 @@ ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& c, parallel::ModelOpt
   }
   final_layer_norm = parallel::make_layer_norm(options, c.hidden_size, c.layer_norm_eps);
   text_model->register_module("final_layer_norm", final_layer_norm.ptr());
+  if (!options.device.is_meta()) initialize();
+}
+
+void ClipTextModelImpl::initialize() {
   // transformers' initialisation: N(0, 0.02) embeddings and projections, zero biases, unit LayerNorms.
   parallel::initialize_like_serial(*this, tp, [](const std::string& name, torch::Tensor& full) {
-    if (name.find("layer_norm") != std::string::npos) return false;
-    if (text::ends_with(name, ".bias")) {
+    if (name.find("layer_norm") != std::string::npos) {
+      full.fill_(text::ends_with(name, ".weight") ? 1.0 : 0.0);
+    } else if (text::ends_with(name, ".bias")) {
       full.zero_();
     } else {
       full.normal_(0.0, 0.02);

@@ -37,7 +37,9 @@ struct ClipEmbeddingsImpl : torch::nn::Module {
 TORCH_MODULE(ClipEmbeddings);
 
 struct ClipTextModelImpl : torch::nn::Module {
+  // Made on options.device and initialised; on torch::kMeta described only (lazy construction).
   explicit ClipTextModelImpl(const ClipTextConfig& config, parallel::ModelOptions options = {});
+  void initialize();  // transformers' draws from the current seed
 
   struct Output {
     torch::Tensor last_hidden;  // [B, T, D], after the final layer norm

@@ -12,6 +12,7 @@
 #include "apps/stable_diffusion/vae_training.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/train/parallelize.h"
 #include "core/train/peft_adapter.h"
 #include "core/util/error.h"
@@ -27,6 +28,17 @@ const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_bloc
 // The benchmarks' text encodings: as many positions as CLIP's prompts (77 tokens).
 constexpr int64_t kTextTokens = 77;
 
+// `folder`'s weights into a UNet made from its config (empty: PyTorch's draws from `seed`). Meta
+// parameters go to the WeightSink in scope.
+void fill_unet(UNet2DConditionImpl& unet, const std::string& folder, uint64_t seed) {
+  if (!folder.empty()) {
+    load_unet_weights(unet, io::read_hf_folder(folder));
+    return;
+  }
+  torch::manual_seed(seed);
+  unet.initialize();
+}
+
 class SdApp : public train::App {
  public:
   explicit SdApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
@@ -39,14 +51,20 @@ class SdApp : public train::App {
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd");
-    Pipeline pipeline = load_pipeline(settings_.pipeline, options.device);
-    if (settings_.new_unet) pipeline.unet = fresh_unet(options.device);
-    add_lora(pipeline.unet);
+    // The frozen text encoder and VAE are read straight into the dtype they run in; the UNet is made as
+    // its training holds it (an evaluation's, without a runtime, whole in float32).
+    const PipelineLoad how{frozen_dtype("text_encoder", options.device), torch::kFloat32, frozen_dtype("vae", options.device),
+                           /*describe_unet=*/true};
+    Pipeline pipeline = load_pipeline(settings_.pipeline, options.device, how);
+    DeferredWeights deferred;
+    pipeline.unet = build_unet(options.device, /*starting_weights=*/true, /*training=*/runtime != nullptr, deferred);
     if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kCheckpointedBlocks);
     const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
     const int64_t channels = pipeline.vae->config.in_channels;
-    return std::make_unique<DiffusionTask>(std::move(pipeline), settings_, open_captioned_images(config_, true, channels, side),
-                                           open_captioned_images(config_, false, channels, side), options.device);
+    auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, open_captioned_images(config_, true, channels, side),
+                                                open_captioned_images(config_, false, channels, side), options.device);
+    if (deferred) task->defer_unet_weights(std::move(deferred));
+    return task;
   }
 
   std::string describe(train::RunTask& run_task) override {
@@ -67,9 +85,12 @@ class SdApp : public train::App {
   }
 
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    unet_ = starting_weights && !settings_.new_unet ? load_unet(unet_folder(), device) : fresh_unet(device);
-    add_lora(unet_);
+    DeferredWeights none;
+    unet_ = build_unet(device, starting_weights, /*training=*/false, none);
     return *unet_;
+  }
+  void build_benchmark_model(const train::Runtime& runtime) override {
+    unet_ = build_unet(runtime.device, /*starting_weights=*/false, /*training=*/true, benchmark_weights_);
   }
   // Exports and samples take the moving average when the run keeps one.
   std::string model_part() const override { return config_.get_float("optim.ema_decay") > 0 ? "unet.ema" : "unet"; }
@@ -84,7 +105,8 @@ class SdApp : public train::App {
     }
     UNet2DCondition unet = unet_;
     if (lora) {
-      unet = UNet2DCondition(unet_config_);
+      unet = UNet2DCondition(unet_config_, torch::kMeta);
+      train::materialize(*unet, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
       train::copy_named_weights(nn::merged_lora_weights(*unet_, *lora), *unet);
     }
     write_pipeline(settings_.pipeline, out, {{"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }}});
@@ -95,21 +117,43 @@ class SdApp : public train::App {
   nlohmann::json benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory);
 
  private:
-  // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.
-  void add_lora(UNet2DCondition& unet) const {
-    torch::manual_seed(settings_.train.seed);
+  // The UNet with lora.*'s adapters, its weights the pipeline's unet/ folder's (`starting_weights`, unless
+  // model.new_unet) or drawn from train.seed (a checkpoint's replace them). Never made whole in float32
+  // where `training` does not hold it so: a LoRA run's frozen base is read straight into the compute
+  // dtype (its adapters float32), and a full run under ZeRO or Gemini is left described, `deferred`
+  // saying how the strategy fills its chunks. Otherwise (and for evaluation and export) float32.
+  UNet2DCondition build_unet(const torch::Device& device, bool starting_weights, bool training, DeferredWeights& deferred) const {
+    const std::string folder = starting_weights && !settings_.new_unet ? unet_folder() : "";
+    const uint64_t seed = settings_.train.seed;
+    const bool lora = train::lora_spec(config_).has_value();
+    UNet2DCondition unet(unet_config_, torch::kMeta);
+    if (training && !lora && train::defers_trained_weights(config_)) {
+      deferred.device = device;
+      deferred.initialize = [config = unet_config_, folder, seed] {
+        UNet2DCondition fresh(config, torch::kMeta);
+        fill_unet(*fresh, folder, seed);
+      };
+      return unet;
+    }
+    const torch::Dtype dtype = training && lora ? optim::compute_dtype(config_, device) : torch::kFloat32;
+    train::materialize(*unet, train::Materialization::all_in(device, dtype));
+    fill_unet(*unet, folder, seed);
+    // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.
+    torch::manual_seed(seed);
     train::apply_configured_lora(config_, *unet);
+    return unet;
+  }
+  // The compute dtype of a frozen model of the pipeline, its weights read straight into it.
+  torch::Dtype frozen_dtype(const std::string& model, const torch::Device& device) const {
+    return optim::compute_dtype(config_.model_view(model), device);
   }
   std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
-  UNet2DCondition fresh_unet(const torch::Device& device) const {
-    torch::manual_seed(settings_.train.seed);
-    return UNet2DCondition(unet_config_, device);
-  }
 
   const config::Config& config_;
   SdSettings settings_;
   UNetConfig unet_config_;
   UNet2DCondition unet_{nullptr};  // build_model's
+  DeferredWeights benchmark_weights_;  // a benchmark UNet left described for ZeRO and Gemini
 };
 
 nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
@@ -129,6 +173,7 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   spec.flops_per_item = 3 * u.forward_flops(side, side, text_tokens);
   spec.parameters = static_cast<int64_t>(model_size().parameters);
   spec.fields = {{"latent_size", side}, {"block_out_channels", u.block_out_channels}};
+  spec.deferred = benchmark_weights_;
   auto loss = [&] {
     const torch::Dtype dtype = unet_->conv_in->weight.scalar_type();  // the compute dtype, once the state has cast it
     return diffusion_loss(unet_, schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});

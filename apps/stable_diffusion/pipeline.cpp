@@ -12,6 +12,7 @@
 #include "core/io/hf_folder.h"
 #include "core/io/json_file.h"
 #include "core/train/checkpoint.h"
+#include "core/train/lazy_model.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -25,7 +26,8 @@ namespace {
 
 // A float32 VAE on `device` holding `vae`'s (reduced-precision) weights, for decoding.
 AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device) {
-  AutoencoderKL copy(vae->config, device);
+  AutoencoderKL copy(vae->config, torch::kMeta);
+  train::materialize(*copy, train::Materialization::all_in(device, torch::kFloat32));
   train::copy_named_weights(train::named_weights(*vae), *copy);
   copy->eval();
   return copy;
@@ -68,7 +70,7 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   return s;
 }
 
-Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
+Pipeline load_pipeline(const std::string& dir, const torch::Device& device, const PipelineLoad& how) {
   const fs::path root = dir;
   const nlohmann::json index = io::read_json_object((root / "model_index.json").string());
   for (const auto& [name, value] : index.items()) {
@@ -84,9 +86,11 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device) {
   }
   Pipeline p;
   p.tokenizer = PromptTokenizer::from_folder((root / "tokenizer").string());
-  p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device);
-  p.unet = load_unet((root / "unet").string(), device);
-  p.vae = load_vae((root / "vae").string(), device);
+  p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device, how.text_encoder);
+  const std::string unet = (root / "unet").string();
+  p.unet = how.describe_unet ? UNet2DCondition(read_unet_config(io::read_hf_config(unet), unet + "/config.json"), torch::kMeta)
+                             : load_unet(unet, device, how.unet);
+  p.vae = load_vae((root / "vae").string(), device, how.vae);
   p.scheduler = read_scheduler_config(io::read_json_object((root / "scheduler" / "scheduler_config.json").string()),
                                       (root / "scheduler" / "scheduler_config.json").string());
   KUAFU_CHECK(p.text_encoder->config.hidden_size == p.unet->config.cross_attention_dim, dir, ": the text encoder's width (",

@@ -40,7 +40,14 @@ struct Pipeline {
   SchedulerFolder scheduler;
   int64_t vae_scale() const { return vae->config.scale_factor(); }  // pixels per latent
 };
-Pipeline load_pipeline(const std::string& dir, const torch::Device& device = torch::kCPU);
+// What load_pipeline makes of each model: the dtype its weights are read straight into (a frozen model's
+// compute dtype), and whether the UNet is only described (on the meta device, config and names but no
+// storage) for a caller that builds the UNet as its training holds it.
+struct PipelineLoad {
+  torch::Dtype text_encoder = torch::kFloat32, unet = torch::kFloat32, vae = torch::kFloat32;
+  bool describe_unet = false;
+};
+Pipeline load_pipeline(const std::string& dir, const torch::Device& device = torch::kCPU, const PipelineLoad& how = {});
 
 // A component written anew into a pipeline folder: its folder's name ("unet", "vae") and how to write
 // that (new) folder.

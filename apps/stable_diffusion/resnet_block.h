@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/nn/conv.h"
+#include "core/parallel/tensor/factory.h"
 
 namespace kuafu::sd {
 
@@ -13,7 +14,7 @@ struct ResnetBlockSpec {
   double eps = 1e-6;             // the VAE's; the UNet's is 1e-5
   int64_t time_channels = 0;     // 0: no timestep embedding (the VAE)
   double dropout = 0;
-  torch::Device device = torch::kCPU;
+  torch::Device device = torch::kCPU;  // torch::kMeta: described only (lazy construction)
 };
 
 struct ResnetBlock2DImpl : torch::nn::Module {
@@ -22,9 +23,9 @@ struct ResnetBlock2DImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& time = {});
 
   ResnetBlockSpec spec;
-  torch::nn::GroupNorm norm1{nullptr}, norm2{nullptr};
-  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
-  torch::nn::Linear time_emb_proj{nullptr};
+  nn::GroupNorm norm1{nullptr}, norm2{nullptr};
+  nn::Conv2d conv1{nullptr}, conv2{nullptr}, conv_shortcut{nullptr};
+  parallel::SerialLinear time_emb_proj{nullptr};
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(ResnetBlock2D);

@@ -52,6 +52,7 @@ std::vector<train::RunModel> DiffusionTask::models() {
     pipeline_.unet->set_block_hooks(hooks);
     return true;
   };
+  unet.deferred = unet_weights_;
   train::RunModel text_encoder;
   text_encoder.name = "text_encoder";
   text_encoder.module = pipeline_.text_encoder.get();

@@ -48,6 +48,9 @@ class DiffusionTask : public train::RunTask {
   std::vector<std::string> checkpoint_keys() const override { return {"model.", "diffusion."}; }
 
   Pipeline& pipeline() { return pipeline_; }
+  // The UNet is left described for the sharded strategy (memory.strategy zero1, zero2, gemini), which
+  // fills its chunks from `weights` (train/lazy_model.h).
+  void defer_unet_weights(DeferredWeights weights) { unet_weights_ = std::move(weights); }
   // The objective's inputs for items `items` of the training (`train`) or evaluation set with each row's
   // draws; training images are flipped (augment.flip) from `augment_seed` and each item.
   DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
@@ -63,6 +66,7 @@ class DiffusionTask : public train::RunTask {
   std::unique_ptr<io::ImageDataset> train_, val_;
   io::EpochOrder order_;
   torch::Device device_;
+  DeferredWeights unet_weights_;
   std::vector<int64_t> latent_shape_;  // [C, h, w]
   torch::Tensor empty_caption_;        // [1, M, D], the encoding dropped captions get
   torch::Tensor cached_moments_, cached_text_;  // [N, 2C, h, w] float32 and [N, M, D] (diffusion.cache)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 
 namespace kuafu::sd {
@@ -15,10 +16,8 @@ std::shared_ptr<torch::nn::Module> child_list(torch::nn::Module& parent, const s
   return parent.register_module(name, std::make_shared<torch::nn::Module>());
 }
 
-torch::nn::Linear linear(int64_t in, int64_t out, const torch::Device& device, bool bias = true) {
-  torch::nn::Linear layer(torch::nn::LinearOptions(in, out).bias(bias));
-  layer->to(device);
-  return layer;
+parallel::SerialLinear linear(int64_t in, int64_t out, const torch::Device& device) {
+  return parallel::SerialLinear(parallel::LinearSpec{in, out}, device);
 }
 
 }  // namespace
@@ -152,11 +151,10 @@ torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, bool flip_
 }
 
 BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t cross_attention_dim, const torch::Device& device) {
-  auto norm = [&](const char* name) { return register_module(name, torch::nn::LayerNorm(torch::nn::LayerNormOptions({dim}).eps(1e-5))); };
+  auto norm = [&](const char* name) { return register_module(name, parallel::SerialLayerNorm(dim, 1e-5, device)); };
   auto attention = [&](const char* name, int64_t context) {
-    nn::CrossAttention a(nn::CrossAttentionSpec{dim, context, heads, dim / heads, /*bias=*/false, /*out_bias=*/true, 0.0});
-    nn::initialize_like_torch(*a);
-    return register_module(name, a);
+    const nn::CrossAttentionSpec spec{dim, context, heads, dim / heads, /*bias=*/false, /*out_bias=*/true, 0.0};
+    return register_module(name, nn::CrossAttention(spec, parallel::ModelOptions::serial_on(device)));
   };
   norm1 = norm("norm1");
   attn1 = attention("attn1", dim);
@@ -168,7 +166,6 @@ BasicTransformerBlockImpl::BasicTransformerBlockImpl(int64_t dim, int64_t heads,
   auto net = ff->register_module("net", std::make_shared<torch::nn::Module>());
   geglu = net->register_module("0", std::make_shared<torch::nn::Module>())->register_module("proj", linear(dim, 8 * dim, device));
   ff_out = net->register_module("2", linear(4 * dim, dim, device));
-  to(device);
 }
 
 torch::Tensor BasicTransformerBlockImpl::forward(torch::Tensor x, const torch::Tensor& context) {
@@ -180,10 +177,10 @@ torch::Tensor BasicTransformerBlockImpl::forward(torch::Tensor x, const torch::T
 
 Transformer2DImpl::Transformer2DImpl(const UNetConfig& c, int64_t channels, int64_t heads, const torch::Device& device)
     : linear(c.use_linear_projection) {
-  norm = register_module("norm", nn::make_group_norm({c.norm_num_groups, channels, 1e-6, true, device}));
+  norm = register_module("norm", nn::GroupNorm(nn::GroupNormSpec{c.norm_num_groups, channels, 1e-6, true, device}));
   auto projection = [&](const char* name) {
     torch::nn::AnyModule layer = linear ? torch::nn::AnyModule(sd::linear(channels, channels, device))
-                                        : torch::nn::AnyModule(nn::make_conv2d({channels, channels, 1, 1, 0, true, device}));
+                                        : torch::nn::AnyModule(nn::Conv2d(nn::Conv2dSpec{channels, channels, 1, 1, 0, true, device}));
     register_module(name, layer.ptr());
     return layer;
   };
@@ -209,7 +206,7 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   const std::vector<int64_t>& widths = c.block_out_channels;
   const auto n = static_cast<int64_t>(widths.size());
   const int64_t time_dim = c.time_embed_dim();
-  conv_in = register_module("conv_in", nn::make_conv2d({c.in_channels, widths.front(), 3, 1, 1, true, device}));
+  conv_in = register_module("conv_in", nn::Conv2d(nn::Conv2dSpec{c.in_channels, widths.front(), 3, 1, 1, true, device}));
   auto time_embedding = register_module("time_embedding", std::make_shared<torch::nn::Module>());
   time_linear_1 = time_embedding->register_module("linear_1", linear(widths.front(), time_dim, device));
   time_linear_2 = time_embedding->register_module("linear_2", linear(time_dim, time_dim, device));
@@ -262,8 +259,8 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
     }
     up_blocks.push_back(block);
   }
-  conv_norm_out = register_module("conv_norm_out", nn::make_group_norm({c.norm_num_groups, widths.front(), c.norm_eps, true, device}));
-  conv_out = register_module("conv_out", nn::make_conv2d({widths.front(), c.out_channels, 3, 1, 1, true, device}));
+  conv_norm_out = register_module("conv_norm_out", nn::GroupNorm(nn::GroupNormSpec{c.norm_num_groups, widths.front(), c.norm_eps, true, device}));
+  conv_out = register_module("conv_out", nn::Conv2d(nn::Conv2dSpec{widths.front(), c.out_channels, 3, 1, 1, true, device}));
 
   std::vector<hooks::ModelPart> blocks = {{"time_embedding", {"time_embedding"}}, {"conv_in", {"conv_in"}}};
   for (int64_t i = 0; i < n; ++i) blocks.push_back({"down_blocks." + std::to_string(i), {"down_blocks." + std::to_string(i)}});
@@ -271,7 +268,10 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   for (int64_t i = 0; i < n; ++i) blocks.push_back({"up_blocks." + std::to_string(i), {"up_blocks." + std::to_string(i)}});
   blocks.push_back({"out", {"conv_norm_out", "conv_out"}});
   sites = hooks::BlockSites::of_parts(*this, blocks);
+  if (!device.is_meta()) initialize();
 }
+
+void UNet2DConditionImpl::initialize() { nn::initialize_like_torch(*this); }
 
 torch::Tensor UNet2DConditionImpl::forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text) {
   using hooks::Tensors;

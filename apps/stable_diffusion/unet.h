@@ -51,9 +51,9 @@ torch::Tensor timestep_embedding(const torch::Tensor& t, int64_t dim, bool flip_
 struct BasicTransformerBlockImpl : torch::nn::Module {
   BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t cross_attention_dim, const torch::Device& device);
   torch::Tensor forward(torch::Tensor x, const torch::Tensor& context);  // x [B, N, dim], context [B, M, cross]
-  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  parallel::SerialLayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
   nn::CrossAttention attn1{nullptr}, attn2{nullptr};
-  torch::nn::Linear geglu{nullptr}, ff_out{nullptr};  // ff.net.0.proj [8 dim, dim], ff.net.2 [dim, 4 dim]
+  parallel::SerialLinear geglu{nullptr}, ff_out{nullptr};  // ff.net.0.proj [8 dim, dim], ff.net.2 [dim, 4 dim]
 };
 TORCH_MODULE(BasicTransformerBlock);
 
@@ -63,7 +63,7 @@ struct Transformer2DImpl : torch::nn::Module {
   Transformer2DImpl(const UNetConfig& config, int64_t channels, int64_t heads, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);  // [B, C, H, W] -> same
   bool linear;
-  torch::nn::GroupNorm norm{nullptr};
+  nn::GroupNorm norm{nullptr};
   torch::nn::AnyModule proj_in, proj_out;  // 1x1 convolutions, or linear layers (use_linear_projection)
   std::vector<BasicTransformerBlock> blocks;
 };
@@ -82,8 +82,13 @@ TORCH_MODULE(UNetBlock);
 // Its blocks, for the memory strategies: "time_embedding", "conv_in", "down_blocks.<i>", "mid_block",
 // "up_blocks.<i>" and "out" (conv_norm_out and conv_out). A down block returns its stream and the skips it
 // leaves; an up block takes the skips it uses.
+// Made on `device` and initialised as diffusers' model is (PyTorch's layer defaults); on torch::kMeta it
+// is described only (lazy construction: no storage, no draws) for materialize() and initialize().
 struct UNet2DConditionImpl : torch::nn::Module, hooks::SiteModel {
   explicit UNet2DConditionImpl(const UNetConfig& config, const torch::Device& device = torch::kCPU);
+  // PyTorch's draws from the current seed (nn::initialize_like_torch), the same whether made on a device
+  // or materialised after being described.
+  void initialize();
   // latents [B, in, h, w], timesteps [B] (float or int), text [B, M, cross_attention_dim] -> the
   // prediction [B, out, h, w] (ε, v or x₀, as the scheduler's config says).
   torch::Tensor forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text);
@@ -91,11 +96,11 @@ struct UNet2DConditionImpl : torch::nn::Module, hooks::SiteModel {
   hooks::BlockSites& block_sites() override { return sites; }
 
   UNetConfig config;
-  torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
-  torch::nn::Linear time_linear_1{nullptr}, time_linear_2{nullptr};  // "time_embedding.linear_1", "linear_2"
+  nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
+  parallel::SerialLinear time_linear_1{nullptr}, time_linear_2{nullptr};  // "time_embedding.linear_1", "linear_2"
   std::vector<UNetBlock> down_blocks, up_blocks;
   UNetBlock mid_block{nullptr};
-  torch::nn::GroupNorm conv_norm_out{nullptr};
+  nn::GroupNorm conv_norm_out{nullptr};
   hooks::BlockSites sites;
 };
 TORCH_MODULE(UNet2DCondition);

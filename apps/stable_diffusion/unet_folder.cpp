@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/train/peft_adapter.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -107,11 +108,16 @@ nlohmann::json write_unet_config(const UNetConfig& c) {
           {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
 }
 
-UNet2DCondition load_unet(const std::string& dir, const torch::Device& device) {
+UNet2DCondition load_unet(const std::string& dir, const torch::Device& device, torch::Dtype dtype) {
   const io::HfFolder folder = io::read_hf_folder(dir);
-  UNet2DCondition unet(read_unet_config(folder.config, dir + "/config.json"), device);
-  train::load_pretrained(*unet, parallel::TensorParallel{}, folder, train::HfWeightNames{});
+  UNet2DCondition unet(read_unet_config(folder.config, dir + "/config.json"), torch::kMeta);
+  train::materialize(*unet, train::Materialization::all_in(device, dtype));
+  load_unet_weights(*unet, folder);
   return unet;
+}
+
+void load_unet_weights(UNet2DConditionImpl& unet, const io::HfFolder& folder) {
+  train::load_pretrained(unet, parallel::TensorParallel{}, folder, train::HfWeightNames{});
 }
 
 void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteOptions& options) {

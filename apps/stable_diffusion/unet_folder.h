@@ -17,7 +17,11 @@ namespace kuafu::sd {
 UNetConfig read_unet_config(const nlohmann::json& config, const std::string& where);
 nlohmann::json write_unet_config(const UNetConfig& config);
 
-UNet2DCondition load_unet(const std::string& dir, const torch::Device& device = torch::kCPU);
+// The UNet `dir` holds, on `device` in `dtype`, read straight into it (described, then filled; no draws).
+UNet2DCondition load_unet(const std::string& dir, const torch::Device& device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
+// A folder's weights into `unet` (made from its config): materialised tensors are filled, meta ones go
+// to the WeightSink in scope (a sharded strategy's chunks).
+void load_unet_weights(UNet2DConditionImpl& unet, const io::HfFolder& folder);
 // Writes `unet` as a new folder `dir` that diffusers' UNet2DConditionModel.from_pretrained loads.
 void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteOptions& options = {});
 

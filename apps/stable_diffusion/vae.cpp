@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 
 namespace kuafu::sd {
@@ -19,10 +20,9 @@ void VaeConfig::validate() const {
 }
 
 VaeAttentionImpl::VaeAttentionImpl(int64_t channels, int64_t groups, const torch::Device& device)
-    : nn::CrossAttentionImpl(nn::CrossAttentionSpec{channels, channels, 1, channels, /*bias=*/true, /*out_bias=*/true, 0.0}) {
-  nn::initialize_like_torch(*this);  // before group_norm joins: its parameters keep ones and zeros
-  group_norm = register_module("group_norm", nn::make_group_norm({groups, channels, 1e-6, true, device}));
-  to(device);
+    : nn::CrossAttentionImpl(nn::CrossAttentionSpec{channels, channels, 1, channels, /*bias=*/true, /*out_bias=*/true, 0.0},
+                             parallel::ModelOptions::serial_on(device)) {
+  group_norm = register_module("group_norm", nn::GroupNorm(nn::GroupNormSpec{groups, channels, 1e-6, true, device}));
 }
 
 torch::Tensor VaeAttentionImpl::forward(const torch::Tensor& x) {
@@ -59,7 +59,7 @@ VaeCoderImpl::VaeCoderImpl(const VaeConfig& c, bool is_encoder, const torch::Dev
   const std::vector<int64_t>& widths = c.block_out_channels;
   const auto n = static_cast<int64_t>(widths.size());
   const int64_t inner = is_encoder ? widths.front() : widths.back();  // conv_in's output
-  conv_in = register_module("conv_in", nn::make_conv2d({is_encoder ? c.in_channels : c.latent_channels, inner, 3, 1, 1, true, device}));
+  conv_in = register_module("conv_in", nn::Conv2d(nn::Conv2dSpec{is_encoder ? c.in_channels : c.latent_channels, inner, 3, 1, 1, true, device}));
   auto blocks = register_module(is_encoder ? "down_blocks" : "up_blocks", std::make_shared<torch::nn::Module>());
   auto resnet = [&](int64_t in, int64_t out) { return ResnetBlock2D(ResnetBlockSpec{in, out, c.norm_num_groups, 1e-6, 0, 0, device}); };
   if (is_encoder) {
@@ -94,8 +94,8 @@ VaeCoderImpl::VaeCoderImpl(const VaeConfig& c, bool is_encoder, const torch::Dev
     }
   }
   const int64_t last = is_encoder ? widths.back() : widths.front();
-  conv_norm_out = register_module("conv_norm_out", nn::make_group_norm({c.norm_num_groups, last, 1e-6, true, device}));
-  conv_out = register_module("conv_out", nn::make_conv2d({last, is_encoder ? 2 * c.latent_channels : c.out_channels, 3, 1, 1, true, device}));
+  conv_norm_out = register_module("conv_norm_out", nn::GroupNorm(nn::GroupNormSpec{c.norm_num_groups, last, 1e-6, true, device}));
+  conv_out = register_module("conv_out", nn::Conv2d(nn::Conv2dSpec{last, is_encoder ? 2 * c.latent_channels : c.out_channels, 3, 1, 1, true, device}));
 }
 
 torch::Tensor VaeCoderImpl::forward(const torch::Tensor& x) {
@@ -115,11 +115,14 @@ AutoencoderKLImpl::AutoencoderKLImpl(const VaeConfig& c, const torch::Device& de
   encoder = register_module("encoder", VaeCoder(c, true, device));
   decoder = register_module("decoder", VaeCoder(c, false, device));
   const int64_t moments = 2 * c.latent_channels;
-  if (c.use_quant_conv) quant_conv = register_module("quant_conv", nn::make_conv2d({moments, moments, 1, 1, 0, true, device}));
+  if (c.use_quant_conv) quant_conv = register_module("quant_conv", nn::Conv2d(nn::Conv2dSpec{moments, moments, 1, 1, 0, true, device}));
   if (c.use_post_quant_conv) {
-    post_quant_conv = register_module("post_quant_conv", nn::make_conv2d({c.latent_channels, c.latent_channels, 1, 1, 0, true, device}));
+    post_quant_conv = register_module("post_quant_conv", nn::Conv2d(nn::Conv2dSpec{c.latent_channels, c.latent_channels, 1, 1, 0, true, device}));
   }
+  if (!device.is_meta()) initialize();
 }
+
+void AutoencoderKLImpl::initialize() { nn::initialize_like_torch(*this); }
 
 AutoencoderKLImpl::Posterior AutoencoderKLImpl::encode(const torch::Tensor& images) {
   torch::Tensor moments = encoder->forward(images);  // [B, 2L, h, w]

@@ -32,7 +32,7 @@ struct VaeConfig {
 struct VaeAttentionImpl : nn::CrossAttentionImpl {
   VaeAttentionImpl(int64_t channels, int64_t groups, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& x);  // [B, C, H, W] -> [B, C, H, W]
-  torch::nn::GroupNorm group_norm{nullptr};
+  nn::GroupNorm group_norm{nullptr};
 };
 TORCH_MODULE(VaeAttention);
 
@@ -57,16 +57,19 @@ TORCH_MODULE(VaeStage);
 struct VaeCoderImpl : torch::nn::Module {  // the encoder or the decoder
   VaeCoderImpl(const VaeConfig& config, bool encoder, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& x);
-  torch::nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
+  nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
   std::vector<VaeStage> stages;  // "down_blocks.i" or "up_blocks.i", in the order they run
   VaeMidBlock mid_block{nullptr};
-  torch::nn::GroupNorm conv_norm_out{nullptr};
+  nn::GroupNorm conv_norm_out{nullptr};
   bool encoder;
 };
 TORCH_MODULE(VaeCoder);
 
+// Made on `device` and initialised as diffusers' model is; on torch::kMeta described only (lazy
+// construction) for materialize() and initialize().
 struct AutoencoderKLImpl : torch::nn::Module {
   explicit AutoencoderKLImpl(const VaeConfig& config, const torch::Device& device = torch::kCPU);
+  void initialize();  // PyTorch's draws from the current seed (nn::initialize_like_torch)
 
   struct Posterior {
     torch::Tensor mean, logvar;  // [B, latent_channels, H/f, W/f]; logvar clamped to [−30, 20]
@@ -81,7 +84,7 @@ struct AutoencoderKLImpl : torch::nn::Module {
 
   VaeConfig config;
   VaeCoder encoder{nullptr}, decoder{nullptr};
-  torch::nn::Conv2d quant_conv{nullptr}, post_quant_conv{nullptr};
+  nn::Conv2d quant_conv{nullptr}, post_quant_conv{nullptr};
 };
 TORCH_MODULE(AutoencoderKL);
 

@@ -1,6 +1,7 @@
 #include "apps/stable_diffusion/vae_folder.h"
 
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -87,9 +88,10 @@ nlohmann::json write_vae_config(const VaeConfig& c) {
           {"use_post_quant_conv", c.use_post_quant_conv}};
 }
 
-AutoencoderKL load_vae(const std::string& dir, const torch::Device& device) {
+AutoencoderKL load_vae(const std::string& dir, const torch::Device& device, torch::Dtype dtype) {
   io::HfFolder folder = io::read_hf_folder(dir);
-  AutoencoderKL vae(read_vae_config(folder.config, dir + "/config.json"), device);
+  AutoencoderKL vae(read_vae_config(folder.config, dir + "/config.json"), torch::kMeta);
+  train::materialize(*vae, train::Materialization::all_in(device, dtype));
   rename_old_attention(folder);
   train::load_pretrained(*vae, parallel::TensorParallel{}, folder, train::HfWeightNames{});
   return vae;

@@ -17,8 +17,8 @@ namespace kuafu::sd {
 VaeConfig read_vae_config(const nlohmann::json& config, const std::string& where);
 nlohmann::json write_vae_config(const VaeConfig& config);
 
-// The VAE `dir` holds, on `device`, float32.
-AutoencoderKL load_vae(const std::string& dir, const torch::Device& device = torch::kCPU);
+// The VAE `dir` holds, on `device` in `dtype`, read straight into it (described, then filled; no draws).
+AutoencoderKL load_vae(const std::string& dir, const torch::Device& device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
 // Writes `vae` as a new folder `dir` that diffusers' AutoencoderKL.from_pretrained loads.
 void save_vae(AutoencoderKL& vae, const std::string& dir, const io::HfWriteOptions& options = {});
 

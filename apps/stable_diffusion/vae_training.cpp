@@ -103,7 +103,7 @@ class VaeApp : public train::App {
 
   train::ModelSize model_size() override {
     double parameters = 0;
-    for (const auto& p : AutoencoderKL(vae_config_)->parameters()) parameters += static_cast<double>(p.numel());
+    for (const auto& p : AutoencoderKL(vae_config_, torch::kMeta)->parameters()) parameters += static_cast<double>(p.numel());
     return {parameters, {"model.pipeline"}};
   }
 

@@ -4,25 +4,30 @@
 
 namespace kuafu::nn {
 
-torch::nn::Conv2d make_conv2d(const Conv2dSpec& spec) {
-  KUAFU_CHECK(spec.in > 0 && spec.out > 0, "a Conv2d needs positive channels (in ", spec.in, ", out ", spec.out, ")");
-  KUAFU_CHECK(spec.kernel > 0 && spec.stride > 0 && spec.padding >= 0, "a Conv2d needs a positive kernel (",
-              spec.kernel, ") and stride (", spec.stride, ") and a padding >= 0 (", spec.padding, ")");
-  torch::nn::Conv2d conv(torch::nn::Conv2dOptions(spec.in, spec.out, spec.kernel)
-                             .stride(spec.stride)
-                             .padding(spec.padding)
-                             .bias(spec.bias));
-  // LibTorch initialises on the CPU in float32 (kaiming-uniform, as PyTorch); then to where it runs.
-  conv->to(spec.device, spec.dtype);
-  return conv;
+Conv2dImpl::Conv2dImpl(const Conv2dSpec& s) : spec(s) {
+  KUAFU_CHECK(s.in > 0 && s.out > 0, "a Conv2d needs positive channels (in ", s.in, ", out ", s.out, ")");
+  KUAFU_CHECK(s.kernel > 0 && s.stride > 0 && s.padding >= 0, "a Conv2d needs a positive kernel (", s.kernel,
+              ") and stride (", s.stride, ") and a padding >= 0 (", s.padding, ")");
+  const auto on = torch::TensorOptions().device(s.device).dtype(s.dtype);
+  weight = register_parameter("weight", torch::zeros({s.out, s.in, s.kernel, s.kernel}, on));
+  if (s.bias) bias = register_parameter("bias", torch::zeros({s.out}, on));
 }
 
-torch::nn::GroupNorm make_group_norm(const GroupNormSpec& spec) {
-  KUAFU_CHECK(spec.groups > 0 && spec.channels > 0 && spec.channels % spec.groups == 0, "a GroupNorm's ",
-              spec.channels, " channels must divide into its ", spec.groups, " groups");
-  torch::nn::GroupNorm norm(torch::nn::GroupNormOptions(spec.groups, spec.channels).eps(spec.eps).affine(spec.affine));
-  norm->to(spec.device, spec.dtype);
-  return norm;
+torch::Tensor Conv2dImpl::forward(const torch::Tensor& x) {
+  return torch::conv2d(x, weight, bias, {spec.stride, spec.stride}, {spec.padding, spec.padding});
+}
+
+GroupNormImpl::GroupNormImpl(const GroupNormSpec& s) : spec(s) {
+  KUAFU_CHECK(s.groups > 0 && s.channels > 0 && s.channels % s.groups == 0, "a GroupNorm's ", s.channels,
+              " channels must divide into its ", s.groups, " groups");
+  if (!s.affine) return;
+  const auto on = torch::TensorOptions().device(s.device).dtype(s.dtype);
+  weight = register_parameter("weight", torch::ones({s.channels}, on));
+  bias = register_parameter("bias", torch::zeros({s.channels}, on));
+}
+
+torch::Tensor GroupNormImpl::forward(const torch::Tensor& x) {
+  return torch::group_norm(x, spec.groups, weight, bias, spec.eps);
 }
 
 namespace {
@@ -37,7 +42,7 @@ void check_input(const torch::Tensor& x, const ResampleSpec& spec, const char* l
 }  // namespace
 
 Upsample2DImpl::Upsample2DImpl(const ResampleSpec& s) : spec(s) {
-  conv = register_module("conv", make_conv2d({s.channels, out_channels_of(s), /*kernel=*/3, /*stride=*/1, s.padding,
+  conv = register_module("conv", Conv2d(Conv2dSpec{s.channels, out_channels_of(s), /*kernel=*/3, /*stride=*/1, s.padding,
                                               /*bias=*/true, s.device, s.dtype}));
 }
 
@@ -58,7 +63,7 @@ torch::Tensor Upsample2DImpl::forward(const torch::Tensor& x, const std::vector<
 
 Downsample2DImpl::Downsample2DImpl(const ResampleSpec& s) : spec(s) {
   KUAFU_CHECK(s.padding == 0 || s.padding == 1, "Downsample2D's padding is 1 (UNet) or 0 (VAE), not ", s.padding);
-  conv = register_module("conv", make_conv2d({s.channels, out_channels_of(s), /*kernel=*/3, /*stride=*/2, s.padding,
+  conv = register_module("conv", Conv2d(Conv2dSpec{s.channels, out_channels_of(s), /*kernel=*/3, /*stride=*/2, s.padding,
                                               /*bias=*/true, s.device, s.dtype}));
 }
 

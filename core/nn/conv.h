@@ -15,10 +15,19 @@ struct Conv2dSpec {
   torch::Dtype dtype = torch::kFloat32;
 };
 
-// torch::nn::Conv2d with PyTorch's initialisation, parameters "weight" [out, in, kernel, kernel] and
-// "bias" [out] on spec.device in spec.dtype: [B, in, H, W] -> [B, out, H', W'],
-// H' = (H + 2 padding - kernel) / stride + 1.
-torch::nn::Conv2d make_conv2d(const Conv2dSpec& spec);
+// torch::nn::Conv2d's parameters and forward, made on spec.device in spec.dtype: "weight" [out, in, kernel,
+// kernel] and "bias" [out], zero until the model initialises them (nn::initialize_like_torch). On
+// torch::kMeta it is described only (lazy construction), which LibTorch's layers, drawing on the CPU in
+// their constructors, cannot be.
+// [B, in, H, W] -> [B, out, H', W'], H' = (H + 2 padding - kernel) / stride + 1.
+struct Conv2dImpl : torch::nn::Module {
+  explicit Conv2dImpl(const Conv2dSpec& spec);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  Conv2dSpec spec;
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Conv2d);
 
 // GroupNorm over [B, C, ...]: `groups` groups of C / groups channels each. Diffusers uses 32 groups,
 // eps 1e-5 (UNet) or 1e-6 (VAE, transformer blocks).
@@ -30,7 +39,15 @@ struct GroupNormSpec {
   torch::Dtype dtype = torch::kFloat32;
 };
 
-torch::nn::GroupNorm make_group_norm(const GroupNormSpec& spec);
+// torch::nn::GroupNorm's parameters and forward, made on spec.device (torch::kMeta: described only).
+struct GroupNormImpl : torch::nn::Module {
+  explicit GroupNormImpl(const GroupNormSpec& spec);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, C, ...] -> the same
+
+  GroupNormSpec spec;
+  torch::Tensor weight, bias;  // undefined unless spec.affine
+};
+TORCH_MODULE(GroupNorm);
 
 // Channels in and out of an Upsample2D / Downsample2D and where its convolution lives.
 struct ResampleSpec {
@@ -53,7 +70,7 @@ struct Upsample2DImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& output_size = {});
 
   ResampleSpec spec;
-  torch::nn::Conv2d conv{nullptr};
+  Conv2d conv{nullptr};
 };
 TORCH_MODULE(Upsample2D);
 
@@ -65,7 +82,7 @@ struct Downsample2DImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
 
   ResampleSpec spec;
-  torch::nn::Conv2d conv{nullptr};
+  Conv2d conv{nullptr};
 };
 TORCH_MODULE(Downsample2D);
 

@@ -68,18 +68,4 @@ torch::Tensor CrossAttentionImpl::forward(const torch::Tensor& x, const torch::T
   return dropout(out.forward(y.transpose(1, 2).reshape({b, n, local_heads * spec.dim_head})));  // [B, N, query_dim]
 }
 
-void initialize_like_torch(CrossAttentionImpl& attention) {
-  torch::NoGradGuard no_grad;
-  for (auto& item : attention.named_parameters()) {
-    torch::Tensor& p = item.value();
-    if (p.dim() == 2) {
-      torch::nn::init::kaiming_uniform_(p, std::sqrt(5.0));
-    } else {  // a bias: its layer's fan-in from the weight beside it
-      const std::string weight = item.key().substr(0, item.key().size() - 4) + "weight";
-      const double bound = 1.0 / std::sqrt(static_cast<double>(attention.named_parameters()[weight].size(1)));
-      p.uniform_(-bound, bound);
-    }
-  }
-}
-
 }  // namespace kuafu::nn

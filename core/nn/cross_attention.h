@@ -40,8 +40,4 @@ struct CrossAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(CrossAttention);
 
-// PyTorch's nn.Linear initialisation of `attention`'s projections (weights kaiming-uniform with a = √5,
-// biases uniform in ±1/√fan_in), as diffusers' models start; for a serial layer.
-void initialize_like_torch(CrossAttentionImpl& attention);
-
 }  // namespace kuafu::nn

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <iomanip>
@@ -58,10 +59,31 @@ std::vector<std::pair<int64_t, fs::path>> step_folders(const std::string& root) 
   return folders;
 }
 
+// The error the lowest-numbered rank of `group` met (each its own or none), on every rank; none when no
+// rank met one. Collective: every rank then stops (or goes on) alike, with the same words.
+std::optional<std::string> first_error_on_any_rank(const std::optional<std::string>& mine, const dist::ProcessGroup& group) {
+  if (group.size() == 1) return mine;
+  const auto ints = torch::TensorOptions(torch::kInt64).device(group.device());
+  torch::Tensor first = torch::tensor({static_cast<int64_t>(mine ? group.rank() : group.size())}, ints);
+  dist::all_reduce(first, group, dist::Reduce::kMin);
+  const int from = static_cast<int>(first.item<int64_t>());
+  if (from == group.size()) return std::nullopt;
+  constexpr int64_t kLongest = 4096;  // bytes of the message passed on
+  torch::Tensor length = torch::tensor({mine ? std::min<int64_t>(static_cast<int64_t>(mine->size()), kLongest) : 0}, ints);
+  dist::broadcast(length, group, from);
+  torch::Tensor bytes = torch::zeros({length.item<int64_t>()}, ints.dtype(torch::kUInt8));
+  if (group.rank() == from) std::memcpy(bytes.data_ptr(), mine->data(), static_cast<size_t>(bytes.numel()));
+  bytes = bytes.to(group.device());
+  dist::broadcast(bytes, group, from);
+  bytes = bytes.cpu();
+  return std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
+}
+
 // verify_manifest reads every byte of a checkpoint (8.6 GB at 749M parameters), and a resume reads the
 // trainer state and then each model's part: a folder is verified once while its files stay as they were
-// (the same manifest, and each file of the same size and modification time).
-nlohmann::json verified_manifest(const std::string& folder) {
+// (the same manifest, and each file of the same size and modification time). With `share` (collective)
+// its ranks split the CRC checks, each file read by one of them, and agree on the verdict.
+nlohmann::json verified_manifest(const std::string& folder, const dist::ProcessGroup* share = nullptr) {
   static std::mutex mutex;
   static std::map<std::string, nlohmann::json> verified;
   std::string key = fs::absolute(folder).string();
@@ -71,11 +93,26 @@ nlohmann::json verified_manifest(const std::string& folder) {
     key += "\n" + entry.path().filename().string() + " " + std::to_string(entry.is_regular_file(error) ? entry.file_size(error) : 0) +
            " " + std::to_string(written);
   }
+  std::optional<nlohmann::json> cached;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (const auto found = verified.find(key); found != verified.end()) return found->second;
+    if (const auto found = verified.find(key); found != verified.end()) cached = found->second;
   }
-  nlohmann::json manifest = verify_manifest(folder);
+  const bool shared = share && share->size() > 1;
+  // A shared check runs on every rank or on none: a rank whose cache misses brings the others along.
+  if (cached && (!shared || !on_any_rank(false, *share))) return *cached;
+  nlohmann::json manifest;
+  if (shared) {
+    std::optional<std::string> mine;
+    try {
+      manifest = verify_manifest(folder, {share->rank(), share->size()});
+    } catch (const Error& e) {
+      mine = e.what();
+    }
+    if (const auto first = first_error_on_any_rank(mine, *share)) throw Error(*first);
+  } else {
+    manifest = verify_manifest(folder);
+  }
   std::lock_guard<std::mutex> lock(mutex);
   verified[key] = manifest;
   return manifest;
@@ -433,7 +470,7 @@ std::optional<std::pair<std::string, nlohmann::json>> CheckpointStore::latest_in
   const std::optional<std::string> newest = latest();
   if (!newest) return std::nullopt;
   try {
-    return std::make_pair(*newest, read_trainer_state(*newest));
+    return std::make_pair(*newest, read_trainer_state(*newest, world_.get()));
   } catch (const Error& damaged) {
     const std::optional<int64_t> newest_step = step_of_name(fs::path(*newest).filename().string());
     const auto folders = step_folders(root_);
@@ -441,7 +478,7 @@ std::optional<std::pair<std::string, nlohmann::json>> CheckpointStore::latest_in
       if (!newest_step || it->first >= *newest_step) continue;
       nlohmann::json state;
       try {
-        state = read_trainer_state(it->second.string());
+        state = read_trainer_state(it->second.string(), world_.get());
       } catch (const Error&) {
         continue;
       }
@@ -520,8 +557,8 @@ io::NamedTensors CheckpointStore::load_task_state(const std::string& folder, int
   return io::load_safetensors(path.string()).tensors;
 }
 
-nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder) {
-  const nlohmann::json manifest = verified_manifest(folder);
+nlohmann::json CheckpointStore::read_trainer_state(const std::string& folder, const dist::ProcessGroup* share) {
+  const nlohmann::json manifest = verified_manifest(folder, share);
   const std::string path = (fs::path(folder) / kTrainer).string();
   nlohmann::json state;
   try {

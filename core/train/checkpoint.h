@@ -77,7 +77,8 @@ class CheckpointStore {
   std::optional<std::string> latest() const;
   // latest() when it is intact (its manifest's sizes and checksums hold, its trainer state reads);
   // otherwise, with a warning naming what is wrong, the newest earlier checkpoint that is. With it, its
-  // trainer state (read once, verified). kuafu::Error (latest()'s own) when none is intact.
+  // trainer state (read once, verified). kuafu::Error (latest()'s own) when none is intact. Collective
+  // over the store's world, whose ranks share the checksum reads (read_trainer_state).
   std::optional<std::pair<std::string, nlohmann::json>> latest_intact() const;
   // Removes the step_N.partial folders of saves that died. Only for the run holding the folder's lock:
   // nothing else may be writing one.
@@ -118,7 +119,10 @@ class CheckpointStore {
   // `subset`: the weights are part of the saved model (a pipeline stage's).
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
                            const PlaceOf& place_of = nullptr, const std::string& part = "", bool subset = false);
-  static nlohmann::json read_trainer_state(const std::string& folder);
+  // A checkpoint's trainer state, once its manifest is verified. With `share` (collective over it) the
+  // ranks split the CRC checks, each file read by one rank, and all fail alike, with the words of the
+  // lowest rank that found damage.
+  static nlohmann::json read_trainer_state(const std::string& folder, const dist::ProcessGroup* share = nullptr);
   // Every tensor of a part's model or optimizer state (`kind` "model" or "optimizer"), whole, whatever
   // layout wrote them (tools and tests).
   static io::NamedTensors read_whole(const std::string& folder, const std::string& kind, const std::string& part = "");

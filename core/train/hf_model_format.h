@@ -15,6 +15,7 @@
 #include "core/io/hf_folder.h"
 #include "core/train/hf_config_table.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 #include "core/util/text.h"
@@ -57,10 +58,12 @@ struct HfModelFormat {
   // `folder`'s weights into `model` (built from the folder's config), on any tensor-parallel layout.
   void load_weights(Model& model, const io::HfFolder& folder) const { load_pretrained(*model, model->tp, folder, names); }
 
-  // The model `dir` holds, whole (serial) on `device`, its weights converted to float32.
-  Model load(const std::string& dir, torch::Device device = torch::kCPU) const {
+  // The model `dir` holds, whole (serial) on `device`, its weights read straight into `dtype`: the model
+  // is described on the meta device and given storage before the folder fills it (nothing is drawn).
+  Model load(const std::string& dir, torch::Device device = torch::kCPU, torch::Dtype dtype = torch::kFloat32) const {
     const io::HfFolder folder = io::read_hf_folder(dir);
-    Model model(read_config(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(device));
+    Model model(read_config(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(torch::kMeta));
+    materialize(*model, Materialization::all_in(device, dtype));
     load_weights(model, folder);
     return model;
   }

@@ -96,7 +96,7 @@ std::optional<Resume> RunFolder::checkpoint_to_resume() const {
                                           "); choose another train.out_dir or resume");
     }
   } else {
-    found = Resume{resume, CheckpointStore::read_trainer_state(resume)};
+    found = Resume{resume, CheckpointStore::read_trainer_state(resume, runtime_.world->world_group().get())};
   }
   if (!found) {
     if (runtime_.is_main() && fs::exists(fs::path(out_dir_) / "metrics.jsonl")) trim_metrics_after(0);

@@ -10,6 +10,7 @@
 #include "apps/chat_rlhf/policy.h"
 #include "apps/chat_rlhf/scored_model.h"
 #include "apps/opt_finetune/hugging_face.h"
+#include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
 
 namespace kuafu::chat {
@@ -97,6 +98,22 @@ TEST_P(ChatModelsTest, FrozenModelsLoadStraightInTheirComputeDtype) {
   ScoredModel reward = load_scored_model(folder("rm"), torch::kCPU, torch::kBFloat16);
   ScoredModel wide = load_scored_model(folder("rm"));
   same_in_bf16(*reward, *wide);
+}
+
+// A reward or value model described on the meta device, given storage and initialised from a seed is
+// the one made on the CPU from that seed (trunk, then head), bit for bit: PPO's benchmark makes its
+// critic so, or leaves it described for a sharded strategy to draw into its chunks.
+TEST_P(ChatModelsTest, ADescribedScoredModelDrawsAsAnEagerOne) {
+  const opt::LmShape shape = opt::shape_of(*opt::load_causal_lm(folder("lm")));
+  torch::manual_seed(4);
+  ScoredModel eager(shape);
+  ScoredModel lazy(shape, parallel::ModelOptions::serial_on(torch::kMeta));
+  for (const auto& p : lazy->parameters()) ASSERT_TRUE(p.is_meta());
+  train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
+  torch::manual_seed(4);
+  lazy->initialize();
+  const auto drawn = lazy->named_parameters();
+  for (const auto& item : eager->named_parameters()) EXPECT_TRUE(drawn[item.key()].equal(item.value())) << item.key();
 }
 
 TEST_P(ChatModelsTest, RewardModelStartsFromACausalModelsTrunk) {

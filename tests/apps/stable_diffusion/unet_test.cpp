@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/stable_diffusion/unet_folder.h"
+#include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
 
 namespace kuafu::sd {
@@ -46,6 +47,34 @@ TEST_P(UNetFolderTest, GivesDiffusersPredictionAndKuafusLoadsBack) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, UNetFolderTest, ::testing::Values("sd1", "sd2"));
+
+// Lazy construction (core/train/lazy_model.h): a UNet described on the meta device holds no storage;
+// given storage and initialised from a seed it is the UNet made on the CPU from that seed, bit for bit
+// (the same draws in the same order); read from a folder straight into bf16 it is the float32 load cast.
+TEST(UNetTest, ADescribedUNetDrawsAndLoadsAsAnEagerOne) {
+  const std::string dir = (reference().dir / "sd1").string();
+  const UNetConfig config = read_unet_config(io::read_hf_config(dir), dir + "/config.json");
+  torch::manual_seed(7);
+  UNet2DCondition eager(config, torch::kCPU);
+  UNet2DCondition lazy(config, torch::kMeta);
+  for (const auto& p : lazy->parameters()) ASSERT_TRUE(p.is_meta());
+  train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
+  torch::manual_seed(7);
+  lazy->initialize();
+  const auto drawn = lazy->named_parameters();
+  for (const auto& item : eager->named_parameters()) {
+    EXPECT_TRUE(torch::equal(drawn[item.key()], item.value())) << item.key();
+  }
+  EXPECT_GT(eager->conv_in->weight.abs().max().item<double>(), 0.0) << "drawn, not left at zero";
+
+  UNet2DCondition whole = load_unet(dir);
+  UNet2DCondition bf16 = load_unet(dir, torch::kCPU, torch::kBFloat16);
+  const auto held = bf16->named_parameters();
+  for (const auto& item : whole->named_parameters()) {
+    EXPECT_EQ(held[item.key()].scalar_type(), torch::kBFloat16) << item.key();
+    EXPECT_TRUE(torch::equal(held[item.key()], item.value().to(torch::kBFloat16))) << item.key();
+  }
+}
 
 TEST(UNetTest, FeaturesItDoesNotComputeAreNamed) {
   const nlohmann::json base = write_unet_config(UNetConfig{});

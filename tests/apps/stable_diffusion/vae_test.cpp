@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "apps/stable_diffusion/vae_folder.h"
+#include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
 
 namespace kuafu::sd {
@@ -69,6 +70,29 @@ TEST(VaeTest, WhatKuafuWritesLoadsInDiffusersWithKuafusOutputs) {
   const testing::PythonRun run = testing::run_python_reference("diffusers_vae_reference.py", "check " + dir.string() + " " + expected);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_LT(testing::last_json_line(run.output)["max_difference"].get<double>(), 1e-4);
+}
+
+// As the UNet's: a described VAE, materialised and initialised, is the eager one from the same seed;
+// read into bf16 it is the float32 load cast (sampling and training hold the frozen VAE so).
+TEST(VaeTest, ADescribedVaeDrawsAndLoadsAsAnEagerOne) {
+  const std::string dir = (reference().dir / "vae").string();
+  const VaeConfig config = read_vae_config(io::read_hf_config(dir), dir + "/config.json");
+  torch::manual_seed(5);
+  AutoencoderKL eager(config, torch::kCPU);
+  AutoencoderKL lazy(config, torch::kMeta);
+  train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
+  torch::manual_seed(5);
+  lazy->initialize();
+  const auto drawn = lazy->named_parameters();
+  for (const auto& item : eager->named_parameters()) {
+    EXPECT_TRUE(torch::equal(drawn[item.key()], item.value())) << item.key();
+  }
+  AutoencoderKL whole = load_vae(dir);
+  AutoencoderKL bf16 = load_vae(dir, torch::kCPU, torch::kBFloat16);
+  const auto held = bf16->named_parameters();
+  for (const auto& item : whole->named_parameters()) {
+    EXPECT_TRUE(torch::equal(held[item.key()], item.value().to(torch::kBFloat16))) << item.key();
+  }
 }
 
 TEST(VaeTest, AnotherClassOrBlockTypeIsNamed) {

@@ -13,7 +13,9 @@
 
 #include "core/nn/conv.h"
 #include "core/nn/cross_attention.h"
+#include "core/nn/torch_init.h"
 #include "core/ops/attention.h"
+#include "core/train/lazy_model.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/tensor_parallel_checks.h"
@@ -121,11 +123,50 @@ TEST(NnLayersTest, Conv2dMatchesPyTorch) {
       {"conv_1x1", {4, 6, 1, 1, 0, false, torch::kCPU, torch::kFloat64}},
   };
   for (const auto& c : cases) {
-    torch::nn::Conv2d conv = nn::make_conv2d(c.spec);
+    nn::Conv2d conv(c.spec);
     EXPECT_EQ(conv->weight.scalar_type(), torch::kFloat64);
     expect_matches_reference(c.name, *conv, [&](const Inputs& in) { return conv(in.x); }, differences);
   }
   differences.print("Conv2d");
+}
+
+// Kuafu's layers start at zero (or on the meta device) and are drawn by nn::initialize_like_torch: from
+// one seed, a convolution with and without bias, a linear layer, a GroupNorm and a LayerNorm hold exactly
+// what LibTorch's torch::nn layers draw in their constructors (the reference), also when described on
+// the meta device first and given storage after.
+TEST(NnLayersTest, InitialisationIsPyTorchsDrawsEvenWhenDescribedFirst) {
+  struct Layers : torch::nn::Module {
+    explicit Layers(const torch::Device& device) {
+      register_module("conv", nn::Conv2d(nn::Conv2dSpec{3, 5, 3, 1, 1, /*bias=*/true, device}));
+      register_module("conv_plain", nn::Conv2d(nn::Conv2dSpec{4, 2, 1, 1, 0, /*bias=*/false, device}));
+      register_module("linear", parallel::SerialLinear(parallel::LinearSpec{4, 6}, device));
+      register_module("group_norm", nn::GroupNorm(nn::GroupNormSpec{2, 6, 1e-5, true, device}));
+      register_module("layer_norm", parallel::SerialLayerNorm(6, 1e-5, device));
+    }
+  };
+  torch::manual_seed(9);
+  torch::nn::Sequential reference;
+  reference->push_back("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 5, 3).padding(1)));
+  reference->push_back("conv_plain", torch::nn::Conv2d(torch::nn::Conv2dOptions(4, 2, 1).bias(false)));
+  reference->push_back("linear", torch::nn::Linear(4, 6));
+  reference->push_back("group_norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(2, 6)));
+  reference->push_back("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
+  const auto expected = reference->named_parameters();
+  for (const bool described : {false, true}) {
+    Layers layers(described ? torch::kMeta : torch::kCPU);
+    if (described) {
+      for (const auto& p : layers.parameters()) ASSERT_TRUE(p.is_meta());
+      train::materialize(layers, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
+    }
+    torch::manual_seed(9);
+    nn::initialize_like_torch(layers);
+    const auto got = layers.named_parameters();
+    ASSERT_EQ(got.size(), expected.size());
+    for (const auto& item : expected) {
+      ASSERT_TRUE(got.contains(item.key())) << item.key();
+      EXPECT_TRUE(torch::equal(got[item.key()], item.value())) << item.key() << (described ? " (described first)" : "");
+    }
+  }
 }
 
 TEST(NnLayersTest, Upsample2DMatchesDiffusers) {
@@ -150,9 +191,9 @@ TEST(NnLayersTest, Downsample2DMatchesDiffusers) {
 
 TEST(NnLayersTest, GroupNormMatchesPyTorch) {
   Differences differences;
-  torch::nn::GroupNorm norm = nn::make_group_norm({4, 8, 1e-6, /*affine=*/true, torch::kCPU, torch::kFloat64});
+  nn::GroupNorm norm(nn::GroupNormSpec{4, 8, 1e-6, /*affine=*/true, torch::kCPU, torch::kFloat64});
   expect_matches_reference("group_norm", *norm, [&](const Inputs& in) { return norm(in.x); }, differences);
-  torch::nn::GroupNorm plain = nn::make_group_norm({2, 6, 1e-5, /*affine=*/false, torch::kCPU, torch::kFloat64});
+  nn::GroupNorm plain(nn::GroupNormSpec{2, 6, 1e-5, /*affine=*/false, torch::kCPU, torch::kFloat64});
   EXPECT_TRUE(plain->parameters().empty());
   expect_matches_reference("group_norm_plain", *plain, [&](const Inputs& in) { return plain(in.x); }, differences);
   differences.print("GroupNorm");
@@ -209,7 +250,7 @@ TEST(NnLayersTest, AttentionScoresAndSoftmaxAreFloat32UnderReducedPrecision) {
 }
 
 TEST(NnLayersTest, MistakesNameWhatToChange) {
-  EXPECT_TRUE(testing::Contains(testing::expected_error([] { nn::make_group_norm({32, 48}); }), "48 channels"));
+  EXPECT_TRUE(testing::Contains(testing::expected_error([] { nn::GroupNorm(nn::GroupNormSpec{32, 48}); }), "48 channels"));
   EXPECT_TRUE(testing::Contains(testing::expected_error([] { nn::Downsample2D(nn::ResampleSpec{4, 4, 2}); }),
                                 "padding"));
   nn::Upsample2D upsample(nn::ResampleSpec{4});

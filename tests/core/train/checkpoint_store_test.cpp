@@ -10,13 +10,17 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/dist/collectives.h"
 #include "core/optim/algorithms.h"
 #include "core/train/checkpoint.h"
+#include "core/train/checkpoint_manifest.h"
 #include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
 #include "core/util/folder_lock.h"
 #include "core/util/logging.h"
+#include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
+#include "tests/support/worker_world.h"
 
 namespace kuafu {
 namespace {
@@ -105,6 +109,121 @@ TEST(CheckpointStoreTest, PruningKeepsTheCheckpointJustSavedAndLaterOnes) {
   EXPECT_FALSE(fs::exists(saved.folder(10))) << "older than the one saved: pruned";
   EXPECT_TRUE(fs::exists(saved.folder(30))) << "another history's later checkpoint is kept";
   EXPECT_EQ(saved.store.later_than(11), (std::vector<std::string>{"step_00000020", "step_00000030"}));
+}
+
+// Flips one byte in the middle of a file: the size stays, only the CRC-32 can tell.
+void flip_a_byte(const fs::path& file) {
+  std::string bytes = read_file(file.string());
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x5a);
+  write_file_atomic(file.string(), bytes);
+}
+
+nlohmann::json manifest_files(const std::string& folder) {
+  return nlohmann::json::parse(read_file((fs::path(folder) / "manifest.json").string())).at("files");
+}
+
+// Before: every rank read every file of the checkpoint for its CRC-32. Shared, each file is checked by
+// exactly one share, and the shares' bytes are balanced largest file first.
+TEST(CheckpointStoreTest, ASharedVerificationChecksEachFileOnce) {
+  Saved saved({10});
+  const std::string folder = saved.folder(10);
+  const nlohmann::json files = manifest_files(folder);
+  ASSERT_GE(files.size(), 4u) << files.dump();
+  // Worked by hand: sizes 9, 7, 5, 4, 1 over two shares go 9 -> 0, 7 -> 1, 5 -> 1, 4 -> 0, 1 -> 1 (the
+  // share with fewer bytes each time, the lower index on a tie), in the table's order.
+  const nlohmann::json sized = {{"a", {{"bytes", 4u}}}, {"b", {{"bytes", 9u}}}, {"c", {{"bytes", 1u}}},
+                                {"d", {{"bytes", 7u}}}, {"e", {{"bytes", 5u}}}};
+  EXPECT_EQ(train::crc_checkers(sized, 2), (std::vector<int>{0, 0, 1, 1, 1}));
+  EXPECT_EQ(train::crc_checkers(sized, 1), (std::vector<int>{0, 0, 0, 0, 0}));
+  size_t position = 0;
+  for (const auto& [name, entry] : files.items()) {
+    SCOPED_TRACE(name);
+    const auto path = fs::path(folder) / name;
+    const std::string intact = read_file(path.string());
+    flip_a_byte(path);
+    for (const int count : {2, 3}) {
+      const int checker = train::crc_checkers(files, count)[position];
+      for (int index = 0; index < count; ++index) {
+        const std::string error = error_message([&] { train::verify_manifest(folder, {index, count}); });
+        if (index == checker) {
+          EXPECT_TRUE(Contains(error, name) && Contains(error, "CRC-32")) << error;
+        } else {
+          EXPECT_EQ(error, "") << "share " << index << " of " << count << " read a file dealt to share " << checker;
+        }
+      }
+    }
+    write_file_atomic(path.string(), intact);
+    ++position;
+  }
+}
+
+// Bytes this process has read through system calls (/proc/self/io's rchar).
+uint64_t bytes_read_by_this_process() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  uint64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "rchar:") return value;
+  }
+  ADD_FAILURE() << "/proc/self/io has no rchar";
+  return 0;
+}
+
+// Two ranks resuming share the CRC checks: each reads about half the checkpoint (measured by the kernel's
+// count of bytes read), and damage that only rank 1 reads makes both fall back to the same intact
+// checkpoint, both naming the damaged file.
+TEST(CheckpointStoreTest, RanksShareTheChecksumReadsAndAgreeOnDamage) {
+  const fs::path dir = testing::shared_test_dir("ckpt_shared_crc");
+  if (!testing::is_worker()) {
+    fs::remove_all(dir);
+    testing::run_test_on_ranks(2);
+    fs::remove_all(dir);
+    return;
+  }
+  auto world = testing::worker_world();
+  const dist::GroupPtr group = world->world_group();
+  struct Wide : torch::nn::Module {
+    Wide() { weight = register_parameter("weight", torch::randn({512, 512})); }  // 1 MiB
+    torch::Tensor weight;
+  } model;
+  auto optimizer = adamw_for(model);
+  model.weight.mutable_grad() = torch::ones_like(model.weight);
+  optimizer->step();  // AdamW's two moments exist from the first step on
+  train::CheckpointStore store((dir / "checkpoints").string(), group, /*keep=*/10);
+  for (const int64_t step : {10, 20}) store.save(step, train::named_weights(model), *optimizer, {{"fingerprint", {}}});
+  const std::string newest = train::checkpoint_folder(store.root(), 20);
+  const nlohmann::json files = manifest_files(newest);
+  uint64_t total = 0;
+  for (const auto& [name, entry] : files.items()) total += entry.at("bytes").get<uint64_t>();
+
+  const uint64_t before = bytes_read_by_this_process();
+  const auto intact = store.latest_intact();
+  const uint64_t read = bytes_read_by_this_process() - before;
+  ASSERT_TRUE(intact);
+  EXPECT_EQ(intact->first, newest);
+  // The files are the optimizer's two moments (2 MiB), the model (1 MiB) and small ones: one rank checks
+  // the optimizer's file, the other the model's and the rest, so each reads 1/3 or 2/3 of the bytes,
+  // plus the manifest and trainer state (a few KiB). Unshared, each read all of them.
+  EXPECT_LT(static_cast<double>(read), 0.75 * static_cast<double>(total)) << "read " << read << " of " << total;
+  EXPECT_GT(static_cast<double>(read), 0.25 * static_cast<double>(total)) << "read " << read << " of " << total;
+
+  // Damage a file that rank 1 checks and rank 0 does not.
+  const std::vector<int> checkers = train::crc_checkers(files, 2);
+  std::string damaged;
+  size_t position = 0;
+  for (const auto& [name, entry] : files.items()) {
+    if (checkers[position++] == 1 && damaged.empty()) damaged = name;
+  }
+  ASSERT_FALSE(damaged.empty());
+  if (group->rank() == 0) flip_a_byte(fs::path(newest) / damaged);
+  dist::barrier(*group);
+  // Both ranks refuse it in rank 1's words, then both take the same intact checkpoint.
+  const std::string error = error_message([&] { train::CheckpointStore::read_trainer_state(newest, group.get()); });
+  EXPECT_TRUE(Contains(error, damaged) && Contains(error, "CRC-32")) << "rank " << group->rank() << ": " << error;
+  const auto fallback = store.latest_intact();
+  ASSERT_TRUE(fallback);
+  EXPECT_EQ(fallback->first, train::checkpoint_folder(store.root(), 10));
+  dist::barrier(*group);
 }
 
 TEST(CheckpointStoreTest, LatestIsAPlainStepNameBesideIt) {

@@ -1,0 +1,40 @@
+#include "core/nn/torch_init.h"
+
+#include <c10/util/accumulate.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/parallel/tensor/factory.h"
+#include "core/util/text.h"
+
+namespace kuafu::nn {
+
+void initialize_like_torch(torch::nn::Module& model) {
+  std::map<std::string, std::vector<int64_t>> shapes;  // every parameter's shape, meta ones included
+  for (const auto& item : model.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  auto weight_beside = [&](const std::string& bias) -> const std::vector<int64_t>* {
+    const auto found = shapes.find(bias.substr(0, bias.size() - 4) + "weight");
+    return found == shapes.end() ? nullptr : &found->second;
+  };
+  parallel::initialize_like_serial(model, parallel::TensorParallel{}, [&](const std::string& name, torch::Tensor& full) {
+    if (text::ends_with(name, "bias")) {
+      const std::vector<int64_t>* weight = weight_beside(name);
+      if (weight && weight->size() >= 2) {
+        // fan_in: input channels times the kernel's elements, as torch.nn.init computes it.
+        const int64_t fan_in = c10::multiply_integers(weight->begin() + 1, weight->end());
+        const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+        full.uniform_(-bound, bound);
+      } else {
+        full.zero_();  // a norm's
+      }
+    } else if (full.dim() >= 2) {
+      torch::nn::init::kaiming_uniform_(full, std::sqrt(5.0));
+    } else {
+      full.fill_(1.0);  // a norm's weight
+    }
+    return true;
+  });
+}
+
+}  // namespace kuafu::nn
