@@ -29,7 +29,8 @@ void generate_without_cache(nn::CausalLM& model, const std::vector<std::vector<i
 }  // namespace
 
 nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
-                             const opt::OptSettings& settings, const RlSettings& rl, train::BenchmarkMemory& memory) {
+                             const DeferredWeights& actor_weights, const opt::OptSettings& settings, const RlSettings& rl,
+                             train::BenchmarkMemory& memory) {
   const torch::Device device = runtime.device;
   const opt::LmShape& shape = settings.model;
   const parallel::ModelOptions options = runtime.model_options();
@@ -67,6 +68,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   train::ParallelModel actor_sites(*actor, {});
   train::ModelStateOptions actor_options, critic_options;
   actor_options.name = "actor";
+  actor_options.deferred = actor_weights;
   actor_options.set_block_hooks = [&](hooks::BlockHooks* h) {
     actor_sites.set_block_hooks(h);
     return true;

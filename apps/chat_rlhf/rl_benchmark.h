@@ -15,7 +15,10 @@
 namespace kuafu::chat {
 
 // `actor`: the configured policy, built on runtime.device; the other three models are made beside it.
+// `actor_weights`: the actor left described for its sharded strategy (ZeRO, Gemini) to fill, as
+// opt::build_benchmark_model leaves it (empty: the actor is materialised).
 nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
-                             const opt::OptSettings& settings, const RlSettings& rl, train::BenchmarkMemory& memory);
+                             const DeferredWeights& actor_weights, const opt::OptSettings& settings, const RlSettings& rl,
+                             train::BenchmarkMemory& memory);
 
 }  // namespace kuafu::chat

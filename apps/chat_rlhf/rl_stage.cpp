@@ -6,6 +6,7 @@
 
 #include "apps/chat_rlhf/rl_benchmark.h"
 #include "apps/opt_finetune/commands.h"
+#include "apps/opt_finetune/task.h"
 #include "core/dist/collectives.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
@@ -472,14 +473,20 @@ class RlApp : public train::App {
     with_value_head_.emplace(std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()));
     return **with_value_head_;
   }
+  // The actor as `kuafu-opt benchmark` makes it: left described under ZeRO and Gemini (the actor's
+  // section, model.* and memory.* at the top), for its state to fill.
+  void build_benchmark_model(const train::Runtime& runtime) override {
+    actor_ = opt::build_benchmark_model(config_, settings_, runtime.device, actor_weights_);
+    built_ = &actor_->module();
+  }
   std::string model_part() const override { return "actor"; }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
     return opt_->export_model(out, std::move(options), command);
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     KUAFU_CHECK(stage_ == Stage::Ppo, "kuafu-chat grpo benchmark: the benchmark times a PPO step (kuafu-chat ppo benchmark)");
-    return benchmark_ppo(config_, runtime, std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), settings_,
-                         rl_, memory);
+    return benchmark_ppo(config_, runtime, std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), actor_weights_,
+                         settings_, rl_, memory);
   }
   train::TextFraming text_framing() override { return opt_->text_framing(); }
   nn::Decoder decoder() override { return opt_->decoder(); }
@@ -490,7 +497,9 @@ class RlApp : public train::App {
   opt::OptSettings settings_;
   RlSettings rl_;
   std::unique_ptr<train::App> opt_;
-  torch::nn::Module* built_ = nullptr;  // build_model's actor (opt_ holds it)
+  torch::nn::Module* built_ = nullptr;  // build_model's actor (opt_ holds it) or build_benchmark_model's
+  nn::CausalLMPtr actor_;               // build_benchmark_model's
+  DeferredWeights actor_weights_;       // its weights, when left described for ZeRO and Gemini
   std::optional<ScoredModel> with_value_head_;  // rl.shared_trunk: build_model's actor with its value head
 };
 
