@@ -100,7 +100,8 @@ nlohmann::json verified_manifest(const std::string& folder, const dist::ProcessG
   }
   const bool shared = share && share->size() > 1;
   // A shared check runs on every rank or on none: a rank whose cache misses brings the others along.
-  if (cached && (!shared || !on_any_rank(false, *share))) return *cached;
+  const bool check = shared ? on_any_rank(!cached, *share) : !cached;
+  if (!check) return *cached;
   nlohmann::json manifest;
   if (shared) {
     std::optional<std::string> mine;
