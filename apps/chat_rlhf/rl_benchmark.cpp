@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "apps/chat_rlhf/experience.h"
-#include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
 #include "core/train/lazy_model.h"
 #include "core/train/model_state.h"
@@ -37,8 +36,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   // The frozen reference and reward models are made straight in their compute dtype, as a run makes
   // them (described, given storage, then their random weights drawn): no float32 copy first.
   const auto make_frozen = [&](torch::nn::Module& model, const std::string& name, const std::function<void()>& draw) {
-    const torch::Dtype dtype = optim::compute_dtype(config.model_view(name), device);
-    train::materialize(model, train::Materialization::all_in(device, dtype));
+    train::materialize(model, train::Materialization::all_in(device, train::FrozenModel::dtype_of(config, name, device)));
     torch::NoGradGuard no_grad;
     draw();
   };
@@ -46,10 +44,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   nn::CausalLMPtr reference = shape.build(described);
   make_frozen(reference->module(), "reference", [&] { reference->initialize(); });
   ScoredModel reward(shape, described);
-  make_frozen(*reward, "reward", [&] {
-    reward->lm->initialize();
-    reward->score->weight.normal_(0.0, 0.02);  // as a new head starts
-  });
+  make_frozen(*reward, "reward", [&] { reward->initialize(); });
   // The critic trains: float32, or left described for its sharded strategy (ZeRO, Gemini) to fill.
   ScoredModel critic(shape, described);
   train::ParallelModel reference_sites(*reference, {});

@@ -8,7 +8,7 @@
 #include "apps/opt_finetune/commands.h"
 #include "apps/opt_finetune/task.h"
 #include "core/dist/collectives.h"
-#include "core/optim/mixed_precision.h"
+#include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
 #include "core/util/logging.h"
@@ -532,11 +532,8 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
   // The frozen reference and reward models are made in their compute dtype (their config sections'
   // precision.dtype), as the run holds them.
-  const auto frozen_dtype = [&](const std::string& model) {
-    return optim::compute_dtype(config_.model_view(model), options.device);
-  };
-  models.reference = opt::load_causal_lm(reference, options.device, frozen_dtype("reference"));
-  models.reward = load_scored_model(rl_.reward_model, options.device, frozen_dtype("reward"));
+  models.reference = opt::load_causal_lm(reference, options.device, train::FrozenModel::dtype_of(config_, "reference", options.device));
+  models.reward = load_scored_model(rl_.reward_model, options.device, train::FrozenModel::dtype_of(config_, "reward", options.device));
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
                     "the actor");

@@ -11,6 +11,7 @@
 #include "apps/stable_diffusion/unet_folder.h"
 #include "apps/stable_diffusion/vae_training.h"
 #include "core/optim/mixed_precision.h"
+#include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
 #include "core/train/parallelize.h"
@@ -53,8 +54,8 @@ class SdApp : public train::App {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd");
     // The frozen text encoder and VAE are read straight into the dtype they run in; the UNet is made as
     // its training holds it (an evaluation's, without a runtime, whole in float32).
-    const PipelineLoad how{frozen_dtype("text_encoder", options.device), torch::kFloat32, frozen_dtype("vae", options.device),
-                           /*describe_unet=*/true};
+    const PipelineLoad how{train::FrozenModel::dtype_of(config_, "text_encoder", options.device), torch::kFloat32,
+                           train::FrozenModel::dtype_of(config_, "vae", options.device), /*describe_unet=*/true};
     Pipeline pipeline = load_pipeline(settings_.pipeline, options.device, how);
     DeferredWeights deferred;
     pipeline.unet = build_unet(options.device, /*starting_weights=*/true, /*training=*/runtime != nullptr, deferred);
@@ -142,10 +143,6 @@ class SdApp : public train::App {
     torch::manual_seed(seed);
     train::apply_configured_lora(config_, *unet);
     return unet;
-  }
-  // The compute dtype of a frozen model of the pipeline, its weights read straight into it.
-  torch::Dtype frozen_dtype(const std::string& model, const torch::Device& device) const {
-    return optim::compute_dtype(config_.model_view(model), device);
   }
   std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
 

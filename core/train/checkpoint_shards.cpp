@@ -1,8 +1,9 @@
 #include "core/train/checkpoint_shards.h"
 
+#include <c10/util/accumulate.h>
+
 #include <algorithm>
 #include <filesystem>
-#include <c10/util/accumulate.h>
 #include <set>
 
 #include "core/train/piece_reader.h"

@@ -28,6 +28,10 @@ FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, t
   }
 }
 
+torch::Dtype FrozenModel::dtype_of(const config::Config& config, const std::string& name, const torch::Device& device) {
+  return optim::compute_dtype(config.model_view(name), device);
+}
+
 FrozenModel::~FrozenModel() {
   if (hooks_installed_) options_.set_block_hooks(nullptr);
   offload_.reset();  // the weights return to the device

@@ -33,6 +33,11 @@ class FrozenModel {
   FrozenModel(const FrozenModel&) = delete;
   FrozenModel& operator=(const FrozenModel&) = delete;
 
+  // The dtype a run holds its frozen model `name` in: the compute dtype of its section models.<name>
+  // (the run's precision.dtype where that section says none), which the constructor casts to and a
+  // loader can make the model in straight away.
+  static torch::Dtype dtype_of(const config::Config& config, const std::string& name, const torch::Device& device);
+
   const std::string& name() const { return options_.name; }
   torch::Dtype compute_dtype() const { return dtype_; }
   bool offloaded() const { return offload_ != nullptr; }

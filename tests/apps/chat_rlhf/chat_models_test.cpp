@@ -12,6 +12,7 @@
 #include "apps/opt_finetune/hugging_face.h"
 #include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
+#include "tests/support/same_parameters.h"
 
 namespace kuafu::chat {
 namespace {
@@ -86,18 +87,10 @@ TEST_P(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
 // A frozen model is made straight in its compute dtype: its weights are the folder's rounded to bf16,
 // exactly what the float32 model cast afterwards holds.
 TEST_P(ChatModelsTest, FrozenModelsLoadStraightInTheirComputeDtype) {
-  const auto same_in_bf16 = [](torch::nn::Module& bf16, torch::nn::Module& f32) {
-    const auto wide = f32.named_parameters();
-    for (const auto& item : bf16.named_parameters()) {
-      EXPECT_EQ(item.value().scalar_type(), torch::kBFloat16) << item.key();
-      EXPECT_TRUE(item.value().equal(wide[item.key()].to(torch::kBFloat16))) << item.key();
-    }
-  };
   nn::CausalLMPtr lm = opt::load_causal_lm(folder("lm"), torch::kCPU, torch::kBFloat16);
-  same_in_bf16(lm->module(), opt::load_causal_lm(folder("lm"))->module());
+  testing::expect_same_parameters(lm->module(), opt::load_causal_lm(folder("lm"))->module(), torch::kBFloat16);
   ScoredModel reward = load_scored_model(folder("rm"), torch::kCPU, torch::kBFloat16);
-  ScoredModel wide = load_scored_model(folder("rm"));
-  same_in_bf16(*reward, *wide);
+  testing::expect_same_parameters(*reward, *load_scored_model(folder("rm")), torch::kBFloat16);
 }
 
 // A reward or value model described on the meta device, given storage and initialised from a seed is
@@ -112,8 +105,7 @@ TEST_P(ChatModelsTest, ADescribedScoredModelDrawsAsAnEagerOne) {
   train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
   torch::manual_seed(4);
   lazy->initialize();
-  const auto drawn = lazy->named_parameters();
-  for (const auto& item : eager->named_parameters()) EXPECT_TRUE(drawn[item.key()].equal(item.value())) << item.key();
+  testing::expect_same_parameters(*lazy, *eager);
 }
 
 TEST_P(ChatModelsTest, RewardModelStartsFromACausalModelsTrunk) {

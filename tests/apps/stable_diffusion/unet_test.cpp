@@ -9,6 +9,7 @@
 #include "apps/stable_diffusion/unet_folder.h"
 #include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
+#include "tests/support/same_parameters.h"
 
 namespace kuafu::sd {
 namespace {
@@ -61,19 +62,12 @@ TEST(UNetTest, ADescribedUNetDrawsAndLoadsAsAnEagerOne) {
   train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
   torch::manual_seed(7);
   lazy->initialize();
-  const auto drawn = lazy->named_parameters();
-  for (const auto& item : eager->named_parameters()) {
-    EXPECT_TRUE(torch::equal(drawn[item.key()], item.value())) << item.key();
-  }
+  testing::expect_same_parameters(*lazy, *eager);
   EXPECT_GT(eager->conv_in->weight.abs().max().item<double>(), 0.0) << "drawn, not left at zero";
 
   UNet2DCondition whole = load_unet(dir);
   UNet2DCondition bf16 = load_unet(dir, torch::kCPU, torch::kBFloat16);
-  const auto held = bf16->named_parameters();
-  for (const auto& item : whole->named_parameters()) {
-    EXPECT_EQ(held[item.key()].scalar_type(), torch::kBFloat16) << item.key();
-    EXPECT_TRUE(torch::equal(held[item.key()], item.value().to(torch::kBFloat16))) << item.key();
-  }
+  testing::expect_same_parameters(*bf16, *whole, torch::kBFloat16);
 }
 
 TEST(UNetTest, FeaturesItDoesNotComputeAreNamed) {

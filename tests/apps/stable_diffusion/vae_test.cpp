@@ -10,6 +10,7 @@
 #include "apps/stable_diffusion/vae_folder.h"
 #include "core/train/lazy_model.h"
 #include "tests/support/reference_outputs.h"
+#include "tests/support/same_parameters.h"
 
 namespace kuafu::sd {
 namespace {
@@ -83,16 +84,10 @@ TEST(VaeTest, ADescribedVaeDrawsAndLoadsAsAnEagerOne) {
   train::materialize(*lazy, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
   torch::manual_seed(5);
   lazy->initialize();
-  const auto drawn = lazy->named_parameters();
-  for (const auto& item : eager->named_parameters()) {
-    EXPECT_TRUE(torch::equal(drawn[item.key()], item.value())) << item.key();
-  }
+  testing::expect_same_parameters(*lazy, *eager);
   AutoencoderKL whole = load_vae(dir);
   AutoencoderKL bf16 = load_vae(dir, torch::kCPU, torch::kBFloat16);
-  const auto held = bf16->named_parameters();
-  for (const auto& item : whole->named_parameters()) {
-    EXPECT_TRUE(torch::equal(held[item.key()], item.value().to(torch::kBFloat16))) << item.key();
-  }
+  testing::expect_same_parameters(*bf16, *whole, torch::kBFloat16);
 }
 
 TEST(VaeTest, AnotherClassOrBlockTypeIsNamed) {

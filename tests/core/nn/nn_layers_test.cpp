@@ -18,6 +18,7 @@
 #include "core/train/lazy_model.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/reference_outputs.h"
+#include "tests/support/same_parameters.h"
 #include "tests/support/tensor_parallel_checks.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
@@ -151,7 +152,6 @@ TEST(NnLayersTest, InitialisationIsPyTorchsDrawsEvenWhenDescribedFirst) {
   reference->push_back("linear", torch::nn::Linear(4, 6));
   reference->push_back("group_norm", torch::nn::GroupNorm(torch::nn::GroupNormOptions(2, 6)));
   reference->push_back("layer_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({6})));
-  const auto expected = reference->named_parameters();
   for (const bool described : {false, true}) {
     Layers layers(described ? torch::kMeta : torch::kCPU);
     if (described) {
@@ -160,12 +160,7 @@ TEST(NnLayersTest, InitialisationIsPyTorchsDrawsEvenWhenDescribedFirst) {
     }
     torch::manual_seed(9);
     nn::initialize_like_torch(layers);
-    const auto got = layers.named_parameters();
-    ASSERT_EQ(got.size(), expected.size());
-    for (const auto& item : expected) {
-      ASSERT_TRUE(got.contains(item.key())) << item.key();
-      EXPECT_TRUE(torch::equal(got[item.key()], item.value())) << item.key() << (described ? " (described first)" : "");
-    }
+    testing::expect_same_parameters(layers, *reference, std::nullopt, described ? "(described first)" : "");
   }
 }
 
