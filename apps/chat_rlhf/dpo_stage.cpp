@@ -5,6 +5,8 @@
 #include "apps/chat_rlhf/policy.h"
 #include "apps/chat_rlhf/preference_losses.h"
 #include "apps/opt_finetune/commands.h"
+#include "apps/opt_finetune/task.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
 
@@ -17,6 +19,7 @@ DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_
     : PairTask(train, val, settings, pad_id, device, static_cast<double>(opt::shape_of(*policy).parameter_count())),
       policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
       val_cache_(val->pairs.size()), dpo_(dpo) {
+  policy_sites_ = std::make_unique<train::ParallelModel>(*policy_, train::ParallelOptions{});
   reference_->module().eval();
   for (auto& p : reference_->module().parameters()) p.set_requires_grad(false);
 }
@@ -99,11 +102,23 @@ class DpoApp : public train::App {
     const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
-    nn::CausalLMPtr policy = opt::build_model(config_, settings_, options);
-    nn::CausalLMPtr reference = opt::load_causal_lm(reference_folder, options.device);
+    // Training: the policy as kuafu-opt trains it (its LoRA base in the compute dtype, or left described
+    // for ZeRO and Gemini), the frozen reference straight in the compute dtype it runs in. An evaluation
+    // (no runtime): both whole in float32, as it runs them.
+    DeferredWeights deferred;
+    nn::CausalLMPtr policy, reference;
+    if (runtime) {
+      policy = opt::build_for_training(config_, settings_, options, /*starting_weights=*/true, deferred);
+      reference = opt::load_causal_lm(reference_folder, options.device, optim::compute_dtype(config_, options.device));
+    } else {
+      policy = opt::build_model(config_, settings_, options);
+      reference = opt::load_causal_lm(reference_folder, options.device);
+    }
     check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference, *policy,
                       "the policy");
-    return std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
+    auto task = std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
+    if (deferred) task->defer_weights(std::move(deferred));
+    return task;
   }
   std::string describe(train::RunTask& task) override {
     std::ostringstream line;

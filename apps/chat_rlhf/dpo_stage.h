@@ -9,6 +9,7 @@
 #include "apps/chat_rlhf/stage_inputs.h"
 #include "apps/chat_rlhf/pair_task.h"
 #include "core/train/app.h"
+#include "core/train/parallelize.h"
 
 namespace kuafu::chat {
 
@@ -19,6 +20,11 @@ class DpoTask : public PairTask {
           int64_t pad_id, const torch::Device& device);
 
   torch::nn::Module& model() override { return policy_->module(); }
+  // The policy's blocks take the memory strategy's hooks (Gemini's gathers); the reference runs without.
+  bool set_block_hooks(hooks::BlockHooks* hooks) override {
+    policy_sites_->set_block_hooks(hooks);
+    return true;
+  }
   torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
   // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen
   // answers' log-prob sum, pairs whose chosen answer the policy finds likelier.
@@ -32,6 +38,7 @@ class DpoTask : public PairTask {
                                                        std::vector<torch::Tensor>& cache);
 
   nn::CausalLMPtr policy_, reference_;
+  std::unique_ptr<train::ParallelModel> policy_sites_;  // the policy's parts (head, blocks, tail) as block sites
   std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
   DpoSettings dpo_;
 };

@@ -5,6 +5,7 @@
 #include "apps/chat_rlhf/preference_losses.h"
 #include "core/train/benchmark.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/util/logging.h"
 
 namespace kuafu::chat {
@@ -60,6 +61,39 @@ std::vector<train::EvalMetric> RewardTask::eval_metrics(const train::LossSum& su
 
 namespace {
 
+ScoredModel describe_reward_model(const opt::OptSettings& settings, parallel::ModelOptions options) {
+  options.device = torch::kMeta;
+  return ScoredModel(settings.model, options);
+}
+
+// model.init_from's weights into `model` when it names a folder: an SFT model's decoder (the head keeps
+// its value), or a reward model's folder whole.
+void load_starting_weights(const config::Config& config, ScoredModel& model) {
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    load_scored_weights(model, folder);
+    log::infof("initial weights from ", folder);
+  }
+}
+
+// The reward model as training holds it before its memory strategy: train.seed's draws, then
+// model.init_from's weights when `starting_weights`, in float32; or, when `deferred` is given and the
+// strategy shards (ZeRO, Gemini), left described with `deferred` set for the strategy to fill it alike.
+ScoredModel build_reward_model(const config::Config& config, const opt::OptSettings& settings,
+                               const parallel::ModelOptions& options, bool starting_weights, DeferredWeights* deferred) {
+  const auto draw = train::seeded_initialization<ScoredModel>(settings.train.seed);
+  const std::function<void(ScoredModel&)> load = [config](ScoredModel& model) { load_starting_weights(config, model); };
+  ScoredModel model = describe_reward_model(settings, options);
+  if (deferred && train::defers_trained_weights(config)) {
+    *deferred = train::deferred_from<ScoredModel>(options.device, [settings, options] { return describe_reward_model(settings, options); },
+                                                  draw, starting_weights && !train::init_from(config).empty() ? load : nullptr);
+    return model;
+  }
+  train::materialize(*model, train::Materialization::all_in(options.device, torch::kFloat32));
+  draw(model);
+  if (starting_weights) load(model);
+  return model;
+}
+
 class RewardApp : public train::App {
  public:
   explicit RewardApp(const config::Config& config)
@@ -73,8 +107,12 @@ class RewardApp : public train::App {
     const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
-    ScoredModel model = build(options, /*starting_weights=*/true);
-    return std::make_unique<RewardTask>(model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
+    DeferredWeights deferred;
+    // Left described under ZeRO and Gemini when training; whole in float32 for an evaluation.
+    ScoredModel model = build_reward_model(config_, settings_, options, /*starting_weights=*/true, runtime ? &deferred : nullptr);
+    auto task = std::make_unique<RewardTask>(model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
+    if (deferred) task->defer_weights(std::move(deferred));
+    return task;
   }
   std::string describe(train::RunTask&) override {
     return "reward model, a scalar head on " + settings_.model.describe();
@@ -83,8 +121,13 @@ class RewardApp : public train::App {
     return train::metrics_line(task, runtime, "pairs");
   }
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_.emplace(build(parallel::ModelOptions::serial_on(device), starting_weights));
+    model_.emplace(build_reward_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights, nullptr));
     return **model_;
+  }
+  // Left described under ZeRO and Gemini, as a training run leaves it.
+  void build_benchmark_model(const train::Runtime& runtime) override {
+    model_.emplace(build_reward_model(config_, settings_, parallel::ModelOptions::serial_on(runtime.device),
+                                      /*starting_weights=*/false, &benchmark_weights_));
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
@@ -104,6 +147,7 @@ class RewardApp : public train::App {
     spec.flops_per_item = 6.0 * static_cast<double>(settings_.model.parameter_count());
     spec.parameters = settings_.model.parameter_count();
     spec.fields = {{"context", context}};
+    spec.deferred = benchmark_weights_;
     return train::benchmark_training(config_, runtime, *model, [&] {
       const torch::Tensor scores = model->scores(tokens, real).to(torch::kFloat32);
       return pairwise_loss(scores.narrow(0, 0, rows), scores.narrow(0, rows, rows)).mean();
@@ -111,24 +155,11 @@ class RewardApp : public train::App {
   }
 
  private:
-  // The reward model seeded from train.seed, from model.init_from (an SFT model's decoder, or a reward
-  // model's folder whole) when asked.
-  ScoredModel build(const parallel::ModelOptions& options, bool starting_weights) {
-    torch::manual_seed(settings_.train.seed);
-    ScoredModel model(settings_.model, options);
-    if (starting_weights) {
-      if (const std::string folder = train::init_from(config_); !folder.empty()) {
-        load_scored_weights(model, folder);
-        log::infof("initial weights from ", folder);
-      }
-    }
-    return model;
-  }
-
   const config::Config& config_;
   opt::OptSettings settings_;
   RewardSettings reward_;
-  std::optional<ScoredModel> model_;
+  std::optional<ScoredModel> model_;  // build_model's or build_benchmark_model's
+  DeferredWeights benchmark_weights_;  // the benchmark's model, when left described for ZeRO and Gemini
 };
 
 }  // namespace

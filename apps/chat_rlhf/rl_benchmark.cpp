@@ -33,10 +33,13 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   const torch::Device device = runtime.device;
   const opt::LmShape& shape = settings.model;
   const parallel::ModelOptions options = runtime.model_options();
-  // The frozen reference and reward models are made straight in their compute dtype, as a run makes
-  // them (described, given storage, then their random weights drawn): no float32 copy first.
+  // The frozen reference and reward models are made straight in their compute dtype and place, as a run
+  // makes them (described, given storage, then their random weights drawn on the run's device): no
+  // float32 copy first, none on the device of a model offloaded to the host.
   const auto make_frozen = [&](torch::nn::Module& model, const std::string& name, const std::function<void()>& draw) {
-    train::materialize(model, train::Materialization::all_in(device, train::FrozenModel::dtype_of(config, name, device)));
+    train::materialize(model, train::FrozenModel::materialization_of(config, name, device));
+    const WeightSink draw_here{device, [](const std::string&) { return false; }, nullptr};
+    const ScopedWeightSink scope(draw_here);
     torch::NoGradGuard no_grad;
     draw();
   };

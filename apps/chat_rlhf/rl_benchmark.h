@@ -16,7 +16,7 @@ namespace kuafu::chat {
 
 // `actor`: the configured policy, built on runtime.device; the other three models are made beside it.
 // `actor_weights`: the actor left described for its sharded strategy (ZeRO, Gemini) to fill, as
-// opt::build_benchmark_model leaves it (empty: the actor is materialised).
+// opt::build_for_training leaves it (empty: the actor is materialised).
 nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
                              const DeferredWeights& actor_weights, const opt::OptSettings& settings, const RlSettings& rl,
                              train::BenchmarkMemory& memory);

@@ -64,7 +64,7 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
       prompts_(std::move(prompts)), eval_prompts_(std::move(eval_prompts)),
       prompt_order_(static_cast<int64_t>(prompts_.size()), settings_.prompts_per_rollout, train.seed), ptx_(std::move(ptx)),
       data_(std::move(data)), seed_(train.seed), batch_size_(train.batch_size),
-      device_(models_.actor->module().parameters().front().device()),
+      device_(models_.device),
       kl_{settings_.experience.kl_coef, settings_.kl_target, settings_.kl_horizon} {
   // The block sites of the policies, so that the memory strategies reach their generation and scoring.
   actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
@@ -105,10 +105,12 @@ std::vector<train::RunModel> RlTask::models() {
       return true;
     };
   }
+  actor.deferred = models_.actor_weights;
   out.push_back(actor);
   if (models_.critic && !models_.shared_trunk) {
     train::RunModel critic;
     critic.name = "critic";
+    critic.deferred = models_.critic_weights;
     critic.module = models_.critic->get();
     critic.set_block_hooks = scored_hooks(*models_.critic);
     out.push_back(critic);
@@ -470,13 +472,14 @@ class RlApp : public train::App {
     built_ = &opt_->build_model(device, starting_weights);
     if (!rl_.shared_trunk) return *built_;
     // The checkpoint's actor holds the value head too; generation and export read the decoder.
-    with_value_head_.emplace(std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()));
+    with_value_head_.emplace(std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), device);
     return **with_value_head_;
   }
-  // The actor as `kuafu-opt benchmark` makes it: left described under ZeRO and Gemini (the actor's
-  // section, model.* and memory.* at the top), for its state to fill.
+  // The actor as `kuafu-opt benchmark` makes it: left described under ZeRO and Gemini (its section
+  // models.actor's memory.strategy), for its state to fill.
   void build_benchmark_model(const train::Runtime& runtime) override {
-    actor_ = opt::build_benchmark_model(config_, settings_, runtime.device, actor_weights_);
+    actor_ = opt::build_for_training(config_.model_view("actor"), settings_, parallel::ModelOptions::serial_on(runtime.device),
+                                     /*starting_weights=*/false, actor_weights_);
     built_ = &actor_->module();
   }
   std::string model_part() const override { return "actor"; }
@@ -526,31 +529,61 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     config_.fail_at("rl.prompts_per_rollout", "(" + std::to_string(rl_.prompts_per_rollout) + ") exceeds the " +
                                                   std::to_string(prompts.size()) + " prompts of data.train");
   }
+  // Training makes each model as the run holds it; an evaluation (no runtime) makes them all whole in
+  // float32, as it runs them.
+  const bool training = runtime != nullptr;
   RlModels models;
-  models.actor = opt::build_model(config_, settings_, options);
+  models.device = options.device;
+  // The actor as kuafu-opt trains it, from its own section (models.actor): its LoRA base in the compute
+  // dtype, or left described for ZeRO and Gemini.
+  if (training) {
+    models.actor = opt::build_for_training(config_.model_view("actor"), settings_, options, /*starting_weights=*/true,
+                                           models.actor_weights);
+  } else {
+    models.actor = opt::build_model(config_, settings_, options);
+  }
   const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
-  // The frozen reference and reward models are made in their compute dtype (their config sections'
-  // precision.dtype), as the run holds them.
-  models.reference = opt::load_causal_lm(reference, options.device, train::FrozenModel::dtype_of(config_, "reference", options.device));
-  models.reward = load_scored_model(rl_.reward_model, options.device, train::FrozenModel::dtype_of(config_, "reward", options.device));
+  // The frozen reference and reward models are made as the run holds them: in their compute dtype (their
+  // config sections' precision.dtype), in host memory under their memory.offload_frozen.
+  const auto frozen = [&](const std::string& name) {
+    return training ? train::FrozenModel::materialization_of(config_, name, options.device)
+                    : train::Materialization::all_in(options.device, torch::kFloat32);
+  };
+  models.reference = opt::load_causal_lm(reference, frozen("reference"));
+  models.reward = load_scored_model(rl_.reward_model, frozen("reward"));
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
                     "the actor");
   check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor");
   if (rl_.shared_trunk) {
-    // The value head on the actor's trunk, fresh (the reward model's head reads another trunk).
-    models.critic.emplace(models.actor, /*reads_logits=*/true);
+    // The value head on the actor's trunk, fresh at zero (the reward model's head reads another trunk);
+    // described with a described actor, its zeros then go to the strategy with the actor's weights.
+    const bool described = static_cast<bool>(models.actor_weights);
+    models.critic.emplace(models.actor, described ? torch::Device(torch::kMeta) : options.device, /*reads_logits=*/true);
     models.shared_trunk = true;
-    zero_value_head(*models.critic);
+    if (described) {
+      models.actor_weights.initialize = [actor = models.actor_weights.initialize, critic = *models.critic] {
+        actor();
+        train::give_zeros(*critic, [](const std::string& name) { return name.rfind("score.", 0) == 0; });
+      };
+    } else {
+      zero_value_head(*models.critic);
+    }
   } else if (stage_ == Stage::Ppo) {
     const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
     const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
-    // Described, given float32 storage (the critic trains), then filled from the folder: nothing is
-    // drawn, since the trunk comes from it and the head too, or starts at zero.
-    models.critic.emplace(shape, parallel::ModelOptions::serial_on(torch::kMeta));
-    train::materialize(**models.critic, train::Materialization::all_in(options.device, torch::kFloat32));
-    if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);
+    // Described, then filled from the folder: nothing is drawn, since the trunk comes from it and the
+    // head too, or starts at zero. It trains: float32, or left for its sharded strategy to fill.
+    const auto describe = [shape] { return ScoredModel(shape, parallel::ModelOptions::serial_on(torch::kMeta)); };
+    models.critic.emplace(describe());
+    if (training && train::defers_trained_weights(config_.model_view("critic"))) {
+      models.critic_weights = train::deferred_from<ScoredModel>(options.device, describe, train::zero_initialization<ScoredModel>(),
+                                                                [start](ScoredModel& fresh) { load_scored_weights(fresh, start); });
+    } else {
+      train::materialize(**models.critic, train::Materialization::all_in(options.device, torch::kFloat32));
+      if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);
+    }
   }
   std::shared_ptr<io::InstructionBatcher> ptx;
   if (rl_.ptx_coef > 0) {

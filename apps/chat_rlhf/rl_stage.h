@@ -23,6 +23,7 @@
 #include "core/io/instruction_batches.h"
 #include "core/train/app.h"
 #include "core/train/parallelize.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::chat {
 
@@ -31,10 +32,14 @@ namespace kuafu::chat {
 double answer_f1(const std::string& answer, const std::string& reference);
 
 struct RlModels {
+  torch::Device device = torch::kCPU;  // where they compute
   nn::CausalLMPtr actor, reference;
   std::optional<ScoredModel> critic;  // PPO; under rl.shared_trunk a value head on the actor's decoder
   bool shared_trunk = false;          // then the critic is trained as the actor (one model, one loss)
   ScoredModel reward{nullptr};
+  // The trained models' weights when left described for their sharded strategies (ZeRO, Gemini) to
+  // fill; empty where materialised. Under rl.shared_trunk the actor's include the value head's.
+  DeferredWeights actor_weights, critic_weights;
 };
 
 class RlTask : public train::RunTask {

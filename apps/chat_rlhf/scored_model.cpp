@@ -25,13 +25,11 @@ train::HfWeightNames scored_names(const opt::LmShape& shape) {
 }  // namespace
 
 ScoredModelImpl::ScoredModelImpl(const opt::LmShape& s, parallel::ModelOptions options)
-    : ScoredModelImpl(s.build(options)) {}
+    : ScoredModelImpl(s.build(options), options.device) {}
 
-ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits)
+ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, const torch::Device& device, bool reads_logits)
     : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp), reads_logits_(reads_logits) {
   for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
-  // On the trunk's device, the meta device included (a described trunk: nothing drawn).
-  const torch::Device device = lm->module().parameters().front().device();
   score = register_module("score", parallel::SerialLinear(parallel::LinearSpec{lm->final_width(), 1, /*bias=*/false}, device));
   if (!device.is_meta()) {
     torch::NoGradGuard no_grad;
@@ -102,10 +100,14 @@ opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& 
 }
 
 ScoredModel load_scored_model(const std::string& dir, torch::Device device, torch::Dtype dtype) {
+  return load_scored_model(dir, train::Materialization::all_in(device, dtype));
+}
+
+ScoredModel load_scored_model(const std::string& dir, const train::Materialization& how) {
   const io::HfFolder folder = io::read_hf_folder(dir);
-  // As opt::load_causal_lm: described, given storage in `dtype`, every weight (the head's too) read.
+  // As opt::load_causal_lm: described, given storage as `how` says, every weight (the head's too) read.
   ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(*model, train::Materialization::all_in(device, dtype));
+  train::materialize(*model, how);
   train::load_pretrained(*model, model->tp, folder, scored_names(model->shape));
   return model;
 }

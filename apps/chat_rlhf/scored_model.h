@@ -13,9 +13,10 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
   // A fresh trunk of `shape` (seeded by the caller) with a head.
   explicit ScoredModelImpl(const opt::LmShape& shape, parallel::ModelOptions options = {});
   // A head on `trunk`, shared with it (PPO's actor and critic on one trunk): this module's parameters
-  // are the trunk's and the head's. `reads_logits`: its tail part holds the trunk's output layer too,
-  // for values_and_logits.
-  explicit ScoredModelImpl(nn::CausalLMPtr trunk, bool reads_logits = false);
+  // are the trunk's and the head's, the head made on `device` (the meta device: described, nothing
+  // drawn; the trunk's frozen weights may be in host memory). `reads_logits`: its tail part holds the
+  // trunk's output layer too, for values_and_logits.
+  ScoredModelImpl(nn::CausalLMPtr trunk, const torch::Device& device, bool reads_logits = false);
   // The trunk's initialisation and the head's N(0, 0.02) (Hugging Face's initializer range), from the
   // current seed, in the order an eager model draws them: for a model described on the meta device and
   // then materialised, or (with a WeightSink in scope) left described for a sharded strategy.
@@ -62,6 +63,8 @@ opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& 
 // The sequence-classification model `dir` holds, whole on `device`, its weights held in `dtype`.
 ScoredModel load_scored_model(const std::string& dir, torch::Device device = torch::kCPU,
                               torch::Dtype dtype = torch::kFloat32);
+// The same, its parameters made as `how` says (a frozen model's: FrozenModel::materialization_of).
+ScoredModel load_scored_model(const std::string& dir, const train::Materialization& how);
 // Writes `model` (serial) as a new folder that transformers' AutoModelForSequenceClassification loads.
 // A GPT-2 folder has no pad_token_id (GPT-2 has no pad token): transformers then scores the last token
 // of a batch of one, so score padded rows one at a time there.

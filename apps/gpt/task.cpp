@@ -21,18 +21,12 @@ GPT describe_gpt(const GptSettings& settings, parallel::ModelOptions options) {
 DeferredWeights deferred_gpt_weights(const config::Config& config, const GptSettings& settings,
                                      const parallel::ModelOptions& options, bool starting_weights) {
   // Each replay describes the whole model afresh (no storage): every rank draws the serial model.
-  DeferredWeights weights{options.device, [settings, options] {
-                            GPT fresh = describe_gpt(settings, options);
-                            torch::manual_seed(settings.train.seed);
-                            fresh->initialize();
-                          }};
+  std::function<void(GPT&)> load;
   if (starting_weights && !train::init_from(config).empty()) {
-    weights.load = [config, settings, options] {
-      GPT fresh = describe_gpt(settings, options);
-      gpt_format().load_init_weights(config, fresh);
-    };
+    load = [config](GPT& fresh) { gpt_format().load_init_weights(config, fresh); };
   }
-  return weights;
+  return train::deferred_from<GPT>(options.device, [settings, options] { return describe_gpt(settings, options); },
+                                   train::seeded_initialization<GPT>(settings.train.seed), load);
 }
 
 namespace {
@@ -42,8 +36,7 @@ namespace {
 void materialize_gpt(const config::Config& config, const GptSettings& settings, GPT& gpt, const torch::Device& device,
                      const std::function<bool(const std::string&)>& holds, bool starting_weights) {
   train::materialize(*gpt, {device, nullptr, holds});
-  torch::manual_seed(settings.train.seed);
-  gpt->initialize();
+  train::seeded_initialization<GPT>(settings.train.seed)(gpt);
   if (starting_weights) gpt_format().load_init_weights(config, gpt);
 }
 

@@ -84,11 +84,15 @@ LmShape shape_of(nn::CausalLM& model) {
 }
 
 nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device, torch::Dtype dtype) {
+  return load_causal_lm(dir, train::Materialization::all_in(device, dtype));
+}
+
+nn::CausalLMPtr load_causal_lm(const std::string& dir, const train::Materialization& how) {
   const io::HfFolder folder = io::read_hf_folder(dir);
-  // Described, then given storage in `dtype` and filled from the folder: every weight comes from it, so
-  // nothing is drawn, and no float32 copy of a model held in bf16 is ever made.
+  // Described, then given storage as `how` says and filled from the folder: every weight comes from it,
+  // so nothing is drawn, and no float32 copy of a model held in bf16 is ever made.
   nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(model->module(), train::Materialization::all_in(device, dtype));
+  train::materialize(model->module(), how);
   load_lm_weights(*model, folder);
   return model;
 }

@@ -11,6 +11,7 @@
 #include "core/io/hf_folder.h"
 #include "core/nn/causal_lm.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 
 namespace kuafu::opt {
 
@@ -52,6 +53,8 @@ LmShape shape_of(nn::CausalLM& model);
 // weights held in `dtype` (a frozen model's compute dtype: made in it, never in float32 first).
 nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device = torch::kCPU,
                                torch::Dtype dtype = torch::kFloat32);
+// The same, its parameters made as `how` says (a frozen model's: FrozenModel::materialization_of).
+nn::CausalLMPtr load_causal_lm(const std::string& dir, const train::Materialization& how);
 // `folder`'s weights into `model` (built from its config), on any tensor-parallel layout.
 void load_lm_weights(nn::CausalLM& model, const io::HfFolder& folder);
 // Writes `model` (serial) as a new folder `dir` that transformers' AutoModelForCausalLM loads.

@@ -44,7 +44,8 @@ class OptApp : public train::App {
   }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;
   void build_benchmark_model(const train::Runtime& runtime) override {
-    model_ = opt::build_benchmark_model(config_, settings_, runtime.device, deferred_);
+    model_ = opt::build_for_training(config_, settings_, parallel::ModelOptions::serial_on(runtime.device),
+                                     /*starting_weights=*/false, deferred_);
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const LmShape& m = settings_.model;

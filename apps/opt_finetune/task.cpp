@@ -83,25 +83,17 @@ void materialize_model(const config::Config& config, const OptSettings& settings
 DeferredWeights materialize_for_training(const config::Config& config, const OptSettings& settings,
                                          const parallel::ModelOptions& options, nn::CausalLM& model,
                                          const std::function<bool(const std::string&)>& holds, bool starting_weights) {
-  DeferredWeights weights;
   if (!train::lora_spec(config) && train::defers_trained_weights(config)) {
-    weights.device = options.device;
-    weights.initialize = [settings, options] {
-      nn::CausalLMPtr fresh = describe_model(settings, options);
-      torch::manual_seed(settings.train.seed);
-      fresh->initialize();
-    };
+    std::function<void(nn::CausalLMPtr&)> load;
     if (starting_weights && !train::init_from(config).empty()) {
-      weights.load = [config, settings, options] {
-        nn::CausalLMPtr fresh = describe_model(settings, options);
-        load_starting_weights(config, *fresh);
-      };
+      load = [config](nn::CausalLMPtr& fresh) { load_starting_weights(config, *fresh); };
     }
-    return weights;
+    return train::deferred_from<nn::CausalLMPtr>(options.device, [settings, options] { return describe_model(settings, options); },
+                                                 train::seeded_initialization<nn::CausalLMPtr>(settings.train.seed), load);
   }
   const FrozenBase frozen{optim::compute_dtype(config, options.device), config.get_bool("memory.offload_frozen")};
   materialize_model(config, settings, model, options.device, frozen, holds, starting_weights);
-  return weights;
+  return {};
 }
 
 }  // namespace
@@ -113,11 +105,10 @@ nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& set
   return model;
 }
 
-nn::CausalLMPtr build_benchmark_model(const config::Config& config, const OptSettings& settings,
-                                      const torch::Device& device, DeferredWeights& deferred) {
-  const auto options = parallel::ModelOptions::serial_on(device);
+nn::CausalLMPtr build_for_training(const config::Config& config, const OptSettings& settings,
+                                   const parallel::ModelOptions& options, bool starting_weights, DeferredWeights& deferred) {
   nn::CausalLMPtr model = describe_model(settings, options);
-  deferred = materialize_for_training(config, settings, options, *model, nullptr, /*starting_weights=*/false);
+  deferred = materialize_for_training(config, settings, options, *model, nullptr, starting_weights);
   return model;
 }
 

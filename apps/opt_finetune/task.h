@@ -30,11 +30,13 @@ using OptTask = train::SourceTask<nn::CausalLMPtr>;
 nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
                             bool starting_weights = true);
 nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options);
-// The benchmark's whole model on `device`, built as a training run builds it (seeded weights only): a
-// LoRA run's frozen base in the compute dtype (in host memory under memory.offload_frozen); a full
-// fine-tune under ZeRO or Gemini left described, with `deferred` for the strategy to fill it from.
-nn::CausalLMPtr build_benchmark_model(const config::Config& config, const OptSettings& settings,
-                                      const torch::Device& device, DeferredWeights& deferred);
+// The whole model on options.device as a training run holds it before its memory strategy (the one of
+// `config`, the trained model's section): a LoRA run's frozen base in the compute dtype (in host memory
+// under memory.offload_frozen); a full fine-tune under ZeRO or Gemini left described, `deferred` set for
+// the strategy to fill it (from train.seed, then model.init_from); otherwise float32. `starting_weights`
+// false: the seeded weights only (a benchmark's). The chat stages' actor and policy are made this way.
+nn::CausalLMPtr build_for_training(const config::Config& config, const OptSettings& settings,
+                                   const parallel::ModelOptions& options, bool starting_weights, DeferredWeights& deferred);
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime);

@@ -129,11 +129,9 @@ class SdApp : public train::App {
     const bool lora = train::lora_spec(config_).has_value();
     UNet2DCondition unet(unet_config_, torch::kMeta);
     if (training && !lora && train::defers_trained_weights(config_)) {
-      deferred.device = device;
-      deferred.initialize = [config = unet_config_, folder, seed] {
-        UNet2DCondition fresh(config, torch::kMeta);
-        fill_unet(*fresh, folder, seed);
-      };
+      deferred = train::deferred_from<UNet2DCondition>(
+          device, [config = unet_config_] { return UNet2DCondition(config, torch::kMeta); },
+          [folder, seed](UNet2DCondition& fresh) { fill_unet(*fresh, folder, seed); });
       return unet;
     }
     const torch::Dtype dtype = training && lora ? optim::compute_dtype(config_, device) : torch::kFloat32;

@@ -88,14 +88,24 @@ nlohmann::json write_vae_config(const VaeConfig& c) {
           {"use_post_quant_conv", c.use_post_quant_conv}};
 }
 
+namespace {
+
+void read_vae_weights(AutoencoderKL& vae, io::HfFolder folder) {
+  rename_old_attention(folder);
+  train::load_pretrained(*vae, parallel::TensorParallel{}, folder, train::HfWeightNames{});
+}
+
+}  // namespace
+
 AutoencoderKL load_vae(const std::string& dir, const torch::Device& device, torch::Dtype dtype) {
   io::HfFolder folder = io::read_hf_folder(dir);
   AutoencoderKL vae(read_vae_config(folder.config, dir + "/config.json"), torch::kMeta);
   train::materialize(*vae, train::Materialization::all_in(device, dtype));
-  rename_old_attention(folder);
-  train::load_pretrained(*vae, parallel::TensorParallel{}, folder, train::HfWeightNames{});
+  read_vae_weights(vae, std::move(folder));
   return vae;
 }
+
+void load_vae_weights(AutoencoderKL& vae, const std::string& dir) { read_vae_weights(vae, io::read_hf_folder(dir)); }
 
 void save_vae(AutoencoderKL& vae, const std::string& dir, const io::HfWriteOptions& options) {
   io::HfWriteOptions written = options;

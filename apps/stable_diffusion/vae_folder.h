@@ -19,6 +19,9 @@ nlohmann::json write_vae_config(const VaeConfig& config);
 
 // The VAE `dir` holds, on `device` in `dtype`, read straight into it (described, then filled; no draws).
 AutoencoderKL load_vae(const std::string& dir, const torch::Device& device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
+// Reads the weights of VAE folder `dir` into `vae`, whose parameters have storage or (lazy construction)
+// go to the WeightSink in scope.
+void load_vae_weights(AutoencoderKL& vae, const std::string& dir);
 // Writes `vae` as a new folder `dir` that diffusers' AutoencoderKL.from_pretrained loads.
 void save_vae(AutoencoderKL& vae, const std::string& dir, const io::HfWriteOptions& options = {});
 

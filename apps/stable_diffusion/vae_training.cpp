@@ -9,6 +9,7 @@
 #include "apps/stable_diffusion/unet_folder.h"
 #include "apps/stable_diffusion/vae_folder.h"
 #include "core/train/hf_interop.h"
+#include "core/train/lazy_model.h"
 #include "core/train/parallelize.h"
 #include "core/util/error.h"
 #include "core/util/seed_mix.h"
@@ -43,6 +44,7 @@ std::vector<train::RunModel> VaeTask::models() {
   train::RunModel vae;
   vae.name = "vae";
   vae.module = vae_.get();
+  vae.deferred = weights_;
   return {vae};
 }
 
@@ -109,9 +111,23 @@ class VaeApp : public train::App {
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd (VAE)");
-    return std::make_unique<VaeTask>(load_vae(vae_folder(), options.device), settings_, image_size_,
-                                      open_captioned_images(config_, true, vae_config_.in_channels, image_size_),
-                                      open_captioned_images(config_, false, vae_config_.in_channels, image_size_), options.device);
+    // The VAE trains in float32, or is left described for its sharded strategy to fill from the folder
+    // (training only: an evaluation runs it whole).
+    DeferredWeights deferred;
+    AutoencoderKL vae{nullptr};
+    if (runtime && train::defers_trained_weights(config_.model_view("vae"))) {
+      const auto describe = [config = vae_config_] { return AutoencoderKL(config, torch::kMeta); };
+      vae = describe();
+      deferred = train::deferred_from<AutoencoderKL>(options.device, describe, train::zero_initialization<AutoencoderKL>(),
+                                                     [folder = vae_folder()](AutoencoderKL& fresh) { load_vae_weights(fresh, folder); });
+    } else {
+      vae = load_vae(vae_folder(), options.device);
+    }
+    auto task = std::make_unique<VaeTask>(vae, settings_, image_size_,
+                                          open_captioned_images(config_, true, vae_config_.in_channels, image_size_),
+                                          open_captioned_images(config_, false, vae_config_.in_channels, image_size_), options.device);
+    if (deferred) task->defer_weights(std::move(deferred));
+    return task;
   }
 
   std::string describe(train::RunTask& task) override {

@@ -21,6 +21,9 @@ class VaeTask : public train::RunTask {
   VaeTask(AutoencoderKL vae, SdSettings settings, int64_t image_size, std::unique_ptr<io::ImageDataset> train,
           std::unique_ptr<io::ImageDataset> val, const torch::Device& device);
 
+  // The VAE left described for its sharded strategy (ZeRO, Gemini) to fill from `weights`.
+  void defer_weights(DeferredWeights weights) { weights_ = std::move(weights); }
+
   std::vector<train::RunModel> models() override;
   std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override;
   // Sums of each evaluation image's reconstruction error from the posterior mean.
@@ -34,6 +37,7 @@ class VaeTask : public train::RunTask {
 
  private:
   AutoencoderKL vae_;
+  DeferredWeights weights_;  // empty: the VAE is materialised
   SdSettings settings_;
   std::vector<int64_t> latent_shape_;  // [C, h, w]
   std::unique_ptr<io::ImageDataset> train_, val_;

@@ -45,11 +45,6 @@ ViTForImageClassification describe_vit(const VitSettings& settings, parallel::Mo
   return ViTForImageClassification(settings.model, options);
 }
 
-void seed_and_initialize(const VitSettings& settings, ViTForImageClassification& vit) {
-  torch::manual_seed(settings.train.seed);
-  vit->initialize();
-}
-
 void load_starting_weights(const config::Config& config, ViTForImageClassification& vit) {
   if (const std::string folder = train::init_from(config); !folder.empty()) {
     const bool new_classifier = config.get_bool("model.new_classifier");
@@ -64,24 +59,18 @@ void materialize_vit(const config::Config& config, const VitSettings& settings, 
                      const torch::Device& device, const std::function<bool(const std::string&)>& holds,
                      bool starting_weights) {
   train::materialize(*vit, {device, nullptr, holds});
-  seed_and_initialize(settings, vit);
+  train::seeded_initialization<ViTForImageClassification>(settings.train.seed)(vit);
   if (starting_weights) load_starting_weights(config, vit);
 }
 
 // Under ZeRO and Gemini: the strategy fills its chunks as a fresh description is initialised and loaded.
 DeferredWeights deferred_vit_weights(const config::Config& config, const VitSettings& settings,
                                      const parallel::ModelOptions& options) {
-  DeferredWeights weights{options.device, [settings, options] {
-                            ViTForImageClassification fresh = describe_vit(settings, options);
-                            seed_and_initialize(settings, fresh);
-                          }};
-  if (!train::init_from(config).empty()) {
-    weights.load = [config, settings, options] {
-      ViTForImageClassification fresh = describe_vit(settings, options);
-      load_starting_weights(config, fresh);
-    };
-  }
-  return weights;
+  using Vit = ViTForImageClassification;
+  std::function<void(Vit&)> load;
+  if (!train::init_from(config).empty()) load = [config](Vit& fresh) { load_starting_weights(config, fresh); };
+  return train::deferred_from<Vit>(options.device, [settings, options] { return describe_vit(settings, options); },
+                                   train::seeded_initialization<Vit>(settings.train.seed), load);
 }
 
 }  // namespace

@@ -9,14 +9,16 @@ namespace kuafu::train {
 FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, torch::nn::Module& model,
                          FrozenModelOptions options)
     : model_(model), options_(std::move(options)), dtype_(optim::compute_dtype(config, runtime.device)) {
+  const bool offload = config.get_bool("memory.offload_frozen");
   for (const auto& item : model.named_parameters()) {
-    KUAFU_CHECK(item.value().device() == runtime.device, "frozen model ", options_.name, ": parameter ", item.key(),
-                " is on ", item.value().device().str(), ", not on the run's device ", runtime.device.str());
+    const torch::Device& device = item.value().device();
+    KUAFU_CHECK(device == runtime.device || (offload && device.is_cpu()), "frozen model ", options_.name, ": parameter ",
+                item.key(), " is on ", device.str(), ", not on the run's device ", runtime.device.str());
     item.value().requires_grad_(false);
   }
   optim::cast_frozen_parameters(model, dtype_);
   optim::cast_floating_buffers(model, dtype_);
-  if (config.get_bool("memory.offload_frozen")) {
+  if (offload) {
     // Its forward keeps no graph (nothing of it is trained), so no block's weights stay for a backward.
     offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device);
     hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(offload_.get());
@@ -30,6 +32,13 @@ FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, t
 
 torch::Dtype FrozenModel::dtype_of(const config::Config& config, const std::string& name, const torch::Device& device) {
   return optim::compute_dtype(config.model_view(name), device);
+}
+
+Materialization FrozenModel::materialization_of(const config::Config& config, const std::string& name,
+                                                const torch::Device& device) {
+  Materialization how = Materialization::all_in(device, dtype_of(config, name, device));
+  if (config.model_view(name).get_bool("memory.offload_frozen")) how.on_host = [](const std::string&) { return true; };
+  return how;
 }
 
 FrozenModel::~FrozenModel() {

@@ -13,6 +13,7 @@
 #include "core/hooks/block_hooks.h"
 #include "core/memory/frozen_offload.h"
 #include "core/train/checkpoint.h"
+#include "core/train/lazy_model.h"
 #include "core/train/runtime.h"
 
 namespace kuafu::train {
@@ -27,7 +28,8 @@ struct FrozenModelOptions {
 class FrozenModel {
  public:
   // Reads precision.dtype and memory.offload_frozen from `config` (the model's view). The model's
-  // parameters must be on runtime.device; they stop requiring gradients.
+  // parameters must be on runtime.device, or under memory.offload_frozen in host memory already
+  // (materialization_of); they stop requiring gradients.
   FrozenModel(const config::Config& config, const Runtime& runtime, torch::nn::Module& model, FrozenModelOptions options);
   ~FrozenModel();
   FrozenModel(const FrozenModel&) = delete;
@@ -37,6 +39,10 @@ class FrozenModel {
   // (the run's precision.dtype where that section says none), which the constructor casts to and a
   // loader can make the model in straight away.
   static torch::Dtype dtype_of(const config::Config& config, const std::string& name, const torch::Device& device);
+  // How a loader makes frozen model `name` as the run holds it: every parameter in dtype_of's dtype, in
+  // host memory (page-locked on a GPU) under its section's memory.offload_frozen, so that no copy of it
+  // is made on the device first.
+  static Materialization materialization_of(const config::Config& config, const std::string& name, const torch::Device& device);
 
   const std::string& name() const { return options_.name; }
   torch::Dtype compute_dtype() const { return dtype_; }

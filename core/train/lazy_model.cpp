@@ -28,6 +28,16 @@ bool has_meta_parameters(const torch::nn::Module& model) {
   return false;
 }
 
+void give_zeros(const torch::nn::Module& model, const std::function<bool(const std::string&)>& which) {
+  const WeightSink* sink = current_weight_sink();
+  KUAFU_CHECK(sink, "give_zeros needs a WeightSink in scope (it fills a model left on the meta device)");
+  for (const auto& item : model.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (!p.is_meta() || (which && !which(item.key())) || !sink->wants(item.key())) continue;
+    sink->take(item.key(), torch::zeros(p.sizes(), torch::TensorOptions(p.scalar_type()).device(sink->device)));
+  }
+}
+
 bool defers_trained_weights(const config::Config& config) {
   return config.get_string("memory.strategy") != "none";
 }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/config/config.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::train {
 
@@ -52,5 +53,47 @@ bool has_meta_parameters(const torch::nn::Module& model);
 // (memory.strategy zero1, zero2, gemini) to fill chunk by chunk (TrainTask::defer_weights): a float32
 // copy of the whole model never exists, on the device or the host.
 bool defers_trained_weights(const config::Config& config);
+
+// Hands the WeightSink in scope a zero value of each meta parameter of `model` it wants (those `which`
+// names; null: all): what train::materialize gives a parameter that nothing draws.
+void give_zeros(const torch::nn::Module& model, const std::function<bool(const std::string& name)>& which = nullptr);
+
+// The DeferredWeights of a model built lazily, each replay on a fresh description (`describe()`, on the
+// meta device): `draw` gives it its initialisation, `load` (null: none) its starting weights.
+template <typename Model>
+DeferredWeights deferred_from(const torch::Device& device, std::function<Model()> describe, std::function<void(Model&)> draw,
+                              std::function<void(Model&)> load = nullptr) {
+  DeferredWeights weights;
+  weights.device = device;
+  weights.initialize = [describe, draw] {
+    Model fresh = describe();
+    draw(fresh);
+  };
+  if (load) {
+    weights.load = [describe, load] {
+      Model fresh = describe();
+      load(fresh);
+    };
+  }
+  return weights;
+}
+
+// The serial model's initialisation from `seed` (its initialize(), seeded first): the same draws on
+// every rank and in every replay.
+template <typename Model>
+std::function<void(Model&)> seeded_initialization(uint64_t seed) {
+  return [seed](Model& model) {
+    torch::manual_seed(seed);
+    model->initialize();
+  };
+}
+
+// The initialisation of a model that draws nothing, all of whose weights come from a folder (a critic or
+// a VAE training on from saved weights): zeros, as train::materialize gives, which the load replaces
+// where the folder holds a value.
+template <typename Model>
+std::function<void(Model&)> zero_initialization() {
+  return [](Model& model) { give_zeros(*model); };
+}
 
 }  // namespace kuafu::train

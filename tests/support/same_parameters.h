@@ -24,7 +24,9 @@ inline void expect_same_parameters(const torch::nn::Module& got, const torch::nn
       ADD_FAILURE() << item.key() << " is missing " << context;
       continue;
     }
-    if (dtype) EXPECT_EQ(mine->scalar_type(), *dtype) << item.key() << " " << context;
+    if (dtype) {
+      EXPECT_EQ(mine->scalar_type(), *dtype) << item.key() << " " << context;
+    }
     EXPECT_TRUE(torch::equal(*mine, dtype ? item.value().to(*dtype) : item.value())) << item.key() << " " << context;
   }
 }

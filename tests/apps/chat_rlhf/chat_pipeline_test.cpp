@@ -97,6 +97,37 @@ TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
   EXPECT_LT(testing::last_json_line(after.output)["val_loss"].get<double>(), std::log(2.0)) << after.output;
 }
 
+// Under ZeRO-2 and Gemini DPO's policy is left described (lazy construction) and its strategy fills
+// its chunks from train.seed and the SFT folder: each of the first two steps has the plain run's loss
+// and gradient norm (float32, the same sums in chunk order: 1e-5 relative). Evaluating such a config
+// makes the policy whole: at its starting weights every pair's loss is log 2.
+TEST_F(ChatPipelineTest, DpoPolicyLeftDescribedTakesThePlainSteps) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  auto dpo = [&](const std::string& strategy) {
+    const std::string name = "dpo_" + strategy;
+    return train_stage(root_, "dpo", name, common_config(root_, name + "_run", 2,
+        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n"
+        "[memory]\nstrategy = \"" + strategy + "\"\n");
+  };
+  const std::vector<nlohmann::json> plain = dpo("none");
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_GT(plain[1]["grad_norm"].get<double>(), 0.0);
+  for (const std::string strategy : {"zero2", "gemini"}) {
+    const std::vector<nlohmann::json> sharded = dpo(strategy);
+    ASSERT_EQ(sharded.size(), 2u) << strategy;
+    for (size_t step = 0; step < 2; ++step) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double want = plain[step][key].get<double>();
+        EXPECT_NEAR(sharded[step][key].get<double>(), want, 1e-5 * std::max(1.0, std::abs(want))) << strategy << " " << key << " step " << step + 1;
+      }
+    }
+  }
+  const testing::CommandResult eval = chat("dpo eval --checkpoint init --config " + (root_ / "dpo_gemini.toml").string());
+  ASSERT_EQ(eval.exit_code, 0) << eval.output;
+  EXPECT_NEAR(testing::last_json_line(eval.output)["val_loss"].get<double>(), std::log(2.0), 1e-5) << eval.output;
+}
+
 TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   // A rollout of 16 prompts, 2 epochs x 2 mini-batches of 8: 4 optimizer steps per rollout.
@@ -202,6 +233,12 @@ TEST_F(ChatPipelineTest, EveryModelTakesItsOwnMemoryStrategy) {
     const double plain = rm_first[0][key].get<double>(), gemini = rm_first[1][key].get<double>();
     EXPECT_NEAR(gemini, plain, 1e-5 * std::max(1.0, std::abs(plain))) << key;
   }
+  // Its benchmark leaves the model described for Gemini to fill too (a model on the meta device that
+  // nothing fills is refused).
+  const testing::CommandResult benchmark = chat("rm benchmark --config " + (root_ / "rm.toml").string() +
+                                                " --set memory.strategy='\"gemini\"' --set benchmark.steps=1 --set benchmark.warmup=0");
+  ASSERT_EQ(benchmark.exit_code, 0) << benchmark.output;
+  EXPECT_GT(testing::last_json_line(benchmark.output)["step_time_ms_median"].get<double>(), 0.0) << benchmark.output;
 }
 
 // rl.shared_trunk: the critic is a value head on the actor's decoder, one model trained on the policy
@@ -252,6 +289,33 @@ TEST_F(ChatPipelineTest, SharedTrunkLearnsFromBothLosses) {
       rl + "shared_trunk = true\n") + "[models.actor.memory]\nstrategy = \"gemini\"\n");
   ASSERT_EQ(gemini.size(), 1u);
   for (const char* key : {"reward", "loss", "value_loss", "actor.grad_norm"}) near(gemini[0][key].get<double>(), b[key].get<double>(), key);
+}
+
+// A critic that starts from the SFT folder (a trunk without a value head), left described under ZeRO-2
+// and Gemini: its strategy reads the trunk from the folder into its chunks and starts the head at zero,
+// as the materialised critic starts. The first step equals the plain run's: the same values (value
+// loss), critic loss and gradient norms (float32, the same sums in chunk order: 1e-5 relative).
+TEST_F(ChatPipelineTest, ACriticLeftDescribedStartsAsAMaterialisedOne) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  std::vector<nlohmann::json> first;
+  for (const std::string strategy : {"none", "zero2", "gemini"}) {
+    const std::string name = "ppo_critic_" + strategy;
+    const std::vector<nlohmann::json> lines = train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 1,
+        "prompts_per_rollout = 8\ncritic_init = \"" + (root_ / "sft_hf").string() + "\"\n") +
+        "[models.critic.memory]\nstrategy = \"" + strategy + "\"\n");
+    ASSERT_EQ(lines.size(), 1u) << strategy;
+    first.push_back(lines[0]);
+  }
+  EXPECT_GT(first[0]["critic.grad_norm"].get<double>(), 0.0);
+  // Evaluating such a config makes every model whole.
+  const testing::CommandResult eval = chat("ppo eval --config " + (root_ / "ppo_critic_zero2.toml").string());
+  EXPECT_EQ(eval.exit_code, 0) << eval.output;
+  for (size_t run = 1; run < first.size(); ++run) {
+    for (const char* key : {"reward", "value_loss", "critic.loss", "critic.grad_norm", "actor.grad_norm"}) {
+      const double want = first[0][key].get<double>();
+      EXPECT_NEAR(first[run][key].get<double>(), want, 1e-5 * std::max(1.0, std::abs(want))) << key << " run " << run;
+    }
+  }
 }
 
 // The pre-training (ptx) term: the actor's loss is the policy loss plus rl.ptx_coef x the language-model
