@@ -77,11 +77,8 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
     return true;
   };
   if (train::defers_trained_weights(critic_view)) {
-    critic_options.deferred.device = device;
-    critic_options.deferred.initialize = [shape, described] {
-      ScoredModel fresh(shape, described);
-      fresh->initialize();
-    };
+    critic_options.deferred = train::deferred_from<ScoredModel>(
+        device, [shape, described] { return ScoredModel(shape, described); }, [](ScoredModel& fresh) { fresh->initialize(); });
   } else {
     train::materialize(*critic, train::Materialization::all_in(device, torch::kFloat32));
     critic->initialize();

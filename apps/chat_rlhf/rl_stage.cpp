@@ -440,8 +440,13 @@ int64_t RlTask::items_per_row() const {
 namespace {
 
 // A critic's fresh value head starts at zero: the first rollout's values add no noise to its advantages,
-// and the trunk learns nothing from the value loss until the head has.
+// and the trunk learns nothing from the value loss until the head has. A described critic's zeros go to
+// the WeightSink in scope (its sharded strategy's).
 void zero_value_head(ScoredModel& critic) {
+  if (critic->score->weight.is_meta()) {
+    train::give_zeros(*critic, [](const std::string& name) { return name.rfind("score.", 0) == 0; });
+    return;
+  }
   torch::NoGradGuard no_grad;
   critic->score->weight.zero_();
 }
@@ -563,9 +568,9 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     models.critic.emplace(models.actor, described ? torch::Device(torch::kMeta) : options.device, /*reads_logits=*/true);
     models.shared_trunk = true;
     if (described) {
-      models.actor_weights.initialize = [actor = models.actor_weights.initialize, critic = *models.critic] {
+      models.actor_weights.initialize = [actor = models.actor_weights.initialize, critic = *models.critic]() mutable {
         actor();
-        train::give_zeros(*critic, [](const std::string& name) { return name.rfind("score.", 0) == 0; });
+        zero_value_head(critic);
       };
     } else {
       zero_value_head(*models.critic);
@@ -576,13 +581,15 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     // Described, then filled from the folder: nothing is drawn, since the trunk comes from it and the
     // head too, or starts at zero. It trains: float32, or left for its sharded strategy to fill.
     const auto describe = [shape] { return ScoredModel(shape, parallel::ModelOptions::serial_on(torch::kMeta)); };
+    const auto fill = [start](ScoredModel& critic) {
+      if (!load_scored_weights(critic, start)) zero_value_head(critic);
+    };
     models.critic.emplace(describe());
     if (training && train::defers_trained_weights(config_.model_view("critic"))) {
-      models.critic_weights = train::deferred_from<ScoredModel>(options.device, describe, train::zero_initialization<ScoredModel>(),
-                                                                [start](ScoredModel& fresh) { load_scored_weights(fresh, start); });
+      models.critic_weights = train::deferred_from<ScoredModel>(options.device, describe, fill);
     } else {
       train::materialize(**models.critic, train::Materialization::all_in(options.device, torch::kFloat32));
-      if (!load_scored_weights(*models.critic, start)) zero_value_head(*models.critic);
+      fill(*models.critic);
     }
   }
   std::shared_ptr<io::InstructionBatcher> ptx;

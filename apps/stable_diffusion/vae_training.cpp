@@ -118,7 +118,8 @@ class VaeApp : public train::App {
     if (runtime && train::defers_trained_weights(config_.model_view("vae"))) {
       const auto describe = [config = vae_config_] { return AutoencoderKL(config, torch::kMeta); };
       vae = describe();
-      deferred = train::deferred_from<AutoencoderKL>(options.device, describe, train::zero_initialization<AutoencoderKL>(),
+      // Every weight comes from the folder (a missing one is refused), read as the replay's initialisation.
+      deferred = train::deferred_from<AutoencoderKL>(options.device, describe,
                                                      [folder = vae_folder()](AutoencoderKL& fresh) { load_vae_weights(fresh, folder); });
     } else {
       vae = load_vae(vae_folder(), options.device);

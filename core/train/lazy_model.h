@@ -88,12 +88,4 @@ std::function<void(Model&)> seeded_initialization(uint64_t seed) {
   };
 }
 
-// The initialisation of a model that draws nothing, all of whose weights come from a folder (a critic or
-// a VAE training on from saved weights): zeros, as train::materialize gives, which the load replaces
-// where the folder holds a value.
-template <typename Model>
-std::function<void(Model&)> zero_initialization() {
-  return [](Model& model) { give_zeros(*model); };
-}
-
 }  // namespace kuafu::train
