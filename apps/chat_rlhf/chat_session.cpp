@@ -204,7 +204,14 @@ int run_chat(int argc, const char* const argv[]) {
         std::cout << "(unknown command " << line << ": /reset, /set NAME VALUE, /quit)" << std::endl;
         continue;
       }
-      session.reply(line, stream, notice, [] { return g_interrupts > 0; });
+      // A message the session cannot answer (too long for the context, not text) leaves the
+      // conversation as it was: a notice, and the prompt again.
+      try {
+        session.reply(line, stream, notice, [] { return g_interrupts > 0; });
+      } catch (const std::exception& e) {
+        std::cout << "(not answered: " << text::abbreviate(e.what(), 300) << ")" << std::endl;
+        continue;
+      }
       if (g_interrupts > 0) std::cout << " [stopped]";
       std::cout << std::endl;
     }

@@ -6,7 +6,7 @@
 #include "apps/chat_rlhf/preference_losses.h"
 #include "apps/opt_finetune/commands.h"
 #include "apps/opt_finetune/task.h"
-#include "core/optim/mixed_precision.h"
+#include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
 
@@ -20,8 +20,21 @@ DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_
       policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
       val_cache_(val->pairs.size()), dpo_(dpo) {
   policy_sites_ = std::make_unique<train::ParallelModel>(*policy_, train::ParallelOptions{});
+  reference_sites_ = std::make_unique<train::ParallelModel>(*reference_, train::ParallelOptions{});
   reference_->module().eval();
   for (auto& p : reference_->module().parameters()) p.set_requires_grad(false);
+}
+
+std::vector<train::RunModel> DpoTask::frozen_models() {
+  train::RunModel reference;
+  reference.name = "reference";
+  reference.module = &reference_->module();
+  reference.trained = reference.saved = false;
+  reference.set_block_hooks = [this](hooks::BlockHooks* hooks) {
+    reference_sites_->set_block_hooks(hooks);
+    return true;
+  };
+  return {reference};
 }
 
 std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& batch, const PreferenceSet& set,
@@ -94,7 +107,13 @@ class DpoApp : public train::App {
   explicit DpoApp(const config::Config& config)
       : config_(config), settings_(opt::read_settings(config)), dpo_(dpo_settings(config)), opt_(opt::make_opt_app(config)) {}
 
-  train::ModelSize model_size() override { return opt_->model_size(); }
+  // The policy as kuafu-opt counts it, and the frozen reference in its own section's dtype.
+  train::ModelSize model_size() override {
+    train::ModelSize size = opt_->model_size();
+    size.models = {{"", size.parameters, size.frozen, /*trained=*/true}, {"reference", size.parameters, 0, /*trained=*/false}};
+    size.parameters *= 2;
+    return size;
+  }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     require_data_parallel(config_, runtime, options, Stage::Dpo);
     const std::string reference_folder = dpo_.reference.empty() ? train::init_from(config_) : dpo_.reference;
@@ -103,13 +122,13 @@ class DpoApp : public train::App {
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
     // Training: the policy as kuafu-opt trains it (its LoRA base in the compute dtype, or left described
-    // for ZeRO and Gemini), the frozen reference straight in the compute dtype it runs in. An evaluation
-    // (no runtime): both whole in float32, as it runs them.
+    // for ZeRO and Gemini), the frozen reference as its section holds it (its compute dtype; in host
+    // memory under memory.offload_frozen). An evaluation (no runtime): both whole in float32, as it runs them.
     DeferredWeights deferred;
     nn::CausalLMPtr policy, reference;
     if (runtime) {
       policy = opt::build_for_training(config_, settings_, options, /*starting_weights=*/true, deferred);
-      reference = opt::load_causal_lm(reference_folder, options.device, optim::compute_dtype(config_, options.device));
+      reference = opt::load_causal_lm(reference_folder, train::FrozenModel::materialization_of(config_, "reference", options.device));
     } else {
       policy = opt::build_model(config_, settings_, options);
       reference = opt::load_causal_lm(reference_folder, options.device);

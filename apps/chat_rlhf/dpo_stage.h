@@ -20,11 +20,13 @@ class DpoTask : public PairTask {
           int64_t pad_id, const torch::Device& device);
 
   torch::nn::Module& model() override { return policy_->module(); }
-  // The policy's blocks take the memory strategy's hooks (Gemini's gathers); the reference runs without.
+  // The policy's blocks take the memory strategy's hooks (Gemini's gathers).
   bool set_block_hooks(hooks::BlockHooks* hooks) override {
     policy_sites_->set_block_hooks(hooks);
     return true;
   }
+  // The reference, a frozen model of its own section ([models.reference]: its dtype, memory.offload_frozen).
+  std::vector<train::RunModel> frozen_models() override;
   torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
   // Loss sum, pairs, pairs ranked right by the implicit reward; extra: the margin (β·h) sum, the chosen
   // answers' log-prob sum, pairs whose chosen answer the policy finds likelier.
@@ -39,6 +41,7 @@ class DpoTask : public PairTask {
 
   nn::CausalLMPtr policy_, reference_;
   std::unique_ptr<train::ParallelModel> policy_sites_;  // the policy's parts (head, blocks, tail) as block sites
+  std::unique_ptr<train::ParallelModel> reference_sites_;  // the reference's, for its frozen weights' offload
   std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
   DpoSettings dpo_;
 };

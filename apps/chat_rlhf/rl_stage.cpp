@@ -1,6 +1,7 @@
 #include "apps/chat_rlhf/rl_stage.h"
 
 #include <cctype>
+#include <filesystem>
 #include <map>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
+#include "core/train/peft_adapter.h"
 #include "core/util/logging.h"
 #include "core/util/seed_mix.h"
 
@@ -457,10 +459,28 @@ class RlApp : public train::App {
       : config_(config), stage_(stage), settings_(opt::read_settings(config)), rl_(rl_settings(config, stage)),
         opt_(opt::make_opt_app(config)) {}
 
+  // Each model as the run holds it, from its own section: the actor (its LoRA base frozen) and PPO's
+  // critic train; the reference and the reward model are frozen weights in their compute dtype.
   train::ModelSize model_size() override {
     const double actor = static_cast<double>(settings_.model.parameter_count());
-    const bool critic = stage_ == Stage::Ppo && !rl_.shared_trunk;
-    return {actor * (critic ? 4.0 : 3.0), {"model.hidden_size", "model.num_hidden_layers"}};
+    // A folder's model from its config.json; one not there yet counts as the actor (make_task names it).
+    const auto folder_size = [actor](const std::string& dir) {
+      std::error_code missing;
+      if (dir.empty() || !std::filesystem::exists(dir + "/config.json", missing)) return actor;
+      return static_cast<double>(read_scored_shape(io::read_hf_config(dir), dir + "/config.json").parameter_count());
+    };
+    const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
+    std::vector<train::SizedModel> models = {
+        {"actor", actor, train::lora_spec(config_.model_view("actor")) ? actor : 0.0, /*trained=*/true}};
+    if (stage_ == Stage::Ppo && !rl_.shared_trunk) {
+      models.push_back({"critic", folder_size(rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init), 0, /*trained=*/true});
+    }
+    models.push_back({"reference", folder_size(reference), 0, /*trained=*/false});
+    models.push_back({"reward", folder_size(rl_.reward_model), 0, /*trained=*/false});
+    train::ModelSize size{0, {"model.hidden_size", "model.num_hidden_layers", "rl.reward_model"}, 0, {}};
+    for (const train::SizedModel& model : models) size.parameters += model.parameters;
+    size.models = std::move(models);
+    return size;
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override;
   std::string describe(train::RunTask& task) override {

@@ -75,6 +75,7 @@ config::Schema stage_schema(Stage stage) {
       s.add_float("dpo.beta", 0.1, "β: the strength of the KL regularisation towards the reference").min(1e-6);
       s.add_string("dpo.loss", "sigmoid", "sigmoid (DPO) or ipo").choices({"sigmoid", "ipo"});
       s.add_string("dpo.reference", "", "the frozen reference's folder; empty: model.init_from");
+      train::add_model_sections(s, {"reference"});
       break;
     case Stage::Ppo:
     case Stage::Grpo:
@@ -104,6 +105,11 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
   s.reference = config.get_string("rl.reference");
   ExperienceSettings& e = s.experience;
   e.sampling = train::generate_settings(config).sampling;
+  // Rollouts answer within the context: a prompt needs at least one position before the answer's.
+  if (const int64_t context = config.get_int("data.context"); e.sampling.max_new_tokens >= context) {
+    config.fail_at("generate.max_new_tokens", "(" + std::to_string(e.sampling.max_new_tokens) +
+                                                  ") leaves no room for a prompt within data.context (" + std::to_string(context) + ")");
+  }
   if (e.sampling.temperature <= 0) config.fail_at("generate.temperature", "must be > 0 for rollouts: the policy gradient needs sampled responses");
   e.kl_estimator = kl_estimator_named(config.get_string("rl.kl_estimator"));
   e.kl_coef = config.get_float("rl.kl_coef");
@@ -112,6 +118,8 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
   s.epochs = config.get_int("rl.epochs");
   s.mini_batches = config.get_int("rl.mini_batches");
   s.clip = config.get_float("rl.clip");
+  // A clip range of 0 makes every ratio's gradient vanish outside exact equality: nothing would learn.
+  if (s.clip <= 0) config.fail_at("rl.clip", "must be > 0: the policy ratio is clipped to [1 - clip, 1 + clip]");
   s.entropy_coef = config.get_float("rl.entropy_coef");
   s.eval_prompts = config.get_string("rl.eval_prompts");
   s.eval_prompts_count = config.get_int("rl.eval_prompts_count");

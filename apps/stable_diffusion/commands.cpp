@@ -127,14 +127,16 @@ class SdApp : public train::App {
     const std::string folder = starting_weights && !settings_.new_unet ? unet_folder() : "";
     const uint64_t seed = settings_.train.seed;
     const bool lora = train::lora_spec(config_).has_value();
+    // As the trainer holds it: the UNet's own section ([models.unet.*]) over the top-level keys.
+    const config::Config unet_section = config_.model_view("unet");
     UNet2DCondition unet(unet_config_, torch::kMeta);
-    if (training && !lora && train::defers_trained_weights(config_)) {
+    if (training && !lora && train::defers_trained_weights(unet_section)) {
       deferred = train::deferred_from<UNet2DCondition>(
           device, [config = unet_config_] { return UNet2DCondition(config, torch::kMeta); },
           [folder, seed](UNet2DCondition& fresh) { fill_unet(*fresh, folder, seed); });
       return unet;
     }
-    const torch::Dtype dtype = training && lora ? optim::compute_dtype(config_, device) : torch::kFloat32;
+    const torch::Dtype dtype = training && lora ? optim::compute_dtype(unet_section, device) : torch::kFloat32;
     train::materialize(*unet, train::Materialization::all_in(device, dtype));
     fill_unet(*unet, folder, seed);
     // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.

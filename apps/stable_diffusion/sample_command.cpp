@@ -1,6 +1,7 @@
 #include "apps/stable_diffusion/sample_command.h"
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/io/png_file.h"
 #include "core/io/safetensors.h"
+#include "core/train/runtime.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
@@ -53,88 +55,93 @@ double real(const std::string& option, const std::string& value) {
   fail(option + " " + value + " is not a number");
 }
 
+void sample_command(int argc, const char* const argv[]) {
+  std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile;
+  std::vector<std::string> prompts;
+  std::vector<uint64_t> seeds;
+  SampleOptions options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kHelp;
+      return;
+    }
+    KUAFU_CHECK(text::starts_with(arg, "--") && i + 1 < argc, "unexpected argument \"", text::abbreviate(arg),
+                "\" (kuafu-sd sample --help)");
+    const std::string value = argv[++i];
+    if (arg == "--model") {
+      model = value;
+    } else if (arg == "--prompt") {
+      prompts.push_back(value);
+    } else if (arg == "--out") {
+      out = value;
+    } else if (arg == "--steps") {
+      options.steps = number(arg, value);
+    } else if (arg == "--guidance") {
+      options.guidance = real(arg, value);
+    } else if (arg == "--sampler") {
+      sampler_name = value;
+      options.sampler = sampler_named(value);
+    } else if (arg == "--seed") {
+      seeds.push_back(static_cast<uint64_t>(number(arg, value)));
+    } else if (arg == "--height") {
+      options.height = number(arg, value);
+    } else if (arg == "--width") {
+      options.width = number(arg, value);
+    } else if (arg == "--latents") {
+      latents_in = value;
+    } else if (arg == "--save-latents") {
+      latents_out = value;
+    } else if (arg == "--vae-tile") {
+      vae_tile = value;
+    } else if (arg == "--device") {
+      device = value;
+    } else {
+      fail("unknown option " + arg + " (kuafu-sd sample --help)");
+    }
+  }
+  KUAFU_CHECK(!model.empty(), "--model DIR is required: a diffusers pipeline folder (kuafu-sd sample --help)");
+  KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
+  KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
+  KUAFU_CHECK(!std::filesystem::is_directory(out), "--out ", out, " is a folder: name the grid's .png file");
+  if (seeds.empty()) seeds.push_back(0);
+  KUAFU_CHECK(latents_in.empty() || seeds.size() == 1, "--latents gives the initial noise of one row of images; name at most one --seed with it");
+  if (!latents_in.empty()) {
+    const io::SafetensorsFile file = io::load_safetensors(latents_in);
+    const torch::Tensor* latents = file.find("latents");
+    KUAFU_CHECK(latents, latents_in, " holds no tensor \"latents\"");
+    options.initial_latents = latents->to(torch::kFloat32);
+  }
+  Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
+  if (!vae_tile.empty()) {
+    options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
+    const int64_t least = 4 * pipeline.vae_scale();  // a tile of fewer than 4 latents decodes nothing useful
+    KUAFU_CHECK(options.vae_tile >= least, "--vae-tile ", vae_tile, " is under ", least, " pixels (4 latents at the VAE's factor ",
+                pipeline.vae_scale(), "); give a larger tile, or auto");
+  }
+  std::vector<torch::Tensor> images, initial;  // a row per seed: [B, 3, H, W] and [B, C, h, w]
+  for (const uint64_t seed : seeds) {
+    options.seed = seed;
+    const Samples samples = sample(pipeline, prompts, options);
+    images.push_back(samples.images);
+    initial.push_back(samples.initial_latents.cpu());
+  }
+  if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", torch::cat(initial)}});
+  std::vector<std::string> seed_names;
+  for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
+  auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
+  text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
+                           {"model", model},
+                           {"software", "kuafu-sd"}});
+  io::write_png(out, sample_grid(torch::cat(images), static_cast<int64_t>(prompts.size())), text);
+  std::cout << out << ": " << prompts.size() * seeds.size() << " image(s) of " << images[0].size(3) << "x" << images[0].size(2) << "\n";
+}
+
 }  // namespace
 
+// Every failure, LibTorch's own included (a tensor too large to describe), is a message and exit code 1.
 int run_sample(int argc, const char* const argv[]) {
-  try {
-    std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile;
-    std::vector<std::string> prompts;
-    std::vector<uint64_t> seeds;
-    SampleOptions options;
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        std::cout << kHelp;
-        return 0;
-      }
-      KUAFU_CHECK(text::starts_with(arg, "--") && i + 1 < argc, "unexpected argument \"", text::abbreviate(arg),
-                  "\" (kuafu-sd sample --help)");
-      const std::string value = argv[++i];
-      if (arg == "--model") {
-        model = value;
-      } else if (arg == "--prompt") {
-        prompts.push_back(value);
-      } else if (arg == "--out") {
-        out = value;
-      } else if (arg == "--steps") {
-        options.steps = number(arg, value);
-      } else if (arg == "--guidance") {
-        options.guidance = real(arg, value);
-      } else if (arg == "--sampler") {
-        sampler_name = value;
-        options.sampler = sampler_named(value);
-      } else if (arg == "--seed") {
-        seeds.push_back(static_cast<uint64_t>(number(arg, value)));
-      } else if (arg == "--height") {
-        options.height = number(arg, value);
-      } else if (arg == "--width") {
-        options.width = number(arg, value);
-      } else if (arg == "--latents") {
-        latents_in = value;
-      } else if (arg == "--save-latents") {
-        latents_out = value;
-      } else if (arg == "--vae-tile") {
-        vae_tile = value;
-      } else if (arg == "--device") {
-        device = value;
-      } else {
-        fail("unknown option " + arg + " (kuafu-sd sample --help)");
-      }
-    }
-    KUAFU_CHECK(!model.empty(), "--model DIR is required: a diffusers pipeline folder (kuafu-sd sample --help)");
-    KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
-    KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
-    if (seeds.empty()) seeds.push_back(0);
-    KUAFU_CHECK(latents_in.empty() || seeds.size() == 1, "--latents gives the initial noise of one row of images; name at most one --seed with it");
-    if (!latents_in.empty()) {
-      const io::SafetensorsFile file = io::load_safetensors(latents_in);
-      const torch::Tensor* latents = file.find("latents");
-      KUAFU_CHECK(latents, latents_in, " holds no tensor \"latents\"");
-      options.initial_latents = latents->to(torch::kFloat32);
-    }
-    Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
-    if (!vae_tile.empty()) options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
-    std::vector<torch::Tensor> images, initial;  // a row per seed: [B, 3, H, W] and [B, C, h, w]
-    for (const uint64_t seed : seeds) {
-      options.seed = seed;
-      const Samples samples = sample(pipeline, prompts, options);
-      images.push_back(samples.images);
-      initial.push_back(samples.initial_latents.cpu());
-    }
-    if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", torch::cat(initial)}});
-    std::vector<std::string> seed_names;
-    for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
-    auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
-    text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
-                             {"model", model},
-                             {"software", "kuafu-sd"}});
-    io::write_png(out, sample_grid(torch::cat(images), static_cast<int64_t>(prompts.size())), text);
-    std::cout << out << ": " << prompts.size() * seeds.size() << " image(s) of " << images[0].size(3) << "x" << images[0].size(2) << "\n";
-    return 0;
-  } catch (const Error& e) {
-    std::cerr << "kuafu-sd sample: error: " << e.what() << "\n";
-    return 1;
-  }
+  return train::run_app_command("kuafu-sd sample", [&] { sample_command(argc, argv); });
 }
 
 }  // namespace kuafu::sd

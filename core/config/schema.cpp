@@ -173,6 +173,11 @@ std::string Field::check(const Value& value) const {
   const std::vector<double> numbers = numbers_of(value);
   for (size_t i = 0; i < numbers.size(); ++i) {
     const std::string at = is_list(type_) ? " at index " + std::to_string(i) : "";
+    // nan and inf are TOML floats, but no setting means them: refused whatever the bounds.
+    if (!std::isfinite(numbers[i])) {
+      return "expected " + std::string(is_list(type_) ? "finite elements" : "a finite number") + ", found " +
+             format_bound(numbers[i]) + at;
+    }
     // Written as !(x >= min) so that NaN is out of range too.
     if (min_ && !(numbers[i] >= *min_)) {
       return "expected " + each + ">= " + format_bound(*min_) + ", found " + format_bound(numbers[i]) + at;

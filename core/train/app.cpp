@@ -63,7 +63,7 @@ nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::st
 
 void check_model_fits(App& app, const config::Config& config, const Runtime& runtime) {
   const ModelSize size = app.model_size();
-  check_model_fits(config, runtime, size.parameters, size.keys, size.frozen);
+  check_model_fits(config, runtime, size.parameters, size.keys, size.frozen, size.models);
 }
 
 TrainSummary train_app(App& app, const config::Config& config) {

@@ -20,15 +20,18 @@
 #include "core/io/hf_folder.h"
 #include "core/nn/generation.h"
 #include "core/train/benchmark.h"
+#include "core/train/model_memory.h"
 #include "core/train/model_task.h"
 
 namespace kuafu::train {
 
-// The configured model's size, for check_model_fits: its parameters and the keys that set them.
+// The configured model's size, for check_model_fits: its parameters and the keys that set them. An app
+// of several models (RLHF's PPO) lists each in `models`, counted as its own config section holds it.
 struct ModelSize {
   double parameters = 0;
   std::vector<std::string> keys;
   double frozen = 0;  // of the parameters, those that do not train (a LoRA run's base model)
+  std::vector<SizedModel> models;  // empty: the one model above
 };
 
 // Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and

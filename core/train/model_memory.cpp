@@ -5,6 +5,7 @@
 
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
+#include "core/train/frozen_model.h"
 #include "core/util/error.h"
 
 namespace kuafu::train {
@@ -40,9 +41,23 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   return share * per_parameter + frozen / model_ranks * compute;
 }
 
+double least_run_bytes(const config::Config& config, const Runtime& runtime, const std::vector<SizedModel>& models) {
+  double bytes = 0;
+  for (const SizedModel& model : models) {
+    const config::Config section = config.model_view(model.name);
+    if (model.trained) {
+      bytes += least_training_bytes(section, runtime, model.parameters, model.frozen);
+    } else {
+      bytes += model.parameters * static_cast<double>(torch::elementSize(FrozenModel::dtype_of(config, model.name, runtime.device)));
+    }
+  }
+  return bytes;
+}
+
 void check_model_fits(const config::Config& config, const Runtime& runtime, double parameters,
-                      const std::vector<std::string>& model_keys, double frozen) {
-  const double needed = least_training_bytes(config, runtime, parameters, frozen);
+                      const std::vector<std::string>& model_keys, double frozen, const std::vector<SizedModel>& models) {
+  const double needed = models.empty() ? least_training_bytes(config, runtime, parameters, frozen)
+                                       : least_run_bytes(config, runtime, models);
   double available = static_cast<double>(memory::available_bytes(torch::kCPU));
   if (runtime.device.is_cuda()) available += static_cast<double>(memory::available_bytes(runtime.device));
   if (needed <= available) return;
@@ -68,6 +83,17 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
   std::ostringstream count;
   count.precision(4);
   count << parameters;
+  if (!models.empty()) {
+    std::ostringstream each;
+    each.precision(4);
+    for (size_t i = 0; i < models.size(); ++i) {
+      each << (i ? ", " : "") << models[i].name << " " << models[i].parameters << (models[i].trained ? "" : " frozen");
+    }
+    fail("the models of " + keys.str() + " (" + each.str() + " parameters): their weights, gradients and optimizer " +
+         "state need at least " + gib(needed) + " on each rank (each model under its own [models.<name>] memory and " +
+         "precision, before activations), but this machine has " + gib(available) + " available. Make the models " +
+         "smaller or spread them (memory.strategy, memory.offload_frozen, lora.rank)");
+  }
   fail("the model of " + keys.str() + " has " + count.str() + " parameters: its weights, gradients and optimizer " +
        "state need at least " + gib(needed) + " on each rank (memory.strategy = \"" +
        config.get_string("memory.strategy") + "\", before activations), but this machine has " + gib(available) +

@@ -17,9 +17,24 @@ namespace kuafu::train {
 // their weights in the compute dtype.
 double least_training_bytes(const config::Config& config, const Runtime& runtime, double parameters, double frozen = 0);
 
+// One model of a run of several, as the fit check counts it from its own section ([models.<name>.*]).
+struct SizedModel {
+  std::string name;
+  double parameters = 0;
+  double frozen = 0;     // of them, those that do not train (a LoRA base)
+  bool trained = true;   // false: a frozen model, its weights alone in its compute dtype
+};
+
+// least_training_bytes summed over `models`, each from config.model_view(name): a trained model's
+// weights, gradients, masters and optimizer state under its own strategy, a frozen one's weights in its
+// own compute dtype (host memory under memory.offload_frozen, counted with the rest).
+double least_run_bytes(const config::Config& config, const Runtime& runtime, const std::vector<SizedModel>& models);
+
 // kuafu::Error naming `model_keys` (integer keys, with their values), the parameter count and the estimate when least_training_bytes
-// exceeds what the host (and the GPU, when the run has one) can still allocate.
+// (least_run_bytes of `models` when there are several) exceeds what the host (and the GPU, when the run
+// has one) can still allocate.
 void check_model_fits(const config::Config& config, const Runtime& runtime, double parameters,
-                      const std::vector<std::string>& model_keys, double frozen = 0);
+                      const std::vector<std::string>& model_keys, double frozen = 0,
+                      const std::vector<SizedModel>& models = {});
 
 }  // namespace kuafu::train

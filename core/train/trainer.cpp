@@ -43,7 +43,9 @@ std::vector<RunModel> TrainTask::models() {
   one.set_block_hooks = [this](hooks::BlockHooks* hooks) { return set_block_hooks(hooks); };
   one.tied = tied_copies();
   one.deferred = deferred_weights();
-  return {one};
+  std::vector<RunModel> all = {one};
+  for (RunModel& frozen : frozen_models()) all.push_back(std::move(frozen));
+  return all;
 }
 
 std::map<std::string, torch::Tensor> TrainTask::losses(int64_t step, int64_t first_row, int64_t rows) {

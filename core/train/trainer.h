@@ -131,7 +131,10 @@ class TrainTask : public RunTask {
   void defer_weights(DeferredWeights weights) { deferred_ = std::move(weights); }
   virtual DeferredWeights deferred_weights() const { return deferred_; }
 
-  std::vector<RunModel> models() final;  // one trained model named ""
+  // Frozen models the loss reads beside the trained one (DPO's reference), each from its own section.
+  virtual std::vector<RunModel> frozen_models() { return {}; }
+
+  std::vector<RunModel> models() final;  // one trained model named "", then frozen_models()
 
  private:
   DeferredWeights deferred_;

@@ -116,7 +116,12 @@ FileSum write_file_atomic_streamed(const std::string& path, const std::function<
     ::unlink(tmp.c_str());
     fail("fsync of " + tmp + " failed: " + errno_text());
   }
-  rename_durable(tmp, path);
+  try {
+    rename_durable(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());  // e.g. `path` is a folder: the temporary must not stay beside it
+    throw;
+  }
   sum.crc32 = static_cast<uint32_t>(crc);
   return sum;
 }

@@ -5,20 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <sstream>
 #include <string>
 
-namespace kuafu::testing {
+#include "tests/support/json_lines.h"
 
-// The last line of `output` that parses as a JSON object (the benchmark's line comes last).
-inline nlohmann::json last_json_line(const std::string& output) {
-  nlohmann::json found;
-  std::istringstream lines(output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] == '{') found = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  }
-  return found;
-}
+namespace kuafu::testing {
 
 // The shared fields are there, with figures that hang together: throughput from the median step, MFU
 // from the model FLOP rate and the measured matrix-product rate.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/json_lines.h"
 #include "tests/support/run_command.h"
 
 namespace kuafu::testing {
@@ -26,13 +27,6 @@ inline PythonRun run_python_reference(const std::string& script, const std::stri
   // Offline: the references build their tiny models themselves.
   return run_command("HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 OMP_NUM_THREADS=1 " + python.string() + " " +
                      path.string() + " " + args);
-}
-
-// The JSON object a reference script prints as its last line (libraries may print before it).
-inline nlohmann::json last_json_line(const std::string& output) {
-  const size_t end = output.find_last_not_of('\n');
-  const size_t start = output.rfind('\n', end);
-  return nlohmann::json::parse(output.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1));
 }
 
 }  // namespace kuafu::testing

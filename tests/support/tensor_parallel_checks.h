@@ -15,8 +15,11 @@
 
 namespace kuafu::testing {
 
+// Float64 on both sides, the same products summed in another order across ranks: rounding alone.
+constexpr double kFloat64Tolerance = 1e-12;
+
 inline void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what,
-                         double tolerance) {
+                         double tolerance = kFloat64Tolerance) {
   ASSERT_TRUE(actual.defined()) << what << " is undefined";
   ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
   EXPECT_TRUE(torch::allclose(actual, expected, tolerance, tolerance))
@@ -60,7 +63,8 @@ inline BoundParam bind_param(const std::string& what, const torch::Tensor& full,
   return {what, full.clone().requires_grad_(), &local, layout};
 }
 
-inline void expect_gradients(const std::vector<BoundParam>& params, const dist::ProcessMesh& mesh, double tolerance) {
+inline void expect_gradients(const std::vector<BoundParam>& params, const dist::ProcessMesh& mesh,
+                             double tolerance = kFloat64Tolerance) {
   for (const auto& p : params) {
     expect_close(p.local->grad(), parallel::shard_of(p.serial.grad(), p.layout, mesh), p.what + " gradient", tolerance);
   }

@@ -17,7 +17,7 @@
 namespace kuafu::chat {
 namespace {
 
-constexpr double kTolerance = 1e-5;
+constexpr double kModelTolerance = 1e-5;
 
 const testing::Reference& reference() {
   static const testing::Reference r = testing::build_reference("rlhf_models_reference.py", "rlhf_models");
@@ -41,7 +41,7 @@ TEST_P(ChatModelsTest, RewardModelScoresAsTransformersLeftOrRightPadded) {
   torch::NoGradGuard no_grad;
   for (const std::string side : {"left", "right"}) {
     const torch::Tensor scores = model->scores(ref[side + "_ids"], ref[side + "_mask"].to(torch::kBool));
-    EXPECT_LT(difference(scores, figure(side + "_scores")), kTolerance) << side;
+    EXPECT_LT(difference(scores, figure(side + "_scores")), kModelTolerance) << side;
   }
 }
 
@@ -81,7 +81,7 @@ TEST_P(ChatModelsTest, ExportedRewardModelLoadsInTransformersWithKuafusScores) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json line = testing::last_json_line(run.output);
   EXPECT_EQ(line["architecture"], GetParam().empty() ? "OPTForSequenceClassification" : "GPT2ForSequenceClassification");
-  EXPECT_LT(line["max_difference"].get<double>(), kTolerance);
+  EXPECT_LT(line["max_difference"].get<double>(), kModelTolerance);
 }
 
 // A frozen model is made straight in its compute dtype: its weights are the folder's rounded to bf16,
@@ -126,7 +126,7 @@ TEST_P(ChatModelsTest, PolicyLogprobsEqualTransformers) {
   const torch::Tensor logprobs = next_token_logprobs(*lm, ref["left_ids"], real);
   // Positions whose token and next token are both real (a left pad predicts nothing anyone reads).
   const torch::Tensor next_real = real.narrow(1, 1, real.size(1) - 1) & real.narrow(1, 0, real.size(1) - 1);
-  EXPECT_LT(difference(logprobs.index({next_real}), figure("lm_logprobs").index({next_real})), kTolerance);
+  EXPECT_LT(difference(logprobs.index({next_real}), figure("lm_logprobs").index({next_real})), kModelTolerance);
 }
 
 // The trap: the same prompts and responses laid out left-padded (as generated) and right-padded give the

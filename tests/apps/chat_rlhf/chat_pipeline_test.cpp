@@ -5,6 +5,7 @@
 // first mini-batch has ratio 1, no clipping and no approximate KL, GRPO's loss with β = 0 is 0.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,9 @@
 #include "apps/chat_rlhf/rl_stage.h"
 #include "apps/chat_rlhf/scored_model.h"
 #include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/causal_lm_family.h"
+#include "core/io/hf_folder.h"
+#include "core/train/model_memory.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
@@ -126,6 +130,33 @@ TEST_F(ChatPipelineTest, DpoPolicyLeftDescribedTakesThePlainSteps) {
   const testing::CommandResult eval = chat("dpo eval --checkpoint init --config " + (root_ / "dpo_gemini.toml").string());
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NEAR(testing::last_json_line(eval.output)["val_loss"].get<double>(), std::log(2.0), 1e-5) << eval.output;
+}
+
+// DPO's reference is a frozen model of its own section ([models.reference], once refused as unknown):
+// offloaded to host memory it gives the plain run's steps (float32 both: 1e-6); in bf16 its log-probs
+// are rounded, so the first loss leaves log 2 by the rounding alone (under 1e-2).
+TEST_F(ChatPipelineTest, DpoReferenceIsAFrozenModelOfItsOwnSection) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  auto dpo = [&](const std::string& name, const std::string& reference) {
+    return train_stage(root_, "dpo", name, common_config(root_, name + "_run", 2,
+        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n" + reference);
+  };
+  const std::vector<nlohmann::json> plain = dpo("dpo_ref_plain", "");
+  const std::vector<nlohmann::json> offloaded = dpo("dpo_ref_offloaded", "[models.reference.memory]\noffload_frozen = true\n");
+  const std::vector<nlohmann::json> rounded = dpo("dpo_ref_bf16", "[models.reference.precision]\ndtype = \"bf16\"\n");
+  ASSERT_EQ(plain.size(), 2u);
+  ASSERT_EQ(offloaded.size(), 2u);
+  ASSERT_EQ(rounded.size(), 2u);
+  for (size_t step = 0; step < 2; ++step) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double want = plain[step][key].get<double>();
+      EXPECT_NEAR(offloaded[step][key].get<double>(), want, 1e-6 * std::max(1.0, std::abs(want))) << key << " step " << step + 1;
+    }
+  }
+  const double first = rounded[0]["loss"].get<double>();
+  EXPECT_NE(first, plain[0]["loss"].get<double>());
+  EXPECT_NEAR(first, std::log(2.0), 1e-2);
 }
 
 TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
@@ -419,6 +450,65 @@ TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
   const testing::CommandResult bad_batch = chat("ppo --config " + missing.string() + " --set rl.mini_batches=3");
   EXPECT_EQ(bad_batch.exit_code, 1);
   EXPECT_NE(bad_batch.output.find("train.batch_size"), std::string::npos) << bad_batch.output;
+  // Each refused when the config is read, naming its key (nan once failed at step 1 with advice about the
+  // learning rate; 1e9 new tokens was blamed on data.train; a clip range of 0 was taken).
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"rl.missing_eos_penalty=nan", "key 'rl.missing_eos_penalty' at --set rl.missing_eos_penalty=nan: expected a finite number"},
+      {"generate.max_new_tokens=1000000000", "generate.max_new_tokens"},
+      {"rl.clip=0", "rl.clip"}};
+  for (const auto& [setting, named] : refused) {
+    const testing::CommandResult bad = chat("ppo --config " + missing.string() + " --set " + setting);
+    EXPECT_EQ(bad.exit_code, 1) << setting;
+    EXPECT_NE(bad.output.find(named), std::string::npos) << setting << "\n" << bad.output;
+    EXPECT_EQ(bad.output.find("data.train"), std::string::npos) << setting << "\n" << bad.output;
+  }
+}
+
+// PPO's fit check counts each model as its own section holds it: the actor and the critic train (float32
+// weights and gradients and AdamW's two moments: 16 bytes a parameter), the frozen reference and reward
+// model are weights alone in their compute dtype (bf16 here: 2 bytes; float32: 4). It once counted four
+// trained actors from the top-level keys.
+TEST_F(ChatPipelineTest, PpoFitCheckCountsEachModelFromItsOwnSection) {
+  const fs::path path = write_config(root_, "fit", rl_config(root_, "fit_run", 1, "prompts_per_rollout = 8\n") +
+                                                       "[models.reference.precision]\ndtype = \"bf16\"\n");
+  const config::Config config = config::Config::load(path.string(), stage_schema(Stage::Ppo), {"optim.name=\"adamw\""});
+  const train::ModelSize size = make_rl_app(config, Stage::Ppo)->model_size();
+  ASSERT_EQ(size.models.size(), 4u);
+  const double actor = static_cast<double>(opt::read_lm_shape(io::read_hf_config((root_ / "sft_hf").string()), "sft").parameter_count());
+  const double reward = static_cast<double>(opt::read_lm_shape(io::read_hf_config((root_ / "rm_hf").string()), "rm").parameter_count());
+  EXPECT_EQ(size.models[0].name, "actor");
+  EXPECT_EQ(size.models[1].name, "critic");  // started from the reward model's folder
+  EXPECT_EQ(size.models[2].name, "reference");
+  EXPECT_EQ(size.models[3].name, "reward");
+  EXPECT_FALSE(size.models[2].trained);
+  EXPECT_FALSE(size.models[3].trained);
+  train::Runtime runtime = train::start_runtime(config, dist::World::single());
+  const double expected = 16 * actor + 16 * reward + 2 * actor + 4 * reward;
+  EXPECT_NEAR(train::least_run_bytes(config, runtime, size.models), expected, 1e-9 * expected);
+  EXPECT_DOUBLE_EQ(size.parameters, 2 * actor + 2 * reward);
+}
+
+// A line the session cannot answer (bytes that are not text, a message longer than the context) is a
+// notice and the prompt again, not the end of the conversation.
+TEST_F(ChatPipelineTest, AnUnanswerableLineKeepsTheSession) {
+  const fs::path input = root_ / "unanswerable_input.txt";
+  {
+    std::ofstream out(input, std::ios::binary);
+    std::string noise(4096, '\0');
+    uint32_t state = 12345;
+    for (char& c : noise) {
+      state = state * 1664525u + 1013904223u;
+      c = static_cast<char>(state >> 24);
+      if (c == '\n') c = '\x80';
+    }
+    out << noise << "\n" << std::string(1 << 20, 'w') << "\n" << "What does w3 mean?\n/quit\n";
+  }
+  const testing::CommandResult session =
+      chat("chat --model " + (root_ / "sft_hf").string() + " --max-new-tokens 4 < " + input.string());
+  EXPECT_EQ(session.exit_code, 0) << session.output.substr(0, 2000);
+  EXPECT_NE(session.output.find("(not answered: "), std::string::npos) << session.output.substr(0, 2000);
+  // The third line is answered: a prompt follows its reply, and the session ends at /quit.
+  EXPECT_GE(std::count(session.output.begin(), session.output.end(), '>'), 4) << session.output.substr(0, 2000);
 }
 
 // Every shipped config loads against its stage's schema (the stage from its name).

@@ -21,11 +21,11 @@
 namespace kuafu::chat {
 namespace {
 
-const auto kF64 = torch::TensorOptions(torch::kFloat64);
+const auto kBanditF64 = torch::TensorOptions(torch::kFloat64);
 
 struct Bandit {
-  torch::Tensor ref_logits = torch::tensor({0.3, -0.2, 0.5, -0.6, 0.1}, kF64);
-  torch::Tensor reward = torch::tensor({1.0, 0.2, -0.5, 0.7, 0.0}, kF64);
+  torch::Tensor ref_logits = torch::tensor({0.3, -0.2, 0.5, -0.6, 0.1}, kBanditF64);
+  torch::Tensor reward = torch::tensor({1.0, 0.2, -0.5, 0.7, 0.0}, kBanditF64);
   double beta = 0.5;
   torch::Tensor ref_logprobs() const { return torch::log_softmax(ref_logits, 0); }
   torch::Tensor optimum() const { return torch::softmax(ref_logits + reward / beta, 0); }
@@ -86,14 +86,14 @@ torch::Tensor optimise(const Bandit& bandit, std::vector<torch::Tensor> more, in
 
 TEST(RlBanditTest, PpoWithKlInTheRewardReachesTheOptimum) {
   const Bandit bandit;
-  torch::Tensor value = torch::zeros({1}, kF64.requires_grad(true));
+  torch::Tensor value = torch::zeros({1}, kBanditF64.requires_grad(true));
   const torch::Tensor policy = optimise(bandit, {value}, 400, 512, [&](const Samples& s) -> MiniBatchLoss {
     const int64_t n = s.actions.size(0);
     const torch::Tensor mask = torch::ones({n, 1}, torch::kBool);
     const torch::Tensor kl = kl_estimate(s.logprobs, s.ref_logprobs, KlEstimator::K1);
     const torch::Tensor rewards = token_rewards(bandit.reward.index({s.actions}), kl, mask, bandit.beta);
     const torch::Tensor old_values = value.detach().expand({n, 1});
-    const Advantages a = gae(rewards, old_values, mask, torch::zeros({n}, kF64), 1.0, 1.0);
+    const Advantages a = gae(rewards, old_values, mask, torch::zeros({n}, kBanditF64), 1.0, 1.0);
     const torch::Tensor advantages = whiten(a.advantages, mask);
     return [=](const torch::Tensor& rows, const torch::Tensor& logprobs) {
       const torch::Tensor m = mask.index({rows});
@@ -149,7 +149,7 @@ TEST(RlBanditTest, DpoOnPreferencesDrawnFromTheRewardReachesTheOptimum) {
   const torch::Tensor a = torch::randint(0, k, {pairs}, generator);
   const torch::Tensor b = (a + torch::randint(1, k, {pairs}, generator)) % k;
   const torch::Tensor first_wins =
-      torch::rand({pairs}, generator, kF64) < torch::sigmoid(bandit.reward.index({a}) - bandit.reward.index({b}));
+      torch::rand({pairs}, generator, kBanditF64) < torch::sigmoid(bandit.reward.index({a}) - bandit.reward.index({b}));
   const torch::Tensor chosen = torch::where(first_wins, a, b), rejected = torch::where(first_wins, b, a);
   const torch::Tensor ref = bandit.ref_logprobs();
   torch::Tensor theta = bandit.ref_logits.clone().set_requires_grad(true);

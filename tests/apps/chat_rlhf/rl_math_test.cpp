@@ -15,7 +15,7 @@
 namespace kuafu::chat {
 namespace {
 
-constexpr double kTolerance = 1e-9;
+constexpr double kMathTolerance = 1e-9;
 const auto kF64 = torch::TensorOptions(torch::kFloat64);
 
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
@@ -60,41 +60,41 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
   const testing::ReferenceOutputs ref = testing::read_reference(dir / "out.safetensors");
   auto t = [&](const std::string& name) { return in.at(name); };
 
-  EXPECT_LT(max_difference(sampled_logprobs(t("logits"), t("tokens"), temperature), ref["logprobs"]), kTolerance);
+  EXPECT_LT(max_difference(sampled_logprobs(t("logits"), t("tokens"), temperature), ref["logprobs"]), kMathTolerance);
   // The most likely tokens, which every filter keeps.
-  EXPECT_LT(max_difference(sampled_logprobs(t("logits"), t("top_tokens"), temperature, 4, 0.9), ref["logprobs_topk"]), kTolerance);
-  EXPECT_LT(max_difference(entropy(t("logits"), temperature), ref["entropy"]), kTolerance);
+  EXPECT_LT(max_difference(sampled_logprobs(t("logits"), t("top_tokens"), temperature, 4, 0.9), ref["logprobs_topk"]), kMathTolerance);
+  EXPECT_LT(max_difference(entropy(t("logits"), temperature), ref["entropy"]), kMathTolerance);
 
   const torch::Tensor logp = t("logp"), ref_logp = t("ref_logp");
-  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K1), ref["k1"]), kTolerance);
-  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K2), ref["k2"]), kTolerance);
-  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K3), ref["k3"]), kTolerance);
+  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K1), ref["k1"]), kMathTolerance);
+  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K2), ref["k2"]), kMathTolerance);
+  EXPECT_LT(max_difference(kl_estimate(logp, ref_logp, KlEstimator::K3), ref["k3"]), kMathTolerance);
 
   const torch::Tensor rewards = token_rewards(t("score"), kl_estimate(logp, ref_logp, KlEstimator::K1), mask, kl_coef);
-  EXPECT_LT(max_difference(rewards, ref["token_rewards"]), kTolerance);
+  EXPECT_LT(max_difference(rewards, ref["token_rewards"]), kMathTolerance);
   const Advantages a = gae(rewards, t("values"), mask, t("bootstrap"), gamma, lambda);
-  EXPECT_LT(max_difference(a.advantages, ref["advantages"]), kTolerance);
-  EXPECT_LT(max_difference(a.returns, ref["returns"]), kTolerance);
-  EXPECT_LT(max_difference(whiten(a.advantages, mask), ref["whitened"]), kTolerance);
+  EXPECT_LT(max_difference(a.advantages, ref["advantages"]), kMathTolerance);
+  EXPECT_LT(max_difference(a.returns, ref["returns"]), kMathTolerance);
+  EXPECT_LT(max_difference(whiten(a.advantages, mask), ref["whitened"]), kMathTolerance);
 
   const PolicyTerms policy = clipped_policy_loss(logp, t("old_logp"), t("adv"), clip_low, clip_high);
-  EXPECT_LT(max_difference(policy.loss, ref["policy_loss"]), kTolerance);
+  EXPECT_LT(max_difference(policy.loss, ref["policy_loss"]), kMathTolerance);
   EXPECT_TRUE(policy.clipped.to(torch::kFloat64).equal(ref["policy_clipped"]));
-  EXPECT_LT(max_difference(clipped_value_loss(t("v"), t("old_v"), t("ret"), value_clip), ref["value_loss"]), kTolerance);
+  EXPECT_LT(max_difference(clipped_value_loss(t("v"), t("old_v"), t("ret"), value_clip), ref["value_loss"]), kMathTolerance);
 
   const BatchCounts whole = counts_of(mask, max_length);
-  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::TokenMean, whole), ref["token_mean"]), kTolerance);
-  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::SequenceMean, whole), ref["sequence_mean"]), kTolerance);
-  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::Constant, whole), ref["constant"]), kTolerance);
+  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::TokenMean, whole), ref["token_mean"]), kMathTolerance);
+  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::SequenceMean, whole), ref["sequence_mean"]), kMathTolerance);
+  EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::Constant, whole), ref["constant"]), kMathTolerance);
 
   const torch::Tensor grpo = t("grpo_rewards");
-  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::Group), ref["grpo_group"]), kTolerance);
-  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::Batch), ref["grpo_batch"]), kTolerance);
-  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::None), ref["grpo_none"]), kTolerance);
+  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::Group), ref["grpo_group"]), kMathTolerance);
+  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::Batch), ref["grpo_batch"]), kMathTolerance);
+  EXPECT_LT(max_difference(group_advantages(grpo, group_size, RewardScaling::None), ref["grpo_none"]), kMathTolerance);
 
-  EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta), ref["dpo"]), kTolerance);
-  EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta, PreferenceLoss::Ipo), ref["ipo"]), kTolerance);
-  EXPECT_LT(max_difference(pairwise_loss(t("chosen"), t("rejected"), margin), ref["pairwise"]), kTolerance);
+  EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta), ref["dpo"]), kMathTolerance);
+  EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta, PreferenceLoss::Ipo), ref["ipo"]), kMathTolerance);
+  EXPECT_LT(max_difference(pairwise_loss(t("chosen"), t("rejected"), margin), ref["pairwise"]), kMathTolerance);
 }
 
 // Two micro-batches of different lengths, each aggregated as a share of the whole batch, sum to the

@@ -22,7 +22,7 @@ namespace {
 
 using Rows = std::vector<std::vector<int64_t>>;
 
-GPTConfig tiny_config() {
+GPTConfig generation_gpt_config() {
   GPTConfig c;
   c.vocab_size = 50;
   c.n_positions = 32;
@@ -49,7 +49,7 @@ config::Config layout_config(const std::vector<std::string>& overrides) {
 // neither of rank 1's within 8 (so rank 0 stops decoding its own rows well before rank 1), and the token.
 std::pair<Rows, int64_t> serial_rows() {
   torch::manual_seed(1);
-  GPT serial(tiny_config(), parallel::ModelOptions::serial_on(torch::kCPU));
+  GPT serial(generation_gpt_config(), parallel::ModelOptions::serial_on(torch::kCPU));
   serial->eval();
   nn::SamplingOptions options;
   options.temperature = 0;
@@ -91,7 +91,7 @@ TEST(GPTLayoutGenerationTest, GeminiShardedWeightsOnTwoRanksGiveTheSerialTokens)
   const config::Config config = layout_config({"memory.strategy=\"gemini\""});
   train::Runtime runtime = train::start_runtime(config, testing::worker_world());
   torch::manual_seed(1);
-  GPT model(tiny_config(), runtime.model_options());
+  GPT model(generation_gpt_config(), runtime.model_options());
   train::ParallelModel runner(*model, {});
   train::ModelStateOptions options;
   options.set_block_hooks = [&runner](hooks::BlockHooks* hooks) {
@@ -118,7 +118,7 @@ TEST(GPTLayoutGenerationTest, TensorParallelWeightsGiveTheSerialTokens) {
   const config::Config config = layout_config({"parallel.tensor.mode=\"1d\"", "parallel.tensor.size=2"});
   train::Runtime runtime = train::start_runtime(config, testing::worker_world());
   torch::manual_seed(1);
-  GPT model(tiny_config(), runtime.model_options());
+  GPT model(generation_gpt_config(), runtime.model_options());
   model->eval();
   EXPECT_EQ(nn::generate(decoder(model), kPrompts, greedy_until(stop)), expected);
 }

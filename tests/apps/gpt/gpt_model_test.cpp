@@ -15,11 +15,9 @@
 namespace kuafu::gpt {
 namespace {
 
-GPTConfig tiny_config() { return tiny_gpt_config(); }
-
 TEST(GPTModelTest, HuggingFaceNamesShapesAndCount) {
   torch::manual_seed(0);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   std::map<std::string, std::vector<int64_t>> shapes;
   int64_t total = 0;
   for (const auto& item : model->named_parameters()) {
@@ -33,7 +31,7 @@ TEST(GPTModelTest, HuggingFaceNamesShapesAndCount) {
   EXPECT_EQ(shapes.at("transformer.h.0.mlp.c_proj.weight"), (std::vector<int64_t>{128, 32}));
   EXPECT_EQ(shapes.at("transformer.ln_f.bias"), (std::vector<int64_t>{32}));
   EXPECT_EQ(shapes.count("lm_head.weight"), 0u) << "the output embedding is tied to wte";
-  EXPECT_EQ(total, tiny_config().parameter_count());
+  EXPECT_EQ(total, tiny_gpt_config().parameter_count());
   // GPT-2 124M: the published 124,439,808 parameters (tied head).
   GPTConfig small;
   EXPECT_EQ(small.parameter_count(), 124439808);
@@ -41,7 +39,7 @@ TEST(GPTModelTest, HuggingFaceNamesShapesAndCount) {
 
 TEST(GPTModelTest, FutureTokensNeverChangeEarlierLogits) {
   torch::manual_seed(1);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   torch::NoGradGuard no_grad;
   torch::Tensor tokens = torch::randint(50, {2, 12}, torch::kInt64);
@@ -70,7 +68,7 @@ TEST(GPTModelTest, AttentionKernelMatchesFormula) {
 
 TEST(GPTModelTest, KVCacheDecodingEqualsFullForward) {
   torch::manual_seed(3);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->to(torch::kFloat64);
   model->eval();
   torch::NoGradGuard no_grad;
@@ -99,7 +97,7 @@ TEST(SamplingTest, TopKAndTopPKeepTheRightTokens) {
 
 TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
   torch::manual_seed(4);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   nn::SamplingOptions options;
   options.max_new_tokens = 8;
@@ -121,7 +119,7 @@ TEST(SamplingTest, GreedyGenerationIsDeterministicAndUsesTheCache) {
 // Positions taken from arange instead of the padding mask change rows 0 and 2.
 TEST(SamplingTest, BatchedGenerationContinuesEachPromptAsItDoesAlone) {
   torch::manual_seed(4);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   {
     // GPT-2's N(0, 0.02) weights barely mix the positions: the next token would follow from the last
@@ -150,7 +148,7 @@ TEST(SamplingTest, BatchedGenerationContinuesEachPromptAsItDoesAlone) {
 // Sampling draws the rows in order from one seeded generator: the same batch gives the same tokens.
 TEST(SamplingTest, BatchedSamplingIsReproducible) {
   torch::manual_seed(4);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   nn::SamplingOptions options;
   options.max_new_tokens = 6;
@@ -188,7 +186,7 @@ TEST(SamplingTest, RowDrawsFollowTheSoftmax) {
 // tiny model's 50 rows, limited to 7, never give an id of 7 or more, greedy or sampled.
 TEST(SamplingTest, NoTokenBeyondTheVocabularyLimitIsChosen) {
   torch::manual_seed(4);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   nn::SamplingOptions options;
   options.max_new_tokens = 12;
@@ -213,7 +211,7 @@ TEST(SamplingTest, NoTokenBeyondTheVocabularyLimitIsChosen) {
 // from the result (30 asked for past a 16-position context gave 17).
 TEST(SamplingTest, GenerationPastTheContextReturnsEveryNewToken) {
   torch::manual_seed(4);
-  GPT model(tiny_config());
+  GPT model(tiny_gpt_config());
   model->eval();
   nn::SamplingOptions options;
   options.max_new_tokens = 30;

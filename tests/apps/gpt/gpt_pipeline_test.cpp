@@ -23,7 +23,7 @@ using parallel::pipeline::ScheduleSpec;
 using parallel::pipeline::StageCosts;
 using parallel::pipeline::stage_plan;
 
-GPTConfig tiny() {
+GPTConfig eight_layer_gpt() {
   GPTConfig c;
   c.vocab_size = 64;
   c.n_positions = 16;
@@ -44,7 +44,7 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
   const torch::Tensor targets = torch::randint(64, {spec.micro_batches, 2, 12});
 
   torch::manual_seed(5);
-  GPT serial(tiny());
+  GPT serial(eight_layer_gpt());
   serial->to(torch::kFloat64);
   torch::Tensor serial_loss = torch::zeros({}, torch::kFloat64);
   for (int m = 0; m < spec.micro_batches; ++m) serial_loss = serial_loss + serial->loss(tokens[m], targets[m]);
@@ -52,11 +52,11 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
   serial_loss.backward();
 
   torch::manual_seed(5);
-  GPT stage(tiny(), tp);
+  GPT stage(eight_layer_gpt(), tp);
   stage->to(torch::kFloat64);
   train::ParallelOptions options;
   options.schedule = spec;
-  options.plan = parallel::pipeline::stage_plan(spec, s, tiny().n_layer);
+  options.plan = parallel::pipeline::stage_plan(spec, s, eight_layer_gpt().n_layer);
   options.pipeline = pipeline;
   options.ends = embedding;
   train::ParallelModel runner(*stage, options);
@@ -92,7 +92,7 @@ void pipelined_gpt_equals_serial(const dist::GroupPtr& pipeline, const dist::Gro
         << (item.value().grad() - reference).abs().max().item<double>();
     held += item.key().find(".h.") != std::string::npos ? 1 : 0;
   }
-  EXPECT_EQ(held, 12 * tiny().n_layer / p) << "each stage holds its share of the blocks' 12 parameters each";
+  EXPECT_EQ(held, 12 * eight_layer_gpt().n_layer / p) << "each stage holds its share of the blocks' 12 parameters each";
   if (stage->named_parameters().contains("transformer.wte.weight")) {
     EXPECT_EQ(tied.counts("transformer.wte.weight"), s == 0) << "the first stage's copy counts";
   }

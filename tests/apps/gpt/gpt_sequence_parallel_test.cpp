@@ -8,6 +8,7 @@
 #include "apps/gpt/model.h"
 #include "core/train/parallelize.h"
 #include "core/dist/collectives.h"
+#include "tests/apps/gpt/gpt_tiny_config.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
@@ -16,16 +17,6 @@ namespace kuafu::gpt {
 namespace {
 
 using parallel::sequence::SequenceMode;
-
-GPTConfig tiny() {
-  GPTConfig c;
-  c.vocab_size = 64;
-  c.n_positions = 16;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
-}
 
 void sequence_parallel_gpt_equals_serial(const std::shared_ptr<dist::ProcessMesh>& mesh, SequenceMode mode) {
   parallel::sequence::SequenceParallel sp;
@@ -36,9 +27,9 @@ void sequence_parallel_gpt_equals_serial(const std::shared_ptr<dist::ProcessMesh
   const std::string what = "mode " + std::to_string(static_cast<int>(mode)) + ", P = " + std::to_string(sp.size);
 
   torch::manual_seed(5);
-  GPT serial(tiny());
+  GPT serial(tiny_parallel_gpt_config());
   torch::manual_seed(5);
-  GPT parallel_model(tiny());
+  GPT parallel_model(tiny_parallel_gpt_config());
   serial->to(torch::kFloat64);
   parallel_model->to(torch::kFloat64);
   train::ParallelOptions options;

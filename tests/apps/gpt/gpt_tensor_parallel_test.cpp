@@ -6,22 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "apps/gpt/model.h"
+#include "tests/apps/gpt/gpt_tiny_config.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
 namespace kuafu::gpt {
 namespace {
-
-GPTConfig tiny() {
-  GPTConfig c;
-  c.vocab_size = 64;
-  c.n_positions = 16;
-  c.n_embd = 32;
-  c.n_layer = 2;
-  c.n_head = 4;
-  return c;
-}
 
 void tensor_parallel_gpt_equals_serial(parallel::TensorMode mode, int depth = 1) {
   auto world = testing::worker_world();
@@ -30,9 +21,9 @@ void tensor_parallel_gpt_equals_serial(parallel::TensorMode mode, int depth = 1)
   tp.mesh = std::make_shared<dist::ProcessMesh>(world, parallel::tensor_mesh_axes(tp.spec));
 
   torch::manual_seed(5);
-  GPT serial(tiny());
+  GPT serial(tiny_parallel_gpt_config());
   torch::manual_seed(5);
-  GPT parallel_model(tiny(), tp);
+  GPT parallel_model(tiny_parallel_gpt_config(), tp);
   serial->to(torch::kFloat64);
   parallel_model->to(torch::kFloat64);
 
@@ -98,7 +89,7 @@ TEST(GPTTensorParallelTest, HeadsThatDoNotDivideNameTheMode) {
   parallel::TensorParallel tp;
   tp.spec = {parallel::TensorMode::k1D, 3, 1};
   tp.mesh = std::make_shared<dist::ProcessMesh>(dist::World::single(), std::vector<dist::MeshAxis>{{"tensor", 1}});
-  const std::string message = testing::error_message([&] { GPT model(tiny(), tp); });
+  const std::string message = testing::error_message([&] { GPT model(tiny_parallel_gpt_config(), tp); });
   EXPECT_TRUE(testing::Contains(message, "model.n_head (4)"));
   EXPECT_TRUE(testing::Contains(message, "parallel.tensor.mode = \"1d\""));
 }

@@ -15,4 +15,11 @@ inline GPTConfig tiny_gpt_config(int64_t layers = 2) {
   return c;
 }
 
+// The same with a vocabulary of 64, which the tensor- and sequence-parallel ranks divide.
+inline GPTConfig tiny_parallel_gpt_config() {
+  GPTConfig c = tiny_gpt_config();
+  c.vocab_size = 64;
+  return c;
+}
+
 }  // namespace kuafu::gpt

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 // Float32 on both sides, the same maths in another summation order: rounding only (GPT-2's
 // counterpart measures 1e-7 on the logits); 1e-5 still catches a position off by one or a missing
 // norm (those move logits of order 1 by 1e-2 or more).
-constexpr double kTolerance = 1e-5;
+constexpr double kHfTolerance = 1e-5;
 
 struct Reference {
   fs::path dir;
@@ -53,12 +53,12 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
     EXPECT_EQ(model->config.projects(), variant == "post");
     EXPECT_EQ(model->config.has_final_layer_norm(), variant == "pre");
     EXPECT_LT(max_difference_on_real_tokens(padded_logits(model, ref("ids"), ref("mask")), ref("logits"), ref("mask")),
-              kTolerance);
+              kHfTolerance);
 
     const torch::Tensor tokens = ref("tokens");
     const int64_t t = tokens.size(1);
     torch::Tensor loss = model->loss(tokens.narrow(1, 0, t - 1), tokens.narrow(1, 1, t - 1));
-    EXPECT_NEAR(loss.item<double>(), ref("loss").item<double>(), kTolerance);
+    EXPECT_NEAR(loss.item<double>(), ref("loss").item<double>(), kHfTolerance);
     model->zero_grad();
     loss.backward();
     int compared = 0;
@@ -76,7 +76,7 @@ TEST(OPTHuggingFaceTest, FoldersSavedByTransformersGiveTheirOutputs) {
     const torch::Tensor labels = ref("labels");
     model->zero_grad();
     torch::Tensor masked = model->loss(tokens.narrow(1, 0, t - 1), labels.narrow(1, 1, t - 1));
-    EXPECT_NEAR(masked.item<double>(), ref("masked_loss").item<double>(), kTolerance);
+    EXPECT_NEAR(masked.item<double>(), ref("masked_loss").item<double>(), kHfTolerance);
     masked.backward();
     for (const auto& p : model->named_parameters()) {
       const torch::Tensor* expected = r.outputs.at(variant).file.find("masked_grad." + p.key());
@@ -115,7 +115,7 @@ TEST(OPTHuggingFaceTest, WhatKuafuExportsLoadsInTransformersWithKuafusLogits) {
     const testing::PythonRun check =
         testing::run_python_reference("opt_reference.py", "check " + out.string() + " " + expected.string());
     ASSERT_EQ(check.exit_code, 0) << check.output;
-    EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kTolerance) << check.output;
+    EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kHfTolerance) << check.output;
     OPTForCausalLM reloaded = opt_format().load(out.string());
     const auto mine = train::named_weights(*model), theirs = train::named_weights(*reloaded);
     ASSERT_EQ(mine.size(), theirs.size());

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Float32 on both sides, the same maths in another order (see opt_hf_test.cpp).
-constexpr double kTolerance = 1e-5;
+constexpr double kLoraTolerance = 1e-5;
 
 OPTConfig tiny_config() {
   OPTConfig c;
@@ -143,7 +143,7 @@ TEST(LoraTest, MergedWeightsGiveTheAdaptedLogits) {
     const torch::Tensor adapted = model->forward(tokens);
     OPTForCausalLM merged(tiny_config());
     train::copy_named_weights(nn::merged_lora_weights(*model, spec), *merged);
-    EXPECT_LT((merged->forward(tokens) - adapted).abs().max().item<double>(), kTolerance);
+    EXPECT_LT((merged->forward(tokens) - adapted).abs().max().item<double>(), kLoraTolerance);
     EXPECT_GT((adapted - base).abs().max().item<double>(), 0.01) << "the adapters must change the outputs";
   }
   {
@@ -161,7 +161,7 @@ TEST(LoraTest, MergedWeightsGiveTheAdaptedLogits) {
     torch::manual_seed(4);
     gpt::GPT merged(c);
     train::copy_named_weights(nn::merged_lora_weights(*model, spec), *merged);
-    EXPECT_LT((merged->forward(tokens) - adapted).abs().max().item<double>(), kTolerance);
+    EXPECT_LT((merged->forward(tokens) - adapted).abs().max().item<double>(), kLoraTolerance);
   }
 }
 
@@ -196,7 +196,7 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
     const testing::PythonRun check =
         testing::run_python_reference("opt_reference.py", "peft " + base + " " + out.string() + " " + expected.string());
     ASSERT_EQ(check.exit_code, 0) << check.output;
-    EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kTolerance) << check.output;
+    EXPECT_LT(testing::last_json_line(check.output)["max_abs_diff"].get<double>(), kLoraTolerance) << check.output;
   }
   // PEFT -> Kuafu: an adapter folder PeftModel.save_pretrained wrote (r 4 on q_proj, v_proj and fc1).
   {
@@ -211,7 +211,7 @@ TEST(LoraTest, PeftLoadsKuafusAdapterFolderAndKuafuLoadsPefts) {
     train::load_adapter(*model, (dir / "adapter").string());
     model->eval();
     EXPECT_LT(testing::max_difference_on_real_tokens(testing::padded_logits(model, ids, mask), peft["logits"], mask),
-              kTolerance);
+              kLoraTolerance);
     // An "r" past lora.rank's bounds, or one the stored adapters do not have, is refused before any
     // adapter is built; so is a "lora_dropout" past lora.dropout's.
     const fs::path bad = dir / "bad_adapter";

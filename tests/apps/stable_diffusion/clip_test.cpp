@@ -19,13 +19,13 @@
 namespace kuafu::sd {
 namespace {
 
-const testing::Reference& reference() {
+const testing::Reference& clip_reference() {
   static const testing::Reference r = testing::build_reference("clip_reference.py", "sd_clip");
   return r;
 }
 
 TEST(ClipTokenizerTest, PromptsGiveTransformersIdsExactly) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = clip_reference();
   const PromptTokenizer tokenizer = PromptTokenizer::from_folder((ref.dir / "tokenizer").string());
   EXPECT_EQ(tokenizer.max_length(), 77);
   const nlohmann::json texts = nlohmann::json::parse(read_file((ref.dir / "texts.json").string()));
@@ -46,7 +46,7 @@ TEST(ClipTokenizerTest, PromptsGiveTransformersIdsExactly) {
 // SD 2.x's folders pad with "!": transformers then matches "!" whole as a special token ("!!" is two of
 // them, not "!" and "!</w>"), and so does Kuafu; the padding is "!"'s id.
 TEST(ClipTokenizerTest, APadTokenOfTheVocabularyIsSpecialAndPads) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = clip_reference();
   const PromptTokenizer tokenizer = PromptTokenizer::from_folder((ref.dir / "tokenizer_pad").string());
   const torch::Tensor expected = ref["pad_ids"];
   EXPECT_EQ(tokenizer.encode("wow!! the"), std::vector<int64_t>(expected.data_ptr<int64_t>(), expected.data_ptr<int64_t>() + expected.numel()));
@@ -55,7 +55,7 @@ TEST(ClipTokenizerTest, APadTokenOfTheVocabularyIsSpecialAndPads) {
 
 // Decoding turns each word end into a space and trims, as transformers' CLIPTokenizer decodes.
 TEST(ClipTokenizerTest, DecodingEndsWordsWithSpaces) {
-  const PromptTokenizer tokenizer = PromptTokenizer::from_folder((reference().dir / "tokenizer").string());
+  const PromptTokenizer tokenizer = PromptTokenizer::from_folder((clip_reference().dir / "tokenizer").string());
   EXPECT_EQ(tokenizer.bpe().decode(tokenizer.bpe().encode("A photo of the Cat!!")), "a photo of the cat !!");
 }
 
@@ -70,7 +70,7 @@ TEST(ClipTokenizerTest, AFolderThatIsNoClipTokenizerIsNamed) {
 class ClipTextModelTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ClipTextModelTest, AFolderGivesTransformersOutputsAndKuafusLoadsBack) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = clip_reference();
   ClipTextModel model = clip_text_format().load((ref.dir / GetParam()).string());
   model->eval();
   torch::NoGradGuard no_grad;

@@ -18,7 +18,7 @@
 namespace kuafu::sd {
 namespace {
 
-const testing::Reference& reference() {
+const testing::Reference& pipeline_reference() {
   static const testing::Reference r = testing::build_reference("diffusers_pipeline_reference.py", "sd_pipeline");
   return r;
 }
@@ -27,7 +27,7 @@ const testing::Reference& reference() {
 class PipelineTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = pipeline_reference();
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
   EXPECT_EQ(pipeline.scheduler.class_name, "DDIMScheduler");
   SampleOptions options;
@@ -48,7 +48,7 @@ INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "eule
 // a float32 VAE's holding the same (bf16-rounded) weights, from the same latents, to float32's rounding
 // (1e-6), while decoding in bf16 puts them 1e-3 or more off (measured: about 1e-2).
 TEST(SampleTest, ABf16VaeDecodesInFloat32) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = pipeline_reference();
   SampleOptions options;
   options.steps = 4;
   options.sampler = SamplerKind::kDdim;
@@ -88,7 +88,7 @@ testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_c
 // diffusers' DDIM images as 8-bit values (±1: rounding), its text chunks say how it was made; a seeded
 // run's --save-latents, given back as --latents, makes the same file; bad input is named.
 TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("sd_sample");
   io::save_safetensors((dir / "initial.safetensors").string(), {{"latents", ref["initial_latents"]}});
   const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' --steps 10";

@@ -17,7 +17,7 @@
 namespace kuafu::sd {
 namespace {
 
-const testing::Reference& reference() {
+const testing::Reference& scheduler_reference() {
   static const testing::Reference r = testing::build_reference("diffusers_scheduler_reference.py", "sd_schedulers");
   return r;
 }
@@ -46,7 +46,7 @@ SchedulerConfig config_named(const std::string& name) {
 
 class SchedulerTest : public ::testing::TestWithParam<std::string> {
  protected:
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = scheduler_reference();
   NoiseSchedule schedule{config_named(GetParam())};
   torch::Tensor figure(const std::string& name) const { return ref[GetParam() + "/" + name]; }
 };

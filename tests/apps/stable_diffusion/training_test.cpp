@@ -36,7 +36,7 @@ namespace kuafu::sd {
 namespace {
 namespace fs = std::filesystem;
 
-const testing::Reference& reference() {
+const testing::Reference& training_reference() {
   static const testing::Reference r = testing::build_reference("diffusers_training_reference.py", "sd_training");
   return r;
 }
@@ -45,7 +45,7 @@ class DiffusionLossTest : public ::testing::TestWithParam<std::tuple<std::string
 
 TEST_P(DiffusionLossTest, IsDiffusersTrainingStep) {
   const auto& [prediction, gamma] = GetParam();
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = training_reference();
   Pipeline p = load_pipeline((ref.dir / "pipe").string());
   const auto posterior = p.vae->encode(ref["pixels"]);
   const torch::Tensor latents = posterior.sample(ref["posterior_noise"]) * p.vae->config.scaling_factor;
@@ -76,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(PredictionsAndWeights, DiffusionLossTest,
 // The VAE's objective: the decoded posterior sample's squared error and the KL per latent element are
 // diffusers' (its DiagonalGaussianDistribution.kl() over the element count). Float32, 1e-5 relative.
 TEST(VaeLossTest, IsTheReconstructionErrorAndDiffusersKl) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = training_reference();
   Pipeline p = load_pipeline((ref.dir / "pipe").string());
   torch::NoGradGuard no_grad;
   const VaeLosses l = vae_row_losses(p.vae, ref["pixels"], ref["posterior_noise"]);
@@ -146,7 +146,7 @@ fs::path test_root() {
 void prepare(const fs::path& root) {
   fs::remove_all(root);
   fs::create_directories(root);
-  fs::copy(reference().dir / "pipe", root / "pipe", fs::copy_options::recursive);
+  fs::copy(training_reference().dir / "pipe", root / "pipe", fs::copy_options::recursive);
   write_images(root);
 }
 
@@ -245,9 +245,14 @@ TEST(DiffusionTrainingTest, EveryStrategyTakesTheSerialSteps) {
     train::train_app(*make_sd_app(tiny_config(root, "serial", {})), tiny_config(root, "serial", {}));
     const config::Config checkpointed = tiny_config(root, "checkpointed", {"memory.activation_checkpointing=true"});
     train::train_app(*make_sd_app(checkpointed), checkpointed);
+    // The UNet's own section decides how it is built, as it decides how it trains (the top-level
+    // strategy once left it described with nothing to fill it, and the run was refused).
+    const config::Config sectioned =
+        tiny_config(root, "unet_section", {"memory.strategy=\"zero2\"", "models.unet.memory.strategy=\"none\""});
+    train::train_app(*make_sd_app(sectioned), sectioned);
     testing::run_test_on_ranks(2, 300);
     ASSERT_GT(unet_grad_norms(root / "serial").at(0), 0.0);
-    for (const char* run : {"checkpointed", "data", "zero2", "gemini"}) expect_same_steps(root, run, "serial");
+    for (const char* run : {"checkpointed", "unet_section", "data", "zero2", "gemini"}) expect_same_steps(root, run, "serial");
     return;
   }
   train_on_ranks(tiny_config(root, "data", {"train.micro_batch_size=2"}));

@@ -14,7 +14,7 @@
 namespace kuafu::sd {
 namespace {
 
-const testing::Reference& reference() {
+const testing::Reference& unet_reference() {
   static const testing::Reference r = testing::build_reference("diffusers_unet_reference.py", "sd_unet");
   return r;
 }
@@ -23,7 +23,7 @@ const testing::Reference& reference() {
 class UNetFolderTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(UNetFolderTest, GivesDiffusersPredictionAndKuafusLoadsBack) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = unet_reference();
   UNet2DCondition unet = load_unet((ref.dir / GetParam()).string());
   unet->eval();
   torch::NoGradGuard no_grad;
@@ -53,7 +53,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, UNetFolderTest, ::testing::Values("sd1", "sd2")
 // given storage and initialised from a seed it is the UNet made on the CPU from that seed, bit for bit
 // (the same draws in the same order); read from a folder straight into bf16 it is the float32 load cast.
 TEST(UNetTest, ADescribedUNetDrawsAndLoadsAsAnEagerOne) {
-  const std::string dir = (reference().dir / "sd1").string();
+  const std::string dir = (unet_reference().dir / "sd1").string();
   const UNetConfig config = read_unet_config(io::read_hf_config(dir), dir + "/config.json");
   torch::manual_seed(7);
   UNet2DCondition eager(config, torch::kCPU);

@@ -15,7 +15,7 @@
 namespace kuafu::sd {
 namespace {
 
-const testing::Reference& reference() {
+const testing::Reference& vae_reference() {
   static const testing::Reference r = testing::build_reference("diffusers_vae_reference.py", "sd_vae");
   return r;
 }
@@ -24,7 +24,7 @@ const testing::Reference& reference() {
 class VaeFolderTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(VaeFolderTest, GivesDiffusersPosteriorAndDecoding) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = vae_reference();
   AutoencoderKL vae = load_vae((ref.dir / GetParam()).string());
   vae->eval();
   torch::NoGradGuard no_grad;
@@ -41,7 +41,7 @@ INSTANTIATE_TEST_SUITE_P(Namings, VaeFolderTest, ::testing::Values("vae", "vae_o
 // last tile row and column are short: diffusers' tiled decoding, 1e-4 as the whole decoding. Latents
 // within one tile decode whole.
 TEST(VaeTest, TiledDecodingIsDiffusers) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = vae_reference();
   AutoencoderKL vae = load_vae((ref.dir / "vae").string());
   vae->eval();
   torch::NoGradGuard no_grad;
@@ -54,7 +54,7 @@ TEST(VaeTest, TiledDecodingIsDiffusers) {
 }
 
 TEST(VaeTest, WhatKuafuWritesLoadsInDiffusersWithKuafusOutputs) {
-  const testing::Reference& ref = reference();
+  const testing::Reference& ref = vae_reference();
   AutoencoderKL vae = load_vae((ref.dir / "vae").string());
   vae->eval();
   torch::NoGradGuard no_grad;
@@ -76,7 +76,7 @@ TEST(VaeTest, WhatKuafuWritesLoadsInDiffusersWithKuafusOutputs) {
 // As the UNet's: a described VAE, materialised and initialised, is the eager one from the same seed;
 // read into bf16 it is the float32 load cast (sampling and training hold the frozen VAE so).
 TEST(VaeTest, ADescribedVaeDrawsAndLoadsAsAnEagerOne) {
-  const std::string dir = (reference().dir / "vae").string();
+  const std::string dir = (vae_reference().dir / "vae").string();
   const VaeConfig config = read_vae_config(io::read_hf_config(dir), dir + "/config.json");
   torch::manual_seed(5);
   AutoencoderKL eager(config, torch::kCPU);

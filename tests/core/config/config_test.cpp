@@ -22,6 +22,8 @@ Schema test_schema() {
   s.add_bool("train.compile", false, "compile the model");
   s.add_float("optim.lr", 3e-4, "peak learning rate").min(0).max(10);
   s.add_float_list("optim.betas", {0.9, 0.95}, "Adam betas").min(0).max(1);
+  s.add_float("rl.penalty", -1, "a float without bounds");
+  s.add_float_list("rl.weights", {1.0}, "floats without bounds");
   s.add_string("precision", "fp32", "compute precision").choices({"fp32", "bf16", "fp16"});
   s.add_string("run.name", "run", "name of the run");
   s.add_string_list("data.files", {}, "token files");
@@ -123,6 +125,16 @@ TEST(ConfigTest, OutOfRange) {
                        "key 'optim.lr' at test.toml:2:6: expected <= 10, found 11.5"));
   EXPECT_TRUE(Contains(load_error("model.layers_per_stage = [2, 0]\n"),
                        "expected elements >= 1, found 0 at index 1"));
+}
+
+// nan and inf are TOML floats; a key without bounds refuses them too, where the file or --set says them.
+TEST(ConfigTest, NonFiniteNumbersAreRefusedWhereverTheyAreWritten) {
+  EXPECT_TRUE(Contains(load_error("[rl]\npenalty = nan\n"), "key 'rl.penalty' at test.toml:2:11: expected a finite number, found nan"));
+  EXPECT_TRUE(Contains(load_error("[rl]\npenalty = -inf\n"), "expected a finite number, found -inf"));
+  EXPECT_TRUE(Contains(load_error("[rl]\nweights = [1.0, inf]\n"), "expected finite elements, found inf at index 1"));
+  EXPECT_TRUE(Contains(load_error("", {"rl.penalty=+nan"}), "--set rl.penalty=+nan: expected a finite number, found nan"));
+  EXPECT_TRUE(Contains(load_error("[optim]\nlr = nan\n"), "key 'optim.lr' at test.toml:2:6: expected a finite number, found nan"));
+  EXPECT_DOUBLE_EQ(parse("[rl]\npenalty = -1e300\n").get_float("rl.penalty"), -1e300);
 }
 
 TEST(ConfigTest, BadChoiceListsTheChoices) {

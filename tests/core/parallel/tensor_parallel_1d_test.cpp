@@ -18,16 +18,12 @@ namespace {
 using parallel::DimSplit;
 using parallel::Layout;
 
-constexpr double kTolerance = 1e-12;
-
 std::shared_ptr<dist::ProcessMesh> tensor_mesh() {
   auto world = testing::worker_world();
   return std::make_shared<dist::ProcessMesh>(world, std::vector<dist::MeshAxis>{{"tensor", world->size()}});
 }
 
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  testing::expect_close(actual, expected, what, kTolerance);
-}
+using testing::expect_close;
 
 void load(torch::Tensor& target, const torch::Tensor& full, const Layout& layout, const dist::ProcessMesh& mesh) {
   testing::load_block(target, full, layout, mesh);
@@ -121,7 +117,7 @@ TEST(Linear1dTest, ColumnThenRowEqualsSerialOnFourRanksWithStridedColumns) {
 void embedding_and_cross_entropy_equal_serial() {
   auto mesh = tensor_mesh();
   parallel::VocabParallelEmbedding embedding(12, 5, *mesh);
-  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 3, kTolerance);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 3, testing::kFloat64Tolerance);
 }
 
 TEST(VocabParallelTest, EmbeddingAndCrossEntropyEqualSerialOnTwoAndFourRanks) {

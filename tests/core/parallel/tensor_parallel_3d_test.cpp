@@ -21,9 +21,8 @@ using parallel::Layout;
 using parallel::Side3d;
 using parallel::WeightOrder;
 
-constexpr double kTolerance = 1e-12;
 constexpr int kCubeSide = 2;  // q: 8 ranks
-constexpr int kRanks = kCubeSide * kCubeSide * kCubeSide;
+constexpr int kCubeRanks = kCubeSide * kCubeSide * kCubeSide;
 constexpr int kTimeout = 120;
 
 // One world per worker process (a second rendezvous in the same process cannot bind the port), so
@@ -34,9 +33,7 @@ std::shared_ptr<dist::ProcessMesh> cube_mesh() {
       std::vector<dist::MeshAxis>{{"tp_x", kCubeSide}, {"tp_y", kCubeSide}, {"tp_z", kCubeSide}});
 }
 
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  testing::expect_close(actual, expected, what, kTolerance);
-}
+using testing::expect_close;
 
 using Param = testing::BoundParam;
 using testing::bind_param;
@@ -44,12 +41,10 @@ using testing::randn64;
 using testing::serial_linear;
 using testing::weight_of;
 
-void expect_gradients(const std::vector<Param>& params, const dist::ProcessMesh& mesh) {
-  testing::expect_gradients(params, mesh, kTolerance);
-}
+using testing::expect_gradients;
 
 TEST(Layers3dTest, ActivationBlocksSplitAndGatherBack) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kCubeRanks, kTimeout);
   auto mesh = cube_mesh();
   const int a = mesh->coordinate("tp_x"), b = mesh->coordinate("tp_y"), c = mesh->coordinate("tp_z");
   EXPECT_EQ(parallel::cube_side_3d(*mesh), kCubeSide);
@@ -74,11 +69,11 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   // The output's features are cut per stride segment (q|k|v), like the weight's columns.
   testing::linear_equals_serial(layer, spec, parallel::activation_layout_3d(dims, side),
                                 testing::per_segment(parallel::activation_layout_3d(dims, parallel::other_side(side)), stride),
-                                mesh, x_shape, input_grad, kTolerance);
+                                mesh, x_shape, input_grad, testing::kFloat64Tolerance);
 }
 
 TEST(Linear3dTest, EqualsSerialInBothWeightOrdersFromBothSides) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kCubeRanks, kTimeout);
   auto mesh = cube_mesh();
   for (const Side3d side : {Side3d::kY, Side3d::kX}) {
     SCOPED_TRACE(side == Side3d::kY ? "input on side Y" : "input on side X");
@@ -94,16 +89,16 @@ TEST(Linear3dTest, EqualsSerialInBothWeightOrdersFromBothSides) {
 }
 
 TEST(Layers3dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kCubeRanks, kTimeout);
   auto mesh = cube_mesh();
   parallel::Embedding3d embedding(10, 8, *mesh);
-  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, kTolerance);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, testing::kFloat64Tolerance);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>. fc1 takes side Y to
 // side X, fc2 takes it back, so Z is on X's side and the LayerNorm works there.
 TEST(Layers3dTest, LinearGeluLinearLayerNormEqualsSerial) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kCubeRanks, kTimeout);
   auto mesh = cube_mesh();
   const int64_t in = 8, hidden = 12, out = 8;
   const double eps = 1e-5;
@@ -147,7 +142,7 @@ TEST(Layers3dTest, LinearGeluLinearLayerNormEqualsSerial) {
 }
 
 TEST(Layers3dTest, MeshesAndSpecsTheCubeCannotLayOutGiveClearErrors) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, kTimeout);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kCubeRanks, kTimeout);
   auto mesh = cube_mesh();
   auto linear = [&](int64_t in, int64_t out, int64_t stride) {
     parallel::Linear3d(parallel::LinearSpec{in, out, true, WeightOrder::kInOut, stride}, *mesh);

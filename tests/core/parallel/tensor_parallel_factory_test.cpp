@@ -13,8 +13,6 @@
 namespace kuafu {
 namespace {
 
-constexpr double kTolerance = 1e-12;
-
 parallel::TensorParallel mode_on_world(parallel::TensorMode mode, int depth = 1) {
   auto world = testing::worker_world();
   parallel::TensorParallel tp;
@@ -53,12 +51,12 @@ void classifier_head_equals_serial(const parallel::TensorParallel& tp) {
   torch::Tensor xp = parallel::shard_of(x0, stream, mesh).requires_grad_();
   const torch::Tensor logits_p = head.forward(xp);
   testing::expect_close(parallel::gather_classifier_logits(tp, logits_p.detach()), logits_s.detach(), "logits",
-                        kTolerance);
+                        testing::kFloat64Tolerance);
   const torch::Tensor loss_p = parallel::classifier_cross_entropy(tp, logits_p, targets);
   loss_p.backward();
-  testing::expect_close(loss_p, loss_s, "loss", kTolerance);
-  testing::expect_close(xp.grad(), parallel::shard_of(xs.grad(), stream, mesh), "input gradient block", kTolerance);
-  testing::expect_gradients(bound, mesh, kTolerance);
+  testing::expect_close(loss_p, loss_s, "loss", testing::kFloat64Tolerance);
+  testing::expect_close(xp.grad(), parallel::shard_of(xs.grad(), stream, mesh), "input gradient block", testing::kFloat64Tolerance);
+  testing::expect_gradients(bound, mesh, testing::kFloat64Tolerance);
 }
 
 TEST(ClassifierHeadTest, OneDimensionalOnTwoRanksEqualsSerial) {

@@ -23,10 +23,9 @@ namespace {
 using parallel::Layout;
 using parallel::WeightOrder;
 
-constexpr double kTolerance = 1e-12;
 constexpr int kGridSide = 2;  // q: 4 ranks per grid
 constexpr int kDepth = 2;     // d for 2.5D: d q^2 = 8 ranks
-constexpr int kRanks = kDepth * kGridSide * kGridSide;
+constexpr int kGridRanks = kDepth * kGridSide * kGridSide;
 
 // One world per worker process (a second rendezvous in the same process cannot bind the port), so
 // each test builds its mesh once and passes it on.
@@ -44,9 +43,7 @@ std::shared_ptr<dist::ProcessMesh> tesseract_mesh() {
       std::vector<dist::MeshAxis>{{"tp_dep", kDepth}, {"tp_row", kGridSide}, {"tp_col", kGridSide}});
 }
 
-void expect_close(const torch::Tensor& actual, const torch::Tensor& expected, const std::string& what) {
-  testing::expect_close(actual, expected, what, kTolerance);
-}
+using testing::expect_close;
 
 using Param = testing::BoundParam;
 using testing::bind_param;
@@ -54,9 +51,7 @@ using testing::randn64;
 using testing::serial_linear;
 using testing::weight_of;
 
-void expect_gradients(const std::vector<Param>& params, const dist::ProcessMesh& mesh) {
-  testing::expect_gradients(params, mesh, kTolerance);
-}
+using testing::expect_gradients;
 
 TEST(Layers2dTest, ActivationBlocksSplitAndGatherBack) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
@@ -78,7 +73,7 @@ void linear_equals_serial(const dist::ProcessMesh& mesh, WeightOrder order, bool
   const Layout stream = parallel::grid_activation_layout(static_cast<int64_t>(x_shape.size()), mesh);
   // The output's features are cut per stride segment (q|k|v), like the weight's columns.
   testing::linear_equals_serial(layer, spec, stream, testing::per_segment(stream, stride), mesh, x_shape, input_grad,
-                                kTolerance);
+                                testing::kFloat64Tolerance);
 }
 
 // Both weight orders, a 2-dim input, no input gradient (a model's first layer: backward skips its half
@@ -195,7 +190,7 @@ TEST(Layers2dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
   if (!testing::is_worker()) return testing::run_test_on_ranks(4);
   auto mesh = grid_mesh();
   parallel::GridEmbedding embedding(10, 6, *mesh);
-  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 4, kTolerance);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 4, testing::kFloat64Tolerance);
 }
 
 // Layer specs a grid with q = 2 cannot cut: a stride segment, input and output features, a LayerNorm.
@@ -253,7 +248,7 @@ TEST(Layers2dTest, ReduceToRootAlongGridRowsAndColumns) {
 // ---- 2.5D: d = 2 stacked grids ----
 
 TEST(Layers2p5dTest, ActivationBlocksSplitAndGatherBack) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kGridRanks, 120);
   auto mesh = tesseract_mesh();
   const int h = mesh->coordinate("tp_dep"), i = mesh->coordinate("tp_row"), j = mesh->coordinate("tp_col");
   const torch::Tensor full = torch::arange(8 * 3 * 6, torch::kFloat64).reshape({8, 3, 6});
@@ -269,26 +264,26 @@ TEST(Layers2p5dTest, ActivationBlocksSplitAndGatherBack) {
 }
 
 TEST(Linear2p5dTest, EqualsSerialInBothWeightOrders) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kGridRanks, 120);
   linear_cases(*tesseract_mesh(), 8);
 }
 
 TEST(Layers2p5dTest, TiedEmbeddingLogitsAndLossEqualSerial) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kGridRanks, 120);
   auto mesh = tesseract_mesh();
   parallel::GridEmbedding embedding(10, 6, *mesh);
-  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, kTolerance);
+  testing::tied_embedding_equals_serial(*embedding, embedding->parameter_layouts().at("weight"), *mesh, 8, testing::kFloat64Tolerance);
 }
 
 // Z = LayerNorm(gelu(X A1 + b1) A2 + b2) with random gain and bias, loss = <Z, R>.
 // The chain on 2.5D: 4 batch rows, one per grid row of each depth layer.
 TEST(Layers2p5dTest, LinearGeluLinearLayerNormEqualsSerial) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kGridRanks, 120);
   chain_equals_serial(*tesseract_mesh(), /*batch_seed=*/21);
 }
 
 TEST(Layers2p5dTest, MeshesAndBatchesItCannotLayOutGiveClearErrors) {
-  if (!testing::is_worker()) return testing::run_test_on_ranks(kRanks, 120);
+  if (!testing::is_worker()) return testing::run_test_on_ranks(kGridRanks, 120);
   auto mesh = tesseract_mesh();
   // A batch that does not divide into d x q = 4 row blocks.
   const std::string batch = testing::expected_error([&] { parallel::split_activation_grid(torch::zeros({6, 4}), *mesh); });

@@ -19,6 +19,7 @@
 #include "core/util/folder_lock.h"
 #include "core/util/logging.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/optimizers.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
@@ -30,19 +31,12 @@ using testing::Contains;
 using testing::error_message;
 using testing::temp_dir;
 
-struct Tiny : torch::nn::Module {
-  Tiny() { weight = register_parameter("weight", torch::randn({3, 4})); }
+struct OneWeight : torch::nn::Module {
+  OneWeight() { weight = register_parameter("weight", torch::randn({3, 4})); }
   torch::Tensor weight;
 };
 
-std::unique_ptr<optim::Optimizer> adamw_for(torch::nn::Module& model) {
-  std::vector<optim::Param> params;
-  for (const auto& item : model.named_parameters()) params.push_back({item.key(), item.value(), nullptr, true});
-  auto optimizer =
-      std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", params, {}}}, optim::AdamOptions{});
-  optimizer->set_lr(1e-3);
-  return optimizer;
-}
+using testing::adamw_for;
 
 // A store with checkpoints at `steps`, keeping `keep`.
 struct Saved {
@@ -56,7 +50,7 @@ struct Saved {
   std::string folder(int64_t step) const { return train::checkpoint_folder(root, step); }
   std::string root;
   train::CheckpointStore store;
-  Tiny model;
+  OneWeight model;
   std::unique_ptr<optim::Optimizer> optimizer;
 };
 
@@ -281,7 +275,7 @@ TEST(CheckpointStoreTest, TheTrainerStateStepMustFitTheCheckpoint) {
   EXPECT_TRUE(Contains(with_step("1000000000000000000"), "but the folder is step_00000010"));
   EXPECT_TRUE(Contains(with_step("\"10\""), "whole number >= 0"));
   // The optimizer's own count must fit too (it may trail the trainer's by skipped fp16 steps only).
-  Tiny other;
+  OneWeight other;
   auto optimizer = adamw_for(other);
   forge(folder, "trainer.json", original);
   saved.save(3);  // the optimizer has taken 0 steps: fits any step
@@ -320,7 +314,7 @@ TEST(CheckpointStoreTest, WrongTypesInTheManifestOrTrainerStateNameTheFileAndKey
   manifest = nlohmann::json::parse(read_file((fs::path(folder2) / "manifest.json").string()));
   manifest["files"].erase("rng_rank0.safetensors");
   write_file_atomic((fs::path(folder2) / "manifest.json").string(), manifest.dump());
-  Tiny model;
+  OneWeight model;
   auto optimizer = adamw_for(model);
   message = error_message([&] { train::CheckpointStore::load(folder2, train::named_weights(model), *optimizer, {}); });
   EXPECT_TRUE(Contains(message, (fs::path(folder2) / "trainer.json").string() +

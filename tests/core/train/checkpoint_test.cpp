@@ -13,6 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/optim/algorithms.h"
 #include "core/train/checkpoint.h"
+#include "tests/support/optimizers.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu {
@@ -214,27 +215,20 @@ TEST(SafetensorsTest, CheckLoadableRefusesNonFiniteValues) {
   EXPECT_NO_THROW(io::check_loadable("m", "w", large, torch::zeros({4}, torch::kBFloat16)));
 }
 
-struct Tiny : torch::nn::Module {
-  Tiny() {
+struct OneLinear : torch::nn::Module {
+  OneLinear() {
     fc = register_module("fc", torch::nn::Linear(4, 3));
   }
   torch::nn::Linear fc{nullptr};
 };
 
-std::unique_ptr<optim::Optimizer> adamw_for(torch::nn::Module& model) {
-  std::vector<optim::Param> params;
-  for (const auto& item : model.named_parameters()) params.push_back({item.key(), item.value(), nullptr, true});
-  auto optimizer = std::make_unique<optim::AdamW>(std::vector<optim::ParamGroup>{{"all", params, {}}},
-                                                  optim::AdamOptions{});
-  optimizer->set_lr(1e-3);
-  return optimizer;
-}
+using testing::adamw_for;
 
 TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
   const auto root = (temp_dir("ckpt") / "checkpoints").string();
   auto world = dist::World::single();
   train::CheckpointStore store(root, world->world_group(), /*keep=*/2);
-  Tiny model;
+  OneLinear model;
   auto optimizer = adamw_for(model);
   model.fc->forward(torch::randn({2, 4})).sum().backward();
   optimizer->step();
@@ -243,7 +237,7 @@ TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
   EXPECT_EQ(*store.latest(), train::checkpoint_folder(root, 30));
   EXPECT_FALSE(fs::exists(train::checkpoint_folder(root, 10))) << "keep=2 must prune the oldest";
 
-  Tiny other;
+  OneLinear other;
   auto other_optimizer = adamw_for(other);
   const auto state = train::CheckpointStore::load(*store.latest(), train::named_weights(other), *other_optimizer, {});
   EXPECT_EQ(state.at("step"), 30);
@@ -277,14 +271,14 @@ TEST(CheckpointTest, SaveLoadRoundTripAndDamageIsRefused) {
 TEST(CheckpointTest, WeightsOfAnotherKindOrNotFiniteAreRefusedNamingFileAndTensor) {
   const auto root = (temp_dir("ckpt_kinds") / "checkpoints").string();
   train::CheckpointStore store(root, dist::World::single()->world_group(), /*keep=*/5);
-  Tiny model;
+  OneLinear model;
   auto optimizer = adamw_for(model);
   const torch::Tensor bias = model.fc->bias.detach();
   store.save(1, {{"fc.weight", torch::ones({3, 4}, torch::kInt32)}, {"fc.bias", bias}}, *optimizer, {});
   torch::Tensor poisoned = model.fc->weight.detach().clone();
   poisoned[0][0] = std::numeric_limits<float>::quiet_NaN();
   store.save(2, {{"fc.weight", poisoned}, {"fc.bias", bias}}, *optimizer, {});
-  Tiny other;
+  OneLinear other;
   const std::string as_int = message_of([&] { train::CheckpointStore::load_model(train::checkpoint_folder(root, 1), other); });
   EXPECT_NE(as_int.find("'fc.weight' is stored as I32 but expected F32"), std::string::npos) << as_int;
   EXPECT_NE(as_int.find("model.safetensors"), std::string::npos) << as_int;
