@@ -10,3 +10,15 @@ function(kuafu_torch_target target)
     target_precompile_headers(${target} REUSE_FROM kuafu_torch_base)
   endif()
 endfunction()
+
+# kuafu_test_suites(<target> TIMEOUT <s>): one CTest test per GoogleTest suite of <target>, listed after
+# each build (cmake/gtest_suites.cmake). Each suite runs in one process.
+function(kuafu_test_suites target)
+  cmake_parse_arguments(SUITES "" "TIMEOUT" "" ${ARGN})
+  set(listing "${CMAKE_CURRENT_BINARY_DIR}/${target}_suites.cmake")
+  add_custom_command(TARGET ${target} POST_BUILD
+    COMMAND ${CMAKE_COMMAND} -DBINARY=$<TARGET_FILE:${target}> -DOUT=${listing} -DTIMEOUT=${SUITES_TIMEOUT}
+            -DWORKING_DIRECTORY=${CMAKE_CURRENT_BINARY_DIR} -P ${PROJECT_SOURCE_DIR}/cmake/gtest_suites.cmake
+    BYPRODUCTS ${listing} VERBATIM)
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${listing})
+endfunction()

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "apps/stable_diffusion/clip_hugging_face.h"
@@ -73,10 +74,23 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
 Pipeline load_pipeline(const std::string& dir, const torch::Device& device, const PipelineLoad& how) {
   const fs::path root = dir;
   const nlohmann::json index = io::read_json_object((root / "model_index.json").string());
+  // The classes Kuafu's components compute; a folder naming another class holds another model (the
+  // scheduler's class is read with its config).
+  const std::map<std::string, std::vector<std::string>> classes = {{"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
+                                                                   {"text_encoder", {"CLIPTextModel"}},
+                                                                   {"unet", {"UNet2DConditionModel"}},
+                                                                   {"vae", {"AutoencoderKL"}}};
   for (const auto& [name, value] : index.items()) {
     if (name.rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version
-    const bool known = name == "tokenizer" || name == "text_encoder" || name == "unet" || name == "vae" || name == "scheduler";
-    if (known) continue;
+    if (const auto known = classes.find(name); known != classes.end()) {
+      const std::string named = value.is_array() && value.size() == 2 && value[1].is_string() ? value[1].get<std::string>() : "";
+      const std::vector<std::string>& computed = known->second;
+      KUAFU_CHECK(named.empty() || std::find(computed.begin(), computed.end(), named) != computed.end(),
+                  (root / "model_index.json").string(), ": ", name, " is a ", named, ", which Kuafu does not compute (it reads ",
+                  text::join(computed, " or "), ")");
+      continue;
+    }
+    if (name == "scheduler") continue;
     const bool unused = name == "safety_checker" || name == "feature_extractor" || name == "image_encoder" || name == "requires_safety_checker";
     KUAFU_CHECK(unused, (root / "model_index.json").string(), ": component \"", name, "\" (", value.dump(),
                 ") is not one Kuafu's pipeline has (tokenizer, text_encoder, unet, vae, scheduler)");

@@ -2,7 +2,14 @@
 // read by name, and a causal language model's logits of a left-padded batch at each row's positions.
 #pragma once
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,11 +36,48 @@ inline ReferenceOutputs read_reference(const std::filesystem::path& path) {
   return {io::load_safetensors(path.string()), path.string()};
 }
 
-// Runs `script build DIR` into a fresh temporary folder named after `name` and returns the folder.
-inline std::filesystem::path build_python_reference(const std::string& script, const std::string& name) {
-  const std::filesystem::path dir = temp_dir(name);
-  const PythonRun run = run_python_reference(script, "build " + dir.string());
+inline std::string read_file_or_empty(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `script build DIR`'s folder, built once for every test process of the build tree (each test runs in a
+// process of its own, and the Python side spends seconds importing its libraries): kept under
+// KUAFU_REFERENCE_CACHE by a key of every reference script's text and the venv's setup stamp, so a
+// changed script or pinned library builds afresh. The scripts seed their tiny models, so a build is
+// the same whenever it is made.
+inline std::filesystem::path cached_python_build(const std::string& script) {
+  namespace fs = std::filesystem;
+  const fs::path source = fs::path(KUAFU_SOURCE_DIR);
+  std::string text = script + "\n" + read_file_or_empty(source / ".venv/.kuafu-setup");
+  std::vector<fs::path> scripts;
+  for (const auto& entry : fs::directory_iterator(source / "tests/python")) scripts.push_back(entry.path());
+  std::sort(scripts.begin(), scripts.end());
+  for (const fs::path& path : scripts) text += path.filename().string() + "\n" + read_file_or_empty(path);
+  std::ostringstream key;
+  key << std::hex << std::hash<std::string>{}(text);
+  const fs::path built = fs::path(KUAFU_REFERENCE_CACHE) / (fs::path(script).stem().string() + "-" + key.str());
+  if (fs::exists(built / "complete")) return built;
+  // Built beside the cache entry and renamed into place: two processes building at once both succeed.
+  const fs::path building = built.string() + ".building-" + std::to_string(::getpid());
+  fs::remove_all(building);
+  fs::create_directories(building);
+  const PythonRun run = run_python_reference(script, "build " + building.string());
   if (run.exit_code != 0) throw Error(script + " build failed:\n" + run.output);
+  std::ofstream(building / "complete") << script << "\n";
+  std::error_code taken;
+  fs::rename(building, built, taken);
+  if (taken) fs::remove_all(building);  // another process's build got there first: the same files
+  return built;
+}
+
+// `script build DIR`'s outputs copied into a fresh temporary folder named after `name` (the test may
+// write beside them), and the folder.
+inline std::filesystem::path build_python_reference(const std::string& script, const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_dir(name);
+  fs::copy(cached_python_build(script), dir, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  fs::remove(dir / "complete");
   return dir;
 }
 

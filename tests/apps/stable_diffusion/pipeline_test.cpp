@@ -80,6 +80,12 @@ TEST(PipelineFolderTest, AComponentItDoesNotHaveIsNamed) {
   const auto dir = testing::temp_dir("pipeline_extra");
   std::ofstream(dir / "model_index.json") << R"({"_class_name": "StableDiffusionPipeline", "controlnet": ["diffusers", "ControlNetModel"]})";
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { load_pipeline(dir.string()); }), "component \"controlnet\""));
+
+  // A component of another class is another model: named, not read as Kuafu's (it once went unnoticed).
+  const auto other = testing::temp_dir("pipeline_other_unet");
+  std::ofstream(other / "model_index.json") << R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DModel"]})";
+  const std::string error = testing::error_message([&] { load_pipeline(other.string()); });
+  EXPECT_TRUE(testing::Contains(error, "unet is a UNet2DModel, which Kuafu does not compute (it reads UNet2DConditionModel)"));
 }
 
 testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_command(std::string(KUAFU_SD_PATH) + " " + args); }
@@ -145,6 +151,26 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   EXPECT_TRUE(testing::Contains(bad_sampler.output, "sampler \"plms\" is not one of")) << bad_sampler.output;
   const testing::CommandResult bad_steps = kuafu_sd(common + " --steps ten --out x.png");
   EXPECT_TRUE(testing::Contains(bad_steps.output, "--steps ten is not a whole number")) << bad_steps.output;
+}
+
+// A tile under 4 latents (0 once meant "whole" without a word) and an --out that is a folder are
+// refused by name, and a failed write leaves nothing beside the folder.
+TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
+  const testing::Reference& ref = pipeline_reference();
+  const auto dir = testing::temp_dir("sd_sample_refused");
+  const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt cat --steps 2";
+  for (const std::string tile : {"0", "-8", "4"}) {  // the VAE's factor is 2: 4 latents are 8 pixels
+    const testing::CommandResult small = kuafu_sd(common + " --vae-tile " + tile + " --out " + (dir / "tiled.png").string());
+    EXPECT_EQ(small.exit_code, 1) << tile;
+    EXPECT_TRUE(testing::Contains(small.output, "--vae-tile " + tile + " is under 8 pixels")) << small.output;
+  }
+  std::filesystem::create_directory(dir / "grid.png");
+  const testing::CommandResult folder = kuafu_sd(common + " --out " + (dir / "grid.png").string());
+  EXPECT_EQ(folder.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(folder.output, "grid.png is a folder")) << folder.output;
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"grid.png"});
 }
 
 }  // namespace
