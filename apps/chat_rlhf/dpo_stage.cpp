@@ -134,7 +134,7 @@ class DpoApp : public train::App {
       reference = opt::load_causal_lm(reference_folder, options.device);
     }
     check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference, *policy,
-                      "the policy");
+                      "the policy", *text.tokenizer);
     auto task = std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
     if (deferred) task->defer_weights(std::move(deferred));
     return task;

@@ -579,8 +579,8 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   models.reward = load_scored_model(rl_.reward_model, frozen("reward"));
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
-                    "the actor");
-  check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor");
+                    "the actor", *text.tokenizer);
+  check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor", *text.tokenizer);
   if (rl_.shared_trunk) {
     // The value head on the actor's trunk, fresh at zero (the reward model's head reads another trunk);
     // described with a described actor, its zeros then go to the strategy with the actor's weights.

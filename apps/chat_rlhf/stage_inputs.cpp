@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <optional>
 
 #include "core/util/logging.h"
 #include "core/util/utf8.h"
@@ -29,11 +30,24 @@ ChatText chat_text(const config::Config& config, const opt::OptData& data, const
 }
 
 void check_same_tokens(const config::Config& config, const std::string& key, const std::string& folder, nn::CausalLM& model,
-                       nn::CausalLM& trained, const std::string& role) {
-  if (model.family() == trained.family() && model.vocab_size() == trained.vocab_size()) return;
-  config.fail_at(key, "= " + folder + " is " + model.family() + " with a vocabulary of " + std::to_string(model.vocab_size()) +
-                          " rows, " + role + " " + trained.family() + " with " + std::to_string(trained.vocab_size()) +
-                          ": train it from the same SFT model");
+                       nn::CausalLM& trained, const std::string& role, const io::BpeTokenizer& tokenizer) {
+  if (model.family() != trained.family() || model.vocab_size() != trained.vocab_size()) {
+    config.fail_at(key, "= " + folder + " is " + model.family() + " with a vocabulary of " + std::to_string(model.vocab_size()) +
+                            " rows, " + role + " " + trained.family() + " with " + std::to_string(trained.vocab_size()) +
+                            ": train it from the same SFT model");
+  }
+  // The same number of rows is not the same tokens: another tokenizer's ids would be read as other words.
+  std::optional<io::BpeTokenizer> own;
+  try {
+    own.emplace(io::BpeTokenizer::from_folder(folder));
+  } catch (const Error& e) {
+    config.fail_at(key, "= " + folder + ": its tokenizer cannot be read (" + e.what() + "), so nothing shows that it reads " +
+                            role + "'s tokens; copy the SFT model's tokenizer files into it");
+  }
+  if (!own->same_as(tokenizer)) {
+    config.fail_at(key, "= " + folder + " has another tokenizer than data.tokenizer (vocabulary, merges or special tokens " +
+                            "differ): it would read " + role + "'s ids as other text; train it from the same SFT model");
+  }
 }
 
 namespace {

@@ -22,10 +22,11 @@ struct ChatText {
 };
 ChatText chat_text(const config::Config& config, const opt::OptData& data, const opt::LmShape& shape);
 
-// kuafu::Error at `key` unless `model` (read from `folder`) reads the tokens `trained` does (the same
-// family and vocabulary); `role` names the trained one in the message ("the actor", "the policy").
+// kuafu::Error at `key` unless `model` (read from `folder`) reads the tokens `trained` does: the same
+// family and vocabulary, and the folder's tokenizer is the run's `tokenizer` (data.tokenizer); `role`
+// names the trained one in the message ("the actor", "the policy").
 void check_same_tokens(const config::Config& config, const std::string& key, const std::string& folder, nn::CausalLM& model,
-                       nn::CausalLM& trained, const std::string& role);
+                       nn::CausalLM& trained, const std::string& role, const io::BpeTokenizer& tokenizer);
 
 // The pairs of the file `path` (named by `key` in errors); kuafu::Error when missing or empty.
 std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& config, const std::string& key,

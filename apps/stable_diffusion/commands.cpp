@@ -62,8 +62,9 @@ class SdApp : public train::App {
     if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kCheckpointedBlocks);
     const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
     const int64_t channels = pipeline.vae->config.in_channels;
-    auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, open_captioned_images(config_, true, channels, side),
-                                                open_captioned_images(config_, false, channels, side), options.device);
+    std::unique_ptr<io::ImageDataset> train = open_captioned_images(config_, true, channels, side);  // the training set's
+    std::unique_ptr<io::ImageDataset> val = open_captioned_images(config_, false, channels, side);   // problems first
+    auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
     if (deferred) task->defer_unet_weights(std::move(deferred));
     return task;
   }

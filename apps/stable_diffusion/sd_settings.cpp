@@ -129,9 +129,17 @@ std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& co
   t.flip = config.get_bool("augment.flip");
   t.mean.assign(static_cast<size_t>(channels), 0.5f);  // to [−1, 1], the VAE's range
   t.std.assign(static_cast<size_t>(channels), 0.5f);
+  if (spec.format == "folder" && !train) {  // labelled by the training folder's classes: its problems are its own
+    const std::string train_path = config.get_string("data.train");
+    if (train_path.empty()) config.fail_at("data.train", "is empty; name the training images");
+    try {
+      spec.classes = io::image_folder_classes(train_path);
+    } catch (const Error& e) {
+      config.fail_at("data.train", e.what());
+    }
+  }
   std::unique_ptr<io::ImageDataset> set;
   try {
-    if (spec.format == "folder" && !train) spec.classes = io::image_folder_classes(config.get_string("data.train"));
     set = io::open_image_dataset(spec);
   } catch (const Error& e) {
     config.fail_at(key, e.what());

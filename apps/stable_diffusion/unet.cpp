@@ -1,5 +1,6 @@
 #include "apps/stable_diffusion/unet.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/nn/torch_init.h"
@@ -39,6 +40,16 @@ void UNetConfig::validate() const {
   }
   KUAFU_CHECK(layers_per_block > 0 && cross_attention_dim > 0 && in_channels > 0 && out_channels > 0,
               "the UNet's layers_per_block, cross_attention_dim and channels must be positive");
+  // 2^16 latents a side (half a million pixels) is beyond any UNet trained; 1e9 overflowed LibTorch's sizes.
+  KUAFU_CHECK(sample_size > 0 && sample_size <= (1 << 16), "sample_size ", sample_size, " must lie in [1, 65536] latents");
+  // A lower bound of the parameter count, in double (widths of 1e9 overflow int64): each down block's
+  // resnets hold 3x3 convolutions of its width. Past 10^12 parameters (4 TB in float32) no machine holds
+  // the model, and building it would only fill memory: a typo in config.json.
+  double least = 0;
+  for (const int64_t c : block_out_channels) least += static_cast<double>(layers_per_block) * 9.0 * static_cast<double>(c) * static_cast<double>(c);
+  KUAFU_CHECK(least <= 1e12, "block_out_channels up to ", *std::max_element(block_out_channels.begin(), block_out_channels.end()),
+              " with layers_per_block = ", layers_per_block, " make at least ", least,
+              " parameters, more than any machine holds (10^12)");
 }
 
 double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) const {

@@ -518,6 +518,18 @@ std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
 
 int64_t BpeTokenizer::vocab_size() const { return static_cast<int64_t>(state_->tokens.size()); }
 
+bool BpeTokenizer::same_as(const BpeTokenizer& other) const {
+  const State& a = *state_;
+  const State& b = *other.state_;
+  auto sorted = [](std::vector<std::pair<std::string, int64_t>> special) {
+    std::sort(special.begin(), special.end());
+    return special;
+  };
+  return a.tokens == b.tokens && a.merge_rank == b.merge_rank && sorted(a.special) == sorted(b.special) &&
+         a.add_prefix_space == b.add_prefix_space && a.normalizers == b.normalizers && a.word_end == b.word_end &&
+         a.unknown == b.unknown;
+}
+
 std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {
   const auto found = state_->vocab.find(token);
   if (found == state_->vocab.end()) return std::nullopt;

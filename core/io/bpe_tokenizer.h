@@ -49,6 +49,9 @@ class BpeTokenizer {
   std::string decode(const std::vector<int64_t>& ids) const;
 
   int64_t vocab_size() const;  // the largest id + 1
+  // Whether `other` gives every text the same ids: the same vocabulary, merges, special tokens and
+  // normalisation (two folders' files may differ in form and still say the same).
+  bool same_as(const BpeTokenizer& other) const;
   std::optional<int64_t> token_id(const std::string& token) const;
 
   // Writes a new CLIP tokenizer folder `dir` for a model trained from scratch: vocab.json of the 256 byte

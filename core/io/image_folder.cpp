@@ -9,6 +9,7 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
+#include "core/util/utf8.h"
 
 namespace kuafu::io {
 namespace {
@@ -53,7 +54,12 @@ std::vector<ImageFolderIndex::Item> class_images(const fs::path& folder, int lab
   std::sort(images.begin(), images.end(), [](const auto& a, const auto& b) { return a.path < b.path; });
   for (auto& image : images) {
     const fs::path caption = fs::path(image.path).replace_extension(".txt");
-    if (captions.count(caption)) image.caption = text::trim(read_file(caption.string()));
+    if (captions.count(caption)) {
+      image.caption = text::trim(read_file(caption.string()));
+      // Checked here, so that a bad file is named before training rather than by the tokenizer mid-run.
+      KUAFU_CHECK(text::replace_invalid_utf8(*image.caption) == *image.caption, caption.string(),
+                  " is not UTF-8 text (captions are read as UTF-8)");
+    }
   }
   return images;
 }

@@ -66,6 +66,17 @@ void check_model_fits(App& app, const config::Config& config, const Runtime& run
   check_model_fits(config, runtime, size.parameters, size.keys, size.frozen, size.models);
 }
 
+namespace {
+
+// Evaluation, generation and export make every model whole in float32: refused before building when
+// the machine cannot hold them.
+void check_whole_weights_fit(App& app, const config::Config& config, const torch::Device& device) {
+  const ModelSize size = app.model_size();
+  check_weights_fit(config, device, size.parameters, size.keys);
+}
+
+}  // namespace
+
 TrainSummary train_app(App& app, const config::Config& config) {
   Runtime runtime = start_runtime(config);
   check_model_fits(app, config, runtime);
@@ -81,6 +92,7 @@ TrainSummary train_app(App& app, const config::Config& config) {
 
 void eval_app(App& app, const config::Config& config, const std::string& checkpoint) {
   Runtime runtime = start_runtime(config);
+  check_whole_weights_fit(app, config, runtime.device);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
   std::unique_ptr<RunTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
   // Every model a checkpoint holds (the frozen ones it does not hold stay as built).
@@ -95,7 +107,9 @@ void eval_app(App& app, const config::Config& config, const std::string& checkpo
 
 void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
-  torch::nn::Module& model = app.build_model(resolve_device(config.get_string("runtime.device"), 0), checkpoint == "init");
+  const torch::Device device = resolve_device(config.get_string("runtime.device"), 0);
+  check_whole_weights_fit(app, config, device);
+  torch::nn::Module& model = app.build_model(device, checkpoint == "init");
   load_checkpoint_weights(config, checkpoint, model, app.model_part());
   GenerateSettings settings = generate_settings(config);
   if (!prompt.empty()) {
@@ -158,6 +172,7 @@ void export_app(App& app, const config::Config& config, const config::ParsedComm
   const std::string out = command.option("out");
   KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
   const std::string checkpoint = command.option("checkpoint");
+  check_whole_weights_fit(app, config, torch::kCPU);
   torch::nn::Module& model = app.build_model(torch::kCPU, checkpoint == "init");
   const std::string folder = load_checkpoint_weights(config, checkpoint, model, app.model_part());
   nlohmann::json line = app.export_model(out, export_options(config), command);

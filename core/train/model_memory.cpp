@@ -21,6 +21,43 @@ std::string gib(double bytes) {
   return out.str();
 }
 
+std::string number_text(double n) {
+  std::ostringstream out;
+  out.precision(4);
+  out << n;
+  return out.str();
+}
+
+// The keys that say the model's size, as the config set them (model.shape names a string): those set,
+// or every one when none is (the shape came from model.init_from's folder or the defaults).
+std::string keys_text(const config::Config& config, const std::vector<std::string>& model_keys) {
+  std::vector<std::string> shown;
+  for (const std::string& key : model_keys) {
+    if (config.is_set(key)) shown.push_back(key);
+  }
+  if (shown.empty()) shown = model_keys;
+  std::ostringstream keys;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const config::Field* field = config.schema().find(shown[i]);
+    keys << (i ? ", " : "") << shown[i] << " = ";
+    if (field && field->type() == config::Type::kString) {
+      keys << '"' << config.get_string(shown[i]) << '"';
+    } else if (field && field->type() == config::Type::kFloat) {
+      keys << config.get_float(shown[i]);
+    } else {
+      keys << config.get_int(shown[i]);
+    }
+  }
+  return keys.str();
+}
+
+// What the host (and `device`, when it is a GPU) can still allocate.
+double available_on(const torch::Device& device) {
+  double available = static_cast<double>(memory::available_bytes(torch::kCPU));
+  if (device.is_cuda()) available += static_cast<double>(memory::available_bytes(device));
+  return available;
+}
+
 }  // namespace
 
 double least_training_bytes(const config::Config& config, const Runtime& runtime, double parameters, double frozen) {
@@ -58,46 +95,35 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
                       const std::vector<std::string>& model_keys, double frozen, const std::vector<SizedModel>& models) {
   const double needed = models.empty() ? least_training_bytes(config, runtime, parameters, frozen)
                                        : least_run_bytes(config, runtime, models);
-  double available = static_cast<double>(memory::available_bytes(torch::kCPU));
-  if (runtime.device.is_cuda()) available += static_cast<double>(memory::available_bytes(runtime.device));
+  const double available = available_on(runtime.device);
   if (needed <= available) return;
-  // The keys that say the model's size, as the config set them (model.shape names a string): those
-  // set, or every one when none is (the shape came from model.init_from's folder or the defaults).
-  std::vector<std::string> shown;
-  for (const std::string& key : model_keys) {
-    if (config.is_set(key)) shown.push_back(key);
-  }
-  if (shown.empty()) shown = model_keys;
-  std::ostringstream keys;
-  for (size_t i = 0; i < shown.size(); ++i) {
-    const config::Field* field = config.schema().find(shown[i]);
-    keys << (i ? ", " : "") << shown[i] << " = ";
-    if (field && field->type() == config::Type::kString) {
-      keys << '"' << config.get_string(shown[i]) << '"';
-    } else if (field && field->type() == config::Type::kFloat) {
-      keys << config.get_float(shown[i]);
-    } else {
-      keys << config.get_int(shown[i]);
-    }
-  }
-  std::ostringstream count;
-  count.precision(4);
-  count << parameters;
+  const std::string keys = keys_text(config, model_keys);
+  const std::string count = number_text(parameters);
   if (!models.empty()) {
     std::ostringstream each;
     each.precision(4);
     for (size_t i = 0; i < models.size(); ++i) {
       each << (i ? ", " : "") << models[i].name << " " << models[i].parameters << (models[i].trained ? "" : " frozen");
     }
-    fail("the models of " + keys.str() + " (" + each.str() + " parameters): their weights, gradients and optimizer " +
+    fail("the models of " + keys + " (" + each.str() + " parameters): their weights, gradients and optimizer " +
          "state need at least " + gib(needed) + " on each rank (each model under its own [models.<name>] memory and " +
          "precision, before activations), but this machine has " + gib(available) + " available. Make the models " +
          "smaller or spread them (memory.strategy, memory.offload_frozen, lora.rank)");
   }
-  fail("the model of " + keys.str() + " has " + count.str() + " parameters: its weights, gradients and optimizer " +
+  fail("the model of " + keys + " has " + count + " parameters: its weights, gradients and optimizer " +
        "state need at least " + gib(needed) + " on each rank (memory.strategy = \"" +
        config.get_string("memory.strategy") + "\", before activations), but this machine has " + gib(available) +
        " available. Make the model smaller or spread it (parallel.tensor.size, parallel.pipeline, memory.strategy)");
+}
+
+void check_weights_fit(const config::Config& config, const torch::Device& device, double parameters,
+                       const std::vector<std::string>& model_keys) {
+  const double needed = 4 * parameters;  // float32, whole
+  const double available = available_on(device);
+  if (needed <= available) return;
+  fail("the model of " + keys_text(config, model_keys) + " has " + number_text(parameters) + " parameters: its float32 " +
+       "weights alone need " + gib(needed) + ", but this machine has " + gib(available) + " available. Evaluate, " +
+       "generate and export on a machine that holds the whole model, or make it smaller");
 }
 
 }  // namespace kuafu::train

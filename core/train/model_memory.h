@@ -37,4 +37,10 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
                       const std::vector<std::string>& model_keys, double frozen = 0,
                       const std::vector<SizedModel>& models = {});
 
+// kuafu::Error as check_model_fits's when the whole model's float32 weights (`parameters`), which
+// evaluation, generation and export make on one process, exceed what the host (and `device`, when it is
+// a GPU) can still allocate.
+void check_weights_fit(const config::Config& config, const torch::Device& device, double parameters,
+                       const std::vector<std::string>& model_keys);
+
 }  // namespace kuafu::train

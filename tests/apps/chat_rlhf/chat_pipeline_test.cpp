@@ -464,6 +464,31 @@ TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
   }
 }
 
+// A reward model whose tokenizer is another (the same size, two tokens' ids swapped) would score ids it
+// does not read: refused by its key before anything trains. It once trained without a word.
+TEST_F(ChatPipelineTest, AReferenceOrRewardModelOfAnotherTokenizerIsRefused) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  // A copy of `folder` whose vocabulary has the ids of "a" and "b" swapped.
+  auto other_tokens = [&](const std::string& folder) {
+    const fs::path other = root_ / (folder + "_other_tokens");
+    fs::remove_all(other);
+    fs::copy(root_ / folder, other, fs::copy_options::recursive);
+    nlohmann::json vocab = nlohmann::json::parse(read_file((other / "vocab.json").string()));
+    std::swap(vocab["a"], vocab["b"]);
+    write_file_atomic((other / "vocab.json").string(), vocab.dump());
+    return other;
+  };
+  const fs::path path = write_config(root_, "other_tokens", rl_config(root_, "other_tokens_run", 1, "prompts_per_rollout = 8\n"));
+  for (const auto& [key, folder] : {std::pair<std::string, std::string>{"rl.reward_model", "rm_hf"}, {"rl.reference", "sft_hf"}}) {
+    const testing::CommandResult refused =
+        chat("ppo --config " + path.string() + " --set " + key + "='\"" + other_tokens(folder).string() + "\"'");
+    EXPECT_EQ(refused.exit_code, 1) << key;
+    EXPECT_TRUE(testing::Contains(refused.output, "key '" + key + "'")) << refused.output;
+    EXPECT_TRUE(testing::Contains(refused.output, "has another tokenizer than data.tokenizer")) << refused.output;
+  }
+  EXPECT_FALSE(fs::exists(root_ / "other_tokens_run" / "checkpoints"));
+}
+
 // PPO's fit check counts each model as its own section holds it: the actor and the critic train (float32
 // weights and gradients and AdamW's two moments: 16 bytes a parameter), the frozen reference and reward
 // model are weights alone in their compute dtype (bf16 here: 2 bytes; float32: 4). It once counted four

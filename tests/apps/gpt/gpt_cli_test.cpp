@@ -64,6 +64,22 @@ TEST(GPTCliTest, MalformedConfigNamesFileLineAndKey) {
   EXPECT_NE(result.output.find("did you mean 'train.batch_size'"), std::string::npos) << result.output;
 }
 
+// Evaluation, generation and export make the whole model in float32: one no machine holds (2e13
+// parameters) is refused by its keys before anything is built, for each of them (they once built until
+// memory ran out), and export writes no folder.
+TEST(GPTCliTest, EveryPurposeRefusesAModelTooLargeBeforeBuildingIt) {
+  const auto dir = temp_dir("too_large");
+  const std::string huge = tiny_run(dir, 2) + " --set model.n_layer=100000 --set model.n_embd=4096 --set model.n_head=32";
+  for (const std::string& command : std::vector<std::string>{"eval --checkpoint init", "generate --checkpoint init --prompt x",
+                                                             "export --checkpoint init --out " + (dir / "exported").string()}) {
+    const Result result = run_gpt(command + huge);
+    EXPECT_EQ(result.exit_code, 1) << command;
+    EXPECT_NE(result.output.find("model.n_layer = 100000, model.n_embd = 4096"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("float32 weights alone need"), std::string::npos) << result.output;
+  }
+  EXPECT_FALSE(fs::exists(dir / "exported"));
+}
+
 TEST(GPTCliTest, UnknownSubcommandAndHelp) {
   EXPECT_EQ(run_gpt("--help").exit_code, 0);
   const Result result = run_gpt("trian --config x.toml");

@@ -101,6 +101,25 @@ TEST(UNetSizeTest, ParameterCountIsTheModulesCount) {
   }
 }
 
+// Widths, depths or a sample size no machine could hold (a config.json typo: 1e9) are refused when the config is read,
+// before any module is built (they once overflowed LibTorch's size arithmetic or built until memory ran
+// out); SD 1.5's 860M parameters pass.
+TEST(UNetSizeTest, ASizeNoMachineHoldsIsRefusedBeforeBuilding) {
+  UNetConfig c;
+  c.block_out_channels = {1000000000, 1000000000};
+  c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+  c.heads = {8, 8};
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { c.validate(); }), "parameters, more than any machine holds"));
+  c.block_out_channels = {320, 640};
+  c.layers_per_block = 1000000000;
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { c.validate(); }), "layers_per_block = 1000000000"));
+  c.layers_per_block = 2;
+  c.validate();
+  c.sample_size = 1000000000;
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { c.validate(); }), "sample_size 1000000000 must lie in [1, 65536]"));
+}
+
 // Every shipped config loads, its learning-rate schedule too (benchmark_sd15.toml once set a rate below the
 // default floor, which only the run refused); the benchmark's UNet (SD 1.5's unet/config.json, no weights) has the
 // 859,520,964 parameters diffusers builds from that config (counted by diffusers on the meta device).
@@ -169,6 +188,20 @@ std::unique_ptr<DiffusionTask> serial_task(const config::Config& config, std::un
   app = make_sd_app(config);
   std::unique_ptr<train::RunTask> task = app->make_task(parallel::ModelOptions::serial_on(torch::kCPU), nullptr);
   return std::unique_ptr<DiffusionTask>(dynamic_cast<DiffusionTask*>(task.release()));
+}
+
+// An empty or missing training folder is named as data.train (the evaluation set, labelled by the
+// training folder's classes and once opened first, took the blame).
+TEST(DiffusionTaskTest, AMissingTrainingSetIsNamedAsDataTrain) {
+  const fs::path root = test_root();
+  prepare(root);
+  for (const std::string& train : std::vector<std::string>{"\"\"", "\"" + (root / "no_such_images").string() + "\""}) {
+    const config::Config config = tiny_config(root, "run", {"data.train=" + train});
+    std::unique_ptr<train::App> app;
+    const std::string error = testing::expected_error([&] { serial_task(config, app); });
+    EXPECT_TRUE(testing::Contains(error, "key 'data.train'")) << train;
+    EXPECT_EQ(error.find("data.val"), std::string::npos) << error;
+  }
 }
 
 // A row's draws come from (seed, step, row) alone, so one micro-batch of 4 and two of 2 give one loss.

@@ -59,6 +59,16 @@ TEST_F(ImageDatasetTest, FolderImagesCarryTheirCaptionFileWhenTheyHaveOne) {
   EXPECT_EQ(ints(batch.labels), (std::vector<int64_t>{0, 0}));
   EXPECT_EQ(batch.captions, (Captions{std::nullopt, "a grey square"}));
 }
+
+// A caption that is not UTF-8 is named when the set opens (the tokenizer once stopped training on it
+// mid-run without naming the file).
+TEST_F(ImageDatasetTest, ACaptionThatIsNotUtf8IsNamedWhenTheSetOpens) {
+  fs::create_directories(path("set/cat"));
+  ASSERT_TRUE(cv::imwrite(path("set/cat/a.png"), cv::Mat(6, 6, CV_8UC3, cv::Scalar::all(51))));
+  std::ofstream(path("set/cat/a.txt"), std::ios::binary) << "caf\xE9 au lait";  // Latin-1
+  EXPECT_TRUE(Contains(expected_error([&] { open_image_dataset(spec("folder", path("set"))); }),
+                       path("set/cat/a.txt") + " is not UTF-8 text"));
+}
 #endif
 
 void write_hdf5(const std::string& path, int n, bool captions) {
