@@ -81,9 +81,8 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
 double least_run_bytes(const config::Config& config, const Runtime& runtime, const std::vector<SizedModel>& models) {
   double bytes = 0;
   for (const SizedModel& model : models) {
-    const config::Config section = config.model_view(model.name);
     if (model.trained) {
-      bytes += least_training_bytes(section, runtime, model.parameters, model.frozen);
+      bytes += least_training_bytes(config.model_view(model.name), runtime, model.parameters, model.frozen);
     } else {
       bytes += model.parameters * static_cast<double>(torch::elementSize(FrozenModel::dtype_of(config, model.name, runtime.device)));
     }
@@ -98,19 +97,17 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
   const double available = available_on(runtime.device);
   if (needed <= available) return;
   const std::string keys = keys_text(config, model_keys);
-  const std::string count = number_text(parameters);
   if (!models.empty()) {
-    std::ostringstream each;
-    each.precision(4);
+    std::string each;
     for (size_t i = 0; i < models.size(); ++i) {
-      each << (i ? ", " : "") << models[i].name << " " << models[i].parameters << (models[i].trained ? "" : " frozen");
+      each += (i ? ", " : "") + models[i].name + " " + number_text(models[i].parameters) + (models[i].trained ? "" : " frozen");
     }
-    fail("the models of " + keys + " (" + each.str() + " parameters): their weights, gradients and optimizer " +
+    fail("the models of " + keys + " (" + each + " parameters): their weights, gradients and optimizer " +
          "state need at least " + gib(needed) + " on each rank (each model under its own [models.<name>] memory and " +
          "precision, before activations), but this machine has " + gib(available) + " available. Make the models " +
          "smaller or spread them (memory.strategy, memory.offload_frozen, lora.rank)");
   }
-  fail("the model of " + keys + " has " + count + " parameters: its weights, gradients and optimizer " +
+  fail("the model of " + keys + " has " + number_text(parameters) + " parameters: its weights, gradients and optimizer " +
        "state need at least " + gib(needed) + " on each rank (memory.strategy = \"" +
        config.get_string("memory.strategy") + "\", before activations), but this machine has " + gib(available) +
        " available. Make the model smaller or spread it (parallel.tensor.size, parallel.pipeline, memory.strategy)");

@@ -17,11 +17,11 @@
 #include "apps/chat_rlhf/chat_session.h"
 #include "apps/chat_rlhf/rl_stage.h"
 #include "apps/chat_rlhf/scored_model.h"
-#include "apps/opt_finetune/hugging_face.h"
 #include "apps/opt_finetune/causal_lm_family.h"
+#include "apps/opt_finetune/hugging_face.h"
 #include "core/io/hf_folder.h"
-#include "core/train/model_memory.h"
 #include "core/train/checkpoint.h"
+#include "core/train/model_memory.h"
 #include "core/train/runtime.h"
 #include "core/util/atomic_file.h"
 #include "tests/apps/chat_rlhf/stage_runs.h"
@@ -57,6 +57,23 @@ class ChatPipelineTest : public ::testing::Test {
     rm_trained_ = chat("rm --config " + rm.string());
     rm_eval_ = chat("rm eval --config " + rm.string());
     rm_exported_ = chat("rm export --config " + rm.string() + " --out " + (root_ / "rm_hf").string());
+  }
+  // The metrics of 2 DPO steps from the SFT folder, `extra` (config sections) appended: <root>/<name>_run.
+  static std::vector<nlohmann::json> dpo_steps(const std::string& name, const std::string& extra) {
+    return train_stage(root_, "dpo", name, common_config(root_, name + "_run", 2,
+        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n" + extra);
+  }
+  // Each of two runs' steps has the other's loss and gradient norm, to `relative` (of at least 1).
+  static void expect_same_steps(const std::vector<nlohmann::json>& actual, const std::vector<nlohmann::json>& expected,
+                                double relative, const std::string& what) {
+    ASSERT_EQ(actual.size(), expected.size()) << what;
+    for (size_t step = 0; step < expected.size(); ++step) {
+      for (const char* key : {"loss", "grad_norm"}) {
+        const double want = expected[step][key].get<double>();
+        EXPECT_NEAR(actual[step][key].get<double>(), want, relative * std::max(1.0, std::abs(want))) << what << " " << key << " step " << step + 1;
+      }
+    }
   }
   static fs::path root_;
   static testing::CommandResult sft_trained_, sft_exported_, rm_trained_, rm_eval_, rm_exported_;
@@ -107,26 +124,11 @@ TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
 // makes the policy whole: at its starting weights every pair's loss is log 2.
 TEST_F(ChatPipelineTest, DpoPolicyLeftDescribedTakesThePlainSteps) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
-  auto dpo = [&](const std::string& strategy) {
-    const std::string name = "dpo_" + strategy;
-    return train_stage(root_, "dpo", name, common_config(root_, name + "_run", 2,
-        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
-        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n"
-        "[memory]\nstrategy = \"" + strategy + "\"\n");
-  };
+  auto dpo = [&](const std::string& strategy) { return dpo_steps("dpo_" + strategy, "[memory]\nstrategy = \"" + strategy + "\"\n"); };
   const std::vector<nlohmann::json> plain = dpo("none");
   ASSERT_EQ(plain.size(), 2u);
   EXPECT_GT(plain[1]["grad_norm"].get<double>(), 0.0);
-  for (const std::string strategy : {"zero2", "gemini"}) {
-    const std::vector<nlohmann::json> sharded = dpo(strategy);
-    ASSERT_EQ(sharded.size(), 2u) << strategy;
-    for (size_t step = 0; step < 2; ++step) {
-      for (const char* key : {"loss", "grad_norm"}) {
-        const double want = plain[step][key].get<double>();
-        EXPECT_NEAR(sharded[step][key].get<double>(), want, 1e-5 * std::max(1.0, std::abs(want))) << strategy << " " << key << " step " << step + 1;
-      }
-    }
-  }
+  for (const std::string strategy : {"zero2", "gemini"}) expect_same_steps(dpo(strategy), plain, 1e-5, strategy);
   const testing::CommandResult eval = chat("dpo eval --checkpoint init --config " + (root_ / "dpo_gemini.toml").string());
   ASSERT_EQ(eval.exit_code, 0) << eval.output;
   EXPECT_NEAR(testing::last_json_line(eval.output)["val_loss"].get<double>(), std::log(2.0), 1e-5) << eval.output;
@@ -137,23 +139,11 @@ TEST_F(ChatPipelineTest, DpoPolicyLeftDescribedTakesThePlainSteps) {
 // are rounded, so the first loss leaves log 2 by the rounding alone (under 1e-2).
 TEST_F(ChatPipelineTest, DpoReferenceIsAFrozenModelOfItsOwnSection) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
-  auto dpo = [&](const std::string& name, const std::string& reference) {
-    return train_stage(root_, "dpo", name, common_config(root_, name + "_run", 2,
-        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
-        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n" + reference);
-  };
-  const std::vector<nlohmann::json> plain = dpo("dpo_ref_plain", "");
-  const std::vector<nlohmann::json> offloaded = dpo("dpo_ref_offloaded", "[models.reference.memory]\noffload_frozen = true\n");
-  const std::vector<nlohmann::json> rounded = dpo("dpo_ref_bf16", "[models.reference.precision]\ndtype = \"bf16\"\n");
+  const std::vector<nlohmann::json> plain = dpo_steps("dpo_ref_plain", "");
+  const std::vector<nlohmann::json> rounded = dpo_steps("dpo_ref_bf16", "[models.reference.precision]\ndtype = \"bf16\"\n");
   ASSERT_EQ(plain.size(), 2u);
-  ASSERT_EQ(offloaded.size(), 2u);
   ASSERT_EQ(rounded.size(), 2u);
-  for (size_t step = 0; step < 2; ++step) {
-    for (const char* key : {"loss", "grad_norm"}) {
-      const double want = plain[step][key].get<double>();
-      EXPECT_NEAR(offloaded[step][key].get<double>(), want, 1e-6 * std::max(1.0, std::abs(want))) << key << " step " << step + 1;
-    }
-  }
+  expect_same_steps(dpo_steps("dpo_ref_offloaded", "[models.reference.memory]\noffload_frozen = true\n"), plain, 1e-6, "offloaded");
   const double first = rounded[0]["loss"].get<double>();
   EXPECT_NE(first, plain[0]["loss"].get<double>());
   EXPECT_NEAR(first, std::log(2.0), 1e-2);
