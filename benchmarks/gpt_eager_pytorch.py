@@ -6,12 +6,18 @@ AdamW. With `bf16` the weights and activations are bfloat16 and AdamW steps floa
 are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
 
 With `compile` the model's forward and backward go through torch.compile (the optimizer step stays
-eager), the reference the standing GPU goal names.
+eager), the reference the standing GPU goal names. With `profile` the eager steps run under
+torch.profiler and the line gains "profile": each step's time by kind of work (matrix products,
+attention, normalisation, the loss, the optimizer, copies, other), from the GPU's kernels (the CPU's
+operators on the CPU), and the 25 largest kernels or operators. SDPA_BACKEND=flash|efficient|cudnn|math
+(environment) restricts attention to that backend.
 
 usage: .venv/bin/python benchmarks/gpt_eager_pytorch.py LAYERS HEADS WIDTH VOCAB CONTEXT BATCH
-           [STEPS] [THREADS] [fp32|bf16] [cpu|cuda] [eager|compile]
+           [STEPS] [THREADS] [fp32|bf16] [cpu|cuda] [eager|compile|profile]
 """
+import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -53,6 +59,47 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+# Kinds of work by kernel (or operator) name, first match wins.
+KINDS = [
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm")),
+    ("attention", ("flash", "fmha", "attention", "sdpa")),
+    ("norm", ("layer_norm", "layernorm", "gammabeta")),
+    ("loss", ("softmax", "nll", "cross_entropy", "logsumexp")),
+    ("optimizer", ("adam", "multi_tensor", "foreach")),
+    ("gelu", ("gelu",)),
+    ("copy", ("copy", "cast", "to_copy", "clone", "cat")),
+]
+
+
+def kind_of(name):
+    lowered = name.lower()
+    for kind, keys in KINDS:
+        if any(key in lowered for key in keys):
+            return kind
+    return "other"
+
+
+def profile_summary(prof, steps):
+    """Per-step milliseconds by kind and the largest entries: GPU kernels where there are any, else
+    the CPU's operators (self time, so nothing counts twice)."""
+    rows = []
+    for e in prof.key_averages():
+        device_us = getattr(e, "self_device_time_total", 0) or 0
+        if device_us > 0 and str(getattr(e, "device_type", "")).endswith("CUDA"):
+            rows.append((e.key, device_us))
+    source = "cuda kernels" if rows else "cpu operators"
+    if not rows:
+        rows = [(e.key, e.self_cpu_time_total) for e in prof.key_averages() if e.self_cpu_time_total > 0
+                and not e.key.startswith("ProfilerStep")]
+    by_kind = {}
+    for name, us in rows:
+        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + us / 1e3 / steps
+    top = sorted(rows, key=lambda r: -r[1])[:25]
+    return {"source": source,
+            "ms_per_step_by_kind": {k: round(v, 3) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+            "top": [[name[:100], round(us / 1e3 / steps, 3)] for name, us in top]}
+
+
 def synchronize(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -66,7 +113,7 @@ def main():
     assert dtype in ("fp32", "bf16"), f"precision must be fp32 or bf16, not {dtype}"
     device = torch.device(sys.argv[10] if len(sys.argv) > 10 else "cpu")
     mode = sys.argv[11] if len(sys.argv) > 11 else "eager"
-    assert mode in ("eager", "compile"), f"mode must be eager or compile, not {mode}"
+    assert mode in ("eager", "compile", "profile"), f"mode must be eager, compile or profile, not {mode}"
     torch.manual_seed(0)
     model = GPT(layers, heads, c, vocab, context).to(device)
     if dtype == "bf16":
@@ -78,8 +125,20 @@ def main():
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     forward = torch.compile(model) if mode == "compile" else model
     warmup = 3 if mode == "compile" else 2  # compiling happens in the first steps
+    backend = os.environ.get("SDPA_BACKEND", "")
+    backends = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
+    attention = (torch.nn.attention.sdpa_kernel(getattr(torch.nn.attention.SDPBackend, backends[backend]))
+                 if backend else contextlib.nullcontext())
+    attention.__enter__()
     times = []
+    profiler = None
     for i in range(steps + warmup):
+        if mode == "profile" and i == warmup:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if device.type == "cuda":
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            profiler = torch.profiler.profile(activities=activities)
+            profiler.__enter__()
         tokens = torch.randint(vocab, (batch, context + 1), device=device)
         synchronize(device)
         start = time.perf_counter()
@@ -99,10 +158,15 @@ def main():
         synchronize(device)  # GPU work is asynchronous: time it to its end, as Kuafu's time_steps does
         if i >= warmup:
             times.append(time.perf_counter() - start)
+    line = {}
+    if profiler is not None:
+        profiler.__exit__(None, None, None)
+        line["profile"] = profile_summary(profiler, steps)
     median = statistics.median(times)
-    print(json.dumps({"impl": "pytorch-" + mode, "batch": batch, "torch": torch.__version__, "precision": dtype,
+    print(json.dumps(line | {"impl": "pytorch-" + mode, "batch": batch, "torch": torch.__version__, "precision": dtype,
                       "step_time_ms_median": median * 1e3, "tokens_per_s": batch * context / median,
-                      "threads": torch.get_num_threads(), "device": str(device)}))
+                      "threads": torch.get_num_threads(), "device": str(device), "vocab": vocab,
+                      "sdpa_backend": backend or "default"}))
 
 
 if __name__ == "__main__":

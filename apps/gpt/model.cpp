@@ -103,7 +103,7 @@ torch::Tensor GPTImpl::local_logits(const torch::Tensor& x) {
 }
 
 torch::Tensor GPTImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  return nn::tied_output_loss(*transformer->wte, local_logits(x), targets);
+  return nn::tied_output_loss(*transformer->wte, final_hidden(x), targets);
 }
 
 torch::Tensor GPTImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {

@@ -145,7 +145,7 @@ torch::Tensor OPTForCausalLMImpl::output_logits(const torch::Tensor& x) {
 }
 
 torch::Tensor OPTForCausalLMImpl::tail_loss(const torch::Tensor& x, const torch::Tensor& targets) {
-  return nn::tied_output_loss(*decoder->embed_tokens, local_logits(x), targets);
+  return nn::tied_output_loss(*decoder->embed_tokens, final_hidden(x), targets);
 }
 
 torch::Tensor OPTForCausalLMImpl::tail_sums(const torch::Tensor& x, const torch::Tensor& targets) {

@@ -45,9 +45,9 @@ torch::Tensor positions_in_documents(const torch::Tensor& documents) {
   return index - first;
 }
 
-torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& logits,
+torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& hidden,
                                const torch::Tensor& targets) {
-  return embedding.cross_entropy(logits.to(at::promote_types(logits.scalar_type(), torch::kFloat32)), targets);
+  return embedding.output_loss(hidden, targets);
 }
 
 torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tensor& targets) {

@@ -40,9 +40,10 @@ torch::Tensor decode_through_sites(const hooks::BlockSites& sites, const std::st
 // its document, from documents [B, T] whose ids are contiguous runs. Models add their own offset.
 torch::Tensor positions_in_documents(const torch::Tensor& documents);
 
-// Mean cross-entropy of the tied output layer's logits (this rank's block) against targets. The softmax
-// runs in float32 whatever the compute dtype: bf16 logits would round the loss itself.
-torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& logits,
+// Mean cross-entropy of the tied output layer's logits for the final hidden states (this rank's block)
+// against targets (TokenEmbeddingImpl::output_loss). The softmax runs in float32 whatever the compute
+// dtype: bf16 logits would round the loss itself.
+torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const torch::Tensor& hidden,
                                const torch::Tensor& targets);
 
 // [loss sum, tokens, 0] (float64): the evaluation sums of a mean loss over `targets`' learned tokens.

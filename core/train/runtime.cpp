@@ -10,6 +10,7 @@
 #include <tuple>
 #include <thread>
 
+#include "core/ops/linear_cross_entropy.h"
 #include "core/train/train_settings.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -22,6 +23,9 @@ void add_runtime_schema(config::Schema& schema) {
       .min(0).max(1024);
   schema.add_string("runtime.device", "auto", "where the model computes: auto (the local rank's GPU when CUDA is "
                                              "available, else the CPU), cpu, cuda (the local rank's GPU), cuda:N");
+  schema.add_bool("runtime.fused_loss", true,
+                  "language models: the cross-entropy fused with the output layer, in chunks of rows (no float32 "
+                  "logits for the whole batch; one kernel per chunk on a GPU); false: the plain logits and loss");
   schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
   schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});
@@ -67,6 +71,7 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
 
   runtime.world = std::move(world);
   runtime.device = runtime.world->device();
+  if (config.schema().find("runtime.fused_loss")) ops::set_fused_loss(config.get_bool("runtime.fused_loss"));
   // Rank 0 prints; every rank of a multi-rank job also appends to its own log file.
   std::string log_dir = config.get_string("runtime.log_dir");
   if (log_dir.empty() && runtime.world->size() > 1 && config.schema().find("train.out_dir")) {

@@ -1,6 +1,7 @@
 #include "core/parallel/tensor/embedding.h"
 
 #include "core/dist/autograd_collectives.h"
+#include "core/ops/linear_cross_entropy.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
@@ -21,6 +22,16 @@ torch::Tensor SerialEmbeddingImpl::cross_entropy(const torch::Tensor& logits, co
   const torch::Tensor sum = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
                                              F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoredTarget));
   return sum / learned_count(targets).to(sum.scalar_type());
+}
+
+torch::Tensor TokenEmbeddingImpl::output_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
+  const torch::Tensor z = logits(hidden);
+  return cross_entropy(z.to(at::promote_types(z.scalar_type(), torch::kFloat32)), targets);
+}
+
+torch::Tensor SerialEmbeddingImpl::output_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
+  if (!ops::fused_loss_enabled()) return TokenEmbeddingImpl::output_loss(hidden, targets);
+  return ops::linear_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}), kIgnoredTarget);
 }
 
 FeatureSplitEmbeddingImpl::FeatureSplitEmbeddingImpl(int64_t n, int64_t dim, const dist::ProcessMesh& mesh,

@@ -30,6 +30,10 @@ class TokenEmbeddingImpl : public torch::nn::Module {
   // never gathering the logits. The same value on every rank of the tensor group; each rank's backward
   // yields the exact gradient of its own logits block.
   virtual torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) = 0;
+  // The same loss of the tied output layer for this rank's block of the final hidden states [B, ..., dim]:
+  // cross_entropy(logits(hidden) in float32, targets), which the serial embedding fuses into one pass
+  // (ops::linear_cross_entropy) unless runtime.fused_loss is off.
+  virtual torch::Tensor output_loss(const torch::Tensor& hidden, const torch::Tensor& targets);
   // The full logits [B, ..., V] on every rank of the tensor group (inference, tests).
   virtual torch::Tensor gather_logits(const torch::Tensor& logits) = 0;
 };
@@ -42,6 +46,7 @@ class SerialEmbeddingImpl : public TokenEmbeddingImpl {
   torch::Tensor forward(const torch::Tensor& ids) override;
   torch::Tensor logits(const torch::Tensor& hidden) override;
   torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) override;
+  torch::Tensor output_loss(const torch::Tensor& hidden, const torch::Tensor& targets) override;
   torch::Tensor gather_logits(const torch::Tensor& logits) override { return logits; }
   torch::Tensor weight;  // [vocab, dim]
 };

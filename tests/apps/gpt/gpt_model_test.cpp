@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "apps/gpt/model.h"
+#include "core/ops/linear_cross_entropy.h"
 #include "tests/apps/gpt/gpt_tiny_config.h"
 #include "core/util/error.h"
 
@@ -64,6 +67,33 @@ TEST(GPTModelTest, AttentionKernelMatchesFormula) {
   // Two queries at the end of five keys (decoding with a cache): the bottom rows of the causal result.
   EXPECT_TRUE(torch::allclose(ops::scaled_dot_product_attention(q.narrow(2, 3, 2), k, v, true),
                               expected.narrow(2, 3, 2), 1e-12, 1e-12));
+}
+
+// runtime.fused_loss: the model's loss through the fused output layer (ops::linear_cross_entropy) equals
+// the plain logits and loss, value and every parameter's gradient, in float64 (summation order only:
+// 1e-12 relative to each gradient's largest entry).
+TEST(GPTModelTest, FusedLossGivesThePlainLossAndGradients) {
+  torch::manual_seed(4);
+  GPT model(tiny_gpt_config());
+  model->to(torch::kFloat64);
+  const torch::Tensor tokens = torch::randint(50, {3, 13}, torch::kInt64);
+  auto loss_and_gradients = [&](bool fused) {
+    ops::set_fused_loss(fused);
+    model->zero_grad();
+    const torch::Tensor loss = model->loss(tokens.narrow(1, 0, 12), tokens.narrow(1, 1, 12));
+    loss.backward();
+    std::map<std::string, torch::Tensor> gradients;
+    for (const auto& item : model->named_parameters()) gradients[item.key()] = item.value().grad().clone();
+    return std::make_pair(loss.item<double>(), gradients);
+  };
+  const auto [plain_loss, plain_gradients] = loss_and_gradients(false);
+  const auto [fused_loss, fused_gradients] = loss_and_gradients(true);
+  EXPECT_NEAR(fused_loss, plain_loss, 1e-12 * plain_loss);
+  for (const auto& [name, want] : plain_gradients) {
+    const double scale = want.abs().max().item<double>();
+    EXPECT_GT(scale, 0.0) << name;
+    EXPECT_LE((fused_gradients.at(name) - want).abs().max().item<double>(), 1e-12 * scale) << name;
+  }
 }
 
 TEST(GPTModelTest, KVCacheDecodingEqualsFullForward) {
