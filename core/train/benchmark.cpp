@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/train/model_state.h"
+#include "core/train/step_profile.h"
 #include "core/util/error.h"
 
 namespace kuafu::train {
@@ -13,6 +14,10 @@ namespace kuafu::train {
 void add_benchmark_schema(config::Schema& s) {
   s.add_int("benchmark.steps", 10, "timed training steps").min(1);
   s.add_int("benchmark.warmup", 2, "untimed steps first").min(0);
+  s.add_int("benchmark.profile_steps", 0,
+            "after the timed steps, this many more under the profiler: the line gains \"profile\", each step's "
+            "time by kind of work and its largest kernels (GPU) or operators (CPU); 0: none")
+      .min(0).max(100);
   s.add_string("benchmark.checkpoint_dir", "",
                "after the timed steps, save a checkpoint of the models under this folder and load it back, "
                "timing both and metering their memory; \"\" = none");
@@ -179,6 +184,9 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   if (strategy != "none") line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
   for (const BenchmarkedModel& m : models) {
     for (const auto& [name, value] : m.state->memory_figures()) line[m.name.empty() ? name : m.name + "." + name] = value;
+  }
+  if (const int64_t profiled = config.get_int("benchmark.profile_steps"); profiled > 0) {
+    line["profile"] = profile_steps(step, profiled, runtime.device);
   }
   if (!config.get_string("benchmark.checkpoint_dir").empty()) line.update(time_checkpoint(config, runtime, models, memory));
   return line;
