@@ -93,7 +93,7 @@ void DiffusionTask::fill_cache() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> moments, texts;
   for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
-    const io::ImageTensors batch = train_->batch(items, /*train=*/false, settings_.train.seed);
+    const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
     texts.push_back(encode_text(captions_of(batch, *train_)));
@@ -116,7 +116,7 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
     text = cached_text_.index_select(0, index);
   } else {
     io::ImageDataset& set = train ? *train_ : *val_;
-    const io::ImageTensors batch = set.batch(items, train, augment_seed);
+    const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
     text = encode_text(captions_of(batch, set));

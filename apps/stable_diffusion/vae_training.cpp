@@ -50,7 +50,8 @@ std::vector<train::RunModel> VaeTask::models() {
 
 std::map<std::string, torch::Tensor> VaeTask::losses(int64_t step, int64_t first_row, int64_t rows) {
   const std::vector<size_t> items = order_.rows(step, first_row, rows);
-  const torch::Tensor images = train_->batch(items, true, mix_seed(settings_.train.seed, step, 0, kVaeDraws)).pixels;
+  const torch::Tensor images =
+      io::batch_replacing_unreadable(*train_, items, true, mix_seed(settings_.train.seed, step, 0, kVaeDraws)).pixels;
   const torch::Dtype dtype = vae_->quant_conv->weight.scalar_type();
   const VaeLosses l = vae_row_losses(vae_, images.to(device_, dtype),
                                      posterior_draws(settings_.train.seed, step, first_row, rows, latent_shape_).to(device_));
@@ -62,7 +63,8 @@ train::LossSum VaeTask::evaluate(int rank, int ranks) {
   const auto [begin, end] = evaluation_share(val_->size(), settings_.train.eval_rows, rank, ranks);
   train::LossSum sums;
   for_each_chunk(begin, end, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
-    const torch::Tensor images = val_->batch(items, false, 0).pixels.to(device_, vae_->quant_conv->weight.scalar_type());
+    const torch::Tensor images =
+        io::batch_replacing_unreadable(*val_, items, false, 0).pixels.to(device_, vae_->quant_conv->weight.scalar_type());
     sums.loss_sum += vae_row_losses(vae_, images, {}).reconstruction.sum().item<double>();
     sums.count += static_cast<double>(items.size());
   });

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 
 #include "core/io/hdf5_images.h"
 #include "core/io/idx_file.h"
@@ -75,7 +76,9 @@ class ArrayDataset : public ImageDataset {
     if (!array_.captions.empty()) {
       for (size_t k = 0; k < items.size(); ++k) captions[k] = array_.captions[items[k]];
     }
-    return {pixels, labels, std::move(captions)};
+    std::vector<size_t> kept(items.size());
+    std::iota(kept.begin(), kept.end(), size_t{0});
+    return {pixels, labels, std::move(captions), std::move(kept)};
   }
 
  private:
@@ -101,7 +104,7 @@ class FolderDataset : public ImageDataset {
     pixels.copy_(torch::from_blob(decoded.pixels.data(), pixels.sizes()));
     torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     labels.copy_(torch::from_blob(decoded.labels.data(), {n}, torch::kInt64));
-    return {pixels, labels, std::move(decoded.captions)};
+    return {pixels, labels, std::move(decoded.captions), std::move(decoded.kept)};
   }
 
  private:
@@ -137,6 +140,36 @@ int64_t check_labels(const std::string& path, const std::vector<int64_t>& labels
 }
 
 }  // namespace
+
+ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<size_t>& items, bool train, uint64_t seed) {
+  ImageTensors batch = set.batch(items, train, seed);
+  if (batch.kept.size() == items.size()) return batch;
+  // Row i of the result: the decoded row of position i, or the first readable image after items[i].
+  std::vector<int64_t> row_of(items.size(), -1);
+  for (size_t r = 0; r < batch.kept.size(); ++r) row_of[batch.kept[r]] = static_cast<int64_t>(r);
+  std::vector<torch::Tensor> pixels, labels;
+  std::vector<std::optional<std::string>> captions;
+  const auto size = static_cast<size_t>(set.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (row_of[i] >= 0) {
+      pixels.push_back(batch.pixels[row_of[i]]);
+      labels.push_back(batch.labels[row_of[i]]);
+      captions.push_back(batch.captions[static_cast<size_t>(row_of[i])]);
+      continue;
+    }
+    ImageTensors replacement;
+    for (size_t next = (items[i] + 1) % size; replacement.kept.empty(); next = (next + 1) % size) {
+      KUAFU_CHECK(next != items[i], "no image of the set could be read");  // the loader's limit stops this first
+      replacement = set.batch({next}, train, seed);
+    }
+    pixels.push_back(replacement.pixels[0]);
+    labels.push_back(replacement.labels[0]);
+    captions.push_back(replacement.captions[0]);
+  }
+  std::vector<size_t> all(items.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return {torch::stack(pixels), torch::stack(labels), std::move(captions), std::move(all)};
+}
 
 std::unique_ptr<ImageDataset> open_image_dataset(const ImageSetSpec& spec, const torch::Device& device) {
   check_transform(spec.transform);

@@ -30,6 +30,7 @@ struct ImageTensors {
   torch::Tensor pixels;  // [n, C, S, S] float32, normalised
   torch::Tensor labels;  // [n] int64 (n may be short of the request when unreadable images were skipped)
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
+  std::vector<size_t> kept;  // [n]: each row's position among the requested items (0..n-1 when none was skipped)
 };
 
 class ImageDataset {
@@ -43,6 +44,11 @@ class ImageDataset {
   // Class names: a folder's class list, else "0", "1", ...
   virtual std::vector<std::string> class_names() const = 0;
 };
+
+// The images of `items`, one row each (kept = 0..n-1): an unreadable image (skipped and counted by a
+// folder's loader, up to data.max_corrupt_images) is replaced by the next readable one of the set, so
+// that each row keeps the draws made for it, a micro-batch its size and a cache its order.
+ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<size_t>& items, bool train, uint64_t seed);
 
 // Opens the set. Throws kuafu::Error naming the file or folder when it is missing or malformed, when
 // a label lies outside [0, spec.num_classes) or when the transform is invalid. Batches are made in host

@@ -106,6 +106,7 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
         if (kept != k) std::copy_n(batch.pixels.begin() + k * plane, plane, batch.pixels.begin() + kept * plane);
         batch.labels.push_back(item.label);
         batch.captions.push_back(item.caption);
+        batch.kept.push_back(k);
         ++kept;
         continue;
       }

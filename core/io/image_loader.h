@@ -18,6 +18,7 @@ struct ImageBatch {
   std::vector<float> pixels;         // [n, channels, size, size], n = labels.size()
   std::vector<int64_t> labels;       // [n]
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
+  std::vector<size_t> kept;          // [n]: each decoded image's position among the requested items
   std::vector<std::string> skipped;  // paths of requested images that could not be decoded
 };
 

@@ -13,6 +13,7 @@
 
 #include <opencv2/imgcodecs.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -246,6 +247,32 @@ TEST(DiffusionTaskTest, DroppedCaptionsGetTheEmptyCaptionsEncoding) {
   auto plain = serial_task(tiny_config(root, "run", {}), plain_app);
   const double a = cached->losses(0, 0, 4).at("unet").item<double>(), b = plain->losses(0, 0, 4).at("unet").item<double>();
   EXPECT_NEAR(a, b, 1e-6 * b);
+}
+
+// An unreadable training image (300 random bytes) among the 8 trains as the next readable one: its row's
+// inputs are that image's, every step's loss is finite, and the cache (whose rows follow the items)
+// gives the same losses. The task once drew noise for the missing row and stopped on "The size of
+// tensor a (3) must match the size of tensor b (4)", so data.max_corrupt_images never helped.
+TEST(DiffusionTaskTest, AnUnreadableImageTrainsAsTheNextReadableOne) {
+  const fs::path root = test_root();
+  prepare(root);
+  std::ofstream(root / "images/train/red/0.png", std::ios::binary | std::ios::trunc) << std::string(300, '\x5a');
+  const std::vector<std::string> no_dropout = {"diffusion.caption_dropout=0"};
+  std::unique_ptr<train::App> app, cached_app;
+  auto task = serial_task(tiny_config(root, "run", no_dropout), app);
+  torch::NoGradGuard no_grad;
+  // The items: blue 1, 3, 5, 7, then red 0 (unreadable), 2, 4, 6.
+  const std::vector<RowDraws> draws{draw_row(1, 0, 0, {4, 8, 8}, 1000, DiffusionSettings{})};
+  const DiffusionInputs unreadable = task->inputs({4}, draws, true, 7), next = task->inputs({5}, draws, true, 7);
+  EXPECT_EQ(testing::max_abs_difference(unreadable.latents, next.latents), 0.0);
+  EXPECT_EQ(testing::max_abs_difference(unreadable.text, next.text), 0.0);
+
+  auto cached = serial_task(tiny_config(root, "run", {"diffusion.caption_dropout=0", "diffusion.cache=true"}), cached_app);
+  for (int64_t step = 0; step < 2; ++step) {  // two steps of 4 cover the 8 images
+    const double plain = task->losses(step, 0, 4).at("unet").item<double>();
+    EXPECT_TRUE(std::isfinite(plain)) << "step " << step;
+    EXPECT_NEAR(cached->losses(step, 0, 4).at("unet").item<double>(), plain, 1e-6 * plain) << "step " << step;
+  }
 }
 
 void train_on_ranks(const config::Config& config) {

@@ -60,6 +60,36 @@ TEST_F(ImageDatasetTest, FolderImagesCarryTheirCaptionFileWhenTheyHaveOne) {
   EXPECT_EQ(batch.captions, (Captions{std::nullopt, "a grey square"}));
 }
 
+// An unreadable image is left out of `batch` (kept names the positions decoded), and
+// batch_replacing_unreadable puts the next readable image of the set in its row, so a batch keeps its
+// size (kuafu-sd once drew noise for the missing row and stopped on mismatched sizes).
+TEST_F(ImageDatasetTest, AnUnreadableImageIsSkippedOrReplacedByTheNextReadableOne) {
+  fs::create_directories(path("set/cat"));
+  ASSERT_TRUE(cv::imwrite(path("set/cat/a.png"), cv::Mat(6, 6, CV_8UC3, cv::Scalar::all(51))));
+  std::ofstream(path("set/cat/b.png"), std::ios::binary) << "not a png at all";
+  ASSERT_TRUE(cv::imwrite(path("set/cat/c.png"), cv::Mat(6, 6, CV_8UC3, cv::Scalar::all(153))));
+  std::ofstream(path("set/cat/c.txt")) << "c";
+  std::ofstream(path("set/cat/d.png"), std::ios::binary);  // empty
+  ImageSetSpec s = spec("folder", path("set"));
+  s.max_corrupt_images = 2;
+  auto set = open_image_dataset(s);
+  ASSERT_EQ(set->size(), 4);
+
+  const ImageTensors skipped = set->batch({1, 0}, /*train=*/false, 0);
+  EXPECT_EQ(skipped.pixels.size(0), 1);
+  EXPECT_EQ(skipped.kept, (std::vector<size_t>{1}));
+
+  const ImageTensors full = batch_replacing_unreadable(*set, {0, 1, 0}, /*train=*/false, 0);
+  EXPECT_EQ(full.pixels.sizes().vec(), (std::vector<int64_t>{3, 1, 4, 4}));
+  EXPECT_EQ(full.kept, (std::vector<size_t>{0, 1, 2}));
+  EXPECT_FLOAT_EQ(full.pixels[0].mean().item<float>(), 51 / 255.0f);
+  EXPECT_FLOAT_EQ(full.pixels[1].mean().item<float>(), 153 / 255.0f) << "b.png's row holds c.png";
+  EXPECT_EQ(full.captions, (Captions{std::nullopt, "c", std::nullopt}));
+  // The last image unreadable: the next readable one wraps round to the first.
+  const ImageTensors wrapped = batch_replacing_unreadable(*set, {3}, /*train=*/false, 0);
+  EXPECT_FLOAT_EQ(wrapped.pixels[0].mean().item<float>(), 51 / 255.0f);
+}
+
 // A caption that is not UTF-8 is named when the set opens (the tokenizer once stopped training on it
 // mid-run without naming the file).
 TEST_F(ImageDatasetTest, ACaptionThatIsNotUtf8IsNamedWhenTheSetOpens) {
