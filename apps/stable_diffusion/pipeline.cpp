@@ -14,6 +14,7 @@
 #include "core/io/json_file.h"
 #include "core/train/checkpoint.h"
 #include "core/train/lazy_model.h"
+#include "core/train/model_memory.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -32,6 +33,33 @@ AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device
   train::copy_named_weights(train::named_weights(*vae), *copy);
   copy->eval();
   return copy;
+}
+
+// Refuses a request whose activations the machine cannot hold, before anything of its size is made. The
+// estimate is from below (float32): a full-resolution UNet convolution's input and output for every
+// text row, or the VAE decoder's at full resolution (one tile's with --vae-tile) beside the decoded
+// images; a request it refuses could never run.
+void check_sampling_fits(Pipeline& p, int64_t rows, int64_t latent_h, int64_t latent_w, bool guided, int64_t vae_tile,
+                         int64_t steps, const torch::Device& device) {
+  constexpr double kFloat32 = 4;
+  const double images = static_cast<double>(rows), latents = static_cast<double>(latent_h) * static_cast<double>(latent_w);
+  const double unet = 2 * images * (guided ? 2 : 1) * static_cast<double>(p.unet->config.block_out_channels.front()) * latents * kFloat32;
+  const double scale = static_cast<double>(p.vae_scale()), pixels = latents * scale * scale;  // per image
+  const double tile = vae_tile > 0 ? std::min(pixels, static_cast<double>(vae_tile) * static_cast<double>(vae_tile)) : pixels;
+  const double decoder = (2 * static_cast<double>(p.vae->config.block_out_channels.front()) * tile + 3 * pixels) * images * kFloat32;
+  std::ostringstream what;
+  what << "sampling " << rows << " image(s) of " << latent_w * p.vae_scale() << "x" << latent_h * p.vae_scale() << " pixels";
+  train::check_bytes_fit(std::max(unet, decoder), device, what.str(),
+                         vae_tile > 0 ? "Ask for smaller images (--height, --width)"
+                                      : "Ask for smaller images (--height, --width), or decode in tiles (--vae-tile)");
+  // A request that fits may still take hours (attention grows with the square of the latents): say so first.
+  const double flops = static_cast<double>(steps) * images * (guided ? 2 : 1) *
+                       p.unet->config.forward_flops(latent_h, latent_w, p.tokenizer.max_length());
+  constexpr double kWorthSaying = 1e13;
+  if (flops < kWorthSaying) return;
+  const double seconds = flops / train::measure_matmul_flops(device, p.unet->conv_in->weight.scalar_type());
+  if (seconds > 60) log::warnf(what.str(), ": ", steps, " UNet steps of about ", flops / steps / 1e12, " TFLOP each, some ",
+                               static_cast<int64_t>(seconds / 60), " minutes at this machine's matrix-product rate");
 }
 
 }  // namespace
@@ -178,10 +206,15 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
     const int64_t h = options.height > 0 ? options.height : p.unet->config.sample_size * scale;
     const int64_t w = options.width > 0 ? options.width : p.unet->config.sample_size * scale;
     KUAFU_CHECK(h % scale == 0 && w % scale == 0, "the image's size (", h, "x", w, ") must divide by the VAE's factor ", scale);
+    // The size is checked before the noise is drawn: a request for a huge image would fail to allocate it.
+    check_sampling_fits(p, rows, h / scale, w / scale, guided, options.vae_tile, options.steps, device);
     initial = torch::randn({rows, p.unet->config.in_channels, h / scale, w / scale}, generator, torch::kFloat32);
   }
   KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
               "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
+  if (options.initial_latents.defined()) {
+    check_sampling_fits(p, rows, initial.size(2), initial.size(3), guided, options.vae_tile, options.steps, device);
+  }
   const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator);
   AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
   const torch::Tensor unscaled = latents / vae->config.scaling_factor;

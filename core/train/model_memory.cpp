@@ -123,4 +123,10 @@ void check_weights_fit(const config::Config& config, const torch::Device& device
        "generate and export on a machine that holds the whole model, or make it smaller");
 }
 
+void check_bytes_fit(double needed, const torch::Device& device, const std::string& what, const std::string& advice) {
+  const double available = available_on(device);
+  if (needed <= available) return;
+  fail(what + " needs at least " + gib(needed) + ", but this machine has " + gib(available) + " available. " + advice);
+}
+
 }  // namespace kuafu::train

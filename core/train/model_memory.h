@@ -43,4 +43,9 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
 void check_weights_fit(const config::Config& config, const torch::Device& device, double parameters,
                        const std::vector<std::string>& model_keys);
 
+// kuafu::Error "<what> needs at least X GiB, but this machine has Y available. <advice>" when `needed`
+// bytes exceed what the host (and `device`, when it is a GPU) can still allocate (e.g. sampling's
+// activations, which a request for a huge image would otherwise allocate until the kernel stops it).
+void check_bytes_fit(double needed, const torch::Device& device, const std::string& what, const std::string& advice);
+
 }  // namespace kuafu::train

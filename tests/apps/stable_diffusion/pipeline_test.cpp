@@ -173,5 +173,25 @@ TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
   EXPECT_EQ(left, std::vector<std::string>{"grid.png"});
 }
 
+// An image no machine could hold is refused before anything of its size is made, naming its size and the
+// options to change (--width 1000000 once ran on without bound; 2^40 pixels once failed to allocate
+// the noise with only the allocator's words). A tile bounds the decoder but not the UNet or the image.
+TEST(SampleCommandTest, AnImageTooLargeForTheMachineIsRefusedBeforeSampling) {
+  const testing::Reference& ref = pipeline_reference();
+  const auto dir = testing::temp_dir("sd_sample_too_large");
+  const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt cat --steps 2 --out " +
+                             (dir / "huge.png").string();
+  for (const std::string& size : {std::string("--width 1000000 --height 1000000"), std::string("--width 1099511627776")}) {
+    const testing::CommandResult huge = kuafu_sd(common + " " + size);
+    EXPECT_EQ(huge.exit_code, 1) << size;
+    EXPECT_TRUE(testing::Contains(huge.output, "pixels needs at least")) << huge.output;
+    EXPECT_TRUE(testing::Contains(huge.output, "--vae-tile")) << huge.output;
+  }
+  const testing::CommandResult tiled = kuafu_sd(common + " --width 1000000 --height 1000000 --vae-tile 64");
+  EXPECT_EQ(tiled.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(tiled.output, "1000000x1000000 pixels needs at least")) << tiled.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "huge.png"));
+}
+
 }  // namespace
 }  // namespace kuafu::sd
