@@ -1,32 +1,14 @@
 #include "core/ops/cross_entropy_rows_cuda.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "core/ops/cuda_values.cuh"
 
 namespace kuafu::ops::cuda {
 
 namespace {
 
 constexpr int kThreads = 256;
-
-template <typename T>
-__device__ float to_float(T x);
-template <>
-__device__ float to_float<float>(float x) { return x; }
-template <>
-__device__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ float to_float<__half>(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ T from_float(float x);
-template <>
-__device__ float from_float<float>(float x) { return x; }
-template <>
-__device__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __half from_float<__half>(float x) { return __float2half(x); }
 
 // A running maximum m and the sum s of exp(x - m) over the values seen.
 struct MaxSum {

@@ -1,7 +1,5 @@
 #include "core/ops/linear_cross_entropy.h"
 
-#include <atomic>
-
 #include "core/util/error.h"
 
 #ifdef KUAFU_WITH_CUDA
@@ -13,8 +11,6 @@
 namespace kuafu::ops {
 
 namespace {
-
-std::atomic<bool> fused_loss_flag{true};
 
 torch::ScalarType compute_type(const torch::Tensor& hidden) {
   return at::promote_types(hidden.scalar_type(), torch::kFloat32);
@@ -199,9 +195,5 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
   if (!want_gradients) return fused_pass(rows, weight, targets, ignored, options, Wanted{}).loss;
   return LinearCrossEntropyFunction::apply(rows, weight, targets, ignored, options.chunk_bytes, options.vocab_multiple);
 }
-
-bool fused_loss_enabled() { return fused_loss_flag.load(); }
-
-void set_fused_loss(bool enabled) { fused_loss_flag.store(enabled); }
 
 }  // namespace kuafu::ops

@@ -29,9 +29,4 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden,   // [N, C]
 torch::Tensor plain_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                          const torch::Tensor& targets, int64_t ignored);
 
-// Whether models take the fused loss (config runtime.fused_loss, on by default; a process-wide choice
-// like LibTorch's backend flags, set once per command).
-bool fused_loss_enabled();
-void set_fused_loss(bool enabled);
-
 }  // namespace kuafu::ops

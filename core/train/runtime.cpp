@@ -10,7 +10,7 @@
 #include <tuple>
 #include <thread>
 
-#include "core/ops/linear_cross_entropy.h"
+#include "core/ops/fused_kernels.h"
 #include "core/train/train_settings.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -26,6 +26,9 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_bool("runtime.fused_loss", true,
                   "language models: the cross-entropy fused with the output layer, in chunks of rows (no float32 "
                   "logits for the whole batch; one kernel per chunk on a GPU); false: the plain logits and loss");
+  schema.add_bool("runtime.fused_layer_norm", true,
+                  "on a GPU: LayerNorm's forward and backward through Kuafu's kernels (dx and the weight and bias "
+                  "gradients in one pass over the rows); false: LibTorch's");
   schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
   schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});
@@ -71,7 +74,9 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
 
   runtime.world = std::move(world);
   runtime.device = runtime.world->device();
-  if (config.schema().find("runtime.fused_loss")) ops::set_fused_loss(config.get_bool("runtime.fused_loss"));
+  if (config.schema().find("runtime.fused_loss")) {
+    ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm")});
+  }
   // Rank 0 prints; every rank of a multi-rank job also appends to its own log file.
   std::string log_dir = config.get_string("runtime.log_dir");
   if (log_dir.empty() && runtime.world->size() > 1 && config.schema().find("train.out_dir")) {

@@ -1,6 +1,7 @@
 #include "core/parallel/tensor/embedding.h"
 
 #include "core/dist/autograd_collectives.h"
+#include "core/ops/fused_kernels.h"
 #include "core/ops/linear_cross_entropy.h"
 #include "core/util/error.h"
 
@@ -30,7 +31,7 @@ torch::Tensor TokenEmbeddingImpl::output_loss(const torch::Tensor& hidden, const
 }
 
 torch::Tensor SerialEmbeddingImpl::output_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
-  if (!ops::fused_loss_enabled()) return TokenEmbeddingImpl::output_loss(hidden, targets);
+  if (!ops::fused_kernels().loss) return TokenEmbeddingImpl::output_loss(hidden, targets);
   return ops::linear_cross_entropy(hidden.reshape({-1, hidden.size(-1)}), weight, targets.reshape({-1}), kIgnoredTarget);
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/dist/collectives.h"
+#include "core/ops/layer_norm.h"
 #include "core/parallel/tensor/layers_3d.h"
 #include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
@@ -53,7 +54,7 @@ SerialLayerNormImpl::SerialLayerNormImpl(int64_t dim, double eps, const torch::D
 }
 
 torch::Tensor SerialLayerNormImpl::forward(const torch::Tensor& x) {
-  return torch::layer_norm(x, {weight.size(0)}, weight, bias, eps_);
+  return ops::layer_norm(x, weight, bias, eps_);  // LibTorch's, or Kuafu's kernels on a GPU
 }
 
 namespace {

@@ -11,7 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "apps/gpt/model.h"
-#include "core/ops/linear_cross_entropy.h"
+#include "core/ops/fused_kernels.h"
 #include "tests/apps/gpt/gpt_tiny_config.h"
 #include "core/util/error.h"
 
@@ -78,7 +78,7 @@ TEST(GPTModelTest, FusedLossGivesThePlainLossAndGradients) {
   model->to(torch::kFloat64);
   const torch::Tensor tokens = torch::randint(50, {3, 13}, torch::kInt64);
   auto loss_and_gradients = [&](bool fused) {
-    ops::set_fused_loss(fused);
+    ops::set_fused_kernels({fused, true});
     model->zero_grad();
     const torch::Tensor loss = model->loss(tokens.narrow(1, 0, 12), tokens.narrow(1, 1, 12));
     loss.backward();

@@ -1,0 +1,21 @@
+#include "core/ops/fused_kernels.h"
+
+#include <atomic>
+
+namespace kuafu::ops {
+
+namespace {
+
+std::atomic<bool> fused_loss{true};
+std::atomic<bool> fused_layer_norm{true};
+
+}  // namespace
+
+FusedKernels fused_kernels() { return {fused_loss.load(), fused_layer_norm.load()}; }
+
+void set_fused_kernels(const FusedKernels& kernels) {
+  fused_loss.store(kernels.loss);
+  fused_layer_norm.store(kernels.layer_norm);
+}
+
+}  // namespace kuafu::ops

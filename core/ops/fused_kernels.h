@@ -1,0 +1,16 @@
+// Which fused paths the process takes: a process-wide choice, like LibTorch's backend flags, set once
+// per command from the config (runtime.fused_loss, runtime.fused_layer_norm) and by tests that compare a
+// fused path with the plain one. Each is on by default where it was measured faster (docs/gpu.md).
+#pragma once
+
+namespace kuafu::ops {
+
+struct FusedKernels {
+  bool loss = true;        // ops::linear_cross_entropy for a serial tied output layer
+  bool layer_norm = true;  // ops::layer_norm's CUDA kernels for LayerNorm on a GPU
+};
+
+FusedKernels fused_kernels();
+void set_fused_kernels(const FusedKernels& kernels);
+
+}  // namespace kuafu::ops
