@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-namespace kuafu::ops::cuda {
+#include "core/ops/cuda_row_type.h"
 
-enum class RowType { kFloat32, kBFloat16, kFloat16 };
+namespace kuafu::ops::cuda {
 
 // For each of `rows` rows of `logits` (`row_stride` elements apart, the first `columns` of each valid,
 // the rest padding): loss[r] = logsumexp(row) - row[target[r]], or 0 where target[r] == ignored. With

@@ -4,8 +4,7 @@
 #include "core/util/error.h"
 
 #ifdef KUAFU_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-
+#include "core/ops/cuda_tensors.h"
 #include "core/ops/layer_norm_cuda.h"
 #endif
 
@@ -13,14 +12,6 @@ namespace kuafu::ops {
 
 #ifdef KUAFU_WITH_CUDA
 namespace {
-
-cuda::RowType row_type(const torch::Tensor& x) {
-  return x.scalar_type() == torch::kFloat32    ? cuda::RowType::kFloat32
-         : x.scalar_type() == torch::kBFloat16 ? cuda::RowType::kBFloat16
-                                               : cuda::RowType::kFloat16;
-}
-
-void* stream_of(const torch::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
@@ -31,9 +22,9 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     torch::Tensor y = torch::empty_like(rows);
     const auto stats = rows.options().dtype(torch::kFloat32);
     torch::Tensor mean = torch::empty({rows.size(0)}, stats), rstd = torch::empty({rows.size(0)}, stats);
-    KUAFU_CHECK(cuda::layer_norm_forward(row_type(rows), rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
+    KUAFU_CHECK(cuda::layer_norm_forward(cuda::row_type(rows), rows.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
                                          mean.data_ptr<float>(), rstd.data_ptr<float>(), rows.size(0), c,
-                                         static_cast<float>(eps), stream_of(rows)),
+                                         static_cast<float>(eps), cuda::stream_of(rows)),
                 "the LayerNorm kernel failed to launch on ", x.device());
     ctx->save_for_backward({rows, weight, mean, rstd});
     return y.view(x.sizes());
@@ -48,9 +39,9 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     torch::Tensor dx = torch::empty_like(rows);
     const int64_t warps = cuda::layer_norm_backward_warps(n);
     torch::Tensor partials = torch::empty({2, warps, c}, rows.options().dtype(torch::kFloat32));  // per warp: dγ, dβ
-    KUAFU_CHECK(cuda::layer_norm_backward(row_type(rows), dy.data_ptr(), rows.data_ptr(), mean.data_ptr<float>(),
+    KUAFU_CHECK(cuda::layer_norm_backward(cuda::row_type(rows), dy.data_ptr(), rows.data_ptr(), mean.data_ptr<float>(),
                                           rstd.data_ptr<float>(), weight.data_ptr(), dx.data_ptr(),
-                                          partials.data_ptr<float>(), warps, n, c, stream_of(rows)),
+                                          partials.data_ptr<float>(), warps, n, c, cuda::stream_of(rows)),
                 "the LayerNorm backward kernel failed to launch on ", rows.device());
     const torch::Tensor sums = partials.sum(1);  // [2, C] float32
     return {dx.view(grad_outputs[0].sizes()), sums[0].to(weight.scalar_type()), sums[1].to(weight.scalar_type()), {}};
@@ -63,11 +54,10 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 bool layer_norm_kernel_takes(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
 #ifdef KUAFU_WITH_CUDA
   const auto type = x.scalar_type();
-  if (!x.is_cuda() || !weight.defined() || !bias.defined()) return false;
-  if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kHalf) return false;
+  if (!x.is_cuda() || !weight.defined() || !bias.defined() || !cuda::has_row_type(type)) return false;
   if (weight.scalar_type() != type || bias.scalar_type() != type || !weight.is_contiguous() || !bias.is_contiguous()) return false;
   if (weight.dim() != 1 || weight.size(0) != x.size(-1) || bias.sizes() != weight.sizes()) return false;
-  return x.numel() > 0 && cuda::layer_norm_takes(row_type(x), x.size(-1));
+  return x.numel() > 0 && cuda::layer_norm_takes(cuda::row_type(x), x.size(-1));
 #else
   (void)x;
   (void)weight;

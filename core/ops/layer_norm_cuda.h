@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "core/ops/cross_entropy_rows_cuda.h"
+#include "core/ops/cuda_row_type.h"
 
 namespace kuafu::ops::cuda {
 

@@ -3,9 +3,8 @@
 #include "core/util/error.h"
 
 #ifdef KUAFU_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-
 #include "core/ops/cross_entropy_rows_cuda.h"
+#include "core/ops/cuda_tensors.h"
 #endif
 
 namespace kuafu::ops {
@@ -47,25 +46,20 @@ torch::Tensor rows_with_aten(const ChunkRows& c, int64_t ignored, bool write_gra
 #ifdef KUAFU_WITH_CUDA
 bool kernel_takes(const ChunkRows& c) {
   const torch::Tensor& z = c.logits;
-  const auto type = z.scalar_type();
   if (!z.is_cuda() || !z.is_contiguous() || c.scale.scalar_type() != torch::kFloat32) return false;
-  if (type != torch::kFloat32 && type != torch::kBFloat16 && type != torch::kHalf) return false;
+  if (!cuda::has_row_type(z.scalar_type())) return false;
   const int64_t row_bytes = z.size(1) * static_cast<int64_t>(z.element_size());
   return row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(z.data_ptr()) % 16 == 0;
 }
 
 torch::Tensor rows_with_kernel(const ChunkRows& c, int64_t ignored, bool write_gradient) {
   const torch::Tensor& z = c.logits;
-  const auto type = z.scalar_type() == torch::kFloat32    ? cuda::RowType::kFloat32
-                    : z.scalar_type() == torch::kBFloat16 ? cuda::RowType::kBFloat16
-                                                          : cuda::RowType::kFloat16;
   const torch::Tensor targets = c.targets.to(torch::kInt64).contiguous();
   const torch::Tensor scale = c.scale.contiguous();
   torch::Tensor loss = torch::empty({z.size(0)}, z.options().dtype(torch::kFloat32));
-  const void* stream = c10::cuda::getCurrentCUDAStream(z.device().index()).stream();
-  KUAFU_CHECK(cuda::cross_entropy_rows(z.data_ptr(), type, z.size(0), z.size(1), c.vocab, targets.data_ptr<int64_t>(),
-                                       ignored, scale.data_ptr<float>(), loss.data_ptr<float>(), write_gradient,
-                                       const_cast<void*>(stream)),
+  KUAFU_CHECK(cuda::cross_entropy_rows(z.data_ptr(), cuda::row_type(z), z.size(0), z.size(1), c.vocab,
+                                       targets.data_ptr<int64_t>(), ignored, scale.data_ptr<float>(),
+                                       loss.data_ptr<float>(), write_gradient, cuda::stream_of(z)),
               "the fused cross-entropy kernel failed to launch on ", z.device());
   return loss;
 }
