@@ -4,14 +4,20 @@
 # device's own torch), at each micro-batch of BATCHES, REPEATS times in turn so that drift touches all
 # three alike. One JSON line per run into OUT_DIR/gpt_speed.jsonl; stops starting runs at DEADLINE s.
 #
-# UNFUSED=1 adds Kuafu with runtime.fused_loss = false, COMPILE_REPEATS limits the (slow to start)
+# UNFUSED=1 adds Kuafu with runtime.fused_loss and fused_layer_norm = false, COMPILE_REPEATS limits the (slow to start)
 # torch.compile runs to the first repeats, PADDED=1 adds eager PyTorch with the vocabulary padded to
-# 50,304 (aligned products), and PROFILE=1 ends with one profiled eager run per batch (the step's time
+# a multiple of 64 (50,304 for GPT-2: aligned products), and PROFILE=1 ends with one profiled eager run per batch (the step's time
 # by kind of kernel: benchmarks/gpt_eager_pytorch.py).
+#
+# Another model or device: CONFIG (Kuafu's config) and SHAPE ("LAYERS HEADS WIDTH VOCAB CONTEXT", the
+# same model for PyTorch), SETS (more --set options for Kuafu, e.g. the config's vocabulary), PRECISION
+# and THREADS (PyTorch's; Kuafu takes runtime.threads from SETS). On the CPU:
+#   DEVICE=cpu PRECISION=fp32 THREADS=2 CONFIG=apps/gpt/configs/quickstart.toml SHAPE="4 4 256 2048 128" \
+#     SETS="--set model.vocab_size=2048 --set runtime.threads=2" BATCHES=16 PYTHON=.venv/bin/python ...
 #
 # usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [DEADLINE=300]
 #          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
-#          [DEVICE=cuda]
+#          [DEVICE=cuda] [CONFIG=...] [SHAPE=...] [SETS=...] [PRECISION=bf16] [THREADS=16]
 #          benchmarks/gpt_speed_gpu.sh
 set -uo pipefail
 GPT=${GPT:-build/apps/gpt/kuafu-gpt}
@@ -27,6 +33,12 @@ PADDED=${PADDED:-0}
 PROFILE=${PROFILE:-0}
 PROFILE_BATCHES=${PROFILE_BATCHES:-$BATCHES}
 DEVICE=${DEVICE:-cuda}
+CONFIG=${CONFIG:-apps/gpt/configs/gpt2-124m.toml}
+SHAPE=${SHAPE:-12 12 768 50257 1024}
+read -r -a sets <<<"${SETS:-}"
+PRECISION=${PRECISION:-bf16}
+THREADS=${THREADS:-16}
+read -r layers heads width vocab context <<<"$SHAPE"
 here=$(dirname "$0")
 mkdir -p "$OUT_DIR"
 jsonl=$OUT_DIR/gpt_speed.jsonl
@@ -44,26 +56,28 @@ timed() {
 kuafu() {  # label batch [--set ...]
   local label=$1 batch=$2
   shift 2
-  timed "$label" "$GPT" benchmark --config apps/gpt/configs/gpt2-124m.toml --set train.micro_batch_size="$batch" \
-    --set precision.dtype=\"bf16\" --set runtime.device=\"$DEVICE\" --set benchmark.steps=10 --set benchmark.warmup=3 "$@"
+  timed "$label" "$GPT" benchmark --config "$CONFIG" --set train.micro_batch_size="$batch" \
+    --set precision.dtype=\"$PRECISION\" --set runtime.device=\"$DEVICE\" --set benchmark.steps=10 --set benchmark.warmup=3 \
+    ${sets[@]+"${sets[@]}"} "$@"
 }
 pytorch() {  # label vocab batch mode
-  timed "$1" "$PYTHON" "$here/gpt_eager_pytorch.py" 12 12 768 "$2" 1024 "$3" 10 16 bf16 "$DEVICE" "$4"
+  timed "$1" "$PYTHON" "$here/gpt_eager_pytorch.py" "$layers" "$heads" "$width" "$2" "$context" "$3" 10 "$THREADS" \
+    "$PRECISION" "$DEVICE" "$4"
 }
 for rep in $(seq "$REPEATS"); do
   for batch in $BATCHES; do
     kuafu "kuafu b$batch" "$batch"
-    [[ $UNFUSED == 1 ]] && kuafu "kuafu unfused b$batch" "$batch" --set runtime.fused_loss=false
-    pytorch "eager b$batch" 50257 "$batch" eager
-    [[ $PADDED == 1 ]] && pytorch "eager padded b$batch" 50304 "$batch" eager
-    [[ $COMPILE == 1 && $rep -le $COMPILE_REPEATS ]] && pytorch "compile b$batch" 50257 "$batch" compile
+    [[ $UNFUSED == 1 ]] && kuafu "kuafu unfused b$batch" "$batch" --set runtime.fused_loss=false --set runtime.fused_layer_norm=false
+    pytorch "eager b$batch" "$vocab" "$batch" eager
+    [[ $PADDED == 1 ]] && pytorch "eager padded b$batch" $(((vocab + 63) / 64 * 64)) "$batch" eager
+    [[ $COMPILE == 1 && $rep -le $COMPILE_REPEATS ]] && pytorch "compile b$batch" "$vocab" "$batch" compile
   done
 done
 # CUDNN=1: eager with attention on cuDNN's kernel only, once per batch of PROFILE_BATCHES.
 if [[ ${CUDNN:-0} == 1 ]]; then
-  for batch in $PROFILE_BATCHES; do SDPA_BACKEND=cudnn pytorch "eager cudnn-attention b$batch" 50257 "$batch" eager; done
+  for batch in $PROFILE_BATCHES; do SDPA_BACKEND=cudnn pytorch "eager cudnn-attention b$batch" "$vocab" "$batch" eager; done
 fi
 if [[ $PROFILE == 1 ]]; then
-  for batch in $PROFILE_BATCHES; do pytorch "eager profiled b$batch" 50257 "$batch" profile; done
+  for batch in $PROFILE_BATCHES; do pytorch "eager profiled b$batch" "$vocab" "$batch" profile; done
 fi
 log done
