@@ -4,10 +4,10 @@
 # device's own torch), at each micro-batch of BATCHES, REPEATS times in turn so that drift touches all
 # three alike. One JSON line per run into OUT_DIR/gpt_speed.jsonl; stops starting runs at DEADLINE s.
 #
-# UNFUSED=1 adds Kuafu with runtime.fused_loss and fused_layer_norm = false, COMPILE_REPEATS limits the (slow to start)
-# torch.compile runs to the first repeats, PADDED=1 adds eager PyTorch with the vocabulary padded to
-# a multiple of 64 (50,304 for GPT-2: aligned products), and PROFILE=1 ends with one profiled eager run per batch (the step's time
-# by kind of kernel: benchmarks/gpt_eager_pytorch.py).
+# UNFUSED=1 adds Kuafu with runtime.fused_loss and runtime.fused_layer_norm = false; COMPILE_REPEATS
+# limits the (slow to start) torch.compile runs to the first repeats; PADDED=1 adds eager PyTorch with
+# the vocabulary padded to a multiple of 64 (50,304 for GPT-2: aligned products); PROFILE=1 ends with one
+# profiled eager run per batch (the step's time by kind of kernel: benchmarks/gpt_eager_pytorch.py).
 #
 # Another model or device: CONFIG (Kuafu's config) and SHAPE ("LAYERS HEADS WIDTH VOCAB CONTEXT", the
 # same model for PyTorch), SETS (more --set options for Kuafu, e.g. the config's vocabulary), PRECISION

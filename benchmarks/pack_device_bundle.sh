@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs binaries of a build here for a GPU machine (docs/gpu.md): the named binaries stripped, and the
-# Debian libraries they link from (/usr)/lib (libarmadillo sits in /lib itself; not glibc, libstdc++ or libgcc_s, which the
-# device has newer), into OUT (a tar.xz). On the device: unpack, point LD_LIBRARY_PATH at lib/, at its
+# Debian libraries they link from (/usr)/lib (libarmadillo sits in /lib itself; not glibc, libstdc++ or
+# libgcc_s, which the device has newer), into OUT (a tar.xz). On the device: unpack, point LD_LIBRARY_PATH at lib/, at its
 # torch's lib and at its nvidia/*/lib folders.
 # usage: benchmarks/pack_device_bundle.sh OUT BINARY...
 set -euo pipefail
