@@ -201,19 +201,24 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
-  if (!initial.defined()) {
+  int64_t latent_h = 0, latent_w = 0;
+  if (initial.defined()) {
+    KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
+                "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
+    latent_h = initial.size(2);
+    latent_w = initial.size(3);
+  } else {
     const int64_t scale = p.vae_scale();
     const int64_t h = options.height > 0 ? options.height : p.unet->config.sample_size * scale;
     const int64_t w = options.width > 0 ? options.width : p.unet->config.sample_size * scale;
     KUAFU_CHECK(h % scale == 0 && w % scale == 0, "the image's size (", h, "x", w, ") must divide by the VAE's factor ", scale);
-    // The size is checked before the noise is drawn: a request for a huge image would fail to allocate it.
-    check_sampling_fits(p, rows, h / scale, w / scale, guided, options.vae_tile, options.steps, device);
-    initial = torch::randn({rows, p.unet->config.in_channels, h / scale, w / scale}, generator, torch::kFloat32);
+    latent_h = h / scale;
+    latent_w = w / scale;
   }
-  KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
-              "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
-  if (options.initial_latents.defined()) {
-    check_sampling_fits(p, rows, initial.size(2), initial.size(3), guided, options.vae_tile, options.steps, device);
+  // Checked before the noise is drawn: a request for a huge image would fail to allocate it.
+  check_sampling_fits(p, rows, latent_h, latent_w, guided, options.vae_tile, options.steps, device);
+  if (!initial.defined()) {
+    initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
   }
   const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator);
   AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);

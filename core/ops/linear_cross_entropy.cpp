@@ -166,13 +166,16 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
 
 }  // namespace
 
-torch::Tensor plain_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
-                                         const torch::Tensor& targets, int64_t ignored) {
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignored) {
   namespace F = torch::nn::functional;
-  const torch::Tensor logits = torch::matmul(hidden, weight.t()).to(compute_type(hidden));
   const torch::Tensor sum =
       F::cross_entropy(logits, targets, F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(ignored));
   return sum / targets.ne(ignored).sum().clamp_min(1).to(sum.scalar_type());
+}
+
+torch::Tensor plain_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                         const torch::Tensor& targets, int64_t ignored) {
+  return mean_cross_entropy(torch::matmul(hidden, weight.t()).to(compute_type(hidden)), targets, ignored);
 }
 
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& targets,

@@ -25,6 +25,10 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden,   // [N, C]
                                    const torch::Tensor& targets,  // [N] int64
                                    int64_t ignored, const LinearCrossEntropyOptions& options = {});
 
+// The mean cross-entropy of logits [N, V] over the rows whose target is not `ignored`: a sum, then divided
+// by their count (0, with zero gradients, where none is learned; torch's mean would be 0/0).
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t ignored);
+
 // The same loss through the unfused formula above (the reference the fused path is tested against).
 torch::Tensor plain_linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                          const torch::Tensor& targets, int64_t ignored);

@@ -18,11 +18,7 @@ torch::Tensor SerialEmbeddingImpl::logits(const torch::Tensor& hidden) { return 
 torch::Tensor learned_count(const torch::Tensor& targets) { return (targets != kIgnoredTarget).sum().clamp_min(1); }
 
 torch::Tensor SerialEmbeddingImpl::cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
-  namespace F = torch::nn::functional;
-  // A sum over the learned tokens, then divided: torch's mean would be 0/0 when none is learned.
-  const torch::Tensor sum = F::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}),
-                                             F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(kIgnoredTarget));
-  return sum / learned_count(targets).to(sum.scalar_type());
+  return ops::mean_cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), kIgnoredTarget);
 }
 
 torch::Tensor TokenEmbeddingImpl::output_loss(const torch::Tensor& hidden, const torch::Tensor& targets) {
