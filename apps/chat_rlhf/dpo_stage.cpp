@@ -19,8 +19,6 @@ DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_
     : PairTask(train, val, settings, pad_id, device, static_cast<double>(opt::shape_of(*policy).parameter_count())),
       policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
       val_cache_(val->pairs.size()), dpo_(dpo) {
-  policy_sites_ = std::make_unique<train::ParallelModel>(*policy_, train::ParallelOptions{});
-  reference_sites_ = std::make_unique<train::ParallelModel>(*reference_, train::ParallelOptions{});
   reference_->module().eval();
   for (auto& p : reference_->module().parameters()) p.set_requires_grad(false);
 }
@@ -30,10 +28,7 @@ std::vector<train::RunModel> DpoTask::frozen_models() {
   reference.name = "reference";
   reference.module = &reference_->module();
   reference.trained = reference.saved = false;
-  reference.set_block_hooks = [this](hooks::BlockHooks* hooks) {
-    reference_sites_->set_block_hooks(hooks);
-    return true;
-  };
+  reference.set_block_hooks = train::hooks_through_sites(*reference_);  // for its frozen weights' offload
   return {reference};
 }
 
@@ -100,16 +95,15 @@ std::vector<train::EvalMetric> DpoTask::eval_metrics(const train::LossSum& sums)
 
 namespace {
 
-// DPO's policy is OPT fine-tuning's model (full or LoRA): its building, export, generation and
-// benchmark are kuafu-opt's; the task and its figures are DPO's.
-class DpoApp : public train::App {
+// DPO's policy is OPT fine-tuning's model (full or LoRA), declared by kuafu-opt: its building, export,
+// generation and benchmark are kuafu-opt's; the task and its figures are DPO's.
+class DpoApp : public opt::CausalLmApp {
  public:
-  explicit DpoApp(const config::Config& config)
-      : config_(config), settings_(opt::read_settings(config)), dpo_(dpo_settings(config)), opt_(opt::make_opt_app(config)) {}
+  explicit DpoApp(const config::Config& config) : CausalLmApp(config), dpo_(dpo_settings(config)) {}
 
   // The policy as kuafu-opt counts it, and the frozen reference in its own section's dtype.
   train::ModelSize model_size() override {
-    train::ModelSize size = opt_->model_size();
+    train::ModelSize size = CausalLmApp::model_size();
     size.models = {{"", size.parameters, size.frozen, /*trained=*/true}, {"reference", size.parameters, 0, /*trained=*/false}};
     size.parameters *= 2;
     return size;
@@ -124,47 +118,24 @@ class DpoApp : public train::App {
     // Training: the policy as kuafu-opt trains it (its LoRA base in the compute dtype, or left described
     // for ZeRO and Gemini), the frozen reference as its section holds it (its compute dtype; in host
     // memory under memory.offload_frozen). An evaluation (no runtime): both whole in float32, as it runs them.
-    DeferredWeights deferred;
-    nn::CausalLMPtr policy, reference;
-    if (runtime) {
-      policy = opt::build_for_training(config_, settings_, options, /*starting_weights=*/true, deferred);
-      reference = opt::load_causal_lm(reference_folder, train::FrozenModel::materialization_of(config_, "reference", options.device));
-    } else {
-      policy = opt::build_model(config_, settings_, options);
-      reference = opt::load_causal_lm(reference_folder, options.device);
-    }
-    check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference, *policy,
-                      "the policy", *text.tokenizer);
-    auto task = std::make_unique<DpoTask>(policy, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
-    if (deferred) task->defer_weights(std::move(deferred));
+    const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
+    train::Built<nn::CausalLMPtr> policy = train::build(recipe(), config_, {purpose, options});
+    const nn::CausalLMPtr reference =
+        opt::load_causal_lm(reference_folder, train::frozen_materialization(config_, "reference", purpose, options.device));
+    check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference,
+                      *policy.model, "the policy", *text.tokenizer);
+    auto task = std::make_unique<DpoTask>(policy.model, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
+    task->defer_weights(std::move(policy.deferred));
     return task;
   }
-  std::string describe(train::RunTask& task) override {
+  std::string describe(train::RunTask&) override {
     std::ostringstream line;
     line << "DPO (" << (dpo_.loss == PreferenceLoss::Ipo ? "IPO" : "sigmoid") << ", beta " << dpo_.beta << ") on "
-         << opt_->describe(task);
+         << settings_.model.describe();
     return line.str();
   }
-  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
-    return train::metrics_line(task, runtime, "pairs");
-  }
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    return opt_->build_model(device, starting_weights);
-  }
-  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
-    return opt_->export_model(out, std::move(options), command);
-  }
-  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
-    return opt_->benchmark(runtime, memory);
-  }
-  train::TextFraming text_framing() override { return opt_->text_framing(); }
-  nn::Decoder decoder() override { return opt_->decoder(); }
-
  private:
-  const config::Config& config_;
-  opt::OptSettings settings_;
   DpoSettings dpo_;
-  std::unique_ptr<train::App> opt_;
 };
 
 }  // namespace

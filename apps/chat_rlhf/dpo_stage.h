@@ -22,7 +22,7 @@ class DpoTask : public PairTask {
   torch::nn::Module& model() override { return policy_->module(); }
   // The policy's blocks take the memory strategy's hooks (Gemini's gathers).
   bool set_block_hooks(hooks::BlockHooks* hooks) override {
-    policy_sites_->set_block_hooks(hooks);
+    policy_->set_block_hooks(hooks);
     return true;
   }
   // The reference, a frozen model of its own section ([models.reference]: its dtype, memory.offload_frozen).
@@ -40,8 +40,6 @@ class DpoTask : public PairTask {
                                                        std::vector<torch::Tensor>& cache);
 
   nn::CausalLMPtr policy_, reference_;
-  std::unique_ptr<train::ParallelModel> policy_sites_;  // the policy's parts (head, blocks, tail) as block sites
-  std::unique_ptr<train::ParallelModel> reference_sites_;  // the reference's, for its frozen weights' offload
   std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
   DpoSettings dpo_;
 };

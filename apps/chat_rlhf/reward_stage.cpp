@@ -5,7 +5,7 @@
 #include "apps/chat_rlhf/preference_losses.h"
 #include "core/train/benchmark.h"
 #include "core/train/hf_interop.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_app.h"
 #include "core/util/logging.h"
 
 namespace kuafu::chat {
@@ -61,43 +61,22 @@ std::vector<train::EvalMetric> RewardTask::eval_metrics(const train::LossSum& su
 
 namespace {
 
-ScoredModel describe_reward_model(const opt::OptSettings& settings, parallel::ModelOptions options) {
-  options.device = torch::kMeta;
-  return ScoredModel(settings.model, options);
-}
-
-// model.init_from's weights into `model` when it names a folder: an SFT model's decoder (the head keeps
-// its value), or a reward model's folder whole.
-void load_starting_weights(const config::Config& config, ScoredModel& model) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
+// The reward model: train.seed's draws, then model.init_from's weights when it names a folder (an SFT
+// model's decoder, the head keeping its draws, or a reward model's folder whole).
+train::ModelRecipe<ScoredModel> reward_model_recipe(const config::Config& config, const opt::OptSettings& settings) {
+  train::ModelRecipe<ScoredModel> recipe;
+  recipe.describe = train::described<ScoredModel>(settings.model);
+  recipe.draw = train::seeded_initialization<ScoredModel>(settings.train.seed);
+  recipe.load = train::init_from_load<ScoredModel>(config, [](ScoredModel& model, const std::string& folder) {
     load_scored_weights(model, folder);
-    log::infof("initial weights from ", folder);
-  }
+  });
+  return recipe;
 }
 
-// The reward model as training holds it before its memory strategy: train.seed's draws, then
-// model.init_from's weights when `starting_weights`, in float32; or, when `deferred` is given and the
-// strategy shards (ZeRO, Gemini), left described with `deferred` set for the strategy to fill it alike.
-ScoredModel build_reward_model(const config::Config& config, const opt::OptSettings& settings,
-                               const parallel::ModelOptions& options, bool starting_weights, DeferredWeights* deferred) {
-  const auto draw = train::seeded_initialization<ScoredModel>(settings.train.seed);
-  const std::function<void(ScoredModel&)> load = [config](ScoredModel& model) { load_starting_weights(config, model); };
-  ScoredModel model = describe_reward_model(settings, options);
-  if (deferred && train::defers_trained_weights(config)) {
-    *deferred = train::deferred_from<ScoredModel>(options.device, [settings, options] { return describe_reward_model(settings, options); },
-                                                  draw, starting_weights && !train::init_from(config).empty() ? load : nullptr);
-    return model;
-  }
-  train::materialize(*model, train::Materialization::all_in(options.device, torch::kFloat32));
-  draw(model);
-  if (starting_weights) load(model);
-  return model;
-}
-
-class RewardApp : public train::App {
+class RewardApp : public train::ModelApp<ScoredModel> {
  public:
   explicit RewardApp(const config::Config& config)
-      : config_(config), settings_(opt::read_settings(config)), reward_(reward_settings(config)) {}
+      : ModelApp(config), settings_(opt::read_settings(config)), reward_(reward_settings(config)) {}
 
   train::ModelSize model_size() override {
     return {static_cast<double>(settings_.model.parameter_count()), {"model.hidden_size", "model.num_hidden_layers"}};
@@ -107,36 +86,23 @@ class RewardApp : public train::App {
     const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
-    DeferredWeights deferred;
     // Left described under ZeRO and Gemini when training; whole in float32 for an evaluation.
-    ScoredModel model = build_reward_model(config_, settings_, options, /*starting_weights=*/true, runtime ? &deferred : nullptr);
-    auto task = std::make_unique<RewardTask>(model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
-    if (deferred) task->defer_weights(std::move(deferred));
+    train::Built<ScoredModel> built =
+        train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
+    auto task = std::make_unique<RewardTask>(built.model, train, val, settings_.train, reward_.margin, text.pad_id, options.device);
+    task->defer_weights(std::move(built.deferred));
     return task;
   }
   std::string describe(train::RunTask&) override {
     return "reward model, a scalar head on " + settings_.model.describe();
-  }
-  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
-    return train::metrics_line(task, runtime, "pairs");
-  }
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_.emplace(build_reward_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights, nullptr));
-    return **model_;
-  }
-  // Left described under ZeRO and Gemini, as a training run leaves it.
-  void build_benchmark_model(const train::Runtime& runtime) override {
-    model_.emplace(build_reward_model(config_, settings_, parallel::ModelOptions::serial_on(runtime.device),
-                                      /*starting_weights=*/false, &benchmark_weights_));
-  }
-  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
+  }  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
-    save_scored_model(*model_, out, options);
+    save_scored_model(model(), out, options);
     return {{"architecture", settings_.model.is_gpt2() ? "GPT2ForSequenceClassification" : "OPTForSequenceClassification"}};
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const int64_t rows = settings_.train.micro_batch_size, context = settings_.data.context;
-    ScoredModel& model = *model_;
+    ScoredModel& model = this->model();
     const torch::Tensor tokens = torch::randint(0, settings_.model.vocab_size(), {2 * rows, context},
                                                 torch::TensorOptions(torch::kInt64).device(runtime.device));
     const torch::Tensor real = torch::ones_like(tokens, torch::kBool);
@@ -147,7 +113,7 @@ class RewardApp : public train::App {
     spec.flops_per_item = 6.0 * static_cast<double>(settings_.model.parameter_count());
     spec.parameters = settings_.model.parameter_count();
     spec.fields = {{"context", context}};
-    spec.deferred = benchmark_weights_;
+    spec.deferred = deferred();
     return train::benchmark_training(config_, runtime, *model, [&] {
       const torch::Tensor scores = model->scores(tokens, real).to(torch::kFloat32);
       return pairwise_loss(scores.narrow(0, 0, rows), scores.narrow(0, rows, rows)).mean();
@@ -155,11 +121,10 @@ class RewardApp : public train::App {
   }
 
  private:
-  const config::Config& config_;
+  train::ModelRecipe<ScoredModel> recipe() const override { return reward_model_recipe(config_, settings_); }
+
   opt::OptSettings settings_;
   RewardSettings reward_;
-  std::optional<ScoredModel> model_;  // build_model's or build_benchmark_model's
-  DeferredWeights benchmark_weights_;  // the benchmark's model, when left described for ZeRO and Gemini
 };
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "apps/chat_rlhf/experience.h"
 #include "core/train/frozen_model.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_recipe.h"
 #include "core/train/model_state.h"
 #include "core/train/parallelize.h"
 #include "core/train/runtime.h"
@@ -32,57 +32,37 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
                              train::BenchmarkMemory& memory) {
   const torch::Device device = runtime.device;
   const opt::LmShape& shape = settings.model;
-  const parallel::ModelOptions options = runtime.model_options();
-  // The frozen reference and reward models are made straight in their compute dtype and place, as a run
-  // makes them (described, given storage, then their random weights drawn on the run's device): no
-  // float32 copy first, none on the device of a model offloaded to the host.
-  const auto make_frozen = [&](torch::nn::Module& model, const std::string& name, const std::function<void()>& draw) {
-    train::materialize(model, train::FrozenModel::materialization_of(config, name, device));
-    const WeightSink draw_here{device, [](const std::string&) { return false; }, nullptr};
-    const ScopedWeightSink scope(draw_here);
-    torch::NoGradGuard no_grad;
-    draw();
+  // The other three models are drawn (random weights) and made as a run makes them: the frozen reference
+  // and reward model straight in their compute dtype and place (no float32 copy first, none on the device
+  // of a model offloaded to the host); the critic, which trains, in float32 or left described for its
+  // sharded strategy (ZeRO, Gemini) to fill.
+  const train::ModelUse use{train::Purpose::benchmark, runtime.model_options(), /*starting_weights=*/false};
+  const auto drawn = [](std::string name, bool trained, auto describe) {
+    using Model = decltype(describe(parallel::ModelOptions()));
+    return train::ModelRecipe<Model>{std::move(name), trained, describe, [](Model& model) { model->initialize(); }};
   };
-  const parallel::ModelOptions described(options.tp, torch::kMeta);
-  nn::CausalLMPtr reference = shape.build(described);
-  make_frozen(reference->module(), "reference", [&] { reference->initialize(); });
-  ScoredModel reward(shape, described);
-  make_frozen(*reward, "reward", [&] { reward->initialize(); });
-  // The critic trains: float32, or left described for its sharded strategy (ZeRO, Gemini) to fill.
-  ScoredModel critic(shape, described);
-  train::ParallelModel reference_sites(*reference, {});
+  const auto describe_lm = [shape](parallel::ModelOptions options) {
+    options.device = torch::kMeta;
+    return shape.build(options);
+  };
+  const auto describe_scored = train::described<ScoredModel>(shape);
+  nn::CausalLMPtr reference = train::build(drawn("reference", false, describe_lm), config, use).model;
+  ScoredModel reward = train::build(drawn("reward", false, describe_scored), config, use).model;
+  train::Built<ScoredModel> critic_built = train::build(drawn("critic", true, describe_scored), config, use);
+  ScoredModel critic = critic_built.model;
   const train::FrozenModel frozen_reference(config.model_view("reference"), runtime, reference->module(),
-                                            {"reference", false, [&](hooks::BlockHooks* h) {
-                                               reference_sites.set_block_hooks(h);
-                                               return true;
-                                             }});
+                                            {"reference", false, train::hooks_through_sites(*reference)});
   const train::FrozenModel frozen_reward(config.model_view("reward"), runtime, *reward,
-                                         {"reward", false, [&](hooks::BlockHooks* h) {
-                                            reward->set_block_hooks(h);
-                                            return true;
-                                          }});
+                                         {"reward", false, train::hooks_through_sites(*reward)});
   // Actor and critic as the trainer holds them: each its own state, from its own config section.
   const config::Config actor_view = config.model_view("actor"), critic_view = config.model_view("critic");
-  train::ParallelModel actor_sites(*actor, {});
   train::ModelStateOptions actor_options, critic_options;
   actor_options.name = "actor";
   actor_options.deferred = actor_weights;
-  actor_options.set_block_hooks = [&](hooks::BlockHooks* h) {
-    actor_sites.set_block_hooks(h);
-    return true;
-  };
+  actor_options.set_block_hooks = train::hooks_through_sites(*actor);
   critic_options.name = "critic";
-  critic_options.set_block_hooks = [&](hooks::BlockHooks* h) {
-    critic->set_block_hooks(h);
-    return true;
-  };
-  if (train::defers_trained_weights(critic_view)) {
-    critic_options.deferred = train::deferred_from<ScoredModel>(
-        device, [shape, described] { return ScoredModel(shape, described); }, [](ScoredModel& fresh) { fresh->initialize(); });
-  } else {
-    train::materialize(*critic, train::Materialization::all_in(device, torch::kFloat32));
-    critic->initialize();
-  }
+  critic_options.set_block_hooks = train::hooks_through_sites(*critic);
+  critic_options.deferred = critic_built.deferred;
   train::ModelState actor_state(actor_view, runtime, actor->module(), std::move(actor_options));
   train::ModelState critic_state(critic_view, runtime, *critic, std::move(critic_options));
   for (torch::nn::Module* m : {&actor->module(), &reference->module(), static_cast<torch::nn::Module*>(critic.get()),

@@ -11,7 +11,7 @@
 #include "core/dist/collectives.h"
 #include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_recipe.h"
 #include "core/train/peft_adapter.h"
 #include "core/util/logging.h"
 #include "core/util/seed_mix.h"
@@ -68,9 +68,8 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
       data_(std::move(data)), seed_(train.seed), batch_size_(train.batch_size),
       device_(models_.device),
       kl_{settings_.experience.kl_coef, settings_.kl_target, settings_.kl_horizon} {
-  // The block sites of the policies, so that the memory strategies reach their generation and scoring.
+  // The actor's head, blocks and tail, for the pre-training term's loss.
   actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
-  reference_sites_ = std::make_unique<train::ParallelModel>(*models_.reference, train::ParallelOptions{});
   settings_.experience.sampling.stop_token = text_.format.eos;
   settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
   for (torch::nn::Module* frozen : {&models_.reference->module(), static_cast<torch::nn::Module*>(models_.reward.get())}) {
@@ -82,13 +81,7 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
 
 std::vector<train::RunModel> RlTask::models() {
   std::vector<train::RunModel> out;
-  // A scored model's own sites (its score head in the tail) take the memory strategies.
-  auto scored_hooks = [](ScoredModel model) {
-    return [model](hooks::BlockHooks* hooks) mutable {
-      model->set_block_hooks(hooks);
-      return true;
-    };
-  };
+  // Each model's own sites (a scored model's score head in its tail) take the memory strategies.
   train::RunModel actor;
   actor.name = "actor";
   if (models_.shared_trunk) {
@@ -97,15 +90,12 @@ std::vector<train::RunModel> RlTask::models() {
     // (updates), the policy's own (sampling, experience, ptx).
     actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
       (*models_.critic)->set_block_hooks(hooks);
-      actor_sites_->set_block_hooks(hooks);
+      models_.actor->set_block_hooks(hooks);
       return true;
     };
   } else {
     actor.module = &models_.actor->module();
-    actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
-      actor_sites_->set_block_hooks(hooks);
-      return true;
-    };
+    actor.set_block_hooks = train::hooks_through_sites(*models_.actor);
   }
   actor.deferred = models_.actor_weights;
   out.push_back(actor);
@@ -114,23 +104,20 @@ std::vector<train::RunModel> RlTask::models() {
     critic.name = "critic";
     critic.deferred = models_.critic_weights;
     critic.module = models_.critic->get();
-    critic.set_block_hooks = scored_hooks(*models_.critic);
+    critic.set_block_hooks = train::hooks_through_sites(**models_.critic);
     out.push_back(critic);
   }
   train::RunModel reference;
   reference.name = "reference";
   reference.module = &models_.reference->module();
   reference.trained = reference.saved = false;
-  reference.set_block_hooks = [this](hooks::BlockHooks* hooks) {
-    reference_sites_->set_block_hooks(hooks);
-    return true;
-  };
+  reference.set_block_hooks = train::hooks_through_sites(*models_.reference);
   out.push_back(reference);
   train::RunModel reward;
   reward.name = "reward";
   reward.module = models_.reward.get();
   reward.trained = reward.saved = false;
-  reward.set_block_hooks = scored_hooks(models_.reward);
+  reward.set_block_hooks = train::hooks_through_sites(*models_.reward);
   out.push_back(reward);
   return out;
 }
@@ -453,11 +440,12 @@ void zero_value_head(ScoredModel& critic) {
   critic->score->weight.zero_();
 }
 
-class RlApp : public train::App {
+// The actor is OPT fine-tuning's model (full or LoRA) in its own section, models.actor, declared by
+// kuafu-opt: its export, generation and LoRA are kuafu-opt's; the task, its models and figures are RL's.
+class RlApp : public opt::CausalLmApp {
  public:
   RlApp(const config::Config& config, Stage stage)
-      : config_(config), stage_(stage), settings_(opt::read_settings(config)), rl_(rl_settings(config, stage)),
-        opt_(opt::make_opt_app(config)) {}
+      : CausalLmApp(config, "actor"), stage_(stage), rl_(rl_settings(config, stage)) {}
 
   // Each model as the run holds it, from its own section: the actor (its LoRA base frozen) and PPO's
   // critic train; the reference and the reward model are frozen weights in their compute dtype.
@@ -471,7 +459,7 @@ class RlApp : public train::App {
     };
     const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
     std::vector<train::SizedModel> models = {
-        {"actor", actor, train::lora_spec(config_.model_view("actor")) ? actor : 0.0, /*trained=*/true}};
+        {"actor", actor, train::lora_spec(section_) ? actor : 0.0, /*trained=*/true}};
     if (stage_ == Stage::Ppo && !rl_.shared_trunk) {
       models.push_back({"critic", folder_size(rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init), 0, /*trained=*/true});
     }
@@ -487,47 +475,28 @@ class RlApp : public train::App {
     std::ostringstream line;
     line << (stage_ == Stage::Ppo ? "PPO" : "GRPO") << ": " << rl_.prompts_per_rollout << " prompts per rollout"
          << (stage_ == Stage::Grpo ? " x " + std::to_string(rl_.group_size) + " samples" : std::string()) << ", "
-         << rl_.epochs << " epoch(s) x " << rl_.mini_batches << " mini-batch(es); actor " << opt_->describe(task);
+         << rl_.epochs << " epoch(s) x " << rl_.mini_batches << " mini-batch(es); actor " << settings_.model.describe();
     return line.str();
   }
   nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     return train::metrics_line(task, runtime, "prompts");
   }
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    built_ = &opt_->build_model(device, starting_weights);
-    if (!rl_.shared_trunk) return *built_;
+    torch::nn::Module& actor = CausalLmApp::build_model(device, starting_weights);
+    if (!rl_.shared_trunk) return actor;
     // The checkpoint's actor holds the value head too; generation and export read the decoder.
-    with_value_head_.emplace(std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), device);
+    with_value_head_.emplace(model(), device);
     return **with_value_head_;
   }
-  // The actor as `kuafu-opt benchmark` makes it: left described under ZeRO and Gemini (its section
-  // models.actor's memory.strategy), for its state to fill.
-  void build_benchmark_model(const train::Runtime& runtime) override {
-    actor_ = opt::build_for_training(config_.model_view("actor"), settings_, parallel::ModelOptions::serial_on(runtime.device),
-                                     /*starting_weights=*/false, actor_weights_);
-    built_ = &actor_->module();
-  }
   std::string model_part() const override { return "actor"; }
-  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
-    return opt_->export_model(out, std::move(options), command);
-  }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     KUAFU_CHECK(stage_ == Stage::Ppo, "kuafu-chat grpo benchmark: the benchmark times a PPO step (kuafu-chat ppo benchmark)");
-    return benchmark_ppo(config_, runtime, std::dynamic_pointer_cast<nn::CausalLM>(built_->shared_from_this()), actor_weights_,
-                         settings_, rl_, memory);
+    return benchmark_ppo(config_, runtime, model(), deferred(), settings_, rl_, memory);
   }
-  train::TextFraming text_framing() override { return opt_->text_framing(); }
-  nn::Decoder decoder() override { return opt_->decoder(); }
 
  private:
-  const config::Config& config_;
   Stage stage_;
-  opt::OptSettings settings_;
   RlSettings rl_;
-  std::unique_ptr<train::App> opt_;
-  torch::nn::Module* built_ = nullptr;  // build_model's actor (opt_ holds it) or build_benchmark_model's
-  nn::CausalLMPtr actor_;               // build_benchmark_model's
-  DeferredWeights actor_weights_;       // its weights, when left described for ZeRO and Gemini
   std::optional<ScoredModel> with_value_head_;  // rl.shared_trunk: build_model's actor with its value head
 };
 
@@ -556,25 +525,19 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   }
   // Training makes each model as the run holds it; an evaluation (no runtime) makes them all whole in
   // float32, as it runs them.
-  const bool training = runtime != nullptr;
+  const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
   RlModels models;
   models.device = options.device;
   // The actor as kuafu-opt trains it, from its own section (models.actor): its LoRA base in the compute
   // dtype, or left described for ZeRO and Gemini.
-  if (training) {
-    models.actor = opt::build_for_training(config_.model_view("actor"), settings_, options, /*starting_weights=*/true,
-                                           models.actor_weights);
-  } else {
-    models.actor = opt::build_model(config_, settings_, options);
-  }
+  train::Built<nn::CausalLMPtr> actor = train::build(recipe(), config_, {purpose, options});
+  models.actor = actor.model;
+  models.actor_weights = std::move(actor.deferred);
   const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
   // The frozen reference and reward models are made as the run holds them: in their compute dtype (their
   // config sections' precision.dtype), in host memory under their memory.offload_frozen.
-  const auto frozen = [&](const std::string& name) {
-    return training ? train::FrozenModel::materialization_of(config_, name, options.device)
-                    : train::Materialization::all_in(options.device, torch::kFloat32);
-  };
+  const auto frozen = [&](const std::string& name) { return train::frozen_materialization(config_, name, purpose, options.device); };
   models.reference = opt::load_causal_lm(reference, frozen("reference"));
   models.reward = load_scored_model(rl_.reward_model, frozen("reward"));
   // All four read the actor's tokens: the same family and vocabulary.
@@ -598,19 +561,16 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   } else if (stage_ == Stage::Ppo) {
     const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
     const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
-    // Described, then filled from the folder: nothing is drawn, since the trunk comes from it and the
-    // head too, or starts at zero. It trains: float32, or left for its sharded strategy to fill.
-    const auto describe = [shape] { return ScoredModel(shape, parallel::ModelOptions::serial_on(torch::kMeta)); };
-    const auto fill = [start](ScoredModel& critic) {
-      if (!load_scored_weights(critic, start)) zero_value_head(critic);
+    // Filled from the folder: nothing is drawn, since the trunk comes from it and the head too, or starts
+    // at zero. It trains: float32, or left for its sharded strategy to fill.
+    train::ModelRecipe<ScoredModel> critic{"critic"};
+    critic.describe = train::described<ScoredModel>(shape);
+    critic.draw = [start](ScoredModel& model) {
+      if (!load_scored_weights(model, start)) zero_value_head(model);
     };
-    models.critic.emplace(describe());
-    if (training && train::defers_trained_weights(config_.model_view("critic"))) {
-      models.critic_weights = train::deferred_from<ScoredModel>(options.device, describe, fill);
-    } else {
-      train::materialize(**models.critic, train::Materialization::all_in(options.device, torch::kFloat32));
-      fill(*models.critic);
-    }
+    train::Built<ScoredModel> built = train::build(critic, config_, {purpose, parallel::ModelOptions::serial_on(options.device)});
+    models.critic.emplace(built.model);
+    models.critic_weights = std::move(built.deferred);
   }
   std::shared_ptr<io::InstructionBatcher> ptx;
   if (rl_.ptx_coef > 0) {

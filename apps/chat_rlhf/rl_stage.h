@@ -84,7 +84,7 @@ class RlTask : public train::RunTask {
 
   Stage stage_;
   RlModels models_;
-  std::unique_ptr<train::ParallelModel> actor_sites_, reference_sites_;
+  std::unique_ptr<train::ParallelModel> actor_sites_;
   RlSettings settings_;
   ChatText text_;
   std::vector<Prompt> prompts_, eval_prompts_;

@@ -11,7 +11,7 @@
 #include "core/io/text_split.h"
 #include "core/io/token_file.h"
 #include "core/io/tokenizer.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_app.h"
 #include "core/util/logging.h"
 #include "core/util/utf8.h"
 
@@ -20,9 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class GptApp : public train::App {
+class GptApp : public train::ModelApp<GPT> {
  public:
-  explicit GptApp(const config::Config& config) : config_(config), settings_(read_settings(config)) {}
+  explicit GptApp(const config::Config& config) : ModelApp(config), settings_(read_settings(config)) {}
 
   train::ModelSize model_size() override {
     return {static_cast<double>(settings_.model.parameter_count()), {"model.n_layer", "model.n_embd"}};
@@ -48,30 +48,20 @@ class GptApp : public train::App {
     line["unigram_entropy"] = unigram_entropy();
     return line;
   }
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_.emplace(build_gpt(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
-    return **model_;
-  }
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     // Kuafu's SentencePiece model travels along (transformers' GPT-2 tokenizer is byte-level BPE).
     if (const std::string& tokenizer = settings_.data.tokenizer_model; fs::exists(tokenizer)) options.extra_files = {tokenizer};
-    gpt_format().save(*model_, out, options);
+    gpt_format().save(model(), out, options);
     return {{"parameters", settings_.model.parameter_count()}};
-  }
-  void build_benchmark_model(const train::Runtime& runtime) override {
-    if (!train::defers_trained_weights(config_)) return App::build_benchmark_model(runtime);
-    const auto options = parallel::ModelOptions::serial_on(runtime.device);
-    model_.emplace(describe_gpt(settings_, options));
-    deferred_ = deferred_gpt_weights(config_, settings_, options, /*starting_weights=*/false);
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const GPTConfig& m = settings_.model;
     train::BenchmarkSpec spec;
-    spec.deferred = deferred_;
+    spec.deferred = deferred();
     spec.app = "gpt";
     spec.flops_per_item = m.flops_per_token(settings_.data.context);
     spec.parameters = m.parameter_count();
-    return train::benchmark_language_model(config_, runtime, **model_, m.vocab_size, settings_.data.context, spec, memory);
+    return train::benchmark_language_model(config_, runtime, *model(), m.vocab_size, settings_.data.context, spec, memory);
   }
   train::TextFraming text_framing() override {
     auto tokenizer = std::make_shared<io::Tokenizer>(io::Tokenizer::load(settings_.data.tokenizer_model));
@@ -90,15 +80,14 @@ class GptApp : public train::App {
     };
     return framing;
   }
-  nn::Decoder decoder() override { return gpt::decoder(*model_); }
+  nn::Decoder decoder() override { return gpt::decoder(model()); }
 
  private:
   double unigram_entropy() const { return io::unigram_entropy_nats(io::TokenFile::open(settings_.data.val_tokens)); }
 
-  const config::Config& config_;
+  train::ModelRecipe<GPT> recipe() const override { return gpt_recipe(config_, settings_); }
+
   GptSettings settings_;
-  std::optional<GPT> model_;  // build_model's
-  DeferredWeights deferred_;  // a benchmark model left described for ZeRO and Gemini
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "apps/gpt/app_config.h"
+#include "core/train/model_recipe.h"
 #include "core/train/source_task.h"
 #include "core/train/train_settings.h"
 
@@ -18,17 +19,9 @@ struct GptSettings {
 };
 GptSettings read_settings(const config::Config& config);
 
-// The configured GPT built with `options`, seeded from train.seed, with model.init_from's weights when it names a folder.
-// `starting_weights` false: the seeded weights only (a checkpoint's replace them).
-GPT build_gpt(const config::Config& config, const GptSettings& settings, const parallel::ModelOptions& options,
-              bool starting_weights = true);
-
-// The configured GPT described on the meta device (lazy construction; core/train/lazy_model.h), and
-// how ZeRO and Gemini fill its trained weights into their chunks: the serial model's draws from
-// train.seed, then, with `starting_weights`, model.init_from's.
-GPT describe_gpt(const GptSettings& settings, parallel::ModelOptions options);
-DeferredWeights deferred_gpt_weights(const config::Config& config, const GptSettings& settings,
-                                     const parallel::ModelOptions& options, bool starting_weights);
+// The configured GPT: described with the run's layout, drawn from train.seed, then model.init_from's
+// weights when it names a folder.
+train::ModelRecipe<GPT> gpt_recipe(const config::Config& config, const GptSettings& settings);
 
 using TextTask = train::SourceTask<GPT>;
 

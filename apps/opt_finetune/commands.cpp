@@ -17,67 +17,38 @@
 namespace kuafu::opt {
 namespace fs = std::filesystem;
 
-namespace {
+CausalLmApp::CausalLmApp(const config::Config& config, std::string name)
+    : ModelApp(config), name_(std::move(name)), section_(train::section_of(config, name_)), settings_(read_settings(config)) {}
 
-class OptApp : public train::App {
- public:
-  explicit OptApp(const config::Config& config) : config_(config), settings_(read_settings(config)) {}
+train::ModelSize CausalLmApp::model_size() {
+  // With LoRA the whole model stays frozen (the adapters, a fraction of a percent, are not counted).
+  const auto parameters = static_cast<double>(settings_.model.parameter_count());
+  return {parameters, {"model.shape", "model.hidden_size", "model.num_hidden_layers"},
+          train::lora_spec(section_) ? parameters : 0.0};
+}
 
-  train::ModelSize model_size() override {
-    // With LoRA the whole model stays frozen (the adapters, a fraction of a percent, are not counted).
-    const auto parameters = static_cast<double>(settings_.model.parameter_count());
-    return {parameters, {"model.shape", "model.hidden_size", "model.num_hidden_layers"},
-            train::lora_spec(config_) ? parameters : 0.0};
-  }
-  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
-    return opt::make_task(config_, settings_, options, runtime);
-  }
-  std::string describe(train::RunTask&) override { return settings_.model.describe(); }
-  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
-    nlohmann::json line = App::evaluate(task, runtime);
-    line["data"] = settings_.data.instructions ? "answers" : "text";
-    return line;
-  }
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_ = opt::build_model(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights);
-    return model_->module();
-  }
-  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;
-  void build_benchmark_model(const train::Runtime& runtime) override {
-    model_ = opt::build_for_training(config_, settings_, parallel::ModelOptions::serial_on(runtime.device),
-                                     /*starting_weights=*/false, deferred_);
-  }
-  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
-    const LmShape& m = settings_.model;
-    const int64_t context = settings_.data.context;
-    train::BenchmarkSpec spec;
-    spec.app = "opt";
-    spec.deferred = deferred_;
-    spec.flops_per_item = m.flops_per_token(context);
-    spec.parameters = m.parameter_count();
-    spec.fields = {{"lora_rank", config_.get_int("lora.rank")}};
-    return train::benchmark_language_model(config_, runtime, *model_, m.vocab_size(), context, spec, memory);
-  }
-  train::TextFraming text_framing() override;
-  nn::Decoder decoder() override { return nn::decoder_of(model_); }
+nlohmann::json CausalLmApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
+  const LmShape& m = settings_.model;
+  const int64_t context = settings_.data.context;
+  train::BenchmarkSpec spec;
+  spec.app = "opt";
+  spec.deferred = deferred();
+  spec.flops_per_item = m.flops_per_token(context);
+  spec.parameters = m.parameter_count();
+  spec.fields = {{"lora_rank", section_.get_int("lora.rank")}};
+  return train::benchmark_language_model(config_, runtime, *model(), m.vocab_size(), context, spec, memory);
+}
 
- private:
-  const config::Config& config_;
-  OptSettings settings_;
-  nn::CausalLMPtr model_;     // build_model's
-  DeferredWeights deferred_;  // a benchmark model left described for ZeRO and Gemini
-};
-
-nlohmann::json OptApp::export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) {
-  const std::optional<nn::LoraSpec> lora = train::lora_spec(config_);
+nlohmann::json CausalLmApp::export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) {
+  const std::optional<nn::LoraSpec> lora = train::lora_spec(section_);
   if (command.flag("adapter")) {
     KUAFU_CHECK(lora, "export --adapter writes LoRA adapters, but lora.rank = 0 in ", config_.path());
-    train::export_adapter(model_->module(), *lora, out, train::init_from(config_));
+    train::export_adapter(model()->module(), *lora, out, train::init_from(section_));
     return {{"adapter", true}};
   }
   // The tokenizer's files travel along, so the folder is a whole model.
   if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
-  nn::CausalLMPtr model = model_;
+  nn::CausalLMPtr model = this->model();
   if (lora) {
     // The adapters folded into the weights: a plain model with the adapted model's outputs.
     nn::CausalLMPtr merged = settings_.model.build();
@@ -90,7 +61,7 @@ nlohmann::json OptApp::export_model(const std::string& out, io::HfWriteOptions o
 
 // Instruction models see a prompt as fine-tuning showed it (BOS, prompt, end of prompt); text models
 // continue the text after the BOS. Each answer prints as a JSON line.
-train::TextFraming OptApp::text_framing() {
+train::TextFraming CausalLmApp::text_framing() {
   auto tokenizer = std::make_shared<io::BpeTokenizer>(load_tokenizer(config_, settings_.data));
   const io::InstructionFormat format = instruction_format(config_, settings_.data, *tokenizer, settings_.model);
   const bool instructions = settings_.data.instructions;
@@ -110,6 +81,24 @@ train::TextFraming OptApp::text_framing() {
   framing.decode = [tokenizer](const std::vector<int64_t>& ids) { return tokenizer->decode(ids); };
   return framing;
 }
+
+namespace {
+
+// kuafu-opt's model with its own task: fine-tuning on instructions or text.
+class OptApp : public CausalLmApp {
+ public:
+  explicit OptApp(const config::Config& config) : CausalLmApp(config) {}
+
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    return opt::make_task(config_, settings_, options, runtime);
+  }
+  std::string describe(train::RunTask&) override { return settings_.model.describe(); }
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    nlohmann::json line = App::evaluate(task, runtime);
+    line["data"] = settings_.data.instructions ? "answers" : "text";
+    return line;
+  }
+};
 
 }  // namespace
 

@@ -23,93 +23,26 @@ OptSettings read_settings(const config::Config& config) {
   return settings;
 }
 
-nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options) {
-  return build_model(config, read_settings(config), options);
-}
-
-namespace {
-
-// The model described on the meta device (lazy construction): nothing is allocated yet.
-nn::CausalLMPtr describe_model(const OptSettings& settings, parallel::ModelOptions options) {
-  options.device = torch::kMeta;
-  return settings.model.build(options);
-}
-
-// model.init_from's weights, when it names a folder (read one tensor at a time).
-void load_starting_weights(const config::Config& config, nn::CausalLM& model) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    load_lm_weights(model, io::read_hf_folder(folder));
-    log::infof("initial weights from ", folder);
+train::ModelRecipe<nn::CausalLMPtr> causal_lm_recipe(const config::Config& config, const OptSettings& settings,
+                                                      const std::string& name) {
+  const config::Config section = train::section_of(config, name);
+  train::ModelRecipe<nn::CausalLMPtr> recipe;
+  recipe.name = name;
+  recipe.describe = [shape = settings.model](parallel::ModelOptions options) {
+    options.device = torch::kMeta;
+    return shape.build(options);
+  };
+  recipe.draw = train::seeded_initialization<nn::CausalLMPtr>(settings.train.seed);
+  recipe.load = train::init_from_load<nn::CausalLMPtr>(section, [](nn::CausalLMPtr& model, const std::string& folder) {
+    load_lm_weights(*model, io::read_hf_folder(folder));  // one stored tensor at a time
+  });
+  // A LoRA run trains only the adapters; the model's own weights stay a frozen base.
+  if (train::lora_spec(section)) {
+    recipe.adapt = [section](nn::CausalLMPtr& model, std::optional<torch::Device> host_base) {
+      train::apply_configured_lora(section, model->module(), host_base);
+    };
   }
-}
-
-// How a LoRA run holds the model's own weights, which stay frozen: in the compute dtype when training,
-// and in host memory under memory.offload_frozen.
-struct FrozenBase {
-  torch::Dtype dtype = torch::kFloat32;
-  bool on_host = false;
-};
-
-// Gives a described model its weights on `device`, those `holds` names (null: all): the serial model's
-// initialisation from train.seed, then model.init_from's weights (read one tensor at a time), then the
-// config's LoRA. A LoRA run trains only the adapters, so the model's own weights are made as `frozen` says.
-void materialize_model(const config::Config& config, const OptSettings& settings, nn::CausalLM& model,
-                       const torch::Device& device, FrozenBase frozen, const std::function<bool(const std::string&)>& holds,
-                       bool starting_weights) {
-  const bool lora = train::lora_spec(config).has_value();
-  const torch::Dtype dtype = lora ? frozen.dtype : torch::kFloat32;
-  const bool on_host = lora && frozen.on_host;
-  train::Materialization how = train::Materialization::all_in(device, dtype);
-  how.holds = holds;
-  if (on_host) how.on_host = [](const std::string&) { return true; };
-  train::materialize(model.module(), how);
-  {
-    // Weights held in host memory are still drawn on the run's device, as an eager model's are.
-    const WeightSink draw_here{device, [](const std::string&) { return false; }, nullptr};
-    std::optional<ScopedWeightSink> scope;
-    if (on_host) scope.emplace(draw_here);
-    torch::manual_seed(settings.train.seed);
-    model.initialize();
-  }
-  if (starting_weights) load_starting_weights(config, model);
-  train::apply_configured_lora(config, model.module(), on_host ? std::optional<torch::Device>(device) : std::nullopt);
-}
-
-// A described model made ready to train, those `holds` names (null: all) given storage: a LoRA run's
-// frozen base straight in the compute dtype that ModelState would cast it to (in host memory under
-// memory.offload_frozen). A full fine-tuning run under ZeRO or Gemini stays described: the returned
-// weights let the strategy fill its chunks as a fresh description is initialised and loaded into its
-// weight sink. Otherwise the returned weights are empty.
-DeferredWeights materialize_for_training(const config::Config& config, const OptSettings& settings,
-                                         const parallel::ModelOptions& options, nn::CausalLM& model,
-                                         const std::function<bool(const std::string&)>& holds, bool starting_weights) {
-  if (!train::lora_spec(config) && train::defers_trained_weights(config)) {
-    std::function<void(nn::CausalLMPtr&)> load;
-    if (starting_weights && !train::init_from(config).empty()) {
-      load = [config](nn::CausalLMPtr& fresh) { load_starting_weights(config, *fresh); };
-    }
-    return train::deferred_from<nn::CausalLMPtr>(options.device, [settings, options] { return describe_model(settings, options); },
-                                                 train::seeded_initialization<nn::CausalLMPtr>(settings.train.seed), load);
-  }
-  const FrozenBase frozen{optim::compute_dtype(config, options.device), config.get_bool("memory.offload_frozen")};
-  materialize_model(config, settings, model, options.device, frozen, holds, starting_weights);
-  return {};
-}
-
-}  // namespace
-
-nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
-                            bool starting_weights) {
-  nn::CausalLMPtr model = describe_model(settings, options);
-  materialize_model(config, settings, *model, options.device, FrozenBase{}, nullptr, starting_weights);
-  return model;
-}
-
-nn::CausalLMPtr build_for_training(const config::Config& config, const OptSettings& settings,
-                                   const parallel::ModelOptions& options, bool starting_weights, DeferredWeights& deferred) {
-  nn::CausalLMPtr model = describe_model(settings, options);
-  deferred = materialize_for_training(config, settings, options, *model, nullptr, starting_weights);
-  return model;
+  return recipe;
 }
 
 namespace {
@@ -168,7 +101,8 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                         : train::token_file_batches(data.train_tokens, data.val_tokens, data.context, settings.train.seed,
                                                     settings.train.eval_rows, options.device,
                                                     "kuafu-opt prepare --config " + config.path());
-  nn::CausalLMPtr model = describe_model(settings, options);
+  const train::ModelRecipe<nn::CausalLMPtr> recipe = causal_lm_recipe(config, settings);
+  nn::CausalLMPtr model = recipe.describe(options);
   const LmShape& m = settings.model;
   if (stages && stages->sequence.enabled()) {
     train::check_sequence_parallel(config, model->module(), stages->sequence, "data.context", data.context,
@@ -181,23 +115,13 @@ std::unique_ptr<OptTask> make_task(const config::Config& config, const OptSettin
                                              std::to_string(ids.max().item<int64_t>()) + ")");
     }
   }
-  train::ParallelOptions layout;
-  if (stages) {
-    layout = train::parallel_options(*model, config, *stages, batches.train(0, 0, settings.train.micro_batch_size));
-  }
   // Only this rank's pipeline stage is given storage (the whole model of an evaluation, in float32).
-  const train::StageParts parts = train::stage_parts(*model, layout.plan);
-  const auto holds = [&parts](const std::string& name) { return parts.holds(name); };
-  DeferredWeights deferred;
-  if (stages) {
-    deferred = materialize_for_training(config, settings, options, *model, holds, /*starting_weights=*/true);
-  } else {
-    materialize_model(config, settings, *model, options.device, FrozenBase{}, holds, /*starting_weights=*/true);
-  }
+  train::LaidOut laid = train::lay_out(recipe, model, config, options, stages,
+                                       [&] { return batches.train(0, 0, settings.train.micro_batch_size); });
   const double flops = m.flops_per_token(std::llround(batches.items_per_row));
-  auto task = std::make_unique<OptTask>(model, layout, std::move(batches), settings.train.micro_batch_size,
+  auto task = std::make_unique<OptTask>(model, laid.layout, std::move(batches), settings.train.micro_batch_size,
                                         OptTask::Figures{flops, {"model.", "lora.", "data.kind"}});
-  if (deferred) task->defer_weights(std::move(deferred));
+  task->defer_weights(std::move(laid.deferred));
   return task;
 }
 

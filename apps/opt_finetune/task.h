@@ -7,6 +7,7 @@
 #include "apps/opt_finetune/app_config.h"
 #include "apps/opt_finetune/model.h"
 #include "core/config/config.h"
+#include "core/train/model_recipe.h"
 #include "core/train/source_task.h"
 #include "core/train/runtime.h"
 #include "core/train/train_settings.h"
@@ -24,19 +25,12 @@ OptSettings read_settings(const config::Config& config);
 
 using OptTask = train::SourceTask<nn::CausalLMPtr>;
 
-// The config's model built with `options`, seeded from train.seed: model.init_from's weights when it names a folder,
-// then the config's LoRA (lora.*), so checkpoints of a LoRA run load into it.
-// `starting_weights` false: the seeded weights only (a checkpoint's replace them), adapters still added.
-nn::CausalLMPtr build_model(const config::Config& config, const OptSettings& settings, const parallel::ModelOptions& options,
-                            bool starting_weights = true);
-nn::CausalLMPtr build_model(const config::Config& config, const parallel::ModelOptions& options);
-// The whole model on options.device as a training run holds it before its memory strategy (the one of
-// `config`, the trained model's section): a LoRA run's frozen base in the compute dtype (in host memory
-// under memory.offload_frozen); a full fine-tune under ZeRO or Gemini left described, `deferred` set for
-// the strategy to fill it (from train.seed, then model.init_from); otherwise float32. `starting_weights`
-// false: the seeded weights only (a benchmark's). The chat stages' actor and policy are made this way.
-nn::CausalLMPtr build_for_training(const config::Config& config, const OptSettings& settings,
-                                   const parallel::ModelOptions& options, bool starting_weights, DeferredWeights& deferred);
+// The configured causal LM: described with the run's layout, drawn from train.seed, then model.init_from's
+// weights when it names a folder, then lora.*'s adapters over it, its own weights then a frozen base.
+// `name`: the model's section (models.<name> over the top-level keys; "": the top-level keys), which
+// also gives its init_from and LoRA. The chat stages' policy and actor are declared so.
+train::ModelRecipe<nn::CausalLMPtr> causal_lm_recipe(const config::Config& config, const OptSettings& settings,
+                                                      const std::string& name = "");
 
 // The task of a config laid out on a runtime's mesh (tensor parallelism, this rank's pipeline stage).
 std::unique_ptr<OptTask> make_task(const config::Config& config, const train::Runtime& runtime);

@@ -13,7 +13,7 @@
 #include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_app.h"
 #include "core/train/parallelize.h"
 #include "core/train/peft_adapter.h"
 #include "core/util/error.h"
@@ -40,9 +40,9 @@ void fill_unet(UNet2DConditionImpl& unet, const std::string& folder, uint64_t se
   unet.initialize();
 }
 
-class SdApp : public train::App {
+class SdApp : public train::ModelApp<UNet2DCondition> {
  public:
-  explicit SdApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
+  explicit SdApp(const config::Config& config) : ModelApp(config), settings_(read_sd_settings(config)) {
     unet_config_ = read_unet_config(io::read_hf_config(unet_folder()), unet_folder() + "/config.json");
   }
 
@@ -57,15 +57,16 @@ class SdApp : public train::App {
     const PipelineLoad how{train::FrozenModel::dtype_of(config_, "text_encoder", options.device), torch::kFloat32,
                            train::FrozenModel::dtype_of(config_, "vae", options.device), /*describe_unet=*/true};
     Pipeline pipeline = load_pipeline(settings_.pipeline, options.device, how);
-    DeferredWeights deferred;
-    pipeline.unet = build_unet(options.device, /*starting_weights=*/true, /*training=*/runtime != nullptr, deferred);
+    train::Built<UNet2DCondition> unet =
+        train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
+    pipeline.unet = unet.model;
     if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kCheckpointedBlocks);
     const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
     const int64_t channels = pipeline.vae->config.in_channels;
     std::unique_ptr<io::ImageDataset> train = open_captioned_images(config_, true, channels, side);  // the training set's
     std::unique_ptr<io::ImageDataset> val = open_captioned_images(config_, false, channels, side);   // problems first
     auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
-    if (deferred) task->defer_unet_weights(std::move(deferred));
+    if (unet.deferred) task->defer_unet_weights(std::move(unet.deferred));
     return task;
   }
 
@@ -82,18 +83,6 @@ class SdApp : public train::App {
     return line.str();
   }
 
-  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
-    return train::metrics_line(task, runtime, "images");
-  }
-
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    DeferredWeights none;
-    unet_ = build_unet(device, starting_weights, /*training=*/false, none);
-    return *unet_;
-  }
-  void build_benchmark_model(const train::Runtime& runtime) override {
-    unet_ = build_unet(runtime.device, /*starting_weights=*/false, /*training=*/true, benchmark_weights_);
-  }
   // Exports and samples take the moving average when the run keeps one.
   std::string model_part() const override { return config_.get_float("optim.ema_decay") > 0 ? "unet.ema" : "unet"; }
 
@@ -102,14 +91,14 @@ class SdApp : public train::App {
     const std::optional<nn::LoraSpec> lora = train::lora_spec(config_);
     if (command.flag("adapter")) {
       KUAFU_CHECK(lora, "export --adapter writes LoRA adapters, but lora.rank = 0 in ", config_.path());
-      export_unet_adapter(*unet_, *lora, out, unet_folder());
+      export_unet_adapter(*model(), *lora, out, unet_folder());
       return {{"adapter", true}, {"unet", model_part()}};
     }
-    UNet2DCondition unet = unet_;
+    UNet2DCondition unet = model();
     if (lora) {
       unet = UNet2DCondition(unet_config_, torch::kMeta);
       train::materialize(*unet, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
-      train::copy_named_weights(nn::merged_lora_weights(*unet_, *lora), *unet);
+      train::copy_named_weights(nn::merged_lora_weights(*model(), *lora), *unet);
     }
     write_pipeline(settings_.pipeline, out, {{"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }}});
     return {{"adapter", false}, {"unet", model_part()}, {"pipeline", settings_.pipeline}};
@@ -119,44 +108,35 @@ class SdApp : public train::App {
   nlohmann::json benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory);
 
  private:
-  // The UNet with lora.*'s adapters, its weights the pipeline's unet/ folder's (`starting_weights`, unless
-  // model.new_unet) or drawn from train.seed (a checkpoint's replace them). Never made whole in float32
-  // where `training` does not hold it so: a LoRA run's frozen base is read straight into the compute
-  // dtype (its adapters float32), and a full run under ZeRO or Gemini is left described, `deferred`
-  // saying how the strategy fills its chunks. Otherwise (and for evaluation and export) float32.
-  UNet2DCondition build_unet(const torch::Device& device, bool starting_weights, bool training, DeferredWeights& deferred) const {
-    const std::string folder = starting_weights && !settings_.new_unet ? unet_folder() : "";
-    const uint64_t seed = settings_.train.seed;
-    const bool lora = train::lora_spec(config_).has_value();
-    // As the trainer holds it: the UNet's own section ([models.unet.*]) over the top-level keys.
-    const config::Config unet_section = config_.model_view("unet");
-    UNet2DCondition unet(unet_config_, torch::kMeta);
-    if (training && !lora && train::defers_trained_weights(unet_section)) {
-      deferred = train::deferred_from<UNet2DCondition>(
-          device, [config = unet_config_] { return UNet2DCondition(config, torch::kMeta); },
-          [folder, seed](UNet2DCondition& fresh) { fill_unet(*fresh, folder, seed); });
-      return unet;
+  // The UNet with lora.*'s adapters (drawn from train.seed, so every run and rank starts from the same
+  // ones), its weights the pipeline's unet/ folder's (unless model.new_unet) or PyTorch's draws from
+  // train.seed. The folder's read gives every weight, so it replaces the draws.
+  train::ModelRecipe<UNet2DCondition> recipe() const override {
+    train::ModelRecipe<UNet2DCondition> recipe;
+    recipe.name = "unet";
+    recipe.describe = [config = unet_config_](const parallel::ModelOptions&) { return UNet2DCondition(config, torch::kMeta); };
+    recipe.draw = [seed = settings_.train.seed](UNet2DCondition& unet) { fill_unet(*unet, "", seed); };
+    if (!settings_.new_unet) {
+      recipe.load = [folder = unet_folder()](UNet2DCondition& unet) { fill_unet(*unet, folder, 0); };
+      recipe.load_gives_every_weight = true;
     }
-    const torch::Dtype dtype = training && lora ? optim::compute_dtype(unet_section, device) : torch::kFloat32;
-    train::materialize(*unet, train::Materialization::all_in(device, dtype));
-    fill_unet(*unet, folder, seed);
-    // lora.*'s adapters, drawn from train.seed so every run (and every rank) starts from the same ones.
-    torch::manual_seed(seed);
-    train::apply_configured_lora(config_, *unet);
-    return unet;
+    if (train::lora_spec(config_)) {
+      recipe.adapt = [config = config_, seed = settings_.train.seed](UNet2DCondition& unet, std::optional<torch::Device> host_base) {
+        torch::manual_seed(seed);
+        train::apply_configured_lora(config, *unet, host_base);
+      };
+    }
+    return recipe;
   }
   std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
 
-  const config::Config& config_;
   SdSettings settings_;
   UNetConfig unet_config_;
-  UNet2DCondition unet_{nullptr};  // build_model's
-  DeferredWeights benchmark_weights_;  // a benchmark UNet left described for ZeRO and Gemini
 };
 
 nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
   if (config_.get_int("benchmark.sampling_steps") > 0) return benchmark_sampling(runtime, memory);
-  train::checkpoint_from_config(config_, unet_->sites, kCheckpointedBlocks);
+  train::checkpoint_from_config(config_, model()->sites, kCheckpointedBlocks);
   const UNetConfig& u = unet_config_;
   const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = kTextTokens;
   const auto f32 = torch::TensorOptions().device(runtime.device);
@@ -171,12 +151,12 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   spec.flops_per_item = 3 * u.forward_flops(side, side, text_tokens);
   spec.parameters = static_cast<int64_t>(model_size().parameters);
   spec.fields = {{"latent_size", side}, {"block_out_channels", u.block_out_channels}};
-  spec.deferred = benchmark_weights_;
+  spec.deferred = deferred();
   auto loss = [&] {
-    const torch::Dtype dtype = unet_->conv_in->weight.scalar_type();  // the compute dtype, once the state has cast it
-    return diffusion_loss(unet_, schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});
+    const torch::Dtype dtype = model()->conv_in->weight.scalar_type();  // the compute dtype, once the state has cast it
+    return diffusion_loss(model(), schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});
   };
-  return train::benchmark_training(config_, runtime, *unet_, loss, rows, spec, memory);
+  return train::benchmark_training(config_, runtime, *model(), loss, rows, spec, memory);
 }
 
 // DDIM's loop under guidance 7.5 (two UNet rows per image, diffusers' default scale) on random initial
@@ -187,8 +167,8 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
     config_.fail_at("memory.strategy", "must be \"none\" with benchmark.sampling_steps: sampling is timed on the UNet alone");
   }
   const torch::Dtype dtype = optim::compute_dtype(config_, runtime.device);
-  unet_->to(dtype);
-  unet_->eval();
+  model()->to(dtype);
+  model()->eval();
   const UNetConfig& u = unet_config_;
   const int64_t rows = settings_.train.micro_batch_size, steps = config_.get_int("benchmark.sampling_steps");
   const double guidance = 7.5;
@@ -201,7 +181,7 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
   const train::StepTimes times = train::time_steps(
       [&] {
         const std::unique_ptr<Sampler> ddim = make_sampler(SamplerKind::kDdim, schedule, steps);
-        denoise(unet_, *ddim, initial, text, guidance, generator);
+        denoise(model(), *ddim, initial, text, guidance, generator);
       },
       config_.get_int("benchmark.warmup"), config_.get_int("benchmark.steps"), runtime.device);
   nlohmann::json line = {{"app", "stable_diffusion"},

@@ -48,10 +48,7 @@ std::vector<train::RunModel> DiffusionTask::models() {
   train::RunModel unet;
   unet.name = "unet";
   unet.module = pipeline_.unet.get();
-  unet.set_block_hooks = [this](hooks::BlockHooks* hooks) {
-    pipeline_.unet->set_block_hooks(hooks);
-    return true;
-  };
+  unet.set_block_hooks = train::hooks_through_sites(*pipeline_.unet);
   unet.deferred = unet_weights_;
   train::RunModel text_encoder;
   text_encoder.name = "text_encoder";

@@ -9,7 +9,7 @@
 #include "apps/stable_diffusion/unet_folder.h"
 #include "apps/stable_diffusion/vae_folder.h"
 #include "core/train/hf_interop.h"
-#include "core/train/lazy_model.h"
+#include "core/train/model_app.h"
 #include "core/train/parallelize.h"
 #include "core/util/error.h"
 #include "core/util/seed_mix.h"
@@ -96,9 +96,9 @@ double latent_scaling_factor(AutoencoderKL& vae, io::ImageDataset& set, int64_t 
 
 namespace {
 
-class VaeApp : public train::App {
+class VaeApp : public train::ModelApp<AutoencoderKL> {
  public:
-  explicit VaeApp(const config::Config& config) : config_(config), settings_(read_sd_settings(config)) {
+  explicit VaeApp(const config::Config& config) : ModelApp(config), settings_(read_sd_settings(config)) {
     const std::filesystem::path root = settings_.pipeline;
     vae_config_ = read_vae_config(io::read_hf_config((root / "vae").string()), (root / "vae" / "config.json").string());
     image_size_ = read_unet_config(io::read_hf_config((root / "unet").string()), (root / "unet" / "config.json").string()).sample_size *
@@ -115,21 +115,11 @@ class VaeApp : public train::App {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd (VAE)");
     // The VAE trains in float32, or is left described for its sharded strategy to fill from the folder
     // (training only: an evaluation runs it whole).
-    DeferredWeights deferred;
-    AutoencoderKL vae{nullptr};
-    if (runtime && train::defers_trained_weights(config_.model_view("vae"))) {
-      const auto describe = [config = vae_config_] { return AutoencoderKL(config, torch::kMeta); };
-      vae = describe();
-      // Every weight comes from the folder (a missing one is refused), read as the replay's initialisation.
-      deferred = train::deferred_from<AutoencoderKL>(options.device, describe,
-                                                     [folder = vae_folder()](AutoencoderKL& fresh) { load_vae_weights(fresh, folder); });
-    } else {
-      vae = load_vae(vae_folder(), options.device);
-    }
+    auto [vae, deferred] = train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
     auto task = std::make_unique<VaeTask>(vae, settings_, image_size_,
                                           open_captioned_images(config_, true, vae_config_.in_channels, image_size_),
                                           open_captioned_images(config_, false, vae_config_.in_channels, image_size_), options.device);
-    if (deferred) task->defer_weights(std::move(deferred));
+    task->defer_weights(std::move(deferred));
     return task;
   }
 
@@ -142,24 +132,16 @@ class VaeApp : public train::App {
     return line.str();
   }
 
-  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
-    return train::metrics_line(task, runtime, "images");
-  }
-
-  torch::nn::Module& build_model(const torch::Device& device, bool) override {
-    vae_ = load_vae(vae_folder(), device);
-    return *vae_;
-  }
   std::string model_part() const override { return config_.get_float("optim.ema_decay") > 0 ? "vae.ema" : "vae"; }
 
   // The pipeline folder with the trained VAE, its scaling factor measured on the training images.
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     auto images = open_captioned_images(config_, true, vae_config_.in_channels, image_size_);
-    vae_->eval();
-    vae_->config.scaling_factor = latent_scaling_factor(vae_, *images, settings_.vae.scale_images,
+    model()->eval();
+    model()->config.scaling_factor = latent_scaling_factor(model(), *images, settings_.vae.scale_images,
                                                         std::max<int64_t>(1, settings_.train.micro_batch_size), settings_.train.seed);
-    write_pipeline(settings_.pipeline, out, {{"vae", [&](const std::string& dir) { save_vae(vae_, dir, options); }}});
-    return {{"vae", model_part()}, {"scaling_factor", vae_->config.scaling_factor}, {"pipeline", settings_.pipeline}};
+    write_pipeline(settings_.pipeline, out, {{"vae", [&](const std::string& dir) { save_vae(model(), dir, options); }}});
+    return {{"vae", model_part()}, {"scaling_factor", model()->config.scaling_factor}, {"pipeline", settings_.pipeline}};
   }
 
   nlohmann::json benchmark(const train::Runtime&, train::BenchmarkMemory&) override {
@@ -167,13 +149,18 @@ class VaeApp : public train::App {
   }
 
  private:
+  // Every weight comes from the pipeline's vae/ folder (a missing one is refused), read as its draws.
+  train::ModelRecipe<AutoencoderKL> recipe() const override {
+    train::ModelRecipe<AutoencoderKL> recipe{"vae"};
+    recipe.describe = [config = vae_config_](const parallel::ModelOptions&) { return AutoencoderKL(config, torch::kMeta); };
+    recipe.draw = [folder = vae_folder()](AutoencoderKL& vae) { load_vae_weights(vae, folder); };
+    return recipe;
+  }
   std::string vae_folder() const { return (std::filesystem::path(settings_.pipeline) / "vae").string(); }
 
-  const config::Config& config_;
   SdSettings settings_;
   VaeConfig vae_config_;
   int64_t image_size_ = 0;
-  AutoencoderKL vae_{nullptr};  // build_model's
 };
 
 }  // namespace

@@ -7,14 +7,15 @@
 #include "apps/vit/hugging_face.h"
 #include "core/dist/collectives.h"
 #include "core/optim/mixed_precision.h"
+#include "core/train/model_app.h"
 
 namespace kuafu::vit {
 
 namespace {
 
-class VitApp : public train::App {
+class VitApp : public train::ModelApp<ViTForImageClassification> {
  public:
-  explicit VitApp(const config::Config& config) : config_(config), settings_(read_settings(config)) {}
+  explicit VitApp(const config::Config& config) : ModelApp(config), settings_(read_settings(config)) {}
 
   train::ModelSize model_size() override {
     return {static_cast<double>(settings_.model.parameter_count()),
@@ -34,22 +35,18 @@ class VitApp : public train::App {
   }
   // Top-1, top-5 and per-class accuracy.
   nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override;
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    model_.emplace(build_vit(config_, settings_, parallel::ModelOptions::serial_on(device), starting_weights));
-    return **model_;
-  }
   // The class names as the evaluation set has them become the folder's id2label.
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     const std::vector<std::string> names = open_dataset(config_, settings_.model, /*train=*/false)->class_names();
-    export_hf_vit(*model_, out, names, options);
+    export_hf_vit(model(), out, names, options);
     return {{"classes", names}};
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
 
  private:
-  const config::Config& config_;
+  train::ModelRecipe<ViTForImageClassification> recipe() const override { return vit_recipe(config_, settings_); }
+
   VitSettings settings_;
-  std::optional<ViTForImageClassification> model_;  // build_model's
 };
 
 nlohmann::json VitApp::evaluate(train::RunTask& model_task, const train::Runtime& runtime) {
@@ -93,11 +90,12 @@ nlohmann::json VitApp::benchmark(const train::Runtime& runtime, train::Benchmark
       smoothed_targets(torch::randint(m.num_labels, {batch}, on_device.dtype(torch::kInt64)), m.num_labels, 0.1);
   train::BenchmarkSpec spec;
   spec.app = "vit";
+  spec.deferred = deferred();
   spec.item_name = "images";
   spec.flops_per_item = m.flops_per_image();
   spec.parameters = m.parameter_count();
   spec.fields = {{"image_size", m.image_size}};
-  return train::benchmark_training(config_, runtime, **model_, {pixels, targets}, spec, memory);
+  return train::benchmark_training(config_, runtime, *model(), {pixels, targets}, spec, memory);
 }
 
 }  // namespace

@@ -37,49 +37,15 @@ VitSettings read_settings(const config::Config& config) {
           config.get_float("augment.mixup")};
 }
 
-namespace {
-
-// The ViT described on the meta device (lazy construction, core/train/lazy_model.h).
-ViTForImageClassification describe_vit(const VitSettings& settings, parallel::ModelOptions options) {
-  options.device = torch::kMeta;
-  return ViTForImageClassification(settings.model, options);
-}
-
-void load_starting_weights(const config::Config& config, ViTForImageClassification& vit) {
-  if (const std::string folder = train::init_from(config); !folder.empty()) {
-    const bool new_classifier = config.get_bool("model.new_classifier");
-    load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
-    log::infof("initial weights from ", folder, new_classifier ? " (a new classifier)" : "");
-  }
-}
-
-// A described ViT given the weights of the parameters `holds` names (null: all) on `device`: the serial
-// model's from train.seed, then model.init_from's.
-void materialize_vit(const config::Config& config, const VitSettings& settings, ViTForImageClassification& vit,
-                     const torch::Device& device, const std::function<bool(const std::string&)>& holds,
-                     bool starting_weights) {
-  train::materialize(*vit, {device, nullptr, holds});
-  train::seeded_initialization<ViTForImageClassification>(settings.train.seed)(vit);
-  if (starting_weights) load_starting_weights(config, vit);
-}
-
-// Under ZeRO and Gemini: the strategy fills its chunks as a fresh description is initialised and loaded.
-DeferredWeights deferred_vit_weights(const config::Config& config, const VitSettings& settings,
-                                     const parallel::ModelOptions& options) {
+train::ModelRecipe<ViTForImageClassification> vit_recipe(const config::Config& config, const VitSettings& settings) {
   using Vit = ViTForImageClassification;
-  std::function<void(Vit&)> load;
-  if (!train::init_from(config).empty()) load = [config](Vit& fresh) { load_starting_weights(config, fresh); };
-  return train::deferred_from<Vit>(options.device, [settings, options] { return describe_vit(settings, options); },
-                                   train::seeded_initialization<Vit>(settings.train.seed), load);
-}
-
-}  // namespace
-
-ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::ModelOptions& options, bool starting_weights) {
-  ViTForImageClassification vit = describe_vit(settings, options);
-  materialize_vit(config, settings, vit, options.device, nullptr, starting_weights);
-  return vit;
+  train::ModelRecipe<Vit> recipe;
+  recipe.describe = train::described<Vit>(settings.model);
+  recipe.draw = train::seeded_initialization<Vit>(settings.train.seed);
+  recipe.load = train::init_from_load<Vit>(config, [new_classifier = config.get_bool("model.new_classifier")](Vit& vit, const std::string& folder) {
+    load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
+  });
+  return recipe;
 }
 
 namespace {
@@ -143,25 +109,19 @@ std::unique_ptr<ImageTask> make_image_task(const config::Config& config, const V
   auto train = open_dataset(config, model, /*train=*/true, options.device);
   auto val = open_dataset(config, model, /*train=*/false, options.device);
   train::check_row_blocks(config, options.tp, {"train.micro_batch_size"});
-  ViTForImageClassification vit = describe_vit(settings, options);
-  train::ParallelOptions layout;
-  if (runtime) {
-    // "time" partitions time a micro-batch of blank images.
+  const train::ModelRecipe<ViTForImageClassification> recipe = vit_recipe(config, settings);
+  ViTForImageClassification vit = recipe.describe(options);
+  // "time" partitions time a micro-batch of blank images (no random draws).
+  const auto blank_micro_batch = [&]() -> train::Batch {
     const int64_t micro_batch = settings.train.micro_batch_size;
-    const torch::Tensor pixels = torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size},
-                                              torch::TensorOptions().device(options.device));  // no random draws
-    const torch::Tensor targets = smoothed_targets(
-        torch::zeros({micro_batch}, torch::TensorOptions(torch::kInt64).device(options.device)), model.num_labels, 0.0);
-    layout = train::parallel_options(*vit, config, *runtime, {pixels, targets});
-  }
-  const bool deferred = runtime && train::defers_trained_weights(config);
-  if (!deferred) {
-    const train::StageParts parts = train::stage_parts(*vit, layout.plan);  // only this rank's stage gets storage
-    materialize_vit(config, settings, vit, options.device,
-                    [&parts](const std::string& name) { return parts.holds(name); }, /*starting_weights=*/true);
-  }
-  auto task = std::make_unique<ImageTask>(vit, layout, std::move(train), std::move(val), config, settings);
-  if (deferred) task->defer_weights(deferred_vit_weights(config, settings, options));
+    const auto on_device = torch::TensorOptions().device(options.device);
+    const torch::Tensor labels = torch::zeros({micro_batch}, on_device.dtype(torch::kInt64));
+    return {torch::zeros({micro_batch, model.num_channels, model.image_size, model.image_size}, on_device),
+            smoothed_targets(labels, model.num_labels, 0.0)};
+  };
+  train::LaidOut laid = train::lay_out(recipe, vit, config, options, runtime, blank_micro_batch);
+  auto task = std::make_unique<ImageTask>(vit, laid.layout, std::move(train), std::move(val), config, settings);
+  task->defer_weights(std::move(laid.deferred));
   return task;
 }
 

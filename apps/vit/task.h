@@ -9,6 +9,7 @@
 #include "apps/vit/app_config.h"
 #include "apps/vit/dataset.h"
 #include "core/io/epoch_order.h"
+#include "core/train/model_recipe.h"
 #include "core/train/model_task.h"
 #include "core/train/train_settings.h"
 
@@ -22,10 +23,9 @@ struct VitSettings {
 };
 VitSettings read_settings(const config::Config& config);
 
-// The configured ViT built with `options`, seeded from train.seed, with model.init_from's weights when it names a
-// folder (a new classifier when model.new_classifier says so).
-ViTForImageClassification build_vit(const config::Config& config, const VitSettings& settings,
-                                    const parallel::ModelOptions& options, bool starting_weights = true);
+// The configured ViT: described with the run's layout, drawn from train.seed, then model.init_from's
+// weights when it names a folder (a new classifier under model.new_classifier).
+train::ModelRecipe<ViTForImageClassification> vit_recipe(const config::Config& config, const VitSettings& settings);
 
 class ImageTask : public train::ModelTask {
  public:

@@ -6,6 +6,7 @@
 // applies to.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,12 @@ namespace kuafu::hooks {
 class BlockModel : public SiteModel {
  public:
   // module(): the model's root module (the parts' paths start there).
-  // The head, each block and the tail as sites, named as their parts (filled by ParallelModel).
-  BlockSites& block_sites() final { return sites_; }
+  // The head, each block and the tail as sites, named as their parts: all of them until use_parts
+  // keeps a pipeline stage's (ParallelModel does), so the strategies reach a model run whole without one.
+  BlockSites& block_sites() final;
+  // Makes the sites those of the parts one rank holds: the head when `first`, the blocks `holds_block`
+  // keeps (null: all), the tail when `last`. Any hooks and wrappers on the old sites are dropped.
+  void use_parts(bool first, bool last, const std::function<bool(int64_t block)>& holds_block = nullptr);
 
   virtual int64_t num_blocks() const = 0;
   virtual ModelPart head_part() const = 0;
@@ -54,6 +59,7 @@ class BlockModel : public SiteModel {
 
  private:
   BlockSites sites_;
+  bool sites_made_ = false;
 };
 
 }  // namespace kuafu::hooks

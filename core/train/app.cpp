@@ -49,9 +49,13 @@ std::string load_checkpoint_weights(const config::Config& config, const std::str
 }
 
 nlohmann::json App::evaluate(RunTask& task, const Runtime& runtime) {
-  const LossSum sums = evaluate_task(task, *runtime.mesh->group("data"));
-  const double loss = sums.loss_sum / std::max(1.0, sums.count);
-  return {{"val_loss", loss}, {"val_perplexity", std::exp(loss)}, {task.item_name(), sums.count}};
+  nlohmann::json line = metrics_line(task, runtime, task.item_name());
+  // The default figure (a language model's perplexity) is val_ppl in metrics.jsonl, val_perplexity here.
+  if (line.contains("val_ppl")) {
+    line["val_perplexity"] = line["val_ppl"];
+    line.erase("val_ppl");
+  }
+  return line;
 }
 
 nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::string& items) {

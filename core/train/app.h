@@ -60,8 +60,8 @@ class App {
   // After a training run that was not stopped early, on every rank (e.g. a figure to compare with).
   virtual void after_training(const TrainSummary& /*summary*/, const Runtime& /*runtime*/) {}
 
-  // eval's figures of `task` (weights loaded), summed over the data ranks: by default the evaluation
-  // loss, its perplexity for a language model, and the items counted.
+  // eval's figures of `task` (weights loaded), summed over the data ranks: by default metrics_line's with
+  // the task's items (a language model's perplexity named val_perplexity).
   virtual nlohmann::json evaluate(RunTask& task, const Runtime& runtime);
 
   // The whole model on `device` with the run's shape and adapters, held by the App; export, generate and

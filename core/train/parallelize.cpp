@@ -28,16 +28,6 @@ ModuleMap modules_by_path(torch::nn::Module& root) {
   return found;
 }
 
-hooks::BlockCall call_of(const hooks::ModelPart& part, const ModuleMap& modules) {
-  hooks::BlockCall call{part.name, {}};
-  for (const auto& path : part.modules) {
-    const auto found = modules.find(path);
-    KUAFU_CHECK(found != modules.end(), "model part ", part.name, " names module ", path, ", which the model lacks");
-    call.modules.push_back(found->second.get());
-  }
-  return call;
-}
-
 }  // namespace
 
 ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
@@ -73,26 +63,15 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
     eval_engine_ = std::make_unique<pp::PipelineEngine>(one, options_.pipeline);
   }
   // The parts this rank holds become the model's block sites, for steps 4 and 5.
-  hooks::BlockSites& sites = model_.block_sites();
-  sites = hooks::BlockSites();
-  const ModuleMap modules = modules_by_path(model_.module());
   head_ = model_.head_part().name;
   tail_ = model_.tail_part().name;
-  // A part of one module is also found by it (a decode step calls its blocks by module).
-  auto add = [&](const hooks::ModelPart& part) {
-    hooks::BlockCall call = call_of(part, modules);
-    const torch::nn::Module* key = call.modules.size() == 1 ? call.modules.front() : nullptr;
-    sites.add(std::move(call), key);
-  };
-  if (options_.plan.first) add(model_.head_part());
   std::vector<std::string> held_blocks;
   for (int64_t i = 0; i < n; ++i) {
     blocks_.push_back(model_.block_part(i).name);
-    if (!options_.plan.holds_block(i)) continue;
-    add(model_.block_part(i));
-    held_blocks.push_back(blocks_.back());
+    if (options_.plan.holds_block(i)) held_blocks.push_back(blocks_.back());
   }
-  if (options_.plan.last) add(model_.tail_part());
+  model_.use_parts(options_.plan.first, options_.plan.last, [this](int64_t i) { return options_.plan.holds_block(i); });
+  hooks::BlockSites& sites = model_.block_sites();
   // 4. Activation checkpointing: every block this rank holds, or those the patterns name.
   if (options_.checkpoint_activations) {
     memory::checkpoint_blocks(sites, options_.checkpoint_blocks.empty() ? held_blocks : options_.checkpoint_blocks);

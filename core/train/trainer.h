@@ -16,6 +16,7 @@
 
 #include "core/config/config.h"
 #include "core/hooks/block_hooks.h"
+#include "core/hooks/block_sites.h"
 #include "core/train/checkpoint.h"
 #include "core/train/frozen_model.h"
 #include "core/train/model_state.h"
@@ -61,6 +62,14 @@ struct RunModel {
   // Trained weights left on the meta device for the sharded strategy to fill (lazy construction).
   DeferredWeights deferred;
 };
+
+// RunModel::set_block_hooks of a model whose blocks run through its own sites (it must outlive the run).
+inline std::function<bool(hooks::BlockHooks*)> hooks_through_sites(hooks::SiteModel& model) {
+  return [&model](hooks::BlockHooks* hooks) {
+    model.set_block_hooks(hooks);
+    return true;
+  };
+}
 
 // What a run gives the trainer: its models and its data.
 class RunTask {

@@ -64,6 +64,18 @@ TEST(GPTLazyBuildTest, MaterialisedInBf16EqualsTheEagerModelCast) {
   }
 }
 
+// A model owns its block sites: its head, blocks and tail without a ParallelModel (so a model run whole,
+// a frozen reference, takes strategies as it is), and a stage's parts once one keeps them.
+TEST(GPTLazyBuildTest, ItsBlockSitesAreItsPartsUntilAStageKeepsSome) {
+  GPT gpt = described_gpt();
+  std::vector<std::string> parts = {gpt->head_part().name};
+  for (int64_t i = 0; i < 4; ++i) parts.push_back(gpt->block_part(i).name);
+  parts.push_back(gpt->tail_part().name);
+  EXPECT_EQ(gpt->block_sites().names(), parts);
+  gpt->use_parts(/*first=*/false, /*last=*/true, [](int64_t block) { return block >= 2; });
+  EXPECT_EQ(gpt->block_sites().names(), std::vector<std::string>(parts.begin() + 3, parts.end()));
+}
+
 // The second of two stages holds blocks 2 and 3 and the tail (final norm and the tied embedding): only
 // those get storage, and they equal the eager model's, although the first stage's parameters come
 // before them in the generator's order (they are drawn and dropped).

@@ -33,9 +33,11 @@ namespace kuafu::opt {
 namespace {
 namespace fs = std::filesystem;
 
-// The config's model, which these tests know to be an OPT.
+// The config's model as an evaluation makes it (whole, float32, adapters added), which these tests know to be an OPT.
 OPTForCausalLM build_opt(const config::Config& config, const parallel::ModelOptions& options) {
-  return OPTForCausalLM(std::dynamic_pointer_cast<OPTForCausalLMImpl>(build_model(config, options)));
+  const nn::CausalLMPtr model =
+      train::build(causal_lm_recipe(config, read_settings(config)), config, {train::Purpose::evaluate, options}).model;
+  return OPTForCausalLM(std::dynamic_pointer_cast<OPTForCausalLMImpl>(model));
 }
 
 // "What does wN mean?" -> a definition whose length varies with N, so rows pad differently.
