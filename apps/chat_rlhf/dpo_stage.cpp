@@ -19,8 +19,7 @@ DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_
     : PairTask(train, val, settings, pad_id, device, static_cast<double>(opt::shape_of(*policy).parameter_count())),
       policy_(std::move(policy)), reference_(std::move(reference)), train_cache_(train->pairs.size()),
       val_cache_(val->pairs.size()), dpo_(dpo) {
-  reference_->module().eval();
-  for (auto& p : reference_->module().parameters()) p.set_requires_grad(false);
+  train::freeze(reference_->module());
 }
 
 std::vector<train::RunModel> DpoTask::frozen_models() {

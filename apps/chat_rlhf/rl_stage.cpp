@@ -72,10 +72,8 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
   actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
   settings_.experience.sampling.stop_token = text_.format.eos;
   settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
-  for (torch::nn::Module* frozen : {&models_.reference->module(), static_cast<torch::nn::Module*>(models_.reward.get())}) {
-    frozen->eval();
-    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
-  }
+  train::freeze(models_.reference->module());
+  train::freeze(*models_.reward);
   step_sums_ = torch::zeros({6}, torch::kFloat64);
 }
 

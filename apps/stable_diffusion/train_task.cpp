@@ -37,11 +37,8 @@ DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique
       val_(std::move(val)), order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
   const int64_t side = pipeline_.unet->config.sample_size;
   latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
-  for (torch::nn::Module* frozen : {static_cast<torch::nn::Module*>(pipeline_.text_encoder.get()),
-                                    static_cast<torch::nn::Module*>(pipeline_.vae.get())}) {
-    frozen->eval();
-    for (auto& p : frozen->parameters()) p.set_requires_grad(false);
-  }
+  train::freeze(*pipeline_.text_encoder);
+  train::freeze(*pipeline_.vae);
 }
 
 std::vector<train::RunModel> DiffusionTask::models() {

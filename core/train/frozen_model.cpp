@@ -41,6 +41,11 @@ Materialization FrozenModel::materialization_of(const config::Config& config, co
   return how;
 }
 
+void freeze(torch::nn::Module& model) {
+  model.eval();
+  for (auto& p : model.parameters()) p.set_requires_grad(false);
+}
+
 FrozenModel::~FrozenModel() {
   if (hooks_installed_) options_.set_block_hooks(nullptr);
   offload_.reset();  // the weights return to the device

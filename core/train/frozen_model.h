@@ -25,6 +25,10 @@ struct FrozenModelOptions {
   std::function<bool(hooks::BlockHooks*)> set_block_hooks;
 };
 
+// A task's frozen model as any command runs it, with or without a trainer: evaluation mode (no dropout)
+// and no gradients.
+void freeze(torch::nn::Module& model);
+
 class FrozenModel {
  public:
   // Reads precision.dtype and memory.offload_frozen from `config` (the model's view). The model's
