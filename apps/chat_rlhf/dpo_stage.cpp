@@ -120,7 +120,7 @@ class DpoApp : public opt::CausalLmApp {
     const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
     train::Built<nn::CausalLMPtr> policy = train::build(recipe(), config_, {purpose, options});
     const nn::CausalLMPtr reference =
-        opt::load_causal_lm(reference_folder, train::frozen_materialization(config_, "reference", purpose, options.device));
+        train::build(opt::causal_lm_folder_recipe(reference_folder, "reference"), config_, {purpose, options}).model;
     check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference,
                       *policy.model, "the policy", *text.tokenizer);
     auto task = std::make_unique<DpoTask>(policy.model, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);

@@ -4,6 +4,7 @@
 
 #include "apps/chat_rlhf/experience.h"
 #include "core/train/frozen_model.h"
+#include "core/train/held_model.h"
 #include "core/train/model_recipe.h"
 #include "core/train/model_state.h"
 #include "core/train/parallelize.h"
@@ -127,7 +128,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
                                       rl.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts)};
   }, mini_batch, spec, memory);
   const double generated = static_cast<double>(rows * new_tokens);
-  line["critic_memory_strategy"] = critic_view.get_string("memory.strategy");
+  line["critic_memory_strategy"] = train::held_model(config, "critic").strategy;
   line["critic_precision"] = critic_view.get_string("precision.dtype");
   line["rollout_rows"] = rows;
   line["prompt_tokens"] = prompt_length;

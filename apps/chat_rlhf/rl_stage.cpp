@@ -535,9 +535,8 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
   // The frozen reference and reward models are made as the run holds them: in their compute dtype (their
   // config sections' precision.dtype), in host memory under their memory.offload_frozen.
-  const auto frozen = [&](const std::string& name) { return train::frozen_materialization(config_, name, purpose, options.device); };
-  models.reference = opt::load_causal_lm(reference, frozen("reference"));
-  models.reward = load_scored_model(rl_.reward_model, frozen("reward"));
+  models.reference = train::build(opt::causal_lm_folder_recipe(reference, "reference"), config_, {purpose, options}).model;
+  models.reward = train::build(scored_folder_recipe(rl_.reward_model, "reward"), config_, {purpose, options}).model;
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
                     "the actor", *text.tokenizer);

@@ -103,13 +103,18 @@ ScoredModel load_scored_model(const std::string& dir, torch::Device device, torc
   return load_scored_model(dir, train::Materialization::all_in(device, dtype));
 }
 
+train::ModelRecipe<ScoredModel> scored_folder_recipe(const std::string& dir, const std::string& name) {
+  train::ModelRecipe<ScoredModel> recipe{name, /*trained=*/false};
+  recipe.describe = train::described<ScoredModel>(read_scored_shape(io::read_hf_config(dir), dir + "/config.json"));
+  // As opt::causal_lm_folder_recipe: every weight (the head's too) read, nothing drawn.
+  recipe.draw = [dir](ScoredModel& model) {
+    train::load_pretrained(*model, model->tp, io::read_hf_folder(dir), scored_names(model->shape));
+  };
+  return recipe;
+}
+
 ScoredModel load_scored_model(const std::string& dir, const train::Materialization& how) {
-  const io::HfFolder folder = io::read_hf_folder(dir);
-  // As opt::load_causal_lm: described, given storage as `how` says, every weight (the head's too) read.
-  ScoredModel model(read_scored_shape(folder.config, dir + "/config.json"), parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(*model, how);
-  train::load_pretrained(*model, model->tp, folder, scored_names(model->shape));
-  return model;
+  return train::build_as(scored_folder_recipe(dir), how);
 }
 
 void save_scored_model(ScoredModel& model, const std::string& dir, const io::HfWriteOptions& options) {

@@ -60,7 +60,10 @@ torch::Tensor last_real_token(const torch::Tensor& real);
 // The trunk's shape of a sequence-classification folder's config.json (OPT or GPT-2; `where` names
 // it), refusing num_labels ≠ 1 by name.
 opt::LmShape read_scored_shape(const nlohmann::json& config, const std::string& where);
-// The sequence-classification model `dir` holds, whole on `device`, its weights held in `dtype`.
+// The sequence-classification model `dir` holds, every weight (the head's too) read from it: a frozen
+// model of a run (`name`: its section models.<name>), or a critic's start.
+train::ModelRecipe<ScoredModel> scored_folder_recipe(const std::string& dir, const std::string& name = "");
+// That model whole on `device`, its weights held in `dtype`.
 ScoredModel load_scored_model(const std::string& dir, torch::Device device = torch::kCPU,
                               torch::Dtype dtype = torch::kFloat32);
 // The same, its parameters made as `how` says (a frozen model's: FrozenModel::materialization_of).

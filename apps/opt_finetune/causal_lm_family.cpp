@@ -87,14 +87,20 @@ nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device, tor
   return load_causal_lm(dir, train::Materialization::all_in(device, dtype));
 }
 
+train::ModelRecipe<nn::CausalLMPtr> causal_lm_folder_recipe(const std::string& dir, const std::string& name) {
+  train::ModelRecipe<nn::CausalLMPtr> recipe{name, /*trained=*/false};
+  recipe.describe = [shape = read_lm_shape(io::read_hf_config(dir), dir + "/config.json")](parallel::ModelOptions options) {
+    options.device = torch::kMeta;
+    return shape.build(options);
+  };
+  // Every weight comes from the folder, so nothing is drawn, and no float32 copy of a model held in bf16
+  // is ever made.
+  recipe.draw = [dir](nn::CausalLMPtr& model) { load_lm_weights(*model, io::read_hf_folder(dir)); };
+  return recipe;
+}
+
 nn::CausalLMPtr load_causal_lm(const std::string& dir, const train::Materialization& how) {
-  const io::HfFolder folder = io::read_hf_folder(dir);
-  // Described, then given storage as `how` says and filled from the folder: every weight comes from it,
-  // so nothing is drawn, and no float32 copy of a model held in bf16 is ever made.
-  nn::CausalLMPtr model = read_lm_shape(folder.config, dir + "/config.json").build(parallel::ModelOptions::serial_on(torch::kMeta));
-  train::materialize(model->module(), how);
-  load_lm_weights(*model, folder);
-  return model;
+  return train::build_as(causal_lm_folder_recipe(dir), how);
 }
 
 void load_lm_weights(nn::CausalLM& model, const io::HfFolder& folder) {

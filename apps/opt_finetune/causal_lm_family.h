@@ -12,6 +12,7 @@
 #include "core/nn/causal_lm.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
+#include "core/train/model_recipe.h"
 
 namespace kuafu::opt {
 
@@ -49,8 +50,11 @@ const train::HfWeightNames& lm_weight_names(const LmShape& shape);
 // The shape `model` was built with.
 LmShape shape_of(nn::CausalLM& model);
 
-// The causal language model `dir` holds (OPTForCausalLM, GPT2LMHeadModel), whole on `device`, its
-// weights held in `dtype` (a frozen model's compute dtype: made in it, never in float32 first).
+// The causal language model `dir` holds (OPTForCausalLM, GPT2LMHeadModel), every weight read from it
+// (nothing drawn): a frozen model of a run (`name`: its section models.<name>), or one to chat with.
+train::ModelRecipe<nn::CausalLMPtr> causal_lm_folder_recipe(const std::string& dir, const std::string& name = "");
+// That model whole on `device`, its weights held in `dtype` (a frozen model's compute dtype: made in it,
+// never in float32 first).
 nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device = torch::kCPU,
                                torch::Dtype dtype = torch::kFloat32);
 // The same, its parameters made as `how` says (a frozen model's: FrozenModel::materialization_of).

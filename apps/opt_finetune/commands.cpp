@@ -50,10 +50,12 @@ nlohmann::json CausalLmApp::export_model(const std::string& out, io::HfWriteOpti
   if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
   nn::CausalLMPtr model = this->model();
   if (lora) {
-    // The adapters folded into the weights: a plain model with the adapted model's outputs.
-    nn::CausalLMPtr merged = settings_.model.build();
-    train::copy_named_weights(nn::merged_lora_weights(model->module(), *lora), merged->module());
-    model = merged;
+    // The adapters folded into a plain model of the same description (the merged weights are its draws):
+    // the adapted model's outputs.
+    const train::ModelRecipe<nn::CausalLMPtr> merged{"", /*trained=*/false, recipe().describe, [&](nn::CausalLMPtr& plain) {
+      train::copy_named_weights(nn::merged_lora_weights(model->module(), *lora), plain->module());
+    }};
+    model = train::build_as(merged, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
   }
   save_causal_lm(*model, out, options);
   return {{"adapter", false}};

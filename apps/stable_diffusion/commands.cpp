@@ -12,6 +12,7 @@
 #include "apps/stable_diffusion/vae_training.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
+#include "core/train/held_model.h"
 #include "core/train/hf_interop.h"
 #include "core/train/model_app.h"
 #include "core/train/parallelize.h"
@@ -96,9 +97,11 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     }
     UNet2DCondition unet = model();
     if (lora) {
-      unet = UNet2DCondition(unet_config_, torch::kMeta);
-      train::materialize(*unet, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
-      train::copy_named_weights(nn::merged_lora_weights(*model(), *lora), *unet);
+      // The adapters folded into a plain UNet of the same description: the merged weights are its draws.
+      const train::ModelRecipe<UNet2DCondition> merged{"", /*trained=*/false, recipe().describe, [&](UNet2DCondition& plain) {
+        train::copy_named_weights(nn::merged_lora_weights(*model(), *lora), *plain);
+      }};
+      unet = train::build_as(merged, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
     }
     write_pipeline(settings_.pipeline, out, {{"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }}});
     return {{"adapter", false}, {"unet", model_part()}, {"pipeline", settings_.pipeline}};
@@ -163,8 +166,8 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
 // latents and text encodings, the UNet alone in precision.dtype: what benchmarks/sd_sampling_diffusers.py
 // times in diffusers.
 nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
-  if (config_.get_string("memory.strategy") != "none") {
-    config_.fail_at("memory.strategy", "must be \"none\" with benchmark.sampling_steps: sampling is timed on the UNet alone");
+  if (train::held_model(config_, "unet").sharded()) {
+    config_.model_view("unet").fail_at("memory.strategy", "must be \"none\" with benchmark.sampling_steps: sampling is timed on the UNet alone");
   }
   const torch::Dtype dtype = optim::compute_dtype(config_, runtime.device);
   model()->to(dtype);

@@ -28,11 +28,12 @@ namespace {
 
 // A float32 VAE on `device` holding `vae`'s (reduced-precision) weights, for decoding.
 AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device) {
-  AutoencoderKL copy(vae->config, torch::kMeta);
-  train::materialize(*copy, train::Materialization::all_in(device, torch::kFloat32));
-  train::copy_named_weights(train::named_weights(*vae), *copy);
-  copy->eval();
-  return copy;
+  train::ModelRecipe<AutoencoderKL> copy{"", /*trained=*/false};
+  copy.describe = [config = vae->config](const parallel::ModelOptions&) { return AutoencoderKL(config, torch::kMeta); };
+  copy.draw = [vae](AutoencoderKL& fresh) { train::copy_named_weights(train::named_weights(*vae), *fresh); };
+  AutoencoderKL made = train::build_as(copy, train::Materialization::all_in(device, torch::kFloat32));
+  made->eval();
+  return made;
 }
 
 // Refuses a request whose activations the machine cannot hold, before anything of its size is made. The

@@ -108,12 +108,17 @@ nlohmann::json write_unet_config(const UNetConfig& c) {
           {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
 }
 
+train::ModelRecipe<UNet2DCondition> unet_folder_recipe(const std::string& dir) {
+  train::ModelRecipe<UNet2DCondition> recipe{"", /*trained=*/false};
+  recipe.describe = [config = read_unet_config(io::read_hf_config(dir), dir + "/config.json")](const parallel::ModelOptions&) {
+    return UNet2DCondition(config, torch::kMeta);
+  };
+  recipe.draw = [dir](UNet2DCondition& unet) { load_unet_weights(*unet, io::read_hf_folder(dir)); };
+  return recipe;
+}
+
 UNet2DCondition load_unet(const std::string& dir, const torch::Device& device, torch::Dtype dtype) {
-  const io::HfFolder folder = io::read_hf_folder(dir);
-  UNet2DCondition unet(read_unet_config(folder.config, dir + "/config.json"), torch::kMeta);
-  train::materialize(*unet, train::Materialization::all_in(device, dtype));
-  load_unet_weights(*unet, folder);
-  return unet;
+  return train::build_as(unet_folder_recipe(dir), train::Materialization::all_in(device, dtype));
 }
 
 void load_unet_weights(UNet2DConditionImpl& unet, const io::HfFolder& folder) {

@@ -11,6 +11,7 @@
 #include "apps/stable_diffusion/unet.h"
 #include "core/io/hf_folder.h"
 #include "core/nn/lora.h"
+#include "core/train/model_recipe.h"
 
 namespace kuafu::sd {
 
@@ -18,6 +19,8 @@ UNetConfig read_unet_config(const nlohmann::json& config, const std::string& whe
 nlohmann::json write_unet_config(const UNetConfig& config);
 
 // The UNet `dir` holds, on `device` in `dtype`, read straight into it (described, then filled; no draws).
+// The UNet `dir` holds, every weight read from it (nothing drawn).
+train::ModelRecipe<UNet2DCondition> unet_folder_recipe(const std::string& dir);
 UNet2DCondition load_unet(const std::string& dir, const torch::Device& device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
 // A folder's weights into `unet` (made from its config): materialised tensors are filled, meta ones go
 // to the WeightSink in scope (a sharded strategy's chunks).

@@ -97,12 +97,17 @@ void read_vae_weights(AutoencoderKL& vae, io::HfFolder folder) {
 
 }  // namespace
 
+train::ModelRecipe<AutoencoderKL> vae_folder_recipe(const std::string& dir, const std::string& name, bool trained) {
+  train::ModelRecipe<AutoencoderKL> recipe{name, trained};
+  recipe.describe = [config = read_vae_config(io::read_hf_config(dir), dir + "/config.json")](const parallel::ModelOptions&) {
+    return AutoencoderKL(config, torch::kMeta);
+  };
+  recipe.draw = [dir](AutoencoderKL& vae) { load_vae_weights(vae, dir); };  // a missing weight is refused
+  return recipe;
+}
+
 AutoencoderKL load_vae(const std::string& dir, const torch::Device& device, torch::Dtype dtype) {
-  io::HfFolder folder = io::read_hf_folder(dir);
-  AutoencoderKL vae(read_vae_config(folder.config, dir + "/config.json"), torch::kMeta);
-  train::materialize(*vae, train::Materialization::all_in(device, dtype));
-  read_vae_weights(vae, std::move(folder));
-  return vae;
+  return train::build_as(vae_folder_recipe(dir), train::Materialization::all_in(device, dtype));
 }
 
 void load_vae_weights(AutoencoderKL& vae, const std::string& dir) { read_vae_weights(vae, io::read_hf_folder(dir)); }

@@ -11,13 +11,17 @@
 
 #include "apps/stable_diffusion/vae.h"
 #include "core/io/hf_folder.h"
+#include "core/train/model_recipe.h"
 
 namespace kuafu::sd {
 
 VaeConfig read_vae_config(const nlohmann::json& config, const std::string& where);
 nlohmann::json write_vae_config(const VaeConfig& config);
 
-// The VAE `dir` holds, on `device` in `dtype`, read straight into it (described, then filled; no draws).
+// The VAE `dir` holds, every weight read from it (nothing drawn): `name` its section models.<name>,
+// `trained` whether the run trains it.
+train::ModelRecipe<AutoencoderKL> vae_folder_recipe(const std::string& dir, const std::string& name = "", bool trained = false);
+// That VAE on `device` in `dtype`, read straight into it.
 AutoencoderKL load_vae(const std::string& dir, const torch::Device& device = torch::kCPU, torch::Dtype dtype = torch::kFloat32);
 // Reads the weights of VAE folder `dir` into `vae`, whose parameters have storage or (lazy construction)
 // go to the WeightSink in scope.

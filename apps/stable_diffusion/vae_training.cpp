@@ -149,13 +149,8 @@ class VaeApp : public train::ModelApp<AutoencoderKL> {
   }
 
  private:
-  // Every weight comes from the pipeline's vae/ folder (a missing one is refused), read as its draws.
-  train::ModelRecipe<AutoencoderKL> recipe() const override {
-    train::ModelRecipe<AutoencoderKL> recipe{"vae"};
-    recipe.describe = [config = vae_config_](const parallel::ModelOptions&) { return AutoencoderKL(config, torch::kMeta); };
-    recipe.draw = [folder = vae_folder()](AutoencoderKL& vae) { load_vae_weights(vae, folder); };
-    return recipe;
-  }
+  // Every weight comes from the pipeline's vae/ folder, read as its draws; the run trains it.
+  train::ModelRecipe<AutoencoderKL> recipe() const override { return vae_folder_recipe(vae_folder(), "vae", /*trained=*/true); }
   std::string vae_folder() const { return (std::filesystem::path(settings_.pipeline) / "vae").string(); }
 
   SdSettings settings_;

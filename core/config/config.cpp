@@ -345,6 +345,10 @@ const Config::Entry& Config::entry(const std::string& key) const {
 
 const Value& Config::typed(const std::string& key, Type type) const {
   const Value& value = entry(key).value;
+  {
+    const std::lock_guard<std::mutex> lock(shared_->mutex);
+    ++shared_->reads[view_of_.empty() ? key : "models." + view_of_ + "." + key];
+  }
   KUAFU_CHECK(value.index() == static_cast<size_t>(type), "config key '", key, "' holds ",
               describe_type(static_cast<Type>(value.index())), ", not ", describe_type(type));
   return value;
@@ -372,6 +376,12 @@ std::vector<std::string> Config::get_string_list(const std::string& key) const {
   return std::get<std::vector<std::string>>(typed(key, Type::kStringList));
 }
 
+int Config::reads(const std::string& key) const {
+  const std::lock_guard<std::mutex> lock(shared_->mutex);
+  const auto found = shared_->reads.find(key);
+  return found == shared_->reads.end() ? 0 : found->second;
+}
+
 bool Config::is_set(const std::string& key) const {
   return entry(key).set;
 }
@@ -382,6 +392,7 @@ std::string Config::source_of(const std::string& key) const {
 Config Config::model_view(const std::string& model) const {
   const std::string prefix = "models." + model + ".";
   Config view = *this;
+  view.view_of_ = model;
   for (const auto& [key, e] : entries_) {
     if (!e.set || key.rfind(prefix, 0) != 0) continue;
     const std::string base = key.substr(prefix.size());

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,31 @@ class Config {
   // key under "models.<model>." that the file or an override set replaces the top-level key of the same
   // name, which stays the default for every model. Errors at such a key name where it was set.
   Config model_view(const std::string& model) const;
+  // The model a view is of ("" for the config itself).
+  const std::string& view_of() const { return view_of_; }
+
+  // A value worked out once from this config and shared with its model views, which read the same file
+  // (a command's settings that several parts use, such as how each model is held): the first call under
+  // `key` makes it, later calls return it.
+  template <class T>
+  const T& once(const std::string& key, const std::function<T()>& make) const {
+    std::shared_ptr<const void> value;
+    {
+      const std::lock_guard<std::mutex> lock(shared_->mutex);
+      value = shared_->once[key];
+    }
+    if (!value) {
+      value = std::make_shared<const T>(make());  // outside the lock: `make` reads keys
+      const std::lock_guard<std::mutex> lock(shared_->mutex);
+      auto& slot = shared_->once[key];
+      if (!slot) slot = value;
+      value = slot;
+    }
+    return *std::static_pointer_cast<const T>(value);
+  }
+  // How many times this config and its views have read `key` with a getter, a view's reads counted
+  // under its models.<model>.<key> (for tests that a setting is read once).
+  int reads(const std::string& key) const;
 
   // The effective config: every key, sections by first dotted component, sorted; explicitly set
   // values carry a comment naming their source. from_string() reads it back to an equal Config.
@@ -69,9 +97,18 @@ class Config {
   const Entry& entry(const std::string& key) const;
   const Value& typed(const std::string& key, Type type) const;
 
+  // What the config and its views share.
+  struct Shared {
+    std::mutex mutex;
+    std::map<std::string, std::shared_ptr<const void>> once;
+    std::map<std::string, int> reads;
+  };
+
   Schema schema_;
   std::map<std::string, Entry> entries_;
   std::string path_;
+  std::string view_of_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 }  // namespace kuafu::config

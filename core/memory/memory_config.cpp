@@ -82,10 +82,10 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
 
 }  // namespace
 
-std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
-                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype,
-                                                    bool whole_gradients, DeferredWeights deferred) {
-  const std::string strategy = config.get_string("memory.strategy");
+std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, const std::string& strategy,
+                                                    torch::nn::Module& model, const dist::GroupPtr& group,
+                                                    torch::Dtype compute_dtype, bool whole_gradients,
+                                                    DeferredWeights deferred) {
   const PlacementOptions placement = placement_options(config, strategy, compute_dtype);
   if (strategy == "none") return nullptr;
   const int64_t chunk_numel =

@@ -10,12 +10,13 @@ namespace kuafu::memory {
 
 void add_memory_schema(config::Schema& schema);
 
-// The sharding strategy memory.strategy asks for (zero1, zero2, gemini) over `group`, with `model` cast
-// to `compute_dtype`; null for "none" (plain data parallelism). `whole_gradients`: ZeRO keeps whole
+// The sharding `strategy` (memory.strategy as the caller read it: zero1, zero2, gemini) over `group`, with
+// `model` cast to `compute_dtype`; null for "none" (plain data parallelism). `whole_gradients`: ZeRO keeps whole
 // gradients through a step and reduces them once (stage 1), as a pipeline step needs. `deferred`: how
 // trainable parameters left on the meta device (lazy construction) get their values.
-std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, torch::nn::Module& model,
-                                                    const dist::GroupPtr& group, torch::Dtype compute_dtype,
-                                                    bool whole_gradients = false, DeferredWeights deferred = {});
+std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, const std::string& strategy,
+                                                    torch::nn::Module& model, const dist::GroupPtr& group,
+                                                    torch::Dtype compute_dtype, bool whole_gradients = false,
+                                                    DeferredWeights deferred = {});
 
 }  // namespace kuafu::memory

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "core/train/held_model.h"
 #include "core/train/model_state.h"
 #include "core/train/step_profile.h"
 #include "core/util/error.h"
@@ -160,7 +161,7 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   };
   const StepTimes times = time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
-  const std::string strategy = config.get_string("memory.strategy");
+  const std::string& strategy = held_model(config).strategy;
   nlohmann::json line = {
       {"app", spec.app},
       {"config", config.path()},

@@ -1,6 +1,7 @@
 #include "core/train/frozen_model.h"
 
 #include "core/optim/mixed_precision.h"
+#include "core/train/held_model.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 
@@ -9,7 +10,7 @@ namespace kuafu::train {
 FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, torch::nn::Module& model,
                          FrozenModelOptions options)
     : model_(model), options_(std::move(options)), dtype_(optim::compute_dtype(config, runtime.device)) {
-  const bool offload = config.get_bool("memory.offload_frozen");
+  const bool offload = held_model(config).offload_frozen;
   for (const auto& item : model.named_parameters()) {
     const torch::Device& device = item.value().device();
     KUAFU_CHECK(device == runtime.device || (offload && device.is_cpu()), "frozen model ", options_.name, ": parameter ",
@@ -37,7 +38,7 @@ torch::Dtype FrozenModel::dtype_of(const config::Config& config, const std::stri
 Materialization FrozenModel::materialization_of(const config::Config& config, const std::string& name,
                                                 const torch::Device& device) {
   Materialization how = Materialization::all_in(device, dtype_of(config, name, device));
-  if (config.model_view(name).get_bool("memory.offload_frozen")) how.on_host = [](const std::string&) { return true; };
+  if (held_model(config, name).offload_frozen) how.on_host = [](const std::string&) { return true; };
   return how;
 }
 

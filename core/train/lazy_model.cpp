@@ -38,8 +38,4 @@ void give_zeros(const torch::nn::Module& model, const std::function<bool(const s
   }
 }
 
-bool defers_trained_weights(const config::Config& config) {
-  return config.get_string("memory.strategy") != "none";
-}
-
 }  // namespace kuafu::train

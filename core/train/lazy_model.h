@@ -49,11 +49,6 @@ void materialize(torch::nn::Module& model, const Materialization& how);
 // Whether any parameter of `model` is on the meta device.
 bool has_meta_parameters(const torch::nn::Module& model);
 
-// Whether a training task leaves its trained weights described only, for the sharded strategy
-// (memory.strategy zero1, zero2, gemini) to fill chunk by chunk (TrainTask::defer_weights): a float32
-// copy of the whole model never exists, on the device or the host.
-bool defers_trained_weights(const config::Config& config);
-
 // Hands the WeightSink in scope a zero value of each meta parameter of `model` it wants (those `which`
 // names; null: all): what train::materialize gives a parameter that nothing draws.
 void give_zeros(const torch::nn::Module& model, const std::function<bool(const std::string& name)>& which = nullptr);

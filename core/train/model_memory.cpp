@@ -6,6 +6,7 @@
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
+#include "core/train/held_model.h"
 #include "core/util/error.h"
 
 namespace kuafu::train {
@@ -70,7 +71,7 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   const double state = 4 * optimizer_slots(config.get_string("optim.name"));
   // Whole gradients are float32 main gradients under bf16/fp16 unless precision.grad_reduce = "compute".
   const double grads = static_cast<double>(torch::elementSize(optim::grad_dtype(dtype, optim::grad_reduce(config))));
-  const std::string strategy = config.get_string("memory.strategy");
+  const std::string& strategy = held_model(config).strategy;
   double per_parameter = compute + grads + masters + state;  // weights, gradients, masters, optimizer
   if (strategy == "zero1") per_parameter = compute + grads + (masters + state) / data;
   if (strategy == "zero2") per_parameter = compute + (compute + masters + state) / data;
@@ -109,7 +110,7 @@ void check_model_fits(const config::Config& config, const Runtime& runtime, doub
   }
   fail("the model of " + keys + " has " + number_text(parameters) + " parameters: its weights, gradients and optimizer " +
        "state need at least " + gib(needed) + " on each rank (memory.strategy = \"" +
-       config.get_string("memory.strategy") + "\", before activations), but this machine has " + gib(available) +
+       held_model(config).strategy + "\", before activations), but this machine has " + gib(available) +
        " available. Make the model smaller or spread it (parallel.tensor.size, parallel.pipeline, memory.strategy)");
 }
 

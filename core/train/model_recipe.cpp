@@ -2,6 +2,7 @@
 
 #include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
+#include "core/train/held_model.h"
 
 namespace kuafu::train {
 
@@ -20,13 +21,15 @@ Placing placing_for(const config::Config& config, const std::string& name, const
   } else if (!trained) {
     placing.how = FrozenModel::materialization_of(config, name, device);
   } else {
-    const config::Config section = section_of(config, name);
+    const HeldModel& held = held_model(config, name);
     if (frozen_base) {
       // A frozen base straight in the compute dtype ModelState would cast it to (host memory under
       // memory.offload_frozen); its float32 adapters are made afterwards.
-      placing.how = Materialization::all_in(device, optim::compute_dtype(section, device));
-      if (section.get_bool("memory.offload_frozen")) placing.how.on_host = [](const std::string&) { return true; };
-    } else if (defers_trained_weights(section)) {
+      placing.how = Materialization::all_in(device, optim::compute_dtype(section_of(config, name), device));
+      if (held.offload_frozen) placing.how.on_host = [](const std::string&) { return true; };
+    } else if (held.sharded()) {
+      // A float32 copy of the whole model never exists: the strategy fills its chunks as the weights
+      // are drawn and read.
       placing.described = true;
       return placing;
     } else {
@@ -35,11 +38,6 @@ Placing placing_for(const config::Config& config, const std::string& name, const
   }
   placing.how.holds = use.holds;
   return placing;
-}
-
-Materialization frozen_materialization(const config::Config& config, const std::string& name, Purpose purpose,
-                                       const torch::Device& device) {
-  return placing_for(config, name, {purpose, parallel::ModelOptions::serial_on(device)}, /*trained=*/false, /*frozen_base=*/false).how;
 }
 
 }  // namespace kuafu::train

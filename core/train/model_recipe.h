@@ -84,11 +84,6 @@ std::function<void(Model&)> init_from_load(const config::Config& config, std::fu
   };
 }
 
-// How a frozen model `name` read whole from a folder (a reference, a reward model) is made for `purpose`:
-// as FrozenModel holds it when the run trains, whole in float32 otherwise.
-Materialization frozen_materialization(const config::Config& config, const std::string& name, Purpose purpose,
-                                       const torch::Device& device);
-
 // The config as model `name` reads it: models.<name>.* over the top-level keys ("": the config itself).
 config::Config section_of(const config::Config& config, const std::string& name);
 
@@ -103,12 +98,11 @@ torch::nn::Module& module_of(Model& model) {
   }
 }
 
-// Gives a described model its storage and values for `use` (draws, then starting weights, then
-// adapters); or, for a trained model whose section's strategy shards, leaves it described and returns
-// how that strategy fills it (each replay on a fresh description).
+// Gives a described model its storage and values as `placing` says (draws, then starting weights, then
+// adapters); or leaves it described and returns how its strategy fills it (each replay on a fresh
+// description).
 template <class Model>
-DeferredWeights place(const ModelRecipe<Model>& recipe, Model& described, const config::Config& config, const ModelUse& use) {
-  const Placing placing = placing_for(config, recipe.name, use, recipe.trained, static_cast<bool>(recipe.adapt));
+DeferredWeights place_as(const ModelRecipe<Model>& recipe, Model& described, const Placing& placing, const ModelUse& use) {
   std::function<void(Model&)> draw = recipe.draw, load = use.starting_weights ? recipe.load : nullptr;
   if (load && recipe.load_gives_every_weight) {
     draw = load;
@@ -132,6 +126,13 @@ DeferredWeights place(const ModelRecipe<Model>& recipe, Model& described, const 
   return {};
 }
 
+// place_as for `use` as the model's section says (placing_for): for a trained model whose strategy
+// shards, left described.
+template <class Model>
+DeferredWeights place(const ModelRecipe<Model>& recipe, Model& described, const config::Config& config, const ModelUse& use) {
+  return place_as(recipe, described, placing_for(config, recipe.name, use, recipe.trained, static_cast<bool>(recipe.adapt)), use);
+}
+
 // A model made for a use, whole: materialised, or described with `deferred` set.
 template <class Model>
 struct Built {
@@ -144,6 +145,16 @@ Built<Model> build(const ModelRecipe<Model>& recipe, const config::Config& confi
   Model model = recipe.describe(use.options);
   DeferredWeights deferred = place(recipe, model, config, use);
   return {std::move(model), std::move(deferred)};
+}
+
+// A model made whole as `how` says, outside a run's sections (a model to chat with, or one its caller
+// places): described, given storage, drawn (a folder's read for a model loaded whole), loaded, adapted.
+template <class Model>
+Model build_as(const ModelRecipe<Model>& recipe, const Materialization& how) {
+  const ModelUse use{Purpose::evaluate, parallel::ModelOptions::serial_on(how.device)};
+  Model model = recipe.describe(use.options);
+  place_as(recipe, model, Placing{false, how}, use);
+  return model;
 }
 
 // A block model's layout and how its trained weights are filled.

@@ -8,6 +8,7 @@
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/checkpoint.h"
+#include "core/train/held_model.h"
 #include "core/util/logging.h"
 
 namespace kuafu::train {
@@ -22,9 +23,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   // the device from runtime.model_options()), masters, gradients and optimizer state follow them, and the tasks
   // put their batches there.
   // A lazily built model leaves its trainable weights on the meta device for the sharded strategy.
-  const std::string strategy = config.get_string("memory.strategy");
-  const bool deferred = options_.deferred && strategy != "none";
-  const bool frozen_on_host = config.get_bool("memory.offload_frozen");
+  const HeldModel& held = held_model(config);
+  const std::string& strategy = held.strategy;
+  const bool deferred = options_.deferred && held.sharded();
+  const bool frozen_on_host = held.offload_frozen;
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (deferred && p.is_meta() && p.requires_grad()) continue;
@@ -40,12 +42,12 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();
-  if (strategy != "none") {
+  if (held.sharded()) {
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
     // then holds them as ZeRO-1 does (DeepSpeed and Colossal-AI refuse ZeRO-2 with pipelines outright).
     // Gemini reduces each micro-batch's backward at its end (told through the block hooks).
-    sharded_ = memory::make_sharded_states(config, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
+    sharded_ = memory::make_sharded_states(config, strategy, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
                                            deferred ? options_.deferred : DeferredWeights{});
     if (deferred) load_deferred_weights();
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
@@ -77,7 +79,7 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   } else {
     init_replicated(replicas);
   }
-  if (config.get_bool("memory.offload_frozen")) offload_frozen_weights();
+  if (frozen_on_host) offload_frozen_weights();
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
   if (sharded_) {
     sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
@@ -109,7 +111,7 @@ void ModelState::load_deferred_weights() {
 
 void ModelState::offload_frozen_weights() {
   const std::string key = "memory.offload_frozen";
-  if (config_.get_string("memory.strategy") != "none") {
+  if (held_model(config_).sharded()) {
     config_.fail_at(key, "keeps frozen weights on the host by itself: use it with memory.strategy = \"none\" "
                          "(the trainable LoRA adapters are small)");
   }

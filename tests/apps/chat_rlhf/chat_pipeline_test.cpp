@@ -503,6 +503,30 @@ TEST_F(ChatPipelineTest, PpoFitCheckCountsEachModelFromItsOwnSection) {
   EXPECT_DOUBLE_EQ(size.parameters, 2 * actor + 2 * reward);
 }
 
+// A PPO run reads each model's memory strategy once: the fit check, the recipe's builder and the model's
+// state take it from one reading of the model's own section (train::held_model). The actor's was read
+// four times through two views, one of them the top-level keys.
+TEST_F(ChatPipelineTest, APpoRunReadsEachModelsMemoryStrategyOnce) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const config::Config config = config::Config::from_string(
+      rl_config(root_, "reads_run", 1, "prompts_per_rollout = 8\n") + "[models.actor.memory]\nstrategy = \"zero2\"\n",
+      "reads.toml", stage_schema(Stage::Ppo));
+  train::Runtime runtime = train::start_runtime(config, dist::World::single());
+  const std::unique_ptr<train::App> app = make_rl_app(config, Stage::Ppo);
+  train::check_model_fits(*app, config, runtime);
+  const std::unique_ptr<train::RunTask> task = app->make_task(runtime.model_options(), &runtime);
+  // The actor is left described for its own section's ZeRO-2, the critic (top level: none) is not.
+  const std::vector<train::RunModel> models = task->models();
+  ASSERT_EQ(models[0].name, "actor");
+  EXPECT_TRUE(static_cast<bool>(models[0].deferred));
+  ASSERT_EQ(models[1].name, "critic");
+  EXPECT_FALSE(static_cast<bool>(models[1].deferred));
+  const train::Trainer trainer(config, runtime, *task);
+  for (const char* model : {"actor", "critic", "reference", "reward"}) {
+    EXPECT_EQ(config.reads("models." + std::string(model) + ".memory.strategy"), 1) << model;
+  }
+}
+
 // A line the session cannot answer (bytes that are not text, a message longer than the context) is a
 // notice and the prompt again, not the end of the conversation.
 TEST_F(ChatPipelineTest, AnUnanswerableLineKeepsTheSession) {

@@ -155,9 +155,12 @@ TEST(ModelRecipeTest, AFrozenModelIsMadeAsFrozenModelHoldsIt) {
   EXPECT_FALSE(reference.deferred);
   expect_values(reference.model, torch::kBFloat16, true);
   // Evaluated: float32, in place.
-  const Materialization evaluated = frozen_materialization(config, "reference", Purpose::evaluate, torch::kCPU);
+  const Materialization evaluated = placing_for(config, "reference", {Purpose::evaluate, kCpu}, false, false).how;
   EXPECT_FALSE(static_cast<bool>(evaluated.on_host));
   EXPECT_EQ(evaluated.dtype_of("weight"), torch::kFloat32);
+  // Made as a caller places it (build_as): no section read, the folder's read as its draws.
+  RecipeToy placed = build_as(toy_recipe("reference", false, false), Materialization::all_in(torch::kCPU, torch::kBFloat16));
+  expect_values(placed, torch::kBFloat16, true);
 }
 
 TEST(ModelRecipeTest, ALoadThatGivesEveryWeightReplacesTheDraws) {

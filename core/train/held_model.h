@@ -1,0 +1,22 @@
+// How a run holds each of its models, read once per config: every part of a command that asks (the fit
+// check, the recipe's builder, the model's ModelState or FrozenModel, the benchmark's line) gets the same
+// reading of the model's own section (models.<name> over the top-level keys), so none can disagree.
+#pragma once
+
+#include <string>
+
+#include "core/config/config.h"
+
+namespace kuafu::train {
+
+struct HeldModel {
+  std::string strategy;         // memory.strategy: none, zero1, zero2 or gemini
+  bool offload_frozen = false;  // memory.offload_frozen
+  // Whether a trained model's weights, gradients and optimizer state are sharded in chunks.
+  bool sharded() const { return strategy != "none"; }
+};
+
+// Model `name`'s settings ("": the model `config` is a view of, or the config's one model).
+const HeldModel& held_model(const config::Config& config, const std::string& name = "");
+
+}  // namespace kuafu::train
