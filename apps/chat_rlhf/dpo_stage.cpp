@@ -23,12 +23,8 @@ DpoTask::DpoTask(nn::CausalLMPtr policy, nn::CausalLMPtr reference, std::shared_
 }
 
 std::vector<train::RunModel> DpoTask::frozen_models() {
-  train::RunModel reference;
-  reference.name = "reference";
-  reference.module = &reference_->module();
-  reference.trained = reference.saved = false;
-  reference.set_block_hooks = train::hooks_through_sites(*reference_);  // for its frozen weights' offload
-  return {reference};
+  // Its blocks take hooks for its frozen weights' offload.
+  return {train::frozen_run_model("reference", reference_->module(), reference_.get())};
 }
 
 std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& batch, const PreferenceSet& set,

@@ -78,45 +78,26 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
 }
 
 std::vector<train::RunModel> RlTask::models() {
-  std::vector<train::RunModel> out;
   // Each model's own sites (a scored model's score head in its tail) take the memory strategies.
-  train::RunModel actor;
-  actor.name = "actor";
+  std::vector<train::RunModel> out;
   if (models_.shared_trunk) {
-    actor.module = models_.critic->get();  // the actor's parameters and the value head's
-    // Its passes run through both sets of sites: the trunk with the value head and output layer
-    // (updates), the policy's own (sampling, experience, ptx).
+    // The actor's parameters and the value head's. Its passes run through both sets of sites: the trunk
+    // with the value head and output layer (updates), the policy's own (sampling, experience, ptx).
+    train::RunModel actor = train::trained_run_model("actor", **models_.critic, models_.actor_weights);
     actor.set_block_hooks = [this](hooks::BlockHooks* hooks) {
       (*models_.critic)->set_block_hooks(hooks);
       models_.actor->set_block_hooks(hooks);
       return true;
     };
+    out.push_back(actor);
   } else {
-    actor.module = &models_.actor->module();
-    actor.set_block_hooks = train::hooks_through_sites(*models_.actor);
+    out.push_back(train::trained_run_model("actor", *models_.actor, models_.actor_weights));
   }
-  actor.deferred = models_.actor_weights;
-  out.push_back(actor);
   if (models_.critic && !models_.shared_trunk) {
-    train::RunModel critic;
-    critic.name = "critic";
-    critic.deferred = models_.critic_weights;
-    critic.module = models_.critic->get();
-    critic.set_block_hooks = train::hooks_through_sites(**models_.critic);
-    out.push_back(critic);
+    out.push_back(train::trained_run_model("critic", **models_.critic, models_.critic_weights));
   }
-  train::RunModel reference;
-  reference.name = "reference";
-  reference.module = &models_.reference->module();
-  reference.trained = reference.saved = false;
-  reference.set_block_hooks = train::hooks_through_sites(*models_.reference);
-  out.push_back(reference);
-  train::RunModel reward;
-  reward.name = "reward";
-  reward.module = models_.reward.get();
-  reward.trained = reward.saved = false;
-  reward.set_block_hooks = train::hooks_through_sites(*models_.reward);
-  out.push_back(reward);
+  out.push_back(train::frozen_run_model("reference", models_.reference->module(), models_.reference.get()));
+  out.push_back(train::frozen_run_model("reward", *models_.reward, models_.reward.get()));
   return out;
 }
 

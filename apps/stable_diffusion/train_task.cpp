@@ -42,20 +42,9 @@ DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique
 }
 
 std::vector<train::RunModel> DiffusionTask::models() {
-  train::RunModel unet;
-  unet.name = "unet";
-  unet.module = pipeline_.unet.get();
-  unet.set_block_hooks = train::hooks_through_sites(*pipeline_.unet);
-  unet.deferred = unet_weights_;
-  train::RunModel text_encoder;
-  text_encoder.name = "text_encoder";
-  text_encoder.module = pipeline_.text_encoder.get();
-  text_encoder.trained = text_encoder.saved = false;
-  train::RunModel vae;
-  vae.name = "vae";
-  vae.module = pipeline_.vae.get();
-  vae.trained = vae.saved = false;
-  return {unet, text_encoder, vae};
+  return {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
+          train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
+          train::frozen_run_model("vae", *pipeline_.vae)};
 }
 
 std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const {

@@ -2,12 +2,13 @@
 // A recipe says how the model is described (on the meta device), drawn (the serial model's seeded
 // draws, or a folder's read for a model whose every weight comes from one), loaded (model.init_from's
 // weights) and adapted (LoRA adapters over a frozen base), and whether it trains. The builder reads the
-// memory strategy, the compute dtype and memory.offload_frozen from the model's own section
-// (models.<name> over the top-level keys) and returns the model materialised, or, for a trained model
-// whose strategy shards (ZeRO, Gemini), described with the DeferredWeights its state fills it from.
-//   ModelRecipe<GPT> recipe{"", describe, seeded_initialization<GPT>(seed), load};
+// memory strategy (train::held_model), the compute dtype and memory.offload_frozen from the model's own
+// section (models.<name> over the top-level keys) and returns the model materialised, or, for a trained
+// model whose strategy shards (ZeRO, Gemini), described with the DeferredWeights its state fills it from.
+//   ModelRecipe<GPT> recipe{"", /*trained=*/true, described<GPT>(shape), seeded_initialization<GPT>(seed)};
 //   Built<GPT> built = build(recipe, config, {Purpose::benchmark, ModelOptions::serial_on(device), false});
 //   LaidOut laid = lay_out(recipe, described, config, options, runtime, sample);  // a training task's
+//   GPT loaded = build_as(recipe, Materialization::all_in(device, dtype));       // placed by its caller
 #pragma once
 
 #include <functional>

@@ -37,6 +37,24 @@ std::map<std::string, torch::Tensor> RunTask::further_losses(int pass, int64_t, 
 
 bool TrainTask::set_block_hooks(hooks::BlockHooks* /*hooks*/) { return false; }
 
+RunModel trained_run_model(std::string name, hooks::SiteModel& model, DeferredWeights deferred) {
+  RunModel trained;
+  trained.name = std::move(name);
+  trained.module = &model.module();
+  trained.set_block_hooks = hooks_through_sites(model);
+  trained.deferred = std::move(deferred);
+  return trained;
+}
+
+RunModel frozen_run_model(std::string name, torch::nn::Module& module, hooks::SiteModel* sites) {
+  RunModel frozen;
+  frozen.name = std::move(name);
+  frozen.module = &module;
+  frozen.trained = frozen.saved = false;
+  if (sites) frozen.set_block_hooks = hooks_through_sites(*sites);
+  return frozen;
+}
+
 std::vector<RunModel> TrainTask::models() {
   RunModel one;
   one.module = &model();

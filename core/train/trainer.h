@@ -71,6 +71,12 @@ inline std::function<bool(hooks::BlockHooks*)> hooks_through_sites(hooks::SiteMo
   };
 }
 
+// A trained model of a run whose blocks run through its own sites (the memory strategies reach them),
+// with its weights left for its strategy to fill when `deferred` is set.
+RunModel trained_run_model(std::string name, hooks::SiteModel& model, DeferredWeights deferred = {});
+// A frozen model of a run, not kept in checkpoints; with `sites`, its blocks take hooks (offload_frozen).
+RunModel frozen_run_model(std::string name, torch::nn::Module& module, hooks::SiteModel* sites = nullptr);
+
 // What a run gives the trainer: its models and its data.
 class RunTask {
  public:
