@@ -29,9 +29,9 @@ namespace kuafu::train {
 // of several models (RLHF's PPO) lists each in `models`, counted as its own config section holds it.
 struct ModelSize {
   double parameters = 0;
-  std::vector<std::string> keys;
+  std::vector<std::string> keys = {};
   double frozen = 0;  // of the parameters, those that do not train (a LoRA run's base model)
-  std::vector<SizedModel> models;  // empty: the one model above
+  std::vector<SizedModel> models = {};  // empty: the one model above
 };
 
 // Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and

@@ -28,12 +28,12 @@ namespace kuafu::train {
 // writes its own, in parallel; see checkpoint_shards.h).
 struct CheckpointPart {
   std::string name;                  // "" for an app's one model
-  io::NamedTensors weights;          // parameters (float32 masters in mixed precision) and buffers
-  io::NamedTensors optimizer_state;  // empty for a frozen model (no optimizer file)
-  std::string optimizer_name;        // empty for a frozen model (no optimizer file)
+  io::NamedTensors weights = {};          // parameters (float32 masters in mixed precision) and buffers
+  io::NamedTensors optimizer_state = {};  // empty for a frozen model (no optimizer file)
+  std::string optimizer_name = "";        // empty for a frozen model (no optimizer file)
   bool sharded = false;              // true: the pieces below instead of `weights` and `optimizer_state`
-  std::vector<TensorPiece> weight_pieces;  // this rank's, of tensors no other rank writes
-  std::vector<TensorPiece> state_pieces;
+  std::vector<TensorPiece> weight_pieces = {};  // this rank's, of tensors no other rank writes
+  std::vector<TensorPiece> state_pieces = {};
 };
 
 class CheckpointStore {

@@ -26,14 +26,14 @@ namespace kuafu::train {
 struct Materialization {
   torch::Device device = torch::kCPU;
   // Each parameter's dtype, by name (null: float32).
-  std::function<torch::Dtype(const std::string& name)> dtype_of;
+  std::function<torch::Dtype(const std::string& name)> dtype_of = nullptr;
   // Whether this rank holds a parameter (null: all). One it does not stays on the meta device: another
   // pipeline stage's, which ParallelModel then drops.
-  std::function<bool(const std::string& name)> holds;
+  std::function<bool(const std::string& name)> holds = nullptr;
   // Whether a parameter is made in host memory instead (page-locked when `device` is a GPU): the frozen
   // weights memory.offload_frozen keeps there (null: none). Initialise such a model with a WeightSink
   // on `device` in scope, so its values are drawn where an eager model's are.
-  std::function<bool(const std::string& name)> on_host;
+  std::function<bool(const std::string& name)> on_host = nullptr;
 
   // Every parameter on `device` in `dtype` (a model loaded whole, or frozen in its compute dtype).
   static Materialization all_in(const torch::Device& device, torch::Dtype dtype) {

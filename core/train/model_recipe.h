@@ -35,24 +35,24 @@ struct ModelRecipe {
   std::string name;    // its section models.<name> and checkpoint part; "" for an app's one model
   bool trained = true; // false: a frozen model of the run (held as train::FrozenModel holds it)
   // The model described with `options`' layers and cuts (the device is set to meta: no storage).
-  std::function<Model(parallel::ModelOptions options)> describe;
+  std::function<Model(parallel::ModelOptions options)> describe = nullptr;
   // Its first values, on a model given storage or into the WeightSink in scope for a described one.
-  std::function<void(Model&)> draw;
+  std::function<void(Model&)> draw = nullptr;
   // Its starting weights over the draws (model.init_from's folder); null: none.
-  std::function<void(Model&)> load;
+  std::function<void(Model&)> load = nullptr;
   // Whether `load` gives every weight (a whole folder): then it runs instead of the draws, so nothing is
   // filled twice.
   bool load_gives_every_weight = false;
   // Trained parts added over the loaded weights, which then stay frozen while it trains (a LoRA run's
   // adapters; `host_base`: the base lies in host memory, so the adapters go to the run's device); null: none.
-  std::function<void(Model&, std::optional<torch::Device> host_base)> adapt;
+  std::function<void(Model&, std::optional<torch::Device> host_base)> adapt = nullptr;
 };
 
 struct ModelUse {
   Purpose purpose = Purpose::evaluate;
   parallel::ModelOptions options;  // the layout and the run's device
   bool starting_weights = true;    // false: the draws only (a checkpoint's weights replace them, or a benchmark's)
-  std::function<bool(const std::string& name)> holds;  // the parameters this rank holds (null: all)
+  std::function<bool(const std::string& name)> holds = nullptr;  // the parameters this rank holds (null: all)
 };
 
 // How a model is made for a use, from its section: left described for a sharded strategy, or given
