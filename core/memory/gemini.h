@@ -54,7 +54,7 @@ struct GeminiOptions {
   torch::Dtype dtype = torch::kFloat32;  // the model's compute dtype (masters stay float32)
   PlacementOptions placement;
   optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
-  DeferredWeights deferred;  // how trainable parameters left on the meta device get their values
+  DeferredWeights deferred = {};  // how trainable parameters left on the meta device get their values
 };
 
 class Gemini : public ChunkedMasters, public hooks::BlockHooks {

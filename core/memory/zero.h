@@ -21,7 +21,7 @@ struct ZeroOptions {
   int64_t chunk_numel = 0;               // elements per chunk; 0: search
   torch::Dtype dtype = torch::kFloat32;  // the model's compute dtype (masters stay float32)
   optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
-  DeferredWeights deferred;  // how trainable parameters left on the meta device get their values
+  DeferredWeights deferred = {};  // how trainable parameters left on the meta device get their values
 };
 
 class ZeroRedundancy : public ChunkedMasters {

@@ -28,7 +28,7 @@ struct HfWeightNames {
   std::string tied_head;       // a stored copy of the embedding the model keeps once ("lm_head.weight")
   std::string tied_embedding;  // the model's name for that embedding; the copy must equal it
   // Model tensors the folder may lack, which keep their initial values (a new head).
-  std::vector<std::string> fresh_prefixes;
+  std::vector<std::string> fresh_prefixes = {};
 };
 
 // Starts `model` from `folder`'s weights whatever its tensor-parallel layout: each stored tensor is

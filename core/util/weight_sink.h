@@ -50,8 +50,8 @@ class ScopedWeightSink {
 // parameter to the current WeightSink.
 struct DeferredWeights {
   torch::Device device = torch::kCPU;
-  std::function<void()> initialize;
-  std::function<void()> load;
+  std::function<void()> initialize = nullptr;
+  std::function<void()> load = nullptr;
   explicit operator bool() const { return static_cast<bool>(initialize); }
 };
 
