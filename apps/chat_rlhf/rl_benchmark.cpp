@@ -42,10 +42,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
     using Model = decltype(describe(parallel::ModelOptions()));
     return train::ModelRecipe<Model>{std::move(name), trained, describe, [](Model& model) { model->initialize(); }};
   };
-  const auto describe_lm = [shape](parallel::ModelOptions options) {
-    options.device = torch::kMeta;
-    return shape.build(options);
-  };
+  const auto describe_lm = opt::described_lm(shape);
   const auto describe_scored = train::described<ScoredModel>(shape);
   nn::CausalLMPtr reference = train::build(drawn("reference", false, describe_lm), config, use).model;
   ScoredModel reward = train::build(drawn("reward", false, describe_scored), config, use).model;

@@ -87,12 +87,16 @@ nn::CausalLMPtr load_causal_lm(const std::string& dir, torch::Device device, tor
   return load_causal_lm(dir, train::Materialization::all_in(device, dtype));
 }
 
-train::ModelRecipe<nn::CausalLMPtr> causal_lm_folder_recipe(const std::string& dir, const std::string& name) {
-  train::ModelRecipe<nn::CausalLMPtr> recipe{name, /*trained=*/false};
-  recipe.describe = [shape = read_lm_shape(io::read_hf_config(dir), dir + "/config.json")](parallel::ModelOptions options) {
+std::function<nn::CausalLMPtr(parallel::ModelOptions)> described_lm(const LmShape& shape) {
+  return [shape](parallel::ModelOptions options) {
     options.device = torch::kMeta;
     return shape.build(options);
   };
+}
+
+train::ModelRecipe<nn::CausalLMPtr> causal_lm_folder_recipe(const std::string& dir, const std::string& name) {
+  train::ModelRecipe<nn::CausalLMPtr> recipe{name, /*trained=*/false};
+  recipe.describe = described_lm(read_lm_shape(io::read_hf_config(dir), dir + "/config.json"));
   // Every weight comes from the folder, so nothing is drawn, and no float32 copy of a model held in bf16
   // is ever made.
   recipe.draw = [dir](nn::CausalLMPtr& model) { load_lm_weights(*model, io::read_hf_folder(dir)); };

@@ -47,6 +47,8 @@ LmShape read_lm_shape(const nlohmann::json& config, const std::string& where);
 nlohmann::json write_lm_config(const LmShape& shape);
 // How the family's folders name the model's tensors.
 const train::HfWeightNames& lm_weight_names(const LmShape& shape);
+// A recipe's describe for `shape`'s model (OPT or GPT-2) on the meta device.
+std::function<nn::CausalLMPtr(parallel::ModelOptions)> described_lm(const LmShape& shape);
 // The shape `model` was built with.
 LmShape shape_of(nn::CausalLM& model);
 

@@ -28,10 +28,7 @@ train::ModelRecipe<nn::CausalLMPtr> causal_lm_recipe(const config::Config& confi
   const config::Config section = train::section_of(config, name);
   train::ModelRecipe<nn::CausalLMPtr> recipe;
   recipe.name = name;
-  recipe.describe = [shape = settings.model](parallel::ModelOptions options) {
-    options.device = torch::kMeta;
-    return shape.build(options);
-  };
+  recipe.describe = described_lm(settings.model);
   recipe.draw = train::seeded_initialization<nn::CausalLMPtr>(settings.train.seed);
   recipe.load = train::init_from_load<nn::CausalLMPtr>(section, [](nn::CausalLMPtr& model, const std::string& folder) {
     load_lm_weights(*model, io::read_hf_folder(folder));  // one stored tensor at a time

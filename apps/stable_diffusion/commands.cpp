@@ -30,17 +30,6 @@ const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_bloc
 // The benchmarks' text encodings: as many positions as CLIP's prompts (77 tokens).
 constexpr int64_t kTextTokens = 77;
 
-// `folder`'s weights into a UNet made from its config (empty: PyTorch's draws from `seed`). Meta
-// parameters go to the WeightSink in scope.
-void fill_unet(UNet2DConditionImpl& unet, const std::string& folder, uint64_t seed) {
-  if (!folder.empty()) {
-    load_unet_weights(unet, io::read_hf_folder(folder));
-    return;
-  }
-  torch::manual_seed(seed);
-  unet.initialize();
-}
-
 class SdApp : public train::ModelApp<UNet2DCondition> {
  public:
   explicit SdApp(const config::Config& config) : ModelApp(config), settings_(read_sd_settings(config)) {
@@ -117,10 +106,10 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   train::ModelRecipe<UNet2DCondition> recipe() const override {
     train::ModelRecipe<UNet2DCondition> recipe;
     recipe.name = "unet";
-    recipe.describe = [config = unet_config_](const parallel::ModelOptions&) { return UNet2DCondition(config, torch::kMeta); };
-    recipe.draw = [seed = settings_.train.seed](UNet2DCondition& unet) { fill_unet(*unet, "", seed); };
+    recipe.describe = train::described_whole<UNet2DCondition>(unet_config_);
+    recipe.draw = train::seeded_initialization<UNet2DCondition>(settings_.train.seed);
     if (!settings_.new_unet) {
-      recipe.load = [folder = unet_folder()](UNet2DCondition& unet) { fill_unet(*unet, folder, 0); };
+      recipe.load = [folder = unet_folder()](UNet2DCondition& unet) { load_unet_weights(*unet, io::read_hf_folder(folder)); };
       recipe.load_gives_every_weight = true;
     }
     if (train::lora_spec(config_)) {

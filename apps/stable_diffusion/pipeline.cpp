@@ -29,7 +29,7 @@ namespace {
 // A float32 VAE on `device` holding `vae`'s (reduced-precision) weights, for decoding.
 AutoencoderKL float32_copy(const AutoencoderKL& vae, const torch::Device& device) {
   train::ModelRecipe<AutoencoderKL> copy{"", /*trained=*/false};
-  copy.describe = [config = vae->config](const parallel::ModelOptions&) { return AutoencoderKL(config, torch::kMeta); };
+  copy.describe = train::described_whole<AutoencoderKL>(vae->config);
   copy.draw = [vae](AutoencoderKL& fresh) { train::copy_named_weights(train::named_weights(*vae), *fresh); };
   AutoencoderKL made = train::build_as(copy, train::Materialization::all_in(device, torch::kFloat32));
   made->eval();

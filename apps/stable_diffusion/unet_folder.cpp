@@ -110,9 +110,7 @@ nlohmann::json write_unet_config(const UNetConfig& c) {
 
 train::ModelRecipe<UNet2DCondition> unet_folder_recipe(const std::string& dir) {
   train::ModelRecipe<UNet2DCondition> recipe{"", /*trained=*/false};
-  recipe.describe = [config = read_unet_config(io::read_hf_config(dir), dir + "/config.json")](const parallel::ModelOptions&) {
-    return UNet2DCondition(config, torch::kMeta);
-  };
+  recipe.describe = train::described_whole<UNet2DCondition>(read_unet_config(io::read_hf_config(dir), dir + "/config.json"));
   recipe.draw = [dir](UNet2DCondition& unet) { load_unet_weights(*unet, io::read_hf_folder(dir)); };
   return recipe;
 }

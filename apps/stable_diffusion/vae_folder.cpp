@@ -99,9 +99,7 @@ void read_vae_weights(AutoencoderKL& vae, io::HfFolder folder) {
 
 train::ModelRecipe<AutoencoderKL> vae_folder_recipe(const std::string& dir, const std::string& name, bool trained) {
   train::ModelRecipe<AutoencoderKL> recipe{name, trained};
-  recipe.describe = [config = read_vae_config(io::read_hf_config(dir), dir + "/config.json")](const parallel::ModelOptions&) {
-    return AutoencoderKL(config, torch::kMeta);
-  };
+  recipe.describe = train::described_whole<AutoencoderKL>(read_vae_config(io::read_hf_config(dir), dir + "/config.json"));
   recipe.draw = [dir](AutoencoderKL& vae) { load_vae_weights(vae, dir); };  // a missing weight is refused
   return recipe;
 }

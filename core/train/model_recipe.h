@@ -73,6 +73,12 @@ std::function<Model(parallel::ModelOptions)> described(Args... args) {
   };
 }
 
+// The same for a model that is never cut, made whole as Model(args..., device) (SD's UNet and VAE).
+template <class Model, class... Args>
+std::function<Model(parallel::ModelOptions)> described_whole(Args... args) {
+  return [args...](const parallel::ModelOptions&) { return Model(args..., torch::Device(torch::kMeta)); };
+}
+
 // A recipe's load of the folder model.init_from names in `config` (null when it names none): `read(model,
 // folder)`, then a line saying where the weights came from.
 template <class Model>
