@@ -98,15 +98,10 @@ class DpoApp : public opt::CausalLmApp {
 
   // The policy as kuafu-opt counts it, and the frozen reference in its own section's dtype.
   train::ModelSize model_size() override {
-    train::ModelSize size = CausalLmApp::model_size();
-    size.models = {{"", size.parameters, size.frozen, /*trained=*/true}, {"reference", size.parameters, 0, /*trained=*/false}};
-    size.parameters *= 2;
-    return size;
+    return train::size_of({train::sized(recipe()), train::sized(reference_recipe(reference()))});
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     require_data_parallel(config_, runtime, options, Stage::Dpo);
-    const std::string reference_folder = dpo_.reference.empty() ? train::init_from(config_) : dpo_.reference;
-    if (reference_folder.empty()) config_.fail_at("dpo.reference", "is empty and so is model.init_from: DPO needs the SFT model as its reference");
     const ChatText text = chat_text(config_, settings_.data, settings_.model);
     auto train = read_preference_file(config_, "data.train", settings_.data.train, text);
     auto val = read_preference_file(config_, "data.val", settings_.data.val, text);
@@ -115,11 +110,10 @@ class DpoApp : public opt::CausalLmApp {
     // memory under memory.offload_frozen). An evaluation (no runtime): both whole in float32, as it runs them.
     const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
     train::Built<nn::CausalLMPtr> policy = train::build(recipe(), config_, {purpose, options});
-    const nn::CausalLMPtr reference =
-        train::build(opt::causal_lm_folder_recipe(reference_folder, "reference"), config_, {purpose, options}).model;
-    check_same_tokens(config_, dpo_.reference.empty() ? "model.init_from" : "dpo.reference", reference_folder, *reference,
-                      *policy.model, "the policy", *text.tokenizer);
-    auto task = std::make_unique<DpoTask>(policy.model, reference, train, val, settings_.train, dpo_, text.pad_id, options.device);
+    const ReferenceFolder folder = reference();
+    const nn::CausalLMPtr frozen = train::build(reference_recipe(folder), config_, {purpose, options}).model;
+    check_same_tokens(config_, folder.key, folder.folder, *frozen, *policy.model, "the policy", *text.tokenizer);
+    auto task = std::make_unique<DpoTask>(policy.model, frozen, train, val, settings_.train, dpo_, text.pad_id, options.device);
     task->defer_weights(std::move(policy.deferred));
     return task;
   }
@@ -130,6 +124,8 @@ class DpoApp : public opt::CausalLmApp {
     return line.str();
   }
  private:
+  ReferenceFolder reference() const { return reference_folder(config_, "dpo.reference", dpo_.reference); }
+
   DpoSettings dpo_;
 };
 

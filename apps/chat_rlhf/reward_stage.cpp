@@ -70,6 +70,8 @@ train::ModelRecipe<ScoredModel> reward_model_recipe(const config::Config& config
   recipe.load = train::init_from_load<ScoredModel>(config, [](ScoredModel& model, const std::string& folder) {
     load_scored_weights(model, folder);
   });
+  recipe.parameters = static_cast<double>(settings.model.parameter_count());
+  recipe.size_keys = {"model.hidden_size", "model.num_hidden_layers"};
   return recipe;
 }
 
@@ -78,9 +80,6 @@ class RewardApp : public train::ModelApp<ScoredModel> {
   explicit RewardApp(const config::Config& config)
       : ModelApp(config), settings_(opt::read_settings(config)), reward_(reward_settings(config)) {}
 
-  train::ModelSize model_size() override {
-    return {static_cast<double>(settings_.model.parameter_count()), {"model.hidden_size", "model.num_hidden_layers"}};
-  }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     require_data_parallel(config_, runtime, options, Stage::Reward);
     const ChatText text = chat_text(config_, settings_.data, settings_.model);

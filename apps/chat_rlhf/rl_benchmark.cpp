@@ -28,6 +28,19 @@ void generate_without_cache(nn::CausalLM& model, const std::vector<std::vector<i
 
 }  // namespace
 
+PpoBenchmarkRecipes ppo_benchmark_recipes(const opt::LmShape& shape) {
+  const auto drawn = [&shape](std::string name, bool trained, auto describe) {
+    using Model = decltype(describe(parallel::ModelOptions()));
+    train::ModelRecipe<Model> recipe{std::move(name), trained, describe, [](Model& model) { model->initialize(); }};
+    recipe.parameters = static_cast<double>(shape.parameter_count());
+    recipe.size_keys = {"model.shape", "model.hidden_size", "model.num_hidden_layers"};
+    return recipe;
+  };
+  const auto describe_scored = train::described<ScoredModel>(shape);
+  return {drawn("reference", false, opt::described_lm(shape)), drawn("reward", false, describe_scored),
+          drawn("critic", true, describe_scored)};
+}
+
 nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime& runtime, nn::CausalLMPtr actor,
                              const DeferredWeights& actor_weights, const opt::OptSettings& settings, const RlSettings& rl,
                              train::BenchmarkMemory& memory) {
@@ -38,15 +51,10 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   // of a model offloaded to the host); the critic, which trains, in float32 or left described for its
   // sharded strategy (ZeRO, Gemini) to fill.
   const train::ModelUse use{train::Purpose::benchmark, runtime.model_options(), /*starting_weights=*/false};
-  const auto drawn = [](std::string name, bool trained, auto describe) {
-    using Model = decltype(describe(parallel::ModelOptions()));
-    return train::ModelRecipe<Model>{std::move(name), trained, describe, [](Model& model) { model->initialize(); }};
-  };
-  const auto describe_lm = opt::described_lm(shape);
-  const auto describe_scored = train::described<ScoredModel>(shape);
-  nn::CausalLMPtr reference = train::build(drawn("reference", false, describe_lm), config, use).model;
-  ScoredModel reward = train::build(drawn("reward", false, describe_scored), config, use).model;
-  train::Built<ScoredModel> critic_built = train::build(drawn("critic", true, describe_scored), config, use);
+  const PpoBenchmarkRecipes drawn = ppo_benchmark_recipes(shape);
+  nn::CausalLMPtr reference = train::build(drawn.reference, config, use).model;
+  ScoredModel reward = train::build(drawn.reward, config, use).model;
+  train::Built<ScoredModel> critic_built = train::build(drawn.critic, config, use);
   ScoredModel critic = critic_built.model;
   const train::FrozenModel frozen_reference(config.model_view("reference"), runtime, reference->module(),
                                             {"reference", false, train::hooks_through_sites(*reference)});
@@ -125,8 +133,9 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
                                       rl.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts)};
   }, mini_batch, spec, memory);
   const double generated = static_cast<double>(rows * new_tokens);
-  line["critic_memory_strategy"] = train::held_model(config, "critic").strategy;
-  line["critic_precision"] = critic_view.get_string("precision.dtype");
+  const train::HeldModel& critic_held = train::held_model(config, "critic");
+  line["critic_memory_strategy"] = critic_held.strategy;
+  line["critic_precision"] = critic_held.precision;
   line["rollout_rows"] = rows;
   line["prompt_tokens"] = prompt_length;
   line["new_tokens"] = new_tokens;

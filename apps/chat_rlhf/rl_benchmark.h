@@ -9,10 +9,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/chat_rlhf/scored_model.h"
 #include "apps/chat_rlhf/stage_config.h"
 #include "core/train/benchmark.h"
+#include "core/train/model_recipe.h"
 
 namespace kuafu::chat {
+
+// The benchmark's models beside the actor, at its shape and drawn (random weights): the frozen reference
+// and reward model, and the critic, which trains.
+struct PpoBenchmarkRecipes {
+  train::ModelRecipe<nn::CausalLMPtr> reference;
+  train::ModelRecipe<ScoredModel> reward, critic;
+};
+PpoBenchmarkRecipes ppo_benchmark_recipes(const opt::LmShape& shape);
 
 // `actor`: the configured policy, built on runtime.device; the other three models are made beside it.
 // `actor_weights`: the actor left described for its sharded strategy (ZeRO, Gemini) to fill, as

@@ -429,28 +429,19 @@ class RlApp : public opt::CausalLmApp {
   // Each model as the run holds it, from its own section: the actor (its LoRA base frozen) and PPO's
   // critic train; the reference and the reward model are frozen weights in their compute dtype.
   train::ModelSize model_size() override {
-    const double actor = static_cast<double>(settings_.model.parameter_count());
-    // A folder's model from its config.json; one not there yet counts as the actor (make_task names it).
-    const auto folder_size = [actor](const std::string& dir) {
-      std::error_code missing;
-      if (dir.empty() || !std::filesystem::exists(dir + "/config.json", missing)) return actor;
-      return static_cast<double>(read_scored_shape(io::read_hf_config(dir), dir + "/config.json").parameter_count());
-    };
-    const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
-    std::vector<train::SizedModel> models = {
-        {"actor", actor, train::lora_spec(section_) ? actor : 0.0, /*trained=*/true}};
-    if (stage_ == Stage::Ppo && !rl_.shared_trunk) {
-      models.push_back({"critic", folder_size(rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init), 0, /*trained=*/true});
-    }
-    models.push_back({"reference", folder_size(reference), 0, /*trained=*/false});
-    models.push_back({"reward", folder_size(rl_.reward_model), 0, /*trained=*/false});
-    train::ModelSize size{0, {"model.hidden_size", "model.num_hidden_layers", "rl.reward_model"}, 0, {}};
-    for (const train::SizedModel& model : models) size.parameters += model.parameters;
-    size.models = std::move(models);
-    return size;
+    std::vector<train::SizedModel> models = {train::sized(recipe())};
+    if (separate_critic()) models.push_back(train::sized(critic_recipe()));
+    models.push_back(train::sized(reference_recipe(reference())));
+    models.push_back(train::sized(reward_recipe()));
+    return train::size_of(models);
+  }
+  // The PPO benchmark's: the actor and the other three drawn at its shape.
+  train::ModelSize benchmark_size() override {
+    const PpoBenchmarkRecipes drawn = ppo_benchmark_recipes(settings_.model);
+    return train::size_of({train::sized(recipe()), train::sized(drawn.critic), train::sized(drawn.reference), train::sized(drawn.reward)});
   }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override;
-  std::string describe(train::RunTask& task) override {
+  std::string describe(train::RunTask&) override {
     std::ostringstream line;
     line << (stage_ == Stage::Ppo ? "PPO" : "GRPO") << ": " << rl_.prompts_per_rollout << " prompts per rollout"
          << (stage_ == Stage::Grpo ? " x " + std::to_string(rl_.group_size) + " samples" : std::string()) << ", "
@@ -474,6 +465,35 @@ class RlApp : public opt::CausalLmApp {
   }
 
  private:
+  // PPO's critic, a model of its own unless it shares the actor's trunk: the folder of rl.critic_init
+  // (or of the reward model) gives its trunk, and its head too or the head starts at zero; nothing is
+  // drawn. It trains: float32, or left for its sharded strategy to fill.
+  bool separate_critic() const { return stage_ == Stage::Ppo && !rl_.shared_trunk; }
+  train::ModelRecipe<ScoredModel> critic_recipe() const {
+    const bool own = !rl_.critic_init.empty();
+    const std::string start = own ? rl_.critic_init : reward_folder();
+    train::ModelRecipe<ScoredModel> critic{"critic"};
+    const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
+    critic.describe = train::described<ScoredModel>(shape);
+    critic.draw = [start](ScoredModel& model) {
+      if (!load_scored_weights(model, start)) zero_value_head(model);
+    };
+    critic.parameters = static_cast<double>(shape.parameter_count());
+    critic.size_keys = {own ? "rl.critic_init" : "rl.reward_model"};
+    return critic;
+  }
+  ReferenceFolder reference() const { return reference_folder(config_, "rl.reference", rl_.reference); }
+  // The frozen reward model, rl.reward_model's folder (kuafu-chat rm export).
+  std::string reward_folder() const {
+    if (rl_.reward_model.empty()) config_.fail_at("rl.reward_model", "is empty: name the reward model's folder (kuafu-chat rm export)");
+    return rl_.reward_model;
+  }
+  train::ModelRecipe<ScoredModel> reward_recipe() const {
+    train::ModelRecipe<ScoredModel> recipe = scored_folder_recipe(reward_folder(), "reward");
+    recipe.size_keys = {"rl.reward_model"};
+    return recipe;
+  }
+
   Stage stage_;
   RlSettings rl_;
   std::optional<ScoredModel> with_value_head_;  // rl.shared_trunk: build_model's actor with its value head
@@ -489,7 +509,6 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
                                                     std::to_string(data->size()) + " data ranks");
     }
   }
-  if (rl_.reward_model.empty()) config_.fail_at("rl.reward_model", "is empty: name the reward model's folder (kuafu-chat rm export)");
   if (data && rl_.eval_prompts_count % data->size() != 0) {
     config_.fail_at("rl.eval_prompts_count", "(" + std::to_string(rl_.eval_prompts_count) + ") must divide among the " +
                                                  std::to_string(data->size()) + " data ranks (they generate together)");
@@ -512,15 +531,13 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   train::Built<nn::CausalLMPtr> actor = train::build(recipe(), config_, {purpose, options});
   models.actor = actor.model;
   models.actor_weights = std::move(actor.deferred);
-  const std::string reference = rl_.reference.empty() ? train::init_from(config_) : rl_.reference;
-  if (reference.empty()) config_.fail_at("rl.reference", "is empty and so is model.init_from: name the SFT model");
   // The frozen reference and reward models are made as the run holds them: in their compute dtype (their
   // config sections' precision.dtype), in host memory under their memory.offload_frozen.
-  models.reference = train::build(opt::causal_lm_folder_recipe(reference, "reference"), config_, {purpose, options}).model;
-  models.reward = train::build(scored_folder_recipe(rl_.reward_model, "reward"), config_, {purpose, options}).model;
+  const ReferenceFolder reference_folder = reference();
+  models.reference = train::build(reference_recipe(reference_folder), config_, {purpose, options}).model;
+  models.reward = train::build(reward_recipe(), config_, {purpose, options}).model;
   // All four read the actor's tokens: the same family and vocabulary.
-  check_same_tokens(config_, rl_.reference.empty() ? "model.init_from" : "rl.reference", reference, *models.reference, *models.actor,
-                    "the actor", *text.tokenizer);
+  check_same_tokens(config_, reference_folder.key, reference_folder.folder, *models.reference, *models.actor, "the actor", *text.tokenizer);
   check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor", *text.tokenizer);
   if (rl_.shared_trunk) {
     // The value head on the actor's trunk, fresh at zero (the reward model's head reads another trunk);
@@ -536,17 +553,8 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
     } else {
       zero_value_head(*models.critic);
     }
-  } else if (stage_ == Stage::Ppo) {
-    const std::string start = rl_.critic_init.empty() ? rl_.reward_model : rl_.critic_init;
-    const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
-    // Filled from the folder: nothing is drawn, since the trunk comes from it and the head too, or starts
-    // at zero. It trains: float32, or left for its sharded strategy to fill.
-    train::ModelRecipe<ScoredModel> critic{"critic"};
-    critic.describe = train::described<ScoredModel>(shape);
-    critic.draw = [start](ScoredModel& model) {
-      if (!load_scored_weights(model, start)) zero_value_head(model);
-    };
-    train::Built<ScoredModel> built = train::build(critic, config_, {purpose, parallel::ModelOptions::serial_on(options.device)});
+  } else if (separate_critic()) {
+    train::Built<ScoredModel> built = train::build(critic_recipe(), config_, {purpose, parallel::ModelOptions::serial_on(options.device)});
     models.critic.emplace(built.model);
     models.critic_weights = std::move(built.deferred);
   }

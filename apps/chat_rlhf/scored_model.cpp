@@ -105,7 +105,9 @@ ScoredModel load_scored_model(const std::string& dir, torch::Device device, torc
 
 train::ModelRecipe<ScoredModel> scored_folder_recipe(const std::string& dir, const std::string& name) {
   train::ModelRecipe<ScoredModel> recipe{name, /*trained=*/false};
-  recipe.describe = train::described<ScoredModel>(read_scored_shape(io::read_hf_config(dir), dir + "/config.json"));
+  const opt::LmShape shape = read_scored_shape(io::read_hf_config(dir), dir + "/config.json");
+  recipe.describe = train::described<ScoredModel>(shape);
+  recipe.parameters = static_cast<double>(shape.parameter_count());
   // As opt::causal_lm_folder_recipe: every weight (the head's too) read, nothing drawn.
   recipe.draw = [dir](ScoredModel& model) {
     train::load_pretrained(*model, model->tp, io::read_hf_folder(dir), scored_names(model->shape));

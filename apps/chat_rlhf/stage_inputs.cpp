@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <optional>
 
+#include "apps/opt_finetune/causal_lm_family.h"
+#include "core/train/hf_interop.h"
 #include "core/util/logging.h"
 #include "core/util/utf8.h"
 
@@ -27,6 +29,19 @@ ChatText chat_text(const config::Config& config, const opt::OptData& data, const
   text.pad_id = tokenizer->token_id("<pad>").value_or(text.format.eos);
   text.tokenizer = tokenizer;
   return text;
+}
+
+ReferenceFolder reference_folder(const config::Config& config, const std::string& key, const std::string& value) {
+  if (!value.empty()) return {key, value};
+  const std::string folder = train::init_from(config);
+  if (folder.empty()) config.fail_at(key, "is empty and so is model.init_from: name the SFT model (the frozen reference)");
+  return {"model.init_from", folder};
+}
+
+train::ModelRecipe<nn::CausalLMPtr> reference_recipe(const ReferenceFolder& reference) {
+  train::ModelRecipe<nn::CausalLMPtr> recipe = opt::causal_lm_folder_recipe(reference.folder, "reference");
+  recipe.size_keys = {reference.key};
+  return recipe;
 }
 
 void check_same_tokens(const config::Config& config, const std::string& key, const std::string& folder, nn::CausalLM& model,

@@ -9,6 +9,7 @@
 #include "apps/chat_rlhf/preference_data.h"
 #include "apps/opt_finetune/app_config.h"
 #include "core/config/config.h"
+#include "core/train/model_recipe.h"
 
 namespace kuafu::chat {
 
@@ -27,6 +28,17 @@ ChatText chat_text(const config::Config& config, const opt::OptData& data, const
 // names the trained one in the message ("the actor", "the policy").
 void check_same_tokens(const config::Config& config, const std::string& key, const std::string& folder, nn::CausalLM& model,
                        nn::CausalLM& trained, const std::string& role, const io::BpeTokenizer& tokenizer);
+
+// The frozen reference of DPO and PPO/GRPO: the folder `key` names (dpo.reference, rl.reference), or
+// model.init_from's (the SFT model the trained one starts from) when it is empty; `key` names whichever
+// gave it. kuafu::Error at `key` when neither names one.
+struct ReferenceFolder {
+  std::string key;
+  std::string folder;
+};
+ReferenceFolder reference_folder(const config::Config& config, const std::string& key, const std::string& value);
+// Its recipe: a frozen model in its section models.reference, every weight from the folder.
+train::ModelRecipe<nn::CausalLMPtr> reference_recipe(const ReferenceFolder& reference);
 
 // The pairs of the file `path` (named by `key` in errors); kuafu::Error when missing or empty.
 std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& config, const std::string& key,

@@ -24,9 +24,6 @@ class GptApp : public train::ModelApp<GPT> {
  public:
   explicit GptApp(const config::Config& config) : ModelApp(config), settings_(read_settings(config)) {}
 
-  train::ModelSize model_size() override {
-    return {static_cast<double>(settings_.model.parameter_count()), {"model.n_layer", "model.n_embd"}};
-  }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return make_text_task(config_, settings_, options, runtime);
   }

@@ -18,6 +18,8 @@ train::ModelRecipe<GPT> gpt_recipe(const config::Config& config, const GptSettin
   recipe.describe = train::described<GPT>(settings.model);
   recipe.draw = train::seeded_initialization<GPT>(settings.train.seed);
   if (!train::init_from(config).empty()) recipe.load = [config](GPT& fresh) { gpt_format().load_init_weights(config, fresh); };
+  recipe.parameters = static_cast<double>(settings.model.parameter_count());
+  recipe.size_keys = {"model.n_layer", "model.n_embd"};
   return recipe;
 }
 

@@ -96,7 +96,9 @@ std::function<nn::CausalLMPtr(parallel::ModelOptions)> described_lm(const LmShap
 
 train::ModelRecipe<nn::CausalLMPtr> causal_lm_folder_recipe(const std::string& dir, const std::string& name) {
   train::ModelRecipe<nn::CausalLMPtr> recipe{name, /*trained=*/false};
-  recipe.describe = described_lm(read_lm_shape(io::read_hf_config(dir), dir + "/config.json"));
+  const LmShape shape = read_lm_shape(io::read_hf_config(dir), dir + "/config.json");
+  recipe.describe = described_lm(shape);
+  recipe.parameters = static_cast<double>(shape.parameter_count());
   // Every weight comes from the folder, so nothing is drawn, and no float32 copy of a model held in bf16
   // is ever made.
   recipe.draw = [dir](nn::CausalLMPtr& model) { load_lm_weights(*model, io::read_hf_folder(dir)); };

@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 CausalLmApp::CausalLmApp(const config::Config& config, std::string name)
     : ModelApp(config), name_(std::move(name)), section_(train::section_of(config, name_)), settings_(read_settings(config)) {}
 
-train::ModelSize CausalLmApp::model_size() {
-  // With LoRA the whole model stays frozen (the adapters, a fraction of a percent, are not counted).
-  const auto parameters = static_cast<double>(settings_.model.parameter_count());
-  return {parameters, {"model.shape", "model.hidden_size", "model.num_hidden_layers"},
-          train::lora_spec(section_) ? parameters : 0.0};
-}
-
 nlohmann::json CausalLmApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
   const LmShape& m = settings_.model;
   const int64_t context = settings_.data.context;

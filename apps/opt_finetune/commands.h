@@ -19,7 +19,6 @@ class CausalLmApp : public train::ModelApp<nn::CausalLMPtr> {
   // `name`: the model's section (models.<name> over the top-level keys; "" for kuafu-opt's and DPO's).
   explicit CausalLmApp(const config::Config& config, std::string name = "");
 
-  train::ModelSize model_size() override;
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override;
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
   train::TextFraming text_framing() override;

@@ -39,6 +39,8 @@ train::ModelRecipe<nn::CausalLMPtr> causal_lm_recipe(const config::Config& confi
       train::apply_configured_lora(section, model->module(), host_base);
     };
   }
+  recipe.parameters = static_cast<double>(settings.model.parameter_count());
+  recipe.size_keys = {"model.shape", "model.hidden_size", "model.num_hidden_layers"};
   return recipe;
 }
 

@@ -36,10 +36,6 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     unet_config_ = read_unet_config(io::read_hf_config(unet_folder()), unet_folder() + "/config.json");
   }
 
-  train::ModelSize model_size() override {
-    return {static_cast<double>(unet_config_.parameter_count()), {"model.pipeline"}};
-  }
-
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd");
     // The frozen text encoder and VAE are read straight into the dtype they run in; the UNet is made as
@@ -118,6 +114,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
         train::apply_configured_lora(config, *unet, host_base);
       };
     }
+    recipe.parameters = static_cast<double>(unet_config_.parameter_count());
+    recipe.size_keys = {"model.pipeline"};
     return recipe;
   }
   std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
@@ -155,10 +153,11 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
 // latents and text encodings, the UNet alone in precision.dtype: what benchmarks/sd_sampling_diffusers.py
 // times in diffusers.
 nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
-  if (train::held_model(config_, "unet").sharded()) {
+  const train::HeldModel& held = train::held_model(config_, "unet");
+  if (held.sharded()) {
     config_.model_view("unet").fail_at("memory.strategy", "must be \"none\" with benchmark.sampling_steps: sampling is timed on the UNet alone");
   }
-  const torch::Dtype dtype = optim::compute_dtype(config_, runtime.device);
+  const torch::Dtype dtype = train::compute_dtype(config_, runtime.device, "unet");
   model()->to(dtype);
   model()->eval();
   const UNetConfig& u = unet_config_;
@@ -181,7 +180,7 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
                          {"measures", "sampling"},
                          {"parameters", static_cast<int64_t>(model_size().parameters)},
                          {"batch", rows},
-                         {"precision", config_.get_string("precision.dtype")},
+                         {"precision", held.precision},
                          {"sampler", "ddim"},
                          {"sampling_steps", steps},
                          {"guidance", guidance},

@@ -101,6 +101,7 @@ train::ModelRecipe<AutoencoderKL> vae_folder_recipe(const std::string& dir, cons
   train::ModelRecipe<AutoencoderKL> recipe{name, trained};
   recipe.describe = train::described_whole<AutoencoderKL>(read_vae_config(io::read_hf_config(dir), dir + "/config.json"));
   recipe.draw = [dir](AutoencoderKL& vae) { load_vae_weights(vae, dir); };  // a missing weight is refused
+  for (const auto& p : recipe.describe({})->parameters()) recipe.parameters += static_cast<double>(p.numel());
   return recipe;
 }
 

@@ -105,12 +105,6 @@ class VaeApp : public train::ModelApp<AutoencoderKL> {
                   vae_config_.scale_factor();
   }
 
-  train::ModelSize model_size() override {
-    double parameters = 0;
-    for (const auto& p : AutoencoderKL(vae_config_, torch::kMeta)->parameters()) parameters += static_cast<double>(p.numel());
-    return {parameters, {"model.pipeline"}};
-  }
-
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd (VAE)");
     // The VAE trains in float32, or is left described for its sharded strategy to fill from the folder
@@ -150,7 +144,11 @@ class VaeApp : public train::ModelApp<AutoencoderKL> {
 
  private:
   // Every weight comes from the pipeline's vae/ folder, read as its draws; the run trains it.
-  train::ModelRecipe<AutoencoderKL> recipe() const override { return vae_folder_recipe(vae_folder(), "vae", /*trained=*/true); }
+  train::ModelRecipe<AutoencoderKL> recipe() const override {
+    train::ModelRecipe<AutoencoderKL> recipe = vae_folder_recipe(vae_folder(), "vae", /*trained=*/true);
+    recipe.size_keys = {"model.pipeline"};
+    return recipe;
+  }
   std::string vae_folder() const { return (std::filesystem::path(settings_.pipeline) / "vae").string(); }
 
   SdSettings settings_;

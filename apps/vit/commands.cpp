@@ -7,6 +7,7 @@
 #include "apps/vit/hugging_face.h"
 #include "core/dist/collectives.h"
 #include "core/optim/mixed_precision.h"
+#include "core/train/held_model.h"
 #include "core/train/model_app.h"
 
 namespace kuafu::vit {
@@ -17,10 +18,6 @@ class VitApp : public train::ModelApp<ViTForImageClassification> {
  public:
   explicit VitApp(const config::Config& config) : ModelApp(config), settings_(read_settings(config)) {}
 
-  train::ModelSize model_size() override {
-    return {static_cast<double>(settings_.model.parameter_count()),
-            {"model.num_hidden_layers", "model.hidden_size", "model.intermediate_size"}};
-  }
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     return make_image_task(config_, settings_, options, runtime);
   }
@@ -85,7 +82,7 @@ nlohmann::json VitApp::benchmark(const train::Runtime& runtime, train::Benchmark
   const int64_t batch = settings_.train.micro_batch_size;
   const auto on_device = torch::TensorOptions().device(runtime.device);
   const torch::Tensor pixels = torch::randn({batch, m.num_channels, m.image_size, m.image_size},
-                                            on_device.dtype(optim::compute_dtype(config_, runtime.device)));
+                                            on_device.dtype(train::compute_dtype(config_, runtime.device)));
   const torch::Tensor targets =
       smoothed_targets(torch::randint(m.num_labels, {batch}, on_device.dtype(torch::kInt64)), m.num_labels, 0.1);
   train::BenchmarkSpec spec;

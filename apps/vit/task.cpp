@@ -45,6 +45,8 @@ train::ModelRecipe<ViTForImageClassification> vit_recipe(const config::Config& c
   recipe.load = train::init_from_load<Vit>(config, [new_classifier = config.get_bool("model.new_classifier")](Vit& vit, const std::string& folder) {
     load_hf_weights(vit, io::read_hf_folder(folder), new_classifier);
   });
+  recipe.parameters = static_cast<double>(settings.model.parameter_count());
+  recipe.size_keys = {"model.num_hidden_layers", "model.hidden_size", "model.intermediate_size"};
   return recipe;
 }
 

@@ -32,17 +32,10 @@ void add_precision_schema(config::Schema& s) {
       .min(0);
 }
 
-torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device) {
-  const std::string name = config.get_string("precision.dtype");
-  if (name == "bf16") return torch::kBFloat16;
-  if (name == "fp64") return torch::kFloat64;
-  if (name == "fp16") {
-    if (!device.is_cuda()) {
-      config.fail_at("precision.dtype", "is \"fp16\" but the device is the CPU, where LibTorch lacks half-precision "
-                                        "kernels; use \"bf16\" on the CPU");
-    }
-    return torch::kFloat16;
-  }
+torch::Dtype dtype_named(const std::string& precision) {
+  if (precision == "bf16") return torch::kBFloat16;
+  if (precision == "fp16") return torch::kFloat16;
+  if (precision == "fp64") return torch::kFloat64;
   return torch::kFloat32;
 }
 
@@ -62,9 +55,9 @@ GradAverage grad_average(torch::Dtype reduce_dtype, int64_t ranks) {
   return low_precision(reduce_dtype) ? GradAverage{inverse, 1.0} : GradAverage{1.0, inverse};
 }
 
-std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config) {
+std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config, torch::Dtype compute) {
   const std::string mode = config.get_string("precision.loss_scale");
-  const bool dynamic = mode == "dynamic" || (mode == "auto" && config.get_string("precision.dtype") == "fp16");
+  const bool dynamic = mode == "dynamic" || (mode == "auto" && compute == torch::kFloat16);
   if (!dynamic) return std::nullopt;
   LossScalerOptions o;
   o.initial_scale = config.get_float("precision.initial_scale");

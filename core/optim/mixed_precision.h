@@ -36,11 +36,12 @@ struct GradAverage {
 };
 GradAverage grad_average(torch::Dtype reduce_dtype, int64_t ranks);
 
-// precision.dtype as a torch dtype; fp16 on a CPU device fails at the key (LibTorch's CPU kernels lack it).
-torch::Dtype compute_dtype(const config::Config& config, const torch::Device& device);
+// A precision.dtype value ("fp32", "bf16", "fp16", "fp64") as a torch dtype. A run reads it once per model
+// through train::compute_dtype, which also refuses fp16 on the CPU.
+torch::Dtype dtype_named(const std::string& precision);
 
-// The loss scaler precision.loss_scale asks for ("auto": dynamic for fp16, none otherwise).
-std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config);
+// The loss scaler precision.loss_scale asks for ("auto": dynamic for an fp16 `compute` dtype, none otherwise).
+std::optional<DynamicLossScaler> make_loss_scaler(const config::Config& config, torch::Dtype compute);
 
 // Frozen floating-point parameters (a LoRA base) to `dtype`: they need no masters and compute, and are
 // held, in the compute dtype.

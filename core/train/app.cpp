@@ -65,8 +65,20 @@ nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::st
   return line;
 }
 
-void check_model_fits(App& app, const config::Config& config, const Runtime& runtime) {
-  const ModelSize size = app.model_size();
+ModelSize size_of(const std::vector<SizedModel>& models) {
+  ModelSize size;
+  for (const SizedModel& model : models) {
+    size.parameters += model.parameters;
+    size.frozen += model.frozen;
+    for (const std::string& key : model.keys) {
+      if (std::find(size.keys.begin(), size.keys.end(), key) == size.keys.end()) size.keys.push_back(key);
+    }
+  }
+  if (models.size() > 1) size.models = models;
+  return size;
+}
+
+void check_model_fits(const ModelSize& size, const config::Config& config, const Runtime& runtime) {
   check_model_fits(config, runtime, size.parameters, size.keys, size.frozen, size.models);
 }
 
@@ -74,8 +86,7 @@ namespace {
 
 // Evaluation, generation and export make every model whole in float32: refused before building when
 // the machine cannot hold them.
-void check_whole_weights_fit(App& app, const config::Config& config, const torch::Device& device) {
-  const ModelSize size = app.model_size();
+void check_whole_weights_fit(const ModelSize& size, const config::Config& config, const torch::Device& device) {
   check_weights_fit(config, device, size.parameters, size.keys);
 }
 
@@ -83,7 +94,7 @@ void check_whole_weights_fit(App& app, const config::Config& config, const torch
 
 TrainSummary train_app(App& app, const config::Config& config) {
   Runtime runtime = start_runtime(config);
-  check_model_fits(app, config, runtime);
+  check_model_fits(app.model_size(), config, runtime);
   std::unique_ptr<RunTask> task = app.make_task(runtime.model_options(), &runtime);
   if (runtime.is_main()) {
     log::infof(app.describe(*task), "; ", runtime.world->size(), " rank(s) x ", runtime.threads, " thread(s)");
@@ -96,7 +107,7 @@ TrainSummary train_app(App& app, const config::Config& config) {
 
 void eval_app(App& app, const config::Config& config, const std::string& checkpoint) {
   Runtime runtime = start_runtime(config);
-  check_whole_weights_fit(app, config, runtime.device);
+  check_whole_weights_fit(app.model_size(), config, runtime.device);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
   std::unique_ptr<RunTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
   // Every model a checkpoint holds (the frozen ones it does not hold stay as built).
@@ -112,7 +123,7 @@ void eval_app(App& app, const config::Config& config, const std::string& checkpo
 void generate_app(App& app, const config::Config& config, const std::string& checkpoint, const std::string& prompt) {
   torch::set_num_threads(std::max(1, static_cast<int>(config.get_int("runtime.threads"))));
   const torch::Device device = resolve_device(config.get_string("runtime.device"), 0);
-  check_whole_weights_fit(app, config, device);
+  check_whole_weights_fit(app.built_model_size(), config, device);
   torch::nn::Module& model = app.build_model(device, checkpoint == "init");
   load_checkpoint_weights(config, checkpoint, model, app.model_part());
   GenerateSettings settings = generate_settings(config);
@@ -176,7 +187,7 @@ void export_app(App& app, const config::Config& config, const config::ParsedComm
   const std::string out = command.option("out");
   KUAFU_CHECK(!out.empty(), "export needs --out DIR (a new folder)");
   const std::string checkpoint = command.option("checkpoint");
-  check_whole_weights_fit(app, config, torch::kCPU);
+  check_whole_weights_fit(app.built_model_size(), config, torch::kCPU);
   torch::nn::Module& model = app.build_model(torch::kCPU, checkpoint == "init");
   const std::string folder = load_checkpoint_weights(config, checkpoint, model, app.model_part());
   nlohmann::json line = app.export_model(out, export_options(config), command);
@@ -197,7 +208,7 @@ void benchmark_app(App& app, const config::Config& config) {
                    "the whole model on every rank; pipeline figures come from benchmarks/pipeline_bubble and a `train` run's metrics");
   }
   Runtime runtime = start_runtime(config);
-  check_model_fits(app, config, runtime);
+  check_model_fits(app.benchmark_size(), config, runtime);
   BenchmarkMemory memory(runtime.device);  // before any model state
   torch::manual_seed(read_train_settings(config).seed);
   app.build_benchmark_model(runtime);

@@ -34,6 +34,10 @@ struct ModelSize {
   std::vector<SizedModel> models = {};  // empty: the one model above
 };
 
+// The size of a run of `models` (each declared by its recipe: train::sized): one is checked alone, several
+// each from its own section; their keys are named together.
+ModelSize size_of(const std::vector<SizedModel>& models);
+
 // Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and
 // how a row's new tokens are printed.
 struct TextFraming {
@@ -50,7 +54,11 @@ class App {
  public:
   virtual ~App() = default;
 
+  // The sizes of the models a run makes (train, eval), for the fit check.
   virtual ModelSize model_size() = 0;
+  // Of build_model's model (generate, export) and of the benchmark's models: by default the run's.
+  virtual ModelSize built_model_size() { return model_size(); }
+  virtual ModelSize benchmark_size() { return model_size(); }
   // The task built with `options` (its cuts and device): with `runtime`, laid out on its mesh (training:
   // pipeline stages, sequence parallelism, checkpointing); without, whole on options.device (evaluation).
   // An app with one model gives a TrainTask (a ModelTask); one with several (RLHF) a RunTask.
@@ -116,8 +124,8 @@ int run_app(const AppDefinition& app, int argc, const char* const argv[]);
 // val_loss, each metric by its key, and the items counted under `items` (e.g. "pairs").
 nlohmann::json metrics_line(RunTask& task, const Runtime& runtime, const std::string& items);
 
-// check_model_fits for the app's configured model.
-void check_model_fits(App& app, const config::Config& config, const Runtime& runtime);
+// check_model_fits for the models of `size` (the app's model_size() or benchmark_size()).
+void check_model_fits(const ModelSize& size, const config::Config& config, const Runtime& runtime);
 
 // The shared command bodies, for tests and for apps that wrap them.
 TrainSummary train_app(App& app, const config::Config& config);

@@ -161,16 +161,16 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   };
   const StepTimes times = time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
-  const std::string& strategy = held_model(config).strategy;
+  const HeldModel& held = held_model(config);
   nlohmann::json line = {
       {"app", spec.app},
       {"config", config.path()},
       {"parameters", spec.parameters},
       {"batch", rows},
       {"threads", runtime.threads},
-      {"precision", config.get_string("precision.dtype")},
+      {"precision", held.precision},
       {"optimizer", first.optimizer().name()},
-      {"memory_strategy", strategy},
+      {"memory_strategy", held.strategy},
       {"activation_checkpointing", config.get_bool("memory.activation_checkpointing")},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
@@ -182,7 +182,7 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   };
   line.update(memory.figures());
   line.update(spec.fields);
-  if (strategy != "none") line["memory_placement"] = strategy == "gemini" ? config.get_string("memory.placement") : "";
+  if (held.sharded()) line["memory_placement"] = held.strategy == "gemini" ? config.get_string("memory.placement") : "";
   for (const BenchmarkedModel& m : models) {
     for (const auto& [name, value] : m.state->memory_figures()) line[m.name.empty() ? name : m.name + "." + name] = value;
   }

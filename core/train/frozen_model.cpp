@@ -9,7 +9,7 @@ namespace kuafu::train {
 
 FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, torch::nn::Module& model,
                          FrozenModelOptions options)
-    : model_(model), options_(std::move(options)), dtype_(optim::compute_dtype(config, runtime.device)) {
+    : model_(model), options_(std::move(options)), dtype_(train::compute_dtype(config, runtime.device)) {
   const bool offload = held_model(config).offload_frozen;
   for (const auto& item : model.named_parameters()) {
     const torch::Device& device = item.value().device();
@@ -32,7 +32,7 @@ FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, t
 }
 
 torch::Dtype FrozenModel::dtype_of(const config::Config& config, const std::string& name, const torch::Device& device) {
-  return optim::compute_dtype(config.model_view(name), device);
+  return train::compute_dtype(config, device, name);
 }
 
 Materialization FrozenModel::materialization_of(const config::Config& config, const std::string& name,

@@ -5,6 +5,9 @@
 
 #include <string>
 
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
 #include "core/config/config.h"
 
 namespace kuafu::train {
@@ -12,11 +15,16 @@ namespace kuafu::train {
 struct HeldModel {
   std::string strategy;         // memory.strategy: none, zero1, zero2 or gemini
   bool offload_frozen = false;  // memory.offload_frozen
+  std::string precision;        // precision.dtype: fp32, bf16, fp16 or fp64
   // Whether a trained model's weights, gradients and optimizer state are sharded in chunks.
   bool sharded() const { return strategy != "none"; }
 };
 
 // Model `name`'s settings ("": the model `config` is a view of, or the config's one model).
 const HeldModel& held_model(const config::Config& config, const std::string& name = "");
+
+// Model `name`'s compute dtype on `device` (its precision.dtype); fp16 on a CPU device fails at the key
+// (LibTorch's CPU kernels lack it).
+c10::ScalarType compute_dtype(const config::Config& config, const c10::Device& device, const std::string& name = "");
 
 }  // namespace kuafu::train

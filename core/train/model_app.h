@@ -16,6 +16,11 @@ class ModelApp : public App {
  public:
   explicit ModelApp(const config::Config& config) : config_(config) {}
 
+  // The declared model's size, from its recipe: the run's unless an app of several models says otherwise,
+  // and build_model's and the benchmark's (the declared model alone) unless it does.
+  ModelSize model_size() override { return built_model_size(); }
+  ModelSize built_model_size() override { return size_of({sized(recipe())}); }
+  ModelSize benchmark_size() override { return built_model_size(); }
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
     built_.emplace(build(recipe(), config_, {Purpose::generate, parallel::ModelOptions::serial_on(device), starting_weights}));
     return module_of(built_->model);

@@ -65,7 +65,7 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   const double model_ranks = static_cast<double>(runtime.tensor.size()) * runtime.pipeline.stages;
   const double share = (parameters - frozen) / model_ranks;
   const double data = runtime.mesh->size("data");
-  const torch::Dtype dtype = optim::compute_dtype(config, runtime.device);
+  const torch::Dtype dtype = compute_dtype(config, runtime.device);
   const double compute = static_cast<double>(torch::elementSize(dtype));
   const double masters = dtype == torch::kFloat32 ? 0 : 4;  // float32 masters beside low-precision weights
   const double state = 4 * optimizer_slots(config.get_string("optim.name"));

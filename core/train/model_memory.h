@@ -23,6 +23,7 @@ struct SizedModel {
   double parameters = 0;
   double frozen = 0;     // of them, those that do not train (a LoRA base)
   bool trained = true;   // false: a frozen model, its weights alone in its compute dtype
+  std::vector<std::string> keys = {};  // the settings that size it
 };
 
 // least_training_bytes summed over `models`, each from config.model_view(name): a trained model's

@@ -25,7 +25,7 @@ Placing placing_for(const config::Config& config, const std::string& name, const
     if (frozen_base) {
       // A frozen base straight in the compute dtype ModelState would cast it to (host memory under
       // memory.offload_frozen); its float32 adapters are made afterwards.
-      placing.how = Materialization::all_in(device, optim::compute_dtype(section_of(config, name), device));
+      placing.how = Materialization::all_in(device, compute_dtype(config, device, name));
       if (held.offload_frozen) placing.how.on_host = [](const std::string&) { return true; };
     } else if (held.sharded()) {
       // A float32 copy of the whole model never exists: the strategy fills its chunks as the weights

@@ -15,11 +15,13 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/config/config.h"
 #include "core/parallel/tensor/factory.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
+#include "core/train/model_memory.h"
 #include "core/train/parallelize.h"
 #include "core/util/logging.h"
 #include "core/util/weight_sink.h"
@@ -46,7 +48,18 @@ struct ModelRecipe {
   // Trained parts added over the loaded weights, which then stay frozen while it trains (a LoRA run's
   // adapters; `host_base`: the base lies in host memory, so the adapters go to the run's device); null: none.
   std::function<void(Model&, std::optional<torch::Device> host_base)> adapt = nullptr;
+  // Its parameter count, worked out from its settings before anything is built (the fit check's), and
+  // the settings that give it (named when it does not fit).
+  double parameters = 0;
+  std::vector<std::string> size_keys = {};
 };
+
+// The model as the fit check counts it: its adapters' base frozen (the adapters, a fraction of a percent,
+// are not counted).
+template <class Model>
+SizedModel sized(const ModelRecipe<Model>& recipe) {
+  return {recipe.name, recipe.parameters, recipe.adapt ? recipe.parameters : 0.0, recipe.trained, recipe.size_keys};
+}
 
 struct ModelUse {
   Purpose purpose = Purpose::evaluate;

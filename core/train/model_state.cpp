@@ -18,7 +18,6 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
                        ModelStateOptions options)
     : config_(config), runtime_(runtime), model_(model), options_(std::move(options)) {
   schedule_ = std::make_unique<optim::LrSchedule>(optim::make_schedule(config, options_.steps));
-  scaler_ = optim::make_loss_scaler(config);
   // Everything the step touches lives on the run's device: the weights are made there (the layers take
   // the device from runtime.model_options()), masters, gradients and optimizer state follow them, and the tasks
   // put their batches there.
@@ -38,7 +37,8 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
                 ", not on the run's device ", runtime.device.str(),
                 ": build its layers with runtime.model_options() (its device)");
   }
-  dtype_ = optim::compute_dtype(config, runtime.device);
+  dtype_ = train::compute_dtype(config, runtime.device);
+  scaler_ = optim::make_loss_scaler(config, dtype_);
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();

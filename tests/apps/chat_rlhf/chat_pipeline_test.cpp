@@ -501,19 +501,34 @@ TEST_F(ChatPipelineTest, PpoFitCheckCountsEachModelFromItsOwnSection) {
   const double expected = 16 * actor + 16 * reward + 2 * actor + 4 * reward;
   EXPECT_NEAR(train::least_run_bytes(config, runtime, size.models), expected, 1e-9 * expected);
   EXPECT_DOUBLE_EQ(size.parameters, 2 * actor + 2 * reward);
+  // Each size from the model's recipe: its settings named, the folders' keys among them.
+  for (const char* key : {"model.hidden_size", "model.init_from", "rl.reward_model"}) {
+    EXPECT_NE(std::find(size.keys.begin(), size.keys.end(), key), size.keys.end()) << key;
+  }
+  // export and generate make the actor alone; the benchmark draws the other three at the actor's shape.
+  const std::unique_ptr<train::App> app = make_rl_app(config, Stage::Ppo);
+  const train::ModelSize built = app->built_model_size();
+  EXPECT_DOUBLE_EQ(built.parameters, actor);
+  EXPECT_TRUE(built.models.empty());
+  const train::ModelSize benchmarked = app->benchmark_size();
+  ASSERT_EQ(benchmarked.models.size(), 4u);
+  EXPECT_DOUBLE_EQ(benchmarked.parameters, 4 * actor);
+  EXPECT_TRUE(benchmarked.models[1].trained);  // the critic
+  EXPECT_FALSE(benchmarked.models[2].trained);
 }
 
-// A PPO run reads each model's memory strategy once: the fit check, the recipe's builder and the model's
-// state take it from one reading of the model's own section (train::held_model). The actor's was read
-// four times through two views, one of them the top-level keys.
-TEST_F(ChatPipelineTest, APpoRunReadsEachModelsMemoryStrategyOnce) {
+// A PPO run reads each model's memory strategy and compute dtype once: the fit check, the recipe's builder
+// and the model's state or frozen model take them from one reading of the model's own section
+// (train::held_model). The actor's strategy was read four times through two views, one of them the
+// top-level keys, and each model's dtype three times.
+TEST_F(ChatPipelineTest, APpoRunReadsEachModelsMemoryStrategyAndDtypeOnce) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const config::Config config = config::Config::from_string(
       rl_config(root_, "reads_run", 1, "prompts_per_rollout = 8\n") + "[models.actor.memory]\nstrategy = \"zero2\"\n",
       "reads.toml", stage_schema(Stage::Ppo));
   train::Runtime runtime = train::start_runtime(config, dist::World::single());
   const std::unique_ptr<train::App> app = make_rl_app(config, Stage::Ppo);
-  train::check_model_fits(*app, config, runtime);
+  train::check_model_fits(app->model_size(), config, runtime);
   const std::unique_ptr<train::RunTask> task = app->make_task(runtime.model_options(), &runtime);
   // The actor is left described for its own section's ZeRO-2, the critic (top level: none) is not.
   const std::vector<train::RunModel> models = task->models();
@@ -524,6 +539,7 @@ TEST_F(ChatPipelineTest, APpoRunReadsEachModelsMemoryStrategyOnce) {
   const train::Trainer trainer(config, runtime, *task);
   for (const char* model : {"actor", "critic", "reference", "reward"}) {
     EXPECT_EQ(config.reads("models." + std::string(model) + ".memory.strategy"), 1) << model;
+    EXPECT_EQ(config.reads("models." + std::string(model) + ".precision.dtype"), 1) << model;
   }
 }
 

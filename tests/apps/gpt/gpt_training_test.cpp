@@ -188,13 +188,13 @@ TEST_F(GPTTrainingTest, AModelThatCannotFitIsRefusedBeforeItIsBuilt) {
   const auto config = make_config(root_, "run", "model.n_layer=100000\nmodel.n_embd=4096\nmodel.n_head=32");
   auto runtime = single_runtime();
   const auto start = std::chrono::steady_clock::now();
-  const std::string message = testing::error_message([&] { train::check_model_fits(*make_gpt_app(config), config, runtime); });
+  const std::string message = testing::error_message([&] { train::check_model_fits(make_gpt_app(config)->model_size(), config, runtime); });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
   EXPECT_TRUE(Contains(message, "model.n_layer = 100000, model.n_embd = 4096")) << message;
   EXPECT_TRUE(Contains(message, "GiB")) << message;
   // The tiny model of these tests fits.
   const config::Config run = make_config(root_, "run", "");
-  EXPECT_NO_THROW(train::check_model_fits(*make_gpt_app(run), run, runtime));
+  EXPECT_NO_THROW(train::check_model_fits(make_gpt_app(run)->model_size(), run, runtime));
 }
 
 // Before: generate.top_p = 0 passed the config check and failed during sampling.

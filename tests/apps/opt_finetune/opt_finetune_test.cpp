@@ -120,7 +120,9 @@ TEST_F(OPTFinetuneTest, BatchesLearnTheAnswersOnly) {
     for (int64_t i = 0; i < batch.inputs.size(1); ++i) {
       const int64_t target = batch.targets[r][i].item<int64_t>();
       const auto n = static_cast<int64_t>(e.tokens.size());
-      if (i + 1 < n) EXPECT_EQ(batch.inputs[r][i].item<int64_t>(), e.tokens[static_cast<size_t>(i)]);
+      if (i + 1 < n) {
+        EXPECT_EQ(batch.inputs[r][i].item<int64_t>(), e.tokens[static_cast<size_t>(i)]);
+      }
       if (i + 1 >= n) {
         EXPECT_EQ(batch.inputs[r][i].item<int64_t>(), 1) << "padding";
         EXPECT_EQ(target, io::kIgnoredTarget) << "padding";
