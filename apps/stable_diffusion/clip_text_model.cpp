@@ -14,6 +14,12 @@ void ClipTextConfig::validate() const {
               num_attention_heads, ")");
 }
 
+int64_t ClipTextConfig::parameter_count() const {
+  const int64_t h = hidden_size, f = intermediate_size;
+  const int64_t per_layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h;  // attention, MLP, two norms
+  return (vocab_size + max_position_embeddings) * h + num_hidden_layers * per_layer + 2 * h;
+}
+
 nn::TransformerBlockSpec block_spec(const ClipTextConfig& c) {
   nn::TransformerBlockSpec spec;
   spec.hidden = c.hidden_size;

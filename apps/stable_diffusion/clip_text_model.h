@@ -27,6 +27,7 @@ struct ClipTextConfig {
   int64_t eos_token_id = 2;
 
   void validate() const;  // kuafu::Error naming the field
+  int64_t parameter_count() const;
 };
 
 struct ClipEmbeddingsImpl : torch::nn::Module {

@@ -6,9 +6,11 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/stable_diffusion/clip_hugging_face.h"
 #include "apps/stable_diffusion/emoji_recipe.h"
 #include "apps/stable_diffusion/new_pipeline.h"
 #include "apps/stable_diffusion/unet_folder.h"
+#include "apps/stable_diffusion/vae_folder.h"
 #include "apps/stable_diffusion/vae_training.h"
 #include "core/optim/mixed_precision.h"
 #include "core/train/frozen_model.h"
@@ -34,6 +36,18 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
  public:
   explicit SdApp(const config::Config& config) : ModelApp(config), settings_(read_sd_settings(config)) {
     unet_config_ = read_unet_config(io::read_hf_config(unet_folder()), unet_folder() + "/config.json");
+  }
+
+  // A run's: the UNet as its recipe counts it, and the frozen text encoder and VAE, each in its own
+  // section's dtype. (Export, sampling and the benchmark make the UNet alone.)
+  train::ModelSize model_size() override {
+    const std::string text_encoder = component_folder("text_encoder");
+    const ClipTextConfig clip = clip_text_format().read_config(io::read_hf_config(text_encoder), text_encoder + "/config.json");
+    const train::SizedModel frozen_text_encoder{"text_encoder", static_cast<double>(clip.parameter_count()), 0, /*trained=*/false,
+                                                {"model.pipeline"}};
+    train::ModelRecipe<AutoencoderKL> vae = vae_folder_recipe(component_folder("vae"), "vae");
+    vae.size_keys = {"model.pipeline"};
+    return train::size_of({train::sized(recipe()), frozen_text_encoder, train::sized(vae)});
   }
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
@@ -118,7 +132,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     recipe.size_keys = {"model.pipeline"};
     return recipe;
   }
-  std::string unet_folder() const { return (std::filesystem::path(settings_.pipeline) / "unet").string(); }
+  std::string component_folder(const std::string& name) const { return (std::filesystem::path(settings_.pipeline) / name).string(); }
+  std::string unet_folder() const { return component_folder("unet"); }
 
   SdSettings settings_;
   UNetConfig unet_config_;

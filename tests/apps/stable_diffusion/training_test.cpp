@@ -135,7 +135,7 @@ TEST(SdConfigsTest, EveryConfigLoadsAndTheBenchmarkUNetIsSd15Sized) {
   EXPECT_GE(loaded, 3);
   const config::Config benchmark = config::Config::load((configs / "benchmark_sd15.toml").string(), sd_schema(),
                                                         {"model.pipeline=\"" + (configs / "sd15_unet").string() + "\""});
-  EXPECT_EQ(make_sd_app(benchmark)->model_size().parameters, 859520964.0);
+  EXPECT_EQ(make_sd_app(benchmark)->benchmark_size().parameters, 859520964.0);
 }
 
 // --- the task and the trainer on a tiny captioned image folder ---
@@ -203,6 +203,35 @@ TEST(DiffusionTaskTest, AMissingTrainingSetIsNamedAsDataTrain) {
     EXPECT_TRUE(testing::Contains(error, "key 'data.train'")) << train;
     EXPECT_EQ(error.find("data.val"), std::string::npos) << error;
   }
+}
+
+// The fit check counts the trained UNet and the frozen text encoder and VAE, each from its own section
+// (the UNet's float32 AdamW state: 16 bytes a parameter; the frozen models' weights in their own dtype).
+// Each count is the parameters of the model the pipeline folder loads as.
+TEST(DiffusionTaskTest, TheFitCheckCountsTheUNetAndTheFrozenModelsFromTheirSections) {
+  const fs::path root = test_root();
+  prepare(root);
+  const config::Config config = tiny_config(root, "run", {"optim.name=\"adamw\"", "models.text_encoder.precision.dtype=\"bf16\""});
+  const train::ModelSize size = make_sd_app(config)->model_size();
+  ASSERT_EQ(size.models.size(), 3u);
+  const auto count = [](torch::nn::Module& module) {
+    double n = 0;
+    for (const auto& p : module.parameters()) n += static_cast<double>(p.numel());
+    return n;
+  };
+  Pipeline pipeline = load_pipeline((root / "pipe").string(), torch::kCPU);
+  EXPECT_EQ(size.models[0].name, "unet");
+  EXPECT_TRUE(size.models[0].trained);
+  EXPECT_EQ(size.models[0].parameters, count(*pipeline.unet));
+  EXPECT_EQ(size.models[1].name, "text_encoder");
+  EXPECT_FALSE(size.models[1].trained);
+  EXPECT_EQ(size.models[1].parameters, count(*pipeline.text_encoder));
+  EXPECT_EQ(size.models[2].name, "vae");
+  EXPECT_FALSE(size.models[2].trained);
+  EXPECT_EQ(size.models[2].parameters, count(*pipeline.vae));
+  train::Runtime runtime = train::start_runtime(config, dist::World::single());
+  const double expected = 16 * size.models[0].parameters + 2 * size.models[1].parameters + 4 * size.models[2].parameters;
+  EXPECT_NEAR(train::least_run_bytes(config, runtime, size.models), expected, 1e-9 * expected);
 }
 
 // A row's draws come from (seed, step, row) alone, so one micro-batch of 4 and two of 2 give one loss.

@@ -1,0 +1,92 @@
+#include "core/nn/gated_attention.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "core/util/error.h"
+
+namespace kuafu::nn {
+namespace {
+
+// Haiku's "glorot" (variance scaling 1, fan average, uniform) for a weight [fan_in, ..., fan_out...].
+void glorot_uniform(torch::Tensor& w, int64_t fan_in, int64_t fan_out) {
+  const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
+  torch::NoGradGuard no_grad;
+  w.uniform_(-limit, limit);
+}
+
+}  // namespace
+
+GatedAttentionImpl::GatedAttentionImpl(const GatedAttentionSpec& s, const torch::TensorOptions& options) : spec(s) {
+  if (spec.key_width == 0) spec.key_width = spec.query_width;
+  if (spec.output_width == 0) spec.output_width = spec.query_width;
+  KUAFU_CHECK(spec.query_width > 0 && spec.heads > 0 && spec.head_width > 0, "attention sizes must be positive (query ",
+              spec.query_width, ", heads ", spec.heads, ", head width ", spec.head_width, ")");
+  const int64_t h = spec.heads, c = spec.head_width;
+  query_w = register_parameter("query_w", torch::zeros({spec.query_width, h, c}, options));
+  key_w = register_parameter("key_w", torch::zeros({spec.key_width, h, c}, options));
+  value_w = register_parameter("value_w", torch::zeros({spec.key_width, h, c}, options));
+  if (spec.gated) {
+    gating_w = register_parameter("gating_w", torch::zeros({spec.query_width, h, c}, options));
+    gating_b = register_parameter("gating_b", torch::zeros({h, c}, options));
+  }
+  output_w = register_parameter("output_w", torch::zeros({h, c, spec.output_width}, options));
+  output_b = register_parameter("output_b", torch::zeros({spec.output_width}, options));
+}
+
+void GatedAttentionImpl::initialize(bool zero_output) {
+  const int64_t inner = spec.heads * spec.head_width;
+  glorot_uniform(query_w, spec.query_width, inner);
+  glorot_uniform(key_w, spec.key_width, inner);
+  glorot_uniform(value_w, spec.key_width, inner);
+  torch::NoGradGuard no_grad;
+  if (spec.gated) {
+    gating_w.zero_();
+    gating_b.fill_(1.0);
+  }
+  if (zero_output) {
+    output_w.zero_();
+  } else {
+    glorot_uniform(output_w, inner, spec.output_width);
+  }
+  output_b.zero_();
+}
+
+torch::Tensor leading_slice(const torch::Tensor& bias, int64_t leading, int64_t start, int64_t length) {
+  const int64_t axis = bias.dim() - (leading + 3);  // where the first leading axis falls, aligned from the right
+  if (axis < 0 || bias.size(axis) == 1) return bias;
+  return bias.narrow(axis, start, length);
+}
+
+torch::Tensor GatedAttentionImpl::forward(const torch::Tensor& queries, const torch::Tensor& keys_values,
+                                          const std::vector<torch::Tensor>& biases, int64_t chunk) {
+  const int64_t leading = queries.dim() - 2;
+  if (chunk <= 0 || leading < 1 || queries.size(0) <= chunk) return attend(queries, keys_values, biases);
+  std::vector<torch::Tensor> parts;
+  for (int64_t start = 0; start < queries.size(0); start += chunk) {
+    const int64_t length = std::min(chunk, queries.size(0) - start);
+    std::vector<torch::Tensor> sliced;
+    for (const torch::Tensor& bias : biases) sliced.push_back(leading_slice(bias, leading, start, length));
+    parts.push_back(attend(queries.narrow(0, start, length), keys_values.narrow(0, start, length), sliced));
+  }
+  return torch::cat(parts, 0);
+}
+
+torch::Tensor GatedAttentionImpl::attend(const torch::Tensor& queries, const torch::Tensor& keys_values,
+                                         const std::vector<torch::Tensor>& biases) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(spec.head_width));
+  const torch::Tensor q = torch::einsum("...qa,ahc->...qhc", {queries, query_w}) * scale;  // [*, Q, H, c]
+  const torch::Tensor k = torch::einsum("...ka,ahc->...khc", {keys_values, key_w});        // [*, K, H, c]
+  const torch::Tensor v = torch::einsum("...ka,ahc->...khc", {keys_values, value_w});      // [*, K, H, c]
+  torch::Tensor logits = torch::einsum("...qhc,...khc->...hqk", {q, k});                   // [*, H, Q, K]
+  for (const torch::Tensor& bias : biases) logits = logits + bias;
+  const torch::Tensor weights = torch::softmax(logits, -1);
+  torch::Tensor average = torch::einsum("...hqk,...khc->...qhc", {weights, v});  // [*, Q, H, c]
+  if (spec.gated) {
+    average = average * torch::sigmoid(torch::einsum("...qa,ahc->...qhc", {queries, gating_w}) + gating_b);
+  }
+  return torch::einsum("...qhc,hco->...qo", {average, output_w}) + output_b;  // [*, Q, out]
+}
+
+}  // namespace kuafu::nn
