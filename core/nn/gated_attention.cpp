@@ -81,6 +81,9 @@ torch::Tensor GatedAttentionImpl::attend(const torch::Tensor& queries, const tor
   const torch::Tensor v = torch::einsum("...ka,ahc->...khc", {keys_values, value_w});      // [*, K, H, c]
   torch::Tensor logits = torch::einsum("...qhc,...khc->...hqk", {q, k});                   // [*, H, Q, K]
   for (const torch::Tensor& bias : biases) logits = logits + bias;
+  // Clipped as AlphaFold 2.3 under current JAX clips them: a query whose every key is masked (-1e9) gets
+  // the values' plain mean, and no gradient, since its logits no longer depend on q and k in floating point.
+  if (!biases.empty()) logits = logits.clamp(-1e8, 1e8);
   const torch::Tensor weights = torch::softmax(logits, -1);
   torch::Tensor average = torch::einsum("...hqk,...khc->...qhc", {weights, v});  // [*, Q, H, c]
   if (spec.gated) {

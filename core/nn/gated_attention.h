@@ -3,7 +3,8 @@
 // q·k/√c plus any number of additive biases (a pair bias, a mask), a sigmoid gate from the query input,
 // and an output projection. The parameters keep AlphaFold's layout and names, so its .npz files map
 // onto them one to one. It can run in chunks along the first batch axis: the same result, the
-// logits of one chunk at a time (inference at lengths whose whole logits would not fit).
+// logits of one chunk at a time (inference at lengths whose whole logits would not fit). Biased logits
+// are clipped to ±1e8 (a fully masked query row: the values' mean, no gradient), as AlphaFold 2.3 does.
 #pragma once
 
 #include <vector>

@@ -76,6 +76,22 @@ TEST(GatedAttentionTest, ChunksGiveTheWholeValuesAndGradients) {
   }
 }
 
+// A row whose every key is masked (AlphaFold's -1e9 bias) gets the plain mean of the values and no gradient
+// into its queries or keys: its logits are clipped to one value, as AlphaFold 2.3 clips them.
+TEST(GatedAttentionTest, AFullyMaskedRowTakesTheMeanAndPassesNoGradient) {
+  auto g = at::detail::createCPUGenerator(4);
+  GatedAttention attention = random_attention(4, 4, 1, 4, false);
+  const torch::Tensor x = torch::randn({2, 3, 4}, g, torch::kFloat64).requires_grad_();  // [B, R, c]
+  const torch::Tensor mask = torch::tensor({0.0, 0.0, 0.0, 1.0, 1.0, 0.0}, kF64).view({2, 1, 1, 3});  // row 0: all masked
+  const torch::Tensor out = attention->forward(x, x, {1e9 * (mask - 1.0)});
+  const torch::Tensor values = torch::einsum("...ka,ahc->...khc", {x, attention->value_w}).mean(1);  // [B, H, c]
+  const torch::Tensor mean = torch::einsum("bhc,hco->bo", {values, attention->output_w}) + attention->output_b;
+  expect_close(out[0], mean[0].unsqueeze(0).expand({3, 4}), "masked row");
+  out[0].sum().backward();
+  EXPECT_EQ(attention->query_w.grad().abs().max().item<double>(), 0.0);
+  EXPECT_EQ(attention->key_w.grad().abs().max().item<double>(), 0.0);
+}
+
 TEST(GatedAttentionTest, ABiasIsSlicedOnlyWhereItVariesAlongTheChunkedAxis) {
   const torch::Tensor per_row = torch::zeros({5, 2, 3, 4, 4});  // [S, B, H, Q, K] with 2 leading axes
   EXPECT_EQ(leading_slice(per_row, 2, 1, 2).sizes(), torch::IntArrayRef({2, 2, 3, 4, 4}));

@@ -1,0 +1,97 @@
+// AlphaFold 2's Evoformer modules (supplement 1.6, Algorithms 7-12 and 14-15), maths only. Shapes: the MSA
+// stream m [S, R, c_m], the pair stream z [R, R, c_z], masks [S, R] and [R, R] (1 real, 0 padding). Each
+// module returns its update (the block adds it: the residual and dropout are the block's). Parameter
+// names follow AlphaFold's (module paths with '.' where its .npz keys have '/' and '//'), so a
+// params_model_*.npz maps onto them one to one (load_alphafold_parameters).
+#pragma once
+
+#include <string>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "core/io/npz.h"
+#include "core/nn/gated_attention.h"
+
+namespace kuafu::fold {
+
+// Haiku's Linear: weights [in, out], bias [out]; x [*, in] -> [*, out].
+struct AfLinearImpl : torch::nn::Module {
+  AfLinearImpl(int64_t in, int64_t out, bool bias = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weights, bias;
+};
+TORCH_MODULE(AfLinear);
+
+// Haiku's LayerNorm over the last axis (eps 1e-5): scale, offset [c].
+struct AfLayerNormImpl : torch::nn::Module {
+  explicit AfLayerNormImpl(int64_t channels);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor scale, offset;
+};
+TORCH_MODULE(AfLayerNorm);
+
+// Algorithm 7 (per_row) with the pair bias, and Algorithm 8 (per_column) without it: gated
+// self-attention along the MSA's rows (over residues) or its columns (over sequences).
+struct MsaAttentionImpl : torch::nn::Module {
+  MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool per_column);
+  // m [S, R, c_m], mask [S, R], z [R, R, c_z] (row attention's pair bias). `chunk`: rows attended at a time.
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z = {}, int64_t chunk = 0);
+  bool per_column;
+  AfLayerNorm query_norm{nullptr}, feat_2d_norm{nullptr};
+  torch::Tensor feat_2d_weights;  // [c_z, H]
+  nn::GatedAttention attention{nullptr};
+};
+TORCH_MODULE(MsaAttention);
+
+// Algorithms 9 and 15: LayerNorm, Linear to factor × c with ReLU, Linear back. x [*, c] -> [*, c].
+struct TransitionImpl : torch::nn::Module {
+  TransitionImpl(int64_t channels, int64_t factor);
+  torch::Tensor forward(const torch::Tensor& x);
+  AfLayerNorm input_layer_norm{nullptr};
+  AfLinear transition1{nullptr}, transition2{nullptr};
+};
+TORCH_MODULE(Transition);
+
+// Algorithm 10: the mean over sequences of the outer products of two projections of each residue's
+// column, projected to c_z. m [S, R, c_m], mask [S, R] -> [R, R, c_z].
+struct OuterProductMeanImpl : torch::nn::Module {
+  OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer);
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask);
+  AfLayerNorm layer_norm_input{nullptr};
+  AfLinear left_projection{nullptr}, right_projection{nullptr};
+  torch::Tensor output_w, output_b;  // [c', c', c_z], [c_z]
+};
+TORCH_MODULE(OuterProductMean);
+
+// Algorithms 11 (outgoing: edges ik and jk) and 12 (incoming: ki and kj), DeepMind's unfused weights.
+// z [R, R, c_z], mask [R, R] -> [R, R, c_z].
+struct TriangleMultiplicationImpl : torch::nn::Module {
+  TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool outgoing);
+  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask);
+  bool outgoing;
+  AfLayerNorm layer_norm_input{nullptr}, center_layer_norm{nullptr};
+  AfLinear left_projection{nullptr}, right_projection{nullptr}, left_gate{nullptr}, right_gate{nullptr};
+  AfLinear output_projection{nullptr}, gating_linear{nullptr};
+};
+TORCH_MODULE(TriangleMultiplication);
+
+// Algorithms 13 (starting node: each row attends along itself) and 14 (ending node: along columns),
+// biased by the pair itself. z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk`: rows at a time.
+struct TriangleAttentionImpl : torch::nn::Module {
+  TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending_node);
+  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0);
+  bool ending_node;
+  AfLayerNorm query_norm{nullptr};
+  torch::Tensor feat_2d_weights;  // [c_z, H]
+  nn::GatedAttention attention{nullptr};
+};
+TORCH_MODULE(TriangleAttention);
+
+// Copies the arrays of `params` under `prefix` (e.g. "alphafold/alphafold_iteration/evoformer/
+// evoformer_iteration/msa_transition") into `module`'s parameters of the same names; `block` >= 0 takes
+// that slice of a stacked block array. kuafu::Error naming the key for a missing array or a shape that
+// differs; every parameter of `module` must be given.
+void load_alphafold_parameters(torch::nn::Module& module, const io::NpzArrays& params, const std::string& prefix, int64_t block = -1);
+
+}  // namespace kuafu::fold
