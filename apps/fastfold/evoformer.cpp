@@ -59,6 +59,36 @@ torch::Tensor MsaAttentionImpl::forward(const torch::Tensor& m, const torch::Ten
   return per_column ? out.transpose(0, 1) : out;
 }
 
+MsaColumnGlobalAttentionImpl::MsaColumnGlobalAttentionImpl(int64_t channels, int64_t h) : heads(h) {
+  KUAFU_CHECK(channels % heads == 0, "global attention channels (", channels, ") must divide by its heads (", heads, ")");
+  const int64_t c = channels / heads;
+  query_norm = register_module("query_norm", AfLayerNorm(channels));
+  attention = register_module("attention", std::make_shared<torch::nn::Module>());
+  query_w = attention->register_parameter("query_w", torch::zeros({channels, heads, c}));
+  key_w = attention->register_parameter("key_w", torch::zeros({channels, c}));
+  value_w = attention->register_parameter("value_w", torch::zeros({channels, c}));
+  gating_w = attention->register_parameter("gating_w", torch::zeros({channels, heads, c}));
+  gating_b = attention->register_parameter("gating_b", torch::zeros({heads, c}));
+  output_w = attention->register_parameter("output_w", torch::zeros({heads, c, channels}));
+  output_b = attention->register_parameter("output_b", torch::zeros({channels}));
+}
+
+torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask) {
+  const torch::Tensor x = query_norm(m.transpose(0, 1));            // [R, S, c]
+  const torch::Tensor real = mask.transpose(0, 1).unsqueeze(-1);     // [R, S, 1]
+  const double head_width = static_cast<double>(key_w.size(1));
+  // AlphaFold's masked mean: the sum over real sequences over their count (+1e-10).
+  const torch::Tensor mean = (real * x).sum(1) / (real.sum(1) + 1e-10);  // [R, c]
+  const torch::Tensor q = torch::einsum("ba,ahc->bhc", {mean, query_w}) / std::sqrt(head_width);   // [R, H, c']
+  const torch::Tensor k = torch::matmul(x, key_w), v = torch::matmul(x, value_w);                  // [R, S, c']
+  torch::Tensor logits = torch::einsum("bhc,bkc->bhk", {q, k}) + 1e9 * (real.squeeze(-1).unsqueeze(1) - 1.0);
+  logits = logits.clamp(-1e8, 1e8);  // as the gated attention's: a column of padding passes no gradient
+  const torch::Tensor average = torch::einsum("bhk,bkc->bhc", {torch::softmax(logits, -1), v});   // [R, H, c']
+  const torch::Tensor gate = torch::sigmoid(torch::einsum("bqc,chv->bqhv", {x, gating_w}) + gating_b);  // [R, S, H, c']
+  const torch::Tensor out = torch::einsum("bqhc,hco->bqo", {average.unsqueeze(1) * gate, output_w}) + output_b;
+  return out.transpose(0, 1);  // [S, R, c]
+}
+
 TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
   input_layer_norm = register_module("input_layer_norm", AfLayerNorm(channels));
   transition1 = register_module("transition1", AfLinear(channels, factor * channels));
@@ -123,6 +153,40 @@ torch::Tensor TriangleAttentionImpl::forward(const torch::Tensor& z, const torch
   const torch::Tensor triangle = torch::einsum("qkc,ch->hqk", {x, feat_2d_weights});  // [H, R, R]
   const torch::Tensor out = attention->forward(x, x, {key_mask_bias(pair_mask), triangle}, chunk);
   return ending_node ? out.transpose(0, 1) : out;
+}
+
+EvoformerBlockImpl::EvoformerBlockImpl(const EvoformerSizes& s) {
+  const int64_t c_m = s.msa_channels, c_z = s.pair_channels;
+  msa_row_attention_with_pair_bias = register_module("msa_row_attention_with_pair_bias", MsaAttention(c_m, c_z, s.msa_heads, false));
+  if (s.global_column_attention) {
+    msa_column_global_attention = register_module("msa_column_global_attention", MsaColumnGlobalAttention(c_m, s.msa_heads));
+  } else {
+    msa_column_attention = register_module("msa_column_attention", MsaAttention(c_m, c_z, s.msa_heads, true));
+  }
+  msa_transition = register_module("msa_transition", Transition(c_m, s.transition_factor));
+  outer_product_mean = register_module("outer_product_mean", OuterProductMean(c_m, c_z, s.outer_channels));
+  triangle_multiplication_outgoing =
+      register_module("triangle_multiplication_outgoing", TriangleMultiplication(c_z, s.triangle_channels, true));
+  triangle_multiplication_incoming =
+      register_module("triangle_multiplication_incoming", TriangleMultiplication(c_z, s.triangle_channels, false));
+  triangle_attention_starting_node = register_module("triangle_attention_starting_node", TriangleAttention(c_z, s.pair_heads, false));
+  triangle_attention_ending_node = register_module("triangle_attention_ending_node", TriangleAttention(c_z, s.pair_heads, true));
+  pair_transition = register_module("pair_transition", Transition(c_z, s.transition_factor));
+}
+
+std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
+                                                                    const torch::Tensor& pair_mask, int64_t chunk) {
+  m = m + msa_row_attention_with_pair_bias->forward(m, msa_mask, z, chunk);
+  m = m + (msa_column_global_attention ? msa_column_global_attention->forward(m, msa_mask)
+                                       : msa_column_attention->forward(m, msa_mask, {}, chunk));
+  m = m + msa_transition->forward(m);
+  z = z + outer_product_mean->forward(m, msa_mask);
+  z = z + triangle_multiplication_outgoing->forward(z, pair_mask);
+  z = z + triangle_multiplication_incoming->forward(z, pair_mask);
+  z = z + triangle_attention_starting_node->forward(z, pair_mask, chunk);
+  z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk);
+  z = z + pair_transition->forward(z);
+  return {m, z};
 }
 
 void load_alphafold_parameters(torch::nn::Module& module, const io::NpzArrays& params, const std::string& prefix, int64_t block) {

@@ -44,6 +44,19 @@ struct MsaAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(MsaAttention);
 
+// Algorithm 19, the extra MSA stack's column attention: per residue, one query (the masked mean over
+// sequences) per head against one shared key and value projection, gated per sequence. m [S, R, c],
+// mask [S, R] -> [S, R, c].
+struct MsaColumnGlobalAttentionImpl : torch::nn::Module {
+  MsaColumnGlobalAttentionImpl(int64_t channels, int64_t heads);
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask);
+  AfLayerNorm query_norm{nullptr};
+  std::shared_ptr<torch::nn::Module> attention;  // its parameters, under AlphaFold's "attention" scope
+  torch::Tensor query_w, key_w, value_w, gating_w, gating_b, output_w, output_b;
+  int64_t heads;
+};
+TORCH_MODULE(MsaColumnGlobalAttention);
+
 // Algorithms 9 and 15: LayerNorm, Linear to factor × c with ReLU, Linear back. x [*, c] -> [*, c].
 struct TransitionImpl : torch::nn::Module {
   TransitionImpl(int64_t channels, int64_t factor);
@@ -87,6 +100,35 @@ struct TriangleAttentionImpl : torch::nn::Module {
   nn::GatedAttention attention{nullptr};
 };
 TORCH_MODULE(TriangleAttention);
+
+// Sizes of an Evoformer block (Algorithm 6) or an extra-MSA block (Algorithm 18's iteration).
+struct EvoformerSizes {
+  int64_t msa_channels = 256;    // c_m (extra MSA: c_e = 64)
+  int64_t pair_channels = 128;   // c_z
+  int64_t msa_heads = 8;         // row and column attention
+  int64_t pair_heads = 4;        // triangle attention
+  int64_t outer_channels = 32;   // outer product mean's c
+  int64_t triangle_channels = 128;  // triangle multiplication's c
+  int64_t transition_factor = 4;
+  bool global_column_attention = false;  // the extra MSA stack's
+};
+
+// One Evoformer iteration: the MSA stack (row attention with the pair bias, column attention, transition),
+// the outer product mean into the pair, then the pair stack; every update added to its stream (no
+// dropout: training's dropout is the trainer's to add). m [S, R, c_m], z [R, R, c_z].
+struct EvoformerBlockImpl : torch::nn::Module {
+  explicit EvoformerBlockImpl(const EvoformerSizes& sizes);
+  // -> (m, z) updated. `chunk` > 0: attention rows at a time (inference).
+  std::pair<torch::Tensor, torch::Tensor> forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
+                                                  const torch::Tensor& pair_mask, int64_t chunk = 0);
+  MsaAttention msa_row_attention_with_pair_bias{nullptr}, msa_column_attention{nullptr};
+  MsaColumnGlobalAttention msa_column_global_attention{nullptr};
+  Transition msa_transition{nullptr}, pair_transition{nullptr};
+  OuterProductMean outer_product_mean{nullptr};
+  TriangleMultiplication triangle_multiplication_outgoing{nullptr}, triangle_multiplication_incoming{nullptr};
+  TriangleAttention triangle_attention_starting_node{nullptr}, triangle_attention_ending_node{nullptr};
+};
+TORCH_MODULE(EvoformerBlock);
 
 // Copies the arrays of `params` under `prefix` (e.g. "alphafold/alphafold_iteration/evoformer/
 // evoformer_iteration/msa_transition") into `module`'s parameters of the same names; `block` >= 0 takes

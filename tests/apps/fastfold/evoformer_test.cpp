@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 
 const fs::path kGolden = fs::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_tiny";
 const std::string kBlock = "alphafold/alphafold_iteration/evoformer/evoformer_iteration/";
+const std::string kExtraBlock = "alphafold/alphafold_iteration/evoformer/extra_msa_stack/";
 
 // The tiny model's sizes (golden config.json): c_m 16, c_z 8, 2 heads, transitions ×4, outer product
 // channels 4, triangle multiplication channels 8.
@@ -49,7 +50,16 @@ struct ModuleCase {
   std::function<std::shared_ptr<torch::nn::Module>()> make;
   // The update from the golden inputs (requires_grad set on the float activations).
   std::function<torch::Tensor(torch::nn::Module&, const std::map<std::string, torch::Tensor>&)> run;
+  std::string block = kBlock;  // where its parameters lie
 };
+
+// The parameter's key in the .npz: "<block><module>[/<scope>]//<name>" for "[scope.]name".
+std::string alphafold_key(const std::string& module_path, const std::string& parameter) {
+  const size_t last = parameter.rfind('.');
+  std::string scope = last == std::string::npos ? "" : "/" + parameter.substr(0, last);
+  for (char& ch : scope) ch = ch == '.' ? '/' : ch;
+  return module_path + scope + "//" + parameter.substr(last == std::string::npos ? 0 : last + 1);
+}
 
 std::vector<ModuleCase> module_cases() {
   using In = std::map<std::string, torch::Tensor>;
@@ -85,6 +95,11 @@ std::vector<ModuleCase> module_cases() {
       {"triangle_attention_ending_node", triangle_attention(true), on_pair},
       {"pair_transition", [] { return Transition(kPairChannels, 4).ptr(); },
        [](torch::nn::Module& m, const In& in) { return dynamic_cast<TransitionImpl&>(m).forward(in.at("pair_act")); }},
+      {"msa_column_global_attention", [] { return MsaColumnGlobalAttention(8, kHeads).ptr(); },
+       [](torch::nn::Module& m, const In& in) {
+         return dynamic_cast<MsaColumnGlobalAttentionImpl&>(m).forward(in.at("msa_act"), in.at("msa_mask"));
+       },
+       kExtraBlock},
   };
 }
 
@@ -95,7 +110,7 @@ TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
     SCOPED_TRACE(c.name);
     std::cout << c.name << "\n";
     std::shared_ptr<torch::nn::Module> module = c.make();
-    load_alphafold_parameters(*module, params, kBlock + c.name, /*block=*/0);
+    load_alphafold_parameters(*module, params, c.block + c.name, /*block=*/0);
     std::map<std::string, torch::Tensor> in;
     for (const auto& [key, value] : modules) {
       const std::string prefix = c.name + "/in/";
@@ -111,13 +126,38 @@ TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
       if (value.requires_grad()) expect_like_alphafold(value.grad(), modules.at(c.name + "/grad/" + name), 1e-5, "d/d " + name);
     }
     for (const auto& item : module->named_parameters()) {
-      std::string path = item.key();
-      const size_t last = path.rfind('.');
-      std::string folder = last == std::string::npos ? "" : "/" + path.substr(0, last);
-      for (char& ch : folder) ch = ch == '.' ? '/' : ch;
-      const std::string key = c.name + "/dparam/" + kBlock + c.name + folder + "//" + path.substr(last == std::string::npos ? 0 : last + 1);
+      const std::string key = c.name + "/dparam/" + alphafold_key(c.block + c.name, item.key());
       ASSERT_TRUE(modules.count(key)) << key;
-      expect_like_alphafold(item.value().grad(), modules.at(key), 1e-5, "d/d " + path);
+      expect_like_alphafold(item.value().grad(), modules.at(key), 1e-5, "d/d " + item.key());
+    }
+  }
+}
+
+// A whole Evoformer iteration and an extra-MSA iteration (block 0 of each stack): both streams and the
+// gradients of both and of every parameter.
+TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
+  const io::NpzArrays& params = golden("params/params_model_tiny.npz");
+  const io::NpzArrays& iterations = golden("evoformer.npz");
+  for (const auto& [test, sizes] :
+       {std::pair<std::string, EvoformerSizes>{"evoformer_iteration", {kMsaChannels, kPairChannels, kHeads, kHeads, 4, 8, 4, false}},
+        std::pair<std::string, EvoformerSizes>{"extra_msa_stack", {8, kPairChannels, kHeads, kHeads, 4, 8, 4, true}}}) {
+    SCOPED_TRACE(test);
+    std::cout << test << "\n";
+    const std::string path = "alphafold/alphafold_iteration/evoformer/" + test;
+    EvoformerBlock block(sizes);
+    load_alphafold_parameters(*block, params, path, /*block=*/0);
+    const torch::Tensor m = iterations.at(test + "/in/msa").clone().requires_grad_();
+    const torch::Tensor z = iterations.at(test + "/in/pair").clone().requires_grad_();
+    const auto [m_out, z_out] = block->forward(m, z, iterations.at(test + "/in/msa_mask"), iterations.at(test + "/in/pair_mask"));
+    expect_like_alphafold(m_out.detach(), iterations.at(test + "/out/msa"), 1e-5, "msa");
+    expect_like_alphafold(z_out.detach(), iterations.at(test + "/out/pair"), 1e-5, "pair");
+    ((m_out * iterations.at(test + "/dout/msa")).sum() + (z_out * iterations.at(test + "/dout/pair")).sum()).backward();
+    expect_like_alphafold(m.grad(), iterations.at(test + "/grad/msa"), 1e-5, "d/d msa");
+    expect_like_alphafold(z.grad(), iterations.at(test + "/grad/pair"), 1e-5, "d/d pair");
+    for (const auto& item : block->named_parameters()) {
+      const std::string key = test + "/dparam/" + alphafold_key(path, item.key());
+      ASSERT_TRUE(iterations.count(key)) << key;
+      expect_like_alphafold(item.value().grad(), iterations.at(key), 1e-5, "d/d " + item.key());
     }
   }
 }
