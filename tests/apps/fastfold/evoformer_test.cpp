@@ -13,12 +13,13 @@
 
 #include "apps/fastfold/evoformer.h"
 #include "core/io/npz.h"
+#include "tests/apps/fastfold/alphafold_golden.h"
 
 namespace kuafu::fold {
 namespace {
-namespace fs = std::filesystem;
+using testing::alphafold_key;
+using testing::expect_like_alphafold;
 
-const fs::path kGolden = fs::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_tiny";
 const std::string kBlock = "alphafold/alphafold_iteration/evoformer/evoformer_iteration/";
 const std::string kExtraBlock = "alphafold/alphafold_iteration/evoformer/extra_msa_stack/";
 
@@ -26,24 +27,7 @@ const std::string kExtraBlock = "alphafold/alphafold_iteration/evoformer/extra_m
 // channels 4, triangle multiplication channels 8.
 constexpr int64_t kMsaChannels = 16, kPairChannels = 8, kHeads = 2;
 
-const io::NpzArrays& golden(const std::string& file) {
-  static std::map<std::string, io::NpzArrays> files;
-  auto found = files.find(file);
-  if (found == files.end()) found = files.emplace(file, io::read_npz((kGolden / file).string())).first;
-  return found->second;
-}
 
-// float32 on both sides, summed in other orders: outputs and gradients agree to 1e-5 of their largest
-// entry (measured: 1e-7 to 1e-6), plus 1e-6 absolute for gradients that are zero in exact arithmetic (the
-// pair-bias LayerNorm's offset shifts every logit of a row alike, so softmax ignores it: both sides give
-// float32 cancellation noise, ~3e-7 here and 1e-6 in the reference). Measured figures are printed.
-void expect_like_alphafold(const torch::Tensor& actual, const torch::Tensor& expected, double relative, const std::string& what) {
-  ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
-  const double scale = std::max(1e-6, expected.abs().max().item<double>());
-  const double difference = (actual - expected).abs().max().item<double>();
-  std::cout << "  " << what << ": max |difference| " << difference << " of max |value| " << scale << "\n";
-  EXPECT_LE(difference, relative * scale + 1e-6) << what;
-}
 
 struct ModuleCase {
   std::string name;  // the module's test name and its path under the block
@@ -53,13 +37,7 @@ struct ModuleCase {
   std::string block = kBlock;  // where its parameters lie
 };
 
-// The parameter's key in the .npz: "<block><module>[/<scope>]//<name>" for "[scope.]name".
-std::string alphafold_key(const std::string& module_path, const std::string& parameter) {
-  const size_t last = parameter.rfind('.');
-  std::string scope = last == std::string::npos ? "" : "/" + parameter.substr(0, last);
-  for (char& ch : scope) ch = ch == '.' ? '/' : ch;
-  return module_path + scope + "//" + parameter.substr(last == std::string::npos ? 0 : last + 1);
-}
+
 
 std::vector<ModuleCase> module_cases() {
   using In = std::map<std::string, torch::Tensor>;
@@ -104,8 +82,8 @@ std::vector<ModuleCase> module_cases() {
 }
 
 TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
-  const io::NpzArrays& params = golden("params/params_model_tiny.npz");
-  const io::NpzArrays& modules = golden("modules.npz");
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& modules = testing::alphafold_golden("modules.npz");
   for (const ModuleCase& c : module_cases()) {
     SCOPED_TRACE(c.name);
     std::cout << c.name << "\n";
@@ -120,15 +98,15 @@ TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
     }
     ASSERT_FALSE(in.empty());
     const torch::Tensor out = c.run(*module, in);
-    expect_like_alphafold(out.detach(), modules.at(c.name + "/out/out"), 1e-5, "output");
+    expect_like_alphafold(out.detach(), modules.at(c.name + "/out/out"), "output");
     (out * modules.at(c.name + "/dout/out")).sum().backward();
     for (const auto& [name, value] : in) {
-      if (value.requires_grad()) expect_like_alphafold(value.grad(), modules.at(c.name + "/grad/" + name), 1e-5, "d/d " + name);
+      if (value.requires_grad()) expect_like_alphafold(value.grad(), modules.at(c.name + "/grad/" + name), "d/d " + name);
     }
     for (const auto& item : module->named_parameters()) {
       const std::string key = c.name + "/dparam/" + alphafold_key(c.block + c.name, item.key());
       ASSERT_TRUE(modules.count(key)) << key;
-      expect_like_alphafold(item.value().grad(), modules.at(key), 1e-5, "d/d " + item.key());
+      expect_like_alphafold(item.value().grad(), modules.at(key), "d/d " + item.key());
     }
   }
 }
@@ -136,8 +114,8 @@ TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
 // A whole Evoformer iteration and an extra-MSA iteration (block 0 of each stack): both streams and the
 // gradients of both and of every parameter.
 TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
-  const io::NpzArrays& params = golden("params/params_model_tiny.npz");
-  const io::NpzArrays& iterations = golden("evoformer.npz");
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& iterations = testing::alphafold_golden("evoformer.npz");
   for (const auto& [test, sizes] :
        {std::pair<std::string, EvoformerSizes>{"evoformer_iteration", {kMsaChannels, kPairChannels, kHeads, kHeads, 4, 8, 4, false}},
         std::pair<std::string, EvoformerSizes>{"extra_msa_stack", {8, kPairChannels, kHeads, kHeads, 4, 8, 4, true}}}) {
@@ -149,15 +127,15 @@ TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
     const torch::Tensor m = iterations.at(test + "/in/msa").clone().requires_grad_();
     const torch::Tensor z = iterations.at(test + "/in/pair").clone().requires_grad_();
     const auto [m_out, z_out] = block->forward(m, z, iterations.at(test + "/in/msa_mask"), iterations.at(test + "/in/pair_mask"));
-    expect_like_alphafold(m_out.detach(), iterations.at(test + "/out/msa"), 1e-5, "msa");
-    expect_like_alphafold(z_out.detach(), iterations.at(test + "/out/pair"), 1e-5, "pair");
+    expect_like_alphafold(m_out.detach(), iterations.at(test + "/out/msa"), "msa");
+    expect_like_alphafold(z_out.detach(), iterations.at(test + "/out/pair"), "pair");
     ((m_out * iterations.at(test + "/dout/msa")).sum() + (z_out * iterations.at(test + "/dout/pair")).sum()).backward();
-    expect_like_alphafold(m.grad(), iterations.at(test + "/grad/msa"), 1e-5, "d/d msa");
-    expect_like_alphafold(z.grad(), iterations.at(test + "/grad/pair"), 1e-5, "d/d pair");
+    expect_like_alphafold(m.grad(), iterations.at(test + "/grad/msa"), "d/d msa");
+    expect_like_alphafold(z.grad(), iterations.at(test + "/grad/pair"), "d/d pair");
     for (const auto& item : block->named_parameters()) {
       const std::string key = test + "/dparam/" + alphafold_key(path, item.key());
       ASSERT_TRUE(iterations.count(key)) << key;
-      expect_like_alphafold(item.value().grad(), iterations.at(key), 1e-5, "d/d " + item.key());
+      expect_like_alphafold(item.value().grad(), iterations.at(key), "d/d " + item.key());
     }
   }
 }

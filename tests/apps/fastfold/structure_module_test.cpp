@@ -1,0 +1,75 @@
+// Invariant point attention against DeepMind's AlphaFold 2.3 (the golden files of evoformer_test.cpp), and
+// invariant under a global motion of the frames in double precision.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "apps/fastfold/structure_module.h"
+#include "core/io/npz.h"
+#include "tests/apps/fastfold/alphafold_golden.h"
+
+namespace kuafu::fold {
+namespace {
+using testing::alphafold_key;
+using testing::expect_like_alphafold;
+
+const std::string kIpa = "alphafold/alphafold_iteration/structure_module/fold_iteration/invariant_point_attention";
+
+// The tiny model's IPA (golden config.json): c_s 16, c_z 8, 2 heads, 4 scalar q/k and v, 2 q/k points, 3 value points.
+const IpaSizes kTinyIpa{16, 8, 2, 4, 4, 2, 3};
+
+// The frames of AlphaFold's affine tensor [R, 7] (quaternion w, x, y, z then translation) as its
+// QuatAffine.from_tensor reads it: the quaternion not normalised, so the rotation is |q|² times a proper one.
+Rigid frames_of_affine(const torch::Tensor& affine) {
+  const torch::Tensor q = affine.narrow(-1, 0, 4);
+  return {quaternion_to_rotation(q) * q.square().sum(-1).view({-1, 1, 1}), affine.narrow(-1, 4, 3)};
+}
+
+
+TEST(InvariantPointAttentionTest, IsAlphaFoldsInValueAndGradient) {
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& golden = testing::alphafold_golden("structure.npz");
+  const std::string t = "invariant_point_attention/";
+  InvariantPointAttention ipa(kTinyIpa);
+  load_alphafold_parameters(*ipa, params, kIpa);
+  const torch::Tensor s = golden.at(t + "in/inputs_1d").clone().requires_grad_();
+  const torch::Tensor z = golden.at(t + "in/inputs_2d").clone().requires_grad_();
+  const torch::Tensor affine = golden.at(t + "in/affine").clone().requires_grad_();
+  const torch::Tensor out = ipa->forward(s, z, frames_of_affine(affine), golden.at(t + "in/mask").squeeze(-1));
+  expect_like_alphafold(out.detach(), golden.at(t + "out/out"), "output");
+  (out * golden.at(t + "dout/out")).sum().backward();
+  expect_like_alphafold(s.grad(), golden.at(t + "grad/inputs_1d"), "d/d inputs_1d");
+  expect_like_alphafold(z.grad(), golden.at(t + "grad/inputs_2d"), "d/d inputs_2d");
+  expect_like_alphafold(affine.grad(), golden.at(t + "grad/affine"), "d/d affine");
+  for (const auto& item : ipa->named_parameters()) {
+    const std::string key = t + "dparam/" + alphafold_key(kIpa, item.key());
+    ASSERT_TRUE(golden.count(key)) << key;
+    expect_like_alphafold(item.value().grad(), golden.at(key), "d/d " + item.key());
+  }
+}
+
+// Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
+TEST(InvariantPointAttentionTest, IsInvariantUnderAGlobalMotion) {
+  auto g = at::detail::createCPUGenerator(9);
+  InvariantPointAttention ipa(kTinyIpa);
+  ipa->to(torch::kFloat64);
+  torch::NoGradGuard no_grad;
+  for (auto& p : ipa->parameters()) p.normal_(0, 0.5, g);
+  const int64_t residues = 10;
+  const torch::Tensor s = torch::randn({residues, 16}, g, torch::kFloat64);
+  const torch::Tensor z = torch::randn({residues, residues, 8}, g, torch::kFloat64);
+  const Rigid frames{quaternion_to_rotation(torch::randn({residues, 4}, g, torch::kFloat64)),
+                     torch::randn({residues, 3}, g, torch::kFloat64) * 10};
+  const Rigid motion{quaternion_to_rotation(torch::randn({4}, g, torch::kFloat64)).expand({residues, 3, 3}),
+                     (torch::randn({3}, g, torch::kFloat64) * 10).expand({residues, 3})};
+  const torch::Tensor mask = torch::ones({residues}, torch::kFloat64);
+  const torch::Tensor before = ipa->forward(s, z, frames, mask);
+  const torch::Tensor after = ipa->forward(s, z, motion.compose(frames), mask);
+  EXPECT_LT((after - before).abs().max().item<double>(), 1e-10 * before.abs().max().item<double>());
+}
+
+}  // namespace
+}  // namespace kuafu::fold
