@@ -2,7 +2,7 @@
 
 #include <cctype>
 
-#include "apps/fastfold/pdb_file.h"
+#include "apps/fastfold/text_fields.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 

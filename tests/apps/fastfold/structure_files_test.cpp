@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "apps/fastfold/alignment_files.h"
+#include "apps/fastfold/file_batch.h"
 #include "apps/fastfold/mmcif_file.h"
 #include "apps/fastfold/pdb_file.h"
 #include "core/util/error.h"
