@@ -189,15 +189,18 @@ std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tenso
   return {m, z};
 }
 
+std::string alphafold_key(const std::string& module_path, const std::string& parameter) {
+  const size_t last = parameter.rfind('.');
+  std::string scope = last == std::string::npos ? "" : "/" + parameter.substr(0, last);
+  for (char& c : scope) c = c == '.' ? '/' : c;
+  return module_path + scope + "//" + parameter.substr(last == std::string::npos ? 0 : last + 1);
+}
+
 void load_alphafold_parameters(torch::nn::Module& module, const io::NpzArrays& params, const std::string& prefix, int64_t block) {
   torch::NoGradGuard no_grad;
   for (auto& item : module.named_parameters()) {
-    // "attention.query_w" -> "<prefix>/attention//query_w"; "query_norm.scale" -> "<prefix>/query_norm//scale".
     const std::string& name = item.key();
-    const size_t last = name.rfind('.');
-    std::string path = last == std::string::npos ? "" : "/" + name.substr(0, last);
-    for (char& c : path) c = c == '.' ? '/' : c;
-    const std::string key = prefix + path + "//" + name.substr(last == std::string::npos ? 0 : last + 1);
+    const std::string key = alphafold_key(prefix, name);
     const auto found = params.find(key);
     KUAFU_CHECK(found != params.end(), "AlphaFold parameters: no array '", key, "' for ", name);
     const torch::Tensor value = block >= 0 ? found->second[block] : found->second;

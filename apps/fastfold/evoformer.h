@@ -130,6 +130,10 @@ struct EvoformerBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(EvoformerBlock);
 
+// The .npz key of a module's parameter: "<module path>[/<scope>]//<name>" for the torch name "[scope.]name"
+// ("attention.query_w" under ".../msa_transition" -> ".../msa_transition/attention//query_w").
+std::string alphafold_key(const std::string& module_path, const std::string& parameter);
+
 // Copies the arrays of `params` under `prefix` (e.g. "alphafold/alphafold_iteration/evoformer/
 // evoformer_iteration/msa_transition") into `module`'s parameters of the same names; `block` >= 0 takes
 // that slice of a stacked block array. kuafu::Error naming the key for a missing array or a shape that

@@ -391,7 +391,7 @@ Structure parse_mmcif(std::string text, const std::string& file) {
     if (site.occupancy) r.atom.occupancy = site.decimal(*site.occupancy, row, "occupancy");
     if (site.b_factor) r.atom.b_factor = site.decimal(*site.b_factor, row, "B_iso_or_equiv");
     if (site.element && !site.element->is_null(row)) r.atom.element = std::string((*site.element)[row]);
-    for (char& c : r.atom.element) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    r.atom.element = upper_case(r.atom.element);
     const std::string chain_id = r.chain_id;
     const StructureBuilder::Place place = builder.add(std::move(r));
     if (place.chain < 0 || site.label_asym == nullptr || site.label_asym->is_null(row)) continue;

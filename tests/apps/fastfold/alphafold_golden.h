@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/evoformer.h"
 #include "core/io/npz.h"
 
 namespace kuafu::fold::testing {
@@ -26,14 +27,6 @@ inline const io::NpzArrays& alphafold_golden(const std::string& file) {
   return found->second;
 }
 
-// The .npz key of a module's parameter: "<module path>[/<scope>]//<name>" for the torch name "[scope.]name".
-inline std::string alphafold_key(const std::string& module_path, const std::string& parameter) {
-  const size_t last = parameter.rfind('.');
-  std::string scope = last == std::string::npos ? "" : "/" + parameter.substr(0, last);
-  for (char& ch : scope) ch = ch == '.' ? '/' : ch;
-  return module_path + scope + "//" + parameter.substr(last == std::string::npos ? 0 : last + 1);
-}
-
 // float32 on both sides, summed in other orders: outputs and gradients agree to 1e-5 of their largest
 // entry (measured: 1e-7 to 1.3e-6). A gradient that vanishes in exact arithmetic (a bias shifting every
 // logit of a row alike, which softmax ignores: the pair-bias LayerNorm's offset, IPA's attention_2d bias)
@@ -46,6 +39,17 @@ inline void expect_like_alphafold(const torch::Tensor& actual, const torch::Tens
   std::cout << "  " << what << ": max |difference| " << difference << " of max |value| " << scale << "\n";
   const bool vanishes = scale < 1e-4;
   EXPECT_LE(vanishes ? actual.abs().max().item<double>() : difference, 1e-5 * (vanishes ? 1.0 : scale)) << what;
+}
+
+// Every parameter's gradient of `module` (its .npz path `module_path`) against the golden's
+// "<test>/dparam/<key>" arrays; a missing array fails.
+inline void expect_parameter_gradients_like_alphafold(torch::nn::Module& module, const io::NpzArrays& golden,
+                                                      const std::string& test, const std::string& module_path) {
+  for (const auto& item : module.named_parameters()) {
+    const std::string key = test + "/dparam/" + alphafold_key(module_path, item.key());
+    ASSERT_TRUE(golden.count(key)) << key;
+    expect_like_alphafold(item.value().grad(), golden.at(key), "d/d " + item.key());
+  }
 }
 
 }  // namespace kuafu::fold::testing

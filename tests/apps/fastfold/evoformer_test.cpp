@@ -17,7 +17,6 @@
 
 namespace kuafu::fold {
 namespace {
-using testing::alphafold_key;
 using testing::expect_like_alphafold;
 
 const std::string kBlock = "alphafold/alphafold_iteration/evoformer/evoformer_iteration/";
@@ -103,11 +102,7 @@ TEST(EvoformerModuleTest, EachModuleIsAlphaFoldsInValueAndGradient) {
     for (const auto& [name, value] : in) {
       if (value.requires_grad()) expect_like_alphafold(value.grad(), modules.at(c.name + "/grad/" + name), "d/d " + name);
     }
-    for (const auto& item : module->named_parameters()) {
-      const std::string key = c.name + "/dparam/" + alphafold_key(c.block + c.name, item.key());
-      ASSERT_TRUE(modules.count(key)) << key;
-      expect_like_alphafold(item.value().grad(), modules.at(key), "d/d " + item.key());
-    }
+    testing::expect_parameter_gradients_like_alphafold(*module, modules, c.name, c.block + c.name);
   }
 }
 
@@ -132,11 +127,7 @@ TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
     ((m_out * iterations.at(test + "/dout/msa")).sum() + (z_out * iterations.at(test + "/dout/pair")).sum()).backward();
     expect_like_alphafold(m.grad(), iterations.at(test + "/grad/msa"), "d/d msa");
     expect_like_alphafold(z.grad(), iterations.at(test + "/grad/pair"), "d/d pair");
-    for (const auto& item : block->named_parameters()) {
-      const std::string key = test + "/dparam/" + alphafold_key(path, item.key());
-      ASSERT_TRUE(iterations.count(key)) << key;
-      expect_like_alphafold(item.value().grad(), iterations.at(key), "d/d " + item.key());
-    }
+    testing::expect_parameter_gradients_like_alphafold(*block, iterations, test, path);
   }
 }
 

@@ -13,7 +13,6 @@
 
 namespace kuafu::fold {
 namespace {
-using testing::alphafold_key;
 using testing::expect_like_alphafold;
 
 const std::string kIpa = "alphafold/alphafold_iteration/structure_module/fold_iteration/invariant_point_attention";
@@ -44,11 +43,7 @@ TEST(InvariantPointAttentionTest, IsAlphaFoldsInValueAndGradient) {
   expect_like_alphafold(s.grad(), golden.at(t + "grad/inputs_1d"), "d/d inputs_1d");
   expect_like_alphafold(z.grad(), golden.at(t + "grad/inputs_2d"), "d/d inputs_2d");
   expect_like_alphafold(affine.grad(), golden.at(t + "grad/affine"), "d/d affine");
-  for (const auto& item : ipa->named_parameters()) {
-    const std::string key = t + "dparam/" + alphafold_key(kIpa, item.key());
-    ASSERT_TRUE(golden.count(key)) << key;
-    expect_like_alphafold(item.value().grad(), golden.at(key), "d/d " + item.key());
-  }
+  testing::expect_parameter_gradients_like_alphafold(*ipa, golden, "invariant_point_attention", kIpa);
 }
 
 // Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
