@@ -15,6 +15,18 @@ torch::Tensor global_points(const torch::Tensor& projected, int64_t heads, int64
   return frames.unsqueeze(1).unsqueeze(1).apply(local);
 }
 
+// Haiku's name for the n-th use of a module named `name` in one scope: name, name_1, name_2, ...
+std::string haiku_name(const std::string& name, size_t n) { return n == 0 ? name : name + "_" + std::to_string(n); }
+
+// The Hamilton product q ⊗ (0, v) of quaternions [*, 4] (w, x, y, z) and vectors [*, 3].
+torch::Tensor quaternion_times_vector(const torch::Tensor& q, const torch::Tensor& v) {
+  const torch::Tensor w = q.select(-1, 0), x = q.select(-1, 1), y = q.select(-1, 2), z = q.select(-1, 3);
+  const torch::Tensor a = v.select(-1, 0), b = v.select(-1, 1), c = v.select(-1, 2);
+  return torch::stack({-x * a - y * b - z * c, w * a + y * c - z * b, w * b - x * c + z * a, w * c + x * b - y * a}, -1);
+}
+
+torch::Tensor unit_quaternion(const torch::Tensor& q) { return q / torch::linalg_vector_norm(q, 2, {-1}, true); }
+
 }  // namespace
 
 InvariantPointAttentionImpl::InvariantPointAttentionImpl(const IpaSizes& s) : sizes(s) {
@@ -57,6 +69,95 @@ torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const
   const torch::Tensor pair_out = torch::einsum("hij,ijc->ihc", {weights, z}).reshape({residues, -1});         // [R, H·c_z]
   return output_projection(
       torch::cat({scalar_out, xyz.select(-1, 0), xyz.select(-1, 1), xyz.select(-1, 2), norms, pair_out}, -1));
+}
+
+AngleResnetImpl::AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t count) {
+  input_projection = register_module("input_projection", AfLinear(channels, hidden));
+  input_projection_1 = register_module("input_projection_1", AfLinear(initial_channels, hidden));
+  for (int64_t b = 0; b < count; ++b) {
+    blocks.emplace_back(register_module(haiku_name("resblock1", b), AfLinear(hidden, hidden)),
+                        register_module(haiku_name("resblock2", b), AfLinear(hidden, hidden)));
+  }
+  unnormalized_angles = register_module("unnormalized_angles", AfLinear(hidden, 2 * kTorsions));
+}
+
+torch::Tensor AngleResnetImpl::forward(const torch::Tensor& s, const torch::Tensor& s_initial) {
+  torch::Tensor a = input_projection(torch::relu(s)) + input_projection_1(torch::relu(s_initial));  // [R, hidden]
+  for (auto& [first, second] : blocks) a = a + second(torch::relu(first(torch::relu(a))));
+  return unnormalized_angles(torch::relu(a)).unflatten(-1, {kTorsions, 2});  // [R, 7, 2]
+}
+
+FoldIterationImpl::FoldIterationImpl(const StructureModuleSizes& s) {
+  const int64_t c = s.ipa.single_channels;
+  invariant_point_attention = register_module("invariant_point_attention", InvariantPointAttention(s.ipa));
+  attention_layer_norm = register_module("attention_layer_norm", AfLayerNorm(c));
+  for (int64_t i = 0; i < s.transition_layers; ++i)
+    transition.push_back(register_module(haiku_name("transition", static_cast<size_t>(i)), AfLinear(c, c)));
+  transition_layer_norm = register_module("transition_layer_norm", AfLayerNorm(c));
+  affine_update = register_module("affine_update", AfLinear(c, 6));
+  rigid_sidechain = register_module("rigid_sidechain", AngleResnet(c, s.single_channels, s.angle_channels, s.angle_blocks));
+}
+
+Rigid StructureOutputs::backbone(int64_t layer) const {
+  return {quaternion_to_rotation(quaternions.select(0, layer)), translations.select(0, layer)};
+}
+
+StructureModuleImpl::StructureModuleImpl(const StructureModuleSizes& s) : sizes(s) {
+  single_layer_norm = register_module("single_layer_norm", AfLayerNorm(s.single_channels));
+  initial_projection = register_module("initial_projection", AfLinear(s.single_channels, s.ipa.single_channels));
+  pair_layer_norm = register_module("pair_layer_norm", AfLayerNorm(s.ipa.pair_channels));
+  fold_iteration = register_module("fold_iteration", FoldIteration(s));
+}
+
+StructureOutputs StructureModuleImpl::forward(const torch::Tensor& single, const torch::Tensor& pair,
+                                              const torch::Tensor& aatype, const torch::Tensor& mask,
+                                              const ResidueGeometry& geometry) {
+  const int64_t residues = single.size(0);
+  FoldIterationImpl& fold = *fold_iteration;
+  const torch::Tensor initial = single_layer_norm(single);  // [R, c_s]
+  torch::Tensor s = initial_projection(initial);            // [R, c]
+  const torch::Tensor z = pair_layer_norm(pair);            // [R, R, c_z]
+  // Every frame starts at the origin, unrotated (the "black hole" initialisation).
+  torch::Tensor quaternion = torch::zeros({residues, 4}, single.options()).index_fill_(1, torch::tensor({0}), 1.0);
+  torch::Tensor translation = torch::zeros({residues, 3}, single.options());  // units of position_scale
+  std::vector<torch::Tensor> quaternions, translations, raw_angles, angles, rotations, origins, atoms;
+  for (int64_t layer = 0; layer < sizes.layers; ++layer) {
+    quaternion = unit_quaternion(quaternion);
+    const torch::Tensor rotation = quaternion_to_rotation(quaternion);  // [R, 3, 3]
+    s = fold.attention_layer_norm(s + fold.invariant_point_attention->forward(s, z, Rigid{rotation, translation}, mask));
+    torch::Tensor t = s;
+    for (size_t i = 0; i < fold.transition.size(); ++i) {
+      t = fold.transition[i](t);
+      if (i + 1 < fold.transition.size()) t = torch::relu(t);
+    }
+    s = fold.transition_layer_norm(s + t);
+    // Algorithm 23: the update composed on the right, as a quaternion step renormalised.
+    const torch::Tensor update = fold.affine_update(s);  // [R, 6]
+    const torch::Tensor new_quaternion = unit_quaternion(quaternion + quaternion_times_vector(quaternion, update.narrow(-1, 0, 3)));
+    const torch::Tensor new_translation = translation + torch::einsum("rij,rj->ri", {rotation, update.narrow(-1, 3, 3)});
+    const torch::Tensor unnormalized = fold.rigid_sidechain(s, initial);  // [R, 7, 2]
+    const torch::Tensor normalized =
+        unnormalized / torch::sqrt(torch::clamp_min(unnormalized.square().sum(-1, true), 1e-12));
+    const Rigid backbone{quaternion_to_rotation(new_quaternion), new_translation * sizes.position_scale};
+    const Rigid frames = torsions_to_frames(geometry, aatype, backbone, normalized);  // [R, 8]
+    quaternions.push_back(new_quaternion);
+    translations.push_back(backbone.translation);
+    raw_angles.push_back(unnormalized);
+    angles.push_back(normalized);
+    rotations.push_back(frames.rotation);
+    origins.push_back(frames.translation);
+    atoms.push_back(frames_to_atom14(geometry, aatype, frames));
+    // The next layer sees the rotation without its gradient (supplement 1.8.2: stable training).
+    quaternion = new_quaternion.detach();
+    translation = new_translation;
+  }
+  return {s,
+          torch::stack(quaternions),
+          torch::stack(translations),
+          torch::stack(raw_angles),
+          torch::stack(angles),
+          {torch::stack(rotations), torch::stack(origins)},
+          torch::stack(atoms)};
 }
 
 }  // namespace kuafu::fold

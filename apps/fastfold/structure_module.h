@@ -1,11 +1,12 @@
-// AlphaFold 2's structure module (supplement 1.8), maths only: invariant point attention so far. Shapes:
-// the single representation s [R, c_s], the pair z [R, R, c_z], each residue's frame (Rigid, [R]).
+// AlphaFold 2's structure module (supplement 1.8, Algorithm 20), maths only. Shapes: the single
+// representation s [R, c_s], the pair z [R, R, c_z], each residue's frame (Rigid, [R]); L layers.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
 #include "apps/fastfold/evoformer.h"
+#include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/rigid.h"
 
 namespace kuafu::fold {
@@ -32,5 +33,60 @@ struct InvariantPointAttentionImpl : torch::nn::Module {
   torch::Tensor trainable_point_weights;  // [H], through softplus
 };
 TORCH_MODULE(InvariantPointAttention);
+
+struct StructureModuleSizes {
+  int64_t single_channels = 384;      // the Evoformer's single representation (AlphaFold's seq_channel)
+  IpaSizes ipa;                       // ipa.single_channels: the module's own width (num_channel)
+  int64_t layers = 8;                 // the fold iteration, its weights shared
+  int64_t transition_layers = 3;
+  int64_t angle_channels = 128;       // the torsion-angle ResNet (sidechain num_channel)
+  int64_t angle_blocks = 2;
+  double position_scale = 10.0;       // the frames' translations are in units of 10 Å inside
+};
+
+// Algorithm 20, lines 11-14: the torsion angles (ω, φ, ψ, χ1..χ4) from the current and the initial single
+// representation, a small ResNet. -> unnormalised (sin, cos) [R, 7, 2].
+struct AngleResnetImpl : torch::nn::Module {
+  AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t blocks);
+  torch::Tensor forward(const torch::Tensor& s, const torch::Tensor& s_initial);
+  AfLinear input_projection{nullptr}, input_projection_1{nullptr}, unnormalized_angles{nullptr};
+  std::vector<std::pair<AfLinear, AfLinear>> blocks;  // resblock1, resblock2 (then _1, _2 ...)
+};
+TORCH_MODULE(AngleResnet);
+
+// One fold iteration's weights (Algorithm 20, lines 6-14), applied `layers` times.
+struct FoldIterationImpl : torch::nn::Module {
+  explicit FoldIterationImpl(const StructureModuleSizes& sizes);
+  InvariantPointAttention invariant_point_attention{nullptr};
+  AfLayerNorm attention_layer_norm{nullptr}, transition_layer_norm{nullptr};
+  std::vector<AfLinear> transition;  // transition, transition_1, ...
+  AfLinear affine_update{nullptr};
+  AngleResnet rigid_sidechain{nullptr};
+};
+TORCH_MODULE(FoldIteration);
+
+// What the structure module gives, each per layer on a leading axis [L, ...].
+struct StructureOutputs {
+  torch::Tensor single;           // [R, c]: the last layer's activations
+  torch::Tensor quaternions;      // [L, R, 4]: the backbone rotations (w, x, y, z), unit
+  torch::Tensor translations;     // [L, R, 3]: the backbone origins (CA), Å
+  torch::Tensor unnormalized_angles, angles;  // [L, R, 7, 2]: (sin, cos), as predicted and normalised
+  Rigid frames;                   // [L, R, 8]: every rigid group's frame, Å
+  torch::Tensor atom14;           // [L, R, 14, 3] Å
+
+  Rigid backbone(int64_t layer) const;  // [R] frames of a layer (-1: the last), Å
+};
+
+struct StructureModuleImpl : torch::nn::Module {
+  explicit StructureModuleImpl(const StructureModuleSizes& sizes);
+  // s [R, c_s], z [R, R, c_z], aatype [R] int64, mask [R]; `geometry` in s's dtype and device.
+  StructureOutputs forward(const torch::Tensor& s, const torch::Tensor& z, const torch::Tensor& aatype,
+                           const torch::Tensor& mask, const ResidueGeometry& geometry);
+  StructureModuleSizes sizes;
+  AfLayerNorm single_layer_norm{nullptr}, pair_layer_norm{nullptr};
+  AfLinear initial_projection{nullptr};
+  FoldIteration fold_iteration{nullptr};
+};
+TORCH_MODULE(StructureModule);
 
 }  // namespace kuafu::fold

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "apps/fastfold/evoformer.h"
+#include "apps/fastfold/residue_geometry.h"
 #include "core/io/npz.h"
 
 namespace kuafu::fold::testing {
@@ -50,6 +51,33 @@ inline void expect_parameter_gradients_like_alphafold(torch::nn::Module& module,
     ASSERT_TRUE(golden.count(key)) << key;
     expect_like_alphafold(item.value().grad(), golden.at(key), "d/d " + item.key());
   }
+}
+
+}  // namespace kuafu::fold::testing
+
+namespace kuafu::fold::testing {
+
+// AlphaFold's own residue tables (golden/alphafold_residue_tables.npz, written by alphafold_residue_tables.py),
+// float32: the structure module run on them places atoms exactly as AlphaFold does. AlphaFold's default
+// frame of a group a residue lacks is all zeros, kept as it is.
+inline ResidueGeometry alphafold_residue_geometry() {
+  const io::NpzArrays tables = io::read_npz(
+      (std::filesystem::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_residue_tables.npz").string());
+  const auto longs = [&](const char* name) { return tables.at(name).to(torch::kInt64); };
+  const torch::Tensor frames = tables.at("restype_rigid_group_default_frame");  // [21, 8, 4, 4]
+  const torch::Tensor renaming = tables.at("renaming_matrices");                // [21, 14, 14]
+  const torch::Tensor ambiguous = (renaming.diagonal(0, 1, 2) == 0).to(torch::kFloat32);
+  return {{frames.narrow(-2, 0, 3).narrow(-1, 0, 3).contiguous(), frames.narrow(-2, 0, 3).select(-1, 3).contiguous()},
+          longs("restype_atom14_to_rigid_group"),
+          tables.at("restype_atom14_mask"),
+          tables.at("restype_atom14_rigid_group_positions"),
+          longs("restype_atom14_to_atom37"),
+          longs("restype_atom37_to_atom14"),
+          tables.at("restype_atom37_mask"),
+          tables.at("chi_angles_mask"),
+          tables.at("chi_pi_periodic"),
+          ambiguous,
+          renaming};
 }
 
 }  // namespace kuafu::fold::testing

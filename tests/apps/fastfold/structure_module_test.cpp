@@ -46,6 +46,46 @@ TEST(InvariantPointAttentionTest, IsAlphaFoldsInValueAndGradient) {
   testing::expect_parameter_gradients_like_alphafold(*ipa, golden, "invariant_point_attention", kIpa);
 }
 
+// The tiny model's structure module (golden config.json): c_s 16, 2 layers, 3 transition layers, angle ResNet 8
+// wide with 2 blocks.
+StructureModuleSizes tiny_structure_module() {
+  StructureModuleSizes sizes;
+  sizes.single_channels = 16;
+  sizes.ipa = kTinyIpa;
+  sizes.layers = 2;
+  sizes.angle_channels = 8;
+  return sizes;
+}
+
+// A rigid [*] as AlphaFold's flat12 [*, 12]: the rotation row by row, then the translation.
+torch::Tensor flat12(const Rigid& rigid) {
+  return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1);
+}
+
+// The structure module on random single and pair representations, run on AlphaFold's residue tables.
+TEST(StructureModuleTest, IsAlphaFoldsInValue) {
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& golden = testing::alphafold_golden("structure.npz");
+  const std::string t = "structure_module/";
+  StructureModule module(tiny_structure_module());
+  load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  const torch::Tensor aatype = golden.at(t + "in/aatype").to(torch::kInt64);
+  const StructureOutputs out =
+      module->forward(golden.at(t + "in/single"), golden.at(t + "in/pair"), aatype, golden.at(t + "in/seq_mask"), geometry);
+  expect_like_alphafold(out.single.detach(), golden.at(t + "out/act"), "single");
+  const torch::Tensor traj = golden.at(t + "out/traj");  // [L, R, 7]
+  expect_like_alphafold(out.quaternions.detach(), traj.narrow(-1, 0, 4), "quaternions");
+  expect_like_alphafold(out.translations.detach(), traj.narrow(-1, 4, 3), "translations");
+  expect_like_alphafold(out.unnormalized_angles.detach(), golden.at(t + "out/sidechains/unnormalized_angles_sin_cos"),
+                        "unnormalised angles");
+  expect_like_alphafold(out.angles.detach(), golden.at(t + "out/sidechains/angles_sin_cos"), "angles");
+  expect_like_alphafold(flat12(out.frames).detach(), golden.at(t + "out/sidechains/frames"), "frames");
+  expect_like_alphafold(out.atom14.detach(), golden.at(t + "out/sidechains/atom_pos"), "atom14");
+  const torch::Tensor atom37 = atom14_to_atom37(geometry, aatype, out.atom14.select(0, -1));
+  expect_like_alphafold(atom37.detach(), golden.at(t + "out/final_atom_positions"), "atom37");
+}
+
 // Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
 TEST(InvariantPointAttentionTest, IsInvariantUnderAGlobalMotion) {
   auto g = at::detail::createCPUGenerator(9);
