@@ -46,6 +46,10 @@ Rigid Rigid::index(int64_t dim, const torch::Tensor& indices) const {
 
 Rigid Rigid::detach_rotation() const { return {rotation.detach(), translation}; }
 
+Rigid Rigid::to(const torch::TensorOptions& options) const {
+  return {rotation.to(options.device(), options.dtype()), translation.to(options.device(), options.dtype())};
+}
+
 Rigid rigid_from_3_points(const torch::Tensor& n, const torch::Tensor& ca, const torch::Tensor& c) {
   const torch::Tensor e1 = normalized(c - ca);                                        // [*, 3]
   const torch::Tensor towards_n = n - ca;                                             // [*, 3]

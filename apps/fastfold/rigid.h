@@ -22,7 +22,8 @@ struct Rigid {
   // other residues' points: frames [N] and points [N, M, 3] become frames [N, 1] over [N, M].
   Rigid unsqueeze(int64_t dim) const;
   Rigid index(int64_t dim, const torch::Tensor& indices) const;  // frames picked along batch dim `dim`
-  Rigid detach_rotation() const;  // the rotation's gradient stopped (between structure-module layers)
+  Rigid detach_rotation() const;
+  Rigid to(const torch::TensorOptions& options) const;  // dtype and device  // the rotation's gradient stopped (between structure-module layers)
 };
 
 // A residue's backbone frame from its N, CA and C atoms ([*, 3] each; supplement Algorithm 21,

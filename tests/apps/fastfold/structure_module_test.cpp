@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/structure_losses.h"
 #include "apps/fastfold/structure_module.h"
 #include "core/io/npz.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
@@ -84,6 +85,80 @@ TEST(StructureModuleTest, IsAlphaFoldsInValue) {
   expect_like_alphafold(out.atom14.detach(), golden.at(t + "out/sidechains/atom_pos"), "atom14");
   const torch::Tensor atom37 = atom14_to_atom37(geometry, aatype, out.atom14.select(0, -1));
   expect_like_alphafold(atom37.detach(), golden.at(t + "out/final_atom_positions"), "atom37");
+}
+
+// AlphaFold's flat12 rigids [*, 12] as frames [*].
+Rigid rigid_of_flat12(const torch::Tensor& flat) {
+  return {flat.narrow(-1, 0, 9).unflatten(-1, {3, 3}), flat.narrow(-1, 9, 3)};
+}
+
+// The structure module's labels as the golden test's batch gives them ("<test>/in/<name>").
+StructureLabels golden_structure_labels(const io::NpzArrays& golden, const std::string& in) {
+  const auto at = [&](const std::string& name) { return golden.at(in + name); };
+  const torch::Tensor affine = at("backbone_affine_tensor");
+  StructureLabels labels;
+  labels.aatype = at("aatype").to(torch::kInt64);
+  labels.residue_mask = at("seq_mask");
+  labels.atom14_positions = at("atom14_gt_positions");
+  labels.atom14_exists = at("atom14_gt_exists");
+  labels.atom14_alt_positions = at("atom14_alt_gt_positions");
+  labels.atom14_alt_exists = at("atom14_alt_gt_exists");
+  labels.atom14_ambiguous = at("atom14_atom_is_ambiguous");
+  labels.atom14_type_exists = at("atom14_atom_exists");
+  labels.group_frames = rigid_of_flat12(at("rigidgroups_gt_frames"));
+  labels.alt_group_frames = rigid_of_flat12(at("rigidgroups_alt_gt_frames"));
+  labels.group_exists = at("rigidgroups_gt_exists");
+  labels.backbone = {quaternion_to_rotation(affine.narrow(-1, 0, 4)), affine.narrow(-1, 4, 3)};
+  labels.backbone_mask = at("backbone_affine_mask");
+  labels.chi_angles = at("chi_angles");
+  labels.chi_mask = at("chi_mask");
+  labels.clamped_fape_fraction = at("use_clamped_fape").item<double>();
+  return labels;
+}
+
+// The losses against the chain's truth, and the gradient of their sum with respect to the inputs and every
+// parameter (violations are not computed: their weight is 0 in AlphaFold's initial training). In float32
+// against AlphaFold's float32, values to 1e-5 and gradients to 1e-4 of their largest entry: AlphaFold's own
+// float32 gradients through the backbone frames differ from its float64 ones by up to 7.7e-5 (those of the
+// side-chain path by 1e-6); in float64 against AlphaFold's float64 (structure_float64.npz), to 1e-6 (measured
+// 1.2e-7: the truth's quaternions are float32, unit to ~1e-7, and AlphaFold does not renormalise them).
+TEST(StructureModuleTest, LossesAndGradientsAreAlphaFolds) {
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& golden32 = testing::alphafold_golden("structure.npz");
+  const io::NpzArrays& golden64 = testing::alphafold_golden("structure_float64.npz");
+  const std::string t = "structure_module/";
+  for (const torch::Dtype dtype : {torch::kFloat32, torch::kFloat64}) {
+    const bool single_precision = dtype == torch::kFloat32;
+    const io::NpzArrays& golden = single_precision ? golden32 : golden64;
+    const double gradient_tolerance = single_precision ? 1e-4 : 1e-6;
+    std::cout << (single_precision ? "float32\n" : "float64\n");
+    const auto options = torch::TensorOptions(dtype);
+    StructureModule module(tiny_structure_module());
+    load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
+    module->to(dtype);
+    const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(options);
+    const StructureLabels labels = golden_structure_labels(golden32, t + "in/").to(options);
+    const torch::Tensor single = golden32.at(t + "in/single").to(dtype).clone().requires_grad_();
+    const torch::Tensor pair = golden32.at(t + "in/pair").to(dtype).clone().requires_grad_();
+    const StructureOutputs out = module->forward(single, pair, labels.aatype, labels.residue_mask, geometry);
+    const StructureLoss loss = structure_module_loss(out, labels, geometry, StructureLossSettings{});
+    if (single_precision) {
+      EXPECT_TRUE(torch::equal(loss.alt_naming_is_better, golden.at(t + "out/alt_naming_is_better")));
+      std::cout << "  symmetric side chains renamed: " << loss.alt_naming_is_better.sum().item<float>() << "\n";
+      expect_like_alphafold(loss.renamed_positions, golden.at(t + "out/renamed_atom14_gt_positions"), "renamed truth");
+      expect_like_alphafold(loss.renamed_exists, golden.at(t + "out/renamed_atom14_gt_exists"), "renamed mask");
+    }
+    expect_like_alphafold(loss.fape.detach(), golden.at(t + "loss/fape"), "fape");
+    expect_like_alphafold(loss.sidechain_fape.detach(), golden.at(t + "loss/sidechain_fape"), "side-chain fape");
+    expect_like_alphafold(loss.chi.detach(), golden.at(t + "loss/chi_loss"), "chi loss");
+    expect_like_alphafold(loss.angle_norm.detach(), golden.at(t + "loss/angle_norm_loss"), "angle norm loss");
+    expect_like_alphafold(loss.loss.detach(), golden.at(t + "loss/loss"), "loss");
+    loss.loss.backward();
+    expect_like_alphafold(single.grad(), golden.at(t + "grad/single"), "d/d single", gradient_tolerance);
+    expect_like_alphafold(pair.grad(), golden.at(t + "grad/pair"), "d/d pair", gradient_tolerance);
+    testing::expect_parameter_gradients_like_alphafold(*module, golden, "structure_module",
+                                                       "alphafold/alphafold_iteration/structure_module", gradient_tolerance);
+  }
 }
 
 // Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
