@@ -24,6 +24,13 @@ struct ResidueGeometry {
   torch::Tensor chi_pi_periodic;   // [21, 4] 0/1: the angle is defined up to π
   torch::Tensor atom14_ambiguous;  // [21, 14] 0/1: one of a pair a symmetric side chain names either way
   torch::Tensor renaming;          // [21, 14, 14]: the permutation swapping those pairs (x_alt[j] = Σ_i x[i] P[i, j])
+  // The truth's frames and torsions (AlphaFold's atom37_to_frames and atom37_to_torsion_angles):
+  torch::Tensor chi_atoms;         // [21, 4, 4] int64: atom37 index of each chi angle's atoms (0 where none)
+  torch::Tensor group_base_atoms;  // [21, 8, 3] int64: atom37 index of the atoms a group's frame is built on
+                                   //   (behind the origin along x, the origin, in the xy plane); 0 for groups
+                                   //   without atoms of their own (pre-omega, phi)
+  torch::Tensor group_exists;      // [21, 8] 0/1: backbone, psi and the chi groups a type has
+  torch::Tensor group_ambiguous;   // [21, 8] 0/1: the last chi group of a symmetric side chain (turned by π)
 
   // The floating tables in `options`' dtype and all on its device.
   ResidueGeometry to(const torch::TensorOptions& options) const;
@@ -31,6 +38,9 @@ struct ResidueGeometry {
 
 // The tables of atoms placed in their groups (per residue type, atom14 order); default frames from them.
 ResidueGeometry residue_geometry(const std::array<std::vector<GroupedAtom>, kResidueTypes>& grouped);
+
+// A table's rows for each residue: table [21, ...], aatype [R] -> [R, ...].
+torch::Tensor per_residue(const torch::Tensor& table, const torch::Tensor& aatype);
 
 // Kuafu's tables, from the geometry measured in real structures (ideal_grouped_atoms): float32, CPU.
 const ResidueGeometry& ideal_residue_geometry();

@@ -13,6 +13,11 @@ torch::Tensor rotate(const torch::Tensor& rotation, const torch::Tensor& points)
 
 torch::Tensor normalized(const torch::Tensor& v) { return v / torch::linalg_vector_norm(v, 2, {-1}, /*keepdim=*/true); }
 
+// v / max(|v|, 1e-8) (AlphaFold's vecs_robust_normalize).
+torch::Tensor robustly_normalized(const torch::Tensor& v) {
+  return v / torch::sqrt(torch::clamp_min(v.square().sum(-1, true), 1e-16));
+}
+
 }  // namespace
 
 Rigid Rigid::identity(torch::IntArrayRef batch, const torch::TensorOptions& options) {
@@ -56,6 +61,14 @@ Rigid rigid_from_3_points(const torch::Tensor& n, const torch::Tensor& ca, const
   const torch::Tensor e2 = normalized(towards_n - e1 * (e1 * towards_n).sum(-1, true));  // Gram-Schmidt
   const torch::Tensor e3 = torch::linalg_cross(e1, e2, -1);
   return {torch::stack({e1, e2, e3}, -1), ca};  // the axes as columns: [*, 3, 3]
+}
+
+Rigid rigid_from_points(const torch::Tensor& x_from, const torch::Tensor& origin, const torch::Tensor& in_xy_plane) {
+  const torch::Tensor e0 = robustly_normalized(origin - x_from);                                // [*, 3]
+  const torch::Tensor towards = in_xy_plane - origin;
+  const torch::Tensor e1 = robustly_normalized(towards - e0 * (towards * e0).sum(-1, true));  // Gram-Schmidt
+  const torch::Tensor e2 = torch::linalg_cross(e0, e1, -1);
+  return {torch::stack({e0, e1, e2}, -1), origin};  // the axes as columns: [*, 3, 3]
 }
 
 torch::Tensor quaternion_to_rotation(const torch::Tensor& quaternion) {

@@ -30,6 +30,11 @@ struct Rigid {
 // Gram-Schmidt): origin at CA, the x axis towards C, N in the xy plane with a positive y.
 Rigid rigid_from_3_points(const torch::Tensor& n, const torch::Tensor& ca, const torch::Tensor& c);
 
+// The frame with its origin at `origin`, its x axis along x_from -> origin and `in_xy_plane` in its xy plane
+// (y > 0), [*, 3] each: AlphaFold's rigids_from_3_points, which builds the truth's frames and torsions.
+// Degenerate input (missing atoms at 0) gives a zero rotation, not NaN: lengths are held at 1e-8 or more.
+Rigid rigid_from_points(const torch::Tensor& x_from, const torch::Tensor& origin, const torch::Tensor& in_xy_plane);
+
 // The rotation of quaternions [*, 4] (w, x, y, z), normalised first.
 torch::Tensor quaternion_to_rotation(const torch::Tensor& quaternion);
 

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 
+#include "apps/fastfold/residue_types.h"
 #include "apps/fastfold/text_fields.h"
 #include "core/util/error.h"
 
@@ -55,12 +56,8 @@ const Chain* Structure::chain(std::string_view id) const {
 }
 
 char one_letter_code(std::string_view residue_name) {
-  static const std::pair<const char*, char> kCodes[] = {
-      {"ALA", 'A'}, {"ARG", 'R'}, {"ASN", 'N'}, {"ASP", 'D'}, {"CYS", 'C'}, {"GLN", 'Q'}, {"GLU", 'E'},
-      {"GLY", 'G'}, {"HIS", 'H'}, {"ILE", 'I'}, {"LEU", 'L'}, {"LYS", 'K'}, {"MET", 'M'}, {"PHE", 'F'},
-      {"PRO", 'P'}, {"SER", 'S'}, {"THR", 'T'}, {"TRP", 'W'}, {"TYR", 'Y'}, {"VAL", 'V'}};
-  for (const auto& [name, code] : kCodes) {
-    if (residue_name == name) return code;
+  for (const ResidueType& type : residue_types()) {
+    if (residue_name == type.name) return type.code;
   }
   return 'X';
 }

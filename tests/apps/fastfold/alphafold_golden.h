@@ -60,9 +60,16 @@ inline void expect_parameter_gradients_like_alphafold(torch::nn::Module& module,
 
 namespace kuafu::fold::testing {
 
+// A rigid [*] as AlphaFold's flat12 [*, 12]: the rotation row by row, then the translation; and back.
+inline torch::Tensor flat12(const Rigid& rigid) { return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1); }
+inline Rigid rigid_of_flat12(const torch::Tensor& flat) {
+  return {flat.narrow(-1, 0, 9).unflatten(-1, {3, 3}), flat.narrow(-1, 9, 3)};
+}
+
 // AlphaFold's own residue tables (golden/alphafold_residue_tables.npz, written by alphafold_residue_tables.py),
 // float32: the structure module run on them places atoms exactly as AlphaFold does. AlphaFold's default
-// frame of a group a residue lacks is all zeros, kept as it is.
+// frame of a group a residue lacks is all zeros, kept as it is. The tables of atom names for the truth's
+// frames and torsions are Kuafu's (the names are AlphaFold's: ResidueGeometryTest).
 inline ResidueGeometry alphafold_residue_geometry() {
   const io::NpzArrays tables = io::read_npz(
       (std::filesystem::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_residue_tables.npz").string());
@@ -80,7 +87,11 @@ inline ResidueGeometry alphafold_residue_geometry() {
           tables.at("chi_angles_mask"),
           tables.at("chi_pi_periodic"),
           ambiguous,
-          renaming};
+          renaming,
+          ideal_residue_geometry().chi_atoms,
+          ideal_residue_geometry().group_base_atoms,
+          ideal_residue_geometry().group_exists,
+          ideal_residue_geometry().group_ambiguous};
 }
 
 }  // namespace kuafu::fold::testing

@@ -15,6 +15,8 @@
 namespace kuafu::fold {
 namespace {
 using testing::expect_like_alphafold;
+using testing::flat12;
+using testing::rigid_of_flat12;
 
 const std::string kIpa = "alphafold/alphafold_iteration/structure_module/fold_iteration/invariant_point_attention";
 
@@ -58,11 +60,6 @@ StructureModuleSizes tiny_structure_module() {
   return sizes;
 }
 
-// A rigid [*] as AlphaFold's flat12 [*, 12]: the rotation row by row, then the translation.
-torch::Tensor flat12(const Rigid& rigid) {
-  return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1);
-}
-
 // The structure module on random single and pair representations, run on AlphaFold's residue tables.
 TEST(StructureModuleTest, IsAlphaFoldsInValue) {
   const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
@@ -85,11 +82,6 @@ TEST(StructureModuleTest, IsAlphaFoldsInValue) {
   expect_like_alphafold(out.atom14.detach(), golden.at(t + "out/sidechains/atom_pos"), "atom14");
   const torch::Tensor atom37 = atom14_to_atom37(geometry, aatype, out.atom14.select(0, -1));
   expect_like_alphafold(atom37.detach(), golden.at(t + "out/final_atom_positions"), "atom37");
-}
-
-// AlphaFold's flat12 rigids [*, 12] as frames [*].
-Rigid rigid_of_flat12(const torch::Tensor& flat) {
-  return {flat.narrow(-1, 0, 9).unflatten(-1, {3, 3}), flat.narrow(-1, 9, 3)};
 }
 
 // The structure module's labels as the golden test's batch gives them ("<test>/in/<name>").
