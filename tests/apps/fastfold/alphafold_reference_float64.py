@@ -7,7 +7,8 @@ and Kuafu's float64 to this file.
 Run with alphafold_reference.py's venv, after it:
     AFVENV/bin/python alphafold_reference_float64.py tests/apps/fastfold/golden/alphafold_tiny
 Writes OUT_DIR/structure_float64.npz: structure_module/loss/<term>, structure_module/grad/{single,pair},
-structure_module/dparam/<params_model_tiny.npz key>.
+structure_module/dparam/<params_model_tiny.npz key>; and OUT_DIR/model_float64.npz: the whole model with
+recycling on model.npz's batch, loss/total and d(loss/total)/d(parameter) keyed as params_model_tiny.npz.
 """
 import os
 import sys
@@ -53,6 +54,25 @@ def main(golden_dir):
         out[f'{test}dparam/{k}'] = np.asarray(v)
     assert all(v.dtype == np.float64 for k, v in out.items() if '/loss/metrics/' not in k), 'not all float64'
     np.savez(os.path.join(golden_dir, 'structure_float64.npz'), **out)
+
+    # The whole model, recycled as alphafold_reference.py recycles it, on the float32 run's batch.
+    feats = {k[len('feat/'):]: v.astype(np.float64) if v.dtype == np.float32 else v
+             for k, v in np.load(os.path.join(golden_dir, 'model.npz')).items() if k.startswith('feat/')}
+    num_iter = feats['aatype'].shape[0]
+    model = hk.transform(lambda batch: reference.RecycledAlphaFold(cfg.model)(batch, num_iter)[0])
+    total, grads = jax.jit(jax.value_and_grad(lambda p, b: model.apply(p, jax.random.PRNGKey(args_seed(golden_dir)), b)))(
+        params, feats)
+    out = {'loss/total': np.asarray(total)}
+    out.update(reference.flatten_params(grads))
+    assert all(v.dtype == np.float64 for v in out.values()), 'not all float64'
+    np.savez(os.path.join(golden_dir, 'model_float64.npz'), **out)
+
+
+def args_seed(golden_dir):
+    """The seed alphafold_reference.py ran with (its PRNG key reaches no random op: deterministic=True)."""
+    import json
+    with open(os.path.join(golden_dir, 'manifest.json')) as f:
+        return json.load(f)['args']['seed']
 
 
 if __name__ == '__main__':

@@ -1,0 +1,43 @@
+// AlphaFold 2's training loss (supplement 1.9, Algorithm 2 line 23 and 1.11's weights): the structure
+// module's losses, the distogram, masked MSA and pLDDT losses; and lDDT, which pLDDT learns. Maths only.
+#pragma once
+
+#include <torch/types.h>
+
+#include "apps/fastfold/alphafold_model.h"
+#include "apps/fastfold/structure_losses.h"
+
+namespace kuafu::fold {
+
+// What the whole model is trained against, beside the structure labels.
+struct AlphaFoldLabels {
+  StructureLabels structure;
+  torch::Tensor positions, mask;          // [R, 37, 3], [R, 37]: the truth's atoms (lDDT of CA)
+  torch::Tensor pseudo_beta, pseudo_beta_mask;  // [R, 3], [R]
+  torch::Tensor true_msa;                 // [S, R] int64: the cluster rows before BERT masking
+  torch::Tensor bert_mask;                // [S, R]: 1 where a position was masked
+  double resolution = 0.0;                // Å; pLDDT is trained on structures from 0.1 to 3 Å only
+};
+
+struct AlphaFoldLossSettings {
+  double distogram_weight = 0.3, masked_msa_weight = 2.0, structure_weight = 1.0, plddt_weight = 0.01;
+  double plddt_min_resolution = 0.1, plddt_max_resolution = 3.0;
+  StructureLossSettings structure;
+};
+
+struct AlphaFoldLoss {
+  torch::Tensor total;
+  torch::Tensor distogram, masked_msa, plddt;
+  StructureLoss structure;
+};
+
+AlphaFoldLoss alphafold_loss(const AlphaFoldOutputs& out, const AlphaFoldLabels& labels, const ResidueGeometry& geometry,
+                             const AlphaFoldSizes& sizes, const AlphaFoldLossSettings& settings);
+
+// lDDT (Mariani et al. 2013) of points without stereochemistry checks, as alphafold.model.lddt computes it:
+// distances under `cutoff` in the truth, the fraction within 0.5, 1, 2 and 4 Å of the true distance.
+// predicted, truth [B, N, 3], mask [B, N, 1] -> [B, N] per residue, or [B].
+torch::Tensor lddt(const torch::Tensor& predicted, const torch::Tensor& truth, const torch::Tensor& mask,
+                   double cutoff = 15.0, bool per_residue = false);
+
+}  // namespace kuafu::fold

@@ -1,0 +1,143 @@
+#include "apps/fastfold/alphafold_model.h"
+
+#include <map>
+
+#include <torch/torch.h>
+
+#include "apps/fastfold/structure_labels.h"
+#include "core/util/error.h"
+
+namespace kuafu::fold {
+
+EvoformerSizes AlphaFoldSizes::evoformer() const {
+  return {msa_channels, pair_channels, msa_heads, pair_heads, outer_channels, triangle_channels, 4, false};
+}
+
+EvoformerSizes AlphaFoldSizes::extra_msa() const {
+  return {extra_msa_channels, pair_channels, msa_heads, pair_heads, outer_channels, triangle_channels, 4, true};
+}
+
+Recycled Recycled::zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options) {
+  return {torch::zeros({residues, sizes.msa_channels}, options), torch::zeros({residues, residues, sizes.pair_channels}, options),
+          torch::zeros({residues, kAtom37, 3}, options)};
+}
+
+Recycled AlphaFoldOutputs::recycled() const {
+  return {msa.select(0, 0).detach(), pair.detach(), atom37.detach()};
+}
+
+EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s) {
+  input_embedder = register_module("input_embedder", InputEmbedder(s.msa_channels, s.pair_channels, s.max_relative));
+  recycling_embedder = register_module(
+      "recycling_embedder", RecyclingEmbedder(s.msa_channels, s.pair_channels, s.recycle_bins, s.recycle_min, s.recycle_max));
+  extra_msa_activations = register_module("extra_msa_activations", AfLinear(25, s.extra_msa_channels));
+  for (int64_t b = 0; b < s.extra_msa_blocks; ++b) extra_msa_stack->push_back(EvoformerBlock(s.extra_msa()));
+  for (int64_t b = 0; b < s.evoformer_blocks; ++b) evoformer_iteration->push_back(EvoformerBlock(s.evoformer()));
+  register_module("extra_msa_stack", extra_msa_stack);
+  register_module("evoformer_iteration", evoformer_iteration);
+  single_activations = register_module("single_activations", AfLinear(s.msa_channels, s.single_channels));
+}
+
+AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s) : sizes(s) {
+  sizes.structure.single_channels = s.single_channels;
+  sizes.structure.ipa.pair_channels = s.pair_channels;
+  evoformer = register_module("evoformer", EmbeddingsAndEvoformer(sizes));
+  structure_module = register_module("structure_module", StructureModule(sizes.structure));
+  distogram_head = register_module("distogram_head", DistogramHead(s.pair_channels, s.distogram_bins));
+  masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes));
+  predicted_lddt_head =
+      register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins));
+}
+
+AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recycled& previous, const ResidueGeometry& geometry) {
+  EmbeddingsAndEvoformerImpl& trunk = *evoformer;
+  auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);  // [S, R, c_m], [R, R, c_z]
+  const torch::Tensor previous_beta = pseudo_beta(f.aatype, previous.positions, torch::ones_like(previous.positions.select(-1, 0))).first;
+  const auto [first_row, pair_update] = trunk.recycling_embedder(previous.msa_first_row, previous.pair, previous_beta);
+  m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
+  z = z + pair_update;
+  const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
+  torch::Tensor e = trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
+  for (const auto& block : *trunk.extra_msa_stack) std::tie(e, z) = block->as<EvoformerBlock>()->forward(e, z, f.extra_msa_mask, pair_mask);
+  for (const auto& block : *trunk.evoformer_iteration) std::tie(m, z) = block->as<EvoformerBlock>()->forward(m, z, f.msa_mask, pair_mask);
+  AlphaFoldOutputs out;
+  out.msa = m;
+  out.pair = z;
+  out.single = trunk.single_activations(m.select(0, 0));
+  out.structure = structure_module->forward(out.single, z, f.aatype, f.seq_mask, geometry);
+  out.atom37 = atom14_to_atom37(geometry, f.aatype, out.structure.atom14.select(0, -1));
+  out.distogram_logits = distogram_head(z);
+  out.masked_msa_logits = masked_msa_head(m);
+  out.plddt_logits = predicted_lddt_head(out.structure.single);
+  return out;
+}
+
+AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry) {
+  KUAFU_CHECK(!iterations.empty(), "AlphaFold: no iteration's features");
+  Recycled previous = Recycled::zeros(iterations.front().aatype.size(0), sizes, iterations.front().target_feat.options());
+  for (size_t i = 0; i + 1 < iterations.size(); ++i) {
+    torch::NoGradGuard no_grad;
+    previous = iteration(iterations[i], previous, geometry).recycled();
+  }
+  return iteration(iterations.back(), previous, geometry);
+}
+
+std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model) {
+  std::vector<AlphaFoldParameter> out;
+  for (const auto& item : model.named_parameters()) {
+    // "evoformer.evoformer_iteration.3.msa_transition.transition1.weights" -> scope
+    // "evoformer/evoformer_iteration/msa_transition", name "transition1.weights", block 3; the embedders'
+    // own scopes do not exist in AlphaFold's layout.
+    std::vector<std::string> parts;
+    for (size_t start = 0, dot; start <= item.key().size(); start = dot + 1) {
+      dot = item.key().find('.', start);
+      if (dot == std::string::npos) dot = item.key().size();
+      parts.push_back(item.key().substr(start, dot - start));
+    }
+    AlphaFoldParameter parameter{item.value(), "", -1};
+    std::string path;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (parts[i] == "input_embedder" || parts[i] == "recycling_embedder") continue;
+      if (i > 0 && (parts[i - 1] == "evoformer_iteration" || parts[i - 1] == "extra_msa_stack")) {
+        parameter.block = std::stoll(parts[i]);
+        continue;
+      }
+      path += "/" + parts[i];
+    }
+    // The last module scope before the name: what alphafold_key puts before "//".
+    parameter.key = "alphafold/alphafold_iteration" + path + "//" + parts.back();
+    out.push_back(parameter);
+  }
+  return out;
+}
+
+void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params) {
+  torch::NoGradGuard no_grad;
+  for (AlphaFoldParameter& p : alphafold_parameters(model)) {
+    const auto found = params.find(p.key);
+    KUAFU_CHECK(found != params.end(), "AlphaFold parameters: no array '", p.key, "'");
+    const torch::Tensor value = p.block >= 0 ? found->second[p.block] : found->second;
+    KUAFU_CHECK(value.sizes() == p.tensor.sizes(), "AlphaFold parameters: '", p.key, p.block >= 0 ? " (block " + std::to_string(p.block) + ")" : "",
+                "' is ", value.sizes(), ", the model's is ", p.tensor.sizes());
+    p.tensor.copy_(value);
+  }
+}
+
+io::NpzArrays alphafold_arrays(AlphaFoldImpl& model) {
+  std::map<std::string, std::vector<torch::Tensor>> blocks;
+  io::NpzArrays out;
+  for (const AlphaFoldParameter& p : alphafold_parameters(model)) {
+    const torch::Tensor value = p.tensor.detach().to(torch::kCPU, torch::kFloat32);
+    if (p.block < 0) {
+      out[p.key] = value.clone();
+    } else {
+      auto& list = blocks[p.key];
+      if (static_cast<int64_t>(list.size()) <= p.block) list.resize(p.block + 1);
+      list[p.block] = value;
+    }
+  }
+  for (auto& [key, list] : blocks) out[key] = torch::stack(list);
+  return out;
+}
+
+}  // namespace kuafu::fold

@@ -1,0 +1,111 @@
+// AlphaFold 2's model (supplement Algorithm 2): the embedders, the extra-MSA stack, the Evoformer, the
+// structure module and the heads, one recycling iteration at a time, with recycling around it. Maths only;
+// parameters in DeepMind's layout (alphafold_parameters maps each to its params_model_*.npz key).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "apps/fastfold/embedders.h"
+#include "apps/fastfold/evoformer.h"
+#include "apps/fastfold/heads.h"
+#include "apps/fastfold/residue_geometry.h"
+#include "apps/fastfold/structure_module.h"
+
+namespace kuafu::fold {
+
+struct AlphaFoldSizes {
+  int64_t msa_channels = 256;        // c_m
+  int64_t pair_channels = 128;       // c_z
+  int64_t single_channels = 384;     // c_s
+  int64_t extra_msa_channels = 64;   // c_e
+  int64_t evoformer_blocks = 48, extra_msa_blocks = 4;
+  int64_t msa_heads = 8, pair_heads = 4;
+  int64_t outer_channels = 32, triangle_channels = 128;
+  int64_t max_relative = 32;
+  StructureModuleSizes structure;    // single_channels and ipa.pair_channels follow c_s and c_z
+  int64_t recycle_bins = 15;
+  double recycle_min = 3.25, recycle_max = 20.75;  // Å
+  int64_t distogram_bins = 64;
+  double distogram_first = 2.3125, distogram_last = 21.6875;  // Å
+  int64_t msa_classes = 23;
+  int64_t plddt_bins = 50, plddt_channels = 128;
+
+  EvoformerSizes evoformer() const;
+  EvoformerSizes extra_msa() const;
+};
+
+// One recycling iteration's inputs, named as AlphaFold's batch.
+struct AlphaFoldFeatures {
+  torch::Tensor aatype, residue_index;  // [R] int64
+  torch::Tensor seq_mask;               // [R]
+  torch::Tensor target_feat;            // [R, 22]
+  torch::Tensor msa_feat, msa_mask;     // [S, R, 49], [S, R]
+  torch::Tensor extra_msa;              // [E, R] int64
+  torch::Tensor extra_has_deletion, extra_deletion_value, extra_msa_mask;  // [E, R]
+};
+
+// What an iteration hands the next (no gradient): the first MSA row [R, c_m], the pair [R, R, c_z] and the
+// predicted atoms [R, 37, 3].
+struct Recycled {
+  torch::Tensor msa_first_row, pair, positions;
+  static Recycled zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options);
+};
+
+struct AlphaFoldOutputs {
+  torch::Tensor msa, pair, single;  // the Evoformer's representations [S, R, c_m], [R, R, c_z], [R, c_s]
+  StructureOutputs structure;
+  torch::Tensor atom37;             // [R, 37, 3] the last layer's atoms (0 where a type has none)
+  torch::Tensor distogram_logits;   // [R, R, bins]
+  torch::Tensor masked_msa_logits;  // [S, R, 23]
+  torch::Tensor plddt_logits;       // [R, 50]
+  Recycled recycled() const;        // detached
+};
+
+// The embedders and the two stacks under AlphaFold's "evoformer" scope.
+struct EmbeddingsAndEvoformerImpl : torch::nn::Module {
+  explicit EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& sizes);
+  InputEmbedder input_embedder{nullptr};
+  RecyclingEmbedder recycling_embedder{nullptr};
+  AfLinear extra_msa_activations{nullptr}, single_activations{nullptr};
+  torch::nn::ModuleList extra_msa_stack, evoformer_iteration;  // of EvoformerBlock
+};
+TORCH_MODULE(EmbeddingsAndEvoformer);
+
+struct AlphaFoldImpl : torch::nn::Module {
+  explicit AlphaFoldImpl(const AlphaFoldSizes& sizes);
+  // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'
+  // dtype and device.
+  AlphaFoldOutputs iteration(const AlphaFoldFeatures& features, const Recycled& previous, const ResidueGeometry& geometry);
+  // Algorithm 2 with recycling: iteration i reads features[i]; every iteration but the last runs without
+  // gradient, and each starts from the previous one's detached outputs (zeros before the first).
+  AlphaFoldOutputs forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry);
+
+  AlphaFoldSizes sizes;
+  EmbeddingsAndEvoformer evoformer{nullptr};
+  StructureModule structure_module{nullptr};
+  DistogramHead distogram_head{nullptr};
+  MaskedMsaHead masked_msa_head{nullptr};
+  PlddtHead predicted_lddt_head{nullptr};
+};
+TORCH_MODULE(AlphaFold);
+
+// Each parameter with its params_model_*.npz key and, for a stacked block's, the block's index (else -1).
+struct AlphaFoldParameter {
+  torch::Tensor tensor;
+  std::string key;
+  int64_t block = -1;
+};
+std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model);
+
+// Reads a params_model_*.npz's arrays into the model (kuafu::Error naming the key for a missing array or a
+// shape that differs; arrays the model does not use are ignored).
+void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params);
+// The model's parameters in params_model_*.npz's layout (blocks stacked), float32.
+io::NpzArrays alphafold_arrays(AlphaFoldImpl& model);
+
+}  // namespace kuafu::fold

@@ -1,0 +1,38 @@
+#include "apps/fastfold/heads.h"
+
+#include <torch/torch.h>
+
+namespace kuafu::fold {
+
+DistogramHeadImpl::DistogramHeadImpl(int64_t c_z, int64_t bins) {
+  half_logits = register_module("half_logits", AfLinear(c_z, bins));
+}
+
+torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
+  const torch::Tensor half = half_logits(z);
+  return half + half.transpose(0, 1);
+}
+
+MaskedMsaHeadImpl::MaskedMsaHeadImpl(int64_t c_m, int64_t classes) {
+  logits = register_module("logits", AfLinear(c_m, classes));
+}
+
+PlddtHeadImpl::PlddtHeadImpl(int64_t c_s, int64_t hidden, int64_t bins) {
+  input_layer_norm = register_module("input_layer_norm", AfLayerNorm(c_s));
+  act_0 = register_module("act_0", AfLinear(c_s, hidden));
+  act_1 = register_module("act_1", AfLinear(hidden, hidden));
+  logits = register_module("logits", AfLinear(hidden, bins));
+}
+
+torch::Tensor PlddtHeadImpl::forward(const torch::Tensor& s) {
+  return logits(torch::relu(act_1(torch::relu(act_0(input_layer_norm(s))))));
+}
+
+torch::Tensor plddt_of_logits(const torch::Tensor& logits) {
+  const int64_t bins = logits.size(-1);
+  const double width = 1.0 / static_cast<double>(bins);
+  const torch::Tensor centres = torch::arange(0.5 * width, 1.0, width, logits.options()).narrow(0, 0, bins);
+  return (torch::softmax(logits, -1) * centres).sum(-1) * 100.0;
+}
+
+}  // namespace kuafu::fold
