@@ -14,6 +14,7 @@
 
 #include "apps/fastfold/evoformer.h"
 #include "apps/fastfold/residue_geometry.h"
+#include "apps/fastfold/structure_losses.h"
 #include "core/io/npz.h"
 
 namespace kuafu::fold::testing {
@@ -64,6 +65,34 @@ namespace kuafu::fold::testing {
 inline torch::Tensor flat12(const Rigid& rigid) { return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1); }
 inline Rigid rigid_of_flat12(const torch::Tensor& flat) {
   return {flat.narrow(-1, 0, 9).unflatten(-1, {3, 3}), flat.narrow(-1, 9, 3)};
+}
+
+// The structure labels as a golden batch gives them: "<prefix><name>", sliced at `index` when >= 0 (the
+// model's batch repeats them per iteration).
+inline StructureLabels golden_structure_labels(const io::NpzArrays& golden, const std::string& prefix, int64_t index = -1) {
+  const auto at = [&](const std::string& name) {
+    const torch::Tensor& t = golden.at(prefix + name);
+    return index >= 0 ? t[index] : t;
+  };
+  const torch::Tensor affine = at("backbone_affine_tensor");
+  StructureLabels labels;
+  labels.aatype = at("aatype").to(torch::kInt64);
+  labels.residue_mask = at("seq_mask");
+  labels.atom14_positions = at("atom14_gt_positions");
+  labels.atom14_exists = at("atom14_gt_exists");
+  labels.atom14_alt_positions = at("atom14_alt_gt_positions");
+  labels.atom14_alt_exists = at("atom14_alt_gt_exists");
+  labels.atom14_ambiguous = at("atom14_atom_is_ambiguous");
+  labels.atom14_type_exists = at("atom14_atom_exists");
+  labels.group_frames = rigid_of_flat12(at("rigidgroups_gt_frames"));
+  labels.alt_group_frames = rigid_of_flat12(at("rigidgroups_alt_gt_frames"));
+  labels.group_exists = at("rigidgroups_gt_exists");
+  labels.backbone = {quaternion_to_rotation(affine.narrow(-1, 0, 4)), affine.narrow(-1, 4, 3)};
+  labels.backbone_mask = at("backbone_affine_mask");
+  labels.chi_angles = at("chi_angles");
+  labels.chi_mask = at("chi_mask");
+  labels.clamped_fape_fraction = at("use_clamped_fape").item<double>();
+  return labels;
 }
 
 // AlphaFold's own residue tables (golden/alphafold_residue_tables.npz, written by alphafold_residue_tables.py),

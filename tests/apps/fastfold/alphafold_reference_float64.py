@@ -19,9 +19,12 @@ import alphafold_reference as reference  # noqa: E402  (sets up JAX single-threa
 import haiku as hk  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from alphafold.model import data as af_data, folding  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from alphafold.model import data as af_data, folding, utils as af_utils  # noqa: E402
 
 jax.config.update('jax_enable_x64', True)
+# The embeddings cast to utils.half_dtype, float32 whenever bfloat16 is off: float64 here.
+af_utils.half_dtype = lambda global_config: jnp.float64
 
 
 def main(golden_dir):

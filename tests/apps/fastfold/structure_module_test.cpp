@@ -16,6 +16,7 @@ namespace kuafu::fold {
 namespace {
 using testing::expect_like_alphafold;
 using testing::flat12;
+using testing::golden_structure_labels;
 using testing::rigid_of_flat12;
 
 const std::string kIpa = "alphafold/alphafold_iteration/structure_module/fold_iteration/invariant_point_attention";
@@ -82,30 +83,6 @@ TEST(StructureModuleTest, IsAlphaFoldsInValue) {
   expect_like_alphafold(out.atom14.detach(), golden.at(t + "out/sidechains/atom_pos"), "atom14");
   const torch::Tensor atom37 = atom14_to_atom37(geometry, aatype, out.atom14.select(0, -1));
   expect_like_alphafold(atom37.detach(), golden.at(t + "out/final_atom_positions"), "atom37");
-}
-
-// The structure module's labels as the golden test's batch gives them ("<test>/in/<name>").
-StructureLabels golden_structure_labels(const io::NpzArrays& golden, const std::string& in) {
-  const auto at = [&](const std::string& name) { return golden.at(in + name); };
-  const torch::Tensor affine = at("backbone_affine_tensor");
-  StructureLabels labels;
-  labels.aatype = at("aatype").to(torch::kInt64);
-  labels.residue_mask = at("seq_mask");
-  labels.atom14_positions = at("atom14_gt_positions");
-  labels.atom14_exists = at("atom14_gt_exists");
-  labels.atom14_alt_positions = at("atom14_alt_gt_positions");
-  labels.atom14_alt_exists = at("atom14_alt_gt_exists");
-  labels.atom14_ambiguous = at("atom14_atom_is_ambiguous");
-  labels.atom14_type_exists = at("atom14_atom_exists");
-  labels.group_frames = rigid_of_flat12(at("rigidgroups_gt_frames"));
-  labels.alt_group_frames = rigid_of_flat12(at("rigidgroups_alt_gt_frames"));
-  labels.group_exists = at("rigidgroups_gt_exists");
-  labels.backbone = {quaternion_to_rotation(affine.narrow(-1, 0, 4)), affine.narrow(-1, 4, 3)};
-  labels.backbone_mask = at("backbone_affine_mask");
-  labels.chi_angles = at("chi_angles");
-  labels.chi_mask = at("chi_mask");
-  labels.clamped_fape_fraction = at("use_clamped_fape").item<double>();
-  return labels;
 }
 
 // The losses against the chain's truth, and the gradient of their sum with respect to the inputs and every
