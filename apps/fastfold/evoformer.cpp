@@ -1,5 +1,7 @@
 #include "apps/fastfold/evoformer.h"
 
+#include <cmath>
+
 #include <torch/torch.h>
 
 #include "core/util/error.h"
@@ -18,9 +20,25 @@ nn::GatedAttention make_attention(torch::nn::Module& owner, int64_t channels, in
 
 }  // namespace
 
-AfLinearImpl::AfLinearImpl(int64_t in, int64_t out, bool with_bias) {
+AfLinearImpl::AfLinearImpl(int64_t in, int64_t out, AfInit kind, bool with_bias) : init(kind) {
   weights = register_parameter("weights", torch::zeros({in, out}));
   if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+}
+
+void AfLinearImpl::initialize() {
+  torch::NoGradGuard no_grad;
+  if (bias.defined()) bias.fill_(init == AfInit::kGating ? 1.0 : 0.0);
+  if (init == AfInit::kFinal || init == AfInit::kGating) {
+    weights.zero_();
+    return;
+  }
+  // Haiku's TruncatedNormal keeps draws within 2σ; 0.8796 is the standard deviation such a cut leaves.
+  const double scale = init == AfInit::kRelu ? 2.0 : 1.0;
+  const double sigma = std::sqrt(scale / static_cast<double>(weights.size(0))) / 0.87962566103423978;
+  torch::Tensor draw = torch::randn(weights.sizes());
+  for (torch::Tensor outside = draw.abs() > 2; outside.any().item<bool>(); outside = draw.abs() > 2)
+    draw = torch::where(outside, torch::randn(weights.sizes()), draw);
+  weights.copy_(draw * sigma);
 }
 
 torch::Tensor AfLinearImpl::forward(const torch::Tensor& x) {
@@ -91,8 +109,8 @@ torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, cons
 
 TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
   input_layer_norm = register_module("input_layer_norm", AfLayerNorm(channels));
-  transition1 = register_module("transition1", AfLinear(channels, factor * channels));
-  transition2 = register_module("transition2", AfLinear(factor * channels, channels));
+  transition1 = register_module("transition1", AfLinear(channels, factor * channels, AfInit::kRelu));
+  transition2 = register_module("transition2", AfLinear(factor * channels, channels, AfInit::kFinal));
 }
 
 torch::Tensor TransitionImpl::forward(const torch::Tensor& x) {
@@ -122,11 +140,11 @@ TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c_hi
   layer_norm_input = register_module("layer_norm_input", AfLayerNorm(c_z));
   left_projection = register_module("left_projection", AfLinear(c_z, c_hidden));
   right_projection = register_module("right_projection", AfLinear(c_z, c_hidden));
-  left_gate = register_module("left_gate", AfLinear(c_z, c_hidden));
-  right_gate = register_module("right_gate", AfLinear(c_z, c_hidden));
+  left_gate = register_module("left_gate", AfLinear(c_z, c_hidden, AfInit::kGating));
+  right_gate = register_module("right_gate", AfLinear(c_z, c_hidden, AfInit::kGating));
   center_layer_norm = register_module("center_layer_norm", AfLayerNorm(c_hidden));
-  output_projection = register_module("output_projection", AfLinear(c_hidden, c_z));
-  gating_linear = register_module("gating_linear", AfLinear(c_z, c_z));
+  output_projection = register_module("output_projection", AfLinear(c_hidden, c_z, AfInit::kFinal));
+  gating_linear = register_module("gating_linear", AfLinear(c_z, c_z, AfInit::kGating));
 }
 
 torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask) {
@@ -187,6 +205,36 @@ std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tenso
   z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk);
   z = z + pair_transition->forward(z);
   return {m, z};
+}
+
+void initialize_alphafold_weights(torch::nn::Module& root) {
+  torch::NoGradGuard no_grad;
+  for (const auto& module : root.modules()) {
+    if (auto* linear = dynamic_cast<AfLinearImpl*>(module.get())) {
+      linear->initialize();
+    } else if (auto* norm = dynamic_cast<AfLayerNormImpl*>(module.get())) {
+      norm->scale.fill_(1.0);
+      norm->offset.zero_();
+    } else if (auto* attention = dynamic_cast<nn::GatedAttentionImpl*>(module.get())) {
+      attention->initialize();
+    } else if (auto* global = dynamic_cast<MsaColumnGlobalAttentionImpl*>(module.get())) {
+      const int64_t channels = global->query_w.size(0), width = global->key_w.size(1);
+      nn::glorot_uniform(global->query_w, channels, global->heads * width);
+      nn::glorot_uniform(global->key_w, channels, width);
+      nn::glorot_uniform(global->value_w, channels, width);
+      global->gating_w.zero_();
+      global->gating_b.fill_(1.0);
+      global->output_w.zero_();
+      global->output_b.zero_();
+    } else if (auto* outer = dynamic_cast<OuterProductMeanImpl*>(module.get())) {
+      outer->output_w.zero_();  // a final layer
+      outer->output_b.zero_();
+    }
+    // The pair-bias projections (row attention, triangle attention): normal, σ = 1/√c_z.
+    for (auto& item : module->named_parameters(/*recurse=*/false)) {
+      if (item.key() == "feat_2d_weights") item.value().normal_(0.0, 1.0 / std::sqrt(static_cast<double>(item.value().size(0))));
+    }
+  }
 }
 
 std::string alphafold_key(const std::string& module_path, const std::string& parameter) {

@@ -15,11 +15,18 @@
 
 namespace kuafu::fold {
 
-// Haiku's Linear: weights [in, out], bias [out]; x [*, in] -> [*, out].
+// How AlphaFold initialises a Linear (common_modules.Linear's initializers, zero_init as DeepMind trains):
+// kLinear LeCun truncated normal, kRelu He truncated normal, kFinal zero (a residual branch starts
+// closed), kGating zero weights and bias 1 (a gate starts open).
+enum class AfInit { kLinear, kRelu, kFinal, kGating };
+
+// Haiku's Linear: weights [in, out], bias [out]; x [*, in] -> [*, out]. Zero until initialize().
 struct AfLinearImpl : torch::nn::Module {
-  AfLinearImpl(int64_t in, int64_t out, bool bias = true);
+  AfLinearImpl(int64_t in, int64_t out, AfInit init = AfInit::kLinear, bool bias = true);
   torch::Tensor forward(const torch::Tensor& x);
+  void initialize();  // by `init`, from torch's default generator
   torch::Tensor weights, bias;
+  AfInit init;
 };
 TORCH_MODULE(AfLinear);
 
@@ -129,6 +136,11 @@ struct EvoformerBlockImpl : torch::nn::Module {
   TriangleAttention triangle_attention_starting_node{nullptr}, triangle_attention_ending_node{nullptr};
 };
 TORCH_MODULE(EvoformerBlock);
+
+// AlphaFold's initial values for every parameter under `root` (each AfLinear by its kind, LayerNorms at
+// 1 and 0, attention as GatedAttention::initialize, the pair-bias projections normal with σ = 1/√c_z),
+// drawn from torch's default generator: seed it first.
+void initialize_alphafold_weights(torch::nn::Module& root);
 
 // The .npz key of a module's parameter: "<module path>[/<scope>]//<name>" for the torch name "[scope.]name"
 // ("attention.query_w" under ".../msa_transition" -> ".../msa_transition/attention//query_w").

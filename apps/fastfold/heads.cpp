@@ -5,7 +5,7 @@
 namespace kuafu::fold {
 
 DistogramHeadImpl::DistogramHeadImpl(int64_t c_z, int64_t bins) {
-  half_logits = register_module("half_logits", AfLinear(c_z, bins));
+  half_logits = register_module("half_logits", AfLinear(c_z, bins, AfInit::kFinal));
 }
 
 torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
@@ -14,14 +14,14 @@ torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
 }
 
 MaskedMsaHeadImpl::MaskedMsaHeadImpl(int64_t c_m, int64_t classes) {
-  logits = register_module("logits", AfLinear(c_m, classes));
+  logits = register_module("logits", AfLinear(c_m, classes, AfInit::kFinal));
 }
 
 PlddtHeadImpl::PlddtHeadImpl(int64_t c_s, int64_t hidden, int64_t bins) {
   input_layer_norm = register_module("input_layer_norm", AfLayerNorm(c_s));
-  act_0 = register_module("act_0", AfLinear(c_s, hidden));
-  act_1 = register_module("act_1", AfLinear(hidden, hidden));
-  logits = register_module("logits", AfLinear(hidden, bins));
+  act_0 = register_module("act_0", AfLinear(c_s, hidden, AfInit::kRelu));
+  act_1 = register_module("act_1", AfLinear(hidden, hidden, AfInit::kRelu));
+  logits = register_module("logits", AfLinear(hidden, bins, AfInit::kFinal));
 }
 
 torch::Tensor PlddtHeadImpl::forward(const torch::Tensor& s) {

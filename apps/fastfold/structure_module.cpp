@@ -39,7 +39,7 @@ InvariantPointAttentionImpl::InvariantPointAttentionImpl(const IpaSizes& s) : si
   trainable_point_weights = register_parameter("trainable_point_weights", torch::full({h}, std::log(std::exp(1.0) - 1.0)));
   attention_2d = register_module("attention_2d", AfLinear(s.pair_channels, h));
   const int64_t concatenated = h * (s.scalar_v + 4 * s.point_v + s.pair_channels);
-  output_projection = register_module("output_projection", AfLinear(concatenated, c));
+  output_projection = register_module("output_projection", AfLinear(concatenated, c, AfInit::kFinal));
 }
 
 torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames,
@@ -75,8 +75,8 @@ AngleResnetImpl::AngleResnetImpl(int64_t channels, int64_t initial_channels, int
   input_projection = register_module("input_projection", AfLinear(channels, hidden));
   input_projection_1 = register_module("input_projection_1", AfLinear(initial_channels, hidden));
   for (int64_t b = 0; b < count; ++b) {
-    blocks.emplace_back(register_module(haiku_name("resblock1", b), AfLinear(hidden, hidden)),
-                        register_module(haiku_name("resblock2", b), AfLinear(hidden, hidden)));
+    blocks.emplace_back(register_module(haiku_name("resblock1", b), AfLinear(hidden, hidden, AfInit::kRelu)),
+                        register_module(haiku_name("resblock2", b), AfLinear(hidden, hidden, AfInit::kFinal)));
   }
   unnormalized_angles = register_module("unnormalized_angles", AfLinear(hidden, 2 * kTorsions));
 }
@@ -92,9 +92,10 @@ FoldIterationImpl::FoldIterationImpl(const StructureModuleSizes& s) {
   invariant_point_attention = register_module("invariant_point_attention", InvariantPointAttention(s.ipa));
   attention_layer_norm = register_module("attention_layer_norm", AfLayerNorm(c));
   for (int64_t i = 0; i < s.transition_layers; ++i)
-    transition.push_back(register_module(haiku_name("transition", static_cast<size_t>(i)), AfLinear(c, c)));
+    transition.push_back(register_module(haiku_name("transition", static_cast<size_t>(i)),
+                                         AfLinear(c, c, i + 1 < s.transition_layers ? AfInit::kRelu : AfInit::kFinal)));
   transition_layer_norm = register_module("transition_layer_norm", AfLayerNorm(c));
-  affine_update = register_module("affine_update", AfLinear(c, 6));
+  affine_update = register_module("affine_update", AfLinear(c, 6, AfInit::kFinal));
   rigid_sidechain = register_module("rigid_sidechain", AngleResnet(c, s.single_channels, s.angle_channels, s.angle_blocks));
 }
 

@@ -9,14 +9,13 @@
 namespace kuafu::nn {
 namespace {
 
-// Haiku's "glorot" (variance scaling 1, fan average, uniform) for a weight [fan_in, ..., fan_out...].
+}  // namespace
+
 void glorot_uniform(torch::Tensor& w, int64_t fan_in, int64_t fan_out) {
   const double limit = std::sqrt(6.0 / static_cast<double>(fan_in + fan_out));
   torch::NoGradGuard no_grad;
   w.uniform_(-limit, limit);
 }
-
-}  // namespace
 
 GatedAttentionImpl::GatedAttentionImpl(const GatedAttentionSpec& s, const torch::TensorOptions& options) : spec(s) {
   if (spec.key_width == 0) spec.key_width = spec.query_width;

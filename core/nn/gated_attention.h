@@ -46,6 +46,9 @@ struct GatedAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(GatedAttention);
 
+// Haiku's "glorot" (variance scaling 1, fan average, uniform), in place, for a weight of the given fans.
+void glorot_uniform(torch::Tensor& w, int64_t fan_in, int64_t fan_out);
+
 // The bias `bias` (broadcastable to [*, H, Q, K], where `leading` = the number of * axes) restricted to
 // entries [start, start + length) of the first leading axis, or itself where it broadcasts along it.
 torch::Tensor leading_slice(const torch::Tensor& bias, int64_t leading, int64_t start, int64_t length);
