@@ -47,28 +47,69 @@ AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s) : sizes(s) {
   masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes));
   predicted_lddt_head =
       register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins));
+  std::vector<hooks::ModelPart> parts = {
+      {"embed", {"evoformer.input_embedder", "evoformer.recycling_embedder", "evoformer.extra_msa_activations"}}};
+  for (int64_t b = 0; b < s.extra_msa_blocks; ++b)
+    parts.push_back({"extra_msa_stack." + std::to_string(b), {"evoformer.extra_msa_stack." + std::to_string(b)}});
+  for (int64_t b = 0; b < s.evoformer_blocks; ++b)
+    parts.push_back({"evoformer." + std::to_string(b), {"evoformer.evoformer_iteration." + std::to_string(b)}});
+  parts.push_back({"structure", {"evoformer.single_activations", "structure_module"}});
+  parts.push_back({"heads", {"distogram_head", "masked_msa_head", "predicted_lddt_head"}});
+  sites = hooks::BlockSites::of_parts(*this, parts);
 }
 
 AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recycled& previous, const ResidueGeometry& geometry) {
+  using hooks::Tensors;
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
-  auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);  // [S, R, c_m], [R, R, c_z]
-  const torch::Tensor previous_beta = pseudo_beta(f.aatype, previous.positions, torch::ones_like(previous.positions.select(-1, 0))).first;
-  const auto [first_row, pair_update] = trunk.recycling_embedder(previous.msa_first_row, previous.pair, previous_beta);
-  m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
-  z = z + pair_update;
+  // Embedding: the MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
+  Tensors streams = sites.call("embed", {previous.msa_first_row, previous.pair, previous.positions}, [&](const Tensors& in) {
+    auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);
+    const torch::Tensor previous_beta = pseudo_beta(f.aatype, in[2], torch::ones_like(in[2].select(-1, 0))).first;
+    const auto [first_row, pair_update] = trunk.recycling_embedder(in[0], in[1], previous_beta);
+    m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
+    const torch::Tensor e =
+        trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
+    return Tensors{m, z + pair_update, e};
+  });
+  torch::Tensor m = streams[0], z = streams[1], e = streams[2];
   const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
-  torch::Tensor e = trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
-  for (const auto& block : *trunk.extra_msa_stack) std::tie(e, z) = block->as<EvoformerBlock>()->forward(e, z, f.extra_msa_mask, pair_mask);
-  for (const auto& block : *trunk.evoformer_iteration) std::tie(m, z) = block->as<EvoformerBlock>()->forward(m, z, f.msa_mask, pair_mask);
+  for (size_t b = 0; b < trunk.extra_msa_stack->size(); ++b) {
+    EvoformerBlockImpl& block = *trunk.extra_msa_stack[b]->as<EvoformerBlock>();
+    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z}, [&block, &f, pair_mask](const Tensors& in) {
+      const auto [e2, z2] = block.forward(in[0], in[1], f.extra_msa_mask, pair_mask);
+      return Tensors{e2, z2};
+    });
+    e = out[0];
+    z = out[1];
+  }
+  for (size_t b = 0; b < trunk.evoformer_iteration->size(); ++b) {
+    EvoformerBlockImpl& block = *trunk.evoformer_iteration[b]->as<EvoformerBlock>();
+    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z}, [&block, &f, pair_mask](const Tensors& in) {
+      const auto [m2, z2] = block.forward(in[0], in[1], f.msa_mask, pair_mask);
+      return Tensors{m2, z2};
+    });
+    m = out[0];
+    z = out[1];
+  }
   AlphaFoldOutputs out;
   out.msa = m;
   out.pair = z;
-  out.single = trunk.single_activations(m.select(0, 0));
-  out.structure = structure_module->forward(out.single, z, f.aatype, f.seq_mask, geometry);
+  // The structure module's outputs travel as tensors through its site, then back into StructureOutputs.
+  const Tensors structure = sites.call("structure", {m.select(0, 0), z}, [&](const Tensors& in) {
+    const torch::Tensor single = trunk.single_activations(in[0]);
+    const StructureOutputs s = structure_module->forward(single, in[1], f.aatype, f.seq_mask, geometry);
+    return Tensors{single, s.single, s.quaternions, s.translations, s.unnormalized_angles, s.angles,
+                   s.frames.rotation, s.frames.translation, s.atom14};
+  });
+  out.single = structure[0];
+  out.structure = {structure[1], structure[2], structure[3], structure[4], structure[5], {structure[6], structure[7]}, structure[8]};
   out.atom37 = atom14_to_atom37(geometry, f.aatype, out.structure.atom14.select(0, -1));
-  out.distogram_logits = distogram_head(z);
-  out.masked_msa_logits = masked_msa_head(m);
-  out.plddt_logits = predicted_lddt_head(out.structure.single);
+  const Tensors heads = sites.call("heads", {z, m, out.structure.single}, [&](const Tensors& in) {
+    return Tensors{distogram_head(in[0]), masked_msa_head(in[1]), predicted_lddt_head(in[2])};
+  });
+  out.distogram_logits = heads[0];
+  out.masked_msa_logits = heads[1];
+  out.plddt_logits = heads[2];
   return out;
 }
 

@@ -15,6 +15,7 @@
 #include "apps/fastfold/heads.h"
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_module.h"
+#include "core/hooks/block_sites.h"
 
 namespace kuafu::fold {
 
@@ -76,8 +77,13 @@ struct EmbeddingsAndEvoformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(EmbeddingsAndEvoformer);
 
-struct AlphaFoldImpl : torch::nn::Module {
+// Its blocks, as strategies (activation checkpointing, Gemini's hooks) name them: "embed" (the input and
+// recycling embedders, the extra MSA's projection), "extra_msa_stack.<i>", "evoformer.<i>", "structure"
+// (the single projection and the structure module) and "heads".
+struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
   explicit AlphaFoldImpl(const AlphaFoldSizes& sizes);
+  torch::nn::Module& module() override { return *this; }
+  hooks::BlockSites& block_sites() override { return sites; }
   // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'
   // dtype and device.
   AlphaFoldOutputs iteration(const AlphaFoldFeatures& features, const Recycled& previous, const ResidueGeometry& geometry);
@@ -91,6 +97,7 @@ struct AlphaFoldImpl : torch::nn::Module {
   DistogramHead distogram_head{nullptr};
   MaskedMsaHead masked_msa_head{nullptr};
   PlddtHead predicted_lddt_head{nullptr};
+  hooks::BlockSites sites;
 };
 TORCH_MODULE(AlphaFold);
 

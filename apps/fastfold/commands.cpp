@@ -1,0 +1,261 @@
+#include "apps/fastfold/commands.h"
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "apps/fastfold/alignment_files.h"
+#include "apps/fastfold/chain_atoms.h"
+#include "apps/fastfold/data_recipe.h"
+#include "apps/fastfold/fold_settings.h"
+#include "apps/fastfold/fold_task.h"
+#include "apps/fastfold/pdb_file.h"
+#include "apps/fastfold/residue_types.h"
+#include "core/io/npz.h"
+#include "core/train/held_model.h"
+#include "core/util/atomic_file.h"
+#include "core/util/error.h"
+#include "core/util/logging.h"
+
+namespace kuafu::fold {
+namespace {
+
+int64_t parameter_count(torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+// The model of `settings` on `device`: AlphaFold's initial values from `seed`, then model.init_from's
+// parameter file when `starting_weights`.
+AlphaFold make_model(const FoldSettings& settings, const torch::Device& device, uint64_t seed, bool starting_weights) {
+  AlphaFold model(settings.model);
+  torch::manual_seed(seed);
+  initialize_alphafold_weights(*model);
+  if (starting_weights && !settings.init_from.empty()) {
+    load_alphafold(*model, io::read_npz(settings.init_from));
+    log::infof("initial weights from ", settings.init_from);
+  }
+  model->to(device);
+  return model;
+}
+
+class FoldApp : public train::App {
+ public:
+  explicit FoldApp(const config::Config& config) : config_(config), settings_(read_fold_settings(config)) {}
+
+  train::ModelSize model_size() override {
+    AlphaFold counted(settings_.model);
+    return {static_cast<double>(parameter_count(*counted)), {"model."}};
+  }
+
+  std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
+    const std::string strategy = config_.get_string("memory.strategy");
+    if (strategy != "none") {
+      config_.fail_at("memory.strategy", "is \"" + strategy + "\": kuafu-fold trains with \"none\" so far (data parallelism "
+                                         "over train.batch_size's rows); ZeRO and Gemini are not wired to it yet");
+    }
+    (void)runtime;
+    const StructureDb db = read_structure_db(settings_.structure_db, StructureDbParts{});
+    std::vector<FoldChain> train = read_prepared_split(settings_.data_dir, "train", db);
+    std::vector<FoldChain> val = read_prepared_split(settings_.data_dir, "val", db);
+    KUAFU_CHECK(!train.empty(), settings_.data_dir, " has no training chains (run `kuafu-fold prepare`)");
+    const train::TrainSettings t = train::read_train_settings(config_);
+    return std::make_unique<FoldTask>(make_model(settings_, options.device, t.seed, true), settings_, std::move(train),
+                                      std::move(val), t.batch_size, options.device);
+  }
+
+  std::string describe(train::RunTask& task) override {
+    auto& fold = dynamic_cast<FoldTask&>(task);
+    const AlphaFoldSizes& m = settings_.model;
+    std::ostringstream line;
+    line << "AlphaFold: " << m.evoformer_blocks << " Evoformer blocks (c_m " << m.msa_channels << ", c_z " << m.pair_channels
+         << "), " << m.extra_msa_blocks << " extra-MSA blocks, " << m.structure.layers << " structure layers, "
+         << static_cast<double>(parameter_count(fold.model())) / 1e6 << "M parameters; crops of " << settings_.crop_size
+         << " residues, up to " << settings_.max_recycles << " recycles; " << fold.steps_per_epoch() << " steps per epoch, "
+         << fold.val_chains().size() << " validation chains";
+    return line.str();
+  }
+
+  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
+    built_ = make_model(settings_, device, train::read_train_settings(config_).seed, starting_weights);
+    return *built_;
+  }
+
+  // A folder with the parameters as DeepMind's params_model_*.npz (AlphaFold, OpenFold and ColabFold read
+  // it) and the sizes as kuafu-fold's config keys.
+  nlohmann::json export_model(const std::string& out, io::HfWriteOptions, const config::ParsedCommand&) override {
+    const io::NpzArrays arrays = alphafold_arrays(*built_);
+    nlohmann::json sizes;
+    for (const char* key : {"model.msa_channels", "model.pair_channels", "model.single_channels", "model.extra_msa_channels",
+                            "model.evoformer_blocks", "model.extra_msa_blocks", "model.msa_heads", "model.pair_heads",
+                            "model.outer_channels", "model.triangle_channels", "model.structure_channels",
+                            "model.structure_layers", "model.ipa_heads", "model.ipa_scalar_channels", "model.ipa_query_points",
+                            "model.ipa_value_points", "model.angle_channels", "model.plddt_channels"})
+      sizes[key] = config_.get_int(key);
+    write_folder_atomic(out, [&](const std::filesystem::path& building) {
+      io::write_npz((building / "params_model_kuafu.npz").string(), arrays);
+      write_file_atomic((building / "kuafu_fold_model.json").string(), sizes.dump(1) + "\n");
+    });
+    return {{"params", (std::filesystem::path(out) / "params_model_kuafu.npz").string()}, {"arrays", arrays.size()}};
+  }
+
+  nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
+
+ private:
+  const config::Config& config_;
+  FoldSettings settings_;
+  AlphaFold built_{nullptr};
+};
+
+// A training step's time on a random chain of data.crop_size residues with the run's MSA sizes and every
+// recycling iteration (the slowest step), timed by the shared benchmark.
+nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
+  const int64_t residues = settings_.crop_size;
+  torch::Generator generator = at::detail::createCPUGenerator(settings_.seed);
+  FoldChain chain;
+  chain.aatype = torch::randint(0, kResidueTypes, {residues}, generator, torch::kInt64);
+  chain.residue_index = torch::arange(residues);
+  chain.positions = torch::randn({residues, kAtom37, 3}, generator) * 10;
+  chain.mask = ideal_residue_geometry().atom37_exists.index_select(0, chain.aatype);
+  const int64_t rows = std::min<int64_t>(settings_.sampling.max_clusters + settings_.sampling.max_extra, 1 << 14);
+  chain.msa = {torch::randint(0, 22, {rows, residues}, generator, torch::kInt64), torch::zeros({rows, residues})};
+  chain.msa.rows[0] = chain.aatype;
+  const FoldExample example = make_example(chain, ideal_residue_geometry(), settings_.sampling, settings_.max_recycles + 1,
+                                           settings_.clamped_fape_fraction, generator);
+  const torch::Device device = runtime.device;
+  train::BenchmarkSpec spec;
+  spec.app = "fold";
+  spec.item_name = "residues";
+  spec.items_per_row = residues;
+  spec.parameters = parameter_count(*built_);
+  spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
+                 {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};
+  return train::benchmark_training(config_, runtime, *built_, [&] {
+    std::vector<AlphaFoldFeatures> iterations;
+    for (AlphaFoldFeatures f : example.iterations) {
+      for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
+                               &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
+        *t = t->to(device);
+      iterations.push_back(f);
+    }
+    const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
+    AlphaFoldLabels labels = example.labels;
+    labels.structure = labels.structure.to(torch::TensorOptions(torch::kFloat32).device(device));
+    for (torch::Tensor* t : {&labels.positions, &labels.mask, &labels.pseudo_beta, &labels.pseudo_beta_mask, &labels.true_msa, &labels.bert_mask})
+      *t = t->to(device);
+    return alphafold_loss(built_->forward(iterations, geometry), labels, geometry, built_->sizes, settings_.loss).total;
+  }, 1, spec, memory);
+}
+
+}  // namespace
+
+std::unique_ptr<train::App> make_fold_app(const config::Config& config) { return std::make_unique<FoldApp>(config); }
+
+Structure predicted_structure(const std::string& sequence, const torch::Tensor& residue_index, const torch::Tensor& atom37,
+                              const torch::Tensor& plddt) {
+  const torch::Tensor positions = atom37.detach().to(torch::kCPU, torch::kFloat64);
+  Chain chain{"A", {}, {}, {}};
+  for (size_t r = 0; r < sequence.size(); ++r) {
+    const int type = residue_type_index(sequence[r]);
+    Residue residue;
+    residue.name = type < kResidueTypes ? residue_types()[type].name : "UNK";
+    residue.number = static_cast<int>(residue_index[static_cast<int64_t>(r)].item<int64_t>());
+    const double b = plddt[static_cast<int64_t>(r)].item<double>();
+    const std::vector<std::string> names =
+        type < kResidueTypes ? residue_types()[type].atoms : std::vector<std::string>{"N", "CA", "C", "O"};
+    for (const std::string& name : names) {
+      const torch::Tensor p = positions[static_cast<int64_t>(r)][atom37_index(name)];
+      residue.atoms.push_back({name, name.substr(0, 1), {p[0].item<double>(), p[1].item<double>(), p[2].item<double>()}, 1.0, b});
+    }
+    chain.residues.push_back(std::move(residue));
+  }
+  Structure structure;
+  structure.chains.push_back(std::move(chain));
+  return structure;
+}
+
+FoldChain query_chain(const std::string& fasta, const std::string& pdb, const std::string& a3m) {
+  KUAFU_CHECK(fasta.empty() != pdb.empty(), "predict needs one of --fasta FILE and --pdb FILE (the query's sequence)");
+  FoldChain chain;
+  if (!fasta.empty()) {
+    const Msa read = read_alignment(fasta, AlignmentFormat::kFasta);
+    KUAFU_CHECK(!read.sequences.empty(), fasta, ": no sequence");
+    chain.id = read.descriptions[0];
+    chain.sequence = read.sequences[0];
+    for (const char c : chain.sequence)
+      KUAFU_CHECK(std::isupper(static_cast<unsigned char>(c)), fasta, ": the query has '", std::string(1, c), "', not a residue letter");
+  } else {
+    const Structure structure = read_pdb(pdb);
+    KUAFU_CHECK(!structure.chains.empty(), pdb, ": no chain");
+    const ChainAtoms atoms = chain_atoms(structure.chains[0]);
+    chain.id = structure.chains[0].id;
+    chain.sequence = atoms.sequence;
+  }
+  const int64_t n = static_cast<int64_t>(chain.sequence.size());
+  KUAFU_CHECK(n > 0, "the query has no residues");
+  chain.aatype = torch::empty({n}, torch::kInt64);
+  for (int64_t r = 0; r < n; ++r) chain.aatype[r] = residue_type_index(chain.sequence[static_cast<size_t>(r)]);
+  chain.residue_index = torch::arange(1, n + 1);
+  chain.positions = torch::zeros({n, kAtom37, 3});
+  chain.mask = torch::zeros({n, kAtom37});
+  chain.msa = {chain.aatype.unsqueeze(0), torch::zeros({1, n})};
+  if (!a3m.empty()) {
+    const Msa msa = read_alignment(a3m, AlignmentFormat::kA3m);
+    KUAFU_CHECK(msa.sequences[0] == chain.sequence, a3m, ": its first row is not the query's sequence (", chain.sequence, ")");
+    chain.msa = msa_tensors(msa);
+  }
+  return chain;
+}
+
+int run_fold_app(int argc, const char* const argv[]) {
+  train::AppDefinition app;
+  app.program = "kuafu-fold";
+  app.description = "AlphaFold 2 protein structure training and prediction (FastFold)";
+  app.schema = fold_schema();
+  app.make_app = make_fold_app;
+  app.before = {
+      {"prepare", "choose chains from ProMod3's structure database, split them by sequence identity and build their MSAs (mmseqs2)",
+       [](const config::Config& config, const config::ParsedCommand&) {
+         const DataRecipeSummary s = run_data_recipe(read_recipe_options(config));
+         std::cout << nlohmann::json{{"dir", config.get_string("data.dir")}, {"chains", s.chains}, {"clusters", s.clusters},
+                                     {"groups", s.groups}, {"train", s.split_chains[0]}, {"val", s.split_chains[1]},
+                                     {"test", s.split_chains[2]}, {"msa_median_depth", s.msa_median_depth},
+                                     {"seconds", s.total_seconds}}.dump()
+                   << std::endl;
+       }},
+      {"predict", "predict a structure from a sequence (--fasta or --pdb) and an MSA (--a3m) into a PDB file (--out; pLDDT as B-factors)",
+       [](const config::Config& config, const config::ParsedCommand& command) {
+         const std::string out = command.option("out");
+         KUAFU_CHECK(!out.empty(), "predict needs --out FILE.pdb");
+         KUAFU_CHECK(!std::filesystem::exists(out), out, " exists: predict writes a new file");
+         const FoldChain chain = query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"));
+         const FoldSettings settings = read_fold_settings(config);
+         auto fold = make_fold_app(config);
+         const torch::Device device = torch::kCPU;
+         torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
+         const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
+         auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
+         alphafold.eval();
+         const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);
+         write_pdb(predicted_structure(chain.sequence, chain.residue_index, p.outputs.atom37, p.plddt), out);
+         std::cout << nlohmann::json{{"out", out}, {"weights", from}, {"residues", chain.sequence.size()},
+                                     {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()}}.dump()
+                   << std::endl;
+       }}};
+  app.add_options = [](config::CommandLine& cli) {
+    cli.option("predict", "fasta", "FILE", "", "the query's sequence (its first)");
+    cli.option("predict", "pdb", "FILE", "", "or a PDB file whose first chain's sequence is the query");
+    cli.option("predict", "a3m", "FILE", "", "the query's MSA (its first row the query); none: the sequence alone");
+    cli.option("predict", "out", "FILE", "", "the PDB file to write (new)");
+    cli.option("predict", "checkpoint", "DIR", "", "a checkpoint folder; empty: the latest in train.out_dir; init: model.init_from");
+  };
+  app.item_help = "a random chain of data.crop_size residues with every recycling iteration";
+  app.export_help = "a folder with params_model_kuafu.npz, DeepMind's parameter layout (AlphaFold, OpenFold, ColabFold read it)";
+  app.eval_help = "loss, lDDT-Ca, TM-score, GDT-TS, Ca RMSD and pLDDT's correlation with lDDT on the validation chains";
+  return train::run_app(app, argc, argv);
+}
+
+}  // namespace kuafu::fold

@@ -1,0 +1,119 @@
+#include "apps/fastfold/fold_data.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "apps/fastfold/alignment_files.h"
+#include "apps/fastfold/residue_types.h"
+#include "apps/fastfold/rigid.h"
+#include "apps/fastfold/structure_labels.h"
+#include "core/util/error.h"
+
+namespace kuafu::fold {
+
+FoldChain chain_from_database(const StructureChain& chain, const std::string& id) {
+  const int64_t n = static_cast<int64_t>(chain.sequence.size());
+  FoldChain out;
+  out.id = id;
+  out.sequence = chain.sequence;
+  out.aatype = torch::empty({n}, torch::kInt64);
+  out.residue_index = torch::arange(chain.start_resnum, chain.start_resnum + n, torch::kInt64);
+  out.positions = torch::zeros({n, kAtom37, 3});
+  out.mask = torch::zeros({n, kAtom37});
+  const int atoms[] = {atom37_index("N"), atom37_index("CA"), atom37_index("C"), atom37_index("O")};
+  for (int64_t r = 0; r < n; ++r) {
+    out.aatype[r] = residue_type_index(chain.sequence[r]);
+    const BackboneResidue& b = chain.backbone[r];
+    const Vec3f* xyz[] = {&b.n, &b.ca, &b.c, &b.o};
+    for (int a = 0; a < 4; ++a) {
+      for (int x = 0; x < 3; ++x) out.positions[r][atoms[a]][x] = (*xyz[a])[x];
+      out.mask[r][atoms[a]] = 1.0;
+    }
+  }
+  out.msa = {out.aatype.unsqueeze(0), torch::zeros({1, n})};  // the sequence alone until an MSA is read
+  return out;
+}
+
+FoldChain crop_chain(const FoldChain& chain, int64_t start, int64_t crop) {
+  const int64_t n = chain.aatype.size(0), length = std::min(crop, n - start);
+  FoldChain out = chain;
+  out.sequence = chain.sequence.substr(start, length);
+  out.aatype = chain.aatype.narrow(0, start, length);
+  out.residue_index = chain.residue_index.narrow(0, start, length);
+  out.positions = chain.positions.narrow(0, start, length);
+  out.mask = chain.mask.narrow(0, start, length);
+  out.msa = {chain.msa.rows.narrow(1, start, length), chain.msa.deletions.narrow(1, start, length)};
+  return out;
+}
+
+std::pair<torch::Tensor, torch::Tensor> pseudo_beta_or_virtual(const torch::Tensor& aatype, const torch::Tensor& positions,
+                                                               const torch::Tensor& mask) {
+  auto [beta, beta_mask] = pseudo_beta(aatype, positions, mask);
+  const int64_t n = atom37_index("N"), ca = atom37_index("CA"), c = atom37_index("C");
+  const torch::Tensor virtual_cb = virtual_beta(positions.select(1, n), positions.select(1, ca), positions.select(1, c));
+  const torch::Tensor backbone = mask.select(1, n) * mask.select(1, ca) * mask.select(1, c);
+  const torch::Tensor use_virtual = (beta_mask == 0) & (backbone > 0);
+  return {torch::where(use_virtual.unsqueeze(-1), virtual_cb, beta), torch::where(use_virtual, backbone, beta_mask)};
+}
+
+FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry, const MsaSampling& sampling,
+                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator) {
+  FoldExample example;
+  MsaSample last;
+  for (int64_t i = 0; i < iterations; ++i) {
+    last = sample_msa_features(chain.aatype, chain.residue_index, chain.msa, sampling, generator);
+    example.iterations.push_back(last.features);
+  }
+  AlphaFoldLabels& labels = example.labels;
+  labels.positions = chain.positions;
+  labels.mask = chain.mask;
+  labels.structure = structure_labels(geometry, chain.aatype, chain.positions, chain.mask, torch::ones({chain.aatype.size(0)}),
+                                      clamped_fape_fraction);
+  std::tie(labels.pseudo_beta, labels.pseudo_beta_mask) = pseudo_beta_or_virtual(chain.aatype, chain.positions, chain.mask);
+  labels.true_msa = last.true_msa;
+  labels.bert_mask = last.bert_mask;
+  labels.resolution = 2.0;  // the database holds structures solved at better than 2.5 Å (ProMod3's filter)
+  return example;
+}
+
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db) {
+  const std::filesystem::path dir(folder);
+  const std::filesystem::path table = dir / "chains.tsv";
+  std::ifstream in(table);
+  KUAFU_CHECK(in, table.string(), ": cannot be read (run `kuafu-fold prepare` to make ", folder, ")");
+  std::vector<FoldChain> chains;
+  std::string line;
+  int line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (line.empty() || line[0] == '#' || line.rfind("chain_id", 0) == 0) continue;
+    std::istringstream fields(line);
+    std::string id, index, length, chain_split;
+    KUAFU_CHECK(static_cast<bool>(fields >> id >> index >> length >> chain_split), table.string(), ":", line_number,
+                ": expected chain_id db_index length split ..., found '", line, "'");
+    if (chain_split != split) continue;
+    size_t db_index = 0;
+    try {
+      db_index = std::stoul(index);
+    } catch (const std::exception&) {
+      throw Error(table.string() + ":" + std::to_string(line_number) + ": db_index '" + index + "' is not a number");
+    }
+    KUAFU_CHECK(db_index < db.num_chains(), table.string(), ":", line_number, ": chain ", id, " has db_index ", db_index,
+                ", past the structure database's ", db.num_chains(), " chains (", db.path(), ")");
+    FoldChain chain = chain_from_database(db.chain(db_index), id);
+    const std::filesystem::path a3m = dir / "msas" / (id + ".a3m");
+    if (std::filesystem::exists(a3m)) {
+      const Msa msa = read_alignment(a3m.string(), AlignmentFormat::kA3m);
+      KUAFU_CHECK(!msa.sequences.empty() && msa.sequences[0] == chain.sequence, a3m.string(),
+                  ": its first row is not chain ", id, "'s sequence in the structure database");
+      chain.msa = msa_tensors(msa);
+    }
+    chains.push_back(std::move(chain));
+  }
+  return chains;
+}
+
+}  // namespace kuafu::fold

@@ -1,0 +1,53 @@
+// The prepared data set (data_recipe's folder) as training examples: each chain's backbone from ProMod3's
+// structure database, its MSA (a3m), and the AlphaFold features and labels of a crop of it, drawn from a
+// seed so any rank draws the same.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "apps/fastfold/alphafold_losses.h"
+#include "apps/fastfold/msa_features.h"
+#include "apps/fastfold/structure_db.h"
+
+namespace kuafu::fold {
+
+// A chain's truth and alignment, whole.
+struct FoldChain {
+  std::string id;               // "12AS_A"
+  std::string sequence;
+  torch::Tensor aatype;         // [R] int64
+  torch::Tensor residue_index;  // [R] int64
+  torch::Tensor positions;      // [R, 37, 3] Å; the database's chains have N, CA, C and O only
+  torch::Tensor mask;           // [R, 37]
+  MsaTensors msa;               // [N, R]
+};
+
+// The chain from the database's backbone (its residue numbers from start_resnum on).
+FoldChain chain_from_database(const StructureChain& chain, const std::string& id);
+
+// A contiguous window of at most `crop` residues starting at `start` (the MSA's columns cut alike).
+FoldChain crop_chain(const FoldChain& chain, int64_t start, int64_t crop);
+
+// CB where the truth has it, else the ideal virtual CB from N, CA and C where those are present, CA for
+// glycine: [R, 3] and its mask [R].
+std::pair<torch::Tensor, torch::Tensor> pseudo_beta_or_virtual(const torch::Tensor& aatype, const torch::Tensor& positions,
+                                                               const torch::Tensor& mask);
+
+// One example of a chain: `iterations` samples of its features (AlphaFold resamples the MSA at each
+// recycling iteration) and the labels of the last.
+struct FoldExample {
+  std::vector<AlphaFoldFeatures> iterations;
+  AlphaFoldLabels labels;
+};
+FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry, const MsaSampling& sampling,
+                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator);
+
+// One split of a prepared folder: chains.tsv's chains of `split` with their a3m files, backbones from `db`.
+// kuafu::Error naming the folder's file for a missing or malformed entry, or a chain the database lacks.
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db);
+
+}  // namespace kuafu::fold

@@ -1,0 +1,134 @@
+#include "apps/fastfold/fold_task.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "core/util/seed_mix.h"
+
+namespace kuafu::fold {
+namespace {
+
+AlphaFoldFeatures features_to(AlphaFoldFeatures f, const torch::Device& device) {
+  for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
+                           &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
+    *t = t->to(device);
+  return f;
+}
+
+AlphaFoldLabels labels_to(AlphaFoldLabels l, const torch::Device& device) {
+  l.structure = l.structure.to(torch::TensorOptions(torch::kFloat32).device(device));
+  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.true_msa, &l.bert_mask}) *t = t->to(device);
+  return l;
+}
+
+// The loss of one example on `device`.
+AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
+                           const torch::Device& device, AlphaFoldOutputs* kept = nullptr) {
+  std::vector<AlphaFoldFeatures> iterations;
+  for (const AlphaFoldFeatures& f : example.iterations) iterations.push_back(features_to(f, device));
+  const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
+  AlphaFoldOutputs out = model.forward(iterations, geometry);
+  AlphaFoldLoss loss = alphafold_loss(out, labels_to(example.labels, device), geometry, model.sizes, settings.loss);
+  if (kept) *kept = std::move(out);
+  return loss;
+}
+
+torch::Generator generator_of(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+}  // namespace
+
+Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
+                         uint64_t seed, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  MsaSampling sampling = settings.sampling;
+  sampling.replace_fraction = 0;  // inference sees the alignment as it is
+  torch::Generator generator = generator_of(seed);
+  const FoldExample example = make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction, generator);
+  Prediction p;
+  const AlphaFoldLoss loss = example_loss(model, example, settings, device, &p.outputs);
+  p.loss = loss.total.item<double>();
+  p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();
+  const int64_t ca = 1;
+  const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu(), truth = chain.positions.select(1, ca);
+  const torch::Tensor mask = chain.mask.select(1, ca);
+  p.true_lddt = lddt(predicted.unsqueeze(0), truth.unsqueeze(0), mask.view({1, -1, 1}), 15.0, true)[0];
+  p.scores = structure_scores(predicted, truth, mask);
+  return p;
+}
+
+FoldTask::FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
+                   int64_t batch_size, const torch::Device& device)
+    : model_(std::move(model)), settings_(std::move(settings)), train_(std::move(train)), val_(std::move(val)),
+      order_(static_cast<int64_t>(train_.size()), batch_size, settings_.seed), device_(device) {}
+
+int64_t FoldTask::iterations_of(int64_t step) const {
+  torch::Generator generator = generator_of(mix_seed(settings_.seed, step, -1, 0));
+  return 1 + torch::randint(0, settings_.max_recycles + 1, {1}, generator, torch::kInt64).item<int64_t>();
+}
+
+torch::Tensor FoldTask::loss(int64_t step, int64_t first_row, int64_t rows) {
+  const int64_t iterations = iterations_of(step);
+  const std::vector<size_t> items = order_.rows(step, first_row, rows);
+  torch::Tensor total;
+  for (int64_t r = 0; r < rows; ++r) {
+    torch::Generator generator = generator_of(mix_seed(settings_.seed, step, first_row + r, 1));
+    const FoldChain& chain = train_[items[static_cast<size_t>(r)]];
+    const int64_t length = chain.aatype.size(0);
+    const int64_t start = length > settings_.crop_size
+                              ? torch::randint(0, length - settings_.crop_size + 1, {1}, generator, torch::kInt64).item<int64_t>()
+                              : 0;
+    const FoldExample example = make_example(crop_chain(chain, start, settings_.crop_size), ideal_residue_geometry(),
+                                             settings_.sampling, iterations, settings_.clamped_fape_fraction, generator);
+    const torch::Tensor row = example_loss(*model_, example, settings_, device_).total;
+    total = total.defined() ? total + row : row;
+  }
+  return total / static_cast<double>(rows);
+}
+
+std::map<std::string, double> FoldTask::step_figures(int64_t step) {
+  return {{"recycling_iterations", static_cast<double>(iterations_of(step))}};
+}
+
+train::LossSum FoldTask::evaluate(int rank, int ranks) {
+  const int64_t n = settings_.eval_chains > 0 ? std::min<int64_t>(settings_.eval_chains, static_cast<int64_t>(val_.size()))
+                                              : static_cast<int64_t>(val_.size());
+  train::LossSum sums;
+  // extra: lDDT-Cα, TM-score, GDT-TS, RMSD sums; then Σx, Σy, Σx², Σy², Σxy, count over residues of
+  // (pLDDT/100, true lDDT) for Pearson's r over every rank's residues.
+  sums.extra.assign(10, 0.0);
+  model_->eval();
+  for (int64_t i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
+    const FoldChain chain = crop_chain(val_[static_cast<size_t>(i)], 0, settings_.eval_crop_size);
+    const Prediction p = predict_chain(*model_, chain, settings_, settings_.max_recycles + 1, mix_seed(settings_.seed, -1, i, 2), device_);
+    sums.loss_sum += p.loss;
+    sums.count += 1;
+    sums.extra[0] += p.scores.lddt_ca;
+    sums.extra[1] += p.scores.tm_score;
+    sums.extra[2] += p.scores.gdt_ts;
+    sums.extra[3] += p.scores.rmsd_ca;
+    const torch::Tensor x = (p.plddt / 100.0).to(torch::kFloat64), y = p.true_lddt.to(torch::kFloat64);
+    sums.extra[4] += x.sum().item<double>();
+    sums.extra[5] += y.sum().item<double>();
+    sums.extra[6] += x.square().sum().item<double>();
+    sums.extra[7] += y.square().sum().item<double>();
+    sums.extra[8] += (x * y).sum().item<double>();
+    sums.extra[9] += static_cast<double>(x.numel());
+  }
+  model_->train();
+  return sums;
+}
+
+std::vector<train::EvalMetric> FoldTask::eval_metrics(const train::LossSum& s) const {
+  const double chains = std::max(s.count, 1.0);
+  const double n = s.extra[9];
+  const double denominator = std::sqrt((n * s.extra[6] - s.extra[4] * s.extra[4]) * (n * s.extra[7] - s.extra[5] * s.extra[5]));
+  const double r = denominator > 0 ? (n * s.extra[8] - s.extra[4] * s.extra[5]) / denominator : 0.0;
+  return {{"val_lddt_ca", "lDDT-Ca", s.extra[0] / chains, false},
+          {"val_tm_score", "TM-score", s.extra[1] / chains, false},
+          {"val_gdt_ts", "GDT-TS", s.extra[2] / chains, false},
+          {"val_rmsd_ca", "RMSD", s.extra[3] / chains, false},
+          {"val_plddt_r", "pLDDT r", r, false}};
+}
+
+}  // namespace kuafu::fold

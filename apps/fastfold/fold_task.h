@@ -1,0 +1,67 @@
+// Protein structure training as the trainer sees it: each row of a step is a crop of a training chain in
+// the epoch's order, its MSA features drawn from (seed, step, row) and its number of recycling iterations
+// from (seed, step), so any rank computes the same row and a resumed run goes on exactly. Evaluation
+// predicts each validation chain (its first data.eval_crop_size residues) with every recycling iteration and
+// reports the loss, lDDT-Cα, TM-score, GDT-TS, Cα RMSD and how well pLDDT tracks the true lDDT.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apps/fastfold/alphafold_model.h"
+#include "apps/fastfold/fold_data.h"
+#include "apps/fastfold/fold_settings.h"
+#include "apps/fastfold/structure_metrics.h"
+#include "core/io/epoch_order.h"
+#include "core/train/trainer.h"
+
+namespace kuafu::fold {
+
+// A chain predicted: the outputs of its last iteration, and its scores against the truth.
+struct Prediction {
+  AlphaFoldOutputs outputs;
+  torch::Tensor plddt;        // [R] 0..100
+  torch::Tensor true_lddt;    // [R] per-residue lDDT-Cα of the prediction, 0..1
+  StructureScores scores;
+  double loss = 0;
+};
+
+// The chain's prediction with `iterations` recycling iterations, no MSA masking, features drawn by `seed`.
+Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
+                         uint64_t seed, const torch::Device& device);
+
+class FoldTask : public train::TrainTask {
+ public:
+  FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
+           int64_t batch_size, const torch::Device& device);
+
+  torch::nn::Module& model() override { return *model_; }
+  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
+  bool set_block_hooks(hooks::BlockHooks* hooks) override {
+    model_->set_block_hooks(hooks);
+    return true;
+  }
+  train::LossSum evaluate(int rank, int ranks) override;
+  std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override;
+  double flops_per_item() const override { return 0; }  // not counted yet: no MFU
+  int64_t items_per_row() const override { return settings_.crop_size; }
+  std::string item_name() const override { return "residues"; }
+  int64_t steps_per_epoch() const override { return order_.steps_per_epoch(); }
+  std::vector<std::string> checkpoint_keys() const override { return {"model.", "data.crop_size"}; }
+  std::map<std::string, double> step_figures(int64_t step) override;
+
+  AlphaFold& alphafold() { return model_; }
+  const std::vector<FoldChain>& val_chains() const { return val_; }
+  // Recycling iterations of step `step` (1 + a draw of 0..max_recycles from (seed, step)).
+  int64_t iterations_of(int64_t step) const;
+
+ private:
+  AlphaFold model_;
+  FoldSettings settings_;
+  std::vector<FoldChain> train_, val_;
+  io::EpochOrder order_;
+  torch::Device device_;
+};
+
+}  // namespace kuafu::fold

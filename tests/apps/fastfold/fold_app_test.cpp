@@ -1,0 +1,117 @@
+// kuafu-fold's data and commands: a step's rows the same however they are split among micro-batches and
+// ranks, a predicted structure written as a PDB file and read back, and bad inputs named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <torch/torch.h>
+
+#include "apps/fastfold/commands.h"
+#include "apps/fastfold/fold_task.h"
+#include "apps/fastfold/pdb_file.h"
+#include "core/util/error.h"
+
+namespace kuafu::fold {
+namespace {
+namespace fs = std::filesystem;
+
+AlphaFoldSizes tiny_sizes() {
+  AlphaFoldSizes s;
+  s.msa_channels = 16;
+  s.pair_channels = 8;
+  s.single_channels = 16;
+  s.extra_msa_channels = 8;
+  s.evoformer_blocks = 1;
+  s.extra_msa_blocks = 1;
+  s.msa_heads = s.pair_heads = 2;
+  s.outer_channels = 4;
+  s.triangle_channels = 8;
+  s.structure.ipa = {16, 8, 2, 4, 4, 2, 3};
+  s.structure.layers = 2;
+  s.structure.angle_channels = 8;
+  s.plddt_channels = 8;
+  return s;
+}
+
+std::vector<FoldChain> database_chains(size_t count) {
+  static const StructureDb db = read_structure_db(kDebianStructureDb);
+  std::vector<FoldChain> chains;
+  for (size_t i = 0; chains.size() < count; i += 997) chains.push_back(chain_from_database(db.chain(i), std::to_string(i)));
+  return chains;
+}
+
+// Each row's loss depends on (seed, step, row) alone: a step's two rows in one call are the mean of the two
+// computed one at a time (float32, the same operations: 1e-6 relative).
+TEST(FoldTaskTest, AStepsRowsDoNotDependOnHowTheyAreSplit) {
+  FoldSettings settings;
+  settings.model = tiny_sizes();
+  settings.crop_size = 24;
+  settings.max_recycles = 1;
+  settings.sampling = {8, 8};
+  torch::manual_seed(0);
+  AlphaFold model(settings.model);
+  initialize_alphafold_weights(*model);
+  FoldTask task(model, settings, database_chains(4), {}, 2, torch::kCPU);
+  for (int64_t step : {0, 3}) {
+    const double both = task.loss(step, 0, 2).item<double>();
+    const double first = task.loss(step, 0, 1).item<double>(), second = task.loss(step, 1, 1).item<double>();
+    EXPECT_NEAR(both, (first + second) / 2, 1e-6 * std::abs(both)) << "step " << step;
+    EXPECT_EQ(task.iterations_of(step), task.iterations_of(step));
+  }
+}
+
+// The PDB file of a prediction holds every heavy atom of each residue at its predicted place (to the
+// file's 3 decimals) with the residue's pLDDT as B-factors.
+TEST(FoldAppTest, APredictedStructureWritesAndReadsBack) {
+  const FoldChain chain = database_chains(1)[0];
+  const int64_t n = chain.aatype.size(0);
+  auto g = at::detail::createCPUGenerator(1);
+  const torch::Tensor atom37 = torch::randn({n, kAtom37, 3}, g) * 20;
+  const torch::Tensor plddt = torch::rand({n}, g) * 100;
+  const std::string path = ::testing::TempDir() + "/predicted.pdb";
+  fs::remove(path);
+  write_pdb(predicted_structure(chain.sequence, chain.residue_index, atom37, plddt), path);
+  const ChainAtoms back = chain_atoms(read_pdb(path).chains.at(0));
+  EXPECT_EQ(back.sequence, chain.sequence);
+  EXPECT_TRUE(torch::equal(back.residue_index, chain.residue_index));
+  const torch::Tensor exists = ideal_residue_geometry().atom37_exists.index_select(0, chain.aatype);
+  EXPECT_TRUE(torch::equal(back.mask, exists));
+  EXPECT_LT((back.positions - atom37 * exists.unsqueeze(-1)).abs().max().item<float>(), 5e-4);
+  const Structure read = read_pdb(path);
+  for (int64_t r = 0; r < n; ++r)
+    EXPECT_NEAR(read.chains[0].residues[static_cast<size_t>(r)].atoms[0].b_factor, plddt[r].item<double>(), 0.005);
+}
+
+TEST(FoldAppTest, BadInputsAreNamed) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "fold_bad_inputs";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "msas");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  const auto message = [](const std::function<void()>& body) {
+    try {
+      body();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string fasta = write("query.fasta", ">q\nACDEFGHIK\n");
+  EXPECT_NE(message([&] { query_chain("", "", ""); }).find("--fasta"), std::string::npos);
+  EXPECT_NE(message([&] { query_chain(fasta, "", write("other.a3m", ">o\nKIHGFEDCA\n")); }).find("other.a3m"), std::string::npos);
+  write("chains.tsv", "chain_id\tdb_index\tlength\tsplit\tcluster\tgroup\n1ABC_A\tnot-a-number\t50\ttrain\tx\tx\n");
+  static const StructureDb db = read_structure_db(kDebianStructureDb);
+  const std::string bad_index = message([&] { read_prepared_split(dir.string(), "train", db); });
+  EXPECT_NE(bad_index.find("chains.tsv:2"), std::string::npos) << bad_index;
+  write("chains.tsv", "chain_id\tdb_index\tlength\tsplit\tcluster\tgroup\n1ABC_A\t0\t50\ttrain\tx\tx\n");
+  write("msas/1ABC_A.a3m", ">q\nAAAA\n");
+  const std::string bad_msa = message([&] { read_prepared_split(dir.string(), "train", db); });
+  EXPECT_NE(bad_msa.find("1ABC_A.a3m"), std::string::npos) << bad_msa;
+  EXPECT_NE(message([&] { read_prepared_split((dir / "missing").string(), "train", db); }).find("kuafu-fold prepare"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kuafu::fold
