@@ -155,7 +155,7 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
 std::unique_ptr<train::App> make_fold_app(const config::Config& config) { return std::make_unique<FoldApp>(config); }
 
 Structure predicted_structure(const std::string& sequence, const torch::Tensor& residue_index, const torch::Tensor& atom37,
-                              const torch::Tensor& plddt) {
+                              const torch::Tensor& plddt, const torch::Tensor& atom_mask) {
   const torch::Tensor positions = atom37.detach().to(torch::kCPU, torch::kFloat64);
   Chain chain{"A", {}, {}, {}};
   for (size_t r = 0; r < sequence.size(); ++r) {
@@ -167,6 +167,7 @@ Structure predicted_structure(const std::string& sequence, const torch::Tensor& 
     const std::vector<std::string> names =
         type < kResidueTypes ? residue_types()[type].atoms : std::vector<std::string>{"N", "CA", "C", "O"};
     for (const std::string& name : names) {
+      if (atom_mask.defined() && atom_mask[static_cast<int64_t>(r)][atom37_index(name)].item<float>() == 0) continue;
       const torch::Tensor p = positions[static_cast<int64_t>(r)][atom37_index(name)];
       residue.atoms.push_back({name, name.substr(0, 1), {p[0].item<double>(), p[1].item<double>(), p[2].item<double>()}, 1.0, b});
     }
@@ -210,6 +211,52 @@ FoldChain query_chain(const std::string& fasta, const std::string& pdb, const st
   return chain;
 }
 
+namespace {
+
+// The prepared chain `id` of data.dir, from any split.
+FoldChain prepared_chain(const FoldSettings& settings, const std::string& id) {
+  const StructureDb db = read_structure_db(settings.structure_db, StructureDbParts{});
+  for (const char* split : {"test", "val", "train"}) {
+    for (FoldChain& chain : read_prepared_split(settings.data_dir, split, db))
+      if (chain.id == id) return std::move(chain);
+  }
+  throw Error("no chain " + id + " in " + settings.data_dir + "/chains.tsv");
+}
+
+void predict_command(const config::Config& config, const config::ParsedCommand& command) {
+  const std::string out = command.option("out"), truth = command.option("truth"), id = command.option("chain");
+  KUAFU_CHECK(!out.empty(), "predict needs --out FILE.pdb");
+  for (const std::string& file : {out, truth}) KUAFU_CHECK(file.empty() || !std::filesystem::exists(file), file, " exists: predict writes new files");
+  KUAFU_CHECK(truth.empty() || !id.empty(), "--truth needs --chain (a prepared chain has a truth to write)");
+  const FoldSettings settings = read_fold_settings(config);
+  const FoldChain chain = id.empty() ? query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"))
+                                     : prepared_chain(settings, id);
+  auto fold = make_fold_app(config);
+  const torch::Device device = torch::kCPU;
+  torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
+  const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
+  auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
+  alphafold.eval();
+  const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);
+  write_pdb(predicted_structure(chain.sequence, chain.residue_index, p.outputs.atom37, p.plddt), out);
+  nlohmann::json line = {{"out", out}, {"weights", from}, {"residues", chain.sequence.size()},
+                         {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()}};
+  if (!id.empty()) {
+    line["lddt_ca"] = p.scores.lddt_ca;
+    line["tm_score"] = p.scores.tm_score;
+    line["gdt_ts"] = p.scores.gdt_ts;
+    line["rmsd_ca"] = p.scores.rmsd_ca;
+    if (!truth.empty()) {
+      write_pdb(predicted_structure(chain.sequence, chain.residue_index, chain.positions, torch::zeros({chain.aatype.size(0)}),
+                                    chain.mask), truth);
+      line["truth"] = truth;
+    }
+  }
+  std::cout << line.dump() << std::endl;
+}
+
+}  // namespace
+
 int run_fold_app(int argc, const char* const argv[]) {
   train::AppDefinition app;
   app.program = "kuafu-fold";
@@ -226,29 +273,15 @@ int run_fold_app(int argc, const char* const argv[]) {
                                      {"seconds", s.total_seconds}}.dump()
                    << std::endl;
        }},
-      {"predict", "predict a structure from a sequence (--fasta or --pdb) and an MSA (--a3m) into a PDB file (--out; pLDDT as B-factors)",
-       [](const config::Config& config, const config::ParsedCommand& command) {
-         const std::string out = command.option("out");
-         KUAFU_CHECK(!out.empty(), "predict needs --out FILE.pdb");
-         KUAFU_CHECK(!std::filesystem::exists(out), out, " exists: predict writes a new file");
-         const FoldChain chain = query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"));
-         const FoldSettings settings = read_fold_settings(config);
-         auto fold = make_fold_app(config);
-         const torch::Device device = torch::kCPU;
-         torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
-         const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
-         auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
-         alphafold.eval();
-         const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);
-         write_pdb(predicted_structure(chain.sequence, chain.residue_index, p.outputs.atom37, p.plddt), out);
-         std::cout << nlohmann::json{{"out", out}, {"weights", from}, {"residues", chain.sequence.size()},
-                                     {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()}}.dump()
-                   << std::endl;
-       }}};
+      {"predict", "predict a structure from a sequence (--fasta, --pdb or a prepared --chain) and an MSA (--a3m) into a PDB "
+                  "file (--out; pLDDT as B-factors)",
+       [](const config::Config& config, const config::ParsedCommand& command) { predict_command(config, command); }}};
   app.add_options = [](config::CommandLine& cli) {
     cli.option("predict", "fasta", "FILE", "", "the query's sequence (its first)");
     cli.option("predict", "pdb", "FILE", "", "or a PDB file whose first chain's sequence is the query");
     cli.option("predict", "a3m", "FILE", "", "the query's MSA (its first row the query); none: the sequence alone");
+    cli.option("predict", "chain", "ID", "", "or a chain of data.dir (its sequence and MSA), scored against its truth");
+    cli.option("predict", "truth", "FILE", "", "with --chain: also write its true backbone as a PDB file (new)");
     cli.option("predict", "out", "FILE", "", "the PDB file to write (new)");
     cli.option("predict", "checkpoint", "DIR", "", "a checkpoint folder; empty: the latest in train.out_dir; init: model.init_from");
   };

@@ -15,10 +15,10 @@ namespace kuafu::fold {
 
 std::unique_ptr<train::App> make_fold_app(const config::Config& config);
 
-// A predicted chain as a PDB structure: every heavy atom its residue type has, pLDDT in the B-factor
-// column, residues numbered as `residue_index`.
+// A predicted chain as a PDB structure: every heavy atom its residue type has (or those `atom_mask`
+// [R, 37] marks), pLDDT in the B-factor column, residues numbered as `residue_index`.
 Structure predicted_structure(const std::string& sequence, const torch::Tensor& residue_index, const torch::Tensor& atom37,
-                              const torch::Tensor& plddt);
+                              const torch::Tensor& plddt, const torch::Tensor& atom_mask = {});
 
 // The query of `predict`: a FASTA's first sequence, or a PDB's first chain's; with an a3m when given
 // (its first row must be the query).
