@@ -59,8 +59,9 @@ class FoldApp : public train::App {
     }
     (void)runtime;
     const StructureDb db = read_structure_db(settings_.structure_db, StructureDbParts{});
-    std::vector<FoldChain> train = read_prepared_split(settings_.data_dir, "train", db);
-    std::vector<FoldChain> val = read_prepared_split(settings_.data_dir, "val", db);
+    const bool profiles = settings_.profile_rows > 0;
+    std::vector<FoldChain> train = read_prepared_split(settings_.data_dir, "train", db, profiles);
+    std::vector<FoldChain> val = read_prepared_split(settings_.data_dir, "val", db, profiles);
     KUAFU_CHECK(!train.empty(), settings_.data_dir, " has no training chains (run `kuafu-fold prepare`)");
     const train::TrainSettings t = train::read_train_settings(config_);
     return std::make_unique<FoldTask>(make_model(settings_, options.device, t.seed, true), settings_, std::move(train),
@@ -217,7 +218,7 @@ namespace {
 FoldChain prepared_chain(const FoldSettings& settings, const std::string& id) {
   const StructureDb db = read_structure_db(settings.structure_db, StructureDbParts{});
   for (const char* split : {"test", "val", "train"}) {
-    for (FoldChain& chain : read_prepared_split(settings.data_dir, split, db))
+    for (FoldChain& chain : read_prepared_split(settings.data_dir, split, db, settings.profile_rows > 0))
       if (chain.id == id) return std::move(chain);
   }
   throw Error("no chain " + id + " in " + settings.data_dir + "/chains.tsv");

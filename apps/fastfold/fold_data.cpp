@@ -46,7 +46,14 @@ FoldChain crop_chain(const FoldChain& chain, int64_t start, int64_t crop) {
   out.positions = chain.positions.narrow(0, start, length);
   out.mask = chain.mask.narrow(0, start, length);
   out.msa = {chain.msa.rows.narrow(1, start, length), chain.msa.deletions.narrow(1, start, length)};
+  if (chain.profile.defined()) out.profile = chain.profile.narrow(0, start, length);
   return out;
+}
+
+MsaTensors profile_rows(const FoldChain& chain, int64_t rows, torch::Generator& generator) {
+  const int64_t n = chain.profile.size(0);
+  const torch::Tensor drawn = torch::multinomial(chain.profile.clamp_min(1e-6), rows, /*replacement=*/true, generator);  // [R, rows]
+  return {drawn.transpose(0, 1).contiguous(), torch::zeros({rows, n})};
 }
 
 std::pair<torch::Tensor, torch::Tensor> pseudo_beta_or_virtual(const torch::Tensor& aatype, const torch::Tensor& positions,
@@ -60,11 +67,17 @@ std::pair<torch::Tensor, torch::Tensor> pseudo_beta_or_virtual(const torch::Tens
 }
 
 FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry, const MsaSampling& sampling,
-                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator) {
+                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator,
+                         int64_t extra_profile_rows) {
   FoldExample example;
   MsaSample last;
+  MsaTensors msa = chain.msa;
+  if (extra_profile_rows > 0 && chain.profile.defined()) {
+    const MsaTensors drawn = profile_rows(chain, extra_profile_rows, generator);
+    msa = {torch::cat({msa.rows, drawn.rows}), torch::cat({msa.deletions, drawn.deletions})};
+  }
   for (int64_t i = 0; i < iterations; ++i) {
-    last = sample_msa_features(chain.aatype, chain.residue_index, chain.msa, sampling, generator);
+    last = sample_msa_features(chain.aatype, chain.residue_index, msa, sampling, generator);
     example.iterations.push_back(last.features);
   }
   AlphaFoldLabels& labels = example.labels;
@@ -79,7 +92,8 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
   return example;
 }
 
-std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db) {
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
+                                           bool with_profiles) {
   const std::filesystem::path dir(folder);
   const std::filesystem::path table = dir / "chains.tsv";
   std::ifstream in(table);
@@ -104,6 +118,13 @@ std::vector<FoldChain> read_prepared_split(const std::string& folder, const std:
     KUAFU_CHECK(db_index < db.num_chains(), table.string(), ":", line_number, ": chain ", id, " has db_index ", db_index,
                 ", past the structure database's ", db.num_chains(), " chains (", db.path(), ")");
     FoldChain chain = chain_from_database(db.chain(db_index), id);
+    if (with_profiles) {
+      // The database's columns are in ProfileColumn order ("ACDEFGHIKLMNPQRSTVWY"): to AlphaFold's classes.
+      const std::vector<ProfileColumn> columns = db.sequence_profile(db_index);
+      chain.profile = torch::zeros({static_cast<int64_t>(columns.size()), kResidueTypes + 1});
+      for (size_t r = 0; r < columns.size(); ++r)
+        for (int a = 0; a < 20; ++a) chain.profile[static_cast<int64_t>(r)][residue_type_index(kProfileOrder[a])] = columns[r][a];
+    }
     const std::filesystem::path a3m = dir / "msas" / (id + ".a3m");
     if (std::filesystem::exists(a3m)) {
       const Msa msa = read_alignment(a3m.string(), AlignmentFormat::kA3m);

@@ -24,6 +24,8 @@ struct FoldChain {
   torch::Tensor positions;      // [R, 37, 3] Å; the database's chains have N, CA, C and O only
   torch::Tensor mask;           // [R, 37]
   MsaTensors msa;               // [N, R]
+  torch::Tensor profile;        // [R, 21] the database's HHblits profile over AlphaFold's residue classes
+                                // (unknown 0), or undefined
 };
 
 // The chain from the database's backbone (its residue numbers from start_resnum on).
@@ -37,17 +39,26 @@ FoldChain crop_chain(const FoldChain& chain, int64_t start, int64_t crop);
 std::pair<torch::Tensor, torch::Tensor> pseudo_beta_or_virtual(const torch::Tensor& aatype, const torch::Tensor& positions,
                                                                const torch::Tensor& mask);
 
+// `rows` alignment rows drawn column by column from the chain's profile (classes [rows, R]; no deletions),
+// for chains whose MSA is shallow: the database keeps each chain's HHblits profile (its UniProt homologs'
+// residue frequencies) but not their alignment.
+MsaTensors profile_rows(const FoldChain& chain, int64_t rows, torch::Generator& generator);
+
 // One example of a chain: `iterations` samples of its features (AlphaFold resamples the MSA at each
 // recycling iteration) and the labels of the last.
 struct FoldExample {
   std::vector<AlphaFoldFeatures> iterations;
   AlphaFoldLabels labels;
 };
+// With `extra_profile_rows` > 0 and a profile, that many rows drawn from it follow the MSA's own.
 FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry, const MsaSampling& sampling,
-                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator);
+                         int64_t iterations, double clamped_fape_fraction, torch::Generator& generator,
+                         int64_t extra_profile_rows = 0);
 
 // One split of a prepared folder: chains.tsv's chains of `split` with their a3m files, backbones from `db`.
 // kuafu::Error naming the folder's file for a missing or malformed entry, or a chain the database lacks.
-std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db);
+// `with_profiles`: each chain's HHblits profile read from the database too.
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
+                                           bool with_profiles = false);
 
 }  // namespace kuafu::fold

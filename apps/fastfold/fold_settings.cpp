@@ -41,6 +41,8 @@ config::Schema fold_schema() {
   s.add_int("data.eval_chains", 0, "validation chains evaluated (0: all)").min(0);
   s.add_int("data.max_msa_clusters", 128, "MSA rows the Evoformer sees (the query and sampled rows)").min(1).max(1 << 16);
   s.add_int("data.max_extra_msa", 1024, "extra MSA rows").min(0).max(1 << 20);
+  s.add_int("data.profile_rows", 0, "alignment rows drawn from ProMod3's HHblits profile of the chain (its UniProt "
+                                     "homologs' residue frequencies), added to its MSA in every example; 0: none").min(0).max(1 << 16);
   s.add_float("data.bert_fraction", 0.15, "MSA positions replaced for the masked-MSA loss").min(0).max(1);
   s.add_float("loss.clamped_fape_fraction", 0.9, "weight of the clamped backbone FAPE (the rest unclamped)").min(0).max(1);
   s.add_float("loss.distogram", 0.3, "distogram loss weight").min(0);
@@ -94,6 +96,7 @@ FoldSettings read_fold_settings(const config::Config& c) {
   s.sampling.max_clusters = c.get_int("data.max_msa_clusters");
   s.sampling.max_extra = c.get_int("data.max_extra_msa");
   s.sampling.replace_fraction = c.get_float("data.bert_fraction");
+  s.profile_rows = c.get_int("data.profile_rows");
   s.clamped_fape_fraction = c.get_float("loss.clamped_fape_fraction");
   s.loss.distogram_weight = c.get_float("loss.distogram");
   s.loss.masked_msa_weight = c.get_float("loss.masked_msa");

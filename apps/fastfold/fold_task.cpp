@@ -44,7 +44,8 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   MsaSampling sampling = settings.sampling;
   sampling.replace_fraction = 0;  // inference sees the alignment as it is
   torch::Generator generator = generator_of(seed);
-  const FoldExample example = make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction, generator);
+  const FoldExample example = make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction,
+                                           generator, settings.profile_rows);
   Prediction p;
   const AlphaFoldLoss loss = example_loss(model, example, settings, device, &p.outputs);
   p.loss = loss.total.item<double>();
@@ -79,7 +80,8 @@ torch::Tensor FoldTask::loss(int64_t step, int64_t first_row, int64_t rows) {
                               ? torch::randint(0, length - settings_.crop_size + 1, {1}, generator, torch::kInt64).item<int64_t>()
                               : 0;
     const FoldExample example = make_example(crop_chain(chain, start, settings_.crop_size), ideal_residue_geometry(),
-                                             settings_.sampling, iterations, settings_.clamped_fape_fraction, generator);
+                                             settings_.sampling, iterations, settings_.clamped_fape_fraction, generator,
+                                             settings_.profile_rows);
     const torch::Tensor row = example_loss(*model_, example, settings_, device_).total;
     total = total.defined() ? total + row : row;
   }

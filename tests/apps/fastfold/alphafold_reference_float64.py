@@ -8,7 +8,9 @@ Run with alphafold_reference.py's venv, after it:
     AFVENV/bin/python alphafold_reference_float64.py tests/apps/fastfold/golden/alphafold_tiny
 Writes OUT_DIR/structure_float64.npz: structure_module/loss/<term>, structure_module/grad/{single,pair},
 structure_module/dparam/<params_model_tiny.npz key>; and OUT_DIR/model_float64.npz: the whole model with
-recycling on model.npz's batch, loss/total and d(loss/total)/d(parameter) keyed as params_model_tiny.npz.
+recycling on model.npz's batch, loss/total and d(loss/total)/d(parameter) keyed as params_model_tiny.npz;
+and OUT_DIR/lddt.npz: alphafold.model.lddt of the golden prediction's Cα against the truth's, per residue
+and whole, with the truth's Cα mask and with every other residue left out.
 """
 import os
 import sys
@@ -71,6 +73,23 @@ def main(golden_dir):
     np.savez(os.path.join(golden_dir, 'model_float64.npz'), **out)
 
 
+def lddt_reference(golden_dir):
+    from alphafold.model import lddt
+    model = np.load(os.path.join(golden_dir, 'model.npz'))
+    predicted = model['out/structure_module/final_atom_positions'][None, :, 1].astype(np.float64)
+    truth = model['feat/all_atom_positions'][-1][None, :, 1].astype(np.float64)
+    mask = model['feat/all_atom_mask'][-1][None, :, 1:2].astype(np.float64)
+    sparse = mask.copy()
+    sparse[:, ::2] = 0
+    out = {}
+    for name, m in (('mask', mask), ('sparse', sparse)):
+        out[f'{name}/per_residue'] = np.asarray(lddt.lddt(predicted, truth, m, per_residue=True))
+        out[f'{name}/whole'] = np.asarray(lddt.lddt(predicted, truth, m, per_residue=False))
+        out[f'{name}/mask'] = m
+    out['predicted'], out['truth'] = predicted, truth
+    np.savez(os.path.join(golden_dir, 'lddt.npz'), **out)
+
+
 def args_seed(golden_dir):
     """The seed alphafold_reference.py ran with (its PRNG key reaches no random op: deterministic=True)."""
     import json
@@ -79,4 +98,5 @@ def args_seed(golden_dir):
 
 
 if __name__ == '__main__':
+    lddt_reference(sys.argv[1])
     main(sys.argv[1])

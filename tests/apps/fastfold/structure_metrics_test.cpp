@@ -15,6 +15,8 @@
 #include "apps/fastfold/residue_types.h"
 #include "apps/fastfold/structure_metrics.h"
 #include "apps/fastfold/subprocess.h"
+#include "apps/fastfold/alphafold_losses.h"
+#include "tests/apps/fastfold/alphafold_golden.h"
 
 namespace kuafu::fold {
 namespace {
@@ -40,6 +42,19 @@ double field(const std::string& output, const std::string& pattern) {
   const std::regex re(pattern + R"(\s*=\s*([0-9.]+))");
   EXPECT_TRUE(std::regex_search(output, match, re)) << pattern << " not in\n" << output;
   return match.empty() ? -1 : std::stod(match[1]);
+}
+
+// lDDT equals alphafold.model.lddt (lddt.npz: the golden prediction's Cα against the truth's, per residue
+// and whole, with the truth's mask and with every other residue left out), float64 both sides: 1e-12.
+TEST(StructureMetricsTest, LddtIsAlphaFolds) {
+  const io::NpzArrays& golden = testing::alphafold_golden("lddt.npz");
+  for (const std::string mask : {"mask", "sparse"}) {
+    const torch::Tensor m = golden.at(mask + "/mask");
+    const torch::Tensor per_residue = lddt(golden.at("predicted"), golden.at("truth"), m, 15.0, true);
+    const torch::Tensor whole = lddt(golden.at("predicted"), golden.at("truth"), m, 15.0, false);
+    EXPECT_LT((per_residue - golden.at(mask + "/per_residue")).abs().max().item<double>(), 1e-12) << mask;
+    EXPECT_LT((whole - golden.at(mask + "/whole")).abs().max().item<double>(), 1e-12) << mask;
+  }
 }
 
 TEST(StructureMetricsTest, SuperpositionUndoesAKnownMotion) {
