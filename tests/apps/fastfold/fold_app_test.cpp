@@ -84,9 +84,9 @@ TEST(FoldAppTest, APredictedStructureWritesAndReadsBack) {
     EXPECT_NEAR(read.chains[0].residues[static_cast<size_t>(r)].atoms[0].b_factor, plddt[r].item<double>(), 0.005);
 }
 
-// The database's HHblits profiles in AlphaFold's classes: the query's own residue is the column's most
-// frequent in about half the columns of chain 4915 (a mapping's error would leave 1 in 20), and rows drawn from a profile follow it (20,000
-// draws a column: within 0.02 of each frequency).
+// The database's HHblits profiles in AlphaFold's classes: the query's own residue is the most frequent in
+// about half the columns of chain 4915 (a scrambled mapping would leave 1 in 20), and rows drawn from a
+// profile follow it (20,000 draws a column: within 0.02 of each frequency).
 TEST(FoldDataTest, ProfileRowsFollowTheDatabasesProfile) {
   static const StructureDb db = read_structure_db(kDebianStructureDb);
   const fs::path dir = fs::path(::testing::TempDir()) / "fold_profiles";
