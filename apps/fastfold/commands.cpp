@@ -16,6 +16,7 @@
 #include "core/io/npz.h"
 #include "core/train/held_model.h"
 #include "core/util/atomic_file.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
 
@@ -233,7 +234,7 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   const FoldChain chain = id.empty() ? query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"))
                                      : prepared_chain(settings, id);
   auto fold = make_fold_app(config);
-  const torch::Device device = torch::kCPU;
+  const torch::Device device = resolve_device(command.option("device"), 0);
   torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
   const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
   auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
@@ -283,6 +284,7 @@ int run_fold_app(int argc, const char* const argv[]) {
     cli.option("predict", "a3m", "FILE", "", "the query's MSA (its first row the query); none: the sequence alone");
     cli.option("predict", "chain", "ID", "", "or a chain of data.dir (its sequence and MSA), scored against its truth");
     cli.option("predict", "truth", "FILE", "", "with --chain: also write its true backbone as a PDB file (new)");
+    cli.option("predict", "device", "DEV", "cpu", "cpu, cuda or cuda:N");
     cli.option("predict", "out", "FILE", "", "the PDB file to write (new)");
     cli.option("predict", "checkpoint", "DIR", "", "a checkpoint folder; empty: the latest in train.out_dir; init: model.init_from");
   };

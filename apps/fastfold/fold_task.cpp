@@ -54,7 +54,7 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu(), truth = chain.positions.select(1, ca);
   const torch::Tensor mask = chain.mask.select(1, ca);
   p.true_lddt = lddt(predicted.unsqueeze(0), truth.unsqueeze(0), mask.view({1, -1, 1}), 15.0, true)[0];
-  p.scores = structure_scores(predicted, truth, mask);
+  if (mask.sum().item<double>() >= 3) p.scores = structure_scores(predicted, truth, mask);  // a query without a truth: none
   return p;
 }
 

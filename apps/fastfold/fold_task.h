@@ -27,7 +27,8 @@ struct Prediction {
   double loss = 0;
 };
 
-// The chain's prediction with `iterations` recycling iterations, no MSA masking, features drawn by `seed`.
+// The chain's prediction with `iterations` recycling iterations, no MSA masking, features drawn by `seed`;
+// scored when the chain has a truth (at least 3 Cα).
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
                          uint64_t seed, const torch::Device& device);
 

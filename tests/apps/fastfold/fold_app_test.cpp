@@ -84,6 +84,23 @@ TEST(FoldAppTest, APredictedStructureWritesAndReadsBack) {
     EXPECT_NEAR(read.chains[0].residues[static_cast<size_t>(r)].atoms[0].b_factor, plddt[r].item<double>(), 0.005);
 }
 
+// A query without a truth (a FASTA) is predicted, with pLDDT in [0, 100] for every residue and no scores.
+TEST(FoldAppTest, PredictsAQueryWithoutATruth) {
+  const std::string fasta = ::testing::TempDir() + "/query.fasta";
+  std::ofstream(fasta) << ">query\nMKTAYIAKQRQISFVKSHFSRQ\n";
+  FoldSettings settings;
+  settings.model = tiny_sizes();
+  torch::manual_seed(0);
+  AlphaFold model(settings.model);
+  initialize_alphafold_weights(*model);
+  const Prediction p = predict_chain(*model, query_chain(fasta, "", ""), settings, 2, 0, torch::kCPU);
+  ASSERT_EQ(p.plddt.size(0), 22);
+  EXPECT_GE(p.plddt.min().item<float>(), 0.0f);
+  EXPECT_LE(p.plddt.max().item<float>(), 100.0f);
+  EXPECT_EQ(p.scores.residues, 0);
+  EXPECT_TRUE(torch::isfinite(p.outputs.atom37).all().item<bool>());
+}
+
 // The database's HHblits profiles in AlphaFold's classes: the query's own residue is the most frequent in
 // about half the columns of chain 4915 (a scrambled mapping would leave 1 in 20), and rows drawn from a
 // profile follow it (20,000 draws a column: within 0.02 of each frequency).
