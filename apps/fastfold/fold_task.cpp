@@ -98,7 +98,7 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
   train::LossSum sums;
   // extra: lDDT-Cα, TM-score, GDT-TS, RMSD sums; then Σx, Σy, Σx², Σy², Σxy, count over residues of
   // (pLDDT/100, true lDDT) for Pearson's r over every rank's residues.
-  sums.extra.assign(10, 0.0);
+  sums.extra.assign(11, 0.0);  // and the ideal helix's lDDT-Cα: the baseline
   model_->eval();
   for (int64_t i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
     const FoldChain chain = crop_chain(val_[static_cast<size_t>(i)], 0, settings_.eval_crop_size);
@@ -116,6 +116,9 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
     sums.extra[7] += y.square().sum().item<double>();
     sums.extra[8] += (x * y).sum().item<double>();
     sums.extra[9] += static_cast<double>(x.numel());
+    const torch::Tensor truth = chain.positions.select(1, 1).to(torch::kFloat64), mask = chain.mask.select(1, 1);
+    sums.extra[10] += lddt(ideal_helix_ca(truth.size(0)).unsqueeze(0), truth.unsqueeze(0),
+                           mask.to(torch::kFloat64).view({1, -1, 1}))[0].item<double>();
   }
   model_->train();
   return sums;
@@ -130,7 +133,8 @@ std::vector<train::EvalMetric> FoldTask::eval_metrics(const train::LossSum& s) c
           {"val_tm_score", "TM-score", s.extra[1] / chains, false},
           {"val_gdt_ts", "GDT-TS", s.extra[2] / chains, false},
           {"val_rmsd_ca", "RMSD", s.extra[3] / chains, false},
-          {"val_plddt_r", "pLDDT r", r, false}};
+          {"val_plddt_r", "pLDDT r", r, false},
+          {"val_helix_lddt_ca", "ideal-helix lDDT-Ca", s.extra[10] / chains, false}};
 }
 
 }  // namespace kuafu::fold

@@ -36,6 +36,12 @@ Rigid superposition(const torch::Tensor& moving, const torch::Tensor& target, co
   return {rotation, target_centre - torch::matmul(rotation, moving_centre)};
 }
 
+torch::Tensor ideal_helix_ca(int64_t n) {
+  const torch::Tensor i = torch::arange(n, torch::kFloat64);
+  const torch::Tensor angle = i * (100.0 * M_PI / 180.0);
+  return torch::stack({2.3 * torch::cos(angle), 2.3 * torch::sin(angle), 1.5 * i}, -1);
+}
+
 StructureScores structure_scores(const torch::Tensor& predicted_in, const torch::Tensor& truth_in, const torch::Tensor& mask_in) {
   const torch::Tensor marked = mask_in.to(torch::kCPU) > 0;
   const torch::Tensor predicted = predicted_in.detach().to(torch::kCPU, torch::kFloat64).index({marked});

@@ -22,6 +22,10 @@ struct StructureScores {
   int64_t residues = 0;
 };
 
+// The Cα of an ideal α-helix of n residues [n, 3] (100° and 1.5 Å a residue on a 2.3 Å radius): the
+// baseline a prediction should beat.
+torch::Tensor ideal_helix_ca(int64_t n);
+
 // predicted, truth [N, 3] Cα positions; mask [N].
 StructureScores structure_scores(const torch::Tensor& predicted, const torch::Tensor& truth, const torch::Tensor& mask);
 

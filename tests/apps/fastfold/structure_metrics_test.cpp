@@ -57,6 +57,13 @@ TEST(StructureMetricsTest, LddtIsAlphaFolds) {
   }
 }
 
+// The ideal helix's consecutive Cα lie 3.8 Å apart (the α-helix's), and i to i+3 about 5 Å.
+TEST(StructureMetricsTest, TheIdealHelixHasAHelixsDistances) {
+  const torch::Tensor ca = ideal_helix_ca(10);
+  EXPECT_NEAR((ca[1] - ca[0]).norm().item<double>(), 3.8, 0.05);
+  EXPECT_NEAR((ca[3] - ca[0]).norm().item<double>(), 5.0, 0.25);
+}
+
 TEST(StructureMetricsTest, SuperpositionUndoesAKnownMotion) {
   auto g = at::detail::createCPUGenerator(2);
   const torch::Tensor points = torch::randn({20, 3}, g, torch::kFloat64) * 5;
