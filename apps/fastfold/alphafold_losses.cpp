@@ -16,6 +16,13 @@ torch::Tensor pairwise_distances(const torch::Tensor& points) {  // [B, N, 3] ->
 
 }  // namespace
 
+AlphaFoldLabels AlphaFoldLabels::to(const torch::Device& device) const {
+  AlphaFoldLabels l = *this;
+  l.structure = structure.to(torch::TensorOptions(torch::kFloat32).device(device));
+  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.true_msa, &l.bert_mask}) *t = t->to(device);
+  return l;
+}
+
 torch::Tensor lddt(const torch::Tensor& predicted, const torch::Tensor& truth, const torch::Tensor& mask, double cutoff,
                    bool per_residue) {
   const torch::Tensor true_distances = pairwise_distances(truth), predicted_distances = pairwise_distances(predicted);

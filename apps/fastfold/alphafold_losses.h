@@ -17,6 +17,8 @@ struct AlphaFoldLabels {
   torch::Tensor true_msa;                 // [S, R] int64: the cluster rows before BERT masking
   torch::Tensor bert_mask;                // [S, R]: 1 where a position was masked
   double resolution = 0.0;                // Å; pLDDT is trained on structures from 0.1 to 3 Å only
+
+  AlphaFoldLabels to(const torch::Device& device) const;  // floating labels stay float32
 };
 
 struct AlphaFoldLossSettings {

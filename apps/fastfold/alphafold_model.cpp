@@ -17,6 +17,14 @@ EvoformerSizes AlphaFoldSizes::extra_msa() const {
   return {extra_msa_channels, pair_channels, msa_heads, pair_heads, outer_channels, triangle_channels, 4, true};
 }
 
+AlphaFoldFeatures AlphaFoldFeatures::to(const torch::Device& device) const {
+  AlphaFoldFeatures f = *this;
+  for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
+                           &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
+    *t = t->to(device);
+  return f;
+}
+
 Recycled Recycled::zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options) {
   return {torch::zeros({residues, sizes.msa_channels}, options), torch::zeros({residues, residues, sizes.pair_channels}, options),
           torch::zeros({residues, kAtom37, 3}, options)};

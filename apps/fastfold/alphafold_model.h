@@ -48,6 +48,8 @@ struct AlphaFoldFeatures {
   torch::Tensor msa_feat, msa_mask;     // [S, R, 49], [S, R]
   torch::Tensor extra_msa;              // [E, R] int64
   torch::Tensor extra_has_deletion, extra_deletion_value, extra_msa_mask;  // [E, R]
+
+  AlphaFoldFeatures to(const torch::Device& device) const;
 };
 
 // What an iteration hands the next (no gradient): the first MSA row [R, c_m], the pair [R, R, c_z] and the

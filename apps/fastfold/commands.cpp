@@ -127,7 +127,6 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   chain.msa.rows[0] = chain.aatype;
   const FoldExample example = make_example(chain, ideal_residue_geometry(), settings_.sampling, settings_.max_recycles + 1,
                                            settings_.clamped_fape_fraction, generator);
-  const torch::Device device = runtime.device;
   train::BenchmarkSpec spec;
   spec.app = "fold";
   spec.item_name = "residues";
@@ -136,19 +135,7 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
                  {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};
   return train::benchmark_training(config_, runtime, *built_, [&] {
-    std::vector<AlphaFoldFeatures> iterations;
-    for (AlphaFoldFeatures f : example.iterations) {
-      for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
-                               &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
-        *t = t->to(device);
-      iterations.push_back(f);
-    }
-    const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
-    AlphaFoldLabels labels = example.labels;
-    labels.structure = labels.structure.to(torch::TensorOptions(torch::kFloat32).device(device));
-    for (torch::Tensor* t : {&labels.positions, &labels.mask, &labels.pseudo_beta, &labels.pseudo_beta_mask, &labels.true_msa, &labels.bert_mask})
-      *t = t->to(device);
-    return alphafold_loss(built_->forward(iterations, geometry), labels, geometry, built_->sizes, settings_.loss).total;
+    return example_loss(*built_, example, settings_, runtime.device).total;
   }, 1, spec, memory);
 }
 

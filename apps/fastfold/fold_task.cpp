@@ -9,34 +9,20 @@
 namespace kuafu::fold {
 namespace {
 
-AlphaFoldFeatures features_to(AlphaFoldFeatures f, const torch::Device& device) {
-  for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
-                           &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
-    *t = t->to(device);
-  return f;
-}
-
-AlphaFoldLabels labels_to(AlphaFoldLabels l, const torch::Device& device) {
-  l.structure = l.structure.to(torch::TensorOptions(torch::kFloat32).device(device));
-  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.true_msa, &l.bert_mask}) *t = t->to(device);
-  return l;
-}
-
-// The loss of one example on `device`.
-AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
-                           const torch::Device& device, AlphaFoldOutputs* kept = nullptr) {
-  std::vector<AlphaFoldFeatures> iterations;
-  for (const AlphaFoldFeatures& f : example.iterations) iterations.push_back(features_to(f, device));
-  const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
-  AlphaFoldOutputs out = model.forward(iterations, geometry);
-  AlphaFoldLoss loss = alphafold_loss(out, labels_to(example.labels, device), geometry, model.sizes, settings.loss);
-  if (kept) *kept = std::move(out);
-  return loss;
-}
-
 torch::Generator generator_of(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
 
 }  // namespace
+
+AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
+                           const torch::Device& device, AlphaFoldOutputs* kept) {
+  std::vector<AlphaFoldFeatures> iterations;
+  for (const AlphaFoldFeatures& f : example.iterations) iterations.push_back(f.to(device));
+  const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
+  AlphaFoldOutputs out = model.forward(iterations, geometry);
+  AlphaFoldLoss loss = alphafold_loss(out, example.labels.to(device), geometry, model.sizes, settings.loss);
+  if (kept) *kept = std::move(out);
+  return loss;
+}
 
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
                          uint64_t seed, const torch::Device& device) {

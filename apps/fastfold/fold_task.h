@@ -27,6 +27,10 @@ struct Prediction {
   double loss = 0;
 };
 
+// The loss of one example run on `device` (its outputs kept in `kept` when given).
+AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
+                           const torch::Device& device, AlphaFoldOutputs* kept = nullptr);
+
 // The chain's prediction with `iterations` recycling iterations, no MSA masking, features drawn by `seed`;
 // scored when the chain has a truth (at least 3 Cα).
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
