@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/alphafold_model.h"
 #include "apps/fastfold/evoformer.h"
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_losses.h"
@@ -60,6 +61,26 @@ inline void expect_parameter_gradients_like_alphafold(torch::nn::Module& module,
 }  // namespace kuafu::fold::testing
 
 namespace kuafu::fold::testing {
+
+// The tiny model of the golden config.json: c_m 16, c_z 8, c_s 16, c_e 8, 2 Evoformer blocks, 1 extra-MSA
+// block, 2 heads, IPA 2 heads of 4 scalar and 2/3 points, 2 structure layers.
+inline AlphaFoldSizes golden_tiny_sizes() {
+  AlphaFoldSizes s;
+  s.msa_channels = 16;
+  s.pair_channels = 8;
+  s.single_channels = 16;
+  s.extra_msa_channels = 8;
+  s.evoformer_blocks = 2;
+  s.extra_msa_blocks = 1;
+  s.msa_heads = s.pair_heads = 2;
+  s.outer_channels = 4;
+  s.triangle_channels = 8;
+  s.structure.ipa = {16, 8, 2, 4, 4, 2, 3};
+  s.structure.layers = 2;
+  s.structure.angle_channels = 8;
+  s.plddt_channels = 8;
+  return s;
+}
 
 // A rigid [*] as AlphaFold's flat12 [*, 12]: the rotation row by row, then the translation; and back.
 inline torch::Tensor flat12(const Rigid& rigid) { return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1); }

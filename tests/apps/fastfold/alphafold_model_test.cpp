@@ -17,25 +17,6 @@ namespace kuafu::fold {
 namespace {
 using testing::expect_like_alphafold;
 
-// The tiny model of the golden config.json.
-AlphaFoldSizes tiny_alphafold() {
-  AlphaFoldSizes s;
-  s.msa_channels = 16;
-  s.pair_channels = 8;
-  s.single_channels = 16;
-  s.extra_msa_channels = 8;
-  s.evoformer_blocks = 2;
-  s.extra_msa_blocks = 1;
-  s.msa_heads = s.pair_heads = 2;
-  s.outer_channels = 4;
-  s.triangle_channels = 8;
-  s.structure.ipa = {16, 8, 2, 4, 4, 2, 3};
-  s.structure.layers = 2;
-  s.structure.angle_channels = 8;
-  s.plddt_channels = 8;
-  return s;
-}
-
 torch::Tensor feature(const std::string& name, int64_t iteration = 0) {
   return testing::alphafold_golden("model.npz").at("feat/" + name)[iteration];
 }
@@ -71,7 +52,7 @@ AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, tor
 
 TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
   const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
-  AlphaFold model(tiny_alphafold());
+  AlphaFold model(testing::golden_tiny_sizes());
   load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
   const ResidueGeometry geometry = testing::alphafold_residue_geometry();
   const int64_t iterations = golden.at("feat/aatype").size(0);
@@ -125,7 +106,7 @@ TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
 // module's frames.
 TEST(AlphaFoldModelTest, GradientsInFloat64AreAlphaFoldsInFloat64) {
   const io::NpzArrays& golden = testing::alphafold_golden("model_float64.npz");
-  AlphaFold model(tiny_alphafold());
+  AlphaFold model(testing::golden_tiny_sizes());
   load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
   model->to(torch::kFloat64);
   const auto options = torch::TensorOptions(torch::kFloat64);
@@ -154,7 +135,7 @@ TEST(AlphaFoldModelTest, GradientsInFloat64AreAlphaFoldsInFloat64) {
 // values, so AlphaFold's loader reads Kuafu's export as it reads DeepMind's files.
 TEST(AlphaFoldModelTest, WritesBackTheParameterFileItRead) {
   const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
-  AlphaFold model(tiny_alphafold());
+  AlphaFold model(testing::golden_tiny_sizes());
   load_alphafold(*model, params);
   const std::string path = ::testing::TempDir() + "/params_model_tiny.npz";
   io::write_npz(path, alphafold_arrays(*model));
@@ -168,7 +149,7 @@ TEST(AlphaFoldModelTest, WritesBackTheParameterFileItRead) {
 
 // A parameter file of another model is refused naming the array.
 TEST(AlphaFoldModelTest, RefusesAParameterFileOfAnotherShape) {
-  AlphaFoldSizes wider = tiny_alphafold();
+  AlphaFoldSizes wider = testing::golden_tiny_sizes();
   wider.msa_channels = 32;
   AlphaFold model(wider);
   try {

@@ -12,28 +12,11 @@
 #include "apps/fastfold/fold_task.h"
 #include "apps/fastfold/pdb_file.h"
 #include "core/util/error.h"
+#include "tests/apps/fastfold/alphafold_golden.h"
 
 namespace kuafu::fold {
 namespace {
 namespace fs = std::filesystem;
-
-AlphaFoldSizes tiny_sizes() {
-  AlphaFoldSizes s;
-  s.msa_channels = 16;
-  s.pair_channels = 8;
-  s.single_channels = 16;
-  s.extra_msa_channels = 8;
-  s.evoformer_blocks = 1;
-  s.extra_msa_blocks = 1;
-  s.msa_heads = s.pair_heads = 2;
-  s.outer_channels = 4;
-  s.triangle_channels = 8;
-  s.structure.ipa = {16, 8, 2, 4, 4, 2, 3};
-  s.structure.layers = 2;
-  s.structure.angle_channels = 8;
-  s.plddt_channels = 8;
-  return s;
-}
 
 std::vector<FoldChain> database_chains(size_t count) {
   static const StructureDb db = read_structure_db(kDebianStructureDb);
@@ -46,7 +29,7 @@ std::vector<FoldChain> database_chains(size_t count) {
 // computed one at a time (float32, the same operations: 1e-6 relative).
 TEST(FoldTaskTest, AStepsRowsDoNotDependOnHowTheyAreSplit) {
   FoldSettings settings;
-  settings.model = tiny_sizes();
+  settings.model = testing::golden_tiny_sizes();
   settings.crop_size = 24;
   settings.max_recycles = 1;
   settings.sampling = {8, 8};
@@ -89,7 +72,7 @@ TEST(FoldAppTest, PredictsAQueryWithoutATruth) {
   const std::string fasta = ::testing::TempDir() + "/query.fasta";
   std::ofstream(fasta) << ">query\nMKTAYIAKQRQISFVKSHFSRQ\n";
   FoldSettings settings;
-  settings.model = tiny_sizes();
+  settings.model = testing::golden_tiny_sizes();
   torch::manual_seed(0);
   AlphaFold model(settings.model);
   initialize_alphafold_weights(*model);
