@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -128,6 +129,46 @@ TEST(StructureModuleTest, LossesAndGradientsAreAlphaFolds) {
     testing::expect_parameter_gradients_like_alphafold(*module, golden, "structure_module",
                                                        "alphafold/alphafold_iteration/structure_module", gradient_tolerance);
   }
+}
+
+// FAPE compares each structure in its own frames: moving the prediction (frames and points) or the truth by
+// a global rotation and translation leaves it unchanged, and the atoms Algorithm 24 places from moved
+// backbone frames are the moved atoms (double precision: 1e-10).
+TEST(StructureModuleTest, FapeIsInvariantAndAtomPlacementEquivariantUnderAGlobalMotion) {
+  auto g = at::detail::createCPUGenerator(11);
+  const auto f64 = torch::TensorOptions(torch::kFloat64);
+  const int64_t frames = 12, points = 30;
+  const auto random_frames = [&](int64_t n) {
+    return Rigid{quaternion_to_rotation(torch::randn({n, 4}, g, torch::kFloat64)), torch::randn({n, 3}, g, torch::kFloat64) * 10};
+  };
+  const Rigid predicted = random_frames(frames), truth = random_frames(frames);
+  const torch::Tensor predicted_points = torch::randn({points, 3}, g, torch::kFloat64) * 10;
+  const torch::Tensor true_points = torch::randn({points, 3}, g, torch::kFloat64) * 10;
+  const torch::Tensor frames_mask = (torch::rand({frames}, g, torch::kFloat64) > 0.2).to(torch::kFloat64);
+  const torch::Tensor points_mask = (torch::rand({points}, g, torch::kFloat64) > 0.2).to(torch::kFloat64);
+  const Rigid motion{quaternion_to_rotation(torch::randn({4}, g, torch::kFloat64)), torch::randn({3}, g, torch::kFloat64) * 20};
+  const auto moved = [&](const Rigid& f) {
+    return Rigid{motion.rotation.expand({f.rotation.size(0), 3, 3}), motion.translation.expand({f.rotation.size(0), 3})}.compose(f);
+  };
+  for (const std::optional<double> clamp : {std::optional<double>(), std::optional<double>(10.0)}) {
+    const double before = frame_aligned_point_error(predicted, truth, frames_mask, predicted_points, true_points, points_mask, 10.0, clamp)
+                              .item<double>();
+    const double prediction_moved = frame_aligned_point_error(moved(predicted), truth, frames_mask, motion.apply(predicted_points),
+                                                              true_points, points_mask, 10.0, clamp).item<double>();
+    const double truth_moved = frame_aligned_point_error(predicted, moved(truth), frames_mask, predicted_points,
+                                                         motion.apply(true_points), points_mask, 10.0, clamp).item<double>();
+    EXPECT_NEAR(prediction_moved, before, 1e-10 * before);
+    EXPECT_NEAR(truth_moved, before, 1e-10 * before);
+  }
+  const ResidueGeometry geometry = ideal_residue_geometry().to(f64);
+  const torch::Tensor aatype = torch::arange(kResidueTypes, torch::kInt64);
+  const Rigid backbone = random_frames(kResidueTypes);
+  const torch::Tensor angles = torch::nn::functional::normalize(torch::randn({kResidueTypes, kTorsions, 2}, g, torch::kFloat64),
+                                                                torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  const torch::Tensor atoms = frames_to_atom14(geometry, aatype, torsions_to_frames(geometry, aatype, backbone, angles));
+  const torch::Tensor moved_atoms = frames_to_atom14(geometry, aatype, torsions_to_frames(geometry, aatype, moved(backbone), angles));
+  const torch::Tensor exists = geometry.atom14_exists.index_select(0, aatype).unsqueeze(-1);
+  EXPECT_LT((moved_atoms - motion.apply(atoms) * exists).abs().max().item<double>(), 1e-10 * atoms.abs().max().item<double>());
 }
 
 // Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
