@@ -81,6 +81,11 @@ class FoldApp : public train::App {
     return line.str();
   }
 
+  // The figures over the validation chains, counted as chains (the task's items are residues).
+  nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
+    return train::metrics_line(task, runtime, "chains");
+  }
+
   torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
     built_ = make_model(settings_, device, train::read_train_settings(config_).seed, starting_weights);
     return *built_;
