@@ -83,8 +83,8 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recy
   const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
   for (size_t b = 0; b < trunk.extra_msa_stack->size(); ++b) {
     EvoformerBlockImpl& block = *trunk.extra_msa_stack[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z}, [&block, &f, pair_mask](const Tensors& in) {
-      const auto [e2, z2] = block.forward(in[0], in[1], f.extra_msa_mask, pair_mask);
+    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z}, [&block, &f, pair_mask, this](const Tensors& in) {
+      const auto [e2, z2] = block.forward(in[0], in[1], f.extra_msa_mask, pair_mask, chunk_size);
       return Tensors{e2, z2};
     });
     e = out[0];
@@ -92,8 +92,8 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recy
   }
   for (size_t b = 0; b < trunk.evoformer_iteration->size(); ++b) {
     EvoformerBlockImpl& block = *trunk.evoformer_iteration[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z}, [&block, &f, pair_mask](const Tensors& in) {
-      const auto [m2, z2] = block.forward(in[0], in[1], f.msa_mask, pair_mask);
+    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z}, [&block, &f, pair_mask, this](const Tensors& in) {
+      const auto [m2, z2] = block.forward(in[0], in[1], f.msa_mask, pair_mask, chunk_size);
       return Tensors{m2, z2};
     });
     m = out[0];

@@ -94,6 +94,9 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
   AlphaFoldOutputs forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry);
 
   AlphaFoldSizes sizes;
+  // > 0: the Evoformer's and extra-MSA stack's attention, transitions and outer products this many rows at a
+  // time (the same result, less memory: inference at long lengths).
+  int64_t chunk_size = 0;
   EmbeddingsAndEvoformer evoformer{nullptr};
   StructureModule structure_module{nullptr};
   DistogramHead distogram_head{nullptr};

@@ -113,8 +113,12 @@ TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
   transition2 = register_module("transition2", AfLinear(factor * channels, channels, AfInit::kFinal));
 }
 
-torch::Tensor TransitionImpl::forward(const torch::Tensor& x) {
-  return transition2(torch::relu(transition1(input_layer_norm(x))));
+torch::Tensor TransitionImpl::forward(const torch::Tensor& x, int64_t chunk) {
+  const auto body = [this](const torch::Tensor& part) { return transition2(torch::relu(transition1(input_layer_norm(part)))); };
+  if (chunk <= 0 || chunk >= x.size(0)) return body(x);
+  std::vector<torch::Tensor> parts;
+  for (int64_t start = 0; start < x.size(0); start += chunk) parts.push_back(body(x.narrow(0, start, std::min(chunk, x.size(0) - start))));
+  return torch::cat(parts);
 }
 
 OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer) {
@@ -125,12 +129,19 @@ OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_o
   output_b = register_parameter("output_b", torch::zeros({c_z}));
 }
 
-torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch::Tensor& mask) {
+torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk) {
   const torch::Tensor real = mask.unsqueeze(-1);  // [S, R, 1]
   const torch::Tensor x = layer_norm_input(m);
   const torch::Tensor left = real * left_projection(x), right = real * right_projection(x);  // [S, R, c']
-  const torch::Tensor outer = torch::einsum("sic,sje->ijce", {left, right});                 // [R, R, c', c']
-  const torch::Tensor summed = torch::einsum("ijce,cef->ijf", {outer, output_w}) + output_b;  // [R, R, c_z]
+  const auto rows = [&](const torch::Tensor& left_rows) {
+    const torch::Tensor outer = torch::einsum("sic,sje->ijce", {left_rows, right});  // [r, R, c', c']
+    return torch::einsum("ijce,cef->ijf", {outer, output_w});                        // [r, R, c_z]
+  };
+  const int64_t residues = left.size(1);
+  std::vector<torch::Tensor> parts;
+  const int64_t step = chunk > 0 ? chunk : residues;
+  for (int64_t start = 0; start < residues; start += step) parts.push_back(rows(left.narrow(1, start, std::min(step, residues - start))));
+  const torch::Tensor summed = (parts.size() == 1 ? parts[0] : torch::cat(parts)) + output_b;  // [R, R, c_z]
   // AlphaFold divides the sum (its bias included) by the number of sequences where both are real.
   const torch::Tensor pairs = torch::einsum("si,sj->ij", {mask, mask}).unsqueeze(-1);
   return summed / (pairs + 1e-3);
@@ -197,13 +208,13 @@ std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tenso
   m = m + msa_row_attention_with_pair_bias->forward(m, msa_mask, z, chunk);
   m = m + (msa_column_global_attention ? msa_column_global_attention->forward(m, msa_mask)
                                        : msa_column_attention->forward(m, msa_mask, {}, chunk));
-  m = m + msa_transition->forward(m);
-  z = z + outer_product_mean->forward(m, msa_mask);
+  m = m + msa_transition->forward(m, chunk);
+  z = z + outer_product_mean->forward(m, msa_mask, chunk);
   z = z + triangle_multiplication_outgoing->forward(z, pair_mask);
   z = z + triangle_multiplication_incoming->forward(z, pair_mask);
   z = z + triangle_attention_starting_node->forward(z, pair_mask, chunk);
   z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk);
-  z = z + pair_transition->forward(z);
+  z = z + pair_transition->forward(z, chunk);
   return {m, z};
 }
 

@@ -64,20 +64,22 @@ struct MsaColumnGlobalAttentionImpl : torch::nn::Module {
 };
 TORCH_MODULE(MsaColumnGlobalAttention);
 
-// Algorithms 9 and 15: LayerNorm, Linear to factor × c with ReLU, Linear back. x [*, c] -> [*, c].
+// Algorithms 9 and 15: LayerNorm, Linear to factor × c with ReLU, Linear back. x [*, c] -> [*, c];
+// `chunk` > 0: that many entries of the first axis at a time (inference: the hidden layer is 4× wider).
 struct TransitionImpl : torch::nn::Module {
   TransitionImpl(int64_t channels, int64_t factor);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, int64_t chunk = 0);
   AfLayerNorm input_layer_norm{nullptr};
   AfLinear transition1{nullptr}, transition2{nullptr};
 };
 TORCH_MODULE(Transition);
 
 // Algorithm 10: the mean over sequences of the outer products of two projections of each residue's
-// column, projected to c_z. m [S, R, c_m], mask [S, R] -> [R, R, c_z].
+// column, projected to c_z. m [S, R, c_m], mask [S, R] -> [R, R, c_z]. `chunk` > 0: that many rows i of the
+// [R, R, c', c'] outer products at a time.
 struct OuterProductMeanImpl : torch::nn::Module {
   OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer);
-  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask);
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk = 0);
   AfLayerNorm layer_norm_input{nullptr};
   AfLinear left_projection{nullptr}, right_projection{nullptr};
   torch::Tensor output_w, output_b;  // [c', c', c_z], [c_z]
@@ -125,7 +127,8 @@ struct EvoformerSizes {
 // dropout: training's dropout is the trainer's to add). m [S, R, c_m], z [R, R, c_z].
 struct EvoformerBlockImpl : torch::nn::Module {
   explicit EvoformerBlockImpl(const EvoformerSizes& sizes);
-  // -> (m, z) updated. `chunk` > 0: attention rows at a time (inference).
+  // -> (m, z) updated. `chunk` > 0: attention rows, transition entries and outer-product rows at a time
+  // (inference at lengths whose whole intermediates would not fit; the same result).
   std::pair<torch::Tensor, torch::Tensor> forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
                                                   const torch::Tensor& pair_mask, int64_t chunk = 0);
   MsaAttention msa_row_attention_with_pair_bias{nullptr}, msa_column_attention{nullptr};

@@ -44,6 +44,8 @@ config::Schema fold_schema() {
   s.add_int("data.profile_rows", 0, "alignment rows drawn from ProMod3's HHblits profile of the chain (its UniProt "
                                      "homologs' residue frequencies), added to its MSA in every example; 0: none").min(0).max(1 << 16);
   s.add_float("data.bert_fraction", 0.15, "MSA positions replaced for the masked-MSA loss").min(0).max(1);
+  s.add_int("data.chunk_size", 0, "predict and eval: the Evoformer's attention, transitions and outer products this "
+                                  "many rows at a time (less memory at long lengths, the same result); 0: whole").min(0);
   s.add_float("loss.clamped_fape_fraction", 0.9, "weight of the clamped backbone FAPE (the rest unclamped)").min(0).max(1);
   s.add_float("loss.distogram", 0.3, "distogram loss weight").min(0);
   s.add_float("loss.masked_msa", 2.0, "masked MSA loss weight").min(0);
@@ -97,6 +99,7 @@ FoldSettings read_fold_settings(const config::Config& c) {
   s.sampling.max_extra = c.get_int("data.max_extra_msa");
   s.sampling.replace_fraction = c.get_float("data.bert_fraction");
   s.profile_rows = c.get_int("data.profile_rows");
+  s.chunk_size = c.get_int("data.chunk_size");
   s.clamped_fape_fraction = c.get_float("loss.clamped_fape_fraction");
   s.loss.distogram_weight = c.get_float("loss.distogram");
   s.loss.masked_msa_weight = c.get_float("loss.masked_msa");

@@ -27,6 +27,8 @@ AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, con
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
                          uint64_t seed, const torch::Device& device) {
   torch::NoGradGuard no_grad;
+  const int64_t training_chunk = model.chunk_size;
+  model.chunk_size = settings.chunk_size;
   MsaSampling sampling = settings.sampling;
   sampling.replace_fraction = 0;  // inference sees the alignment as it is
   torch::Generator generator = generator_of(seed);
@@ -34,6 +36,7 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
                                            generator, settings.profile_rows);
   Prediction p;
   const AlphaFoldLoss loss = example_loss(model, example, settings, device, &p.outputs);
+  model.chunk_size = training_chunk;
   p.loss = loss.total.item<double>();
   p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();
   const int64_t ca = 1;
