@@ -158,14 +158,34 @@ TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c_hi
   gating_linear = register_module("gating_linear", AfLinear(c_z, c_z, AfInit::kGating));
 }
 
-torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask) {
+torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk) {
   const torch::Tensor real = mask.unsqueeze(-1);  // [R, R, 1]
   const torch::Tensor x = layer_norm_input(z);
-  const torch::Tensor a = real * left_projection(x) * torch::sigmoid(left_gate(x));    // [R, R, c]
-  const torch::Tensor b = real * right_projection(x) * torch::sigmoid(right_gate(x));  // [R, R, c]
-  // Outgoing: edge ij from edges ik and jk; incoming: from edges ki and kj.
-  const torch::Tensor update = outgoing ? torch::einsum("ikc,jkc->ijc", {a, b}) : torch::einsum("kjc,kic->ijc", {a, b});
-  return output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(x));
+  const auto left = [&](const torch::Tensor& xs, const torch::Tensor& rs) {
+    return rs * left_projection(xs) * torch::sigmoid(left_gate(xs));
+  };
+  const auto right = [&](const torch::Tensor& xs, const torch::Tensor& rs) {
+    return rs * right_projection(xs) * torch::sigmoid(right_gate(xs));
+  };
+  const int64_t residues = z.size(0);
+  if (chunk <= 0 || chunk >= residues) {
+    const torch::Tensor a = left(x, real), b = right(x, real);  // [R, R, c]
+    // Outgoing: edge ij from edges ik and jk; incoming: from edges ki and kj.
+    const torch::Tensor update = outgoing ? torch::einsum("ikc,jkc->ijc", {a, b}) : torch::einsum("kjc,kic->ijc", {a, b});
+    return output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(x));
+  }
+  // Rows i of the update a chunk at a time: outgoing reads rows i of a and all of b, incoming all of a and
+  // columns i of b, so only the other projection is held whole.
+  const torch::Tensor whole = outgoing ? right(x, real) : left(x, real);  // [R, R, c]
+  std::vector<torch::Tensor> parts;
+  for (int64_t start = 0; start < residues; start += chunk) {
+    const int64_t n = std::min(chunk, residues - start);
+    const torch::Tensor update =
+        outgoing ? torch::einsum("ikc,jkc->ijc", {left(x.narrow(0, start, n), real.narrow(0, start, n)), whole})
+                 : torch::einsum("kjc,kic->ijc", {whole, right(x.narrow(1, start, n), real.narrow(1, start, n))});  // [n, R, c]
+    parts.push_back(output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(x.narrow(0, start, n))));
+  }
+  return torch::cat(parts);
 }
 
 TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending) : ending_node(ending) {
@@ -210,8 +230,8 @@ std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tenso
                                        : msa_column_attention->forward(m, msa_mask, {}, chunk));
   m = m + msa_transition->forward(m, chunk);
   z = z + outer_product_mean->forward(m, msa_mask, chunk);
-  z = z + triangle_multiplication_outgoing->forward(z, pair_mask);
-  z = z + triangle_multiplication_incoming->forward(z, pair_mask);
+  z = z + triangle_multiplication_outgoing->forward(z, pair_mask, chunk);
+  z = z + triangle_multiplication_incoming->forward(z, pair_mask, chunk);
   z = z + triangle_attention_starting_node->forward(z, pair_mask, chunk);
   z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk);
   z = z + pair_transition->forward(z, chunk);

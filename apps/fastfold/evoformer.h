@@ -87,10 +87,10 @@ struct OuterProductMeanImpl : torch::nn::Module {
 TORCH_MODULE(OuterProductMean);
 
 // Algorithms 11 (outgoing: edges ik and jk) and 12 (incoming: ki and kj), DeepMind's unfused weights.
-// z [R, R, c_z], mask [R, R] -> [R, R, c_z].
+// z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk` > 0: that many rows of the update at a time.
 struct TriangleMultiplicationImpl : torch::nn::Module {
   TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool outgoing);
-  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask);
+  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0);
   bool outgoing;
   AfLayerNorm layer_norm_input{nullptr}, center_layer_norm{nullptr};
   AfLinear left_projection{nullptr}, right_projection{nullptr}, left_gate{nullptr}, right_gate{nullptr};
@@ -127,7 +127,8 @@ struct EvoformerSizes {
 // dropout: training's dropout is the trainer's to add). m [S, R, c_m], z [R, R, c_z].
 struct EvoformerBlockImpl : torch::nn::Module {
   explicit EvoformerBlockImpl(const EvoformerSizes& sizes);
-  // -> (m, z) updated. `chunk` > 0: attention rows, transition entries and outer-product rows at a time
+  // -> (m, z) updated. `chunk` > 0: attention rows, transition entries, outer-product and triangle
+  // multiplication rows at a time
   // (inference at lengths whose whole intermediates would not fit; the same result).
   std::pair<torch::Tensor, torch::Tensor> forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
                                                   const torch::Tensor& pair_mask, int64_t chunk = 0);
