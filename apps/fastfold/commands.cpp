@@ -207,16 +207,6 @@ FoldChain query_chain(const std::string& fasta, const std::string& pdb, const st
 
 namespace {
 
-// The prepared chain `id` of data.dir, from any split.
-FoldChain prepared_chain(const FoldSettings& settings, const std::string& id) {
-  const StructureDb db = read_structure_db(settings.structure_db, StructureDbParts{});
-  for (const char* split : {"test", "val", "train"}) {
-    for (FoldChain& chain : read_prepared_split(settings.data_dir, split, db, settings.profile_rows > 0))
-      if (chain.id == id) return std::move(chain);
-  }
-  throw Error("no chain " + id + " in " + settings.data_dir + "/chains.tsv");
-}
-
 void predict_command(const config::Config& config, const config::ParsedCommand& command) {
   const std::string out = command.option("out"), truth = command.option("truth"), id = command.option("chain");
   KUAFU_CHECK(!out.empty(), "predict needs --out FILE.pdb");
@@ -224,7 +214,8 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   KUAFU_CHECK(truth.empty() || !id.empty(), "--truth needs --chain (a prepared chain has a truth to write)");
   const FoldSettings settings = read_fold_settings(config);
   const FoldChain chain = id.empty() ? query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"))
-                                     : prepared_chain(settings, id);
+                                     : read_prepared_chain(settings.data_dir, id, read_structure_db(settings.structure_db),
+                                                           settings.profile_rows > 0);
   auto fold = make_fold_app(config);
   const torch::Device device = resolve_device(command.option("device"), 0);
   torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);

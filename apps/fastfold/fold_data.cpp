@@ -1,6 +1,7 @@
 #include "apps/fastfold/fold_data.h"
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -76,8 +77,9 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
     const MsaTensors drawn = profile_rows(chain, extra_profile_rows, generator);
     msa = {torch::cat({msa.rows, drawn.rows}), torch::cat({msa.deletions, drawn.deletions})};
   }
+  const torch::Tensor profile = msa_column_profile(msa);
   for (int64_t i = 0; i < iterations; ++i) {
-    last = sample_msa_features(chain.aatype, chain.residue_index, msa, sampling, generator);
+    last = sample_msa_features(chain.aatype, chain.residue_index, msa, sampling, generator, profile);
     example.iterations.push_back(last.features);
   }
   AlphaFoldLabels& labels = example.labels;
@@ -88,12 +90,17 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
   std::tie(labels.pseudo_beta, labels.pseudo_beta_mask) = pseudo_beta_or_virtual(chain.aatype, chain.positions, chain.mask);
   labels.true_msa = last.true_msa;
   labels.bert_mask = last.bert_mask;
-  labels.resolution = 2.0;  // the database holds structures solved at better than 2.5 Å (ProMod3's filter)
+  // The database records no resolution: one inside AlphaFold's 0.1-3 Å window, so pLDDT trains on every chain.
+  labels.resolution = 2.0;
   return example;
 }
 
-std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
-                                           bool with_profiles) {
+namespace {
+
+// The chains of chains.tsv that `keep(id, split)` selects, with their backbones, MSAs and (when asked)
+// profiles; only those are read.
+std::vector<FoldChain> read_prepared_chains(const std::string& folder, const StructureDb& db, bool with_profiles,
+                                            const std::function<bool(const std::string& id, const std::string& split)>& keep) {
   const std::filesystem::path dir(folder);
   const std::filesystem::path table = dir / "chains.tsv";
   std::ifstream in(table);
@@ -108,7 +115,7 @@ std::vector<FoldChain> read_prepared_split(const std::string& folder, const std:
     std::string id, index, length, chain_split;
     KUAFU_CHECK(static_cast<bool>(fields >> id >> index >> length >> chain_split), table.string(), ":", line_number,
                 ": expected chain_id db_index length split ..., found '", line, "'");
-    if (chain_split != split) continue;
+    if (!keep(id, chain_split)) continue;
     size_t db_index = 0;
     try {
       db_index = std::stoul(index);
@@ -135,6 +142,20 @@ std::vector<FoldChain> read_prepared_split(const std::string& folder, const std:
     chains.push_back(std::move(chain));
   }
   return chains;
+}
+
+}  // namespace
+
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
+                                           bool with_profiles) {
+  return read_prepared_chains(folder, db, with_profiles, [&split](const std::string&, const std::string& s) { return s == split; });
+}
+
+FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const StructureDb& db, bool with_profiles) {
+  std::vector<FoldChain> found =
+      read_prepared_chains(folder, db, with_profiles, [&id](const std::string& chain, const std::string&) { return chain == id; });
+  KUAFU_CHECK(!found.empty(), "no chain ", id, " in ", (std::filesystem::path(folder) / "chains.tsv").string());
+  return std::move(found.front());
 }
 
 }  // namespace kuafu::fold

@@ -60,5 +60,7 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
 // `with_profiles`: each chain's HHblits profile read from the database too.
 std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
                                            bool with_profiles = false);
+// The chain `id` of a prepared folder, whatever its split; kuafu::Error when chains.tsv has none.
+FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const StructureDb& db, bool with_profiles = false);
 
 }  // namespace kuafu::fold

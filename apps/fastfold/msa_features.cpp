@@ -70,12 +70,15 @@ torch::Tensor cluster_msa_feat(const torch::Tensor& clusters, const torch::Tenso
                     -1);
 }
 
+torch::Tensor msa_column_profile(const MsaTensors& msa) {
+  return float_one_hot(msa.rows, 22, torch::TensorOptions(torch::kFloat32)).mean(0);
+}
+
 MsaSample sample_msa_features(const torch::Tensor& aatype, const torch::Tensor& residue_index, const MsaTensors& msa,
-                              const MsaSampling& sampling, torch::Generator& generator) {
+                              const MsaSampling& sampling, torch::Generator& generator, const torch::Tensor& column_profile) {
   const int64_t n = msa.rows.size(0), r = msa.rows.size(1);
   const auto floats = torch::TensorOptions(torch::kFloat32);
-  // The column profile over every row, before sampling (AlphaFold's hhblits_profile): [R, 22].
-  const torch::Tensor profile = float_one_hot(msa.rows, 22, floats).mean(0);
+  const torch::Tensor profile = column_profile.defined() ? column_profile : msa_column_profile(msa);  // [R, 22]
   // The query, then the others in a random order: the first max_clusters are the clusters.
   const torch::Tensor order = torch::cat({torch::zeros({1}, torch::kInt64), torch::randperm(n - 1, generator, torch::kInt64) + 1});
   const int64_t s = std::min(sampling.max_clusters, n);

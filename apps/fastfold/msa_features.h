@@ -38,11 +38,16 @@ struct MsaSample {
   torch::Tensor bert_mask;  // [S, R]
 };
 
+// The alignment's column profile over every row [R, 22] (AlphaFold's hhblits_profile): what BERT masking
+// draws from.
+torch::Tensor msa_column_profile(const MsaTensors& msa);
+
 // Samples clusters (the query first, then a random order), masks them, assigns the other rows to their
 // nearest cluster and keeps up to max_extra of them (a random subset) as the extra MSA.
-// aatype, residue_index [R] int64.
+// aatype, residue_index [R] int64; `profile`: msa_column_profile(msa), worked out here when undefined
+// (pass it when sampling the same alignment several times).
 MsaSample sample_msa_features(const torch::Tensor& aatype, const torch::Tensor& residue_index, const MsaTensors& msa,
-                              const MsaSampling& sampling, torch::Generator& generator);
+                              const MsaSampling& sampling, torch::Generator& generator, const torch::Tensor& profile = {});
 
 // The deterministic part, given the (masked) cluster rows [S, R], their deletions and mask, and every
 // extra row [E, R] with its deletions and mask: each extra row joins the cluster it agrees with at the
