@@ -16,10 +16,11 @@ torch::Tensor pairwise_distances(const torch::Tensor& points) {  // [B, N, 3] ->
 
 }  // namespace
 
-AlphaFoldLabels AlphaFoldLabels::to(const torch::Device& device) const {
+AlphaFoldLabels AlphaFoldLabels::to(const torch::TensorOptions& options) const {
   AlphaFoldLabels l = *this;
-  l.structure = structure.to(torch::TensorOptions(torch::kFloat32).device(device));
-  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.true_msa, &l.bert_mask}) *t = t->to(device);
+  l.structure = structure.to(options);
+  l.true_msa = true_msa.to(options.device());
+  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.bert_mask}) *t = t->to(options.device(), options.dtype());
   return l;
 }
 

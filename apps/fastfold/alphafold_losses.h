@@ -18,7 +18,7 @@ struct AlphaFoldLabels {
   torch::Tensor bert_mask;                // [S, R]: 1 where a position was masked
   double resolution = 0.0;                // Å; pLDDT is trained on structures from 0.1 to 3 Å only
 
-  AlphaFoldLabels to(const torch::Device& device) const;  // floating labels stay float32
+  AlphaFoldLabels to(const torch::TensorOptions& options) const;  // the floating labels in its dtype
 };
 
 struct AlphaFoldLossSettings {

@@ -17,11 +17,12 @@ EvoformerSizes AlphaFoldSizes::extra_msa() const {
   return {extra_msa_channels, pair_channels, msa_heads, pair_heads, outer_channels, triangle_channels, 4, true};
 }
 
-AlphaFoldFeatures AlphaFoldFeatures::to(const torch::Device& device) const {
+AlphaFoldFeatures AlphaFoldFeatures::to(const torch::TensorOptions& options) const {
   AlphaFoldFeatures f = *this;
-  for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_msa,
-                           &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
-    *t = t->to(device);
+  for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.extra_msa}) *t = t->to(options.device());
+  for (torch::Tensor* t : {&f.seq_mask, &f.target_feat, &f.msa_feat, &f.msa_mask, &f.extra_has_deletion, &f.extra_deletion_value,
+                           &f.extra_msa_mask})
+    *t = t->to(options.device(), options.dtype());
   return f;
 }
 
@@ -32,6 +33,25 @@ Recycled Recycled::zeros(int64_t residues, const AlphaFoldSizes& sizes, const to
 
 Recycled AlphaFoldOutputs::recycled() const {
   return {msa.select(0, 0).detach(), pair.detach(), atom37.detach()};
+}
+
+AlphaFoldOutputs AlphaFoldOutputs::first_residues(int64_t residues) const {
+  if (atom37.size(0) == residues) return *this;
+  const auto first = [residues](const torch::Tensor& t, int64_t dim) { return t.narrow(dim, 0, residues); };
+  AlphaFoldOutputs out = *this;
+  out.msa = first(msa, 1);
+  out.pair = first(first(pair, 0), 1);
+  out.single = first(single, 0);
+  out.atom37 = first(atom37, 0);
+  out.distogram_logits = first(first(distogram_logits, 0), 1);
+  out.masked_msa_logits = first(masked_msa_logits, 1);
+  out.plddt_logits = first(plddt_logits, 0);
+  StructureOutputs& s = out.structure;
+  s.single = first(s.single, 0);
+  for (torch::Tensor* t : {&s.quaternions, &s.translations, &s.unnormalized_angles, &s.angles, &s.frames.rotation,
+                           &s.frames.translation, &s.atom14})
+    *t = first(*t, 1);
+  return out;
 }
 
 EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s) {
@@ -69,8 +89,10 @@ AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s) : sizes(s) {
 AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recycled& previous, const ResidueGeometry& geometry) {
   using hooks::Tensors;
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
+  // Every site's body holds copies of what it reads besides its inputs: a checkpointed block runs again in
+  // backward, after the caller's features and geometry are gone.
   // Embedding: the MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
-  Tensors streams = sites.call("embed", {previous.msa_first_row, previous.pair, previous.positions}, [&](const Tensors& in) {
+  Tensors streams = sites.call("embed", {previous.msa_first_row, previous.pair, previous.positions}, [f, &trunk](const Tensors& in) {
     auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);
     const torch::Tensor previous_beta = pseudo_beta(f.aatype, in[2], torch::ones_like(in[2].select(-1, 0))).first;
     const auto [first_row, pair_update] = trunk.recycling_embedder(in[0], in[1], previous_beta);
@@ -79,12 +101,15 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recy
         trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
     return Tensors{m, z + pair_update, e};
   });
-  torch::Tensor m = streams[0], z = streams[1], e = streams[2];
+  // Under DAP each rank runs the stacks on its rows of the three streams: m [S', R, c_m], z [R', R, c_z],
+  // e [E', R, c_e] (every rank embedded them whole).
+  torch::Tensor m = layout.mine(streams[0], 0), z = layout.mine(streams[1], 0), e = layout.mine(streams[2], 0);
   const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
   for (size_t b = 0; b < trunk.extra_msa_stack->size(); ++b) {
     EvoformerBlockImpl& block = *trunk.extra_msa_stack[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z}, [&block, &f, pair_mask, this](const Tensors& in) {
-      const auto [e2, z2] = block.forward(in[0], in[1], f.extra_msa_mask, pair_mask, chunk_size);
+    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z},
+                                   [&block, extra_mask = f.extra_msa_mask, pair_mask, this](const Tensors& in) {
+      const auto [e2, z2] = block.forward(in[0], in[1], extra_mask, pair_mask, chunk_size, layout);
       return Tensors{e2, z2};
     });
     e = out[0];
@@ -92,27 +117,32 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recy
   }
   for (size_t b = 0; b < trunk.evoformer_iteration->size(); ++b) {
     EvoformerBlockImpl& block = *trunk.evoformer_iteration[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z}, [&block, &f, pair_mask, this](const Tensors& in) {
-      const auto [m2, z2] = block.forward(in[0], in[1], f.msa_mask, pair_mask, chunk_size);
+    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z},
+                                   [&block, msa_mask = f.msa_mask, pair_mask, this](const Tensors& in) {
+      const auto [m2, z2] = block.forward(in[0], in[1], msa_mask, pair_mask, chunk_size, layout);
       return Tensors{m2, z2};
     });
     m = out[0];
     z = out[1];
   }
+  // Whole again: every rank runs the structure module and the heads on the same tensors.
+  m = layout.whole(m, 0);
+  z = layout.whole(z, 0);
   AlphaFoldOutputs out;
   out.msa = m;
   out.pair = z;
   // The structure module's outputs travel as tensors through its site, then back into StructureOutputs.
-  const Tensors structure = sites.call("structure", {m.select(0, 0), z}, [&](const Tensors& in) {
+  const Tensors structure = sites.call("structure", {m.select(0, 0), z},
+                                       [aatype = f.aatype, mask = f.seq_mask, geometry, &trunk, this](const Tensors& in) {
     const torch::Tensor single = trunk.single_activations(in[0]);
-    const StructureOutputs s = structure_module->forward(single, in[1], f.aatype, f.seq_mask, geometry);
+    const StructureOutputs s = structure_module->forward(single, in[1], aatype, mask, geometry);
     return Tensors{single, s.single, s.quaternions, s.translations, s.unnormalized_angles, s.angles,
                    s.frames.rotation, s.frames.translation, s.atom14};
   });
   out.single = structure[0];
   out.structure = {structure[1], structure[2], structure[3], structure[4], structure[5], {structure[6], structure[7]}, structure[8]};
   out.atom37 = atom14_to_atom37(geometry, f.aatype, out.structure.atom14.select(0, -1));
-  const Tensors heads = sites.call("heads", {z, m, out.structure.single}, [&](const Tensors& in) {
+  const Tensors heads = sites.call("heads", {z, m, out.structure.single}, [this](const Tensors& in) {
     return Tensors{distogram_head(in[0]), masked_msa_head(in[1]), predicted_lddt_head(in[2])};
   });
   out.distogram_logits = heads[0];

@@ -49,7 +49,7 @@ struct AlphaFoldFeatures {
   torch::Tensor extra_msa;              // [E, R] int64
   torch::Tensor extra_has_deletion, extra_deletion_value, extra_msa_mask;  // [E, R]
 
-  AlphaFoldFeatures to(const torch::Device& device) const;
+  AlphaFoldFeatures to(const torch::TensorOptions& options) const;  // the floating features in its dtype
 };
 
 // What an iteration hands the next (no gradient): the first MSA row [R, c_m], the pair [R, R, c_z] and the
@@ -67,6 +67,8 @@ struct AlphaFoldOutputs {
   torch::Tensor masked_msa_logits;  // [S, R, 23]
   torch::Tensor plddt_logits;       // [R, 50]
   Recycled recycled() const;        // detached
+  // The first `residues` residues of every output: a padded example's real ones.
+  AlphaFoldOutputs first_residues(int64_t residues) const;
 };
 
 // The embedders and the two stacks under AlphaFold's "evoformer" scope.
@@ -97,6 +99,10 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
   // > 0: the Evoformer's and extra-MSA stack's attention, transitions and outer products this many rows at a
   // time (the same result, less memory: inference at long lengths).
   int64_t chunk_size = 0;
+  // Where the extra-MSA stack's and the Evoformer's streams lie: serial, or cut across a DAP group (each
+  // rank then runs every block on its rows; the MSA's rows, the extra rows and the residues must divide
+  // by the group's size: pad_example).
+  dap::AxialLayout layout;
   EmbeddingsAndEvoformer evoformer{nullptr};
   StructureModule structure_module{nullptr};
   DistogramHead distogram_head{nullptr};

@@ -15,6 +15,7 @@
 #include "apps/fastfold/residue_types.h"
 #include "core/io/npz.h"
 #include "core/train/held_model.h"
+#include "core/train/parallelize.h"
 #include "core/util/atomic_file.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -43,6 +44,16 @@ AlphaFold make_model(const FoldSettings& settings, const torch::Device& device, 
   return model;
 }
 
+// The blocks memory.activation_checkpointing recomputes unless memory.checkpoint_blocks names others.
+const std::vector<std::string> kCheckpointedBlocks = {"extra_msa_stack.*", "evoformer.*"};
+
+// The model as the run holds it: under parallel.dap.size > 1 every block runs on this rank's rows of the
+// MSA and the pair (FastFold's DAP); the blocks checkpointed as the config says.
+void lay_out(AlphaFoldImpl& model, const train::Runtime& runtime, const config::Config& config) {
+  model.layout = dap::AxialLayout(runtime.dap);
+  train::checkpoint_from_config(config, model.sites, kCheckpointedBlocks);
+}
+
 class FoldApp : public train::App {
  public:
   explicit FoldApp(const config::Config& config) : config_(config), settings_(read_fold_settings(config)) {}
@@ -53,20 +64,23 @@ class FoldApp : public train::App {
   }
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
-    const std::string strategy = config_.get_string("memory.strategy");
-    if (strategy != "none") {
-      config_.fail_at("memory.strategy", "is \"" + strategy + "\": kuafu-fold trains with \"none\" so far (data parallelism "
-                                         "over train.batch_size's rows); ZeRO and Gemini are not wired to it yet");
-    }
-    (void)runtime;
     const StructureDb db = read_structure_db(settings_.structure_db, StructureDbParts{});
     const bool profiles = settings_.profile_rows > 0;
     std::vector<FoldChain> train = read_prepared_split(settings_.data_dir, "train", db, profiles);
     std::vector<FoldChain> val = read_prepared_split(settings_.data_dir, "val", db, profiles);
     KUAFU_CHECK(!train.empty(), settings_.data_dir, " has no training chains (run `kuafu-fold prepare`)");
     const train::TrainSettings t = train::read_train_settings(config_);
-    return std::make_unique<FoldTask>(make_model(settings_, options.device, t.seed, true), settings_, std::move(train),
-                                      std::move(val), t.batch_size, options.device);
+    train::require_data_parallel(config_, runtime, options, "kuafu-fold train");
+    // Each row of a micro-batch is its own forward (chains differ in length), and Gemini's hooks take one
+    // forward per block between backwards.
+    if (config_.get_string("memory.strategy") == "gemini" && config_.get_int("train.micro_batch_size") > 1) {
+      config_.fail_at("train.micro_batch_size", "is " + std::to_string(config_.get_int("train.micro_batch_size")) +
+                                                     " but memory.strategy = \"gemini\" needs 1 in kuafu-fold (each row is a "
+                                                     "forward of its own); accumulate rows with train.batch_size instead");
+    }
+    AlphaFold model = make_model(settings_, options.device, t.seed, true);
+    if (runtime) lay_out(*model, *runtime, config_);
+    return std::make_unique<FoldTask>(model, settings_, std::move(train), std::move(val), t.batch_size, options.device);
   }
 
   std::string describe(train::RunTask& task) override {
@@ -139,6 +153,7 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   spec.parameters = parameter_count(*built_);
   spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
                  {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};
+  lay_out(*built_, runtime, config_);
   return train::benchmark_training(config_, runtime, *built_, [&] {
     return example_loss(*built_, example, settings_, runtime.device).total;
   }, 1, spec, memory);
@@ -216,13 +231,21 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   const FoldChain chain = id.empty() ? query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"))
                                      : read_prepared_chain(settings.data_dir, id, read_structure_db(settings.structure_db),
                                                            settings.profile_rows > 0);
+  // Under the launcher with parallel.dap.size = the number of ranks, every rank predicts the chain on its
+  // rows of the MSA and pair (FastFold's DAP inference: each holds 1/n of the activations); rank 0 writes.
+  const train::Runtime runtime = train::start_runtime(config);
+  const bool several = runtime.world->size() > 1;
+  KUAFU_CHECK(!several || (runtime.dap && runtime.dap->size() == runtime.world->size()), "predict on ", runtime.world->size(),
+              " ranks needs parallel.dap.size = ", runtime.world->size(), " (each rank takes its share of the one chain)");
   auto fold = make_fold_app(config);
-  const torch::Device device = resolve_device(command.option("device"), 0);
+  const torch::Device device = several ? runtime.device : resolve_device(command.option("device"), 0);
   torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
   const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
   auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
   alphafold.eval();
+  alphafold.layout = dap::AxialLayout(runtime.dap);
   const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);
+  if (!runtime.is_main()) return;
   write_pdb(predicted_structure(chain.sequence, chain.residue_index, p.outputs.atom37, p.plddt), out);
   nlohmann::json line = {{"out", out}, {"weights", from}, {"residues", chain.sequence.size()},
                          {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()}};

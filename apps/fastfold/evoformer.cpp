@@ -64,14 +64,18 @@ MsaAttentionImpl::MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool
   attention = make_attention(*this, c_m, heads);
 }
 
-torch::Tensor MsaAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z, int64_t chunk) {
+torch::Tensor MsaAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z, int64_t chunk,
+                                       const dap::AxialLayout& layout) {
+  // Row attention needs whole rows (the sequences are cut), column attention whole columns (the residues).
+  const torch::Tensor local_mask = layout.mine(mask, per_column ? 1 : 0);    // [S', R] or [S, R']
   // Column attention attends over sequences: the same maths on the transposed MSA.
-  const torch::Tensor rows = per_column ? m.transpose(0, 1) : m;           // [B, K, c_m]
-  const torch::Tensor row_mask = per_column ? mask.transpose(0, 1) : mask;  // [B, K]
+  const torch::Tensor rows = per_column ? m.transpose(0, 1) : m;                     // [B, K, c_m]
+  const torch::Tensor row_mask = per_column ? local_mask.transpose(0, 1) : local_mask;  // [B, K]
   const torch::Tensor x = query_norm(rows);
   std::vector<torch::Tensor> biases = {key_mask_bias(row_mask)};
   if (!per_column) {
-    biases.push_back(torch::einsum("qkc,ch->hqk", {feat_2d_norm(z), feat_2d_weights}));  // [H, R, R]
+    // The pair bias [H, R, R]: each rank projects its rows of z, and every row is gathered.
+    biases.push_back(layout.whole(torch::matmul(feat_2d_norm(z), feat_2d_weights), 0).permute({2, 0, 1}));
   }
   const torch::Tensor out = attention->forward(x, x, biases, chunk);
   return per_column ? out.transpose(0, 1) : out;
@@ -91,9 +95,10 @@ MsaColumnGlobalAttentionImpl::MsaColumnGlobalAttentionImpl(int64_t channels, int
   output_b = attention->register_parameter("output_b", torch::zeros({channels}));
 }
 
-torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask) {
-  const torch::Tensor x = query_norm(m.transpose(0, 1));            // [R, S, c]
-  const torch::Tensor real = mask.transpose(0, 1).unsqueeze(-1);     // [R, S, 1]
+torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask,
+                                                     const dap::AxialLayout& layout) {
+  const torch::Tensor x = query_norm(m.transpose(0, 1));                             // [R', S, c]
+  const torch::Tensor real = layout.mine(mask, 1).transpose(0, 1).unsqueeze(-1);     // [R', S, 1]
   const double head_width = static_cast<double>(key_w.size(1));
   // AlphaFold's masked mean: the sum over real sequences over their count (+1e-10).
   const torch::Tensor mean = (real * x).sum(1) / (real.sum(1) + 1e-10);  // [R, c]
@@ -104,7 +109,7 @@ torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, cons
   const torch::Tensor average = torch::einsum("bhk,bkc->bhc", {torch::softmax(logits, -1), v});   // [R, H, c']
   const torch::Tensor gate = torch::sigmoid(torch::einsum("bqc,chv->bqhv", {x, gating_w}) + gating_b);  // [R, S, H, c']
   const torch::Tensor out = torch::einsum("bqhc,hco->bqo", {average.unsqueeze(1) * gate, output_w}) + output_b;
-  return out.transpose(0, 1);  // [S, R, c]
+  return out.transpose(0, 1);  // [S, R', c]
 }
 
 TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
@@ -129,10 +134,13 @@ OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_o
   output_b = register_parameter("output_b", torch::zeros({c_z}));
 }
 
-torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk) {
-  const torch::Tensor real = mask.unsqueeze(-1);  // [S, R, 1]
+torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk,
+                                            const dap::AxialLayout& layout) {
+  const torch::Tensor local_mask = layout.mine(mask, 1);  // [S, R']: this rank's residues i
+  const torch::Tensor real = local_mask.unsqueeze(-1);     // [S, R', 1]
   const torch::Tensor x = layer_norm_input(m);
-  const torch::Tensor left = real * left_projection(x), right = real * right_projection(x);  // [S, R, c']
+  const torch::Tensor left = real * left_projection(x);                             // [S, R', c']
+  const torch::Tensor right = layout.whole(real * right_projection(x), 1);          // [S, R, c']: every residue j
   const auto rows = [&](const torch::Tensor& left_rows) {
     const torch::Tensor outer = torch::einsum("sic,sje->ijce", {left_rows, right});  // [r, R, c', c']
     return torch::einsum("ijce,cef->ijf", {outer, output_w});                        // [r, R, c_z]
@@ -141,9 +149,9 @@ torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch:
   std::vector<torch::Tensor> parts;
   const int64_t step = chunk > 0 ? chunk : residues;
   for (int64_t start = 0; start < residues; start += step) parts.push_back(rows(left.narrow(1, start, std::min(step, residues - start))));
-  const torch::Tensor summed = (parts.size() == 1 ? parts[0] : torch::cat(parts)) + output_b;  // [R, R, c_z]
+  const torch::Tensor summed = (parts.size() == 1 ? parts[0] : torch::cat(parts)) + output_b;  // [R', R, c_z]
   // AlphaFold divides the sum (its bias included) by the number of sequences where both are real.
-  const torch::Tensor pairs = torch::einsum("si,sj->ij", {mask, mask}).unsqueeze(-1);
+  const torch::Tensor pairs = torch::einsum("si,sj->ij", {local_mask, mask}).unsqueeze(-1);
   return summed / (pairs + 1e-3);
 }
 
@@ -158,34 +166,28 @@ TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c_hi
   gating_linear = register_module("gating_linear", AfLinear(c_z, c_z, AfInit::kGating));
 }
 
-torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk) {
-  const torch::Tensor real = mask.unsqueeze(-1);  // [R, R, 1]
-  const torch::Tensor x = layer_norm_input(z);
-  const auto left = [&](const torch::Tensor& xs, const torch::Tensor& rs) {
-    return rs * left_projection(xs) * torch::sigmoid(left_gate(xs));
-  };
-  const auto right = [&](const torch::Tensor& xs, const torch::Tensor& rs) {
-    return rs * right_projection(xs) * torch::sigmoid(right_gate(xs));
-  };
-  const int64_t residues = z.size(0);
-  if (chunk <= 0 || chunk >= residues) {
-    const torch::Tensor a = left(x, real), b = right(x, real);  // [R, R, c]
-    // Outgoing: edge ij from edges ik and jk; incoming: from edges ki and kj.
-    const torch::Tensor update = outgoing ? torch::einsum("ikc,jkc->ijc", {a, b}) : torch::einsum("kjc,kic->ijc", {a, b});
-    return output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(x));
-  }
-  // Rows i of the update a chunk at a time: outgoing reads rows i of a and all of b, incoming all of a and
-  // columns i of b, so only the other projection is held whole.
-  const torch::Tensor whole = outgoing ? right(x, real) : left(x, real);  // [R, R, c]
+torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk,
+                                                  const dap::AxialLayout& layout) {
+  // Outgoing: u_ij = Σ_k a_ik b_jk (edges ik and jk). Incoming, u_ij = Σ_k a_kj b_ki, is the outgoing maths on
+  // the transposed pair, transposed back (the gate is per edge): both run on rows of `pair`, the rows this
+  // rank holds, against every row of b.
+  const torch::Tensor pair = outgoing ? z : z.transpose(0, 1);                                  // [R', R, c_z]
+  const torch::Tensor real = layout.mine(outgoing ? mask : mask.transpose(0, 1), 0).unsqueeze(-1);  // [R', R, 1]
+  const torch::Tensor x = layer_norm_input(pair);
+  const torch::Tensor b = layout.whole(real * right_projection(x) * torch::sigmoid(right_gate(x)), 0);  // [R, R, c]
+  // Rows i of the update a chunk at a time (only b is held whole).
+  const int64_t residues = pair.size(0);
+  const int64_t step = chunk > 0 ? chunk : residues;
   std::vector<torch::Tensor> parts;
-  for (int64_t start = 0; start < residues; start += chunk) {
-    const int64_t n = std::min(chunk, residues - start);
-    const torch::Tensor update =
-        outgoing ? torch::einsum("ikc,jkc->ijc", {left(x.narrow(0, start, n), real.narrow(0, start, n)), whole})
-                 : torch::einsum("kjc,kic->ijc", {whole, right(x.narrow(1, start, n), real.narrow(1, start, n))});  // [n, R, c]
-    parts.push_back(output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(x.narrow(0, start, n))));
+  for (int64_t start = 0; start < residues; start += step) {
+    const int64_t n = std::min(step, residues - start);
+    const torch::Tensor xs = x.narrow(0, start, n), rs = real.narrow(0, start, n);
+    const torch::Tensor a = rs * left_projection(xs) * torch::sigmoid(left_gate(xs));  // [n, R, c]
+    const torch::Tensor update = torch::einsum("ikc,jkc->ijc", {a, b});                 // [n, R, c]
+    parts.push_back(output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(xs)));
   }
-  return torch::cat(parts);
+  const torch::Tensor out = parts.size() == 1 ? parts[0] : torch::cat(parts);
+  return outgoing ? out : out.transpose(0, 1);
 }
 
 TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending) : ending_node(ending) {
@@ -194,12 +196,14 @@ TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, bool en
   attention = make_attention(*this, c_z, heads);
 }
 
-torch::Tensor TriangleAttentionImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk) {
-  // The ending node's attention is the starting node's on the transposed pair.
-  const torch::Tensor pair = ending_node ? z.transpose(0, 1) : z;             // [R, R, c_z]
-  const torch::Tensor pair_mask = ending_node ? mask.transpose(0, 1) : mask;  // [R, R]
+torch::Tensor TriangleAttentionImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk,
+                                             const dap::AxialLayout& layout) {
+  // The ending node's attention is the starting node's on the transposed pair; either attends along the
+  // rows this rank holds, biased by every row.
+  const torch::Tensor pair = ending_node ? z.transpose(0, 1) : z;                                // [R', R, c_z]
+  const torch::Tensor pair_mask = layout.mine(ending_node ? mask.transpose(0, 1) : mask, 0);     // [R', R]
   const torch::Tensor x = query_norm(pair);
-  const torch::Tensor triangle = torch::einsum("qkc,ch->hqk", {x, feat_2d_weights});  // [H, R, R]
+  const torch::Tensor triangle = layout.whole(torch::matmul(x, feat_2d_weights), 0).permute({2, 0, 1});  // [H, R, R]
   const torch::Tensor out = attention->forward(x, x, {key_mask_bias(pair_mask), triangle}, chunk);
   return ending_node ? out.transpose(0, 1) : out;
 }
@@ -224,18 +228,35 @@ EvoformerBlockImpl::EvoformerBlockImpl(const EvoformerSizes& s) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
-                                                                    const torch::Tensor& pair_mask, int64_t chunk) {
-  m = m + msa_row_attention_with_pair_bias->forward(m, msa_mask, z, chunk);
-  m = m + (msa_column_global_attention ? msa_column_global_attention->forward(m, msa_mask)
-                                       : msa_column_attention->forward(m, msa_mask, {}, chunk));
+                                                                    const torch::Tensor& pair_mask, int64_t chunk,
+                                                                    const dap::AxialLayout& layout) {
+  // Each step runs on the axis it needs whole; `layout` moves the cut between steps (FastFold's DAP).
+  m = m + msa_row_attention_with_pair_bias->forward(m, msa_mask, z, chunk, layout);
+  m = layout.move(m, 0, 1);  // [S, R', c_m]: the residues cut from here to the outer product
+  m = m + (msa_column_global_attention ? msa_column_global_attention->forward(m, msa_mask, layout)
+                                       : msa_column_attention->forward(m, msa_mask, {}, chunk, layout));
   m = m + msa_transition->forward(m, chunk);
-  z = z + outer_product_mean->forward(m, msa_mask, chunk);
-  z = z + triangle_multiplication_outgoing->forward(z, pair_mask, chunk);
-  z = z + triangle_multiplication_incoming->forward(z, pair_mask, chunk);
-  z = z + triangle_attention_starting_node->forward(z, pair_mask, chunk);
-  z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk);
+  // The next block's rows of m travel while the pair stack runs.
+  dap::AxialLayout::Moving m_rows = layout.move_async(m, 1, 0);
+  z = z + outer_product_mean->forward(m, msa_mask, chunk, layout);
+  z = z + triangle_multiplication_outgoing->forward(z, pair_mask, chunk, layout);
+  z = layout.move(z, 0, 1);  // [R, R', c_z]
+  z = z + triangle_multiplication_incoming->forward(z, pair_mask, chunk, layout);
+  z = layout.move(z, 1, 0);
+  z = z + triangle_attention_starting_node->forward(z, pair_mask, chunk, layout);
+  z = layout.move(z, 0, 1);
+  z = z + triangle_attention_ending_node->forward(z, pair_mask, chunk, layout);
   z = z + pair_transition->forward(z, chunk);
-  return {m, z};
+  z = layout.move(z, 1, 0);
+  return {m_rows.wait(), z};
+}
+
+int64_t dap_block_sent_elements(const EvoformerSizes& s, int64_t rows, int64_t residues, int64_t parts) {
+  const int64_t n = parts, r = residues;
+  // A gather sends this rank's block to each other rank; a move keeps 1/n of the block and sends the rest.
+  const int64_t gathered = (r / n) * r * (s.msa_heads + 2 * s.triangle_channels + 2 * s.pair_heads) + rows * (r / n) * s.outer_channels;
+  const int64_t moved = 2 * (rows / n) * r * s.msa_channels + 4 * (r / n) * r * s.pair_channels;
+  return gathered * (n - 1) + moved / n * (n - 1);
 }
 
 void initialize_alphafold_weights(torch::nn::Module& root) {

@@ -3,6 +3,9 @@
 // module returns its update (the block adds it: the residual and dropout are the block's). Parameter
 // names follow AlphaFold's (module paths with '.' where its .npz keys have '/' and '//'), so a
 // params_model_*.npz maps onto them one to one (load_alphafold_parameters).
+//
+// Under dynamic axial parallelism (a `layout` across a DAP group) each module's stream arrives with one axis
+// cut (R' or S' of the whole: this rank's block) and its masks whole; each says which axis. Serially R' = R.
 #pragma once
 
 #include <string>
@@ -12,8 +15,11 @@
 
 #include "core/io/npz.h"
 #include "core/nn/gated_attention.h"
+#include "core/parallel/dap/axial_layout.h"
 
 namespace kuafu::fold {
+
+namespace dap = parallel::dap;
 
 // How AlphaFold initialises a Linear (common_modules.Linear's initializers, zero_init as DeepMind trains):
 // kLinear LeCun truncated normal, kRelu He truncated normal, kFinal zero (a residual branch starts
@@ -43,7 +49,9 @@ TORCH_MODULE(AfLayerNorm);
 struct MsaAttentionImpl : torch::nn::Module {
   MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool per_column);
   // m [S, R, c_m], mask [S, R], z [R, R, c_z] (row attention's pair bias). `chunk`: rows attended at a time.
-  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z = {}, int64_t chunk = 0);
+  // Under `layout`: rows: m [S', R, c_m], z [R', R, c_z]; columns: m [S, R', c_m].
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z = {}, int64_t chunk = 0,
+                        const dap::AxialLayout& layout = {});
   bool per_column;
   AfLayerNorm query_norm{nullptr}, feat_2d_norm{nullptr};
   torch::Tensor feat_2d_weights;  // [c_z, H]
@@ -53,10 +61,10 @@ TORCH_MODULE(MsaAttention);
 
 // Algorithm 19, the extra MSA stack's column attention: per residue, one query (the masked mean over
 // sequences) per head against one shared key and value projection, gated per sequence. m [S, R, c],
-// mask [S, R] -> [S, R, c].
+// mask [S, R] -> [S, R, c] (under `layout` m [S, R', c] -> [S, R', c]).
 struct MsaColumnGlobalAttentionImpl : torch::nn::Module {
   MsaColumnGlobalAttentionImpl(int64_t channels, int64_t heads);
-  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask);
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const dap::AxialLayout& layout = {});
   AfLayerNorm query_norm{nullptr};
   std::shared_ptr<torch::nn::Module> attention;  // its parameters, under AlphaFold's "attention" scope
   torch::Tensor query_w, key_w, value_w, gating_w, gating_b, output_w, output_b;
@@ -76,10 +84,10 @@ TORCH_MODULE(Transition);
 
 // Algorithm 10: the mean over sequences of the outer products of two projections of each residue's
 // column, projected to c_z. m [S, R, c_m], mask [S, R] -> [R, R, c_z]. `chunk` > 0: that many rows i of the
-// [R, R, c', c'] outer products at a time.
+// [R, R, c', c'] outer products at a time. Under `layout`: m [S, R', c_m] -> [R', R, c_z].
 struct OuterProductMeanImpl : torch::nn::Module {
   OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer);
-  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk = 0);
+  torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   AfLayerNorm layer_norm_input{nullptr};
   AfLinear left_projection{nullptr}, right_projection{nullptr};
   torch::Tensor output_w, output_b;  // [c', c', c_z], [c_z]
@@ -87,10 +95,11 @@ struct OuterProductMeanImpl : torch::nn::Module {
 TORCH_MODULE(OuterProductMean);
 
 // Algorithms 11 (outgoing: edges ik and jk) and 12 (incoming: ki and kj), DeepMind's unfused weights.
-// z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk` > 0: that many rows of the update at a time.
+// z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk` > 0: that many rows of the update at a time. Under
+// `layout`: outgoing z [R', R, c_z], incoming z [R, R', c_z] (rows, columns cut), the output cut alike.
 struct TriangleMultiplicationImpl : torch::nn::Module {
   TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool outgoing);
-  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0);
+  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   bool outgoing;
   AfLayerNorm layer_norm_input{nullptr}, center_layer_norm{nullptr};
   AfLinear left_projection{nullptr}, right_projection{nullptr}, left_gate{nullptr}, right_gate{nullptr};
@@ -99,10 +108,11 @@ struct TriangleMultiplicationImpl : torch::nn::Module {
 TORCH_MODULE(TriangleMultiplication);
 
 // Algorithms 13 (starting node: each row attends along itself) and 14 (ending node: along columns),
-// biased by the pair itself. z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk`: rows at a time.
+// biased by the pair itself. z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk`: rows at a time. Under
+// `layout`: starting node z [R', R, c_z], ending node z [R, R', c_z], the output cut alike.
 struct TriangleAttentionImpl : torch::nn::Module {
   TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending_node);
-  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0);
+  torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   bool ending_node;
   AfLayerNorm query_norm{nullptr};
   torch::Tensor feat_2d_weights;  // [c_z, H]
@@ -129,9 +139,11 @@ struct EvoformerBlockImpl : torch::nn::Module {
   explicit EvoformerBlockImpl(const EvoformerSizes& sizes);
   // -> (m, z) updated. `chunk` > 0: attention rows, transition entries, outer-product and triangle
   // multiplication rows at a time
-  // (inference at lengths whose whole intermediates would not fit; the same result).
+  // (inference at lengths whose whole intermediates would not fit; the same result). Under `layout`, m
+  // [S', R, c_m] and z [R', R, c_z] in and out (each rank's rows); the masks whole.
   std::pair<torch::Tensor, torch::Tensor> forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
-                                                  const torch::Tensor& pair_mask, int64_t chunk = 0);
+                                                  const torch::Tensor& pair_mask, int64_t chunk = 0,
+                                                  const dap::AxialLayout& layout = {});
   MsaAttention msa_row_attention_with_pair_bias{nullptr}, msa_column_attention{nullptr};
   MsaColumnGlobalAttention msa_column_global_attention{nullptr};
   Transition msa_transition{nullptr}, pair_transition{nullptr};
@@ -140,6 +152,12 @@ struct EvoformerBlockImpl : torch::nn::Module {
   TriangleAttention triangle_attention_starting_node{nullptr}, triangle_attention_ending_node{nullptr};
 };
 TORCH_MODULE(EvoformerBlock);
+
+// The elements each rank sends in one block's forward under DAP over `parts` ranks, for `rows` MSA rows and
+// `residues` residues (both dividing by parts): the gathered pair biases (row attention, both triangle
+// attentions), the triangle multiplications' gathered projections and the outer product's, and the two moves
+// of m and four of z. Its backward sends as many (each collective's inverse).
+int64_t dap_block_sent_elements(const EvoformerSizes& sizes, int64_t rows, int64_t residues, int64_t parts);
 
 // AlphaFold's initial values for every parameter under `root` (each AfLinear by its kind, LayerNorms at
 // 1 and 0, attention as GatedAttention::initialize, the pair-bias projections normal with σ = 1/√c_z),

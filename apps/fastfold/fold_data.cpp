@@ -20,6 +20,7 @@ FoldChain chain_from_database(const StructureChain& chain, const std::string& id
   FoldChain out;
   out.id = id;
   out.sequence = chain.sequence;
+  out.dssp = chain.dssp;
   out.aatype = torch::empty({n}, torch::kInt64);
   out.residue_index = torch::arange(chain.start_resnum, chain.start_resnum + n, torch::kInt64);
   out.positions = torch::zeros({n, kAtom37, 3});
@@ -42,6 +43,7 @@ FoldChain crop_chain(const FoldChain& chain, int64_t start, int64_t crop) {
   const int64_t n = chain.aatype.size(0), length = std::min(crop, n - start);
   FoldChain out = chain;
   out.sequence = chain.sequence.substr(start, length);
+  if (!chain.dssp.empty()) out.dssp = chain.dssp.substr(start, length);
   out.aatype = chain.aatype.narrow(0, start, length);
   out.residue_index = chain.residue_index.narrow(0, start, length);
   out.positions = chain.positions.narrow(0, start, length);
@@ -93,6 +95,41 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
   // The database records no resolution: one inside AlphaFold's 0.1-3 Å window, so pLDDT trains on every chain.
   labels.resolution = 2.0;
   return example;
+}
+
+namespace {
+
+// `t` with zeros after its end along `dim` up to the next multiple of `multiple`.
+torch::Tensor pad_to_multiple(const torch::Tensor& t, int64_t dim, int64_t multiple) {
+  const int64_t extra = (multiple - t.size(dim) % multiple) % multiple;
+  if (extra == 0) return t;
+  std::vector<int64_t> pads(2 * static_cast<size_t>(t.dim()), 0);  // (before, after) from the last dim back
+  pads[2 * static_cast<size_t>(t.dim() - 1 - dim) + 1] = extra;
+  return torch::constant_pad_nd(t, pads, 0);
+}
+
+}  // namespace
+
+FoldExample pad_example(const FoldExample& example, int64_t multiple) {
+  if (multiple <= 1) return example;
+  const auto residues = [multiple](torch::Tensor& t) { t = pad_to_multiple(t, 0, multiple); };
+  const auto rows_and_residues = [multiple](torch::Tensor& t) { t = pad_to_multiple(pad_to_multiple(t, 0, multiple), 1, multiple); };
+  FoldExample padded = example;
+  for (AlphaFoldFeatures& f : padded.iterations) {
+    for (torch::Tensor* t : {&f.aatype, &f.residue_index, &f.seq_mask, &f.target_feat}) residues(*t);
+    for (torch::Tensor* t : {&f.msa_feat, &f.msa_mask, &f.extra_msa, &f.extra_has_deletion, &f.extra_deletion_value, &f.extra_msa_mask})
+      rows_and_residues(*t);
+  }
+  AlphaFoldLabels& l = padded.labels;
+  for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask}) residues(*t);
+  for (torch::Tensor* t : {&l.true_msa, &l.bert_mask}) rows_and_residues(*t);
+  StructureLabels& s = l.structure;
+  for (torch::Tensor* t : {&s.aatype, &s.residue_mask, &s.atom14_positions, &s.atom14_exists, &s.atom14_alt_positions, &s.atom14_alt_exists,
+                           &s.atom14_ambiguous, &s.atom14_type_exists, &s.group_exists, &s.backbone_mask, &s.chi_angles, &s.chi_mask,
+                           &s.group_frames.rotation, &s.group_frames.translation, &s.alt_group_frames.rotation,
+                           &s.alt_group_frames.translation, &s.backbone.rotation, &s.backbone.translation})
+    residues(*t);
+  return padded;
 }
 
 namespace {

@@ -26,6 +26,7 @@ struct FoldChain {
   MsaTensors msa;               // [N, R]
   torch::Tensor profile;        // [R, 21] the database's HHblits profile over AlphaFold's residue classes
                                 // (unknown 0), or undefined
+  std::string dssp;             // the database's DSSP state per residue (H B E G I T S C), or empty
 };
 
 // The chain from the database's backbone (its residue numbers from start_resnum on).
@@ -54,6 +55,11 @@ struct FoldExample {
 FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry, const MsaSampling& sampling,
                          int64_t iterations, double clamped_fape_fraction, torch::Generator& generator,
                          int64_t extra_profile_rows = 0);
+
+// The example with its residues, MSA rows and extra MSA rows each padded to a multiple of `multiple` with
+// masked zeros, as AlphaFold pads crops to a fixed size (aatype 0, every mask 0): the real residues'
+// outputs and the loss are unchanged. Dynamic axial parallelism needs the multiple of its group's size.
+FoldExample pad_example(const FoldExample& example, int64_t multiple);
 
 // One split of a prepared folder: chains.tsv's chains of `split` with their a3m files, backbones from `db`.
 // kuafu::Error naming the folder's file for a missing or malformed entry, or a chain the database lacks.

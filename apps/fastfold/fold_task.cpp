@@ -15,11 +15,14 @@ torch::Generator generator_of(uint64_t seed) { return at::detail::createCPUGener
 
 AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
                            const torch::Device& device, AlphaFoldOutputs* kept) {
+  // In the model's dtype (float64 in the exactness tests), padded for its DAP group's cuts.
+  const torch::TensorOptions options = torch::TensorOptions(model.parameters().front().scalar_type()).device(device);
+  const FoldExample padded = pad_example(example, model.layout.parts());
   std::vector<AlphaFoldFeatures> iterations;
-  for (const AlphaFoldFeatures& f : example.iterations) iterations.push_back(f.to(device));
-  const ResidueGeometry geometry = ideal_residue_geometry().to(torch::TensorOptions(torch::kFloat32).device(device));
+  for (const AlphaFoldFeatures& f : padded.iterations) iterations.push_back(f.to(options));
+  const ResidueGeometry geometry = ideal_residue_geometry().to(options);
   AlphaFoldOutputs out = model.forward(iterations, geometry);
-  AlphaFoldLoss loss = alphafold_loss(out, example.labels.to(device), geometry, model.sizes, settings.loss);
+  AlphaFoldLoss loss = alphafold_loss(out, padded.labels.to(options), geometry, model.sizes, settings.loss);
   if (kept) *kept = std::move(out);
   return loss;
 }
@@ -37,6 +40,7 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   Prediction p;
   const AlphaFoldLoss loss = example_loss(model, example, settings, device, &p.outputs);
   model.chunk_size = training_chunk;
+  p.outputs = p.outputs.first_residues(chain.aatype.size(0));  // without the padding DAP added
   p.loss = loss.total.item<double>();
   p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();
   const int64_t ca = 1;
@@ -87,7 +91,8 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
   train::LossSum sums;
   // extra: lDDT-Cα, TM-score, GDT-TS, RMSD sums; then Σx, Σy, Σx², Σy², Σxy, count over residues of
   // (pLDDT/100, true lDDT) for Pearson's r over every rank's residues.
-  sums.extra.assign(11, 0.0);  // and the ideal helix's lDDT-Cα: the baseline
+  // Then the baselines' lDDT-Cα: the ideal helix's, the secondary-structure chain's and the chains it had.
+  sums.extra.assign(13, 0.0);
   model_->eval();
   for (int64_t i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
     const FoldChain chain = crop_chain(val_[static_cast<size_t>(i)], 0, settings_.eval_crop_size);
@@ -106,8 +111,14 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
     sums.extra[8] += (x * y).sum().item<double>();
     sums.extra[9] += static_cast<double>(x.numel());
     const torch::Tensor truth = chain.positions.select(1, 1).to(torch::kFloat64), mask = chain.mask.select(1, 1);
-    sums.extra[10] += lddt(ideal_helix_ca(truth.size(0)).unsqueeze(0), truth.unsqueeze(0),
-                           mask.to(torch::kFloat64).view({1, -1, 1}))[0].item<double>();
+    const auto baseline = [&](const torch::Tensor& ca) {
+      return lddt(ca.unsqueeze(0), truth.unsqueeze(0), mask.to(torch::kFloat64).view({1, -1, 1}))[0].item<double>();
+    };
+    sums.extra[10] += baseline(ideal_helix_ca(truth.size(0)));
+    if (!chain.dssp.empty()) {
+      sums.extra[11] += baseline(secondary_structure_ca(chain.dssp));
+      sums.extra[12] += 1;
+    }
   }
   model_->train();
   return sums;
@@ -123,7 +134,8 @@ std::vector<train::EvalMetric> FoldTask::eval_metrics(const train::LossSum& s) c
           {"val_gdt_ts", "GDT-TS", s.extra[2] / chains, false},
           {"val_rmsd_ca", "RMSD", s.extra[3] / chains, false},
           {"val_plddt_r", "pLDDT r", r, false},
-          {"val_helix_lddt_ca", "ideal-helix lDDT-Ca", s.extra[10] / chains, false}};
+          {"val_helix_lddt_ca", "ideal-helix lDDT-Ca", s.extra[10] / chains, false},
+          {"val_ss_lddt_ca", "secondary-structure lDDT-Ca", s.extra[11] / std::max(s.extra[12], 1.0), false}};
 }
 
 }  // namespace kuafu::fold

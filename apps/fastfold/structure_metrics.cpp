@@ -42,6 +42,55 @@ torch::Tensor ideal_helix_ca(int64_t n) {
   return torch::stack({2.3 * torch::cos(angle), 2.3 * torch::sin(angle), 1.5 * i}, -1);
 }
 
+namespace {
+
+// The atom placed at `bond` Å from c, with angle b-c-d = `angle` and dihedral a-b-c-d = `torsion` (NeRF).
+torch::Tensor place_atom(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, double bond, double angle,
+                         double torsion) {
+  const torch::Tensor bc = torch::nn::functional::normalize(c - b, torch::nn::functional::NormalizeFuncOptions().dim(0));
+  const torch::Tensor n = torch::nn::functional::normalize(torch::cross(b - a, bc, 0), torch::nn::functional::NormalizeFuncOptions().dim(0));
+  const torch::Tensor m = torch::cross(n, bc, 0);
+  const double x = -bond * std::cos(angle), y = bond * std::sin(angle) * std::cos(torsion), z = bond * std::sin(angle) * std::sin(torsion);
+  return c + x * bc + y * m + z * n;
+}
+
+}  // namespace
+
+torch::Tensor backbone_from_dihedrals(const torch::Tensor& phi, const torch::Tensor& psi, const torch::Tensor& omega) {
+  // Engh & Huber's bond lengths (Å) and angles.
+  const double n_ca = 1.458, ca_c = 1.525, c_n = 1.329;
+  const double deg = M_PI / 180.0, n_ca_c = 111.2 * deg, ca_c_n = 116.2 * deg, c_n_ca = 121.7 * deg;
+  const int64_t n = phi.size(0);
+  const auto f64 = torch::TensorOptions(torch::kFloat64);
+  const auto p = phi.to(torch::kFloat64), s = psi.to(torch::kFloat64), w = omega.to(torch::kFloat64);
+  std::vector<torch::Tensor> atoms;  // N, CA, C of each residue in turn
+  atoms.push_back(torch::zeros({3}, f64));
+  atoms.push_back(torch::tensor({n_ca, 0.0, 0.0}, f64));
+  atoms.push_back(atoms[1] + ca_c * torch::tensor({-std::cos(n_ca_c), std::sin(n_ca_c), 0.0}, f64));
+  for (int64_t r = 1; r < n; ++r) {
+    const size_t last = atoms.size();
+    const torch::Tensor &nb = atoms[last - 3], &ca = atoms[last - 2], &c = atoms[last - 1];
+    const torch::Tensor next_n = place_atom(nb, ca, c, c_n, ca_c_n, s[r - 1].item<double>());
+    const torch::Tensor next_ca = place_atom(ca, c, next_n, n_ca, c_n_ca, w[r - 1].item<double>());
+    const torch::Tensor next_c = place_atom(c, next_n, next_ca, ca_c, n_ca_c, p[r].item<double>());
+    atoms.insert(atoms.end(), {next_n, next_ca, next_c});
+  }
+  return torch::stack(atoms).view({n, 3, 3});
+}
+
+torch::Tensor secondary_structure_ca(const std::string& dssp) {
+  const int64_t n = static_cast<int64_t>(dssp.size());
+  std::vector<double> phi(n), psi(n);
+  for (int64_t r = 0; r < n; ++r) {
+    const char state = dssp[static_cast<size_t>(r)];
+    const bool helix = state == 'H' || state == 'G' || state == 'I', strand = state == 'E' || state == 'B';
+    phi[r] = (helix ? -57.0 : strand ? -119.0 : -75.0) * M_PI / 180.0;
+    psi[r] = (helix ? -47.0 : strand ? 113.0 : 145.0) * M_PI / 180.0;
+  }
+  const auto f64 = torch::TensorOptions(torch::kFloat64);
+  return backbone_from_dihedrals(torch::tensor(phi, f64), torch::tensor(psi, f64), torch::full({n}, M_PI, f64)).select(1, 1);
+}
+
 StructureScores structure_scores(const torch::Tensor& predicted_in, const torch::Tensor& truth_in, const torch::Tensor& mask_in) {
   const torch::Tensor marked = mask_in.to(torch::kCPU) > 0;
   const torch::Tensor predicted = predicted_in.detach().to(torch::kCPU, torch::kFloat64).index({marked});

@@ -4,6 +4,8 @@
 // Residues correspond by index; `mask` [N] marks those the truth has. Computed in float64 on the CPU.
 #pragma once
 
+#include <string>
+
 #include <torch/types.h>
 
 #include "apps/fastfold/rigid.h"
@@ -25,6 +27,15 @@ struct StructureScores {
 // The Cα of an ideal α-helix of n residues [n, 3] (100° and 1.5 Å a residue on a 2.3 Å radius): the
 // baseline a prediction should beat.
 torch::Tensor ideal_helix_ca(int64_t n);
+
+// A backbone built from its dihedrals with ideal bond lengths and angles (Engh & Huber): phi, psi, omega
+// [n] radians (phi of the first residue and psi, omega of the last unused) -> N, CA, C [n, 3, 3].
+torch::Tensor backbone_from_dihedrals(const torch::Tensor& phi, const torch::Tensor& psi, const torch::Tensor& omega);
+
+// The Cα [n, 3] of a chain that knows only each residue's DSSP state: every residue at its state's ideal
+// dihedrals (helix H/G/I -57°/-47°, strand E/B -119°/113°, else polyproline II -75°/145°), trans peptides.
+// The baseline beyond the helix: right local structure, no tertiary fold.
+torch::Tensor secondary_structure_ca(const std::string& dssp);
 
 // predicted, truth [N, 3] Cα positions; mask [N].
 StructureScores structure_scores(const torch::Tensor& predicted, const torch::Tensor& truth, const torch::Tensor& mask);

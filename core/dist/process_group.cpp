@@ -233,12 +233,17 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
   const int group_rank = static_cast<int>(self - global_ranks.begin());
   const int group_size = static_cast<int>(global_ranks.size());
   // A second group of the same name (e.g. a second mesh in the same processes) must not meet the first
-  // one's rendezvous keys in the store: each creation gets its own prefix, the same on every member
-  // because groups are created in the same order everywhere.
+  // one's rendezvous keys in the store: each creation gets its own prefix. The prefix names the members
+  // and counts the creations of that name over those members, which every member makes together, so it
+  // is the same on each; a count by name alone differs between ranks once meshes of other shapes reuse
+  // a name over other members (mesh data 2 x dap 2 then dap 4 both have "data=0,dap=*").
+  std::string members;
+  for (int r : global_ranks) members += (members.empty() ? "" : ",") + std::to_string(r);
+  const std::string key = name + "@" + members;
   int generation = 0;
   {
     std::lock_guard<std::mutex> lock(groups_mutex_);
-    generation = created_[name]++;
+    generation = created_[key]++;
   }
   // Connecting must end, one way or the other, soon after the time-out: Gloo may otherwise wait for a
   // vanished peer for ever (see deadline.h).
@@ -252,7 +257,7 @@ GroupPtr World::new_group(const std::string& name, std::vector<int> global_ranks
   if (group_size > 1) {
     KUAFU_CHECK(store_, "group '", name, "' needs several ranks but the world has no store");
     auto store = c10::make_intrusive<c10d::PrefixStore>(
-        "kuafu/" + name + (generation ? "#" + std::to_string(generation) : std::string()), store_);
+        "kuafu/" + key + (generation ? "#" + std::to_string(generation) : std::string()), store_);
     backend = make_backend(store, group_rank, group_size);
   }
   auto group = std::make_shared<ProcessGroup>(name, std::move(global_ranks), group_rank, std::move(backend), kind_,

@@ -102,7 +102,7 @@ class World {
   GroupPtr world_group_;
   mutable std::mutex groups_mutex_;
   mutable std::vector<GroupPtr> groups_;
-  mutable std::map<std::string, int> created_;  // groups created so far, by name
+  mutable std::map<std::string, int> created_;  // groups created so far, by name and members
 };
 
 }  // namespace kuafu::dist

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,36 @@ inline void expect_same_tensors(const io::SafetensorsFile& actual, const io::Saf
     const double scale = std::max(floor, tensor.abs().max().item<double>());
     EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
   }
+}
+
+// Each step's gradients of the run whose out_dir is `run`, trained by plain SGD at `lr` (no momentum, decay
+// or clipping) with a checkpoint after every step: step s's is (w[s-1] - w[s]) / lr, w[0] the weights of
+// `initial` (the run's seeded model).
+inline std::vector<std::map<std::string, torch::Tensor>> sgd_step_gradients(const std::filesystem::path& run,
+                                                                            torch::nn::Module& initial, int steps, double lr) {
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : initial.named_parameters()) before[item.key()] = item.value().detach().clone();
+  std::vector<std::map<std::string, torch::Tensor>> out;
+  for (int s = 1; s <= steps; ++s) {
+    const io::SafetensorsFile weights = checkpoint_weights(run, s);
+    std::map<std::string, torch::Tensor> grads;
+    for (const auto& [key, w] : before) {
+      const torch::Tensor* after = weights.find(key);
+      EXPECT_TRUE(after) << run << " step " << s << " lacks " << key;
+      if (!after) continue;
+      grads[key] = (w - after->to(w.scalar_type())) / lr;
+      before[key] = *after;
+    }
+    out.push_back(grads);
+  }
+  return out;
+}
+
+// Every gradient of `expected` within `tolerance` x max(1, its largest magnitude).
+inline void expect_same_gradients(const std::map<std::string, torch::Tensor>& actual,
+                                  const std::map<std::string, torch::Tensor>& expected, double tolerance, const std::string& what) {
+  auto as_file = [](const std::map<std::string, torch::Tensor>& grads) { return io::SafetensorsFile{{grads.begin(), grads.end()}, {}}; };
+  expect_same_tensors(as_file(actual), as_file(expected), tolerance, /*floor=*/1.0, what);
 }
 
 }  // namespace kuafu::testing

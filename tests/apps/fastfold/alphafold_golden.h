@@ -9,11 +9,13 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
 #include "apps/fastfold/alphafold_model.h"
 #include "apps/fastfold/evoformer.h"
+#include "apps/fastfold/fold_data.h"
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_losses.h"
 #include "core/io/npz.h"
@@ -64,6 +66,14 @@ namespace kuafu::fold::testing {
 
 // The tiny model of the golden config.json: c_m 16, c_z 8, c_s 16, c_e 8, 2 Evoformer blocks, 1 extra-MSA
 // block, 2 heads, IPA 2 heads of 4 scalar and 2/3 points, 2 structure layers.
+// `count` chains of Debian's ProMod3 structure database (every 997th), backbone only, no MSA beyond themselves.
+inline std::vector<FoldChain> database_chains(size_t count) {
+  static const StructureDb db = read_structure_db(kDebianStructureDb);
+  std::vector<FoldChain> chains;
+  for (size_t i = 0; chains.size() < count; i += 997) chains.push_back(chain_from_database(db.chain(i), std::to_string(i)));
+  return chains;
+}
+
 inline AlphaFoldSizes golden_tiny_sizes() {
   AlphaFoldSizes s;
   s.msa_channels = 16;

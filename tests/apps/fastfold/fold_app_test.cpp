@@ -18,12 +18,7 @@ namespace kuafu::fold {
 namespace {
 namespace fs = std::filesystem;
 
-std::vector<FoldChain> database_chains(size_t count) {
-  static const StructureDb db = read_structure_db(kDebianStructureDb);
-  std::vector<FoldChain> chains;
-  for (size_t i = 0; chains.size() < count; i += 997) chains.push_back(chain_from_database(db.chain(i), std::to_string(i)));
-  return chains;
-}
+using testing::database_chains;
 
 // Each row's loss depends on (seed, step, row) alone: a step's two rows in one call are the mean of the two
 // computed one at a time (float32, the same operations: 1e-6 relative).

@@ -64,6 +64,69 @@ TEST(StructureMetricsTest, TheIdealHelixHasAHelixsDistances) {
   EXPECT_NEAR((ca[3] - ca[0]).norm().item<double>(), 5.0, 0.25);
 }
 
+// The dihedral a-b-c-d (IUPAC's sign), radians in (-π, π]: atan2(|b2| b1·(b2 × b3), (b1 × b2)·(b2 × b3)).
+double dihedral_of(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, const torch::Tensor& d) {
+  const torch::Tensor b1 = b - a, b2 = c - b, b3 = d - c;
+  const torch::Tensor n1 = torch::cross(b1, b2, 0), n2 = torch::cross(b2, b3, 0);
+  return std::atan2((b2.norm() * b1.dot(n2)).item<double>(), n1.dot(n2).item<double>());
+}
+
+double angle_difference(double x, double y) { return std::abs(std::remainder(x - y, 2 * M_PI)); }
+
+// A backbone built from dihedrals has exactly those dihedrals and Engh & Huber's bonds; a real stretch
+// (d1crj's first 20 residues) rebuilt from its own dihedrals lies within 1.5 Å of itself and far closer than
+// its mirror image; the secondary-structure baseline's helix fits a real α-helix within 0.5 Å.
+TEST(StructureMetricsTest, BackbonesBuiltFromDihedralsHaveThem) {
+  auto g = at::detail::createCPUGenerator(4);
+  const int64_t n = 12;
+  const torch::Tensor phi = (torch::rand({n}, g, torch::kFloat64) * 2 - 1) * M_PI, psi = (torch::rand({n}, g, torch::kFloat64) * 2 - 1) * M_PI;
+  torch::Tensor omega = torch::full({n}, M_PI, torch::kFloat64);
+  omega[5] = 0.0;  // one cis peptide
+  const torch::Tensor bb = backbone_from_dihedrals(phi, psi, omega);  // [n, 3 (N, CA, C), 3]
+  for (int64_t r = 0; r + 1 < n; ++r) {
+    const auto atom = [&](int64_t i, int a) { return bb[i][a]; };
+    EXPECT_NEAR((atom(r, 1) - atom(r, 0)).norm().item<double>(), 1.458, 1e-9);
+    EXPECT_NEAR((atom(r, 2) - atom(r, 1)).norm().item<double>(), 1.525, 1e-9);
+    EXPECT_NEAR((atom(r + 1, 0) - atom(r, 2)).norm().item<double>(), 1.329, 1e-9);
+    EXPECT_LT(angle_difference(dihedral_of(atom(r, 0), atom(r, 1), atom(r, 2), atom(r + 1, 0)), psi[r].item<double>()), 1e-9);
+    EXPECT_LT(angle_difference(dihedral_of(atom(r, 1), atom(r, 2), atom(r + 1, 0), atom(r + 1, 1)), omega[r].item<double>()), 1e-9);
+    EXPECT_LT(angle_difference(dihedral_of(atom(r, 2), atom(r + 1, 0), atom(r + 1, 1), atom(r + 1, 2)), phi[r + 1].item<double>()), 1e-9);
+  }
+
+  // d1crj's first 20 residues (its N-terminal helix and the loop after it) from their own dihedrals.
+  const ChainAtoms chain = chain_atoms(read_pdb("/usr/share/doc/theseus/examples/cytochromes/d1crj__.pdb.gz").chains.at(0));
+  const int64_t m = 20;
+  const torch::Tensor x = chain.positions.narrow(0, 0, m).to(torch::kFloat64);  // [m, 37, 3]: N, CA, C first
+  torch::Tensor true_phi = torch::zeros({m}, torch::kFloat64), true_psi = torch::zeros({m}, torch::kFloat64);
+  torch::Tensor true_omega = torch::full({m}, M_PI, torch::kFloat64);
+  for (int64_t r = 0; r + 1 < m; ++r) {
+    true_psi[r] = dihedral_of(x[r][0], x[r][1], x[r][2], x[r + 1][0]);
+    true_omega[r] = dihedral_of(x[r][1], x[r][2], x[r + 1][0], x[r + 1][1]);
+    true_phi[r + 1] = dihedral_of(x[r][2], x[r + 1][0], x[r + 1][1], x[r + 1][2]);
+  }
+  const torch::Tensor rebuilt = backbone_from_dihedrals(true_phi, true_psi, true_omega).select(1, 1);
+  const StructureScores back = structure_scores(rebuilt, x.select(1, 1), torch::ones({m}));
+  const torch::Tensor mirror = backbone_from_dihedrals(-true_phi, -true_psi, true_omega).select(1, 1);
+  const double mirror_rmsd = structure_scores(mirror, x.select(1, 1), torch::ones({m})).rmsd_ca;
+  std::cout << "d1crj 1-20 rebuilt from its dihedrals: Ca RMSD " << back.rmsd_ca << " A (its mirror image's: " << mirror_rmsd
+            << " A)" << std::endl;
+  // Only the bond angles are ideal (their few degrees of error add up along 20 residues: ~1 Å).
+  EXPECT_LT(back.rmsd_ca, 1.5);
+  EXPECT_GT(mirror_rmsd, 3 * back.rmsd_ca);
+
+  // The secondary-structure baseline's helix over a real α-helix (the first of >= 12 residues in the
+  // database's chains by their DSSP): right-handed, a helix's rise and turn.
+  const FoldChain db = testing::database_chains(1)[0];
+  const size_t start = db.dssp.find("HHHHHHHHHHHH");
+  ASSERT_NE(start, std::string::npos) << db.dssp;
+  const torch::Tensor true_helix = db.positions.select(1, 1).narrow(0, static_cast<int64_t>(start), 12).to(torch::kFloat64);
+  const StructureScores helix_fit = structure_scores(secondary_structure_ca(std::string(12, 'H')), true_helix, torch::ones({12}));
+  std::cout << "ideal helix over a real one: Ca RMSD " << helix_fit.rmsd_ca << " A" << std::endl;
+  EXPECT_LT(helix_fit.rmsd_ca, 0.5);
+  const torch::Tensor strand = secondary_structure_ca(std::string(6, 'E'));
+  EXPECT_NEAR((strand[2] - strand[0]).norm().item<double>(), 6.6, 0.4);  // a β-strand's i, i+2 span
+}
+
 TEST(StructureMetricsTest, SuperpositionUndoesAKnownMotion) {
   auto g = at::detail::createCPUGenerator(2);
   const torch::Tensor points = torch::randn({20, 3}, g, torch::kFloat64) * 5;

@@ -49,14 +49,7 @@ std::map<std::string, torch::Tensor> gradients_of(torch::nn::Module& model) {
   return grads;
 }
 
-// Every gradient of `expected` within `tolerance` x max(1, its largest magnitude).
-void expect_same_gradients(const std::map<std::string, torch::Tensor>& actual,
-                           const std::map<std::string, torch::Tensor>& expected, double tolerance, const std::string& what) {
-  auto as_file = [](const std::map<std::string, torch::Tensor>& grads) {
-    return io::SafetensorsFile{{grads.begin(), grads.end()}, {}};
-  };
-  testing::expect_same_tensors(as_file(actual), as_file(expected), tolerance, /*floor=*/1.0, what);
-}
+using testing::expect_same_gradients;
 
 TEST(BlockStrategiesTest, ABlockOfSeveralTensorsHasOneBackwardBracket) {
   torch::nn::Linear a(3, 3), b(3, 3);
@@ -266,22 +259,7 @@ void train_model(const std::string& prefix, const std::string& name, const std::
 
 // Step s's gradients of run `name`: (w[s-1] - w[s]) / lr, w[0] the seeded initial weights.
 std::vector<std::map<std::string, torch::Tensor>> step_gradients(const std::string& name, torch::nn::Module& initial) {
-  std::map<std::string, torch::Tensor> before;
-  for (const auto& item : initial.named_parameters()) before[item.key()] = item.value().detach().clone();
-  std::vector<std::map<std::string, torch::Tensor>> steps;
-  for (int s = 1; s <= kSteps; ++s) {
-    const io::SafetensorsFile weights = testing::checkpoint_weights(run_root() / name, s);
-    std::map<std::string, torch::Tensor> grads;
-    for (const auto& [key, w] : before) {
-      const torch::Tensor* after = weights.find(key);
-      EXPECT_TRUE(after) << name << " step " << s << " lacks " << key;
-      if (!after) continue;
-      grads[key] = (w - *after) / kLr;
-      before[key] = *after;
-    }
-    steps.push_back(grads);
-  }
-  return steps;
+  return testing::sgd_step_gradients(run_root() / name, initial, kSteps, kLr);
 }
 
 template <typename Model>
