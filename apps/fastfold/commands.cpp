@@ -1,5 +1,6 @@
 #include "apps/fastfold/commands.h"
 
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -64,7 +65,7 @@ class FoldApp : public train::App {
   }
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
-    const StructureDb db = read_structure_db(settings_.structure_db, StructureDbParts{});
+    const DatabaseSource db = DatabaseSource::file(settings_.structure_db);  // read only without a current feature cache
     const bool profiles = settings_.profile_rows > 0;
     std::vector<FoldChain> train = read_prepared_split(settings_.data_dir, "train", db, profiles);
     std::vector<FoldChain> val = read_prepared_split(settings_.data_dir, "val", db, profiles);
@@ -229,7 +230,7 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   KUAFU_CHECK(truth.empty() || !id.empty(), "--truth needs --chain (a prepared chain has a truth to write)");
   const FoldSettings settings = read_fold_settings(config);
   const FoldChain chain = id.empty() ? query_chain(command.option("fasta"), command.option("pdb"), command.option("a3m"))
-                                     : read_prepared_chain(settings.data_dir, id, read_structure_db(settings.structure_db),
+                                     : read_prepared_chain(settings.data_dir, id, DatabaseSource::file(settings.structure_db),
                                                            settings.profile_rows > 0);
   // Under the launcher with parallel.dap.size = the number of ranks, every rank predicts the chain on its
   // rows of the MSA and pair (FastFold's DAP inference: each holds 1/n of the activations); rank 0 writes.
@@ -274,11 +275,16 @@ int run_fold_app(int argc, const char* const argv[]) {
   app.before = {
       {"prepare", "choose chains from ProMod3's structure database, split them by sequence identity and build their MSAs (mmseqs2)",
        [](const config::Config& config, const config::ParsedCommand&) {
-         const DataRecipeSummary s = run_data_recipe(read_recipe_options(config));
-         std::cout << nlohmann::json{{"dir", config.get_string("data.dir")}, {"chains", s.chains}, {"clusters", s.clusters},
+         const DataRecipeOptions options = read_recipe_options(config);
+         const DataRecipeSummary s = run_data_recipe(options);
+         const auto start = std::chrono::steady_clock::now();
+         const std::string cache = write_prepared_cache(options.out_dir, DatabaseSource::file(options.structure_db));
+         const double cache_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+         std::cout << nlohmann::json{{"dir", options.out_dir}, {"chains", s.chains}, {"clusters", s.clusters},
                                      {"groups", s.groups}, {"train", s.split_chains[0]}, {"val", s.split_chains[1]},
                                      {"test", s.split_chains[2]}, {"msa_median_depth", s.msa_median_depth},
-                                     {"seconds", s.total_seconds}}.dump()
+                                     {"feature_cache", cache}, {"cache_seconds", cache_seconds},
+                                     {"seconds", s.total_seconds + cache_seconds}}.dump()
                    << std::endl;
        }},
       {"predict", "predict a structure from a sequence (--fasta, --pdb or a prepared --chain) and an MSA (--a3m) into a PDB "

@@ -8,9 +8,11 @@
 #include <torch/torch.h>
 
 #include "apps/fastfold/alignment_files.h"
+#include "apps/fastfold/feature_cache.h"
 #include "apps/fastfold/residue_types.h"
 #include "apps/fastfold/rigid.h"
 #include "apps/fastfold/structure_labels.h"
+#include "core/util/atomic_file.h"
 #include "core/util/error.h"
 
 namespace kuafu::fold {
@@ -132,17 +134,31 @@ FoldExample pad_example(const FoldExample& example, int64_t multiple) {
   return padded;
 }
 
+DatabaseSource DatabaseSource::file(const std::string& path) {
+  DatabaseSource source;
+  source.path_ = path;
+  return source;
+}
+
+const StructureDb& DatabaseSource::get() const {
+  if (db_) return *db_;
+  if (!read_) read_ = std::make_shared<StructureDb>(read_structure_db(path_));  // read once
+  return *read_;
+}
+
 namespace {
 
-// The chains of chains.tsv that `keep(id, split)` selects, with their backbones, MSAs and (when asked)
-// profiles; only those are read.
-std::vector<FoldChain> read_prepared_chains(const std::string& folder, const StructureDb& db, bool with_profiles,
-                                            const std::function<bool(const std::string& id, const std::string& split)>& keep) {
+using ChainFilter = std::function<bool(const std::string& id, const std::string& split)>;
+
+// Every chain of chains.tsv that `keep(id, split)` selects, with its split, from the folder's sources: its
+// backbone (and profile, when asked) from the database and its MSA from its a3m file; only those are read.
+std::vector<SplitChain> read_from_sources(const std::string& folder, const DatabaseSource& source, bool with_profiles,
+                                          const ChainFilter& keep) {
   const std::filesystem::path dir(folder);
   const std::filesystem::path table = dir / "chains.tsv";
   std::ifstream in(table);
   KUAFU_CHECK(in, table.string(), ": cannot be read (run `kuafu-fold prepare` to make ", folder, ")");
-  std::vector<FoldChain> chains;
+  std::vector<SplitChain> chains;
   std::string line;
   int line_number = 0;
   while (std::getline(in, line)) {
@@ -159,6 +175,7 @@ std::vector<FoldChain> read_prepared_chains(const std::string& folder, const Str
     } catch (const std::exception&) {
       throw Error(table.string() + ":" + std::to_string(line_number) + ": db_index '" + index + "' is not a number");
     }
+    const StructureDb& db = source.get();
     KUAFU_CHECK(db_index < db.num_chains(), table.string(), ":", line_number, ": chain ", id, " has db_index ", db_index,
                 ", past the structure database's ", db.num_chains(), " chains (", db.path(), ")");
     FoldChain chain = chain_from_database(db.chain(db_index), id);
@@ -176,23 +193,41 @@ std::vector<FoldChain> read_prepared_chains(const std::string& folder, const Str
                   ": its first row is not chain ", id, "'s sequence in the structure database");
       chain.msa = msa_tensors(msa);
     }
-    chains.push_back(std::move(chain));
+    chains.push_back({std::move(chain), chain_split});
   }
+  return chains;
+}
+
+std::vector<FoldChain> read_prepared_chains(const std::string& folder, const DatabaseSource& db, bool with_profiles, const ChainFilter& keep) {
+  const std::filesystem::path dir(folder);
+  const std::filesystem::path table = dir / "chains.tsv";
+  KUAFU_CHECK(std::filesystem::exists(table), table.string(), ": cannot be read (run `kuafu-fold prepare` to make ", folder, ")");
+  if (auto cached = read_feature_cache((dir / kFeatureCacheFile).string(), file_crc32(table.string()), with_profiles, keep)) return *cached;
+  std::vector<FoldChain> chains;
+  for (SplitChain& item : read_from_sources(folder, db, with_profiles, keep)) chains.push_back(std::move(item.chain));
   return chains;
 }
 
 }  // namespace
 
-std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const DatabaseSource& db,
                                            bool with_profiles) {
   return read_prepared_chains(folder, db, with_profiles, [&split](const std::string&, const std::string& s) { return s == split; });
 }
 
-FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const StructureDb& db, bool with_profiles) {
+FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const DatabaseSource& db, bool with_profiles) {
   std::vector<FoldChain> found =
       read_prepared_chains(folder, db, with_profiles, [&id](const std::string& chain, const std::string&) { return chain == id; });
   KUAFU_CHECK(!found.empty(), "no chain ", id, " in ", (std::filesystem::path(folder) / "chains.tsv").string());
   return std::move(found.front());
+}
+
+std::string write_prepared_cache(const std::string& folder, const DatabaseSource& db) {
+  const std::filesystem::path dir(folder);
+  const std::string table = (dir / "chains.tsv").string(), path = (dir / kFeatureCacheFile).string();
+  write_feature_cache(path, read_from_sources(folder, db, /*with_profiles=*/true, [](const std::string&, const std::string&) { return true; }),
+                      file_crc32(table));
+  return path;
 }
 
 }  // namespace kuafu::fold

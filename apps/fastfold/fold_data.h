@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,30 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
 // outputs and the loss are unchanged. Dynamic axial parallelism needs the multiple of its group's size.
 FoldExample pad_example(const FoldExample& example, int64_t multiple);
 
-// One split of a prepared folder: chains.tsv's chains of `split` with their a3m files, backbones from `db`.
-// kuafu::Error naming the folder's file for a missing or malformed entry, or a chain the database lacks.
-// `with_profiles`: each chain's HHblits profile read from the database too.
-std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const StructureDb& db,
+// Where a prepared folder's backbones come from: a structure database at hand, or its file, read when first
+// needed (a folder with a current feature cache never needs it).
+class DatabaseSource {
+ public:
+  DatabaseSource(const StructureDb& db) : db_(&db) {}  // NOLINT(google-explicit-constructor): a database at hand
+  static DatabaseSource file(const std::string& path);
+  const StructureDb& get() const;
+
+ private:
+  DatabaseSource() = default;
+  const StructureDb* db_ = nullptr;
+  std::string path_;
+  mutable std::shared_ptr<StructureDb> read_;
+};
+
+// One split of a prepared folder: chains.tsv's chains of `split`, from the folder's feature cache
+// (feature_cache.h) when it has one made from this chains.tsv, else with their a3m files and backbones from
+// `db`. kuafu::Error naming the folder's file for a missing or malformed entry, or a chain the database
+// lacks. `with_profiles`: each chain's HHblits profile too.
+std::vector<FoldChain> read_prepared_split(const std::string& folder, const std::string& split, const DatabaseSource& db,
                                            bool with_profiles = false);
 // The chain `id` of a prepared folder, whatever its split; kuafu::Error when chains.tsv has none.
-FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const StructureDb& db, bool with_profiles = false);
+FoldChain read_prepared_chain(const std::string& folder, const std::string& id, const DatabaseSource& db, bool with_profiles = false);
+// Writes the folder's feature cache from its sources (every chain, with its profile); returns its path.
+std::string write_prepared_cache(const std::string& folder, const DatabaseSource& db);
 
 }  // namespace kuafu::fold

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include <torch/csrc/autograd/grad_mode.h>
+
 #include "core/memory/gemini.h"
 #include "core/memory/memory_meter.h"
 #include "core/util/error.h"
@@ -108,7 +110,11 @@ void Gemini::make_room(int64_t bytes, const std::vector<int64_t>& keep) {
 void Gemini::begin_call(const hooks::BlockCall& call, bool backward, const std::vector<int64_t>& chunks) {
   in_use_chunks_ = chunks;
   if (!tracks_memory()) return;
-  const std::string key = call.name + (backward ? "/bwd" : "/fwd");
+  // A forward without gradient (a recycling iteration before the last, evaluation) keeps no activations
+  // for backward: it is traced apart, so that a step with another number of them still finds each call's
+  // own figures (the trained forward's calls are the same in every step).
+  const bool tracked_forward = !backward && torch::GradMode::is_enabled();
+  const std::string key = call.name + (backward ? "/bwd" : tracked_forward ? "/fwd" : "/fwd-no-grad");
   call_ = -1;
   if (tracing_) {
     call_keys_.push_back(key);
@@ -116,12 +122,18 @@ void Gemini::begin_call(const hooks::BlockCall& call, bool backward, const std::
     call_non_model_.push_back(0);
     call_ = static_cast<int64_t>(call_keys_.size()) - 1;
   } else if (warmed_up_) {
-    // Where this call sits in the traced micro-step (evaluation runs forward calls only).
+    // Where this call sits in the traced micro-step, searched from where the last one was; a forward
+    // without gradient that the trace never saw (evaluation) takes its traced forward's place.
     const int64_t calls = static_cast<int64_t>(call_keys_.size());
-    for (int64_t k = 0; k < calls && call_ < 0; ++k) {
-      const int64_t t = (next_call_ + k) % calls;
-      if (call_keys_[t] == key) call_ = t;
-    }
+    const auto find = [&](const std::string& wanted) {
+      for (int64_t k = 0; k < calls; ++k) {
+        const int64_t t = (next_call_ + k) % calls;
+        if (call_keys_[t] == wanted) return t;
+      }
+      return int64_t{-1};
+    };
+    call_ = find(key);
+    if (call_ < 0 && !backward && !tracked_forward) call_ = find(call.name + "/fwd");
     if (call_ >= 0) next_call_ = call_ + 1;
   }
   sample_non_model();

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <tuple>
 
 #include <torch/torch.h>
 
 #include "apps/fastfold/commands.h"
+#include "apps/fastfold/feature_cache.h"
 #include "apps/fastfold/fold_task.h"
 #include "apps/fastfold/pdb_file.h"
 #include "core/util/error.h"
@@ -98,6 +100,68 @@ TEST(FoldDataTest, ProfileRowsFollowTheDatabasesProfile) {
   const torch::Tensor frequencies = torch::one_hot(rows.rows, kResidueTypes + 1).to(torch::kFloat32).mean(0);  // [R, 21]
   const torch::Tensor expected = chain.profile / chain.profile.sum(-1, true);
   EXPECT_LT((frequencies - expected).abs().max().item<float>(), 0.02);
+}
+
+// A prepared folder read through its feature cache gives the chains its sources give, tensor for tensor,
+// without opening the structure database; a cache made from another chains.tsv is passed over, and one
+// that is not HDF5 is named.
+TEST(FoldDataTest, TheFeatureCacheGivesTheSourcesChains) {
+  static const StructureDb db = read_structure_db(kDebianStructureDb);
+  const fs::path dir = fs::path(::testing::TempDir()) / "fold_feature_cache";
+  fs::remove_all(dir);
+  fs::create_directories(dir / "msas");
+  const std::vector<size_t> indices = {4915, 100, 997, 1994};
+  std::ofstream table(dir / "chains.tsv");
+  table << "chain_id\tdb_index\tlength\tsplit\tcluster\tgroup\n";
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::string id = "C" + std::to_string(i), sequence = db.chain(indices[i]).sequence;
+    table << id << "\t" << indices[i] << "\t" << sequence.size() << "\t" << (i < 3 ? "train" : "val") << "\tx\tx\n";
+    if (i % 2 == 1) continue;  // the others without an a3m: the sequence alone
+    // Two more rows: one with a gap and insertions (deletion counts 2 and 1), one a shifted copy.
+    std::string gapped = sequence, shifted = sequence.substr(1) + "A";
+    gapped[3] = '-';
+    gapped.insert(6, "kl");
+    gapped.insert(10, "m");
+    std::ofstream(dir / "msas" / (id + ".a3m")) << ">" << id << "\n" << sequence << "\n>h1\n" << gapped << "\n>h2\n" << shifted << "\n";
+  }
+  table.close();
+  const auto splits = [&](const DatabaseSource& source) {
+    std::vector<FoldChain> all = read_prepared_split(dir.string(), "train", source, /*with_profiles=*/true);
+    for (FoldChain& c : read_prepared_split(dir.string(), "val", source, /*with_profiles=*/true)) all.push_back(std::move(c));
+    return all;
+  };
+  const std::vector<FoldChain> sources = splits(db);
+  const std::string cache = write_prepared_cache(dir.string(), db);
+  EXPECT_EQ(fs::path(cache).filename(), kFeatureCacheFile);
+  // A database that does not exist: reading it would fail, so every chain below comes from the cache.
+  const DatabaseSource nowhere = DatabaseSource::file((dir / "no_database.dat").string());
+  const std::vector<FoldChain> cached = splits(nowhere);
+  ASSERT_EQ(cached.size(), sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const FoldChain &a = cached[i], &b = sources[i];
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.sequence, b.sequence);
+    EXPECT_EQ(a.dssp, b.dssp);
+    for (const auto& [x, y, what] : {std::tuple{a.aatype, b.aatype, "aatype"}, {a.residue_index, b.residue_index, "residue_index"},
+                                     {a.positions, b.positions, "positions"}, {a.mask, b.mask, "mask"}, {a.profile, b.profile, "profile"},
+                                     {a.msa.rows, b.msa.rows, "msa rows"}, {a.msa.deletions, b.msa.deletions, "deletions"}}) {
+      EXPECT_TRUE(x.scalar_type() == y.scalar_type() && torch::equal(x, y)) << a.id << " " << what;
+    }
+  }
+  EXPECT_EQ(sources[0].msa.deletions.max().item<float>(), 2.0f);  // the a3m's insertions counted
+  EXPECT_TRUE(read_prepared_chain(dir.string(), "C2", nowhere).msa.rows.size(0) == 3);
+  // chains.tsv changed after the cache was made: the cache is passed over (the sources are read again).
+  std::ofstream(dir / "chains.tsv", std::ios::app) << "C9\t5\t" << db.chain(5).sequence.size() << "\tval\tx\tx\n";
+  EXPECT_THROW(read_prepared_split(dir.string(), "val", nowhere), Error);
+  EXPECT_EQ(read_prepared_split(dir.string(), "val", db).size(), 2u);
+  // A cache file that is not HDF5 is named.
+  std::ofstream(cache, std::ios::trunc) << "not hdf5";
+  try {
+    read_prepared_split(dir.string(), "val", db);
+    ADD_FAILURE() << "a corrupt feature cache was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("features.h5"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FoldAppTest, BadInputsAreNamed) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "core/memory/gemini.h"
@@ -27,10 +28,13 @@ struct TwoBlocks : torch::nn::Module {
     second = register_module("second", torch::nn::Linear(32, 32));
   }
 
-  torch::Tensor forward(hooks::BlockHooks* hooks, const torch::Tensor& input, int64_t scratch_bytes) {
+  // `inside`: called in the first block while it computes.
+  torch::Tensor forward(hooks::BlockHooks* hooks, const torch::Tensor& input, int64_t scratch_bytes,
+                        const std::function<void()>& inside = nullptr) {
     const torch::Tensor hidden = hooks::run_block(hooks, {"first", {first.get()}}, input, [&](const torch::Tensor& x) {
       const torch::Tensor scratch = torch::ones({scratch_bytes / 4 + 1});  // float32, filled: its pages are real
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (inside) inside();
       return first(x) * (scratch[0].item<float>());  // the scratch is gone when the block returns
     });
     return hooks::run_block(hooks, {"second", {second.get()}}, hidden,
@@ -71,6 +75,37 @@ TEST(GeminiTraceTest, ATemporaryFreedInsideABlockCountsTowardsTheDeviceBudget) {
   const std::string message = testing::error_message([&] { warm_up(gemini, model, kScratchBytes); });
   EXPECT_TRUE(testing::Contains(message, "memory.device_budget_mb")) << message;
   EXPECT_TRUE(testing::Contains(message, "block call 'first/fwd'")) << message;
+}
+
+// A forward without gradient (recycling's iterations before the last) is traced apart from the trained
+// forward, so a step with another number of them still plans each call by its own kind. The warm-up runs
+// the first block once without gradient (no scratch) and once with (the scratch); later steps run it with
+// gradient only, or three times without first: while it computes, the ledger holds the traced scratch for
+// the trained call and not for the others. (Keyed by block name alone, the trained call of the second step
+// took the untrained one's place in the trace, and its figure.)
+TEST(GeminiTraceTest, ForwardsWithoutGradientAreTracedApart) {
+  TwoBlocks model;
+  Gemini gemini(model, dist::World::single()->world_group(), auto_placement(int64_t{1} << 34));  // tracked, never binding
+  torch::manual_seed(3);
+  const torch::Tensor input = torch::randn({4, 32}).to(torch::kBFloat16).requires_grad_();
+  int64_t trained = 0, untrained = 0;  // the non-model bytes planned while the first block computed
+  const auto step = [&](int untrained_passes) {
+    gemini.begin_backward(/*sync=*/true);
+    for (int i = 0; i < untrained_passes; ++i) {
+      torch::NoGradGuard no_grad;
+      model.forward(&gemini, input, 0, [&] { untrained = std::max(untrained, gemini.ledger().non_model_bytes()); });
+    }
+    model.forward(&gemini, input, kScratchBytes, [&] { trained = gemini.ledger().non_model_bytes(); }).sum().backward();
+    gemini.finish_backward();
+  };
+  step(1);
+  ASSERT_TRUE(gemini.warmed_up());
+  for (int passes : {0, 3}) {
+    trained = untrained = 0;
+    step(passes);
+    EXPECT_GE(trained, kScratchBytes) << passes << " passes without gradient first";
+    EXPECT_LT(untrained, kScratchBytes / 2) << passes << " passes without gradient first";
+  }
 }
 
 // Only rank 0's block makes the scratch: rank 1 measures nothing, yet takes rank 0's figure, and both
