@@ -6,13 +6,13 @@
 # 30% identity of them) with every recycling iteration and with none, against the ideal-helix and
 # secondary-structure baselines. One JSON line per (seed, recycles at evaluation); the curves are in each
 # run's metrics.jsonl (scripts/report).
-# Usage: benchmarks/fold_learning_study.sh [build dir = build] [out = runs/fold_study]   (SEEDS="0 1", STEPS=4500, MAX_RECYCLES=2)
+# Usage: benchmarks/fold_learning_study.sh [build dir = build] [out = runs/fold_study]   (SEEDS="0 1", STEPS=6000, MAX_RECYCLES=2)
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/fold_study}
 fold="$build/apps/fastfold/kuafu-fold"
 config="$(dirname "$0")/../apps/fastfold/configs/tiny.toml"
-steps=${STEPS:-4500}
+steps=${STEPS:-6000}
 recycles=${MAX_RECYCLES:-2}
 [[ -d data/fastfold_tiny ]] || "$fold" prepare --config "$config"
 sets() {  # the run of seed $1, recycling up to $2

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "core/train/runtime.h"
+#include "core/train/trainer.h"
 
 namespace kuafu::testing {
 
@@ -75,6 +77,28 @@ inline void expect_same_tensors(const io::SafetensorsFile& actual, const io::Saf
     const double scale = std::max(floor, tensor.abs().max().item<double>());
     EXPECT_LE((*found - tensor).abs().max().item<double>(), relative * scale) << what << " " << name;
   }
+}
+
+// The config of a run whose gradients sgd_step_gradients can read back: `steps` steps of plain SGD at `lr`
+// (no momentum, decay, clipping or schedule) in float64 on one CPU thread, batches of `batch_size` rows in one
+// micro-batch, a checkpoint after every step into `out_dir`, no evaluation before the end; `overrides`
+// ("key=value" lines) over that.
+inline config::Config sgd_float64_config(const std::filesystem::path& out_dir, int steps, double lr, int batch_size,
+                                         const std::string& overrides) {
+  config::Schema schema;
+  train::add_runtime_schema(schema);
+  train::add_trainer_schema(schema);
+  const std::string text = "[train]\nsteps = " + std::to_string(steps) + "\nbatch_size = " + std::to_string(batch_size) +
+                           "\nmicro_batch_size = " + std::to_string(batch_size) + "\neval_rows = " + std::to_string(batch_size) +
+                           "\neval_interval = 0\ncheckpoint_interval = 1\nkeep_checkpoints = " + std::to_string(steps + 2) +
+                           "\nprogress = \"plain\"\nout_dir = \"" + out_dir.string() +
+                           "\"\n[optim]\nname = \"sgd\"\nmomentum = 0.0\nweight_decay = 0.0\ngrad_clip = 0.0\nlr = " +
+                           std::to_string(lr) + "\nwarmup_steps = 0\nschedule = \"constant\"\n[precision]\ndtype = \"fp64\"\n"
+                           "[runtime]\nthreads = 1\ndevice = \"cpu\"\n[dist]\ntimeout_s = 60\n";
+  std::vector<std::string> lines;
+  std::istringstream in(overrides);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return config::Config::from_string(text, out_dir.filename().string() + ".toml", schema, lines);
 }
 
 // Each step's gradients of the run whose out_dir is `run`, trained by plain SGD at `lr` (no momentum, decay

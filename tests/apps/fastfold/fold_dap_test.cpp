@@ -213,19 +213,7 @@ constexpr double kLr = 0.05;
 fs::path dap_run_root() { return kuafu::testing::shared_test_dir("fold_dap"); }
 
 config::Config dap_run_config(const std::string& name, const std::string& overrides) {
-  config::Schema schema;
-  train::add_runtime_schema(schema);
-  train::add_trainer_schema(schema);
-  const std::string text = "[train]\nsteps = " + std::to_string(kSteps) +
-                           "\nbatch_size = 2\nmicro_batch_size = 2\neval_interval = 0\ncheckpoint_interval = 1\n"
-                           "keep_checkpoints = 5\nprogress = \"plain\"\nout_dir = \"" + (dap_run_root() / name).string() +
-                           "\"\n[optim]\nname = \"sgd\"\nmomentum = 0.0\nweight_decay = 0.0\ngrad_clip = 0.0\nlr = " +
-                           std::to_string(kLr) + "\nwarmup_steps = 0\nschedule = \"constant\"\n[precision]\ndtype = \"fp64\"\n"
-                           "[runtime]\nthreads = 1\ndevice = \"cpu\"\n[dist]\ntimeout_s = 60\n";
-  std::vector<std::string> lines;
-  std::istringstream in(overrides);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return config::Config::from_string(text, name + ".toml", schema, lines);
+  return kuafu::testing::sgd_float64_config(dap_run_root() / name, kSteps, kLr, 2, overrides);
 }
 
 AlphaFold seeded_model(const FoldSettings& settings) {

@@ -156,19 +156,7 @@ constexpr double kLr = 0.1;
 fs::path run_root() { return testing::shared_test_dir("block_strategies"); }
 
 config::Config run_config(const std::string& name, const std::string& extra) {
-  config::Schema schema;
-  add_runtime_schema(schema);
-  add_trainer_schema(schema);
-  const std::string text = "[train]\nsteps = " + std::to_string(kSteps) +
-                           "\nbatch_size = 8\nmicro_batch_size = 8\neval_rows = 8\ncheckpoint_interval = 1\n"
-                           "keep_checkpoints = 5\nprogress = \"plain\"\nout_dir = \"" + (run_root() / name).string() +
-                           "\"\n[optim]\nname = \"sgd\"\nmomentum = 0.0\nweight_decay = 0.0\ngrad_clip = 0.0\nlr = " +
-                           std::to_string(kLr) + "\nwarmup_steps = 0\nschedule = \"constant\"\n[precision]\ndtype = \"fp64\"\n"
-                           "[runtime]\nthreads = 1\ndevice = \"cpu\"\n[dist]\ntimeout_s = 60\n";
-  std::vector<std::string> overrides;
-  std::istringstream lines(extra);
-  for (std::string line; std::getline(lines, line);) overrides.push_back(line);
-  return config::Config::from_string(text, name + ".toml", schema, overrides);
+  return testing::sgd_float64_config(run_root() / name, kSteps, kLr, 8, extra);
 }
 
 // A model of the general form with 64 fixed rows: step s trains on rows [8 s, 8 s + 8) (mod 64).
