@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/chunks.h"
 #include "core/util/error.h"
 
 namespace kuafu::fold {
@@ -119,11 +120,9 @@ TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
 }
 
 torch::Tensor TransitionImpl::forward(const torch::Tensor& x, int64_t chunk) {
-  const auto body = [this](const torch::Tensor& part) { return transition2(torch::relu(transition1(input_layer_norm(part)))); };
-  if (chunk <= 0 || chunk >= x.size(0)) return body(x);
-  std::vector<torch::Tensor> parts;
-  for (int64_t start = 0; start < x.size(0); start += chunk) parts.push_back(body(x.narrow(0, start, std::min(chunk, x.size(0) - start))));
-  return torch::cat(parts);
+  return nn::in_chunks(x.size(0), chunk, 0, [&](int64_t start, int64_t n) {
+    return transition2(torch::relu(transition1(input_layer_norm(x.narrow(0, start, n)))));
+  });
 }
 
 OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer) {
@@ -141,15 +140,11 @@ torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch:
   const torch::Tensor x = layer_norm_input(m);
   const torch::Tensor left = real * left_projection(x);                             // [S, R', c']
   const torch::Tensor right = layout.whole(real * right_projection(x), 1);          // [S, R, c']: every residue j
-  const auto rows = [&](const torch::Tensor& left_rows) {
-    const torch::Tensor outer = torch::einsum("sic,sje->ijce", {left_rows, right});  // [r, R, c', c']
-    return torch::einsum("ijce,cef->ijf", {outer, output_w});                        // [r, R, c_z]
-  };
-  const int64_t residues = left.size(1);
-  std::vector<torch::Tensor> parts;
-  const int64_t step = chunk > 0 ? chunk : residues;
-  for (int64_t start = 0; start < residues; start += step) parts.push_back(rows(left.narrow(1, start, std::min(step, residues - start))));
-  const torch::Tensor summed = (parts.size() == 1 ? parts[0] : torch::cat(parts)) + output_b;  // [R', R, c_z]
+  // Rows i of the [R', R, c', c'] outer products a chunk at a time.
+  const torch::Tensor summed = nn::in_chunks(left.size(1), chunk, 0, [&](int64_t start, int64_t n) {
+    const torch::Tensor outer = torch::einsum("sic,sje->ijce", {left.narrow(1, start, n), right});  // [n, R, c', c']
+    return torch::einsum("ijce,cef->ijf", {outer, output_w});                                       // [n, R, c_z]
+  }) + output_b;  // [R', R, c_z]
   // AlphaFold divides the sum (its bias included) by the number of sequences where both are real.
   const torch::Tensor pairs = torch::einsum("si,sj->ij", {local_mask, mask}).unsqueeze(-1);
   return summed / (pairs + 1e-3);
@@ -176,17 +171,12 @@ torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const 
   const torch::Tensor x = layer_norm_input(pair);
   const torch::Tensor b = layout.whole(real * right_projection(x) * torch::sigmoid(right_gate(x)), 0);  // [R, R, c]
   // Rows i of the update a chunk at a time (only b is held whole).
-  const int64_t residues = pair.size(0);
-  const int64_t step = chunk > 0 ? chunk : residues;
-  std::vector<torch::Tensor> parts;
-  for (int64_t start = 0; start < residues; start += step) {
-    const int64_t n = std::min(step, residues - start);
+  const torch::Tensor out = nn::in_chunks(pair.size(0), chunk, 0, [&](int64_t start, int64_t n) {
     const torch::Tensor xs = x.narrow(0, start, n), rs = real.narrow(0, start, n);
     const torch::Tensor a = rs * left_projection(xs) * torch::sigmoid(left_gate(xs));  // [n, R, c]
     const torch::Tensor update = torch::einsum("ikc,jkc->ijc", {a, b});                 // [n, R, c]
-    parts.push_back(output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(xs)));
-  }
-  const torch::Tensor out = parts.size() == 1 ? parts[0] : torch::cat(parts);
+    return output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(xs));
+  });
   return outgoing ? out : out.transpose(0, 1);
 }
 

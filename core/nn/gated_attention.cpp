@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/chunks.h"
 #include "core/util/error.h"
 
 namespace kuafu::nn {
@@ -62,14 +63,11 @@ torch::Tensor GatedAttentionImpl::forward(const torch::Tensor& queries, const to
                                           const std::vector<torch::Tensor>& biases, int64_t chunk) {
   const int64_t leading = queries.dim() - 2;
   if (chunk <= 0 || leading < 1 || queries.size(0) <= chunk) return attend(queries, keys_values, biases);
-  std::vector<torch::Tensor> parts;
-  for (int64_t start = 0; start < queries.size(0); start += chunk) {
-    const int64_t length = std::min(chunk, queries.size(0) - start);
+  return in_chunks(queries.size(0), chunk, 0, [&](int64_t start, int64_t length) {
     std::vector<torch::Tensor> sliced;
     for (const torch::Tensor& bias : biases) sliced.push_back(leading_slice(bias, leading, start, length));
-    parts.push_back(attend(queries.narrow(0, start, length), keys_values.narrow(0, start, length), sliced));
-  }
-  return torch::cat(parts, 0);
+    return attend(queries.narrow(0, start, length), keys_values.narrow(0, start, length), sliced);
+  });
 }
 
 torch::Tensor GatedAttentionImpl::attend(const torch::Tensor& queries, const torch::Tensor& keys_values,
