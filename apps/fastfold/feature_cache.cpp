@@ -3,6 +3,7 @@
 #include <H5Cpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 
@@ -16,10 +17,7 @@ namespace kuafu::fold {
 namespace {
 
 constexpr int64_t kBackboneAtoms = 4;  // N, CA, C, O: what the structure database keeps
-
-std::array<int, kBackboneAtoms> backbone_atom37() {
-  return {atom37_index("N"), atom37_index("CA"), atom37_index("C"), atom37_index("O")};
-}
+constexpr size_t kTableColumns = 5;    // first residue, residues, first MSA entry, MSA rows, first residue number
 
 template <class T>
 void write_array(H5::H5File& file, const std::string& name, const std::vector<T>& values, std::vector<hsize_t> dims,
@@ -75,28 +73,28 @@ std::vector<T> read_all(const H5::H5File& file, const std::string& path, const s
 
 void write_feature_cache(const std::string& path, const std::vector<SplitChain>& chains, uint32_t source_crc) {
   std::string names;
-  std::vector<int64_t> table, residue_index;
-  std::vector<uint8_t> sequence, backbone_mask, dssp, msa;
+  std::vector<int64_t> table;
+  std::vector<uint8_t> sequence, dssp, msa;
   std::vector<float> backbone, profile;
   std::vector<int32_t> deletions;
-  const auto atoms = backbone_atom37();
+  const torch::Tensor atoms = torch::tensor({atom37_index("N"), atom37_index("CA"), atom37_index("C"), atom37_index("O")}, torch::kInt64);
   for (const SplitChain& item : chains) {
     const FoldChain& c = item.chain;
     const int64_t n = c.aatype.size(0), rows = c.msa.rows.size(0);
     KUAFU_CHECK(c.profile.defined() && c.profile.size(0) == n, "feature cache: chain ", c.id, " has no profile of its ", n, " residues");
     KUAFU_CHECK(static_cast<int64_t>(c.dssp.size()) == n, "feature cache: chain ", c.id, " has ", c.dssp.size(), " DSSP states for ", n, " residues");
+    // A database chain (chain_from_database's): numbered on from its first residue, its four backbone atoms
+    // present, nothing else; the reader rebuilds it from these through chain_from_database.
+    const int64_t start = n > 0 ? c.residue_index[0].item<int64_t>() : 0;
+    KUAFU_CHECK(torch::equal(c.residue_index.to(torch::kInt64), torch::arange(start, start + n, torch::kInt64)) &&
+                    c.mask.index_select(1, atoms).all().item<bool>() && c.mask.sum().item<double>() == static_cast<double>(kBackboneAtoms * n),
+                "feature cache: chain ", c.id, " is not a structure database chain (residues numbered on, N, CA, C and O only)");
     names += c.id + "\t" + item.split + "\n";
-    table.insert(table.end(), {static_cast<int64_t>(sequence.size()), n, static_cast<int64_t>(msa.size()), rows});
+    table.insert(table.end(), {static_cast<int64_t>(sequence.size()), n, static_cast<int64_t>(msa.size()), rows, start});
     sequence.insert(sequence.end(), c.sequence.begin(), c.sequence.end());
     dssp.insert(dssp.end(), c.dssp.begin(), c.dssp.end());
-    const torch::Tensor index = c.residue_index.to(torch::kInt64).contiguous();
-    residue_index.insert(residue_index.end(), index.data_ptr<int64_t>(), index.data_ptr<int64_t>() + n);
-    const torch::Tensor positions = c.positions.index_select(1, torch::tensor(std::vector<int64_t>(atoms.begin(), atoms.end())))
-                                        .to(torch::kFloat32).contiguous();  // [R, 4, 3]
+    const torch::Tensor positions = c.positions.index_select(1, atoms).to(torch::kFloat32).contiguous();  // [R, 4, 3]
     backbone.insert(backbone.end(), positions.data_ptr<float>(), positions.data_ptr<float>() + positions.numel());
-    const torch::Tensor mask = c.mask.index_select(1, torch::tensor(std::vector<int64_t>(atoms.begin(), atoms.end())))
-                                   .to(torch::kUInt8).contiguous();
-    backbone_mask.insert(backbone_mask.end(), mask.data_ptr<uint8_t>(), mask.data_ptr<uint8_t>() + mask.numel());
     const torch::Tensor p = c.profile.to(torch::kFloat32).contiguous();
     profile.insert(profile.end(), p.data_ptr<float>(), p.data_ptr<float>() + p.numel());
     const torch::Tensor r = c.msa.rows.to(torch::kUInt8).contiguous(), d = c.msa.deletions.to(torch::kInt32).contiguous();
@@ -110,11 +108,9 @@ void write_feature_cache(const std::string& path, const std::vector<SplitChain>&
     const hsize_t residues = sequence.size(), entries = msa.size();
     write_array(file, "source_crc32", std::vector<uint32_t>{source_crc}, {1}, H5::PredType::NATIVE_UINT32);
     write_array(file, "chains", std::vector<uint8_t>(names.begin(), names.end()), {names.size()}, H5::PredType::NATIVE_UINT8);
-    write_array(file, "table", table, {chains.size(), 4}, H5::PredType::NATIVE_INT64);
+    write_array(file, "table", table, {chains.size(), kTableColumns}, H5::PredType::NATIVE_INT64);
     write_array(file, "sequence", sequence, {residues}, H5::PredType::NATIVE_UINT8);
-    write_array(file, "residue_index", residue_index, {residues}, H5::PredType::NATIVE_INT64);
     write_array(file, "backbone", backbone, {residues, kBackboneAtoms, 3}, H5::PredType::NATIVE_FLOAT);
-    write_array(file, "backbone_mask", backbone_mask, {residues, kBackboneAtoms}, H5::PredType::NATIVE_UINT8);
     write_array(file, "dssp", dssp, {residues}, H5::PredType::NATIVE_UINT8);
     write_array(file, "profile", profile, {residues, static_cast<hsize_t>(kResidueTypes + 1)}, H5::PredType::NATIVE_FLOAT);
     write_array(file, "msa", msa, {entries}, H5::PredType::NATIVE_UINT8);
@@ -143,36 +139,32 @@ std::optional<std::vector<FoldChain>> read_feature_cache(const std::string& path
   const std::vector<uint8_t> names = read_all<uint8_t>(file, path, "chains", H5::PredType::NATIVE_UINT8);
   const std::vector<int64_t> table = read_all<int64_t>(file, path, "table", H5::PredType::NATIVE_INT64);
   std::istringstream lines(std::string(names.begin(), names.end()));
-  const auto atoms = backbone_atom37();
   std::vector<FoldChain> chains;
   std::string line;
   for (size_t c = 0; std::getline(lines, line); ++c) {
     const size_t tab = line.find('\t');
-    KUAFU_CHECK(tab != std::string::npos && 4 * c + 3 < table.size(), "feature cache ", path, ": chain entry ", c, " is malformed");
+    KUAFU_CHECK(tab != std::string::npos && kTableColumns * (c + 1) <= table.size(), "feature cache ", path, ": chain entry ", c,
+                " is malformed");
     const std::string id = line.substr(0, tab), split = line.substr(tab + 1);
     if (!keep(id, split)) continue;
-    const auto first = static_cast<hsize_t>(table[4 * c]), n = static_cast<hsize_t>(table[4 * c + 1]);
-    const auto entry = static_cast<hsize_t>(table[4 * c + 2]), rows = static_cast<hsize_t>(table[4 * c + 3]);
+    const int64_t* row = table.data() + kTableColumns * c;
+    const auto first = static_cast<hsize_t>(row[0]), n = static_cast<hsize_t>(row[1]);
+    const auto entry = static_cast<hsize_t>(row[2]), rows = static_cast<hsize_t>(row[3]);
     const auto r = static_cast<int64_t>(n);
-    FoldChain chain;
-    chain.id = id;
+    StructureChain stored;
+    stored.start_resnum = static_cast<int>(row[4]);
     const std::vector<uint8_t> sequence = read_rows<uint8_t>(file, path, "sequence", first, n, H5::PredType::NATIVE_UINT8);
-    chain.sequence.assign(sequence.begin(), sequence.end());
+    stored.sequence.assign(sequence.begin(), sequence.end());
     const std::vector<uint8_t> dssp = read_rows<uint8_t>(file, path, "dssp", first, n, H5::PredType::NATIVE_UINT8);
-    chain.dssp.assign(dssp.begin(), dssp.end());
-    chain.aatype = torch::empty({r}, torch::kInt64);
-    for (int64_t i = 0; i < r; ++i) chain.aatype[i] = residue_type_index(chain.sequence[static_cast<size_t>(i)]);
-    chain.residue_index = torch::tensor(read_rows<int64_t>(file, path, "residue_index", first, n, H5::PredType::NATIVE_INT64));
-    const torch::Tensor backbone =
-        torch::tensor(read_rows<float>(file, path, "backbone", first, n, H5::PredType::NATIVE_FLOAT)).view({r, kBackboneAtoms, 3});
-    const torch::Tensor mask = torch::tensor(read_rows<uint8_t>(file, path, "backbone_mask", first, n, H5::PredType::NATIVE_UINT8))
-                                   .to(torch::kFloat32).view({r, kBackboneAtoms});
-    chain.positions = torch::zeros({r, kAtom37, 3});
-    chain.mask = torch::zeros({r, kAtom37});
-    for (int64_t a = 0; a < kBackboneAtoms; ++a) {
-      chain.positions.select(1, atoms[static_cast<size_t>(a)]).copy_(backbone.select(1, a));
-      chain.mask.select(1, atoms[static_cast<size_t>(a)]).copy_(mask.select(1, a));
+    stored.dssp.assign(dssp.begin(), dssp.end());
+    const std::vector<float> backbone = read_rows<float>(file, path, "backbone", first, n, H5::PredType::NATIVE_FLOAT);
+    stored.backbone.resize(static_cast<size_t>(n));
+    for (size_t i = 0; i < stored.backbone.size(); ++i) {
+      BackboneResidue& b = stored.backbone[i];
+      Vec3f* xyz[] = {&b.n, &b.ca, &b.c, &b.o};
+      for (size_t a = 0; a < kBackboneAtoms; ++a) std::copy_n(backbone.begin() + static_cast<std::ptrdiff_t>((i * kBackboneAtoms + a) * 3), 3, xyz[a]->begin());
     }
+    FoldChain chain = chain_from_database(stored, id);
     if (with_profiles) {
       chain.profile = torch::tensor(read_rows<float>(file, path, "profile", first, n, H5::PredType::NATIVE_FLOAT)).view({r, kResidueTypes + 1});
     }

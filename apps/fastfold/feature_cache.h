@@ -3,10 +3,11 @@
 // training and prediction read the folder without ProMod3's structure database or parsing its a3m files.
 // It records the CRC-32 of the chains.tsv it was made from; once chains.tsv changes it is not used.
 //
-// Layout: "chains" (uint8: "id<TAB>split<LF>" per chain), "table" int64 [C, 4] (first residue, residues,
-// first MSA entry, MSA rows), then per residue "sequence" uint8, "residue_index" int64, "backbone" float32
-// [ΣR, 4, 3], "backbone_mask" uint8 [ΣR, 4], "dssp" uint8, "profile" float32 [ΣR, 21], and per MSA entry
-// (row by row) "msa" uint8 (AlphaFold's classes) and "deletions" int32.
+// Layout: "chains" (uint8: "id<TAB>split<LF>" per chain), "table" int64 [C, 5] (first residue, residues,
+// first MSA entry, MSA rows, the chain's first residue number), then per residue "sequence" uint8,
+// "backbone" float32 [ΣR, 4, 3] (N, CA, C, O), "dssp" uint8, "profile" float32 [ΣR, 21], and per MSA entry
+// (row by row) "msa" uint8 (AlphaFold's classes) and "deletions" int32. It holds database chains only (as
+// chain_from_database makes them), and the reader rebuilds each through chain_from_database.
 #pragma once
 
 #include <cstdint>
