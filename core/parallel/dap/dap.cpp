@@ -102,6 +102,12 @@ torch::Tensor split(const torch::Tensor& x, dist::GroupPtr group, int64_t dim) {
   return Split::apply(x, std::move(group), d);
 }
 
+torch::Tensor local_block(const torch::Tensor& x, const dist::ProcessGroup& group, int64_t dim) {
+  const int64_t d = checked_dim(x, dim, group, "local_block", true);
+  const int64_t block = x.size(d) / group.size();
+  return x.narrow(d, group.rank() * block, block);
+}
+
 torch::Tensor gather(const torch::Tensor& x, dist::GroupPtr group, int64_t dim) {
   const int64_t d = checked_dim(x, dim, *group, "gather", false);
   return dist::autograd::all_gather(x, std::move(group), d);

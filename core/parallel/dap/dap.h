@@ -17,6 +17,10 @@ namespace kuafu::parallel::dap {
 // Whole on every rank -> this rank's block along `dim`. Backward: all-gather of the blocks' gradients.
 torch::Tensor split(const torch::Tensor& x, dist::GroupPtr group, int64_t dim);
 
+// Whole on every rank -> this rank's block along `dim`, for ranks that each compute the same loss from it:
+// backward passes back this block's gradient only (zeros elsewhere: a plain narrow, no transfer).
+torch::Tensor local_block(const torch::Tensor& x, const dist::ProcessGroup& group, int64_t dim);
+
 // Blocks -> the whole tensor on every rank, each rank going on with its own part of the computation
 // (e.g. its rows of a triangle update against every row). Backward: reduce-scatter, which sums every
 // rank's use of each block (FastFold's gather keeps only the local gradient, dropping the others').
