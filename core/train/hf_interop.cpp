@@ -32,6 +32,8 @@ std::string init_from(const config::Config& config) {
 
 io::HfWriteOptions export_options(const config::Config& config) {
   io::HfWriteOptions options;
+  // An app whose export is not a sharded folder (kuafu-fold writes one .npz) declares no export keys.
+  if (!config.schema().find("export.max_shard_mb")) return options;
   options.max_shard_bytes = static_cast<int64_t>(config.get_float("export.max_shard_mb") * (1 << 20));
   return options;
 }

@@ -64,8 +64,6 @@ inline void expect_parameter_gradients_like_alphafold(torch::nn::Module& module,
 
 namespace kuafu::fold::testing {
 
-// The tiny model of the golden config.json: c_m 16, c_z 8, c_s 16, c_e 8, 2 Evoformer blocks, 1 extra-MSA
-// block, 2 heads, IPA 2 heads of 4 scalar and 2/3 points, 2 structure layers.
 // `count` chains of Debian's ProMod3 structure database (every 997th), backbone only, no MSA beyond themselves.
 inline std::vector<FoldChain> database_chains(size_t count) {
   static const StructureDb db = read_structure_db(kDebianStructureDb);
@@ -74,6 +72,8 @@ inline std::vector<FoldChain> database_chains(size_t count) {
   return chains;
 }
 
+// The tiny model of the golden config.json: c_m 16, c_z 8, c_s 16, c_e 8, 2 Evoformer blocks, 1 extra-MSA
+// block, 2 heads, IPA 2 heads of 4 scalar and 2/3 points, 2 structure layers.
 inline AlphaFoldSizes golden_tiny_sizes() {
   AlphaFoldSizes s;
   s.msa_channels = 16;

@@ -3,7 +3,11 @@
 // last), and the parameter file written back as AlphaFold's.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include <torch/torch.h>
 
@@ -12,6 +16,8 @@
 #include "apps/fastfold/structure_labels.h"
 #include "core/util/error.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
+#include "tests/support/run_command.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::fold {
 namespace {
@@ -50,18 +56,16 @@ AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, tor
   return labels;
 }
 
-TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
-  const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
-  AlphaFold model(testing::golden_tiny_sizes());
-  load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
-  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
-  const int64_t iterations = golden.at("feat/aatype").size(0);
-  Recycled previous = Recycled::zeros(24, model->sizes, torch::TensorOptions(torch::kFloat32));
+// The golden batch's iterations through `model` (gradients on the last), each iteration's recycled values
+// and the last one's representations and logits against `golden`'s (AlphaFold's on the same parameters).
+AlphaFoldOutputs run_like_alphafold(AlphaFoldImpl& model, const io::NpzArrays& golden, const ResidueGeometry& geometry) {
+  const int64_t iterations = testing::alphafold_golden("model.npz").at("feat/aatype").size(0);
+  Recycled previous = Recycled::zeros(24, model.sizes, torch::TensorOptions(torch::kFloat32));
   AlphaFoldOutputs out;
   for (int64_t i = 0; i < iterations; ++i) {
     const bool last = i + 1 == iterations;
     torch::AutoGradMode grad(last);
-    out = model->iteration(golden_features(i), previous, geometry);
+    out = model.iteration(golden_features(i), previous, geometry);
     previous = out.recycled();
     const std::string it = "iter" + std::to_string(i) + "/";
     expect_like_alphafold(previous.msa_first_row, golden.at(it + "prev_msa_first_row"), it + "first MSA row");
@@ -74,6 +78,16 @@ TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
   expect_like_alphafold(out.distogram_logits.detach(), golden.at("out/distogram/logits"), "distogram logits");
   expect_like_alphafold(out.masked_msa_logits.detach(), golden.at("out/masked_msa/logits"), "masked MSA logits");
   expect_like_alphafold(out.plddt_logits.detach(), golden.at("out/predicted_lddt/logits"), "pLDDT logits");
+  return out;
+}
+
+TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
+  const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
+  AlphaFold model(testing::golden_tiny_sizes());
+  load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  const int64_t iterations = golden.at("feat/aatype").size(0);
+  const AlphaFoldOutputs out = run_like_alphafold(*model, golden, geometry);
   expect_like_alphafold(plddt_of_logits(out.plddt_logits.detach()), golden.at("out/plddt"), "pLDDT");
   const torch::Tensor traj = golden.at("out/structure_module/traj");
   expect_like_alphafold(out.structure.translations.detach(), traj.narrow(-1, 4, 3), "backbone origins");
@@ -145,6 +159,43 @@ TEST(AlphaFoldModelTest, WritesBackTheParameterFileItRead) {
     ASSERT_TRUE(back.count(key)) << key;
     EXPECT_TRUE(torch::equal(back.at(key), value)) << key;
   }
+}
+
+// What `kuafu-fold export` writes runs in DeepMind's AlphaFold as in Kuafu. The golden kuafu_export
+// (kuafu_export_reference.sh) is a model kuafu-fold trained 40 steps from its own initial values and
+// exported, and AlphaFold's outputs on it (read by its own loader, which found exactly its 263 parameters at
+// its shapes). Here `kuafu-fold export` starting from that file writes it back unchanged, and Kuafu's
+// recycled run on it gives AlphaFold's values and losses within 1e-5 of the largest entry (float32, as above).
+TEST(AlphaFoldModelTest, AlphaFoldRunsKuafusExportAsKuafuDoes) {
+  const std::filesystem::path golden_dir = std::filesystem::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_tiny";
+  const std::string params_path = (golden_dir / "kuafu_export/params/params_model_kuafu.npz").string();
+  const std::filesystem::path dir = kuafu::testing::temp_dir("fold_export");
+  std::ofstream config(dir / "c.toml");
+  config << "[model]\n";
+  const nlohmann::json sizes = nlohmann::json::parse(std::ifstream(golden_dir / "kuafu_export/kuafu_fold_model.json"));
+  for (const auto& [key, value] : sizes.items())
+    config << key.substr(key.find('.') + 1) << " = " << value.get<int64_t>() << "\n";
+  config.close();
+  const kuafu::testing::CommandResult exported = kuafu::testing::run_command(
+      std::string(KUAFU_FOLD_PATH) + " export --config " + (dir / "c.toml").string() + " --set model.init_from=" + params_path +
+      " --checkpoint init --out " + (dir / "export").string());
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  const io::NpzArrays read = io::read_npz(params_path), written = io::read_npz((dir / "export/params_model_kuafu.npz").string());
+  ASSERT_EQ(written.size(), read.size());
+  for (const auto& [key, value] : read) {
+    ASSERT_TRUE(written.count(key)) << key;
+    EXPECT_TRUE(torch::equal(written.at(key), value)) << key;
+  }
+
+  const io::NpzArrays& golden = testing::alphafold_golden("kuafu_export/model.npz");
+  AlphaFold model(testing::golden_tiny_sizes());
+  load_alphafold(*model, read);
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  const AlphaFoldOutputs out = run_like_alphafold(*model, golden, geometry);
+  expect_like_alphafold(out.atom37.detach(), golden.at("out/structure_module/final_atom_positions"), "atoms");
+  const AlphaFoldLoss loss = alphafold_loss(out, golden_labels(geometry, 2), geometry, model->sizes, {});
+  expect_like_alphafold(loss.structure.loss.detach(), golden.at("loss/structure_module/loss"), "structure loss");
+  expect_like_alphafold(loss.total.detach(), golden.at("loss/total"), "total loss");
 }
 
 // A parameter file of another model is refused naming the array.
