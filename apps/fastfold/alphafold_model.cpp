@@ -58,7 +58,7 @@ EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s) 
   input_embedder = register_module("input_embedder", InputEmbedder(s.msa_channels, s.pair_channels, s.max_relative));
   recycling_embedder = register_module(
       "recycling_embedder", RecyclingEmbedder(s.msa_channels, s.pair_channels, s.recycle_bins, s.recycle_min, s.recycle_max));
-  extra_msa_activations = register_module("extra_msa_activations", AfLinear(25, s.extra_msa_channels));
+  extra_msa_activations = register_module("extra_msa_activations", AfLinear(kExtraMsaFeatures, s.extra_msa_channels));
   for (int64_t b = 0; b < s.extra_msa_blocks; ++b) extra_msa_stack->push_back(EvoformerBlock(s.extra_msa()));
   for (int64_t b = 0; b < s.evoformer_blocks; ++b) evoformer_iteration->push_back(EvoformerBlock(s.evoformer()));
   register_module("extra_msa_stack", extra_msa_stack);

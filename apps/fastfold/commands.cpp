@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "apps/fastfold/alignment_files.h"
+#include "apps/fastfold/alphafold_flops.h"
 #include "apps/fastfold/chain_atoms.h"
 #include "apps/fastfold/data_recipe.h"
 #include "apps/fastfold/fold_settings.h"
@@ -151,6 +152,9 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   spec.app = "fold";
   spec.item_name = "residues";
   spec.items_per_row = residues;
+  const FoldShape shape{residues, settings_.sampling.max_clusters, std::min(settings_.sampling.max_extra, rows - settings_.sampling.max_clusters)};
+  spec.flops_per_item = alphafold_training_flops(built_->sizes, shape, static_cast<double>(settings_.max_recycles + 1)) /
+                        static_cast<double>(residues);
   spec.parameters = parameter_count(*built_);
   spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
                  {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};

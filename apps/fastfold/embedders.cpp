@@ -5,7 +5,6 @@
 namespace kuafu::fold {
 
 InputEmbedderImpl::InputEmbedderImpl(int64_t c_m, int64_t c_z, int64_t relative) : max_relative(relative) {
-  constexpr int64_t kTargetFeatures = 22, kMsaFeatures = 49;
   preprocess_1d = register_module("preprocess_1d", AfLinear(kTargetFeatures, c_m));
   preprocess_msa = register_module("preprocess_msa", AfLinear(kMsaFeatures, c_m));
   left_single = register_module("left_single", AfLinear(kTargetFeatures, c_z));

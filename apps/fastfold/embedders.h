@@ -9,6 +9,9 @@
 
 namespace kuafu::fold {
 
+// Feature widths: target_feat, msa_feat and the extra MSA's (AlphaFold's monomer features).
+constexpr int64_t kTargetFeatures = 22, kMsaFeatures = 49, kExtraMsaFeatures = 25;
+
 // Algorithms 3-4: the MSA stream from the MSA features and the target; the pair stream from the target's
 // outer sum and the relative positions (|i - j| clipped at `max_relative`, one-hot).
 struct InputEmbedderImpl : torch::nn::Module {
@@ -41,7 +44,7 @@ TORCH_MODULE(RecyclingEmbedder);
 // max_bin (Å), the last open above (AlphaFold's dgram_from_positions).
 torch::Tensor distance_bins(const torch::Tensor& points, int64_t bins, double min_bin, double max_bin);
 
-// The extra MSA's features [E, R, 25]: one-hot residue (23 classes), has-deletion, deletion value.
+// The extra MSA's features [E, R, kExtraMsaFeatures]: one-hot residue (23 classes), has-deletion, deletion value.
 torch::Tensor extra_msa_features(const torch::Tensor& extra_msa, const torch::Tensor& has_deletion,
                                  const torch::Tensor& deletion_value);
 

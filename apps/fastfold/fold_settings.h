@@ -24,8 +24,8 @@ struct FoldSettings {
   int64_t max_recycles = 3;    // training draws 0..max per step (the same on every rank); evaluation uses max
   int64_t eval_chains = 0;     // 0: every validation chain
   MsaSampling sampling;
-  int64_t profile_rows = 0;
-  int64_t chunk_size = 0;      // predict and eval: the Evoformer's rows at a time (0: whole)    // rows drawn from the database's HHblits profile, added to each MSA
+  int64_t profile_rows = 0;    // rows drawn from the database's HHblits profile, added to each MSA
+  int64_t chunk_size = 0;      // predict and eval: the Evoformer's rows at a time (0: whole)
   double clamped_fape_fraction = 0.9;
   AlphaFoldLossSettings loss;
   uint64_t seed = 0;           // train.seed: data draws

@@ -1,15 +1,33 @@
 #include "apps/fastfold/fold_task.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/alphafold_flops.h"
 #include "core/util/seed_mix.h"
 
 namespace kuafu::fold {
 namespace {
 
 torch::Generator generator_of(uint64_t seed) { return at::detail::createCPUGenerator(seed); }
+
+// A training row's matrix-product FLOPs, averaged over the chains an epoch visits once each: its crop, its
+// MSA's clusters and extra rows as make_example samples them, the mean number of recycling iterations.
+double mean_training_flops(const std::vector<FoldChain>& chains, const FoldSettings& settings) {
+  if (chains.empty()) return 0;
+  const double iterations = 1 + 0.5 * static_cast<double>(settings.max_recycles);
+  double total = 0;
+  for (const FoldChain& chain : chains) {
+    const int64_t rows = chain.msa.rows.size(0) + (chain.profile.defined() ? settings.profile_rows : 0);
+    const int64_t clusters = std::min(settings.sampling.max_clusters, rows);
+    const FoldShape shape{std::min(chain.aatype.size(0), settings.crop_size), clusters,
+                          std::min(settings.sampling.max_extra, rows - clusters)};
+    total += alphafold_training_flops(settings.model, shape, iterations);
+  }
+  return total / static_cast<double>(chains.size());
+}
 
 }  // namespace
 
@@ -54,7 +72,8 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
 FoldTask::FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
                    int64_t batch_size, const torch::Device& device)
     : model_(std::move(model)), settings_(std::move(settings)), train_(std::move(train)), val_(std::move(val)),
-      order_(static_cast<int64_t>(train_.size()), batch_size, settings_.seed), device_(device) {}
+      order_(static_cast<int64_t>(train_.size()), batch_size, settings_.seed), device_(device),
+      flops_per_row_(mean_training_flops(train_, settings_)) {}
 
 int64_t FoldTask::iterations_of(int64_t step) const {
   torch::Generator generator = generator_of(mix_seed(settings_.seed, step, -1, 0));

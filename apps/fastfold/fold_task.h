@@ -49,7 +49,8 @@ class FoldTask : public train::TrainTask {
   }
   train::LossSum evaluate(int rank, int ranks) override;
   std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override;
-  double flops_per_item() const override { return 0; }  // not counted yet: no MFU
+  // A row's mean training FLOPs (alphafold_flops) over its items, so that items/s x this is FLOPs/s.
+  double flops_per_item() const override { return flops_per_row_ / static_cast<double>(items_per_row()); }
   int64_t items_per_row() const override { return settings_.crop_size; }
   std::string item_name() const override { return "residues"; }
   int64_t steps_per_epoch() const override { return order_.steps_per_epoch(); }
@@ -67,6 +68,7 @@ class FoldTask : public train::TrainTask {
   std::vector<FoldChain> train_, val_;
   io::EpochOrder order_;
   torch::Device device_;
+  double flops_per_row_;
 };
 
 }  // namespace kuafu::fold

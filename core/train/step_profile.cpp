@@ -120,4 +120,21 @@ nlohmann::json profile_steps(const std::function<void()>& step, int64_t steps, c
           {"steps", steps}};
 }
 
+double profiled_matmul_flops(const std::function<void()>& body) {
+  const std::set<ActivityType> activities{ActivityType::CPU};
+  // Input shapes are what the profiler works the FLOPs out from.
+  const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO, /*report_input_shapes=*/true,
+                                                     /*profile_memory=*/false, /*with_stack=*/false, /*with_flops=*/true);
+  profiler::prepareProfiler(config, activities);
+  profiler::enableProfiler(config, activities);
+  body();
+  const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+  static const std::set<std::string> products = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"};
+  double flops = 0;
+  for (const profiler::KinetoEvent& e : result->events()) {
+    if (products.count(e.name())) flops += static_cast<double>(e.flops());
+  }
+  return flops;
+}
+
 }  // namespace kuafu::train

@@ -15,6 +15,10 @@ namespace kuafu::train {
 // {"source": "cuda kernels" | "cpu operators", "ms_per_step_by_kind": {...}, "top": [[name, ms], ...]}
 nlohmann::json profile_steps(const std::function<void()>& step, int64_t steps, const torch::Device& device);
 
+// The FLOPs LibTorch's profiler counts for `body`'s matrix products (aten::mm, addmm, bmm, baddbmm: 2 per
+// multiply-add, on the operators' input shapes): an independent check of an app's analytic count.
+double profiled_matmul_flops(const std::function<void()>& body);
+
 // The kind of work a kernel or operator name belongs to (first match of a fixed table of name parts).
 std::string kind_of_work(const std::string& name);
 
