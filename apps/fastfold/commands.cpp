@@ -98,6 +98,9 @@ class FoldApp : public train::App {
   }
 
   // The figures over the validation chains, counted as chains (the task's items are residues).
+  // eval and export read the weights' moving average where training kept one (what its evaluations scored).
+  std::string model_part() const override { return config_.get_float("optim.ema_decay") > 0 ? "ema" : ""; }
+
   nlohmann::json evaluate(train::RunTask& task, const train::Runtime& runtime) override {
     return train::metrics_line(task, runtime, "chains");
   }
@@ -245,7 +248,7 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   auto fold = make_fold_app(config);
   const torch::Device device = several ? runtime.device : resolve_device(command.option("device"), 0);
   torch::nn::Module& model = fold->build_model(device, /*starting_weights=*/true);
-  const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model);
+  const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model, fold->model_part());
   auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
   alphafold.eval();
   alphafold.layout = dap::AxialLayout(runtime.dap);

@@ -10,6 +10,8 @@
 #include "core/train/generate_settings.h"
 #include "core/train/hf_interop.h"
 #include "core/train/model_memory.h"
+#include "core/train/model_recipe.h"
+#include "core/train/model_state.h"
 #include "core/train/runtime.h"
 #include "core/train/trainer.h"
 #include "core/util/device.h"
@@ -110,10 +112,13 @@ void eval_app(App& app, const config::Config& config, const std::string& checkpo
   check_whole_weights_fit(app.model_size(), config, runtime.device);
   // The whole model on this rank's device (checkpoints hold whole tensors), each rank a share of the rows.
   std::unique_ptr<RunTask> task = app.make_task(parallel::ModelOptions::serial_on(runtime.device), nullptr);
-  // Every model a checkpoint holds (the frozen ones it does not hold stay as built).
+  // Every model a checkpoint holds (the frozen ones it does not hold stay as built); a trained model's moving
+  // average where its section keeps one (optim.ema_decay), as training's evaluations score it.
   const std::string folder = checkpoint_folder(config, checkpoint);
   for (const RunModel& model : task->models()) {
-    if (folder != "init" && (model.trained || model.saved)) CheckpointStore::load_model(folder, *model.module, model.name);
+    if (folder == "init" || !(model.trained || model.saved)) continue;
+    const bool averaged = model.trained && section_of(config, model.name).get_float("optim.ema_decay") > 0;
+    load_checkpoint_weights(config, checkpoint, *model.module, averaged ? ema_part_of(model.name) : model.name);
   }
   nlohmann::json line = app.evaluate(*task, runtime);
   line["checkpoint"] = folder;

@@ -50,6 +50,9 @@ struct ModelStateOptions {
   DeferredWeights deferred;
 };
 
+// The checkpoint part holding model `name`'s moving average of its trained weights ("" names an app's one model).
+inline std::string ema_part_of(const std::string& name) { return name.empty() ? "ema" : name + ".ema"; }
+
 class ModelState {
  public:
   // Reads optim.*, precision.* and memory.* from `config`. The model's parameters must already be on
@@ -118,7 +121,7 @@ class ModelState {
   void zero_grads();
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
-  std::string ema_part() const { return options_.name.empty() ? "ema" : options_.name + ".ema"; }
+  std::string ema_part() const { return ema_part_of(options_.name); }
   void update_ema();
   // Whole tensors of the model's layout (tensor-parallel blocks gathered, pipeline stages collected on
   // rank 0), by parameter name or "<param>/<slot>" for optimizer state.

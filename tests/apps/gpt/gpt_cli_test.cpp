@@ -4,6 +4,7 @@
 
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "core/io/token_file.h"
 #include "core/util/atomic_file.h"
 #include "tests/support/benchmark_line.h"
+#include "tests/support/json_lines.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 
@@ -218,6 +220,29 @@ TEST(GPTCliTest, ExportedFolderStartsAnotherRun) {
   const Result again = run_gpt("export" + config + " --out " + (dir / "hf").string());
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+}
+
+// `eval` scores what training's evaluations scored: the moving average where optim.ema_decay keeps one
+// (the same weights and rows: the same loss to float32's last digits), and the raw weights without it.
+TEST(GPTCliTest, EvalScoresTheMovingAverageTrainingScored) {
+  const auto dir = temp_dir("eval_ema");
+  const std::string config = tiny_run(dir, 2) + " --set optim.ema_decay=0.5 --set train.eval_interval=2 --set optim.lr=0.05 --set optim.warmup_steps=0";
+  const Result trained = run_gpt("train" + config);
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  nlohmann::json last_eval;
+  std::ifstream metrics(dir / "run/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (row.contains("val_loss")) last_eval = row;
+  }
+  ASSERT_TRUE(last_eval.contains("val_loss")) << "no evaluation in metrics.jsonl";
+  const Result averaged = run_gpt("eval" + config);
+  ASSERT_EQ(averaged.exit_code, 0) << averaged.output;
+  const double trained_loss = last_eval["val_loss"].get<double>();
+  EXPECT_NEAR(testing::last_json_line(averaged.output)["val_loss"].get<double>(), trained_loss, 1e-6 * trained_loss) << averaged.output;
+  const Result raw = run_gpt("eval" + config + " --set optim.ema_decay=0");
+  ASSERT_EQ(raw.exit_code, 0) << raw.output;
+  EXPECT_GT(std::abs(testing::last_json_line(raw.output)["val_loss"].get<double>() - trained_loss), 1e-4) << raw.output;
 }
 
 // The benchmark steps the model as the trainer does, memory strategy and activation checkpointing
