@@ -6,6 +6,7 @@
 #include "apps/chat_rlhf/preference_losses.h"
 #include "apps/opt_finetune/commands.h"
 #include "apps/opt_finetune/task.h"
+#include "core/nn/dropout.h"
 #include "core/train/frozen_model.h"
 #include "core/train/hf_interop.h"
 #include "core/util/logging.h"
@@ -50,13 +51,23 @@ std::pair<torch::Tensor, torch::Tensor> DpoTask::logprob_sums(const PairRows& ba
   return {policy, reference.to(policy.device()).to(policy.scalar_type())};
 }
 
+torch::Tensor DpoTask::pair_losses(const torch::Tensor& policy, const torch::Tensor& reference, const PairRows& batch) const {
+  const int64_t n = batch.count();
+  torch::Tensor chosen_tokens, rejected_tokens;
+  if (dpo_.loss == PreferenceLoss::Ipo && dpo_.ipo_per_token) {
+    const torch::Tensor tokens = batch.learned.sum(1).to(policy.device());  // [2n]
+    chosen_tokens = tokens.narrow(0, 0, n);
+    rejected_tokens = tokens.narrow(0, n, n);
+  }
+  return dpo_loss(policy.narrow(0, 0, n), policy.narrow(0, n, n), reference.narrow(0, 0, n), reference.narrow(0, n, n),
+                  dpo_.beta, dpo_.loss, chosen_tokens, rejected_tokens);
+}
+
 torch::Tensor DpoTask::loss(int64_t step, int64_t first_row, int64_t rows) {
   policy_->module().train();
-  const auto [policy, reference] = logprob_sums(train_pairs(step, first_row, rows), train_set(), train_cache_);
-  return dpo_loss(policy.narrow(0, 0, rows), policy.narrow(0, rows, rows), reference.narrow(0, 0, rows),
-                  reference.narrow(0, rows, rows), dpo_.beta, dpo_.loss)
-      .to(torch::kFloat32)
-      .mean();
+  const PairRows batch = train_pairs(step, first_row, rows);
+  const auto [policy, reference] = logprob_sums(batch, train_set(), train_cache_);
+  return pair_losses(policy, reference, batch).to(torch::kFloat32).mean();
 }
 
 train::LossSum DpoTask::evaluate(int rank, int ranks) {
@@ -69,7 +80,7 @@ train::LossSum DpoTask::evaluate(int rank, int ranks) {
     const auto [policy, reference] = logprob_sums(batch, val_set(), val_cache_);
     const torch::Tensor p = policy.to(torch::kFloat64).cpu(), r = reference.to(torch::kFloat64).cpu();
     const torch::Tensor h = (p.narrow(0, 0, n) - r.narrow(0, 0, n)) - (p.narrow(0, n, n) - r.narrow(0, n, n));
-    sums.loss_sum += dpo_loss(p.narrow(0, 0, n), p.narrow(0, n, n), r.narrow(0, 0, n), r.narrow(0, n, n), dpo_.beta, dpo_.loss).sum().item<double>();
+    sums.loss_sum += pair_losses(p, r, batch).sum().item<double>();
     sums.count += static_cast<double>(n);
     sums.correct += (h > 0).sum().item<double>();
     sums.extra[0] += dpo_.beta * h.sum().item<double>();
@@ -110,6 +121,7 @@ class DpoApp : public opt::CausalLmApp {
     // memory under memory.offload_frozen). An evaluation (no runtime): both whole in float32, as it runs them.
     const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
     train::Built<nn::CausalLMPtr> policy = train::build(recipe(), config_, {purpose, options});
+    if (dpo_.disable_dropout) nn::disable_dropout(policy.model->module());
     const ReferenceFolder folder = reference();
     const nn::CausalLMPtr frozen = train::build(reference_recipe(folder), config_, {purpose, options}).model;
     check_same_tokens(config_, folder.key, folder.folder, *frozen, *policy.model, "the policy", *text.tokenizer);

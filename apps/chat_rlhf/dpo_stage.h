@@ -39,6 +39,9 @@ class DpoTask : public PairTask {
   std::pair<torch::Tensor, torch::Tensor> logprob_sums(const PairRows& batch, const PreferenceSet& set,
                                                        std::vector<torch::Tensor>& cache);
 
+  // Each pair's loss [n] from the log-prob sums [2n] of `batch` (IPO per token: over its learned tokens).
+  torch::Tensor pair_losses(const torch::Tensor& policy, const torch::Tensor& reference, const PairRows& batch) const;
+
   nn::CausalLMPtr policy_, reference_;
   std::vector<torch::Tensor> train_cache_, val_cache_;  // per pair: the reference's [chosen, rejected], once computed
   DpoSettings dpo_;

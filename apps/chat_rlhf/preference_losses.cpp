@@ -17,11 +17,18 @@ PreferenceLoss preference_loss_named(const std::string& name) {
 
 torch::Tensor dpo_loss(const torch::Tensor& policy_chosen, const torch::Tensor& policy_rejected,
                        const torch::Tensor& ref_chosen, const torch::Tensor& ref_rejected, double beta,
-                       PreferenceLoss loss) {
+                       PreferenceLoss loss, const torch::Tensor& chosen_tokens, const torch::Tensor& rejected_tokens) {
   KUAFU_CHECK(beta > 0, "DPO's beta must be > 0, got ", beta);
-  const torch::Tensor h = (policy_chosen - ref_chosen.detach()) - (policy_rejected - ref_rejected.detach());
-  if (loss == PreferenceLoss::Ipo) return (h - 1.0 / (2.0 * beta)).square();
-  return torch::softplus(-beta * h);
+  KUAFU_CHECK(chosen_tokens.defined() == rejected_tokens.defined(), "dpo_loss: token counts for both sides or neither");
+  torch::Tensor chosen = policy_chosen - ref_chosen.detach(), rejected = policy_rejected - ref_rejected.detach();  // [B]
+  if (loss == PreferenceLoss::Ipo) {
+    if (chosen_tokens.defined()) {
+      chosen = chosen / chosen_tokens.to(chosen.scalar_type()).clamp_min(1.0);
+      rejected = rejected / rejected_tokens.to(rejected.scalar_type()).clamp_min(1.0);
+    }
+    return (chosen - rejected - 1.0 / (2.0 * beta)).square();
+  }
+  return torch::softplus(-beta * (chosen - rejected));
 }
 
 }  // namespace kuafu::chat

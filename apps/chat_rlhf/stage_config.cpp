@@ -75,6 +75,9 @@ config::Schema stage_schema(Stage stage) {
       s.add_float("dpo.beta", 0.1, "β: the strength of the KL regularisation towards the reference").min(1e-6);
       s.add_string("dpo.loss", "sigmoid", "sigmoid (DPO) or ipo").choices({"sigmoid", "ipo"});
       s.add_string("dpo.reference", "", "the frozen reference's folder; empty: model.init_from");
+      s.add_bool("dpo.ipo_per_token", true, "IPO on the log-probability ratios averaged over each completion's tokens "
+                 "(trl); false: summed over them (the IPO paper's sequence log-probabilities)");
+      s.add_bool("dpo.disable_dropout", true, "train the policy with every dropout off (trl's default)");
       train::add_model_sections(s, {"reference"});
       break;
     case Stage::Ppo:
@@ -95,7 +98,8 @@ void require_data_parallel(const config::Config& config, const train::Runtime* r
 RewardSettings reward_settings(const config::Config& config) { return {config.get_float("rm.margin")}; }
 
 DpoSettings dpo_settings(const config::Config& config) {
-  return {config.get_float("dpo.beta"), preference_loss_named(config.get_string("dpo.loss")), config.get_string("dpo.reference")};
+  return {config.get_float("dpo.beta"), preference_loss_named(config.get_string("dpo.loss")), config.get_string("dpo.reference"),
+          config.get_bool("dpo.ipo_per_token"), config.get_bool("dpo.disable_dropout")};
 }
 
 RlSettings rl_settings(const config::Config& config, Stage stage) {

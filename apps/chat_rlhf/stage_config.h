@@ -37,6 +37,8 @@ struct DpoSettings {
   double beta = 0.1;
   PreferenceLoss loss = PreferenceLoss::Sigmoid;
   std::string reference;  // the frozen reference's folder; "" = model.init_from (the SFT model)
+  bool ipo_per_token = true;   // IPO on per-token means of the log-probability ratios (trl); false: the sums
+  bool disable_dropout = true; // the policy trains without dropout (trl's default), so its ratio to the reference is exact
 };
 DpoSettings dpo_settings(const config::Config& config);
 

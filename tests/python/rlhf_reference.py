@@ -15,6 +15,7 @@ C++ is), all in float64.
       token_mean, sequence_mean, constant       the three aggregations of policy_loss
       grpo_group, grpo_batch, grpo_none         GRPO advantages as trl's GRPOTrainer computes them
       dpo, ipo, pairwise   DPO (Rafailov et al.), IPO (Azar et al.) and the Bradley-Terry reward loss
+      ipo_per_token        IPO as trl 1.16 computes it: the ratios averaged over the completions' tokens nc, nr
 """
 import math
 import sys
@@ -99,6 +100,10 @@ def losses(inputs, out):
     h = (x["pc"] - x["rc"]) - (x["pr"] - x["rr"])
     r["dpo"] = -F.logsigmoid(beta * h)
     r["ipo"] = (h - 1 / (2 * beta)) ** 2
+    # trl 1.16's DPOTrainer (loss_type "ipo"): each side's ratio averaged over its completion's tokens.
+    chosen_avg = (x["pc"] - x["rc"]) / x["nc"].clamp(min=1.0)
+    rejected_avg = (x["pr"] - x["rr"]) / x["nr"].clamp(min=1.0)
+    r["ipo_per_token"] = (chosen_avg - rejected_avg - 1 / (2 * beta)) ** 2
     r["pairwise"] = -F.logsigmoid(x["chosen"] - x["rejected"] - s["margin"])
     save_file({k: v.contiguous().to(torch.float64) for k, v in r.items()}, out)
 

@@ -118,6 +118,22 @@ TEST_F(ChatPipelineTest, DpoStartsAtLogTwoAndRaisesPreferenceAccuracy) {
   EXPECT_LT(testing::last_json_line(after.output)["val_loss"].get<double>(), std::log(2.0)) << after.output;
 }
 
+// DPO trains its policy with dropout off (trl's disable_dropout): from a folder fine-tuned with dropout 0.1
+// the first step's loss is still exactly log 2 (the policy is its reference); with dpo.disable_dropout =
+// false the masked forward is not its reference's, and the loss moves off log 2.
+TEST_F(ChatPipelineTest, DpoTrainsWithoutTheFoldersDropout) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const auto first_loss = [&](const std::string& name, const std::string& dpo) {
+    const std::vector<nlohmann::json> lines = train_stage(root_, "dpo", name, common_config(root_, name + "_run", 1,
+        "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
+        "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\ndropout = 0.1\n"
+        "[optim]\nlr = 1e-3\nwarmup_steps = 1\n[dpo]\nbeta = 0.1\n" + dpo);
+    return lines.empty() ? -1.0 : lines[0]["loss"].get<double>();
+  };
+  EXPECT_NEAR(first_loss("dpo_no_dropout", ""), std::log(2.0), 1e-5);
+  EXPECT_GT(std::abs(first_loss("dpo_dropout", "disable_dropout = false\n") - std::log(2.0)), 1e-3);
+}
+
 // Under ZeRO-2 and Gemini DPO's policy is left described (lazy construction) and its strategy fills
 // its chunks from train.seed and the SFT folder: each of the first two steps has the plain run's loss
 // and gradient norm (float32, the same sums in chunk order: 1e-5 relative). Evaluating such a config

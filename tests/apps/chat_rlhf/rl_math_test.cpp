@@ -47,6 +47,7 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
       {"grpo_rewards", torch::randn({6}, kF64)}, {"pc", -torch::rand({5}, kF64) * 9}, {"pr", -torch::rand({5}, kF64) * 9},
       {"rc", -torch::rand({5}, kF64) * 9}, {"rr", -torch::rand({5}, kF64) * 9}, {"chosen", torch::randn({5}, kF64)},
       {"rejected", torch::randn({5}, kF64)}, {"mask", mask.to(torch::kInt64)},
+      {"nc", torch::tensor({3.0, 1.0, 7.0, 2.0, 5.0}, kF64)}, {"nr", torch::tensor({4.0, 6.0, 1.0, 2.0, 9.0}, kF64)},
       {"temperature", scalar(temperature)}, {"gamma", scalar(gamma)}, {"lambda", scalar(lambda)},
       {"kl_coef", scalar(kl_coef)}, {"clip_low", scalar(clip_low)}, {"clip_high", scalar(clip_high)},
       {"value_clip", scalar(value_clip)}, {"beta", scalar(beta)}, {"margin", scalar(margin)},
@@ -94,6 +95,8 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
 
   EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta), ref["dpo"]), kMathTolerance);
   EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta, PreferenceLoss::Ipo), ref["ipo"]), kMathTolerance);
+  EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta, PreferenceLoss::Ipo, t("nc"), t("nr")),
+                           ref["ipo_per_token"]), kMathTolerance);
   EXPECT_LT(max_difference(pairwise_loss(t("chosen"), t("rejected"), margin), ref["pairwise"]), kMathTolerance);
 }
 
