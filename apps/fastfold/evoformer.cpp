@@ -44,7 +44,8 @@ void AfLinearImpl::initialize() {
 
 torch::Tensor AfLinearImpl::forward(const torch::Tensor& x) {
   torch::Tensor y = torch::matmul(x, weights);
-  return bias.defined() ? y + bias : y;
+  // In place: the product is new, and neither it nor the sum is saved for backward.
+  return bias.defined() ? y.add_(bias) : y;
 }
 
 AfLayerNormImpl::AfLayerNormImpl(int64_t channels) {
@@ -168,14 +169,34 @@ torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const 
   // rank holds, against every row of b.
   const torch::Tensor pair = outgoing ? z : z.transpose(0, 1);                                  // [R', R, c_z]
   const torch::Tensor real = layout.mine(outgoing ? mask : mask.transpose(0, 1), 0).unsqueeze(-1);  // [R', R, 1]
-  const torch::Tensor x = layer_norm_input(pair);
-  const torch::Tensor b = layout.whole(real * right_projection(x) * torch::sigmoid(right_gate(x)), 0);  // [R, R, c]
+  // Without gradients (inference) the gated projections are formed in place, one [n, R, c] buffer each
+  // instead of three, and the normalised pair only a chunk of rows at a time.
+  const bool inference = !torch::GradMode::is_enabled();
+  const auto gated = [&](AfLinear& projection, AfLinear& gate, const torch::Tensor& xs, const torch::Tensor& rs) {
+    if (!inference) return rs * projection(xs) * torch::sigmoid(gate(xs));
+    return projection(xs).mul_(gate(xs).sigmoid_()).mul_(rs);
+  };
+  const torch::Tensor x = inference ? torch::Tensor() : layer_norm_input(pair);
+  const auto normalised = [&](int64_t start, int64_t n) {
+    return inference ? layer_norm_input(pair.narrow(0, start, n)) : x.narrow(0, start, n);
+  };
+  torch::Tensor b;  // [R', R, c]
+  if (inference) {
+    b = torch::empty({pair.size(0), pair.size(1), right_projection->weights.size(1)}, pair.options());
+    nn::for_chunks(pair.size(0), chunk, [&](int64_t start, int64_t n) {
+      b.narrow(0, start, n).copy_(gated(right_projection, right_gate, normalised(start, n), real.narrow(0, start, n)));
+    });
+  } else {
+    b = gated(right_projection, right_gate, x, real);
+  }
+  b = layout.whole(b, 0);  // [R, R, c]
   // Rows i of the update a chunk at a time (only b is held whole).
   const torch::Tensor out = nn::in_chunks(pair.size(0), chunk, 0, [&](int64_t start, int64_t n) {
-    const torch::Tensor xs = x.narrow(0, start, n), rs = real.narrow(0, start, n);
-    const torch::Tensor a = rs * left_projection(xs) * torch::sigmoid(left_gate(xs));  // [n, R, c]
-    const torch::Tensor update = torch::einsum("ikc,jkc->ijc", {a, b});                 // [n, R, c]
-    return output_projection(center_layer_norm(update)) * torch::sigmoid(gating_linear(xs));
+    const torch::Tensor xs = normalised(start, n), rs = real.narrow(0, start, n);
+    const torch::Tensor a = gated(left_projection, left_gate, xs, rs);  // [n, R, c]
+    const torch::Tensor update = torch::einsum("ikc,jkc->ijc", {a, b});  // [n, R, c]
+    const torch::Tensor projected = output_projection(center_layer_norm(update)), gate = torch::sigmoid(gating_linear(xs));
+    return inference ? projected.mul_(gate) : projected * gate;
   });
   return outgoing ? out : out.transpose(0, 1);
 }

@@ -31,18 +31,29 @@ double mean_training_flops(const std::vector<FoldChain>& chains, const FoldSetti
 
 }  // namespace
 
-AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
-                           const torch::Device& device, AlphaFoldOutputs* kept) {
-  // In the model's dtype (float64 in the exactness tests), padded for its DAP group's cuts.
+namespace {
+
+// The example padded for the model's DAP group's cuts and run in the model's dtype (float64 in the
+// exactness tests) on `device`; its loss too when `with_loss`.
+AlphaFoldLoss run_example(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
+                          const torch::Device& device, AlphaFoldOutputs* kept, bool with_loss) {
   const torch::TensorOptions options = torch::TensorOptions(model.parameters().front().scalar_type()).device(device);
   const FoldExample padded = pad_example(example, model.layout.parts());
   std::vector<AlphaFoldFeatures> iterations;
   for (const AlphaFoldFeatures& f : padded.iterations) iterations.push_back(f.to(options));
   const ResidueGeometry geometry = ideal_residue_geometry().to(options);
   AlphaFoldOutputs out = model.forward(iterations, geometry);
-  AlphaFoldLoss loss = alphafold_loss(out, padded.labels.to(options), geometry, model.sizes, settings.loss);
+  AlphaFoldLoss loss;
+  if (with_loss) loss = alphafold_loss(out, padded.labels.to(options), geometry, model.sizes, settings.loss);
   if (kept) *kept = std::move(out);
   return loss;
+}
+
+}  // namespace
+
+AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
+                           const torch::Device& device, AlphaFoldOutputs* kept) {
+  return run_example(model, example, settings, device, kept, /*with_loss=*/true);
 }
 
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
@@ -55,17 +66,22 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   torch::Generator generator = generator_of(seed);
   const FoldExample example = make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction,
                                            generator, settings.profile_rows);
+  // A query without a truth (at least 3 Cα) has no loss or scores: its FAPE alone, frames x atoms of every
+  // layer, would outweigh the model's own activations at long lengths.
+  const int64_t ca = 1;
+  const torch::Tensor truth = chain.positions.select(1, ca), mask = chain.mask.select(1, ca);
+  const bool scored = mask.sum().item<double>() >= 3;
   Prediction p;
-  const AlphaFoldLoss loss = example_loss(model, example, settings, device, &p.outputs);
+  const AlphaFoldLoss loss = run_example(model, example, settings, device, &p.outputs, scored);
   model.chunk_size = training_chunk;
   p.outputs = p.outputs.first_residues(chain.aatype.size(0));  // without the padding DAP added
-  p.loss = loss.total.item<double>();
   p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();
-  const int64_t ca = 1;
-  const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu(), truth = chain.positions.select(1, ca);
-  const torch::Tensor mask = chain.mask.select(1, ca);
+  const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu();
   p.true_lddt = lddt(predicted.unsqueeze(0), truth.unsqueeze(0), mask.view({1, -1, 1}), 15.0, true)[0];
-  if (mask.sum().item<double>() >= 3) p.scores = structure_scores(predicted, truth, mask);  // a query without a truth: none
+  if (scored) {
+    p.loss = loss.total.item<double>();
+    p.scores = structure_scores(predicted, truth, mask);
+  }
   return p;
 }
 

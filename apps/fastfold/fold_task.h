@@ -24,7 +24,7 @@ struct Prediction {
   torch::Tensor plddt;        // [R] 0..100
   torch::Tensor true_lddt;    // [R] per-residue lDDT-Cα of the prediction, 0..1
   StructureScores scores;
-  double loss = 0;
+  double loss = 0;            // with a truth (else 0, as the scores)
 };
 
 // The loss of one example run on `device` (its outputs kept in `kept` when given).

@@ -133,7 +133,8 @@ TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
 
 // Chunked inference: an Evoformer iteration and an extra-MSA iteration with their attention, transitions and
 // outer product mean 3 entries at a time equal the whole computation, values and every gradient (float64,
-// padded rows and columns included: 1e-12 of the largest entry).
+// padded rows and columns included: 1e-12 of the largest entry), and so do both without gradients (the
+// in-place inference path).
 TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
   auto g = at::detail::createCPUGenerator(17);
   for (const bool extra : {false, true}) {
@@ -160,7 +161,14 @@ TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
       for (const auto& p : block->parameters()) grads.push_back(p.grad().flatten());
       gradients.push_back(torch::cat(grads));
     }
-    EXPECT_LT((outputs[0] - outputs[1]).abs().max().item<double>(), 1e-12 * outputs[0].abs().max().item<double>()) << extra;
+    // Without gradients (inference's in-place path), whole and chunked.
+    for (const int64_t chunk : {int64_t{0}, int64_t{3}}) {
+      torch::NoGradGuard no_grad;
+      const auto [m_out, z_out] = block->forward(m0, z0, msa_mask, pair_mask, chunk);
+      outputs.push_back(torch::cat({m_out.flatten(), z_out.flatten()}));
+    }
+    for (size_t i = 1; i < outputs.size(); ++i)
+      EXPECT_LT((outputs[0] - outputs[i]).abs().max().item<double>(), 1e-12 * outputs[0].abs().max().item<double>()) << extra << " " << i;
     EXPECT_LT((gradients[0] - gradients[1]).abs().max().item<double>(), 1e-12 * gradients[0].abs().max().item<double>()) << extra;
   }
 }

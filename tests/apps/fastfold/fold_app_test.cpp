@@ -78,6 +78,7 @@ TEST(FoldAppTest, PredictsAQueryWithoutATruth) {
   EXPECT_GE(p.plddt.min().item<float>(), 0.0f);
   EXPECT_LE(p.plddt.max().item<float>(), 100.0f);
   EXPECT_EQ(p.scores.residues, 0);
+  EXPECT_EQ(p.loss, 0.0) << "no truth, no loss";
   EXPECT_TRUE(torch::isfinite(p.outputs.atom37).all().item<bool>());
 }
 

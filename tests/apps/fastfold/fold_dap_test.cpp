@@ -68,6 +68,7 @@ TORCH_MODULE(DapStack);
 
 struct StackRun {
   std::vector<torch::Tensor> outputs;  // m, e, z whole
+  std::vector<torch::Tensor> inference;  // the same without gradients (inference's in-place path)
   Grads grads;                         // every parameter's and the inputs' ("input.m", ...)
   int64_t forward_bytes = 0, backward_bytes = 0;  // sent by this rank in the stack's forward, in the backward
 };
@@ -107,6 +108,11 @@ StackRun run_stack(const dap::AxialLayout& layout, int64_t chunk) {
   loss.backward();
   run.backward_bytes = sent() - before_backward;
   for (const auto& x : out) run.outputs.push_back(x.detach());
+  {
+    torch::NoGradGuard no_grad;
+    for (const torch::Tensor& x : stack->forward(cut[0], cut[1], cut[2], msa_mask, extra_mask, pair_mask, chunk, layout))
+      run.inference.push_back(layout.whole(x, 0));
+  }
   for (const auto& item : stack->named_parameters()) run.grads[item.key()] = item.value().grad().clone();
   const char* names[] = {"input.m", "input.e", "input.z"};
   for (size_t i = 0; i < inputs.size(); ++i) run.grads[names[i]] = inputs[i].grad().clone();
@@ -126,6 +132,7 @@ void expect_stack_equals_serial(int64_t chunk) {
   for (size_t i = 0; i < serial.outputs.size(); ++i) {
     const double scale = std::max(1.0, serial.outputs[i].abs().max().item<double>());
     EXPECT_LE((cut.outputs[i] - serial.outputs[i]).abs().max().item<double>(), 1e-10 * scale) << what << " output " << i;
+    EXPECT_LE((cut.inference[i] - serial.outputs[i]).abs().max().item<double>(), 1e-10 * scale) << what << " inference output " << i;
   }
   kuafu::testing::expect_same_gradients(cut.grads, serial.grads, 1e-10, what);
   // The bytes each rank sent are the analytic count: the blocks' in forward; in backward the blocks' again
