@@ -86,7 +86,7 @@ AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s) : sizes(s) {
   sites = hooks::BlockSites::of_parts(*this, parts);
 }
 
-AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recycled& previous, const ResidueGeometry& geometry) {
+AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, Recycled previous, const ResidueGeometry& geometry) {
   using hooks::Tensors;
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
   // Every site's body holds copies of what it reads besides its inputs: a checkpointed block runs again in
@@ -104,6 +104,9 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, const Recy
   // Under DAP each rank runs the stacks on its rows of the three streams: m [S', R, c_m], z [R', R, c_z],
   // e [E', R, c_e] (every rank embedded them whole).
   torch::Tensor m = layout.mine(streams[0], 0), z = layout.mine(streams[1], 0), e = layout.mine(streams[2], 0);
+  // Neither the embedded streams nor the recycled ones are read again: the stacks' first updates free them.
+  streams.clear();
+  previous = {};
   const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
   for (size_t b = 0; b < trunk.extra_msa_stack->size(); ++b) {
     EvoformerBlockImpl& block = *trunk.extra_msa_stack[b]->as<EvoformerBlock>();
@@ -156,9 +159,9 @@ AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& it
   Recycled previous = Recycled::zeros(iterations.front().aatype.size(0), sizes, iterations.front().target_feat.options());
   for (size_t i = 0; i + 1 < iterations.size(); ++i) {
     torch::NoGradGuard no_grad;
-    previous = iteration(iterations[i], previous, geometry).recycled();
+    previous = iteration(iterations[i], std::move(previous), geometry).recycled();
   }
-  return iteration(iterations.back(), previous, geometry);
+  return iteration(iterations.back(), std::move(previous), geometry);
 }
 
 std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model) {

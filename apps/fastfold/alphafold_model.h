@@ -90,7 +90,8 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
   hooks::BlockSites& block_sites() override { return sites; }
   // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'
   // dtype and device.
-  AlphaFoldOutputs iteration(const AlphaFoldFeatures& features, const Recycled& previous, const ResidueGeometry& geometry);
+  // `previous` is let go once embedded (moved in, its pair's memory is free for the stacks).
+  AlphaFoldOutputs iteration(const AlphaFoldFeatures& features, Recycled previous, const ResidueGeometry& geometry);
   // Algorithm 2 with recycling: iteration i reads features[i]; every iteration but the last runs without
   // gradient, and each starts from the previous one's detached outputs (zeros before the first).
   AlphaFoldOutputs forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry);

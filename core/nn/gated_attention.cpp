@@ -76,15 +76,21 @@ torch::Tensor GatedAttentionImpl::attend(const torch::Tensor& queries, const tor
   const torch::Tensor q = torch::einsum("...qa,ahc->...qhc", {queries, query_w}) * scale;  // [*, Q, H, c]
   const torch::Tensor k = torch::einsum("...ka,ahc->...khc", {keys_values, key_w});        // [*, K, H, c]
   const torch::Tensor v = torch::einsum("...ka,ahc->...khc", {keys_values, value_w});      // [*, K, H, c]
+  // Without gradients (inference) the logits take their biases and clipping in place: one [*, H, Q, K]
+  // buffer where each step would make another.
+  const bool inference = !at::GradMode::is_enabled();
   torch::Tensor logits = torch::einsum("...qhc,...khc->...hqk", {q, k});                   // [*, H, Q, K]
-  for (const torch::Tensor& bias : biases) logits = logits + bias;
+  for (const torch::Tensor& bias : biases) logits = inference ? logits.add_(bias) : logits + bias;
   // Clipped as AlphaFold 2.3 under current JAX clips them: a query whose every key is masked (-1e9) gets
   // the values' plain mean, and no gradient, since its logits no longer depend on q and k in floating point.
-  if (!biases.empty()) logits = logits.clamp(-1e8, 1e8);
-  const torch::Tensor weights = torch::softmax(logits, -1);
+  if (!biases.empty()) logits = inference ? logits.clamp_(-1e8, 1e8) : logits.clamp(-1e8, 1e8);
+  torch::Tensor weights = torch::softmax(logits, -1);
+  logits.reset();
   torch::Tensor average = torch::einsum("...hqk,...khc->...qhc", {weights, v});  // [*, Q, H, c]
+  weights.reset();
   if (spec.gated) {
-    average = average * torch::sigmoid(torch::einsum("...qa,ahc->...qhc", {queries, gating_w}) + gating_b);
+    const torch::Tensor gate = torch::einsum("...qa,ahc->...qhc", {queries, gating_w});
+    average = inference ? average.mul_(gate.add_(gating_b).sigmoid_()) : average * torch::sigmoid(gate + gating_b);
   }
   return torch::einsum("...qhc,hco->...qo", {average, output_w}) + output_b;  // [*, Q, out]
 }
