@@ -155,7 +155,7 @@ Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalL
   Experience e = score_samples(s, policy, reference, reward, settings);
   const ValueEstimates v = response_values(critic, s);
   e.values = v.values;
-  e.bootstrap = v.bootstrap;
+  e.bootstrap = settings.bootstrap_truncated ? v.bootstrap : torch::zeros_like(v.bootstrap);
   e.rewards = token_rewards(e.scores, e.kl, e.mask, settings.kl_coef);
   const Advantages a = gae(e.rewards, e.values.to(e.rewards.scalar_type()), e.mask, e.bootstrap.to(e.rewards.scalar_type()),
                            settings.gamma, settings.lambda);

@@ -66,6 +66,9 @@ struct ExperienceSettings {
   double kl_coef = 0.05;
   double missing_eos_penalty = 0;  // added to the score of a response cut at the limit (e.g. −1)
   double gamma = 1.0, lambda = 0.95;
+  // False: a response cut at the limit ends its episode like one that ended (the reward model scored the
+  // cut text; a value past the cut would count the rest twice). True: V after its last token is bootstrapped.
+  bool bootstrap_truncated = false;
   bool whiten_advantages = true;
   // False: the policy's log-probabilities (and the KL) are left to the update, whose own they are when
   // it is the rollout's only one (GRPO, one epoch of one mini-batch, KL not in the reward: as trl does).

@@ -31,7 +31,9 @@ void add_rl_schema(config::Schema& s, Stage stage) {
   s.add_int("rl.prompts_per_rollout", 8, "prompts sampled per rollout (on every data rank together)").min(1);
   s.add_int("rl.epochs", 1, "passes over each rollout's experience").min(1).max(100);
   s.add_int("rl.mini_batches", 1, "optimizer steps per pass (train.batch_size = the rollout's rows / this)").min(1);
-  s.add_float("rl.clip", 0.2, "the policy ratio's clip range ε").min(0).max(10);
+  s.add_float("rl.clip", 0.2, "the policy ratio's clip range ε: [1 - ε, 1 + ε]").min(0).max(10);
+  s.add_float("rl.clip_high", 0.2, "the upper clip range when set (DAPO's clip-higher, trl's epsilon_high): "
+              "[1 - rl.clip, 1 + rl.clip_high]; unset: rl.clip").min(0).max(10);
   s.add_float("rl.entropy_coef", 0.0, "entropy bonus").min(0);
   s.add_string("rl.eval_prompts", "data/instructions/out/val.jsonl", "held-out prompts (JSONL with \"prompt\")");
   s.add_int("rl.eval_prompts_count", 16, "held-out prompts answered at each evaluation").min(1);
@@ -44,6 +46,9 @@ void add_rl_schema(config::Schema& s, Stage stage) {
     s.add_float("rl.kl_horizon", 10000, "adaptive KL: its horizon in samples").min(1);
     s.add_float("rl.gamma", 1.0, "GAE discount γ").min(0).max(1);
     s.add_float("rl.lambda", 0.95, "GAE λ").min(0).max(1);
+    s.add_bool("rl.bootstrap_truncated", false,
+               "a response cut at generate.max_new_tokens bootstraps the critic's value after its last token; "
+               "false: the cut ends its episode (the reward model scored the cut text; see rl.missing_eos_penalty)");
     s.add_bool("rl.whiten_advantages", true, "whiten advantages over the rollout (all data ranks)");
     s.add_float("rl.value_clip", 0.2, "the value loss's clip range").min(0);
     s.add_float("rl.value_coef", 0.1, "the value loss's weight in the critic's loss").min(0);
@@ -124,6 +129,8 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
   s.clip = config.get_float("rl.clip");
   // A clip range of 0 makes every ratio's gradient vanish outside exact equality: nothing would learn.
   if (s.clip <= 0) config.fail_at("rl.clip", "must be > 0: the policy ratio is clipped to [1 - clip, 1 + clip]");
+  s.clip_high = config.is_set("rl.clip_high") ? config.get_float("rl.clip_high") : s.clip;
+  if (s.clip_high <= 0) config.fail_at("rl.clip_high", "must be > 0: the policy ratio is clipped to [1 - clip, 1 + clip_high]");
   s.entropy_coef = config.get_float("rl.entropy_coef");
   s.eval_prompts = config.get_string("rl.eval_prompts");
   s.eval_prompts_count = config.get_int("rl.eval_prompts_count");
@@ -139,6 +146,7 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     e.gamma = config.get_float("rl.gamma");
     e.lambda = config.get_float("rl.lambda");
     e.whiten_advantages = config.get_bool("rl.whiten_advantages");
+    e.bootstrap_truncated = config.get_bool("rl.bootstrap_truncated");
     s.value_clip = config.get_float("rl.value_clip");
     s.value_coef = config.get_float("rl.value_coef");
     s.ptx_coef = config.get_float("rl.ptx_coef");

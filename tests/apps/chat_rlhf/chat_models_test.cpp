@@ -145,6 +145,7 @@ TEST_P(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
   const std::vector<std::vector<int64_t>> responses = {{30, 31, 2}, {40, 41, 42, 43, 44}, {50}};  // ended, cut, cut
   ExperienceSettings settings;
   settings.missing_eos_penalty = -0.5;
+  settings.bootstrap_truncated = true;  // the cut response's bootstrap must not depend on the padding either
   const Experience left = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU), *policy, *reference_model,
                                           critic, reward, settings);
   const Experience right = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU, /*right_padded=*/true),

@@ -20,6 +20,7 @@
 #include "apps/opt_finetune/causal_lm_family.h"
 #include "apps/opt_finetune/hugging_face.h"
 #include "core/io/hf_folder.h"
+#include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "core/train/model_memory.h"
 #include "core/train/runtime.h"
@@ -231,6 +232,51 @@ TEST_F(ChatPipelineTest, PpoStepIsTheSameAccumulatedOrWhole) {
   for (const char* key : {"actor.loss", "critic.loss", "actor.grad_norm", "critic.grad_norm", "reward", "response_length"}) {
     const double whole = first[0][key].get<double>(), accumulated = first[1][key].get<double>();
     EXPECT_NEAR(accumulated, whole, 1e-5 * std::max(1.0, std::abs(whole))) << key;
+  }
+}
+
+// rl.clip_high reaches the policy loss (DAPO's clip-higher): after a large first step the second epoch's
+// ratios leave [0.8, 1.2] on both sides; with the upper bound at 1 + 10 only the lower side clips, so
+// fewer tokens do, from the same first step.
+TEST_F(ChatPipelineTest, PpoClipsTheRatioAboveAtClipHigh) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  std::vector<std::vector<nlohmann::json>> runs;
+  for (const std::string& high : {std::string(""), std::string("clip_high = 10.0\n")}) {
+    const std::string name = high.empty() ? "ppo_clip_symmetric" : "ppo_clip_high";
+    runs.push_back(train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 2,
+        "prompts_per_rollout = 8\nepochs = 2\nmini_batches = 1\n" + high), "--set optim.lr=0.05"));
+    ASSERT_EQ(runs.back().size(), 2u);
+  }
+  EXPECT_NEAR(runs[1][0]["actor.loss"].get<double>(), runs[0][0]["actor.loss"].get<double>(), 1e-6) << "the same first step";
+  const double symmetric = runs[0][1]["clip_fraction"].get<double>(), upper_open = runs[1][1]["clip_fraction"].get<double>();
+  EXPECT_GT(symmetric, 0.0);
+  EXPECT_LT(upper_open, symmetric);
+}
+
+// A response cut at generate.max_new_tokens ends its episode by default: the rollout a checkpoint keeps has
+// no value bootstrapped past any cut (3 new tokens: the answers are longer, so most are cut); with
+// rl.bootstrap_truncated the cut ones carry the critic's value after their last token.
+TEST_F(ChatPipelineTest, PpoEndsTheEpisodeOfACutResponse) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const auto rollout = [&](const std::string& name, const std::string& rl) {
+    train_stage(root_, "ppo", name, rl_config(root_, name + "_run", 1, "prompts_per_rollout = 8\nepochs = 2\nmini_batches = 1\n" + rl),
+                "--set generate.max_new_tokens=3 --set train.checkpoint_interval=1");
+    return io::load_safetensors(fs::path(train::checkpoint_folder((root_ / (name + "_run") / "checkpoints").string(), 1)) /
+                                "task_rank0.safetensors");
+  };
+  for (const bool bootstrap : {false, true}) {
+    const io::SafetensorsFile state = rollout(bootstrap ? "ppo_cut_bootstrapped" : "ppo_cut", bootstrap ? "bootstrap_truncated = true\n" : "");
+    const torch::Tensor* values = state.find("experience.bootstrap");
+    const torch::Tensor* ended = state.find("experience.ended");
+    ASSERT_TRUE(values && ended) << "the checkpoint keeps its rollout";
+    const torch::Tensor cut = ended->to(torch::kBool).logical_not();
+    ASSERT_GT(cut.sum().item<int64_t>(), 0) << "some responses are cut";
+    EXPECT_EQ(values->masked_select(ended->to(torch::kBool)).abs().sum().item<double>(), 0.0) << "an ended one never bootstraps";
+    if (bootstrap) {
+      EXPECT_GT(values->masked_select(cut).abs().min().item<double>(), 0.0);
+    } else {
+      EXPECT_EQ(values->abs().sum().item<double>(), 0.0);
+    }
   }
 }
 
