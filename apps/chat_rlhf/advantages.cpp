@@ -1,6 +1,8 @@
 #include "apps/chat_rlhf/advantages.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "core/dist/collectives.h"
 #include "core/util/error.h"
@@ -107,6 +109,31 @@ RewardScaling reward_scaling_named(const std::string& name) {
   if (name == "batch") return RewardScaling::Batch;
   if (name == "none") return RewardScaling::None;
   throw Error("scale_rewards must be \"group\", \"batch\" or \"none\", got \"" + name + "\"");
+}
+
+void RunningMoments::update(const torch::Tensor& scores, const dist::ProcessGroup* group) {
+  const torch::Tensor moments = masked_moments(scores.detach(), torch::ones_like(scores, torch::kBool), group);
+  const double n = moments[2].item<double>();
+  if (n <= 0) return;
+  const double batch_mean = moments[0].item<double>() / n;
+  const double batch_var = std::max(0.0, moments[1].item<double>() / n - batch_mean * batch_mean);  // population
+  const double total = count + n, delta = batch_mean - mean;
+  // Σ(x − mean)² of both parts about the merged mean: each part's own, and its offset from the merged mean.
+  const double squares = var * count + batch_var * n + delta * delta * count * n / total;
+  mean += delta * n / total;
+  var = squares / total;
+  count = total;
+}
+
+double RunningMoments::std() const { return count > 1 ? std::sqrt(var * count / (count - 1)) : std::sqrt(var); }
+
+torch::Tensor scale_scores(const torch::Tensor& scores, const RunningMoments* moments, bool subtract_mean, double clip) {
+  torch::Tensor scaled = scores;
+  if (moments) {
+    const double scale = moments->std() + static_cast<double>(std::numeric_limits<float>::epsilon());
+    scaled = subtract_mean ? (scaled - moments->mean) / scale : scaled / scale;
+  }
+  return clip > 0 ? scaled.clamp(-clip, clip) : scaled;
 }
 
 void KlController::update(double kl_per_sequence, int64_t samples) {

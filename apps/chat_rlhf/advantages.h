@@ -47,6 +47,19 @@ enum class RewardScaling { Group, Batch, None };
 torch::Tensor group_advantages(const torch::Tensor& rewards, int64_t group_size, RewardScaling scaling);
 RewardScaling reward_scaling_named(const std::string& name);  // "group", "batch", "none"
 
+// The running mean and variance of every score so far, each rollout's batch merged in (Chan et al.'s
+// parallel update; with `group`, the batch is every rank's scores), started as trl's RunningMoments starts
+// (mean 0, variance 1, count 1e-24) so that its scaling is trl's use_score_scaling.
+struct RunningMoments {
+  double count = 1e-24, mean = 0, var = 1;  // var: the population variance of all merged scores
+  void update(const torch::Tensor& scores, const dist::ProcessGroup* group = nullptr);
+  double std() const;  // unbiased: sqrt(var · n / (n − 1))
+};
+// PPO's score scaling (trl's use_score_scaling, use_score_norm and score_clip): scores [B] divided by the
+// running std (+ float32's epsilon), less the running mean first when `subtract_mean`; then clipped to
+// ±clip when clip > 0.
+torch::Tensor scale_scores(const torch::Tensor& scores, const RunningMoments* moments, bool subtract_mean, double clip);
+
 // The KL coefficient: fixed (target 0), or adapted towards a target KL per sequence (Ziegler et al.,
 // 2019): coef *= 1 + clip(kl / target − 1, −0.2, 0.2) · samples / horizon.
 struct KlController {

@@ -156,7 +156,10 @@ Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalL
   const ValueEstimates v = response_values(critic, s);
   e.values = v.values;
   e.bootstrap = settings.bootstrap_truncated ? v.bootstrap : torch::zeros_like(v.bootstrap);
-  e.rewards = token_rewards(e.scores, e.kl, e.mask, settings.kl_coef);
+  // e.scores stay the reward model's (the figures report them); the rewards take them scaled.
+  if (settings.score_moments) settings.score_moments->update(e.scores, group);
+  const torch::Tensor scores = scale_scores(e.scores, settings.score_moments, settings.score_subtract_mean, settings.score_clip);
+  e.rewards = token_rewards(scores, e.kl, e.mask, settings.kl_coef);
   const Advantages a = gae(e.rewards, e.values.to(e.rewards.scalar_type()), e.mask, e.bootstrap.to(e.rewards.scalar_type()),
                            settings.gamma, settings.lambda);
   e.returns = a.returns;

@@ -69,6 +69,11 @@ struct ExperienceSettings {
   // False: a response cut at the limit ends its episode like one that ended (the reward model scored the
   // cut text; a value past the cut would count the rest twice). True: V after its last token is bootstrapped.
   bool bootstrap_truncated = false;
+  // The scores' scaling before they become rewards (rl.score_scaling, rl.score_clip): the running moments to
+  // update with each rollout's scores and divide by (null: none), whether to subtract their mean, the clip.
+  RunningMoments* score_moments = nullptr;
+  bool score_subtract_mean = false;
+  double score_clip = 0;
   bool whiten_advantages = true;
   // False: the policy's log-probabilities (and the KL) are left to the update, whose own they are when
   // it is the rollout's only one (GRPO, one epoch of one mini-batch, KL not in the reward: as trl does).

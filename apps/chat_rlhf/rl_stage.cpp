@@ -139,6 +139,7 @@ void RlTask::make_rollout(int64_t rollout) {
   }
   ExperienceSettings settings = settings_.experience;
   settings.kl_coef = kl_.coef;
+  if (settings_.scale_scores) settings.score_moments = &score_moments_;
   settings.policy_logprobs = !update_scores_policy();
   settings.sampling.seed = mix_seed(seed_, rollout, 0, rank);
   const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
@@ -306,7 +307,8 @@ std::map<std::string, double> RlTask::step_figures(int64_t) {
 }
 
 io::NamedTensors RlTask::task_state() const {
-  io::NamedTensors state = {{"kl_coef", torch::tensor({kl_.coef}, torch::kFloat64)}};
+  io::NamedTensors state = {{"kl_coef", torch::tensor({kl_.coef}, torch::kFloat64)},
+                            {"score_moments", torch::tensor({score_moments_.count, score_moments_.mean, score_moments_.var}, torch::kFloat64)}};
   if (rollout_ < 0) return state;
   state.emplace_back("rollout", torch::tensor({rollout_}, torch::kInt64));
   for (const auto& [name, tensor] : experience_tensors(experience_)) state.emplace_back("experience." + name, tensor);
@@ -323,6 +325,10 @@ io::NamedTensors RlTask::task_state() const {
 void RlTask::restore_task_state(const io::NamedTensors& state) {
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
   if (const auto coef = by_name.find("kl_coef"); coef != by_name.end()) kl_.coef = coef->second.item<double>();
+  if (const auto moments = by_name.find("score_moments"); moments != by_name.end()) {
+    const torch::Tensor m = moments->second.to(torch::kFloat64);
+    score_moments_ = {m[0].item<double>(), m[1].item<double>(), m[2].item<double>()};
+  }
   if (!by_name.count("rollout")) return;  // none sampled yet, or a checkpoint without its rollout: sample anew
   io::NamedTensors experience;
   std::map<std::string, double> figures;

@@ -95,6 +95,7 @@ class RlTask : public train::RunTask {
   int64_t batch_size_;  // rows per optimizer step (all ranks)
   torch::Device device_;
   KlController kl_;
+  RunningMoments score_moments_;  // every rollout's scores so far (rl.score_scaling), saved with the run
 
   int64_t rollout_ = -1;  // the rollout experience_ holds
   Experience experience_;

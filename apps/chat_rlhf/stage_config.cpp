@@ -46,6 +46,11 @@ void add_rl_schema(config::Schema& s, Stage stage) {
     s.add_float("rl.kl_horizon", 10000, "adaptive KL: its horizon in samples").min(1);
     s.add_float("rl.gamma", 1.0, "GAE discount γ").min(0).max(1);
     s.add_float("rl.lambda", 0.95, "GAE λ").min(0).max(1);
+    s.add_string("rl.score_scaling", "none",
+                 "the reward model's scores before they become rewards: none, std (divided by the running std of "
+                 "every score so far) or mean-std (less the running mean first); trl's use_score_scaling/_norm")
+        .choices({"none", "std", "mean-std"});
+    s.add_float("rl.score_clip", 0.0, "clip the (scaled) scores to ±this before they become rewards (0: no clip)").min(0);
     s.add_bool("rl.bootstrap_truncated", false,
                "a response cut at generate.max_new_tokens bootstraps the critic's value after its last token; "
                "false: the cut ends its episode (the reward model scored the cut text; see rl.missing_eos_penalty)");
@@ -147,6 +152,9 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     e.lambda = config.get_float("rl.lambda");
     e.whiten_advantages = config.get_bool("rl.whiten_advantages");
     e.bootstrap_truncated = config.get_bool("rl.bootstrap_truncated");
+    s.scale_scores = config.get_string("rl.score_scaling") != "none";
+    e.score_subtract_mean = config.get_string("rl.score_scaling") == "mean-std";
+    e.score_clip = config.get_float("rl.score_clip");
     s.value_clip = config.get_float("rl.value_clip");
     s.value_coef = config.get_float("rl.value_coef");
     s.ptx_coef = config.get_float("rl.ptx_coef");

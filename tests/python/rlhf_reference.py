@@ -16,6 +16,8 @@ C++ is), all in float64.
       grpo_group, grpo_batch, grpo_none         GRPO advantages as trl's GRPOTrainer computes them
       dpo, ipo, pairwise   DPO (Rafailov et al.), IPO (Azar et al.) and the Bradley-Terry reward loss
       ipo_per_token        IPO as trl 1.16 computes it: the ratios averaged over the completions' tokens nc, nr
+      score_std_scaled<b>, score_norm_clipped<b>   three batches of scores through trl 0.11's running-moments
+                           score scaling (divided by the running std; less the running mean, then clipped)
 """
 import math
 import sys
@@ -105,6 +107,25 @@ def losses(inputs, out):
     rejected_avg = (x["pr"] - x["rr"]) / x["nr"].clamp(min=1.0)
     r["ipo_per_token"] = (chosen_avg - rejected_avg - 1 / (2 * beta)) ** 2
     r["pairwise"] = -F.logsigmoid(x["chosen"] - x["rejected"] - s["margin"])
+
+    # trl 0.11's PPOTrainer score scaling (RunningMoments, use_score_scaling / use_score_norm / score_clip),
+    # transcribed: each batch merged into the running moments, then the batch scaled by them.
+    count, mean, var, std = 1e-24, 0.0, 1.0, 1.0
+    for b in range(3):
+        xs = x[f"score_batch{b}"]
+        xs_var, xs_mean = torch.var_mean(xs, unbiased=False)
+        xs_count = xs.numel()
+        delta = xs_mean.item() - mean
+        tot_count = count + xs_count
+        new_sum = xs_var.item() * xs_count
+        old_sum = var * count + delta ** 2 * count * xs_count / tot_count
+        mean += delta * xs_count / tot_count
+        var = (old_sum + new_sum) / tot_count
+        std = math.sqrt(var * tot_count / (tot_count - 1))
+        count = tot_count
+        factor = std + torch.finfo(torch.float32).eps
+        r[f"score_std_scaled{b}"] = xs / factor
+        r[f"score_norm_clipped{b}"] = torch.clip((xs - mean) / factor, -s["score_clip"], s["score_clip"])
     save_file({k: v.contiguous().to(torch.float64) for k, v in r.items()}, out)
 
 

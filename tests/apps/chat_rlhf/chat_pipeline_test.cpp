@@ -432,26 +432,29 @@ TEST_F(ChatPipelineTest, PtxAddsTheLanguageModelLossUnderEveryStrategy) {
 }
 
 // A run resumed between a rollout's steps trains on the rollout the earlier weights sampled, with the
-// adaptive KL coefficient where it was: two rollouts of 4 steps (2 epochs x 2 mini-batches, β adapted
-// to a target), checkpoints every 2 steps; the newest (step 8) removed, the run resumes at step 6, in
-// the middle of the second rollout, and its steps 7 and 8 are the uninterrupted run's to the bit.
+// adaptive KL coefficient and the scores' running moments where they were: rollouts of 4 steps (2 epochs x
+// 2 mini-batches, β adapted to a target), checkpoints every 2 steps; the newer ones (steps 8, 10) removed,
+// the run resumes at step 6, in the middle of the second rollout, and its steps 7 to 10 (the third rollout
+// scaled by the restored moments) are the uninterrupted run's to the bit.
 TEST_F(ChatPipelineTest, PpoResumedMidRolloutGoesOnAsTheUninterruptedRun) {
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const std::string args = "--set train.batch_size=4 --set train.checkpoint_interval=2 --set train.keep_checkpoints=4";
+  // Scores scaled by their running moments, which the third rollout (step 9) takes from the checkpoint.
   auto config = [&](const std::string& name) {
-    return rl_config(root_, name + "_run", 8, "prompts_per_rollout = 8\nepochs = 2\nmini_batches = 2\nkl_target = 1.0\n");
+    return rl_config(root_, name + "_run", 10, "prompts_per_rollout = 8\nepochs = 2\nmini_batches = 2\nkl_target = 1.0\n"
+                                               "score_scaling = \"mean-std\"\nscore_clip = 3.0\n");
   };
   const std::vector<nlohmann::json> straight = train_stage(root_, "ppo", "ppo_straight", config("ppo_straight"), args);
-  ASSERT_EQ(train_stage(root_, "ppo", "ppo_resumed", config("ppo_resumed"), args).size(), 8u);
+  ASSERT_EQ(train_stage(root_, "ppo", "ppo_resumed", config("ppo_resumed"), args).size(), 10u);
   const fs::path checkpoints = root_ / "ppo_resumed_run" / "checkpoints";
   ASSERT_TRUE(fs::exists(fs::path(train::checkpoint_folder(checkpoints.string(), 6)) / "task_rank0.safetensors"));
-  fs::remove_all(train::checkpoint_folder(checkpoints.string(), 8));
+  for (const int64_t later : {8, 10}) fs::remove_all(train::checkpoint_folder(checkpoints.string(), later));
   write_file_atomic((checkpoints / "latest").string(), "step_00000006\n");
   const std::vector<nlohmann::json> resumed = train_stage(root_, "ppo", "ppo_resumed", config("ppo_resumed"), args);
-  ASSERT_EQ(straight.size(), 8u);
-  ASSERT_EQ(resumed.size(), 8u);
+  ASSERT_EQ(straight.size(), 10u);
+  ASSERT_EQ(resumed.size(), 10u);
   EXPECT_NE(straight[4]["kl_coef"], straight[0]["kl_coef"]) << "the coefficient adapted between the rollouts";
-  for (size_t i = 6; i < 8; ++i) {
+  for (size_t i = 6; i < 10; ++i) {
     for (const char* key : {"reward", "kl", "kl_coef", "response_length", "actor.loss", "critic.loss", "actor.grad_norm",
                             "critic.grad_norm", "ratio"}) {
       EXPECT_EQ(resumed[i][key], straight[i][key]) << key << " at step " << i + 1;

@@ -48,6 +48,8 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
       {"rc", -torch::rand({5}, kF64) * 9}, {"rr", -torch::rand({5}, kF64) * 9}, {"chosen", torch::randn({5}, kF64)},
       {"rejected", torch::randn({5}, kF64)}, {"mask", mask.to(torch::kInt64)},
       {"nc", torch::tensor({3.0, 1.0, 7.0, 2.0, 5.0}, kF64)}, {"nr", torch::tensor({4.0, 6.0, 1.0, 2.0, 9.0}, kF64)},
+      {"score_batch0", torch::randn({6}, kF64) * 3 + 1}, {"score_batch1", torch::randn({4}, kF64) * 2 - 2},
+      {"score_batch2", torch::randn({5}, kF64) * 5}, {"score_clip", scalar(1.5)},
       {"temperature", scalar(temperature)}, {"gamma", scalar(gamma)}, {"lambda", scalar(lambda)},
       {"kl_coef", scalar(kl_coef)}, {"clip_low", scalar(clip_low)}, {"clip_high", scalar(clip_high)},
       {"value_clip", scalar(value_clip)}, {"beta", scalar(beta)}, {"margin", scalar(margin)},
@@ -98,6 +100,15 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
   EXPECT_LT(max_difference(dpo_loss(t("pc"), t("pr"), t("rc"), t("rr"), beta, PreferenceLoss::Ipo, t("nc"), t("nr")),
                            ref["ipo_per_token"]), kMathTolerance);
   EXPECT_LT(max_difference(pairwise_loss(t("chosen"), t("rejected"), margin), ref["pairwise"]), kMathTolerance);
+
+  RunningMoments by_std, by_mean_std;
+  for (int b = 0; b < 3; ++b) {
+    const std::string batch = "score_batch" + std::to_string(b), n = std::to_string(b);
+    by_std.update(t(batch));
+    by_mean_std.update(t(batch));
+    EXPECT_LT(max_difference(scale_scores(t(batch), &by_std, false, 0), ref["score_std_scaled" + n]), kMathTolerance) << b;
+    EXPECT_LT(max_difference(scale_scores(t(batch), &by_mean_std, true, 1.5), ref["score_norm_clipped" + n]), kMathTolerance) << b;
+  }
 }
 
 // Two micro-batches of different lengths, each aggregated as a share of the whole batch, sum to the
