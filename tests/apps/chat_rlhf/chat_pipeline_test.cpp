@@ -193,6 +193,26 @@ TEST_F(ChatPipelineTest, PpoFirstMiniBatchIsOnPolicyAndEveryFigureIsLogged) {
   EXPECT_GT(actor->config.num_hidden_layers, 0);
 }
 
+// The on-policy checks with the two things a dropout-free, temperature-1 fixture cannot see: the actor at
+// dropout 0.1 sampling at temperature 0.7. PPO's first mini-batch still has ratio 1 and no approximate KL
+// (the update scores the sampled tokens in eval mode at the sampling temperature), and the actor starts as
+// its reference (KL ~ 0: both read at that temperature); GRPO's first step (its own log-probabilities) has
+// the reference's too. A policy left in training mode or scored at temperature 1 fails each.
+TEST_F(ChatPipelineTest, FirstStepsAreOnPolicyWithDropoutAndATemperature) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::string args = "--set model.dropout=0.1 --set generate.temperature=0.7";
+  const std::vector<nlohmann::json> ppo = train_stage(root_, "ppo", "ppo_dropout", rl_config(root_, "ppo_dropout_run", 1,
+      "prompts_per_rollout = 8\nepochs = 1\nmini_batches = 1\n"), args);
+  ASSERT_EQ(ppo.size(), 1u);
+  EXPECT_NEAR(ppo[0]["ratio"].get<double>(), 1.0, 1e-5);
+  EXPECT_LT(ppo[0]["approx_kl"].get<double>(), 1e-10);
+  EXPECT_LT(ppo[0]["kl"].get<double>(), 1e-4) << "the actor starts as its reference";
+  const std::vector<nlohmann::json> grpo = train_stage(root_, "grpo", "grpo_dropout", rl_config(root_, "grpo_dropout_run", 1,
+      "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.04\nepochs = 1\nmini_batches = 1\n"), args);
+  ASSERT_EQ(grpo.size(), 1u);
+  EXPECT_LT(std::abs(grpo[0]["kl"].get<double>()), 1e-4) << grpo[0].dump();
+}
+
 // The trap of sharded actors: under Gemini every forward gathers chunks from both ranks, so a rank whose
 // sampled rows have all stopped must keep decoding until the other's have (nn::all_done_over). Two
 // ranks, each sampling its own prompts at temperature 1, train two steps and evaluate.
