@@ -205,6 +205,10 @@ bool RlTask::update_scores_policy() const {
   return stage_ == Stage::Grpo && settings_.steps_per_rollout() == 1 && !settings_.kl_in_reward;
 }
 
+bool RlTask::sits_out(const std::string& name, int64_t step) const {
+  return name == "actor" && step / settings_.steps_per_rollout() < settings_.critic_warmup_rollouts;
+}
+
 std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_row, int64_t rows) {
   const int64_t per_rollout = settings_.steps_per_rollout();
   if (step / per_rollout != rollout_) make_rollout(step / per_rollout);
@@ -225,42 +229,50 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
   // loss is scaled back up so that the gradient is the whole mini-batch's, normalised by its counts.
   const double scale = static_cast<double>(batch_size_) / static_cast<double>(rows);
 
+  std::map<std::string, torch::Tensor> result;
+  const bool actor_learns = !sits_out("actor", step);
   models_.actor->module().eval();  // dropout off in PPO's updates too: the ratio compares like with like
   const bool with_entropy = settings_.entropy_coef > 0;
-  NextTokens out;
-  torch::Tensor values;  // the critic's [B, R]
-  if (models_.shared_trunk) {  // one pass of the trunk for both
-    (*models_.critic)->eval();
-    OutputsAndValues both = response_outputs_and_values(*models_.critic, batch, settings_.experience.sampling, with_entropy);
-    out = std::move(both.outputs);
-    values = both.values.values;
-  } else {
-    out = response_outputs(*models_.actor, batch, settings_.experience.sampling, with_entropy);
-  }
-  // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
-  const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
-  const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
-                                                settings_.clip, settings_.clip_high);
-  torch::Tensor per_token = terms.loss;
-  if (settings_.entropy_coef > 0) per_token = per_token - settings_.entropy_coef * out.entropy;
-  if (stage_ == Stage::Grpo && !settings_.kl_in_reward && settings_.experience.kl_coef > 0) {
-    per_token = per_token + settings_.experience.kl_coef *
-                                kl_estimate(out.logprobs, e.ref_logprobs.index_select(0, index), settings_.experience.kl_estimator);
-  }
-  const torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
   {
     torch::NoGradGuard no_grad;
-    const torch::Tensor m = mask.to(torch::kFloat64);
-    const torch::Tensor log_ratio = (out.logprobs - old_logprobs).to(torch::kFloat64);
-    step_sums_.narrow(0, 0, 4) += torch::stack({(terms.clipped.to(torch::kFloat64) * m).sum(), (0.5 * log_ratio.square() * m).sum(),
-                                              (terms.ratio.to(torch::kFloat64) * m).sum(), m.sum()})
-                                    .cpu();
-    if (!e.logprobs.defined()) {
-      const torch::Tensor k1 = kl_estimate(out.logprobs.detach(), e.ref_logprobs.index_select(0, index), KlEstimator::K1);
-      step_sums_[5] += (k1.to(torch::kFloat64) * m).sum().cpu();
-    }
+    step_sums_[3] += mask.to(torch::kFloat64).sum().cpu();  // the response tokens every figure is per
   }
-  std::map<std::string, torch::Tensor> result = {{"actor", actor_loss}};
+  torch::Tensor values;  // the critic's [B, R]
+  if (actor_learns) {
+    NextTokens out;
+    if (models_.shared_trunk) {  // one pass of the trunk for both
+      (*models_.critic)->eval();
+      OutputsAndValues both = response_outputs_and_values(*models_.critic, batch, settings_.experience.sampling, with_entropy);
+      out = std::move(both.outputs);
+      values = both.values.values;
+    } else {
+      out = response_outputs(*models_.actor, batch, settings_.experience.sampling, with_entropy);
+    }
+    // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
+    const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
+    const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
+                                                  settings_.clip, settings_.clip_high);
+    torch::Tensor per_token = terms.loss;
+    if (settings_.entropy_coef > 0) per_token = per_token - settings_.entropy_coef * out.entropy;
+    if (stage_ == Stage::Grpo && !settings_.kl_in_reward && settings_.experience.kl_coef > 0) {
+      per_token = per_token + settings_.experience.kl_coef *
+                                  kl_estimate(out.logprobs, e.ref_logprobs.index_select(0, index), settings_.experience.kl_estimator);
+    }
+    const torch::Tensor actor_loss = aggregate(per_token, mask, settings_.aggregation, counts) * scale;
+    {
+      torch::NoGradGuard no_grad;
+      const torch::Tensor m = mask.to(torch::kFloat64);
+      const torch::Tensor log_ratio = (out.logprobs - old_logprobs).to(torch::kFloat64);
+      step_sums_.narrow(0, 0, 3) += torch::stack({(terms.clipped.to(torch::kFloat64) * m).sum(), (0.5 * log_ratio.square() * m).sum(),
+                                                (terms.ratio.to(torch::kFloat64) * m).sum()})
+                                      .cpu();
+      if (!e.logprobs.defined()) {
+        const torch::Tensor k1 = kl_estimate(out.logprobs.detach(), e.ref_logprobs.index_select(0, index), KlEstimator::K1);
+        step_sums_[5] += (k1.to(torch::kFloat64) * m).sum().cpu();
+      }
+    }
+    result["actor"] = actor_loss;
+  }
   if (models_.critic) {
     ScoredModel& critic = *models_.critic;
     critic->eval();
@@ -273,7 +285,7 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     }
     const torch::Tensor critic_loss = settings_.value_coef * aggregate(value_loss, mask, Aggregation::TokenMean, counts) * scale;
     if (models_.shared_trunk) {
-      result["actor"] = actor_loss + critic_loss;  // one model learns from both losses
+      result["actor"] = result["actor"] + critic_loss;  // one model learns from both losses
     } else {
       result["critic"] = critic_loss;
     }
@@ -283,21 +295,24 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
 
 std::map<std::string, torch::Tensor> RlTask::further_losses(int pass, int64_t step, int64_t first_row, int64_t rows) {
   KUAFU_CHECK(pass == 1 && ptx_, "RL tasks have one further pass, the pre-training term's");
+  if (sits_out("actor", step)) return {};
   models_.actor->module().eval();
   const io::TokenBatch ptx = ptx_->train_batch(step, first_row, rows).to(device_);
   // Through the actor's sites, so that its memory strategy (Gemini's gathers, checkpointing) acts on it.
   return {{"actor", settings_.ptx_coef * actor_sites_->loss({ptx.inputs, ptx.targets})}};
 }
 
-std::map<std::string, double> RlTask::step_figures(int64_t) {
+std::map<std::string, double> RlTask::step_figures(int64_t step) {
   torch::Tensor sums = step_sums_.clone();
   sum_over(sums, data_);
   step_sums_.zero_();
   std::map<std::string, double> figures = rollout_figures_;
   const double tokens = std::max(1.0, sums[3].item<double>());
-  figures["clip_fraction"] = sums[0].item<double>() / tokens;
-  figures["approx_kl"] = sums[1].item<double>() / tokens;
-  figures["ratio"] = sums[2].item<double>() / tokens;
+  if (!sits_out("actor", step)) {  // the actor's update's figures (none while the critic warms up)
+    figures["clip_fraction"] = sums[0].item<double>() / tokens;
+    figures["approx_kl"] = sums[1].item<double>() / tokens;
+    figures["ratio"] = sums[2].item<double>() / tokens;
+  }
   if (models_.critic) figures["value_loss"] = sums[4].item<double>() / tokens;  // per response token, before rl.value_coef
   if (!experience_.logprobs.defined()) {  // the update scored the policy: the rollout's KL per sequence from it
     const int64_t rows = settings_.prompts_per_rollout * (stage_ == Stage::Grpo ? settings_.group_size : 1);

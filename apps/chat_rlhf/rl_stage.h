@@ -50,6 +50,8 @@ class RlTask : public train::RunTask {
 
   std::vector<train::RunModel> models() override;
   std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override;
+  // The actor during the critic's warm-up rollouts (rl.critic_warmup_rollouts).
+  bool sits_out(const std::string& name, int64_t step) const override;
   // With rl.ptx_coef > 0 the pre-training term is a second backward pass of the actor alone (a pass of its
   // own, so that a memory strategy gathering each part once per backward, Gemini, manages it too).
   int backward_passes() const override { return ptx_ && settings_.ptx_coef > 0 ? 2 : 1; }

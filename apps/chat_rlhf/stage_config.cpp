@@ -51,6 +51,8 @@ void add_rl_schema(config::Schema& s, Stage stage) {
                  "every score so far) or mean-std (less the running mean first); trl's use_score_scaling/_norm")
         .choices({"none", "std", "mean-std"});
     s.add_float("rl.score_clip", 0.0, "clip the (scaled) scores to ±this before they become rewards (0: no clip)").min(0);
+    s.add_int("rl.critic_warmup_rollouts", 0,
+              "rollouts whose steps train the critic alone, the actor unchanged (OpenRLHF's freezing_actor_steps)").min(0);
     s.add_bool("rl.bootstrap_truncated", false,
                "a response cut at generate.max_new_tokens bootstraps the critic's value after its last token; "
                "false: the cut ends its episode (the reward model scored the cut text; see rl.missing_eos_penalty)");
@@ -152,6 +154,10 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     e.lambda = config.get_float("rl.lambda");
     e.whiten_advantages = config.get_bool("rl.whiten_advantages");
     e.bootstrap_truncated = config.get_bool("rl.bootstrap_truncated");
+    s.critic_warmup_rollouts = config.get_int("rl.critic_warmup_rollouts");
+    if (s.critic_warmup_rollouts > 0 && s.shared_trunk) {
+      config.fail_at("rl.critic_warmup_rollouts", "needs a critic of its own: with rl.shared_trunk the value head trains on the actor's decoder");
+    }
     s.scale_scores = config.get_string("rl.score_scaling") != "none";
     e.score_subtract_mean = config.get_string("rl.score_scaling") == "mean-std";
     e.score_clip = config.get_float("rl.score_clip");

@@ -55,6 +55,7 @@ struct RlSettings {
   double clip = 0.2, value_clip = 0.2, value_coef = 0.1, entropy_coef = 0, ptx_coef = 0;
   double clip_high = 0.2;  // the ratio's upper clip range (rl.clip_high; rl.clip unless set)
   bool scale_scores = false;  // PPO: scores divided by their running std (rl.score_scaling)
+  int64_t critic_warmup_rollouts = 0;  // PPO: the first rollouts train the critic alone
   Aggregation aggregation = Aggregation::TokenMean;
   // GRPO
   int64_t group_size = 4;

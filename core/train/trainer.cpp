@@ -129,8 +129,10 @@ void Trainer::save_checkpoint(int64_t step, bool wait) {
   last_saved_step_ = step;
 }
 
-void Trainer::drop_partial_step() {
-  for (Trained& t : trained_) t.state->drop_partial_step();
+void Trainer::drop_partial_step(const std::vector<bool>& active) {
+  for (size_t i = 0; i < trained_.size(); ++i) {
+    if (active[i]) trained_[i].state->drop_partial_step();
+  }
 }
 
 std::vector<EvalMetric> RunTask::eval_metrics(const LossSum& sums) const {
@@ -221,6 +223,8 @@ TrainSummary Trainer::run_steps() {
   for (int64_t step = start_step_; step < settings_.steps; ++step) {
     loop.begin();
     std::vector<double> lrs, loss_scales, loss_sums(n, 0.0);
+    std::vector<bool> active;
+    for (const Trained& t : trained_) active.push_back(!task_.sits_out(t.name, step));
     for (Trained& t : trained_) {
       lrs.push_back(t.state->start_step(step));
       // The loss is scaled up so that small fp16 gradients survive; the gradients are scaled back below.
@@ -247,13 +251,16 @@ TrainSummary Trainer::run_steps() {
         for (int pass = 0; pass < passes; ++pass) {
           // Every model begins every pass (one without a loss in it just waits), and syncs in the last one.
           const bool sync = micro + 1 == accumulation_ && pass + 1 == passes;
-          for (Trained& t : trained_) t.state->begin_backward(sync);
+          for (size_t i = 0; i < n; ++i) {
+            if (active[i]) trained_[i].state->begin_backward(sync);
+          }
           const std::map<std::string, torch::Tensor> losses =
               pass == 0 ? task_.losses(step, first_row(micro), micro_batch)
                         : task_.further_losses(pass, step, first_row(micro), micro_batch);
           // One backward of the models' scaled losses together: each model's gradients come from its own.
           torch::Tensor total;
           for (size_t i = 0; i < n; ++i) {
+            if (!active[i]) continue;
             const auto found = losses.find(trained_[i].name);
             if (pass > 0 && found == losses.end()) continue;  // not in this pass
             KUAFU_CHECK(found != losses.end() && found->second.defined(), "the task gave no loss for model \"",
@@ -268,7 +275,7 @@ TrainSummary Trainer::run_steps() {
       if (interrupted) {
         // A stop between micro-steps drops the partial step: its gradients are settled as a step's would
         // be (the same collectives on every rank) and then zeroed; the weights are those of `step` steps.
-        drop_partial_step();
+        drop_partial_step(active);
         loop.finish_progress();
         // (A stop during the save that just wrote this step finds it saved already.)
         if (step > start_step_ && step != last_saved_step_) save_checkpoint(step, /*wait=*/false);
@@ -277,12 +284,14 @@ TrainSummary Trainer::run_steps() {
                    step);
         return summary;
       }
-      for (Trained& t : trained_) t.state->end_backward();
+      for (size_t i = 0; i < n; ++i) {
+        if (active[i]) trained_[i].state->end_backward();
+      }
     }
     std::vector<double> grad_norms, mean_losses;
     bool non_finite = false;
     for (size_t i = 0; i < n; ++i) {
-      grad_norms.push_back(trained_[i].state->grad_norm());
+      grad_norms.push_back(active[i] ? trained_[i].state->grad_norm() : 0.0);
       non_finite = non_finite || !std::isfinite(grad_norms.back());
       mean_losses.push_back(loss_sums[i] / static_cast<double>(accumulation_));
     }
@@ -303,7 +312,9 @@ TrainSummary Trainer::run_steps() {
                                  last ? *last : std::string("none"),
                                  ". Lower optim.lr or raise optim.warmup_steps, then resume."));
     }
-    for (size_t i = 0; i < n; ++i) trained_[i].state->finish_step(grad_norms[i], trained_[i].grad_clip, overflow);
+    for (size_t i = 0; i < n; ++i) {
+      if (active[i]) trained_[i].state->finish_step(grad_norms[i], trained_[i].grad_clip, overflow);
+    }
     if (overflow) {
       summary.skipped_steps += 1;
       loop.print("step " + std::to_string(step + 1) + ": gradients overflowed at loss scale " + fixed(loss_scales[0], 0) +

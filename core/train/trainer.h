@@ -87,6 +87,9 @@ class RunTask {
   // of optimizer step `step`'s global batch (a micro-step). A model's loss may depend on the others
   // (rollouts, rewards); one backward of their sum reaches each.
   virtual std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) = 0;
+  // True: trained model `name` sits step `step` out (the same on every rank): no loss is asked of it, it has
+  // no backward, and its optimizer does not step (a PPO critic's warm-up before the actor learns).
+  virtual bool sits_out(const std::string& /*name*/, int64_t /*step*/) const { return false; }
   // Separate backwards per micro-step (1 unless a loss needs a second pass of a model: Gemini gathers a
   // part once per backward). Pass 0 is losses(); pass p > 0's losses, of the models that take part in it,
   // come from further_losses after the previous pass's backward. The gradients of the passes add up.
@@ -203,7 +206,7 @@ class Trainer {
   // `body` with every trained model's moving average swapped in (optim.ema_decay), then the live weights back.
   void with_moving_averages(const std::function<void()>& body);
   // A stop between micro-steps: the partial step is dropped on every model.
-  void drop_partial_step();
+  void drop_partial_step(const std::vector<bool>& active);  // the models taking part in the step
 
   const config::Config& config_;
   Runtime& runtime_;

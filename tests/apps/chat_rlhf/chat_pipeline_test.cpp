@@ -213,6 +213,38 @@ TEST_F(ChatPipelineTest, FirstStepsAreOnPolicyWithDropoutAndATemperature) {
   EXPECT_LT(std::abs(grpo[0]["kl"].get<double>()), 1e-4) << grpo[0].dump();
 }
 
+// rl.critic_warmup_rollouts: the first rollout's step trains the critic alone (the actor's gradient norm 0,
+// no ratio figures, its weights in the checkpoint the SFT folder's to the bit); the next rollout's first
+// step trains both, the actor on-policy (ratio 1).
+TEST_F(ChatPipelineTest, PpoWarmsTheCriticUpBeforeTheActorLearns) {
+  ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
+  const std::vector<nlohmann::json> lines = train_stage(root_, "ppo", "ppo_warmup", rl_config(root_, "ppo_warmup_run", 2,
+      "prompts_per_rollout = 8\nepochs = 1\nmini_batches = 1\ncritic_warmup_rollouts = 1\n"), "--set train.checkpoint_interval=1");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["actor.grad_norm"].get<double>(), 0.0);
+  EXPECT_FALSE(lines[0].contains("ratio")) << lines[0].dump();
+  EXPECT_GT(lines[0]["critic.grad_norm"].get<double>(), 0.0);
+  EXPECT_GT(lines[1]["actor.grad_norm"].get<double>(), 0.0);
+  EXPECT_NEAR(lines[1]["ratio"].get<double>(), 1.0, 1e-5);
+  const io::SafetensorsFile sft = io::load_safetensors((root_ / "sft_hf" / "model.safetensors").string());
+  const fs::path step1 = train::checkpoint_folder((root_ / "ppo_warmup_run" / "checkpoints").string(), 1);
+  int compared = 0;
+  for (const auto& entry : fs::directory_iterator(step1)) {
+    if (entry.path().filename().string().rfind("actor", 0) != 0 || entry.path().extension() != ".safetensors") continue;
+    for (const auto& [name, tensor] : io::load_safetensors(entry.path().string()).tensors) {
+      const torch::Tensor* start = sft.find(name);
+      if (!start) continue;
+      EXPECT_TRUE(torch::equal(tensor, *start)) << name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int>(sft.tensors.size())) << "every weight of the actor in " << step1;
+  const testing::CommandResult refused = chat("ppo --config " + (root_ / "ppo_warmup.toml").string() +
+                                              " --set rl.shared_trunk=true --set train.out_dir=" + (root_ / "ppo_warmup_shared").string());
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("rl.critic_warmup_rollouts"), std::string::npos) << refused.output;
+}
+
 // The trap of sharded actors: under Gemini every forward gathers chunks from both ranks, so a rank whose
 // sampled rows have all stopped must keep decoding until the other's have (nn::all_done_over). Two
 // ranks, each sampling its own prompts at temperature 1, train two steps and evaluate.
@@ -223,10 +255,14 @@ TEST_F(ChatPipelineTest, PpoWithAGeminiActorOnTwoRanksNeverHangs) {
     const std::vector<nlohmann::json> lines = metrics(root_ / "ppo_gemini_run");
     ASSERT_EQ(lines.size(), 2u);
     for (const nlohmann::json& line : lines) EXPECT_TRUE(std::isfinite(line["loss"].get<double>())) << line.dump();
+    EXPECT_EQ(lines[0]["actor.grad_norm"].get<double>(), 0.0) << "the critic's warm-up rollout";
+    EXPECT_GT(lines[1]["actor.grad_norm"].get<double>(), 0.0);
     return;
   }
+  // The first rollout warms the critic up: the Gemini actor sits its step out on both ranks alike.
   const config::Config config = config::Config::from_string(
-      rl_config(root_, "ppo_gemini_run", 2, "prompts_per_rollout = 8\n") + "[models.actor.memory]\nstrategy = \"gemini\"\n",
+      rl_config(root_, "ppo_gemini_run", 2, "prompts_per_rollout = 8\ncritic_warmup_rollouts = 1\n") +
+          "[models.actor.memory]\nstrategy = \"gemini\"\n",
       "ppo_gemini.toml", stage_schema(Stage::Ppo));
   train::Runtime runtime = train::start_runtime(config, testing::worker_world());
   const std::unique_ptr<train::App> app = make_rl_app(config, Stage::Ppo);
