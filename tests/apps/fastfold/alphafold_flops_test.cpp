@@ -12,26 +12,6 @@
 namespace kuafu::fold {
 namespace {
 
-// AlphaFold's proportions at a small width (heads of 8 channels, IPA's 12 heads scaled to 4).
-AlphaFoldSizes small_sizes() {
-  AlphaFoldSizes s;
-  s.msa_channels = 32;
-  s.pair_channels = 16;
-  s.single_channels = 48;
-  s.extra_msa_channels = 16;
-  s.evoformer_blocks = 2;
-  s.extra_msa_blocks = 1;
-  s.msa_heads = 4;
-  s.pair_heads = 2;
-  s.outer_channels = 8;
-  s.triangle_channels = 16;
-  s.structure.ipa = {24, 16, 4, 8, 8, 4, 8};
-  s.structure.layers = 2;
-  s.structure.angle_channels = 16;
-  s.plddt_channels = 16;
-  return s;
-}
-
 AlphaFoldFeatures random_features(const FoldShape& shape) {
   const int64_t R = shape.residues, S = shape.msa_rows, E = shape.extra_rows;
   return {torch::randint(0, 20, {R}, torch::kInt64), torch::arange(R), torch::ones({R}), torch::rand({R, kTargetFeatures}),
@@ -40,13 +20,13 @@ AlphaFoldFeatures random_features(const FoldShape& shape) {
 }
 
 // One iteration's forward: the count is the profiler's products but the structure module's rigid-body
-// 3x3 products (rotations and compositions of frames and points: measured 0.14% of the total
+// 3x3 products (rotations and compositions of frames and points: measured 0.29% of the total
 // here), so within 0.5%. Forward and backward of the last iteration: the count's 3x within 5% (a product
 // whose one input is a feature or a constant has one gradient product, not two: measured 2.97x).
 TEST(AlphaFoldFlopsTest, CountsTheProductsTheProfilerSees) {
   torch::manual_seed(0);
   const FoldShape shape{40, 8, 16};
-  AlphaFold model(small_sizes());
+  AlphaFold model(testing::small_alphafold_sizes());
   const ResidueGeometry geometry = testing::alphafold_residue_geometry();
   const AlphaFoldFeatures features = random_features(shape);
   const Recycled previous = Recycled::zeros(shape.residues, model->sizes, torch::TensorOptions(torch::kFloat32));

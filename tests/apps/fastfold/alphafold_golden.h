@@ -92,6 +92,27 @@ inline AlphaFoldSizes golden_tiny_sizes() {
   return s;
 }
 
+// AlphaFold's proportions at a small width (heads of 8 channels; IPA's 12 heads scaled to 4): c_m 32,
+// c_z 16, 2 Evoformer blocks, 1 extra-MSA block, 4 structure layers.
+inline AlphaFoldSizes small_alphafold_sizes() {
+  AlphaFoldSizes s;
+  s.msa_channels = 32;
+  s.pair_channels = 16;
+  s.single_channels = 32;
+  s.extra_msa_channels = 8;
+  s.evoformer_blocks = 2;
+  s.extra_msa_blocks = 1;
+  s.msa_heads = 4;
+  s.pair_heads = 2;
+  s.outer_channels = 8;
+  s.triangle_channels = 16;
+  s.structure.ipa = {32, 16, 4, 8, 8, 4, 8};
+  s.structure.layers = 4;
+  s.structure.angle_channels = 32;
+  s.plddt_channels = 32;
+  return s;
+}
+
 // A rigid [*] as AlphaFold's flat12 [*, 12]: the rotation row by row, then the translation; and back.
 inline torch::Tensor flat12(const Rigid& rigid) { return torch::cat({rigid.rotation.flatten(-2), rigid.translation}, -1); }
 inline Rigid rigid_of_flat12(const torch::Tensor& flat) {

@@ -19,25 +19,6 @@
 namespace kuafu::fold {
 namespace {
 
-AlphaFoldSizes small_alphafold() {
-  AlphaFoldSizes s;
-  s.msa_channels = 32;
-  s.pair_channels = 16;
-  s.single_channels = 32;
-  s.extra_msa_channels = 8;
-  s.evoformer_blocks = 2;
-  s.extra_msa_blocks = 1;
-  s.msa_heads = 4;
-  s.pair_heads = 2;
-  s.outer_channels = 8;
-  s.triangle_channels = 16;
-  s.structure.ipa = {32, 16, 4, 8, 8, 4, 8};
-  s.structure.layers = 4;
-  s.structure.angle_channels = 32;
-  s.plddt_channels = 32;
-  return s;
-}
-
 TEST(AlphaFoldTrainingTest, TwoBlocksOverfitOneCrop) {
   torch::manual_seed(0);
   const Structure structure = read_pdb("/usr/share/doc/theseus/examples/cytochromes/d1crj__.pdb.gz");
@@ -55,7 +36,7 @@ TEST(AlphaFoldTrainingTest, TwoBlocksOverfitOneCrop) {
   std::tie(labels.pseudo_beta, labels.pseudo_beta_mask) = pseudo_beta(aatype, positions, mask);
   labels.resolution = 2.0;
 
-  AlphaFold model(small_alphafold());
+  AlphaFold model(testing::small_alphafold_sizes());
   initialize_alphafold_weights(*model);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(3e-3));
   torch::Generator generator = at::detail::createCPUGenerator(1);
