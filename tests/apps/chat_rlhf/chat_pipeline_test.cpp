@@ -93,6 +93,15 @@ TEST_F(ChatPipelineTest, SftAndRewardModelTrainAndExport) {
     EXPECT_TRUE(eval.contains(key)) << key << " in " << eval.dump();
   }
   EXPECT_EQ(eval["pairs"], 8);
+  // It learned: on the 8 held-out pairs, better than its starting weights (a random score head) and than
+  // chance, and every "loop" pair (an answer against a repeated token) ranked right.
+  const testing::CommandResult start = chat("rm eval --config " + (root_ / "rm.toml").string() + " --checkpoint init");
+  ASSERT_EQ(start.exit_code, 0) << start.output;
+  const nlohmann::json before = testing::last_json_line(start.output);
+  EXPECT_LT(eval["val_loss"].get<double>(), before["val_loss"].get<double>()) << before.dump() << " then " << eval.dump();
+  EXPECT_LT(eval["val_loss"].get<double>(), std::log(2.0));
+  EXPECT_GT(eval["val_accuracy"].get<double>(), 0.5);
+  EXPECT_EQ(eval["val_accuracy_loop"].get<double>(), 1.0);
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const nlohmann::json config = nlohmann::json::parse(read_file((root_ / "rm_hf/config.json").string()));
   EXPECT_EQ(config["architectures"][0], "OPTForSequenceClassification");
