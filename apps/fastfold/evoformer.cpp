@@ -180,16 +180,9 @@ torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const 
   const auto normalised = [&](int64_t start, int64_t n) {
     return inference ? layer_norm_input(pair.narrow(0, start, n)) : x.narrow(0, start, n);
   };
-  torch::Tensor b;  // [R', R, c]
-  if (inference) {
-    b = torch::empty({pair.size(0), pair.size(1), right_projection->weights.size(1)}, pair.options());
-    nn::for_chunks(pair.size(0), chunk, [&](int64_t start, int64_t n) {
-      b.narrow(0, start, n).copy_(gated(right_projection, right_gate, normalised(start, n), real.narrow(0, start, n)));
-    });
-  } else {
-    b = gated(right_projection, right_gate, x, real);
-  }
-  b = layout.whole(b, 0);  // [R, R, c]
+  const torch::Tensor b = layout.whole(nn::in_chunks(pair.size(0), chunk, 0, [&](int64_t start, int64_t n) {
+    return gated(right_projection, right_gate, normalised(start, n), real.narrow(0, start, n));
+  }), 0);  // [R, R, c]
   // Rows i of the update a chunk at a time (only b is held whole).
   const torch::Tensor out = nn::in_chunks(pair.size(0), chunk, 0, [&](int64_t start, int64_t n) {
     const torch::Tensor xs = normalised(start, n), rs = real.narrow(0, start, n);

@@ -6,11 +6,15 @@
 #include <ATen/ATen.h>
 
 namespace kuafu::nn {
+namespace {
 
+// body(start, n) over in_chunks's pieces.
 void for_chunks(int64_t length, int64_t chunk, const std::function<void(int64_t start, int64_t n)>& body) {
   if (chunk <= 0 || chunk >= length) return body(0, length);
   for (int64_t start = 0; start < length; start += chunk) body(start, std::min(chunk, length - start));
 }
+
+}  // namespace
 
 torch::Tensor in_chunks(int64_t length, int64_t chunk, int64_t dim, const std::function<torch::Tensor(int64_t start, int64_t n)>& body) {
   if (chunk <= 0 || chunk >= length) return body(0, length);

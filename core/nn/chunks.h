@@ -14,7 +14,4 @@ namespace kuafu::nn {
 // Without gradients the pieces are written into the result as they come (no second copy of it).
 torch::Tensor in_chunks(int64_t length, int64_t chunk, int64_t dim, const std::function<torch::Tensor(int64_t start, int64_t n)>& body);
 
-// body(start, n) over the same pieces, for work that writes its own results.
-void for_chunks(int64_t length, int64_t chunk, const std::function<void(int64_t start, int64_t n)>& body);
-
 }  // namespace kuafu::nn
