@@ -151,12 +151,10 @@ int run_chat(int argc, const char* const argv[]) {
     KUAFU_CHECK(std::filesystem::is_directory(model_dir), "--model ", model_dir, " is not a folder (a stage's export --out)");
     auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(model_dir));
     nn::CausalLMPtr model = opt::load_causal_lm(model_dir, resolve_device(device, 0));
-    const std::string eos_token = opt::shape_of(*model).eos_token();
-    const std::optional<int64_t> eos = tokenizer->token_id(eos_token);
-    KUAFU_CHECK(eos, model_dir, ": the tokenizer has no \"", eos_token, "\", ", model->family(), "'s BOS and EOS");
+    const opt::LmShape::SpecialIds ids = opt::shape_of(*model).special_ids(*tokenizer, model_dir);
     io::InstructionFormat format;
-    format.bos = *eos;
-    format.eos = *eos;
+    format.bos = ids.bos;
+    format.eos = ids.eos;
     ChatSession session(model, tokenizer, format, sampling);
     auto stream = [](const std::string& piece) { std::cout << piece << std::flush; };
     auto notice = [](const std::string& line) { std::cerr << line << "\n"; };

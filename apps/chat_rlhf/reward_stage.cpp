@@ -97,7 +97,7 @@ class RewardApp : public train::ModelApp<ScoredModel> {
   }  nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand&) override {
     if (!settings_.data.tokenizer.empty()) options.extra_files = io::hf_tokenizer_files(settings_.data.tokenizer);
     save_scored_model(model(), out, options);
-    return {{"architecture", settings_.model.is_gpt2() ? "GPT2ForSequenceClassification" : "OPTForSequenceClassification"}};
+    return {{"architecture", settings_.model.classifier_architecture()}};
   }
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override {
     const int64_t rows = settings_.train.micro_batch_size, context = settings_.data.context;

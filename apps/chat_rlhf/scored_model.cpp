@@ -1,5 +1,7 @@
 #include "apps/chat_rlhf/scored_model.h"
 
+#include <algorithm>
+
 #include "core/io/hf_folder.h"
 #include "core/nn/language_model.h"
 #include "core/train/lazy_model.h"
@@ -11,14 +13,10 @@ namespace {
 
 const char* const kScoreTail = "score.head";
 
-std::string classifier_architecture(const opt::LmShape& shape) {
-  return shape.is_gpt2() ? "GPT2ForSequenceClassification" : "OPTForSequenceClassification";
-}
-
 // The trunk's names, and the head's kept as stored.
 train::HfWeightNames scored_names(const opt::LmShape& shape) {
   train::HfWeightNames names = opt::lm_weight_names(shape);
-  names.own_prefixes = {"score."};
+  names.own_prefixes.push_back("score.");
   return names;
 }
 
@@ -29,7 +27,14 @@ ScoredModelImpl::ScoredModelImpl(const opt::LmShape& s, parallel::ModelOptions o
 
 ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, const torch::Device& device, bool reads_logits)
     : shape(opt::shape_of(*trunk)), lm(std::move(trunk)), tp(lm->tp), reads_logits_(reads_logits) {
-  for (const auto& child : lm->module().named_children()) register_module(child.key(), child.value());
+  // The trunk's modules; an untied output layer (Llama's lm_head) only where the logits are read here.
+  const std::vector<std::string> lm_tail = lm->tail_part().modules, final_modules = lm->final_modules();
+  for (const auto& child : lm->module().named_children()) {
+    const bool output_only = std::count(lm_tail.begin(), lm_tail.end(), child.key()) > 0 &&
+                             std::count(final_modules.begin(), final_modules.end(), child.key()) == 0;
+    if (output_only && !reads_logits) continue;
+    register_module(child.key(), child.value());
+  }
   score = register_module("score", parallel::SerialLinear(parallel::LinearSpec{lm->final_width(), 1, /*bias=*/false}, device));
   if (!device.is_meta()) {
     torch::NoGradGuard no_grad;
@@ -121,7 +126,7 @@ ScoredModel load_scored_model(const std::string& dir, const train::Materializati
 
 void save_scored_model(ScoredModel& model, const std::string& dir, const io::HfWriteOptions& options) {
   nlohmann::json config = opt::write_lm_config(model->shape);
-  config["architectures"] = {classifier_architecture(model->shape)};
+  config["architectures"] = {model->shape.classifier_architecture()};
   config["id2label"] = {{"0", "LABEL_0"}};
   config["label2id"] = {{"LABEL_0", 0}};
   train::export_pretrained(*model, model->tp, dir, config, options);
@@ -131,11 +136,13 @@ bool load_scored_weights(ScoredModel& model, const std::string& dir) {
   const io::HfFolder folder = io::read_hf_folder(dir);
   bool classifier = false;
   if (folder.config.contains("architectures") && folder.config["architectures"].is_array()) {
-    for (const auto& a : folder.config["architectures"]) classifier |= a == classifier_architecture(model->shape);
+    for (const auto& a : folder.config["architectures"]) classifier |= a == model->shape.classifier_architecture();
   }
   train::HfWeightNames names = scored_names(model->shape);
-  // A causal language model: its trunk, its tied head dropped, the score head new.
+  // A causal language model: its trunk, its tied head dropped (an untied one too unless the logits are
+  // read here), the score head new.
   if (!classifier) names.fresh_prefixes = {"score."};
+  if (!classifier && !model->named_parameters().contains("lm_head.weight")) names.dropped_prefixes.push_back("lm_head.");
   train::load_pretrained(*model, model->tp, folder, names);
   return classifier;
 }

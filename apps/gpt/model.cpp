@@ -115,18 +115,6 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
   return output_logits(nn::run_blocks(transformer->blocks, embed(tokens, past), caches));
 }
 
-torch::Tensor GPTImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
-  return nn::decode_through_sites(
-      *this, transformer->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) { return output_logits(x); });
-}
-
-torch::Tensor GPTImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  return through_sites(step, &caches);
-}
-
-torch::Tensor GPTImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr); }
-
 nn::Decoder decoder(GPT& model) { return nn::decoder_of(model, model->config.n_positions); }
 
 }  // namespace kuafu::gpt

@@ -50,10 +50,7 @@ struct GPTImpl : torch::nn::Module, nn::CausalLM {
   // Logits [B, T, V] for tokens [B, T] (gathered on every rank under tensor parallelism). With
   // `caches` (one per layer) the tokens continue the cached sequence and their keys/values are appended.
   torch::Tensor forward(const torch::Tensor& tokens, std::vector<ops::KVCache>* caches = nullptr);
-  // The same for rows at their own positions with left padding (batched generation).
-  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) override;
-  // Whole logits [B, T, V] of whole rows with padding anywhere (nn::whole_rows_step): decode's without a cache.
-  torch::Tensor whole_logits(const nn::DecodeStep& step) override;
+  // decode (nn::CausalLM's): the same for rows at their own positions with left padding (batched generation).
   // loss(tokens, targets) (nn::CausalLM's): under tensor parallelism every rank of the group passes the
   // same whole batch; each computes the rows its mode gives it.
   // tokens [B, T] continuing `past` cached positions -> the residual stream (this rank's block).
@@ -86,9 +83,6 @@ struct GPTImpl : torch::nn::Module, nn::CausalLM {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);  // tied output layer: this rank's block of the logits
-  // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
-  // block site: whole logits.
-  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
 };
 TORCH_MODULE(GPT);
 

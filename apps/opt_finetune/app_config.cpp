@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "apps/opt_finetune/hugging_face.h"
+#include "apps/opt_finetune/llama_hugging_face.h"
 #include "apps/opt_finetune/shapes.h"
 #include "core/train/benchmark.h"
 #include "core/train/generate_settings.h"
@@ -84,12 +85,15 @@ io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& dat
 
 io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
                                          const io::BpeTokenizer& tokenizer, const LmShape& shape) {
-  const std::string token = shape.eos_token();
-  const std::optional<int64_t> eos = tokenizer.token_id(token);
-  if (!eos) config.fail_at("data.tokenizer", "'s vocabulary has no \"" + token + "\", " + shape.family() + "'s BOS and EOS");
+  LmShape::SpecialIds ids;
+  try {
+    ids = shape.special_ids(tokenizer, "data.tokenizer = " + data.tokenizer);
+  } catch (const Error& e) {
+    config.fail_at("data.tokenizer", std::string("cannot frame examples: ") + e.what());
+  }
   io::InstructionFormat format;
-  format.bos = *eos;
-  format.eos = *eos;
+  format.bos = ids.bos;
+  format.eos = ids.eos;
   format.max_tokens = data.context;
   return format;
 }
@@ -103,23 +107,40 @@ void check_fits_positions(const config::Config& config, const LmShape& m) {
   }
 }
 
-// A GPT-2 folder gives the whole shape: the OPT keys that would describe another are refused by name,
-// and the one dropout rate GPT-2 has is model.dropout (model.attention_dropout must agree).
-gpt::GPTConfig gpt2_init_config(const config::Config& config, const std::string& folder, const nlohmann::json& json) {
-  gpt::GPTConfig c = std::get<gpt::GPTConfig>(read_lm_shape(json, folder + "/config.json").config);
+// A GPT-2 or Llama-family folder gives the whole shape: the OPT keys that would describe another are
+// refused by name.
+void refuse_opt_shape_keys(const config::Config& config, const std::string& folder, const std::string& family) {
   for (const char* key : {"model.shape", "model.vocab_size", "model.hidden_size", "model.num_hidden_layers",
                           "model.num_attention_heads", "model.ffn_dim", "model.max_position_embeddings",
                           "model.word_embed_proj_dim", "model.do_layer_norm_before"}) {
     if (config.is_set(key)) {
-      config.fail_at(key, "describes an OPT, but model.init_from = " + folder +
-                              " is a GPT-2 folder whose config.json gives the shape; remove the key");
+      config.fail_at(key, "describes an OPT, but model.init_from = " + folder + " is a " + family +
+                              " folder whose config.json gives the shape; remove the key");
     }
   }
+}
+
+// The one dropout rate GPT-2 has is model.dropout (model.attention_dropout must agree).
+gpt::GPTConfig gpt2_init_config(const config::Config& config, const std::string& folder, const nlohmann::json& json) {
+  gpt::GPTConfig c = std::get<gpt::GPTConfig>(read_lm_shape(json, folder + "/config.json").config);
+  refuse_opt_shape_keys(config, folder, "GPT-2");
   if (config.is_set("model.dropout")) c.dropout = config.get_float("model.dropout");
   if (config.is_set("model.attention_dropout") && config.get_float("model.attention_dropout") != c.dropout) {
     config.fail_at("model.attention_dropout", "differs from the dropout rate (" + std::to_string(c.dropout) +
                                                   "); GPT-2 has one rate for embeddings, attention and residual branches");
   }
+  return c;
+}
+
+// The Llama family's one dropout rate is on the attention probabilities (model.attention_dropout); it has
+// no residual dropout to set.
+LlamaConfig llama_init_config(const config::Config& config, const std::string& folder, const nlohmann::json& json) {
+  LlamaConfig c = std::get<LlamaConfig>(read_lm_shape(json, folder + "/config.json").config);
+  refuse_opt_shape_keys(config, folder, c.family());
+  if (config.is_set("model.dropout") && config.get_float("model.dropout") != 0) {
+    config.fail_at("model.dropout", "is set, but " + c.family() + " has no residual dropout; model.attention_dropout sets its one rate");
+  }
+  if (config.is_set("model.attention_dropout")) c.attention_dropout = config.get_float("model.attention_dropout");
   return c;
 }
 
@@ -129,8 +150,10 @@ LmShape model_config(const config::Config& config) { return model_config(config,
 
 LmShape model_config(const config::Config& config, const OptData& data) {
   if (const std::string folder = train::init_from(config); !folder.empty()) {
-    if (const nlohmann::json json = io::read_hf_config(folder); json.contains("model_type") && json["model_type"] == "gpt2") {
-      const LmShape shape = gpt2_init_config(config, folder, json);
+    const nlohmann::json json = io::read_hf_config(folder);
+    const std::string type = json.contains("model_type") && json["model_type"].is_string() ? json["model_type"].get<std::string>() : "";
+    if (type == "gpt2" || is_llama_family(type)) {
+      const LmShape shape = type == "gpt2" ? LmShape(gpt2_init_config(config, folder, json)) : LmShape(llama_init_config(config, folder, json));
       check_fits_positions(config, shape);
       return shape;
     }

@@ -1,6 +1,7 @@
 // The causal language models kuafu-opt and kuafu-chat fine-tune, whichever family a Hugging Face
-// folder holds: OPT (a folder, a published shape or the model.* keys) and GPT-2 (a folder), told apart
-// by config.json's model_type. Everything past here sees an nn::CausalLM.
+// folder holds: OPT (a folder, a published shape or the model.* keys), GPT-2 (a folder) and the Llama
+// family (a Llama, Qwen2, Qwen3 or Mistral folder), told apart by config.json's model_type. Everything
+// past here sees an nn::CausalLM.
 #pragma once
 
 #include <string>
@@ -8,6 +9,8 @@
 
 #include "apps/gpt/model.h"
 #include "apps/opt_finetune/model.h"
+#include "apps/opt_finetune/model_llama.h"
+#include "core/io/bpe_tokenizer.h"
 #include "core/io/hf_folder.h"
 #include "core/nn/causal_lm.h"
 #include "core/train/hf_interop.h"
@@ -21,32 +24,43 @@ struct LmShape {
   LmShape() = default;
   LmShape(const OPTConfig& c) : config(c) {}        // NOLINT(google-explicit-constructor): a shape is either
   LmShape(const gpt::GPTConfig& c) : config(c) {}   // NOLINT(google-explicit-constructor)
+  LmShape(const LlamaConfig& c) : config(c) {}      // NOLINT(google-explicit-constructor)
 
-  std::variant<OPTConfig, gpt::GPTConfig> config;
+  std::variant<OPTConfig, gpt::GPTConfig, LlamaConfig> config;
 
   bool is_gpt2() const { return std::holds_alternative<gpt::GPTConfig>(config); }
-  std::string family() const { return is_gpt2() ? "GPT-2" : "OPT"; }
+  bool is_llama() const { return std::holds_alternative<LlamaConfig>(config); }
+  std::string family() const;  // "OPT", "GPT-2", "Llama", "Qwen2", ...
   int64_t parameter_count() const;
   double flops_per_token(int64_t t) const;  // forward + backward
   int64_t vocab_size() const;
   int64_t positions() const;
   int64_t layers() const;
   int64_t final_width() const;  // what a head on the final hidden states reads
-  // The token that begins every example and ends every response (BOS = EOS in both families).
-  std::string eos_token() const { return is_gpt2() ? "<|endoftext|>" : "</s>"; }
+  // The ids that begin every example and end every response: GPT-2's and OPT's one token (BOS = EOS) by
+  // name in `tokenizer`; the Llama family's config.json bos_token_id and eos_token_id (the first of a
+  // list; a folder without a BOS begins examples with its EOS). kuafu::Error, `where` naming the
+  // tokenizer, when the tokenizer lacks them.
+  struct SpecialIds {
+    int64_t bos = 0, eos = 0;
+  };
+  SpecialIds special_ids(const io::BpeTokenizer& tokenizer, const std::string& where) const;
+  // The folder's class name for a head on the trunk: "<family>ForSequenceClassification".
+  std::string classifier_architecture() const;
   std::string describe() const;  // "OPT: 2 layers, 4 heads, hidden 64, vocabulary 512, 0.1M parameters"
 
   // The model, seeded by the caller, laid out by `options`.
   nn::CausalLMPtr build(const parallel::ModelOptions& options = {}) const;
 };
 
-// The shape of a model's config.json (`where` names it in errors): model_type "opt" or "gpt2",
-// checked as each family's format checks it; kuafu::Error naming `where` for another model_type.
+// The shape of a model's config.json (`where` names it in errors): model_type "opt", "gpt2", "llama",
+// "qwen2", "qwen3" or "mistral", checked as each family's format checks it; kuafu::Error naming `where`
+// for another model_type.
 LmShape read_lm_shape(const nlohmann::json& config, const std::string& where);
 // The config.json of `shape`'s causal language model (OPTForCausalLM, GPT2LMHeadModel).
 nlohmann::json write_lm_config(const LmShape& shape);
 // How the family's folders name the model's tensors.
-const train::HfWeightNames& lm_weight_names(const LmShape& shape);
+train::HfWeightNames lm_weight_names(const LmShape& shape);
 // A recipe's describe for `shape`'s model (OPT or GPT-2) on the meta device.
 std::function<nn::CausalLMPtr(parallel::ModelOptions)> described_lm(const LmShape& shape);
 // The shape `model` was built with.

@@ -157,18 +157,6 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
   return output_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs))));
 }
 
-torch::Tensor OPTForCausalLMImpl::through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches) {
-  return nn::decode_through_sites(
-      *this, decoder->blocks, step, caches, [&](const nn::DecodeStep& s) { return embed_at(s.tokens, s.positions); },
-      [&](const torch::Tensor& x) { return output_logits(x); });
-}
-
-torch::Tensor OPTForCausalLMImpl::decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) {
-  return through_sites(step, &caches);
-}
-
-torch::Tensor OPTForCausalLMImpl::whole_logits(const nn::DecodeStep& step) { return through_sites(step, nullptr); }
-
 nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }
 
 }  // namespace kuafu::opt

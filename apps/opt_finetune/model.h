@@ -61,10 +61,6 @@ struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
   // [B, 2, T], token ids over document ids (contiguous runs), each document attending only to itself
   // with positions counted from its own start.
   torch::Tensor forward(const torch::Tensor& inputs);
-  // The same for rows at their own positions with left padding, continuing `caches` (generation).
-  torch::Tensor decode(const nn::DecodeStep& step, std::vector<ops::KVCache>& caches) override;
-  // Whole logits [B, T, V] of whole rows with padding anywhere (nn::whole_rows_step): decode's without a cache.
-  torch::Tensor whole_logits(const nn::DecodeStep& step) override;
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream.
   torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) override;
 
@@ -95,9 +91,6 @@ struct OPTForCausalLMImpl : torch::nn::Module, nn::CausalLM {
 
  private:
   torch::Tensor local_logits(const torch::Tensor& x);      // and the tied output layer (this rank's block)
-  // The rows through head, blocks (continuing `caches` unless null) and tail, each part through its
-  // block site: whole logits.
-  torch::Tensor through_sites(const nn::DecodeStep& step, std::vector<ops::KVCache>* caches);
 };
 TORCH_MODULE(OPTForCausalLM);
 

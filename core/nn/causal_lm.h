@@ -18,10 +18,11 @@ namespace kuafu::nn {
 
 class CausalLM : public hooks::BlockModel {
  public:
-  // Logits [B, T, V] of rows at their own positions with left padding, continuing `caches` (generation).
-  virtual torch::Tensor decode(const DecodeStep& step, std::vector<ops::KVCache>& caches) = 0;
+  // Logits [B, T, V] of rows at their own positions with left padding, continuing `caches` (generation):
+  // embed_at, the layers and output_logits, each part through its block site.
+  virtual torch::Tensor decode(const DecodeStep& step, std::vector<ops::KVCache>& caches);
   // Whole logits [B, T, V] of whole rows with padding anywhere (whole_rows_step): decode's without a cache.
-  virtual torch::Tensor whole_logits(const DecodeStep& step) = 0;
+  virtual torch::Tensor whole_logits(const DecodeStep& step);
   // tokens [B, T], positions [B or 1, T] (counts of real tokens before each) -> the residual stream [B, T, H].
   virtual torch::Tensor embed_at(const torch::Tensor& tokens, const torch::Tensor& positions) = 0;
   virtual std::vector<TransformerBlock>& layers() = 0;

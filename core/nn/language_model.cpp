@@ -32,7 +32,9 @@ torch::Tensor decode_through_sites(const hooks::BlockSites& sites, const std::st
                                    const std::function<torch::Tensor(const DecodeStep&)>& embed,
                                    const std::function<torch::Tensor(const torch::Tensor&)>& tail) {
   const torch::Tensor x = sites.call(head, step.tokens, [&](const torch::Tensor&) { return embed(step); });
-  return sites.call(tail_part, run_blocks(blocks, x, caches, step.key_padding, &sites), tail);
+  ops::AttentionMask mask(step.key_padding);
+  mask.positions = step.positions;  // for blocks that rotate by position
+  return sites.call(tail_part, run_blocks(blocks, x, caches, mask, &sites), tail);
 }
 
 torch::Tensor positions_in_documents(const torch::Tensor& documents) {
@@ -75,6 +77,24 @@ torch::Tensor CausalLM::head(const torch::Tensor& inputs) {
 torch::Tensor CausalLM::loss(const torch::Tensor& inputs, const torch::Tensor& targets) {
   return tail_loss(run_blocks(layers(), head(inputs), nullptr, ops::AttentionMask({}, block_context(inputs))), targets);
 }
+
+namespace {
+
+// The rows through the head, the layers (continuing `caches` unless null) and the tail, each part through
+// its block site: whole logits.
+torch::Tensor logits_through_sites(CausalLM& model, const DecodeStep& step, std::vector<ops::KVCache>* caches) {
+  return decode_through_sites(
+      model, model.layers(), step, caches, [&](const DecodeStep& s) { return model.embed_at(s.tokens, s.positions); },
+      [&](const torch::Tensor& x) { return model.output_logits(x); });
+}
+
+}  // namespace
+
+torch::Tensor CausalLM::decode(const DecodeStep& step, std::vector<ops::KVCache>& caches) {
+  return logits_through_sites(*this, step, &caches);
+}
+
+torch::Tensor CausalLM::whole_logits(const DecodeStep& step) { return logits_through_sites(*this, step, nullptr); }
 
 torch::Tensor CausalLM::block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) {
   return layers()[static_cast<size_t>(i)]->forward(x, nullptr, ops::AttentionMask({}, documents));

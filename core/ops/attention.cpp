@@ -31,9 +31,11 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
     const torch::Tensor& d = mask.documents;
     torch::Tensor allowed = d.unsqueeze(2).eq(d.unsqueeze(1));  // [B, T, T]
     if (causal) allowed = allowed.logical_and(torch::ones({tq, tk}, allowed.options()).tril());
+    if (mask.window > 0) allowed = allowed.logical_and(torch::ones({tq, tk}, allowed.options()).triu(1 - mask.window));
     return at::scaled_dot_product_attention(q, k, v, allowed.unsqueeze(1), dropout, /*is_causal=*/false);
   }
-  const bool masked = (causal && tq != tk) || key_padding.defined();  // tq != tk: decoding with a cache
+  // tq != tk: decoding with a cache
+  const bool masked = (causal && tq != tk) || key_padding.defined() || mask.window > 0;
   if (fused_kernel_is_faster(q, tk) && !masked) {
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
   }
@@ -43,12 +45,14 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   const bool upcast = at::isReducedFloatingType(q.scalar_type());
   torch::Tensor scores = torch::matmul(upcast ? q.to(torch::kFloat32) : q, (upcast ? k.to(torch::kFloat32) : k).transpose(-2, -1)) /
                          std::sqrt(static_cast<double>(q.size(-1)));  // [B, H, Tq, Tk]
-  if (causal) {
-    // Key j is hidden from query i (position tk - tq + i) when it comes later.
+  if (causal || mask.window > 0) {
+    // Key j is hidden from query i (position tk - tq + i) when it comes later, or `window` or more before.
     const auto positions = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
     const torch::Tensor rows = torch::arange(tk - tq, tk, positions).unsqueeze(1);  // [Tq, 1]
     const torch::Tensor cols = torch::arange(tk, positions).unsqueeze(0);           // [1, Tk]
-    scores = scores.masked_fill(cols > rows, -std::numeric_limits<double>::infinity());
+    torch::Tensor hidden = causal ? cols > rows : torch::zeros({tq, tk}, positions.dtype(torch::kBool));
+    if (mask.window > 0) hidden = hidden.logical_or(cols <= rows - mask.window);
+    scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
   }
   if (key_padding.defined()) {
     // The lowest finite score rather than -inf (as Hugging Face does): a query with every key hidden

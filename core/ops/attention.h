@@ -13,6 +13,12 @@ struct AttentionMask {
   // [B, T] int64, the document each position belongs to when several share a row (packed training,
   // no cache): a query sees only keys of its own document; undefined: one document per row.
   torch::Tensor documents;
+  // [B or 1, T] int64, each query's position in its sequence (the count of real tokens before it), for
+  // models that rotate queries and keys by position (rotary embeddings); undefined: the cached keys'
+  // count onwards (within its document for packed rows).
+  torch::Tensor positions;
+  // A sliding window: a query sees only the `window` latest keys up to itself (Mistral's); 0: all.
+  int64_t window = 0;
 };
 
 // softmax(q kᵀ / √D + masks) v. `causal`: query i (aligned to the end of the keys) sees keys <= i.

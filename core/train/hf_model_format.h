@@ -35,6 +35,10 @@ struct HfModelFormat {
   HfWeightNames names;
   // The app's schema, whose model.* bounds the config.json's sizes must meet (none: unchecked).
   std::function<config::Schema()> bounds = nullptr;
+  // What config.json holds beyond the table and the constants (nested or listed values); null: nothing.
+  std::function<void(const C& c, nlohmann::json& json)> write_rest = nullptr;
+  // The tensor names of a model of config `c` when they depend on it (a tied or untied head); null: `names`.
+  std::function<HfWeightNames(const C& c)> names_of = nullptr;
 
   // kuafu::Error naming `where` (the config.json) for another model_type, a missing or malformed key.
   C read_config(const nlohmann::json& json, const std::string& where) const {
@@ -52,11 +56,14 @@ struct HfModelFormat {
     nlohmann::json json = numbers.to_json(c);
     json.update(constants);
     json["model_type"] = model_type;
+    if (write_rest) write_rest(c, json);
     return json;
   }
 
   // `folder`'s weights into `model` (built from the folder's config), on any tensor-parallel layout.
-  void load_weights(Model& model, const io::HfFolder& folder) const { load_pretrained(*model, model->tp, folder, names); }
+  void load_weights(Model& model, const io::HfFolder& folder) const {
+    load_pretrained(*model, model->tp, folder, names_of ? names_of(model->config) : names);
+  }
 
   // The model `dir` holds, whole (serial) on `device`, its weights read straight into `dtype`: the model
   // is described on the meta device and given storage before the folder fills it (nothing is drawn).

@@ -12,6 +12,9 @@
   rlhf_models_reference.py gpt2_start OUT
       a tiny random GPT2LMHeadModel (128-token vocabulary, 64 positions) saved in OUT: a GPT-2 folder a
       chat pipeline starts from
+  rlhf_models_reference.py llama_start OUT
+      the same for the Llama family: a tiny random LlamaForCausalLM (grouped-query attention, head_dim 12 of
+      hidden 32 with 4 heads, untied head, BOS = EOS = 0, no pad token)
   rlhf_models_reference.py check_rm DIR EXPECTED
       loads DIR (a folder Kuafu wrote) with AutoModelForSequenceClassification and prints, as JSON, the
       largest difference of its scores on both batches from EXPECTED's (what Kuafu computed); a folder
@@ -51,7 +54,7 @@ def gpt2_config(**extra):
 
 def run(model, ids, mask):
     """The model's outputs on rows with padding anywhere, each token at its position among the row's real ones."""
-    if model.config.model_type == "gpt2":
+    if model.config.model_type in ("gpt2", "llama", "qwen2", "qwen3", "mistral"):
         return model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
     return model(input_ids=ids, attention_mask=mask)
 
@@ -127,6 +130,17 @@ def gpt2_start(out):
     model.save_pretrained(out)
 
 
+def llama_start(out):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(5)
+    # Grouped-query attention, heads wider than hidden / heads, an untied head; no pad token (BOS = EOS = 0).
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=12,
+                                         max_position_embeddings=64, tie_word_embeddings=False, bos_token_id=0,
+                                         eos_token_id=0, pad_token_id=None))
+    model.save_pretrained(out)
+
+
 def check_rm(folder, expected):
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     e = load_file(expected)
@@ -185,7 +199,7 @@ def ppo_update(folder, inputs, out):
 
 
 if __name__ == "__main__":
-    commands = {"build": build, "gpt2_start": gpt2_start, "check_rm": check_rm, "check_lm": check_lm, "check_peft": check_peft, "ppo_update": ppo_update}
+    commands = {"build": build, "gpt2_start": gpt2_start, "llama_start": llama_start, "check_rm": check_rm, "check_lm": check_lm, "check_peft": check_peft, "ppo_update": ppo_update}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

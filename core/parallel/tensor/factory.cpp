@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "core/dist/autograd_collectives.h"
 #include "core/dist/collectives.h"
 #include "core/ops/layer_norm.h"
 #include "core/parallel/tensor/layers_3d.h"
@@ -57,6 +58,17 @@ torch::Tensor SerialLayerNormImpl::forward(const torch::Tensor& x) {
   return ops::layer_norm(x, weight, bias, eps_);  // LibTorch's, or Kuafu's kernels on a GPU
 }
 
+SerialRmsNormImpl::SerialRmsNormImpl(int64_t dim, double eps, const torch::Device& device, dist::GroupPtr replicas)
+    : eps_(eps), replicas_(std::move(replicas)) {
+  weight = register_parameter("weight", torch::ones({dim}, torch::TensorOptions().device(device)));
+}
+
+torch::Tensor SerialRmsNormImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor x32 = x.to(torch::kFloat32);
+  const torch::Tensor normalized = x32 * torch::rsqrt(x32.square().mean(-1, /*keepdim=*/true) + eps_);
+  return (replicas_ ? dist::autograd::copy_to_group(weight, replicas_) : weight) * normalized.to(x.scalar_type());
+}
+
 namespace {
 
 // Cut layers make their parameters on their mesh's device. A model described on the meta device (lazy
@@ -103,6 +115,20 @@ torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, d
   }
   if (tp.spec.mode == TensorMode::k3D) return placed(options, torch::nn::AnyModule(LayerNorm3d(dim, *tp.mesh, Side3d::kY, eps)));
   return placed(options, torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps)));
+}
+
+torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps) {
+  const TensorParallel& tp = options.tp;
+  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, "RMSNorm runs serially or under parallel.tensor.mode = \"1d\", not \"",
+              mode_name(tp.spec.mode), "\"");
+  return torch::nn::AnyModule(SerialRmsNorm(dim, eps, options.device));  // 1D keeps the stream whole
+}
+
+torch::nn::AnyModule make_head_norm(const ModelOptions& options, int64_t head_dim, double eps) {
+  const TensorParallel& tp = options.tp;
+  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, "per-head RMSNorm runs serially or under parallel.tensor.mode = \"1d\", not \"",
+              mode_name(tp.spec.mode), "\"");
+  return torch::nn::AnyModule(SerialRmsNorm(head_dim, eps, options.device, tp.enabled() ? tp.group() : nullptr));
 }
 
 std::shared_ptr<TokenEmbeddingImpl> make_embedding(const ModelOptions& options, int64_t vocab, int64_t dim) {

@@ -74,6 +74,22 @@ class SerialLayerNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SerialLayerNorm);
 
+// RMSNorm over the last `dim` features (Llama's: x / sqrt(mean(x²) + eps) in float32, then the
+// parameter "weight" (ones) times it in x's dtype). With `replicas` (a tensor-parallel group whose ranks
+// each normalise other features with the same weight, e.g. their own heads), the weight's gradient is
+// summed over them.
+class SerialRmsNormImpl : public torch::nn::Module {
+ public:
+  SerialRmsNormImpl(int64_t dim, double eps, const torch::Device& device = torch::kCPU, dist::GroupPtr replicas = nullptr);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+  dist::GroupPtr replicas_;
+};
+TORCH_MODULE(SerialRmsNorm);
+
 // Where a linear layer sits in a pair like attention or an MLP: kColumn is the first (its input is the
 // residual stream; 1D cuts its output features, 3D turns side kY into kX), kRow the second (it returns
 // to the residual stream; 1D cuts its input features, 3D turns kX back into kY). 2D and 2.5D layers
@@ -84,6 +100,13 @@ torch::nn::AnyModule make_linear(const ModelOptions& options, const LinearSpec& 
 
 // LayerNorm over `dim` features of the residual stream (parameters "weight" and "bias").
 torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, double eps);
+
+// RMSNorm over `dim` features of the residual stream (parameter "weight"); serial and 1D only (kuafu::Error
+// naming the mode otherwise).
+torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps);
+// RMSNorm over each attention head's `head_dim` features of a column layer's output (Qwen3's q and k
+// norms): one weight shared by every head, so 1D ranks, holding different heads, sum its gradient.
+torch::nn::AnyModule make_head_norm(const ModelOptions& options, int64_t head_dim, double eps);
 
 // Token embedding [vocab, dim] with its tied output layer and loss (embedding.h); parameter "weight".
 std::shared_ptr<TokenEmbeddingImpl> make_embedding(const ModelOptions& options, int64_t vocab, int64_t dim);

@@ -14,6 +14,7 @@
 #include "core/nn/conv.h"
 #include "core/nn/cross_attention.h"
 #include "core/nn/torch_init.h"
+#include "core/nn/transformer_block.h"
 #include "core/ops/attention.h"
 #include "core/train/lazy_model.h"
 #include "tests/support/multiprocess.h"
@@ -337,6 +338,69 @@ TEST(NnLayersTest, TensorParallelCrossAttentionEqualsSerialOnTwoRanks) {
   EXPECT_TRUE(testing::Contains(
       testing::expected_error([&] { nn::CrossAttention refused(nn::CrossAttentionSpec{9, 0, 3, 3}, tp); }),
       "3 attention heads must divide by the 2 blocks"));
+}
+
+// The Llama family's block under 1D tensor parallelism on two Gloo ranks against the serial block with the
+// same weights, in float64: grouped-query attention (4 query heads over 2 key-value heads, so each rank
+// holds one key-value head and its two query heads), heads of 6 wider than hidden / heads, q/k/v biases,
+// Qwen3's per-head q/k norms (one weight for every head: each rank's gradient of it is a partial sum the
+// ranks add), llama3 rotary positions, a sliding window of 3 and the SwiGLU MLP.
+TEST(NnLayersTest, TensorParallelLlamaBlockEqualsSerialOnTwoRanks) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  const parallel::TensorParallel tp = one_dimensional_on_world();
+  nn::TransformerBlockSpec spec;
+  spec.hidden = 8;
+  spec.heads = 4;
+  spec.kv_heads = 2;
+  spec.head_dim = 6;
+  spec.intermediate = 10;
+  spec.activation = nn::Activation::kSilu;
+  spec.gated_mlp = true;
+  spec.rms_norm = true;
+  spec.causal = true;
+  spec.out_bias = spec.mlp_bias = false;
+  spec.qk_norm = true;
+  spec.rotary = nn::RotarySpec{6, 100.0, "llama3", 4.0, 1.0, 4.0, 8, 0};
+  spec.window = 3;
+  spec.names = {"input_layernorm", "post_attention_layernorm", "", "self_attn.q_proj", "self_attn.k_proj",
+                "self_attn.v_proj", "self_attn.q_norm", "self_attn.k_norm", "self_attn.o_proj", "mlp.up_proj",
+                "mlp.down_proj", "mlp.gate_proj"};
+  nn::TransformerBlock serial(spec, parallel::ModelOptions{}), sharded(spec, parallel::ModelOptions{tp});
+  serial->to(torch::kFloat64);
+  sharded->to(torch::kFloat64);
+  torch::manual_seed(13);  // every rank draws the same weights and inputs
+  const auto layouts = parallel::collect_layouts(*sharded);
+  std::vector<testing::BoundParam> bound;
+  auto local = sharded->named_parameters();
+  for (const auto& item : serial->named_parameters()) {
+    const torch::Tensor full = testing::randn64(item.value().sizes()) * 0.5 + (item.key().find("norm") != std::string::npos ? 1.0 : 0.0);
+    {
+      torch::NoGradGuard no_grad;
+      item.value().copy_(full);
+    }
+    const auto layout = layouts.count(item.key()) ? layouts.at(item.key()) : parallel::Layout{};
+    torch::Tensor* block = local.find(item.key());
+    ASSERT_TRUE(block) << "the tensor-parallel block has no " << item.key();
+    testing::load_block(*block, full, layout, *tp.mesh);
+    bound.push_back({item.key(), item.value(), block, layout});
+  }
+  EXPECT_EQ(bound.size(), local.size());
+  EXPECT_TRUE(layouts.count("self_attn.k_proj.weight") && layouts.count("mlp.gate_proj.weight")) << "the layers are not cut";
+
+  const torch::Tensor x0 = testing::randn64({2, 7, spec.hidden});  // [B, T, H]
+  const torch::Tensor upstream = testing::randn64({2, 7, spec.hidden});
+  auto run = [&](nn::TransformerBlock& block, torch::Tensor& x) {
+    x = x0.clone().requires_grad_();
+    const torch::Tensor y = block->forward(x);
+    (y * upstream).sum().backward();
+    return y.detach();
+  };
+  torch::Tensor xs, xp;
+  const torch::Tensor ys = run(serial, xs);
+  const torch::Tensor yp = run(sharded, xp);
+  testing::expect_close(yp, ys, "output", kParallelTolerance);
+  testing::expect_close(xp.grad(), xs.grad(), "gradient of x", kParallelTolerance);
+  testing::expect_gradients(bound, *tp.mesh, kParallelTolerance);
 }
 
 }  // namespace

@@ -1,10 +1,13 @@
-// Every kuafu-chat stage from a GPT-2 folder that transformers saved (tests/python/rlhf_models_reference.py
-// gpt2_start), with GPT-2's one special token <|endoftext|> as BOS, EOS and padding (no pad token): SFT
-// lowers the held-out answer loss and exports a GPT2LMHeadModel whose next-token log-probabilities
-// transformers computes as Kuafu does; the reward model from the SFT folder exports a
-// GPT2ForSequenceClassification with Kuafu's scores; DPO, PPO and GRPO start from both with the exact
+// Every kuafu-chat stage from a folder that transformers saved (tests/python/rlhf_models_reference.py
+// gpt2_start, llama_start), for each family the stages take from a folder alone: GPT-2, and the Llama
+// family (a LlamaForCausalLM with grouped-query attention, heads wider than hidden / heads and an untied
+// head), each with one special token <|endoftext|> as BOS, EOS and padding (no pad token). SFT lowers the
+// held-out answer loss and exports the family's causal LM whose next-token log-probabilities transformers
+// computes as Kuafu does; the reward model from the SFT folder exports the family's
+// ForSequenceClassification with Kuafu's scores; DPO, PPO and GRPO start from both with the exact
 // first-step figures each must show (DPO's loss log 2; PPO's ratio 1, no clipping, no approximate KL;
-// GRPO's loss 0 with β = 0), the PPO actor's export loads in transformers, and `chat` answers from it.
+// GRPO's loss 0 with β = 0), the PPO actor's export loads in transformers, and `chat` answers from it;
+// LoRA's merged export and PEFT adapter give the adapted model's outputs in transformers and PEFT.
 // Parity in float32 to 1e-5: the libraries' kernels sum in other orders (~1e-6 on these sizes).
 #include <gtest/gtest.h>
 
@@ -24,6 +27,29 @@ namespace {
 
 constexpr int64_t kEos = 0;  // <|endoftext|>
 
+// What differs between the families' folders.
+struct Gpt2Folders {
+  static constexpr const char* kStart = "gpt2_start";  // rlhf_models_reference.py's command and folder
+  static constexpr const char* kFamily = "GPT-2";
+  static constexpr const char* kDescribed = "GPT-2: 2 layers";
+  static constexpr const char* kCausalLM = "GPT2LMHeadModel";
+  static constexpr const char* kClassifier = "GPT2ForSequenceClassification";
+  static constexpr const char* kModelType = "gpt2";
+  // GPT-2's fused attention projection, a Conv1D whose weight is [in, out] (PEFT's fan_in_fan_out).
+  static constexpr const char* kLoraTargets = "[\"c_attn\"]";
+  static constexpr bool kFanInFanOut = true;
+};
+struct LlamaFolders {
+  static constexpr const char* kStart = "llama_start";
+  static constexpr const char* kFamily = "Llama";
+  static constexpr const char* kDescribed = "Llama: 2 layers, 4 heads (2 key-value) of 12";
+  static constexpr const char* kCausalLM = "LlamaForCausalLM";
+  static constexpr const char* kClassifier = "LlamaForSequenceClassification";
+  static constexpr const char* kModelType = "llama";
+  static constexpr const char* kLoraTargets = "[\"q_proj\", \"v_proj\", \"gate_proj\"]";
+  static constexpr bool kFanInFanOut = false;
+};
+
 // Rows of the tiny task's tokens (BOS, prompt, answer, EOS), left-padded with the EOS id: ids [B, T], mask [B, T].
 std::pair<torch::Tensor, torch::Tensor> left_padded_rows() {
   const std::vector<std::string> texts = {"What does w3 mean? a bird", "What does w10 mean? very old of 3.", "w7?"};
@@ -40,11 +66,11 @@ std::pair<torch::Tensor, torch::Tensor> left_padded_rows() {
   return {ids, mask};
 }
 
-// Kuafu's next-token log-probabilities of `folder`'s causal model (a GPT-2) on left_padded_rows, written
+// Kuafu's next-token log-probabilities of `folder`'s causal model (of `family`) on left_padded_rows, written
 // beside it for the Python reference as <folder>_expected.safetensors.
-fs::path kuafu_logprobs(const fs::path& folder) {
+fs::path kuafu_logprobs(const fs::path& folder, const std::string& family) {
   nn::CausalLMPtr model = opt::load_causal_lm(folder.string());
-  EXPECT_EQ(model->family(), "GPT-2");
+  EXPECT_EQ(model->family(), family);
   model->module().eval();
   torch::NoGradGuard no_grad;
   const auto [ids, mask] = left_padded_rows();
@@ -64,25 +90,27 @@ void expect_reference_agrees(const std::string& command, const std::string& arch
   EXPECT_LT(line["max_difference"].get<double>(), 1e-5) << command;
 }
 
+template <class Folders>
 void expect_logprobs_as_transformers(const fs::path& folder) {
-  expect_reference_agrees("check_lm " + folder.string() + " " + kuafu_logprobs(folder).string(), "GPT2LMHeadModel");
+  expect_reference_agrees("check_lm " + folder.string() + " " + kuafu_logprobs(folder, Folders::kFamily).string(), Folders::kCausalLM);
 }
 
 nlohmann::json config_json(const fs::path& folder) { return nlohmann::json::parse(read_file((folder / "config.json").string())); }
 
-class ChatGpt2Test : public ::testing::Test {
+template <class Folders>
+class ChatFoldersTest : public ::testing::Test {
  protected:
-  // One pipeline for the suite: the GPT-2 start, SFT from it and the reward model from the SFT model.
+  // One pipeline for the suite: the family's start, SFT from it and the reward model from the SFT model.
   static void SetUpTestSuite() {
-    root_ = testing::shared_test_dir("chat_gpt2");
+    root_ = testing::shared_test_dir(std::string("chat_") + Folders::kModelType);
     fs::remove_all(root_);
     fs::create_directories(root_);
     write_data(root_, testing::SpecialTokens::kGpt2);
-    start_ = testing::run_python_reference("rlhf_models_reference.py", "gpt2_start " + (root_ / "gpt2_start").string());
+    start_ = testing::run_python_reference("rlhf_models_reference.py", std::string(Folders::kStart) + " " + start_dir().string());
     const std::string data =
         "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
     const fs::path sft = write_config(root_, "sft", common_config(root_, "sft_run", 30, data) +
-        "[model]\ninit_from = \"" + (root_ / "gpt2_start").string() + "\"\n[optim]\nlr = 3e-3\nwarmup_steps = 2\n");
+        "[model]\ninit_from = \"" + start_dir().string() + "\"\n[optim]\nlr = 3e-3\nwarmup_steps = 2\n");
     sft_trained_ = chat("sft --config " + sft.string());
     sft_before_ = chat("sft eval --config " + sft.string() + " --checkpoint init");
     sft_after_ = chat("sft eval --config " + sft.string());
@@ -93,34 +121,42 @@ class ChatGpt2Test : public ::testing::Test {
     rm_trained_ = chat("rm --config " + rm.string());
     rm_exported_ = chat("rm export --config " + rm.string() + " --out " + (root_ / "rm_hf").string());
   }
-  static fs::path root_;
-  static testing::PythonRun start_;
-  static testing::CommandResult sft_trained_, sft_before_, sft_after_, sft_exported_, rm_trained_, rm_exported_;
+  static fs::path start_dir() { return root_ / Folders::kStart; }
+  static inline fs::path root_;
+  static inline testing::PythonRun start_;
+  static inline testing::CommandResult sft_trained_, sft_before_, sft_after_, sft_exported_, rm_trained_, rm_exported_;
 };
-fs::path ChatGpt2Test::root_;
-testing::PythonRun ChatGpt2Test::start_;
-testing::CommandResult ChatGpt2Test::sft_trained_, ChatGpt2Test::sft_before_, ChatGpt2Test::sft_after_,
-    ChatGpt2Test::sft_exported_, ChatGpt2Test::rm_trained_, ChatGpt2Test::rm_exported_;
+using Families = ::testing::Types<Gpt2Folders, LlamaFolders>;
+TYPED_TEST_SUITE(ChatFoldersTest, Families);
 
-TEST_F(ChatGpt2Test, SftAndTheRewardModelStartFromAGpt2FolderAndExportGpt2) {
+TYPED_TEST(ChatFoldersTest, SftAndTheRewardModelStartFromAFolderAndExportTheFamilysClasses) {
+  using Folders = TypeParam;
+  const fs::path& root_ = this->root_;
+  const testing::PythonRun& start_ = this->start_;
+  const testing::CommandResult& sft_trained_ = this->sft_trained_;
+  const testing::CommandResult& sft_before_ = this->sft_before_;
+  const testing::CommandResult& sft_after_ = this->sft_after_;
+  const testing::CommandResult& sft_exported_ = this->sft_exported_;
+  const testing::CommandResult& rm_trained_ = this->rm_trained_;
+  const testing::CommandResult& rm_exported_ = this->rm_exported_;
   ASSERT_EQ(start_.exit_code, 0) << start_.output;
   ASSERT_EQ(sft_trained_.exit_code, 0) << sft_trained_.output;
-  EXPECT_TRUE(testing::Contains(sft_trained_.output, "GPT-2: 2 layers")) << "the folder's family and shape";
+  EXPECT_TRUE(testing::Contains(sft_trained_.output, Folders::kDescribed)) << "the folder's family and shape";
   ASSERT_EQ(sft_before_.exit_code, 0) << sft_before_.output;
   ASSERT_EQ(sft_after_.exit_code, 0) << sft_after_.output;
   const double before = testing::last_json_line(sft_before_.output)["val_loss"].get<double>();
   const double after = testing::last_json_line(sft_after_.output)["val_loss"].get<double>();
   EXPECT_LT(after, 0.75 * before) << "the held-out answer loss falls from chance (log 128): " << before << " -> " << after;
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
-  EXPECT_EQ(config_json(root_ / "sft_hf")["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_EQ(config_json(root_ / "sft_hf")["architectures"][0], Folders::kCausalLM);
   EXPECT_TRUE(fs::exists(root_ / "sft_hf/vocab.json")) << "the tokenizer travels with the folder";
-  expect_logprobs_as_transformers(root_ / "sft_hf");
+  expect_logprobs_as_transformers<Folders>(root_ / "sft_hf");
 
   ASSERT_EQ(rm_trained_.exit_code, 0) << rm_trained_.output;
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const nlohmann::json rm = config_json(root_ / "rm_hf");
-  EXPECT_EQ(rm["architectures"][0], "GPT2ForSequenceClassification");
-  EXPECT_EQ(rm["model_type"], "gpt2");
+  EXPECT_EQ(rm["architectures"][0], Folders::kClassifier);
+  EXPECT_EQ(rm["model_type"], Folders::kModelType);
   ScoredModel reward = load_scored_model((root_ / "rm_hf").string());
   reward->eval();
   torch::NoGradGuard no_grad;
@@ -137,11 +173,14 @@ TEST_F(ChatGpt2Test, SftAndTheRewardModelStartFromAGpt2FolderAndExportGpt2) {
       "rlhf_models_reference.py", "check_rm " + (root_ / "rm_hf").string() + " " + expected_path.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const nlohmann::json line = testing::last_json_line(run.output);
-  EXPECT_EQ(line["architecture"], "GPT2ForSequenceClassification");
+  EXPECT_EQ(line["architecture"], Folders::kClassifier);
   EXPECT_LT(line["max_difference"].get<double>(), 1e-5);
 }
 
-TEST_F(ChatGpt2Test, DpoPpoAndGrpoStartFromGpt2FoldersWithTheirExactFirstSteps) {
+TYPED_TEST(ChatFoldersTest, DpoPpoAndGrpoStartFromTheFoldersWithTheirExactFirstSteps) {
+  using Folders = TypeParam;
+  const fs::path& root_ = this->root_;
+  const testing::CommandResult& rm_exported_ = this->rm_exported_;
   ASSERT_EQ(rm_exported_.exit_code, 0) << rm_exported_.output;
   const std::vector<nlohmann::json> dpo = train_stage(root_, "dpo", "dpo", common_config(root_, "dpo_run", 2,
       "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
@@ -159,12 +198,12 @@ TEST_F(ChatGpt2Test, DpoPpoAndGrpoStartFromGpt2FoldersWithTheirExactFirstSteps) 
   const testing::CommandResult exported =
       chat("ppo export --config " + (root_ / "ppo.toml").string() + " --out " + (root_ / "ppo_hf").string());
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  expect_logprobs_as_transformers(root_ / "ppo_hf");
+  expect_logprobs_as_transformers<Folders>(root_ / "ppo_hf");
 
   const std::vector<nlohmann::json> shared = train_stage(root_, "ppo", "ppo_shared", rl_config(root_, "ppo_shared_run", 1,
       "prompts_per_rollout = 8\nshared_trunk = true\n"));
   ASSERT_EQ(shared.size(), 1u);
-  EXPECT_NEAR(shared[0]["ratio"].get<double>(), 1.0, 1e-5) << "a value head on the GPT-2 trunk";
+  EXPECT_NEAR(shared[0]["ratio"].get<double>(), 1.0, 1e-5) << "a value head on the " << Folders::kFamily << " trunk";
 
   const std::vector<nlohmann::json> grpo = train_stage(root_, "grpo", "grpo", rl_config(root_, "grpo_run", 1,
       "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"));
@@ -175,36 +214,40 @@ TEST_F(ChatGpt2Test, DpoPpoAndGrpoStartFromGpt2FoldersWithTheirExactFirstSteps) 
   EXPECT_EQ(answered.exit_code, 0) << answered.output;
 }
 
-// LoRA on GPT-2's fused attention projection (lora.targets = ["c_attn"], a Conv1D whose weight is
-// [in, out]): the merged export is a GPT2LMHeadModel with the adapted model's outputs, and the adapter
-// folder (fan_in_fan_out, as PEFT keeps Conv1D) on the transformers start gives the same outputs in PEFT.
-TEST_F(ChatGpt2Test, LoraOnGpt2ExportsMergedAndPeftAdapters) {
+// LoRA on the family's projections (GPT-2's fused c_attn, a Conv1D whose weight is [in, out]; Llama's
+// q_proj, v_proj and gate_proj): the merged export is the family's causal LM with the adapted model's
+// outputs, and the adapter folder (fan_in_fan_out for Conv1D, as PEFT keeps it) on the transformers start
+// gives the same outputs in PEFT.
+TYPED_TEST(ChatFoldersTest, LoraExportsMergedAndPeftAdapters) {
+  using Folders = TypeParam;
+  const fs::path& root_ = this->root_;
+  const testing::PythonRun& start_ = this->start_;
   ASSERT_EQ(start_.exit_code, 0) << start_.output;
   const fs::path sft = write_config(root_, "lora", common_config(root_, "lora_run", 3,
       "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n") +
-      "[model]\ninit_from = \"" + (root_ / "gpt2_start").string() + "\"\n[optim]\nlr = 1e-2\nwarmup_steps = 0\n"
-      "[lora]\nrank = 4\nalpha = 8.0\ntargets = [\"c_attn\"]\n");
+      "[model]\ninit_from = \"" + this->start_dir().string() + "\"\n[optim]\nlr = 1e-2\nwarmup_steps = 0\n"
+      "[lora]\nrank = 4\nalpha = 8.0\ntargets = " + Folders::kLoraTargets + "\n");
   const testing::CommandResult trained = chat("sft --config " + sft.string());
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
   // The folder gives the whole shape: an OPT shape key beside it is refused by name.
   const testing::CommandResult reshaped = chat("sft --config " + sft.string() + " --set model.hidden_size=64");
   EXPECT_EQ(reshaped.exit_code, 1);
   EXPECT_TRUE(testing::Contains(reshaped.output, "model.hidden_size")) << reshaped.output;
-  EXPECT_TRUE(testing::Contains(reshaped.output, "is a GPT-2 folder")) << reshaped.output;
+  EXPECT_TRUE(testing::Contains(reshaped.output, std::string("is a ") + Folders::kFamily + " folder")) << reshaped.output;
   const testing::CommandResult merged = chat("sft export --config " + sft.string() + " --out " + (root_ / "lora_hf").string());
   ASSERT_EQ(merged.exit_code, 0) << merged.output;
   const testing::CommandResult adapter =
       chat("sft export --adapter --config " + sft.string() + " --out " + (root_ / "lora_adapter").string());
   ASSERT_EQ(adapter.exit_code, 0) << adapter.output;
   const nlohmann::json adapter_config = nlohmann::json::parse(read_file((root_ / "lora_adapter/adapter_config.json").string()));
-  EXPECT_EQ(adapter_config["fan_in_fan_out"], true);
-  const fs::path expected = kuafu_logprobs(root_ / "lora_hf");
-  expect_reference_agrees("check_lm " + (root_ / "lora_hf").string() + " " + expected.string(), "GPT2LMHeadModel");
-  expect_reference_agrees("check_peft " + (root_ / "gpt2_start").string() + " " + (root_ / "lora_adapter").string() + " " +
+  EXPECT_EQ(adapter_config["fan_in_fan_out"], Folders::kFanInFanOut);
+  const fs::path expected = kuafu_logprobs(root_ / "lora_hf", Folders::kFamily);
+  expect_reference_agrees("check_lm " + (root_ / "lora_hf").string() + " " + expected.string(), Folders::kCausalLM);
+  expect_reference_agrees("check_peft " + this->start_dir().string() + " " + (root_ / "lora_adapter").string() + " " +
                               expected.string(),
                           "PeftModelForCausalLM");
   // The adapters moved the model: the merged export is not the start.
-  const fs::path start = kuafu_logprobs(root_ / "gpt2_start");
+  const fs::path start = kuafu_logprobs(this->start_dir(), Folders::kFamily);
   const io::SafetensorsFile before = io::load_safetensors(start.string()), after = io::load_safetensors(expected.string());
   EXPECT_GT((*before.find("lm_logprobs") - *after.find("lm_logprobs")).abs().max().item<double>(), 1e-4);
 }
