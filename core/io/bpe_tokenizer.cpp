@@ -38,20 +38,30 @@ std::unique_ptr<icu::RegexPattern> compile(const char* pattern) {
   return compiled;
 }
 
-// Calls `piece` with each match of `pattern` in `text` (UTF-8).
-void for_each_match(const icu::RegexPattern& pattern, const std::string& text, const std::function<void(const std::string&)>& piece) {
+// Calls `piece` with each match of `pattern` in `text` (UTF-8) and, with `gaps`, with each stretch of
+// text between matches too, in order (tokenizers' Split with behavior "Isolated").
+void for_each_match(const icu::RegexPattern& pattern, const std::string& text, const std::function<void(const std::string&)>& piece,
+                    bool gaps = false) {
   UErrorCode status = U_ZERO_ERROR;
   const icu::UnicodeString unicode = icu::UnicodeString::fromUTF8(icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   std::unique_ptr<icu::RegexMatcher> matcher(pattern.matcher(unicode, status));
   KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
   std::string found;
-  while (matcher->find(status) && U_SUCCESS(status)) {
-    const int32_t start = matcher->start(status), end = matcher->end(status);
+  auto emit = [&](int32_t start, int32_t end) {
+    if (start >= end) return;
     found.clear();
     unicode.tempSubStringBetween(start, end).toUTF8String(found);
     piece(found);
+  };
+  int32_t previous = 0;
+  while (matcher->find(status) && U_SUCCESS(status)) {
+    const int32_t start = matcher->start(status), end = matcher->end(status);
+    if (gaps) emit(previous, start);
+    emit(start, end);
+    previous = end;
   }
   KUAFU_CHECK(U_SUCCESS(status), "ICU regex: ", u_errorName(status));
+  if (gaps) emit(previous, unicode.length());
 }
 
 void append_utf8(std::string& out, uint32_t cp) {
@@ -103,9 +113,17 @@ struct BpeTokenizer::State {
   std::vector<Normalize> normalizers;
   std::string normalized(const std::string& text) const;
   std::unique_ptr<icu::RegexPattern> pattern;
-  // CLIP's BPE: text cut into words first (then each by GPT-2's pattern), each word's last symbol ending
-  // in word_end ("</w>"), a symbol the vocabulary lacks read as `unknown`.
+  // A Split pre-tokenizer before the byte-level one: text cut into words by word_pattern first. CLIP's
+  // keeps only the matches (behavior "Removed") and ends each word's last symbol in word_end ("</w>"), a
+  // symbol the vocabulary lacks read as `unknown`; Llama 3's and Qwen's keep the text between matches as
+  // pieces of their own (behavior "Isolated": keep_gaps).
   std::unique_ptr<icu::RegexPattern> word_pattern;
+  std::string word_pattern_text;
+  bool keep_gaps = false;
+  // ByteLevel's use_regex: each piece cut further by GPT-2's pattern (off after a Split that already cut).
+  bool byte_level_regex = true;
+  // BPE's ignore_merges (Llama 3): a piece that is a token of its own is taken whole, whatever the merges.
+  bool ignore_merges = false;
   std::string word_end;
   std::optional<int64_t> unknown;
   mutable std::mutex cache_mutex;
@@ -166,6 +184,15 @@ struct BpeTokenizer::State {
     }
     std::vector<std::string> symbols;
     for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
+    if (ignore_merges) {
+      std::string whole;
+      for (const std::string& symbol : symbols) whole += symbol;
+      if (const auto found = vocab.find(whole + word_end); found != vocab.end() && !symbols.empty()) {
+        std::lock_guard<std::mutex> lock(cache_mutex);
+        cache.emplace(piece, std::vector<int64_t>{found->second});
+        return {found->second};
+      }
+    }
     if (!symbols.empty()) symbols.back() += word_end;
     // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
     std::vector<int> ranks;  // ranks[i]: of the pair symbols[i], symbols[i + 1] (INT_MAX: none)
@@ -203,13 +230,18 @@ struct BpeTokenizer::State {
   // Ordinary text (no special tokens) -> ids.
   void encode_text(const std::string& text, std::vector<int64_t>& ids) const {
     if (text.empty()) return;
+    auto encode_one = [&](const std::string& piece) {
+      for (int64_t id : encode_piece(piece)) ids.push_back(id);
+    };
     auto encode_pieces = [&](const std::string& part) {
-      for_each_match(*pattern, part, [&](const std::string& piece) {
-        for (int64_t id : encode_piece(piece)) ids.push_back(id);
-      });
+      if (byte_level_regex) {
+        for_each_match(*pattern, part, encode_one);
+      } else {
+        encode_one(part);
+      }
     };
     if (word_pattern) {
-      for_each_match(*word_pattern, text, encode_pieces);
+      for_each_match(*word_pattern, text, encode_pieces, keep_gaps);
     } else {
       encode_pieces(text);
     }
@@ -337,19 +369,25 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   KUAFU_CHECK(pre != file.end() && pre->is_object(), path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
   auto state = std::make_unique<State>();
   nlohmann::json byte_level = *pre;
-  if (string_at(*pre, "type") == "Sequence") {  // CLIP's: words split by a pattern, then ByteLevel
+  if (string_at(*pre, "type") == "Sequence") {  // words split by a pattern, then ByteLevel (CLIP, Llama 3, Qwen)
     const auto steps = pre->find("pretokenizers");
-    const bool clip = steps != pre->end() && steps->is_array() && steps->size() == 2 &&
-                      string_at((*steps)[0], "type") == "Split" && string_at((*steps)[0], "behavior") == "Removed" &&
-                      flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]") &&
-                      (*steps)[0].contains("pattern") && (*steps)[0]["pattern"].is_object() &&
-                      (*steps)[0]["pattern"].contains("Regex") && (*steps)[0]["pattern"]["Regex"].is_string();
-    KUAFU_CHECK(clip, path, ": a Sequence pre_tokenizer is read only as CLIP's (Split by a pattern, then ByteLevel)");
-    state->word_pattern = compile(string_at((*steps)[0]["pattern"], "Regex").c_str());
+    const std::string behavior = steps != pre->end() && steps->is_array() && !steps->empty() ? string_at((*steps)[0], "behavior") : "";
+    const bool split = steps != pre->end() && steps->is_array() && steps->size() == 2 &&
+                       string_at((*steps)[0], "type") == "Split" && (behavior == "Removed" || behavior == "Isolated") &&
+                       !flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]") &&
+                       (*steps)[0].contains("pattern") && (*steps)[0]["pattern"].is_object() &&
+                       (*steps)[0]["pattern"].contains("Regex") && (*steps)[0]["pattern"]["Regex"].is_string();
+    KUAFU_CHECK(split, path, ": a Sequence pre_tokenizer is read only as a Split by a Regex pattern (behavior Removed or "
+                             "Isolated, not inverted) then ByteLevel, as CLIP, Llama 3 and Qwen write it");
+    state->word_pattern_text = string_at((*steps)[0]["pattern"], "Regex");
+    state->word_pattern = compile(state->word_pattern_text.c_str());
+    state->keep_gaps = behavior == "Isolated";
     byte_level = (*steps)[1];
   }
   KUAFU_CHECK(string_at(byte_level, "type") == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
   state->add_prefix_space = flag_at(byte_level, "add_prefix_space", false, path + ": pre_tokenizer");
+  state->byte_level_regex = flag_at(byte_level, "use_regex", true, path + ": pre_tokenizer");
+  state->ignore_merges = flag_at(*model, "ignore_merges", false, path + ": model");
   if (model->contains("end_of_word_suffix") && (*model)["end_of_word_suffix"].is_string()) {
     state->word_end = (*model)["end_of_word_suffix"].get<std::string>();
   }
@@ -408,6 +446,7 @@ BpeTokenizer BpeTokenizer::clip_from_files(const std::string& vocab_json, const 
   BpeTokenizer tokenizer = from_files(vocab_json, merges_txt, special);
   State& state = *tokenizer.state_;
   state.normalizers = {State::Normalize::Nfc, State::Normalize::CollapseWhitespace, State::Normalize::Lowercase};
+  state.word_pattern_text = kClipWordPattern;
   state.word_pattern = compile(kClipWordPattern);
   state.word_end = "</w>";
   state.unknown = state.vocab.at(end);
@@ -527,7 +566,8 @@ bool BpeTokenizer::same_as(const BpeTokenizer& other) const {
   };
   return a.tokens == b.tokens && a.merge_rank == b.merge_rank && sorted(a.special) == sorted(b.special) &&
          a.add_prefix_space == b.add_prefix_space && a.normalizers == b.normalizers && a.word_end == b.word_end &&
-         a.unknown == b.unknown;
+         a.unknown == b.unknown && a.word_pattern_text == b.word_pattern_text && a.keep_gaps == b.keep_gaps &&
+         a.byte_level_regex == b.byte_level_regex && a.ignore_merges == b.ignore_merges;
 }
 
 std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {

@@ -23,10 +23,11 @@ class BpeTokenizer {
   static BpeTokenizer from_files(const std::string& vocab_json, const std::string& merges_txt,
                                  const std::vector<std::string>& special = {});
   // tokenizer.json as Hugging Face `tokenizers` saves it: a BPE model with a ByteLevel pre-tokenizer
-  // (its add_prefix_space honoured), or CLIP's (a Split by its word pattern before the ByteLevel, the
-  // model's end_of_word_suffix and unk_token); its added tokens are the special ones; its normalizer
-  // applied (Lowercase, NFC, NFD, NFKC, NFKD, CLIP's whitespace Replace, or a Sequence of them; any other
-  // refused by name).
+  // (its add_prefix_space and use_regex honoured), after a Split by a Regex pattern where the file has one:
+  // CLIP's (matches kept, the rest dropped; the model's end_of_word_suffix and unk_token), Llama 3's and
+  // Qwen's (behavior "Isolated": the text between matches kept as pieces too; the model's ignore_merges);
+  // its added tokens are the special ones; its normalizer applied (Lowercase, NFC, NFD, NFKC, NFKD, CLIP's
+  // whitespace Replace, or a Sequence of them; any other refused by name).
   static BpeTokenizer from_tokenizer_json(const std::string& path);
   // CLIP's tokenizer (transformers' CLIPTokenizer): NFC, whitespace runs collapsed, lower-cased; words cut
   // by CLIP's pattern, each word's last symbol ending in "</w>"; "<|startoftext|>" and "<|endoftext|>"

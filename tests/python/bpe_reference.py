@@ -10,7 +10,13 @@
                                     Lowercase normalizer, each with the ids transformers' AutoTokenizer
                                     gives (expected_prefix.json, expected_lower.json); OUT/replace: a
                                     tokenizer.json with a Replace normalizer other than CLIP's
-                                    whitespace one (quotes to a letter), which Kuafu refuses
+                                    whitespace one (quotes to a letter), which Kuafu refuses;
+                                    OUT/llama3 and OUT/qwen2: tokenizers laid out as Llama 3's and Qwen2's
+                                    folders lay theirs out (a Split by the family's pattern, behavior
+                                    Isolated, then ByteLevel without GPT-2's pattern; Llama 3's BPE with
+                                    ignore_merges, Qwen's after an NFC normalizer; the families' special
+                                    tokens), trained on the same lines, with the ids and decoded texts
+                                    transformers' AutoTokenizer gives (expected_llama3.json, expected_qwen2.json)
 """
 import json
 import pathlib
@@ -31,6 +37,40 @@ CASES = [
     "don't can't I'm we're they've you'll he'd 's",
     "\u00e9\u00e9\u00e9\u00e9\u00e9 aaaaaaaaaa \u3000\u3000full-width spaces",
 ]
+
+
+# The pre-tokenizer patterns of Llama 3's and Qwen2's tokenizer.json (numbers in runs of up to 3 digits,
+# or one digit at a time).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                  r"|\s+(?!\S)|\s+")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
+FAMILY_CASES = CASES + ["<|begin_of_text|>Hello<|end_of_text|> <|im_start|>user\nHi \U0001F468\u200D\U0001F469\u200D\U0001F467!<|im_end|>\n",
+                        "\r\n\r\n  \t 12345678 \u0663\u0664\u0665 x\u00b2 \u2460 'S 'LL YOU'RE",
+                        "\u4e2d\u6587\u6c49\u5b57\u6d4b\u8bd5\uff0c\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8\u3002 \ud55c\uad6d\uc5b4"]
+
+
+def build_family(train, out, name, pattern, special, ignore_merges, nfc):
+    folder = out / name
+    folder.mkdir(exist_ok=True)
+    tokenizer = Tokenizer(models.BPE(ignore_merges=ignore_merges))
+    if nfc:
+        tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1500, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train([str(train)], trainer)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    expected = []
+    for t in FAMILY_CASES + [train.read_text(encoding="utf-8")[:20000]]:
+        ids = auto(t, add_special_tokens=False)["input_ids"]
+        expected.append({"text": t, "ids": ids, "decoded": auto.decode(ids)})
+    (out / f"expected_{name}.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
 
 
 def build(text_path, out):
@@ -76,6 +116,9 @@ def build(text_path, out):
     (out / "expected_lower.json").write_text(json.dumps(
         [{"text": t, "ids": auto(t, add_special_tokens=False)["input_ids"]} for t in cased], ensure_ascii=False),
         encoding="utf-8")
+
+    build_family(train, out, "llama3", LLAMA3_PATTERN, ["<|begin_of_text|>", "<|end_of_text|>"], True, False)
+    build_family(train, out, "qwen2", QWEN2_PATTERN, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], False, True)
 
     replace = out / "replace"
     replace.mkdir(exist_ok=True)

@@ -59,6 +59,23 @@ TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
       EXPECT_EQ(tokenizer.encode(sample), item["ids"].get<std::vector<int64_t>>());
     }
   }
+  // Llama 3's and Qwen2's layout: a Split by the family's pattern keeping the text between matches
+  // (behavior Isolated), ByteLevel without GPT-2's pattern, Llama 3's ignore_merges, Qwen's NFC: the ids and
+  // decoded text of transformers' AutoTokenizer on multilingual, emoji (a ZWJ family), whitespace-heavy,
+  // digit-run and special-token text, and 20,000 characters of the training lines.
+  for (const std::string variant : {"llama3", "qwen2"}) {
+    const BpeTokenizer tokenizer = BpeTokenizer::from_folder((dir / variant).string());
+    const nlohmann::json cases = nlohmann::json::parse(read_file((dir / ("expected_" + variant + ".json")).string()));
+    ASSERT_EQ(cases.size(), 12u);
+    for (const auto& item : cases) {
+      const std::string sample = item["text"];
+      SCOPED_TRACE(variant + ": " + text::abbreviate(sample, 60));
+      const std::vector<int64_t> ids = tokenizer.encode(sample);
+      EXPECT_EQ(ids, item["ids"].get<std::vector<int64_t>>());
+      EXPECT_EQ(tokenizer.decode(ids), item["decoded"].get<std::string>());
+    }
+  }
+  EXPECT_FALSE(BpeTokenizer::from_folder((dir / "llama3").string()).same_as(BpeTokenizer::from_folder((dir / "qwen2").string())));
   try {
     BpeTokenizer::from_folder((dir / "replace").string());
     ADD_FAILURE() << "a Replace normalizer must be refused";
@@ -185,9 +202,14 @@ TEST(BpeTokenizerTest, TokenizerJsonOfAnotherShapeIsNamed) {
   const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "<s>": 1}, "merges": []})";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"pre_tokenizer": {"type": "Sequence", "pretokinezers": []}, )" + model + "}",
-       "a Sequence pre_tokenizer is read only as CLIP's"},
+       "a Sequence pre_tokenizer is read only as a Split by a Regex pattern"},
       {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [1, 2]}, )" + model + "}",
-       "a Sequence pre_tokenizer is read only as CLIP's"},
+       "a Sequence pre_tokenizer is read only as a Split by a Regex pattern"},
+      {R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "a"},
+         "behavior": "MergedWithPrevious"}, {"type": "ByteLevel"}]}, )" + model + "}",
+       "(behavior Removed or Isolated, not inverted)"},
+      {R"({"pre_tokenizer": {"type": "ByteLevel", "use_regex": 1}, )" + model + "}",
+       "pre_tokenizer.use_regex must be true or false, found 1"},
       {R"({"pre_tokenizer": {"type": 7}, )" + model + "}", "expected a ByteLevel pre_tokenizer"},
       {R"({"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": "yes"}, )" + model + "}",
        "pre_tokenizer.add_prefix_space must be true or false, found \"yes\""},
