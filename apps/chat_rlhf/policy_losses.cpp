@@ -55,13 +55,36 @@ torch::Tensor kl_estimate(const torch::Tensor& logprobs, const torch::Tensor& re
   return -log_ratio;
 }
 
-PolicyTerms clipped_policy_loss(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs,
-                                const torch::Tensor& advantages, double clip_low, double clip_high) {
-  const torch::Tensor ratio = torch::exp(logprobs - old_logprobs.detach());
+namespace {
+
+PolicyTerms clipped_surrogate(const torch::Tensor& ratio, const torch::Tensor& advantages, double clip_low, double clip_high) {
   const torch::Tensor a = advantages.detach();
   const torch::Tensor unclipped = -a * ratio;
   const torch::Tensor clipped = -a * torch::clamp(ratio, 1.0 - clip_low, 1.0 + clip_high);
   return {torch::max(unclipped, clipped), clipped > unclipped, ratio};
+}
+
+}  // namespace
+
+PolicyTerms clipped_policy_loss(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs,
+                                const torch::Tensor& advantages, double clip_low, double clip_high) {
+  return clipped_surrogate(torch::exp(logprobs - old_logprobs.detach()), advantages, clip_low, clip_high);
+}
+
+ImportanceLevel importance_level_named(const std::string& name) {
+  if (name == "token") return ImportanceLevel::Token;
+  if (name == "sequence") return ImportanceLevel::Sequence;
+  throw Error("the importance sampling level must be \"token\" or \"sequence\", got \"" + name + "\"");
+}
+
+PolicyTerms clipped_policy_loss(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs,
+                                const torch::Tensor& advantages, double clip_low, double clip_high,
+                                const torch::Tensor& mask, ImportanceLevel level) {
+  if (level == ImportanceLevel::Token) return clipped_policy_loss(logprobs, old_logprobs, advantages, clip_low, clip_high);
+  const torch::Tensor m = mask.to(logprobs.scalar_type());
+  const torch::Tensor log_ratio = (logprobs - old_logprobs.detach()) * m;                         // [B, R]
+  const torch::Tensor sequence = log_ratio.sum(1, /*keepdim=*/true) / m.sum(1, true).clamp_min(1);  // [B, 1]
+  return clipped_surrogate(torch::exp(sequence).expand_as(logprobs), advantages, clip_low, clip_high);
 }
 
 torch::Tensor clipped_value_loss(const torch::Tensor& values, const torch::Tensor& old_values,

@@ -32,6 +32,15 @@ struct PolicyTerms {
 };
 PolicyTerms clipped_policy_loss(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs,
                                 const torch::Tensor& advantages, double clip_low, double clip_high);
+// Where the importance ratio ρ is taken: per token (PPO, GRPO), or per sequence (GSPO, Zheng et al. 2025:
+// ρ_i = exp of the mean of log π − log π_old over response i's real tokens, the same for each of its
+// tokens; trl's importance_sampling_level = "sequence").
+enum class ImportanceLevel { Token, Sequence };
+ImportanceLevel importance_level_named(const std::string& name);  // "token", "sequence"
+// The clipped surrogate with ρ taken at `level` over `mask` [B, R]'s real tokens.
+PolicyTerms clipped_policy_loss(const torch::Tensor& logprobs, const torch::Tensor& old_logprobs,
+                                const torch::Tensor& advantages, double clip_low, double clip_high,
+                                const torch::Tensor& mask, ImportanceLevel level);
 // PPO's clipped value loss per token: ½ max((V − R)², (V_old + clip(V − V_old, ±ε) − R)²).
 torch::Tensor clipped_value_loss(const torch::Tensor& values, const torch::Tensor& old_values,
                                  const torch::Tensor& returns, double clip);

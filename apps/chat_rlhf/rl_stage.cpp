@@ -251,7 +251,7 @@ std::map<std::string, torch::Tensor> RlTask::losses(int64_t step, int64_t first_
     // The rollout's only update scores the policy itself: its log-probabilities are the sampling weights'.
     const torch::Tensor old_logprobs = e.logprobs.defined() ? e.logprobs.index_select(0, index) : out.logprobs.detach();
     const PolicyTerms terms = clipped_policy_loss(out.logprobs, old_logprobs, e.advantages.index_select(0, index),
-                                                  settings_.clip, settings_.clip_high);
+                                                  settings_.clip, settings_.clip_high, mask, settings_.importance_level);
     torch::Tensor per_token = terms.loss;
     if (settings_.entropy_coef > 0) per_token = per_token - settings_.entropy_coef * out.entropy;
     if (stage_ == Stage::Grpo && !settings_.kl_in_reward && settings_.experience.kl_coef > 0) {

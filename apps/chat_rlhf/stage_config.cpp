@@ -67,6 +67,10 @@ void add_rl_schema(config::Schema& s, Stage stage) {
     s.add_string("rl.scale_rewards", "group", "advantage scaling: group, batch or none").choices({"group", "batch", "none"});
     s.add_string("rl.loss_aggregation", "sequence-mean", "token-mean, sequence-mean or constant (Dr. GRPO)")
         .choices({"token-mean", "sequence-mean", "constant"});
+    s.add_string("rl.importance_sampling", "token",
+                 "the policy ratio per token (GRPO, DAPO) or per sequence: the mean log-ratio over the response's "
+                 "tokens (GSPO; with rl.loss_aggregation = \"sequence-mean\" as the paper)")
+        .choices({"token", "sequence"});
     s.add_bool("rl.kl_in_reward", false,
                "k1 in each sample's reward instead of rl.kl_estimator in the loss (the penalty in the loss "
                "regularises towards KL(π_ref ‖ π), another optimum)");
@@ -169,6 +173,7 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     s.scale_rewards = reward_scaling_named(config.get_string("rl.scale_rewards"));
     s.aggregation = aggregation_named(config.get_string("rl.loss_aggregation"));
     s.kl_in_reward = config.get_bool("rl.kl_in_reward");
+    s.importance_level = importance_level_named(config.get_string("rl.importance_sampling"));
   }
   const int64_t rows = s.prompts_per_rollout * (ppo ? 1 : s.group_size);
   const int64_t batch = config.get_int("train.batch_size");

@@ -61,6 +61,7 @@ struct RlSettings {
   int64_t group_size = 4;
   RewardScaling scale_rewards = RewardScaling::Group;
   bool kl_in_reward = false;  // GRPO: k1 in the reward (the exact KL-regularised optimum) instead of k3 in the loss
+  ImportanceLevel importance_level = ImportanceLevel::Token;  // GRPO: per token, or per sequence (GSPO)
   std::string eval_prompts;   // held-out prompts (data.val)
   int64_t eval_prompts_count = 16;
   // Optimizer steps per rollout.

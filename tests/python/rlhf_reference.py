@@ -81,6 +81,17 @@ def losses(inputs, out):
     loss2 = -a * torch.clamp(ratio, 1 - s["clip_low"], 1 + s["clip_high"])
     r["policy_loss"] = torch.max(loss1, loss2)
     r["policy_clipped"] = (loss2 > loss1).double()
+    # GSPO as trl 1.16's GRPOTrainer takes it (importance_sampling_level="sequence"): the mean log-ratio over
+    # each response's real tokens, and the gradient of the sequence-mean loss with respect to logp.
+    lp = logp.clone().requires_grad_()
+    m = mask.double()
+    seq = (((lp - old) * m).sum(-1) / m.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    coef_1 = torch.exp(seq)
+    coef_2 = torch.clamp(coef_1, 1 - s["clip_low"], 1 + s["clip_high"])
+    gspo = -torch.min(coef_1 * a, coef_2 * a)
+    r["gspo_loss"] = gspo.detach()
+    ((gspo * m).sum(-1) / m.sum(-1).clamp(min=1.0)).mean().backward()
+    r["gspo_grad"] = lp.grad
     v, old_v, target = x["v"], x["old_v"], x["ret"]
     clipped_v = torch.clamp(v, old_v - s["value_clip"], old_v + s["value_clip"])
     r["value_loss"] = 0.5 * torch.max((v - target) ** 2, (clipped_v - target) ** 2)

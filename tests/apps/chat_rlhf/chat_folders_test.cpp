@@ -209,6 +209,13 @@ TYPED_TEST(ChatFoldersTest, DpoPpoAndGrpoStartFromTheFoldersWithTheirExactFirstS
       "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"));
   ASSERT_EQ(grpo.size(), 1u);
   EXPECT_LT(std::abs(grpo[0]["loss"].get<double>()), 1e-6) << grpo[0].dump();
+  // GSPO (one ratio per response) starts on-policy too: ratio 1, loss 0 with β = 0.
+  const std::vector<nlohmann::json> gspo = train_stage(root_, "grpo", "gspo", rl_config(root_, "gspo_run", 1,
+      "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\nepochs = 1\nmini_batches = 1\n"
+      "importance_sampling = \"sequence\"\nloss_aggregation = \"sequence-mean\"\n"));
+  ASSERT_EQ(gspo.size(), 1u);
+  EXPECT_LT(std::abs(gspo[0]["loss"].get<double>()), 1e-6) << gspo[0].dump();
+  EXPECT_NEAR(gspo[0]["ratio"].get<double>(), 1.0, 1e-6) << gspo[0].dump();
 
   const testing::CommandResult answered = chat("chat --model " + (root_ / "ppo_hf").string() + " --prompt 'What does w3 mean?'");
   EXPECT_EQ(answered.exit_code, 0) << answered.output;

@@ -84,6 +84,14 @@ TEST(RlMathTest, EveryQuantityEqualsTheReference) {
   EXPECT_LT(max_difference(policy.loss, ref["policy_loss"]), kMathTolerance);
   EXPECT_TRUE(policy.clipped.to(torch::kFloat64).equal(ref["policy_clipped"]));
   EXPECT_LT(max_difference(clipped_value_loss(t("v"), t("old_v"), t("ret"), value_clip), ref["value_loss"]), kMathTolerance);
+  // GSPO: one ratio per response from its real tokens' mean log-ratio; its loss at real tokens and the gradient
+  // of the sequence-mean loss (padding's log-probabilities, random here, must not move it).
+  const torch::Tensor leaf = logp.detach().clone().requires_grad_();
+  const PolicyTerms gspo = clipped_policy_loss(leaf, t("old_logp"), t("adv"), clip_low, clip_high, mask, ImportanceLevel::Sequence);
+  EXPECT_LT(max_difference(gspo.loss.detach() * mask, ref["gspo_loss"] * mask), kMathTolerance);
+  aggregate(gspo.loss, mask, Aggregation::SequenceMean, counts_of(mask)).backward();
+  EXPECT_LT(max_difference(leaf.grad(), ref["gspo_grad"]), kMathTolerance);
+  EXPECT_GT(max_difference(gspo.loss.detach() * mask, policy.loss * mask), 1e-3) << "the sequence ratio is not the token one";
 
   const BatchCounts whole = counts_of(mask, max_length);
   EXPECT_LT(max_difference(aggregate(policy.loss, mask, Aggregation::TokenMean, whole), ref["token_mean"]), kMathTolerance);
