@@ -134,13 +134,16 @@ Experience experience_from(const io::NamedTensors& tensors, const torch::Device&
 }
 
 Experience score_samples(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
-                         ScoredModel& reward, const ExperienceSettings& settings) {
+                         ScoredModel& reward, const ExperienceSettings& settings, const torch::Tensor& program_scores) {
   torch::NoGradGuard no_grad;
   Experience e;
   e.sequences = s;
   e.mask = s.response_mask();
   e.ref_logprobs = response_logprobs(reference, s, settings.sampling);
-  e.scores = sequence_scores(reward, s).to(e.ref_logprobs.scalar_type());
+  const auto score_options = e.ref_logprobs.options().dtype(e.ref_logprobs.scalar_type());
+  e.scores = reward.is_empty() ? torch::zeros({s.tokens.size(0)}, score_options)
+                               : sequence_scores(reward, s).to(e.ref_logprobs.scalar_type());
+  if (program_scores.defined()) e.scores = e.scores + program_scores.to(score_options);
   if (settings.missing_eos_penalty != 0) e.scores = e.scores + settings.missing_eos_penalty * s.ended.logical_not().to(e.scores.scalar_type());
   if (!settings.policy_logprobs) return e;
   e.logprobs = response_logprobs(policy, s, settings.sampling);
@@ -150,9 +153,9 @@ Experience score_samples(const Sequences& s, nn::CausalLM& policy, nn::CausalLM&
 
 Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                            ScoredModel& critic, ScoredModel& reward, const ExperienceSettings& settings,
-                           const dist::ProcessGroup* group) {
+                           const dist::ProcessGroup* group, const torch::Tensor& program_scores) {
   torch::NoGradGuard no_grad;
-  Experience e = score_samples(s, policy, reference, reward, settings);
+  Experience e = score_samples(s, policy, reference, reward, settings, program_scores);
   const ValueEstimates v = response_values(critic, s);
   e.values = v.values;
   e.bootstrap = settings.bootstrap_truncated ? v.bootstrap : torch::zeros_like(v.bootstrap);

@@ -85,7 +85,7 @@ struct Experience {
   torch::Tensor mask;                        // [B, R]
   torch::Tensor logprobs, ref_logprobs;      // [B, R] (logprobs undefined without policy_logprobs)
   torch::Tensor values, bootstrap;           // [B, R], [B]
-  torch::Tensor scores;                      // [B]: the reward model's, penalty included
+  torch::Tensor scores;                      // [B]: the reward model's and the program's, penalty included
   torch::Tensor kl;                          // [B, R]: the estimator's per-token KL to the reference
   torch::Tensor rewards, advantages, returns;  // [B, R]
 };
@@ -95,16 +95,17 @@ struct Experience {
 io::NamedTensors experience_tensors(const Experience& e);
 Experience experience_from(const io::NamedTensors& tensors, const torch::Device& device);
 
-// What PPO and GRPO share: the policy's and the reference's log-probabilities, the reward model's scores
-// (penalty included) and the per-token KL (no gradients; models in eval mode).
+// What PPO and GRPO share: the policy's and the reference's log-probabilities, the scores (the reward
+// model's, when `reward` holds one, plus `program_scores` [B], the rewards a program checked, when defined;
+// the penalty included) and the per-token KL (no gradients; models in eval mode).
 Experience score_samples(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
-                         ScoredModel& reward, const ExperienceSettings& settings);
+                         ScoredModel& reward, const ExperienceSettings& settings, const torch::Tensor& program_scores = {});
 
 // Scores `s` with the policy, the reference, the critic and the reward model (no gradients; call with
 // the models in eval mode, dropout off) and computes rewards, GAE and (whitened over `group`'s ranks)
 // advantages.
 Experience make_experience(const Sequences& s, nn::CausalLM& policy, nn::CausalLM& reference,
                            ScoredModel& critic, ScoredModel& reward, const ExperienceSettings& settings,
-                           const dist::ProcessGroup* group = nullptr);
+                           const dist::ProcessGroup* group = nullptr, const torch::Tensor& program_scores = {});
 
 }  // namespace kuafu::chat

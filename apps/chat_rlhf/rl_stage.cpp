@@ -15,6 +15,7 @@
 #include "core/train/peft_adapter.h"
 #include "core/util/logging.h"
 #include "core/util/seed_mix.h"
+#include "core/util/text.h"
 
 namespace kuafu::chat {
 
@@ -73,7 +74,7 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
   settings_.experience.sampling.stop_token = text_.format.eos;
   settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
   train::freeze(models_.reference->module());
-  train::freeze(*models_.reward);
+  if (!models_.reward.is_empty()) train::freeze(*models_.reward);
   step_sums_ = torch::zeros({6}, torch::kFloat64);
 }
 
@@ -97,7 +98,7 @@ std::vector<train::RunModel> RlTask::models() {
     out.push_back(train::trained_run_model("critic", **models_.critic, models_.critic_weights));
   }
   out.push_back(train::frozen_run_model("reference", models_.reference->module(), models_.reference.get()));
-  out.push_back(train::frozen_run_model("reward", *models_.reward, models_.reward.get()));
+  if (!models_.reward.is_empty()) out.push_back(train::frozen_run_model("reward", *models_.reward, models_.reward.get()));
   return out;
 }
 
@@ -108,6 +109,18 @@ std::vector<std::vector<int64_t>> RlTask::sample(const std::vector<std::vector<i
   // Ranks whose rows stop at different lengths keep decoding together (the actor's layout may gather).
   if (data_ && !data_->trivial()) decoder.all_done = nn::all_done_over(data_);
   return nn::generate(decoder, prompts, sampling);
+}
+
+torch::Tensor RlTask::verifiable_scores(const std::vector<std::vector<int64_t>>& responses,
+                                        const std::vector<const Prompt*>& prompts) const {
+  const VerifiableRewards& rewards = settings_.verifiable;
+  if (rewards.empty()) return {};
+  std::vector<double> scores;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const auto tokens = static_cast<int64_t>(responses[i].size());
+    scores.push_back(rewards.score(text_.decode_answer(responses[i]), tokens, prompts[i]->answer));
+  }
+  return torch::tensor(scores, torch::kFloat64).to(device_);
 }
 
 torch::Tensor RlTask::grpo_advantages(const Experience& e) const {
@@ -144,12 +157,14 @@ void RlTask::make_rollout(int64_t rollout) {
   settings.sampling.seed = mix_seed(seed_, rollout, 0, rank);
   const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
   const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
-  models_.reward->eval();
+  if (!models_.reward.is_empty()) models_.reward->eval();
+  const torch::Tensor program = verifiable_scores(responses, sources);
   if (models_.critic) {
     (*models_.critic)->eval();
-    experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get());
+    experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get(),
+                                  program);
   } else {
-    experience_ = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings);
+    experience_ = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings, program);
     experience_.advantages = grpo_advantages(experience_).unsqueeze(1) * experience_.mask.to(experience_.ref_logprobs.scalar_type());
   }
   rollout_ = rollout;
@@ -375,10 +390,14 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   const auto n = static_cast<int64_t>(eval_prompts_.size());
   const int64_t first = n * rank / ranks, last = n * (rank + 1) / ranks;
   train::LossSum sums;
-  sums.extra.assign(4, 0.0);
+  sums.extra.assign(5, 0.0);
   if (first == last) return sums;
   std::vector<std::vector<int64_t>> prompts;
-  for (int64_t i = first; i < last; ++i) prompts.push_back(eval_prompts_[static_cast<size_t>(i)].tokens);
+  std::vector<const Prompt*> sources;
+  for (int64_t i = first; i < last; ++i) {
+    prompts.push_back(eval_prompts_[static_cast<size_t>(i)].tokens);
+    sources.push_back(&eval_prompts_[static_cast<size_t>(i)]);
+  }
   nn::SamplingOptions greedy = settings_.experience.sampling;
   greedy.temperature = 0;  // the answers a user gets by default
   const std::vector<std::vector<int64_t>> responses = sample(prompts, greedy);
@@ -388,8 +407,8 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   ExperienceSettings settings;
   settings.sampling = model_distribution;
   settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
-  models_.reward->eval();
-  const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings);
+  if (!models_.reward.is_empty()) models_.reward->eval();
+  const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings, verifiable_scores(responses, sources));
   const torch::Tensor m = e.mask.to(torch::kFloat64);
   const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
   const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();
@@ -401,7 +420,10 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
     sums.extra[0] += scores[i].item<double>();
     sums.extra[1] += kl[i].item<double>();
     sums.extra[2] += static_cast<double>(responses[static_cast<size_t>(i)].size());
-    sums.extra[3] += p.answer.empty() ? 0 : answer_f1(text_.decode_answer(responses[static_cast<size_t>(i)]), p.answer);
+    const std::string answer = text_.decode_answer(responses[static_cast<size_t>(i)]);
+    sums.extra[3] += p.answer.empty() ? 0 : answer_f1(answer, p.answer);
+    const std::optional<std::string> extracted = extract_answer(answer, settings_.verifiable.answer_pattern);
+    sums.extra[4] += extracted && same_answer(*extracted, p.answer) ? 1 : 0;
   }
   return sums;
 }
@@ -412,7 +434,8 @@ std::vector<train::EvalMetric> RlTask::eval_metrics(const train::LossSum& sums) 
           {"val_kl", "KL to the reference", sums.extra[1] / n, false},
           {"val_length", "length", sums.extra[2] / n, false},
           {"val_eos_rate", "EOS rate", sums.correct / n, true},
-          {"val_answer_f1", "answer F1", sums.extra[3] / n, false}};
+          {"val_answer_f1", "answer F1", sums.extra[3] / n, false},
+          {"val_exact_match", "exact answers", sums.extra[4] / n, false}};
 }
 
 double RlTask::flops_per_item() const {
@@ -453,7 +476,7 @@ class RlApp : public opt::CausalLmApp {
     std::vector<train::SizedModel> models = {train::sized(recipe())};
     if (separate_critic()) models.push_back(train::sized(critic_recipe()));
     models.push_back(train::sized(reference_recipe(reference())));
-    models.push_back(train::sized(reward_recipe()));
+    if (!rl_.reward_model.empty()) models.push_back(train::sized(reward_recipe()));
     return train::size_of(models);
   }
   // The PPO benchmark's: the actor and the other three drawn at its shape.
@@ -490,9 +513,10 @@ class RlApp : public opt::CausalLmApp {
   // (or of the reward model) gives its trunk, and its head too or the head starts at zero; nothing is
   // drawn. It trains: float32, or left for its sharded strategy to fill.
   bool separate_critic() const { return stage_ == Stage::Ppo && !rl_.shared_trunk; }
+  // Without a reward model (rl.rewards alone) the critic starts from the actor's folder, its head at zero.
   train::ModelRecipe<ScoredModel> critic_recipe() const {
     const bool own = !rl_.critic_init.empty();
-    const std::string start = own ? rl_.critic_init : reward_folder();
+    const std::string start = own ? rl_.critic_init : !rl_.reward_model.empty() ? reward_folder() : train::init_from(config_);
     train::ModelRecipe<ScoredModel> critic{"critic"};
     const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
     critic.describe = train::described<ScoredModel>(shape);
@@ -500,7 +524,7 @@ class RlApp : public opt::CausalLmApp {
       if (!load_scored_weights(model, start)) zero_value_head(model);
     };
     critic.parameters = static_cast<double>(shape.parameter_count());
-    critic.size_keys = {own ? "rl.critic_init" : "rl.reward_model"};
+    critic.size_keys = {own ? "rl.critic_init" : !rl_.reward_model.empty() ? "rl.reward_model" : "model.init_from"};
     return critic;
   }
   ReferenceFolder reference() const { return reference_folder(config_, "rl.reference", rl_.reference); }
@@ -556,10 +580,23 @@ std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& o
   // config sections' precision.dtype), in host memory under their memory.offload_frozen.
   const ReferenceFolder reference_folder = reference();
   models.reference = train::build(reference_recipe(reference_folder), config_, {purpose, options}).model;
-  models.reward = train::build(reward_recipe(), config_, {purpose, options}).model;
   // All four read the actor's tokens: the same family and vocabulary.
   check_same_tokens(config_, reference_folder.key, reference_folder.folder, *models.reference, *models.actor, "the actor", *text.tokenizer);
-  check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor", *text.tokenizer);
+  if (!rl_.reward_model.empty()) {
+    models.reward = train::build(reward_recipe(), config_, {purpose, options}).model;
+    check_same_tokens(config_, "rl.reward_model", rl_.reward_model, *models.reward->lm, *models.actor, "the actor", *text.tokenizer);
+  }
+  if (rl_.verifiable.checks_answers()) {  // every prompt needs the answer its responses are checked against
+    for (const auto& [key, set] : {std::pair<const char*, const std::vector<Prompt>*>{"data.train", &prompts},
+                                   {"rl.eval_prompts", &eval_prompts}}) {
+      for (const Prompt& p : *set) {
+        if (p.answer.empty()) {
+          config_.fail_at(key, "holds the prompt \"" + text::abbreviate(p.text) + "\" without an \"answer\", which rl.rewards' "
+                               "exact_answer checks");
+        }
+      }
+    }
+  }
   if (rl_.shared_trunk) {
     // The value head on the actor's trunk, fresh at zero (the reward model's head reads another trunk);
     // described with a described actor, its zeros then go to the strategy with the actor's weights.

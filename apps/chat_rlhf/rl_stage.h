@@ -36,7 +36,7 @@ struct RlModels {
   nn::CausalLMPtr actor, reference;
   std::optional<ScoredModel> critic;  // PPO; under rl.shared_trunk a value head on the actor's decoder
   bool shared_trunk = false;          // then the critic is trained as the actor (one model, one loss)
-  ScoredModel reward{nullptr};
+  ScoredModel reward{nullptr};  // empty: rl.rewards alone
   // The trained models' weights when left described for their sharded strategies (ZeRO, Gemini) to
   // fill; empty where materialised. Under rl.shared_trunk the actor's include the value head's.
   DeferredWeights actor_weights, critic_weights;
@@ -78,6 +78,9 @@ class RlTask : public train::RunTask {
   void make_rollout(int64_t rollout);
   // Responses to `prompts` from the actor (eval mode): sampled with `sampling`, or greedy.
   std::vector<std::vector<int64_t>> sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling);
+  // The rewards a program checks (rl.rewards) of each response to its prompt, [B] on the device; undefined
+  // without any.
+  torch::Tensor verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<const Prompt*>& prompts) const;
   // True when the rollout's only update scores the policy for the ratio (GRPO, one epoch of one
   // mini-batch, KL not in the reward): the experience skips the policy's pass, as trl does.
   bool update_scores_policy() const;

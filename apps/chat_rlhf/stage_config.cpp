@@ -21,7 +21,8 @@ const char* stage_name(Stage stage) {
 namespace {
 
 void add_rl_schema(config::Schema& s, Stage stage) {
-  s.add_string("rl.reward_model", "", "the reward model's folder (OPTForSequenceClassification, kuafu-chat rm export)");
+  s.add_string("rl.reward_model", "", "the reward model's folder (kuafu-chat rm export); empty: rl.rewards alone");
+  add_verifiable_reward_keys(s);
   s.add_string("rl.reference", "", "the frozen reference policy's folder; empty: model.init_from");
   s.add_string("rl.kl_estimator", stage == Stage::Ppo ? "k1" : "k3",
                "per-token KL estimator: k1, k2 or k3 (PPO: in the reward; GRPO: in the loss)")
@@ -174,6 +175,11 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     s.aggregation = aggregation_named(config.get_string("rl.loss_aggregation"));
     s.kl_in_reward = config.get_bool("rl.kl_in_reward");
     s.importance_level = importance_level_named(config.get_string("rl.importance_sampling"));
+  }
+  s.verifiable = read_verifiable_rewards(config);
+  if (s.reward_model.empty() && s.verifiable.empty()) {
+    config.fail_at("rl.reward_model", "is empty and rl.rewards names no term: give a reward model's folder, rewards a program "
+                                      "checks, or both");
   }
   const int64_t rows = s.prompts_per_rollout * (ppo ? 1 : s.group_size);
   const int64_t batch = config.get_int("train.batch_size");

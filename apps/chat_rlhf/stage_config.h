@@ -9,6 +9,7 @@
 #include "apps/chat_rlhf/advantages.h"
 #include "apps/chat_rlhf/experience.h"
 #include "apps/chat_rlhf/policy_losses.h"
+#include "apps/chat_rlhf/verifiable_rewards.h"
 #include "apps/chat_rlhf/preference_losses.h"
 #include "apps/opt_finetune/task.h"
 #include "core/config/config.h"
@@ -44,7 +45,7 @@ DpoSettings dpo_settings(const config::Config& config);
 
 // rl.*: PPO's and GRPO's rollouts and updates.
 struct RlSettings {
-  std::string reward_model;   // rl.reward_model: an OPTForSequenceClassification folder (kuafu-chat rm export)
+  std::string reward_model;   // rl.reward_model: a kuafu-chat rm export; empty: rl.rewards alone
   std::string critic_init;    // rl.critic_init: the critic's start ("" = the reward model)
   bool shared_trunk = false;  // rl.shared_trunk: the critic is a value head on the actor's decoder
   std::string reference;      // rl.reference: "" = model.init_from
@@ -62,6 +63,7 @@ struct RlSettings {
   RewardScaling scale_rewards = RewardScaling::Group;
   bool kl_in_reward = false;  // GRPO: k1 in the reward (the exact KL-regularised optimum) instead of k3 in the loss
   ImportanceLevel importance_level = ImportanceLevel::Token;  // GRPO: per token, or per sequence (GSPO)
+  VerifiableRewards verifiable;  // rewards a program checks (rl.rewards), summed with the reward model's score
   std::string eval_prompts;   // held-out prompts (data.val)
   int64_t eval_prompts_count = 16;
   // Optimizer steps per rollout.

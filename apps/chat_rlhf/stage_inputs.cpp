@@ -90,7 +90,11 @@ std::vector<Prompt> read_prompt_file(const config::Config& config, const std::st
   io::read_jsonl(path, [&](const nlohmann::json& item, const std::string& where) {
     if (limit > 0 && static_cast<int64_t>(prompts.size()) >= limit) return;
     Prompt p{io::text_field(item, "prompt", where), {}, ""};
-    if (item.contains("response")) p.answer = io::text_field(item, "response", where);
+    if (item.contains("answer")) {
+      p.answer = io::text_field(item, "answer", where);
+    } else if (item.contains("response")) {
+      p.answer = io::text_field(item, "response", where);
+    }
     p.tokens = text.prompt_tokens(p.text);
     if (static_cast<int64_t>(p.tokens.size()) + room > text.format.max_tokens) {
       ++skipped;

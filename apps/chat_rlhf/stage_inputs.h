@@ -47,9 +47,9 @@ std::shared_ptr<const PreferenceSet> read_preference_file(const config::Config& 
 struct Prompt {
   std::string text;
   std::vector<int64_t> tokens;
-  std::string answer;  // the file's "response" when it has one: the reference a held-out score reads
+  std::string answer;  // the file's "answer", else its "response": the reference verifiable rewards and held-out scores read
 };
-// The prompts of a JSONL file ({"prompt": ...}, optionally "response"), at most `limit` (0: all), those
+// The prompts of a JSONL file ({"prompt": ...}, optionally "answer" or "response"), at most `limit` (0: all), those
 // longer than data.context − `room` tokens skipped.
 std::vector<Prompt> read_prompt_file(const config::Config& config, const std::string& key, const std::string& path,
                                      const ChatText& text, int64_t limit, int64_t room);

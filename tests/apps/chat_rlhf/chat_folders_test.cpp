@@ -217,6 +217,26 @@ TYPED_TEST(ChatFoldersTest, DpoPpoAndGrpoStartFromTheFoldersWithTheirExactFirstS
   EXPECT_LT(std::abs(gspo[0]["loss"].get<double>()), 1e-6) << gspo[0].dump();
   EXPECT_NEAR(gspo[0]["ratio"].get<double>(), 1.0, 1e-6) << gspo[0].dump();
 
+  // Rewards a program checks, no reward model (GRPO; PPO's critic then starts from the actor's folder):
+  // format (a pattern every text matches) 0.5, DAPO's overlong penalty over the whole 12-token budget
+  // (−L/12), exact answers 2. The held-out reward is that sum of the greedy answers' figures.
+  const std::string program = "rewards = [\"format\", \"overlong\", \"exact_answer\"]\nreward_weights = [0.5, 1.0, 2.0]\n"
+                              "format_pattern = \"[\\\\s\\\\S]*\"\noverlong_buffer = 12\nanswer_pattern = \"^([\\\\s\\\\S]*)$\"\n";
+  const std::vector<nlohmann::json> verified = train_stage(root_, "grpo", "grpo_verified", rl_config(root_, "grpo_verified_run", 1,
+      "prompts_per_rollout = 2\ngroup_size = 4\nkl_coef = 0.0\n" + program, /*reward_model=*/""));
+  ASSERT_EQ(verified.size(), 1u);
+  EXPECT_LT(std::abs(verified[0]["loss"].get<double>()), 1e-6) << verified[0].dump();
+  const testing::CommandResult scored =
+      chat("grpo eval --config " + (root_ / "grpo_verified.toml").string() + " --checkpoint init");
+  ASSERT_EQ(scored.exit_code, 0) << scored.output;
+  const nlohmann::json line = testing::last_json_line(scored.output);
+  EXPECT_NEAR(line["val_reward"].get<double>(),
+              0.5 - line["val_length"].get<double>() / 12 + 2 * line["val_exact_match"].get<double>(), 1e-9) << line.dump();
+  const std::vector<nlohmann::json> ppo_verified = train_stage(root_, "ppo", "ppo_verified", rl_config(root_, "ppo_verified_run", 1,
+      "prompts_per_rollout = 8\n" + program, /*reward_model=*/""));
+  ASSERT_EQ(ppo_verified.size(), 1u);
+  EXPECT_NEAR(ppo_verified[0]["ratio"].get<double>(), 1.0, 1e-5) << "the critic from the actor's folder, the actor on-policy";
+
   const testing::CommandResult answered = chat("chat --model " + (root_ / "ppo_hf").string() + " --prompt 'What does w3 mean?'");
   EXPECT_EQ(answered.exit_code, 0) << answered.output;
 }

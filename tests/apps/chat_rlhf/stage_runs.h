@@ -79,12 +79,14 @@ inline std::vector<nlohmann::json> train_stage(const fs::path& root, const std::
 
 // A PPO or GRPO config from <root>/sft_hf (actor and reference) and <root>/rm_hf (reward); `rl`: its
 // rl.* lines besides the reward model and the held-out prompts.
-inline std::string rl_config(const fs::path& root, const std::string& out, int steps, const std::string& rl) {
+// `reward_model`: the folder under `root` (empty: none, rewards a program checks alone).
+inline std::string rl_config(const fs::path& root, const std::string& out, int steps, const std::string& rl,
+                             const std::string& reward_model = "rm_hf") {
   return common_config(root, out, steps, "train = \"" + (root / "train.jsonl").string() + "\"\n") +
          "[model]\ninit_from = \"" + (root / "sft_hf").string() + "\"\n"
          "[optim]\nlr = 1e-4\nwarmup_steps = 0\n[generate]\nmax_new_tokens = 12\ntemperature = 1.0\n"
-         "[rl]\nreward_model = \"" + (root / "rm_hf").string() + "\"\neval_prompts = \"" + (root / "val.jsonl").string() +
-         "\"\neval_prompts_count = 4\n" + rl;
+         "[rl]\n" + (reward_model.empty() ? "" : "reward_model = \"" + (root / reward_model).string() + "\"\n") +
+         "eval_prompts = \"" + (root / "val.jsonl").string() + "\"\neval_prompts_count = 4\n" + rl;
 }
 
 }  // namespace kuafu::chat
