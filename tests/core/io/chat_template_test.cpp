@@ -1,0 +1,64 @@
+// Chat templates rendered as transformers renders them (tests/python/chat_template_reference.py compiles
+// each template in apply_chat_template's own Jinja environment): Llama-3-, ChatML/Qwen- and Mistral-style
+// templates and one leaning on trim_blocks/lstrip_blocks alone, each on a lone question, a system message
+// with several turns (non-ASCII, emoji) and reasoning turns, with and without the generation prompt, tools
+// as indented JSON; a template of the rest of the subset; character for character. A template's
+// raise_exception is an error with its message; what lies outside the subset is refused naming the line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/io/chat_template.h"
+#include "core/util/atomic_file.h"
+#include "tests/support/python_reference.h"
+#include "tests/support/test_util.h"
+
+namespace kuafu::io {
+namespace {
+namespace fs = std::filesystem;
+
+TEST(ChatTemplateTest, RendersWhatTransformersRendersCharacterForCharacter) {
+  const fs::path dir = testing::temp_dir("chat_template_reference");
+  const testing::PythonRun run = testing::run_python_reference("chat_template_reference.py", "build " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto templates = nlohmann::ordered_json::parse(read_file((dir / "templates.json").string()));
+  const auto cases = nlohmann::ordered_json::parse(read_file((dir / "cases.json").string()));
+  ASSERT_EQ(cases.size(), 32u);
+  std::map<std::string, ChatTemplate> parsed;
+  for (auto it = templates.begin(); it != templates.end(); ++it) {
+    parsed.emplace(it.key(), ChatTemplate::parse(it.value().get<std::string>(), it.key()));
+  }
+  int errors = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["template"];
+    SCOPED_TRACE(name + ": " + c["context"].dump().substr(0, 120));
+    const ChatTemplate& t = parsed.at(name);
+    if (c.contains("error")) {
+      ++errors;
+      EXPECT_TRUE(testing::Contains(testing::expected_error([&] { t.render(c["context"]); }), c["error"].get<std::string>()));
+      continue;
+    }
+    EXPECT_EQ(t.render(c["context"]), c["text"].get<std::string>());
+  }
+  EXPECT_EQ(errors, 1) << "the Mistral-style template refuses two user turns in a row";
+}
+
+TEST(ChatTemplateTest, WhatLiesOutsideTheSubsetIsRefusedNamingTheLine) {
+  const auto error = [](const std::string& source) {
+    return testing::expected_error([&] { ChatTemplate::parse(source, "tokenizer_config.json").render({{"messages", nlohmann::ordered_json::array()}}); });
+  };
+  const auto output = [&](const std::string& expression) {
+    return error("{{ " + expression + " }}");
+  };
+  EXPECT_TRUE(testing::Contains(error("a\n{% macro m() %}{% endmacro %}"), "tokenizer_config.json:2: {% macro %} is not part"));
+  EXPECT_TRUE(testing::Contains(error("{{ messages | unique }}"), "the filter |unique is not part of the subset"));
+  EXPECT_TRUE(testing::Contains(error("{% if true %}open"), "the template ends before {% endif %}"));
+  EXPECT_TRUE(testing::Contains(error("\n\n{{ 'x' "), "tokenizer_config.json:3: a '{{' is never closed"));
+  EXPECT_TRUE(testing::Contains(error("{{ 1 + 'a' }}"), "'+' needs numbers"));
+  EXPECT_TRUE(testing::Contains(error("{{ 'abc'.zfill(5) }}"), "the method .zfill() of abc is not part of the subset"));
+  EXPECT_TRUE(testing::Contains(error("{% for m in 99999999999999999999999 %}{% endfor %}"), "the number 99999999999999999999999 is out of range"));
+  EXPECT_TRUE(testing::Contains(output(std::string(300, '(') + "1" + std::string(300, ')')), "nest deeper than 200"));
+}
+
+}  // namespace
+}  // namespace kuafu::io
