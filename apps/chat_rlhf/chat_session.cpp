@@ -25,13 +25,8 @@ ChatSession::ChatSession(nn::CausalLMPtr model, std::shared_ptr<const io::BpeTok
 }
 
 std::vector<int64_t> ChatSession::render(size_t first, const std::string& message) const {
-  std::vector<std::pair<std::string, bool>> segments;
-  for (size_t t = first; t < turns_.size(); ++t) {
-    segments.emplace_back(turns_[t].first + format_.prompt_end, false);
-    segments.emplace_back(turns_[t].second, true);  // make_example closes it with EOS
-  }
-  segments.emplace_back(message + format_.prompt_end, false);
-  return io::make_example(segments, *tokenizer_, format_).tokens;
+  const std::vector<std::pair<std::string, std::string>> kept(turns_.begin() + static_cast<std::ptrdiff_t>(first), turns_.end());
+  return io::conversation_prompt_tokens(kept, message, *tokenizer_, format_);
 }
 
 std::string ChatSession::reply(const std::string& message, const std::function<void(const std::string&)>& stream,
@@ -155,6 +150,7 @@ int run_chat(int argc, const char* const argv[]) {
     io::InstructionFormat format;
     format.bos = ids.bos;
     format.eos = ids.eos;
+    io::use_folder_template(format, model_dir, *tokenizer);  // the folder's chat template, when it has one
     ChatSession session(model, tokenizer, format, sampling);
     auto stream = [](const std::string& piece) { std::cout << piece << std::flush; };
     auto notice = [](const std::string& line) { std::cerr << line << "\n"; };

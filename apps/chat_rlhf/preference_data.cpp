@@ -16,8 +16,8 @@ PreferenceSet read_preferences(const std::string& path, const io::BpeTokenizer& 
     KUAFU_CHECK(chosen != rejected, where, ": \"chosen\" and \"rejected\" are the same answer");
     const std::string kind = item.contains("kind") ? io::text_field(item, "kind", where) : "";
     PreferencePair pair;
-    pair.chosen = io::make_example({{prompt + format.prompt_end, false}, {chosen, true}}, tokenizer, format);
-    pair.rejected = io::make_example({{prompt + format.prompt_end, false}, {rejected, true}}, tokenizer, format);
+    pair.chosen = io::make_example(io::exchange_segments(prompt, chosen, format, where), tokenizer, format);
+    pair.rejected = io::make_example(io::exchange_segments(prompt, rejected, format, where), tokenizer, format);
     const auto longest = static_cast<int64_t>(std::max(pair.chosen.tokens.size(), pair.rejected.tokens.size()));
     if (format.max_tokens > 0 && longest > format.max_tokens) {
       ++set.skipped_too_long;

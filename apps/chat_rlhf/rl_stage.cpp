@@ -547,6 +547,7 @@ class RlApp : public opt::CausalLmApp {
 std::unique_ptr<train::RunTask> RlApp::make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) {
   dist::GroupPtr data;
   require_data_parallel(config_, runtime, options, stage_);
+  require_rewards(config_, rl_);
   if (runtime) {
     data = runtime->mesh->group("data");
     if (rl_.prompts_per_rollout % data->size() != 0) {

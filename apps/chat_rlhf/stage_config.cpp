@@ -119,6 +119,13 @@ DpoSettings dpo_settings(const config::Config& config) {
           config.get_bool("dpo.ipo_per_token"), config.get_bool("dpo.disable_dropout")};
 }
 
+void require_rewards(const config::Config& config, const RlSettings& s) {
+  if (s.reward_model.empty() && s.verifiable.empty()) {
+    config.fail_at("rl.reward_model", "is empty and rl.rewards names no term: give a reward model's folder, rewards a program "
+                                      "checks, or both");
+  }
+}
+
 RlSettings rl_settings(const config::Config& config, Stage stage) {
   RlSettings s;
   const bool ppo = stage == Stage::Ppo;
@@ -177,10 +184,6 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     s.importance_level = importance_level_named(config.get_string("rl.importance_sampling"));
   }
   s.verifiable = read_verifiable_rewards(config);
-  if (s.reward_model.empty() && s.verifiable.empty()) {
-    config.fail_at("rl.reward_model", "is empty and rl.rewards names no term: give a reward model's folder, rewards a program "
-                                      "checks, or both");
-  }
   const int64_t rows = s.prompts_per_rollout * (ppo ? 1 : s.group_size);
   const int64_t batch = config.get_int("train.batch_size");
   if (batch * s.mini_batches != rows) {

@@ -70,5 +70,8 @@ struct RlSettings {
   int64_t steps_per_rollout() const { return epochs * mini_batches; }
 };
 RlSettings rl_settings(const config::Config& config, Stage stage);
+// kuafu::Error at rl.reward_model when a run has nothing to score its samples: no reward model, no rl.rewards
+// (checked when a run starts; a config may leave both to be given later, as the benchmark needs neither).
+void require_rewards(const config::Config& config, const RlSettings& settings);
 
 }  // namespace kuafu::chat

@@ -14,7 +14,7 @@ namespace kuafu::chat {
 namespace fs = std::filesystem;
 
 std::vector<int64_t> ChatText::prompt_tokens(const std::string& prompt) const {
-  return io::make_example({{prompt + format.prompt_end, false}}, *tokenizer, format).tokens;
+  return io::prompt_tokens(prompt, *tokenizer, format);
 }
 
 std::string ChatText::decode_answer(std::vector<int64_t> tokens) const {

@@ -47,6 +47,10 @@ config::Schema opt_schema() {
   s.add_bool("data.eos_after_lines", true,
              "text: each line is a document that `prepare` ends with \"</s>\" (OPT's separator, so the model "
              "learns where a text ends) instead of a newline");
+  s.add_bool("data.chat_template", true,
+             "instructions: frame conversations with the tokenizer folder's chat template (chat_template.jinja or "
+             "tokenizer_config.json's) when it has one, learning each assistant turn and its end-of-turn token; "
+             "false, or a folder without one: the plain framing (User: / Assistant:, BOS and EOS)");
   s.add_bool("data.pack", false,
              "instructions: pack several examples into each row of data.context tokens, each attending only to "
              "itself with its own positions (no padding between them)");
@@ -73,6 +77,7 @@ OptData opt_data(const config::Config& config) {
   d.context = config.get_int("data.context");
   d.pack = config.get_bool("data.pack");
   d.eos_after_lines = config.get_bool("data.eos_after_lines");
+  d.chat_template = config.get_bool("data.chat_template");
   return d;
 }
 
@@ -94,6 +99,17 @@ io::InstructionFormat instruction_format(const config::Config& config, const Opt
   io::InstructionFormat format;
   format.bos = ids.bos;
   format.eos = ids.eos;
+  if (data.chat_template && !data.tokenizer.empty()) {
+    try {
+      if (io::use_folder_template(format, data.tokenizer, tokenizer)) {
+        log::infof("data: conversations framed by ", data.tokenizer, "'s chat template, each answer ending with token ", format.eos,
+                   " (\"", tokenizer.decode({format.eos}), "\")");
+      }
+    } catch (const Error& e) {
+      config.fail_at("data.chat_template", std::string("the tokenizer folder's chat template cannot frame examples: ") + e.what() +
+                                               "; set data.chat_template = false for the plain framing");
+    }
+  }
   format.max_tokens = data.context;
   return format;
 }

@@ -24,6 +24,7 @@ struct OptData {
   int64_t context = 0;  // text: tokens per window; instructions: the longest example kept
   bool pack = false;    // instructions: several examples per row of `context` tokens
   bool eos_after_lines = true;  // text: every line is a document, ended by </s>
+  bool chat_template = true;    // data.chat_template: conversations framed by the tokenizer folder's template
 };
 OptData opt_data(const config::Config& config);
 

@@ -62,7 +62,7 @@ train::TextFraming CausalLmApp::text_framing() {
   const bool instructions = settings_.data.instructions;
   train::TextFraming framing;
   framing.encode = [tokenizer, format, instructions](const std::string& prompt) {
-    return io::make_example({{instructions ? prompt + format.prompt_end : prompt, false}}, *tokenizer, format).tokens;
+    return instructions ? io::prompt_tokens(prompt, *tokenizer, format) : io::make_example({{prompt, false}}, *tokenizer, format).tokens;
   };
   framing.print = [tokenizer, eos = format.eos](size_t, const std::string& prompt, const std::vector<int64_t>& produced) {
     std::vector<int64_t> answer = produced;

@@ -371,14 +371,17 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   nlohmann::json byte_level = *pre;
   if (string_at(*pre, "type") == "Sequence") {  // words split by a pattern, then ByteLevel (CLIP, Llama 3, Qwen)
     const auto steps = pre->find("pretokenizers");
-    const std::string behavior = steps != pre->end() && steps->is_array() && !steps->empty() ? string_at((*steps)[0], "behavior") : "";
-    const bool split = steps != pre->end() && steps->is_array() && steps->size() == 2 &&
-                       string_at((*steps)[0], "type") == "Split" && (behavior == "Removed" || behavior == "Isolated") &&
-                       !flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]") &&
+    const bool listed = steps != pre->end() && steps->is_array() && steps->size() == 2;
+    const std::string behavior = listed ? string_at((*steps)[0], "behavior") : "";
+    const bool inverted = listed && flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]");
+    // The pattern matches CLIP's words (inverted, the rest removed) or Llama 3's and Qwen's delimiters,
+    // kept as pieces between the text around them (isolated, not inverted).
+    const bool split = listed && string_at((*steps)[0], "type") == "Split" &&
+                       ((behavior == "Removed" && inverted) || (behavior == "Isolated" && !inverted)) &&
                        (*steps)[0].contains("pattern") && (*steps)[0]["pattern"].is_object() &&
                        (*steps)[0]["pattern"].contains("Regex") && (*steps)[0]["pattern"]["Regex"].is_string();
-    KUAFU_CHECK(split, path, ": a Sequence pre_tokenizer is read only as a Split by a Regex pattern (behavior Removed or "
-                             "Isolated, not inverted) then ByteLevel, as CLIP, Llama 3 and Qwen write it");
+    KUAFU_CHECK(split, path, ": a Sequence pre_tokenizer is read only as a Split by a Regex pattern then ByteLevel, as CLIP "
+                             "(behavior Removed, inverted) and Llama 3 and Qwen (behavior Isolated, not inverted) write it");
     state->word_pattern_text = string_at((*steps)[0]["pattern"], "Regex");
     state->word_pattern = compile(state->word_pattern_text.c_str());
     state->keep_gaps = behavior == "Isolated";

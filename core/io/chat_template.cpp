@@ -1,6 +1,9 @@
 #include "core/io/chat_template.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -1182,6 +1185,103 @@ ChatTemplate ChatTemplate::parse(const std::string& source, const std::string& w
   std::unique_ptr<ExprParser> rest;
   NodePtr root = parser.sequence({}, &stopped, &rest);
   return ChatTemplate(std::move(root), where);
+}
+
+namespace {
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  KUAFU_CHECK(in, "cannot read ", path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A special token as tokenizer_config.json writes it: a string or {"content": ...}.
+std::string token_text(const Json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string()) return value["content"].get<std::string>();
+  return "";
+}
+
+Json context_of(const FolderTemplate& folder, const Json& messages, bool generation_prompt) {
+  Json context = folder.tokens;
+  context["messages"] = messages;
+  context["add_generation_prompt"] = generation_prompt;
+  return context;
+}
+
+}  // namespace
+
+std::optional<FolderTemplate> read_folder_template(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const fs::path jinja = fs::path(dir) / "chat_template.jinja", config_path = fs::path(dir) / "tokenizer_config.json";
+  Json config = Json::object();
+  if (fs::is_regular_file(config_path)) {
+    try {
+      config = Json::parse(read_text(config_path));
+    } catch (const Json::exception& e) {
+      fail(config_path.string() + ": not valid JSON: " + e.what());
+    }
+  }
+  std::string source, where;
+  if (fs::is_regular_file(jinja)) {
+    source = read_text(jinja);
+    where = jinja.string();
+  } else if (config.is_object() && config.contains("chat_template")) {
+    const Json& t = config["chat_template"];
+    where = config_path.string();
+    if (t.is_string()) {
+      source = t.get<std::string>();
+    } else if (t.is_array()) {
+      for (const Json& entry : t) {
+        if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") && entry["template"].is_string()) {
+          source = entry["template"].get<std::string>();
+        }
+      }
+      KUAFU_CHECK(!source.empty(), where, ": chat_template lists no template named \"default\"");
+    } else if (!t.is_null()) {
+      fail(where + ": chat_template must be a string or a list of {\"name\", \"template\"}");
+    }
+  }
+  if (source.empty()) return std::nullopt;
+  FolderTemplate folder;
+  folder.chat_template = std::make_shared<const ChatTemplate>(ChatTemplate::parse(source, where));
+  for (const char* key : {"bos_token", "eos_token", "pad_token", "unk_token"}) {
+    folder.tokens[key] = config.is_object() && config.contains(key) ? token_text(config[key]) : std::string();
+  }
+  return folder;
+}
+
+std::vector<std::pair<std::string, bool>> template_segments(const FolderTemplate& folder, const Json& messages,
+                                                            const std::string& where) {
+  std::vector<std::pair<std::string, bool>> segments;
+  std::string rendered;  // what the segments so far hold
+  Json so_far = Json::array();
+  for (const Json& message : messages) {
+    if (message.is_object() && message.value("role", "") == "assistant") {
+      const std::string prompt = folder.chat_template->render(context_of(folder, so_far, true));
+      so_far.push_back(message);
+      const std::string answered = folder.chat_template->render(context_of(folder, so_far, false));
+      KUAFU_CHECK(prompt.compare(0, rendered.size(), rendered) == 0 && answered.compare(0, prompt.size(), prompt) == 0, where,
+                  ": the chat template does not render this conversation turn by turn (a longer conversation changes the text "
+                  "of a shorter one), so the answers' tokens cannot be told apart");
+      segments.emplace_back(prompt.substr(rendered.size()), false);
+      segments.emplace_back(answered.substr(prompt.size()), true);
+      rendered = answered;
+    } else {
+      so_far.push_back(message);
+    }
+  }
+  // Turns after the last answer (a closing question): rendered, not learned.
+  const std::string whole = folder.chat_template->render(context_of(folder, so_far, false));
+  KUAFU_CHECK(whole.compare(0, rendered.size(), rendered) == 0, where, ": the chat template does not render this conversation turn by turn");
+  if (whole.size() > rendered.size()) segments.emplace_back(whole.substr(rendered.size()), false);
+  return segments;
+}
+
+std::string template_prompt(const FolderTemplate& folder, const Json& messages) {
+  return folder.chat_template->render(context_of(folder, messages, true));
 }
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context) const {

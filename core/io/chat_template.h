@@ -11,7 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kuafu::io {
 
@@ -35,5 +38,24 @@ class ChatTemplate {
   std::shared_ptr<const Node> root_;
   std::string where_;
 };
+
+// A tokenizer folder's template and the special tokens it renders with: chat_template.jinja (as
+// transformers 5 saves it), else tokenizer_config.json's "chat_template" (a string, or a list whose entry
+// named "default" is taken), with its bos_token and eos_token (strings or {"content": ...}); nullopt
+// when the folder has none. kuafu::Error naming the file for one that does not parse.
+struct FolderTemplate {
+  std::shared_ptr<const ChatTemplate> chat_template;
+  nlohmann::ordered_json tokens = nlohmann::ordered_json::object();  // bos_token, eos_token (as text)
+};
+std::optional<FolderTemplate> read_folder_template(const std::string& dir);
+
+// A conversation (messages [{"role", "content"}, ...]) cut into the text the template renders, each piece
+// learned or not: everything up to each assistant turn (with the generation prompt) not learned, what the
+// turn itself adds (its content and whatever closes it) learned, the turns after the last answer not. Rendered prefix by prefix; kuafu::Error
+// naming `where` when a longer conversation does not render as a continuation of a shorter one.
+std::vector<std::pair<std::string, bool>> template_segments(const FolderTemplate& folder, const nlohmann::ordered_json& messages,
+                                                            const std::string& where);
+// The text before an answer to `messages` (the generation prompt after them).
+std::string template_prompt(const FolderTemplate& folder, const nlohmann::ordered_json& messages);
 
 }  // namespace kuafu::io

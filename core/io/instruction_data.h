@@ -1,9 +1,10 @@
-// Instruction examples for fine-tuning chat models (OPT and, next, RLHF's policy): JSONL lines of
-// {"prompt": ..., "response": ...} or {"messages": [{"role": "system" | "user" | "assistant",
-// "content": ...}, ...]} rendered with a plain chat template, tokenized with byte-level BPE. Each token
-// carries whether the loss learns it: the responses (assistant turns) and the EOS after each, never the
-// prompts, the template's prefixes, the BOS or padding. The flags are positional, so a tokenizer whose
-// padding id is its EOS id still learns every real EOS.
+// Instruction examples for fine-tuning chat models (OPT, GPT-2, the Llama family; RLHF's policy): JSONL
+// lines of {"prompt": ..., "response": ...} or {"messages": [{"role": "system" | "user" | "assistant",
+// "content": ...}, ...]} rendered with the tokenizer folder's chat template (a prompt and response as one
+// user and one assistant turn) or, without one, a plain framing; tokenized with byte-level BPE. Each token
+// carries whether the loss learns it: the responses (assistant turns) and what closes each (the EOS, or
+// the template's end of turn), never the prompts, the template's prefixes, the BOS or padding. The flags
+// are positional, so a tokenizer whose padding id is its EOS id still learns every real EOS.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "core/io/bpe_tokenizer.h"
+#include "core/io/chat_template.h"
 
 namespace kuafu::io {
 
@@ -25,7 +27,31 @@ struct InstructionFormat {
   std::optional<int64_t> bos;      // prepended once (OPT's "</s>"), unless the text already starts with it
   int64_t eos = 0;                 // after every response, learned
   int64_t max_tokens = 0;          // longer examples are skipped and counted; 0: no limit
+  // The folder's chat template: conversations rendered by it instead of the plain framing above, whose
+  // text then holds every special token (no BOS or EOS is added); `eos` is the token closing its
+  // assistant turns (turn_end_token). Null: the plain framing.
+  std::shared_ptr<const FolderTemplate> chat_template;
 };
+
+// The token a template closes an assistant turn with (what it renders right after an answer's text:
+// Llama 3's <|eot_id|>, ChatML's <|im_end|>, Mistral's </s>), where generation stops; kuafu::Error when the
+// template renders nothing after an answer.
+int64_t turn_end_token(const FolderTemplate& folder, const BpeTokenizer& tokenizer);
+// A prompt and its answer as an example's segments: the template's rendering of one user and one assistant
+// turn, or the plain prompt + prompt_end then the answer (learned).
+std::vector<std::pair<std::string, bool>> exchange_segments(const std::string& prompt, const std::string& answer,
+                                                           const InstructionFormat& format, const std::string& where);
+// A conversation so far ([user, assistant, ...] pairs of texts, then `message`) as the model sees it before
+// answering `message`.
+std::vector<int64_t> conversation_prompt_tokens(const std::vector<std::pair<std::string, std::string>>& turns,
+                                                const std::string& message, const BpeTokenizer& tokenizer,
+                                                const InstructionFormat& format);
+// Frames `format` with the chat template of the tokenizer folder `dir` when it has one (its end of turn as
+// EOS, no BOS of its own); returns whether it did. kuafu::Error for a template that cannot frame examples.
+bool use_folder_template(InstructionFormat& format, const std::string& dir, const BpeTokenizer& tokenizer);
+// A prompt as the model sees it before answering: the template's rendering of one user turn with the
+// generation prompt, or the plain prompt + prompt_end; tokens with the BOS where the plain framing adds it.
+std::vector<int64_t> prompt_tokens(const std::string& prompt, const BpeTokenizer& tokenizer, const InstructionFormat& format);
 
 struct InstructionExample {
   std::vector<int64_t> tokens;

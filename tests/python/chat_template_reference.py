@@ -9,6 +9,13 @@ subset (literals, filters, tests, methods, slicing, loop variables).
 
   chat_template_reference.py build OUT   writes OUT/cases.json: [{"template", "context", "text"} or
                                          {"template", "context", "error"}]
+  chat_template_reference.py framed TEXT OUT
+                                         a Llama-3-style tokenizer folder OUT/tokenizer (a byte-level BPE trained
+                                         on TEXT's lines with the family's special tokens, its chat template
+                                         marking the assistant turns with {% generation %}) and
+                                         OUT/conversations.jsonl, with OUT/expected.json: transformers'
+                                         apply_chat_template ids and assistant masks of each conversation, and
+                                         the ids of the first question with the generation prompt
 """
 import json
 import pathlib
@@ -180,8 +187,62 @@ def build(out):
     print(json.dumps({"cases": len(cases), "errors": sum("error" in c for c in cases)}))
 
 
+FRAMED_TEMPLATE = (
+    "{{- bos_token }}\n"
+    "{%- for message in messages %}\n"
+    "    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}\n"
+    "    {%- if message['role'] == 'assistant' %}\n"
+    "        {%- generation %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endgeneration %}\n"
+    "    {%- else %}\n"
+    "        {{- message['content'] | trim + '<|eot_id|>' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}\n"
+    "{%- endif %}\n")
+
+
+def framed(text_path, out):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoTokenizer
+    out = pathlib.Path(out)
+    folder = out / "tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+    tokenizer = Tokenizer(models.BPE(ignore_merges=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tokenizer.decoder = decoders.ByteLevel()
+    special = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    tokenizer.train([text_path], trainers.BpeTrainer(vocab_size=800, special_tokens=special, show_progress=False,
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+        "chat_template": FRAMED_TEMPLATE}))
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    answered = [c for c in CONVERSATIONS.values() if any(m["role"] == "assistant" for m in c)]
+    conversations = answered + [[{"role": "user", "content": "Say hi."},
+                                                     {"role": "assistant", "content": "  hi \u00e9t\u00e9 \U0001F642 "}]]
+    expected = []
+    with open(out / "conversations.jsonl", "w", encoding="utf-8") as lines:
+        for messages in conversations:
+            lines.write(json.dumps({"messages": messages}, ensure_ascii=False) + "\n")
+            framed = auto.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+            expected.append({"ids": framed["input_ids"], "assistant": framed["assistant_masks"]})
+    question = auto.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], tokenize=True,
+                                        add_generation_prompt=True, return_dict=True)["input_ids"]
+    (out / "expected.json").write_text(json.dumps({"examples": expected, "question": question,
+                                                   "eot": auto.convert_tokens_to_ids("<|eot_id|>")}))
+    print(json.dumps({"conversations": len(expected)}))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "build":
         build(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "framed":
+        framed(sys.argv[2], sys.argv[3])
     else:
         sys.exit("usage: chat_template_reference.py build OUT")

@@ -38,6 +38,7 @@ struct Gpt2Folders {
   // GPT-2's fused attention projection, a Conv1D whose weight is [in, out] (PEFT's fan_in_fan_out).
   static constexpr const char* kLoraTargets = "[\"c_attn\"]";
   static constexpr bool kFanInFanOut = true;
+  static constexpr const char* kChatTemplate = nullptr;  // the plain framing
 };
 struct LlamaFolders {
   static constexpr const char* kStart = "llama_start";
@@ -48,6 +49,12 @@ struct LlamaFolders {
   static constexpr const char* kModelType = "llama";
   static constexpr const char* kLoraTargets = "[\"q_proj\", \"v_proj\", \"gate_proj\"]";
   static constexpr bool kFanInFanOut = false;
+  // The tokenizer folder's chat template, so every stage frames its data by it: a role's initial before
+  // each turn, each turn closed by the EOS the template writes (the end of turn generation stops at). Short,
+  // so the tiny task's examples stay within data.context.
+  static constexpr const char* kChatTemplate =
+      "{{- bos_token }}{%- for m in messages %}{{- m['role'][0] + ': ' + m['content'] | trim + eos_token }}{%- endfor %}"
+      "{%- if add_generation_prompt %}{{- 'a: ' }}{%- endif %}";
 };
 
 // Rows of the tiny task's tokens (BOS, prompt, answer, EOS), left-padded with the EOS id: ids [B, T], mask [B, T].
@@ -106,6 +113,10 @@ class ChatFoldersTest : public ::testing::Test {
     fs::remove_all(root_);
     fs::create_directories(root_);
     write_data(root_, testing::SpecialTokens::kGpt2);
+    if (Folders::kChatTemplate) {
+      std::ofstream(root_ / "tokenizer/tokenizer_config.json")
+          << nlohmann::json{{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"chat_template", Folders::kChatTemplate}}.dump();
+    }
     start_ = testing::run_python_reference("rlhf_models_reference.py", std::string(Folders::kStart) + " " + start_dir().string());
     const std::string data =
         "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
@@ -142,6 +153,8 @@ TYPED_TEST(ChatFoldersTest, SftAndTheRewardModelStartFromAFolderAndExportTheFami
   ASSERT_EQ(start_.exit_code, 0) << start_.output;
   ASSERT_EQ(sft_trained_.exit_code, 0) << sft_trained_.output;
   EXPECT_TRUE(testing::Contains(sft_trained_.output, Folders::kDescribed)) << "the folder's family and shape";
+  EXPECT_EQ(testing::Contains(sft_trained_.output, "chat template"), Folders::kChatTemplate != nullptr)
+      << "the Llama folders' data is framed by their tokenizer's chat template, GPT-2's plainly";
   ASSERT_EQ(sft_before_.exit_code, 0) << sft_before_.output;
   ASSERT_EQ(sft_after_.exit_code, 0) << sft_after_.output;
   const double before = testing::last_json_line(sft_before_.output)["val_loss"].get<double>();

@@ -62,7 +62,10 @@ TEST(VerifiableRewardsTest, MistakesAreNamedAtTheirKeys) {
   EXPECT_TRUE(testing::Contains(error("rewards = [\"exact_answer\"]\nanswer_pattern = \"(unclosed\"\n"),
                                 "is not a regular expression"));
   EXPECT_TRUE(testing::Contains(error("rewards = [\"overlong\"]\noverlong_buffer = 17\n"), "must lie in 1..generate.max_new_tokens (16)"));
-  const std::string neither = testing::error_message([] { rl_settings(grpo_config(""), Stage::Grpo); });
+  const std::string neither = testing::error_message([] {
+    const config::Config config = grpo_config("");
+    require_rewards(config, rl_settings(config, Stage::Grpo));
+  });
   EXPECT_TRUE(testing::Contains(neither, "rl.reward_model")) << neither;
   EXPECT_TRUE(testing::Contains(neither, "rl.rewards names no term")) << neither;
 }
