@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -68,16 +69,9 @@ void GPTImpl::initialize() {
   // GPT-2 initialisation: N(0, 0.02) weights, zero biases, and residual projections scaled by
   // 1/sqrt(2 * n_layer) so the residual stream's variance does not grow with depth.
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
-  parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
-    if (name.find("ln_") != std::string::npos && text::ends_with(name, ".weight")) {
-      full.fill_(1.0);  // LayerNorm: ones and zeros
-    } else if (text::ends_with(name, ".bias")) {
-      full.zero_();
-    } else {
-      full.normal_(0.0, name.find("c_proj.weight") != std::string::npos ? residual_std : 0.02);
-    }
-    return true;
-  });
+  nn::initialize_like_transformers(
+      *this, tp, [](const std::string& name) { return name.find("ln_") != std::string::npos && text::ends_with(name, ".weight"); },
+      [residual_std](const std::string& name) { return name.find("c_proj.weight") != std::string::npos ? residual_std : 0.02; });
 }
 
 torch::Tensor GPTImpl::embed(const torch::Tensor& tokens, int64_t past) {

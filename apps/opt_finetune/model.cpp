@@ -1,5 +1,6 @@
 #include "apps/opt_finetune/model.h"
 
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -90,16 +91,10 @@ OPTForCausalLMImpl::OPTForCausalLMImpl(const OPTConfig& c, parallel::ModelOption
 void OPTForCausalLMImpl::initialize() {
   // Hugging Face's OPT initialisation: N(0, 0.02) weights (positions included), zero biases, LayerNorms
   // at ones and zeros.
-  parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
-    if (name.find("layer_norm") != std::string::npos && text::ends_with(name, ".weight")) {
-      full.fill_(1.0);
-    } else if (text::ends_with(name, ".bias")) {
-      full.zero_();
-    } else {
-      full.normal_(0.0, 0.02);
-    }
-    return true;
-  });
+  nn::initialize_like_transformers(
+      *this, tp,
+      [](const std::string& name) { return name.find("layer_norm") != std::string::npos && text::ends_with(name, ".weight"); },
+      [](const std::string&) { return 0.02; });
 }
 
 hooks::ModelPart OPTForCausalLMImpl::head_part() const {

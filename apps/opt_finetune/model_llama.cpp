@@ -1,5 +1,6 @@
 #include "apps/opt_finetune/model_llama.h"
 
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -92,17 +93,10 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c, parallel::Model
 }
 
 void LlamaForCausalLMImpl::initialize() {
-  // transformers' initialisation: N(0, 0.02) weights (embeddings, lm_head), zero biases, RMSNorms at one.
-  parallel::initialize_like_serial(*this, tp, [&](const std::string& name, torch::Tensor& full) {
-    if (text::ends_with(name, "norm.weight")) {
-      full.fill_(1.0);
-    } else if (text::ends_with(name, ".bias")) {
-      full.zero_();
-    } else {
-      full.normal_(0.0, 0.02);
-    }
-    return true;
-  });
+  // N(0, 0.02) weights (embeddings, lm_head), zero biases, RMSNorms at one.
+  nn::initialize_like_transformers(
+      *this, tp, [](const std::string& name) { return text::ends_with(name, "norm.weight"); },
+      [](const std::string&) { return 0.02; });
 }
 
 hooks::ModelPart LlamaForCausalLMImpl::head_part() const { return {"model.embed", {"model.embed_tokens"}}; }

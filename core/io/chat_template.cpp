@@ -230,7 +230,24 @@ std::vector<Segment> segments_of(const std::string& source, const std::string& w
     size_t inner = open + 2;
     const char modifier = inner < source.size() ? source[inner] : '\0';
     if (modifier == '-' || modifier == '+') ++inner;
-    const size_t end = source.find(close, inner);
+    // The tag's end outside its string literals ({{ '}}' }} prints two braces).
+    size_t end = std::string::npos;
+    char quote = 0;
+    for (size_t i = inner; i + 1 < source.size() && type != '#'; ++i) {
+      if (quote) {
+        if (source[i] == '\\') {
+          ++i;
+        } else if (source[i] == quote) {
+          quote = 0;
+        }
+      } else if (source[i] == '\'' || source[i] == '"') {
+        quote = source[i];
+      } else if (source.compare(i, 2, close) == 0) {
+        end = i;
+        break;
+      }
+    }
+    if (type == '#') end = source.find(close, inner);
     KUAFU_CHECK(end != std::string::npos, where, ":", line, ": a '{", type, "' is never closed by '", close, "'");
     std::string body = source.substr(inner, end - inner);
     const bool right_minus = !body.empty() && body.back() == '-';

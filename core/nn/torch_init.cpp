@@ -37,4 +37,19 @@ void initialize_like_torch(torch::nn::Module& model) {
   });
 }
 
+void initialize_like_transformers(torch::nn::Module& model, const parallel::TensorParallel& tp,
+                                  const std::function<bool(const std::string& name)>& is_norm_weight,
+                                  const std::function<double(const std::string& name)>& std_of) {
+  parallel::initialize_like_serial(model, tp, [&](const std::string& name, torch::Tensor& full) {
+    if (is_norm_weight(name)) {
+      full.fill_(1.0);
+    } else if (text::ends_with(name, ".bias")) {
+      full.zero_();
+    } else {
+      full.normal_(0.0, std_of(name));
+    }
+    return true;
+  });
+}
+
 }  // namespace kuafu::nn

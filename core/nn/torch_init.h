@@ -4,6 +4,11 @@
 
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
+
+#include "core/parallel/tensor/factory.h"
+
 namespace kuafu::nn {
 
 // PyTorch's default initialisation of a model made of linear, convolution and norm layers, as its torch.nn
@@ -13,5 +18,12 @@ namespace kuafu::nn {
 // made in. Parameters on the meta device go to the WeightSink in scope (parallel::initialize_like_serial).
 // Not for embeddings (PyTorch draws those from N(0, 1)) or weights kept [in, out].
 void initialize_like_torch(torch::nn::Module& model);
+
+// Hugging Face's initialisation of a language model (GPT-2, OPT, the Llama family): norm weights (those
+// `is_norm_weight` names) at one, biases at zero, every other weight from N(0, std_of(name)) (the config's
+// initializer_range, 0.02), drawn as the serial model draws them whatever `tp` cuts.
+void initialize_like_transformers(torch::nn::Module& model, const parallel::TensorParallel& tp,
+                                  const std::function<bool(const std::string& name)>& is_norm_weight,
+                                  const std::function<double(const std::string& name)>& std_of);
 
 }  // namespace kuafu::nn

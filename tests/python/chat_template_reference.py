@@ -136,7 +136,8 @@ TEMPLATES = {
         "{% for m in messages %}{% if loop.index0 == 1 %}{% continue %}{% endif %}{% if loop.index0 > 2 %}{% break %}{% endif %}"
         "{{ m.role | upper }}{% endfor %}|"
         "{{ 'x' if messages[0].content is string else 'y' }}{{ 'yes' if 'ell' in 'hello' }}{{ 3 in [1, 2, 3] }}|"
-        "{{ {'k': 'v'}.get('k') }}{{ {'k': 'v'}.get('z', 'w') }}|{{ 'a,b,,c'.split(',') }}|{{ d.list | tojson(indent=2) }}"),
+        "{{ {'k': 'v'}.get('k') }}{{ {'k': 'v'}.get('z', 'w') }}|{{ 'a,b,,c'.split(',') }}|{{ d.list | tojson(indent=2) }}|"
+        "{{ '}}' ~ \"%}\" }}{% if '%}' %}{{ '{\\'x\\': 1}' }}{% endif %}"),
 }
 
 CONVERSATIONS = {
