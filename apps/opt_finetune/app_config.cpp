@@ -88,14 +88,18 @@ io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& dat
   return io::BpeTokenizer::from_folder(folder);
 }
 
-io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
-                                         const io::BpeTokenizer& tokenizer, const LmShape& shape) {
-  LmShape::SpecialIds ids;
+LmShape::SpecialIds special_ids(const config::Config& config, const OptData& data, const io::BpeTokenizer& tokenizer,
+                                const LmShape& shape) {
   try {
-    ids = shape.special_ids(tokenizer, "data.tokenizer = " + data.tokenizer);
+    return shape.special_ids(tokenizer, "data.tokenizer = " + data.tokenizer);
   } catch (const Error& e) {
     config.fail_at("data.tokenizer", std::string("cannot frame examples: ") + e.what());
   }
+}
+
+io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
+                                         const io::BpeTokenizer& tokenizer, const LmShape& shape) {
+  const LmShape::SpecialIds ids = special_ids(config, data, tokenizer, shape);
   io::InstructionFormat format;
   format.bos = ids.bos;
   format.eos = ids.eos;

@@ -36,8 +36,12 @@ LmShape model_config(const config::Config& config);
 
 // The data's tokenizer; kuafu::Error at data.tokenizer when there is none.
 io::BpeTokenizer load_tokenizer(const config::Config& config, const OptData& data);
-// The chat template with the family's special token (OPT's "</s>", GPT-2's "<|endoftext|>"), which
-// begins every example and ends every response.
+// The model's BOS and EOS in the data's tokenizer (LmShape::special_ids); kuafu::Error at data.tokenizer
+// when it lacks them.
+LmShape::SpecialIds special_ids(const config::Config& config, const OptData& data, const io::BpeTokenizer& tokenizer,
+                                const LmShape& shape);
+// How examples are framed: the tokenizer folder's chat template (data.chat_template), or the plain framing
+// with the model's BOS beginning every example and its EOS ending every response.
 io::InstructionFormat instruction_format(const config::Config& config, const OptData& data,
                                          const io::BpeTokenizer& tokenizer, const LmShape& shape);
 

@@ -114,8 +114,9 @@ void prepare_command(const config::Config& config) {
   const auto [train_text, val_text] = io::split_text_blocks(data.text, data.val_every);
   const auto vocab = static_cast<uint64_t>(tokenizer.vocab_size());
   const LmShape shape = model_config(config, data);
-  // Names data.tokenizer when it lacks the EOS.
-  const std::string eos = data.eos_after_lines ? tokenizer.decode({instruction_format(config, data, tokenizer, shape).eos}) : "";
+  // The model's own EOS ends each document (a chat template's end of turn is for conversations); names
+  // data.tokenizer when it lacks one.
+  const std::string eos = data.eos_after_lines ? tokenizer.decode({special_ids(config, data, tokenizer, shape).eos}) : "";
   auto write = [&](const std::string& path, const std::string& lines) {
     std::string with_eos;
     if (data.eos_after_lines) {
