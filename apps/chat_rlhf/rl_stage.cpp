@@ -111,14 +111,19 @@ std::vector<std::vector<int64_t>> RlTask::sample(const std::vector<std::vector<i
   return nn::generate(decoder, prompts, sampling);
 }
 
-torch::Tensor RlTask::verifiable_scores(const std::vector<std::vector<int64_t>>& responses,
+std::vector<std::string> RlTask::answers_of(const std::vector<std::vector<int64_t>>& responses) const {
+  std::vector<std::string> answers;
+  for (const auto& response : responses) answers.push_back(text_.decode_answer(response));
+  return answers;
+}
+
+torch::Tensor RlTask::verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
                                         const std::vector<const Prompt*>& prompts) const {
   const VerifiableRewards& rewards = settings_.verifiable;
   if (rewards.empty()) return {};
   std::vector<double> scores;
   for (size_t i = 0; i < responses.size(); ++i) {
-    const auto tokens = static_cast<int64_t>(responses[i].size());
-    scores.push_back(rewards.score(text_.decode_answer(responses[i]), tokens, prompts[i]->answer));
+    scores.push_back(rewards.score(answers[i], static_cast<int64_t>(responses[i].size()), prompts[i]->answer));
   }
   return torch::tensor(scores, torch::kFloat64).to(device_);
 }
@@ -158,7 +163,7 @@ void RlTask::make_rollout(int64_t rollout) {
   const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
   const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
   if (!models_.reward.is_empty()) models_.reward->eval();
-  const torch::Tensor program = verifiable_scores(responses, sources);
+  const torch::Tensor program = settings_.verifiable.empty() ? torch::Tensor() : verifiable_scores(responses, answers_of(responses), sources);
   if (models_.critic) {
     (*models_.critic)->eval();
     experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get(),
@@ -408,7 +413,9 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   settings.sampling = model_distribution;
   settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
   if (!models_.reward.is_empty()) models_.reward->eval();
-  const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings, verifiable_scores(responses, sources));
+  const std::vector<std::string> answers = answers_of(responses);
+  const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings,
+                                     verifiable_scores(responses, answers, sources));
   const torch::Tensor m = e.mask.to(torch::kFloat64);
   const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
   const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();
@@ -420,10 +427,9 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
     sums.extra[0] += scores[i].item<double>();
     sums.extra[1] += kl[i].item<double>();
     sums.extra[2] += static_cast<double>(responses[static_cast<size_t>(i)].size());
-    const std::string answer = text_.decode_answer(responses[static_cast<size_t>(i)]);
+    const std::string& answer = answers[static_cast<size_t>(i)];
     sums.extra[3] += p.answer.empty() ? 0 : answer_f1(answer, p.answer);
-    const std::optional<std::string> extracted = extract_answer(answer, settings_.verifiable.answer_pattern);
-    sums.extra[4] += extracted && same_answer(*extracted, p.answer) ? 1 : 0;
+    sums.extra[4] += settings_.verifiable.answer_right(answer, p.answer) ? 1 : 0;
   }
   return sums;
 }
@@ -513,10 +519,16 @@ class RlApp : public opt::CausalLmApp {
   // (or of the reward model) gives its trunk, and its head too or the head starts at zero; nothing is
   // drawn. It trains: float32, or left for its sharded strategy to fill.
   bool separate_critic() const { return stage_ == Stage::Ppo && !rl_.shared_trunk; }
-  // Without a reward model (rl.rewards alone) the critic starts from the actor's folder, its head at zero.
+  // The critic's starting folder and the key naming it: rl.critic_init, else the reward model, else (rl.rewards
+  // alone) the actor's folder, its head then at zero.
+  ReferenceFolder critic_start() const {
+    if (!rl_.critic_init.empty()) return {"rl.critic_init", rl_.critic_init};
+    if (!rl_.reward_model.empty()) return {"rl.reward_model", rl_.reward_model};
+    return {"model.init_from", train::init_from(config_)};
+  }
   train::ModelRecipe<ScoredModel> critic_recipe() const {
-    const bool own = !rl_.critic_init.empty();
-    const std::string start = own ? rl_.critic_init : !rl_.reward_model.empty() ? reward_folder() : train::init_from(config_);
+    const ReferenceFolder from = critic_start();
+    const std::string start = from.folder;
     train::ModelRecipe<ScoredModel> critic{"critic"};
     const opt::LmShape shape = read_scored_shape(io::read_hf_config(start), start + "/config.json");
     critic.describe = train::described<ScoredModel>(shape);
@@ -524,7 +536,7 @@ class RlApp : public opt::CausalLmApp {
       if (!load_scored_weights(model, start)) zero_value_head(model);
     };
     critic.parameters = static_cast<double>(shape.parameter_count());
-    critic.size_keys = {own ? "rl.critic_init" : !rl_.reward_model.empty() ? "rl.reward_model" : "model.init_from"};
+    critic.size_keys = {from.key};
     return critic;
   }
   ReferenceFolder reference() const { return reference_folder(config_, "rl.reference", rl_.reference); }

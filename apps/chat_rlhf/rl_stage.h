@@ -78,9 +78,12 @@ class RlTask : public train::RunTask {
   void make_rollout(int64_t rollout);
   // Responses to `prompts` from the actor (eval mode): sampled with `sampling`, or greedy.
   std::vector<std::vector<int64_t>> sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling);
-  // The rewards a program checks (rl.rewards) of each response to its prompt, [B] on the device; undefined
-  // without any.
-  torch::Tensor verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<const Prompt*>& prompts) const;
+  // Each response's text (its EOS dropped).
+  std::vector<std::string> answers_of(const std::vector<std::vector<int64_t>>& responses) const;
+  // The rewards a program checks (rl.rewards) of each response (its tokens and text) to its prompt, [B] on
+  // the device; undefined without any.
+  torch::Tensor verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
+                                  const std::vector<const Prompt*>& prompts) const;
   // True when the rollout's only update scores the policy for the ratio (GRPO, one epoch of one
   // mini-batch, KL not in the reward): the experience skips the policy's pass, as trl does.
   bool update_scores_policy() const;

@@ -32,7 +32,10 @@ ScoredModelImpl::ScoredModelImpl(nn::CausalLMPtr trunk, const torch::Device& dev
   for (const auto& child : lm->module().named_children()) {
     const bool output_only = std::count(lm_tail.begin(), lm_tail.end(), child.key()) > 0 &&
                              std::count(final_modules.begin(), final_modules.end(), child.key()) == 0;
-    if (output_only && !reads_logits) continue;
+    if (output_only && !reads_logits) {
+      left_out.push_back(child.key());
+      continue;
+    }
     register_module(child.key(), child.value());
   }
   score = register_module("score", parallel::SerialLinear(parallel::LinearSpec{lm->final_width(), 1, /*bias=*/false}, device));
@@ -141,8 +144,10 @@ bool load_scored_weights(ScoredModel& model, const std::string& dir) {
   train::HfWeightNames names = scored_names(model->shape);
   // A causal language model: its trunk, its tied head dropped (an untied one too unless the logits are
   // read here), the score head new.
-  if (!classifier) names.fresh_prefixes = {"score."};
-  if (!classifier && !model->named_parameters().contains("lm_head.weight")) names.dropped_prefixes.push_back("lm_head.");
+  if (!classifier) {
+    names.fresh_prefixes = {"score."};
+    for (const std::string& module : model->left_out) names.dropped_prefixes.push_back(module + ".");
+  }
   train::load_pretrained(*model, model->tp, folder, names);
   return classifier;
 }

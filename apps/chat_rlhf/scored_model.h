@@ -40,6 +40,9 @@ struct ScoredModelImpl : torch::nn::Module, hooks::SiteModel {
 
   opt::LmShape shape;       // the trunk's
   nn::CausalLMPtr lm;       // the trunk: its children are this module's (its tied output layer unused)
+  // The trunk's top-level modules left out of this one: an untied output layer where the logits are not
+  // read (Llama's lm_head), which a causal folder starting this model holds and this model does not.
+  std::vector<std::string> left_out;
   parallel::SerialLinear score{nullptr};  // [1, final width], no bias
   parallel::TensorParallel tp;  // the trunk's
 

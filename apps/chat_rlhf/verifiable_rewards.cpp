@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::chat {
 namespace {
@@ -12,14 +13,11 @@ namespace {
 // The last number of a response (an optional sign, digits with thousands commas, a decimal part).
 constexpr const char* kLastNumber = R"((-?[0-9][0-9,]*(\.[0-9]+)?))";
 
-std::string trimmed(std::string s) {
-  const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
-  while (!s.empty() && space(static_cast<unsigned char>(s.back()))) s.pop_back();
-  size_t first = 0;
-  while (first < s.size() && space(static_cast<unsigned char>(s[first]))) ++first;
-  s = s.substr(first);
-  if (!s.empty() && s.back() == '.') s.pop_back();  // "The answer is 42."
-  return s;
+// Without surrounding whitespace or a final full stop ("The answer is 42.").
+std::string trimmed(std::string_view s) {
+  std::string out = text::trim(s);
+  if (!out.empty() && out.back() == '.') out.pop_back();
+  return out;
 }
 
 // `text` as a number when the whole of it is one (thousands commas allowed).
@@ -46,16 +44,19 @@ bool VerifiableRewards::checks_answers() const {
   return std::any_of(terms.begin(), terms.end(), [](const RewardTerm& t) { return t.kind == RewardTermKind::ExactAnswer; });
 }
 
+bool VerifiableRewards::answer_right(const std::string& response, const std::string& reference) const {
+  const std::optional<std::string> answer = extract_answer(response, answer_pattern);
+  return answer && same_answer(*answer, reference);
+}
+
 double VerifiableRewards::score(const std::string& response, int64_t tokens, const std::string& reference) const {
   double total = 0;
   for (const RewardTerm& term : terms) {
     double value = 0;
     switch (term.kind) {
-      case RewardTermKind::ExactAnswer: {
-        const std::optional<std::string> answer = extract_answer(response, answer_pattern);
-        value = answer && same_answer(*answer, reference) ? 1.0 : 0.0;
+      case RewardTermKind::ExactAnswer:
+        value = answer_right(response, reference) ? 1.0 : 0.0;
         break;
-      }
       case RewardTermKind::Format:
         value = std::regex_search(response, format_pattern) ? 1.0 : 0.0;
         break;

@@ -34,6 +34,8 @@ struct VerifiableRewards {
 
   bool empty() const { return terms.empty(); }
   bool checks_answers() const;  // whether exact_answer is one of the terms
+  // Whether the answer answer_pattern extracts from `response` equals `reference` (exact_answer's test).
+  bool answer_right(const std::string& response, const std::string& reference) const;
   // The weighted sum for one response of `tokens` tokens (its text `response`) to a prompt whose reference
   // answer is `reference`.
   double score(const std::string& response, int64_t tokens, const std::string& reference) const;

@@ -117,7 +117,7 @@ nlohmann::json write_lm_config(const LmShape& shape) {
 }
 
 train::HfWeightNames lm_weight_names(const LmShape& shape) {
-  return with_format(shape, [](const auto& format, const auto& c) { return format.names_of ? format.names_of(c) : format.names; });
+  return with_format(shape, [](const auto& format, const auto& c) { return format.names_for(c); });
 }
 
 LmShape shape_of(nn::CausalLM& model) {

@@ -184,16 +184,12 @@ struct BpeTokenizer::State {
     }
     std::vector<std::string> symbols;
     for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
-    if (ignore_merges) {
+    if (!symbols.empty()) symbols.back() += word_end;
+    if (ignore_merges && symbols.size() > 1) {  // a piece that is a token of its own is taken whole
       std::string whole;
       for (const std::string& symbol : symbols) whole += symbol;
-      if (const auto found = vocab.find(whole + word_end); found != vocab.end() && !symbols.empty()) {
-        std::lock_guard<std::mutex> lock(cache_mutex);
-        cache.emplace(piece, std::vector<int64_t>{found->second});
-        return {found->second};
-      }
+      if (vocab.count(whole)) symbols = {whole};
     }
-    if (!symbols.empty()) symbols.back() += word_end;
     // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
     std::vector<int> ranks;  // ranks[i]: of the pair symbols[i], symbols[i + 1] (INT_MAX: none)
     while (symbols.size() > 1) {

@@ -176,6 +176,19 @@ std::string to_text(const Value& v) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
+// ASCII case as Python's str.upper/lower change it for the text chat templates hold (role names, keywords).
+std::string cased(std::string s, bool upper) {
+  for (char& c : s) c = static_cast<char>(upper ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A mapping's [key, value] pairs in order (dict.items(), |items, `for k, v in d`).
+Json items_of(const Json& mapping) {
+  Json items = Json::array();
+  for (auto it = mapping.begin(); it != mapping.end(); ++it) items.push_back(Json::array({it.key(), *it}));
+  return items;
+}
+
 std::string strip(const std::string& s, const std::string* chars, bool left, bool right) {
   const auto strip_it = [&](char c) { return chars ? chars->find(c) != std::string::npos : is_space(c); };
   size_t begin = 0, end = s.size();
@@ -786,7 +799,7 @@ class Renderer {
       if (data.is_array()) {
         items.assign(data.begin(), data.end());
       } else if (data.is_object()) {
-        for (auto it = data.begin(); it != data.end(); ++it) items.push_back(node.targets.size() == 2 ? Json::array({it.key(), *it}) : Json(it.key()));
+        for (const Json& pair : items_of(data)) items.push_back(node.targets.size() == 2 ? pair : pair[0]);
       } else if (data.is_string()) {
         for (const char c : data.get<std::string>()) items.push_back(std::string(1, c));
       } else if (!data.is_null()) {
@@ -1032,11 +1045,7 @@ class Renderer {
       if (method == "rstrip") return Value::of(strip(s, strip_chars, false, true));
       if (method == "startswith") return Value::of(s.rfind(chars, 0) == 0);
       if (method == "endswith") return Value::of(s.size() >= chars.size() && s.compare(s.size() - chars.size(), chars.size(), chars) == 0);
-      if (method == "upper" || method == "lower") {
-        std::string out = s;
-        for (char& c : out) c = static_cast<char>(method == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-        return Value::of(out);
-      }
+      if (method == "upper" || method == "lower") return Value::of(cased(s, method == "upper"));
       if (method == "replace") {
         std::string out;
         const std::string from = arg_text(0), to = arg_text(1);
@@ -1069,11 +1078,7 @@ class Renderer {
       }
     }
     if (data.is_object()) {
-      if (method == "items") {
-        Json items = Json::array();
-        for (auto it = data.begin(); it != data.end(); ++it) items.push_back(Json::array({it.key(), *it}));
-        return Value::of(items);
-      }
+      if (method == "items") return Value::of(items_of(data));
       if (method == "keys" || method == "values") {
         Json out = Json::array();
         for (auto it = data.begin(); it != data.end(); ++it) out.push_back(method == "keys" ? Json(it.key()) : *it);
@@ -1098,11 +1103,7 @@ class Renderer {
       return Value::of(static_cast<int64_t>(value.undefined || data.is_null() ? 0 : data.size()));
     }
     if (name == "string") return Value::of(to_text(value));
-    if (name == "upper" || name == "lower") {
-      std::string out = to_text(value);
-      for (char& c : out) c = static_cast<char>(name == "upper" ? std::toupper(static_cast<unsigned char>(c)) : std::tolower(static_cast<unsigned char>(c)));
-      return Value::of(out);
-    }
+    if (name == "upper" || name == "lower") return Value::of(cased(to_text(value), name == "upper"));
     if (name == "tojson") {
       int indent = -1;
       for (const auto& [key, arg] : e.kwargs) {
@@ -1143,16 +1144,12 @@ class Renderer {
     }
     if (name == "reverse") return Value::of(sliced(data, std::nullopt, std::nullopt, -1));
     if (name == "items") {
-      Json items = Json::array();
-      for (auto it = data.begin(); it != data.end(); ++it) items.push_back(Json::array({it.key(), *it}));
-      return Value::of(items);
+      if (!data.is_object()) fail(e.line, "|items needs a mapping, found " + to_text(value));
+      return Value::of(items_of(data));
     }
     if (name == "capitalize") {
-      std::string out = to_text(value);
-      for (size_t i = 0; i < out.size(); ++i) {
-        out[i] = static_cast<char>(i == 0 ? std::toupper(static_cast<unsigned char>(out[i])) : std::tolower(static_cast<unsigned char>(out[i])));
-      }
-      return Value::of(out);
+      const std::string text = to_text(value);
+      return Value::of(text.empty() ? text : cased(text.substr(0, 1), true) + cased(text.substr(1), false));
     }
     if (name == "int") {
       if (data.is_number()) return Value::of(static_cast<int64_t>(data.get<double>()));

@@ -56,44 +56,46 @@ std::string text_field(const nlohmann::json& object, const char* key, const std:
   return object[key].get<std::string>();
 }
 
+namespace {
+
+// A conversation in the plain framing: each turn after its role's prefix, the assistant turns learned.
+std::vector<std::pair<std::string, bool>> plain_segments(const nlohmann::ordered_json& messages, const InstructionFormat& format,
+                                                         const std::string& where) {
+  std::vector<std::pair<std::string, bool>> segments;
+  for (const nlohmann::ordered_json& message : messages) {
+    const std::string &role = message["role"].get_ref<const std::string&>(), &content = message["content"].get_ref<const std::string&>();
+    if (role == "assistant") {
+      segments.emplace_back(format.assistant_prefix, false);
+      segments.emplace_back(content, true);
+    } else if (role == "user" || role == "system") {
+      segments.emplace_back((role == "user" ? format.user_prefix : format.system_prefix) + content + format.turn_end, false);
+    } else {
+      fail(where + ": unknown role \"" + text::abbreviate(role) + "\" (system, user or assistant)");
+    }
+  }
+  return segments;
+}
+
+}  // namespace
+
 InstructionSet read_instructions(const std::string& path, const BpeTokenizer& tokenizer, const InstructionFormat& format) {
   InstructionSet set;
   read_jsonl(path, [&](const nlohmann::json& item, const std::string& where) {
     auto text_of = [&](const nlohmann::json& object, const char* key) { return text_field(object, key, where); };
     std::vector<std::pair<std::string, bool>> segments;
-    if (format.chat_template) {
-      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-      if (item.is_object() && item.contains("messages")) {
-        KUAFU_CHECK(item["messages"].is_array() && !item["messages"].empty(), where, ": \"messages\" must be a non-empty list");
-        for (const nlohmann::json& message : item["messages"]) {
-          messages.push_back({{"role", text_of(message, "role")}, {"content", text_of(message, "content")}});
-        }
-        segments = template_segments(*format.chat_template, messages, where);
-      } else {
-        segments = exchange_segments(text_of(item, "prompt"), text_of(item, "response"), format, where);
-      }
-      const bool answered = std::any_of(segments.begin(), segments.end(), [](const auto& s) { return s.second; });
-      KUAFU_CHECK(answered, where, ": the conversation has no assistant turn to learn");
-    } else if (item.is_object() && item.contains("messages")) {
+    if (item.is_object() && item.contains("messages")) {
       KUAFU_CHECK(item["messages"].is_array() && !item["messages"].empty(), where, ": \"messages\" must be a non-empty list");
-      bool answered = false;
+      nlohmann::ordered_json messages = nlohmann::ordered_json::array();
       for (const nlohmann::json& message : item["messages"]) {
-        const std::string role = text_of(message, "role"), content = text_of(message, "content");
-        if (role == "assistant") {
-          segments.emplace_back(format.assistant_prefix, false);
-          segments.emplace_back(content, true);
-          answered = true;
-        } else if (role == "user" || role == "system") {
-          segments.emplace_back((role == "user" ? format.user_prefix : format.system_prefix) + content + format.turn_end, false);
-        } else {
-          fail(where + ": unknown role \"" + text::abbreviate(role) + "\" (system, user or assistant)");
-        }
+        messages.push_back({{"role", text_of(message, "role")}, {"content", text_of(message, "content")}});
       }
-      KUAFU_CHECK(answered, where, ": the conversation has no assistant turn to learn");
+      segments = format.chat_template ? template_segments(*format.chat_template, messages, where)
+                                      : plain_segments(messages, format, where);
     } else {
-      segments.emplace_back(text_of(item, "prompt") + format.prompt_end, false);
-      segments.emplace_back(text_of(item, "response"), true);
+      segments = exchange_segments(text_of(item, "prompt"), text_of(item, "response"), format, where);
     }
+    const bool answered = std::any_of(segments.begin(), segments.end(), [](const auto& segment) { return segment.second; });
+    KUAFU_CHECK(answered, where, ": the conversation has no assistant turn to learn");
     InstructionExample example = make_example(segments, tokenizer, format);
     if (format.max_tokens > 0 && static_cast<int64_t>(example.tokens.size()) > format.max_tokens) {
       ++set.skipped_too_long;

@@ -60,9 +60,12 @@ struct HfModelFormat {
     return json;
   }
 
+  // The tensor names of a model of config `c`.
+  HfWeightNames names_for(const C& c) const { return names_of ? names_of(c) : names; }
+
   // `folder`'s weights into `model` (built from the folder's config), on any tensor-parallel layout.
   void load_weights(Model& model, const io::HfFolder& folder) const {
-    load_pretrained(*model, model->tp, folder, names_of ? names_of(model->config) : names);
+    load_pretrained(*model, model->tp, folder, names_for(model->config));
   }
 
   // The model `dir` holds, whole (serial) on `device`, its weights read straight into `dtype`: the model

@@ -117,17 +117,24 @@ torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, d
   return placed(options, torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps)));
 }
 
-torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps) {
-  const TensorParallel& tp = options.tp;
-  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, "RMSNorm runs serially or under parallel.tensor.mode = \"1d\", not \"",
+namespace {
+
+// RMSNorm's layers exist serially and under 1D (kuafu::Error naming the mode otherwise).
+void require_serial_or_1d(const TensorParallel& tp, const char* what) {
+  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, what, " runs serially or under parallel.tensor.mode = \"1d\", not \"",
               mode_name(tp.spec.mode), "\"");
+}
+
+}  // namespace
+
+torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps) {
+  require_serial_or_1d(options.tp, "RMSNorm");
   return torch::nn::AnyModule(SerialRmsNorm(dim, eps, options.device));  // 1D keeps the stream whole
 }
 
 torch::nn::AnyModule make_head_norm(const ModelOptions& options, int64_t head_dim, double eps) {
   const TensorParallel& tp = options.tp;
-  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, "per-head RMSNorm runs serially or under parallel.tensor.mode = \"1d\", not \"",
-              mode_name(tp.spec.mode), "\"");
+  require_serial_or_1d(tp, "per-head RMSNorm");
   return torch::nn::AnyModule(SerialRmsNorm(head_dim, eps, options.device, tp.enabled() ? tp.group() : nullptr));
 }
 

@@ -90,6 +90,7 @@ TEST(ChatTemplateTest, WhatLiesOutsideTheSubsetIsRefusedNamingTheLine) {
   EXPECT_TRUE(testing::Contains(error("{{ 'abc'.zfill(5) }}"), "the method .zfill() of abc is not part of the subset"));
   EXPECT_TRUE(testing::Contains(error("{% for m in 99999999999999999999999 %}{% endfor %}"), "the number 99999999999999999999999 is out of range"));
   EXPECT_TRUE(testing::Contains(output(std::string(300, '(') + "1" + std::string(300, ')')), "nest deeper than 200"));
+  EXPECT_TRUE(testing::Contains(output("[1, 2] | items"), "|items needs a mapping, found [1, 2]"));
 }
 
 }  // namespace
