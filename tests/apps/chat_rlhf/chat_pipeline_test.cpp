@@ -757,7 +757,10 @@ TEST_F(ChatPipelineTest, ChatSessionStreamsKeepsHistoryAndDropsTheOldest) {
 TEST_F(ChatPipelineTest, ChatThroughARealTerminal) {
   ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
   const std::string session = "kuafu_chat_test_" + std::to_string(::getpid());
-  auto tmux = [&](const std::string& args) { return testing::run_command("tmux " + args); };
+  // Each pass has its own tmux server (socket): a server whose last session was just killed may still be
+  // exiting when the next pass starts one, and new-session then fails on the dying socket.
+  std::string socket;
+  auto tmux = [&](const std::string& args) { return testing::run_command("tmux -L " + socket + " " + args); };
   auto screen = [&] { return tmux("capture-pane -p -t " + session).output; };
   // `text` at least `count` times on the screen; ">" counts the prompts (lines beginning with it: tmux
   // drops the space after it).
@@ -773,15 +776,18 @@ TEST_F(ChatPipelineTest, ChatThroughARealTerminal) {
     return false;
   };
   // The session goes whatever the test's outcome (a failed assertion returns early).
-  struct KillSession {
-    std::string name;
-    ~KillSession() { testing::run_command("tmux kill-session -t " + name + " 2>/dev/null"); }
-  } kill_at_end{session};
+  struct KillServer {
+    const std::string& socket;
+    ~KillServer() { testing::run_command("tmux -L " + socket + " kill-server 2>/dev/null"); }
+  } kill_at_end{socket};
   for (const std::string leave : {"/quit", "C-c"}) {
     SCOPED_TRACE(leave);
+    testing::run_command("tmux -L " + socket + " kill-server 2>/dev/null");
+    socket = session + (leave == "C-c" ? "_interrupt" : "_quit");
     const std::string command = std::string(KUAFU_CHAT_PATH) + " chat --model " + (root_ / "sft_hf").string() +
                                 " --max-new-tokens 12; echo EXIT=$?; sleep 30";
-    ASSERT_EQ(tmux("new-session -d -s " + session + " -x 160 -y 40 '" + command + "'").exit_code, 0);
+    const auto started = tmux("new-session -d -s " + session + " -x 160 -y 40 '" + command + "'");
+    ASSERT_EQ(started.exit_code, 0) << started.output;
     ASSERT_TRUE(wait_for("> ", 1)) << screen();
     tmux("send-keys -t " + session + " 'What does w3 mean?' Enter");
     ASSERT_TRUE(wait_for("> ", 2)) << screen();
@@ -797,7 +803,7 @@ TEST_F(ChatPipelineTest, ChatThroughARealTerminal) {
     ASSERT_NE(question, std::string::npos);
     const size_t reply_start = answered.find('\n', question) + 1;
     EXPECT_NE(answered.substr(reply_start, 2), "> ") << "an answer follows the question:\n" << answered;
-    tmux("kill-session -t " + session);
+    tmux("kill-server");
   }
 }
 
