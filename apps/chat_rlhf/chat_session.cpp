@@ -20,7 +20,7 @@ ChatSession::ChatSession(nn::CausalLMPtr model, std::shared_ptr<const io::BpeTok
                          io::InstructionFormat format, nn::SamplingOptions sampling)
     : model_(std::move(model)), tokenizer_(std::move(tokenizer)), format_(std::move(format)), sampling_(std::move(sampling)) {
   model_->module().eval();
-  sampling_.stop_token = format_.eos;
+  sampling_.stop_tokens = format_.stop_tokens();
   sampling_.vocab_limit = tokenizer_->vocab_size();
 }
 
@@ -55,7 +55,7 @@ std::string ChatSession::reply(const std::string& message, const std::function<v
     if (!piece.empty()) stream(piece);
   };
   sampling.on_token = [&](size_t, int64_t token) {
-    if (token == format_.eos) return;
+    if (sampling_.stops_at(token)) return;
     answer.push_back(token);
     bytes = tokenizer_->decode(answer);  // byte-level BPE: a prefix of the ids decodes to a prefix of the bytes
     give(pieces.next(bytes));
@@ -151,6 +151,7 @@ int run_chat(int argc, const char* const argv[]) {
     format.bos = ids.bos;
     format.eos = ids.eos;
     io::use_folder_template(format, model_dir, *tokenizer);  // the folder's chat template, when it has one
+    format.also_stop = io::generation_eos_ids(model_dir);
     ChatSession session(model, tokenizer, format, sampling);
     auto stream = [](const std::string& piece) { std::cout << piece << std::flush; };
     auto notice = [](const std::string& line) { std::cerr << line << "\n"; };

@@ -26,7 +26,7 @@ Sequences Sequences::select(const torch::Tensor& rows) const {
 }
 
 Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& responses,
-                         int64_t pad_id, std::optional<int64_t> stop_token, const torch::Device& device, bool right_padded) {
+                         int64_t pad_id, const std::vector<int64_t>& stop_tokens, const torch::Device& device, bool right_padded) {
   KUAFU_CHECK(prompts.size() == responses.size() && !prompts.empty(), "make_sequences takes one response per prompt");
   const auto rows = static_cast<int64_t>(prompts.size());
   int64_t prompt_width = 0, response_width = 1, total = 0;
@@ -51,7 +51,7 @@ Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const
     real[r].narrow(0, first, static_cast<int64_t>(row.size())).fill_(true);
     start[r] = first + p;
     length[r] = static_cast<int64_t>(response.size());
-    ended[r] = stop_token && !response.empty() && response.back() == *stop_token;
+    ended[r] = !response.empty() && std::find(stop_tokens.begin(), stop_tokens.end(), response.back()) != stop_tokens.end();
   }
   return {tokens.to(device), real.to(device), start.to(device), length.to(device), ended.to(device), response_width};
 }

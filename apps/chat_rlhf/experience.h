@@ -31,9 +31,10 @@ struct Sequences {
 };
 
 // Prompts left-padded to the longest and responses right-padded after them (as generation lays them
-// out), or with `right_padded` every row's prompt and response together at column 0.
+// out), or with `right_padded` every row's prompt and response together at column 0. A response ended
+// when its last token is one of `stop_tokens` (else the length limit cut it).
 Sequences make_sequences(const std::vector<std::vector<int64_t>>& prompts, const std::vector<std::vector<int64_t>>& responses,
-                         int64_t pad_id, std::optional<int64_t> stop_token, const torch::Device& device,
+                         int64_t pad_id, const std::vector<int64_t>& stop_tokens, const torch::Device& device,
                          bool right_padded = false);
 
 // The policy's log-probabilities [B, R] of the responses, as the sampler drew them.

@@ -19,7 +19,7 @@ void generate_without_cache(nn::CausalLM& model, const std::vector<std::vector<i
   torch::NoGradGuard no_grad;
   std::vector<std::vector<int64_t>> rows = prompts;
   for (int64_t t = 0; t < new_tokens; ++t) {
-    const Sequences s = make_sequences(rows, std::vector<std::vector<int64_t>>(rows.size()), 1, std::nullopt, device);
+    const Sequences s = make_sequences(rows, std::vector<std::vector<int64_t>>(rows.size()), 1, {}, device);
     const torch::Tensor logits = model.whole_logits(nn::whole_rows_step(s.tokens, s.real)).select(1, -1);  // [B, V]
     const torch::Tensor next = logits.argmax(-1).cpu();
     for (size_t r = 0; r < rows.size(); ++r) rows[r].push_back(next[static_cast<int64_t>(r)].item<int64_t>());
@@ -88,7 +88,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   }
   nn::SamplingOptions sampling = rl.experience.sampling;
   sampling.max_new_tokens = new_tokens;
-  sampling.stop_token.reset();  // every row the full length: the same work each repeat
+  sampling.stop_tokens.clear();  // every row the full length: the same work each repeat
   const nn::Decoder decoder = nn::decoder_of(actor);
   const int repeats = 3;  // medians of 3; the run without a cache once (it is the slow one)
   const bool without_cache_timed = config.get_bool("benchmark.generate_without_cache");
@@ -103,7 +103,7 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
       without_cache =
           train::time_steps([&] { generate_without_cache(*actor, prompts, new_tokens, device); }, 0, 1, device).median;
     }
-    s = make_sequences(prompts, responses, 1, std::nullopt, device);
+    s = make_sequences(prompts, responses, 1, {}, device);
     experience_s =
         train::time_steps([&] { e = make_experience(s, *actor, *reference, critic, reward, rl.experience); }, 0, repeats, device)
             .median;

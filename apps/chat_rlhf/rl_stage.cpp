@@ -71,7 +71,7 @@ RlTask::RlTask(Stage stage, RlModels models, RlSettings settings, ChatText text,
       kl_{settings_.experience.kl_coef, settings_.kl_target, settings_.kl_horizon} {
   // The actor's head, blocks and tail, for the pre-training term's loss.
   actor_sites_ = std::make_unique<train::ParallelModel>(*models_.actor, train::ParallelOptions{});
-  settings_.experience.sampling.stop_token = text_.format.eos;
+  settings_.experience.sampling.stop_tokens = text_.format.stop_tokens();
   settings_.experience.sampling.vocab_limit = text_.tokenizer->vocab_size();
   train::freeze(models_.reference->module());
   if (!models_.reward.is_empty()) train::freeze(*models_.reward);
@@ -117,15 +117,64 @@ std::vector<std::string> RlTask::answers_of(const std::vector<std::vector<int64_
   return answers;
 }
 
-torch::Tensor RlTask::verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
-                                        const std::vector<const Prompt*>& prompts) const {
+std::vector<double> RlTask::verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
+                                              const std::vector<const Prompt*>& prompts) const {
   const VerifiableRewards& rewards = settings_.verifiable;
-  if (rewards.empty()) return {};
   std::vector<double> scores;
+  if (rewards.empty()) return scores;
   for (size_t i = 0; i < responses.size(); ++i) {
     scores.push_back(rewards.score(answers[i], static_cast<int64_t>(responses[i].size()), prompts[i]->answer));
   }
-  return torch::tensor(scores, torch::kFloat64).to(device_);
+  return scores;
+}
+
+void RlTask::Samples::append(const Samples& other, size_t first, size_t count) {
+  auto take = [&](auto& into, const auto& from) {
+    if (!from.empty()) into.insert(into.end(), from.begin() + static_cast<std::ptrdiff_t>(first), from.begin() + static_cast<std::ptrdiff_t>(first + count));
+  };
+  take(prompts, other.prompts);
+  take(responses, other.responses);
+  take(sources, other.sources);
+  take(program, other.program);
+}
+
+RlTask::Samples RlTask::draw_samples(int64_t rollout) {
+  const int rank = rank_of(data_), ranks = ranks_of(data_);
+  const int64_t per_rank = settings_.prompts_per_rollout / ranks;  // prompts (GRPO: groups) this rank trains on
+  const auto group = static_cast<size_t>(stage_ == Stage::Grpo ? settings_.group_size : 1);
+  const int64_t rounds = stage_ == Stage::Grpo ? settings_.sampling_rounds : 1;
+  nn::SamplingOptions sampling = settings_.experience.sampling;
+  Samples kept, dropped;
+  auto groups = [&](const Samples& s) { return static_cast<int64_t>(s.prompts.size() / group); };
+  for (int64_t round = 0; round < rounds; ++round) {
+    // Round r of rollout k samples the prompts of the prompt order's batch k * rounds + r.
+    const int64_t batch = rollout * rounds + round;
+    Samples drawn;
+    for (const size_t index : prompt_order_.rows(batch, rank * per_rank, per_rank)) {
+      for (size_t g = 0; g < group; ++g) {
+        drawn.prompts.push_back(prompts_[index].tokens);
+        drawn.sources.push_back(&prompts_[index]);
+      }
+    }
+    sampling.seed = mix_seed(seed_, batch, 0, rank);
+    drawn.responses = sample(drawn.prompts, sampling);
+    drawn.program = verifiable_scores(drawn.responses, answers_of(drawn.responses), drawn.sources);
+    if (rounds == 1) return drawn;
+    for (size_t first = 0; first < drawn.prompts.size(); first += group) {
+      const auto begin = drawn.program.begin() + static_cast<std::ptrdiff_t>(first), end = begin + static_cast<std::ptrdiff_t>(group);
+      const bool spread = *std::max_element(begin, end) != *std::min_element(begin, end);
+      (spread && groups(kept) < per_rank ? kept : dropped).append(drawn, first, group);
+    }
+    kept.rounds = round + 1;
+    // Every rank samples while any still lacks groups: generation under a sharded layout is collective.
+    torch::Tensor short_ranks = torch::tensor({groups(kept) < per_rank ? 1.0 : 0.0}, torch::kFloat64);
+    sum_over(short_ranks, data_);
+    if (short_ranks.item<double>() == 0) break;
+  }
+  kept.groups_with_spread = groups(kept);
+  // Still short after the last round: groups without spread fill the rollout (they teach only through KL).
+  for (size_t first = 0; groups(kept) < per_rank; first += group) kept.append(dropped, first, group);
+  return kept;
 }
 
 torch::Tensor RlTask::grpo_advantages(const Experience& e) const {
@@ -144,26 +193,18 @@ torch::Tensor RlTask::grpo_advantages(const Experience& e) const {
 }
 
 void RlTask::make_rollout(int64_t rollout) {
-  const int rank = rank_of(data_), ranks = ranks_of(data_);
-  const int64_t per_rank = settings_.prompts_per_rollout / ranks;
-  const int64_t group = stage_ == Stage::Grpo ? settings_.group_size : 1;
-  std::vector<std::vector<int64_t>> prompts;
-  std::vector<const Prompt*> sources;
-  for (const size_t index : prompt_order_.rows(rollout, rank * per_rank, per_rank)) {
-    for (int64_t g = 0; g < group; ++g) {
-      prompts.push_back(prompts_[index].tokens);
-      sources.push_back(&prompts_[index]);
-    }
-  }
+  const int rank = rank_of(data_);
+  const Samples samples = draw_samples(rollout);
+  const std::vector<std::vector<int64_t>>& prompts = samples.prompts;
+  const std::vector<std::vector<int64_t>>& responses = samples.responses;
+  const std::vector<const Prompt*>& sources = samples.sources;
   ExperienceSettings settings = settings_.experience;
   settings.kl_coef = kl_.coef;
   if (settings_.scale_scores) settings.score_moments = &score_moments_;
   settings.policy_logprobs = !update_scores_policy();
-  settings.sampling.seed = mix_seed(seed_, rollout, 0, rank);
-  const std::vector<std::vector<int64_t>> responses = sample(prompts, settings.sampling);
-  const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
+  const Sequences s = make_sequences(prompts, responses, text_.pad_id, settings_.experience.sampling.stop_tokens, device_);
   if (!models_.reward.is_empty()) models_.reward->eval();
-  const torch::Tensor program = settings_.verifiable.empty() ? torch::Tensor() : verifiable_scores(responses, answers_of(responses), sources);
+  const torch::Tensor program = samples.program.empty() ? torch::Tensor() : torch::tensor(samples.program, torch::kFloat64).to(device_);
   if (models_.critic) {
     (*models_.critic)->eval();
     experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get(),
@@ -210,13 +251,17 @@ void RlTask::make_rollout(int64_t rollout) {
   }
   torch::Tensor sums = torch::tensor({experience_.scores.to(torch::kFloat64).sum().item<double>(), k1.sum().item<double>(),
                                       m.sum().item<double>(), s.ended.to(torch::kFloat64).sum().item<double>(), f1, answered,
-                                      static_cast<double>(rows)},
+                                      static_cast<double>(rows), static_cast<double>(samples.groups_with_spread)},
                                      torch::kFloat64);
   sum_over(sums, data_);
   const double n = sums[6].item<double>();
   rollout_figures_ = {{"reward", sums[0].item<double>() / n},        {"kl", sums[1].item<double>() / n},
                       {"response_length", sums[2].item<double>() / n}, {"eos_rate", sums[3].item<double>() / n},
                       {"kl_coef", kl_.coef}};
+  if (settings_.sampling_rounds > 1 && stage_ == Stage::Grpo) {
+    rollout_figures_["groups_with_spread"] = sums[7].item<double>() / static_cast<double>(settings_.prompts_per_rollout);
+    rollout_figures_["sampling_rounds"] = static_cast<double>(samples.rounds);  // the same on every rank
+  }
   if (sums[5].item<double>() > 0) rollout_figures_["answer_f1"] = sums[4].item<double>() / sums[5].item<double>();
   if (stage_ == Stage::Ppo) kl_.update(sums[1].item<double>() / n, static_cast<int64_t>(n));
 }
@@ -406,7 +451,7 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   nn::SamplingOptions greedy = settings_.experience.sampling;
   greedy.temperature = 0;  // the answers a user gets by default
   const std::vector<std::vector<int64_t>> responses = sample(prompts, greedy);
-  const Sequences s = make_sequences(prompts, responses, text_.pad_id, text_.format.eos, device_);
+  const Sequences s = make_sequences(prompts, responses, text_.pad_id, settings_.experience.sampling.stop_tokens, device_);
   nn::SamplingOptions model_distribution;
   model_distribution.vocab_limit = greedy.vocab_limit;
   ExperienceSettings settings;
@@ -414,8 +459,9 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
   if (!models_.reward.is_empty()) models_.reward->eval();
   const std::vector<std::string> answers = answers_of(responses);
+  const std::vector<double> program = verifiable_scores(responses, answers, sources);
   const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings,
-                                     verifiable_scores(responses, answers, sources));
+                                     program.empty() ? torch::Tensor() : torch::tensor(program, torch::kFloat64).to(device_));
   const torch::Tensor m = e.mask.to(torch::kFloat64);
   const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
   const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();

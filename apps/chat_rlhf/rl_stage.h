@@ -80,10 +80,22 @@ class RlTask : public train::RunTask {
   std::vector<std::vector<int64_t>> sample(const std::vector<std::vector<int64_t>>& prompts, nn::SamplingOptions sampling);
   // Each response's text (its EOS dropped).
   std::vector<std::string> answers_of(const std::vector<std::vector<int64_t>>& responses) const;
-  // The rewards a program checks (rl.rewards) of each response (its tokens and text) to its prompt, [B] on
-  // the device; undefined without any.
-  torch::Tensor verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
-                                  const std::vector<const Prompt*>& prompts) const;
+  // The rewards a program checks (rl.rewards) of each response (its tokens and text) to its prompt; empty
+  // without any.
+  std::vector<double> verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
+                                        const std::vector<const Prompt*>& prompts) const;
+  // This rank's share of a rollout's samples, one row per sample (GRPO: groups of rl.group_size rows).
+  struct Samples {
+    std::vector<std::vector<int64_t>> prompts, responses;
+    std::vector<const Prompt*> sources;
+    std::vector<double> program;  // rl.rewards' score of each row; empty without them
+    int64_t groups_with_spread = 0, rounds = 1;  // dynamic sampling's figures
+    // Rows [first, first + count) of `other` appended.
+    void append(const Samples& other, size_t first, size_t count);
+  };
+  // Rollout `rollout`'s samples; with rl.sampling_rounds > 1 (DAPO's dynamic sampling) groups whose
+  // program rewards are all equal give way to groups of further prompts, round after round.
+  Samples draw_samples(int64_t rollout);
   // True when the rollout's only update scores the policy for the ratio (GRPO, one epoch of one
   // mini-batch, KL not in the reward): the experience skips the policy's pass, as trl does.
   bool update_scores_policy() const;

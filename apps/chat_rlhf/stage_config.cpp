@@ -72,6 +72,12 @@ void add_rl_schema(config::Schema& s, Stage stage) {
                  "the policy ratio per token (GRPO, DAPO) or per sequence: the mean log-ratio over the response's "
                  "tokens (GSPO; with rl.loss_aggregation = \"sequence-mean\" as the paper)")
         .choices({"token", "sequence"});
+    s.add_int("rl.sampling_rounds", 1,
+              "DAPO's dynamic sampling when > 1: a group whose rewards from rl.rewards are all equal (no advantage "
+              "to learn from) is dropped and the next prompts are drawn, up to this many rounds of "
+              "rl.prompts_per_rollout prompts per rollout; a rollout still short keeps dropped groups")
+        .min(1)
+        .max(64);
     s.add_bool("rl.kl_in_reward", false,
                "k1 in each sample's reward instead of rl.kl_estimator in the loss (the penalty in the loss "
                "regularises towards KL(π_ref ‖ π), another optimum)");
@@ -182,8 +188,13 @@ RlSettings rl_settings(const config::Config& config, Stage stage) {
     s.aggregation = aggregation_named(config.get_string("rl.loss_aggregation"));
     s.kl_in_reward = config.get_bool("rl.kl_in_reward");
     s.importance_level = importance_level_named(config.get_string("rl.importance_sampling"));
+    s.sampling_rounds = config.get_int("rl.sampling_rounds");
   }
   s.verifiable = read_verifiable_rewards(config);
+  if (s.sampling_rounds > 1 && s.verifiable.empty()) {
+    config.fail_at("rl.sampling_rounds", "drops groups whose rewards from rl.rewards are all equal, but rl.rewards names none "
+                                         "(a reward model's scores almost never tie)");
+  }
   const int64_t rows = s.prompts_per_rollout * (ppo ? 1 : s.group_size);
   const int64_t batch = config.get_int("train.batch_size");
   if (batch * s.mini_batches != rows) {

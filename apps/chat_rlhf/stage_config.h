@@ -63,6 +63,7 @@ struct RlSettings {
   RewardScaling scale_rewards = RewardScaling::Group;
   bool kl_in_reward = false;  // GRPO: k1 in the reward (the exact KL-regularised optimum) instead of k3 in the loss
   ImportanceLevel importance_level = ImportanceLevel::Token;  // GRPO: per token, or per sequence (GSPO)
+  int64_t sampling_rounds = 1;  // GRPO: > 1 is DAPO's dynamic sampling (groups without spread dropped)
   VerifiableRewards verifiable;  // rewards a program checks (rl.rewards), summed with the reward model's score
   std::string eval_prompts;   // held-out prompts (data.val)
   int64_t eval_prompts_count = 16;

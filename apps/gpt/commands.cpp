@@ -71,7 +71,7 @@ class GptApp : public train::ModelApp<GPT> {
       const std::string continuation = tokenizer->decode(std::vector<uint32_t>(produced.begin(), produced.end()));
       std::cout << (row ? "\n" : "") << prompt << text::replace_invalid_utf8(continuation) << std::endl;
     };
-    framing.stop_token = tokenizer->eos_id();
+    framing.stop_tokens = {tokenizer->eos_id()};
     framing.decode = [tokenizer](const std::vector<int64_t>& ids) {
       return tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()));
     };

@@ -114,6 +114,13 @@ io::InstructionFormat instruction_format(const config::Config& config, const Opt
                                                "; set data.chat_template = false for the plain framing");
     }
   }
+  if (const std::string folder = train::init_from(config); !folder.empty()) {
+    try {
+      format.also_stop = io::generation_eos_ids(folder);
+    } catch (const Error& e) {
+      config.fail_at("model.init_from", e.what());
+    }
+  }
   format.max_tokens = data.context;
   return format;
 }

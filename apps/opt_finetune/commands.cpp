@@ -71,7 +71,7 @@ train::TextFraming CausalLmApp::text_framing() {
     std::cout << nlohmann::json{{"prompt", prompt}, {"output", text::replace_invalid_utf8(tokenizer->decode(answer))}}.dump()
               << std::endl;
   };
-  framing.stop_token = format.eos;
+  framing.stop_tokens = format.stop_tokens();
   framing.vocab_limit = tokenizer->vocab_size();
   framing.decode = [tokenizer](const std::vector<int64_t>& ids) { return tokenizer->decode(ids); };
   return framing;

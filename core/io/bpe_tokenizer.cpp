@@ -7,12 +7,13 @@
 #include <unicode/unistr.h>
 
 #include <algorithm>
-#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <queue>
+#include <tuple>
 
 #include "core/io/json_file.h"
 #include "core/util/atomic_file.h"
@@ -97,20 +98,69 @@ std::optional<size_t> first_invalid_utf8(std::string_view s) {
   return std::nullopt;
 }
 
+// The length of the UTF-8 character that starts with byte `lead` (text already checked to be UTF-8).
+size_t utf8_length(char lead) {
+  const auto c = static_cast<unsigned char>(lead);
+  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
+}
+
+// Every `from` in `text` replaced by `to`, in one pass (a whole text may have a million spaces).
+std::string replace_all(const std::string& text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  std::string out;
+  out.reserve(text.size());
+  size_t begin = 0;
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, begin)) {
+    out.append(text, begin, at - begin).append(to);
+    begin = at + from.size();
+  }
+  return out.append(text, begin, std::string::npos);
+}
+
+// SentencePiece's token for one byte: "<0x0A>".
+std::string byte_token(uint8_t byte) {
+  static const char* const kHex = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[byte >> 4] + kHex[byte & 0xF] + ">";
+}
+
+// The byte a "<0xNN>" token stands for, if `token` is one (as tokenizers' ByteFallback decoder reads it).
+std::optional<uint8_t> byte_of_token(const std::string& token) {
+  if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return std::nullopt;
+  auto digit = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  // Rust's from_str_radix, which tokenizers parses with, takes a leading '+': "<0x+F>" is byte 15 there too.
+  const int high = token[3] == '+' ? 0 : digit(token[3]), low = digit(token[4]);
+  if (high < 0 || low < 0) return std::nullopt;
+  return static_cast<uint8_t>(high * 16 + low);
+}
+
+// SentencePiece's mark for a space, "▁" (U+2581).
+constexpr const char* kSpaceMark = "\xE2\x96\x81";
+
 }  // namespace
 
 struct BpeTokenizer::State {
   std::unordered_map<std::string, int64_t> vocab;
-  std::vector<std::string> tokens;                 // id -> token (byte-level characters)
+  std::vector<std::string> tokens;                 // id -> token (byte-level characters, or as it is)
   std::unordered_map<std::string, int> merge_rank;  // "left right" -> rank
+  std::vector<int64_t> merge_result;                // rank -> the id of the token the merge makes
   std::vector<std::pair<std::string, int64_t>> special;  // matched whole, longest first
   std::string byte_symbol[256];                    // byte -> its printable character, as UTF-8
   std::unordered_map<uint32_t, uint8_t> symbol_byte;
   bool add_prefix_space = false;
   // tokenizer.json's normalizer as steps applied in order to the text between special tokens
-  // (CollapseWhitespace: every run of whitespace one space, CLIP's).
-  enum class Normalize { Lowercase, Nfc, Nfd, Nfkc, Nfkd, CollapseWhitespace };
-  std::vector<Normalize> normalizers;
+  // (CollapseWhitespace: every run of whitespace one space, CLIP's; Prepend `text` to a text that is not
+  // empty and Replace every `text` by `replacement`: Llama 2's "▁" before the text and for each space).
+  enum class Normalize { Lowercase, Nfc, Nfd, Nfkc, Nfkd, CollapseWhitespace, Prepend, Replace };
+  struct NormalizeStep {
+    Normalize kind;
+    std::string text{}, replacement{};
+    bool operator==(const NormalizeStep& o) const {
+      return std::tie(kind, text, replacement) == std::tie(o.kind, o.text, o.replacement);
+    }
+  };
+  std::vector<NormalizeStep> normalizers;
   std::string normalized(const std::string& text) const;
   std::unique_ptr<icu::RegexPattern> pattern;
   // A Split pre-tokenizer before the byte-level one: text cut into words by word_pattern first. CLIP's
@@ -126,6 +176,46 @@ struct BpeTokenizer::State {
   bool ignore_merges = false;
   std::string word_end;
   std::optional<int64_t> unknown;
+
+  // SentencePiece's BPE as Llama 2's, Mistral's and TinyLlama's tokenizer.json hold it, instead of the
+  // byte-level one: a piece's symbols are its characters (with "▁" for each space); a character the
+  // vocabulary lacks is spelt by its UTF-8 bytes' tokens "<0xNN>" (byte_fallback), else read as `unknown`
+  // (a run of them as one with fuse_unknown).
+  bool characters = false;
+  bool byte_fallback = false;
+  bool fuse_unknown = false;
+  // Where a Metaspace puts a "▁" before a stretch of text that has none: nowhere, before the text's first
+  // stretch only (not after a special token), before every stretch.
+  enum class Prepend { Never, First, Always };
+  // The Metaspace pre-tokenizer: each space becomes `replacement`, one is put first as `prepend` says, and
+  // with `split` each replacement starts a piece of its own (else the stretch is one piece).
+  struct Metaspace {
+    std::string replacement;
+    Prepend prepend;
+    bool split;
+    bool operator==(const Metaspace& o) const {
+      return std::tie(replacement, prepend, split) == std::tie(o.replacement, o.prepend, o.split);
+    }
+  };
+  std::optional<Metaspace> metaspace;
+  // The decoder of a SentencePiece file, steps applied in order to the tokens' texts, which are then
+  // joined (tokenizers' decode_chain): Replace `text` by `replacement` in each; ByteFallback (runs of
+  // "<0xNN>" tokens to their bytes, "\uFFFD" a byte if they are no UTF-8); Fuse (all one text); Strip (up to
+  // `start` leading and `stop` trailing `text`s of each); Metaspace (`text` a space, dropped from the first
+  // token unless `prepend` is Never).
+  enum class Decode { Replace, ByteFallback, Fuse, Strip, Metaspace };
+  struct DecodeStep {
+    Decode kind;
+    std::string text{}, replacement{};
+    int64_t start = 0, stop = 0;
+    Prepend prepend = Prepend::Always;
+    bool operator==(const DecodeStep& o) const {
+      return std::tie(kind, text, replacement, start, stop, prepend) ==
+             std::tie(o.kind, o.text, o.replacement, o.start, o.stop, o.prepend);
+    }
+  };
+  std::vector<DecodeStep> decoder;
+
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;  // piece -> ids
 
@@ -166,7 +256,9 @@ struct BpeTokenizer::State {
     KUAFU_CHECK(!left.empty() && !right.empty(), where, ": a merge needs two symbols");
     KUAFU_CHECK(vocab.count(left + right), where, ": the merge of '", text::abbreviate(left), "' and '",
                 text::abbreviate(right), "' makes a token the vocabulary lacks");
-    merge_rank.emplace(left + " " + right, static_cast<int>(merge_rank.size()));
+    if (merge_rank.emplace(left + " " + right, static_cast<int>(merge_rank.size())).second) {
+      merge_result.push_back(vocab.at(left + right));
+    }
   }
 
   void add_special(const std::string& token, const std::string& where) {
@@ -176,41 +268,105 @@ struct BpeTokenizer::State {
     std::sort(special.begin(), special.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   }
 
-  // The ids of one pre-tokenised piece (raw UTF-8).
-  std::vector<int64_t> encode_piece(const std::string& piece) const {
-    {
-      std::lock_guard<std::mutex> lock(cache_mutex);
-      if (const auto hit = cache.find(piece); hit != cache.end()) return hit->second;
-    }
+  // A byte-level piece's symbols: each byte's printable character, the last one ending in word_end.
+  std::vector<std::string> byte_symbols(const std::string& piece) const {
     std::vector<std::string> symbols;
     for (unsigned char b : piece) symbols.push_back(byte_symbol[b]);
     if (!symbols.empty()) symbols.back() += word_end;
+    return symbols;
+  }
+
+  // A SentencePiece piece's symbols: its characters, one the vocabulary lacks spelt by its bytes' tokens
+  // or read as the unknown token (a run of such characters as one with fuse_unknown), as tokenizers' BPE
+  // model does before merging.
+  std::vector<std::string> character_symbols(const std::string& piece) const {
+    std::vector<std::string> symbols;
+    bool after_unknown = false;
+    for (size_t at = 0; at < piece.size();) {
+      const std::string character = piece.substr(at, utf8_length(piece[at]));
+      at += character.size();
+      const bool known = vocab.count(character) > 0;
+      if (!known && !byte_fallback) {
+        KUAFU_CHECK(unknown, "BPE: the character '", character,
+                    "' is not in the vocabulary, which has neither an unk_token nor byte_fallback");
+        if (!(after_unknown && fuse_unknown)) symbols.push_back(tokens[static_cast<size_t>(*unknown)]);
+        after_unknown = true;
+        continue;
+      }
+      if (known) {
+        symbols.push_back(character);
+      } else {  // every "<0xNN>" is in the vocabulary (checked on reading)
+        for (unsigned char b : character) symbols.push_back(byte_token(b));
+      }
+      after_unknown = false;
+    }
+    return symbols;
+  }
+
+  // Merges adjacent symbols as tokenizers' BPE does: the pair of lowest rank first (the leftmost among
+  // equals), each merge offering new pairs with its neighbours, until no pair has a rank. The queue keeps
+  // a long piece (a SentencePiece file without a pre-tokenizer reads the whole text as one) near linear.
+  void merge(std::vector<std::string>& symbols) const {
+    struct Pair {
+      int rank;
+      size_t left;
+      bool operator>(const Pair& o) const { return std::tie(rank, left) > std::tie(o.rank, o.left); }
+    };
+    const size_t none = symbols.size();
+    std::vector<size_t> next(symbols.size()), previous(symbols.size());  // the symbols still there, in order
+    for (size_t i = 0; i < symbols.size(); ++i) next[i] = i + 1, previous[i] = i == 0 ? none : i - 1;
+    std::vector<bool> gone(symbols.size(), false);
+    std::priority_queue<Pair, std::vector<Pair>, std::greater<Pair>> queue;
+    std::string key;
+    auto rank_at = [&](size_t left) {  // of the pair that starts at `left` now; -1: none
+      if (left == none || next[left] == none) return -1;
+      key.assign(symbols[left]).append(" ").append(symbols[next[left]]);
+      const auto rank = merge_rank.find(key);
+      return rank == merge_rank.end() ? -1 : rank->second;
+    };
+    auto offer = [&](size_t left) {
+      if (const int rank = rank_at(left); rank >= 0) queue.push({rank, left});
+    };
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) offer(i);
+    while (!queue.empty()) {
+      const Pair pair = queue.top();
+      queue.pop();
+      // Queued before a neighbouring merge changed its symbols: taken only if what is there now makes the
+      // same token (as tokenizers checks), else what is there now was queued on its own.
+      if (gone[pair.left]) continue;
+      const int now = rank_at(pair.left);
+      if (now < 0 || merge_result[static_cast<size_t>(now)] != merge_result[static_cast<size_t>(pair.rank)]) continue;
+      const size_t right = next[pair.left];
+      symbols[pair.left] = tokens[static_cast<size_t>(merge_result[static_cast<size_t>(pair.rank)])];
+      gone[right] = true;
+      next[pair.left] = next[right];
+      if (next[right] != none) previous[next[right]] = pair.left;
+      offer(previous[pair.left]);
+      offer(pair.left);
+    }
+    std::vector<std::string> kept;
+    for (size_t i = 0; i < symbols.size(); ++i) {
+      if (!gone[i]) kept.push_back(std::move(symbols[i]));
+    }
+    symbols = std::move(kept);
+  }
+
+  // Pieces longer than this are not cached: a SentencePiece file's whole text may be one piece.
+  static constexpr size_t kCachedPieceBytes = 256;
+
+  // The ids of one pre-tokenised piece (raw UTF-8).
+  std::vector<int64_t> encode_piece(const std::string& piece) const {
+    const bool cached = piece.size() <= kCachedPieceBytes;
+    if (cached) {
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      if (const auto hit = cache.find(piece); hit != cache.end()) return hit->second;
+    }
+    std::vector<std::string> symbols = characters ? character_symbols(piece) : byte_symbols(piece);
     if (ignore_merges && symbols.size() > 1) {  // a piece that is a token of its own is taken whole
-      std::string whole;
-      for (const std::string& symbol : symbols) whole += symbol;
+      const std::string whole = characters ? piece : text::join(symbols, "");
       if (vocab.count(whole)) symbols = {whole};
     }
-    // Merge the lowest-ranked adjacent pair everywhere, left to right, until no pair has a rank.
-    std::vector<int> ranks;  // ranks[i]: of the pair symbols[i], symbols[i + 1] (INT_MAX: none)
-    while (symbols.size() > 1) {
-      ranks.clear();
-      for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-        const auto rank = merge_rank.find(symbols[i] + " " + symbols[i + 1]);
-        ranks.push_back(rank == merge_rank.end() ? INT_MAX : rank->second);
-      }
-      const int best = *std::min_element(ranks.begin(), ranks.end());
-      if (best == INT_MAX) break;
-      std::vector<std::string> merged;
-      for (size_t i = 0; i < symbols.size(); ++i) {
-        if (i + 1 < symbols.size() && ranks[i] == best) {
-          merged.push_back(symbols[i] + symbols[i + 1]);
-          ++i;
-          continue;
-        }
-        merged.push_back(symbols[i]);
-      }
-      symbols = std::move(merged);
-    }
+    merge(symbols);
     std::vector<int64_t> ids;
     for (const std::string& symbol : symbols) {
       const auto id = vocab.find(symbol);
@@ -218,17 +374,44 @@ struct BpeTokenizer::State {
                   "' is not in the vocabulary (it must hold all 256 byte symbols)");
       ids.push_back(id != vocab.end() ? id->second : *unknown);
     }
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    cache.emplace(piece, ids);
+    if (cached) {
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      cache.emplace(piece, ids);
+    }
     return ids;
   }
 
-  // Ordinary text (no special tokens) -> ids.
-  void encode_text(const std::string& text, std::vector<int64_t>& ids) const {
+  // Metaspace's pieces of a stretch of text (between special tokens); `at_start`: the stretch begins the
+  // text, where prepend_scheme "first" puts its mark.
+  void for_each_metaspace_piece(const std::string& stretch, bool at_start,
+                                const std::function<void(const std::string&)>& piece) const {
+    const std::string& mark = metaspace->replacement;
+    std::string marked = replace_all(stretch, " ", mark);
+    const bool prepend = metaspace->prepend == Prepend::Always || (metaspace->prepend == Prepend::First && at_start);
+    if (prepend && !text::starts_with(marked, mark)) marked.insert(0, mark);
+    if (!metaspace->split) return piece(marked);
+    size_t begin = 0;  // each mark but a leading one starts a new piece
+    for (size_t at = marked.find(mark, 1); at != std::string::npos; at = marked.find(mark, at + mark.size())) {
+      piece(marked.substr(begin, at - begin));
+      begin = at;
+    }
+    piece(marked.substr(begin));
+  }
+
+  // Ordinary text (no special tokens) -> ids; `at_start`: the text begins what encode was given.
+  void encode_text(const std::string& text, bool at_start, std::vector<int64_t>& ids) const {
     if (text.empty()) return;
     auto encode_one = [&](const std::string& piece) {
       for (int64_t id : encode_piece(piece)) ids.push_back(id);
     };
+    if (characters) {  // SentencePiece's: Metaspace's pieces, or the whole text as one (the older files)
+      if (metaspace) {
+        for_each_metaspace_piece(text, at_start, encode_one);
+      } else {
+        encode_one(text);
+      }
+      return;
+    }
     auto encode_pieces = [&](const std::string& part) {
       if (byte_level_regex) {
         for_each_match(*pattern, part, encode_one);
@@ -242,6 +425,9 @@ struct BpeTokenizer::State {
       encode_pieces(text);
     }
   }
+
+  // A SentencePiece file's text of tokens: its decoder's steps, then the pieces joined.
+  std::string decoded(std::vector<std::string> pieces) const;
 };
 
 BpeTokenizer::BpeTokenizer(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -278,7 +464,16 @@ BpeTokenizer BpeTokenizer::from_files(const std::string& vocab_json, const std::
 std::string BpeTokenizer::State::normalized(const std::string& text) const {
   if (normalizers.empty() || text.empty()) return text;
   icu::UnicodeString s = icu::UnicodeString::fromUTF8(text);
-  for (const Normalize step : normalizers) {
+  for (const NormalizeStep& normalizer : normalizers) {
+    const Normalize step = normalizer.kind;
+    if (step == Normalize::Prepend) {
+      if (!s.isEmpty()) s.insert(0, icu::UnicodeString::fromUTF8(normalizer.text));
+      continue;
+    }
+    if (step == Normalize::Replace) {
+      s.findAndReplace(icu::UnicodeString::fromUTF8(normalizer.text), icu::UnicodeString::fromUTF8(normalizer.replacement));
+      continue;
+    }
     if (step == Normalize::Lowercase) {
       s.toLower(icu::Locale::getRoot());  // Unicode's default full lower-case mapping, as Rust's to_lowercase
       continue;
@@ -307,6 +502,68 @@ std::string BpeTokenizer::State::normalized(const std::string& text) const {
 
 namespace {
 
+// tokenizers' ByteFallback decoder: each run of "<0xNN>" tokens becomes the text its bytes spell, or one
+// U+FFFD per byte when they are no valid UTF-8.
+std::vector<std::string> bytes_to_text(const std::vector<std::string>& pieces) {
+  std::vector<std::string> out;
+  std::string bytes;
+  auto flush = [&] {
+    if (bytes.empty()) return;
+    if (first_invalid_utf8(bytes)) {
+      out.insert(out.end(), bytes.size(), "\xEF\xBF\xBD");
+    } else {
+      out.push_back(bytes);
+    }
+    bytes.clear();
+  };
+  for (const std::string& piece : pieces) {
+    if (const std::optional<uint8_t> byte = byte_of_token(piece)) {
+      bytes.push_back(static_cast<char>(*byte));
+      continue;
+    }
+    flush();
+    out.push_back(piece);
+  }
+  flush();
+  return out;
+}
+
+// tokenizers' Strip decoder on one piece: up to `start` leading and `stop` trailing `content`s removed.
+std::string strip(std::string piece, const std::string& content, int64_t start, int64_t stop) {
+  for (int64_t i = 0; i < start && text::starts_with(piece, content); ++i) piece.erase(0, content.size());
+  for (int64_t i = 0; i < stop && text::ends_with(piece, content); ++i) piece.erase(piece.size() - content.size());
+  return piece;
+}
+
+}  // namespace
+
+std::string BpeTokenizer::State::decoded(std::vector<std::string> pieces) const {
+  for (const DecodeStep& step : decoder) {
+    switch (step.kind) {
+      case Decode::Replace:
+        for (std::string& piece : pieces) piece = replace_all(piece, step.text, step.replacement);
+        break;
+      case Decode::ByteFallback:
+        pieces = bytes_to_text(pieces);
+        break;
+      case Decode::Fuse:
+        pieces = {text::join(pieces, "")};
+        break;
+      case Decode::Strip:
+        for (std::string& piece : pieces) piece = strip(piece, step.text, step.start, step.stop);
+        break;
+      case Decode::Metaspace:  // the first token's marks were put there by the pre-tokenizer: dropped
+        for (size_t i = 0; i < pieces.size(); ++i) {
+          pieces[i] = replace_all(pieces[i], step.text, i == 0 && step.prepend != Prepend::Never ? "" : " ");
+        }
+        break;
+    }
+  }
+  return text::join(pieces, "");
+}
+
+namespace {
+
 // tokenizer.json's fields: the string `key` of `object`, or "" when `object` is no object or holds no
 // string there. nlohmann::json's value() throws its own type_error (no file named) for a key of another
 // type, and operator[] of a const object reads freed memory for a missing key (found by fuzz_tokenizer_json).
@@ -326,7 +583,7 @@ bool flag_at(const nlohmann::json& object, const char* key, bool fallback, const
 
 // tokenizer.json's "normalizer" as steps; kuafu::Error naming a type Kuafu does not apply.
 void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
-                     std::vector<BpeTokenizer::State::Normalize>& steps) {
+                     std::vector<BpeTokenizer::State::NormalizeStep>& steps) {
   using Normalize = BpeTokenizer::State::Normalize;
   if (normalizer.is_null()) return;
   const std::string type = string_at(normalizer, "type");
@@ -334,9 +591,19 @@ void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
     for (const nlohmann::json& step : normalizer["normalizers"]) read_normalizer(step, path, steps);
     return;
   }
-  if (type == "Replace" && normalizer.contains("pattern") && string_at(normalizer["pattern"], "Regex") == "\\s+" &&
-      string_at(normalizer, "content") == " ") {
-    steps.push_back(Normalize::CollapseWhitespace);  // CLIP's: every run of whitespace one space
+  const bool replace = type == "Replace" && normalizer.contains("pattern") && normalizer.contains("content") &&
+                       normalizer["content"].is_string();
+  if (replace && string_at(normalizer["pattern"], "Regex") == "\\s+" && string_at(normalizer, "content") == " ") {
+    steps.push_back({Normalize::CollapseWhitespace});  // CLIP's: every run of whitespace one space
+    return;
+  }
+  // Llama 2's older files: a "▁" before the text, and one for each space.
+  if (replace && !string_at(normalizer["pattern"], "String").empty()) {
+    steps.push_back({Normalize::Replace, string_at(normalizer["pattern"], "String"), string_at(normalizer, "content")});
+    return;
+  }
+  if (type == "Prepend" && normalizer.contains("prepend") && normalizer["prepend"].is_string()) {
+    steps.push_back({Normalize::Prepend, string_at(normalizer, "prepend")});
     return;
   }
   static const std::vector<std::pair<std::string, Normalize>> known = {
@@ -344,30 +611,23 @@ void read_normalizer(const nlohmann::json& normalizer, const std::string& path,
       {"NFKC", Normalize::Nfkc}, {"NFKD", Normalize::Nfkd}};
   for (const auto& [name, step] : known) {
     if (type == name) {
-      steps.push_back(step);
+      steps.push_back({step});
       return;
     }
   }
   fail(path + ": normalizer \"" + text::abbreviate(type) +
-       "\" is not supported (Kuafu applies Lowercase, NFC, NFD, NFKC, NFKD, CLIP's whitespace Replace and Sequences of "
-       "them); ids would "
-       "differ from transformers'");
+       "\" is not supported (Kuafu applies Lowercase, NFC, NFD, NFKC, NFKD, Prepend, Replace of a string, CLIP's "
+       "whitespace Replace and Sequences of them); ids would differ from transformers'");
 }
 
-}  // namespace
-
-BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
-  const nlohmann::json file = read_json_file(path);
-  const auto model = file.find("model");
-  KUAFU_CHECK(model != file.end() && string_at(*model, "type") == "BPE", path,
-              ": expected a BPE model (\"model\": {\"type\": \"BPE\", ...})");
-  auto pre = file.find("pre_tokenizer");
-  KUAFU_CHECK(pre != file.end() && pre->is_object(), path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
-  auto state = std::make_unique<State>();
-  nlohmann::json byte_level = *pre;
-  if (string_at(*pre, "type") == "Sequence") {  // words split by a pattern, then ByteLevel (CLIP, Llama 3, Qwen)
-    const auto steps = pre->find("pretokenizers");
-    const bool listed = steps != pre->end() && steps->is_array() && steps->size() == 2;
+// A ByteLevel pre-tokenizer, alone or after a Split by a Regex pattern (CLIP, Llama 3, Qwen).
+void read_byte_level(const nlohmann::json& pre, const std::string& path, BpeTokenizer::State& state) {
+  KUAFU_CHECK(pre.is_object(), path, ": expected a ByteLevel pre_tokenizer (byte-level BPE), a Metaspace one or none "
+              "(SentencePiece's BPE)");
+  nlohmann::json byte_level = pre;
+  if (string_at(pre, "type") == "Sequence") {  // words split by a pattern, then ByteLevel (CLIP, Llama 3, Qwen)
+    const auto steps = pre.find("pretokenizers");
+    const bool listed = steps != pre.end() && steps->is_array() && steps->size() == 2;
     const std::string behavior = listed ? string_at((*steps)[0], "behavior") : "";
     const bool inverted = listed && flag_at((*steps)[0], "invert", false, path + ": pre_tokenizer.pretokenizers[0]");
     // The pattern matches CLIP's words (inverted, the rest removed) or Llama 3's and Qwen's delimiters,
@@ -378,14 +638,114 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
                        (*steps)[0]["pattern"].contains("Regex") && (*steps)[0]["pattern"]["Regex"].is_string();
     KUAFU_CHECK(split, path, ": a Sequence pre_tokenizer is read only as a Split by a Regex pattern then ByteLevel, as CLIP "
                              "(behavior Removed, inverted) and Llama 3 and Qwen (behavior Isolated, not inverted) write it");
-    state->word_pattern_text = string_at((*steps)[0]["pattern"], "Regex");
-    state->word_pattern = compile(state->word_pattern_text.c_str());
-    state->keep_gaps = behavior == "Isolated";
+    state.word_pattern_text = string_at((*steps)[0]["pattern"], "Regex");
+    state.word_pattern = compile(state.word_pattern_text.c_str());
+    state.keep_gaps = behavior == "Isolated";
     byte_level = (*steps)[1];
   }
-  KUAFU_CHECK(string_at(byte_level, "type") == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE)");
-  state->add_prefix_space = flag_at(byte_level, "add_prefix_space", false, path + ": pre_tokenizer");
-  state->byte_level_regex = flag_at(byte_level, "use_regex", true, path + ": pre_tokenizer");
+  KUAFU_CHECK(string_at(byte_level, "type") == "ByteLevel", path, ": expected a ByteLevel pre_tokenizer (byte-level BPE), a "
+              "Metaspace one or none (SentencePiece's BPE)");
+  state.add_prefix_space = flag_at(byte_level, "add_prefix_space", false, path + ": pre_tokenizer");
+  state.byte_level_regex = flag_at(byte_level, "use_regex", true, path + ": pre_tokenizer");
+}
+
+// A Metaspace's prepend_scheme (pre-tokenizer or decoder); files older than the field say add_prefix_space
+// (true: always), as tokenizers reads them.
+BpeTokenizer::State::Prepend read_prepend(const nlohmann::json& metaspace, const std::string& where) {
+  using Prepend = BpeTokenizer::State::Prepend;
+  const auto scheme = metaspace.find("prepend_scheme");
+  if (scheme == metaspace.end() || scheme->is_null()) {
+    return flag_at(metaspace, "add_prefix_space", true, where) ? Prepend::Always : Prepend::Never;
+  }
+  const std::string name = scheme->is_string() ? scheme->get<std::string>() : scheme->dump();
+  if (name == "first") return Prepend::First;
+  if (name == "always") return Prepend::Always;
+  if (name == "never") return Prepend::Never;
+  fail(where + ".prepend_scheme \"" + text::abbreviate(name) + "\" is not supported (first, always or never)");
+}
+
+// A Metaspace's replacement: one character ("▁").
+std::string read_replacement(const nlohmann::json& metaspace, const std::string& where) {
+  const std::string replacement = string_at(metaspace, "replacement");
+  KUAFU_CHECK(!replacement.empty() && !first_invalid_utf8(replacement) && utf8_length(replacement[0]) == replacement.size(),
+              where, ".replacement must be one character, found ",
+              text::abbreviate(metaspace.contains("replacement") ? metaspace["replacement"].dump() : "nothing"));
+  return replacement;
+}
+
+// A count of a decoder step (Strip's start and stop): a whole number from 0, 0 when absent.
+int64_t count_at(const nlohmann::json& object, const char* key, const std::string& where) {
+  const auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return 0;
+  KUAFU_CHECK(found->is_number_integer() && found->get<int64_t>() >= 0, where, ".", key, " must be a whole number from 0, found ",
+              text::abbreviate(found->dump()));
+  return found->get<int64_t>();
+}
+
+// A SentencePiece file's decoder as steps; kuafu::Error naming the step Kuafu does not apply.
+void read_decoder(const nlohmann::json& decoder, const std::string& where, std::vector<BpeTokenizer::State::DecodeStep>& steps) {
+  using Decode = BpeTokenizer::State::Decode;
+  const std::string type = string_at(decoder, "type");
+  if (type == "Sequence" && decoder.contains("decoders") && decoder["decoders"].is_array()) {
+    for (size_t i = 0; i < decoder["decoders"].size(); ++i) {
+      read_decoder(decoder["decoders"][i], where + ".decoders[" + std::to_string(i) + "]", steps);
+    }
+    return;
+  }
+  if (type == "Replace" && decoder.contains("pattern") && !string_at(decoder["pattern"], "String").empty() &&
+      decoder.contains("content") && decoder["content"].is_string()) {
+    steps.push_back({Decode::Replace, string_at(decoder["pattern"], "String"), string_at(decoder, "content")});
+    return;
+  }
+  if (type == "ByteFallback" || type == "Fuse") {
+    steps.push_back({type == "Fuse" ? Decode::Fuse : Decode::ByteFallback});
+    return;
+  }
+  if (type == "Strip" && !string_at(decoder, "content").empty()) {
+    steps.push_back({Decode::Strip, string_at(decoder, "content"), "", count_at(decoder, "start", where),
+                     count_at(decoder, "stop", where)});
+    return;
+  }
+  if (type == "Metaspace") {
+    BpeTokenizer::State::DecodeStep step{Decode::Metaspace, read_replacement(decoder, where), " "};
+    step.prepend = read_prepend(decoder, where);
+    steps.push_back(step);
+    return;
+  }
+  fail(where + " \"" + text::abbreviate(type.empty() ? decoder.dump() : type) +
+       "\" is not supported (a SentencePiece file's decoder is read as Metaspace or a Sequence of Replace of a string, "
+       "ByteFallback, Fuse and Strip); decoded text would differ from transformers'");
+}
+
+// byte_fallback spells a character by its bytes' tokens: all 256 must be there (else tokenizers falls back
+// to unk_token character by character, which Kuafu does not follow).
+void check_byte_tokens(const BpeTokenizer::State& state, const std::string& where) {
+  for (int b = 0; b < 256; ++b) {
+    const std::string token = byte_token(static_cast<uint8_t>(b));
+    KUAFU_CHECK(state.vocab.count(token), where, " needs the 256 byte tokens <0x00> .. <0xFF> in the vocabulary, and it lacks ",
+                token);
+  }
+}
+
+}  // namespace
+
+BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
+  const nlohmann::json file = read_json_file(path);
+  const auto model = file.find("model");
+  KUAFU_CHECK(model != file.end() && string_at(*model, "type") == "BPE", path,
+              ": expected a BPE model (\"model\": {\"type\": \"BPE\", ...})");
+  auto state = std::make_unique<State>();
+  // No pre-tokenizer (Llama 2's older files: the normalizer puts in the "▁"s) or a Metaspace one: SentencePiece's
+  // BPE over characters. Otherwise byte-level.
+  const auto pre = file.find("pre_tokenizer");
+  state->characters = pre == file.end() || pre->is_null() || string_at(*pre, "type") == "Metaspace";
+  if (!state->characters) {
+    read_byte_level(*pre, path, *state);
+  } else if (pre != file.end() && !pre->is_null()) {
+    const std::string where = path + ": pre_tokenizer";
+    state->metaspace =
+        State::Metaspace{read_replacement(*pre, where), read_prepend(*pre, where), flag_at(*pre, "split", true, where)};
+  }
   state->ignore_merges = flag_at(*model, "ignore_merges", false, path + ": model");
   if (model->contains("end_of_word_suffix") && (*model)["end_of_word_suffix"].is_string()) {
     state->word_end = (*model)["end_of_word_suffix"].get<std::string>();
@@ -393,6 +753,19 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
   KUAFU_CHECK(!model->contains("continuing_subword_prefix") || (*model)["continuing_subword_prefix"].is_null() ||
                   (*model)["continuing_subword_prefix"] == "",
               path, ": model.continuing_subword_prefix is not supported");
+  const auto dropout = model->find("dropout");
+  KUAFU_CHECK(dropout == model->end() || dropout->is_null() || (dropout->is_number() && dropout->get<double>() == 0.0), path,
+              ": model.dropout ", text::abbreviate(dropout->dump()), " is not supported (BPE dropout gives random ids)");
+  if (state->characters) {
+    KUAFU_CHECK(state->word_end.empty(), path, ": model.end_of_word_suffix is not supported with SentencePiece's layout "
+                "(a Metaspace pre_tokenizer or none)");
+    state->byte_fallback = flag_at(*model, "byte_fallback", false, path + ": model");
+    state->fuse_unknown = flag_at(*model, "fuse_unk", false, path + ": model");
+    const auto decoder = file.find("decoder");
+    KUAFU_CHECK(decoder != file.end() && !decoder->is_null(), path, ": decoder: SentencePiece's layout needs one (Metaspace, or "
+                "a Sequence of Replace, ByteFallback, Fuse and Strip as Llama 2's)");
+    read_decoder(*decoder, path + ": decoder", state->decoder);
+  }
   if (const auto normalizer = file.find("normalizer"); normalizer != file.end()) read_normalizer(*normalizer, path, state->normalizers);
   KUAFU_CHECK(model->contains("vocab") && (*model)["vocab"].is_object(), path, ": model.vocab must be an object");
   const auto added = file.find("added_tokens");
@@ -401,6 +774,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
     KUAFU_CHECK(id.is_number_integer(), path, ": model.vocab['", text::abbreviate(token), "'] has no integer id");
     state->add_token(token, id.get<int64_t>(), path);
   }
+  if (state->byte_fallback) check_byte_tokens(*state, path + ": model.byte_fallback");
   if (added != file.end() && added->is_array()) {
     for (const auto& token : *added) {
       const std::string content = string_at(token, "content");
@@ -444,7 +818,7 @@ BpeTokenizer BpeTokenizer::clip_from_files(const std::string& vocab_json, const 
   }
   BpeTokenizer tokenizer = from_files(vocab_json, merges_txt, special);
   State& state = *tokenizer.state_;
-  state.normalizers = {State::Normalize::Nfc, State::Normalize::CollapseWhitespace, State::Normalize::Lowercase};
+  state.normalizers = {{State::Normalize::Nfc}, {State::Normalize::CollapseWhitespace}, {State::Normalize::Lowercase}};
   state.word_pattern_text = kClipWordPattern;
   state.word_pattern = compile(kClipWordPattern);
   state.word_end = "</w>";
@@ -452,9 +826,47 @@ BpeTokenizer BpeTokenizer::clip_from_files(const std::string& vocab_json, const 
   return tokenizer;
 }
 
+namespace {
+
+// transformers 5's LlamaTokenizer (the class Llama 2's, Mistral's and TinyLlama's tokenizer_config.json name)
+// takes only the vocabulary, merges, added tokens and post-processor from tokenizer.json and builds the
+// rest itself: no normalizer; a Metaspace (split false) putting "▁" before the text's first stretch
+// ("legacy": false, its default), before every stretch ("legacy": true) or nowhere (add_prefix_space
+// false); byte fallback; the decoder Replace "▁", ByteFallback, Fuse, then Strip of one leading space unless
+// add_prefix_space is false. So a folder reads as AutoTokenizer reads it even where its file's older
+// normalizer (Prepend "▁", Replace " ") says otherwise.
+void read_as_llama_tokenizer(const nlohmann::json& config, const std::string& config_path, BpeTokenizer::State& state) {
+  using State = BpeTokenizer::State;
+  const bool prefix = flag_at(config, "add_prefix_space", true, config_path + ": tokenizer_config");
+  const bool legacy = flag_at(config, "legacy", false, config_path + ": tokenizer_config");
+  state.normalizers.clear();
+  const State::Prepend prepend = !prefix ? State::Prepend::Never : legacy ? State::Prepend::Always : State::Prepend::First;
+  state.metaspace = State::Metaspace{kSpaceMark, prepend, false};
+  state.decoder = {{State::Decode::Replace, kSpaceMark, " "}, {State::Decode::ByteFallback}, {State::Decode::Fuse}};
+  if (prefix) state.decoder.push_back({State::Decode::Strip, " ", "", 1, 0});
+  state.byte_fallback = true;
+  state.fuse_unknown = true;
+  state.ignore_merges = false;
+  check_byte_tokens(state, config_path + ": tokenizer_class " + string_at(config, "tokenizer_class") + " (byte fallback)");
+}
+
+}  // namespace
+
 BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   const fs::path root = dir;
-  if (fs::exists(root / "tokenizer.json")) return from_tokenizer_json((root / "tokenizer.json").string());
+  if (fs::exists(root / "tokenizer.json")) {
+    BpeTokenizer tokenizer = from_tokenizer_json((root / "tokenizer.json").string());
+    // A SentencePiece file under transformers' LlamaTokenizer reads as that class builds it.
+    const fs::path config_path = root / "tokenizer_config.json";
+    if (tokenizer.state_->characters && fs::exists(config_path)) {
+      const nlohmann::json config = read_json_file(config_path.string());
+      const std::string name = string_at(config, "tokenizer_class");
+      if (name == "LlamaTokenizer" || name == "LlamaTokenizerFast") {
+        read_as_llama_tokenizer(config, config_path.string(), *tokenizer.state_);
+      }
+    }
+    return tokenizer;
+  }
   KUAFU_CHECK(fs::exists(root / "vocab.json") && fs::exists(root / "merges.txt"), dir,
               " has no tokenizer.json and no vocab.json + merges.txt (byte-level BPE)");
   // The special tokens the folder names (bos, eos, unk, pad, ...), each as a string or {"content": ...}.
@@ -492,7 +904,7 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
   if (const auto bad = first_invalid_utf8(text)) {
-    fail("byte-level BPE: the text is not valid UTF-8 at byte " + std::to_string(*bad));
+    fail("BPE: the text is not valid UTF-8 at byte " + std::to_string(*bad));
   }
   std::vector<int64_t> ids;
   // Special tokens first: the text between them is ordinary. Each special token's next occurrence is
@@ -512,7 +924,7 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
     // As Hugging Face's ByteLevel pre-tokenizer does, for each stretch between special tokens.
     ordinary = state_->normalized(ordinary);
     if (state_->add_prefix_space && !ordinary.empty() && ordinary[0] != ' ') ordinary.insert(0, 1, ' ');
-    state_->encode_text(ordinary, ids);
+    state_->encode_text(ordinary, start == 0, ids);
     if (!which) break;
     ids.push_back(which->second);
     start = found + which->first.size();
@@ -521,11 +933,19 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 std::string BpeTokenizer::decode(const std::vector<int64_t>& ids) const {
+  auto token_of = [&](int64_t id) -> const std::string& {
+    KUAFU_CHECK(id >= 0 && static_cast<size_t>(id) < state_->tokens.size() && !state_->tokens[static_cast<size_t>(id)].empty(),
+                "BPE: id ", id, " is not in the vocabulary");
+    return state_->tokens[static_cast<size_t>(id)];
+  };
+  if (state_->characters) {  // the tokens' texts through the file's decoder, special tokens too (as tokenizers does)
+    std::vector<std::string> pieces;
+    for (int64_t id : ids) pieces.push_back(token_of(id));
+    return state_->decoded(std::move(pieces));
+  }
   std::string out;
   for (int64_t id : ids) {
-    KUAFU_CHECK(id >= 0 && static_cast<size_t>(id) < state_->tokens.size() && !state_->tokens[static_cast<size_t>(id)].empty(),
-                "byte-level BPE: id ", id, " is not in the vocabulary");
-    const std::string& token = state_->tokens[static_cast<size_t>(id)];
+    const std::string& token = token_of(id);
     const bool special = std::any_of(state_->special.begin(), state_->special.end(), [&](const auto& s) { return s.second == id; });
     if (special) {
       out += token;
@@ -566,7 +986,9 @@ bool BpeTokenizer::same_as(const BpeTokenizer& other) const {
   return a.tokens == b.tokens && a.merge_rank == b.merge_rank && sorted(a.special) == sorted(b.special) &&
          a.add_prefix_space == b.add_prefix_space && a.normalizers == b.normalizers && a.word_end == b.word_end &&
          a.unknown == b.unknown && a.word_pattern_text == b.word_pattern_text && a.keep_gaps == b.keep_gaps &&
-         a.byte_level_regex == b.byte_level_regex && a.ignore_merges == b.ignore_merges;
+         a.byte_level_regex == b.byte_level_regex && a.ignore_merges == b.ignore_merges && a.characters == b.characters &&
+         a.byte_fallback == b.byte_fallback && a.fuse_unknown == b.fuse_unknown && a.metaspace == b.metaspace &&
+         a.decoder == b.decoder;
 }
 
 std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {

@@ -3,6 +3,8 @@
 // of whitespace; ICU's regex engine supplies the Unicode classes), each piece's UTF-8 bytes become
 // printable characters (GPT-2's bytes_to_unicode), and adjacent symbols merge in the order merges.txt
 // ranks them. decode(encode(text)) == text for all valid UTF-8.
+// Also SentencePiece's BPE as Llama 2's, Mistral's and TinyLlama's tokenizer.json hold it: symbols are
+// characters, each space a "▁", a character outside the vocabulary spelt by its bytes' tokens <0xNN>.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,14 @@ class BpeTokenizer {
   // (its add_prefix_space and use_regex honoured), after a Split by a Regex pattern where the file has one:
   // CLIP's (matches kept, the rest dropped; the model's end_of_word_suffix and unk_token), Llama 3's and
   // Qwen's (behavior "Isolated": the text between matches kept as pieces too; the model's ignore_merges);
-  // its added tokens are the special ones; its normalizer applied (Lowercase, NFC, NFD, NFKC, NFKD, CLIP's
-  // whitespace Replace, or a Sequence of them; any other refused by name).
+  // its added tokens are the special ones; its normalizer applied (Lowercase, NFC, NFD, NFKC, NFKD, Prepend,
+  // Replace of a string, CLIP's whitespace Replace, or a Sequence of them; any other refused by name).
+  // SentencePiece's layout, as the `tokenizers` library reads it: no pre-tokenizer (Llama 2's older files,
+  // whose normalizer Prepend "▁" + Replace " " -> "▁" marks the spaces; each stretch between special tokens
+  // one piece) or a Metaspace (its replacement, prepend_scheme first / always / never, split); the model's
+  // byte_fallback (all 256 <0xNN> tokens required), unk_token and fuse_unk; the decoder (Metaspace, or a
+  // Sequence of Replace of a string, ByteFallback, Fuse and Strip, as Llama 2's) used by decode. Other
+  // pre-tokenizers, decoders and options (dropout, a suffix with Metaspace) are refused naming the field.
   static BpeTokenizer from_tokenizer_json(const std::string& path);
   // CLIP's tokenizer (transformers' CLIPTokenizer): NFC, whitespace runs collapsed, lower-cased; words cut
   // by CLIP's pattern, each word's last symbol ending in "</w>"; "<|startoftext|>" and "<|endoftext|>"
@@ -38,15 +46,21 @@ class BpeTokenizer {
   // A model folder: tokenizer.json when there is one, else vocab.json + merges.txt with the special
   // tokens tokenizer_config.json / special_tokens_map.json name and tokenizer_config.json's
   // add_prefix_space (do_lower_case refused by name); CLIP's when tokenizer_config.json names
-  // CLIPTokenizer.
+  // CLIPTokenizer. A SentencePiece tokenizer.json beside a tokenizer_config.json naming LlamaTokenizer(Fast)
+  // reads as transformers 5's AutoTokenizer reads it: that class keeps the file's vocabulary, merges and
+  // added tokens but builds the rest itself (no normalizer; Metaspace, split false, prepend_scheme first,
+  // always with "legacy": true, never with add_prefix_space false; byte fallback; Llama 2's decoder).
   static BpeTokenizer from_folder(const std::string& dir);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
   ~BpeTokenizer();
 
-  // kuafu::Error naming the byte offset for text that is not valid UTF-8.
+  // kuafu::Error naming the byte offset for text that is not valid UTF-8. The text's ids alone: no BOS or
+  // EOS is added (a tokenizer.json's post_processor is not read; callers add the model's, so BOS + encode(t)
+  // is transformers' tokenizer(t)["input_ids"] for Llama 2's files).
   std::vector<int64_t> encode(std::string_view text) const;
+  // Special tokens kept (transformers' decode(ids) with skip_special_tokens false).
   std::string decode(const std::vector<int64_t>& ids) const;
 
   int64_t vocab_size() const;  // the largest id + 1

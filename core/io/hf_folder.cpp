@@ -61,6 +61,23 @@ nlohmann::json read_hf_config(const std::string& dir) {
   return config;
 }
 
+std::vector<int64_t> generation_eos_ids(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "generation_config.json";
+  if (!fs::exists(path)) return {};
+  const nlohmann::json config = read_json_file(path.string());
+  KUAFU_CHECK(config.is_object(), path.string(), ": expected a JSON object");
+  if (!config.contains("eos_token_id") || config["eos_token_id"].is_null()) return {};
+  const nlohmann::json& eos = config["eos_token_id"];
+  const nlohmann::json ids = eos.is_array() ? eos : nlohmann::json::array({eos});
+  std::vector<int64_t> out;
+  for (const nlohmann::json& id : ids) {
+    KUAFU_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0, path.string(),
+                ": eos_token_id must be a token id or a list of them, got ", eos.dump());
+    out.push_back(id.get<int64_t>());
+  }
+  return out;
+}
+
 HfFolder read_hf_folder(const std::string& dir) {
   const fs::path root = dir;
   HfFolder folder;
@@ -164,7 +181,8 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
 
 std::vector<std::string> hf_tokenizer_files(const std::string& dir) {
   std::vector<std::string> files;
-  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                           "generation_config.json"}) {
     const std::filesystem::path path = std::filesystem::path(dir) / name;
     if (std::filesystem::is_regular_file(path)) files.push_back(path.string());
   }

@@ -40,6 +40,9 @@ struct HfFolder {
 
 // config.json alone (kuafu::Error naming the folder or file when missing or malformed).
 nlohmann::json read_hf_config(const std::string& dir);
+// generation_config.json's eos_token_id (one id or a list) in `dir`; empty when the file or the key is
+// absent. kuafu::Error naming the file when it is malformed or an id is not a non-negative integer.
+std::vector<int64_t> generation_eos_ids(const std::string& dir);
 
 // Reads config.json and every weight file's header (the tensors are read one at a time, by
 // HfTensor::read or load_hf_weights). kuafu::Error naming the folder, file or tensor for: no
@@ -109,8 +112,8 @@ struct HfWriteOptions {
   std::string weights_stem = "model";  // <stem>.safetensors, or <stem>-0000i-of-0000n.safetensors + index
 };
 
-// The Hugging Face tokenizer files `dir` holds (vocab.json, merges.txt, tokenizer.json, their configs),
-// to travel with an export so the folder is a whole model.
+// The Hugging Face files beside the weights that `dir` holds (vocab.json, merges.txt, tokenizer.json, their
+// configs, the chat template, generation_config.json), to travel with an export so the folder is a whole model.
 std::vector<std::string> hf_tokenizer_files(const std::string& dir);
 
 // Writes a new folder `dir`: config.json, the tensors (one file, or shards model-0000i-of-0000n and the

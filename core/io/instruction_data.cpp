@@ -10,6 +10,14 @@
 
 namespace kuafu::io {
 
+std::vector<int64_t> InstructionFormat::stop_tokens() const {
+  std::vector<int64_t> stops{eos};
+  for (int64_t id : also_stop) {
+    if (std::find(stops.begin(), stops.end(), id) == stops.end()) stops.push_back(id);
+  }
+  return stops;
+}
+
 int64_t InstructionExample::learned_count() const {
   return std::count(learned.begin(), learned.end(), uint8_t{1});
 }

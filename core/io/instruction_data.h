@@ -31,6 +31,11 @@ struct InstructionFormat {
   // text then holds every special token (no BOS or EOS is added); `eos` is the token closing its
   // assistant turns (turn_end_token). Null: the plain framing.
   std::shared_ptr<const FolderTemplate> chat_template;
+  // Other tokens that end a generated answer (generation_config.json's EOS ids: Qwen2.5's <|endoftext|>
+  // beside its template's <|im_end|>); generation stops at them, training never learns them.
+  std::vector<int64_t> also_stop;
+
+  std::vector<int64_t> stop_tokens() const;  // eos, then also_stop's others
 };
 
 // The token a template closes an assistant turn with (what it renders right after an answer's text:

@@ -8,6 +8,11 @@
 
 namespace kuafu::nn {
 
+bool SamplingOptions::stops_at(int64_t token) const {
+  return std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end();
+}
+
+
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (top_k > 0 && top_k < logits.size(-1)) {
@@ -110,7 +115,7 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       if (stopped[r]) continue;  // a stopped row still decodes with the batch; its tokens are dropped
       produced[r].push_back(next[r]);
       if (options.on_token) options.on_token(r, next[r]);
-      if (options.stop_token && next[r] == *options.stop_token) stopped[r] = true;
+      if (options.stops_at(next[r])) stopped[r] = true;
     }
     const bool done_here = std::all_of(stopped.begin(), stopped.end(), [](bool s) { return s; });
     if (decoder.all_done ? decoder.all_done(done_here) : done_here) break;

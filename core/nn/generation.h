@@ -1,7 +1,7 @@
 // Sampling from a causal language model that decodes with a key-value cache: a batch of prompts of any
 // lengths, left-padded into one batch, each row at its own positions; greedy or with temperature, top-k
 // and nucleus (top-p) filtering, drawn from a seeded host generator (the same tokens on every device);
-// a row stops at the stop token; when the context fills, decoding restarts from the last half of it.
+// a row stops at any of its stop tokens; when the context fills, decoding restarts from the last half of it.
 #pragma once
 
 #include <functional>
@@ -19,7 +19,8 @@ struct SamplingOptions {
   int64_t top_k = 0;         // 0 = off
   double top_p = 1.0;        // 1 = off
   uint64_t seed = 0;
-  std::optional<int64_t> stop_token;
+  std::vector<int64_t> stop_tokens;  // a row stops once it produces any of these (kept as its last token)
+  bool stops_at(int64_t token) const;
   // Only ids below this are ever chosen (0: every row of the output layer). OPT's embedding has 50,272
   // rows for a 50,265-token tokenizer: the extra rows are padding, never sampled, never resized away.
   int64_t vocab_limit = 0;

@@ -143,7 +143,7 @@ void generate_app(App& app, const config::Config& config, const std::string& che
     ids.push_back(framing.encode(text));
     KUAFU_CHECK(!ids.back().empty(), settings.prompts_key, " \"", text, "\" has no tokens to continue");
   }
-  settings.sampling.stop_token = framing.stop_token;
+  settings.sampling.stop_tokens = framing.stop_tokens;
   settings.sampling.vocab_limit = framing.vocab_limit;
   model.eval();
   const nn::Decoder decoder = app.decoder();
@@ -174,7 +174,7 @@ void generate_app(App& app, const config::Config& config, const std::string& che
   };
   settings.sampling.on_token = [&](size_t row, int64_t token) {
     so_far[row].push_back(token);
-    if (token == framing.stop_token) {
+    if (settings.sampling.stops_at(token)) {
       stopped[row] = true;
       print_ready(false);
     } else if (stream_to_terminal) {

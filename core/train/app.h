@@ -38,12 +38,12 @@ struct ModelSize {
 // each from its own section; their keys are named together.
 ModelSize size_of(const std::vector<SizedModel>& models);
 
-// Text generation as an app frames it: a prompt's token ids, the run's stop token and vocabulary, and
+// Text generation as an app frames it: a prompt's token ids, the run's stop tokens and vocabulary, and
 // how a row's new tokens are printed.
 struct TextFraming {
   std::function<std::vector<int64_t>(const std::string& prompt)> encode;
   std::function<void(size_t row, const std::string& prompt, const std::vector<int64_t>& produced)> print;
-  int64_t stop_token = -1;
+  std::vector<int64_t> stop_tokens;  // a row ends at any of these
   int64_t vocab_limit = 0;  // 0: the model's whole vocabulary
   // A row's tokens as bytes (for streaming a lone prompt's answer as it comes); may be null.
   std::function<std::string(const std::vector<int64_t>& tokens)> decode;

@@ -17,6 +17,20 @@
                                     ignore_merges, Qwen's after an NFC normalizer; the families' special
                                     tokens), trained on the same lines, with the ids and decoded texts
                                     transformers' AutoTokenizer gives (expected_llama3.json, expected_qwen2.json)
+  bpe_reference.py sentencepiece TEXT OUT
+                                    trains a SentencePiece-style BPE (characters, spaces as "\u2581", the
+                                    256 <0xNN> byte tokens for characters outside the vocabulary, <unk>, <s>,
+                                    </s>) on the same 95% of TEXT's lines and lays it out as Llama 2's,
+                                    Mistral's and TinyLlama's tokenizer.json do: OUT/sp_legacy (normalizer
+                                    Prepend + Replace, no pre-tokenizer; tokenizer_config.json legacy true),
+                                    OUT/sp_metaspace (Metaspace prepend_scheme first, split false; legacy
+                                    false), OUT/sp_never (the same file, add_prefix_space false), each read
+                                    by transformers as LlamaTokenizerFast; OUT/sp_split (NFKC, Metaspace
+                                    always with split, Metaspace decoder) read as PreTrainedTokenizerFast.
+                                    OUT/expected_<name>.json: for each text (SP_CASES and the held-out
+                                    lines) AutoTokenizer's ids with BOS and its decode of them with and
+                                    without the BOS, and the ids and decoded text of the tokenizer.json
+                                    alone (`tokenizers`.Tokenizer.from_file, no special tokens added)
 """
 import json
 import pathlib
@@ -24,7 +38,7 @@ import sys
 
 import shutil
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer
 
 CASES = [
@@ -73,13 +87,19 @@ def build_family(train, out, name, pattern, special, ignore_merges, nfc):
     (out / f"expected_{name}.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
 
 
-def build(text_path, out):
-    out = pathlib.Path(out)
+def split_text(text_path, out):
+    """OUT/train.txt: the first 95% of TEXT's lines; returns its path and the other 5% (held out)."""
     out.mkdir(parents=True, exist_ok=True)
     lines = pathlib.Path(text_path).read_text(encoding="utf-8").splitlines(keepends=True)
     cut = len(lines) * 95 // 100
     train = out / "train.txt"
     train.write_text("".join(lines[:cut]), encoding="utf-8")
+    return train, "".join(lines[cut:])
+
+
+def build(text_path, out):
+    out = pathlib.Path(out)
+    train, held_out = split_text(text_path, out)
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -88,7 +108,7 @@ def build(text_path, out):
     tokenizer.train([str(train)], trainer)
     tokenizer.save(str(out / "tokenizer.json"))
     tokenizer.model.save(str(out))  # vocab.json, merges.txt
-    texts = ["".join(lines[cut:])] + CASES
+    texts = [held_out] + CASES
     expected = [{"text": t, "ids": tokenizer.encode(t).ids} for t in texts]
     (out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
 
@@ -127,8 +147,97 @@ def build(text_path, out):
     print(json.dumps({"vocab": tokenizer.get_vocab_size(), "held_out_bytes": len(texts[0].encode())}))
 
 
+# SentencePiece-style BPE (Llama 2, Mistral, TinyLlama): "▁" stands for a space; a character outside the
+# vocabulary is spelt by its UTF-8 bytes' tokens <0x00> .. <0xFF>.
+SPACE_MARK = "\u2581"
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+SP_CASES = FAMILY_CASES + [
+    "<s>[INST] Hello there [/INST] Hi!</s><s>[INST]  twice, after two spaces</s>x",
+    " one leading space, then text after a special token:</s>and more",
+    "a literal \u2581 mark, \u2581\u2581 two, and <0x41> <0xZZ> written out",
+    "", " ", "   ", "\n", "\t\ttabs first",
+    "CJK \u6f22\u5b57 and emoji \U0001F600\U0001F44D\U0001F3FD in one line \u00e9\u00e8",
+]
+LLAMA2_DECODER = decoders.Sequence([decoders.Replace(SPACE_MARK, " "), decoders.ByteFallback(), decoders.Fuse(),
+                                    decoders.Strip(content=" ", left=1, right=0)])
+
+
+def train_sentencepiece(train):
+    """A BPE over characters with byte fallback, trained on words as Metaspace cuts them (so its tokens
+    begin with "▁" as SentencePiece's do): ids 0-2 <unk> <s> </s>, 3-258 the byte tokens. The byte tokens
+    are the model's vocabulary, not added tokens (as in Llama 2's file), so text spelling one is plain text."""
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE_MARK, prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1800, special_tokens=["<unk>", "<s>", "</s>"] + BYTE_TOKENS,
+                                  show_progress=False)
+    tokenizer.train([str(train)], trainer)
+    layout = json.loads(tokenizer.to_str())
+    layout["added_tokens"] = [t for t in layout["added_tokens"] if t["content"] not in BYTE_TOKENS]
+    tokenizer = Tokenizer.from_str(json.dumps(layout))
+    assert tokenizer.token_to_id("<0x00>") == 3 and tokenizer.token_to_id("<0xFF>") == 258
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                             special_tokens=[("<s>", 1)])
+    return tokenizer
+
+
+def write_sentencepiece(tokenizer, texts, out, name, config):
+    """OUT/name: tokenizer.json and tokenizer_config.json (`config` over Llama 2's special tokens);
+    OUT/expected_name.json: what transformers' AutoTokenizer and the file alone give for `texts`."""
+    folder = out / name
+    folder.mkdir(exist_ok=True)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    settings = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+                "add_eos_token": False, "clean_up_tokenization_spaces": False}
+    settings.update(config)
+    (folder / "tokenizer_config.json").write_text(json.dumps(settings))
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    file = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    expected = []
+    for t in texts:
+        ids = auto(t)["input_ids"]
+        # BOS first, no EOS: the ids of the text alone follow the BOS.
+        assert ids[0] == 1 and ids[1:] == auto(t, add_special_tokens=False)["input_ids"], (name, t)
+        file_ids = file.encode(t, add_special_tokens=False).ids
+        expected.append({"text": t, "ids": ids, "decoded": auto.decode(ids),
+                         "decoded_without_bos": auto.decode(ids[1:]), "file_ids": file_ids,
+                         "file_decoded": file.decode(file_ids, skip_special_tokens=False)})
+    (out / f"expected_{name}.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
+    return expected
+
+
+def build_sentencepiece(text_path, out):
+    out = pathlib.Path(out)
+    train, held_out = split_text(text_path, out)
+    texts = SP_CASES + [held_out]
+    tokenizer = train_sentencepiece(train)
+    tokenizer.decoder = LLAMA2_DECODER
+    # The older layout (Llama 2's own file): the normalizer puts in the "▁"s, the whole text one piece.
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE_MARK), normalizers.Replace(" ", SPACE_MARK)])
+    tokenizer.pre_tokenizer = None
+    llama = {"tokenizer_class": "LlamaTokenizerFast"}
+    legacy = write_sentencepiece(tokenizer, texts, out, "sp_legacy", {**llama, "legacy": True})
+    # transformers 5's LlamaTokenizer reads such a file as Metaspace (prepend_scheme always, from legacy true),
+    # not by its normalizer: a text after a special token or starting with a space differs from the file's.
+    assert any(item["ids"][1:] != item["file_ids"] for item in legacy)
+    # The newer layout (transformers' converter, legacy false): Metaspace "first", the whole text one piece.
+    tokenizer.normalizer = None
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE_MARK, prepend_scheme="first", split=False)
+    metaspace = write_sentencepiece(tokenizer, texts, out, "sp_metaspace", {**llama, "legacy": False})
+    assert all(item["ids"][1:] == item["file_ids"] for item in metaspace)
+    write_sentencepiece(tokenizer, texts, out, "sp_never", {**llama, "add_prefix_space": False})
+    # SentencePieceBPETokenizer's layout: NFKC, Metaspace "always" cutting words at each "▁", Metaspace decoder.
+    tokenizer.normalizer = normalizers.NFKC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE_MARK, prepend_scheme="always", split=True)
+    tokenizer.decoder = decoders.Metaspace(replacement=SPACE_MARK, prepend_scheme="always", split=True)
+    write_sentencepiece(tokenizer, texts, out, "sp_split", {"tokenizer_class": "PreTrainedTokenizerFast"})
+    print(json.dumps({"vocab": tokenizer.get_vocab_size(), "texts": len(texts),
+                      "held_out_bytes": len(held_out.encode())}))
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "build":
         build(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "sentencepiece":
+        build_sentencepiece(sys.argv[2], sys.argv[3])
     else:
-        sys.exit("usage: bpe_reference.py build TEXT OUT")
+        sys.exit("usage: bpe_reference.py build|sentencepiece TEXT OUT")

@@ -146,9 +146,9 @@ TEST_P(ChatModelsTest, ExperienceIsTheSameLeftOrRightPadded) {
   ExperienceSettings settings;
   settings.missing_eos_penalty = -0.5;
   settings.bootstrap_truncated = true;  // the cut response's bootstrap must not depend on the padding either
-  const Experience left = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU), *policy, *reference_model,
+  const Experience left = make_experience(make_sequences(prompts, responses, 1, {2}, torch::kCPU), *policy, *reference_model,
                                           critic, reward, settings);
-  const Experience right = make_experience(make_sequences(prompts, responses, 1, 2, torch::kCPU, /*right_padded=*/true),
+  const Experience right = make_experience(make_sequences(prompts, responses, 1, {2}, torch::kCPU, /*right_padded=*/true),
                                            *policy, *reference_model, critic, reward, settings);
   EXPECT_FALSE(left.sequences.tokens.sizes() == right.sequences.tokens.sizes() && left.sequences.tokens.equal(right.sequences.tokens));
   EXPECT_TRUE(left.mask.equal(right.mask));
@@ -182,14 +182,25 @@ TEST_P(ChatModelsTest, PaddingWithTheEosIdHidesNoEos) {
   const int64_t eos = 2;
   const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6}, {2, 11, 12, 13}};
   const std::vector<std::vector<int64_t>> responses = {{30, eos}, {40, 41, 42, 43, eos}};
-  const Experience with_pad = make_experience(make_sequences(prompts, responses, 1, eos, torch::kCPU), *policy, *policy,
+  const Experience with_pad = make_experience(make_sequences(prompts, responses, 1, {eos}, torch::kCPU), *policy, *policy,
                                               critic, reward, {});
-  const Experience with_eos = make_experience(make_sequences(prompts, responses, eos, eos, torch::kCPU), *policy, *policy,
+  const Experience with_eos = make_experience(make_sequences(prompts, responses, eos, {eos}, torch::kCPU), *policy, *policy,
                                               critic, reward, {});
   EXPECT_TRUE(with_eos.sequences.ended.all().item<bool>());
   EXPECT_TRUE(with_eos.mask.sum(1).equal(torch::tensor({2, 5})));
   EXPECT_LT(difference(with_eos.scores, with_pad.scores), 1e-12);
   EXPECT_LT(difference(with_eos.advantages, with_pad.advantages), 1e-12);
+}
+
+// A response ended when its last token is any of the stop tokens (a template's end of turn and
+// generation_config.json's other EOS ids); one that stops elsewhere was cut by the length limit, whatever
+// stop tokens it holds before its end.
+TEST(ExperienceTest, AResponseEndsAtAnyOfItsStopTokens) {
+  const std::vector<std::vector<int64_t>> prompts = {{5}, {5, 6}, {5}, {7}};
+  const std::vector<std::vector<int64_t>> responses = {{30, 2}, {40, 9}, {9, 2, 50}, {60}};
+  const Sequences s = make_sequences(prompts, responses, 1, {2, 9}, torch::kCPU);
+  EXPECT_TRUE(s.ended.equal(torch::tensor({true, true, false, false})));
+  EXPECT_FALSE(make_sequences(prompts, responses, 1, {}, torch::kCPU).ended.any().item<bool>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ChatModelsTest, ::testing::Values("", "gpt2_"),
@@ -208,7 +219,7 @@ TEST(ChatModelsOptTest, PpoUpdateEqualsThePythonTranscription) {
   critic->eval();
   const std::vector<std::vector<int64_t>> prompts = {{2, 5, 6, 7}, {2, 11}, {2, 20, 21}};
   const std::vector<std::vector<int64_t>> responses = {{30, 31, 2}, {40, 41, 42, 43, 44}, {50, 2}};
-  const Sequences s = make_sequences(prompts, responses, 1, 2, torch::kCPU);
+  const Sequences s = make_sequences(prompts, responses, 1, {2}, torch::kCPU);
   torch::manual_seed(11);
   const torch::Tensor mask = s.response_mask();
   const auto shape = mask.sizes();

@@ -552,6 +552,46 @@ TEST_F(ChatPipelineTest, GrpoWithoutKlHasLossZeroAtItsFirstStep) {
   EXPECT_TRUE(std::isfinite(lines[1]["kl"].get<double>()));
 }
 
+// DAPO's dynamic sampling (rl.sampling_rounds): a rollout keeps only groups whose program rewards differ
+// (a group of equal rewards has advantage 0 everywhere), drawing further prompts until it has its groups.
+// The reward is the format term with a pattern a fifth of the responses match; without dynamic sampling
+// the same rollout holds groups without spread, with it none, and it took more than one round.
+TEST_F(ChatPipelineTest, DynamicSamplingKeepsOnlyGroupsWithSpread) {
+  ASSERT_EQ(sft_exported_.exit_code, 0) << sft_exported_.output;
+  const int64_t groups = 8, group = 4;
+  const auto rollout = [&](const std::string& name, int rounds) {
+    const std::vector<nlohmann::json> lines = train_stage(root_, "grpo", name, rl_config(root_, name + "_run", 1,
+        "prompts_per_rollout = " + std::to_string(groups) + "\ngroup_size = " + std::to_string(group) +
+        "\nrewards = [\"format\"]\nformat_pattern = \"i\"\nsampling_rounds = " + std::to_string(rounds) + "\n", /*reward_model=*/""),
+        "--set train.checkpoint_interval=1 --set train.batch_size=" + std::to_string(groups * group));
+    EXPECT_EQ(lines.size(), 1u);
+    const io::SafetensorsFile state = io::load_safetensors(
+        fs::path(train::checkpoint_folder((root_ / (name + "_run") / "checkpoints").string(), 1)) / "task_rank0.safetensors");
+    const torch::Tensor* scores = state.find("experience.scores");
+    EXPECT_TRUE(scores) << "the checkpoint keeps its rollout";
+    int64_t without_spread = 0;
+    if (scores) {
+      EXPECT_EQ(scores->numel(), groups * group);
+      const torch::Tensor by_group = scores->reshape({groups, group});
+      without_spread = (by_group.amax(1) == by_group.amin(1)).sum().item<int64_t>();
+    }
+    return std::make_pair(without_spread, lines.empty() ? nlohmann::json() : lines[0]);
+  };
+  const auto [plain_without, plain] = rollout("grpo_sampled_once", 1);
+  ASSERT_GT(plain_without, 0) << "every group already has spread: the pattern cannot tell the runs apart";
+  EXPECT_FALSE(plain.contains("groups_with_spread")) << plain.dump();
+  const auto [dynamic_without, dynamic] = rollout("grpo_dynamic", 8);
+  EXPECT_EQ(dynamic_without, 0);
+  EXPECT_EQ(dynamic.value("groups_with_spread", 0.0), 1.0) << dynamic.dump();
+  EXPECT_GT(dynamic.value("sampling_rounds", 0.0), 1.0) << dynamic.dump();
+  // It filters on the program's rewards: without rl.rewards it is refused by name.
+  const fs::path refused = write_config(root_, "grpo_dynamic_rm", rl_config(root_, "grpo_dynamic_rm_run", 1,
+      "prompts_per_rollout = 4\ngroup_size = 4\nsampling_rounds = 4\n"));
+  const testing::CommandResult r = chat("grpo --config " + refused.string() + " --set train.batch_size=16");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(r.output, "rl.sampling_rounds")) << r.output;
+}
+
 TEST_F(ChatPipelineTest, BadStageInputIsNamed) {
   const testing::CommandResult unknown = chat("rlhf --config x.toml");
   EXPECT_EQ(unknown.exit_code, 1);

@@ -64,15 +64,15 @@ std::pair<Rows, int64_t> serial_rows() {
     if (within(1, 4, token) && !within(2, 8, token) && !within(3, 8, token)) stop = token;
   }
   EXPECT_TRUE(stop) << "no token ends rank 0's rows early and rank 1's late; choose other prompts";
-  options.stop_token = stop.value_or(-1);
-  return {nn::generate(decoder(serial), kPrompts, options), options.stop_token.value()};
+  options.stop_tokens = {stop.value_or(-1)};
+  return {nn::generate(decoder(serial), kPrompts, options), options.stop_tokens[0]};
 }
 
 nn::SamplingOptions greedy_until(int64_t stop) {
   nn::SamplingOptions options;
   options.temperature = 0;
   options.max_new_tokens = 12;
-  options.stop_token = stop;
+  options.stop_tokens = {stop};
   return options;
 }
 

@@ -165,14 +165,15 @@ TEST(SamplingTest, BatchedGenerationContinuesEachPromptAsItDoesAlone) {
   for (const auto& prompt : prompts) alone.push_back(nn::generate(decoder(model), prompt, options));
   EXPECT_EQ(nn::generate(decoder(model), prompts, options), alone);
 
-  // A row that reaches the stop token ends there; the others go on as before.
-  options.stop_token = alone[0][0];
+  // A row that reaches any of the stop tokens ends there (keeping it); the others go on as before.
+  options.stop_tokens = {alone[0][0], alone[2][3]};
   const auto stopped = nn::generate(decoder(model), prompts, options);
   EXPECT_EQ(stopped[0], std::vector<int64_t>{alone[0][0]});
   for (size_t r = 1; r < prompts.size(); ++r) {
-    const auto end = std::find(alone[r].begin(), alone[r].end(), alone[0][0]);
+    const auto end = std::find_first_of(alone[r].begin(), alone[r].end(), options.stop_tokens.begin(), options.stop_tokens.end());
     EXPECT_EQ(stopped[r], std::vector<int64_t>(alone[r].begin(), end == alone[r].end() ? end : end + 1)) << "row " << r;
   }
+  EXPECT_LE(stopped[2].size(), 4u) << "row 2 stops at its fourth token at the latest";
 }
 
 // Sampling draws the rows in order from one seeded generator: the same batch gives the same tokens.

@@ -2,12 +2,15 @@
 // trains a 2,000-token byte-level BPE on 95% of the King James Bible, exported by data/kjv/export.sh;
 // the rest and strings with non-ASCII, runs of spaces and newlines, digits and special tokens are
 // encoded by both) and tiktoken's with GPT-2's real vocabulary; decode(encode(x)) == x; merges worked
-// by hand; bad input named.
+// by hand; bad input named. SentencePiece's BPE as Llama 2's, Mistral's and TinyLlama's tokenizer.json
+// hold it (characters, "▁" for spaces, <0xNN> byte fallback): transformers' ids and decoded text on the
+// same held-out text; byte fallback and fused unknowns worked by hand; options Kuafu does not apply refused.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -83,6 +86,146 @@ TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
     EXPECT_NE(std::string(e.what()).find("normalizer \"Replace\" is not supported"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("replace/tokenizer.json"), std::string::npos) << e.what();
   }
+}
+
+// SentencePiece's BPE in Llama 2's layouts (tests/python/bpe_reference.py sentencepiece: trained by
+// `tokenizers` on the same 95% of the Bible, with <unk> <s> </s> and the 256 byte tokens <0x00> .. <0xFF>):
+//   sp_legacy    the older file (normalizer Prepend "▁" + Replace " " -> "▁", no pre-tokenizer), read by
+//                transformers as LlamaTokenizerFast with legacy true;
+//   sp_metaspace the newer file (Metaspace prepend_scheme first, split false), legacy false;
+//   sp_never     the same file, add_prefix_space false;
+//   sp_split     NFKC, Metaspace always with split, Metaspace decoder, read as PreTrainedTokenizerFast.
+// On the held-out 5% (196 kB, one piece for the files without split) and texts with accents, CJK,
+// Devanagari, emoji (byte fallback, a ZWJ family), leading, repeated and trailing spaces, tabs, newlines,
+// CRLF, "▁" and "<0x41>" written out, and <s> / </s> inside the text, exactly:
+//   - from_folder: BOS + encode(text) == AutoTokenizer(text)["input_ids"] (Kuafu's encode adds no BOS; the
+//     callers add the folder's), decode of those ids and of encode(text) == AutoTokenizer's decode
+//     (special tokens kept);
+//   - from_tokenizer_json: the file alone as `tokenizers` reads it (Tokenizer.from_file, no special tokens
+//     added): its ids and decoded text. For sp_legacy these differ from the folder's, as transformers 5's
+//     LlamaTokenizer replaces the file's normalizer by a Metaspace.
+TEST(BpeTokenizerTest, SentencePieceLayoutsGiveTransformersIdsOnHeldOutText) {
+  const fs::path dir = testing::temp_dir("bpe_sentencepiece");
+  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
+  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
+  const testing::PythonRun run =
+      testing::run_python_reference("bpe_reference.py", "sentencepiece " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const std::string variant : {"sp_legacy", "sp_metaspace", "sp_never", "sp_split"}) {
+    const BpeTokenizer folder = BpeTokenizer::from_folder((dir / variant).string());
+    const BpeTokenizer file = BpeTokenizer::from_tokenizer_json((dir / variant / "tokenizer.json").string());
+    EXPECT_EQ(folder.vocab_size(), 1800);
+    ASSERT_EQ(folder.token_id("<s>"), 1);
+    EXPECT_EQ(folder.token_id("<0x00>"), 3);
+    EXPECT_EQ(folder.same_as(file), variant == "sp_metaspace" || variant == "sp_split") << variant;
+    const nlohmann::json cases = nlohmann::json::parse(read_file((dir / ("expected_" + variant + ".json")).string()));
+    ASSERT_EQ(cases.size(), 21u);
+    ASSERT_GT(cases.back()["text"].get<std::string>().size(), 100000u) << "the held-out part of the Bible";
+    for (const auto& item : cases) {
+      const std::string sample = item["text"];
+      SCOPED_TRACE(variant + ": " + text::abbreviate(sample, 60));
+      const std::vector<int64_t> ids = folder.encode(sample);
+      std::vector<int64_t> with_bos = {1};
+      with_bos.insert(with_bos.end(), ids.begin(), ids.end());
+      EXPECT_EQ(with_bos, item["ids"].get<std::vector<int64_t>>());
+      EXPECT_EQ(folder.decode(with_bos), item["decoded"].get<std::string>());
+      EXPECT_EQ(folder.decode(ids), item["decoded_without_bos"].get<std::string>());
+      const std::vector<int64_t> file_ids = file.encode(sample);
+      EXPECT_EQ(file_ids, item["file_ids"].get<std::vector<int64_t>>());
+      EXPECT_EQ(file.decode(file_ids), item["file_decoded"].get<std::string>());
+    }
+  }
+}
+
+// A SentencePiece tokenizer.json small enough to work by hand: "▁" (U+2581) stands for a space.
+nlohmann::json sentencepiece_json(bool byte_fallback) {
+  nlohmann::json vocab = {{"<unk>", 0}, {"<s>", 1}, {"\u2581", 2}, {"a", 3}, {"b", 4}, {"ab", 5}, {"\u2581ab", 6}};
+  if (byte_fallback) {
+    const char* hex = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) vocab[std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">"] = 7 + b;
+  }
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "\u2581 ab"}}, {"unk_token", "<unk>"},
+                     {"fuse_unk", true}, {"byte_fallback", byte_fallback}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}, {"split", false}}},
+          {"decoder", {{"type", "Sequence"},
+                       {"decoders", {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                                     {{"type", "ByteFallback"}},
+                                     {{"type", "Fuse"}},
+                                     {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+          {"added_tokens", {{{"id", 1}, {"content", "<s>"}, {"special", true}}}}};
+}
+
+TEST(BpeTokenizerTest, SentencePieceBytesAndUnknownsAsWorkedByHand) {
+  const fs::path dir = testing::temp_dir("bpe_sentencepiece_tiny");
+  nlohmann::json file = sentencepiece_json(false);
+  std::ofstream(dir / "tokenizer.json") << file.dump();
+  const BpeTokenizer unknowns = BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+  // "ab xyz ab" -> "▁ab▁xyz▁ab" (a mark first, one per space); x, y and z are unknown, fused into one
+  // <unk>; "a b" merges first (rank 0), then "▁ ab" (rank 1), twice.
+  EXPECT_EQ(unknowns.encode("ab xyz ab"), (std::vector<int64_t>{6, 2, 0, 6}));
+  // After <s> the text gets no mark (prepend_scheme "first": only at the text's start).
+  EXPECT_EQ(unknowns.encode("<s>ab"), (std::vector<int64_t>{1, 5}));
+  // Marks back to spaces, the leading one stripped; special tokens kept.
+  EXPECT_EQ(unknowns.decode({6, 2, 0, 6}), "ab <unk> ab");
+  EXPECT_EQ(unknowns.decode({1, 6}), "<s> ab");
+  file["model"]["fuse_unk"] = false;
+  std::ofstream(dir / "tokenizer.json") << file.dump();
+  EXPECT_EQ(BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string()).encode("ab xyz ab"),
+            (std::vector<int64_t>{6, 2, 0, 0, 0, 6}));
+
+  std::ofstream(dir / "tokenizer.json") << sentencepiece_json(true).dump();
+  const BpeTokenizer bytes = BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+  // "é" (C3 A9) is spelt by its bytes' tokens <0xC3> = 7 + 0xC3 and <0xA9> = 7 + 0xA9, and decodes back.
+  const std::vector<int64_t> ids = bytes.encode("ab \u00e9");
+  EXPECT_EQ(ids, (std::vector<int64_t>{6, 2, 7 + 0xC3, 7 + 0xA9}));
+  EXPECT_EQ(bytes.decode(ids), "ab \u00e9");
+  // A byte token alone is no UTF-8: U+FFFD, as tokenizers' ByteFallback decoder gives.
+  EXPECT_EQ(bytes.decode({6, 7 + 0xC3}), "ab\uFFFD");
+}
+
+// Options of a SentencePiece tokenizer.json Kuafu does not apply are refused, naming the file and field.
+TEST(BpeTokenizerTest, SentencePieceOptionsKuafuDoesNotApplyAreRefused) {
+  const fs::path dir = testing::temp_dir("bpe_sentencepiece_refused");
+  const std::vector<std::pair<std::function<void(nlohmann::json&)>, std::string>> cases = {
+      {[](nlohmann::json& f) { f["pre_tokenizer"]["prepend_scheme"] = "sometimes"; },
+       "tokenizer.json: pre_tokenizer.prepend_scheme \"sometimes\" is not supported (first, always or never)"},
+      {[](nlohmann::json& f) { f["model"]["byte_fallback"] = true; },
+       "tokenizer.json: model.byte_fallback needs the 256 byte tokens <0x00> .. <0xFF> in the vocabulary, and it lacks <0x00>"},
+      {[](nlohmann::json& f) { f["pre_tokenizer"]["replacement"] = "__"; },
+       "tokenizer.json: pre_tokenizer.replacement must be one character, found \"__\""},
+      {[](nlohmann::json& f) { f["pre_tokenizer"]["split"] = "no"; },
+       "tokenizer.json: pre_tokenizer.split must be true or false"},
+      {[](nlohmann::json& f) { f["decoder"] = nullptr; }, "tokenizer.json: decoder: SentencePiece's layout needs one"},
+      {[](nlohmann::json& f) { f["decoder"]["decoders"][0]["pattern"] = {{"Regex", "\u2581+"}}; },
+       "tokenizer.json: decoder.decoders[0] \"Replace\" is not supported"},
+      {[](nlohmann::json& f) { f["decoder"]["decoders"][3]["start"] = -1; },
+       "tokenizer.json: decoder.decoders[3].start must be a whole number from 0, found -1"},
+      {[](nlohmann::json& f) { f["decoder"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "twice"}}; },
+       "tokenizer.json: decoder.prepend_scheme \"twice\" is not supported"},
+      {[](nlohmann::json& f) { f["decoder"] = {{"type", "WordPiece"}}; },
+       "tokenizer.json: decoder \"WordPiece\" is not supported"},
+      {[](nlohmann::json& f) { f["model"]["dropout"] = 0.1; }, "tokenizer.json: model.dropout 0.1 is not supported"},
+      {[](nlohmann::json& f) { f["model"]["end_of_word_suffix"] = "</w>"; },
+       "tokenizer.json: model.end_of_word_suffix is not supported with SentencePiece's layout"},
+      {[](nlohmann::json& f) { f["normalizer"] = {{"type", "Prepend"}, {"prepend", 1}}; },
+       "tokenizer.json: normalizer \"Prepend\" is not supported"},
+  };
+  for (const auto& [change, expected] : cases) {
+    nlohmann::json file = sentencepiece_json(false);
+    change(file);
+    std::ofstream(dir / "tokenizer.json") << file.dump();
+    EXPECT_TRUE(testing::Contains(
+        testing::expected_error([&] { BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string()); }), expected))
+        << file.dump();
+  }
+  // A folder naming transformers' LlamaTokenizer is read with byte fallback, as that class builds it: the
+  // byte tokens must be there.
+  std::ofstream(dir / "tokenizer.json") << sentencepiece_json(false).dump();
+  std::ofstream(dir / "tokenizer_config.json") << R"({"tokenizer_class": "LlamaTokenizerFast"})";
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { BpeTokenizer::from_folder(dir.string()); }),
+                                "tokenizer_config.json: tokenizer_class LlamaTokenizerFast (byte fallback) needs the 256 byte "
+                                "tokens <0x00> .. <0xFF> in the vocabulary, and it lacks <0x00>"));
 }
 
 // GPT-2's own 50,257-token vocabulary (from openai-whisper's gpt2.tiktoken, converted to vocab.json +

@@ -28,5 +28,25 @@ TEST(HfConfigTest, ACountWrittenWithAFractionOrBeyond64BitsIsNamed) {
   EXPECT_TRUE(config_value<bool>(config, "tie", false, where));
 }
 
+// generation_config.json's eos_token_id as transformers reads it: one id or a list (Qwen2.5, Llama 3.1
+// Instruct list two or three); no file or no key: none; anything else named.
+TEST(HfConfigTest, GenerationConfigGivesOneOrManyEosIds) {
+  const fs::path dir = testing::temp_dir("hf_generation_config");
+  EXPECT_TRUE(generation_eos_ids(dir.string()).empty());
+  auto with = [&](const std::string& json) {
+    std::ofstream(dir / "generation_config.json") << json;
+    return generation_eos_ids(dir.string());
+  };
+  EXPECT_EQ(with(R"({"eos_token_id": 7})"), std::vector<int64_t>{7});
+  EXPECT_EQ(with(R"({"bos_token_id": 1, "eos_token_id": [151645, 151643]})"), (std::vector<int64_t>{151645, 151643}));
+  EXPECT_TRUE(with(R"({"bos_token_id": 1})").empty());
+  EXPECT_TRUE(with(R"({"eos_token_id": null})").empty());
+  const std::string where = (dir / "generation_config.json").string();
+  for (const std::string bad : {R"({"eos_token_id": "</s>"})", R"({"eos_token_id": [2, -1]})", R"({"eos_token_id": [2.5]})"}) {
+    EXPECT_TRUE(testing::Contains(testing::expected_error([&] { with(bad); }), where + ": eos_token_id must be a token id")) << bad;
+  }
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { with("[1, 2]"); }), where + ": expected a JSON object"));
+}
+
 }  // namespace
 }  // namespace kuafu::io
