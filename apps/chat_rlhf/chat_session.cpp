@@ -11,6 +11,7 @@
 #include "apps/opt_finetune/causal_lm_family.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
+#include "core/util/logging.h"
 #include "core/util/text.h"
 #include "core/util/utf8.h"
 
@@ -144,6 +145,7 @@ int run_chat(int argc, const char* const argv[]) {
     }
     KUAFU_CHECK(!model_dir.empty(), "--model DIR is required: a stage's exported folder (kuafu-chat chat --help)");
     KUAFU_CHECK(std::filesystem::is_directory(model_dir), "--model ", model_dir, " is not a folder (a stage's export --out)");
+    if (!prompt.empty()) log::set_level(log::Level::kWarn);  // stdout holds the answer alone, for scripts
     auto tokenizer = std::make_shared<io::BpeTokenizer>(io::BpeTokenizer::from_folder(model_dir));
     nn::CausalLMPtr model = opt::load_causal_lm(model_dir, resolve_device(device, 0));
     const opt::LmShape::SpecialIds ids = opt::shape_of(*model).special_ids(*tokenizer, model_dir);

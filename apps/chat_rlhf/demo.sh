@@ -18,16 +18,7 @@ build=${1:-build}
 out=${2:-runs/chat_demo}
 chat="$build/apps/chat_rlhf/kuafu-chat"
 configs="$(dirname "$0")/configs"
-[[ -x $chat ]] || { echo "$chat not found: build first (scripts/build)" >&2; exit 1; }
-python=.venv/bin/python
-[[ -x $python ]] || { echo "$python not found: run scripts/setup" >&2; exit 1; }
-declare -A seconds
-timed() {  # name command...
-  local t0; t0=$(date +%s)
-  "${@:2}"
-  seconds[$1]=$(( ${seconds[$1]:-0} + $(date +%s) - t0 ))
-}
-at() { echo "--set" "$1=\"$2\""; }
+source "$(dirname "$0")/demo_lib.sh" "$chat"
 
 # 0. The pre-trained base and the data (OPT's demo makes both; only its first step is needed here).
 if [[ ! -d runs/opt_demo/base ]]; then

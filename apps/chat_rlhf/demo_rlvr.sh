@@ -19,16 +19,7 @@ chat="$build/apps/chat_rlhf/kuafu-chat"
 opt="$build/apps/opt_finetune/kuafu-opt"
 configs="$(dirname "$0")/configs"
 data=data/arithmetic/out
-[[ -x $chat && -x $opt ]] || { echo "$chat or $opt not found: build first (scripts/build)" >&2; exit 1; }
-python=.venv/bin/python
-[[ -x $python ]] || { echo "$python not found: run scripts/setup" >&2; exit 1; }
-declare -A seconds
-timed() {  # name command...
-  local t0; t0=$(date +%s)
-  "${@:2}"
-  seconds[$1]=$(( ${seconds[$1]:-0} + $(date +%s) - t0 ))
-}
-at() { echo "--set" "$1=\"$2\""; }
+source "$(dirname "$0")/demo_lib.sh" "$chat" "$opt"
 
 # 0-1. Problems, the random start, pre-training.
 [[ -d $data/base_init ]] || "$python" data/arithmetic/build.py "$data"
