@@ -128,6 +128,10 @@ std::vector<double> RlTask::verifiable_scores(const std::vector<std::vector<int6
   return scores;
 }
 
+torch::Tensor RlTask::on_device(const std::vector<double>& scores) const {
+  return scores.empty() ? torch::Tensor() : torch::tensor(scores, torch::kFloat64).to(device_);
+}
+
 void RlTask::Samples::append(const Samples& other, size_t first, size_t count) {
   auto take = [&](auto& into, const auto& from) {
     if (!from.empty()) into.insert(into.end(), from.begin() + static_cast<std::ptrdiff_t>(first), from.begin() + static_cast<std::ptrdiff_t>(first + count));
@@ -135,6 +139,7 @@ void RlTask::Samples::append(const Samples& other, size_t first, size_t count) {
   take(prompts, other.prompts);
   take(responses, other.responses);
   take(sources, other.sources);
+  take(answers, other.answers);
   take(program, other.program);
 }
 
@@ -158,7 +163,8 @@ RlTask::Samples RlTask::draw_samples(int64_t rollout) {
     }
     sampling.seed = mix_seed(seed_, batch, 0, rank);
     drawn.responses = sample(drawn.prompts, sampling);
-    drawn.program = verifiable_scores(drawn.responses, answers_of(drawn.responses), drawn.sources);
+    drawn.answers = answers_of(drawn.responses);
+    drawn.program = verifiable_scores(drawn.responses, drawn.answers, drawn.sources);
     if (rounds == 1) return drawn;
     for (size_t first = 0; first < drawn.prompts.size(); first += group) {
       const auto begin = drawn.program.begin() + static_cast<std::ptrdiff_t>(first), end = begin + static_cast<std::ptrdiff_t>(group);
@@ -204,7 +210,7 @@ void RlTask::make_rollout(int64_t rollout) {
   settings.policy_logprobs = !update_scores_policy();
   const Sequences s = make_sequences(prompts, responses, text_.pad_id, settings_.experience.sampling.stop_tokens, device_);
   if (!models_.reward.is_empty()) models_.reward->eval();
-  const torch::Tensor program = samples.program.empty() ? torch::Tensor() : torch::tensor(samples.program, torch::kFloat64).to(device_);
+  const torch::Tensor program = on_device(samples.program);
   if (models_.critic) {
     (*models_.critic)->eval();
     experience_ = make_experience(s, *models_.actor, *models_.reference, *models_.critic, models_.reward, settings, data_.get(),
@@ -246,7 +252,7 @@ void RlTask::make_rollout(int64_t rollout) {
   double f1 = 0, answered = 0;
   for (size_t r = 0; r < responses.size(); ++r) {
     if (sources[r]->answer.empty()) continue;
-    f1 += answer_f1(text_.decode_answer(responses[r]), sources[r]->answer);
+    f1 += answer_f1(samples.answers[r], sources[r]->answer);
     answered += 1;
   }
   torch::Tensor sums = torch::tensor({experience_.scores.to(torch::kFloat64).sum().item<double>(), k1.sum().item<double>(),
@@ -258,7 +264,7 @@ void RlTask::make_rollout(int64_t rollout) {
   rollout_figures_ = {{"reward", sums[0].item<double>() / n},        {"kl", sums[1].item<double>() / n},
                       {"response_length", sums[2].item<double>() / n}, {"eos_rate", sums[3].item<double>() / n},
                       {"kl_coef", kl_.coef}};
-  if (settings_.sampling_rounds > 1 && stage_ == Stage::Grpo) {
+  if (settings_.sampling_rounds > 1) {  // GRPO's dynamic sampling (1 for PPO)
     rollout_figures_["groups_with_spread"] = sums[7].item<double>() / static_cast<double>(settings_.prompts_per_rollout);
     rollout_figures_["sampling_rounds"] = static_cast<double>(samples.rounds);  // the same on every rank
   }
@@ -459,9 +465,8 @@ train::LossSum RlTask::evaluate(int rank, int ranks) {
   settings.missing_eos_penalty = settings_.experience.missing_eos_penalty;
   if (!models_.reward.is_empty()) models_.reward->eval();
   const std::vector<std::string> answers = answers_of(responses);
-  const std::vector<double> program = verifiable_scores(responses, answers, sources);
   const Experience e = score_samples(s, *models_.actor, *models_.reference, models_.reward, settings,
-                                     program.empty() ? torch::Tensor() : torch::tensor(program, torch::kFloat64).to(device_));
+                                     on_device(verifiable_scores(responses, answers, sources)));
   const torch::Tensor m = e.mask.to(torch::kFloat64);
   const torch::Tensor kl = (kl_estimate(e.logprobs, e.ref_logprobs, KlEstimator::K1).to(torch::kFloat64) * m).sum(1).cpu();
   const torch::Tensor scores = e.scores.to(torch::kFloat64).cpu();

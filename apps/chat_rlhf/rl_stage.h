@@ -84,11 +84,14 @@ class RlTask : public train::RunTask {
   // without any.
   std::vector<double> verifiable_scores(const std::vector<std::vector<int64_t>>& responses, const std::vector<std::string>& answers,
                                         const std::vector<const Prompt*>& prompts) const;
+  // Those scores [B] on the device, as the experience takes them; undefined when empty.
+  torch::Tensor on_device(const std::vector<double>& scores) const;
   // This rank's share of a rollout's samples, one row per sample (GRPO: groups of rl.group_size rows).
   struct Samples {
     std::vector<std::vector<int64_t>> prompts, responses;
     std::vector<const Prompt*> sources;
-    std::vector<double> program;  // rl.rewards' score of each row; empty without them
+    std::vector<std::string> answers;  // each response's text, decoded once
+    std::vector<double> program;       // rl.rewards' score of each row; empty without them
     int64_t groups_with_spread = 0, rounds = 1;  // dynamic sampling's figures
     // Rows [first, first + count) of `other` appended.
     void append(const Samples& other, size_t first, size_t count);
