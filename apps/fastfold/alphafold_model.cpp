@@ -6,6 +6,7 @@
 
 #include "apps/fastfold/structure_labels.h"
 #include "core/util/error.h"
+#include "core/util/weight_sink.h"
 
 namespace kuafu::fold {
 
@@ -54,27 +55,27 @@ AlphaFoldOutputs AlphaFoldOutputs::first_residues(int64_t residues) const {
   return out;
 }
 
-EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s) {
-  input_embedder = register_module("input_embedder", InputEmbedder(s.msa_channels, s.pair_channels, s.max_relative));
+EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s, const torch::Device& device) {
+  input_embedder = register_module("input_embedder", InputEmbedder(s.msa_channels, s.pair_channels, s.max_relative, device));
   recycling_embedder = register_module(
-      "recycling_embedder", RecyclingEmbedder(s.msa_channels, s.pair_channels, s.recycle_bins, s.recycle_min, s.recycle_max));
-  extra_msa_activations = register_module("extra_msa_activations", AfLinear(kExtraMsaFeatures, s.extra_msa_channels));
-  for (int64_t b = 0; b < s.extra_msa_blocks; ++b) extra_msa_stack->push_back(EvoformerBlock(s.extra_msa()));
-  for (int64_t b = 0; b < s.evoformer_blocks; ++b) evoformer_iteration->push_back(EvoformerBlock(s.evoformer()));
+      "recycling_embedder", RecyclingEmbedder(s.msa_channels, s.pair_channels, s.recycle_bins, s.recycle_min, s.recycle_max, device));
+  extra_msa_activations = register_module("extra_msa_activations", AfLinear(kExtraMsaFeatures, s.extra_msa_channels, device));
+  for (int64_t b = 0; b < s.extra_msa_blocks; ++b) extra_msa_stack->push_back(EvoformerBlock(s.extra_msa(), device));
+  for (int64_t b = 0; b < s.evoformer_blocks; ++b) evoformer_iteration->push_back(EvoformerBlock(s.evoformer(), device));
   register_module("extra_msa_stack", extra_msa_stack);
   register_module("evoformer_iteration", evoformer_iteration);
-  single_activations = register_module("single_activations", AfLinear(s.msa_channels, s.single_channels));
+  single_activations = register_module("single_activations", AfLinear(s.msa_channels, s.single_channels, device));
 }
 
-AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s) : sizes(s) {
+AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s, const torch::Device& device) : sizes(s) {
   sizes.structure.single_channels = s.single_channels;
   sizes.structure.ipa.pair_channels = s.pair_channels;
-  evoformer = register_module("evoformer", EmbeddingsAndEvoformer(sizes));
-  structure_module = register_module("structure_module", StructureModule(sizes.structure));
-  distogram_head = register_module("distogram_head", DistogramHead(s.pair_channels, s.distogram_bins));
-  masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes));
+  evoformer = register_module("evoformer", EmbeddingsAndEvoformer(sizes, device));
+  structure_module = register_module("structure_module", StructureModule(sizes.structure, device));
+  distogram_head = register_module("distogram_head", DistogramHead(s.pair_channels, s.distogram_bins, device));
+  masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes, device));
   predicted_lddt_head =
-      register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins));
+      register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins, device));
   std::vector<hooks::ModelPart> parts = {
       {"embed", {"evoformer.input_embedder", "evoformer.recycling_embedder", "evoformer.extra_msa_activations"}}};
   for (int64_t b = 0; b < s.extra_msa_blocks; ++b)
@@ -176,7 +177,7 @@ std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model) {
       if (dot == std::string::npos) dot = item.key().size();
       parts.push_back(item.key().substr(start, dot - start));
     }
-    AlphaFoldParameter parameter{item.value(), "", -1};
+    AlphaFoldParameter parameter{item.key(), item.value(), "", -1};
     std::string path;
     for (size_t i = 0; i + 1 < parts.size(); ++i) {
       if (parts[i] == "input_embedder" || parts[i] == "recycling_embedder") continue;
@@ -201,7 +202,7 @@ void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params) {
     const torch::Tensor value = p.block >= 0 ? found->second[p.block] : found->second;
     KUAFU_CHECK(value.sizes() == p.tensor.sizes(), "AlphaFold parameters: '", p.key, p.block >= 0 ? " (block " + std::to_string(p.block) + ")" : "",
                 "' is ", value.sizes(), ", the model's is ", p.tensor.sizes());
-    p.tensor.copy_(value);
+    put_weight(p.name, p.tensor, value);
   }
 }
 

@@ -73,7 +73,7 @@ struct AlphaFoldOutputs {
 
 // The embedders and the two stacks under AlphaFold's "evoformer" scope.
 struct EmbeddingsAndEvoformerImpl : torch::nn::Module {
-  explicit EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& sizes);
+  explicit EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& sizes, const torch::Device& device = torch::kCPU);
   InputEmbedder input_embedder{nullptr};
   RecyclingEmbedder recycling_embedder{nullptr};
   AfLinear extra_msa_activations{nullptr}, single_activations{nullptr};
@@ -85,7 +85,7 @@ TORCH_MODULE(EmbeddingsAndEvoformer);
 // recycling embedders, the extra MSA's projection), "extra_msa_stack.<i>", "evoformer.<i>", "structure"
 // (the single projection and the structure module) and "heads".
 struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
-  explicit AlphaFoldImpl(const AlphaFoldSizes& sizes);
+  explicit AlphaFoldImpl(const AlphaFoldSizes& sizes, const torch::Device& device = torch::kCPU);
   torch::nn::Module& module() override { return *this; }
   hooks::BlockSites& block_sites() override { return sites; }
   // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'
@@ -115,14 +115,16 @@ TORCH_MODULE(AlphaFold);
 
 // Each parameter with its params_model_*.npz key and, for a stacked block's, the block's index (else -1).
 struct AlphaFoldParameter {
+  std::string name;  // in the model
   torch::Tensor tensor;
   std::string key;
   int64_t block = -1;
 };
 std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model);
 
-// Reads a params_model_*.npz's arrays into the model (kuafu::Error naming the key for a missing array or a
-// shape that differs; arrays the model does not use are ignored).
+// Reads a params_model_*.npz's arrays into the model, or into the WeightSink in scope for a model described on
+// the meta device (kuafu::Error naming the key for a missing array or a shape that differs; arrays the model
+// does not use are ignored).
 void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params);
 // The model's parameters in params_model_*.npz's layout (blocks stacked), float32.
 io::NpzArrays alphafold_arrays(AlphaFoldImpl& model);

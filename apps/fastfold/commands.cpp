@@ -17,6 +17,7 @@
 #include "apps/fastfold/residue_types.h"
 #include "core/io/npz.h"
 #include "core/train/held_model.h"
+#include "core/train/model_app.h"
 #include "core/train/parallelize.h"
 #include "core/util/atomic_file.h"
 #include "core/util/device.h"
@@ -32,20 +33,6 @@ int64_t parameter_count(torch::nn::Module& module) {
   return n;
 }
 
-// The model of `settings` on `device`: AlphaFold's initial values from `seed`, then model.init_from's
-// parameter file when `starting_weights`.
-AlphaFold make_model(const FoldSettings& settings, const torch::Device& device, uint64_t seed, bool starting_weights) {
-  AlphaFold model(settings.model);
-  torch::manual_seed(seed);
-  initialize_alphafold_weights(*model);
-  if (starting_weights && !settings.init_from.empty()) {
-    load_alphafold(*model, io::read_npz(settings.init_from));
-    log::infof("initial weights from ", settings.init_from);
-  }
-  model->to(device);
-  return model;
-}
-
 // The blocks memory.activation_checkpointing recomputes unless memory.checkpoint_blocks names others.
 const std::vector<std::string> kCheckpointedBlocks = {"extra_msa_stack.*", "evoformer.*"};
 
@@ -56,14 +43,9 @@ void lay_out(AlphaFoldImpl& model, const train::Runtime& runtime, const config::
   train::checkpoint_from_config(config, model.sites, kCheckpointedBlocks);
 }
 
-class FoldApp : public train::App {
+class FoldApp : public train::ModelApp<AlphaFold> {
  public:
-  explicit FoldApp(const config::Config& config) : config_(config), settings_(read_fold_settings(config)) {}
-
-  train::ModelSize model_size() override {
-    AlphaFold counted(settings_.model);
-    return {static_cast<double>(parameter_count(*counted)), {"model."}};
-  }
+  explicit FoldApp(const config::Config& config) : ModelApp(config), settings_(read_fold_settings(config)) {}
 
   std::unique_ptr<train::RunTask> make_task(const parallel::ModelOptions& options, const train::Runtime* runtime) override {
     const DatabaseSource db = DatabaseSource::file(settings_.structure_db);  // read only without a current feature cache
@@ -80,9 +62,14 @@ class FoldApp : public train::App {
                                                      " but memory.strategy = \"gemini\" needs 1 in kuafu-fold (each row is a "
                                                      "forward of its own); accumulate rows with train.batch_size instead");
     }
-    AlphaFold model = make_model(settings_, options.device, t.seed, true);
-    if (runtime) lay_out(*model, *runtime, config_);
-    return std::make_unique<FoldTask>(model, settings_, std::move(train), std::move(val), t.batch_size, options.device);
+    // Described, then given storage and drawn on the run's device, or, under ZeRO and Gemini, left described
+    // for the strategy to fill its chunks from the draws and model.init_from's file.
+    const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
+    train::Built<AlphaFold> built = train::build(recipe(), config_, {purpose, options});
+    if (runtime) lay_out(*built.model, *runtime, config_);
+    auto task = std::make_unique<FoldTask>(built.model, settings_, std::move(train), std::move(val), t.batch_size, options.device);
+    if (built.deferred) task->defer_weights(std::move(built.deferred));
+    return task;
   }
 
   std::string describe(train::RunTask& task) override {
@@ -105,15 +92,10 @@ class FoldApp : public train::App {
     return train::metrics_line(task, runtime, "chains");
   }
 
-  torch::nn::Module& build_model(const torch::Device& device, bool starting_weights) override {
-    built_ = make_model(settings_, device, train::read_train_settings(config_).seed, starting_weights);
-    return *built_;
-  }
-
   // A folder with the parameters as DeepMind's params_model_*.npz (AlphaFold, OpenFold and ColabFold read
   // it) and the sizes as kuafu-fold's config keys.
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions, const config::ParsedCommand&) override {
-    const io::NpzArrays arrays = alphafold_arrays(*built_);
+    const io::NpzArrays arrays = alphafold_arrays(*model());
     nlohmann::json sizes;
     for (const char* key : {"model.msa_channels", "model.pair_channels", "model.single_channels", "model.extra_msa_channels",
                             "model.evoformer_blocks", "model.extra_msa_blocks", "model.msa_heads", "model.pair_heads",
@@ -131,9 +113,27 @@ class FoldApp : public train::App {
   nlohmann::json benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) override;
 
  private:
-  const config::Config& config_;
+  // AlphaFold's initial values from train.seed (drawn on the CPU, the same on any device), then
+  // model.init_from's parameter file (DeepMind's params_model_*.npz layout) over them.
+  train::ModelRecipe<AlphaFold> recipe() const override {
+    train::ModelRecipe<AlphaFold> recipe;
+    recipe.describe = train::described_whole<AlphaFold>(settings_.model);
+    recipe.draw = [seed = train::read_train_settings(config_).seed](AlphaFold& model) {
+      torch::manual_seed(seed);
+      initialize_alphafold_weights(*model);
+    };
+    if (!settings_.init_from.empty()) {
+      recipe.load = [file = settings_.init_from](AlphaFold& model) {
+        load_alphafold(*model, io::read_npz(file));
+        log::infof("initial weights from ", file);
+      };
+    }
+    recipe.parameters = static_cast<double>(parameter_count(*AlphaFold(settings_.model, torch::kMeta)));
+    recipe.size_keys = {"model."};
+    return recipe;
+  }
+
   FoldSettings settings_;
-  AlphaFold built_{nullptr};
 };
 
 // A training step's time on a random chain of data.crop_size residues with the run's MSA sizes and every
@@ -156,14 +156,15 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   spec.item_name = "residues";
   spec.items_per_row = residues;
   const FoldShape shape{residues, settings_.sampling.max_clusters, std::min(settings_.sampling.max_extra, rows - settings_.sampling.max_clusters)};
-  spec.flops_per_item = alphafold_training_flops(built_->sizes, shape, static_cast<double>(settings_.max_recycles + 1)) /
+  spec.flops_per_item = alphafold_training_flops(model()->sizes, shape, static_cast<double>(settings_.max_recycles + 1)) /
                         static_cast<double>(residues);
-  spec.parameters = parameter_count(*built_);
+  spec.parameters = parameter_count(*model());
+  spec.deferred = deferred();
   spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
                  {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};
-  lay_out(*built_, runtime, config_);
-  return train::benchmark_training(config_, runtime, *built_, [&] {
-    return example_loss(*built_, example, settings_, runtime.device).total;
+  lay_out(*model(), runtime, config_);
+  return train::benchmark_training(config_, runtime, *model(), [&] {
+    return example_loss(*model(), example, settings_, runtime.device).total;
   }, 1, spec, memory);
 }
 

@@ -4,12 +4,13 @@
 
 namespace kuafu::fold {
 
-InputEmbedderImpl::InputEmbedderImpl(int64_t c_m, int64_t c_z, int64_t relative) : max_relative(relative) {
-  preprocess_1d = register_module("preprocess_1d", AfLinear(kTargetFeatures, c_m));
-  preprocess_msa = register_module("preprocess_msa", AfLinear(kMsaFeatures, c_m));
-  left_single = register_module("left_single", AfLinear(kTargetFeatures, c_z));
-  right_single = register_module("right_single", AfLinear(kTargetFeatures, c_z));
-  pair_activiations = register_module("pair_activiations", AfLinear(2 * relative + 1, c_z));
+InputEmbedderImpl::InputEmbedderImpl(int64_t c_m, int64_t c_z, int64_t relative, const torch::Device& device)
+    : max_relative(relative) {
+  preprocess_1d = register_module("preprocess_1d", AfLinear(kTargetFeatures, c_m, device));
+  preprocess_msa = register_module("preprocess_msa", AfLinear(kMsaFeatures, c_m, device));
+  left_single = register_module("left_single", AfLinear(kTargetFeatures, c_z, device));
+  right_single = register_module("right_single", AfLinear(kTargetFeatures, c_z, device));
+  pair_activiations = register_module("pair_activiations", AfLinear(2 * relative + 1, c_z, device));
 }
 
 std::pair<torch::Tensor, torch::Tensor> InputEmbedderImpl::forward(const torch::Tensor& target_feat, const torch::Tensor& msa_feat,
@@ -22,11 +23,11 @@ std::pair<torch::Tensor, torch::Tensor> InputEmbedderImpl::forward(const torch::
   return {m, z};
 }
 
-RecyclingEmbedderImpl::RecyclingEmbedderImpl(int64_t c_m, int64_t c_z, int64_t n, double low, double high)
+RecyclingEmbedderImpl::RecyclingEmbedderImpl(int64_t c_m, int64_t c_z, int64_t n, double low, double high, const torch::Device& device)
     : bins(n), min_bin(low), max_bin(high) {
-  prev_pos_linear = register_module("prev_pos_linear", AfLinear(n, c_z));
-  prev_msa_first_row_norm = register_module("prev_msa_first_row_norm", AfLayerNorm(c_m));
-  prev_pair_norm = register_module("prev_pair_norm", AfLayerNorm(c_z));
+  prev_pos_linear = register_module("prev_pos_linear", AfLinear(n, c_z, device));
+  prev_msa_first_row_norm = register_module("prev_msa_first_row_norm", AfLayerNorm(c_m, device));
+  prev_pair_norm = register_module("prev_pair_norm", AfLayerNorm(c_z, device));
 }
 
 std::pair<torch::Tensor, torch::Tensor> RecyclingEmbedderImpl::forward(const torch::Tensor& prev_msa_first_row,

@@ -15,7 +15,7 @@ constexpr int64_t kTargetFeatures = 22, kMsaFeatures = 49, kExtraMsaFeatures = 2
 // Algorithms 3-4: the MSA stream from the MSA features and the target; the pair stream from the target's
 // outer sum and the relative positions (|i - j| clipped at `max_relative`, one-hot).
 struct InputEmbedderImpl : torch::nn::Module {
-  InputEmbedderImpl(int64_t msa_channels, int64_t pair_channels, int64_t max_relative);
+  InputEmbedderImpl(int64_t msa_channels, int64_t pair_channels, int64_t max_relative, const torch::Device& device = torch::kCPU);
   // target_feat [R, 22], msa_feat [S, R, 49], residue_index [R] int64 -> (m [S, R, c_m], z [R, R, c_z]).
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& target_feat, const torch::Tensor& msa_feat,
                                                   const torch::Tensor& residue_index);
@@ -28,7 +28,8 @@ TORCH_MODULE(InputEmbedder);
 // Algorithm 32: the previous iteration's first MSA row, pair and predicted pseudo-beta distances (binned)
 // added to this iteration's streams.
 struct RecyclingEmbedderImpl : torch::nn::Module {
-  RecyclingEmbedderImpl(int64_t msa_channels, int64_t pair_channels, int64_t bins, double min_bin, double max_bin);
+  RecyclingEmbedderImpl(int64_t msa_channels, int64_t pair_channels, int64_t bins, double min_bin, double max_bin,
+                        const torch::Device& device = torch::kCPU);
   // prev_msa_first_row [R, c_m], prev_pair [R, R, c_z], prev_pseudo_beta [R, 3] -> updates of m's first
   // row [R, c_m] and of z [R, R, c_z].
   std::pair<torch::Tensor, torch::Tensor> forward(const torch::Tensor& prev_msa_first_row, const torch::Tensor& prev_pair,

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/nn/chunks.h"
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 
 namespace kuafu::fold {
@@ -14,32 +15,39 @@ namespace {
 // mask [B, K] -> [B, 1, 1, K] (broadcast over heads and queries).
 torch::Tensor key_mask_bias(const torch::Tensor& mask) { return (1e9 * (mask - 1.0)).unsqueeze(1).unsqueeze(1); }
 
-nn::GatedAttention make_attention(torch::nn::Module& owner, int64_t channels, int64_t heads) {
+nn::GatedAttention make_attention(torch::nn::Module& owner, int64_t channels, int64_t heads, const torch::Device& device) {
   KUAFU_CHECK(channels % heads == 0, "attention channels (", channels, ") must divide by its heads (", heads, ")");
-  return owner.register_module("attention", nn::GatedAttention(nn::GatedAttentionSpec{channels, channels, heads, channels / heads}));
+  return owner.register_module("attention",
+                               nn::GatedAttention(nn::GatedAttentionSpec{channels, channels, heads, channels / heads}, device));
 }
 
 }  // namespace
 
-AfLinearImpl::AfLinearImpl(int64_t in, int64_t out, AfInit kind, bool with_bias) : init(kind) {
-  weights = register_parameter("weights", torch::zeros({in, out}));
-  if (with_bias) bias = register_parameter("bias", torch::zeros({out}));
+AfLinearImpl::AfLinearImpl(int64_t in, int64_t out, AfInit kind, bool with_bias)
+    : AfLinearImpl(in, out, torch::kCPU, kind, with_bias) {}
+
+AfLinearImpl::AfLinearImpl(int64_t in, int64_t out, const torch::Device& device, AfInit kind, bool with_bias) : init(kind) {
+  weights = register_parameter("weights", torch::zeros({in, out}, device));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({out}, device));
 }
 
-void AfLinearImpl::initialize() {
+void AfLinearImpl::initial_value(const std::string& name, torch::Tensor& value) const {
   torch::NoGradGuard no_grad;
-  if (bias.defined()) bias.fill_(init == AfInit::kGating ? 1.0 : 0.0);
+  if (name == "bias") {
+    value.fill_(init == AfInit::kGating ? 1.0 : 0.0);
+    return;
+  }
   if (init == AfInit::kFinal || init == AfInit::kGating) {
-    weights.zero_();
+    value.zero_();
     return;
   }
   // Haiku's TruncatedNormal keeps draws within 2σ; 0.8796 is the standard deviation such a cut leaves.
   const double scale = init == AfInit::kRelu ? 2.0 : 1.0;
-  const double sigma = std::sqrt(scale / static_cast<double>(weights.size(0))) / 0.87962566103423978;
-  torch::Tensor draw = torch::randn(weights.sizes());
+  const double sigma = std::sqrt(scale / static_cast<double>(value.size(0))) / 0.87962566103423978;
+  torch::Tensor draw = torch::randn(value.sizes());
   for (torch::Tensor outside = draw.abs() > 2; outside.any().item<bool>(); outside = draw.abs() > 2)
-    draw = torch::where(outside, torch::randn(weights.sizes()), draw);
-  weights.copy_(draw * sigma);
+    draw = torch::where(outside, torch::randn(value.sizes()), draw);
+  value.copy_(draw * sigma);
 }
 
 torch::Tensor AfLinearImpl::forward(const torch::Tensor& x) {
@@ -48,22 +56,23 @@ torch::Tensor AfLinearImpl::forward(const torch::Tensor& x) {
   return bias.defined() ? y.add_(bias) : y;
 }
 
-AfLayerNormImpl::AfLayerNormImpl(int64_t channels) {
-  scale = register_parameter("scale", torch::ones({channels}));
-  offset = register_parameter("offset", torch::zeros({channels}));
+AfLayerNormImpl::AfLayerNormImpl(int64_t channels, const torch::Device& device) {
+  scale = register_parameter("scale", torch::ones({channels}, device));
+  offset = register_parameter("offset", torch::zeros({channels}, device));
 }
 
 torch::Tensor AfLayerNormImpl::forward(const torch::Tensor& x) {
   return torch::layer_norm(x, {x.size(-1)}, scale, offset, 1e-5);
 }
 
-MsaAttentionImpl::MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool column) : per_column(column) {
-  query_norm = register_module("query_norm", AfLayerNorm(c_m));
+MsaAttentionImpl::MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool column, const torch::Device& device)
+    : per_column(column) {
+  query_norm = register_module("query_norm", AfLayerNorm(c_m, device));
   if (!per_column) {
-    feat_2d_norm = register_module("feat_2d_norm", AfLayerNorm(c_z));
-    feat_2d_weights = register_parameter("feat_2d_weights", torch::zeros({c_z, heads}));
+    feat_2d_norm = register_module("feat_2d_norm", AfLayerNorm(c_z, device));
+    feat_2d_weights = register_parameter("feat_2d_weights", torch::zeros({c_z, heads}, device));
   }
-  attention = make_attention(*this, c_m, heads);
+  attention = make_attention(*this, c_m, heads, device);
 }
 
 torch::Tensor MsaAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z, int64_t chunk,
@@ -83,18 +92,18 @@ torch::Tensor MsaAttentionImpl::forward(const torch::Tensor& m, const torch::Ten
   return per_column ? out.transpose(0, 1) : out;
 }
 
-MsaColumnGlobalAttentionImpl::MsaColumnGlobalAttentionImpl(int64_t channels, int64_t h) : heads(h) {
+MsaColumnGlobalAttentionImpl::MsaColumnGlobalAttentionImpl(int64_t channels, int64_t h, const torch::Device& device) : heads(h) {
   KUAFU_CHECK(channels % heads == 0, "global attention channels (", channels, ") must divide by its heads (", heads, ")");
   const int64_t c = channels / heads;
-  query_norm = register_module("query_norm", AfLayerNorm(channels));
+  query_norm = register_module("query_norm", AfLayerNorm(channels, device));
   attention = register_module("attention", std::make_shared<torch::nn::Module>());
-  query_w = attention->register_parameter("query_w", torch::zeros({channels, heads, c}));
-  key_w = attention->register_parameter("key_w", torch::zeros({channels, c}));
-  value_w = attention->register_parameter("value_w", torch::zeros({channels, c}));
-  gating_w = attention->register_parameter("gating_w", torch::zeros({channels, heads, c}));
-  gating_b = attention->register_parameter("gating_b", torch::zeros({heads, c}));
-  output_w = attention->register_parameter("output_w", torch::zeros({heads, c, channels}));
-  output_b = attention->register_parameter("output_b", torch::zeros({channels}));
+  query_w = attention->register_parameter("query_w", torch::zeros({channels, heads, c}, device));
+  key_w = attention->register_parameter("key_w", torch::zeros({channels, c}, device));
+  value_w = attention->register_parameter("value_w", torch::zeros({channels, c}, device));
+  gating_w = attention->register_parameter("gating_w", torch::zeros({channels, heads, c}, device));
+  gating_b = attention->register_parameter("gating_b", torch::zeros({heads, c}, device));
+  output_w = attention->register_parameter("output_w", torch::zeros({heads, c, channels}, device));
+  output_b = attention->register_parameter("output_b", torch::zeros({channels}, device));
 }
 
 torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, const torch::Tensor& mask,
@@ -114,10 +123,10 @@ torch::Tensor MsaColumnGlobalAttentionImpl::forward(const torch::Tensor& m, cons
   return out.transpose(0, 1);  // [S, R', c]
 }
 
-TransitionImpl::TransitionImpl(int64_t channels, int64_t factor) {
-  input_layer_norm = register_module("input_layer_norm", AfLayerNorm(channels));
-  transition1 = register_module("transition1", AfLinear(channels, factor * channels, AfInit::kRelu));
-  transition2 = register_module("transition2", AfLinear(factor * channels, channels, AfInit::kFinal));
+TransitionImpl::TransitionImpl(int64_t channels, int64_t factor, const torch::Device& device) {
+  input_layer_norm = register_module("input_layer_norm", AfLayerNorm(channels, device));
+  transition1 = register_module("transition1", AfLinear(channels, factor * channels, device, AfInit::kRelu));
+  transition2 = register_module("transition2", AfLinear(factor * channels, channels, device, AfInit::kFinal));
 }
 
 torch::Tensor TransitionImpl::forward(const torch::Tensor& x, int64_t chunk) {
@@ -126,12 +135,12 @@ torch::Tensor TransitionImpl::forward(const torch::Tensor& x, int64_t chunk) {
   });
 }
 
-OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer) {
-  layer_norm_input = register_module("layer_norm_input", AfLayerNorm(c_m));
-  left_projection = register_module("left_projection", AfLinear(c_m, c_outer));
-  right_projection = register_module("right_projection", AfLinear(c_m, c_outer));
-  output_w = register_parameter("output_w", torch::zeros({c_outer, c_outer, c_z}));
-  output_b = register_parameter("output_b", torch::zeros({c_z}));
+OuterProductMeanImpl::OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer, const torch::Device& device) {
+  layer_norm_input = register_module("layer_norm_input", AfLayerNorm(c_m, device));
+  left_projection = register_module("left_projection", AfLinear(c_m, c_outer, device));
+  right_projection = register_module("right_projection", AfLinear(c_m, c_outer, device));
+  output_w = register_parameter("output_w", torch::zeros({c_outer, c_outer, c_z}, device));
+  output_b = register_parameter("output_b", torch::zeros({c_z}, device));
 }
 
 torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk,
@@ -151,15 +160,16 @@ torch::Tensor OuterProductMeanImpl::forward(const torch::Tensor& m, const torch:
   return summed / (pairs + 1e-3);
 }
 
-TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool out) : outgoing(out) {
-  layer_norm_input = register_module("layer_norm_input", AfLayerNorm(c_z));
-  left_projection = register_module("left_projection", AfLinear(c_z, c_hidden));
-  right_projection = register_module("right_projection", AfLinear(c_z, c_hidden));
-  left_gate = register_module("left_gate", AfLinear(c_z, c_hidden, AfInit::kGating));
-  right_gate = register_module("right_gate", AfLinear(c_z, c_hidden, AfInit::kGating));
-  center_layer_norm = register_module("center_layer_norm", AfLayerNorm(c_hidden));
-  output_projection = register_module("output_projection", AfLinear(c_hidden, c_z, AfInit::kFinal));
-  gating_linear = register_module("gating_linear", AfLinear(c_z, c_z, AfInit::kGating));
+TriangleMultiplicationImpl::TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool out, const torch::Device& device)
+    : outgoing(out) {
+  layer_norm_input = register_module("layer_norm_input", AfLayerNorm(c_z, device));
+  left_projection = register_module("left_projection", AfLinear(c_z, c_hidden, device));
+  right_projection = register_module("right_projection", AfLinear(c_z, c_hidden, device));
+  left_gate = register_module("left_gate", AfLinear(c_z, c_hidden, device, AfInit::kGating));
+  right_gate = register_module("right_gate", AfLinear(c_z, c_hidden, device, AfInit::kGating));
+  center_layer_norm = register_module("center_layer_norm", AfLayerNorm(c_hidden, device));
+  output_projection = register_module("output_projection", AfLinear(c_hidden, c_z, device, AfInit::kFinal));
+  gating_linear = register_module("gating_linear", AfLinear(c_z, c_z, device, AfInit::kGating));
 }
 
 torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk,
@@ -194,10 +204,11 @@ torch::Tensor TriangleMultiplicationImpl::forward(const torch::Tensor& z, const 
   return outgoing ? out : out.transpose(0, 1);
 }
 
-TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending) : ending_node(ending) {
-  query_norm = register_module("query_norm", AfLayerNorm(c_z));
-  feat_2d_weights = register_parameter("feat_2d_weights", torch::zeros({c_z, heads}));
-  attention = make_attention(*this, c_z, heads);
+TriangleAttentionImpl::TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending, const torch::Device& device)
+    : ending_node(ending) {
+  query_norm = register_module("query_norm", AfLayerNorm(c_z, device));
+  feat_2d_weights = register_parameter("feat_2d_weights", torch::zeros({c_z, heads}, device));
+  attention = make_attention(*this, c_z, heads, device);
 }
 
 torch::Tensor TriangleAttentionImpl::forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk,
@@ -212,23 +223,26 @@ torch::Tensor TriangleAttentionImpl::forward(const torch::Tensor& z, const torch
   return ending_node ? out.transpose(0, 1) : out;
 }
 
-EvoformerBlockImpl::EvoformerBlockImpl(const EvoformerSizes& s) {
+EvoformerBlockImpl::EvoformerBlockImpl(const EvoformerSizes& s, const torch::Device& device) {
   const int64_t c_m = s.msa_channels, c_z = s.pair_channels;
-  msa_row_attention_with_pair_bias = register_module("msa_row_attention_with_pair_bias", MsaAttention(c_m, c_z, s.msa_heads, false));
+  msa_row_attention_with_pair_bias =
+      register_module("msa_row_attention_with_pair_bias", MsaAttention(c_m, c_z, s.msa_heads, false, device));
   if (s.global_column_attention) {
-    msa_column_global_attention = register_module("msa_column_global_attention", MsaColumnGlobalAttention(c_m, s.msa_heads));
+    msa_column_global_attention = register_module("msa_column_global_attention", MsaColumnGlobalAttention(c_m, s.msa_heads, device));
   } else {
-    msa_column_attention = register_module("msa_column_attention", MsaAttention(c_m, c_z, s.msa_heads, true));
+    msa_column_attention = register_module("msa_column_attention", MsaAttention(c_m, c_z, s.msa_heads, true, device));
   }
-  msa_transition = register_module("msa_transition", Transition(c_m, s.transition_factor));
-  outer_product_mean = register_module("outer_product_mean", OuterProductMean(c_m, c_z, s.outer_channels));
+  msa_transition = register_module("msa_transition", Transition(c_m, s.transition_factor, device));
+  outer_product_mean = register_module("outer_product_mean", OuterProductMean(c_m, c_z, s.outer_channels, device));
   triangle_multiplication_outgoing =
-      register_module("triangle_multiplication_outgoing", TriangleMultiplication(c_z, s.triangle_channels, true));
+      register_module("triangle_multiplication_outgoing", TriangleMultiplication(c_z, s.triangle_channels, true, device));
   triangle_multiplication_incoming =
-      register_module("triangle_multiplication_incoming", TriangleMultiplication(c_z, s.triangle_channels, false));
-  triangle_attention_starting_node = register_module("triangle_attention_starting_node", TriangleAttention(c_z, s.pair_heads, false));
-  triangle_attention_ending_node = register_module("triangle_attention_ending_node", TriangleAttention(c_z, s.pair_heads, true));
-  pair_transition = register_module("pair_transition", Transition(c_z, s.transition_factor));
+      register_module("triangle_multiplication_incoming", TriangleMultiplication(c_z, s.triangle_channels, false, device));
+  triangle_attention_starting_node =
+      register_module("triangle_attention_starting_node", TriangleAttention(c_z, s.pair_heads, false, device));
+  triangle_attention_ending_node =
+      register_module("triangle_attention_ending_node", TriangleAttention(c_z, s.pair_heads, true, device));
+  pair_transition = register_module("pair_transition", Transition(c_z, s.transition_factor, device));
 }
 
 std::pair<torch::Tensor, torch::Tensor> EvoformerBlockImpl::forward(torch::Tensor m, torch::Tensor z, const torch::Tensor& msa_mask,
@@ -264,33 +278,39 @@ int64_t dap_block_sent_elements(const EvoformerSizes& s, int64_t rows, int64_t r
 }
 
 void initialize_alphafold_weights(torch::nn::Module& root) {
-  torch::NoGradGuard no_grad;
+  // The global column attention keeps its weights in a plain submodule: found by that module.
+  std::map<const torch::nn::Module*, const MsaColumnGlobalAttentionImpl*> global_of;
   for (const auto& module : root.modules()) {
-    if (auto* linear = dynamic_cast<AfLinearImpl*>(module.get())) {
-      linear->initialize();
-    } else if (auto* norm = dynamic_cast<AfLayerNormImpl*>(module.get())) {
-      norm->scale.fill_(1.0);
-      norm->offset.zero_();
-    } else if (auto* attention = dynamic_cast<nn::GatedAttentionImpl*>(module.get())) {
-      attention->initialize();
-    } else if (auto* global = dynamic_cast<MsaColumnGlobalAttentionImpl*>(module.get())) {
-      const int64_t channels = global->query_w.size(0), width = global->key_w.size(1);
-      nn::glorot_uniform(global->query_w, channels, global->heads * width);
-      nn::glorot_uniform(global->key_w, channels, width);
-      nn::glorot_uniform(global->value_w, channels, width);
-      global->gating_w.zero_();
-      global->gating_b.fill_(1.0);
-      global->output_w.zero_();
-      global->output_b.zero_();
-    } else if (auto* outer = dynamic_cast<OuterProductMeanImpl*>(module.get())) {
-      outer->output_w.zero_();  // a final layer
-      outer->output_b.zero_();
-    }
-    // The pair-bias projections (row attention, triangle attention): normal, σ = 1/√c_z.
-    for (auto& item : module->named_parameters(/*recurse=*/false)) {
-      if (item.key() == "feat_2d_weights") item.value().normal_(0.0, 1.0 / std::sqrt(static_cast<double>(item.value().size(0))));
-    }
+    const auto* global = dynamic_cast<const MsaColumnGlobalAttentionImpl*>(module.get());
+    if (global) global_of[global->attention.get()] = global;
   }
+  nn::initialize_by_module(root, [&](const torch::nn::Module& owner, const std::string& name, torch::Tensor& value) {
+    torch::NoGradGuard no_grad;
+    if (const auto* linear = dynamic_cast<const AfLinearImpl*>(&owner)) {
+      linear->initial_value(name, value);
+    } else if (dynamic_cast<const AfLayerNormImpl*>(&owner)) {
+      value.fill_(name == "scale" ? 1.0 : 0.0);
+    } else if (const auto* attention = dynamic_cast<const nn::GatedAttentionImpl*>(&owner)) {
+      attention->initial_value(name, value);
+    } else if (const auto found = global_of.find(&owner); found != global_of.end()) {
+      const int64_t channels = found->second->query_w.size(0), width = found->second->key_w.size(1);
+      if (name == "query_w") {
+        nn::glorot_uniform(value, channels, found->second->heads * width);
+      } else if (name == "key_w" || name == "value_w") {
+        nn::glorot_uniform(value, channels, width);
+      } else {
+        value.fill_(name == "gating_b" ? 1.0 : 0.0);  // the gate open, the output closed
+      }
+    } else if (name == "feat_2d_weights") {
+      // The pair-bias projections (row attention, triangle attention): normal, σ = 1/√c_z.
+      value.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(value.size(0))));
+    } else if (name == "trainable_point_weights") {
+      value.fill_(std::log(std::exp(1.0) - 1.0));  // IPA's point weights start at softplus⁻¹(1)
+    } else {
+      value.zero_();  // the outer product mean's output (a final layer)
+    }
+    return true;
+  });
 }
 
 std::string alphafold_key(const std::string& module_path, const std::string& parameter) {

@@ -29,8 +29,12 @@ enum class AfInit { kLinear, kRelu, kFinal, kGating };
 // Haiku's Linear: weights [in, out], bias [out]; x [*, in] -> [*, out]. Zero until initialize().
 struct AfLinearImpl : torch::nn::Module {
   AfLinearImpl(int64_t in, int64_t out, AfInit init = AfInit::kLinear, bool bias = true);
+  // Its parameters made on `device` (torch::kMeta: described only, for lazy construction).
+  AfLinearImpl(int64_t in, int64_t out, const torch::Device& device, AfInit init = AfInit::kLinear, bool bias = true);
   torch::Tensor forward(const torch::Tensor& x);
-  void initialize();  // by `init`, from torch's default generator
+  // Its initial value of parameter `name` ("weights" or "bias") by `init`, into `value` (its shape), from
+  // torch's default generator.
+  void initial_value(const std::string& name, torch::Tensor& value) const;
   torch::Tensor weights, bias;
   AfInit init;
 };
@@ -38,7 +42,7 @@ TORCH_MODULE(AfLinear);
 
 // Haiku's LayerNorm over the last axis (eps 1e-5): scale, offset [c].
 struct AfLayerNormImpl : torch::nn::Module {
-  explicit AfLayerNormImpl(int64_t channels);
+  explicit AfLayerNormImpl(int64_t channels, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor scale, offset;
 };
@@ -47,7 +51,7 @@ TORCH_MODULE(AfLayerNorm);
 // Algorithm 7 (per_row) with the pair bias, and Algorithm 8 (per_column) without it: gated
 // self-attention along the MSA's rows (over residues) or its columns (over sequences).
 struct MsaAttentionImpl : torch::nn::Module {
-  MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool per_column);
+  MsaAttentionImpl(int64_t c_m, int64_t c_z, int64_t heads, bool per_column, const torch::Device& device = torch::kCPU);
   // m [S, R, c_m], mask [S, R], z [R, R, c_z] (row attention's pair bias). `chunk`: rows attended at a time.
   // Under `layout`: rows: m [S', R, c_m], z [R', R, c_z]; columns: m [S, R', c_m].
   torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const torch::Tensor& z = {}, int64_t chunk = 0,
@@ -63,7 +67,7 @@ TORCH_MODULE(MsaAttention);
 // sequences) per head against one shared key and value projection, gated per sequence. m [S, R, c],
 // mask [S, R] -> [S, R, c] (under `layout` m [S, R', c] -> [S, R', c]).
 struct MsaColumnGlobalAttentionImpl : torch::nn::Module {
-  MsaColumnGlobalAttentionImpl(int64_t channels, int64_t heads);
+  MsaColumnGlobalAttentionImpl(int64_t channels, int64_t heads, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, const dap::AxialLayout& layout = {});
   AfLayerNorm query_norm{nullptr};
   std::shared_ptr<torch::nn::Module> attention;  // its parameters, under AlphaFold's "attention" scope
@@ -75,7 +79,7 @@ TORCH_MODULE(MsaColumnGlobalAttention);
 // Algorithms 9 and 15: LayerNorm, Linear to factor × c with ReLU, Linear back. x [*, c] -> [*, c];
 // `chunk` > 0: that many entries of the first axis at a time (inference: the hidden layer is 4× wider).
 struct TransitionImpl : torch::nn::Module {
-  TransitionImpl(int64_t channels, int64_t factor);
+  TransitionImpl(int64_t channels, int64_t factor, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& x, int64_t chunk = 0);
   AfLayerNorm input_layer_norm{nullptr};
   AfLinear transition1{nullptr}, transition2{nullptr};
@@ -86,7 +90,7 @@ TORCH_MODULE(Transition);
 // column, projected to c_z. m [S, R, c_m], mask [S, R] -> [R, R, c_z]. `chunk` > 0: that many rows i of the
 // [R, R, c', c'] outer products at a time. Under `layout`: m [S, R', c_m] -> [R', R, c_z].
 struct OuterProductMeanImpl : torch::nn::Module {
-  OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer);
+  OuterProductMeanImpl(int64_t c_m, int64_t c_z, int64_t c_outer, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& m, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   AfLayerNorm layer_norm_input{nullptr};
   AfLinear left_projection{nullptr}, right_projection{nullptr};
@@ -98,7 +102,7 @@ TORCH_MODULE(OuterProductMean);
 // z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk` > 0: that many rows of the update at a time. Under
 // `layout`: outgoing z [R', R, c_z], incoming z [R, R', c_z] (rows, columns cut), the output cut alike.
 struct TriangleMultiplicationImpl : torch::nn::Module {
-  TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool outgoing);
+  TriangleMultiplicationImpl(int64_t c_z, int64_t c_hidden, bool outgoing, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   bool outgoing;
   AfLayerNorm layer_norm_input{nullptr}, center_layer_norm{nullptr};
@@ -111,7 +115,7 @@ TORCH_MODULE(TriangleMultiplication);
 // biased by the pair itself. z [R, R, c_z], mask [R, R] -> [R, R, c_z]; `chunk`: rows at a time. Under
 // `layout`: starting node z [R', R, c_z], ending node z [R, R', c_z], the output cut alike.
 struct TriangleAttentionImpl : torch::nn::Module {
-  TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending_node);
+  TriangleAttentionImpl(int64_t c_z, int64_t heads, bool ending_node, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& z, const torch::Tensor& mask, int64_t chunk = 0, const dap::AxialLayout& layout = {});
   bool ending_node;
   AfLayerNorm query_norm{nullptr};
@@ -136,7 +140,7 @@ struct EvoformerSizes {
 // the outer product mean into the pair, then the pair stack; every update added to its stream (no
 // dropout: training's dropout is the trainer's to add). m [S, R, c_m], z [R, R, c_z].
 struct EvoformerBlockImpl : torch::nn::Module {
-  explicit EvoformerBlockImpl(const EvoformerSizes& sizes);
+  explicit EvoformerBlockImpl(const EvoformerSizes& sizes, const torch::Device& device = torch::kCPU);
   // -> (m, z) updated. `chunk` > 0: attention rows, transition entries, outer-product and triangle
   // multiplication rows at a time
   // (inference at lengths whose whole intermediates would not fit; the same result). Under `layout`, m
@@ -160,8 +164,10 @@ TORCH_MODULE(EvoformerBlock);
 int64_t dap_block_sent_elements(const EvoformerSizes& sizes, int64_t rows, int64_t residues, int64_t parts);
 
 // AlphaFold's initial values for every parameter under `root` (each AfLinear by its kind, LayerNorms at
-// 1 and 0, attention as GatedAttention::initialize, the pair-bias projections normal with σ = 1/√c_z),
-// drawn from torch's default generator: seed it first.
+// 1 and 0, attention as GatedAttention::initialize, the pair-bias projections normal with σ = 1/√c_z, IPA's
+// point weights at softplus⁻¹(1), the rest zero), drawn from torch's default CPU generator in parameter
+// order (seed it first), wherever the parameters live; a model described on the meta device hands them to
+// the WeightSink in scope.
 void initialize_alphafold_weights(torch::nn::Module& root);
 
 // The .npz key of a module's parameter: "<module path>[/<scope>]//<name>" for the torch name "[scope.]name"

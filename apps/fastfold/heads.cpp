@@ -4,8 +4,8 @@
 
 namespace kuafu::fold {
 
-DistogramHeadImpl::DistogramHeadImpl(int64_t c_z, int64_t bins) {
-  half_logits = register_module("half_logits", AfLinear(c_z, bins, AfInit::kFinal));
+DistogramHeadImpl::DistogramHeadImpl(int64_t c_z, int64_t bins, const torch::Device& device) {
+  half_logits = register_module("half_logits", AfLinear(c_z, bins, device, AfInit::kFinal));
 }
 
 torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
@@ -13,15 +13,15 @@ torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
   return half + half.transpose(0, 1);
 }
 
-MaskedMsaHeadImpl::MaskedMsaHeadImpl(int64_t c_m, int64_t classes) {
-  logits = register_module("logits", AfLinear(c_m, classes, AfInit::kFinal));
+MaskedMsaHeadImpl::MaskedMsaHeadImpl(int64_t c_m, int64_t classes, const torch::Device& device) {
+  logits = register_module("logits", AfLinear(c_m, classes, device, AfInit::kFinal));
 }
 
-PlddtHeadImpl::PlddtHeadImpl(int64_t c_s, int64_t hidden, int64_t bins) {
-  input_layer_norm = register_module("input_layer_norm", AfLayerNorm(c_s));
-  act_0 = register_module("act_0", AfLinear(c_s, hidden, AfInit::kRelu));
-  act_1 = register_module("act_1", AfLinear(hidden, hidden, AfInit::kRelu));
-  logits = register_module("logits", AfLinear(hidden, bins, AfInit::kFinal));
+PlddtHeadImpl::PlddtHeadImpl(int64_t c_s, int64_t hidden, int64_t bins, const torch::Device& device) {
+  input_layer_norm = register_module("input_layer_norm", AfLayerNorm(c_s, device));
+  act_0 = register_module("act_0", AfLinear(c_s, hidden, device, AfInit::kRelu));
+  act_1 = register_module("act_1", AfLinear(hidden, hidden, device, AfInit::kRelu));
+  logits = register_module("logits", AfLinear(hidden, bins, device, AfInit::kFinal));
 }
 
 torch::Tensor PlddtHeadImpl::forward(const torch::Tensor& s) {

@@ -10,7 +10,7 @@ namespace kuafu::fold {
 
 // The distogram: logits over distance bins for each residue pair, symmetric. z [R, R, c_z] -> [R, R, bins].
 struct DistogramHeadImpl : torch::nn::Module {
-  DistogramHeadImpl(int64_t pair_channels, int64_t bins);
+  DistogramHeadImpl(int64_t pair_channels, int64_t bins, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& z);
   AfLinear half_logits{nullptr};
 };
@@ -18,7 +18,7 @@ TORCH_MODULE(DistogramHead);
 
 // The masked MSA: logits over the 23 MSA classes at each position. m [S, R, c_m] -> [S, R, classes].
 struct MaskedMsaHeadImpl : torch::nn::Module {
-  MaskedMsaHeadImpl(int64_t msa_channels, int64_t classes);
+  MaskedMsaHeadImpl(int64_t msa_channels, int64_t classes, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& m) { return logits(m); }
   AfLinear logits{nullptr};
 };
@@ -27,7 +27,7 @@ TORCH_MODULE(MaskedMsaHead);
 // Algorithm 29: per-residue lDDT-Cα bins from the structure module's single representation.
 // s [R, c_s] -> [R, bins].
 struct PlddtHeadImpl : torch::nn::Module {
-  PlddtHeadImpl(int64_t single_channels, int64_t hidden, int64_t bins);
+  PlddtHeadImpl(int64_t single_channels, int64_t hidden, int64_t bins, const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& s);
   AfLayerNorm input_layer_norm{nullptr};
   AfLinear act_0{nullptr}, act_1{nullptr}, logits{nullptr};

@@ -29,17 +29,17 @@ torch::Tensor unit_quaternion(const torch::Tensor& q) { return q / torch::linalg
 
 }  // namespace
 
-InvariantPointAttentionImpl::InvariantPointAttentionImpl(const IpaSizes& s) : sizes(s) {
+InvariantPointAttentionImpl::InvariantPointAttentionImpl(const IpaSizes& s, const torch::Device& device) : sizes(s) {
   const int64_t c = s.single_channels, h = s.heads;
-  q_scalar = register_module("q_scalar", AfLinear(c, h * s.scalar_qk));
-  kv_scalar = register_module("kv_scalar", AfLinear(c, h * (s.scalar_qk + s.scalar_v)));
-  q_point_local = register_module("q_point_local", AfLinear(c, h * 3 * s.point_qk));
-  kv_point_local = register_module("kv_point_local", AfLinear(c, h * 3 * (s.point_qk + s.point_v)));
+  q_scalar = register_module("q_scalar", AfLinear(c, h * s.scalar_qk, device));
+  kv_scalar = register_module("kv_scalar", AfLinear(c, h * (s.scalar_qk + s.scalar_v), device));
+  q_point_local = register_module("q_point_local", AfLinear(c, h * 3 * s.point_qk, device));
+  kv_point_local = register_module("kv_point_local", AfLinear(c, h * 3 * (s.point_qk + s.point_v), device));
   // softplus(log(e - 1)) = 1: the point term starts at its nominal weight.
-  trainable_point_weights = register_parameter("trainable_point_weights", torch::full({h}, std::log(std::exp(1.0) - 1.0)));
-  attention_2d = register_module("attention_2d", AfLinear(s.pair_channels, h));
+  trainable_point_weights = register_parameter("trainable_point_weights", torch::zeros({h}, device));
+  attention_2d = register_module("attention_2d", AfLinear(s.pair_channels, h, device));
   const int64_t concatenated = h * (s.scalar_v + 4 * s.point_v + s.pair_channels);
-  output_projection = register_module("output_projection", AfLinear(concatenated, c, AfInit::kFinal));
+  output_projection = register_module("output_projection", AfLinear(concatenated, c, device, AfInit::kFinal));
 }
 
 torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames,
@@ -71,14 +71,15 @@ torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const
       torch::cat({scalar_out, xyz.select(-1, 0), xyz.select(-1, 1), xyz.select(-1, 2), norms, pair_out}, -1));
 }
 
-AngleResnetImpl::AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t count) {
-  input_projection = register_module("input_projection", AfLinear(channels, hidden));
-  input_projection_1 = register_module("input_projection_1", AfLinear(initial_channels, hidden));
+AngleResnetImpl::AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t count,
+                                 const torch::Device& device) {
+  input_projection = register_module("input_projection", AfLinear(channels, hidden, device));
+  input_projection_1 = register_module("input_projection_1", AfLinear(initial_channels, hidden, device));
   for (int64_t b = 0; b < count; ++b) {
-    blocks.emplace_back(register_module(haiku_name("resblock1", b), AfLinear(hidden, hidden, AfInit::kRelu)),
-                        register_module(haiku_name("resblock2", b), AfLinear(hidden, hidden, AfInit::kFinal)));
+    blocks.emplace_back(register_module(haiku_name("resblock1", b), AfLinear(hidden, hidden, device, AfInit::kRelu)),
+                        register_module(haiku_name("resblock2", b), AfLinear(hidden, hidden, device, AfInit::kFinal)));
   }
-  unnormalized_angles = register_module("unnormalized_angles", AfLinear(hidden, 2 * kTorsions));
+  unnormalized_angles = register_module("unnormalized_angles", AfLinear(hidden, 2 * kTorsions, device));
 }
 
 torch::Tensor AngleResnetImpl::forward(const torch::Tensor& s, const torch::Tensor& s_initial) {
@@ -87,27 +88,27 @@ torch::Tensor AngleResnetImpl::forward(const torch::Tensor& s, const torch::Tens
   return unnormalized_angles(torch::relu(a)).unflatten(-1, {kTorsions, 2});  // [R, 7, 2]
 }
 
-FoldIterationImpl::FoldIterationImpl(const StructureModuleSizes& s) {
+FoldIterationImpl::FoldIterationImpl(const StructureModuleSizes& s, const torch::Device& device) {
   const int64_t c = s.ipa.single_channels;
-  invariant_point_attention = register_module("invariant_point_attention", InvariantPointAttention(s.ipa));
-  attention_layer_norm = register_module("attention_layer_norm", AfLayerNorm(c));
+  invariant_point_attention = register_module("invariant_point_attention", InvariantPointAttention(s.ipa, device));
+  attention_layer_norm = register_module("attention_layer_norm", AfLayerNorm(c, device));
   for (int64_t i = 0; i < s.transition_layers; ++i)
     transition.push_back(register_module(haiku_name("transition", static_cast<size_t>(i)),
-                                         AfLinear(c, c, i + 1 < s.transition_layers ? AfInit::kRelu : AfInit::kFinal)));
-  transition_layer_norm = register_module("transition_layer_norm", AfLayerNorm(c));
-  affine_update = register_module("affine_update", AfLinear(c, 6, AfInit::kFinal));
-  rigid_sidechain = register_module("rigid_sidechain", AngleResnet(c, s.single_channels, s.angle_channels, s.angle_blocks));
+                                         AfLinear(c, c, device, i + 1 < s.transition_layers ? AfInit::kRelu : AfInit::kFinal)));
+  transition_layer_norm = register_module("transition_layer_norm", AfLayerNorm(c, device));
+  affine_update = register_module("affine_update", AfLinear(c, 6, device, AfInit::kFinal));
+  rigid_sidechain = register_module("rigid_sidechain", AngleResnet(c, s.single_channels, s.angle_channels, s.angle_blocks, device));
 }
 
 Rigid StructureOutputs::backbone(int64_t layer) const {
   return {quaternion_to_rotation(quaternions.select(0, layer)), translations.select(0, layer)};
 }
 
-StructureModuleImpl::StructureModuleImpl(const StructureModuleSizes& s) : sizes(s) {
-  single_layer_norm = register_module("single_layer_norm", AfLayerNorm(s.single_channels));
-  initial_projection = register_module("initial_projection", AfLinear(s.single_channels, s.ipa.single_channels));
-  pair_layer_norm = register_module("pair_layer_norm", AfLayerNorm(s.ipa.pair_channels));
-  fold_iteration = register_module("fold_iteration", FoldIteration(s));
+StructureModuleImpl::StructureModuleImpl(const StructureModuleSizes& s, const torch::Device& device) : sizes(s) {
+  single_layer_norm = register_module("single_layer_norm", AfLayerNorm(s.single_channels, device));
+  initial_projection = register_module("initial_projection", AfLinear(s.single_channels, s.ipa.single_channels, device));
+  pair_layer_norm = register_module("pair_layer_norm", AfLayerNorm(s.ipa.pair_channels, device));
+  fold_iteration = register_module("fold_iteration", FoldIteration(s, device));
 }
 
 StructureOutputs StructureModuleImpl::forward(const torch::Tensor& single, const torch::Tensor& pair,

@@ -24,13 +24,13 @@ struct IpaSizes {
 // result is invariant to a global motion; outputs scalar values, points brought back into the query's
 // frame and their norms, and the attention-weighted pair, projected to c_s.
 struct InvariantPointAttentionImpl : torch::nn::Module {
-  explicit InvariantPointAttentionImpl(const IpaSizes& sizes);
+  explicit InvariantPointAttentionImpl(const IpaSizes& sizes, const torch::Device& device = torch::kCPU);
   // s [R, c_s], z [R, R, c_z], frames [R], mask [R] -> [R, c_s].
   torch::Tensor forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames, const torch::Tensor& mask);
   IpaSizes sizes;
   AfLinear q_scalar{nullptr}, kv_scalar{nullptr}, q_point_local{nullptr}, kv_point_local{nullptr};
   AfLinear attention_2d{nullptr}, output_projection{nullptr};
-  torch::Tensor trainable_point_weights;  // [H], through softplus
+  torch::Tensor trainable_point_weights;  // [H], through softplus (initialize_alphafold_weights: softplus⁻¹(1))
 };
 TORCH_MODULE(InvariantPointAttention);
 
@@ -47,7 +47,8 @@ struct StructureModuleSizes {
 // Algorithm 20, lines 11-14: the torsion angles (ω, φ, ψ, χ1..χ4) from the current and the initial single
 // representation, a small ResNet. -> unnormalised (sin, cos) [R, 7, 2].
 struct AngleResnetImpl : torch::nn::Module {
-  AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t blocks);
+  AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t blocks,
+                  const torch::Device& device = torch::kCPU);
   torch::Tensor forward(const torch::Tensor& s, const torch::Tensor& s_initial);
   AfLinear input_projection{nullptr}, input_projection_1{nullptr}, unnormalized_angles{nullptr};
   std::vector<std::pair<AfLinear, AfLinear>> blocks;  // resblock1, resblock2 (then _1, _2 ...)
@@ -56,7 +57,7 @@ TORCH_MODULE(AngleResnet);
 
 // One fold iteration's weights (Algorithm 20, lines 6-14), applied `layers` times.
 struct FoldIterationImpl : torch::nn::Module {
-  explicit FoldIterationImpl(const StructureModuleSizes& sizes);
+  explicit FoldIterationImpl(const StructureModuleSizes& sizes, const torch::Device& device = torch::kCPU);
   InvariantPointAttention invariant_point_attention{nullptr};
   AfLayerNorm attention_layer_norm{nullptr}, transition_layer_norm{nullptr};
   std::vector<AfLinear> transition;  // transition, transition_1, ...
@@ -78,7 +79,7 @@ struct StructureOutputs {
 };
 
 struct StructureModuleImpl : torch::nn::Module {
-  explicit StructureModuleImpl(const StructureModuleSizes& sizes);
+  explicit StructureModuleImpl(const StructureModuleSizes& sizes, const torch::Device& device = torch::kCPU);
   // s [R, c_s], z [R, R, c_z], aatype [R] int64, mask [R]; `geometry` in s's dtype and device.
   StructureOutputs forward(const torch::Tensor& s, const torch::Tensor& z, const torch::Tensor& aatype,
                            const torch::Tensor& mask, const ResidueGeometry& geometry);

@@ -55,7 +55,9 @@ ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, s
     shapes_.push_back(p.sizes().vec());
     numels.push_back(p.numel());
   }
-  master_dtype_ = low_precision(dtype_) ? torch::kFloat32 : params_.front().scalar_type();
+  // Full precision (fp32, fp64): the masters are the compute weights, in the compute dtype whatever the model
+  // was made in (a lazily made model is described in float32).
+  master_dtype_ = low_precision(dtype_) ? torch::kFloat32 : dtype_;
   // The search stays below 1/kMinChunks of the model (or twice its largest tensor), so that a small
   // model still has chunks fine enough to place and to overlap communication with.
   int64_t total = 0, largest = 0;

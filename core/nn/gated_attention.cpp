@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/nn/chunks.h"
+#include "core/nn/torch_init.h"
 #include "core/util/error.h"
 
 namespace kuafu::nn {
@@ -36,21 +37,24 @@ GatedAttentionImpl::GatedAttentionImpl(const GatedAttentionSpec& s, const torch:
 }
 
 void GatedAttentionImpl::initialize(bool zero_output) {
+  initialize_by_module(*this, [zero_output](const torch::nn::Module& owner, const std::string& name, torch::Tensor& value) {
+    static_cast<const GatedAttentionImpl&>(owner).initial_value(name, value, zero_output);
+    return true;
+  });
+}
+
+void GatedAttentionImpl::initial_value(const std::string& name, torch::Tensor& value, bool zero_output) const {
   const int64_t inner = spec.heads * spec.head_width;
-  glorot_uniform(query_w, spec.query_width, inner);
-  glorot_uniform(key_w, spec.key_width, inner);
-  glorot_uniform(value_w, spec.key_width, inner);
-  torch::NoGradGuard no_grad;
-  if (spec.gated) {
-    gating_w.zero_();
-    gating_b.fill_(1.0);
-  }
-  if (zero_output) {
-    output_w.zero_();
+  if (name == "query_w") {
+    glorot_uniform(value, spec.query_width, inner);
+  } else if (name == "key_w" || name == "value_w") {
+    glorot_uniform(value, spec.key_width, inner);
+  } else if (name == "output_w" && !zero_output) {
+    glorot_uniform(value, inner, spec.output_width);
   } else {
-    glorot_uniform(output_w, inner, spec.output_width);
+    torch::NoGradGuard no_grad;
+    value.fill_(name == "gating_b" ? 1.0 : 0.0);  // the gate open, the output closed
   }
-  output_b.zero_();
 }
 
 torch::Tensor leading_slice(const torch::Tensor& bias, int64_t leading, int64_t start, int64_t length) {

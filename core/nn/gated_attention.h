@@ -7,6 +7,7 @@
 // are clipped to ±1e8 (a fully masked query row: the values' mean, no gradient), as AlphaFold 2.3 does.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -35,6 +36,9 @@ struct GatedAttentionImpl : torch::nn::Module {
   // AlphaFold's initial values: query, key and value weights Glorot-uniform, the gate's weights zero and
   // bias one (open), the output projection zero when `zero_output` (its "final" layers), else Glorot.
   void initialize(bool zero_output = true);
+  // The same for one parameter (`name`, e.g. "key_w") into `value` (its shape), as nn::initialize_by_module
+  // asks: the draws of initialize() when taken in parameter order.
+  void initial_value(const std::string& name, torch::Tensor& value, bool zero_output = true) const;
 
   GatedAttentionSpec spec;
   torch::Tensor query_w, key_w, value_w;  // [c_q or c_kv, H, c]

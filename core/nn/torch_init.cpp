@@ -37,6 +37,22 @@ void initialize_like_torch(torch::nn::Module& model) {
   });
 }
 
+void initialize_by_module(torch::nn::Module& model, const ModuleValueRule& rule) {
+  std::map<std::string, std::pair<const torch::nn::Module*, std::string>> owners;  // full name -> (owner, own name)
+  for (const auto& item : model.named_modules()) {
+    const std::string prefix = item.key().empty() ? "" : item.key() + ".";
+    for (const auto& own : item.value()->named_parameters(/*recurse=*/false))
+      owners[prefix + own.key()] = {item.value().get(), own.key()};
+  }
+  parallel::initialize_like_serial(model, parallel::TensorParallel{}, [&](const std::string& name, torch::Tensor& full) {
+    const auto& [owner, own_name] = owners.at(name);
+    torch::Tensor value = full.device().is_cpu() ? full : torch::empty(full.sizes(), torch::kFloat32);
+    if (!rule(*owner, own_name, value)) return false;
+    if (!value.is_same(full)) full.copy_(value);
+    return true;
+  });
+}
+
 void initialize_like_transformers(torch::nn::Module& model, const parallel::TensorParallel& tp,
                                   const std::function<bool(const std::string& name)>& is_norm_weight,
                                   const std::function<double(const std::string& name)>& std_of) {

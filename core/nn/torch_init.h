@@ -1,5 +1,6 @@
-// PyTorch's default initialisation, for models built of Kuafu's layers (which start at zero, or on the
-// meta device, so that a model is drawn once, where and when its placement is known).
+// Initialisations for models built of Kuafu's layers (which start at zero, or on the meta device, so that a
+// model is drawn once, where and when its placement is known): PyTorch's default, Hugging Face's, and a
+// model's own rule for each kind of module.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,5 +26,15 @@ void initialize_like_torch(torch::nn::Module& model);
 void initialize_like_transformers(torch::nn::Module& model, const parallel::TensorParallel& tp,
                                   const std::function<bool(const std::string& name)>& is_norm_weight,
                                   const std::function<double(const std::string& name)>& std_of);
+
+// A value rule by the module owning a parameter: fills `value` (a float32 CPU tensor of the parameter's whole
+// shape) for the parameter `name` (its name in `owner`) and returns true, or returns false to keep the
+// parameter as made (zero for one described on the meta device).
+using ModuleValueRule = std::function<bool(const torch::nn::Module& owner, const std::string& name, torch::Tensor& value)>;
+
+// Initialises every parameter of `model` by `rule`, in named_parameters order, drawing from torch's default
+// CPU generator wherever the parameters live (the same values on any device); parameters on the meta
+// device go to the WeightSink in scope (parallel::initialize_like_serial).
+void initialize_by_module(torch::nn::Module& model, const ModuleValueRule& rule);
 
 }  // namespace kuafu::nn

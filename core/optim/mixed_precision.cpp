@@ -80,6 +80,7 @@ MasterWeights::MasterWeights(torch::nn::Module& model, torch::Dtype dtype) : mod
     torch::Tensor& p = item.value();
     if (!p.requires_grad()) continue;  // frozen: cast below
     if (!low_precision(dtype) || !p.is_floating_point()) {  // full precision: the parameter is its own master
+      if (p.is_floating_point() && p.scalar_type() != dtype) p.set_data(p.data().to(dtype));  // made in float32, fp64 runs
       masters_.push_back({item.key(), p, nullptr, true});
       continue;
     }

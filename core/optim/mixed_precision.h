@@ -58,8 +58,9 @@ io::NamedTensors weights_replacing(const torch::nn::Module& model,
 
 class MasterWeights {
  public:
-  // Casts the model's floating-point parameters to `dtype`. For a dtype other than float32 it first
-  // keeps float32 copies (from the float32 weights, so nothing is rounded) that the optimizer updates.
+  // Casts the model's floating-point parameters to `dtype`. For bf16 and fp16 it first keeps float32
+  // copies (from the float32 weights, so nothing is rounded) that the optimizer updates; in full precision
+  // (fp32, fp64) the parameters are their own masters.
   MasterWeights(torch::nn::Module& model, torch::Dtype dtype);
 
   // What the optimizer updates: the masters, or the model's own parameters in float32 training.

@@ -44,6 +44,16 @@ class ScopedWeightSink {
   const WeightSink* previous_;
 };
 
+// Writes a loaded `value` into `parameter` (named `name` in its model), or, for a parameter still described on
+// the meta device, hands it to the WeightSink in scope when that wants it (else drops it: another rank's).
+inline void put_weight(const std::string& name, torch::Tensor& parameter, const torch::Tensor& value) {
+  if (!parameter.is_meta()) {
+    parameter.copy_(value);
+  } else if (const WeightSink* sink = current_weight_sink(); sink && sink->wants(name)) {
+    sink->take(name, value);
+  }
+}
+
 // A model described on the meta device whose trained weights are filled later, by whoever lays them
 // out (memory::ChunkedMasters), on `device` (the run's): `initialize` replays its initialisation from
 // the run's seed, `load` its starting weights (model.init_from; null: none). Both deliver every meta
