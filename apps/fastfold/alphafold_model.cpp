@@ -67,7 +67,9 @@ EmbeddingsAndEvoformerImpl::EmbeddingsAndEvoformerImpl(const AlphaFoldSizes& s, 
   single_activations = register_module("single_activations", AfLinear(s.msa_channels, s.single_channels, device));
 }
 
-AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s, const torch::Device& device) : sizes(s) {
+AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s, const parallel::ModelOptions& options)
+    : sizes(s), layout(options.dap) {
+  const torch::Device& device = options.device;
   sizes.structure.single_channels = s.single_channels;
   sizes.structure.ipa.pair_channels = s.pair_channels;
   evoformer = register_module("evoformer", EmbeddingsAndEvoformer(sizes, device));

@@ -16,6 +16,7 @@
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_module.h"
 #include "core/hooks/block_sites.h"
+#include "core/parallel/tensor/factory.h"
 
 namespace kuafu::fold {
 
@@ -85,7 +86,9 @@ TORCH_MODULE(EmbeddingsAndEvoformer);
 // recycling embedders, the extra MSA's projection), "extra_msa_stack.<i>", "evoformer.<i>", "structure"
 // (the single projection and the structure module) and "heads".
 struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
-  explicit AlphaFoldImpl(const AlphaFoldSizes& sizes, const torch::Device& device = torch::kCPU);
+  // `options`: the device its parameters are made on (torch::kMeta: described only) and the DAP group its
+  // blocks run over (`layout`); AlphaFold has no tensor-parallel layers.
+  explicit AlphaFoldImpl(const AlphaFoldSizes& sizes, const parallel::ModelOptions& options = {});
   torch::nn::Module& module() override { return *this; }
   hooks::BlockSites& block_sites() override { return sites; }
   // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'

@@ -36,8 +36,8 @@ int64_t parameter_count(torch::nn::Module& module) {
 // The blocks memory.activation_checkpointing recomputes unless memory.checkpoint_blocks names others.
 const std::vector<std::string> kCheckpointedBlocks = {"extra_msa_stack.*", "evoformer.*"};
 
-// The model as the run holds it: under parallel.dap.size > 1 every block runs on this rank's rows of the
-// MSA and the pair (FastFold's DAP); the blocks checkpointed as the config says.
+// The benchmark's model (built serially) as the run would hold it: under parallel.dap.size > 1 every block runs
+// on this rank's rows of the MSA and the pair (FastFold's DAP); the blocks checkpointed as the config says.
 void lay_out(AlphaFoldImpl& model, const train::Runtime& runtime, const config::Config& config) {
   model.layout = dap::AxialLayout(runtime.dap);
   train::checkpoint_from_config(config, model.sites, kCheckpointedBlocks);
@@ -66,7 +66,8 @@ class FoldApp : public train::ModelApp<AlphaFold> {
     // for the strategy to fill its chunks from the draws and model.init_from's file.
     const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
     train::Built<AlphaFold> built = train::build(recipe(), config_, {purpose, options});
-    if (runtime) lay_out(*built.model, *runtime, config_);
+    // Its blocks run over options.dap (the run's DAP group) from the start.
+    if (runtime) train::checkpoint_from_config(config_, built.model->sites, kCheckpointedBlocks);
     auto task = std::make_unique<FoldTask>(built.model, settings_, std::move(train), std::move(val), t.batch_size, options.device);
     if (built.deferred) task->defer_weights(std::move(built.deferred));
     return task;
@@ -81,6 +82,8 @@ class FoldApp : public train::ModelApp<AlphaFold> {
          << static_cast<double>(parameter_count(fold.model())) / 1e6 << "M parameters; crops of " << settings_.crop_size
          << " residues, up to " << settings_.max_recycles << " recycles; " << fold.steps_per_epoch() << " steps per epoch, "
          << fold.val_chains().size() << " validation chains";
+    const int64_t dap_ranks = fold.alphafold()->layout.parts();
+    if (dap_ranks > 1) line << "; every block's MSA and pair cut over " << dap_ranks << " DAP ranks";
     return line.str();
   }
 
@@ -117,7 +120,7 @@ class FoldApp : public train::ModelApp<AlphaFold> {
   // model.init_from's parameter file (DeepMind's params_model_*.npz layout) over them.
   train::ModelRecipe<AlphaFold> recipe() const override {
     train::ModelRecipe<AlphaFold> recipe;
-    recipe.describe = train::described_whole<AlphaFold>(settings_.model);
+    recipe.describe = train::described<AlphaFold>(settings_.model);
     recipe.draw = [seed = train::read_train_settings(config_).seed](AlphaFold& model) {
       torch::manual_seed(seed);
       initialize_alphafold_weights(*model);
@@ -128,7 +131,7 @@ class FoldApp : public train::ModelApp<AlphaFold> {
         log::infof("initial weights from ", file);
       };
     }
-    recipe.parameters = static_cast<double>(parameter_count(*AlphaFold(settings_.model, torch::kMeta)));
+    recipe.parameters = static_cast<double>(parameter_count(*recipe.describe({})));
     recipe.size_keys = {"model."};
     return recipe;
   }

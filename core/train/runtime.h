@@ -40,8 +40,12 @@ struct Runtime {
   std::vector<std::string> replica_axes() const;  // the mesh axes of replica_group()
   int threads = 1;
   torch::Device device{torch::kCPU};
-  // What this rank's model is built with: the tensor-parallel cuts and the run's device.
-  parallel::ModelOptions model_options() const { return {tensor, device}; }
+  // What this rank's model is built with: the tensor-parallel cuts, the run's device and the DAP group.
+  parallel::ModelOptions model_options() const {
+    parallel::ModelOptions options{tensor, device};
+    options.dap = dap;
+    return options;
+  }
   bool is_main() const { return world->rank() == 0; }
 };
 

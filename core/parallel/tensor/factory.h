@@ -32,8 +32,9 @@ struct TensorParallel {
   std::vector<std::string> axes() const { return tensor_axis_names(spec); }
 };
 
-// What a model is built with: where its layers are cut, and the device on which its serial and
-// replicated layers make their parameters (the run's; cut layers use their mesh's).
+// What a model is built with: where its layers are cut, the device on which its serial and replicated
+// layers make their parameters (the run's; cut layers use their mesh's), and the group over which its
+// blocks cut each sample's activations along an axis (FastFold's DAP; weights stay whole).
 // train::Runtime::model_options() gives the run's.
 struct ModelOptions {
   ModelOptions() = default;
@@ -46,6 +47,7 @@ struct ModelOptions {
 
   TensorParallel tp;
   torch::Device device = torch::kCPU;  // torch::kMeta: described only, no storage (train/lazy_model.h)
+  dist::GroupPtr dap;                  // dynamic axial parallelism (core/parallel/dap); null: off
 };
 
 // y = x W + b on one device, W stored as `order` says (GPT-2's Conv1D is kInOut).

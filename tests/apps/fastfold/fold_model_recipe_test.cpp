@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "apps/fastfold/alphafold_model.h"
@@ -48,7 +49,7 @@ void expect_equal_values(const Values& sunk, torch::nn::Module& eager, const std
 // Bitwise: the same draws from the same generator in the same order, and the same arrays read.
 TEST(FoldModelRecipeTest, ADescribedModelIsDrawnAndLoadedAsTheEagerOne) {
   const AlphaFoldSizes sizes = testing::golden_tiny_sizes();
-  AlphaFold eager(sizes), described(sizes, torch::kMeta);
+  AlphaFold eager(sizes), described(sizes, parallel::ModelOptions::serial_on(torch::kMeta));
   for (const auto& p : described->parameters()) ASSERT_TRUE(p.is_meta());
   torch::manual_seed(7);
   initialize_alphafold_weights(*eager);
@@ -78,12 +79,14 @@ TEST(FoldModelRecipeTest, ADescribedModelIsDrawnAndLoadedAsTheEagerOne) {
 
 // `kuafu-fold train` for two plain-SGD steps in float64 on four chains of ProMod3's database (16-residue crops,
 // two recycling iterations at the second step): without a memory strategy the model is made eagerly; under
-// ZeRO-2 and Gemini it stays described and the strategy fills its chunks from the recipe. Each run's step
+// ZeRO-2 and Gemini it stays described and the strategy fills its chunks from the recipe; on two DAP ranks
+// (ZeRO-2) its blocks also run over the DAP group its ModelOptions carry. The evaluation after the last step
+// gives every run the eager run's figures (1e-9 relative). Each run's step
 // gradients, recovered from its checkpoints against the test's own eager model drawn from train.seed, equal
 // the eager run's, and the eager run's first equals the gradient of the step's loss computed here: 1e-10 of the
 // largest (float64; only summation orders differ). A draw that differed from the test's would show as a
 // gradient error of (w0 - w0') / lr.
-TEST(FoldModelRecipeTest, TrainingUnderZeroAndGeminiStartsFromTheEagerDrawsAndTakesItsSteps) {
+TEST(FoldModelRecipeTest, TrainingUnderZeroGeminiAndDapStartsFromTheEagerDrawsAndTakesItsSteps) {
   const fs::path dir = kuafu::testing::temp_dir("fold_model_recipe");
   fs::create_directories(dir / "data/msas");
   std::ofstream(dir / "data/chains.tsv") << "chain_id\tdb_index\tlength\tsplit\tcluster\tgroup\n"
@@ -95,12 +98,13 @@ TEST(FoldModelRecipeTest, TrainingUnderZeroAndGeminiStartsFromTheEagerDrawsAndTa
   const std::vector<std::string> overrides = {
       "data.dir=" + (dir / "data").string(), "data.crop_size=16", "data.max_msa_clusters=4", "data.max_extra_msa=4",
       "data.max_recycles=1", "data.profile_rows=8", "train.steps=" + std::to_string(kSteps), "train.batch_size=2",
-      "train.micro_batch_size=1", "train.eval_interval=0", "train.checkpoint_interval=1", "train.keep_checkpoints=4",
+      "train.micro_batch_size=1", "train.eval_interval=2", "train.checkpoint_interval=1", "train.keep_checkpoints=4",
       "train.progress=plain", "optim.name=sgd", "optim.momentum=0", "optim.weight_decay=0", "optim.grad_clip=0",
       "optim.lr=" + std::to_string(kLr), "optim.warmup_steps=0", "optim.schedule=constant", "optim.ema_decay=0",
       "precision.dtype=fp64"};
-  const auto train = [&](const std::string& name, const std::vector<std::string>& extra) {
+  const auto train = [&](const std::string& name, const std::vector<std::string>& extra, int ranks = 1) {
     std::string command = std::string(KUAFU_FOLD_PATH) + " train --config " + config;
+    if (ranks > 1) command = std::string(KUAFU_RUN_PATH) + " --nproc-per-node " + std::to_string(ranks) + " --master-port 0 " + command;
     for (const std::string& o : overrides) command += " --set " + o;
     for (const std::string& o : extra) command += " --set " + o;
     command += " --set train.out_dir=" + (dir / name).string();
@@ -109,8 +113,32 @@ TEST(FoldModelRecipeTest, TrainingUnderZeroAndGeminiStartsFromTheEagerDrawsAndTa
     return result.output;
   };
   train("eager", {});
-  const std::string zero2 = train("zero2", {"memory.strategy=zero2"});
-  const std::string gemini = train("gemini", {"memory.strategy=gemini", "memory.chunk_mb=0.05"});
+  train("zero2", {"memory.strategy=zero2"});
+  train("gemini", {"memory.strategy=gemini", "memory.chunk_mb=0.05"});
+  // Two DAP ranks: the described model takes the run's DAP group from its ModelOptions.
+  const std::string dap = train("dap2_zero2", {"memory.strategy=zero2", "parallel.dap.size=2"}, 2);
+  EXPECT_NE(dap.find("cut over 2 DAP ranks"), std::string::npos) << dap;
+
+  // The evaluation after step 2 (one validation chain, every recycling iteration): the DAP ranks predict it
+  // together and the sums are reduced over data ranks only, so the figures are the serial run's.
+  const auto evaluation = [&](const std::string& name) {
+    std::ifstream metrics(dir / name / "metrics.jsonl");
+    nlohmann::json last;
+    for (std::string line; std::getline(metrics, line);) {
+      const nlohmann::json row = nlohmann::json::parse(line);
+      if (row.contains("val_loss")) last = row;
+    }
+    EXPECT_FALSE(last.is_null()) << name << " has no evaluation";
+    return last;
+  };
+  const nlohmann::json eager_eval = evaluation("eager");
+  for (const std::string name : {"zero2", "gemini", "dap2_zero2"}) {
+    const nlohmann::json e = evaluation(name);
+    for (const char* figure : {"val_loss", "val_lddt_ca", "val_rmsd_ca"}) {
+      const double expected = eager_eval.value(figure, 1.0);
+      EXPECT_NEAR(e.value(figure, -1.0), expected, 1e-9 * std::abs(expected)) << name << " " << figure;
+    }
+  }
 
   const FoldSettings settings = read_fold_settings(config::Config::load(config, fold_schema(), overrides));
   AlphaFold initial(settings.model);
@@ -118,7 +146,7 @@ TEST(FoldModelRecipeTest, TrainingUnderZeroAndGeminiStartsFromTheEagerDrawsAndTa
   initialize_alphafold_weights(*initial);
   initial->to(torch::kFloat64);
   const auto eager = kuafu::testing::sgd_step_gradients(dir / "eager", *initial, kSteps, kLr);
-  for (const std::string name : {"zero2", "gemini"}) {
+  for (const std::string name : {"zero2", "gemini", "dap2_zero2"}) {
     const auto run = kuafu::testing::sgd_step_gradients(dir / name, *initial, kSteps, kLr);
     for (int s = 0; s < kSteps; ++s)
       kuafu::testing::expect_same_gradients(run[s], eager[s], 1e-10, name + " step " + std::to_string(s + 1));
