@@ -258,6 +258,34 @@ TYPED_TEST(ChatFoldersTest, DpoPpoAndGrpoStartFromTheFoldersWithTheirExactFirstS
 // q_proj, v_proj and gate_proj): the merged export is the family's causal LM with the adapted model's
 // outputs, and the adapter folder (fan_in_fan_out for Conv1D, as PEFT keeps it) on the transformers start
 // gives the same outputs in PEFT.
+// The family's models under the sharded strategies: SFT's policy (from the start folder), the reward model
+// (from the SFT folder) and DPO's policy (its reference frozen beside it) are left described, and ZeRO-2 or
+// Gemini fill their chunks from the folder; each of two steps has the plain run's loss and gradient norm
+// (float32, the same sums in chunk order: 1e-5 relative).
+TYPED_TEST(ChatFoldersTest, SftRewardModelAndDpoUnderZeroAndGeminiTakeThePlainSteps) {
+  const fs::path& root_ = this->root_;
+  ASSERT_EQ(this->rm_exported_.exit_code, 0) << this->rm_exported_.output;
+  const std::string instructions = "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
+  const std::string pairs =
+      "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n";
+  struct Stage {
+    std::string name, data, from;
+  };
+  for (const Stage& stage : {Stage{"sft", instructions, this->start_dir().string()}, Stage{"rm", pairs, (root_ / "sft_hf").string()},
+                             Stage{"dpo", pairs, (root_ / "sft_hf").string()}}) {
+    const auto steps = [&](const std::string& strategy) {
+      const std::string name = stage.name + "_steps_" + strategy;
+      return train_stage(root_, stage.name, name, common_config(root_, name + "_run", 2, stage.data) + "[model]\ninit_from = \"" +
+                                                      stage.from + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n[memory]\nstrategy = \"" +
+                                                      strategy + "\"\n");
+    };
+    const std::vector<nlohmann::json> plain = steps("none");
+    ASSERT_EQ(plain.size(), 2u) << stage.name;
+    EXPECT_GT(plain[1]["grad_norm"].get<double>(), 0.0) << stage.name;
+    for (const std::string strategy : {"zero2", "gemini"}) expect_same_steps(steps(strategy), plain, 1e-5, stage.name + " " + strategy);
+  }
+}
+
 TYPED_TEST(ChatFoldersTest, LoraExportsMergedAndPeftAdapters) {
   using Folders = TypeParam;
   const fs::path& root_ = this->root_;

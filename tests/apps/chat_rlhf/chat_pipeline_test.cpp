@@ -65,17 +65,6 @@ class ChatPipelineTest : public ::testing::Test {
         "train = \"" + (root_ / "train_pairs.jsonl").string() + "\"\nval = \"" + (root_ / "val_pairs.jsonl").string() + "\"\n") +
         "[model]\ninit_from = \"" + (root_ / "sft_hf").string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n" + extra);
   }
-  // Each of two runs' steps has the other's loss and gradient norm, to `relative` (of at least 1).
-  static void expect_same_steps(const std::vector<nlohmann::json>& actual, const std::vector<nlohmann::json>& expected,
-                                double relative, const std::string& what) {
-    ASSERT_EQ(actual.size(), expected.size()) << what;
-    for (size_t step = 0; step < expected.size(); ++step) {
-      for (const char* key : {"loss", "grad_norm"}) {
-        const double want = expected[step][key].get<double>();
-        EXPECT_NEAR(actual[step][key].get<double>(), want, relative * std::max(1.0, std::abs(want))) << what << " " << key << " step " << step + 1;
-      }
-    }
-  }
   static fs::path root_;
   static testing::CommandResult sft_trained_, sft_exported_, rm_trained_, rm_eval_, rm_exported_;
 };

@@ -77,6 +77,19 @@ inline std::vector<nlohmann::json> train_stage(const fs::path& root, const std::
   return metrics(root / (name + "_run"));
 }
 
+// Each of two runs' steps has the other's loss and gradient norm, to `relative` (of at least 1).
+inline void expect_same_steps(const std::vector<nlohmann::json>& actual, const std::vector<nlohmann::json>& expected,
+                              double relative, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t step = 0; step < expected.size(); ++step) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double want = expected[step][key].get<double>();
+      EXPECT_NEAR(actual[step][key].get<double>(), want, relative * std::max(1.0, std::abs(want)))
+          << what << " " << key << " step " << step + 1;
+    }
+  }
+}
+
 // A PPO or GRPO config from <root>/sft_hf (actor and reference) and <root>/rm_hf (reward); `rl`: its
 // rl.* lines besides the reward model and the held-out prompts.
 // `reward_model`: the folder under `root` (empty: none, rewards a program checks alone).
