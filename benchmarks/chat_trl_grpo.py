@@ -8,7 +8,7 @@ model, the reference) and updates. trl runs first, then Kuafu, THREADS threads e
 time over steps 2..STEPS of each and their ratio is printed as one JSON line.
 
 usage: .venv/bin/python benchmarks/chat_trl_grpo.py POLICY_DIR REWARD_DIR PROMPTS_JSONL KUAFU_CHAT
-           [--prompts 8] [--group 4] [--new 40] [--steps 6] [--threads 2]
+           [--prompts 8] [--group 4] [--new 40] [--steps 6] [--threads 2] [--chat]
 """
 import json
 import time
@@ -17,7 +17,7 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from trl_comparison import arguments, compare, kuafu_step_times
+from trl_comparison import arguments, compare, kuafu_step_times, trl_prompt
 
 
 class StepTimes(TrainerCallback):
@@ -41,7 +41,7 @@ def trl_steps(a, prompts, out):
                         use_cpu=True, bf16=False, dataloader_num_workers=0, seed=0)
     reward = AutoModelForSequenceClassification.from_pretrained(a.reward)
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(a.policy), reward_funcs=reward, args=config,
-                          train_dataset=Dataset.from_list([{"prompt": p} for p in prompts]), processing_class=tokenizer,
+                          train_dataset=Dataset.from_list([{"prompt": trl_prompt(a, p)} for p in prompts]), processing_class=tokenizer,
                           reward_processing_classes=tokenizer)
     times = StepTimes()
     trainer.add_callback(times)

@@ -14,7 +14,7 @@ THREADS threads each; the median iteration time over iterations 2..STEPS of each
 printed as one JSON line.
 
 usage: .venv/bin/python benchmarks/chat_trl_ppo.py POLICY_DIR REWARD_DIR PROMPTS_JSONL KUAFU_CHAT
-           [--prompts 8] [--new 40] [--steps 6] [--threads 2]
+           [--prompts 8] [--new 40] [--steps 6] [--threads 2] [--chat]
 """
 import json
 import os
@@ -22,7 +22,7 @@ import pathlib
 import sys
 import time
 
-from trl_comparison import arguments, compare, kuafu_step_times
+from trl_comparison import arguments, compare, kuafu_step_times, trl_prompt
 
 TRL_PPO = pathlib.Path(__file__).resolve().parent.parent / ".venv" / "trl-0.25.1"
 
@@ -61,7 +61,12 @@ def trl_iterations(a, prompts, out):
     torch.set_num_threads(a.threads)
     tokenizer = AutoTokenizer.from_pretrained(a.policy)
     tokenizer.padding_side = "left"
-    dataset = Dataset.from_list([{"input_ids": tokenizer(p)["input_ids"]} for p in prompts])
+    def ids(prompt):  # under --chat the folder's template frames it, as Kuafu's data.chat_template does
+        if a.chat:
+            return tokenizer.apply_chat_template(trl_prompt(a, prompt), add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+        return tokenizer(prompt)["input_ids"]
+
+    dataset = Dataset.from_list([{"input_ids": ids(p)} for p in prompts])
     config = PPOConfig(output_dir=str(out / "trl"), per_device_train_batch_size=a.prompts, gradient_accumulation_steps=1,
                        num_mini_batches=1, num_ppo_epochs=1, local_rollout_forward_batch_size=a.prompts,
                        total_episodes=a.prompts * a.steps, response_length=a.new, temperature=1.0, stop_token="eos",

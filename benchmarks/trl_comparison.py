@@ -20,14 +20,22 @@ def arguments(doc, group=False):
     parser.add_argument("--new", type=int, default=40)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--chat", action="store_true",
+                        help="give trl each prompt as one user message, framed by the folder's chat template as Kuafu "
+                             "frames it (data.chat_template); without it both read the plain text")
     return parser.parse_args()
+
+
+def trl_prompt(a, prompt):
+    """A prompt as trl's dataset holds it: the text, or one user message under --chat."""
+    return [{"role": "user", "content": prompt.strip()}] if a.chat else prompt
 
 
 def kuafu_step_times(a, stage, rows, prompts_file, out, overrides):
     """Step times of `kuafu-chat STAGE` on apps/chat_rlhf/configs/demo_STAGE.toml: rows rows per step in one
     micro-batch, a.prompts prompts per rollout, `overrides` (--set values) on top."""
     run = out / "kuafu"
-    settings = [f'model.init_from="{a.policy}"', f'rl.reward_model="{a.reward}"', f'data.train="{prompts_file}"',
+    settings = [f'model.init_from="{a.policy}"', f'rl.reward_model="{a.reward}"', f'data.train="{prompts_file}"', f'data.val="{prompts_file}"', f'rl.eval_prompts="{prompts_file}"',
                 f'train.out_dir="{run}"', f"train.steps={a.steps}", f"train.batch_size={rows}",
                 f"train.micro_batch_size={rows}", f"rl.prompts_per_rollout={a.prompts}", f"generate.max_new_tokens={a.new}",
                 "train.eval_interval=0", "rl.eval_prompts_count=1", f"runtime.threads={a.threads}"] + overrides

@@ -1,10 +1,8 @@
 // kuafu-gpt: GPT-2 training pipeline (see README.md and `kuafu-gpt --help`).
 #include "apps/gpt/commands.h"
-#include "core/util/malloc_tuning.h"
-#include "core/util/openmp_env.h"
+#include "core/util/process_setup.h"
 
 int main(int argc, char** argv) {
-  kuafu::restart_with_passive_openmp_waits(argv);
-  kuafu::keep_freed_memory_for_reuse();
+  kuafu::set_up_process(argv);
   return kuafu::gpt::run_gpt_app(argc, argv);
 }
