@@ -12,7 +12,6 @@ bool SamplingOptions::stops_at(int64_t token) const {
   return std::find(stop_tokens.begin(), stop_tokens.end(), token) != stop_tokens.end();
 }
 
-
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   if (top_k > 0 && top_k < logits.size(-1)) {

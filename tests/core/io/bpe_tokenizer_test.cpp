@@ -26,13 +26,23 @@ namespace kuafu::io {
 namespace {
 namespace fs = std::filesystem;
 
-TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
-  const fs::path dir = testing::temp_dir("bpe_reference");
+// The King James Bible as <dir>/kjv/kjv.txt (data/kjv/export.sh, from Debian's bible-kjv).
+void export_bible(const fs::path& dir) {
   const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
   ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
+}
+
+// tests/python/bpe_reference.py's `command` on the exported Bible, writing its tokenizers and expected.json in `dir`.
+void bpe_reference_on_bible(const fs::path& dir, const std::string& command) {
+  ASSERT_NO_FATAL_FAILURE(export_bible(dir));
   const testing::PythonRun run =
-      testing::run_python_reference("bpe_reference.py", "build " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
+      testing::run_python_reference("bpe_reference.py", command + " " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
+}
+
+TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
+  const fs::path dir = testing::temp_dir("bpe_reference");
+  ASSERT_NO_FATAL_FAILURE(bpe_reference_on_bible(dir, "build"));
   const nlohmann::json expected = nlohmann::json::parse(read_file((dir / "expected.json").string()));
   ASSERT_EQ(expected.size(), 9u);
   ASSERT_GT(expected[0]["text"].get<std::string>().size(), 100000u) << "the held-out part of the Bible";
@@ -106,11 +116,7 @@ TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
 //     LlamaTokenizer replaces the file's normalizer by a Metaspace.
 TEST(BpeTokenizerTest, SentencePieceLayoutsGiveTransformersIdsOnHeldOutText) {
   const fs::path dir = testing::temp_dir("bpe_sentencepiece");
-  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
-  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
-  const testing::PythonRun run =
-      testing::run_python_reference("bpe_reference.py", "sentencepiece " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
+  ASSERT_NO_FATAL_FAILURE(bpe_reference_on_bible(dir, "sentencepiece"));
   for (const std::string variant : {"sp_legacy", "sp_metaspace", "sp_never", "sp_split"}) {
     const BpeTokenizer folder = BpeTokenizer::from_folder((dir / variant).string());
     const BpeTokenizer file = BpeTokenizer::from_tokenizer_json((dir / variant / "tokenizer.json").string());
@@ -232,8 +238,7 @@ TEST(BpeTokenizerTest, SentencePieceOptionsKuafuDoesNotApplyAreRefused) {
 // merges.txt by the script) on 1 MB of the Bible and 1 MB of GCIDE (dict-gcide): tiktoken's ids.
 TEST(BpeTokenizerTest, GPT2sVocabularyGivesTiktokensIds) {
   const fs::path dir = testing::temp_dir("bpe_gpt2");
-  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
-  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
+  ASSERT_NO_FATAL_FAILURE(export_bible(dir));
   const std::string gcide = "/usr/share/dictd/gcide.dict.dz";
   ASSERT_TRUE(fs::exists(gcide)) << gcide << " comes with Debian's dict-gcide (scripts/setup)";
   const testing::PythonRun run = testing::run_python_reference(
