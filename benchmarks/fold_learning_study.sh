@@ -6,7 +6,8 @@
 # 30% identity of them) with every recycling iteration and with none, against the ideal-helix and
 # secondary-structure baselines. One JSON line per (seed, recycles at evaluation); the curves are in each
 # run's metrics.jsonl (scripts/report).
-# Usage: benchmarks/fold_learning_study.sh [build dir = build] [out = runs/fold_study]   (SEEDS="0 1", STEPS=6000, MAX_RECYCLES=2)
+# Usage: benchmarks/fold_learning_study.sh [build dir = build] [out = runs/fold_study]   (SEEDS="0 1", STEPS=6000, MAX_RECYCLES=2,
+#        SETS="--set model.evoformer_blocks=1": further overrides of tiny.toml, for training and evaluation alike)
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/fold_study}
@@ -18,7 +19,7 @@ recycles=${MAX_RECYCLES:-2}
 sets() {  # the run of seed $1, recycling up to $2
   echo --set "train.out_dir=\"$out/seed$1\"" --set "train.seed=$1" --set "train.steps=$steps" \
     --set "train.eval_interval=$((steps / 3))" --set "train.checkpoint_interval=$((steps / 3))" \
-    --set "data.max_recycles=$2" --set runtime.threads=1
+    --set "data.max_recycles=$2" --set runtime.threads=1 ${SETS:-}
 }
 mkdir -p "$out"
 start=$(date +%s)

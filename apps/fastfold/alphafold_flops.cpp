@@ -10,9 +10,9 @@ namespace {
 // [n, in] x [in, out].
 double linear(double n, double in, double out) { return 2 * n * in * out; }
 
-// nn::GatedAttention over `batch` rows of `length` positions of width `width`, `heads` heads of width/heads:
-// query, key, value and gate projections, logits and average, output projection.
-double gated_attention(double batch, double length, double width, double heads) {
+// nn::GatedAttention over `batch` rows of `length` positions of width `width` (however many heads: they split
+// the width): query, key, value and gate projections, logits and average, output projection.
+double gated_attention(double batch, double length, double width) {
   const double n = batch * length;
   return 4 * linear(n, width, width) + 2 * (2 * batch * length * length * width) + linear(n, width, width);
 }
@@ -32,15 +32,15 @@ double evoformer_block_flops(const EvoformerSizes& s, int64_t rows_, int64_t res
   const double c_o = static_cast<double>(s.outer_channels), c_t = static_cast<double>(s.triangle_channels);
   const double n = static_cast<double>(s.transition_factor);
   const double h_m = static_cast<double>(s.msa_heads), h_z = static_cast<double>(s.pair_heads);
-  const double row_attention = linear(R2, c_z, h_m) + gated_attention(S, R, c_m, h_m);
+  const double row_attention = linear(R2, c_z, h_m) + gated_attention(S, R, c_m);
   const double column_attention =
-      s.global_column_attention ? global_column_attention(S, R, c_m, h_m) : gated_attention(R, S, c_m, h_m);
+      s.global_column_attention ? global_column_attention(S, R, c_m, h_m) : gated_attention(R, S, c_m);
   const double msa_transition = 2 * linear(S * R, c_m, n * c_m);
   // Projections, the outer products summed over rows, their projection to c_z, the count of rows per pair.
   const double outer_product_mean = 2 * linear(S * R, c_m, c_o) + 2 * S * R2 * c_o * c_o + linear(R2, c_o * c_o, c_z) + 2 * S * R2;
   // Projections and gates, the output gate, Σ_k a_ik b_jk, the output projection.
   const double triangle_multiplication = 4 * linear(R2, c_z, c_t) + linear(R2, c_z, c_z) + 2 * R2 * R * c_t + linear(R2, c_t, c_z);
-  const double triangle_attention = linear(R2, c_z, h_z) + gated_attention(R, R, c_z, h_z);
+  const double triangle_attention = linear(R2, c_z, h_z) + gated_attention(R, R, c_z);
   const double pair_transition = 2 * linear(R2, c_z, n * c_z);
   return row_attention + column_attention + msa_transition + outer_product_mean + 2 * triangle_multiplication +
          2 * triangle_attention + pair_transition;

@@ -21,12 +21,6 @@ struct AlphaFoldLabels {
   AlphaFoldLabels to(const torch::TensorOptions& options) const;  // the floating labels in its dtype
 };
 
-struct AlphaFoldLossSettings {
-  double distogram_weight = 0.3, masked_msa_weight = 2.0, structure_weight = 1.0, plddt_weight = 0.01;
-  double plddt_min_resolution = 0.1, plddt_max_resolution = 3.0;
-  StructureLossSettings structure;
-};
-
 struct AlphaFoldLoss {
   torch::Tensor total;
   torch::Tensor distogram, masked_msa, plddt;

@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/alphafold_batch.h"
 #include "apps/fastfold/structure_labels.h"
 #include "core/util/error.h"
 #include "core/util/weight_sink.h"
@@ -78,83 +79,138 @@ AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s, const parallel::ModelOptio
   masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes, device));
   predicted_lddt_head =
       register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins, device));
-  std::vector<hooks::ModelPart> parts = {
-      {"embed", {"evoformer.input_embedder", "evoformer.recycling_embedder", "evoformer.extra_msa_activations"}}};
-  for (int64_t b = 0; b < s.extra_msa_blocks; ++b)
-    parts.push_back({"extra_msa_stack." + std::to_string(b), {"evoformer.extra_msa_stack." + std::to_string(b)}});
-  for (int64_t b = 0; b < s.evoformer_blocks; ++b)
-    parts.push_back({"evoformer." + std::to_string(b), {"evoformer.evoformer_iteration." + std::to_string(b)}});
-  parts.push_back({"structure", {"evoformer.single_activations", "structure_module"}});
-  parts.push_back({"heads", {"distogram_head", "masked_msa_head", "predicted_lddt_head"}});
-  sites = hooks::BlockSites::of_parts(*this, parts);
+}
+
+hooks::ModelPart AlphaFoldImpl::head_part() const {
+  return {"embed", {"evoformer.input_embedder", "evoformer.recycling_embedder", "evoformer.extra_msa_activations"}};
+}
+
+hooks::ModelPart AlphaFoldImpl::block_part(int64_t i) const {
+  if (i < sizes.extra_msa_blocks) return {"extra_msa_stack." + std::to_string(i), {"evoformer.extra_msa_stack." + std::to_string(i)}};
+  const std::string b = std::to_string(i - sizes.extra_msa_blocks);
+  return {"evoformer." + b, {"evoformer.evoformer_iteration." + b}};
+}
+
+hooks::ModelPart AlphaFoldImpl::tail_part() const {
+  return {"structure", {"evoformer.single_activations", "structure_module", "distogram_head", "masked_msa_head", "predicted_lddt_head"}};
+}
+
+int64_t AlphaFoldImpl::iterations(const hooks::Batch& batch) const { return batch_iterations(batch); }
+
+hooks::Batch AlphaFoldImpl::iteration_batch(const hooks::Batch& batch, int64_t i) const { return iteration_features(batch, i); }
+
+hooks::Tensors AlphaFoldImpl::head_streams(const hooks::Batch& batch, const hooks::Tensors& recycled) {
+  EmbeddingsAndEvoformerImpl& trunk = *evoformer;
+  const AlphaFoldFeatures f = features_of(batch);
+  const Recycled previous = recycled.empty() ? Recycled::zeros(f.aatype.size(0), sizes, f.target_feat.options())
+                                             : Recycled{recycled.at(0), recycled.at(1), recycled.at(2)};
+  // The MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
+  auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);
+  const torch::Tensor previous_beta =
+      pseudo_beta(f.aatype, previous.positions, torch::ones_like(previous.positions.select(-1, 0))).first;
+  const auto [first_row, pair_update] = trunk.recycling_embedder(previous.msa_first_row, previous.pair, previous_beta);
+  m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
+  z = z + pair_update;
+  // Under DAP each rank runs the stacks on its rows of the streams (every rank embedded them whole).
+  if (sizes.extra_msa_blocks == 0) return {layout.mine(m, 0), layout.mine(z, 0)};
+  const torch::Tensor e = trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
+  return {layout.mine(m, 0), layout.mine(z, 0), layout.mine(e, 0)};
+}
+
+hooks::Tensors AlphaFoldImpl::block_streams(int64_t i, const hooks::Tensors& streams, const hooks::Batch& batch) {
+  EmbeddingsAndEvoformerImpl& trunk = *evoformer;
+  const torch::Tensor seq_mask = batch["seq_mask"];
+  const torch::Tensor pair_mask = seq_mask.unsqueeze(1) * seq_mask.unsqueeze(0);  // [R, R]
+  if (i < sizes.extra_msa_blocks) {
+    EvoformerBlockImpl& block = *trunk.extra_msa_stack[static_cast<size_t>(i)]->as<EvoformerBlock>();
+    const auto [e, z] = block.forward(streams.at(2), streams.at(1), batch["extra_msa_mask"], pair_mask, chunk_size, layout);
+    // The MSA stream passes by; the extra MSA ends with its stack.
+    if (i + 1 == sizes.extra_msa_blocks) return {streams.at(0), z};
+    return {streams.at(0), z, e};
+  }
+  EvoformerBlockImpl& block = *trunk.evoformer_iteration[static_cast<size_t>(i - sizes.extra_msa_blocks)]->as<EvoformerBlock>();
+  const auto [m, z] = block.forward(streams.at(0), streams.at(1), batch["msa_mask"], pair_mask, chunk_size, layout);
+  return {m, z};
+}
+
+AlphaFoldOutputs AlphaFoldImpl::outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry) {
+  // Whole again: every rank runs the structure module and the heads on the same tensors.
+  const torch::Tensor aatype = batch["aatype"];
+  AlphaFoldOutputs out;
+  out.msa = layout.whole(streams.at(0), 0);
+  out.pair = layout.whole(streams.at(1), 0);
+  out.single = evoformer->single_activations(out.msa.select(0, 0));
+  out.structure = structure_module->forward(out.single, out.pair, aatype, batch["seq_mask"], geometry);
+  out.atom37 = atom14_to_atom37(geometry, aatype, out.structure.atom14.select(0, -1));
+  out.distogram_logits = distogram_head(out.pair);
+  out.masked_msa_logits = masked_msa_head(out.msa);
+  out.plddt_logits = predicted_lddt_head(out.structure.single);
+  return out;
+}
+
+torch::Tensor AlphaFoldImpl::tail_loss_streams(const hooks::Tensors& streams, const hooks::Batch& batch) {
+  const ResidueGeometry& geometry = geometry_like(streams.at(1));
+  return alphafold_loss(outputs(streams, batch, geometry), labels_of(batch), geometry, sizes, loss_settings).total;
+}
+
+torch::Tensor AlphaFoldImpl::tail_sums_streams(const hooks::Tensors& streams, const hooks::Batch& batch) {
+  const double loss = tail_loss_streams(streams, batch).item<double>();
+  return torch::tensor({loss, 1.0, 0.0}, torch::kFloat64);
+}
+
+hooks::Tensors AlphaFoldImpl::recycled_streams(const hooks::Tensors& final_streams, const hooks::Batch& batch) {
+  const Recycled r = outputs(final_streams, batch, geometry_like(final_streams.at(1))).recycled();
+  return {r.msa_first_row, r.pair, r.positions};
+}
+
+const ResidueGeometry& AlphaFoldImpl::geometry_like(const torch::Tensor& like) {
+  const torch::Tensor& kept = geometry_.atom14_positions;
+  if (!kept.defined() || kept.scalar_type() != like.scalar_type() || kept.device() != like.device()) {
+    geometry_ = ideal_residue_geometry().to(like.options());
+  }
+  return geometry_;
+}
+
+namespace {
+
+// The outputs as the tensors a block site passes, and back.
+hooks::Tensors output_tensors(const AlphaFoldOutputs& o) {
+  const StructureOutputs& s = o.structure;
+  return {o.msa, o.pair, o.single, o.atom37, o.distogram_logits, o.masked_msa_logits, o.plddt_logits, s.single, s.quaternions,
+          s.translations, s.unnormalized_angles, s.angles, s.frames.rotation, s.frames.translation, s.atom14};
+}
+
+AlphaFoldOutputs outputs_of(const hooks::Tensors& t) {
+  AlphaFoldOutputs o;
+  o.msa = t[0];
+  o.pair = t[1];
+  o.single = t[2];
+  o.atom37 = t[3];
+  o.distogram_logits = t[4];
+  o.masked_msa_logits = t[5];
+  o.plddt_logits = t[6];
+  o.structure = {t[7], t[8], t[9], t[10], t[11], {t[12], t[13]}, t[14]};
+  return o;
+}
+
+}  // namespace
+
+AlphaFoldOutputs AlphaFoldImpl::tail_outputs(const hooks::Tensors& streams, const hooks::Batch& batch,
+                                             const ResidueGeometry& geometry) {
+  // The body holds copies of what it reads besides its inputs: a checkpointed part runs again in backward.
+  return outputs_of(block_sites().call(tail_part().name, streams, [this, batch, geometry](const hooks::Tensors& in) {
+    return output_tensors(outputs(in, batch, geometry));
+  }));
 }
 
 AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, Recycled previous, const ResidueGeometry& geometry) {
-  using hooks::Tensors;
-  EmbeddingsAndEvoformerImpl& trunk = *evoformer;
-  // Every site's body holds copies of what it reads besides its inputs: a checkpointed block runs again in
-  // backward, after the caller's features and geometry are gone.
-  // Embedding: the MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
-  Tensors streams = sites.call("embed", {previous.msa_first_row, previous.pair, previous.positions}, [f, &trunk](const Tensors& in) {
-    auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);
-    const torch::Tensor previous_beta = pseudo_beta(f.aatype, in[2], torch::ones_like(in[2].select(-1, 0))).first;
-    const auto [first_row, pair_update] = trunk.recycling_embedder(in[0], in[1], previous_beta);
-    m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
-    const torch::Tensor e =
-        trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
-    return Tensors{m, z + pair_update, e};
-  });
-  // Under DAP each rank runs the stacks on its rows of the three streams: m [S', R, c_m], z [R', R, c_z],
-  // e [E', R, c_e] (every rank embedded them whole).
-  torch::Tensor m = layout.mine(streams[0], 0), z = layout.mine(streams[1], 0), e = layout.mine(streams[2], 0);
-  // Neither the embedded streams nor the recycled ones are read again: the stacks' first updates free them.
-  streams.clear();
+  const hooks::Batch batch = iteration_features(alphafold_batch({f}), 0);
+  hooks::Tensors recycled{previous.msa_first_row, previous.pair, previous.positions};
   previous = {};
-  const torch::Tensor pair_mask = f.seq_mask.unsqueeze(1) * f.seq_mask.unsqueeze(0);  // [R, R]
-  for (size_t b = 0; b < trunk.extra_msa_stack->size(); ++b) {
-    EvoformerBlockImpl& block = *trunk.extra_msa_stack[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("extra_msa_stack." + std::to_string(b), {e, z},
-                                   [&block, extra_mask = f.extra_msa_mask, pair_mask, this](const Tensors& in) {
-      const auto [e2, z2] = block.forward(in[0], in[1], extra_mask, pair_mask, chunk_size, layout);
-      return Tensors{e2, z2};
-    });
-    e = out[0];
-    z = out[1];
-  }
-  for (size_t b = 0; b < trunk.evoformer_iteration->size(); ++b) {
-    EvoformerBlockImpl& block = *trunk.evoformer_iteration[b]->as<EvoformerBlock>();
-    const Tensors out = sites.call("evoformer." + std::to_string(b), {m, z},
-                                   [&block, msa_mask = f.msa_mask, pair_mask, this](const Tensors& in) {
-      const auto [m2, z2] = block.forward(in[0], in[1], msa_mask, pair_mask, chunk_size, layout);
-      return Tensors{m2, z2};
-    });
-    m = out[0];
-    z = out[1];
-  }
-  // Whole again: every rank runs the structure module and the heads on the same tensors.
-  m = layout.whole(m, 0);
-  z = layout.whole(z, 0);
-  AlphaFoldOutputs out;
-  out.msa = m;
-  out.pair = z;
-  // The structure module's outputs travel as tensors through its site, then back into StructureOutputs.
-  const Tensors structure = sites.call("structure", {m.select(0, 0), z},
-                                       [aatype = f.aatype, mask = f.seq_mask, geometry, &trunk, this](const Tensors& in) {
-    const torch::Tensor single = trunk.single_activations(in[0]);
-    const StructureOutputs s = structure_module->forward(single, in[1], aatype, mask, geometry);
-    return Tensors{single, s.single, s.quaternions, s.translations, s.unnormalized_angles, s.angles,
-                   s.frames.rotation, s.frames.translation, s.atom14};
-  });
-  out.single = structure[0];
-  out.structure = {structure[1], structure[2], structure[3], structure[4], structure[5], {structure[6], structure[7]}, structure[8]};
-  out.atom37 = atom14_to_atom37(geometry, f.aatype, out.structure.atom14.select(0, -1));
-  const Tensors heads = sites.call("heads", {z, m, out.structure.single}, [this](const Tensors& in) {
-    return Tensors{distogram_head(in[0]), masked_msa_head(in[1]), predicted_lddt_head(in[2])};
-  });
-  out.distogram_logits = heads[0];
-  out.masked_msa_logits = heads[1];
-  out.plddt_logits = heads[2];
-  return out;
+  hooks::Tensors streams = call_head(batch, recycled);
+  recycled.clear();  // its pair's memory is free for the stacks
+  streams = call_blocks(std::move(streams), 0, num_blocks(), batch);
+  return tail_outputs(streams, batch, geometry);
 }
 
 AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry) {
@@ -165,6 +221,15 @@ AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& it
     previous = iteration(iterations[i], std::move(previous), geometry).recycled();
   }
   return iteration(iterations.back(), std::move(previous), geometry);
+}
+
+AlphaFoldOutputs AlphaFoldImpl::forward(const hooks::Batch& batch) {
+  hooks::Tensors recycled = recycle(batch);
+  const hooks::Batch last = iteration_batch(batch, iterations(batch) - 1);
+  hooks::Tensors streams = call_head(last, recycled);
+  recycled.clear();  // its pair's memory is free for the stacks
+  streams = call_blocks(std::move(streams), 0, num_blocks(), last);
+  return tail_outputs(streams, last, geometry_like(streams.at(1)));
 }
 
 std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model) {

@@ -15,7 +15,8 @@
 #include "apps/fastfold/heads.h"
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_module.h"
-#include "core/hooks/block_sites.h"
+#include "apps/fastfold/structure_losses.h"
+#include "core/hooks/block_model.h"
 #include "core/parallel/tensor/factory.h"
 
 namespace kuafu::fold {
@@ -82,24 +83,48 @@ struct EmbeddingsAndEvoformerImpl : torch::nn::Module {
 };
 TORCH_MODULE(EmbeddingsAndEvoformer);
 
-// Its blocks, as strategies (activation checkpointing, Gemini's hooks) name them: "embed" (the input and
-// recycling embedders, the extra MSA's projection), "extra_msa_stack.<i>", "evoformer.<i>", "structure"
-// (the single projection and the structure module) and "heads".
-struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
+// A hooks::BlockModel: the head "embed" (the input and recycling embedders, the extra MSA's projection) turns a
+// batch of named features (alphafold_batch.h) into the streams m, z and e; the blocks "extra_msa_stack.<i>" map
+// {m, z, e} (the last of them hands on {m, z}), then "evoformer.<i>" map {m, z}; the tail "structure" (the
+// single projection, the structure module and the heads) gives the outputs, their loss, or what the next
+// recycling iteration reads. Strategies (activation checkpointing, ZeRO, Gemini) act on those parts.
+struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   // `options`: the device its parameters are made on (torch::kMeta: described only) and the DAP group its
   // blocks run over (`layout`); AlphaFold has no tensor-parallel layers.
   explicit AlphaFoldImpl(const AlphaFoldSizes& sizes, const parallel::ModelOptions& options = {});
   torch::nn::Module& module() override { return *this; }
-  hooks::BlockSites& block_sites() override { return sites; }
-  // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs; `geometry` in the features'
-  // dtype and device.
-  // `previous` is let go once embedded (moved in, its pair's memory is free for the stacks).
+
+  // One iteration (Algorithm 2, lines 5-21) from the previous one's outputs, through the block sites;
+  // `geometry` in the features' dtype and device. `previous` is let go once embedded.
   AlphaFoldOutputs iteration(const AlphaFoldFeatures& features, Recycled previous, const ResidueGeometry& geometry);
   // Algorithm 2 with recycling: iteration i reads features[i]; every iteration but the last runs without
   // gradient, and each starts from the previous one's detached outputs (zeros before the first).
   AlphaFoldOutputs forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry);
+  // The same from a batch of every iteration's features (alphafold_batch).
+  AlphaFoldOutputs forward(const hooks::Batch& batch);
+
+  // hooks::BlockModel.
+  int64_t num_blocks() const override { return sizes.extra_msa_blocks + sizes.evoformer_blocks; }
+  hooks::ModelPart head_part() const override;
+  hooks::ModelPart block_part(int64_t i) const override;
+  hooks::ModelPart tail_part() const override;
+  // recycled: {first MSA row [R, c_m], pair [R, R, c_z], atoms [R, 37, 3]} or empty (zeros) ->
+  // {m [S', R, c_m], z [R', R, c_z], e [E', R, c_e]}, each this DAP rank's rows (e only with extra blocks).
+  hooks::Tensors head_streams(const hooks::Batch& batch, const hooks::Tensors& recycled) override;
+  hooks::Tensors block_streams(int64_t i, const hooks::Tensors& streams, const hooks::Batch& batch) override;
+  // AlphaFold's training loss (loss_settings' weights) against the batch's labels.
+  torch::Tensor tail_loss_streams(const hooks::Tensors& streams, const hooks::Batch& batch) override;
+  // float64 [loss, 1 example, 0].
+  torch::Tensor tail_sums_streams(const hooks::Tensors& streams, const hooks::Batch& batch) override;
+  int64_t iterations(const hooks::Batch& batch) const override;
+  hooks::Batch iteration_batch(const hooks::Batch& batch, int64_t i) const override;
+  hooks::Tensors recycled_streams(const hooks::Tensors& final_streams, const hooks::Batch& batch) override;
+  // The final streams {m, z} -> the iteration's outputs (the structure module and heads on the whole
+  // streams); `geometry` in the streams' dtype and device.
+  AlphaFoldOutputs outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry);
 
   AlphaFoldSizes sizes;
+  AlphaFoldLossSettings loss_settings;  // the training loss's weights
   // > 0: the Evoformer's and extra-MSA stack's attention, transitions and outer products this many rows at a
   // time (the same result, less memory: inference at long lengths).
   int64_t chunk_size = 0;
@@ -112,7 +137,13 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::SiteModel {
   DistogramHead distogram_head{nullptr};
   MaskedMsaHead masked_msa_head{nullptr};
   PlddtHead predicted_lddt_head{nullptr};
-  hooks::BlockSites sites;
+
+ private:
+  // The ideal residues in `like`'s dtype and device (made once per dtype and device).
+  const ResidueGeometry& geometry_like(const torch::Tensor& like);
+  // The outputs through the tail's site, from the final streams.
+  AlphaFoldOutputs tail_outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry);
+  ResidueGeometry geometry_;
 };
 TORCH_MODULE(AlphaFold);
 

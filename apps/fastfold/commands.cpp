@@ -33,16 +33,6 @@ int64_t parameter_count(torch::nn::Module& module) {
   return n;
 }
 
-// The blocks memory.activation_checkpointing recomputes unless memory.checkpoint_blocks names others.
-const std::vector<std::string> kCheckpointedBlocks = {"extra_msa_stack.*", "evoformer.*"};
-
-// The benchmark's model (built serially) as the run would hold it: under parallel.dap.size > 1 every block runs
-// on this rank's rows of the MSA and the pair (FastFold's DAP); the blocks checkpointed as the config says.
-void lay_out(AlphaFoldImpl& model, const train::Runtime& runtime, const config::Config& config) {
-  model.layout = dap::AxialLayout(runtime.dap);
-  train::checkpoint_from_config(config, model.sites, kCheckpointedBlocks);
-}
-
 class FoldApp : public train::ModelApp<AlphaFold> {
  public:
   explicit FoldApp(const config::Config& config) : ModelApp(config), settings_(read_fold_settings(config)) {}
@@ -66,9 +56,11 @@ class FoldApp : public train::ModelApp<AlphaFold> {
     // for the strategy to fill its chunks from the draws and model.init_from's file.
     const train::Purpose purpose = runtime ? train::Purpose::train : train::Purpose::evaluate;
     train::Built<AlphaFold> built = train::build(recipe(), config_, {purpose, options});
-    // Its blocks run over options.dap (the run's DAP group) from the start.
-    if (runtime) train::checkpoint_from_config(config_, built.model->sites, kCheckpointedBlocks);
-    auto task = std::make_unique<FoldTask>(built.model, settings_, std::move(train), std::move(val), t.batch_size, options.device);
+    // Its blocks run over options.dap (the run's DAP group) from the start; ParallelModel checkpoints them
+    // as the config says (by default every block: the extra-MSA stack's and the Evoformer's).
+    const train::ParallelOptions parallel = runtime ? train::parallel_options(*built.model, config_, *runtime, {}) : train::ParallelOptions{};
+    auto task = std::make_unique<FoldTask>(built.model, settings_, std::move(train), std::move(val), t.batch_size, options.device,
+                                           parallel);
     if (built.deferred) task->defer_weights(std::move(built.deferred));
     return task;
   }
@@ -165,10 +157,11 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   spec.deferred = deferred();
   spec.fields = {{"residues", residues}, {"msa_clusters", settings_.sampling.max_clusters},
                  {"extra_msa", settings_.sampling.max_extra}, {"iterations", settings_.max_recycles + 1}};
-  lay_out(*model(), runtime, config_);
-  return train::benchmark_training(config_, runtime, *model(), [&] {
-    return example_loss(*model(), example, settings_, runtime.device).total;
-  }, 1, spec, memory);
+  // The model's blocks run on this rank's rows of the MSA and the pair (FastFold's DAP), checkpointed as the
+  // config says.
+  model()->layout = dap::AxialLayout(runtime.dap);
+  model()->loss_settings = settings_.loss;
+  return train::benchmark_training(config_, runtime, *model(), example_batch(*model(), example, runtime.device), spec, memory);
 }
 
 }  // namespace

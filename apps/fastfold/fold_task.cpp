@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include "apps/fastfold/alphafold_flops.h"
+#include "apps/fastfold/alphafold_batch.h"
+#include "core/util/error.h"
 #include "core/util/seed_mix.h"
 
 namespace kuafu::fold {
@@ -29,31 +31,34 @@ double mean_training_flops(const std::vector<FoldChain>& chains, const FoldSetti
   return total / static_cast<double>(chains.size());
 }
 
-}  // namespace
-
-namespace {
-
-// The example padded for the model's DAP group's cuts and run in the model's dtype (float64 in the
-// exactness tests) on `device`; its loss too when `with_loss`.
-AlphaFoldLoss run_example(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
-                          const torch::Device& device, AlphaFoldOutputs* kept, bool with_loss) {
-  const torch::TensorOptions options = torch::TensorOptions(model.parameters().front().scalar_type()).device(device);
-  const FoldExample padded = pad_example(example, model.layout.parts());
-  std::vector<AlphaFoldFeatures> iterations;
-  for (const AlphaFoldFeatures& f : padded.iterations) iterations.push_back(f.to(options));
-  const ResidueGeometry geometry = ideal_residue_geometry().to(options);
-  AlphaFoldOutputs out = model.forward(iterations, geometry);
-  AlphaFoldLoss loss;
-  if (with_loss) loss = alphafold_loss(out, padded.labels.to(options), geometry, model.sizes, settings.loss);
-  if (kept) *kept = std::move(out);
-  return loss;
+// The chain's example for prediction: `iterations` samples of its MSA as it is (no BERT masking), drawn by `seed`.
+FoldExample prediction_example(const FoldChain& chain, const FoldSettings& settings, int64_t iterations, uint64_t seed) {
+  MsaSampling sampling = settings.sampling;
+  sampling.replace_fraction = 0;
+  torch::Generator generator = generator_of(seed);
+  return make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction, generator,
+                      settings.profile_rows);
 }
 
 }  // namespace
 
+hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device) {
+  const torch::TensorOptions options = torch::TensorOptions(model.parameters().front().scalar_type()).device(device);
+  const FoldExample padded = pad_example(example, model.layout.parts());
+  std::vector<AlphaFoldFeatures> iterations;
+  for (const AlphaFoldFeatures& f : padded.iterations) iterations.push_back(f.to(options));
+  const AlphaFoldLabels labels = padded.labels.to(options);
+  return alphafold_batch(iterations, &labels);
+}
+
 AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, const FoldSettings& settings,
                            const torch::Device& device, AlphaFoldOutputs* kept) {
-  return run_example(model, example, settings, device, kept, /*with_loss=*/true);
+  const hooks::Batch batch = example_batch(model, example, device);
+  AlphaFoldOutputs out = model.forward(batch);
+  const ResidueGeometry geometry = ideal_residue_geometry().to(out.pair.options());
+  const AlphaFoldLoss loss = alphafold_loss(out, labels_of(batch), geometry, model.sizes, settings.loss);
+  if (kept) *kept = std::move(out);
+  return loss;
 }
 
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
@@ -61,59 +66,62 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   torch::NoGradGuard no_grad;
   const int64_t training_chunk = model.chunk_size;
   model.chunk_size = settings.chunk_size;
-  MsaSampling sampling = settings.sampling;
-  sampling.replace_fraction = 0;  // inference sees the alignment as it is
-  torch::Generator generator = generator_of(seed);
-  const FoldExample example = make_example(chain, ideal_residue_geometry(), sampling, iterations, settings.clamped_fape_fraction,
-                                           generator, settings.profile_rows);
   // A query without a truth (at least 3 Cα) has no loss or scores: its FAPE alone, frames x atoms of every
   // layer, would outweigh the model's own activations at long lengths.
   const int64_t ca = 1;
   const torch::Tensor truth = chain.positions.select(1, ca), mask = chain.mask.select(1, ca);
   const bool scored = mask.sum().item<double>() >= 3;
   Prediction p;
-  const AlphaFoldLoss loss = run_example(model, example, settings, device, &p.outputs, scored);
+  const hooks::Batch batch = example_batch(model, prediction_example(chain, settings, iterations, seed), device);
+  p.outputs = model.forward(batch);
+  if (scored) {
+    const ResidueGeometry geometry = ideal_residue_geometry().to(p.outputs.pair.options());
+    p.loss = alphafold_loss(p.outputs, labels_of(batch), geometry, model.sizes, settings.loss).total.item<double>();
+  }
   model.chunk_size = training_chunk;
   p.outputs = p.outputs.first_residues(chain.aatype.size(0));  // without the padding DAP added
   p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();
   const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu();
   p.true_lddt = lddt(predicted.unsqueeze(0), truth.unsqueeze(0), mask.view({1, -1, 1}), 15.0, true)[0];
-  if (scored) {
-    p.loss = loss.total.item<double>();
-    p.scores = structure_scores(predicted, truth, mask);
-  }
+  if (scored) p.scores = structure_scores(predicted, truth, mask);
   return p;
 }
 
 FoldTask::FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
-                   int64_t batch_size, const torch::Device& device)
-    : model_(std::move(model)), settings_(std::move(settings)), train_(std::move(train)), val_(std::move(val)),
+                   int64_t batch_size, const torch::Device& device, const train::ParallelOptions& options)
+    : ModelTask(std::make_unique<train::ParallelModel>(*model, options), /*micro_batch=*/1, /*row_block=*/1, /*row_batches=*/true),
+      model_(std::move(model)), settings_(std::move(settings)), train_(std::move(train)), val_(std::move(val)),
       order_(static_cast<int64_t>(train_.size()), batch_size, settings_.seed), device_(device),
-      flops_per_row_(mean_training_flops(train_, settings_)) {}
+      flops_per_row_(mean_training_flops(train_, settings_)) {
+  model_->loss_settings = settings_.loss;
+}
+
+uint64_t FoldTask::eval_seed(int64_t chain) const { return mix_seed(settings_.seed, -1, chain, 2); }
 
 int64_t FoldTask::iterations_of(int64_t step) const {
   torch::Generator generator = generator_of(mix_seed(settings_.seed, step, -1, 0));
   return 1 + torch::randint(0, settings_.max_recycles + 1, {1}, generator, torch::kInt64).item<int64_t>();
 }
 
-torch::Tensor FoldTask::loss(int64_t step, int64_t first_row, int64_t rows) {
-  const int64_t iterations = iterations_of(step);
-  const std::vector<size_t> items = order_.rows(step, first_row, rows);
-  torch::Tensor total;
-  for (int64_t r = 0; r < rows; ++r) {
-    torch::Generator generator = generator_of(mix_seed(settings_.seed, step, first_row + r, 1));
-    const FoldChain& chain = train_[items[static_cast<size_t>(r)]];
-    const int64_t length = chain.aatype.size(0);
-    const int64_t start = length > settings_.crop_size
-                              ? torch::randint(0, length - settings_.crop_size + 1, {1}, generator, torch::kInt64).item<int64_t>()
-                              : 0;
-    const FoldExample example = make_example(crop_chain(chain, start, settings_.crop_size), ideal_residue_geometry(),
-                                             settings_.sampling, iterations, settings_.clamped_fape_fraction, generator,
-                                             settings_.profile_rows);
-    const torch::Tensor row = example_loss(*model_, example, settings_, device_).total;
-    total = total.defined() ? total + row : row;
-  }
-  return total / static_cast<double>(rows);
+train::Batch FoldTask::train_batch(int64_t step, int64_t first_row, int64_t rows) {
+  KUAFU_CHECK(rows == 1, "a FoldTask batch is one crop (chains differ in length)");
+  torch::Generator generator = generator_of(mix_seed(settings_.seed, step, first_row, 1));
+  const FoldChain& chain = train_[order_.rows(step, first_row, 1).front()];
+  const int64_t length = chain.aatype.size(0);
+  const int64_t start = length > settings_.crop_size
+                            ? torch::randint(0, length - settings_.crop_size + 1, {1}, generator, torch::kInt64).item<int64_t>()
+                            : 0;
+  const FoldExample example = make_example(crop_chain(chain, start, settings_.crop_size), ideal_residue_geometry(),
+                                           settings_.sampling, iterations_of(step), settings_.clamped_fape_fraction, generator,
+                                           settings_.profile_rows);
+  return example_batch(*model_, example, device_);
+}
+
+train::Batch FoldTask::eval_batch(int64_t first_row, int64_t rows) {
+  KUAFU_CHECK(rows == 1, "a FoldTask batch is one chain");
+  const FoldChain chain = crop_chain(val_.at(static_cast<size_t>(first_row)), 0, settings_.eval_crop_size);
+  const FoldExample example = prediction_example(chain, settings_, settings_.max_recycles + 1, eval_seed(first_row));
+  return example_batch(*model_, example, device_);
 }
 
 std::map<std::string, double> FoldTask::step_figures(int64_t step) {
@@ -131,7 +139,7 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
   model_->eval();
   for (int64_t i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
     const FoldChain chain = crop_chain(val_[static_cast<size_t>(i)], 0, settings_.eval_crop_size);
-    const Prediction p = predict_chain(*model_, chain, settings_, settings_.max_recycles + 1, mix_seed(settings_.seed, -1, i, 2), device_);
+    const Prediction p = predict_chain(*model_, chain, settings_, settings_.max_recycles + 1, eval_seed(i), device_);
     sums.loss_sum += p.loss;
     sums.count += 1;
     sums.extra[0] += p.scores.lddt_ca;

@@ -14,7 +14,7 @@
 #include "apps/fastfold/fold_settings.h"
 #include "apps/fastfold/structure_metrics.h"
 #include "core/io/epoch_order.h"
-#include "core/train/trainer.h"
+#include "core/train/model_task.h"
 
 namespace kuafu::fold {
 
@@ -36,17 +36,24 @@ AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, con
 Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const FoldSettings& settings, int64_t iterations,
                          uint64_t seed, const torch::Device& device);
 
-class FoldTask : public train::TrainTask {
- public:
-  FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
-           int64_t batch_size, const torch::Device& device);
+// The example as the model's batch (alphafold_batch.h): padded for the model's DAP group's cuts, its floating
+// features and labels in the model's dtype (float64 in the exactness tests), on `device`.
+hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device);
 
-  torch::nn::Module& model() override { return *model_; }
-  torch::Tensor loss(int64_t step, int64_t first_row, int64_t rows) override;
-  bool set_block_hooks(hooks::BlockHooks* hooks) override {
-    model_->set_block_hooks(hooks);
-    return true;
-  }
+// The shared training path (train::ModelTask) over AlphaFold: each row a crop of its own (chains differ in
+// length), run through the model's recycling iterations by ParallelModel; its own evaluation scores whole
+// structures.
+class FoldTask : public train::ModelTask {
+ public:
+  // `options`: what ParallelModel applies (activation checkpointing; kuafu-fold trains data parallel only).
+  FoldTask(AlphaFold model, FoldSettings settings, std::vector<FoldChain> train, std::vector<FoldChain> val,
+           int64_t batch_size, const torch::Device& device, const train::ParallelOptions& options = {});
+
+  // Row `first_row` of step `step`'s global batch (rows = 1): a crop drawn from (seed, step, row).
+  train::Batch train_batch(int64_t step, int64_t first_row, int64_t rows) override;
+  // The validation chains, each its first data.eval_crop_size residues with every recycling iteration.
+  int64_t eval_rows() const override { return static_cast<int64_t>(val_.size()); }
+  train::Batch eval_batch(int64_t first_row, int64_t rows) override;
   train::LossSum evaluate(int rank, int ranks) override;
   std::vector<train::EvalMetric> eval_metrics(const train::LossSum& sums) const override;
   // A row's mean training FLOPs (alphafold_flops) over its items, so that items/s x this is FLOPs/s.
@@ -63,6 +70,8 @@ class FoldTask : public train::TrainTask {
   int64_t iterations_of(int64_t step) const;
 
  private:
+  uint64_t eval_seed(int64_t chain) const;  // validation chain `chain`'s MSA draws
+
   AlphaFold model_;
   FoldSettings settings_;
   std::vector<FoldChain> train_, val_;

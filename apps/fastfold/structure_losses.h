@@ -49,6 +49,13 @@ struct StructureLossSettings {
   double chi_weight = 0.5, angle_norm_weight = 0.01;
 };
 
+// The whole model's loss weights (supplement 1.9 and 1.11), the structure module's among them.
+struct AlphaFoldLossSettings {
+  double distogram_weight = 0.3, masked_msa_weight = 2.0, structure_weight = 1.0, plddt_weight = 0.01;
+  double plddt_min_resolution = 0.1, plddt_max_resolution = 3.0;
+  StructureLossSettings structure;
+};
+
 struct StructureLoss {
   torch::Tensor loss;              // the weighted sum
   torch::Tensor fape;              // backbone FAPE of the last layer

@@ -70,7 +70,7 @@ TORCH_MODULE(ViTModel);
 
 // The model as maths: embeddings (the head), the encoder layers, the final norm and the classifier on
 // the class token (the tail). Strategies other than tensor parallelism apply from outside.
-struct ViTForImageClassificationImpl : torch::nn::Module, hooks::BlockModel {
+struct ViTForImageClassificationImpl : torch::nn::Module, hooks::OneStreamModel {
   // `tp` (default: serial) cuts the blocks and the head; the model is initialised as the serial one
   // from the same seed (truncated normal, std 0.02; zero biases). On the meta device it is only
   // described (lazy construction): initialize() once it has storage.

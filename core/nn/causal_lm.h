@@ -16,7 +16,7 @@
 
 namespace kuafu::nn {
 
-class CausalLM : public hooks::BlockModel {
+class CausalLM : public hooks::OneStreamModel {
  public:
   // Logits [B, T, V] of rows at their own positions with left padding, continuing `caches` (generation):
   // embed_at, the layers and output_logits, each part through its block site.

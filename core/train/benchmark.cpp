@@ -117,8 +117,9 @@ nlohmann::json benchmark_training(const config::Config& config, const Runtime& r
   options.checkpoint_activations = config.get_bool("memory.activation_checkpointing");
   options.checkpoint_blocks = config.get_string_list("memory.checkpoint_blocks");
   ParallelModel runner(model, options);
-  return benchmark_training(config, runtime, model, [&] { return runner.loss(batch); }, batch.inputs.size(0), spec,
-                            memory);
+  // A model of named features (no inputs) takes a batch of one example.
+  const int64_t rows = batch.inputs.defined() ? batch.inputs.size(0) : 1;
+  return benchmark_training(config, runtime, model, [&] { return runner.loss(batch); }, rows, spec, memory);
 }
 
 nlohmann::json benchmark_training(const config::Config& config, const Runtime& runtime, hooks::SiteModel& model,

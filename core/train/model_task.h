@@ -1,4 +1,4 @@
-// The trainer's view of an app whose model is an hooks::BlockModel run through a ParallelModel: the app
+// The trainer's view of an app whose model is a hooks::BlockModel run through a ParallelModel: the app
 // supplies its data (training micro-batches by step and rows, an evaluation set by rows) and its
 // figures; the loss, pipeline steps, evaluation and hooks are shared by every such app.
 #pragma once
@@ -13,8 +13,10 @@ namespace kuafu::train {
 class ModelTask : public TrainTask {
  public:
   // `row_block`: every batch's rows must be a multiple of it (the tensor mode's row blocks);
-  // `micro_batch`: rows per evaluation batch.
-  ModelTask(std::unique_ptr<ParallelModel> parallel, int64_t micro_batch, int64_t row_block);
+  // `micro_batch`: rows per evaluation batch. `row_batches`: the app's rows differ in shape and do not
+  // stack (AlphaFold's crops of chains of different lengths): each row is a batch of its own, run through
+  // the model alone, and a micro-step's loss is their mean.
+  ModelTask(std::unique_ptr<ParallelModel> parallel, int64_t micro_batch, int64_t row_block, bool row_batches = false);
 
   // The app's data, on the model's device: rows [first_row, first_row + rows) of step `step`'s global
   // batch, and of the fixed evaluation set of eval_rows() rows.
@@ -41,6 +43,7 @@ class ModelTask : public TrainTask {
  private:
   std::unique_ptr<ParallelModel> parallel_;
   int64_t micro_batch_, row_block_;
+  bool row_batches_;
 };
 
 }  // namespace kuafu::train

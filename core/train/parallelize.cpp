@@ -28,6 +28,14 @@ ModuleMap modules_by_path(torch::nn::Module& root) {
   return found;
 }
 
+// The model as one stream: sequence parallelism cuts it, pipeline stages send it and the partition times
+// it (kuafu::Error naming `what` for a model of several streams).
+hooks::OneStreamModel& one_stream(hooks::BlockModel& model, const std::string& what) {
+  auto* one = dynamic_cast<hooks::OneStreamModel*>(&model);
+  KUAFU_CHECK(one, what, " a model's one stream, but this model carries several (its blocks map a list of streams)");
+  return *one;
+}
+
 }  // namespace
 
 ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
@@ -40,6 +48,8 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
   }
   KUAFU_CHECK(!options_.sequence.enabled() || !pipelined(),
               "sequence parallelism combines with data parallelism only (no pipeline parallelism)");
+  if (options_.sequence.enabled()) one_stream(model_, "sequence parallelism cuts");
+  if (pipelined()) one_stream(model_, "pipeline stages send");
   // 2. Sequence parallelism: attention learns its group; the runner cuts the stream.
   for (const auto& module : model_.module().modules()) {
     if (auto* core = dynamic_cast<nn::AttentionCoreImpl*>(module.get())) core->sequence = options_.sequence;
@@ -63,12 +73,9 @@ ParallelModel::ParallelModel(hooks::BlockModel& model, ParallelOptions options)
     eval_engine_ = std::make_unique<pp::PipelineEngine>(one, options_.pipeline);
   }
   // The parts this rank holds become the model's block sites, for steps 4 and 5.
-  head_ = model_.head_part().name;
-  tail_ = model_.tail_part().name;
   std::vector<std::string> held_blocks;
   for (int64_t i = 0; i < n; ++i) {
-    blocks_.push_back(model_.block_part(i).name);
-    if (options_.plan.holds_block(i)) held_blocks.push_back(blocks_.back());
+    if (options_.plan.holds_block(i)) held_blocks.push_back(model_.block_part(i).name);
   }
   model_.use_parts(options_.plan.first, options_.plan.last, [this](int64_t i) { return options_.plan.holds_block(i); });
   hooks::BlockSites& sites = model_.block_sites();
@@ -124,50 +131,30 @@ void ParallelModel::keep_planned_parts() {
   tied_ = kept_tied;
 }
 
-torch::Tensor ParallelModel::run_head(const torch::Tensor& inputs) {
-  return model_.block_sites().call(head_, inputs, [this](const torch::Tensor& x) { return model_.head(x); });
-}
-
-torch::Tensor ParallelModel::run_blocks(torch::Tensor x, int64_t begin, int64_t end, const torch::Tensor& context) {
-  hooks::BlockSites& sites = model_.block_sites();
-  for (int64_t i = begin; i < end; ++i) {
-    // Captured by value: a checkpointed block runs this again during backward.
-    const std::string& name = blocks_[static_cast<size_t>(i)];
-    if (!context.defined()) {
-      x = sites.call(name, x, [this, i](const torch::Tensor& input) { return model_.block(i, input, {}); });
-    } else {  // the context passes through the block's call as an input (ids: no gradient)
-      x = sites.call(name, {x, context}, [this, i](const hooks::Tensors& in) {
-        return hooks::Tensors{model_.block(i, in[0], in[1])};
-      })[0];
-    }
-  }
-  return x;
-}
-
-torch::Tensor ParallelModel::run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums) {
-  return model_.block_sites().call(tail_, x, [this, targets, sums](const torch::Tensor& stream) {
-    return sums ? model_.tail_sums(stream, targets) : model_.tail_loss(stream, targets);
-  });
-}
-
-torch::Tensor ParallelModel::run_unstaged(const Batch& batch, bool sums) {
+torch::Tensor ParallelModel::run_unstaged(const Batch& whole, bool sums) {
   const sp::SequenceParallel& sequence = options_.sequence;
   const int64_t n = model_.num_blocks();
-  torch::Tensor x = run_head(batch.inputs);
-  const torch::Tensor context = model_.block_context(batch.inputs);  // whole, also under sequence parallelism
-  if (!sequence.enabled()) return run_tail(run_blocks(x, 0, n, context), batch.targets, sums);
-  x = run_blocks(sp::local_chunk(x, 1, sequence), 0, n, context);
-  if (model_.tail_per_position()) {
-    const torch::Tensor targets = sp::local_chunk(batch.targets, 1, sequence);
-    const torch::Tensor out = run_tail(x, targets, sums);
+  hooks::Tensors recycled = model_.recycle(whole);
+  const Batch batch = model_.iteration_batch(whole, model_.iterations(whole) - 1);
+  hooks::Tensors streams = model_.call_head(batch, recycled);
+  recycled.clear();  // embedded: the blocks may use its memory
+  if (!sequence.enabled()) return model_.call_tail(model_.call_blocks(std::move(streams), 0, n, batch), batch, sums);
+  // Sequence parallelism: each rank's blocks run on its chunk of the positions (the batch, whole, gives
+  // them their context).
+  hooks::OneStreamModel& model = one_stream(model_, "sequence parallelism cuts");
+  const torch::Tensor x = model_.call_blocks({sp::local_chunk(streams.at(0), 1, sequence)}, 0, n, batch).at(0);
+  if (model.tail_per_position()) {
+    Batch chunk = batch;
+    chunk.targets = sp::local_chunk(batch.targets, 1, sequence);
+    const torch::Tensor out = model_.call_tail({x}, chunk, sums);
     if (sums) return out;
     // This rank's mean over its items, weighted by their share of the row's (x P: the gradients are
     // averaged over the sequence ranks). 1 exactly when every position counts.
-    const torch::Tensor share = model_.tail_items(targets) * static_cast<double>(sequence.size) /
-                                model_.tail_items(batch.targets).clamp_min(1.0);
+    const torch::Tensor share = model.tail_items(chunk.targets) * static_cast<double>(sequence.size) /
+                                model.tail_items(batch.targets).clamp_min(1.0);
     return out * share.to(out.scalar_type());
   }
-  return run_tail(sp::gather_chunks(x, 1, sequence), batch.targets, sums);
+  return model_.call_tail({sp::gather_chunks(x, 1, sequence)}, batch, sums);
 }
 
 torch::Tensor ParallelModel::loss(const Batch& batch) {
@@ -177,11 +164,12 @@ torch::Tensor ParallelModel::loss(const Batch& batch) {
 
 torch::Tensor ParallelModel::stage_forward(int chunk, const torch::Tensor& input, const Batch& micro_batch, bool sums) {
   const pp::ScheduleSpec& spec = options_.schedule;
+  KUAFU_CHECK(model_.iterations(micro_batch) == 1, "a pipelined model runs each micro-batch once (no recycling)");
   const int v = chunk * spec.stages + options_.pipeline->rank();
   const auto [begin, end] = options_.plan.chunks[static_cast<size_t>(chunk)];
-  // Every stage holds the micro-batch (each rank reads the same rows), so each derives its blocks' context.
-  torch::Tensor x = run_blocks(v == 0 ? run_head(input) : input, begin, end, model_.block_context(micro_batch.inputs));
-  return v == spec.virtual_stages() - 1 ? run_tail(x, micro_batch.targets, sums) : x;
+  // Every stage holds the micro-batch (each rank reads the same rows), so each reads its blocks' context.
+  const hooks::Tensors x = model_.call_blocks(v == 0 ? model_.call_head(micro_batch, {}) : hooks::Tensors{input}, begin, end, micro_batch);
+  return v == spec.virtual_stages() - 1 ? model_.call_tail(x, micro_batch, sums) : x.at(0);
 }
 
 double ParallelModel::pipeline_step(const std::vector<Batch>& micro_batches, double loss_scale) {
@@ -203,7 +191,7 @@ torch::Tensor ParallelModel::evaluate(const Batch& batch) {
         [&](int) { return batch.inputs; }, /*width=*/3);
   }
   torch::Tensor sums = run_unstaged(batch, /*sums=*/true);
-  if (options_.sequence.enabled() && model_.tail_per_position()) {
+  if (options_.sequence.enabled() && one_stream(model_, "sequence parallelism cuts").tail_per_position()) {
     sums = sums.clone();
     dist::all_reduce(sums, *options_.sequence.group);  // each rank counted its chunk of the positions
   }
@@ -227,7 +215,7 @@ parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model) {
   return {count(model.block_part(0)), count(model.head_part()), count(model.tail_part())};
 }
 
-parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample) {
+parallel::pipeline::StageCosts measured_costs(hooks::OneStreamModel& model, const Batch& sample) {
   const torch::Device device = sample.inputs.device();
   // A model still described on the meta device (lazy construction) is timed with zeros in the parts
   // timed (head, a block, tail), which then return to the meta device: the time does not depend on
@@ -341,7 +329,7 @@ ParallelOptions parallel_options(hooks::BlockModel& model, const config::Config&
     options.plan = pp::stage_plan(spec, runtime.stage(), blocks);
     return options;
   }
-  pp::StageCosts costs = partition == "parameters" ? parameter_costs(model) : measured_costs(model, sample);
+  pp::StageCosts costs = partition == "parameters" ? parameter_costs(model) : measured_costs(one_stream(model, "parallel.partition = \"time\" times"), sample);
   // Every rank must cut alike: rank 0's figures (timings differ between processes).
   const auto& world = *runtime.world->world_group();
   torch::Tensor shared =

@@ -28,10 +28,8 @@
 
 namespace kuafu::train {
 
-// One micro-batch: what the head takes and what the tail compares with.
-struct Batch {
-  torch::Tensor inputs, targets;
-};
+// One micro-batch: named features (a one-stream model's inputs and targets).
+using hooks::Batch;
 
 struct ParallelOptions {
   parallel::sequence::SequenceParallel sequence;  // off: whole sequences
@@ -53,7 +51,8 @@ class ParallelModel {
   bool pipelined() const { return options_.schedule.stages > 1; }
 
   // Not pipelined: the mean loss of this rank's share of `batch` (its chunk of the positions under
-  // sequence parallelism; gradients then average over the sequence ranks).
+  // sequence parallelism; gradients then average over the sequence ranks), after the model's recycling
+  // iterations without gradient.
   torch::Tensor loss(const Batch& batch);
   // Pipelined: a step's micro-batches through the schedule, gradients accumulated as for their mean
   // loss x loss_scale (each copy of a tied weight its own stage's: the caller sums them, tied_copies());
@@ -69,11 +68,8 @@ class ParallelModel {
   void set_block_hooks(hooks::BlockHooks* hooks) { model_.set_block_hooks(hooks); }
 
  private:
-  torch::Tensor run_head(const torch::Tensor& inputs);
-  torch::Tensor run_blocks(torch::Tensor x, int64_t begin, int64_t end, const torch::Tensor& context);
-  torch::Tensor run_tail(const torch::Tensor& x, const torch::Tensor& targets, bool sums);
-  // Head, blocks and tail on this rank (no stages), the stream cut along its positions under sequence
-  // parallelism: the loss of this rank's share, or its evaluation sums.
+  // Head, blocks and tail on this rank (no stages), after any recycling iterations, the stream cut along its
+  // positions under sequence parallelism: the loss of this rank's share, or its evaluation sums.
   torch::Tensor run_unstaged(const Batch& batch, bool sums);
   // What a pipeline rank runs for a micro-batch's chunk: the head first, its blocks, the tail last.
   torch::Tensor stage_forward(int chunk, const torch::Tensor& input, const Batch& micro_batch, bool sums);
@@ -81,8 +77,6 @@ class ParallelModel {
 
   hooks::BlockModel& model_;
   ParallelOptions options_;
-  std::string head_, tail_;          // the parts' site names
-  std::vector<std::string> blocks_;  // [block]
   std::set<std::string> tied_;  // parameters both the head and the tail compute with
   std::unique_ptr<parallel::pipeline::PipelineEngine> train_engine_, eval_engine_;
 };
@@ -124,7 +118,7 @@ void check_row_blocks(const config::Config& config, const parallel::TensorParall
 // + backward seconds on `sample` (median of 3 after a warm-up; the random streams and gradients are
 // left as they were).
 parallel::pipeline::StageCosts parameter_costs(hooks::BlockModel& model);
-parallel::pipeline::StageCosts measured_costs(hooks::BlockModel& model, const Batch& sample);
+parallel::pipeline::StageCosts measured_costs(hooks::OneStreamModel& model, const Batch& sample);
 
 // The options the config and runtime ask for: the pipeline's schedule over the step's accumulation
 // micro-steps and this rank's stage plan (parallel.partition; "time" measures on `sample`, rank 0's figures

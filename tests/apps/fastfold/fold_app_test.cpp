@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <tuple>
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/alphafold_batch.h"
 #include "apps/fastfold/commands.h"
 #include "apps/fastfold/feature_cache.h"
 #include "apps/fastfold/fold_task.h"
@@ -22,24 +24,112 @@ namespace fs = std::filesystem;
 
 using testing::database_chains;
 
-// Each row's loss depends on (seed, step, row) alone: a step's two rows in one call are the mean of the two
-// computed one at a time (float32, the same operations: 1e-6 relative).
-TEST(FoldTaskTest, AStepsRowsDoNotDependOnHowTheyAreSplit) {
+// The golden tiny model's sizes on crops of `crop` residues (8 MSA clusters, 8 extra rows) recycling up to
+// `max_recycles` times, and that model at AlphaFold's initial values from seed 0.
+FoldSettings tiny_task_settings(int64_t crop, int64_t max_recycles) {
   FoldSettings settings;
   settings.model = testing::golden_tiny_sizes();
-  settings.crop_size = 24;
-  settings.max_recycles = 1;
+  settings.crop_size = crop;
+  settings.max_recycles = max_recycles;
   settings.sampling = {8, 8};
+  return settings;
+}
+
+AlphaFold initialized_model(const FoldSettings& settings) {
   torch::manual_seed(0);
   AlphaFold model(settings.model);
   initialize_alphafold_weights(*model);
-  FoldTask task(model, settings, database_chains(4), {}, 2, torch::kCPU);
+  return model;
+}
+
+// Each row's loss depends on (seed, step, row) alone: a step's two rows in one call are the mean of the two
+// computed one at a time (float32, the same operations: 1e-6 relative).
+TEST(FoldTaskTest, AStepsRowsDoNotDependOnHowTheyAreSplit) {
+  const FoldSettings settings = tiny_task_settings(24, 1);
+  FoldTask task(initialized_model(settings), settings, database_chains(4), {}, 2, torch::kCPU);
   for (int64_t step : {0, 3}) {
     const double both = task.loss(step, 0, 2).item<double>();
     const double first = task.loss(step, 0, 1).item<double>(), second = task.loss(step, 1, 1).item<double>();
     EXPECT_NEAR(both, (first + second) / 2, 1e-6 * std::abs(both)) << "step " << step;
     EXPECT_EQ(task.iterations_of(step), task.iterations_of(step));
   }
+}
+
+// The shared training path (ModelTask, ParallelModel over the model's BlockModel parts, recycling by the
+// batch's iterations) gives a row the loss and gradients of the model's own forward over the same batch's
+// iterations (forward(features, geometry): the per-iteration path the AlphaFold golden tests check), in
+// float64 where only the same operations run (1e-12 relative), at 1 and 3 recycling iterations.
+TEST(FoldTaskTest, TheSharedPathsLossIsTheModelsOwn) {
+  const FoldSettings settings = tiny_task_settings(20, 2);
+  AlphaFold model = initialized_model(settings);
+  {
+    torch::NoGradGuard no_grad;  // every branch open, so every parameter has a gradient to compare
+    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));
+  }
+  model->to(torch::kFloat64);
+  FoldTask task(model, settings, database_chains(3), {}, 2, torch::kCPU);
+  std::set<int64_t> seen;
+  for (int64_t step = 0; seen.size() < 2 && step < 40; ++step) {
+    const int64_t iterations = task.iterations_of(step);
+    if (iterations == 2 || seen.count(iterations)) continue;
+    seen.insert(iterations);
+    SCOPED_TRACE("step " + std::to_string(step) + ", " + std::to_string(iterations) + " iterations");
+    const hooks::Batch batch = task.train_batch(step, 1, 1);
+    ASSERT_EQ(model->iterations(batch), iterations);
+    std::vector<AlphaFoldFeatures> features;
+    for (int64_t i = 0; i < iterations; ++i) features.push_back(features_of(iteration_features(batch, i)));
+    const ResidueGeometry geometry = ideal_residue_geometry().to(torch::kFloat64);
+    const torch::Tensor expected = alphafold_loss(model->forward(features, geometry), labels_of(batch), geometry, model->sizes,
+                                                  settings.loss).total;
+    model->zero_grad();
+    expected.backward();
+    std::map<std::string, torch::Tensor> reference;
+    for (const auto& item : model->named_parameters()) reference[item.key()] = item.value().grad().clone();
+    model->zero_grad();
+    const torch::Tensor loss = task.loss(step, 1, 1);
+    loss.backward();
+    EXPECT_NEAR(loss.item<double>(), expected.item<double>(), 1e-12 * expected.abs().item<double>());
+    for (const auto& item : model->named_parameters()) {
+      const torch::Tensor& want = reference.at(item.key());
+      EXPECT_LE((item.value().grad() - want).abs().max().item<double>(), 1e-12 * (1 + want.abs().max().item<double>())) << item.key();
+    }
+  }
+  EXPECT_EQ(seen, (std::set<int64_t>{1, 3}));
+}
+
+// An example as a batch of named features: each iteration's features and the labels come back as they went in.
+TEST(FoldTaskTest, AnExampleTravelsAsNamedFeatures) {
+  FoldSettings settings;
+  const FoldChain chain = crop_chain(database_chains(1)[0], 0, 30);
+  torch::Generator generator = at::detail::createCPUGenerator(4);
+  const FoldExample example = make_example(chain, ideal_residue_geometry(), {8, 8}, 3, 0.9, generator);
+  const hooks::Batch batch = alphafold_batch(example.iterations, &example.labels);
+  ASSERT_EQ(batch_iterations(batch), 3);
+  const auto same = [](const torch::Tensor& a, const torch::Tensor& b) { return a.defined() == b.defined() && (!a.defined() || torch::equal(a, b)); };
+  for (int64_t i = 0; i < 3; ++i) {
+    const AlphaFoldFeatures in = example.iterations[static_cast<size_t>(i)], out = features_of(iteration_features(batch, i));
+    for (const auto& [a, b] : {std::pair{in.aatype, out.aatype}, {in.residue_index, out.residue_index}, {in.seq_mask, out.seq_mask},
+                               {in.target_feat, out.target_feat}, {in.msa_feat, out.msa_feat}, {in.msa_mask, out.msa_mask},
+                               {in.extra_msa, out.extra_msa}, {in.extra_has_deletion, out.extra_has_deletion},
+                               {in.extra_deletion_value, out.extra_deletion_value}, {in.extra_msa_mask, out.extra_msa_mask}})
+      EXPECT_TRUE(same(a, b)) << "iteration " << i;
+  }
+  const AlphaFoldLabels in = example.labels, out = labels_of(iteration_features(batch, 2));
+  const StructureLabels &s = in.structure, &t = out.structure;
+  for (const auto& [a, b] : {std::pair{in.positions, out.positions}, {in.mask, out.mask}, {in.pseudo_beta, out.pseudo_beta},
+                             {in.pseudo_beta_mask, out.pseudo_beta_mask}, {in.true_msa, out.true_msa}, {in.bert_mask, out.bert_mask},
+                             {s.aatype, t.aatype}, {s.residue_mask, t.residue_mask}, {s.atom14_positions, t.atom14_positions},
+                             {s.atom14_exists, t.atom14_exists}, {s.atom14_alt_positions, t.atom14_alt_positions},
+                             {s.atom14_alt_exists, t.atom14_alt_exists}, {s.atom14_ambiguous, t.atom14_ambiguous},
+                             {s.atom14_type_exists, t.atom14_type_exists}, {s.group_frames.rotation, t.group_frames.rotation},
+                             {s.group_frames.translation, t.group_frames.translation},
+                             {s.alt_group_frames.rotation, t.alt_group_frames.rotation},
+                             {s.alt_group_frames.translation, t.alt_group_frames.translation}, {s.group_exists, t.group_exists},
+                             {s.backbone.rotation, t.backbone.rotation}, {s.backbone.translation, t.backbone.translation},
+                             {s.backbone_mask, t.backbone_mask}, {s.chi_angles, t.chi_angles}, {s.chi_mask, t.chi_mask}})
+    EXPECT_TRUE(same(a, b));
+  EXPECT_EQ(out.resolution, in.resolution);
+  EXPECT_EQ(t.clamped_fape_fraction, s.clamped_fape_fraction);
 }
 
 // The PDB file of a prediction holds every heavy atom of each residue at its predicted place (to the
@@ -70,9 +160,7 @@ TEST(FoldAppTest, PredictsAQueryWithoutATruth) {
   std::ofstream(fasta) << ">query\nMKTAYIAKQRQISFVKSHFSRQ\n";
   FoldSettings settings;
   settings.model = testing::golden_tiny_sizes();
-  torch::manual_seed(0);
-  AlphaFold model(settings.model);
-  initialize_alphafold_weights(*model);
+  AlphaFold model = initialized_model(settings);
   const Prediction p = predict_chain(*model, query_chain(fasta, "", ""), settings, 2, 0, torch::kCPU);
   ASSERT_EQ(p.plddt.size(0), 22);
   EXPECT_GE(p.plddt.min().item<float>(), 0.0f);

@@ -240,8 +240,8 @@ void train_fold(const std::string& name, const std::string& overrides, const std
   const FoldSettings settings = dap_fold_settings();
   AlphaFold model = seeded_model(settings);
   model->layout = dap::AxialLayout(runtime.dap);
-  train::checkpoint_from_config(config, model->sites, {"extra_msa_stack.*", "evoformer.*"});
-  FoldTask task(model, settings, with_random_msas(testing::database_chains(4), 9), {}, 2, torch::kCPU);
+  FoldTask task(model, settings, with_random_msas(testing::database_chains(4), 9), {}, 2, torch::kCPU,
+                train::parallel_options(*model, config, runtime, {}));
   ASSERT_EQ(task.iterations_of(0), 1);
   ASSERT_EQ(task.iterations_of(1), 2);
   train::Trainer(config, runtime, task).run();

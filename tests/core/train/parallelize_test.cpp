@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The whole model: x [B, T, 4] -> W_in -> L x (h + W_2 gelu(W_1 h)) -> w_out -> mean squared error.
-struct ToyImpl : torch::nn::Module, hooks::BlockModel {
+struct ToyImpl : torch::nn::Module, hooks::OneStreamModel {
   explicit ToyImpl(const parallel::ModelOptions& options) : tp(options.tp) {
     in = register_module("in", parallel::SerialLinear(parallel::LinearSpec{4, 16}, options.device));
     auto h = register_module("h", std::make_shared<torch::nn::Module>());
