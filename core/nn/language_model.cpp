@@ -58,17 +58,28 @@ torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tenso
   return torch::cat({mean * tokens, torch::tensor({tokens, 0.0}, mean.options())});
 }
 
-torch::Tensor CausalLM::block_context(const torch::Tensor& inputs) const {
+namespace {
+
+// Packed inputs [B, 2, T]'s documents [B, T], whole; undefined for unpacked inputs [B, T].
+torch::Tensor documents_of(const torch::Tensor& inputs, const std::string& family) {
   if (inputs.dim() != 3) return {};
-  KUAFU_CHECK(inputs.size(1) == 2, "packed ", family(), " inputs are [B, 2, T] (token ids over document ids), got ",
-              inputs.sizes());
+  KUAFU_CHECK(inputs.size(1) == 2, "packed ", family, " inputs are [B, 2, T] (token ids over document ids), got ", inputs.sizes());
   return inputs.select(1, 1);
+}
+
+}  // namespace
+
+torch::Tensor CausalLM::block_context(const torch::Tensor& inputs) const {
+  const torch::Tensor documents = documents_of(inputs, family());
+  // The stream's rows: 2D, 2.5D and 3D cut the batch (sequence parallelism keeps the positions whole).
+  return documents.defined() ? parallel::stream_rows(tp, documents) : documents;
 }
 
 torch::Tensor CausalLM::head(const torch::Tensor& inputs) {
   KUAFU_CHECK(inputs.size(-1) <= positions(), "a sequence of ", inputs.size(-1), " tokens exceeds the ", family(),
               " model's ", positions(), " positions");
-  if (const torch::Tensor documents = block_context(inputs); documents.defined()) {
+  // The embeddings take every row (a cut embedding picks its rows itself).
+  if (const torch::Tensor documents = documents_of(inputs, family()); documents.defined()) {
     return embed_at(inputs.select(1, 0), positions_in_documents(documents));
   }
   return embed_at(inputs, torch::arange(inputs.size(1), inputs.options().dtype(torch::kInt64)).unsqueeze(0));

@@ -118,17 +118,21 @@ void TransformerBlockImpl::register_at(const std::string& path, const std::share
 
 std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::angles_of(const torch::Tensor& x, const ops::KVCache* cache,
                                                                        const ops::AttentionMask& mask) {
-  KUAFU_CHECK(!attention->sequence.enabled(), "rotary positions run without sequence parallelism (each rank would need its "
-                                              "chunk's positions)");
+  const parallel::sequence::SequenceParallel& sequence = attention->sequence;
+  // Under sequence parallelism x holds this rank's chunk of the positions: the angles are the whole row's
+  // (packed rows' documents are whole on every rank; "dynamic" frequencies see the row's longest position),
+  // cut as the stream is.
+  const int64_t length = sequence.enabled() ? x.size(1) * sequence.size : x.size(1);
   torch::Tensor positions = mask.positions;
   if (!positions.defined()) {
     positions = mask.documents.defined()
                     ? positions_in_documents(mask.documents)
-                    : torch::arange(cache ? cache->length() : 0, (cache ? cache->length() : 0) + x.size(1),
+                    : torch::arange(cache ? cache->length() : 0, (cache ? cache->length() : 0) + length,
                                     torch::TensorOptions(torch::kInt64).device(x.device()))
                           .unsqueeze(0);
   }
-  return rotary_angles(*spec.rotary, positions, x.scalar_type());
+  const auto [cos, sin] = rotary_angles(*spec.rotary, positions, x.scalar_type());  // [B or 1, length, D]
+  return {parallel::sequence::local_chunk(cos, 1, sequence), parallel::sequence::local_chunk(sin, 1, sequence)};
 }
 
 torch::Tensor TransformerBlockImpl::place_heads(const torch::Tensor& x, torch::nn::AnyModule& norm,

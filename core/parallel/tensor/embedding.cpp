@@ -3,6 +3,7 @@
 #include "core/dist/autograd_collectives.h"
 #include "core/ops/fused_kernels.h"
 #include "core/ops/linear_cross_entropy.h"
+#include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
 namespace kuafu::parallel {
@@ -41,7 +42,9 @@ FeatureSplitEmbeddingImpl::FeatureSplitEmbeddingImpl(int64_t n, int64_t dim, con
 }
 
 torch::Tensor FeatureSplitEmbeddingImpl::forward(const torch::Tensor& ids) {
-  return torch::embedding(dist::autograd::copy_to_group(weight, replicas_), ids);
+  // Ids of every batch row (packed rows' positions [B, T]) give this rank's rows; one row [1, T] broadcasts.
+  const torch::Tensor mine = ids.dim() >= 2 && ids.size(0) > 1 ? rows_block(ids, *replicas_) : ids;
+  return torch::embedding(dist::autograd::copy_to_group(weight, replicas_), mine);
 }
 
 std::map<std::string, Layout> FeatureSplitEmbeddingImpl::parameter_layouts() const {

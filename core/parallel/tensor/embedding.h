@@ -55,7 +55,8 @@ TORCH_MODULE(SerialEmbedding);
 // An embedding added to every row of the batch (e.g. positions) in a mode that cuts the activation's
 // features over `feature_axis` and its batch rows over `row_axes`: the table's features are cut like
 // the activation's, E_f = E[:, features block f] [n, dim/q], and replicated over the row axes, whose
-// ranks see other batch rows, so the gradient is summed over them. Output [..., dim/q] for ids [...].
+// ranks see other batch rows, so the gradient is summed over them. Output [..., dim/q] for ids [1, ...]
+// (broadcast over the rows) or for this rank's rows of ids [B, ...] (every row's: packed rows' positions).
 class FeatureSplitEmbeddingImpl : public torch::nn::Module, public ShardedModule {
  public:
   FeatureSplitEmbeddingImpl(int64_t n, int64_t dim, const dist::ProcessMesh& mesh, std::string feature_axis,

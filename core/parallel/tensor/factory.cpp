@@ -69,6 +69,26 @@ torch::Tensor SerialRmsNormImpl::forward(const torch::Tensor& x) {
   return (replicas_ ? dist::autograd::copy_to_group(weight, replicas_) : weight) * normalized.to(x.scalar_type());
 }
 
+CutRmsNormImpl::CutRmsNormImpl(int64_t hidden, const dist::ProcessMesh& mesh, std::string feature_axis,
+                               const std::vector<std::string>& replica_axes, double eps)
+    : hidden_(hidden), eps_(eps), feature_axis_(std::move(feature_axis)) {
+  features_ = mesh.group(feature_axis_);
+  replicas_ = mesh.group(replica_axes);
+  const int64_t blocks = features_->size();
+  KUAFU_CHECK(hidden % blocks == 0, "RMSNorm's ", hidden, " features do not divide into the ", blocks, " blocks of ", feature_axis_);
+  weight = register_parameter("weight", torch::ones({hidden / blocks}, parameter_options(mesh)));
+}
+
+torch::Tensor CutRmsNormImpl::forward(const torch::Tensor& x) {
+  const torch::Tensor x32 = x.to(torch::kFloat32);
+  // Σ x² over the whole row's features: each block's share added along the feature axis.
+  const torch::Tensor squares = dist::autograd::all_reduce_sum(x32.square().sum(-1, /*keepdim=*/true), features_);
+  const torch::Tensor normalized = x32 * torch::rsqrt(squares / static_cast<double>(hidden_) + eps_);
+  return dist::autograd::copy_to_group(weight, replicas_) * normalized.to(x.scalar_type());
+}
+
+std::map<std::string, Layout> CutRmsNormImpl::parameter_layouts() const { return {{"weight", {{0, {feature_axis_}, 1}}}}; }
+
 namespace {
 
 // Cut layers make their parameters on their mesh's device. A model described on the meta device (lazy
@@ -117,24 +137,19 @@ torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, d
   return placed(options, torch::nn::AnyModule(GridLayerNorm(dim, *tp.mesh, eps)));
 }
 
-namespace {
-
-// RMSNorm's layers exist serially and under 1D (kuafu::Error naming the mode otherwise).
-void require_serial_or_1d(const TensorParallel& tp, const char* what) {
-  KUAFU_CHECK(!tp.enabled() || tp.spec.mode == TensorMode::k1D, what, " runs serially or under parallel.tensor.mode = \"1d\", not \"",
-              mode_name(tp.spec.mode), "\"");
-}
-
-}  // namespace
-
 torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps) {
-  require_serial_or_1d(options.tp, "RMSNorm");
-  return torch::nn::AnyModule(SerialRmsNorm(dim, eps, options.device));  // 1D keeps the stream whole
+  const TensorParallel& tp = options.tp;
+  // 1D keeps the residual stream whole on every rank: a replicated RMSNorm.
+  if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return torch::nn::AnyModule(SerialRmsNorm(dim, eps, options.device));
+  if (tp.spec.mode == TensorMode::k3D) {
+    // The residual stream lies on side kY: features along tp_y, batch rows along tp_x and tp_z.
+    return placed(options, torch::nn::AnyModule(CutRmsNorm(dim, *tp.mesh, "tp_y", std::vector<std::string>{"tp_x", "tp_z"}, eps)));
+  }
+  return placed(options, torch::nn::AnyModule(CutRmsNorm(dim, *tp.mesh, "tp_col", grid_shape(*tp.mesh).row_axes(), eps)));
 }
 
 torch::nn::AnyModule make_head_norm(const ModelOptions& options, int64_t head_dim, double eps) {
   const TensorParallel& tp = options.tp;
-  require_serial_or_1d(tp, "per-head RMSNorm");
   return torch::nn::AnyModule(SerialRmsNorm(head_dim, eps, options.device, tp.enabled() ? tp.group() : nullptr));
 }
 
@@ -225,6 +240,14 @@ Layout stream_layout(const TensorParallel& tp, int64_t dims) {
   if (!tp.enabled() || tp.spec.mode == TensorMode::k1D) return {};
   if (tp.spec.mode == TensorMode::k3D) return activation_layout_3d(dims, Side3d::kY);
   return grid_activation_layout(dims, *tp.mesh);
+}
+
+torch::Tensor stream_rows(const TensorParallel& tp, const torch::Tensor& rows) {
+  Layout batch;
+  for (const DimSplit& split : stream_layout(tp, rows.dim())) {
+    if (split.dim == 0) batch.push_back(split);
+  }
+  return batch.empty() ? rows : shard_of(rows, batch, *tp.mesh);
 }
 
 std::vector<int64_t> full_shape(at::IntArrayRef local, const Layout& layout, const dist::ProcessMesh& mesh) {

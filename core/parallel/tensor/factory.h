@@ -6,10 +6,14 @@
 #pragma once
 
 #include <functional>
+#include <map>
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/parallel/tensor/embedding.h"
+#include "core/parallel/tensor/layout.h"
 #include "core/parallel/tensor/linear_1d.h"
 #include "core/parallel/tensor/tensor_parallel.h"
 
@@ -92,6 +96,26 @@ class SerialRmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(SerialRmsNorm);
 
+// RMSNorm over features cut across the mesh axis `feature_axis` (2D and 2.5D: tp_col; 3D: tp_y, the residual
+// stream's side): each rank's block [..., H/q] adds its sum of squares over that axis, and its weight block
+// [H/q] (parameter "weight", ones) is shared by the ranks along `replica_axes` (those cutting the batch
+// rows), which sum its gradient.
+class CutRmsNormImpl : public torch::nn::Module, public ShardedModule {
+ public:
+  CutRmsNormImpl(int64_t hidden, const dist::ProcessMesh& mesh, std::string feature_axis, const std::vector<std::string>& replica_axes,
+                 double eps);
+  torch::Tensor forward(const torch::Tensor& x);  // [..., H/q] -> same
+  std::map<std::string, Layout> parameter_layouts() const override;
+  torch::Tensor weight;
+
+ private:
+  int64_t hidden_;
+  double eps_;
+  std::string feature_axis_;
+  dist::GroupPtr features_, replicas_;
+};
+TORCH_MODULE(CutRmsNorm);
+
 // Where a linear layer sits in a pair like attention or an MLP: kColumn is the first (its input is the
 // residual stream; 1D cuts its output features, 3D turns side kY into kX), kRow the second (it returns
 // to the residual stream; 1D cuts its input features, 3D turns kX back into kY). 2D and 2.5D layers
@@ -103,11 +127,11 @@ torch::nn::AnyModule make_linear(const ModelOptions& options, const LinearSpec& 
 // LayerNorm over `dim` features of the residual stream (parameters "weight" and "bias").
 torch::nn::AnyModule make_layer_norm(const ModelOptions& options, int64_t dim, double eps);
 
-// RMSNorm over `dim` features of the residual stream (parameter "weight"); serial and 1D only (kuafu::Error
-// naming the mode otherwise).
+// RMSNorm over `dim` features of the residual stream (parameter "weight"), in every tensor mode.
 torch::nn::AnyModule make_rms_norm(const ModelOptions& options, int64_t dim, double eps);
 // RMSNorm over each attention head's `head_dim` features of a column layer's output (Qwen3's q and k
-// norms): one weight shared by every head, so 1D ranks, holding different heads, sum its gradient.
+// norms): one weight shared by every head, so tensor-parallel ranks, each holding whole heads of its own
+// (and in 2D, 2.5D and 3D its own batch rows), sum its gradient.
 torch::nn::AnyModule make_head_norm(const ModelOptions& options, int64_t head_dim, double eps);
 
 // Token embedding [vocab, dim] with its tied output layer and loss (embedding.h); parameter "weight".
@@ -129,6 +153,10 @@ torch::Tensor gather_classifier_logits(const TensorParallel& tp, const torch::Te
 // How the mode cuts the residual stream, an activation of `dims` dimensions [B, ..., dim] (empty:
 // whole on every rank, serial and 1D). Its shard_of is a layer's input block; gather_full undoes it.
 Layout stream_layout(const TensorParallel& tp, int64_t dims);
+
+// This rank's batch rows of `rows` [B, ...] (ids, packed rows' documents): cut as the residual stream's rows
+// are (2D, 2.5D, 3D), whole along the other dims; all of them serially and in 1D.
+torch::Tensor stream_rows(const TensorParallel& tp, const torch::Tensor& rows);
 
 // The residual stream's block of an activation that every rank of the tensor group computed whole from
 // replicated parameters (e.g. ViT's patch embeddings). Backward gathers the blocks' gradients, so the

@@ -286,6 +286,53 @@ TYPED_TEST(ChatFoldersTest, SftRewardModelAndDpoUnderZeroAndGeminiTakeThePlainSt
   }
 }
 
+// SFT of the family's folder under every sequence-parallel mode on two ranks (each rank its half of every
+// 64-token row; Llama's rotary angles are the whole row's, cut as the stream is) takes the plain run's two
+// steps (float32, the attention summed in another order: 1e-5 relative).
+TYPED_TEST(ChatFoldersTest, SftUnderSequenceParallelismTakesThePlainSteps) {
+  const fs::path& root_ = this->root_;
+  const std::string config = "[model]\ninit_from = \"" + this->start_dir().string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n";
+  const auto steps = [&](const std::string& mode) {
+    const std::string name = "sft_sequence_" + mode;
+    const std::string data = "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
+    const std::string parallel = mode == "none" ? "" : "[parallel.sequence]\nmode = \"" + mode + "\"\nsize = 2\n";
+    return train_stage(root_, "sft", name, common_config(root_, name + "_run", 2, data) + config + parallel, "", mode == "none" ? 1 : 2);
+  };
+  const std::vector<nlohmann::json> plain = steps("none");
+  ASSERT_EQ(plain.size(), 2u);
+  for (const std::string mode : {"ring", "ring_scores", "all_to_all"}) expect_same_steps(steps(mode), plain, 1e-5, "sft " + mode);
+}
+
+// SFT of the family's folder under every tensor-parallel mode (1D on two ranks, 2D on four, 2.5D and 3D on
+// eight; Llama's RMSNorms cut with the stream's features in 2D, 2.5D and 3D, its per-head norms shared by
+// every rank), under two pipeline stages, and packed rows under 2D, take the plain run's two steps (float32,
+// the products summed in other orders: 1e-5 relative).
+TYPED_TEST(ChatFoldersTest, SftUnderTensorAndPipelineParallelismTakesThePlainSteps) {
+  const fs::path& root_ = this->root_;
+  const std::string config = "[model]\ninit_from = \"" + this->start_dir().string() + "\"\n[optim]\nlr = 1e-3\nwarmup_steps = 1\n";
+  struct Mode {
+    std::string name, keys;
+    int ranks;
+  };
+  const auto steps = [&](const Mode& mode, const std::string& args = "") {
+    const std::string name = "sft_tensor_" + mode.name;
+    const std::string data = "train = \"" + (root_ / "train.jsonl").string() + "\"\nval = \"" + (root_ / "val.jsonl").string() + "\"\n";
+    return train_stage(root_, "sft", name, common_config(root_, name + "_run", 2, data) + config + mode.keys, args, mode.ranks);
+  };
+  const std::vector<nlohmann::json> plain = steps({"none", "", 1});
+  ASSERT_EQ(plain.size(), 2u);
+  const Mode grid{"2d", "[parallel.tensor]\nmode = \"2d\"\nsize = 4\n", 4};
+  for (const Mode& mode : {Mode{"1d", "[parallel.tensor]\nmode = \"1d\"\nsize = 2\n", 2}, grid,
+                           Mode{"2.5d", "[parallel.tensor]\nmode = \"2.5d\"\nsize = 8\ndepth = 2\n", 8},
+                           Mode{"3d", "[parallel.tensor]\nmode = \"3d\"\nsize = 8\n", 8},
+                           Mode{"pipeline", "[parallel]\npipeline = 2\n", 2}})
+    expect_same_steps(steps(mode), plain, 1e-5, "sft " + mode.name);
+  // Packed rows (several examples a row, each attending to itself): the documents are cut with the rows.
+  const std::string packed = "--set data.pack=true";
+  const std::vector<nlohmann::json> plain_packed = steps({"none_packed", "", 1}, packed);
+  expect_same_steps(steps({"2d_packed", grid.keys, grid.ranks}, packed), plain_packed, 1e-5, "sft 2d packed");
+}
+
 TYPED_TEST(ChatFoldersTest, LoraExportsMergedAndPeftAdapters) {
   using Folders = TypeParam;
   const fs::path& root_ = this->root_;

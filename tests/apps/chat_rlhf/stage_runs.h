@@ -69,10 +69,15 @@ inline testing::CommandResult chat(const std::string& args) { return testing::ru
 // Trains `stage` with the config `text` (written as <root>/<name>.toml, the run in <root>/<name>_run) and
 // `args` (e.g. --set ...) and returns the run's training lines of metrics.jsonl; a failed run fails the
 // test with its output.
+// `ranks` > 1: as that many processes on this machine (kuafu-run).
 inline std::vector<nlohmann::json> train_stage(const fs::path& root, const std::string& stage, const std::string& name,
-                                               const std::string& text, const std::string& args = "") {
+                                               const std::string& text, const std::string& args = "", int ranks = 1) {
   const fs::path config = write_config(root, name, text);
-  const testing::CommandResult trained = chat(stage + " --config " + config.string() + " " + args);
+  const std::string command = stage + " --config " + config.string() + " " + args;
+  const testing::CommandResult trained =
+      ranks == 1 ? chat(command)
+                 : testing::run_command(std::string(KUAFU_RUN_PATH) + " --nproc-per-node " + std::to_string(ranks) +
+                                        " --master-port 0 " + KUAFU_CHAT_PATH + " " + command);
   EXPECT_EQ(trained.exit_code, 0) << trained.output;
   return metrics(root / (name + "_run"));
 }

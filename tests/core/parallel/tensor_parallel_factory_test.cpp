@@ -1,7 +1,7 @@
 // The factories in every tensor-parallel mode, on real Gloo ranks against the serial computation in
 // float64 (summation order only, 1e-12): a classifier head from make_linear(kColumn) on the residual
 // stream's layout, its cross-entropy that never gathers the logits, and the gathered logits. Checked:
-// loss, logits, the input's and every parameter's gradient block.
+// loss, logits, the input's and every parameter's gradient block. And the Llama family's RMSNorms.
 #include <gtest/gtest.h>
 
 #include "core/parallel/tensor/factory.h"
@@ -57,6 +57,67 @@ void classifier_head_equals_serial(const parallel::TensorParallel& tp) {
   testing::expect_close(loss_p, loss_s, "loss", testing::kFloat64Tolerance);
   testing::expect_close(xp.grad(), parallel::shard_of(xs.grad(), stream, mesh), "input gradient block", testing::kFloat64Tolerance);
   testing::expect_gradients(bound, mesh, testing::kFloat64Tolerance);
+}
+
+// The Llama family's norms on the residual stream's layout, against Llama's formula computed serially in
+// float64, loss <Y, R>: make_rms_norm over the stream's 8 features (cut with them in 2D, 2.5D and 3D) and
+// make_head_norm over 2 heads of 4 (each rank whole heads of its own rows, or under 1D its own heads of a
+// column layer's output; the weight's gradient summed over every rank). Checked: the output block, the input's gradient block and the weight's gradient. Both compute in
+// float32 as Llama does: 1e-6.
+void rms_norms_equal_serial(const parallel::TensorParallel& tp) {
+  const double eps = 1e-6, tolerance = 1e-6;
+  const dist::ProcessMesh& mesh = *tp.mesh;
+  torch::manual_seed(4);
+  const torch::Tensor x0 = testing::randn64({4, 3, 8}), r = testing::randn64({4, 3, 8});
+  for (const bool per_head : {false, true}) {
+    SCOPED_TRACE(per_head ? "make_head_norm" : "make_rms_norm");
+    const int64_t width = per_head ? 4 : 8;
+    // The residual stream's layout; a column layer's output for the heads under 1D (its features cut, the
+    // stream itself whole on every rank).
+    const bool heads_cut_1d = per_head && tp.enabled() && tp.spec.mode == parallel::TensorMode::k1D;
+    const parallel::Layout stream = heads_cut_1d ? parallel::Layout{{2, {"tensor"}, 1}} : parallel::stream_layout(tp, 3);
+    const torch::Tensor w = testing::randn64({width});
+    torch::nn::AnyModule norm = per_head ? parallel::make_head_norm({tp}, width, eps) : parallel::make_rms_norm({tp}, width, eps);
+    norm.ptr()->to(torch::kFloat64);
+    const auto layouts = parallel::collect_layouts(*norm.ptr());
+    auto params = norm.ptr()->named_parameters(/*recurse=*/false);
+    const std::vector<testing::BoundParam> bound = {testing::bind_param(
+        "weight", w, params["weight"], layouts.count("weight") ? layouts.at("weight") : parallel::Layout{}, mesh)};
+
+    // Serially: y = w x / sqrt(mean(x²) + eps) over each row's (or head's) features.
+    torch::Tensor xs = x0.clone().requires_grad_();
+    const torch::Tensor grouped = xs.view({4, 3, 8 / width, width});
+    const torch::Tensor ys = (bound[0].serial * grouped * torch::rsqrt(grouped.square().mean(-1, true) + eps)).view({4, 3, 8});
+    (ys * r).sum().backward();
+
+    torch::Tensor xp = parallel::shard_of(x0, stream, mesh).requires_grad_();
+    const std::vector<int64_t> block_heads = {xp.size(0), xp.size(1), xp.size(2) / width, width};
+    const torch::Tensor yp = per_head ? norm.forward(xp.view(block_heads)).view(xp.sizes()) : norm.forward(xp);
+    testing::expect_close(yp, parallel::shard_of(ys.detach(), stream, mesh), "output block", tolerance);
+    (yp * parallel::shard_of(r, stream, mesh)).sum().backward();
+    testing::expect_close(xp.grad(), parallel::shard_of(xs.grad(), stream, mesh), "input gradient block", tolerance);
+    testing::expect_gradients(bound, mesh, tolerance);
+  }
+}
+
+TEST(RmsNormTest, OneDimensionalOnTwoRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2);
+  rms_norms_equal_serial(mode_on_world(parallel::TensorMode::k1D));
+}
+
+TEST(RmsNormTest, TwoDimensionalOnFourRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(4);
+  rms_norms_equal_serial(mode_on_world(parallel::TensorMode::k2D));
+}
+
+TEST(RmsNormTest, TwoAndAHalfDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 120);
+  rms_norms_equal_serial(mode_on_world(parallel::TensorMode::k2p5D, /*depth=*/2));
+}
+
+TEST(RmsNormTest, ThreeDimensionalOnEightRanksEqualsSerial) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(8, 120);
+  rms_norms_equal_serial(mode_on_world(parallel::TensorMode::k3D));
 }
 
 TEST(ClassifierHeadTest, OneDimensionalOnTwoRanksEqualsSerial) {

@@ -126,7 +126,9 @@ TEST_P(BlockStreamsTest, ParallelModelRecyclesAndEqualsTheMathsByHand) {
     for (const auto& [name, grad] : expected) {
       EXPECT_LE((actual.at(name) - grad).abs().max().item<double>(), 1e-12) << name;
       // (Without recycling the recycled streams are zeros: p's and q's weights get no gradient.)
-      if (iterations > 1) EXPECT_GT(grad.abs().max().item<double>(), 0.0) << name << ": a gradient that is zero proves nothing";
+      if (iterations > 1) {
+        EXPECT_GT(grad.abs().max().item<double>(), 0.0) << name << ": a gradient that is zero proves nothing";
+      }
     }
     // The evaluation sums are the loss's.
     const torch::Tensor sums = runner.evaluate(batch);
