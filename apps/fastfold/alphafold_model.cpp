@@ -148,9 +148,13 @@ AlphaFoldOutputs AlphaFoldImpl::outputs(const hooks::Tensors& streams, const hoo
   return out;
 }
 
+AlphaFoldLoss AlphaFoldImpl::training_loss(const AlphaFoldOutputs& out, const hooks::Batch& batch,
+                                           const AlphaFoldLossSettings& settings) {
+  return alphafold_loss(out, labels_of(batch), geometry_like(out.pair), sizes, settings);
+}
+
 torch::Tensor AlphaFoldImpl::tail_loss_streams(const hooks::Tensors& streams, const hooks::Batch& batch) {
-  const ResidueGeometry& geometry = geometry_like(streams.at(1));
-  return alphafold_loss(outputs(streams, batch, geometry), labels_of(batch), geometry, sizes, loss_settings).total;
+  return training_loss(outputs(streams, batch, geometry_like(streams.at(1))), batch, loss_settings).total;
 }
 
 torch::Tensor AlphaFoldImpl::tail_sums_streams(const hooks::Tensors& streams, const hooks::Batch& batch) {
@@ -207,10 +211,7 @@ AlphaFoldOutputs AlphaFoldImpl::iteration(const AlphaFoldFeatures& f, Recycled p
   const hooks::Batch batch = iteration_features(alphafold_batch({f}), 0);
   hooks::Tensors recycled{previous.msa_first_row, previous.pair, previous.positions};
   previous = {};
-  hooks::Tensors streams = call_head(batch, recycled);
-  recycled.clear();  // its pair's memory is free for the stacks
-  streams = call_blocks(std::move(streams), 0, num_blocks(), batch);
-  return tail_outputs(streams, batch, geometry);
+  return tail_outputs(call_head_and_blocks(batch, std::move(recycled)), batch, geometry);
 }
 
 AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry) {
@@ -224,11 +225,8 @@ AlphaFoldOutputs AlphaFoldImpl::forward(const std::vector<AlphaFoldFeatures>& it
 }
 
 AlphaFoldOutputs AlphaFoldImpl::forward(const hooks::Batch& batch) {
-  hooks::Tensors recycled = recycle(batch);
   const hooks::Batch last = iteration_batch(batch, iterations(batch) - 1);
-  hooks::Tensors streams = call_head(last, recycled);
-  recycled.clear();  // its pair's memory is free for the stacks
-  streams = call_blocks(std::move(streams), 0, num_blocks(), last);
+  const hooks::Tensors streams = call_head_and_blocks(last, recycle(batch));
   return tail_outputs(streams, last, geometry_like(streams.at(1)));
 }
 

@@ -21,6 +21,8 @@
 
 namespace kuafu::fold {
 
+struct AlphaFoldLoss;  // alphafold_losses.h
+
 struct AlphaFoldSizes {
   int64_t msa_channels = 256;        // c_m
   int64_t pair_channels = 128;       // c_z
@@ -100,7 +102,7 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   // Algorithm 2 with recycling: iteration i reads features[i]; every iteration but the last runs without
   // gradient, and each starts from the previous one's detached outputs (zeros before the first).
   AlphaFoldOutputs forward(const std::vector<AlphaFoldFeatures>& iterations, const ResidueGeometry& geometry);
-  // The same from a batch of every iteration's features (alphafold_batch).
+  // The same from a batch of every iteration's features (alphafold_batch), with the model's own ideal residues.
   AlphaFoldOutputs forward(const hooks::Batch& batch);
 
   // hooks::BlockModel.
@@ -122,6 +124,8 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   // The final streams {m, z} -> the iteration's outputs (the structure module and heads on the whole
   // streams); `geometry` in the streams' dtype and device.
   AlphaFoldOutputs outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry);
+  // AlphaFold's loss of an iteration's outputs against the batch's labels, with `settings`' weights.
+  AlphaFoldLoss training_loss(const AlphaFoldOutputs& out, const hooks::Batch& batch, const AlphaFoldLossSettings& settings);
 
   AlphaFoldSizes sizes;
   AlphaFoldLossSettings loss_settings;  // the training loss's weights

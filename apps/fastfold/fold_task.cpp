@@ -55,8 +55,7 @@ AlphaFoldLoss example_loss(AlphaFoldImpl& model, const FoldExample& example, con
                            const torch::Device& device, AlphaFoldOutputs* kept) {
   const hooks::Batch batch = example_batch(model, example, device);
   AlphaFoldOutputs out = model.forward(batch);
-  const ResidueGeometry geometry = ideal_residue_geometry().to(out.pair.options());
-  const AlphaFoldLoss loss = alphafold_loss(out, labels_of(batch), geometry, model.sizes, settings.loss);
+  const AlphaFoldLoss loss = model.training_loss(out, batch, settings.loss);
   if (kept) *kept = std::move(out);
   return loss;
 }
@@ -74,10 +73,7 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   Prediction p;
   const hooks::Batch batch = example_batch(model, prediction_example(chain, settings, iterations, seed), device);
   p.outputs = model.forward(batch);
-  if (scored) {
-    const ResidueGeometry geometry = ideal_residue_geometry().to(p.outputs.pair.options());
-    p.loss = alphafold_loss(p.outputs, labels_of(batch), geometry, model.sizes, settings.loss).total.item<double>();
-  }
+  if (scored) p.loss = model.training_loss(p.outputs, batch, settings.loss).total.item<double>();
   model.chunk_size = training_chunk;
   p.outputs = p.outputs.first_residues(chain.aatype.size(0));  // without the padding DAP added
   p.plddt = plddt_of_logits(p.outputs.plddt_logits).cpu();

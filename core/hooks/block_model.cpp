@@ -50,13 +50,19 @@ Tensors BlockModel::call_recycled(const Tensors& streams, const Batch& batch) {
   return block_sites().call(tail_part().name, streams, [this, batch](const Tensors& in) { return recycled_streams(in, batch); });
 }
 
+Tensors BlockModel::call_head_and_blocks(const Batch& batch, Tensors recycled) {
+  Tensors streams = call_head(batch, recycled);
+  recycled.clear();
+  return call_blocks(std::move(streams), 0, num_blocks(), batch);
+}
+
 Tensors BlockModel::recycle(const Batch& batch) {
   const int64_t n = iterations(batch);
   Tensors recycled;
   for (int64_t i = 0; i + 1 < n; ++i) {
     torch::NoGradGuard no_grad;
     const Batch features = iteration_batch(batch, i);
-    recycled = call_recycled(call_blocks(call_head(features, recycled), 0, num_blocks(), features), features);
+    recycled = call_recycled(call_head_and_blocks(features, std::move(recycled)), features);
   }
   return recycled;
 }

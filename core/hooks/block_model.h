@@ -57,6 +57,9 @@ class BlockModel : public SiteModel {
   Tensors call_blocks(Tensors streams, int64_t begin, int64_t end, const Batch& batch);
   torch::Tensor call_tail(const Tensors& streams, const Batch& batch, bool sums);
   Tensors call_recycled(const Tensors& streams, const Batch& batch);
+  // One iteration's head (reading `recycled`, let go once embedded so the blocks may use its memory) and
+  // every block: the final streams.
+  Tensors call_head_and_blocks(const Batch& batch, Tensors recycled);
   // Every recycling iteration but the last, without gradient, through the sites: what the last one's head
   // reads (empty when the batch runs once).
   Tensors recycle(const Batch& batch);

@@ -136,9 +136,9 @@ torch::Tensor ParallelModel::run_unstaged(const Batch& whole, bool sums) {
   const int64_t n = model_.num_blocks();
   hooks::Tensors recycled = model_.recycle(whole);
   const Batch batch = model_.iteration_batch(whole, model_.iterations(whole) - 1);
-  hooks::Tensors streams = model_.call_head(batch, recycled);
+  if (!sequence.enabled()) return model_.call_tail(model_.call_head_and_blocks(batch, std::move(recycled)), batch, sums);
+  const hooks::Tensors streams = model_.call_head(batch, recycled);
   recycled.clear();  // embedded: the blocks may use its memory
-  if (!sequence.enabled()) return model_.call_tail(model_.call_blocks(std::move(streams), 0, n, batch), batch, sums);
   // Sequence parallelism: each rank's blocks run on its chunk of the positions (the batch, whole, gives
   // them their context).
   hooks::OneStreamModel& model = one_stream(model_, "sequence parallelism cuts");
