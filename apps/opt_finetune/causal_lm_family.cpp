@@ -37,12 +37,14 @@ LmShape::SpecialIds LmShape::special_ids(const io::BpeTokenizer& tokenizer, cons
     };
     const std::optional<int64_t> eos = id_of("eos_token_id");
     KUAFU_CHECK(eos, "the ", llama->family(), " folder's config.json has no eos_token_id: Kuafu ends every response with it");
-    const int64_t bos = id_of("bos_token_id").value_or(*eos);
-    for (const int64_t id : {bos, *eos}) {
-      KUAFU_CHECK(id >= 0 && id < tokenizer.vocab_size(), where, ": the tokenizer has no id ", id, ", the ", llama->family(),
-                  " folder's BOS or EOS");
-    }
-    return {bos, *eos};
+    KUAFU_CHECK(*eos >= 0 && *eos < tokenizer.vocab_size(), where, ": the tokenizer has no id ", *eos, ", the ", llama->family(),
+                " folder's EOS");
+    // The BOS the tokenizer puts before a text, as transformers' tokenizer(text) and so trl frame it: Llama 2's
+    // and 3's one token, none for Qwen's.
+    const std::vector<int64_t>& before = tokenizer.added_before();
+    KUAFU_CHECK(before.size() <= 1, where, ": the tokenizer puts ", before.size(), " tokens before a text; the plain framing "
+                "begins an example with one BOS at most (give the folder a chat template)");
+    return {before.empty() ? std::nullopt : std::optional<int64_t>(before.front()), *eos};
   }
   const std::string token = is_gpt2() ? "<|endoftext|>" : "</s>";
   const std::optional<int64_t> id = tokenizer.token_id(token);

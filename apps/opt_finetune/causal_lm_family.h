@@ -4,6 +4,7 @@
 // past here sees an nn::CausalLM.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -38,11 +39,12 @@ struct LmShape {
   int64_t layers() const;
   int64_t final_width() const;  // what a head on the final hidden states reads
   // The ids that begin every example and end every response: GPT-2's and OPT's one token (BOS = EOS) by
-  // name in `tokenizer`; the Llama family's config.json bos_token_id and eos_token_id (the first of a
-  // list; a folder without a BOS begins examples with its EOS). kuafu::Error, `where` naming the
-  // tokenizer, when the tokenizer lacks them.
+  // name in `tokenizer`; for the Llama family the BOS the tokenizer puts before a text (as transformers'
+  // tokenizer(text), so trl, frames it; none for Qwen's) and config.json's eos_token_id (the first of a
+  // list). kuafu::Error, `where` naming the tokenizer, when the tokenizer lacks them.
   struct SpecialIds {
-    int64_t bos = 0, eos = 0;
+    std::optional<int64_t> bos;
+    int64_t eos = 0;
   };
   SpecialIds special_ids(const io::BpeTokenizer& tokenizer, const std::string& where) const;
   // The folder's class name for a head on the trunk: "<family>ForSequenceClassification".

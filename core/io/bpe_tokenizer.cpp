@@ -4,6 +4,8 @@
 #include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/regex.h>
+#include <unicode/uchar.h>
+#include <unicode/utf8.h>
 #include <unicode/unistr.h>
 
 #include <algorithm>
@@ -13,12 +15,15 @@
 #include <mutex>
 #include <optional>
 #include <queue>
+#include <set>
 #include <tuple>
 
 #include "core/io/json_file.h"
+#include "core/io/sentencepiece_model.h"
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
+#include "core/util/utf8.h"
 
 namespace kuafu::io {
 namespace fs = std::filesystem;
@@ -78,32 +83,6 @@ void append_utf8(std::string& out, uint32_t cp) {
   }
 }
 
-// The offset of the first byte that does not belong to valid UTF-8, if any.
-std::optional<size_t> first_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (length == 0 || i + length > s.size()) return i;
-    uint32_t cp = length == 1 ? c : c & (0x7F >> length);
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(s[i + k]);
-      if ((next & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (next & 0x3F);
-    }
-    const bool overlong = (length == 2 && cp < 0x80) || (length == 3 && cp < 0x800) || (length == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += length;
-  }
-  return std::nullopt;
-}
-
-// The length of the UTF-8 character that starts with byte `lead` (text already checked to be UTF-8).
-size_t utf8_length(char lead) {
-  const auto c = static_cast<unsigned char>(lead);
-  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
-}
-
 // Every `from` in `text` replaced by `to`, in one pass (a whole text may have a million spaces).
 std::string replace_all(const std::string& text, const std::string& from, const std::string& to) {
   if (from.empty()) return text;
@@ -115,6 +94,32 @@ std::string replace_all(const std::string& text, const std::string& from, const 
     begin = at + from.size();
   }
   return out.append(text, begin, std::string::npos);
+}
+
+// How many bytes of whitespace (Unicode White_Space, as Rust's char::is_whitespace, which tokenizers'
+// lstrip and rstrip use) `s` begins with, or ends with.
+size_t leading_whitespace(std::string_view s) {
+  int32_t at = 0;
+  const auto length = static_cast<int32_t>(s.size());
+  while (at < length) {
+    int32_t next = at;
+    UChar32 c;
+    U8_NEXT(s.data(), next, length, c);
+    if (c < 0 || !u_isUWhiteSpace(c)) break;
+    at = next;
+  }
+  return static_cast<size_t>(at);
+}
+size_t trailing_whitespace(std::string_view s) {
+  auto at = static_cast<int32_t>(s.size());
+  while (at > 0) {
+    int32_t before = at;
+    UChar32 c;
+    U8_PREV(s.data(), 0, before, c);
+    if (c < 0 || !u_isUWhiteSpace(c)) break;
+    at = before;
+  }
+  return s.size() - static_cast<size_t>(at);
 }
 
 // SentencePiece's token for one byte: "<0x0A>".
@@ -216,6 +221,13 @@ struct BpeTokenizer::State {
   };
   std::vector<DecodeStep> decoder;
 
+  // What transformers' tokenizer(text) puts around a text's ids (a tokenizer.json's post_processor, or
+  // tokenizer_config.json's add_bos_token / add_eos_token where there is no tokenizer.json).
+  std::vector<int64_t> added_before, added_after;
+  // Added tokens that take the whitespace before (lstrip) or after (rstrip) them with them, so that it
+  // reaches no other token (tokenizers' AddedToken options).
+  std::set<int64_t> strips_left, strips_right;
+
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache;  // piece -> ids
 
@@ -283,7 +295,7 @@ struct BpeTokenizer::State {
     std::vector<std::string> symbols;
     bool after_unknown = false;
     for (size_t at = 0; at < piece.size();) {
-      const std::string character = piece.substr(at, utf8_length(piece[at]));
+      const std::string character = piece.substr(at, text::utf8_length(piece[at]));
       at += character.size();
       const bool known = vocab.count(character) > 0;
       if (!known && !byte_fallback) {
@@ -509,7 +521,7 @@ std::vector<std::string> bytes_to_text(const std::vector<std::string>& pieces) {
   std::string bytes;
   auto flush = [&] {
     if (bytes.empty()) return;
-    if (first_invalid_utf8(bytes)) {
+    if (text::first_invalid_utf8(bytes)) {
       out.insert(out.end(), bytes.size(), "\xEF\xBF\xBD");
     } else {
       out.push_back(bytes);
@@ -667,7 +679,7 @@ BpeTokenizer::State::Prepend read_prepend(const nlohmann::json& metaspace, const
 // A Metaspace's replacement: one character ("▁").
 std::string read_replacement(const nlohmann::json& metaspace, const std::string& where) {
   const std::string replacement = string_at(metaspace, "replacement");
-  KUAFU_CHECK(!replacement.empty() && !first_invalid_utf8(replacement) && utf8_length(replacement[0]) == replacement.size(),
+  KUAFU_CHECK(!replacement.empty() && !text::first_invalid_utf8(replacement) && text::utf8_length(replacement[0]) == replacement.size(),
               where, ".replacement must be one character, found ",
               text::abbreviate(metaspace.contains("replacement") ? metaspace["replacement"].dump() : "nothing"));
   return replacement;
@@ -727,6 +739,77 @@ void check_byte_tokens(const BpeTokenizer::State& state, const std::string& wher
   }
 }
 
+// tokenizer.json's "post_processor" for a single text: TemplateProcessing's special tokens before and after
+// its sequence A (their ids as its special_tokens list them), RobertaProcessing's and BertProcessing's cls
+// before and sep after, ByteLevel's nothing; a Sequence applies each in turn, the later wrapping the earlier.
+void read_post_processor(const nlohmann::json& post, const std::string& where, BpeTokenizer::State& state) {
+  if (post.is_null()) return;
+  const std::string type = string_at(post, "type");
+  if (type == "ByteLevel") return;
+  std::vector<int64_t> before, after;
+  if (type == "Sequence") {
+    const auto steps = post.find("processors");
+    KUAFU_CHECK(steps != post.end() && steps->is_array(), where, ".processors must be a list");
+    for (size_t i = 0; i < steps->size(); ++i) read_post_processor((*steps)[i], where + ".processors[" + std::to_string(i) + "]", state);
+    return;
+  } else if (type == "TemplateProcessing") {
+    const auto single = post.find("single");
+    KUAFU_CHECK(single != post.end() && single->is_array(), where, ".single must be a list");
+    bool seen_text = false;
+    for (const nlohmann::json& item : *single) {
+      if (item.contains("Sequence")) {
+        KUAFU_CHECK(string_at(item["Sequence"], "id") == "A" && !seen_text, where, ".single: expected one sequence, A, found ",
+                    text::abbreviate(item.dump()));
+        seen_text = true;
+        continue;
+      }
+      const std::string name = item.contains("SpecialToken") ? string_at(item["SpecialToken"], "id") : "";
+      KUAFU_CHECK(!name.empty(), where, ".single: expected {\"SpecialToken\": ...} or {\"Sequence\": ...}, found ",
+                  text::abbreviate(item.dump()));
+      const nlohmann::json* listed = post.contains("special_tokens") && post["special_tokens"].contains(name)
+                                         ? &post["special_tokens"][name] : nullptr;
+      KUAFU_CHECK(listed && listed->contains("ids") && (*listed)["ids"].is_array(), where, ".special_tokens lacks the ids of '",
+                  text::abbreviate(name), "'");
+      for (const nlohmann::json& id : (*listed)["ids"]) {
+        KUAFU_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < static_cast<int64_t>(state.tokens.size()),
+                    where, ".special_tokens['", text::abbreviate(name), "'] has an id outside the vocabulary: ", text::abbreviate(id.dump()));
+        (seen_text ? after : before).push_back(id.get<int64_t>());
+      }
+    }
+    KUAFU_CHECK(seen_text, where, ".single has no sequence A");
+  } else if (type == "RobertaProcessing" || type == "BertProcessing") {
+    for (const char* key : {"cls", "sep"}) {
+      const auto pair = post.find(key);
+      KUAFU_CHECK(pair != post.end() && pair->is_array() && pair->size() == 2 && (*pair)[1].is_number_integer() &&
+                      (*pair)[1].get<int64_t>() >= 0 && (*pair)[1].get<int64_t>() < static_cast<int64_t>(state.tokens.size()),
+                  where, ".", key, " must be [token, id] of the vocabulary");
+      (std::string(key) == "cls" ? before : after).push_back((*pair)[1].get<int64_t>());
+    }
+  } else {
+    fail(detail::concat(where, " \"", text::abbreviate(type), "\" is not supported (TemplateProcessing, ByteLevel, RobertaProcessing, "
+                        "BertProcessing or a Sequence of them)"));
+  }
+  state.added_before.insert(state.added_before.begin(), before.begin(), before.end());
+  state.added_after.insert(state.added_after.end(), after.begin(), after.end());
+}
+
+// transformers 5 without a tokenizer.json (a tokenizer.model, or vocab.json + merges.txt): tokenizer_config's
+// add_bos_token and add_eos_token (false when absent) put its bos_token and eos_token (`default_bos`,
+// `default_eos` when it names none) around a text.
+void read_added_flags(const nlohmann::json& config, const std::string& config_path, const std::string& default_bos,
+                      const std::string& default_eos, BpeTokenizer::State& state) {
+  for (const auto& [flag, key, fallback] : {std::tuple{"add_bos_token", "bos_token", default_bos},
+                                            std::tuple{"add_eos_token", "eos_token", default_eos}}) {
+    if (!flag_at(config, flag, false, config_path)) continue;
+    const nlohmann::json named = config.contains(key) ? config[key] : nlohmann::json(fallback);
+    const std::string token = named.is_string() ? named.get<std::string>() : string_at(named, "content");
+    const auto found = state.vocab.find(token);
+    KUAFU_CHECK(!token.empty() && found != state.vocab.end(), config_path, ": ", flag, " is true but its ", key, " '",
+                text::abbreviate(token), "' is not in the vocabulary");
+    (std::string(flag) == "add_bos_token" ? state.added_before : state.added_after).push_back(found->second);
+  }
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
@@ -781,8 +864,13 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
       KUAFU_CHECK(token.is_object() && token.contains("id") && token["id"].is_number_integer() && !content.empty(), path,
                   ": added_tokens: expected {\"id\": <integer>, \"content\": <non-empty text>}, found ",
                   text::abbreviate(token.dump()));
-      state->add_token(content, token["id"].get<int64_t>(), path);
+      const int64_t id = token["id"].get<int64_t>();
+      state->add_token(content, id, path);
       state->add_special(content, path);
+      const std::string where = path + ": added_tokens '" + text::abbreviate(content) + "'";
+      KUAFU_CHECK(!flag_at(token, "single_word", false, where), where, ": single_word is not supported");
+      if (flag_at(token, "lstrip", false, where)) state->strips_left.insert(id);
+      if (flag_at(token, "rstrip", false, where)) state->strips_right.insert(id);
     }
   }
   if (model->contains("unk_token") && (*model)["unk_token"].is_string()) {  // what a symbol the vocabulary lacks reads as
@@ -807,6 +895,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
       state->add_merge(merge[0].get<std::string>(), merge[1].get<std::string>(), where);
     }
   }
+  if (const auto post = file.find("post_processor"); post != file.end()) read_post_processor(*post, path + ": post_processor", *state);
   return BpeTokenizer(std::move(state));
 }
 
@@ -850,10 +939,95 @@ void read_as_llama_tokenizer(const nlohmann::json& config, const std::string& co
   check_byte_tokens(state, config_path + ": tokenizer_class " + string_at(config, "tokenizer_class") + " (byte fallback)");
 }
 
+// The special tokens a tokenizer_config.json or special_tokens_map.json names: bos, eos, unk, pad, ...
+// (each a string or {"content": ...}), then additional_special_tokens / extra_special_tokens, then the
+// contents of added_tokens_decoder; `defaults` stand for the keys the file leaves out.
+std::vector<std::string> named_special_tokens(const nlohmann::json& config,
+                                              const std::vector<std::pair<std::string, std::string>>& defaults = {}) {
+  std::vector<std::string> tokens;
+  auto collect = [&](const nlohmann::json& value) {
+    const std::string token = value.is_string() ? value.get<std::string>() : string_at(value, "content");
+    if (!token.empty() && std::find(tokens.begin(), tokens.end(), token) == tokens.end()) tokens.push_back(token);
+  };
+  for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
+    if (config.is_object() && config.contains(key)) {
+      if (!config[key].is_null()) collect(config[key]);
+    } else {
+      for (const auto& [name, token] : defaults) {
+        if (name == key) collect(token);
+      }
+    }
+  }
+  for (const char* key : {"additional_special_tokens", "extra_special_tokens"}) {
+    if (!config.is_object() || !config.contains(key)) continue;
+    for (const auto& value : config[key]) collect(value);  // a list, or a map of names to tokens
+  }
+  if (config.is_object() && config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+    for (const auto& [id, entry] : config["added_tokens_decoder"].items()) collect(entry);  // {"0": {"content": ...}}
+  }
+  return tokens;
+}
+
+// transformers' converter for a SentencePiece BPE model (SentencePieceExtractor, generate_merges), which
+// LlamaTokenizer reads a tokenizer.model with: the pieces by id are the vocabulary; every cut of a piece
+// into two pieces is a merge, ranked by the whole piece's id, then by where the cut falls (whole
+// characters); control and user-defined pieces are matched whole in text, as are the tokens `config`
+// names (LlamaTokenizer's <unk>, <s> and </s> where it names none); then read_as_llama_tokenizer.
+void read_sentencepiece_bpe(const std::string& model_path, const nlohmann::json& config, const std::string& config_path,
+                            BpeTokenizer::State& state) {
+  using Model = SentencePieceModel;
+  const Model model = read_sentencepiece_model(model_path);
+  KUAFU_CHECK(model.model_type == Model::ModelType::Bpe, model_path, ": a SentencePiece ",
+              model.model_type == Model::ModelType::Unigram ? "unigram" : "word or character",
+              " model; Kuafu reads BPE models (Llama 2's, Mistral's), as transformers' LlamaTokenizer does");
+  state.characters = true;
+  state.listed_tokens = static_cast<int64_t>(model.pieces.size());
+  for (size_t id = 0; id < model.pieces.size(); ++id) state.add_token(model.pieces[id].text, static_cast<int64_t>(id), model_path);
+  std::vector<std::string> special;
+  for (const Model::Piece& piece : model.pieces) {
+    if (piece.type == Model::PieceType::Control || piece.type == Model::PieceType::UserDefined) special.push_back(piece.text);
+  }
+  for (const std::string& token : named_special_tokens(config, {{"unk_token", "<unk>"}, {"bos_token", "<s>"}, {"eos_token", "</s>"}})) {
+    KUAFU_CHECK(state.vocab.count(token), config_path, ": special token '", text::abbreviate(token), "' is not a piece of ",
+                model_path, " (Kuafu does not add tokens past the model's pieces)");
+    if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
+  }
+  if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
+    for (const auto& [id, entry] : config["added_tokens_decoder"].items()) {
+      const std::string token = string_at(entry, "content");
+      const auto found = state.vocab.find(token);
+      KUAFU_CHECK(found != state.vocab.end() && std::to_string(found->second) == id, config_path, ": added_tokens_decoder gives '",
+                  text::abbreviate(token), "' id ", id, ", but it is ",
+                  found == state.vocab.end() ? std::string("no piece") : "piece " + std::to_string(found->second), " of ", model_path);
+    }
+  }
+  for (const std::string& token : special) state.add_special(token, model_path);
+  for (const Model::Piece& piece : model.pieces) {
+    const std::string& whole = piece.text;
+    for (size_t cut = text::utf8_length(whole[0]); cut < whole.size(); cut += text::utf8_length(whole[cut])) {
+      const std::string left = whole.substr(0, cut), right = whole.substr(cut);
+      if (state.vocab.count(left) && state.vocab.count(right)) state.add_merge(left, right, model_path);
+    }
+  }
+  read_as_llama_tokenizer(config, config_path, state);
+}
+
 }  // namespace
 
 BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   const fs::path root = dir;
+  if (!fs::exists(root / "tokenizer.json") && fs::exists(root / "tokenizer.model")) {
+    const fs::path config_path = root / "tokenizer_config.json";
+    const nlohmann::json config = fs::exists(config_path) ? read_json_file(config_path.string()) : nlohmann::json::object();
+    const std::string name = string_at(config, "tokenizer_class");
+    KUAFU_CHECK(name.empty() || name == "LlamaTokenizer" || name == "LlamaTokenizerFast", config_path.string(),
+                ": tokenizer_class ", name, " with a tokenizer.model and no tokenizer.json is not supported (Kuafu reads a "
+                "SentencePiece model as transformers' LlamaTokenizer; give the folder's tokenizer.json)");
+    auto state = std::make_unique<State>();
+    read_sentencepiece_bpe((root / "tokenizer.model").string(), config, config_path.string(), *state);
+    read_added_flags(config, config_path.string(), "<s>", "</s>", *state);
+    return BpeTokenizer(std::move(state));
+  }
   if (fs::exists(root / "tokenizer.json")) {
     BpeTokenizer tokenizer = from_tokenizer_json((root / "tokenizer.json").string());
     // A SentencePiece file under transformers' LlamaTokenizer reads as that class builds it.
@@ -868,22 +1042,16 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
     return tokenizer;
   }
   KUAFU_CHECK(fs::exists(root / "vocab.json") && fs::exists(root / "merges.txt"), dir,
-              " has no tokenizer.json and no vocab.json + merges.txt (byte-level BPE)");
-  // The special tokens the folder names (bos, eos, unk, pad, ...), each as a string or {"content": ...}.
+              " has no tokenizer.json, no tokenizer.model (SentencePiece) and no vocab.json + merges.txt (byte-level BPE)");
+  // The special tokens the folder names (bos, eos, unk, pad, ...).
   std::vector<std::string> special;
-  auto collect = [&](const nlohmann::json& value) {
-    const std::string token = value.is_string() ? value.get<std::string>()
-                              : value.is_object() ? value.value("content", std::string())
-                                                  : std::string();
-    if (!token.empty() && std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
-  };
   bool add_prefix_space = false, clip = false;
   for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
     if (!fs::exists(root / file)) continue;
     const std::string path = (root / file).string();
     const nlohmann::json config = read_json_file(path);
-    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
-      if (config.contains(key) && !config[key].is_null()) collect(config[key]);
+    for (const std::string& token : named_special_tokens(config)) {
+      if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
     }
     if (config.contains("add_prefix_space") && !config["add_prefix_space"].is_null()) {
       KUAFU_CHECK(config["add_prefix_space"].is_boolean(), path, ": add_prefix_space must be true or false");
@@ -899,11 +1067,17 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   if (clip) return clip_from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   BpeTokenizer tokenizer = from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   tokenizer.state_->add_prefix_space = add_prefix_space;
+  if (const fs::path config_path = root / "tokenizer_config.json"; fs::exists(config_path)) {
+    read_added_flags(read_json_file(config_path.string()), config_path.string(), "<|endoftext|>", "<|endoftext|>", *tokenizer.state_);
+  }
   return tokenizer;
 }
 
+const std::vector<int64_t>& BpeTokenizer::added_before() const { return state_->added_before; }
+const std::vector<int64_t>& BpeTokenizer::added_after() const { return state_->added_after; }
+
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
-  if (const auto bad = first_invalid_utf8(text)) {
+  if (const auto bad = text::first_invalid_utf8(text)) {
     fail("BPE: the text is not valid UTF-8 at byte " + std::to_string(*bad));
   }
   std::vector<int64_t> ids;
@@ -920,7 +1094,9 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
       if (next[i] != std::string_view::npos && next[i] < start) next[i] = text.find(specials[i].first, start);
       if (next[i] < found) found = next[i], which = &specials[i];  // longest first: ties keep the longer token
     }
-    std::string ordinary(text.substr(start, found == std::string_view::npos ? std::string_view::npos : found - start));
+    std::string_view between = text.substr(start, found == std::string_view::npos ? std::string_view::npos : found - start);
+    if (which && state_->strips_left.count(which->second)) between.remove_suffix(trailing_whitespace(between));
+    std::string ordinary(between);
     // As Hugging Face's ByteLevel pre-tokenizer does, for each stretch between special tokens.
     ordinary = state_->normalized(ordinary);
     if (state_->add_prefix_space && !ordinary.empty() && ordinary[0] != ' ') ordinary.insert(0, 1, ' ');
@@ -928,6 +1104,7 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text) const {
     if (!which) break;
     ids.push_back(which->second);
     start = found + which->first.size();
+    if (state_->strips_right.count(which->second)) start += leading_whitespace(text.substr(start));
   }
   return ids;
 }
@@ -983,12 +1160,14 @@ bool BpeTokenizer::same_as(const BpeTokenizer& other) const {
     std::sort(special.begin(), special.end());
     return special;
   };
+  // With byte fallback every character is spelt by tokens, so which token stands for an unknown one is moot.
   return a.tokens == b.tokens && a.merge_rank == b.merge_rank && sorted(a.special) == sorted(b.special) &&
          a.add_prefix_space == b.add_prefix_space && a.normalizers == b.normalizers && a.word_end == b.word_end &&
-         a.unknown == b.unknown && a.word_pattern_text == b.word_pattern_text && a.keep_gaps == b.keep_gaps &&
+         (a.unknown == b.unknown || (a.characters && a.byte_fallback)) && a.word_pattern_text == b.word_pattern_text && a.keep_gaps == b.keep_gaps &&
          a.byte_level_regex == b.byte_level_regex && a.ignore_merges == b.ignore_merges && a.characters == b.characters &&
          a.byte_fallback == b.byte_fallback && a.fuse_unknown == b.fuse_unknown && a.metaspace == b.metaspace &&
-         a.decoder == b.decoder;
+         a.decoder == b.decoder && a.added_before == b.added_before && a.added_after == b.added_after &&
+         a.strips_left == b.strips_left && a.strips_right == b.strips_right;
 }
 
 std::optional<int64_t> BpeTokenizer::token_id(const std::string& token) const {

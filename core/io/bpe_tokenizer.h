@@ -3,8 +3,8 @@
 // of whitespace; ICU's regex engine supplies the Unicode classes), each piece's UTF-8 bytes become
 // printable characters (GPT-2's bytes_to_unicode), and adjacent symbols merge in the order merges.txt
 // ranks them. decode(encode(text)) == text for all valid UTF-8.
-// Also SentencePiece's BPE as Llama 2's, Mistral's and TinyLlama's tokenizer.json hold it: symbols are
-// characters, each space a "▁", a character outside the vocabulary spelt by its bytes' tokens <0xNN>.
+// Also SentencePiece's BPE as Llama 2's, Mistral's and TinyLlama's tokenizer.json or tokenizer.model hold it:
+// symbols are characters, each space a "▁", a character outside the vocabulary spelt by its bytes' tokens <0xNN>.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,10 @@ class BpeTokenizer {
   // reads as transformers 5's AutoTokenizer reads it: that class keeps the file's vocabulary, merges and
   // added tokens but builds the rest itself (no normalizer; Metaspace, split false, prepend_scheme first,
   // always with "legacy": true, never with add_prefix_space false; byte fallback; Llama 2's decoder).
+  // A folder with a SentencePiece tokenizer.model and no tokenizer.json (Llama 2's) reads as that class
+  // reads it (transformers' converter): the model's pieces by id, every cut of a piece into two pieces a
+  // merge ranked by the piece's id, its control and user-defined pieces and the tokens tokenizer_config.json
+  // names matched whole (only BPE models; a class other than LlamaTokenizer refused by name).
   static BpeTokenizer from_folder(const std::string& dir);
 
   BpeTokenizer(BpeTokenizer&&) noexcept;
@@ -57,9 +61,15 @@ class BpeTokenizer {
   ~BpeTokenizer();
 
   // kuafu::Error naming the byte offset for text that is not valid UTF-8. The text's ids alone: no BOS or
-  // EOS is added (a tokenizer.json's post_processor is not read; callers add the model's, so BOS + encode(t)
-  // is transformers' tokenizer(t)["input_ids"] for Llama 2's files).
+  // EOS is added (added_before and added_after say what transformers would add).
   std::vector<int64_t> encode(std::string_view text) const;
+  // What transformers 5's tokenizer(text)["input_ids"] puts before and after encode(text): a tokenizer.json's
+  // post_processor (TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, a Sequence of them;
+  // tokenizer_config.json's add_bos_token / add_eos_token are then ignored, as transformers 5 ignores them);
+  // a folder without tokenizer.json: tokenizer_config.json's add_bos_token / add_eos_token (false when absent)
+  // with its bos_token / eos_token. Empty for from_files.
+  const std::vector<int64_t>& added_before() const;
+  const std::vector<int64_t>& added_after() const;
   // Special tokens kept (transformers' decode(ids) with skip_special_tokens false).
   std::string decode(const std::vector<int64_t>& ids) const;
 

@@ -181,7 +181,7 @@ std::set<std::string> load_hf_weights(const HfFolder& folder, const NamedTensors
 
 std::vector<std::string> hf_tokenizer_files(const std::string& dir) {
   std::vector<std::string> files;
-  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+  for (const char* name : {"vocab.json", "merges.txt", "tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
                            "generation_config.json"}) {
     const std::filesystem::path path = std::filesystem::path(dir) / name;
     if (std::filesystem::is_regular_file(path)) files.push_back(path.string());

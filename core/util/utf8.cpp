@@ -25,7 +25,7 @@ Lead lead_of(unsigned char b) {
 
 // How many bytes from `i` belong to a well-formed prefix of the character starting there (its whole
 // length when complete).
-size_t valid_prefix(const std::string& bytes, size_t i, const Lead& lead) {
+size_t valid_prefix(std::string_view bytes, size_t i, const Lead& lead) {
   size_t k = 1;
   for (; k < lead.length && i + k < bytes.size(); ++k) {
     const auto b = static_cast<unsigned char>(bytes[i + k]);
@@ -83,6 +83,20 @@ std::string Utf8Stream::finish(const std::string& bytes) {
   std::string piece = replace_invalid_utf8(bytes.substr(given_));
   given_ = bytes.size();
   return piece;
+}
+
+std::optional<size_t> first_invalid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const Lead lead = lead_of(static_cast<unsigned char>(s[i]));
+    if (lead.length == 0 || valid_prefix(s, i, lead) != lead.length) return i;
+    i += lead.length;
+  }
+  return std::nullopt;
+}
+
+size_t utf8_length(char lead) {
+  const auto c = static_cast<unsigned char>(lead);
+  return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
 }
 
 }  // namespace kuafu::text

@@ -3,9 +3,17 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kuafu::text {
+
+// The offset of the first byte that does not belong to valid UTF-8 (overlong forms, surrogates and code
+// points past U+10FFFF included), if any.
+std::optional<size_t> first_invalid_utf8(std::string_view s);
+// The length in bytes of the UTF-8 character that starts with byte `lead` (text already checked valid).
+size_t utf8_length(char lead);
 
 // `bytes` with every invalid or incomplete UTF-8 sequence replaced by U+FFFD, one per maximal
 // ill-formed subpart (the Unicode standard's practice, which Python's bytes.decode("utf-8",

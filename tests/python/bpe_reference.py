@@ -31,6 +31,28 @@
                                     lines) AutoTokenizer's ids with BOS and its decode of them with and
                                     without the BOS, and the ids and decoded text of the tokenizer.json
                                     alone (`tokenizers`.Tokenizer.from_file, no special tokens added)
+  bpe_reference.py spm TEXT OUT     trains a SentencePiece BPE model with the `sentencepiece` library as
+                                    Llama 2's was trained (identity normalisation, spaces kept, digits
+                                    split, byte fallback; <unk> <s> </s>, a control piece <ctl> and a
+                                    user-defined <sep>) on the same 95% of TEXT's lines, and lays out folders
+                                    holding that tokenizer.model and no tokenizer.json, read by transformers as
+                                    LlamaTokenizer: OUT/spm_first (legacy false), OUT/spm_legacy (legacy
+                                    true), OUT/spm_never (add_prefix_space false); OUT/spm_saved is spm_first
+                                    saved again by transformers (its tokenizer.json). OUT/expected_<name>.json:
+                                    for each text (SP_CASES, SPM_CASES and the held-out lines) AutoTokenizer's
+                                    ids (no special tokens added) and its decode of them, sentencepiece's own
+                                    ids, and AutoTokenizer's ids with its special tokens (add_bos_token true);
+                                    OUT/spm_pieces.json: the model's pieces by id
+  bpe_reference.py framing TEXT OUT one byte-level BPE (600 tokens, on 3,000 of the same lines) in folders that
+                                    differ in what transformers' tokenizer(text) adds around a text: the
+                                    tokenizer.json's post_processor (TemplateProcessing with a BOS, as Llama 3;
+                                    a Sequence of ByteLevel and that, as Llama 3.1; ByteLevel alone, as Qwen2;
+                                    none; RobertaProcessing; BertProcessing; a template with tokens on both
+                                    sides), tokenizer_config.json's add_bos_token / add_eos_token beside a
+                                    tokenizer.json (transformers 5 ignores them) and beside vocab.json +
+                                    merges.txt (GPT2Tokenizer reads them); added tokens with lstrip / rstrip.
+                                    OUT/expected_framing.json: per
+                                    folder, AutoTokenizer's ids of two texts with and without special tokens
 """
 import json
 import pathlib
@@ -38,7 +60,7 @@ import sys
 
 import shutil
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer
 
 CASES = [
@@ -234,10 +256,134 @@ def build_sentencepiece(text_path, out):
                       "held_out_bytes": len(held_out.encode())}))
 
 
+# Text holding the model's control (<s>, </s>, <ctl>), unknown and user-defined (<sep>) pieces written out.
+SPM_CASES = ["x</s>y<sep>z<ctl> w<unk>v <s>", "<sep><sep> after two user-defined pieces"]
+
+
+def build_spm(text_path, out):
+    import sentencepiece
+
+    out = pathlib.Path(out)
+    train, held_out = split_text(text_path, out)
+    prefix = out / "spm"
+    # Llama 2's trainer settings (its tokenizer.model's trainer_spec), at a vocabulary of 1,800.
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(train), model_prefix=str(prefix), model_type="bpe", vocab_size=1800, byte_fallback=True,
+        character_coverage=0.9999, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, allow_whitespace_only_pieces=True, add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2,
+        pad_id=-1, control_symbols=["<ctl>"], user_defined_symbols=["<sep>"], num_threads=1, minloglevel=2)
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(prefix) + ".model")
+    pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+    (out / "spm_pieces.json").write_text(json.dumps(pieces, ensure_ascii=False), encoding="utf-8")
+    texts = SP_CASES + SPM_CASES + [held_out]
+    llama = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+             "add_bos_token": True, "add_eos_token": False,
+             "added_tokens_decoder": {str(i): {"content": pieces[i], "special": True} for i in range(3)}}
+    for name, config in (("spm_first", {"legacy": False}), ("spm_legacy", {"legacy": True}),
+                         ("spm_never", {"legacy": False, "add_prefix_space": False})):
+        folder = out / name
+        folder.mkdir(exist_ok=True)
+        shutil.copy(str(prefix) + ".model", folder / "tokenizer.model")
+        (folder / "tokenizer_config.json").write_text(json.dumps({**llama, **config}))
+        auto = AutoTokenizer.from_pretrained(str(folder))
+        expected = []
+        for t in texts:
+            ids = auto(t, add_special_tokens=False)["input_ids"]
+            expected.append({"text": t, "ids": ids, "decoded": auto.decode(ids), "sp_ids": processor.encode(t),
+                             "with_special": auto(t)["input_ids"]})
+        (out / f"expected_{name}.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
+        if name == "spm_first":
+            auto.save_pretrained(str(out / "spm_saved"))
+            assert (out / "spm_saved" / "tokenizer.json").exists()
+    print(json.dumps({"pieces": len(pieces), "texts": len(texts), "held_out_bytes": len(held_out.encode())}))
+
+
+FRAMING_TEXTS = ["Hello there", ""]
+STRIP_TEXTS = FRAMING_TEXTS + ["Hello  <mask> there <tool>  end\t<mask>\n<tool>x", "  <mask>x<both>\u3000 y <both>",
+                               "a<tool>\u00a0\u2003b <mask><mask> <tool> <tool>"]
+
+
+def build_framing(text_path, out):
+    """Folders that differ in what transformers' tokenizer(text) adds around a text's ids, one byte-level BPE."""
+    out = pathlib.Path(out)
+    train, _ = split_text(text_path, out)
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)[:3000]
+    small = out / "framing_train.txt"
+    small.write_text("".join(lines), encoding="utf-8")
+    specials = ["<s>", "</s>", "<|begin_of_text|>", "[CLS]", "[SEP]", "<|endoftext|>"]
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train([str(small)], trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                                      show_progress=False))
+    ids = {t: tokenizer.token_to_id(t) for t in specials}
+    fast = {"tokenizer_class": "PreTrainedTokenizerFast"}
+    bos = processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A $B",
+                                        special_tokens=[("<|begin_of_text|>", ids["<|begin_of_text|>"])])
+    layouts = {
+        # Llama 3's: a template putting its BOS first; Llama 3.1's: ByteLevel then that template.
+        "template_bos": (bos, fast),
+        "sequence_bos": (processors.Sequence([processors.ByteLevel(trim_offsets=False), bos]), fast),
+        # Qwen2's: ByteLevel alone adds nothing.
+        "byte_level": (processors.ByteLevel(trim_offsets=False), fast),
+        # add_bos_token / add_eos_token named in tokenizer_config.json replace the file's post-processor.
+        "flags_override": (bos, {**fast, "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False,
+                                 "add_eos_token": True}),
+        # No post-processor: the flags (false when absent) decide.
+        "none_bos_eos": (None, {**fast, "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True,
+                                "add_eos_token": True}),
+        "none": (None, {**fast, "bos_token": "<s>", "eos_token": "</s>"}),
+        "roberta": (processors.RobertaProcessing(("</s>", ids["</s>"]), ("<s>", ids["<s>"]),
+                                                 trim_offsets=False, add_prefix_space=False), fast),
+        "bert": (processors.BertProcessing(("[SEP]", ids["[SEP]"]), ("[CLS]", ids["[CLS]"])), fast),
+        "template_both": (processors.TemplateProcessing(single="[CLS] <s> $A:0 </s>", pair="$A $B",
+                                                        special_tokens=[("[CLS]", ids["[CLS]"]), ("<s>", ids["<s>"]),
+                                                                        ("</s>", ids["</s>"])]), fast),
+    }
+    expected = {}
+    for name, (processor, config) in layouts.items():
+        folder = out / f"framing_{name}"
+        folder.mkdir(exist_ok=True)
+        tokenizer.post_processor = processor
+        tokenizer.save(str(folder / "tokenizer.json"))
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+        expected[name] = framing_of(folder)
+    # Added tokens that take the whitespace before (lstrip) or after (rstrip) them.
+    folder = out / "framing_strip"
+    folder.mkdir(exist_ok=True)
+    tokenizer.post_processor = None
+    tokenizer.add_tokens([AddedToken("<mask>", lstrip=True), AddedToken("<tool>", rstrip=True),
+                          AddedToken("<both>", lstrip=True, rstrip=True, special=True)])
+    tokenizer.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(fast))
+    expected["strip"] = framing_of(folder, STRIP_TEXTS)
+    # vocab.json + merges.txt (GPT2Tokenizer): add_bos_token with its BOS.
+    folder = out / "framing_files_bos"
+    folder.mkdir(exist_ok=True)
+    tokenizer.model.save(str(folder))
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
+         "add_bos_token": True}))
+    expected["files_bos"] = framing_of(folder)
+    (out / "expected_framing.json").write_text(json.dumps(expected, ensure_ascii=False), encoding="utf-8")
+    print(json.dumps({name: e[0]["with"] for name, e in expected.items()}))
+
+
+def framing_of(folder, texts=FRAMING_TEXTS):
+    auto = AutoTokenizer.from_pretrained(str(folder))
+    return [{"text": t, "with": auto(t)["input_ids"], "without": auto(t, add_special_tokens=False)["input_ids"]}
+            for t in texts]
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "build":
         build(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "sentencepiece":
         build_sentencepiece(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "spm":
+        build_spm(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 4 and sys.argv[1] == "framing":
+        build_framing(sys.argv[2], sys.argv[3])
     else:
-        sys.exit("usage: bpe_reference.py build|sentencepiece TEXT OUT")
+        sys.exit("usage: bpe_reference.py build|sentencepiece|spm|framing TEXT OUT")

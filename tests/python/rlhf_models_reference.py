@@ -15,6 +15,15 @@
   rlhf_models_reference.py llama_start OUT
       the same for the Llama family: a tiny random LlamaForCausalLM (grouped-query attention, head_dim 12 of
       hidden 32 with 4 heads, untied head, BOS = EOS = 0, no pad token)
+  rlhf_models_reference.py llama2_start OUT JSONL
+      a Llama 2 folder as Meta publishes one, tiny: a SentencePiece tokenizer.model trained with the
+      `sentencepiece` library on JSONL's prompts and responses (BPE, byte fallback, Llama 2's trainer
+      settings) and no tokenizer.json, tokenizer_config.json naming LlamaTokenizer with a Llama 2-style chat
+      template ([INST] ... [/INST]), and a tiny random LlamaForCausalLM over its pieces (BOS 1, EOS 2)
+  rlhf_models_reference.py llama2_answer DIR PROMPT MAX_NEW
+      transformers' greedy answer to PROMPT from DIR: AutoTokenizer's apply_chat_template with the generation
+      prompt, generate (at most MAX_NEW new tokens, stopping at EOS), the new tokens decoded without special
+      tokens; prints it as JSON with the prompt's ids and which tokenizer files DIR holds
   rlhf_models_reference.py check_rm DIR EXPECTED
       loads DIR (a folder Kuafu wrote) with AutoModelForSequenceClassification and prints, as JSON, the
       largest difference of its scores on both batches from EXPECTED's (what Kuafu computed); a folder
@@ -141,6 +150,48 @@ def llama_start(out):
     model.save_pretrained(out)
 
 
+LLAMA2_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}{{ '[INST] ' + m['content'] + ' [/INST]' }}"
+                   "{% else %}{{ ' ' + m['content'] + eos_token }}{% endif %}{% endfor %}")
+
+
+def llama2_start(out, jsonl):
+    import sentencepiece
+    from transformers import LlamaConfig, LlamaForCausalLM
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = [json.loads(line) for line in pathlib.Path(jsonl).read_text().splitlines()]
+    text = out.parent / "llama2_text.txt"
+    text.write_text("".join(r["prompt"] + " " + r["response"] + "\n" for r in rows))
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(out / "tokenizer"), model_type="bpe", vocab_size=320, hard_vocab_limit=False,
+        byte_fallback=True, character_coverage=1.0, normalization_rule_name="identity", remove_extra_whitespaces=False,
+        split_digits=True, add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1, num_threads=1, minloglevel=2)
+    (out / "tokenizer.vocab").unlink()
+    pieces = sentencepiece.SentencePieceProcessor(model_file=str(out / "tokenizer.model")).get_piece_size()
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False, "legacy": False, "chat_template": LLAMA2_TEMPLATE}))
+    torch.manual_seed(6)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=pieces, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=None))
+    model.save_pretrained(out)
+
+
+def llama2_answer(folder, prompt, max_new):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True, return_dict=True)["input_ids"]
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=int(max_new), eos_token_id=2,
+                             pad_token_id=2)
+    new = out[0, len(ids):].tolist()
+    print(json.dumps({"answer": tokenizer.decode(new, skip_special_tokens=True), "prompt_ids": ids, "new_ids": new,
+                      "files": sorted(p.name for p in pathlib.Path(folder).iterdir() if p.name.startswith("tokenizer"))}))
+
+
 def check_rm(folder, expected):
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     e = load_file(expected)
@@ -199,7 +250,7 @@ def ppo_update(folder, inputs, out):
 
 
 if __name__ == "__main__":
-    commands = {"build": build, "gpt2_start": gpt2_start, "llama_start": llama_start, "check_rm": check_rm, "check_lm": check_lm, "check_peft": check_peft, "ppo_update": ppo_update}
+    commands = {"build": build, "gpt2_start": gpt2_start, "llama_start": llama_start, "llama2_start": llama2_start, "llama2_answer": llama2_answer, "check_rm": check_rm, "check_lm": check_lm, "check_peft": check_peft, "ppo_update": ppo_update}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

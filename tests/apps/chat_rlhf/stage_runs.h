@@ -40,9 +40,11 @@ inline void write_data(const fs::path& root, testing::SpecialTokens specials = t
   }
 }
 
-// `data`: the stage's data.* lines besides the tokenizer and context.
-inline std::string common_config(const fs::path& root, const std::string& out, int steps, const std::string& data) {
-  return "[data]\ntokenizer = \"" + (root / "tokenizer").string() + "\"\ncontext = 64\n" + data +
+// `data`: the stage's data.* lines besides the tokenizer and context; `tokenizer`: the tokenizer folder
+// (empty: write_data's).
+inline std::string common_config(const fs::path& root, const std::string& out, int steps, const std::string& data,
+                                 const fs::path& tokenizer = {}) {
+  return "[data]\ntokenizer = \"" + (tokenizer.empty() ? root / "tokenizer" : tokenizer).string() + "\"\ncontext = 64\n" + data +
          "[train]\nsteps = " + std::to_string(steps) + "\nbatch_size = 8\nmicro_batch_size = 4\neval_rows = 8\n"
          "progress = \"plain\"\nlog_interval = 100\ncheckpoint_interval = 1000\nout_dir = \"" + (root / out).string() + "\"\n"
          "[runtime]\nthreads = 1\ndevice = \"cpu\"\n";

@@ -7,11 +7,14 @@
 // cache; what Kuafu exports loads in transformers with Kuafu's logits and back in Kuafu bit for bit.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 
 #include "apps/opt_finetune/causal_lm_family.h"
 #include "apps/opt_finetune/llama_hugging_face.h"
+#include "core/io/bpe_tokenizer.h"
 #include "core/io/safetensors.h"
 #include "core/train/checkpoint.h"
 #include "tests/support/reference_outputs.h"
@@ -146,6 +149,46 @@ TEST(LlamaHuggingFaceTest, OptionsKuafuDoesNotComputeAreRefusedByName) {
     EXPECT_TRUE(testing::Contains(error, (folder / "config.json").string())) << error;
     EXPECT_TRUE(testing::Contains(error, message)) << error;
   }
+}
+
+
+// Without a chat template an example begins with the BOS the tokenizer puts before a text (as
+// transformers' tokenizer(text), so trl, frames it), whatever config.json's bos_token_id says: Llama 3's
+// template post-processor gives its <|begin_of_text|>, Qwen's ByteLevel one none; config.json's first
+// eos_token_id ends every answer. Two tokens before a text are refused by name.
+TEST(LlamaHuggingFaceTest, ThePlainFramingBeginsWithTheTokenizersOwnBos) {
+  const fs::path dir = testing::temp_dir("llama_framing");
+  LlamaConfig config;
+  config.model_type = "qwen2";
+  config.token_ids = {{"bos_token_id", 3}, {"eos_token_id", {2, 3}}};
+  const LmShape shape(config);
+  auto tokenizer_with = [&](const nlohmann::json& post_processor) {
+    const nlohmann::json file = {
+        {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<|begin_of_text|>", 1}, {"<|end|>", 2}, {"<|endoftext|>", 3}}},
+                   {"merges", nlohmann::json::array()}}},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+        {"post_processor", post_processor}};
+    std::ofstream(dir / "tokenizer.json") << file.dump();
+    return io::BpeTokenizer::from_folder(dir.string());
+  };
+  auto template_of = [](const std::vector<std::string>& before) {
+    nlohmann::json single = nlohmann::json::array(), listed = nlohmann::json::object();
+    for (const std::string& token : before) {
+      single.push_back({{"SpecialToken", {{"id", token}, {"type_id", 0}}}});
+      listed[token] = {{"id", token}, {"ids", {token == "<|begin_of_text|>" ? 1 : 3}}, {"tokens", {token}}};
+    }
+    single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+    return nlohmann::json{{"type", "TemplateProcessing"}, {"single", single}, {"pair", single}, {"special_tokens", listed}};
+  };
+  const LmShape::SpecialIds llama3 = shape.special_ids(tokenizer_with(template_of({"<|begin_of_text|>"})), "llama3");
+  EXPECT_EQ(llama3.bos, 1);
+  EXPECT_EQ(llama3.eos, 2);
+  const LmShape::SpecialIds qwen = shape.special_ids(tokenizer_with({{"type", "ByteLevel"}, {"trim_offsets", false}}), "qwen");
+  EXPECT_FALSE(qwen.bos) << "Qwen's tokenizer puts nothing before a text";
+  EXPECT_EQ(qwen.eos, 2);
+  EXPECT_TRUE(testing::Contains(
+      testing::error_message([&] { shape.special_ids(tokenizer_with(template_of({"<|begin_of_text|>", "<|endoftext|>"})), "two"); }),
+      "two: the tokenizer puts 2 tokens before a text; the plain framing begins an example with one BOS at most"));
 }
 
 }  // namespace

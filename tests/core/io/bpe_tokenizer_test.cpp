@@ -19,26 +19,13 @@
 #include "core/util/atomic_file.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
+#include "tests/core/io/bible_reference.h"
 #include "tests/support/python_reference.h"
 #include "tests/support/test_util.h"
 
 namespace kuafu::io {
 namespace {
 namespace fs = std::filesystem;
-
-// The King James Bible as <dir>/kjv/kjv.txt (data/kjv/export.sh, from Debian's bible-kjv).
-void export_bible(const fs::path& dir) {
-  const std::string exported = std::string(KUAFU_SOURCE_DIR) + "/data/kjv/export.sh " + (dir / "kjv").string() + " > /dev/null";
-  ASSERT_EQ(std::system(exported.c_str()), 0) << "data/kjv/export.sh needs Debian's bible-kjv (scripts/setup)";
-}
-
-// tests/python/bpe_reference.py's `command` on the exported Bible, writing its tokenizers and expected.json in `dir`.
-void bpe_reference_on_bible(const fs::path& dir, const std::string& command) {
-  ASSERT_NO_FATAL_FAILURE(export_bible(dir));
-  const testing::PythonRun run =
-      testing::run_python_reference("bpe_reference.py", command + " " + (dir / "kjv/kjv.txt").string() + " " + dir.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-}
 
 TEST(BpeTokenizerTest, IdsEqualHuggingFaceTokenizersOnHeldOutText) {
   const fs::path dir = testing::temp_dir("bpe_reference");
@@ -318,7 +305,7 @@ TEST(BpeTokenizerTest, AFolderNamesItsSpecialTokens) {
             (std::vector<int64_t>{*from_json.token_id("ab"), *from_json.token_id("c"), eos}));
   const fs::path empty = testing::temp_dir("bpe_no_folder");
   EXPECT_TRUE(testing::Contains(testing::error_message([&] { BpeTokenizer::from_folder(empty.string()); }),
-                                "no tokenizer.json and no vocab.json + merges.txt"));
+                                "no tokenizer.json, no tokenizer.model (SentencePiece) and no vocab.json + merges.txt"));
 }
 
 TEST(BpeTokenizerTest, BadInputIsNamed) {
@@ -400,6 +387,61 @@ TEST(BpeTokenizerTest, AnIdFarPastTheTokensListedIsRefused) {
   }), "vocab.json: token 'a' has id 2147483000, more than 65536 past the 1 tokens the file lists"));
   std::ofstream(dir / "vocab.json") << R"({"a": 0, "b": 40000})";
   EXPECT_EQ(BpeTokenizer::from_files((dir / "vocab.json").string(), (dir / "merges.txt").string()).vocab_size(), 40001);
+}
+
+
+// What transformers 5's tokenizer(text) adds around a text's ids (tests/python/bpe_reference.py framing):
+// a tokenizer.json's post_processor (a template with a BOS, as Llama 3's; ByteLevel then that, as Llama
+// 3.1's; ByteLevel alone, as Qwen2's; none; RoBERTa's and BERT's cls / sep; a template with tokens on both
+// sides), tokenizer_config.json's add_bos_token / add_eos_token beside a tokenizer.json (ignored, as
+// transformers 5 ignores them) and beside vocab.json + merges.txt (read): before + encode(text) + after is
+// AutoTokenizer(text)["input_ids"], exactly, for a text and the empty text. Added tokens with lstrip / rstrip
+// take the whitespace beside them (spaces, tabs, newlines, U+3000, U+00A0, U+2003) as tokenizers does.
+TEST(BpeTokenizerTest, WhatTransformersAddsAroundATextIsTheFoldersOwn) {
+  const fs::path dir = testing::temp_dir("bpe_framing");
+  ASSERT_NO_FATAL_FAILURE(bpe_reference_on_bible(dir, "framing"));
+  const nlohmann::json expected = nlohmann::json::parse(read_file((dir / "expected_framing.json").string()));
+  ASSERT_EQ(expected.size(), 11u);
+  ASSERT_EQ(expected["strip"].size(), 5u);
+  int framed = 0;
+  for (const auto& [name, cases] : expected.items()) {
+    const BpeTokenizer tokenizer = BpeTokenizer::from_folder((dir / ("framing_" + name)).string());
+    framed += !tokenizer.added_before().empty() || !tokenizer.added_after().empty();
+    for (const auto& item : cases) {
+      SCOPED_TRACE(name + ": \"" + item["text"].get<std::string>() + "\"");
+      const std::vector<int64_t> ids = tokenizer.encode(item["text"].get<std::string>());
+      EXPECT_EQ(ids, item["without"].get<std::vector<int64_t>>());
+      std::vector<int64_t> with = tokenizer.added_before();
+      with.insert(with.end(), ids.begin(), ids.end());
+      with.insert(with.end(), tokenizer.added_after().begin(), tokenizer.added_after().end());
+      EXPECT_EQ(with, item["with"].get<std::vector<int64_t>>());
+    }
+  }
+  EXPECT_EQ(framed, 7) << "template_bos, sequence_bos, flags_override, roberta, bert, template_both and files_bos add tokens";
+}
+
+// A post_processor Kuafu does not read, or one that names tokens it does not list, is refused by name.
+TEST(BpeTokenizerTest, PostProcessorsOfAnotherShapeAreNamed) {
+  const fs::path dir = testing::temp_dir("bpe_post_processor");
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"type", "Invented"}}, "tokenizer.json: post_processor \"Invented\" is not supported"},
+      {{{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"special_tokens", nlohmann::json::object()}},
+       "tokenizer.json: post_processor.special_tokens lacks the ids of '<s>'"},
+      {{{"type", "TemplateProcessing"}, {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
+        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}},
+       "tokenizer.json: post_processor.single has no sequence A"},
+      {{{"type", "Sequence"}, {"processors", {{{"type", "ByteLevel"}}, {{"type", "RobertaProcessing"}, {"sep", {"</s>", 99}}, {"cls", {"<s>", 1}}}}}},
+       "tokenizer.json: post_processor.processors[1].sep must be [token, id] of the vocabulary"},
+  };
+  for (const auto& [post, message] : cases) {
+    const nlohmann::json file = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<s>", 1}}}, {"merges", nlohmann::json::array()}}},
+                                 {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                                 {"post_processor", post}};
+    std::ofstream(dir / "tokenizer.json") << file.dump();
+    EXPECT_TRUE(testing::Contains(testing::error_message([&] { BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string()); }),
+                                  message)) << post.dump();
+  }
 }
 
 }  // namespace
