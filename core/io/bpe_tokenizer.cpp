@@ -273,9 +273,11 @@ struct BpeTokenizer::State {
     }
   }
 
+  // A token named twice (by two files, or as a piece's type and by name) is matched once.
   void add_special(const std::string& token, const std::string& where) {
     const auto found = vocab.find(token);
     KUAFU_CHECK(found != vocab.end(), where, ": special token '", text::abbreviate(token), "' is not in the vocabulary");
+    if (std::any_of(special.begin(), special.end(), [&](const auto& s) { return s.first == token; })) return;
     special.emplace_back(token, found->second);
     std::sort(special.begin(), special.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   }
@@ -902,9 +904,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& path) {
 BpeTokenizer BpeTokenizer::clip_from_files(const std::string& vocab_json, const std::string& merges_txt,
                                            std::vector<std::string> special) {
   const std::string start = "<|startoftext|>", end = "<|endoftext|>";
-  for (const std::string& token : {start, end}) {
-    if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
-  }
+  special.insert(special.end(), {start, end});
   BpeTokenizer tokenizer = from_files(vocab_json, merges_txt, special);
   State& state = *tokenizer.state_;
   state.normalizers = {{State::Normalize::Nfc}, {State::Normalize::CollapseWhitespace}, {State::Normalize::Lowercase}};
@@ -990,7 +990,7 @@ void read_sentencepiece_bpe(const std::string& model_path, const nlohmann::json&
   for (const std::string& token : named_special_tokens(config, {{"unk_token", "<unk>"}, {"bos_token", "<s>"}, {"eos_token", "</s>"}})) {
     KUAFU_CHECK(state.vocab.count(token), config_path, ": special token '", text::abbreviate(token), "' is not a piece of ",
                 model_path, " (Kuafu does not add tokens past the model's pieces)");
-    if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
+    special.push_back(token);
   }
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
     for (const auto& [id, entry] : config["added_tokens_decoder"].items()) {
@@ -1046,13 +1046,13 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   // The special tokens the folder names (bos, eos, unk, pad, ...).
   std::vector<std::string> special;
   bool add_prefix_space = false, clip = false;
+  nlohmann::json tokenizer_config = nlohmann::json::object();
   for (const char* file : {"special_tokens_map.json", "tokenizer_config.json"}) {
     if (!fs::exists(root / file)) continue;
     const std::string path = (root / file).string();
     const nlohmann::json config = read_json_file(path);
-    for (const std::string& token : named_special_tokens(config)) {
-      if (std::find(special.begin(), special.end(), token) == special.end()) special.push_back(token);
-    }
+    if (std::string(file) == "tokenizer_config.json") tokenizer_config = config;
+    for (const std::string& token : named_special_tokens(config)) special.push_back(token);
     if (config.contains("add_prefix_space") && !config["add_prefix_space"].is_null()) {
       KUAFU_CHECK(config["add_prefix_space"].is_boolean(), path, ": add_prefix_space must be true or false");
       add_prefix_space = config["add_prefix_space"].get<bool>();
@@ -1067,9 +1067,7 @@ BpeTokenizer BpeTokenizer::from_folder(const std::string& dir) {
   if (clip) return clip_from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   BpeTokenizer tokenizer = from_files((root / "vocab.json").string(), (root / "merges.txt").string(), special);
   tokenizer.state_->add_prefix_space = add_prefix_space;
-  if (const fs::path config_path = root / "tokenizer_config.json"; fs::exists(config_path)) {
-    read_added_flags(read_json_file(config_path.string()), config_path.string(), "<|endoftext|>", "<|endoftext|>", *tokenizer.state_);
-  }
+  read_added_flags(tokenizer_config, (root / "tokenizer_config.json").string(), "<|endoftext|>", "<|endoftext|>", *tokenizer.state_);
   return tokenizer;
 }
 
