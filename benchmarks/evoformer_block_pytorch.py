@@ -1,6 +1,6 @@
 """OpenFold's own PyTorch Evoformer block (openfold3 0.5.0 from PyPI, torch 2.11.0 on the CPU) timed as
 benchmarks/evoformer_block.cpp times Kuafu's and benchmarks/evoformer_block_jax.py times AlphaFold's:
-AlphaFold 2's sizes, S MSA rows, R residues, forward + backward of sum(m) + sum(z) through one
+on the CPU or a GPU (--device), in float32 or bfloat16 (--dtype), AlphaFold 2's sizes, S MSA rows, R residues, forward + backward of sum(m) + sum(z) through one
 EvoformerBlock (gradients of the parameters, m and z), float32 in eval mode (no dropout), no chunking, the
 stock PyTorch attention (no DeepSpeed, cuEquivariance or Triton kernel, no LMA, no in-place inference
 path), torch on every core, the median of --steps after --warmup, one JSON line. openfold3's own
@@ -38,7 +38,11 @@ def main():
     p.add_argument('--steps', type=int, default=5)
     p.add_argument('--warmup', type=int, default=2)
     p.add_argument('--forward-only', action='store_true')
+    p.add_argument('--device', default='cpu', help='cpu or cuda')
+    p.add_argument('--dtype', default='float32', choices=['float32', 'bf16'],
+                   help="bf16: the block's weights and inputs in bfloat16 (as Kuafu's benchmark runs it)")
     a = p.parse_args()
+    dtype = torch.bfloat16 if a.dtype == 'bf16' else torch.float32
     threads = len(os.sched_getaffinity(0))
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -47,12 +51,13 @@ def main():
         c_m=256, c_z=128, c_hidden_msa_att=32, c_hidden_opm=32, c_hidden_mul=128, c_hidden_pair_att=32,
         no_heads_msa=8, no_heads_pair=4, transition_type='relu', transition_n=4, msa_dropout=0.15,
         pair_dropout=0.25, no_column_attention=False, opm_first=False, fuse_projection_weights=False,
-        inf=1e9, eps=1e-8).eval()
+        inf=1e9, eps=1e-8).eval().to(a.device, dtype)
     r, s = a.residues, a.msa_rows
     rng = np.random.RandomState(0)
-    m = torch.from_numpy(rng.standard_normal((1, s, r, 256)).astype(np.float32)).requires_grad_()
-    z = torch.from_numpy(rng.standard_normal((1, r, r, 128)).astype(np.float32)).requires_grad_()
-    msa_mask, pair_mask = torch.ones(1, s, r), torch.ones(1, r, r)
+    m = torch.from_numpy(rng.standard_normal((1, s, r, 256))).to(a.device, dtype).requires_grad_()
+    z = torch.from_numpy(rng.standard_normal((1, r, r, 128))).to(a.device, dtype).requires_grad_()
+    msa_mask = torch.ones(1, s, r, device=a.device, dtype=dtype)
+    pair_mask = torch.ones(1, r, r, device=a.device, dtype=dtype)
     params = list(block.parameters())
 
     def loss():
@@ -68,10 +73,15 @@ def main():
                 return loss()
         return torch.autograd.grad(loss(), params + [m, z])
 
+    cuda = a.device.startswith('cuda')
     seconds = []
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     for i in range(a.warmup + a.steps):
         start = time.perf_counter()
         run()
+        if cuda:
+            torch.cuda.synchronize()
         if i >= a.warmup:
             seconds.append(time.perf_counter() - start)
     median = sorted(seconds)[len(seconds) // 2]
@@ -79,7 +89,9 @@ def main():
                       'median_s': median, 'ms_per_residue': 1e3 * median / r, 'steps': seconds,
                       'package': 'openfold3 ' + importlib.metadata.version('openfold3'),
                       'module': 'openfold3.core.model.latent.evoformer.EvoformerBlock',
-                      'torch': torch.__version__, 'threads': torch.get_num_threads()}))
+                      'torch': torch.__version__, 'threads': torch.get_num_threads(), 'device': a.device,
+                      'dtype': a.dtype,
+                      'peak_device_mb': torch.cuda.max_memory_allocated() / 2**20 if cuda else None}))
 
 
 if __name__ == '__main__':

@@ -51,8 +51,8 @@ double alphafold_iteration_flops(const AlphaFoldSizes& sizes, const FoldShape& s
   const double S = static_cast<double>(shape.msa_rows), E = static_cast<double>(shape.extra_rows);
   const double c_m = static_cast<double>(sizes.msa_channels), c_z = static_cast<double>(sizes.pair_channels);
   const double c_s = static_cast<double>(sizes.single_channels), c_e = static_cast<double>(sizes.extra_msa_channels);
+  // The relative positions' one-hot product is a row lookup (embedders.cpp): no product to count.
   const double embed = linear(R, kTargetFeatures, c_m) + linear(S * R, kMsaFeatures, c_m) + 2 * linear(R, kTargetFeatures, c_z) +
-                       linear(R2, static_cast<double>(2 * sizes.max_relative + 1), c_z) +
                        linear(R2, static_cast<double>(sizes.recycle_bins), c_z) + linear(E * R, kExtraMsaFeatures, c_e);
   const double stacks = static_cast<double>(sizes.extra_msa_blocks) * evoformer_block_flops(sizes.extra_msa(), shape.extra_rows, shape.residues) +
                         static_cast<double>(sizes.evoformer_blocks) * evoformer_block_flops(sizes.evoformer(), shape.msa_rows, shape.residues);

@@ -159,7 +159,7 @@ torch::Tensor AlphaFoldImpl::tail_loss_streams(const hooks::Tensors& streams, co
 
 torch::Tensor AlphaFoldImpl::tail_sums_streams(const hooks::Tensors& streams, const hooks::Batch& batch) {
   const double loss = tail_loss_streams(streams, batch).item<double>();
-  return torch::tensor({loss, 1.0, 0.0}, torch::kFloat64);
+  return torch::tensor({loss, 1.0, 0.0}, torch::TensorOptions(torch::kFloat64).device(streams.at(1).device()));
 }
 
 hooks::Tensors AlphaFoldImpl::recycled_streams(const hooks::Tensors& final_streams, const hooks::Batch& batch) {

@@ -16,6 +16,7 @@
 #include "apps/fastfold/pdb_file.h"
 #include "apps/fastfold/residue_types.h"
 #include "core/io/npz.h"
+#include "core/memory/memory_meter.h"
 #include "core/train/held_model.h"
 #include "core/train/model_app.h"
 #include "core/train/parallelize.h"
@@ -161,7 +162,9 @@ nlohmann::json FoldApp::benchmark(const train::Runtime& runtime, train::Benchmar
   // config says.
   model()->layout = dap::AxialLayout(runtime.dap);
   model()->loss_settings = settings_.loss;
-  return train::benchmark_training(config_, runtime, *model(), example_batch(*model(), example, runtime.device), spec, memory);
+  const torch::Dtype dtype = train::compute_dtype(config_, runtime.device);  // the model is cast to it later
+  return train::benchmark_training(config_, runtime, *model(), example_batch(*model(), example, runtime.device, dtype), spec,
+                                   memory);
 }
 
 }  // namespace
@@ -249,11 +252,17 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
   alphafold.eval();
   alphafold.layout = dap::AxialLayout(runtime.dap);
+  const auto start = std::chrono::steady_clock::now();
   const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);
+  synchronize(device);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!runtime.is_main()) return;
   write_pdb(predicted_structure(chain.sequence, chain.residue_index, p.outputs.atom37, p.plddt), out);
   nlohmann::json line = {{"out", out}, {"weights", from}, {"residues", chain.sequence.size()},
-                         {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()}};
+                         {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()},
+                         {"device", device.str()}, {"seconds", seconds},
+                         // the GPU allocator's peak, or on the CPU the process's peak resident set
+                         {"peak_mb", static_cast<double>(memory::peak_bytes(device)) / (1 << 20)}};
   if (!id.empty()) {
     line["lddt_ca"] = p.scores.lddt_ca;
     line["tm_score"] = p.scores.tm_score;

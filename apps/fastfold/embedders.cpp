@@ -19,7 +19,9 @@ std::pair<torch::Tensor, torch::Tensor> InputEmbedderImpl::forward(const torch::
   torch::Tensor z = left_single(target_feat).unsqueeze(1) + right_single(target_feat).unsqueeze(0);  // [R, R, c_z]
   const torch::Tensor offset =
       torch::clamp(residue_index.unsqueeze(1) - residue_index.unsqueeze(0) + max_relative, 0, 2 * max_relative);  // [R, R]
-  z = z + pair_activiations(torch::one_hot(offset, 2 * max_relative + 1).to(target_feat.scalar_type()));
+  // The one-hot offsets times the weights, as the rows they pick (the same values): no [R, R, 2·max + 1]
+  // one-hot, which at 2,048 residues held more memory than the Evoformer block.
+  z = z + torch::embedding(pair_activiations->weights, offset).add_(pair_activiations->bias);
   return {m, z};
 }
 

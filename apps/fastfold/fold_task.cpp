@@ -43,7 +43,11 @@ FoldExample prediction_example(const FoldChain& chain, const FoldSettings& setti
 }  // namespace
 
 hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device) {
-  const torch::TensorOptions options = torch::TensorOptions(model.parameters().front().scalar_type()).device(device);
+  return example_batch(model, example, device, model.parameters().front().scalar_type());
+}
+
+hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device, torch::Dtype dtype) {
+  const torch::TensorOptions options = torch::TensorOptions(dtype).device(device);
   const FoldExample padded = pad_example(example, model.layout.parts());
   std::vector<AlphaFoldFeatures> iterations;
   for (const AlphaFoldFeatures& f : padded.iterations) iterations.push_back(f.to(options));

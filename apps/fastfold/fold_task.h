@@ -39,6 +39,9 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
 // The example as the model's batch (alphafold_batch.h): padded for the model's DAP group's cuts, its floating
 // features and labels in the model's dtype (float64 in the exactness tests), on `device`.
 hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device);
+// The same in `dtype`: the run's compute dtype where the model is not cast to it yet (the benchmark builds its
+// batch before the precision strategy casts the model).
+hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device, torch::Dtype dtype);
 
 // The shared training path (train::ModelTask) over AlphaFold: each row a crop of its own (chains differ in
 // length), run through the model's recycling iterations by ParallelModel; its own evaluation scores whole

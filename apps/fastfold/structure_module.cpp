@@ -120,7 +120,8 @@ StructureOutputs StructureModuleImpl::forward(const torch::Tensor& single, const
   torch::Tensor s = initial_projection(initial);            // [R, c]
   const torch::Tensor z = pair_layer_norm(pair);            // [R, R, c_z]
   // Every frame starts at the origin, unrotated (the "black hole" initialisation).
-  torch::Tensor quaternion = torch::zeros({residues, 4}, single.options()).index_fill_(1, torch::tensor({0}), 1.0);
+  torch::Tensor quaternion = torch::zeros({residues, 4}, single.options());  // (1, 0, 0, 0): no rotation
+  quaternion.select(1, 0).fill_(1.0);
   torch::Tensor translation = torch::zeros({residues, 3}, single.options());  // units of position_scale
   std::vector<torch::Tensor> quaternions, translations, raw_angles, angles, rotations, origins, atoms;
   for (int64_t layer = 0; layer < sizes.layers; ++layer) {

@@ -42,7 +42,7 @@ inline void expect_like_alphafold(const torch::Tensor& actual, const torch::Tens
                                   double tolerance = 1e-5) {
   ASSERT_EQ(actual.sizes(), expected.sizes()) << what;
   const double scale = expected.abs().max().item<double>();
-  const double difference = (actual.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
+  const double difference = (actual.to(torch::kCPU, torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
   std::cout << "  " << what << ": max |difference| " << difference << " of max |value| " << scale << "\n";
   const bool vanishes = scale < 1e-4;
   EXPECT_LE(vanishes ? actual.abs().max().item<double>() : difference, tolerance * (vanishes ? 1.0 : scale)) << what;

@@ -16,6 +16,7 @@
 #include "apps/fastfold/structure_labels.h"
 #include "core/util/error.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
+#include "tests/support/devices.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 
@@ -56,16 +57,18 @@ AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, tor
   return labels;
 }
 
-// The golden batch's iterations through `model` (gradients on the last), each iteration's recycled values
-// and the last one's representations and logits against `golden`'s (AlphaFold's on the same parameters).
+// The golden batch's iterations through `model` (gradients on the last) on the device of `geometry`, each
+// iteration's recycled values and the last one's representations and logits against `golden`'s (AlphaFold's
+// on the same parameters).
 AlphaFoldOutputs run_like_alphafold(AlphaFoldImpl& model, const io::NpzArrays& golden, const ResidueGeometry& geometry) {
   const int64_t iterations = testing::alphafold_golden("model.npz").at("feat/aatype").size(0);
-  Recycled previous = Recycled::zeros(24, model.sizes, torch::TensorOptions(torch::kFloat32));
+  const auto options = torch::TensorOptions(torch::kFloat32).device(geometry.atom14_positions.device());
+  Recycled previous = Recycled::zeros(24, model.sizes, options);
   AlphaFoldOutputs out;
   for (int64_t i = 0; i < iterations; ++i) {
     const bool last = i + 1 == iterations;
     torch::AutoGradMode grad(last);
-    out = model.iteration(golden_features(i), previous, geometry);
+    out = model.iteration(golden_features(i).to(options), previous, geometry);
     previous = out.recycled();
     const std::string it = "iter" + std::to_string(i) + "/";
     expect_like_alphafold(previous.msa_first_row, golden.at(it + "prev_msa_first_row"), it + "first MSA row");
@@ -81,18 +84,21 @@ AlphaFoldOutputs run_like_alphafold(AlphaFoldImpl& model, const io::NpzArrays& g
   return out;
 }
 
-TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
+void expect_alphafolds_values_and_loss_on(const torch::Device& device) {
   const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
   AlphaFold model(testing::golden_tiny_sizes());
   load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
-  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  model->to(device);
+  const auto options = torch::TensorOptions(torch::kFloat32).device(device);
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(options);
   const int64_t iterations = golden.at("feat/aatype").size(0);
   const AlphaFoldOutputs out = run_like_alphafold(*model, golden, geometry);
   expect_like_alphafold(plddt_of_logits(out.plddt_logits.detach()), golden.at("out/plddt"), "pLDDT");
   const torch::Tensor traj = golden.at("out/structure_module/traj");
   expect_like_alphafold(out.structure.translations.detach(), traj.narrow(-1, 4, 3), "backbone origins");
 
-  const AlphaFoldLoss loss = alphafold_loss(out, golden_labels(geometry, iterations - 1), geometry, model->sizes, {});
+  const AlphaFoldLabels labels = golden_labels(testing::alphafold_residue_geometry(), iterations - 1).to(options);
+  const AlphaFoldLoss loss = alphafold_loss(out, labels, geometry, model->sizes, {});
   expect_like_alphafold(loss.distogram.detach(), golden.at("loss/distogram"), "distogram loss");
   expect_like_alphafold(loss.masked_msa.detach(), golden.at("loss/masked_msa"), "masked MSA loss");
   expect_like_alphafold(loss.plddt.detach(), golden.at("loss/predicted_lddt"), "pLDDT loss");
@@ -106,11 +112,20 @@ TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
     ASSERT_TRUE(grads.count(p.key)) << p.key;
     const torch::Tensor expected = p.block >= 0 ? grads.at(p.key)[p.block] : grads.at(p.key);
     const double scale = expected.abs().max().item<double>();
-    const double difference = (p.tensor.grad() - expected).abs().max().item<double>();
+    const double difference = (p.tensor.grad().cpu() - expected).abs().max().item<double>();
     if (scale > 1e-4) worst = std::max(worst, difference / scale);
   }
   std::cout << "  worst relative gradient difference: " << worst << "\n";
   EXPECT_LT(worst, 1e-4);
+}
+
+// On every device the machine has (the CPU, and a GPU where one is visible: the CUDA path against the same
+// golden values, at the same tolerances).
+TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
+  for (const torch::Device& device : kuafu::testing::devices_to_test()) {
+    SCOPED_TRACE(device.str());
+    expect_alphafolds_values_and_loss_on(device);
+  }
 }
 
 // In float64 against AlphaFold run in float64 (model_float64.npz, alphafold_reference_float64.py) on the

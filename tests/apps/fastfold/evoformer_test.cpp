@@ -14,6 +14,7 @@
 #include "apps/fastfold/evoformer.h"
 #include "core/io/npz.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
+#include "tests/support/devices.h"
 
 namespace kuafu::fold {
 namespace {
@@ -134,9 +135,10 @@ TEST(EvoformerModuleTest, AnIterationOfEitherStackIsAlphaFolds) {
 // Chunked inference: an Evoformer iteration and an extra-MSA iteration with their attention, transitions and
 // outer product mean 3 entries at a time equal the whole computation, values and every gradient (float64,
 // padded rows and columns included: 1e-12 of the largest entry), and so do both without gradients (the
-// in-place inference path).
-TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
+// in-place inference path); on every device the machine has.
+void expect_chunked_equals_whole_on(const torch::Device& device) {
   auto g = at::detail::createCPUGenerator(17);
+  const auto options = torch::TensorOptions(torch::kFloat64).device(device);
   for (const bool extra : {false, true}) {
     EvoformerBlock block(EvoformerSizes{extra ? 8 : 16, 8, 2, 2, 4, 8, 4, extra});
     block->to(torch::kFloat64);
@@ -144,10 +146,11 @@ TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
       torch::NoGradGuard no_grad;
       for (auto& p : block->parameters()) p.normal_(0, 0.3, g);
     }
+    block->to(device);
     const int64_t s = 5, r = 11;
-    const torch::Tensor m0 = torch::randn({s, r, extra ? 8 : 16}, g, torch::kFloat64);
-    const torch::Tensor z0 = torch::randn({r, r, 8}, g, torch::kFloat64);
-    torch::Tensor msa_mask = torch::ones({s, r}, torch::kFloat64), pair_mask = torch::ones({r, r}, torch::kFloat64);
+    const torch::Tensor m0 = torch::randn({s, r, extra ? 8 : 16}, g, torch::kFloat64).to(device);
+    const torch::Tensor z0 = torch::randn({r, r, 8}, g, torch::kFloat64).to(device);
+    torch::Tensor msa_mask = torch::ones({s, r}, options), pair_mask = torch::ones({r, r}, options);
     msa_mask[s - 1].narrow(0, 6, 5).zero_();
     pair_mask.narrow(0, r - 2, 2).zero_();
     std::vector<torch::Tensor> outputs, gradients;
@@ -170,6 +173,13 @@ TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
     for (size_t i = 1; i < outputs.size(); ++i)
       EXPECT_LT((outputs[0] - outputs[i]).abs().max().item<double>(), 1e-12 * outputs[0].abs().max().item<double>()) << extra << " " << i;
     EXPECT_LT((gradients[0] - gradients[1]).abs().max().item<double>(), 1e-12 * gradients[0].abs().max().item<double>()) << extra;
+  }
+}
+
+TEST(EvoformerBlockTest, ChunkedEqualsWhole) {
+  for (const torch::Device& device : kuafu::testing::devices_to_test()) {
+    SCOPED_TRACE(device.str());
+    expect_chunked_equals_whole_on(device);
   }
 }
 
