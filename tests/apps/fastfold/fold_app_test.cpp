@@ -13,8 +13,10 @@
 #include "apps/fastfold/alphafold_batch.h"
 #include "apps/fastfold/commands.h"
 #include "apps/fastfold/feature_cache.h"
+#include "apps/fastfold/fold_settings.h"
 #include "apps/fastfold/fold_task.h"
 #include "apps/fastfold/pdb_file.h"
+#include "core/parallel/tensor/factory.h"
 #include "core/util/error.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
 
@@ -251,6 +253,30 @@ TEST(FoldDataTest, TheFeatureCacheGivesTheSourcesChains) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("features.h5"), std::string::npos) << e.what();
   }
+}
+
+// Every config the app ships loads against the schema with its cross-key checks, and alphafold.toml describes
+// AlphaFold 2's model (48 blocks, crops of 256) of about 93M parameters, as commonly cited for it (Kuafu models
+// no templates: within 90-95M), counted on a model described on the meta device.
+TEST(FoldConfigsTest, EveryShippedConfigValidates) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(KUAFU_SOURCE_DIR) / "apps/fastfold/configs")) {
+    SCOPED_TRACE(entry.path().string());
+    const config::Config config = config::Config::load(entry.path().string(), fold_schema());
+    const FoldSettings settings = read_fold_settings(config);
+    AlphaFold described(settings.model, parallel::ModelOptions::serial_on(torch::kMeta));
+    int64_t parameters = 0;
+    for (const auto& p : described->parameters()) parameters += p.numel();
+    std::cout << "  " << entry.path().filename().string() << ": " << parameters << " parameters\n";
+    if (entry.path().filename() == "alphafold.toml") {
+      EXPECT_EQ(settings.model.evoformer_blocks, 48);
+      EXPECT_EQ(settings.crop_size, 256);
+      EXPECT_GT(parameters, 90'000'000);
+      EXPECT_LT(parameters, 95'000'000);
+    }
+    ++count;
+  }
+  EXPECT_GE(count, 2);
 }
 
 TEST(FoldAppTest, BadInputsAreNamed) {
