@@ -99,37 +99,50 @@ int64_t AlphaFoldImpl::iterations(const hooks::Batch& batch) const { return batc
 
 hooks::Batch AlphaFoldImpl::iteration_batch(const hooks::Batch& batch, int64_t i) const { return iteration_features(batch, i); }
 
+torch::ScalarType AlphaFoldImpl::trunk_dtype() const { return evoformer->single_activations->weights.scalar_type(); }
+
+torch::ScalarType AlphaFoldImpl::output_dtype() const {
+  return structure_module->parameters().front().scalar_type();
+}
+
 hooks::Tensors AlphaFoldImpl::head_streams(const hooks::Batch& batch, const hooks::Tensors& recycled) {
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
   const AlphaFoldFeatures f = features_of(batch);
   const Recycled previous = recycled.empty() ? Recycled::zeros(f.aatype.size(0), sizes, f.target_feat.options())
                                              : Recycled{recycled.at(0), recycled.at(1), recycled.at(2)};
+  // The features and what is recycled come in the outputs' dtype; the trunk may run in another (bf16 inference).
+  const torch::ScalarType dtype = trunk_dtype();
+  const auto in_trunk = [dtype](const torch::Tensor& t) { return t.to(dtype); };
   // The MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
-  auto [m, z] = trunk.input_embedder(f.target_feat, f.msa_feat, f.residue_index);
+  auto [m, z] = trunk.input_embedder(in_trunk(f.target_feat), in_trunk(f.msa_feat), f.residue_index);
   const torch::Tensor previous_beta =
       pseudo_beta(f.aatype, previous.positions, torch::ones_like(previous.positions.select(-1, 0))).first;
-  const auto [first_row, pair_update] = trunk.recycling_embedder(previous.msa_first_row, previous.pair, previous_beta);
+  const auto [first_row, pair_update] =
+      trunk.recycling_embedder(in_trunk(previous.msa_first_row), in_trunk(previous.pair), previous_beta);
   m = torch::cat({m.narrow(0, 0, 1) + first_row.unsqueeze(0), m.narrow(0, 1, m.size(0) - 1)});
   z = z + pair_update;
   // Under DAP each rank runs the stacks on its rows of the streams (every rank embedded them whole).
   if (sizes.extra_msa_blocks == 0) return {layout.mine(m, 0), layout.mine(z, 0)};
-  const torch::Tensor e = trunk.extra_msa_activations(extra_msa_features(f.extra_msa, f.extra_has_deletion, f.extra_deletion_value));
+  const torch::Tensor e =
+      trunk.extra_msa_activations(extra_msa_features(f.extra_msa, in_trunk(f.extra_has_deletion), in_trunk(f.extra_deletion_value)));
   return {layout.mine(m, 0), layout.mine(z, 0), layout.mine(e, 0)};
 }
 
 hooks::Tensors AlphaFoldImpl::block_streams(int64_t i, const hooks::Tensors& streams, const hooks::Batch& batch) {
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
-  const torch::Tensor seq_mask = batch["seq_mask"];
+  // The masks in the streams' dtype (a float32 mask would lift a bf16 trunk's logits to float32).
+  const torch::ScalarType dtype = streams.at(1).scalar_type();
+  const torch::Tensor seq_mask = batch["seq_mask"].to(dtype);
   const torch::Tensor pair_mask = seq_mask.unsqueeze(1) * seq_mask.unsqueeze(0);  // [R, R]
   if (i < sizes.extra_msa_blocks) {
     EvoformerBlockImpl& block = *trunk.extra_msa_stack[static_cast<size_t>(i)]->as<EvoformerBlock>();
-    const auto [e, z] = block.forward(streams.at(2), streams.at(1), batch["extra_msa_mask"], pair_mask, chunk_size, layout);
+    const auto [e, z] = block.forward(streams.at(2), streams.at(1), batch["extra_msa_mask"].to(dtype), pair_mask, chunk_size, layout);
     // The MSA stream passes by; the extra MSA ends with its stack.
     if (i + 1 == sizes.extra_msa_blocks) return {streams.at(0), z};
     return {streams.at(0), z, e};
   }
   EvoformerBlockImpl& block = *trunk.evoformer_iteration[static_cast<size_t>(i - sizes.extra_msa_blocks)]->as<EvoformerBlock>();
-  const auto [m, z] = block.forward(streams.at(0), streams.at(1), batch["msa_mask"], pair_mask, chunk_size, layout);
+  const auto [m, z] = block.forward(streams.at(0), streams.at(1), batch["msa_mask"].to(dtype), pair_mask, chunk_size, layout);
   return {m, z};
 }
 
@@ -139,7 +152,12 @@ AlphaFoldOutputs AlphaFoldImpl::outputs(const hooks::Tensors& streams, const hoo
   AlphaFoldOutputs out;
   out.msa = layout.whole(streams.at(0), 0);
   out.pair = layout.whole(streams.at(1), 0);
-  out.single = evoformer->single_activations(out.msa.select(0, 0));
+  // The single projection in the trunk's dtype, then everything in the outputs' (the same but for bf16
+  // inference, where the structure module and the heads run in float32).
+  const torch::ScalarType dtype = output_dtype();
+  out.single = evoformer->single_activations(out.msa.select(0, 0)).to(dtype);
+  out.msa = out.msa.to(dtype);
+  out.pair = out.pair.to(dtype);
   out.structure = structure_module->forward(out.single, out.pair, aatype, batch["seq_mask"], geometry);
   out.atom37 = atom14_to_atom37(geometry, aatype, out.structure.atom14.select(0, -1));
   out.distogram_logits = distogram_head(out.pair);
@@ -169,8 +187,9 @@ hooks::Tensors AlphaFoldImpl::recycled_streams(const hooks::Tensors& final_strea
 
 const ResidueGeometry& AlphaFoldImpl::geometry_like(const torch::Tensor& like) {
   const torch::Tensor& kept = geometry_.atom14_positions;
-  if (!kept.defined() || kept.scalar_type() != like.scalar_type() || kept.device() != like.device()) {
-    geometry_ = ideal_residue_geometry().to(like.options());
+  const torch::ScalarType dtype = output_dtype();
+  if (!kept.defined() || kept.scalar_type() != dtype || kept.device() != like.device()) {
+    geometry_ = ideal_residue_geometry().to(like.options().dtype(dtype));
   }
   return geometry_;
 }

@@ -124,6 +124,10 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   // The final streams {m, z} -> the iteration's outputs (the structure module and heads on the whole
   // streams); `geometry` in the streams' dtype and device.
   AlphaFoldOutputs outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry);
+  // The dtype of the trunk (embedders, both stacks) and of the outputs (structure module, heads): the same
+  // in training; predict may run the trunk in bf16 with the rest in float32 (precision.dtype = "bf16").
+  torch::ScalarType trunk_dtype() const;
+  torch::ScalarType output_dtype() const;
   // AlphaFold's loss of an iteration's outputs against the batch's labels, with `settings`' weights.
   AlphaFoldLoss training_loss(const AlphaFoldOutputs& out, const hooks::Batch& batch, const AlphaFoldLossSettings& settings);
 
@@ -143,7 +147,7 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   PlddtHead predicted_lddt_head{nullptr};
 
  private:
-  // The ideal residues in `like`'s dtype and device (made once per dtype and device).
+  // The ideal residues on `like`'s device in the outputs' dtype (made once per dtype and device).
   const ResidueGeometry& geometry_like(const torch::Tensor& like);
   // The outputs through the tail's site, from the final streams.
   AlphaFoldOutputs tail_outputs(const hooks::Tensors& streams, const hooks::Batch& batch, const ResidueGeometry& geometry);

@@ -251,6 +251,12 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
   const std::string from = train::load_checkpoint_weights(config, command.option("checkpoint"), model, fold->model_part());
   auto& alphafold = dynamic_cast<AlphaFoldImpl&>(model);
   alphafold.eval();
+  // precision.dtype = "bf16": the trunk (embedders, extra-MSA stack, Evoformer) in bf16, half the bytes of
+  // the pair at long lengths; the structure module and the heads stay in float32.
+  const torch::Dtype trunk = train::compute_dtype(config, device);
+  KUAFU_CHECK(trunk != torch::kFloat16, "precision.dtype = \"fp16\": predict runs the trunk in \"bf16\" or \"fp32\" (AlphaFold's "
+              "masks of -1e9 overflow float16)");
+  alphafold.evoformer->to(trunk);
   alphafold.layout = dap::AxialLayout(runtime.dap);
   const auto start = std::chrono::steady_clock::now();
   const Prediction p = predict_chain(alphafold, chain, settings, settings.max_recycles + 1, settings.seed, device);

@@ -35,7 +35,9 @@ RecyclingEmbedderImpl::RecyclingEmbedderImpl(int64_t c_m, int64_t c_z, int64_t n
 std::pair<torch::Tensor, torch::Tensor> RecyclingEmbedderImpl::forward(const torch::Tensor& prev_msa_first_row,
                                                                        const torch::Tensor& prev_pair,
                                                                        const torch::Tensor& prev_pseudo_beta) {
-  const torch::Tensor z = prev_pos_linear(distance_bins(prev_pseudo_beta, bins, min_bin, max_bin)) + prev_pair_norm(prev_pair);
+  // The bins in the positions' dtype (float32 where the trunk runs in bf16), then exact 0/1 in the weights'.
+  const torch::Tensor bins_hit = distance_bins(prev_pseudo_beta, bins, min_bin, max_bin).to(prev_pos_linear->weights.scalar_type());
+  const torch::Tensor z = prev_pos_linear(bins_hit) + prev_pair_norm(prev_pair);
   return {prev_msa_first_row_norm(prev_msa_first_row), z};
 }
 

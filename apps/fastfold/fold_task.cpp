@@ -43,7 +43,7 @@ FoldExample prediction_example(const FoldChain& chain, const FoldSettings& setti
 }  // namespace
 
 hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device) {
-  return example_batch(model, example, device, model.parameters().front().scalar_type());
+  return example_batch(model, example, device, model.output_dtype());
 }
 
 hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device, torch::Dtype dtype) {

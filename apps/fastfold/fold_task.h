@@ -37,7 +37,7 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
                          uint64_t seed, const torch::Device& device);
 
 // The example as the model's batch (alphafold_batch.h): padded for the model's DAP group's cuts, its floating
-// features and labels in the model's dtype (float64 in the exactness tests), on `device`.
+// features and labels in the dtype of the model's outputs (float64 in the exactness tests), on `device`.
 hooks::Batch example_batch(AlphaFoldImpl& model, const FoldExample& example, const torch::Device& device);
 // The same in `dtype`: the run's compute dtype where the model is not cast to it yet (the benchmark builds its
 // batch before the precision strategy casts the model).
