@@ -38,6 +38,15 @@ FolderLock::FolderLock(const std::string& folder, const std::string& what) {
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
 }
 
+bool FolderLock::held(const std::string& folder) {
+  const std::string path = (std::filesystem::path(folder) / ".kuafu.lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool taken = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases the lock if this call took it
+  return taken;
+}
+
 FolderLock::~FolderLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
