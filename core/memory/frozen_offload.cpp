@@ -2,14 +2,32 @@
 
 #include <set>
 
+#include "core/memory/storage_memory.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
 
-FrozenWeightOffload::FrozenWeightOffload(torch::nn::Module& model, const torch::Device& device) : device_(device) {
+FrozenWeightOffload::FrozenWeightOffload(torch::nn::Module& model, const torch::Device& device, std::optional<DiskTierOptions> disk)
+    : device_(device) {
   torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) {
+  if (disk) disk_ = std::make_unique<DiskTier>(std::move(*disk));
+  for (const auto& item : model.named_parameters()) {
+    torch::Tensor p = item.value();
     if (p.requires_grad() || !p.is_floating_point()) continue;
+    named_[item.key()] = p.unsafeGetTensorImpl();
+    if (disk_) {
+      // Its file written from a host copy; while away the parameter is its shape without memory.
+      const int64_t chunk = static_cast<int64_t>(frozen_.size());
+      const torch::Tensor values = p.detach().to(torch::kCPU).contiguous();
+      const int64_t bytes = values.numel() * static_cast<int64_t>(values.element_size());
+      disk_->write(chunk, values.data_ptr(), bytes).wait();
+      disk_bytes_ += bytes;
+      const torch::Tensor away = torch::empty(p.sizes(), p.options().device(torch::kCPU));
+      free_storage(away);
+      p.set_data(away);
+      frozen_[p.unsafeGetTensorImpl()] = {p, away, chunk};
+      continue;
+    }
     // A weight made in host memory (lazy construction) stays where it is.
     torch::Tensor host = p.detach();
     if (!p.device().is_cpu() || (device.is_cuda() && !p.is_pinned())) {
@@ -25,7 +43,45 @@ FrozenWeightOffload::FrozenWeightOffload(torch::nn::Module& model, const torch::
 
 FrozenWeightOffload::~FrozenWeightOffload() {
   torch::NoGradGuard no_grad;
-  for (auto& [impl, f] : frozen_) f.parameter.set_data(f.host.to(device_));
+  for (auto& [impl, f] : frozen_) {
+    DiskTransfer read;
+    const torch::Tensor values = from_home(f, &read);
+    read.wait();
+    f.parameter.set_data(values.to(device_));
+  }
+}
+
+torch::Tensor FrozenWeightOffload::from_home(Frozen& f, DiskTransfer* pending) {
+  if (f.chunk < 0) return f.host;
+  torch::Tensor buffer = torch::empty(f.host.sizes(), f.host.options().device(torch::kCPU).pinned_memory(device_.is_cuda()));
+  *pending = disk_->read(f.chunk, buffer.data_ptr(), buffer.numel() * static_cast<int64_t>(buffer.element_size()));
+  return buffer;
+}
+
+io::NamedTensors FrozenWeightOffload::with_values_from_disk(io::NamedTensors weights) {
+  std::vector<DiskTransfer> reads;
+  for (auto& [name, tensor] : weights) {
+    const auto it = named_.find(name);
+    if (!disk_ || it == named_.end()) continue;
+    reads.emplace_back();
+    tensor = from_home(frozen_.at(it->second), &reads.back());
+  }
+  for (const DiskTransfer& read : reads) read.wait();
+  return weights;
+}
+
+void FrozenWeightOffload::write_values_to_disk(const io::NamedTensors& weights) {
+  std::vector<DiskTransfer> writes;
+  for (const auto& [name, tensor] : weights) {
+    const auto it = named_.find(name);
+    if (!disk_ || it == named_.end()) continue;
+    const Frozen& f = frozen_.at(it->second);
+    KUAFU_CHECK(tensor.is_cpu() && tensor.is_contiguous() && tensor.scalar_type() == f.host.scalar_type() &&
+                    tensor.sizes() == f.host.sizes(),
+                "frozen weights on the disk tier: ", name, " must come back as the host copy with_values_from_disk gave");
+    writes.push_back(disk_->write(f.chunk, tensor.data_ptr(), tensor.numel() * static_cast<int64_t>(tensor.element_size())));
+  }
+  for (const DiskTransfer& write : writes) write.wait();
 }
 
 std::vector<FrozenWeightOffload::Frozen*> FrozenWeightOffload::frozen_of(const hooks::BlockCall& call) {
@@ -42,11 +98,23 @@ std::vector<FrozenWeightOffload::Frozen*> FrozenWeightOffload::frozen_of(const h
 
 void FrozenWeightOffload::fetch(const hooks::BlockCall& call) {
   torch::NoGradGuard no_grad;
-  for (Frozen* f : frozen_of(call)) {
+  const std::vector<Frozen*> frozen = frozen_of(call);
+  // The block's reads from the disk tier are all queued before the first is waited for (the I/O threads
+  // share them).
+  std::vector<DiskTransfer> reads(frozen.size());
+  std::vector<torch::Tensor> homes;
+  for (size_t i = 0; i < frozen.size(); ++i) homes.push_back(from_home(*frozen[i], &reads[i]));
+  for (size_t i = 0; i < frozen.size(); ++i) {
+    reads[i].wait();
+    Frozen& f = *frozen[i];
+    if (f.chunk >= 0 && device_.is_cpu()) {  // what was read is already the block's own copy
+      f.parameter.set_data(homes[i]);
+      continue;
+    }
     // A fresh copy on the device each time (a real copy on a CPU run too); the host copy stays home.
-    torch::Tensor here = torch::empty(f->host.sizes(), f->host.options().device(device_).pinned_memory(false));
-    here.copy_(f->host, /*non_blocking=*/device_.is_cuda());
-    f->parameter.set_data(here);
+    torch::Tensor here = torch::empty(homes[i].sizes(), homes[i].options().device(device_).pinned_memory(false));
+    here.copy_(homes[i], /*non_blocking=*/device_.is_cuda());
+    f.parameter.set_data(here);
   }
 }
 
@@ -57,6 +125,11 @@ void FrozenWeightOffload::release(const hooks::BlockCall& call) {
 }
 
 std::string FrozenWeightOffload::describe() const {
+  if (disk_) {
+    return "frozen weights offloaded to the disk: " + std::to_string(frozen_.size()) + " tensors, " +
+           std::to_string(disk_bytes_ >> 20) + " MiB in files under " + disk_->folder() +
+           (disk_->direct() ? " (O_DIRECT)" : " (through the page cache)") + ", read to " + device_.str() + " one block at a time";
+  }
   return "frozen weights offloaded: " + std::to_string(frozen_.size()) + " tensors, " + std::to_string(host_bytes_ >> 20) +
          " MiB in host memory, brought to " + device_.str() + " one block at a time";
 }

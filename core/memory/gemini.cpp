@@ -2,27 +2,10 @@
 
 #include <algorithm>
 
+#include "core/memory/storage_memory.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
-namespace {
-
-// The chunk's memory goes back to the allocator, but its storage object stays: the parameters and any
-// views autograd saved keep pointing at it and see the data again once it is re-allocated and filled.
-void free_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  storage->set_nbytes(0);
-}
-
-void allocate_storage(const torch::Tensor& t) {
-  c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
-  const size_t nbytes = static_cast<size_t>(t.numel()) * t.element_size();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(nbytes));
-  storage->set_nbytes(nbytes);
-}
-
-}  // namespace
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
     : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype,

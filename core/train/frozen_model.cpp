@@ -21,7 +21,7 @@ FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, t
   optim::cast_floating_buffers(model, dtype_);
   if (offload) {
     // Its forward keeps no graph (nothing of it is trained), so no block's weights stay for a backward.
-    offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device);
+    offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device, frozen_disk_tier(config));
     hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(offload_.get());
     if (!hooks_installed_) {
       config.fail_at("memory.offload_frozen", "needs a model that runs its blocks through the block-call interface "
@@ -54,13 +54,19 @@ FrozenModel::~FrozenModel() {
 
 std::vector<CheckpointPart> FrozenModel::checkpoint_parts() const {
   if (!options_.saved) return {};
-  return {{options_.name, named_weights(model_), {}, ""}};
+  // Weights whose home is the disk are read back for the checkpoint (a host copy while it is written).
+  io::NamedTensors weights = named_weights(model_);
+  if (offload_ && offload_->on_disk()) weights = offload_->with_values_from_disk(std::move(weights));
+  return {{options_.name, std::move(weights), {}, ""}};
 }
 
 void FrozenModel::load(const std::string& folder) {
   if (!options_.saved) return;
   io::NamedTensors weights = named_weights(model_);
+  const bool on_disk = offload_ && offload_->on_disk();
+  if (on_disk) weights = offload_->with_values_from_disk(std::move(weights));  // host copies to load into
   CheckpointStore::load_weights(folder, weights, nullptr, options_.name);
+  if (on_disk) offload_->write_values_to_disk(weights);
 }
 
 }  // namespace kuafu::train

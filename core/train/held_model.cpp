@@ -24,9 +24,25 @@ const HeldModel& held_model(const config::Config& config, const std::string& nam
   const std::string model = model_named(config, name);
   return config.once<HeldModel>("held_model:" + model, [&] {
     const config::Config section = section_named(config, model);
-    return HeldModel{section.get_string("memory.strategy"), section.get_bool("memory.offload_frozen"),
-                     section.get_string("precision.dtype")};
+    HeldModel held{section.get_string("memory.strategy"), section.get_bool("memory.offload_frozen"),
+                   section.get_string("memory.disk_dir"), section.get_float("memory.disk_budget_gb"),
+                   section.get_string("precision.dtype")};
+    // Until Gemini places chunks there (issue 55), the disk tier holds offloaded frozen weights only.
+    if (!held.disk_dir.empty() && !held.offload_frozen) {
+      section.fail_at("memory.disk_dir", "holds a frozen model's weights under memory.offload_frozen = true and nothing "
+                                         "else yet (Gemini's chunks on the disk tier are still to come)");
+    }
+    return held;
   });
+}
+
+std::optional<memory::DiskTierOptions> frozen_disk_tier(const config::Config& config, const std::string& name) {
+  const HeldModel& held = held_model(config, name);
+  if (held.disk_dir.empty()) return std::nullopt;
+  memory::DiskTierOptions options;
+  options.dir = held.disk_dir;
+  options.budget_bytes = static_cast<int64_t>(held.disk_budget_gb * static_cast<double>(int64_t{1} << 30));
+  return options;
 }
 
 c10::ScalarType compute_dtype(const config::Config& config, const c10::Device& device, const std::string& name) {

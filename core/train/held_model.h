@@ -3,18 +3,22 @@
 // reading of the model's own section (models.<name> over the top-level keys), so none can disagree.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 #include "core/config/config.h"
+#include "core/memory/disk_tier.h"
 
 namespace kuafu::train {
 
 struct HeldModel {
   std::string strategy;         // memory.strategy: none, zero1, zero2 or gemini
   bool offload_frozen = false;  // memory.offload_frozen
+  std::string disk_dir;         // memory.disk_dir: where offloaded frozen weights live ("": host memory)
+  double disk_budget_gb = 0;    // memory.disk_budget_gb
   std::string precision;        // precision.dtype: fp32, bf16, fp16 or fp64
   // Whether a trained model's weights, gradients and optimizer state are sharded in chunks.
   bool sharded() const { return strategy != "none"; }
@@ -22,6 +26,9 @@ struct HeldModel {
 
 // Model `name`'s settings ("": the model `config` is a view of, or the config's one model).
 const HeldModel& held_model(const config::Config& config, const std::string& name = "");
+
+// Model `name`'s disk tier for its offloaded frozen weights (memory.disk_dir), or none.
+std::optional<memory::DiskTierOptions> frozen_disk_tier(const config::Config& config, const std::string& name = "");
 
 // Model `name`'s compute dtype on `device` (its precision.dtype); fp16 on a CPU device fails at the key
 // (LibTorch's CPU kernels lack it).

@@ -122,6 +122,10 @@ void ModelState::offload_frozen_weights() {
   if (runtime_.tensor.enabled() || runtime_.pipelined()) {
     config_.fail_at(key, "runs without parallel.tensor and parallel.pipeline");
   }
+  if (!held_model(config_).disk_dir.empty()) {
+    config_.fail_at("memory.disk_dir", "holds a frozen model's weights (PPO's reference and reward models) but not yet a "
+                                       "trained model's frozen base (a LoRA base): leave it empty here");
+  }
   // After the masters: the frozen weights are already in the compute dtype.
   frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device);
   hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(frozen_offload_.get());

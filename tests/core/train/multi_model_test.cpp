@@ -18,6 +18,7 @@
 
 #include "core/hooks/block_sites.h"
 #include "core/io/safetensors.h"
+#include "core/memory/frozen_offload.h"
 #include "core/train/model_state.h"
 #include "core/train/run_folder.h"
 #include "core/train/step_loop.h"
@@ -250,6 +251,63 @@ TEST(MultiModelTest, FourModelsStopBetweenMicroStepsAndResumeExactly) {
   // The models moved: a resume that restored nothing would not be compared against a standing start.
   EXPECT_FALSE(torch::equal(*saved(root / "straight", "policy.model.safetensors").find("head.weight"),
                             *saved(root / "straight", "policy.model.safetensors", 2).find("head.weight")));
+}
+
+// The reference model's offloaded weights in files on the disk tier (memory.disk_dir) instead of host
+// memory: the same steps and checkpoints bit for bit, through a stop and a resume (its checkpoint saved from
+// the files and loaded back into them over other initial weights), and no scratch folder left behind.
+TEST(MultiModelTest, AReferenceOnTheDiskTrainsAsOneInHostMemory) {
+  const fs::path root = testing::temp_dir("ppo_disk");
+  const fs::path disk = root / "disk";
+  fs::create_directories(disk);
+  const std::vector<std::string> on_disk{"models.reference.memory.disk_dir=\"" + disk.string() + "\""};
+  train_ppo(ppo_config(root / "host"), 7);
+  train_ppo(ppo_config(root / "on_disk", on_disk), 7, /*stop_in_step=*/2);
+  ASSERT_TRUE(fs::exists(checkpoint_folder((root / "on_disk" / "checkpoints").string(), 2)));
+  train_ppo(ppo_config(root / "on_disk", on_disk), /*other initial weights, replaced by the checkpoint's*/ 99);
+  for (const auto& file : kFiles) expect_equal_files(saved(root / "on_disk", file), saved(root / "host", file), file);
+  const auto host = testing::metric_lines(root / "host" / "metrics.jsonl");
+  const auto resumed = testing::metric_lines(root / "on_disk" / "metrics.jsonl");
+  ASSERT_EQ(resumed.size(), host.size());
+  for (size_t i = 0; i < host.size(); ++i) EXPECT_EQ(resumed[i]["policy.loss"], host[i]["policy.loss"]) << "step " << i + 1;
+  EXPECT_TRUE(fs::is_empty(disk)) << "each run removes its scratch folder";
+  // The key holds frozen weights only, for now.
+  std::string misplaced = "no error";
+  try {
+    train_ppo(ppo_config(root / "misplaced", {"models.policy.memory.disk_dir=\"" + disk.string() + "\""}), 7);
+  } catch (const Error& e) {
+    misplaced = e.what();
+  }
+  EXPECT_NE(misplaced.find("memory.disk_dir"), std::string::npos) << misplaced;
+}
+
+// On the disk tier a frozen parameter is its shape without memory between its block's calls, its values
+// are in its file (and come back whole for a checkpoint), and the offload's end brings them back.
+TEST(MultiModelTest, FrozenWeightsOnTheDiskLeaveTheirShapeBehind) {
+  const fs::path disk = testing::temp_dir("frozen_disk");
+  Mlp model(4, 3);
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  const io::NamedTensors before = named_weights(*model);
+  std::map<std::string, torch::Tensor> values;
+  for (const auto& [name, t] : before) values[name] = t.clone();
+  {
+    memory::DiskTierOptions options;
+    options.dir = disk.string();
+    memory::FrozenWeightOffload offload(*model, torch::kCPU, options);
+    EXPECT_TRUE(offload.on_disk());
+    EXPECT_EQ(offload.host_bytes(), 0);
+    int64_t bytes = 0;
+    for (const auto& p : model->parameters()) {
+      EXPECT_EQ(p.storage().nbytes(), 0u);
+      bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    }
+    EXPECT_EQ(offload.disk_bytes(), bytes);
+    for (const auto& [name, t] : offload.with_values_from_disk(named_weights(*model))) {
+      EXPECT_TRUE(torch::equal(t, values.at(name))) << name;
+    }
+  }
+  for (const auto& [name, t] : named_weights(*model)) EXPECT_TRUE(torch::equal(t, values.at(name))) << name;
+  EXPECT_TRUE(fs::is_empty(disk));
 }
 
 TEST(MultiModelTest, EachTrainedModelStepsAsTheSingleModelTrainerWould) {
