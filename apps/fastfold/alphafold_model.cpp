@@ -101,9 +101,7 @@ hooks::Batch AlphaFoldImpl::iteration_batch(const hooks::Batch& batch, int64_t i
 
 torch::ScalarType AlphaFoldImpl::trunk_dtype() const { return evoformer->single_activations->weights.scalar_type(); }
 
-torch::ScalarType AlphaFoldImpl::output_dtype() const {
-  return structure_module->parameters().front().scalar_type();
-}
+torch::ScalarType AlphaFoldImpl::output_dtype() const { return structure_module->single_layer_norm->scale.scalar_type(); }
 
 hooks::Tensors AlphaFoldImpl::head_streams(const hooks::Batch& batch, const hooks::Tensors& recycled) {
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;

@@ -36,7 +36,8 @@ void remove_dead_runs_folders(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(DiskTier::kScratchPrefix, 0) != 0 || !entry.is_directory()) continue;
     // A folder without its lock file yet is being made by a starting run: left alone.
-    if (!fs::exists(entry.path() / ".kuafu.lock") || FolderLock::held(entry.path().string())) continue;
+    const std::string folder = entry.path().string();
+    if (!fs::exists(FolderLock::lock_file(folder)) || FolderLock::held(folder)) continue;
     fs::remove_all(entry.path(), error);
   }
 }

@@ -59,10 +59,11 @@ torch::Tensor FrozenWeightOffload::from_home(Frozen& f, DiskTransfer* pending) {
 }
 
 io::NamedTensors FrozenWeightOffload::with_values_from_disk(io::NamedTensors weights) {
+  if (!disk_) return weights;
   std::vector<DiskTransfer> reads;
   for (auto& [name, tensor] : weights) {
     const auto it = named_.find(name);
-    if (!disk_ || it == named_.end()) continue;
+    if (it == named_.end()) continue;
     reads.emplace_back();
     tensor = from_home(frozen_.at(it->second), &reads.back());
   }
@@ -71,10 +72,11 @@ io::NamedTensors FrozenWeightOffload::with_values_from_disk(io::NamedTensors wei
 }
 
 void FrozenWeightOffload::write_values_to_disk(const io::NamedTensors& weights) {
+  if (!disk_) return;
   std::vector<DiskTransfer> writes;
   for (const auto& [name, tensor] : weights) {
     const auto it = named_.find(name);
-    if (!disk_ || it == named_.end()) continue;
+    if (it == named_.end()) continue;
     const Frozen& f = frozen_.at(it->second);
     KUAFU_CHECK(tensor.is_cpu() && tensor.is_contiguous() && tensor.scalar_type() == f.host.scalar_type() &&
                     tensor.sizes() == f.host.sizes(),

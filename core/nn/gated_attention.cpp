@@ -87,8 +87,9 @@ torch::Tensor GatedAttentionImpl::attend(const torch::Tensor& queries, const tor
   for (const torch::Tensor& bias : biases) logits = inference ? logits.add_(bias) : logits + bias;
   // Clipped as AlphaFold 2.3 under current JAX clips them: a query whose every key is masked (-1e9) gets
   // the values' plain mean, and no gradient, since its logits no longer depend on q and k in floating point.
-  if (!biases.empty() && inference) logits.clamp_(-1e8, 1e8);
-  if (!biases.empty() && !inference) {
+  if (!biases.empty() && inference) {
+    logits.clamp_(-1e8, 1e8);
+  } else if (!biases.empty()) {
     // clamp() would keep the logits for its backward: one more [*, H, Q, K] tensor, the largest a block
     // saves. Only a mask's -1e9 reaches the bound, so the same values and gradients come from a select on
     // the masks' own small shapes (the biases that need no gradient; a learned bias never nears 1e8).

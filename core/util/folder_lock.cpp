@@ -16,7 +16,7 @@ FolderLock::FolderLock(const std::string& folder, const std::string& what) {
   std::error_code error;
   std::filesystem::create_directories(folder, error);
   KUAFU_CHECK(!error, what, " = ", folder, ": cannot create the folder: ", error.message());
-  const std::string path = (std::filesystem::path(folder) / ".kuafu.lock").string();
+  const std::string path = lock_file(folder);
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   KUAFU_CHECK(fd_ >= 0, "cannot open ", path, " (", what, "): ", std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -38,9 +38,10 @@ FolderLock::FolderLock(const std::string& folder, const std::string& what) {
   if (::ftruncate(fd_, 0) == 0) (void)!::pwrite(fd_, pid.data(), pid.size(), 0);
 }
 
+std::string FolderLock::lock_file(const std::string& folder) { return (std::filesystem::path(folder) / ".kuafu.lock").string(); }
+
 bool FolderLock::held(const std::string& folder) {
-  const std::string path = (std::filesystem::path(folder) / ".kuafu.lock").string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int fd = ::open(lock_file(folder).c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return false;
   const bool taken = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);  // releases the lock if this call took it

@@ -14,6 +14,8 @@ class FolderLock {
   FolderLock(const std::string& folder, const std::string& what);
   ~FolderLock();
   FolderLock(const FolderLock&) = delete;
+  // The lock file of `folder` (<folder>/.kuafu.lock).
+  static std::string lock_file(const std::string& folder);
   // Whether `folder` has a lock file whose lock a live holder (another process, or another FolderLock of
   // this one) has: false for a folder its run left when it died.
   static bool held(const std::string& folder);

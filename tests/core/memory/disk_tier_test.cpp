@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/memory/disk_tier.h"
+#include "core/util/folder_lock.h"
 #include "core/util/error.h"
 
 namespace kuafu::memory {
@@ -157,7 +158,7 @@ TEST(DiskTierTest, EachRunHasItsOwnScratchFolder) {
   const fs::path dead = dir / (std::string(DiskTier::kScratchPrefix) + "999999999-0");
   const fs::path starting = dir / (std::string(DiskTier::kScratchPrefix) + "999999999-1");
   fs::create_directories(dead);
-  std::ofstream(dead / ".kuafu.lock") << "999999999\n";
+  std::ofstream(FolderLock::lock_file(dead.string())) << "999999999\n";
   std::ofstream(dead / "chunk-0.bin") << "stale";
   fs::create_directories(starting);
   fs::create_directories(dir / "keep");
