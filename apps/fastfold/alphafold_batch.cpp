@@ -104,6 +104,12 @@ AlphaFoldLabels labels_of(const hooks::Batch& batch) {
   AlphaFoldLabels l;
   for (const auto& [name, tensor] : label_fields(l)) *tensor = batch[name];
   l.resolution = batch["resolution"].item<double>();
+  // The residue numbers are a feature, the same in every iteration: one iteration's, or the first of the stacked.
+  if (batch.features.count("residue_index")) {
+    l.residue_index = batch["residue_index"];
+  } else if (batch.features.count(kIterations + "residue_index")) {
+    l.residue_index = batch[kIterations + "residue_index"][0];
+  }
   l.structure.clamped_fape_fraction = batch["use_clamped_fape"].item<double>();
   return l;
 }

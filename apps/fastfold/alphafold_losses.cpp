@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "core/util/error.h"
+
 namespace kuafu::fold {
 namespace {
 
@@ -21,6 +23,7 @@ AlphaFoldLabels AlphaFoldLabels::to(const torch::TensorOptions& options) const {
   l.structure = structure.to(options);
   l.true_msa = true_msa.to(options.device());
   for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.bert_mask}) *t = t->to(options.device(), options.dtype());
+  if (l.residue_index.defined()) l.residue_index = l.residue_index.to(options.device());
   return l;
 }
 
@@ -66,6 +69,16 @@ AlphaFoldLoss alphafold_loss(const AlphaFoldOutputs& out, const AlphaFoldLabels&
   loss.structure = structure_module_loss(out.structure, labels.structure, geometry, settings.structure);
   loss.total = settings.distogram_weight * loss.distogram + settings.masked_msa_weight * loss.masked_msa +
                settings.structure_weight * loss.structure.loss + settings.plddt_weight * loss.plddt;
+  if (settings.violation_weight > 0) {
+    // 1.9.11, added to the structure module's loss as AlphaFold does (so under its weight too).
+    KUAFU_CHECK(labels.residue_index.defined(), "AlphaFold's violation loss: the labels carry no residue_index");
+    const StructureLabels& s = labels.structure;
+    const StructuralViolations violations =
+        structural_violations(out.structure.atom14.select(0, -1), s.atom14_type_exists, s.aatype, labels.residue_index,
+                              atom14_distance_bounds(settings.violation), settings.violation);
+    loss.violation = violation_loss(violations, s.atom14_type_exists);
+    loss.total = loss.total + settings.structure_weight * settings.violation_weight * loss.violation;
+  }
   return loss;
 }
 

@@ -16,6 +16,8 @@ struct AlphaFoldLabels {
   torch::Tensor pseudo_beta, pseudo_beta_mask;  // [R, 3], [R]
   torch::Tensor true_msa;                 // [S, R] int64: the cluster rows before BERT masking
   torch::Tensor bert_mask;                // [S, R]: 1 where a position was masked
+  torch::Tensor residue_index;            // [R] int64, the feature's: the violation loss checks peptide bonds
+                                          //   only between residues numbered one after the other
   double resolution = 0.0;                // Å; pLDDT is trained on structures from 0.1 to 3 Å only
 
   AlphaFoldLabels to(const torch::TensorOptions& options) const;  // the floating labels in its dtype
@@ -24,6 +26,7 @@ struct AlphaFoldLabels {
 struct AlphaFoldLoss {
   torch::Tensor total;
   torch::Tensor distogram, masked_msa, plddt;
+  torch::Tensor violation;  // [] where settings.violation_weight > 0, else undefined
   StructureLoss structure;
 };
 

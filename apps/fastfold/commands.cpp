@@ -268,7 +268,11 @@ void predict_command(const config::Config& config, const config::ParsedCommand& 
                          {"msa_rows", chain.msa.rows.size(0)}, {"mean_plddt", p.plddt.mean().item<double>()},
                          {"device", device.str()}, {"seconds", seconds},
                          // the GPU allocator's peak, or on the CPU the process's peak resident set
-                         {"peak_mb", static_cast<double>(memory::peak_bytes(device)) / (1 << 20)}};
+                         {"peak_mb", static_cast<double>(memory::peak_bytes(device)) / (1 << 20)},
+                         // fractions of residues breaking a peptide bond, clashing, out of bounds within, any
+                         {"violations", {{"bond", p.violations.bond}, {"clash", p.violations.clash},
+                                         {"within", p.violations.within}, {"any", p.violations.any}}},
+                         {"violation_loss", p.violation_loss}};
   if (!id.empty()) {
     line["lddt_ca"] = p.scores.lddt_ca;
     line["tm_score"] = p.scores.tm_score;
@@ -321,7 +325,7 @@ int run_fold_app(int argc, const char* const argv[]) {
   };
   app.item_help = "a random chain of data.crop_size residues with every recycling iteration";
   app.export_help = "a folder with params_model_kuafu.npz, DeepMind's parameter layout (AlphaFold, OpenFold, ColabFold read it)";
-  app.eval_help = "loss, lDDT-Ca, TM-score, GDT-TS, Ca RMSD and pLDDT's correlation with lDDT on the validation chains";
+  app.eval_help = "loss, lDDT-Ca, TM-score, GDT-TS, Ca RMSD, pLDDT's correlation with lDDT and the residues with violations on the validation chains";
   return train::run_app(app, argc, argv);
 }
 

@@ -50,6 +50,9 @@ config::Schema fold_schema() {
   s.add_float("loss.distogram", 0.3, "distogram loss weight").min(0);
   s.add_float("loss.masked_msa", 2.0, "masked MSA loss weight").min(0);
   s.add_float("loss.plddt", 0.01, "pLDDT loss weight").min(0);
+  s.add_float("loss.violation", 0.0, "structural violation loss weight (AlphaFold's fine-tuning stage: 1)").min(0);
+  s.add_float("loss.violation_tolerance", 12.0, "spreads of the PDB's distribution a bond or angle may deviate").min(0);
+  s.add_float("loss.clash_overlap", 1.5, "Å two atoms' van der Waals radii may overlap before they clash").min(0);
 
   s.add_int("prepare.max_chains", 0, "chains drawn from the structure database (0: all 20,648 distinct sequences)").min(0);
   s.add_int("prepare.min_length", 40, "shortest chain").min(1);
@@ -104,6 +107,9 @@ FoldSettings read_fold_settings(const config::Config& c) {
   s.loss.distogram_weight = c.get_float("loss.distogram");
   s.loss.masked_msa_weight = c.get_float("loss.masked_msa");
   s.loss.plddt_weight = c.get_float("loss.plddt");
+  s.loss.violation_weight = c.get_float("loss.violation");
+  s.loss.violation.tolerance_factor = c.get_float("loss.violation_tolerance");
+  s.loss.violation.clash_overlap = c.get_float("loss.clash_overlap");
   s.seed = train::read_train_settings(c).seed;
   return s;
 }

@@ -84,6 +84,14 @@ Prediction predict_chain(AlphaFoldImpl& model, const FoldChain& chain, const Fol
   const torch::Tensor predicted = p.outputs.atom37.select(1, ca).cpu();
   p.true_lddt = lddt(predicted.unsqueeze(0), truth.unsqueeze(0), mask.view({1, -1, 1}), 15.0, true)[0];
   if (scored) p.scores = structure_scores(predicted, truth, mask);
+  const torch::Tensor atom14 = p.outputs.structure.atom14.select(0, -1);  // [R, 14, 3]
+  const torch::Tensor aatype = chain.aatype.to(atom14.device());
+  const torch::Tensor exists = per_residue(ideal_residue_geometry().atom14_exists.to(atom14.options()), aatype);
+  const StructuralViolations violations =
+      structural_violations(atom14, exists, aatype, chain.residue_index.to(atom14.device()),
+                            atom14_distance_bounds(settings.loss.violation), settings.loss.violation);
+  p.violations = violation_fractions(violations, torch::ones({chain.aatype.size(0)}, atom14.options()));
+  p.violation_loss = violation_loss(violations, exists).item<double>();
   return p;
 }
 
@@ -135,7 +143,8 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
   // extra: lDDT-Cα, TM-score, GDT-TS, RMSD sums; then Σx, Σy, Σx², Σy², Σxy, count over residues of
   // (pLDDT/100, true lDDT) for Pearson's r over every rank's residues.
   // Then the baselines' lDDT-Cα: the ideal helix's, the secondary-structure chain's and the chains it had.
-  sums.extra.assign(13, 0.0);
+  // Then the fraction of residues with a structural violation, and the violation loss.
+  sums.extra.assign(15, 0.0);
   model_->eval();
   for (int64_t i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
     const FoldChain chain = crop_chain(val_[static_cast<size_t>(i)], 0, settings_.eval_crop_size);
@@ -162,6 +171,8 @@ train::LossSum FoldTask::evaluate(int rank, int ranks) {
       sums.extra[11] += baseline(secondary_structure_ca(chain.dssp));
       sums.extra[12] += 1;
     }
+    sums.extra[13] += p.violations.any;
+    sums.extra[14] += p.violation_loss;
   }
   model_->train();
   return sums;
@@ -178,7 +189,9 @@ std::vector<train::EvalMetric> FoldTask::eval_metrics(const train::LossSum& s) c
           {"val_rmsd_ca", "RMSD", s.extra[3] / chains, false},
           {"val_plddt_r", "pLDDT r", r, false},
           {"val_helix_lddt_ca", "ideal-helix lDDT-Ca", s.extra[10] / chains, false},
-          {"val_ss_lddt_ca", "secondary-structure lDDT-Ca", s.extra[11] / std::max(s.extra[12], 1.0), false}};
+          {"val_ss_lddt_ca", "secondary-structure lDDT-Ca", s.extra[11] / std::max(s.extra[12], 1.0), false},
+          {"val_violations", "residues with violations", s.extra[13] / chains, false},
+          {"val_violation_loss", "violation loss", s.extra[14] / chains, false}};
 }
 
 }  // namespace kuafu::fold

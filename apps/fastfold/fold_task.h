@@ -13,6 +13,7 @@
 #include "apps/fastfold/fold_data.h"
 #include "apps/fastfold/fold_settings.h"
 #include "apps/fastfold/structure_metrics.h"
+#include "apps/fastfold/violations.h"
 #include "core/io/epoch_order.h"
 #include "core/train/model_task.h"
 
@@ -24,6 +25,8 @@ struct Prediction {
   torch::Tensor plddt;        // [R] 0..100
   torch::Tensor true_lddt;    // [R] per-residue lDDT-Cα of the prediction, 0..1
   StructureScores scores;
+  ViolationFractions violations;  // the residues whose atoms break bonds, angles or clash (1.9.11)
+  double violation_loss = 0;      // their loss (equation 47), whatever the loss settings' weight
   double loss = 0;            // with a truth (else 0, as the scores)
 };
 

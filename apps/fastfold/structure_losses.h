@@ -10,6 +10,7 @@
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/rigid.h"
 #include "apps/fastfold/structure_module.h"
+#include "apps/fastfold/violations.h"
 
 namespace kuafu::fold {
 
@@ -53,7 +54,9 @@ struct StructureLossSettings {
 struct AlphaFoldLossSettings {
   double distogram_weight = 0.3, masked_msa_weight = 2.0, structure_weight = 1.0, plddt_weight = 0.01;
   double plddt_min_resolution = 0.1, plddt_max_resolution = 3.0;
+  double violation_weight = 0.0;  // AlphaFold's fine-tuning stage: 1 (supplement 1.11.3), initial training: 0
   StructureLossSettings structure;
+  ViolationSettings violation;
 };
 
 struct StructureLoss {

@@ -15,6 +15,7 @@
 #include "apps/fastfold/msa_features.h"
 #include "apps/fastfold/pdb_file.h"
 #include "apps/fastfold/structure_labels.h"
+#include "tests/apps/fastfold/alphafold_golden.h"
 
 namespace kuafu::fold {
 namespace {

@@ -60,9 +60,11 @@ TEST(FoldTaskTest, AStepsRowsDoNotDependOnHowTheyAreSplit) {
 // The shared training path (ModelTask, ParallelModel over the model's BlockModel parts, recycling by the
 // batch's iterations) gives a row the loss and gradients of the model's own forward over the same batch's
 // iterations (forward(features, geometry): the per-iteration path the AlphaFold golden tests check), in
-// float64 where only the same operations run (1e-12 relative), at 1 and 3 recycling iterations.
+// float64 where only the same operations run (1e-12 relative), at 1 and 3 recycling iterations; with the
+// fine-tuning stage's violation loss on, which the untrained model's atoms give something to penalise.
 TEST(FoldTaskTest, TheSharedPathsLossIsTheModelsOwn) {
-  const FoldSettings settings = tiny_task_settings(20, 2);
+  FoldSettings settings = tiny_task_settings(20, 2);
+  settings.loss.violation_weight = 1.0;
   AlphaFold model = initialized_model(settings);
   {
     torch::NoGradGuard no_grad;  // every branch open, so every parameter has a gradient to compare
@@ -81,8 +83,10 @@ TEST(FoldTaskTest, TheSharedPathsLossIsTheModelsOwn) {
     std::vector<AlphaFoldFeatures> features;
     for (int64_t i = 0; i < iterations; ++i) features.push_back(features_of(iteration_features(batch, i)));
     const ResidueGeometry geometry = ideal_residue_geometry().to(torch::kFloat64);
-    const torch::Tensor expected = alphafold_loss(model->forward(features, geometry), labels_of(batch), geometry, model->sizes,
-                                                  settings.loss).total;
+    const AlphaFoldLoss parts = alphafold_loss(model->forward(features, geometry), labels_of(batch), geometry, model->sizes,
+                                               settings.loss);
+    EXPECT_GT(parts.violation.item<double>(), 0);
+    const torch::Tensor expected = parts.total;
     model->zero_grad();
     expected.backward();
     std::map<std::string, torch::Tensor> reference;
@@ -273,10 +277,18 @@ TEST(FoldConfigsTest, EveryShippedConfigValidates) {
       EXPECT_EQ(settings.crop_size, 256);
       EXPECT_GT(parameters, 90'000'000);
       EXPECT_LT(parameters, 95'000'000);
+      EXPECT_EQ(settings.loss.violation_weight, 0.0);
+    }
+    if (entry.path().filename() == "alphafold_finetune.toml") {  // the same model, longer crops, the violations on
+      EXPECT_EQ(settings.model.evoformer_blocks, 48);
+      EXPECT_EQ(settings.crop_size, 384);
+      EXPECT_EQ(settings.sampling.max_clusters, 512);
+      EXPECT_EQ(settings.sampling.max_extra, 5120);
+      EXPECT_EQ(settings.loss.violation_weight, 1.0);
     }
     ++count;
   }
-  EXPECT_GE(count, 2);
+  EXPECT_GE(count, 3);
 }
 
 TEST(FoldAppTest, BadInputsAreNamed) {
