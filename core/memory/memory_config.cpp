@@ -38,8 +38,8 @@ void add_memory_schema(config::Schema& s) {
              "frozen weights (a LoRA base) live in host memory and come to the device one block at a time; needs "
              "memory.activation_checkpointing and memory.strategy = \"none\"");
   s.add_string("memory.disk_dir", "",
-               "a folder on a local disk for the disk tier (issue 55): under memory.offload_frozen a frozen model's "
-               "weights (PPO's reference and reward models) live in files there instead of host memory and are read "
+               "a folder on a local disk for the disk tier (issue 55): under memory.offload_frozen frozen weights (PPO's "
+               "reference and reward models, a LoRA base) live in files there instead of host memory and are read "
                "one block at a time; each run makes its own scratch folder inside it and removes it at the end (never "
                "read by a resume); empty: no disk tier");
   s.add_float("memory.disk_budget_gb", 0.0, "GiB the disk tier's files may take in memory.disk_dir (0: unlimited)").min(0.0);

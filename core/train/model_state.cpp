@@ -122,12 +122,9 @@ void ModelState::offload_frozen_weights() {
   if (runtime_.tensor.enabled() || runtime_.pipelined()) {
     config_.fail_at(key, "runs without parallel.tensor and parallel.pipeline");
   }
-  if (!held_model(config_).disk_dir.empty()) {
-    config_.fail_at("memory.disk_dir", "holds a frozen model's weights (PPO's reference and reward models) but not yet a "
-                                       "trained model's frozen base (a LoRA base): leave it empty here");
-  }
-  // After the masters: the frozen weights are already in the compute dtype.
-  frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device);
+  // After the masters: the frozen weights are already in the compute dtype. Their home is host memory, or
+  // files on the disk tier under memory.disk_dir.
+  frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device, frozen_disk_tier(config_));
   hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(frozen_offload_.get());
   if (!hooks_installed_) config_.fail_at(key, "needs a model that runs its blocks through the block-call interface");
   if (runtime_.is_main()) log::infof(frozen_offload_->describe());
@@ -339,6 +336,11 @@ std::vector<TensorPiece> ModelState::owned_pieces(const io::NamedTensors& tensor
   return pieces;
 }
 
+io::NamedTensors ModelState::with_frozen_values(io::NamedTensors weights) const {
+  if (!frozen_offload_ || !frozen_offload_->on_disk()) return weights;
+  return frozen_offload_->with_values_from_disk(std::move(weights));
+}
+
 std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
   CheckpointPart saved;
   saved.name = options_.name;
@@ -350,7 +352,7 @@ std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
     for (const auto& p : params_) pieces[p.name] = p.tensor;
     saved.weight_pieces = owned_pieces(optim::weights_replacing(model_, pieces));
   } else {
-    saved.weight_pieces = owned_pieces(masters_->weights());
+    saved.weight_pieces = owned_pieces(with_frozen_values(masters_->weights()));
   }
   saved.state_pieces = owned_pieces(optimizer_->state_tensors());
   std::vector<CheckpointPart> parts = {std::move(saved)};
@@ -387,13 +389,14 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
     target.store = [&](const std::string& name, const torch::Tensor& block) { sharded_->load_weight(name, block); };
     target.state_place = [&](const std::string& name) -> std::optional<LocalPart> { return piece_of(name); };
   } else {
-    weights = masters_->weights();
+    weights = with_frozen_values(masters_->weights());  // host copies of a base on the disk, to load into
   }
   std::map<std::string, std::vector<int64_t>> blocks;
   for (const auto& [name, tensor] : weights) blocks[name] = tensor.sizes().vec();
   target.weight_place = [&](const std::string& name) { return block_of(name, blocks.at(name)); };
   target.part = runtime_.pipelined();
   CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
+  if (frozen_offload_) frozen_offload_->write_values_to_disk(weights);  // the loaded base into its files
   if (!sharded_) masters_->copy_masters_to_model();
   if (!ema_.empty()) {
     io::NamedTensors ema;  // this rank's pieces or blocks of the averages

@@ -116,6 +116,9 @@ class ModelState {
   // Each tied copy's gradient becomes the sum of the copies' (after the data-parallel reduction).
   void sum_tied_gradients();
   void offload_frozen_weights();  // memory.offload_frozen
+  // `weights` with a frozen base on the disk tier (memory.disk_dir) as host copies read from its files, for a
+  // checkpoint to be written from or loaded into; unchanged otherwise.
+  io::NamedTensors with_frozen_values(io::NamedTensors weights) const;
   // model.init_from's weights into the chunks of a lazily built model (options.deferred.load).
   void load_deferred_weights();
   void zero_grads();

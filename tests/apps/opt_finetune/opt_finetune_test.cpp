@@ -315,9 +315,9 @@ TEST_F(OPTFinetuneTest, PackedRowsTrainUnderPipelineAndSequenceParallelismAsInOn
 }
 
 // LoRA with its frozen base in host memory, brought to the device one block at a time
-// (memory.offload_frozen): the same steps as with the base on the device, bit for bit (the same
-// arithmetic on copies of the same weights). On this CPU both tiers are host memory; the memory it
-// saves on a GPU is in docs/opt.md.
+// (memory.offload_frozen), or in files on the disk tier (memory.disk_dir): the same steps as with the base
+// on the device, bit for bit (the same arithmetic on copies of the same weights). On this CPU both tiers are
+// host memory; the memory it saves on a GPU is in docs/opt.md.
 TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
   auto train_with = [&](const std::string& name, const std::vector<std::string>& extra) {
     std::vector<std::string> overrides = {"lora.rank=4", "memory.activation_checkpointing=true"};
@@ -351,6 +351,27 @@ TEST_F(OPTFinetuneTest, LoraWithTheBaseOffloadedTrainsAsWithItOnTheDevice) {
     EXPECT_EQ(adapter.data_ptr(), adapter_home) << "trainable weights stay where they are";
     offload.post_backward(call);
     EXPECT_EQ(weight.data_ptr(), home);
+  }
+  // The base's home in files on the disk tier (memory.disk_dir) instead: the same steps bit for bit, its
+  // checkpoint written from the files; then both runs resumed for two more steps (the disk run reading the
+  // checkpoint's base, the same values, into its files); the scratch folder gone after each run.
+  const fs::path disk = root_ / "disk_tier";
+  fs::create_directories(disk);
+  const std::vector<std::string> on_disk = {"memory.offload_frozen=true", "memory.disk_dir=\"" + disk.string() + "\""};
+  train_with("on_disk", on_disk);
+  for (const int step : {6, 8}) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (const std::string file : {"model.safetensors", "optimizer.safetensors"}) {
+      testing::expect_same_tensors(testing::saved(root_, "on_disk", file, step), testing::saved(root_, "on_device", file, step),
+                                   0.0, 0.0, file);
+    }
+    EXPECT_TRUE(fs::is_empty(disk));
+    if (step == 6) {
+      std::vector<std::string> longer = on_disk;
+      longer.push_back("train.steps=8");
+      train_with("on_disk", longer);
+      train_with("on_device", {"train.steps=8"});
+    }
   }
   const std::string message = testing::error_message([&] { train_with("no_checkpointing", {"memory.offload_frozen=true",
                                                                                         "memory.activation_checkpointing=false"}); });
