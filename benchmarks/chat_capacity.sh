@@ -18,12 +18,15 @@
 #           brought to the device a block at a time). Host-resident bytes = both ledgers' host peaks + the
 #           frozen models' weights (exact tensor sizes, in the line); they must fit the host budget, and
 #           the footprint minus them (what a GPU would hold) must fit the device budget.
+#   gemini_disk  the same with the reference and reward models' weights in files on the disk tier
+#           (memory.disk_dir = OUT/disk, read a block at a time, the next block's read ahead): their host
+#           share is then only the blocks being read or computed, counted in the footprint.
 # On this CPU-only machine both tiers are host memory: the device side is the measured footprint less
 # the host-resident bytes, which also counts host-side temporaries (the optimizer step's) as device, so
 # the Gemini figure is conservative. On a GPU the footprint is CUDA's allocated peak: the device alone.
 #
 # Usage: benchmarks/chat_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
-#                                    [out = runs/chat_capacity] [strategies = "plain gemini"]
+#                                    [out = runs/chat_capacity] [strategies = "plain gemini"; also gemini_disk]
 set -euo pipefail
 build=${1:-build}
 device_mb=${2:-2048}
@@ -32,7 +35,7 @@ out=${4:-runs/chat_capacity}
 strategies=${5:-"plain gemini"}
 app="$build/apps/chat_rlhf/kuafu-chat"
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
-mkdir -p "$out"
+mkdir -p "$out" "$out/disk"
 here=$(dirname "$0")
 config="$here/../apps/chat_rlhf/configs/ppo-opt-125m.toml"
 common=(--set model.shape='""' --set model.hidden_size=1024 --set model.num_attention_heads=16 --set model.ffn_dim=4096
@@ -53,6 +56,8 @@ strategy_args() {  # name -> overrides
                   --set models.critic.memory.offload_param_fraction=1 --set models.critic.memory.offload_optim_fraction=1
                   --set models.critic.memory.device_budget_mb=$device_mb --set models.critic.memory.host_budget_mb=$host_mb
                   --set models.reference.memory.offload_frozen=true --set models.reward.memory.offload_frozen=true" ;;
+    gemini_disk) echo "$(strategy_args gemini)
+                  --set models.reference.memory.disk_dir=\"$out/disk\" --set models.reward.memory.disk_dir=\"$out/disk\"" ;;
   esac
 }
 
@@ -61,7 +66,7 @@ probe() {
   local name=$1 layers=$2 file="$out/${1}_${2}.json"
   local args
   read -r -a args <<< "$(strategy_args "$name" | tr '\n' ' ')"
-  [[ $name == gemini ]] && args+=("${gemini[@]}")
+  [[ $name == gemini* ]] && args+=("${gemini[@]}")
   if ! "$app" benchmark --config "$config" "${common[@]}" --set model.num_hidden_layers="$layers" "${args[@]}" \
       > "$out/${name}_${layers}.log" 2>&1; then
     echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-200)" >&2

@@ -152,6 +152,9 @@ nlohmann::json benchmark_ppo(const config::Config& config, const train::Runtime&
   // What the frozen models keep in host memory when offloaded (the capacity benchmark's host side).
   line["reference_host_mb"] = static_cast<double>(frozen_reference.host_bytes()) / (1 << 20);
   line["reward_host_mb"] = static_cast<double>(frozen_reward.host_bytes()) / (1 << 20);
+  // Or in files on the disk tier (memory.disk_dir), read a block at a time.
+  line["reference_disk_mb"] = static_cast<double>(frozen_reference.disk_bytes()) / (1 << 20);
+  line["reward_disk_mb"] = static_cast<double>(frozen_reward.disk_bytes()) / (1 << 20);
   // One PPO iteration: the rollout's generation and experience, then rl.epochs passes of updates over it
   // (each of micro-batch rows timed above as step_time_ms_median, actor and critic together).
   const double train_s = line.value("step_time_ms_median", 0.0) / 1000.0;

@@ -33,6 +33,7 @@ struct DiskTierOptions {
   int64_t budget_bytes = 0;  // most bytes the run's chunk files may hold (memory.disk_budget_gb); 0: no limit
   int threads = 2;           // background I/O threads
   bool direct = true;        // O_DIRECT where the file system takes it (else the page cache is used)
+  bool read_ahead = true;    // the tier's users read what comes next while the current chunk is used
   std::string dir_key = "memory.disk_dir", budget_key = "memory.disk_budget_gb";  // named in errors
 };
 
@@ -70,6 +71,7 @@ class DiskTier {
 
   const std::string& folder() const { return folder_; }
   bool direct() const { return direct_; }
+  const DiskTierOptions& options() const { return options_; }
   int64_t bytes_held() const;
   int64_t peak_bytes() const;
   // Bytes moved and the seconds the I/O threads spent moving them (summed over threads).

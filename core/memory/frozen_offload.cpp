@@ -43,6 +43,7 @@ FrozenWeightOffload::FrozenWeightOffload(torch::nn::Module& model, const torch::
 
 FrozenWeightOffload::~FrozenWeightOffload() {
   torch::NoGradGuard no_grad;
+  drop_read_ahead();
   for (auto& [impl, f] : frozen_) {
     DiskTransfer read;
     const torch::Tensor values = from_home(f, &read);
@@ -73,6 +74,7 @@ io::NamedTensors FrozenWeightOffload::with_values_from_disk(io::NamedTensors wei
 
 void FrozenWeightOffload::write_values_to_disk(const io::NamedTensors& weights) {
   if (!disk_) return;
+  drop_read_ahead();  // it holds the values these replace
   std::vector<DiskTransfer> writes;
   for (const auto& [name, tensor] : weights) {
     const auto it = named_.find(name);
@@ -98,16 +100,50 @@ std::vector<FrozenWeightOffload::Frozen*> FrozenWeightOffload::frozen_of(const h
   return found;
 }
 
-void FrozenWeightOffload::fetch(const hooks::BlockCall& call) {
+FrozenWeightOffload::Reads FrozenWeightOffload::start_reads(const std::string& key, const std::vector<Frozen*>& frozen) {
+  // All of a call's reads are queued before any is waited for (the I/O threads share them).
+  Reads reads{key, frozen, {}, std::vector<DiskTransfer>(frozen.size())};
+  for (size_t i = 0; i < frozen.size(); ++i) reads.homes.push_back(from_home(*frozen[i], &reads.transfers[i]));
+  return reads;
+}
+
+void FrozenWeightOffload::read_ahead(const std::string& key) {
+  const auto next = next_call_.find(key);
+  if (!disk_ || !disk_->options().read_ahead || next == next_call_.end()) return;
+  ahead_ = start_reads(next->second, frozen_by_call_.at(next->second));
+}
+
+void FrozenWeightOffload::drop_read_ahead() {
+  if (!ahead_) return;
+  for (const DiskTransfer& t : ahead_->transfers) {
+    try {
+      t.wait();
+    } catch (const Error&) {  // values never used: a read of the same file when they are needed reports it
+    }
+  }
+  ahead_.reset();
+}
+
+void FrozenWeightOffload::fetch(const hooks::BlockCall& call, const std::string& kind) {
   torch::NoGradGuard no_grad;
+  const std::string key = kind + call.name;
   const std::vector<Frozen*> frozen = frozen_of(call);
-  // The block's reads from the disk tier are all queued before the first is waited for (the I/O threads
-  // share them).
-  std::vector<DiskTransfer> reads(frozen.size());
-  std::vector<torch::Tensor> homes;
-  for (size_t i = 0; i < frozen.size(); ++i) homes.push_back(from_home(*frozen[i], &reads[i]));
+  frozen_by_call_[key] = frozen;
+  if (!last_call_.empty()) next_call_[last_call_] = key;
+  last_call_ = key;
+  std::optional<Reads> reads;
+  if (ahead_ && ahead_->key == key && ahead_->frozen == frozen) {
+    reads = std::move(ahead_);
+    ahead_.reset();
+    ++calls_read_ahead_;
+  } else {
+    drop_read_ahead();  // another call came than last time
+    reads = start_reads(key, frozen);
+  }
+  read_ahead(key);  // queued behind this call's own reads, read while its block computes
+  const std::vector<torch::Tensor>& homes = reads->homes;
   for (size_t i = 0; i < frozen.size(); ++i) {
-    reads[i].wait();
+    reads->transfers[i].wait();
     Frozen& f = *frozen[i];
     if (f.chunk >= 0 && device_.is_cpu()) {  // what was read is already the block's own copy
       f.parameter.set_data(homes[i]);
@@ -130,7 +166,8 @@ std::string FrozenWeightOffload::describe() const {
   if (disk_) {
     return "frozen weights offloaded to the disk: " + std::to_string(frozen_.size()) + " tensors, " +
            std::to_string(disk_bytes_ >> 20) + " MiB in files under " + disk_->folder() +
-           (disk_->direct() ? " (O_DIRECT)" : " (through the page cache)") + ", read to " + device_.str() + " one block at a time";
+           (disk_->direct() ? " (O_DIRECT)" : " (through the page cache)") + ", read to " + device_.str() +
+           " one block at a time, the next block's read ahead";
   }
   return "frozen weights offloaded: " + std::to_string(frozen_.size()) + " tensors, " + std::to_string(host_bytes_ >> 20) +
          " MiB in host memory, brought to " + device_.str() + " one block at a time";

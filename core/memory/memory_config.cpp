@@ -42,6 +42,8 @@ void add_memory_schema(config::Schema& s) {
                "reference and reward models, a LoRA base) live in files there instead of host memory and are read "
                "one block at a time; each run makes its own scratch folder inside it and removes it at the end (never "
                "read by a resume); empty: no disk tier");
+  s.add_bool("memory.disk_read_ahead", true,
+             "read the next block's chunks from the disk tier while the current block computes (off: when it is called)");
   s.add_float("memory.disk_budget_gb", 0.0, "GiB the disk tier's files may take in memory.disk_dir (0: unlimited)").min(0.0);
   s.add_float("memory.margin_ratio", 0.0,
               "gemini, auto placement: share of the device memory left spare after warm-up that holds float32 "

@@ -1,6 +1,7 @@
 #include "core/train/frozen_model.h"
 
 #include "core/optim/mixed_precision.h"
+#include "core/memory/frozen_offload.h"
 #include "core/train/held_model.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
@@ -46,6 +47,10 @@ void freeze(torch::nn::Module& model) {
   model.eval();
   for (auto& p : model.parameters()) p.set_requires_grad(false);
 }
+
+int64_t FrozenModel::host_bytes() const { return offload_ ? offload_->host_bytes() : 0; }
+
+int64_t FrozenModel::disk_bytes() const { return offload_ ? offload_->disk_bytes() : 0; }
 
 FrozenModel::~FrozenModel() {
   if (hooks_installed_) options_.set_block_hooks(nullptr);

@@ -11,10 +11,13 @@
 
 #include "core/config/config.h"
 #include "core/hooks/block_hooks.h"
-#include "core/memory/frozen_offload.h"
 #include "core/train/checkpoint.h"
 #include "core/train/lazy_model.h"
 #include "core/train/runtime.h"
+
+namespace kuafu::memory {
+class FrozenWeightOffload;  // core/memory/frozen_offload.h
+}  // namespace kuafu::memory
 
 namespace kuafu::train {
 
@@ -52,7 +55,9 @@ class FrozenModel {
   torch::Dtype compute_dtype() const { return dtype_; }
   bool offloaded() const { return offload_ != nullptr; }
   // Bytes of its weights kept in host memory (memory.offload_frozen), 0 when not offloaded.
-  int64_t host_bytes() const { return offload_ ? offload_->host_bytes() : 0; }
+  int64_t host_bytes() const;
+  // Bytes of its weights in files on the disk tier (memory.disk_dir), 0 when not there.
+  int64_t disk_bytes() const;
   // Its weights as a checkpoint part (whole tensors, in the compute dtype), or none unless saved.
   std::vector<CheckpointPart> checkpoint_parts() const;
   // Restores the weights a checkpoint holds for it (when saved); kuafu::Error naming the folder otherwise.

@@ -1,5 +1,6 @@
 #include "core/train/held_model.h"
 
+#include "core/memory/disk_tier.h"
 #include "core/optim/mixed_precision.h"
 #include "core/util/error.h"
 
@@ -26,7 +27,7 @@ const HeldModel& held_model(const config::Config& config, const std::string& nam
     const config::Config section = section_named(config, model);
     HeldModel held{section.get_string("memory.strategy"), section.get_bool("memory.offload_frozen"),
                    section.get_string("memory.disk_dir"), section.get_float("memory.disk_budget_gb"),
-                   section.get_string("precision.dtype")};
+                   section.get_bool("memory.disk_read_ahead"), section.get_string("precision.dtype")};
     // Until Gemini places chunks there (issue 55), the disk tier holds offloaded frozen weights only.
     if (!held.disk_dir.empty() && !held.offload_frozen) {
       section.fail_at("memory.disk_dir", "holds a frozen model's weights under memory.offload_frozen = true and nothing "
@@ -42,6 +43,7 @@ std::optional<memory::DiskTierOptions> frozen_disk_tier(const config::Config& co
   memory::DiskTierOptions options;
   options.dir = held.disk_dir;
   options.budget_bytes = static_cast<int64_t>(held.disk_budget_gb * static_cast<double>(int64_t{1} << 30));
+  options.read_ahead = held.disk_read_ahead;
   return options;
 }
 

@@ -10,7 +10,10 @@
 #include <c10/core/ScalarType.h>
 
 #include "core/config/config.h"
-#include "core/memory/disk_tier.h"
+
+namespace kuafu::memory {
+struct DiskTierOptions;  // core/memory/disk_tier.h
+}  // namespace kuafu::memory
 
 namespace kuafu::train {
 
@@ -19,6 +22,7 @@ struct HeldModel {
   bool offload_frozen = false;  // memory.offload_frozen
   std::string disk_dir;         // memory.disk_dir: where offloaded frozen weights live ("": host memory)
   double disk_budget_gb = 0;    // memory.disk_budget_gb
+  bool disk_read_ahead = true;  // memory.disk_read_ahead
   std::string precision;        // precision.dtype: fp32, bf16, fp16 or fp64
   // Whether a trained model's weights, gradients and optimizer state are sharded in chunks.
   bool sharded() const { return strategy != "none"; }

@@ -8,6 +8,7 @@
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/checkpoint.h"
+#include "core/memory/frozen_offload.h"
 #include "core/train/held_model.h"
 #include "core/util/logging.h"
 

@@ -24,7 +24,6 @@
 #include "core/hooks/block_hooks.h"
 #include "core/io/safetensors.h"
 #include "core/memory/chunked_masters.h"
-#include "core/memory/frozen_offload.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/mixed_precision.h"
@@ -33,6 +32,10 @@
 #include "core/train/runtime.h"
 #include "core/train/tied_copies.h"
 #include "core/util/weight_sink.h"
+
+namespace kuafu::memory {
+class FrozenWeightOffload;  // core/memory/frozen_offload.h
+}  // namespace kuafu::memory
 
 namespace kuafu::train {
 

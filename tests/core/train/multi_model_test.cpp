@@ -310,6 +310,37 @@ TEST(MultiModelTest, FrozenWeightsOnTheDiskLeaveTheirShapeBehind) {
   EXPECT_TRUE(fs::is_empty(disk));
 }
 
+// On the disk tier the call that followed a block's call last time has its weights read while the block
+// computes: from the second pass on every call finds them read, and a call out of the usual order (its
+// read-ahead dropped) still gets its own values.
+TEST(MultiModelTest, FrozenWeightsOnTheDiskAreReadAheadInTheOrderTheBlocksRan) {
+  const fs::path disk = testing::temp_dir("frozen_read_ahead");
+  torch::nn::Sequential model(torch::nn::Linear(4, 5), torch::nn::Linear(5, 6), torch::nn::Linear(6, 3));
+  for (auto& p : model->parameters()) p.requires_grad_(false);
+  std::map<std::string, torch::Tensor> values;
+  for (const auto& [name, t] : named_weights(*model)) values[name] = t.clone();
+  memory::DiskTierOptions options;
+  options.dir = disk.string();
+  memory::FrozenWeightOffload offload(*model, torch::kCPU, options);
+  const auto call = [&](int64_t i) {
+    const hooks::BlockCall block{"block." + std::to_string(i), {model[static_cast<size_t>(i)].get()}};
+    offload.pre_forward(block);
+    for (const auto& item : model[static_cast<size_t>(i)]->named_parameters()) {
+      EXPECT_TRUE(torch::equal(item.value(), values.at(std::to_string(i) + "." + item.key()))) << i << " " << item.key();
+    }
+    offload.post_forward(block);
+  };
+  for (int64_t i = 0; i < 3; ++i) call(i);
+  EXPECT_EQ(offload.calls_read_ahead(), 0);  // the first pass learns the order
+  for (int pass = 0; pass < 2; ++pass)
+    for (int64_t i = 0; i < 3; ++i) call(i);
+  EXPECT_EQ(offload.calls_read_ahead(), 5);  // all but the second pass's first (block 2's successor was unknown)
+  call(1);                                   // block 0 was read ahead: dropped
+  EXPECT_EQ(offload.calls_read_ahead(), 5);
+  call(2);  // as after block 1 last time
+  EXPECT_EQ(offload.calls_read_ahead(), 6);
+}
+
 TEST(MultiModelTest, EachTrainedModelStepsAsTheSingleModelTrainerWould) {
   const fs::path root = testing::temp_dir("ppo_alone");
   train_ppo(ppo_config(root / "together"), 7);
