@@ -1,7 +1,7 @@
 #include "core/train/frozen_model.h"
 
-#include "core/optim/mixed_precision.h"
 #include "core/memory/frozen_offload.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/held_model.h"
 #include "core/util/error.h"
 #include "core/util/logging.h"
