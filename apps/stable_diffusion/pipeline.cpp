@@ -166,7 +166,7 @@ void write_pipeline(const std::string& source, const std::string& out, const std
 }
 
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator) {
+                      at::Generator& generator, double guidance_rescale) {
   torch::NoGradGuard no_grad;
   const bool guided = needs_unconditional(guidance);
   const int64_t rows = latents.size(0);
@@ -176,7 +176,12 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
     const torch::Tensor input = sampler.scale_model_input(latents, i);
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
     const torch::Tensor out = unet->forward((guided ? torch::cat({input, input}) : input).to(dtype), t, context).to(torch::kFloat32);
-    const torch::Tensor prediction = guided ? classifier_free_guidance(out.narrow(0, 0, rows), out.narrow(0, rows, rows), guidance) : out;
+    torch::Tensor prediction = out;
+    if (guided) {
+      const torch::Tensor conditional = out.narrow(0, rows, rows);
+      prediction = rescale_guidance(classifier_free_guidance(out.narrow(0, 0, rows), conditional, guidance), conditional,
+                                    guidance_rescale);
+    }
     torch::Tensor noise;
     if (sampler.stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(latents.device());
     latents = sampler.step(prediction, i, latents, noise);
@@ -194,10 +199,17 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps);
   const torch::Device device = p.unet->conv_in->weight.device();
 
-  // Text: the prompts, and the empty prompt for guidance, as [unconditional; conditional] rows.
+  // Text: the prompts, and for guidance the negative prompts (else the empty one), as [unconditional;
+  // conditional] rows.
   const bool guided = needs_unconditional(options.guidance);
-  std::vector<std::string> texts = prompts;
-  if (guided) texts.insert(texts.begin(), prompts.size(), "");
+  const std::vector<std::string>& negative = options.negative_prompts;
+  KUAFU_CHECK(negative.size() <= 1 || negative.size() == prompts.size(), negative.size(), " negative prompts for ", prompts.size(),
+              " prompts: give one for all, or one for each");
+  std::vector<std::string> texts;
+  if (guided) {
+    for (size_t i = 0; i < prompts.size(); ++i) texts.push_back(negative.empty() ? "" : negative[negative.size() == 1 ? 0 : i]);
+  }
+  texts.insert(texts.end(), prompts.begin(), prompts.end());
   const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
@@ -221,7 +233,8 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   if (!initial.defined()) {
     initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
   }
-  const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator);
+  const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator,
+                                        options.guidance_rescale);
   AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
   const torch::Tensor unscaled = latents / vae->config.scaling_factor;
   const torch::Tensor decoded = options.vae_tile > 0 ? vae->tiled_decode(unscaled, options.vae_tile) : vae->decode(unscaled);  // [B, 3, H, W] in about [−1, 1]
@@ -232,7 +245,15 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
                                                                  const SampleOptions& options) {
   std::ostringstream guidance;
   guidance << options.guidance;
-  return {{"prompt", text::join(prompts, " | ")}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
+  std::vector<std::pair<std::string, std::string>> chunks = {
+      {"prompt", text::join(prompts, " | ")}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
+  if (!options.negative_prompts.empty()) chunks.emplace_back("negative prompt", text::join(options.negative_prompts, " | "));
+  if (options.guidance_rescale != 0.0) {
+    std::ostringstream rescale;
+    rescale << options.guidance_rescale;
+    chunks.emplace_back("guidance rescale", rescale.str());
+  }
+  return chunks;
 }
 
 io::RgbImage sample_grid(const torch::Tensor& images, int64_t columns) {

@@ -63,6 +63,9 @@ void write_pipeline(const std::string& source, const std::string& out, const std
 struct SampleOptions {
   int64_t steps = 50;
   double guidance = 7.5;
+  double guidance_rescale = 0.0;            // rescale_guidance's mix (diffusers' guidance_rescale); 0: none
+  std::vector<std::string> negative_prompts;  // the guidance's unconditional text: one for every prompt, or
+                                              // one each; none: the empty caption
   std::optional<SamplerKind> sampler;  // else the folder's scheduler class
   uint64_t seed = 0;                   // the CPU generator's: initial latents, then each stochastic step's noise
   torch::Tensor initial_latents;       // [B, latent, h, w] N(0, 1) draws (scaled by the sampler's σ), else from the seed
@@ -85,7 +88,7 @@ Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, cons
 // caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
 // `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator);
+                      at::Generator& generator, double guidance_rescale = 0.0);
 
 // A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,

@@ -25,6 +25,10 @@ const char* const kHelp =
     "text_encoder/, unet/, vae/, scheduler/), written as one PNG grid: the prompts side by side, a row per seed.\n"
     "  --steps N            sampling steps (default 50)\n"
     "  --guidance G         classifier-free guidance scale; 1 or less: none (default 7.5)\n"
+    "  --negative-prompt T  what guidance steers away from instead of the empty caption: once for every\n"
+    "                       prompt, or once per --prompt in their order\n"
+    "  --guidance-rescale R rescale the guided prediction to the conditional one's spread, mixed by R in\n"
+    "                       [0, 1] (diffusers' guidance_rescale; 0.7 in its paper; default 0: none)\n"
     "  --sampler NAME       ddim, ddpm, euler or dpm++2m (default: the folder's scheduler class)\n"
     "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0); once per\n"
     "                       row of the grid\n"
@@ -79,6 +83,11 @@ void sample_command(int argc, const char* const argv[]) {
       options.steps = number(arg, value);
     } else if (arg == "--guidance") {
       options.guidance = real(arg, value);
+    } else if (arg == "--negative-prompt") {
+      options.negative_prompts.push_back(value);
+    } else if (arg == "--guidance-rescale") {
+      options.guidance_rescale = real(arg, value);
+      KUAFU_CHECK(options.guidance_rescale >= 0 && options.guidance_rescale <= 1, "--guidance-rescale ", value, " is not in [0, 1]");
     } else if (arg == "--sampler") {
       sampler_name = value;
       options.sampler = sampler_named(value);
@@ -104,6 +113,8 @@ void sample_command(int argc, const char* const argv[]) {
   KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
   KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
   KUAFU_CHECK(!std::filesystem::is_directory(out), "--out ", out, " is a folder: name the grid's .png file");
+  KUAFU_CHECK(options.negative_prompts.size() <= 1 || options.negative_prompts.size() == prompts.size(), "--negative-prompt given ",
+              options.negative_prompts.size(), " times for ", prompts.size(), " prompts: once for all, or once per --prompt");
   if (seeds.empty()) seeds.push_back(0);
   KUAFU_CHECK(latents_in.empty() || seeds.size() == 1, "--latents gives the initial noise of one row of images; name at most one --seed with it");
   if (!latents_in.empty()) {

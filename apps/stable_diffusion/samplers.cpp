@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/util/error.h"
 
@@ -151,6 +152,17 @@ torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i
 torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale) {
   if (!needs_unconditional(scale)) return conditional;
   return unconditional + scale * (conditional - unconditional);
+}
+
+torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor& conditional, double rescale) {
+  if (rescale == 0.0) return guided;
+  const auto row_std = [](const torch::Tensor& t) {  // [B, ...] -> [B, 1, ...], the unbiased estimate
+    std::vector<int64_t> shape(static_cast<size_t>(t.dim()), 1);
+    shape[0] = t.size(0);
+    return t.flatten(1).std(1, /*unbiased=*/true).view(shape);
+  };
+  const torch::Tensor scaled = guided * (row_std(conditional) / row_std(guided));
+  return rescale * scaled + (1 - rescale) * guided;
 }
 
 std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps) {

@@ -101,6 +101,11 @@ class DpmSolverSampler : public SigmaSampler {
 torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale);
 inline bool needs_unconditional(double scale) { return scale > 1.0; }
 
+// Guidance rescale (Lin et al. 2024, "Common diffusion noise schedules and sample steps are flawed", 3.4;
+// diffusers' guidance_rescale): the guided prediction [B, ...] scaled to each row's standard deviation of the
+// conditional one, mixed with the guided one as rescale · scaled + (1 − rescale) · guided. 0: unchanged.
+torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor& conditional, double rescale);
+
 // The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
 std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps);
 // diffusers' class names (DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler)

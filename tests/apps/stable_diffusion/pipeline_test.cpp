@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <map>
 
 #include "apps/stable_diffusion/pipeline.h"
@@ -14,6 +15,7 @@
 #include "core/util/atomic_file.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/run_command.h"
+#include "tests/support/test_util.h"
 
 namespace kuafu::sd {
 namespace {
@@ -43,6 +45,37 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm"));
+
+// Negative prompts (the unconditional rows' text, one per prompt) and guidance rescale 0.7 (Lin et al.'s
+// value), each alone and together, under DDIM from the same latents: diffusers' latents and images, 1e-4 as
+// above. Each changes the result (more than 1e-2 from plain guidance's), so each is checked.
+TEST(PipelineTest, NegativePromptsAndGuidanceRescaleSampleAsDiffusers) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  for (const std::string& name : {"ddim_negative", "ddim_rescale", "ddim_negative_rescale"}) {
+    SCOPED_TRACE(name);
+    SampleOptions options;
+    options.steps = 10;
+    options.guidance = 7.5;
+    options.sampler = SamplerKind::kDdim;
+    options.initial_latents = ref["initial_latents"];
+    if (name != "ddim_rescale") options.negative_prompts = {"blurry", "a dog"};
+    if (name != "ddim_negative") options.guidance_rescale = 0.7;
+    const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+    const double latents = testing::max_abs_difference(samples.latents, ref[name + "_latents"]);
+    const double images = testing::max_abs_difference(samples.images, ref[name + "_images"]);
+    const double effect = testing::max_abs_difference(ref[name + "_latents"], ref["ddim_latents"]);
+    std::cout << "  " << name << ": latents " << latents << ", images " << images << " from diffusers'; " << effect
+              << " from plain guidance's\n";
+    EXPECT_LT(latents, 1e-4);
+    EXPECT_LT(images, 1e-4);
+    EXPECT_GT(effect, 1e-2);
+  }
+  SampleOptions mismatched;
+  mismatched.negative_prompts = {"a", "b", "c"};
+  const std::string message = testing::error_message([&] { sample(pipeline, {"x", "y"}, mismatched); });
+  EXPECT_NE(message.find("3 negative prompts for 2 prompts"), std::string::npos) << message;
+}
 
 // A bf16 VAE (a bf16 run's frozen one) decodes in float32, as diffusers' force_upcast does: the images equal
 // a float32 VAE's holding the same (bf16-rounded) weights, from the same latents, to float32's rounding
@@ -164,6 +197,13 @@ TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
     EXPECT_EQ(small.exit_code, 1) << tile;
     EXPECT_TRUE(testing::Contains(small.output, "--vae-tile " + tile + " is under 8 pixels")) << small.output;
   }
+  const testing::CommandResult rescale = kuafu_sd(common + " --guidance-rescale 1.5 --out " + (dir / "r.png").string());
+  EXPECT_EQ(rescale.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(rescale.output, "--guidance-rescale 1.5 is not in [0, 1]")) << rescale.output;
+  const testing::CommandResult negatives =
+      kuafu_sd(common + " --negative-prompt a --negative-prompt b --out " + (dir / "n.png").string());
+  EXPECT_EQ(negatives.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(negatives.output, "--negative-prompt given 2 times for 1 prompts")) << negatives.output;
   std::filesystem::create_directory(dir / "grid.png");
   const testing::CommandResult folder = kuafu_sd(common + " --out " + (dir / "grid.png").string());
   EXPECT_EQ(folder.exit_code, 1);
