@@ -73,7 +73,8 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   } catch (const Error&) {
     s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
   }
-  const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
+  const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kEulerAncestral ||
+                     s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
   SchedulerConfig& c = s.config;
   c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
   c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
@@ -196,7 +197,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
   KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, dpm++2m)");
   const NoiseSchedule schedule(p.scheduler.config);
-  const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps);
+  const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps, options.eta);
   const torch::Device device = p.unet->conv_in->weight.device();
 
   // Text: the prompts, and for guidance the negative prompts (else the empty one), as [unconditional;
@@ -248,11 +249,13 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
   std::vector<std::pair<std::string, std::string>> chunks = {
       {"prompt", text::join(prompts, " | ")}, {"seed", seed}, {"steps", std::to_string(options.steps)}, {"guidance", guidance.str()}};
   if (!options.negative_prompts.empty()) chunks.emplace_back("negative prompt", text::join(options.negative_prompts, " | "));
-  if (options.guidance_rescale != 0.0) {
-    std::ostringstream rescale;
-    rescale << options.guidance_rescale;
-    chunks.emplace_back("guidance rescale", rescale.str());
-  }
+  const auto add_number = [&](const char* key, double value) {
+    std::ostringstream text;
+    text << value;
+    chunks.emplace_back(key, text.str());
+  };
+  if (options.guidance_rescale != 0.0) add_number("guidance rescale", options.guidance_rescale);
+  if (options.eta != 0.0) add_number("eta", options.eta);
   return chunks;
 }
 

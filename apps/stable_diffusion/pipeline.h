@@ -64,6 +64,7 @@ struct SampleOptions {
   int64_t steps = 50;
   double guidance = 7.5;
   double guidance_rescale = 0.0;            // rescale_guidance's mix (diffusers' guidance_rescale); 0: none
+  double eta = 0.0;                         // DDIM's η (its noise from the seed's generator); 0: deterministic
   std::vector<std::string> negative_prompts;  // the guidance's unconditional text: one for every prompt, or
                                               // one each; none: the empty caption
   std::optional<SamplerKind> sampler;  // else the folder's scheduler class

@@ -29,7 +29,9 @@ const char* const kHelp =
     "                       prompt, or once per --prompt in their order\n"
     "  --guidance-rescale R rescale the guided prediction to the conditional one's spread, mixed by R in\n"
     "                       [0, 1] (diffusers' guidance_rescale; 0.7 in its paper; default 0: none)\n"
-    "  --sampler NAME       ddim, ddpm, euler or dpm++2m (default: the folder's scheduler class)\n"
+    "  --sampler NAME       ddim, ddpm, euler, euler_a (ancestral) or dpm++2m (default: the folder's\n"
+    "                       scheduler class)\n"
+    "  --eta E              DDIM's eta in [0, 1]: 0 deterministic (default), 1 DDPM's variance\n"
     "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0); once per\n"
     "                       row of the grid\n"
     "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
@@ -83,6 +85,8 @@ void sample_command(int argc, const char* const argv[]) {
       options.steps = number(arg, value);
     } else if (arg == "--guidance") {
       options.guidance = real(arg, value);
+    } else if (arg == "--eta") {
+      options.eta = real(arg, value);
     } else if (arg == "--negative-prompt") {
       options.negative_prompts.push_back(value);
     } else if (arg == "--guidance-rescale") {

@@ -48,14 +48,21 @@ double Sampler::alpha_cumprod_after(size_t i, double last) const {
   return i + 1 < timesteps_.size() ? schedule_.alpha_cumprod(timestep_at(i + 1)) : last;
 }
 
-DdimSampler::DdimSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler(schedule, as_doubles(schedule.timesteps(steps))) {}
+DdimSampler::DdimSampler(const NoiseSchedule& schedule, int64_t steps, double eta)
+    : Sampler(schedule, as_doubles(schedule.timesteps(steps))), eta_(eta) {
+  KUAFU_CHECK(eta >= 0 && eta <= 1, "DDIM's eta ", eta, " is not in [0, 1]");
+}
 
-torch::Tensor DdimSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+torch::Tensor DdimSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor& noise) {
   const int64_t t = timestep_at(i);
   const double last = schedule_.config().set_alpha_to_one ? 1.0 : schedule_.alpha_cumprod(0);
   const double previous = alpha_cumprod_after(i, last);
   const Estimates e = schedule_.estimates(model_output, t, sample);
-  return std::sqrt(previous) * e.x0 + std::sqrt(1 - previous) * e.epsilon;
+  if (eta_ == 0) return std::sqrt(previous) * e.x0 + std::sqrt(1 - previous) * e.epsilon;
+  const double a = schedule_.alpha_cumprod(t);
+  const double spread = eta_ * std::sqrt((1 - previous) / (1 - a) * (1 - a / previous));
+  KUAFU_CHECK(noise.defined(), "DDIM's step with eta ", eta_, " adds noise: give it");
+  return std::sqrt(previous) * e.x0 + std::sqrt(1 - previous - spread * spread) * e.epsilon + spread * noise;
 }
 
 DdpmSampler::DdpmSampler(const NoiseSchedule& schedule, int64_t steps) : Sampler(schedule, as_doubles(schedule.timesteps(steps))) {}
@@ -99,21 +106,32 @@ torch::Tensor EulerSampler::scale_model_input(const torch::Tensor& sample, size_
   return sample / std::sqrt(sigmas_.at(i) * sigmas_.at(i) + 1);
 }
 
-torch::Tensor EulerSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+torch::Tensor EulerSampler::denoised(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample) const {
   const double sigma = sigmas_.at(i);
-  torch::Tensor x0;
   switch (schedule_.config().prediction_type) {
     case Prediction::kEpsilon:
-      x0 = sample - sigma * model_output;
-      break;
+      return sample - sigma * model_output;
     case Prediction::kVPrediction:
-      x0 = model_output * (-sigma / std::sqrt(sigma * sigma + 1)) + sample / (sigma * sigma + 1);
-      break;
+      return model_output * (-sigma / std::sqrt(sigma * sigma + 1)) + sample / (sigma * sigma + 1);
     case Prediction::kSample:
-      x0 = model_output;
-      break;
+      return model_output;
   }
-  return sample + (sample - x0) / sigma * (sigmas_.at(i + 1) - sigma);
+  fail("unknown prediction type");
+}
+
+torch::Tensor EulerSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+  const double sigma = sigmas_.at(i);
+  return sample + (sample - denoised(model_output, i, sample)) / sigma * (sigmas_.at(i + 1) - sigma);
+}
+
+torch::Tensor EulerAncestralSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                                          const torch::Tensor& noise) {
+  const double from = sigmas_.at(i), to = sigmas_.at(i + 1);
+  const double up = std::sqrt(to * to * (from * from - to * to) / (from * from));
+  const double down = std::sqrt(to * to - up * up);
+  const torch::Tensor moved = sample + (sample - denoised(model_output, i, sample)) / from * (down - from);
+  KUAFU_CHECK(noise.defined(), "the ancestral Euler step adds noise: give it");
+  return moved + up * noise;
 }
 
 DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_timesteps(schedule, steps)) {}
@@ -165,14 +183,17 @@ torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor&
   return rescale * scaled + (1 - rescale) * guided;
 }
 
-std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps) {
+std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps, double ddim_eta) {
+  KUAFU_CHECK(ddim_eta == 0 || kind == SamplerKind::kDdim, "eta ", ddim_eta, " is DDIM's: the sampler is another");
   switch (kind) {
     case SamplerKind::kDdim:
-      return std::make_unique<DdimSampler>(schedule, steps);
+      return std::make_unique<DdimSampler>(schedule, steps, ddim_eta);
     case SamplerKind::kDdpm:
       return std::make_unique<DdpmSampler>(schedule, steps);
     case SamplerKind::kEuler:
       return std::make_unique<EulerSampler>(schedule, steps);
+    case SamplerKind::kEulerAncestral:
+      return std::make_unique<EulerAncestralSampler>(schedule, steps);
     case SamplerKind::kDpmSolverPlusPlus2M:
       return std::make_unique<DpmSolverSampler>(schedule, steps);
   }
@@ -183,9 +204,10 @@ SamplerKind sampler_named(const std::string& name) {
   if (name == "ddim" || name == "DDIMScheduler") return SamplerKind::kDdim;
   if (name == "ddpm" || name == "DDPMScheduler") return SamplerKind::kDdpm;
   if (name == "euler" || name == "EulerDiscreteScheduler") return SamplerKind::kEuler;
+  if (name == "euler_a" || name == "EulerAncestralDiscreteScheduler") return SamplerKind::kEulerAncestral;
   if (name == "dpm++2m" || name == "DPMSolverMultistepScheduler") return SamplerKind::kDpmSolverPlusPlus2M;
   fail("sampler \"" + name + "\" is not one of ddim (DDIMScheduler), ddpm (DDPMScheduler), euler (EulerDiscreteScheduler), "
-       "dpm++2m (DPMSolverMultistepScheduler)");
+       "euler_a (EulerAncestralDiscreteScheduler), dpm++2m (DPMSolverMultistepScheduler)");
 }
 
 }  // namespace kuafu::sd

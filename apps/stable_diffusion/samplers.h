@@ -1,6 +1,7 @@
-// Reverse-process samplers over a NoiseSchedule: DDIM (η = 0, Song et al. 2021, eq. 12), DDPM (Ho et al.
-// 2020: the posterior mean plus fixed-small variance noise), Euler discrete (Karras et al. 2022's ODE in
-// σ = √((1 − ᾱ)/ᾱ)) and DPM-Solver++(2M) (Lu et al. 2022, multistep, second order, first order at the
+// Reverse-process samplers over a NoiseSchedule: DDIM (Song et al. 2021, eq. 12, with η's noise), DDPM (Ho
+// et al. 2020: the posterior mean plus fixed-small variance noise), Euler discrete (Karras et al. 2022's ODE
+// in σ = √((1 − ᾱ)/ᾱ)) and its ancestral variant (k-diffusion's: a step down to σ_down, then noise up to
+// σ_{i+1}), and DPM-Solver++(2M) (Lu et al. 2022, multistep, second order, first order at the
 // start and the end), each with diffusers' timestep lists and conventions. DDIM steps from timestep i to
 // timestep i + 1 of its own list: not to t − T/N as diffusers' DDIM does, which under linspace spacing
 // lands off the list.
@@ -14,7 +15,7 @@
 
 namespace kuafu::sd {
 
-enum class SamplerKind { kDdim, kDdpm, kEuler, kDpmSolverPlusPlus2M };
+enum class SamplerKind { kDdim, kDdpm, kEuler, kEulerAncestral, kDpmSolverPlusPlus2M };
 
 class Sampler {
  public:
@@ -45,10 +46,16 @@ class Sampler {
 
 class DdimSampler : public Sampler {
  public:
-  DdimSampler(const NoiseSchedule& schedule, int64_t steps);
-  // x_prev = √ᾱ_prev x̂₀ + √(1 − ᾱ_prev) ε̂; after the last step ᾱ_prev is 1 (set_alpha_to_one) or ᾱ_0.
+  // η ∈ [0, 1]: 0 deterministic, 1 DDPM's variance (diffusers' `eta`).
+  DdimSampler(const NoiseSchedule& schedule, int64_t steps, double eta = 0.0);
+  // x_prev = √ᾱ_prev x̂₀ + √(1 − ᾱ_prev − s²) ε̂ + s z, s = η √((1 − ᾱ_prev)/(1 − ᾱ_t) (1 − ᾱ_t/ᾱ_prev)); after the
+  // last step ᾱ_prev is 1 (set_alpha_to_one) or ᾱ_0.
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                      const torch::Tensor& noise = {}) override;
+  bool stochastic() const override { return eta_ > 0; }
+
+ private:
+  double eta_;
 };
 
 class DdpmSampler : public Sampler {
@@ -80,6 +87,18 @@ class EulerSampler : public SigmaSampler {
   // x̂₀ from the output at σ_i, then x + (σ_{i+1} − σ_i) (x − x̂₀)/σ_i.
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                      const torch::Tensor& noise = {}) override;
+
+ protected:
+  torch::Tensor denoised(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample) const;  // x̂₀ at σ_i
+};
+
+class EulerAncestralSampler : public EulerSampler {
+ public:
+  using EulerSampler::EulerSampler;
+  // σ_up = √(σ_{i+1}² (σ_i² − σ_{i+1}²)/σ_i²), σ_down = √(σ_{i+1}² − σ_up²): an Euler step to σ_down, then σ_up z.
+  torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                     const torch::Tensor& noise = {}) override;
+  bool stochastic() const override { return true; }
 };
 
 class DpmSolverSampler : public SigmaSampler {
@@ -107,7 +126,7 @@ inline bool needs_unconditional(double scale) { return scale > 1.0; }
 torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor& conditional, double rescale);
 
 // The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
-std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps);
+std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps, double ddim_eta = 0.0);
 // diffusers' class names (DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler)
 // and Kuafu's short ones (ddim, ddpm, euler, dpm++2m); kuafu::Error listing them.
 SamplerKind sampler_named(const std::string& name);

@@ -6,9 +6,10 @@
       sample_size 8, a 2-block VAE (16x16 images), SD 1.x's DDIMScheduler config; no safety checker), and
       OUT/reference.safetensors: initial latents [2, 4, 8, 8] and, for prompts PROMPTS at guidance 7.5 over
       10 steps from them, each sampler's final latents and images [2, 3, 16, 16] (<sampler>_latents,
-      <sampler>_images) for DDIM, Euler discrete and DPM-Solver++(2M), and DDPM with its noise from a CPU
-      generator seeded 7; and DDIM's with negative prompts NEGATIVE (ddim_negative_*), with guidance_rescale
-      0.7 (ddim_rescale_*), and with both (ddim_negative_rescale_*)
+      <sampler>_images) for DDIM, Euler discrete and DPM-Solver++(2M), and DDPM and Euler ancestral with their
+      noise from a CPU generator seeded 7; and DDIM's with negative prompts NEGATIVE (ddim_negative_*), with
+      guidance_rescale 0.7 (ddim_rescale_*), with both (ddim_negative_rescale_*), and with eta 0.5 (its noise from
+      the generator seeded 7, ddim_eta_*)
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -19,8 +20,8 @@ import pathlib
 import sys
 
 import torch
-from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler,
-                       StableDiffusionPipeline, UNet2DConditionModel)
+from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
+                       EulerDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel)
 from safetensors.torch import load_file, save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
@@ -28,7 +29,8 @@ from clip_reference import write_tokenizer
 
 PROMPTS = ["a photo of the cat", "the cat!"]
 NEGATIVE = ["blurry", "a dog"]
-SAMPLERS = {"ddim": DDIMScheduler, "euler": EulerDiscreteScheduler, "dpm": DPMSolverMultistepScheduler, "ddpm": DDPMScheduler}
+SAMPLERS = {"ddim": DDIMScheduler, "euler": EulerDiscreteScheduler, "dpm": DPMSolverMultistepScheduler, "ddpm": DDPMScheduler,
+            "euler_a": EulerAncestralDiscreteScheduler}
 
 
 def randomise(model):
@@ -79,11 +81,11 @@ def build(out):
         tensors[f"{name}_latents"], tensors[f"{name}_images"] = final, images
     pipe.scheduler = DDIMScheduler.from_config(saved)
     for name, extra in {"ddim_negative": {"negative_prompt": NEGATIVE}, "ddim_rescale": {"guidance_rescale": 0.7},
-                        "ddim_negative_rescale": {"negative_prompt": NEGATIVE, "guidance_rescale": 0.7}}.items():
+                        "ddim_negative_rescale": {"negative_prompt": NEGATIVE, "guidance_rescale": 0.7}, "ddim_eta": {"eta": 0.5}}.items():
         with torch.no_grad():
             for output, key in (("latent", "latents"), ("pt", "images")):
                 tensors[f"{name}_{key}"] = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(),
-                                                output_type=output, **extra).images
+                                                output_type=output, generator=torch.Generator().manual_seed(7), **extra).images
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
 

@@ -21,6 +21,8 @@
                                        timesteps_N for N in STEPS, and a 10-step loop from sample x
                                        init_noise_sigma with outputs[i] at step i: each step's x (chained) and
                                        Euler's scaled model inputs
+        euler_a_steps                  EulerAncestralDiscreteScheduler's 10-step loop the same way, step i's
+                                       noise from a CPU generator seeded 200 + i
 """
 import math
 import pathlib
@@ -28,7 +30,8 @@ import sys
 
 import numpy as np
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerDiscreteScheduler
+from diffusers import (DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
+                       EulerDiscreteScheduler)
 from diffusers.schedulers.scheduling_ddim import betas_for_alpha_bar, rescale_zero_terminal_snr
 from safetensors.torch import save_file
 
@@ -120,6 +123,13 @@ def build(out):
         tensors[f"{name}/min_snr_5"] = min_snr(snr, config.get("prediction_type", "epsilon"))
         for prefix, kind in (("euler", EulerDiscreteScheduler), ("dpm", DPMSolverMultistepScheduler)):
             tensors.update(sigma_sampler(f"{name}/{prefix}", kind(**sigma_config(config)), sample, outputs))
+        ancestral = EulerAncestralDiscreteScheduler(**sigma_config(config))
+        ancestral.set_timesteps(10)
+        x, steps = sample * ancestral.init_noise_sigma, []
+        for i, t in enumerate(ancestral.timesteps):
+            x = ancestral.step(outputs[i], t, x, generator=torch.Generator().manual_seed(200 + i)).prev_sample
+            steps.append(x)
+        tensors[f"{name}/euler_a_steps"] = torch.stack(steps)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
 

@@ -44,23 +44,26 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   EXPECT_LT(testing::max_abs_difference(samples.images, ref[GetParam() + "_images"]), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm"));
+INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a"));
 
-// Negative prompts (the unconditional rows' text, one per prompt) and guidance rescale 0.7 (Lin et al.'s
-// value), each alone and together, under DDIM from the same latents: diffusers' latents and images, 1e-4 as
-// above. Each changes the result (more than 1e-2 from plain guidance's), so each is checked.
-TEST(PipelineTest, NegativePromptsAndGuidanceRescaleSampleAsDiffusers) {
+// Negative prompts (the unconditional rows' text, one per prompt), guidance rescale 0.7 (Lin et al.'s value)
+// alone and with them, and DDIM's eta 0.5 (its noise from the generator seeded 7), under DDIM from the same
+// latents: diffusers' latents and images, 1e-4 as above. Each changes the result (more than 1e-2 from plain
+// guidance's), so each is checked.
+TEST(PipelineTest, NegativePromptsGuidanceRescaleAndEtaSampleAsDiffusers) {
   const testing::Reference& ref = pipeline_reference();
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
-  for (const std::string& name : {"ddim_negative", "ddim_rescale", "ddim_negative_rescale"}) {
+  for (const std::string& name : {"ddim_negative", "ddim_rescale", "ddim_negative_rescale", "ddim_eta"}) {
     SCOPED_TRACE(name);
     SampleOptions options;
     options.steps = 10;
     options.guidance = 7.5;
     options.sampler = SamplerKind::kDdim;
     options.initial_latents = ref["initial_latents"];
-    if (name != "ddim_rescale") options.negative_prompts = {"blurry", "a dog"};
-    if (name != "ddim_negative") options.guidance_rescale = 0.7;
+    options.seed = 7;
+    if (name == "ddim_negative" || name == "ddim_negative_rescale") options.negative_prompts = {"blurry", "a dog"};
+    if (name == "ddim_rescale" || name == "ddim_negative_rescale") options.guidance_rescale = 0.7;
+    if (name == "ddim_eta") options.eta = 0.5;
     const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
     const double latents = testing::max_abs_difference(samples.latents, ref[name + "_latents"]);
     const double images = testing::max_abs_difference(samples.images, ref[name + "_images"]);

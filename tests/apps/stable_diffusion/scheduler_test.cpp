@@ -156,6 +156,22 @@ TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
   }
 }
 
+// Euler ancestral (k-diffusion's step to σ_down, then σ_up noise) as diffusers' EulerAncestralDiscreteScheduler
+// runs it: Euler's timesteps and σ (checked above), and its 10-step loop with step i's noise drawn as diffusers
+// draws it (a CPU generator seeded 200 + i), every x to 1e-5 of its largest value as above.
+TEST_P(SchedulerTest, EulerAncestralLoopEqualsDiffusersFromTheSameGenerator) {
+  const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
+  const std::unique_ptr<Sampler> sampler = make_sampler(SamplerKind::kEulerAncestral, schedule, 10);
+  EXPECT_TRUE(sampler->stochastic());
+  torch::Tensor x = sample * sampler->init_noise_sigma();
+  for (size_t i = 0; i < 10; ++i) {
+    const at::Generator generator = at::detail::createCPUGenerator(200 + i);
+    x = sampler->step(outputs[static_cast<int64_t>(i)], i, x, torch::randn(sample.sizes(), generator, torch::kFloat32));
+    const torch::Tensor expected = figure("euler_a_steps")[static_cast<int64_t>(i)];
+    EXPECT_LT(testing::max_abs_difference(x, expected), 1e-5 * std::max(1.0, expected.abs().max().item<double>())) << "step " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, SchedulerTest, ::testing::Values("sd15", "zero_snr_v", "cosine_linspace"));
 
 TEST(SchedulerTraps, FiftyLeadingStepsWithOffsetOneAre981To1) {
