@@ -195,7 +195,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const auto rows = static_cast<int64_t>(prompts.size());
   KUAFU_CHECK(rows > 0, "no prompt to sample");
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
-  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, dpm++2m)");
+  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, dpm++2m)");
   const NoiseSchedule schedule(p.scheduler.config);
   const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps, options.eta);
   const torch::Device device = p.unet->conv_in->weight.device();

@@ -127,8 +127,9 @@ torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor&
 
 // The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
 std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps, double ddim_eta = 0.0);
-// diffusers' class names (DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, DPMSolverMultistepScheduler)
-// and Kuafu's short ones (ddim, ddpm, euler, dpm++2m); kuafu::Error listing them.
+// diffusers' class names (DDIMScheduler, DDPMScheduler, EulerDiscreteScheduler, EulerAncestralDiscreteScheduler,
+// DPMSolverMultistepScheduler)
+// and Kuafu's short ones (ddim, ddpm, euler, euler_a, dpm++2m); kuafu::Error listing them.
 SamplerKind sampler_named(const std::string& name);
 
 }  // namespace kuafu::sd
