@@ -229,12 +229,11 @@ AtomDistanceBounds atom14_distance_bounds(const ViolationSettings& settings) {
     }
   }
   for (const MeasuredPair& pair : kResiduePairs) {
-    const char code = [&] {
-      for (const ResidueType& type : residue_types())
-        if (type.name == pair.residue) return type.code;
+    const int64_t t = [&] {  // residue_types() is in aatype order
+      for (int64_t k = 0; k < kResidueTypes; ++k)
+        if (residue_types()[k].name == pair.residue) return k;
       fail(std::string("residue_bonds.inc names residue ") + pair.residue);
     }();
-    const int64_t t = residue_type_index(code);
     const ResidueType& type = residue_types()[t];
     const int64_t i = slot_of(type, pair.atom1), j = slot_of(type, pair.atom2);
     const double allowed = settings.tolerance_factor * pair.spread;

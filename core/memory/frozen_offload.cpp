@@ -1,6 +1,7 @@
 #include "core/memory/frozen_offload.h"
 
 #include <set>
+#include <utility>
 
 #include "core/memory/storage_memory.h"
 #include "core/util/error.h"
@@ -107,10 +108,12 @@ FrozenWeightOffload::Reads FrozenWeightOffload::start_reads(const std::string& k
   return reads;
 }
 
-void FrozenWeightOffload::read_ahead(const std::string& key) {
+void FrozenWeightOffload::read_ahead(const std::string& key, const std::vector<Frozen*>& frozen) {
+  frozen_by_call_[key] = frozen;
+  if (!last_call_.empty()) next_call_[last_call_] = key;
+  last_call_ = key;
   const auto next = next_call_.find(key);
-  if (!disk_ || !disk_->options().read_ahead || next == next_call_.end()) return;
-  ahead_ = start_reads(next->second, frozen_by_call_.at(next->second));
+  if (next != next_call_.end()) ahead_ = start_reads(next->second, frozen_by_call_.at(next->second));
 }
 
 void FrozenWeightOffload::drop_read_ahead() {
@@ -128,19 +131,16 @@ void FrozenWeightOffload::fetch(const hooks::BlockCall& call, const std::string&
   torch::NoGradGuard no_grad;
   const std::string key = kind + call.name;
   const std::vector<Frozen*> frozen = frozen_of(call);
-  frozen_by_call_[key] = frozen;
-  if (!last_call_.empty()) next_call_[last_call_] = key;
-  last_call_ = key;
   std::optional<Reads> reads;
   if (ahead_ && ahead_->key == key && ahead_->frozen == frozen) {
-    reads = std::move(ahead_);
-    ahead_.reset();
+    reads = std::exchange(ahead_, std::nullopt);
     ++calls_read_ahead_;
   } else {
     drop_read_ahead();  // another call came than last time
     reads = start_reads(key, frozen);
   }
-  read_ahead(key);  // queued behind this call's own reads, read while its block computes
+  // Queued behind this call's own reads, read while its block computes.
+  if (disk_ && disk_->options().read_ahead) read_ahead(key, frozen);
   const std::vector<torch::Tensor>& homes = reads->homes;
   for (size_t i = 0; i < frozen.size(); ++i) {
     reads->transfers[i].wait();

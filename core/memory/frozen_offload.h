@@ -64,7 +64,9 @@ class FrozenWeightOffload : public hooks::BlockHooks {
     std::vector<DiskTransfer> transfers;
   };
   Reads start_reads(const std::string& key, const std::vector<Frozen*>& frozen);
-  void read_ahead(const std::string& key);  // the call that followed `key` last time
+  // Notes that call `key` (of the `frozen` weights) followed the previous one, and starts the reads of the
+  // call that followed `key` last time.
+  void read_ahead(const std::string& key, const std::vector<Frozen*>& frozen);
   void drop_read_ahead();                    // waits for its transfers (they write into its tensors)
   void fetch(const hooks::BlockCall& call, const std::string& kind);
   void release(const hooks::BlockCall& call);

@@ -61,17 +61,16 @@ std::vector<CheckpointPart> FrozenModel::checkpoint_parts() const {
   if (!options_.saved) return {};
   // Weights whose home is the disk are read back for the checkpoint (a host copy while it is written).
   io::NamedTensors weights = named_weights(model_);
-  if (offload_ && offload_->on_disk()) weights = offload_->with_values_from_disk(std::move(weights));
+  if (offload_) weights = offload_->with_values_from_disk(std::move(weights));
   return {{options_.name, std::move(weights), {}, ""}};
 }
 
 void FrozenModel::load(const std::string& folder) {
   if (!options_.saved) return;
   io::NamedTensors weights = named_weights(model_);
-  const bool on_disk = offload_ && offload_->on_disk();
-  if (on_disk) weights = offload_->with_values_from_disk(std::move(weights));  // host copies to load into
+  if (offload_) weights = offload_->with_values_from_disk(std::move(weights));  // host copies to load into
   CheckpointStore::load_weights(folder, weights, nullptr, options_.name);
-  if (on_disk) offload_->write_values_to_disk(weights);
+  if (offload_) offload_->write_values_to_disk(weights);
 }
 
 }  // namespace kuafu::train

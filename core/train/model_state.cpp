@@ -4,11 +4,11 @@
 
 #include "core/dist/collectives.h"
 #include "core/hooks/grad_ready.h"
+#include "core/memory/frozen_offload.h"
 #include "core/memory/memory_config.h"
 #include "core/optim/grad_norm.h"
 #include "core/optim/optim_config.h"
 #include "core/train/checkpoint.h"
-#include "core/memory/frozen_offload.h"
 #include "core/train/held_model.h"
 #include "core/util/logging.h"
 
@@ -338,8 +338,7 @@ std::vector<TensorPiece> ModelState::owned_pieces(const io::NamedTensors& tensor
 }
 
 io::NamedTensors ModelState::with_frozen_values(io::NamedTensors weights) const {
-  if (!frozen_offload_ || !frozen_offload_->on_disk()) return weights;
-  return frozen_offload_->with_values_from_disk(std::move(weights));
+  return frozen_offload_ ? frozen_offload_->with_values_from_disk(std::move(weights)) : weights;
 }
 
 std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
