@@ -4,7 +4,8 @@
 # device's own torch), at each micro-batch of BATCHES, REPEATS times in turn so that drift touches all
 # three alike. One JSON line per run into OUT_DIR/gpt_speed.jsonl; stops starting runs at DEADLINE s.
 #
-# UNFUSED=1 adds Kuafu with runtime.fused_loss and runtime.fused_layer_norm = false; COMPILE_REPEATS
+# UNFUSED=1 adds Kuafu with runtime.fused_loss and runtime.fused_layer_norm = false; MKL=1 adds Kuafu with
+# runtime.cpu_blas = "libtorch" (the CPU's float32 products on LibTorch's MKL, not OpenBLAS); COMPILE_REPEATS
 # limits the (slow to start) torch.compile runs to the first repeats; PADDED=1 adds eager PyTorch with
 # the vocabulary padded to a multiple of 64 (50,304 for GPT-2: aligned products); PROFILE=1 ends with one
 # profiled eager run per batch (the step's time by kind of kernel: benchmarks/gpt_eager_pytorch.py).
@@ -16,7 +17,7 @@
 #     SETS="--set model.vocab_size=2048 --set runtime.threads=2" BATCHES=16 PYTHON=.venv/bin/python ...
 #
 # usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [DEADLINE=300]
-#          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
+#          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [MKL=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
 #          [DEVICE=cuda] [CONFIG=...] [SHAPE=...] [SETS=...] [PRECISION=bf16] [THREADS=16]
 #          benchmarks/gpt_speed_gpu.sh
 set -uo pipefail
@@ -29,6 +30,7 @@ DEADLINE=${DEADLINE:-300}
 COMPILE=${COMPILE:-1}
 COMPILE_REPEATS=${COMPILE_REPEATS:-$REPEATS}
 UNFUSED=${UNFUSED:-0}
+MKL=${MKL:-0}
 PADDED=${PADDED:-0}
 PROFILE=${PROFILE:-0}
 PROFILE_BATCHES=${PROFILE_BATCHES:-$BATCHES}
@@ -68,6 +70,7 @@ for rep in $(seq "$REPEATS"); do
   for batch in $BATCHES; do
     kuafu "kuafu b$batch" "$batch"
     [[ $UNFUSED == 1 ]] && kuafu "kuafu unfused b$batch" "$batch" --set runtime.fused_loss=false --set runtime.fused_layer_norm=false
+    [[ $MKL == 1 ]] && kuafu "kuafu mkl b$batch" "$batch" --set runtime.cpu_blas=\"libtorch\"
     pytorch "eager b$batch" "$vocab" "$batch" eager
     [[ $PADDED == 1 ]] && pytorch "eager padded b$batch" $(((vocab + 63) / 64 * 64)) "$batch" eager
     [[ $COMPILE == 1 && $rep -le $COMPILE_REPEATS ]] && pytorch "compile b$batch" "$vocab" "$batch" compile

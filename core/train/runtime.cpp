@@ -10,6 +10,7 @@
 #include <tuple>
 #include <thread>
 
+#include "core/ops/cpu_blas.h"
 #include "core/ops/fused_kernels.h"
 #include "core/train/train_settings.h"
 #include "core/util/device.h"
@@ -29,6 +30,10 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_bool("runtime.fused_layer_norm", true,
                   "on a GPU: LayerNorm's forward and backward through Kuafu's kernels (dx and the weight and bias "
                   "gradients in one pass over the rows); false: LibTorch's");
+  schema.add_string("runtime.cpu_blas", "openblas",
+                    "float32 matrix products on the CPU (LibTorch's mm, matmul, attention): openblas (Debian's "
+                    "OpenBLAS; faster than the MKL in LibTorch on AMD processors) or libtorch (that MKL)")
+      .choices({"openblas", "libtorch"});
   schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
   schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});
@@ -76,6 +81,10 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   runtime.device = runtime.world->device();
   if (config.schema().find("runtime.fused_loss")) {
     ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm")});
+  }
+  if (config.schema().find("runtime.cpu_blas")) {
+    ops::set_cpu_blas(config.get_string("runtime.cpu_blas") == "openblas" ? ops::CpuBlas::kOpenBlas
+                                                                         : ops::CpuBlas::kLibTorch);
   }
   // Rank 0 prints; every rank of a multi-rank job also appends to its own log file.
   std::string log_dir = config.get_string("runtime.log_dir");
