@@ -27,6 +27,7 @@ struct SchedulerConfig {
   Prediction prediction_type = Prediction::kEpsilon;
   bool clip_sample = true;              // clamp x̂₀ to ±clip_sample_range (off for latents)
   double clip_sample_range = 1.0;
+  bool karras_sigmas = false;           // Euler, DPM-Solver: σ spaced as Karras et al. 2022 (use_karras_sigmas)
 };
 
 // x̂₀ and ε̂ from a model's output at ᾱ_t.

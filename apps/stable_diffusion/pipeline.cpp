@@ -87,9 +87,11 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   c.prediction_type = prediction_named(io::config_value<std::string>(json, "prediction_type", "epsilon", where));
   c.clip_sample = !sigma && io::config_value<bool>(json, "clip_sample", true, where);
   c.clip_sample_range = io::config_value<double>(json, "clip_sample_range", 1.0, where);
+  c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // Euler's and DPM-Solver's only
   KUAFU_CHECK(!json.contains("trained_betas") || json["trained_betas"].is_null(), where, ": trained_betas is not supported");
   const std::vector<std::pair<std::string, nlohmann::json>> computed = {
-      {"thresholding", false},      {"use_karras_sigmas", false}, {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
+      {"thresholding", false},      {"sigma_min", nullptr},       {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
+      {"sigma_max", nullptr},
       {"use_lu_lambdas", false},    {"final_sigmas_type", "zero"}, {"algorithm_type", "dpmsolver++"}, {"solver_order", 2},
       {"solver_type", "midpoint"},  {"euler_at_final", false},     {"interpolation_type", "linear"},  {"timestep_type", "discrete"},
       {"variance_type", "fixed_small"}};
@@ -196,7 +198,14 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   KUAFU_CHECK(rows > 0, "no prompt to sample");
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
   KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, dpm++2m)");
-  const NoiseSchedule schedule(p.scheduler.config);
+  SchedulerConfig config = p.scheduler.config;
+  if (options.karras_sigmas) {
+    const bool walks_sigma = *kind == SamplerKind::kEuler || *kind == SamplerKind::kDpmSolverPlusPlus2M;
+    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's and DPM-Solver++(2M)'s (euler, dpm++2m): the "
+                "sampler is another");
+    config.karras_sigmas = *options.karras_sigmas;
+  }
+  const NoiseSchedule schedule(config);
   const std::unique_ptr<Sampler> sampler = make_sampler(*kind, schedule, options.steps, options.eta);
   const torch::Device device = p.unet->conv_in->weight.device();
 
@@ -256,6 +265,7 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
   };
   if (options.guidance_rescale != 0.0) add_number("guidance rescale", options.guidance_rescale);
   if (options.eta != 0.0) add_number("eta", options.eta);
+  if (options.karras_sigmas) chunks.emplace_back("karras sigmas", *options.karras_sigmas ? "true" : "false");
   return chunks;
 }
 

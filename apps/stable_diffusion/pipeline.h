@@ -68,6 +68,7 @@ struct SampleOptions {
   std::vector<std::string> negative_prompts;  // the guidance's unconditional text: one for every prompt, or
                                               // one each; none: the empty caption
   std::optional<SamplerKind> sampler;  // else the folder's scheduler class
+  std::optional<bool> karras_sigmas;   // Euler and DPM-Solver's σ spacing; else the folder's use_karras_sigmas
   uint64_t seed = 0;                   // the CPU generator's: initial latents, then each stochastic step's noise
   torch::Tensor initial_latents;       // [B, latent, h, w] N(0, 1) draws (scaled by the sampler's σ), else from the seed
   int64_t height = 0, width = 0;       // pixels; 0: the UNet's sample_size × the VAE's factor

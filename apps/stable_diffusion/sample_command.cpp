@@ -32,6 +32,8 @@ const char* const kHelp =
     "  --sampler NAME       ddim, ddpm, euler, euler_a (ancestral) or dpm++2m (default: the folder's\n"
     "                       scheduler class)\n"
     "  --eta E              DDIM's eta in [0, 1]: 0 deterministic (default), 1 DDPM's variance\n"
+    "  --karras-sigmas B    true: euler's and dpm++2m's noise levels spaced as Karras et al. (\"DPM++ 2M\n"
+    "                       Karras\"); false: the schedule's (default: the folder's use_karras_sigmas)\n"
     "  --seed S             the CPU generator's seed for the initial noise and DDPM's (default 0); once per\n"
     "                       row of the grid\n"
     "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
@@ -87,6 +89,9 @@ void sample_command(int argc, const char* const argv[]) {
       options.guidance = real(arg, value);
     } else if (arg == "--eta") {
       options.eta = real(arg, value);
+    } else if (arg == "--karras-sigmas") {
+      KUAFU_CHECK(value == "true" || value == "false", "--karras-sigmas ", text::abbreviate(value), " is not true or false");
+      options.karras_sigmas = value == "true";
     } else if (arg == "--negative-prompt") {
       options.negative_prompts.push_back(value);
     } else if (arg == "--guidance-rescale") {

@@ -31,6 +31,101 @@ std::vector<double> euler_timesteps(const NoiseSchedule& schedule, int64_t steps
   return spaced_timesteps(c.num_train_timesteps, steps, c.timestep_spacing, c.steps_offset, /*round_linspace=*/false);
 }
 
+// σ = √((1 − ᾱ)/ᾱ) at every training timestep [T]; a zero-SNR schedule's last ᾱ taken as 2⁻²⁴ (σ finite), as
+// diffusers does.
+std::vector<double> training_sigmas(const NoiseSchedule& schedule) {
+  const int64_t total = schedule.train_timesteps();
+  std::vector<double> sigmas;
+  for (int64_t t = 0; t < total; ++t) {
+    const double a = t == total - 1 && schedule.config().rescale_betas_zero_snr ? std::pow(2.0, -24) : schedule.alpha_cumprod(t);
+    sigmas.push_back(std::sqrt((1 - a) / a));
+  }
+  return sigmas;
+}
+
+// σ at each (fractional) timestep, linear in t between the integer timesteps around it.
+std::vector<double> sigmas_at(const std::vector<double>& training, const std::vector<double>& timesteps) {
+  std::vector<double> out;
+  const auto last = static_cast<int64_t>(training.size()) - 1;
+  for (const double t : timesteps) {
+    const auto below = static_cast<int64_t>(std::floor(t));
+    const int64_t above = std::min(below + 1, last);
+    const double w = t - static_cast<double>(below);
+    out.push_back((1 - w) * training.at(below) + w * training.at(above));
+  }
+  return out;
+}
+
+// Karras et al. 2022, eq. 5 with ρ = 7: n σ from σ_max down to σ_min, evenly spaced in σ^(1/ρ).
+std::vector<double> karras_sigmas(double sigma_max, double sigma_min, int64_t n) {
+  constexpr double rho = 7.0;
+  const double from = std::pow(sigma_max, 1 / rho), to = std::pow(sigma_min, 1 / rho);
+  std::vector<double> out;
+  for (int64_t i = 0; i < n; ++i) {
+    const double ramp = n == 1 ? 0.0 : static_cast<double>(i) / static_cast<double>(n - 1);
+    out.push_back(std::pow(from + ramp * (to - from), rho));
+  }
+  return out;
+}
+
+// The values rounded to float32. diffusers keeps the training σ and their logs in float32, and where a
+// Karras σ equals a training σ (σ_max always does) the rounding decides which side of it the timestep
+// falls: under zero SNR, whose σ is not monotonic at the end (σ_998 = 15,406 > σ_999 = 4,096), that
+// is 999 or 995.3.
+std::vector<double> as_float32(std::vector<double> values) {
+  for (double& v : values) v = static_cast<float>(v);
+  return values;
+}
+
+// The fractional timestep of σ: log σ interpolated linearly between the two training timesteps around it
+// (the last whose σ is at most σ and the next, clamped to the schedule), diffusers' _sigma_to_t over
+// float32 training σ [T].
+double timestep_of_sigma(double sigma, const std::vector<double>& training) {
+  const double log_sigma = std::log(std::max(sigma, 1e-10));
+  const auto n = static_cast<int64_t>(training.size());
+  const auto log_at = [&](int64_t t) { return static_cast<double>(static_cast<float>(std::log(training[t]))); };
+  int64_t low = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    if (log_sigma - log_at(t) >= 0) low = t;
+  }
+  low = std::min(low, n - 2);
+  const double lo = log_at(low), hi = log_at(low + 1);
+  const double w = std::clamp((lo - log_sigma) / (lo - hi), 0.0, 1.0);
+  return (1 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
+}
+
+// Euler's path: σ at its timesteps, or with Karras σ from the first to the last of them, each called at the
+// timestep of its σ (σ and timesteps float32 values, as diffusers keeps them).
+SigmaPath euler_path(const NoiseSchedule& schedule, int64_t steps) {
+  const std::vector<double> training = training_sigmas(schedule);
+  std::vector<double> timesteps = euler_timesteps(schedule, steps);
+  std::vector<double> sigmas = sigmas_at(training, timesteps);
+  if (!schedule.config().karras_sigmas) return {timesteps, sigmas};
+  const std::vector<double> training32 = as_float32(training);
+  sigmas = sigmas_at(training32, timesteps);
+  sigmas = karras_sigmas(sigmas.front(), sigmas.back(), steps);
+  for (size_t i = 0; i < sigmas.size(); ++i) timesteps[i] = static_cast<float>(timestep_of_sigma(sigmas[i], training32));
+  return {timesteps, as_float32(sigmas)};
+}
+
+// DPM-Solver's path: σ at its timesteps, or with Karras σ over the whole schedule (σ at T − 1 down to σ at 0,
+// float32 values), each called at its σ's timestep rounded (truncated under the cosine schedule), as
+// diffusers does.
+SigmaPath dpm_path(const NoiseSchedule& schedule, int64_t steps) {
+  const std::vector<double> training = training_sigmas(schedule);
+  std::vector<double> timesteps = dpm_timesteps(schedule, steps);
+  if (!schedule.config().karras_sigmas) return {timesteps, sigmas_at(training, timesteps)};
+  const std::vector<double> training32 = as_float32(training);
+  const std::vector<double> sigmas = karras_sigmas(training32.back(), training32.front(), steps);
+  const bool cosine = schedule.config().beta_schedule == BetaSchedule::kSquaredCosCapV2;
+  timesteps.resize(sigmas.size());
+  for (size_t i = 0; i < sigmas.size(); ++i) {
+    const double t = timestep_of_sigma(sigmas[i], training32);
+    timesteps[i] = cosine ? std::trunc(t) : std::nearbyint(t);  // numpy's round: half to even
+  }
+  return {timesteps, as_float32(sigmas)};
+}
+
 // α_σ = 1/√(σ² + 1) and σ·α_σ: the signal and noise scales of the variance-preserving x at σ.
 std::pair<double, double> alpha_sigma(double sigma) {
   const double alpha = 1 / std::sqrt(sigma * sigma + 1);
@@ -80,22 +175,12 @@ torch::Tensor DdpmSampler::step(const torch::Tensor& model_output, size_t i, con
   return mean + std::sqrt(variance) * noise;
 }
 
-SigmaSampler::SigmaSampler(const NoiseSchedule& schedule, std::vector<double> timesteps) : Sampler(schedule, std::move(timesteps)) {
-  const int64_t total = schedule.train_timesteps();
-  auto sigma_at = [&](int64_t t) {
-    const double a = t == total - 1 && schedule.config().rescale_betas_zero_snr ? std::pow(2.0, -24) : schedule.alpha_cumprod(t);
-    return std::sqrt((1 - a) / a);
-  };
-  for (const double t : timesteps_) {  // linear interpolation between the integer timesteps around t
-    const auto below = static_cast<int64_t>(std::floor(t));
-    const int64_t above = std::min(below + 1, total - 1);
-    const double w = t - static_cast<double>(below);
-    sigmas_.push_back((1 - w) * sigma_at(below) + w * sigma_at(above));
-  }
+SigmaSampler::SigmaSampler(const NoiseSchedule& schedule, SigmaPath path)
+    : Sampler(schedule, std::move(path.timesteps)), sigmas_(std::move(path.sigmas)) {
   sigmas_.push_back(0.0);
 }
 
-EulerSampler::EulerSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, euler_timesteps(schedule, steps)) {}
+EulerSampler::EulerSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, euler_path(schedule, steps)) {}
 
 double EulerSampler::init_noise_sigma() const {
   const double largest = *std::max_element(sigmas_.begin(), sigmas_.end());
@@ -134,7 +219,7 @@ torch::Tensor EulerAncestralSampler::step(const torch::Tensor& model_output, siz
   return moved + up * noise;
 }
 
-DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_timesteps(schedule, steps)) {}
+DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_path(schedule, steps)) {}
 
 torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
   KUAFU_CHECK(i == next_step_, "DPM-Solver steps in order: step ", i, " after ", next_step_, " steps");

@@ -68,14 +68,21 @@ class DdpmSampler : public Sampler {
   bool stochastic() const override { return true; }
 };
 
+// The timesteps a σ sampler calls the model at and its σ there [steps].
+struct SigmaPath {
+  std::vector<double> timesteps, sigmas;
+};
+
 // The samplers that walk σ: σ_i interpolated (linearly in t) from the schedule at each timestep, then 0.
-// A zero-SNR schedule's last ᾱ is taken as 2⁻²⁴ here (σ finite), as diffusers does.
+// A zero-SNR schedule's last ᾱ is taken as 2⁻²⁴ here (σ finite), as diffusers does. With karras_sigmas,
+// σ_i follow Karras et al. 2022 (ρ = 7) between the path's ends and each timestep is the one whose σ it
+// is (log σ interpolated), as diffusers' use_karras_sigmas.
 class SigmaSampler : public Sampler {
  public:
   const std::vector<double>& sigmas() const { return sigmas_; }  // [steps + 1]
 
  protected:
-  SigmaSampler(const NoiseSchedule& schedule, std::vector<double> timesteps);
+  SigmaSampler(const NoiseSchedule& schedule, SigmaPath path);
   std::vector<double> sigmas_;
 };
 

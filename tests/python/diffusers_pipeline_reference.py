@@ -70,8 +70,8 @@ def build(out):
     saved = pipe.scheduler.config
     latents = torch.randn(2, 4, 8, 8)
     tensors = {"initial_latents": latents}
-    for name, kind in SAMPLERS.items():
-        pipe.scheduler = kind.from_config(saved)
+    for name, kind in {**SAMPLERS, "euler_karras": EulerDiscreteScheduler, "dpm_karras": DPMSolverMultistepScheduler}.items():
+        pipe.scheduler = kind.from_config(saved, **({"use_karras_sigmas": True} if name.endswith("_karras") else {}))
         generator = torch.Generator().manual_seed(7)
         with torch.no_grad():
             final = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(), generator=generator,

@@ -21,6 +21,7 @@
                                        timesteps_N for N in STEPS, and a 10-step loop from sample x
                                        init_noise_sigma with outputs[i] at step i: each step's x (chained) and
                                        Euler's scaled model inputs
+        euler_karras_*, dpm_karras_*   the same with use_karras_sigmas=True
         euler_a_steps                  EulerAncestralDiscreteScheduler's 10-step loop the same way, step i's
                                        noise from a CPU generator seeded 200 + i
 """
@@ -123,6 +124,8 @@ def build(out):
         tensors[f"{name}/min_snr_5"] = min_snr(snr, config.get("prediction_type", "epsilon"))
         for prefix, kind in (("euler", EulerDiscreteScheduler), ("dpm", DPMSolverMultistepScheduler)):
             tensors.update(sigma_sampler(f"{name}/{prefix}", kind(**sigma_config(config)), sample, outputs))
+            karras = kind(**sigma_config(config), use_karras_sigmas=True)
+            tensors.update(sigma_sampler(f"{name}/{prefix}_karras", karras, sample, outputs))
         ancestral = EulerAncestralDiscreteScheduler(**sigma_config(config))
         ancestral.set_timesteps(10)
         x, steps = sample * ancestral.init_noise_sigma, []
@@ -145,6 +148,9 @@ def sigma_sampler(prefix, scheduler, sample, outputs):
         scheduler.set_timesteps(n)
         tensors[f"{prefix}_timesteps_{n}"] = scheduler.timesteps.double()
     scheduler.set_timesteps(10)
+    # From the list's first step: diffusers otherwise starts at a repeated first timestep's second place
+    # (Karras σ under zero SNR round several to 999) and steps past the end.
+    scheduler.set_begin_index(0)
     tensors[f"{prefix}_sigmas"] = scheduler.sigmas.double()
     tensors[f"{prefix}_init_noise_sigma"] = torch.tensor(float(scheduler.init_noise_sigma), dtype=torch.float64)
     x = sample * scheduler.init_noise_sigma

@@ -1,8 +1,8 @@
 // Text-to-image sampling against diffusers' StableDiffusionPipeline (tests/python/diffusers_pipeline_reference.py)
 // on a tiny pipeline folder diffusers saved (its tokenizer as transformers 5 writes it, a tokenizer.json
 // alone): the same prompts at guidance 7.5 over 10 steps from the same initial latents give diffusers'
-// final latents and images under DDIM, Euler discrete, DPM-Solver++(2M), and DDPM with its noise from the
-// same seeded CPU generator. Float32, 1e-4 on latents and images of order 1 (ten UNet passes).
+// final latents and images under DDIM, Euler discrete, DPM-Solver++(2M) (both also with Karras sigmas),
+// Euler ancestral, and DDPM with their noise from the same seeded CPU generator. Float32, 1e-4 on latents and images of order 1 (ten UNet passes).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -35,7 +35,9 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   SampleOptions options;
   options.steps = 10;
   options.guidance = 7.5;
-  options.sampler = sampler_named(GetParam() == "dpm" ? "dpm++2m" : GetParam());
+  const std::string kind = GetParam().substr(0, GetParam().find("_karras"));  // "DPM++ 2M Karras": dpm++2m, Karras sigmas
+  options.sampler = sampler_named(kind == "dpm" ? "dpm++2m" : kind);
+  if (kind != GetParam()) options.karras_sigmas = true;
   options.seed = 7;
   options.initial_latents = ref["initial_latents"];
   const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
@@ -44,7 +46,7 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   EXPECT_LT(testing::max_abs_difference(samples.images, ref[GetParam() + "_images"]), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a"));
+INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a", "euler_karras", "dpm_karras"));
 
 // Negative prompts (the unconditional rows' text, one per prompt), guidance rescale 0.7 (Lin et al.'s value)
 // alone and with them, and DDIM's eta 0.5 (its noise from the generator seeded 7), under DDIM from the same
@@ -110,7 +112,9 @@ TEST(PipelineFolderTest, AComponentItDoesNotHaveIsNamed) {
   EXPECT_FALSE(pndm.sampler.has_value()) << "the schedule reads; the caller names a sampler";
   EXPECT_EQ(pndm.config.timestep_spacing, TimestepSpacing::kLeading);
   scheduler = {{"_class_name", "EulerDiscreteScheduler"}, {"use_karras_sigmas", true}};
-  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_scheduler_config(scheduler, "s.json"); }), "use_karras_sigmas"));
+  EXPECT_TRUE(read_scheduler_config(scheduler, "s.json").config.karras_sigmas);
+  scheduler = {{"_class_name", "EulerDiscreteScheduler"}, {"use_karras_sigmas", true}, {"sigma_min", 0.1}};
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { read_scheduler_config(scheduler, "s.json"); }), "sigma_min = 0.1"));
   EXPECT_EQ(read_scheduler_config({{"_class_name", "EulerDiscreteScheduler"}}, "s.json").config.timestep_spacing, TimestepSpacing::kLinspace);
 
   const auto dir = testing::temp_dir("pipeline_extra");
@@ -189,8 +193,9 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   EXPECT_TRUE(testing::Contains(bad_steps.output, "--steps ten is not a whole number")) << bad_steps.output;
 }
 
-// A tile under 4 latents (0 once meant "whole" without a word) and an --out that is a folder are
-// refused by name, and a failed write leaves nothing beside the folder.
+// A tile under 4 latents (0 once meant "whole" without a word), bad sampling options (Karras sigmas for
+// DDIM among them) and an --out that is a folder are refused by name, and a failed write leaves nothing
+// beside the folder.
 TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
   const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("sd_sample_refused");
@@ -203,6 +208,12 @@ TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
   const testing::CommandResult rescale = kuafu_sd(common + " --guidance-rescale 1.5 --out " + (dir / "r.png").string());
   EXPECT_EQ(rescale.exit_code, 1);
   EXPECT_TRUE(testing::Contains(rescale.output, "--guidance-rescale 1.5 is not in [0, 1]")) << rescale.output;
+  const testing::CommandResult karras = kuafu_sd(common + " --karras-sigmas yes --out " + (dir / "k.png").string());
+  EXPECT_EQ(karras.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(karras.output, "--karras-sigmas yes is not true or false")) << karras.output;
+  const testing::CommandResult ddim_karras = kuafu_sd(common + " --sampler ddim --karras-sigmas true --out " + (dir / "k.png").string());
+  EXPECT_EQ(ddim_karras.exit_code, 1);
+  EXPECT_TRUE(testing::Contains(ddim_karras.output, "Karras sigmas are Euler's and DPM-Solver++(2M)'s")) << ddim_karras.output;
   const testing::CommandResult negatives =
       kuafu_sd(common + " --negative-prompt a --negative-prompt b --out " + (dir / "n.png").string());
   EXPECT_EQ(negatives.exit_code, 1);

@@ -49,6 +49,10 @@ class SchedulerTest : public ::testing::TestWithParam<std::string> {
   const testing::Reference& ref = scheduler_reference();
   NoiseSchedule schedule{config_named(GetParam())};
   torch::Tensor figure(const std::string& name) const { return ref[GetParam() + "/" + name]; }
+  // The sampler's timestep lists, σ, initial noise and 10-step loop against the reference's `prefix`_* figures.
+  // timestep_tolerance: absolute (0: the lists exactly); step_tolerance: of each step's largest value.
+  void expect_sigma_loop(const std::string& prefix, SamplerKind kind, const NoiseSchedule& on, double timestep_tolerance = 0,
+                         double step_tolerance = 1e-5) const;
 };
 
 double relative_difference(const torch::Tensor& ours, const torch::Tensor& expected) {
@@ -123,36 +127,76 @@ TEST_P(SchedulerTest, NoisingTargetsAndMinSnrWeightsEqualTheReference) {
 // model outputs: every step's x to 1e-5 of its largest value (float32 chains; σ reaches 2·10⁴ in the
 // cosine schedule's tail). Where diffusers' leading list with steps_offset passes the schedule (999 and
 // 1,000 DPM-Solver steps), Kuafu's stays within it.
-TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
+void SchedulerTest::expect_sigma_loop(const std::string& prefix, SamplerKind kind, const NoiseSchedule& on,
+                                      double timestep_tolerance, double step_tolerance) const {
   const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
-  for (const auto& [prefix, kind] : {std::pair<std::string, SamplerKind>{"euler", SamplerKind::kEuler}, {"dpm", SamplerKind::kDpmSolverPlusPlus2M}}) {
-    for (const int64_t n : {1, 2, 3, 7, 10, 30, 50, 333, 999, 1000}) {
-      const std::vector<double> ours = make_sampler(kind, schedule, n)->timesteps();
-      if (schedule.config().steps_offset != 0 && n >= 999) {  // diffusers' list passes the schedule there; ours stays
-        EXPECT_LT(ours.front(), static_cast<double>(schedule.train_timesteps())) << prefix << " " << n << " steps";
-        continue;
-      }
-      const torch::Tensor expected = figure(prefix + "_timesteps_" + std::to_string(n));
-      EXPECT_EQ(ours, std::vector<double>(expected.data_ptr<double>(), expected.data_ptr<double>() + expected.numel()))
+  for (const int64_t n : {1, 2, 3, 7, 10, 30, 50, 333, 999, 1000}) {
+    const std::vector<double> ours = make_sampler(kind, on, n)->timesteps();
+    if (on.config().steps_offset != 0 && n >= 999) {  // diffusers' list passes the schedule there; ours stays
+      EXPECT_LT(ours.front(), static_cast<double>(on.train_timesteps())) << prefix << " " << n << " steps";
+      continue;
+    }
+    const torch::Tensor expected = figure(prefix + "_timesteps_" + std::to_string(n));
+    const std::vector<double> theirs(expected.data_ptr<double>(), expected.data_ptr<double>() + expected.numel());
+    if (timestep_tolerance == 0) {
+      const auto differs = std::mismatch(ours.begin(), ours.end(), theirs.begin(), theirs.end());
+      EXPECT_EQ(ours, theirs) << prefix << " " << n << " steps, first difference at step "
+                              << (differs.first - ours.begin());
+    } else {
+      ASSERT_EQ(ours.size(), theirs.size()) << prefix << " " << n << " steps";
+      EXPECT_LE(testing::max_abs_difference(torch::tensor(ours, torch::kFloat64), expected), timestep_tolerance)
           << prefix << " " << n << " steps";
     }
-    const std::unique_ptr<Sampler> sampler = make_sampler(kind, schedule, 10);
-    const auto& sigmas = dynamic_cast<const SigmaSampler&>(*sampler).sigmas();
-    // 5e-4: diffusers' float32 1 − ᾱ near ᾱ = 1 (the cosine schedule's σ at t = 0) keeps few digits.
-    EXPECT_LT(relative_difference(torch::tensor(sigmas, torch::kFloat64), figure(prefix + "_sigmas")), 5e-4) << prefix;
-    const double init = figure(prefix + "_init_noise_sigma").item<double>();
-    EXPECT_NEAR(sampler->init_noise_sigma(), init, 1e-5 * init) << prefix;
-    torch::Tensor x = sample * sampler->init_noise_sigma();
-    for (size_t i = 0; i < 10; ++i) {
-      const auto row = static_cast<int64_t>(i);
-      if (kind == SamplerKind::kEuler) {
-        const torch::Tensor input = figure(prefix + "_inputs")[row];
-        EXPECT_LT(testing::max_abs_difference(sampler->scale_model_input(x, i), input), 1e-5 * input.abs().max().item<double>()) << i;
-      }
-      x = sampler->step(outputs[row], i, x);
-      const torch::Tensor expected = figure(prefix + "_steps")[row];
-      EXPECT_LT(testing::max_abs_difference(x, expected), 1e-5 * std::max(1.0, expected.abs().max().item<double>())) << prefix << " step " << i;
+  }
+  const std::unique_ptr<Sampler> sampler = make_sampler(kind, on, 10);
+  const auto& sigmas = dynamic_cast<const SigmaSampler&>(*sampler).sigmas();
+  // 5e-4: diffusers' float32 1 − ᾱ near ᾱ = 1 (the cosine schedule's σ at t = 0) keeps few digits.
+  EXPECT_LT(relative_difference(torch::tensor(sigmas, torch::kFloat64), figure(prefix + "_sigmas")), 5e-4) << prefix;
+  const double init = figure(prefix + "_init_noise_sigma").item<double>();
+  EXPECT_NEAR(sampler->init_noise_sigma(), init, 1e-5 * init) << prefix;
+  torch::Tensor x = sample * sampler->init_noise_sigma();
+  for (size_t i = 0; i < 10; ++i) {
+    const auto row = static_cast<int64_t>(i);
+    if (kind == SamplerKind::kEuler) {
+      const torch::Tensor input = figure(prefix + "_inputs")[row];
+      EXPECT_LT(testing::max_abs_difference(sampler->scale_model_input(x, i), input), step_tolerance * input.abs().max().item<double>())
+          << prefix << " input " << i;
     }
+    x = sampler->step(outputs[row], i, x);
+    const torch::Tensor expected = figure(prefix + "_steps")[row];
+    EXPECT_LT(testing::max_abs_difference(x, expected), step_tolerance * std::max(1.0, expected.abs().max().item<double>()))
+        << prefix << " step " << i;
+  }
+}
+
+// Both samplers on the schedule as configured.
+TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
+  for (const auto& [prefix, kind] : {std::pair<std::string, SamplerKind>{"euler", SamplerKind::kEuler}, {"dpm", SamplerKind::kDpmSolverPlusPlus2M}}) {
+    expect_sigma_loop(prefix, kind, schedule);
+  }
+}
+
+// The same with Karras et al.'s σ (diffusers' use_karras_sigmas): Euler's ρ = 7 spacing between its first and
+// last σ, each called at the fractional timestep of its σ; DPM-Solver's over the whole schedule, its
+// timesteps rounded (truncated under the cosine schedule). The timestep of a σ is log σ interpolated in
+// diffusers' float32 σ, whose 1 − ᾱ keeps few digits near ᾱ = 1 (σ 5e-4 apart above): Euler's timesteps to
+// 0.05 (measured 0.037, at the cosine schedule's t < 1), DPM-Solver's rounded ones to 1 (a few of the long
+// lists fall on the other side of a half; those of 1, 10 and 50 steps are exact). Inputs and steps to 3e-5
+// of their largest value under SD's and the zero-SNR schedules (float32 arithmetic at σ up to 4,096;
+// measured 1.5e-5), 1e-4 under the cosine one: every Karras σ is spaced from σ_max, and diffusers' float32
+// ᾱ at its end is 5e-5 from the float64 one (AlphasCumprodEqualDiffusers; measured 7.4e-5).
+TEST_P(SchedulerTest, KarrasSigmaLoopsEqualDiffusers) {
+  SchedulerConfig karras = schedule.config();
+  karras.karras_sigmas = true;
+  const NoiseSchedule with_karras(karras);
+  const double step_tolerance = GetParam() == "cosine_linspace" ? 1e-4 : 3e-5;
+  expect_sigma_loop("euler_karras", SamplerKind::kEuler, with_karras, /*timestep_tolerance=*/0.05, step_tolerance);
+  expect_sigma_loop("dpm_karras", SamplerKind::kDpmSolverPlusPlus2M, with_karras, /*timestep_tolerance=*/1.0, step_tolerance);
+  for (const int64_t n : {1, 10, 50}) {  // lists of the usual lengths: exactly diffusers'
+    const torch::Tensor expected = figure("dpm_karras_timesteps_" + std::to_string(n));
+    EXPECT_EQ(make_sampler(SamplerKind::kDpmSolverPlusPlus2M, with_karras, n)->timesteps(),
+              std::vector<double>(expected.data_ptr<double>(), expected.data_ptr<double>() + expected.numel()))
+        << n << " steps";
   }
 }
 
