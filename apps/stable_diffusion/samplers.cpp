@@ -77,19 +77,25 @@ std::vector<double> as_float32(std::vector<double> values) {
   return values;
 }
 
+// log σ of each training timestep as float32 values [T], the table timestep_of_sigma reads.
+std::vector<double> float32_logs(const std::vector<double>& training) {
+  std::vector<double> logs;
+  for (const double sigma : training) logs.push_back(static_cast<float>(std::log(sigma)));
+  return logs;
+}
+
 // The fractional timestep of σ: log σ interpolated linearly between the two training timesteps around it
-// (the last whose σ is at most σ and the next, clamped to the schedule), diffusers' _sigma_to_t over
-// float32 training σ [T].
-double timestep_of_sigma(double sigma, const std::vector<double>& training) {
+// (the last whose σ is at most σ and the next, clamped to the schedule), diffusers' _sigma_to_t over the
+// float32 log σ of the training timesteps [T].
+double timestep_of_sigma(double sigma, const std::vector<double>& log_sigmas) {
   const double log_sigma = std::log(std::max(sigma, 1e-10));
-  const auto n = static_cast<int64_t>(training.size());
-  const auto log_at = [&](int64_t t) { return static_cast<double>(static_cast<float>(std::log(training[t]))); };
+  const auto n = static_cast<int64_t>(log_sigmas.size());
   int64_t low = 0;
   for (int64_t t = 0; t < n; ++t) {
-    if (log_sigma - log_at(t) >= 0) low = t;
+    if (log_sigma - log_sigmas[t] >= 0) low = t;
   }
   low = std::min(low, n - 2);
-  const double lo = log_at(low), hi = log_at(low + 1);
+  const double lo = log_sigmas[low], hi = log_sigmas[low + 1];
   const double w = std::clamp((lo - log_sigma) / (lo - hi), 0.0, 1.0);
   return (1 - w) * static_cast<double>(low) + w * static_cast<double>(low + 1);
 }
@@ -99,12 +105,11 @@ double timestep_of_sigma(double sigma, const std::vector<double>& training) {
 SigmaPath euler_path(const NoiseSchedule& schedule, int64_t steps) {
   const std::vector<double> training = training_sigmas(schedule);
   std::vector<double> timesteps = euler_timesteps(schedule, steps);
-  std::vector<double> sigmas = sigmas_at(training, timesteps);
-  if (!schedule.config().karras_sigmas) return {timesteps, sigmas};
-  const std::vector<double> training32 = as_float32(training);
-  sigmas = sigmas_at(training32, timesteps);
-  sigmas = karras_sigmas(sigmas.front(), sigmas.back(), steps);
-  for (size_t i = 0; i < sigmas.size(); ++i) timesteps[i] = static_cast<float>(timestep_of_sigma(sigmas[i], training32));
+  if (!schedule.config().karras_sigmas) return {timesteps, sigmas_at(training, timesteps)};
+  const std::vector<double> training32 = as_float32(training), log_sigmas = float32_logs(training32);
+  const std::vector<double> spaced = sigmas_at(training32, timesteps);
+  const std::vector<double> sigmas = karras_sigmas(spaced.front(), spaced.back(), steps);
+  for (size_t i = 0; i < sigmas.size(); ++i) timesteps[i] = static_cast<float>(timestep_of_sigma(sigmas[i], log_sigmas));
   return {timesteps, as_float32(sigmas)};
 }
 
@@ -115,12 +120,12 @@ SigmaPath dpm_path(const NoiseSchedule& schedule, int64_t steps) {
   const std::vector<double> training = training_sigmas(schedule);
   std::vector<double> timesteps = dpm_timesteps(schedule, steps);
   if (!schedule.config().karras_sigmas) return {timesteps, sigmas_at(training, timesteps)};
-  const std::vector<double> training32 = as_float32(training);
+  const std::vector<double> training32 = as_float32(training), log_sigmas = float32_logs(training32);
   const std::vector<double> sigmas = karras_sigmas(training32.back(), training32.front(), steps);
   const bool cosine = schedule.config().beta_schedule == BetaSchedule::kSquaredCosCapV2;
   timesteps.resize(sigmas.size());
   for (size_t i = 0; i < sigmas.size(); ++i) {
-    const double t = timestep_of_sigma(sigmas[i], training32);
+    const double t = timestep_of_sigma(sigmas[i], log_sigmas);
     timesteps[i] = cosine ? std::trunc(t) : std::nearbyint(t);  // numpy's round: half to even
   }
   return {timesteps, as_float32(sigmas)};

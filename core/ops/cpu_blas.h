@@ -2,7 +2,7 @@
 // the block products inside its CPU flash attention) all call the BLAS routine sgemm_, which LibTorch's
 // wheel binds to the MKL it carries. On AMD processors MKL runs them well below the machine's rate:
 // GPT-2's output layer at 125 GFLOP/s where OpenBLAS reaches 200, and a causal attention layer's
-// forward and backward about 2x slower (benchmarks/cpu_blas.py). Kuafu's executables link
+// forward and backward about 8% slower (benchmarks/cpu_blas.py). Kuafu's executables link
 // libkuafu_sgemm.so ahead of LibTorch: its sgemm_ is the one the process calls, and it sends each product
 // to Debian's OpenBLAS (OpenMP build, sharing LibTorch's threads) or back to MKL, as runtime.cpu_blas
 // says. Only sgemm_ is replaced: float64, bfloat16 and LAPACK stay LibTorch's.
