@@ -16,9 +16,14 @@
 # not what the allocator keeps for reuse, which the apps' malloc settings make up to 1 GiB more.
 # On this CPU-only machine both tiers are host memory: the device budget is enforced by accounting.
 #
+#   gemini_disk  three tiers: as gemini, with memory.disk_dir (DISK_DIR, default <out>/disk) taking the
+#                master chunks (float32 masters, gradients, Adam state) the host budget cannot hold; the
+#                whole footprint in memory must still fit device + host (the files do not count).
+#
 # Usage: benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
-#                                       [out = runs/memory_capacity] [strategies = all four]
-# Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest).
+#                                       [out = runs/memory_capacity] [strategies = the first four]
+# Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest); gemini_disk's
+# bisection starts from the larger two-tier Gemini's largest (which it must fit) up to DISK_TOP layers (160).
 set -euo pipefail
 build=${1:-build}
 device_mb=${2:-2048}
@@ -32,6 +37,8 @@ config="$(dirname "$0")/../apps/gpt/configs/quickstart.toml"
 common=(--set model.n_embd=1536 --set model.n_head=16 --set model.vocab_size=8192 --set model.n_positions=128
         --set data.context=128 --set train.micro_batch_size=4 --set precision.dtype='"bf16"' --set optim.name='"adamw"')
 budgets=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb")
+disk_dir=$(realpath -m "${DISK_DIR:-$out/disk}")
+mkdir -p "$disk_dir"
 
 strategy_args() {  # name -> overrides
   case $1 in
@@ -39,6 +46,7 @@ strategy_args() {  # name -> overrides
     zero2) echo '--set memory.strategy="zero2"' ;;
     gemini_static) echo '--set memory.strategy="gemini" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1' ;;
     gemini_auto) echo '--set memory.strategy="gemini" --set memory.placement="auto" --set memory.margin_ratio=0.8' ;;
+    gemini_disk) echo "--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1 --set memory.disk_dir=\"$disk_dir\"" ;;
   esac
 }
 
@@ -70,7 +78,7 @@ PY
 
 # Bisection on the number of layers: lo fits (or 0), hi does not.
 largest() {
-  local name=$1 lo=0 hi=$2 mid
+  local name=$1 lo=${3:-0} hi=$2 mid
   while (( hi - lo > 1 )); do
     mid=$(( (lo + hi) / 2 ))
     if probe "$name" "$mid" 1 2; then lo=$mid; else hi=$mid; fi
@@ -79,13 +87,18 @@ largest() {
 }
 
 declare -A best
-for name in none zero2 gemini_static gemini_auto; do
+for name in none zero2 gemini_static gemini_auto gemini_disk; do
   if [[ " $strategies " == *" $name "* ]]; then
     echo "$name:" >&2
-    case $name in none|zero2) top=12 ;; *) top=34 ;; esac
-    largest "$name" "$top" > "$out/$name.largest"
+    from=0
+    case $name in none|zero2) top=12 ;; gemini_disk) top=${DISK_TOP:-160} ;; *) top=34 ;; esac
+    if [[ $name == gemini_disk ]]; then
+      from=$(( best[gemini_static] > best[gemini_auto] ? best[gemini_static] : best[gemini_auto] ))
+      probe gemini_disk "$from" 1 2 || { echo "gemini_disk does not fit the two tiers' largest ($from layers)" >&2; exit 1; }
+    fi
+    largest "$name" "$top" "$from" > "$out/$name.largest"
   fi
-  best[$name]=$(cat "$out/$name.largest")
+  [[ -f $out/$name.largest ]] && best[$name]=$(cat "$out/$name.largest")
 done
 
 # Step times at the size plain data parallelism reaches (all four run it).
@@ -97,12 +110,14 @@ for name in none zero2 gemini_static gemini_auto; do  # all four in one run: the
   cp "$out/${name}_${common_layers}.json" "$out/${name}_common.json" 2>/dev/null || true
 done
 
-python3 - "$out" "$device_mb" "$host_mb" "${best[none]}" "${best[zero2]}" "${best[gemini_static]}" "${best[gemini_auto]}" <<'PY'
+found=()
+for name in none zero2 gemini_static gemini_auto gemini_disk; do [[ -n ${best[$name]:-} ]] && found+=("$name=${best[$name]}"); done
+python3 - "$out" "$device_mb" "$host_mb" "${found[@]}" <<'PY'
 import json, os, sys
 out, device, host = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-layers = dict(zip(["none", "zero2", "gemini_static", "gemini_auto"], map(int, sys.argv[4:8])))
+layers = {n: int(l) for n, l in (a.split("=") for a in sys.argv[4:])}
 labels = {"none": "plain data parallelism", "zero2": "ZeRO-2", "gemini_static": "Gemini static (all offloaded)",
-          "gemini_auto": "Gemini auto (margin 0.8)"}
+          "gemini_auto": "Gemini auto (margin 0.8)", "gemini_disk": "Gemini static + disk tier (three tiers)"}
 bytes_per_param = 18  # Gemini: bf16 weights 2 + float32 master 4 + gradient 4 + Adam moments 8
 bound = (device + host) * 2**20 / bytes_per_param
 common = {n: json.load(open(os.path.join(out, f"{n}_common.json"))) for n in layers
@@ -119,6 +134,14 @@ for n, l in layers.items():
     t = common[n]["step_time_ms_median"] if n in common else float("nan")
     rows.append(f"| {labels[n]} | {d['parameters'] / 1e6:.0f}M ({l} layers) | {d['parameters'] / plain_params:.1f}x | "
                 f"{d['parameters'] / bound:.0%} | {footprint:.0f} MiB | {dev} | {hst} | {t / 1e3:.2f} s | {t / plain_time:.2f}x |")
+two_tiers = [n for n in ("gemini_static", "gemini_auto") if n in layers]
+if "gemini_disk" in layers and two_tiers:
+    d = json.load(open(os.path.join(out, f"gemini_disk_{layers['gemini_disk']}.json")))
+    two = max(json.load(open(os.path.join(out, f"{n}_{layers[n]}.json")))["parameters"] for n in two_tiers)
+    rows.append(f"\nThree tiers against two: {d['parameters'] / two:.1f}x the parameters; at the largest, "
+                f"{d.get('master_chunks_on_disk', 0):.0f} master chunks on the disk ({d.get('disk_peak_mb', 0) / 1024:.1f} GiB of "
+                f"files, {d.get('disk_read_gb', 0):.1f} GB read and {d.get('disk_written_gb', 0):.1f} GB written over the run, "
+                f"{d.get('disk_wait_s', 0):.1f} s waited for the disk), step {d['step_time_ms_median'] / 1e3:.1f} s.")
 text = (f"Budgets: device {device:.0f} MiB, host {host:.0f} MiB. Bound (device + host) / {bytes_per_param} bytes per "
         f"parameter = {bound / 1e6:.0f}M parameters.\n\n" + "\n".join(rows) + "\n")
 open(os.path.join(out, "summary.md"), "w").write(text)

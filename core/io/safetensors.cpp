@@ -167,7 +167,8 @@ const torch::Tensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 FileSum save_safetensors(const std::string& path, const NamedTensors& tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata,
+                         const std::function<void(const torch::Tensor&)>& before_write) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -185,6 +186,7 @@ FileSum save_safetensors(const std::string& path, const NamedTensors& tensors,
     write(length.data(), length.size());
     write(json.data(), json.size());
     for (const auto& item : tensors) {
+      if (before_write) before_write(item.second);
       // One tensor at a time on the host: a sharded master or a GPU weight is never copied whole with the rest.
       const torch::Tensor t = item.second.detach().to(torch::kCPU).contiguous();
       write(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size());

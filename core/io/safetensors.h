@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -17,8 +18,11 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // Writes atomically (temporary name, fsync, rename), streamed: one tensor at a time is brought to the
 // CPU (and made contiguous) and written, so no copy of the whole file is ever built. Returns the file's
 // size and CRC-32.
+// `before_write`, when given, is called with each tensor just before its bytes are read (tensors whose
+// memory comes from elsewhere on demand: Gemini's disk tier).
 FileSum save_safetensors(const std::string& path, const NamedTensors& tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {},
+                         const std::function<void(const torch::Tensor&)>& before_write = nullptr);
 
 struct SafetensorsFile {
   NamedTensors tensors;  // in file order

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "core/hooks/grad_ready.h"
+#include "core/optim/optimizer.h"
 #include "core/optim/mixed_precision.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -89,11 +90,15 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
   const auto options = torch::TensorOptions(master_dtype_).device(device_);
   master_shards_.resize(chunks);
   grad_shards_.resize(chunks);
+  disk_records_.resize(chunks);
+  grad_squares_.resize(names_.size());
   // A chunk is filled whole in the parameters' own precision (the masters are never rounded) and
   // handed to `keep` once its last tensor has arrived.
   std::vector<torch::Tensor> filling(chunks);
   std::vector<size_t> arrived(chunks, 0);
   std::vector<bool> has_value(names_.size(), false);
+  std::vector<torch::Tensor> piece_masters(names_.size()), piece_grads(names_.size());
+  disk_state_.resize(names_.size());
   auto arrive = [&](int64_t i, const torch::Tensor& value) {
     KUAFU_CHECK(!has_value[i], "parameter '", names_[i], "' was given its initial value twice");
     KUAFU_CHECK(value.numel() == layout_->slot(i).numel, "the initial value of '", names_[i], "' has ", value.numel(),
@@ -106,6 +111,21 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     master_shards_[c] = keep(c, filling[c]);
     grad_shards_[c] = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
     filling[c] = torch::Tensor();
+    // The pieces' views, made while the chunk's memory is there: a chunk on the disk tier is written there
+    // now and its memory given back (a view of storage without memory cannot be made).
+    for (int64_t t : layout_->tensors_in(c)) {
+      const Piece piece = layout_->piece(t, rank_);
+      // An alias of the shard, not a view: a view would keep its base, the shard, alive after
+      // relocate_masters gives the piece new storage.
+      piece_masters[t] = master_shards_[c].narrow(0, piece.shard_offset, piece.numel).detach();
+      piece_grads[t] = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
+      if (!disk_records_[c].defined()) continue;
+      const int64_t n = layout_->shard_numel(c);
+      for (int s = 0; s < disk_slots_; ++s) {
+        disk_state_[t].push_back(disk_records_[c].narrow(0, (1 + s) * n + piece.shard_offset, piece.numel).detach());
+      }
+    }
+    if (disk_ && disk_records_[c].defined()) disk_->adopt(c, disk_records_[c], grad_shards_[c]);
   };
   for (int64_t i = 0; i < static_cast<int64_t>(params_.size()); ++i) {
     if (!params_[i].is_meta()) arrive(i, params_[i]);
@@ -128,12 +148,8 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     if (found == names_.end()) continue;
     const int64_t i = found - names_.begin();
     piece_of_tensor_[i] = static_cast<int64_t>(pieces_.size());
-    const Piece piece = layout_->piece(i, rank_);
-    const int64_t c = layout_->slot(i).chunk;
-    // An alias of the shard, not a view: a view would keep its base, the shard, alive after
-    // relocate_masters gives the piece new storage.
-    optim::Param param{item.key(), master_shards_[c].narrow(0, piece.shard_offset, piece.numel).detach(), group_, true};
-    param.tensor.mutable_grad() = grad_shards_[c].narrow(0, piece.shard_offset, piece.numel);
+    optim::Param param{item.key(), piece_masters[i], group_, true};
+    param.tensor.mutable_grad() = piece_grads[i];
     pieces_.push_back(std::move(param));
   }
   if (low_precision(dtype_)) optim::cast_floating_buffers(model_, dtype_);
@@ -186,9 +202,109 @@ torch::Tensor ChunkedMasters::for_reduction(torch::Tensor& chunk_grads) const {
 
 void ChunkedMasters::add_reduced_grads(int64_t c, const torch::Tensor& reduced) {
   torch::NoGradGuard no_grad;
+  const bool on_disk = chunk_on_disk(c);
+  if (on_disk) disk_->bring_gradient(c);
   // A bf16/fp16 shard (grad_reduce = compute) is widened as it is added: on the fly on CUDA, through a
   // temporary on the CPU, as an explicit conversion would.
   grad_shards_[c].add_(reduced.to(grad_shards_[c].device()), optim::grad_average(grad_dtype_, group_->size()).after_sum);
+  if (!on_disk) return;
+  // The last micro-step's squares are the step's: the global norm needs no second read of the gradients.
+  for (int64_t i : layout_->tensors_in(c)) {
+    const Piece piece = layout_->piece(i, rank_);
+    grad_squares_[i] = optim::squared_norm(grad_shards_[c].narrow(0, piece.shard_offset, piece.numel));
+  }
+  disk_->send_gradient(c);
+}
+
+void ChunkedMasters::use_disk_tier(DiskTierOptions options, int slots) {
+  KUAFU_CHECK(master_dtype_ == torch::kFloat32, "the disk tier holds float32 masters");
+  disk_ = std::make_unique<DiskMasters>(std::move(options));
+  disk_slots_ = slots;
+}
+
+torch::Tensor ChunkedMasters::make_disk_record(int64_t c, const torch::Tensor& master) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = layout_->shard_numel(c);
+  // [(1 + slots) * n]: the master, then each optimizer slot (zeros, as an optimizer's state starts).
+  disk_records_[c] = torch::zeros({(1 + disk_slots_) * n}, torch::TensorOptions(master_dtype_).device(torch::kCPU));
+  disk_records_[c].narrow(0, 0, n).copy_(master);
+  return disk_records_[c].narrow(0, 0, n);
+}
+
+bool ChunkedMasters::piece_on_disk(size_t piece) const {
+  if (!disk_) return false;
+  const auto found = std::find(piece_of_tensor_.begin(), piece_of_tensor_.end(), static_cast<int64_t>(piece));
+  return found != piece_of_tensor_.end() && chunk_on_disk(layout_->slot(found - piece_of_tensor_.begin()).chunk);
+}
+
+std::vector<torch::Tensor> ChunkedMasters::known_grad_squares() const {
+  std::vector<torch::Tensor> known(pieces_.size());
+  if (!disk_) return known;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (chunk_on_disk(layout_->slot(static_cast<int64_t>(i)).chunk) && piece_of_tensor_[i] >= 0) {
+      // No gradient added since zero_grad: zeros, as the gradient is.
+      known[static_cast<size_t>(piece_of_tensor_[i])] =
+          grad_squares_[i].defined() ? grad_squares_[i] : torch::zeros({}, torch::kFloat64);
+    }
+  }
+  return known;
+}
+
+std::vector<std::pair<std::string, std::vector<torch::Tensor>>> ChunkedMasters::optimizer_state_homes() const {
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> homes;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    if (chunk_on_disk(layout_->slot(static_cast<int64_t>(i)).chunk)) homes.emplace_back(names_[i], disk_state_[i]);
+  }
+  return homes;
+}
+
+void ChunkedMasters::step_masters_on_disk(const std::function<void(const std::vector<size_t>& pieces)>& step) {
+  if (!disk_) return;
+  close_disk_chunk();
+  disk_->for_each(/*gradients=*/true, /*changed=*/true, [&](int64_t c) {
+    std::vector<size_t> pieces;
+    for (int64_t i : layout_->tensors_in(c)) pieces.push_back(static_cast<size_t>(piece_of_tensor_[i]));
+    step(pieces);
+    master_stepped(c);
+  });
+}
+
+void ChunkedMasters::open_disk_chunk(int64_t c, bool will_change) {
+  if (c != open_chunk_) {
+    close_disk_chunk();
+    disk_->open(c);
+    open_chunk_ = c;
+  }
+  open_changed_ = open_changed_ || will_change;
+}
+
+void ChunkedMasters::open_disk_chunk_of(const torch::Tensor& t, bool will_change) {
+  if (!masters_on_disk() || !t.defined() || !t.has_storage()) return;
+  const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (disk_records_[c].defined() && disk_records_[c].storage().unsafeGetStorageImpl() == storage) {
+      return open_disk_chunk(c, will_change);
+    }
+  }
+}
+
+void ChunkedMasters::open_disk_chunk_of(const std::string& name, bool will_change) {
+  if (!masters_on_disk() || !chunked(name)) return;
+  const int64_t c = layout_->slot(index_of(name)).chunk;
+  if (chunk_on_disk(c)) open_disk_chunk(c, will_change);
+}
+
+void ChunkedMasters::close_disk_chunk() {
+  if (open_chunk_ < 0) return;
+  disk_->close(open_chunk_, open_changed_);
+  open_chunk_ = -1;
+  open_changed_ = false;
+}
+
+void ChunkedMasters::zero_disk_grads() {
+  if (!disk_) return;
+  disk_->forget_gradients();
+  for (auto& square : grad_squares_) square = torch::Tensor();
 }
 
 int64_t ChunkedMasters::index_of(const std::string& name) const {
@@ -255,6 +371,7 @@ io::NamedTensors ChunkedMasters::weights_to_load() const {
 void ChunkedMasters::load_weight(const std::string& name, const torch::Tensor& full) {
   torch::NoGradGuard no_grad;
   const int64_t i = index_of(name);
+  open_disk_chunk_of(name, /*will_change=*/true);
   const Piece piece = layout_->piece(i, rank_);
   master_shards_[layout_->slot(i).chunk]
       .narrow(0, piece.shard_offset, piece.numel)

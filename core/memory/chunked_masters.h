@@ -14,6 +14,7 @@
 #include "core/dist/collectives.h"
 #include "core/io/safetensors.h"
 #include "core/memory/chunk_layout.h"
+#include "core/memory/disk_masters.h"
 #include "core/optim/mixed_precision.h"
 #include "core/optim/optimizer.h"
 #include "core/util/weight_sink.h"
@@ -58,7 +59,8 @@ class ChunkedMasters {
   // device (a shape, no memory; load_weight takes its values), and the model's other parameters and
   // buffers themselves (loaded in place). No communication.
   io::NamedTensors weights_to_load() const;
-  // Parameter `name`'s whole saved values into this rank's master piece and the model's compute copy.
+  // Parameter `name`'s whole saved values into this rank's master piece and the model's compute copy (its
+  // chunk opened when it lives on the disk tier: close_disk_chunk after the last).
   void load_weight(const std::string& name, const torch::Tensor& full);
   // For sharded checkpoints (no communication): where this rank's piece of parameter `name` starts among
   // the parameter's elements and how many it holds, its shape, and whether `name` is chunked at all.
@@ -73,6 +75,28 @@ class ChunkedMasters {
   // each copy sharded over its own data group. The pieces lie at other offsets in the copies' chunks, so
   // the whole gradient is assembled first.
   void sum_gradient_with_copies(const std::string& name, const dist::ProcessGroup& copies);
+
+  // Master chunks on the disk tier (disk_masters.h): their pieces' tensors, gradients and optimizer state
+  // hold no memory except while streamed through; a step then goes through step_masters_on_disk.
+  bool masters_on_disk() const { return disk_ && !disk_->empty(); }
+  bool piece_on_disk(size_t piece) const;
+  // [piece] squared_norm() of each disk piece's gradient, taken when its chunk's reduced gradient was
+  // last added (undefined for pieces in memory and before any): the global norm without reading them back.
+  std::vector<torch::Tensor> known_grad_squares() const;
+  // The optimizer state the disk tier's records hold, by parameter name (Optimizer::set_state), one
+  // tensor per slot.
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> optimizer_state_homes() const;
+  // For each chunk on the disk in order, with its masters, gradient and optimizer state in memory:
+  // `step(pieces)` (indices into params()) updates them, the chunk's compute copy takes the new masters
+  // (master_stepped), and the record is written back. Collective when master_stepped is (gathered chunks).
+  void step_masters_on_disk(const std::function<void(const std::vector<size_t>& pieces)>& step);
+  // Checkpoints of master chunks on the disk tier, one chunk in host memory at a time: open_disk_chunk_of
+  // brings the record holding `t` (a piece, its optimizer state) or parameter `name`'s, closing the one
+  // open before (written back when `will_change` was said of it); nothing for tensors in memory.
+  // close_disk_chunk after the last.
+  void open_disk_chunk_of(const torch::Tensor& t, bool will_change);
+  void open_disk_chunk_of(const std::string& name, bool will_change);
+  void close_disk_chunk();
 
  protected:
   // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's
@@ -90,6 +114,17 @@ class ChunkedMasters {
   void build_masters(const std::function<torch::Tensor(int64_t chunk, const torch::Tensor& whole)>& keep);
   // Points parameter i at `values` (its place in a chunk's compute copy), from the meta device too.
   void bind(int64_t i, const torch::Tensor& values);
+  // Master chunks may go to the disk tier, each as a record of `slots` optimizer state tensors besides
+  // its master (before build_masters).
+  void use_disk_tier(DiskTierOptions options, int slots);
+  // In build_masters' `keep`: chunk c's master shard made a record on the disk tier from `master` (this
+  // rank's float32 shard); returns the master's place in it. The chunk goes to the disk once built.
+  torch::Tensor make_disk_record(int64_t c, const torch::Tensor& master);
+  bool chunk_on_disk(int64_t c) const { return disk_ && disk_->holds(c); }
+  // Chunk c's masters were just stepped in the disk tier's stream: its compute copy takes them.
+  virtual void master_stepped(int64_t /*c*/) {}
+  // zero_grad of the chunks on the disk tier.
+  void zero_disk_grads();
   // Moves chunk c's master and gradient shards to `device` (a copy even on the same device) and points
   // the optimizer's pieces at them; the optimizer state follows at its next step.
   void relocate_masters(int64_t chunk, const torch::Device& device, bool pinned);
@@ -131,6 +166,14 @@ class ChunkedMasters {
   std::vector<optim::Param> pieces_;          // registration order
   std::vector<int64_t> piece_of_tensor_;      // [tensor] its index in pieces_
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the gradient hooks alive
+  std::unique_ptr<DiskMasters> disk_;          // master chunks on the disk tier, or null
+  int disk_slots_ = 0;                         // optimizer state tensors in each disk record
+  std::vector<torch::Tensor> disk_records_;    // [chunk] [(1 + slots) * shard] float32, for chunks on the disk
+  std::vector<torch::Tensor> grad_squares_;    // [tensor] known squared gradient norms of disk pieces
+  std::vector<std::vector<torch::Tensor>> disk_state_;  // [tensor] its optimizer slots' places in its disk record
+  int64_t open_chunk_ = -1;                    // the disk chunk a checkpoint holds in memory, or -1
+  bool open_changed_ = false;                  // ... and whether it is to be written back
+  void open_disk_chunk(int64_t c, bool will_change);
 };
 
 // Upper end of the chunk-size search, in bytes of the compute dtype, and the fewest chunks it aims for.

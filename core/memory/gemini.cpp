@@ -15,12 +15,21 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
       ledger_(options.placement.budgets),
       prefetch_stream_(fast_device_) {
   place_initially();
+  if (options.disk) {
+    KUAFU_CHECK(low_precision(dtype_), "Gemini's disk tier needs a bf16 or fp16 compute dtype: in float32 the compute "
+                                       "shards are the masters");
+    use_disk_tier(*options.disk, options.optimizer_slots);
+    optimizer_slots_ = options.optimizer_slots;  // the masters' bytes count their state from the start
+    state_counted_ = true;
+    ledger_.add(Tier::kSlow, disk_staging_bytes(), "the disk tier's buffers for master chunks");
+  }
   // What stays on each tier enters the ledger before anything is allocated: a model too large for the
   // budgets fails here, not after filling memory. Only a pinned chunk (its payload is its shard) stays
   // gathered. The auto policy puts on the device what host memory cannot hold.
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+  const int64_t chunks = layout_->num_chunks();
+  for (int64_t c = 0; c < chunks; ++c) {
     if (placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c))) shard_tier_[c] = Tier::kFast;
-    if (placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c) + master_bytes(c))) {
+    if (!disk_ && placement_.auto_policy && !ledger_.fits(Tier::kSlow, shard_bytes(c) + master_bytes(c))) {
       master_tier_[c] = Tier::kFast;
     }
     pinned_.push_back(group_->size() == 1 && shard_tier_[c] == Tier::kFast);
@@ -29,10 +38,22 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     } else {
       ledger_.add(shard_tier_[c], shard_bytes(c), detail::concat("the compute shard of chunk ", c));
     }
-    ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
+    if (!disk_) ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
+  }
+  // With the disk tier the compute shards come first: host memory holds the master chunks that fit beside
+  // them, in layout order, and the disk the rest.
+  std::vector<bool> to_disk(chunks, false);
+  if (disk_) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      to_disk[c] = master_tier_[c] == Tier::kSlow && !ledger_.fits(Tier::kSlow, master_bytes(c));
+      if (!to_disk[c]) ledger_.add(master_tier_[c], master_bytes(c), detail::concat("the masters of chunk ", c));
+    }
+    if (std::find(to_disk.begin(), to_disk.end(), true) == to_disk.end()) {
+      ledger_.remove(Tier::kSlow, disk_staging_bytes());  // everything fits: no disk tier
+      disk_.reset();
+    }
   }
   torch::NoGradGuard no_grad;
-  const int64_t chunks = layout_->num_chunks();
   payloads_.resize(chunks);
   shards_.resize(chunks);
   // Each chunk's whole compute copy lives only while it is made (unless pinned): building holds no more
@@ -48,6 +69,7 @@ Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptio
     }
     if (!pinned_[c]) free_storage(payloads_[c]);
     // In the parameters' own precision the compute shard is the master; otherwise a float32 copy.
+    if (to_disk[c]) return make_disk_record(c, whole.narrow(0, rank_ * shard, shard));
     return low_precision(dtype_) ? copy_to_tier(whole.narrow(0, rank_ * shard, shard), master_tier_[c]) : shards_[c];
   });
   grad_staging_.resize(chunks);
@@ -282,19 +304,32 @@ void Gemini::reduce_owed() {
 
 void Gemini::zero_grad() {
   torch::NoGradGuard no_grad;
-  for (auto& g : grad_shards_) g.zero_();
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (!chunk_on_disk(c)) grad_shards_[c].zero_();
+  }
+  zero_disk_grads();
 }
 
 void Gemini::copy_masters_to_model() {
   if (!low_precision(dtype_)) return;  // the compute shards are the masters
   torch::NoGradGuard no_grad;
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) shards_[c].copy_(master_shards_[c]);
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (!chunk_on_disk(c)) shards_[c].copy_(master_shards_[c]);
+  }
   // Chunks kept gathered on the device take the new weights too (the same chunks on every rank).
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    if (!gathered_[c] || pinned_[c]) continue;
+    if (!gathered_[c] || pinned_[c] || chunk_on_disk(c)) continue;
     take_arrival(c);
     fill_payload(c);
   }
+}
+
+void Gemini::master_stepped(int64_t c) {
+  torch::NoGradGuard no_grad;
+  shards_[c].copy_(master_shards_[c]);
+  if (!gathered_[c] || pinned_[c]) return;
+  take_arrival(c);
+  fill_payload(c);
 }
 
 void Gemini::set_compute_weights(int64_t i, const torch::Tensor& full) {

@@ -9,6 +9,8 @@
 //
 // Placement (gemini_placement.cpp) spreads the chunks over two tiers, the device ("fast") and host
 // memory ("slow"), each with a budget kept by a TierLedger:
+// Under both, a disk tier (memory.disk_dir) takes the master chunks host memory cannot hold
+// (disk_masters.h): a third tier, streamed through host memory for the optimizer step.
 //   static: fixed fractions of the compute shards and of the master chunks (masters, gradients,
 //           optimizer state) live in host memory; a gathered chunk is released right after its block;
 //   auto:   the first micro-step (warm-up) records which chunks each block call uses and the non-model
@@ -55,6 +57,10 @@ struct GeminiOptions {
   PlacementOptions placement;
   optim::GradReduce grad_reduce = optim::GradReduce::kFloat32;  // precision.grad_reduce
   DeferredWeights deferred = {};  // how trainable parameters left on the meta device get their values
+  // memory.disk_dir: the master chunks (masters, gradient shard, optimizer state) the host budget cannot
+  // hold live in files there, stepped a chunk at a time as they stream through host memory.
+  std::optional<DiskTierOptions> disk = std::nullopt;
+  int optimizer_slots = 0;        // the optimizer's state tensors per element (sizes the disk tier's records)
 };
 
 class Gemini : public ChunkedMasters, public hooks::BlockHooks {
@@ -73,7 +79,8 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   // this only settles the step as finish_backward does.
   void reduce_accumulated() override { finish_backward(); }
   void zero_grad() override;
-  // Masters into the compute-dtype shards (and chunks kept on the device).
+  // Masters into the compute-dtype shards (and chunks kept on the device); those of chunks on the disk
+  // tier took theirs as their step streamed through (master_stepped).
   void copy_masters_to_model() override;
   void account_optimizer_state(int slots) override;
   std::string describe() const override;
@@ -103,6 +110,8 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
  private:
   // ZeRO-3 mechanics (gemini.cpp).
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
+  void master_stepped(int64_t c) override;
+  void copy_master_to_model(int64_t c);
   const std::vector<int64_t>& tensors_of(const hooks::BlockCall& call);
   std::vector<int64_t> chunks_of(const hooks::BlockCall& call);
   void move(int64_t tensor, TensorState to);
@@ -128,6 +137,8 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   int64_t payload_bytes(int64_t chunk) const;
   int64_t shard_bytes(int64_t chunk) const;
   int64_t master_bytes(int64_t chunk) const;  // masters, gradient shard and optimizer state
+  // Host memory the disk tier's streaming may hold at once, for chunks up to the largest (0 without the tier).
+  int64_t disk_staging_bytes() const;
   // Frees device room for `bytes` more (evicting idle chunks, furthest next use first, never those in
   // `keep`); the ledger then refuses what still does not fit.
   void make_room(int64_t bytes, const std::vector<int64_t>& keep);
@@ -162,6 +173,7 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
 
   TierLedger ledger_;
   int optimizer_slots_ = 0;
+  bool state_counted_ = false;  // optimizer_slots_ came with the options (a disk tier sizes its records by it)
   int64_t evictions_ = 0;
   int64_t prefetches_ = 0;
   // The warm-up trace: one micro-step's block calls ("name/fwd", "name/bwd"), the chunks each uses and

@@ -76,7 +76,21 @@ int64_t Gemini::master_bytes(int64_t c) const {
   return layout_->shard_numel(c) * static_cast<int64_t>(torch::elementSize(master_dtype_)) * tensors;
 }
 
+int64_t Gemini::disk_staging_bytes() const {
+  if (!disk_) return 0;
+  int64_t largest = 0;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) largest = std::max(largest, layout_->shard_numel(c));
+  const int64_t element = static_cast<int64_t>(torch::elementSize(master_dtype_));
+  return DiskMasters::most_host_bytes((1 + optimizer_slots_) * largest * element, largest * element);
+}
+
 void Gemini::account_optimizer_state(int slots) {
+  if (state_counted_) {
+    // Counted from the start (GeminiOptions::optimizer_slots), and the disk's records are sized by it.
+    KUAFU_CHECK(slots == optimizer_slots_, "Gemini's disk tier was sized for ", optimizer_slots_,
+                " optimizer state tensors per element, and the optimizer keeps ", slots);
+    return;
+  }
   KUAFU_CHECK(optimizer_slots_ == 0 && slots >= 0, "Gemini: optimizer state accounted twice");
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) ledger_.remove(master_tier_[c], master_bytes(c));
   optimizer_slots_ = slots;
@@ -218,7 +232,7 @@ void Gemini::place_masters_in_margin() {
                                    : static_cast<double>(budget - ledger_.model_bytes(Tier::kFast) - need);
   double room = placement_.margin_ratio * spare;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    if (master_tier_[c] == Tier::kSlow && static_cast<double>(master_bytes(c)) <= room) {
+    if (master_tier_[c] == Tier::kSlow && !chunk_on_disk(c) && static_cast<double>(master_bytes(c)) <= room) {
       move_masters(c, Tier::kFast);
       room -= static_cast<double>(master_bytes(c));
     }
@@ -274,29 +288,47 @@ std::string Gemini::describe() const {
   int64_t slow_shards = 0, slow_masters = 0;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
     slow_shards += shard_tier_[c] == Tier::kSlow;
-    slow_masters += master_tier_[c] == Tier::kSlow;
+    slow_masters += master_tier_[c] == Tier::kSlow && !chunk_on_disk(c);
   }
+  const std::string on_disk =
+      disk_ ? detail::concat(", ", disk_->chunks(), " on the disk tier (", disk_->disk().folder(), ")") : std::string();
   const auto budget = [](int64_t bytes) { return bytes == 0 ? std::string("unlimited") : mib(bytes); };
   return detail::concat("Gemini (ZeRO-3 chunks): ", layout_->num_chunks(), " chunks of up to ",
                         layout_->largest_chunk_numel(), " elements over ", group_->size(), " ranks; placement ",
                         placement_.auto_policy ? "auto" : "static", ", ", slow_shards, " compute shards and ",
-                        slow_masters, " master chunks in host memory; budgets: device ",
+                        slow_masters, " master chunks in host memory", on_disk, "; budgets: device ",
                         budget(ledger_.budget(Tier::kFast)), ", host ", budget(ledger_.budget(Tier::kSlow)));
 }
 
 std::vector<std::pair<std::string, double>> Gemini::memory_figures() const {
-  int64_t fast_masters = 0;
-  for (Tier tier : master_tier_) fast_masters += tier == Tier::kFast;
+  int64_t fast_masters = 0, slow_masters = 0;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    fast_masters += master_tier_[c] == Tier::kFast;
+    slow_masters += master_tier_[c] == Tier::kSlow && !chunk_on_disk(c);
+  }
   int64_t chunk_bytes = 0;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) chunk_bytes += payload_bytes(c);
   const auto in_mib = [](int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
-  return {{"chunks_mb", in_mib(chunk_bytes)},
+  std::vector<std::pair<std::string, double>> figures = {{"chunks_mb", in_mib(chunk_bytes)},
           {"device_peak_mb", in_mib(ledger_.peak_bytes(Tier::kFast))},
           {"activations_peak_mb", in_mib(ledger_.peak_non_model_bytes())},
           {"host_peak_mb", in_mib(ledger_.peak_bytes(Tier::kSlow))},
           {"evictions", static_cast<double>(evictions_)},
           {"prefetches", static_cast<double>(prefetches_)},
-          {"master_chunks_on_device", static_cast<double>(fast_masters)}};
+          {"master_chunks_on_device", static_cast<double>(fast_masters)},
+          {"master_chunks_on_host", static_cast<double>(slow_masters)}};
+  if (disk_) {
+    const DiskTier::Totals io = disk_->disk().totals();
+    const std::vector<std::pair<std::string, double>> disk = {
+        {"master_chunks_on_disk", static_cast<double>(disk_->chunks())},
+        {"disk_peak_mb", in_mib(disk_->disk().peak_bytes())},
+        {"disk_staging_peak_mb", in_mib(disk_->peak_host_bytes())},
+        {"disk_read_gb", static_cast<double>(io.bytes_read) / (1 << 30)},
+        {"disk_written_gb", static_cast<double>(io.bytes_written) / (1 << 30)},
+        {"disk_wait_s", disk_->wait_seconds()}};
+    figures.insert(figures.end(), disk.begin(), disk.end());
+  }
+  return figures;
 }
 
 }  // namespace kuafu::memory

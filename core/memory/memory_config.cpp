@@ -40,7 +40,8 @@ void add_memory_schema(config::Schema& s) {
   s.add_string("memory.disk_dir", "",
                "a folder on a local disk for the disk tier (issue 55): under memory.offload_frozen frozen weights (PPO's "
                "reference and reward models, a LoRA base) live in files there instead of host memory and are read "
-               "one block at a time; each run makes its own scratch folder inside it and removes it at the end (never "
+               "one block at a time; under memory.strategy = \"gemini\" the master chunks (float32 masters, gradients, "
+               "optimizer state) that memory.host_budget_mb cannot hold live there, stepped a chunk at a time; each run makes its own scratch folder inside it and removes it at the end (never "
                "read by a resume); empty: no disk tier");
   s.add_bool("memory.disk_read_ahead", true,
              "read the next block's chunks from the disk tier while the current block computes (off: when it is called)");
@@ -93,16 +94,23 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, const std::string& strategy,
                                                     torch::nn::Module& model, const dist::GroupPtr& group,
                                                     torch::Dtype compute_dtype, bool whole_gradients,
-                                                    DeferredWeights deferred) {
+                                                    DeferredWeights deferred, std::optional<DiskTierOptions> disk,
+                                                    int optimizer_slots) {
   const PlacementOptions placement = placement_options(config, strategy, compute_dtype);
   if (strategy == "none") return nullptr;
   const int64_t chunk_numel =
       static_cast<int64_t>(config.get_float("memory.chunk_mb") * (1 << 20)) / torch::elementSize(compute_dtype);
   const optim::GradReduce grad_reduce = optim::grad_reduce(config);
   if (strategy == "gemini") {
+    if (disk && !low_precision(compute_dtype)) {
+      config.fail_at("memory.disk_dir", "holds Gemini's float32 masters apart from the compute weights: it needs "
+                                        "precision.dtype = \"bf16\" or \"fp16\"");
+    }
     return std::make_unique<Gemini>(model, group,
-                                    GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce, std::move(deferred)});
+                                    GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce, std::move(deferred),
+                                                  std::move(disk), optimizer_slots});
   }
+  KUAFU_CHECK(!disk, "memory.disk_dir holds master chunks under memory.strategy = \"gemini\" only");
   return std::make_unique<ZeroRedundancy>(model, group,
                                           ZeroOptions{strategy == "zero1" || whole_gradients ? 1 : 2, chunk_numel,
                                                       compute_dtype, grad_reduce, std::move(deferred)});

@@ -7,15 +7,36 @@
 
 namespace kuafu::optim {
 
-double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across) {
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params) {
-    if (p.counts_in_global_norm && p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across,
+                        const std::vector<torch::Tensor>& known) {
+  std::vector<torch::Tensor> grads, squares;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    if (!p.counts_in_global_norm || !p.tensor.grad().defined()) continue;
+    if (i < known.size() && known[i].defined()) {
+      squares.push_back(known[i]);
+    } else {
+      grads.push_back(p.tensor.grad());
+      squares.push_back(torch::Tensor());
+    }
   }
   // Summed where the gradients live, then on the group's device for the all-reduce.
   const torch::Device device = across ? across->device() : torch::Device(torch::kCPU);
-  torch::Tensor total = grads.empty() ? torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(device))
-                                      : squared_norms(grads, std::vector<dist::GroupPtr>(grads.size())).sum().view({1});
+  torch::Tensor total;
+  if (squares.empty()) {
+    total = torch::zeros({1}, torch::TensorOptions(torch::kFloat64).device(device));
+  } else if (grads.size() == squares.size()) {
+    total = squared_norms(grads, std::vector<dist::GroupPtr>(grads.size())).sum().view({1});
+  } else {
+    // The known squares take their places among the computed ones: the same terms in the same order.
+    const torch::Tensor computed = squared_norms(grads, std::vector<dist::GroupPtr>(grads.size()));
+    int64_t next = 0;
+    for (auto& square : squares) {
+      if (!square.defined()) square = computed[next++];
+      square = square.to(computed.device());
+    }
+    total = torch::stack(squares).sum().view({1});
+  }
   if (across) total = total.to(across->device());
   if (across && across->size() > 1) dist::all_reduce(total, *across);
   return std::sqrt(total.item<double>());

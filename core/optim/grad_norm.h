@@ -12,7 +12,10 @@ namespace kuafu::optim {
 
 // The L2 norm of every counted gradient; `across` null = all gradients are here (plain data parallel).
 // Parameters without a gradient contribute nothing. Non-finite gradients give a non-finite norm.
-double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across);
+// `known[i]`, where given and defined, is params[i]'s squared_norm() already taken (a gradient on Gemini's
+// disk tier, measured as it was written): the sum is the same either way.
+double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across,
+                        const std::vector<torch::Tensor>& known = {});
 
 // min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_; 1 when max_norm <= 0 (no clipping).
 double clip_coefficient(double norm, double max_norm);

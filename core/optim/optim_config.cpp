@@ -57,10 +57,11 @@ std::vector<ParamGroup> make_param_groups(const std::vector<Param>& params,
   return {decay, no_decay};
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::Config& config, const std::vector<Param>& params,
+namespace {
+
+// The algorithm optim.name names, over `groups`.
+std::unique_ptr<Optimizer> make_algorithm(const config::Config& config, std::vector<ParamGroup> groups,
                                           dist::GroupPtr norm_group) {
-  auto groups = make_param_groups(params, config.get_string_list("optim.no_decay"),
-                                  config.get_float("optim.weight_decay"));
   const std::string name = config.get_string("optim.name");
   std::unique_ptr<Optimizer> optimizer;
   if (name == "adamw" || name == "adam") {
@@ -95,6 +96,19 @@ std::unique_ptr<Optimizer> make_optimizer(const config::Config& config, const st
     o.trust_clamp = config.get_float("optim.trust_clamp");
     optimizer = std::make_unique<Lars>(std::move(groups), o);
   }
+  return optimizer;
+}
+
+}  // namespace
+
+int state_slots(const config::Config& config) { return make_algorithm(config, {}, nullptr)->state_slots(); }
+
+std::unique_ptr<Optimizer> make_optimizer(const config::Config& config, const std::vector<Param>& params,
+                                          dist::GroupPtr norm_group) {
+  auto groups = make_param_groups(params, config.get_string_list("optim.no_decay"),
+                                  config.get_float("optim.weight_decay"));
+  std::unique_ptr<Optimizer> optimizer = make_algorithm(config, std::move(groups), std::move(norm_group));
+  const std::string name = config.get_string("optim.name");
   optimizer->set_lr(config.get_float("optim.lr"));
   const auto& g = optimizer->groups();
   log::infof("optimizer ", name, ": ", g[0].params.size(), " tensors with weight decay ",

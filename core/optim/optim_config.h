@@ -22,6 +22,10 @@ std::vector<ParamGroup> make_param_groups(const std::vector<Param>& params,
 std::unique_ptr<Optimizer> make_optimizer(const config::Config& config, const std::vector<Param>& params,
                                           dist::GroupPtr norm_group = nullptr);
 
+// The state tensors per parameter that optim.name's algorithm keeps (Adam: 2), before any optimizer exists
+// (Gemini sizes the disk tier's chunk files by it).
+int state_slots(const config::Config& config);
+
 LrSchedule make_schedule(const config::Config& config, int64_t total_steps);
 
 }  // namespace kuafu::optim

@@ -32,12 +32,26 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
 }
 
 void Optimizer::step() {
+  begin_step();
+  update(nullptr);
+}
+
+void Optimizer::begin_step() {
   torch::NoGradGuard no_grad;
   ++steps_;
   before_update();
+}
+
+void Optimizer::update(const std::function<bool(const std::string& name)>& selected) {
+  torch::NoGradGuard no_grad;
   const auto slots = slot_names();
   for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<size_t> chosen;
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      if (!selected || selected(groups_[g].params[i].name)) chosen.push_back(i);
+    }
+    if (chosen.empty()) continue;
+    for (size_t i : chosen) {
       auto& state = states_[g][i];
       const auto& p = groups_[g].params[i].tensor;
       if (state.empty()) {
@@ -50,8 +64,39 @@ void Optimizer::step() {
         if (slot.device() != p.device()) slot = slot.to(p.device());
       }
     }
-    update_group(groups_[g], states_[g]);
+    if (chosen.size() == groups_[g].params.size()) {
+      update_group(groups_[g], states_[g]);
+      continue;
+    }
+    // A part of the group: its parameters and their state (the same tensors, updated in place).
+    ParamGroup part{groups_[g].name, {}, groups_[g].options};
+    std::vector<std::vector<torch::Tensor>> part_states;
+    for (size_t i : chosen) {
+      part.params.push_back(groups_[g].params[i]);
+      part_states.push_back(states_[g][i]);
+    }
+    update_group(part, part_states);
   }
+}
+
+void Optimizer::set_state(const std::string& name, std::vector<torch::Tensor> slots) {
+  const auto names = slot_names();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Param& p = groups_[g].params[i];
+      if (p.name != name) continue;
+      KUAFU_CHECK(slots.size() == names.size(), "optimizer state for '", name, "': ", slots.size(), " slots given, ",
+                  this->name(), " keeps ", names.size());
+      for (const auto& slot : slots) {
+        KUAFU_CHECK(slot.sizes() == p.tensor.sizes() && slot.scalar_type() == state_dtype(p.tensor) &&
+                        slot.device() == p.tensor.device(),
+                    "optimizer state for '", name, "' must match the parameter's shape, device and state dtype");
+      }
+      states_[g][i] = std::move(slots);
+      return;
+    }
+  }
+  fail(detail::concat("no optimizer parameter named '", name, "' to place state for"));
 }
 
 void Optimizer::zero_grad() {
@@ -138,6 +183,10 @@ std::optional<std::string> state_owner(const std::string& state_name) {
   return state_name.substr(0, slash);
 }
 
+torch::Tensor squared_norm(const torch::Tensor& t) {
+  return at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64).square();
+}
+
 torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std::vector<dist::GroupPtr>& groups) {
   KUAFU_CHECK(tensors.size() == groups.size(), "squared_norms: ", tensors.size(), " tensors but ", groups.size(),
               " groups");
@@ -158,10 +207,7 @@ torch::Tensor squared_norms(const std::vector<torch::Tensor>& tensors, const std
   } else {
     std::vector<torch::Tensor> local;
     local.reserve(tensors.size());
-    for (const auto& t : tensors) {
-      const torch::Tensor norm = at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64);
-      local.push_back(norm.square().to(device));
-    }
+    for (const auto& t : tensors) local.push_back(squared_norm(t).to(device));
     sums = torch::stack(local);
   }
   // One all-reduce per distinct group, in order of first appearance (the same on every rank).

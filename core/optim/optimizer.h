@@ -46,7 +46,16 @@ class Optimizer {
 
   // One update from every parameter's current .grad() (a parameter without a gradient is left alone).
   void step();
+  // The same step in parts, for masters that pass through memory a chunk at a time (Gemini's disk tier):
+  // begin_step() once, then update() for each part; together they equal step(). Each part updates the
+  // parameters `selected` names (by Param::name); every rank must update the same parts in the same order
+  // (LAMB and LARS sum each part's norms over the ranks).
+  void begin_step();
+  void update(const std::function<bool(const std::string& name)>& selected);
   void zero_grad();
+  // Makes `slots` (the parameter's shape and state dtype, one per slot_names() entry, zeros before the
+  // first step) parameter `name`'s state: memory the caller places, e.g. in a chunk's file on the disk tier.
+  void set_state(const std::string& name, std::vector<torch::Tensor> slots);
 
   void set_lr(double lr) { lr_ = lr; }  // the base rate; group g uses lr * g.lr_scale
   double lr() const { return lr_; }
@@ -91,6 +100,9 @@ class Optimizer {
 // The parameter a state tensor of state_tensors() belongs to ("h.0.w/exp_avg" -> "h.0.w"); nullopt for
 // optimizer-wide entries such as "step".
 std::optional<std::string> state_owner(const std::string& state_name);
+
+// [] float64 on t's device: the sum of the squares of t's elements (what every norm here adds up).
+torch::Tensor squared_norm(const torch::Tensor& t);
 
 // [n] float64 on the tensors' device: the sum of squares of `tensors[i]`, added over `groups[i]` (null:
 // local only) with one all-reduce per distinct group. The basis of sharded per-layer and global norms.

@@ -311,8 +311,21 @@ void CheckpointStore::write_rank_files(int64_t step, const std::string& partial,
     const std::map<std::string, std::string> model_meta = {{"format", "pt"}};
     const std::map<std::string, std::string> optimizer_meta = {{"optimizer", part.optimizer_name}};
     const auto write = [&](const char* kind, const auto& tensors, const std::map<std::string, std::string>& meta) {
-      sums[whole_file_name(part.name, kind)] = io::save_safetensors(in_partial(whole_file_name(part.name, kind)), tensors, meta);
+      sums[whole_file_name(part.name, kind)] =
+          io::save_safetensors(in_partial(whole_file_name(part.name, kind)), tensors, meta, part.before_write);
     };
+    // The part's memory on demand is let go however its writing ends.
+    struct AfterWrite {
+      const std::function<void()>& done;
+      ~AfterWrite() {
+        try {
+          if (done) done();
+        } catch (const std::exception& e) {  // it only lets memory go: the save's own error, if any, goes on
+          log::warnf("after writing a checkpoint part: ", e.what());
+        }
+      }
+    } after_write{part.after_write};
+    KUAFU_CHECK(!part.before_write || part.sharded, "a checkpoint part with memory on demand must be sharded");
     if (!part.sharded) {
       if (!main) continue;
       write(kModel, part.weights, model_meta);
@@ -336,7 +349,7 @@ void CheckpointStore::write_rank_files(int64_t step, const std::string& partial,
     const auto write_pieces = [&](const char* kind, const std::vector<TensorPiece>& pieces,
                                   const std::map<std::string, std::string>& meta) {
       const std::string file = shard_file_name(part.name, kind, rank);
-      sums[file] = save_pieces(in_partial(file), pieces, meta);
+      sums[file] = save_pieces(in_partial(file), pieces, meta, part.before_write);
     };
     write_pieces(kModel, part.weight_pieces, model_meta);
     if (!part.optimizer_name.empty()) write_pieces(kOptimizer, part.state_pieces, optimizer_meta);
@@ -413,6 +426,8 @@ void CheckpointStore::save_async(int64_t step, const std::vector<CheckpointPart>
   pending->step = step;
   pending->partial = begin_save(step);
   for (const CheckpointPart& part : parts) {
+    KUAFU_CHECK(!part.before_write, "an asynchronous save cannot snapshot a part whose memory comes on demand "
+                                    "(master chunks on Gemini's disk tier): save synchronously");
     CheckpointPart copy = part;
     copy.weights = host_copies(part.weights);
     copy.optimizer_state = host_copies(part.optimizer_state);
@@ -627,6 +642,7 @@ nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedT
     const auto owner = optim::state_owner(name);
     if (!owner) return saved_state.read(name);
     const PlaceOf& place_of = target.state_place ? target.state_place : target.weight_place;
+    if (target.before_state) target.before_state(*owner);
     return part_of(saved_state, name, place_of ? place_of(*owner) : std::nullopt);
   };
   const std::optional<torch::Tensor> optimizer_steps = optimizer_state.read("step");

@@ -34,6 +34,10 @@ struct CheckpointPart {
   bool sharded = false;              // true: the pieces below instead of `weights` and `optimizer_state`
   std::vector<TensorPiece> weight_pieces = {};  // this rank's, of tensors no other rank writes
   std::vector<TensorPiece> state_pieces = {};
+  // Pieces whose memory comes on demand (master chunks on Gemini's disk tier): called before each tensor
+  // is read for writing, and once the part's files are written. Synchronous saves only.
+  std::function<void(const torch::Tensor&)> before_write = nullptr;
+  std::function<void()> after_write = nullptr;
 };
 
 class CheckpointStore {
@@ -104,6 +108,9 @@ class CheckpointStore {
     // Takes a loaded tensor (this rank's part of it) whose target is a meta tensor, a shape only (Gemini's
     // and ZeRO's chunked weights, stored where the strategy keeps them). Null: every target is real.
     std::function<void(const std::string& name, const torch::Tensor& local)> store;
+    // Called with a parameter's name before its optimizer state is loaded into the optimizer (whose
+    // state may live on Gemini's disk tier, brought in by it). Null: nothing to do.
+    std::function<void(const std::string& param)> before_state;
   };
 
   // Verifies the manifest (sizes and checksums) and the model's names and shapes, then restores

@@ -122,7 +122,8 @@ std::string shard_file_name(const std::string& part, const std::string& kind, in
 }
 
 FileSum save_pieces(const std::string& path, const std::vector<TensorPiece>& pieces,
-                    std::map<std::string, std::string> metadata) {
+                    std::map<std::string, std::string> metadata,
+                    const std::function<void(const torch::Tensor&)>& before_write) {
   io::NamedTensors tensors;
   nlohmann::json places = nlohmann::json::object();
   for (const TensorPiece& piece : pieces) {
@@ -131,7 +132,7 @@ FileSum save_pieces(const std::string& path, const std::vector<TensorPiece>& pie
     tensors.emplace_back(piece.name, piece.data);
   }
   metadata[kPiecesKey] = places.dump();
-  return io::save_safetensors(path, tensors, metadata);
+  return io::save_safetensors(path, tensors, metadata, before_write);
 }
 
 bool SavedTensors::exists(const std::string& folder, const std::string& part, const std::string& kind) {

@@ -52,9 +52,10 @@ std::string whole_file_name(const std::string& part, const std::string& kind);
 std::string shard_file_name(const std::string& part, const std::string& kind, int rank);
 inline constexpr const char* kPiecesKey = "kuafu.pieces";
 
-// Writes this rank's pieces as its shard file; returns its size and CRC-32.
+// Writes this rank's pieces as its shard file; returns its size and CRC-32. `before_write`: as io::save_safetensors.
 FileSum save_pieces(const std::string& path, const std::vector<TensorPiece>& pieces,
-                    std::map<std::string, std::string> metadata);
+                    std::map<std::string, std::string> metadata,
+                    const std::function<void(const torch::Tensor&)>& before_write = nullptr);
 
 struct SavedPiece;  // piece_reader.h
 

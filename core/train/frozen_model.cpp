@@ -22,7 +22,7 @@ FrozenModel::FrozenModel(const config::Config& config, const Runtime& runtime, t
   optim::cast_floating_buffers(model, dtype_);
   if (offload) {
     // Its forward keeps no graph (nothing of it is trained), so no block's weights stay for a backward.
-    offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device, frozen_disk_tier(config));
+    offload_ = std::make_unique<memory::FrozenWeightOffload>(model, runtime.device, disk_tier_options(config));
     hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(offload_.get());
     if (!hooks_installed_) {
       config.fail_at("memory.offload_frozen", "needs a model that runs its blocks through the block-call interface "

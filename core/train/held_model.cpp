@@ -28,16 +28,16 @@ const HeldModel& held_model(const config::Config& config, const std::string& nam
     HeldModel held{section.get_string("memory.strategy"), section.get_bool("memory.offload_frozen"),
                    section.get_string("memory.disk_dir"), section.get_float("memory.disk_budget_gb"),
                    section.get_bool("memory.disk_read_ahead"), section.get_string("precision.dtype")};
-    // Until Gemini places chunks there (issue 55), the disk tier holds offloaded frozen weights only.
-    if (!held.disk_dir.empty() && !held.offload_frozen) {
-      section.fail_at("memory.disk_dir", "holds a frozen model's weights under memory.offload_frozen = true and nothing "
-                                         "else yet (Gemini's chunks on the disk tier are still to come)");
+    // The disk tier holds offloaded frozen weights, or the master chunks Gemini's host budget cannot.
+    if (!held.disk_dir.empty() && !held.offload_frozen && held.strategy != "gemini") {
+      section.fail_at("memory.disk_dir", "holds a frozen model's weights under memory.offload_frozen = true, or Gemini's "
+                                         "master chunks under memory.strategy = \"gemini\"; it is set under neither");
     }
     return held;
   });
 }
 
-std::optional<memory::DiskTierOptions> frozen_disk_tier(const config::Config& config, const std::string& name) {
+std::optional<memory::DiskTierOptions> disk_tier_options(const config::Config& config, const std::string& name) {
   const HeldModel& held = held_model(config, name);
   if (held.disk_dir.empty()) return std::nullopt;
   memory::DiskTierOptions options;

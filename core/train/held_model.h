@@ -20,7 +20,7 @@ namespace kuafu::train {
 struct HeldModel {
   std::string strategy;         // memory.strategy: none, zero1, zero2 or gemini
   bool offload_frozen = false;  // memory.offload_frozen
-  std::string disk_dir;         // memory.disk_dir: where offloaded frozen weights live ("": host memory)
+  std::string disk_dir;         // memory.disk_dir: the disk tier's folder ("": none)
   double disk_budget_gb = 0;    // memory.disk_budget_gb
   bool disk_read_ahead = true;  // memory.disk_read_ahead
   std::string precision;        // precision.dtype: fp32, bf16, fp16 or fp64
@@ -31,8 +31,8 @@ struct HeldModel {
 // Model `name`'s settings ("": the model `config` is a view of, or the config's one model).
 const HeldModel& held_model(const config::Config& config, const std::string& name = "");
 
-// Model `name`'s disk tier for its offloaded frozen weights (memory.disk_dir), or none.
-std::optional<memory::DiskTierOptions> frozen_disk_tier(const config::Config& config, const std::string& name = "");
+// Model `name`'s disk tier (memory.disk_dir): its offloaded frozen weights, or Gemini's master chunks; or none.
+std::optional<memory::DiskTierOptions> disk_tier_options(const config::Config& config, const std::string& name = "");
 
 // Model `name`'s compute dtype on `device` (its precision.dtype); fp16 on a CPU device fails at the key
 // (LibTorch's CPU kernels lack it).

@@ -48,8 +48,14 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
     // then holds them as ZeRO-1 does (DeepSpeed and Colossal-AI refuse ZeRO-2 with pipelines outright).
     // Gemini reduces each micro-batch's backward at its end (told through the block hooks).
+    const auto disk = strategy == "gemini" ? disk_tier_options(config) : std::nullopt;
+    if (disk && runtime.pipelined()) {
+      config.fail_at("memory.disk_dir", "holds Gemini's master chunks without parallel.pipeline (a pipeline sums tied "
+                                        "weights' gradients in memory)");
+    }
     sharded_ = memory::make_sharded_states(config, strategy, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
-                                           deferred ? options_.deferred : DeferredWeights{});
+                                           deferred ? options_.deferred : DeferredWeights{}, disk,
+                                           disk ? optim::state_slots(config) : 0);
     if (deferred) load_deferred_weights();
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
       log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
@@ -84,9 +90,19 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
   if (sharded_) {
     sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
+    // The optimizer state of master chunks on the disk tier lives in their records there.
+    for (auto& [name, slots] : sharded_->optimizer_state_homes()) optimizer_->set_state(name, std::move(slots));
     if (runtime.is_main()) log::infof(sharded_->describe());
   }
   ema_decay_ = config.get_float("optim.ema_decay");
+  if (ema_decay_ > 0 && streams_masters()) {
+    config.fail_at("optim.ema_decay", "keeps a float32 average of every weight in host memory, which master chunks on "
+                                      "the disk tier (memory.disk_dir) are there to avoid; not yet together");
+  }
+  if (streams_masters() && config.schema().find("train.async_save") && config.get_bool("train.async_save")) {
+    config.fail_at("train.async_save", "snapshots the weights and optimizer state in host memory, which master chunks "
+                                       "on the disk tier (memory.disk_dir) do not fit in; save synchronously");
+  }
   if (ema_decay_ > 0) {
     for (const auto& p : params_) ema_.push_back(p.tensor.detach().clone());
   }
@@ -108,6 +124,7 @@ void ModelState::load_deferred_weights() {
   sink.take = [this](const std::string& name, const torch::Tensor& value) { sharded_->load_weight(name, value); };
   ScopedWeightSink scope(sink);
   options_.deferred.load();
+  sharded_->close_disk_chunk();  // load_weight opened chunks on the disk tier one at a time
 }
 
 void ModelState::offload_frozen_weights() {
@@ -125,7 +142,7 @@ void ModelState::offload_frozen_weights() {
   }
   // After the masters: the frozen weights are already in the compute dtype. Their home is host memory, or
   // files on the disk tier under memory.disk_dir.
-  frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device, frozen_disk_tier(config_));
+  frozen_offload_ = std::make_unique<memory::FrozenWeightOffload>(model_, runtime_.device, disk_tier_options(config_));
   hooks_installed_ = options_.set_block_hooks && options_.set_block_hooks(frozen_offload_.get());
   if (!hooks_installed_) config_.fail_at(key, "needs a model that runs its blocks through the block-call interface");
   if (runtime_.is_main()) log::infof(frozen_offload_->describe());
@@ -231,14 +248,48 @@ void ModelState::zero_grads() {
 
 double ModelState::grad_norm() {
   if (masters_) masters_->copy_grads_to_masters();
-  return optim::global_grad_norm(params_, norm_group_) / loss_scale();
+  // Gradients on the disk tier count by the squares taken as they were written.
+  const std::vector<torch::Tensor> known = sharded_ ? sharded_->known_grad_squares() : std::vector<torch::Tensor>{};
+  return optim::global_grad_norm(params_, norm_group_, known) / loss_scale();
+}
+
+bool ModelState::streams_masters() const { return sharded_ && sharded_->masters_on_disk(); }
+
+void ModelState::step_streamed(double factor) {
+  // The masters in memory first, then each chunk on the disk as it streams through: one step in parts.
+  std::vector<bool> on_disk(params_.size());
+  std::vector<optim::Param> in_memory;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    on_disk[i] = sharded_->piece_on_disk(i);
+    if (!on_disk[i]) in_memory.push_back(params_[i]);
+  }
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].name] = i;
+  optimizer_->begin_step();
+  optim::scale_grads(in_memory, factor);
+  optimizer_->update([&](const std::string& name) { return !on_disk[index.at(name)]; });
+  sharded_->step_masters_on_disk([&](const std::vector<size_t>& pieces) {
+    std::vector<optim::Param> part;
+    std::vector<bool> in_part(params_.size(), false);
+    for (size_t i : pieces) {
+      part.push_back(params_[i]);
+      in_part[i] = true;
+    }
+    optim::scale_grads(part, factor);
+    optimizer_->update([&](const std::string& name) { return in_part[index.at(name)]; });
+  });
 }
 
 void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
   if (!overflow) {
     // Unscaling and clipping are one multiplication of the gradients.
-    optim::scale_grads(params_, optim::clip_coefficient(grad_norm, max_norm) / loss_scale());
-    optimizer_->step();
+    const double factor = optim::clip_coefficient(grad_norm, max_norm) / loss_scale();
+    if (streams_masters()) {
+      step_streamed(factor);
+    } else {
+      optim::scale_grads(params_, factor);
+      optimizer_->step();
+    }
     if (sharded_) {
       sharded_->copy_masters_to_model();
     } else {
@@ -351,6 +402,12 @@ std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
     std::map<std::string, torch::Tensor> pieces;
     for (const auto& p : params_) pieces[p.name] = p.tensor;
     saved.weight_pieces = owned_pieces(optim::weights_replacing(model_, pieces));
+    if (streams_masters()) {
+      // Masters and state on the disk tier come into memory a chunk at a time as the files are written.
+      memory::ChunkedMasters* chunks = sharded_.get();
+      saved.before_write = [chunks](const torch::Tensor& t) { chunks->open_disk_chunk_of(t, /*will_change=*/false); };
+      saved.after_write = [chunks] { chunks->close_disk_chunk(); };
+    }
   } else {
     saved.weight_pieces = owned_pieces(with_frozen_values(masters_->weights()));
   }
@@ -395,7 +452,12 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
   for (const auto& [name, tensor] : weights) blocks[name] = tensor.sizes().vec();
   target.weight_place = [&](const std::string& name) { return block_of(name, blocks.at(name)); };
   target.part = runtime_.pipelined();
+  if (streams_masters()) {
+    // Masters and state on the disk tier take the checkpoint a chunk at a time (load_weight opens its chunk).
+    target.before_state = [&](const std::string& param) { sharded_->open_disk_chunk_of(param, /*will_change=*/true); };
+  }
   CheckpointStore::load(folder, weights, *optimizer_, target, options_.name);
+  if (sharded_) sharded_->close_disk_chunk();
   if (frozen_offload_) frozen_offload_->write_values_to_disk(weights);  // the loaded base into its files
   if (!sharded_) masters_->copy_masters_to_model();
   if (!ema_.empty()) {

@@ -125,6 +125,9 @@ class ModelState {
   // model.init_from's weights into the chunks of a lazily built model (options.deferred.load).
   void load_deferred_weights();
   void zero_grads();
+  // Master chunks on Gemini's disk tier: the step goes a chunk at a time (`factor` unscales and clips).
+  bool streams_masters() const;
+  void step_streamed(double factor);
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
   std::string ema_part() const { return ema_part_of(options_.name); }

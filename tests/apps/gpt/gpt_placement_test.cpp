@@ -43,13 +43,6 @@ nlohmann::json train_placed(const fs::path& root, const std::string& name, const
   return lines.empty() ? nlohmann::json::object() : lines.back();
 }
 
-void expect_same_run(const fs::path& root, const std::string& run, const std::string& reference, double relative) {
-  expect_same_tensors(saved(root, run, "model.safetensors"), saved(root, reference, "model.safetensors"), relative,
-                      1.0, run + " weights");
-  expect_same_tensors(saved(root, run, "optimizer.safetensors"), saved(root, reference, "optimizer.safetensors"),
-                      relative, 1.0, run + " optimizer state");
-}
-
 void placement_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist::World>& world) {
   const std::string gemini = "memory.strategy=\"gemini\"";
   train_placed(root, "plain", "memory.strategy=\"none\"", world);

@@ -125,6 +125,14 @@ inline double grad_norm_difference(const fs::path& run, const fs::path& referenc
   return worst;
 }
 
+// Two runs' final checkpoints (weights and optimizer state) agree to `relative` of each tensor's largest value.
+inline void expect_same_run(const fs::path& root, const std::string& run, const std::string& reference, double relative) {
+  expect_same_tensors(saved(root, run, "model.safetensors"), saved(root, reference, "model.safetensors"), relative,
+                      1.0, run + " weights");
+  expect_same_tensors(saved(root, run, "optimizer.safetensors"), saved(root, reference, "optimizer.safetensors"),
+                      relative, 1.0, run + " optimizer state");
+}
+
 class GPTTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -348,6 +348,50 @@ TEST(OptimizerStateTest, SaveAndLoadResumesBitwise) {
   }
 }
 
+// A step in parts (Gemini's disk tier steps a chunk at a time), with the state in memory the caller placed
+// (set_state), gives the bits of one step: each group split across the parts, the parts in either order.
+TEST(OptimizerStateTest, AStepInPartsWithPlacedStateEqualsOneStep) {
+  for (const std::string name : {"adamw", "sgd", "lamb", "lars"}) {
+    for (const bool matrix_first : {true, false}) {
+      auto a = random_params(9, torch::kFloat32), b = random_params(9, torch::kFloat32);
+      auto whole = make(name, decay_and_bias(a, 0.01));
+      auto parts = make(name, decay_and_bias(b, 0.01));
+      // The matrix's state in a record of the caller's (zeros, as an optimizer's state starts).
+      const int64_t n = b.matrix.numel();
+      const torch::Tensor record = torch::zeros({whole->state_slots() * n});
+      std::vector<torch::Tensor> slots;
+      for (int s = 0; s < whole->state_slots(); ++s) slots.push_back(record.narrow(0, s * n, n).view(b.matrix.sizes()));
+      parts->set_state("matrix", slots);
+      for (int step = 0; step < 3; ++step) {
+        whole->set_lr(1e-2 / (step + 1));
+        parts->set_lr(1e-2 / (step + 1));
+        set_random_grads({a.matrix, a.bias}, step);
+        set_random_grads({b.matrix, b.bias}, step);
+        whole->step();
+        parts->begin_step();
+        const std::string first = matrix_first ? "matrix" : "bias", second = matrix_first ? "bias" : "matrix";
+        parts->update([&](const std::string& p) { return p == first; });
+        parts->update([&](const std::string& p) { return p == second; });
+      }
+      EXPECT_TRUE(torch::equal(a.matrix, b.matrix)) << name;
+      EXPECT_TRUE(torch::equal(a.bias, b.bias)) << name;
+      // The placed state is the state the optimizer keeps, updated where the caller put it.
+      if (whole->state_slots() > 0) {
+        for (const auto& [state_name, tensor] : whole->state_tensors()) {
+          if (state_name == "matrix/" + std::string(name == "lars" || name == "sgd" ? "momentum_buffer" : "exp_avg")) {
+            EXPECT_TRUE(torch::equal(tensor.reshape(-1), record.narrow(0, 0, n))) << name;
+          }
+        }
+      }
+    }
+  }
+  auto a = random_params(9, torch::kFloat32);
+  auto adamw = make("adamw", decay_and_bias(a, 0.01));
+  EXPECT_NE(testing::error_message([&] { adamw->set_state("matrix", {torch::zeros({3})}); }).find("'matrix'"),
+            std::string::npos);
+  EXPECT_NE(testing::error_message([&] { adamw->set_state("nothing", {}); }).find("'nothing'"), std::string::npos);
+}
+
 TEST(OptimizerStateTest, MismatchedStateIsRefusedWithTheReason) {
   const auto dir = testing::temp_dir("optim_state_bad");
   auto a = random_params(6, torch::kFloat32);

@@ -1,0 +1,120 @@
+// Gemini's third tier through the trainer, on 1 and 2 Gloo ranks (bf16, a 4-layer GPT, 8 micro-steps
+// of accumulation per step on one rank, clipping that binds, a dynamic loss scale that skips an
+// overflowed step): with memory.disk_dir and a host budget that holds about half of the master chunks,
+// the rest live on the disk and are stepped a chunk at a time as they stream through host memory. The
+// run takes exactly the steps of the same run with every master chunk in host memory (the tier copies
+// float32 bits to files and back, and the global norm adds the same squares in the same order), a
+// checkpoint written from the disk resumes onto the disk and ends the same, the host budget holds, and
+// no scratch folder outlives its run.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "tests/apps/gpt/gpt_training_support.h"
+#include "tests/support/test_util.h"
+#include "tests/support/worker_world.h"
+
+namespace kuafu::gpt {
+namespace {
+
+class GPTDiskMastersTest : public GPTTrainingTest {};
+
+// As gpt_placement_test's runs, with clipping at 0.05 (below every step's gradient norm, measured 1.9-4.5)
+// and every compute shard and master chunk in host memory unless the disk takes them.
+const std::string kDiskBase =
+    "train.batch_size=16\ntrain.micro_batch_size=2\ndist.timeout_s=30\nprecision.dtype=\"bf16\"\n"
+    "precision.loss_scale=\"dynamic\"\nprecision.initial_scale=1024\nprecision.hysteresis=1\noptim.grad_clip=0.05\n"
+    "model.n_embd=64\nmodel.n_layer=4\nmodel.n_head=4\nmemory.chunk_mb=0.00390625\nmemory.strategy=\"gemini\"\n"
+    "memory.offload_param_fraction=1\nmemory.offload_optim_fraction=1";
+
+// The last step's line of a run's metrics (the memory figures; an evaluation's line may follow it).
+nlohmann::json last_step(const std::vector<nlohmann::json>& lines) {
+  for (auto line = lines.rbegin(); line != lines.rend(); ++line) {
+    if (line->contains("host_peak_mb")) return *line;
+  }
+  ADD_FAILURE() << "no step line with memory figures";
+  return nlohmann::json::object();
+}
+
+std::vector<nlohmann::json> train_run(const fs::path& root, const std::string& name, const std::string& extra,
+                                      const std::shared_ptr<dist::World>& world, int64_t skipped = 1) {
+  const auto config = make_config(root, name, kDiskBase + "\n" + extra);
+  {
+    train::Runtime runtime = train::start_runtime(config, world);
+    InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
+    train::Trainer trainer(config, runtime, task);
+    EXPECT_EQ(trainer.run().skipped_steps, skipped) << name;
+  }
+  dist::barrier(*world->world_group());
+  return metric_lines(root / name / "metrics.jsonl");
+}
+
+void disk_tier_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist::World>& world) {
+  const auto in_memory = train_run(root, "in_memory", "", world);
+  ASSERT_FALSE(in_memory.empty());
+  // Every step's norm is above the clip, so a norm off by a rounding would scale every update differently.
+  for (const auto& line : in_memory) {
+    // (The overflowed step's norm is not finite: null in JSON.)
+    if (line.contains("grad_norm") && line["grad_norm"].is_number()) EXPECT_GT(line["grad_norm"].get<double>(), 0.05) << line.dump();
+  }
+  const double host_mb = 0.6 * last_step(in_memory)["host_peak_mb"].get<double>();
+  const fs::path scratch = root / "disk";
+  if (world->rank() == 0) fs::create_directories(scratch);
+  dist::barrier(*world->world_group());
+  const std::string disk = "memory.host_budget_mb=" + std::to_string(host_mb) + "\nmemory.disk_dir=\"" +
+                           scratch.string() + "\"";
+  const auto on_disk = train_run(root, "on_disk", disk, world);
+  // A checkpoint written from the disk after 3 steps resumes onto the disk (read into the records there).
+  train_run(root, "written", disk + "\ntrain.steps=3", world);
+  if (world->rank() == 0) {
+    fs::create_directories(root / "resumed");
+    fs::copy(root / "written" / "checkpoints", root / "resumed" / "checkpoints", fs::copy_options::recursive);
+  }
+  dist::barrier(*world->world_group());
+  train_run(root, "resumed", disk, world, /*skipped=*/0);
+  if (world->rank() != 0) return;
+  const nlohmann::json figures = last_step(on_disk);
+  ASSERT_TRUE(figures.contains("master_chunks_on_disk")) << figures.dump();
+  // Some master chunks on each tier: both paths of the step run.
+  EXPECT_GT(figures["master_chunks_on_disk"].get<double>(), 0);
+  EXPECT_GT(figures["master_chunks_on_host"].get<double>(), 0);
+  EXPECT_LE(figures["host_peak_mb"].get<double>(), host_mb);
+  EXPECT_GT(figures["disk_read_gb"].get<double>(), 0);
+  EXPECT_GT(figures["disk_staging_peak_mb"].get<double>(), 0);
+  // The same bits as with every master in host memory: weights and optimizer state, also after a resume.
+  expect_same_run(root, "on_disk", "in_memory", 0.0);
+  expect_same_run(root, "resumed", "in_memory", 0.0);
+  // Scratch folders go with their runs.
+  EXPECT_TRUE(fs::is_empty(scratch)) << "a scratch folder was left in " << scratch;
+}
+
+TEST_F(GPTDiskMastersTest, MasterChunksOnTheDiskTakeTheSameStepsOnOneRank) {
+  disk_tier_keeps_the_steps(root_, dist::World::single());
+}
+
+TEST_F(GPTDiskMastersTest, MasterChunksOnTheDiskTakeTheSameStepsOnTwoRanks) {
+  if (!testing::is_worker()) return testing::run_test_on_ranks(2, 240);
+  disk_tier_keeps_the_steps(root_, testing::worker_world());
+}
+
+TEST_F(GPTDiskMastersTest, TheDiskTierNeedsGeminiLowPrecisionAndSynchronousSaves) {
+  auto runtime = single_runtime();
+  const std::string dir = "memory.disk_dir=\"" + root_.string() + "\"";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"memory.strategy=\"zero2\"\n" + dir, "memory.disk_dir"},
+      {"memory.strategy=\"gemini\"\nprecision.dtype=\"fp32\"\n" + dir, "memory.disk_dir"},
+      {"memory.strategy=\"gemini\"\nprecision.dtype=\"bf16\"\nmemory.offload_optim_fraction=1\nmemory.host_budget_mb=0.5\noptim.ema_decay=0.9\n" + dir,
+       "optim.ema_decay"},
+      {"memory.strategy=\"gemini\"\nprecision.dtype=\"bf16\"\nmemory.offload_optim_fraction=1\nmemory.host_budget_mb=0.5\n"
+       "train.async_save=true\n" + dir,
+       "train.async_save"}};
+  for (const auto& [extra, key] : refused) {
+    const auto config = make_config(root_, "refused", extra);
+    auto task = make_text_task(config);
+    const std::string message = testing::error_message([&] { train::Trainer(config, runtime, *task); });
+    EXPECT_NE(message.find(key), std::string::npos) << extra << "\n" << message;
+  }
+}
+
+}  // namespace
+}  // namespace kuafu::gpt
