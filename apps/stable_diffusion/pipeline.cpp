@@ -74,7 +74,7 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
     s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
   }
   const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kEulerAncestral ||
-                     s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
+                     s.sampler == SamplerKind::kHeun || s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
   SchedulerConfig& c = s.config;
   c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
   c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
@@ -87,7 +87,7 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   c.prediction_type = prediction_named(io::config_value<std::string>(json, "prediction_type", "epsilon", where));
   c.clip_sample = !sigma && io::config_value<bool>(json, "clip_sample", true, where);
   c.clip_sample_range = io::config_value<double>(json, "clip_sample_range", 1.0, where);
-  c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // Euler's and DPM-Solver's only
+  c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // Euler's, Heun's and DPM-Solver's
   KUAFU_CHECK(!json.contains("trained_betas") || json["trained_betas"].is_null(), where, ": trained_betas is not supported");
   const std::vector<std::pair<std::string, nlohmann::json>> computed = {
       {"thresholding", false},      {"sigma_min", nullptr},       {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
@@ -197,12 +197,13 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   const auto rows = static_cast<int64_t>(prompts.size());
   KUAFU_CHECK(rows > 0, "no prompt to sample");
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
-  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, dpm++2m)");
+  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m)");
   SchedulerConfig config = p.scheduler.config;
   if (options.karras_sigmas) {
-    const bool walks_sigma = *kind == SamplerKind::kEuler || *kind == SamplerKind::kDpmSolverPlusPlus2M;
-    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's and DPM-Solver++(2M)'s (euler, dpm++2m): the "
-                "sampler is another");
+    const bool walks_sigma = *kind == SamplerKind::kEuler || *kind == SamplerKind::kHeun ||
+                             *kind == SamplerKind::kDpmSolverPlusPlus2M;
+    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's, Heun's and DPM-Solver++(2M)'s (euler, heun, "
+                "dpm++2m): the sampler is another");
     config.karras_sigmas = *options.karras_sigmas;
   }
   const NoiseSchedule schedule(config);

@@ -224,6 +224,35 @@ torch::Tensor EulerAncestralSampler::step(const torch::Tensor& model_output, siz
   return moved + up * noise;
 }
 
+HeunSampler::HeunSampler(const NoiseSchedule& schedule, int64_t steps) : EulerSampler(schedule, steps) {
+  KUAFU_CHECK(!schedule.config().rescale_betas_zero_snr, "Heun's sampler (diffusers' HeunDiscreteScheduler) has no "
+              "zero-SNR schedule (rescale_betas_zero_snr): choose euler, euler_a, dpm++2m or ddim for this model");
+  // [t_0, t_1, t_1, ...] and [σ_0, σ_1, σ_1, ..., σ_{N−1}, σ_{N−1}, 0] from Euler's lists.
+  const std::vector<double> timesteps = timesteps_, sigmas = sigmas_;
+  timesteps_ = {timesteps.front()};
+  sigmas_ = {sigmas.front()};
+  for (size_t k = 1; k < timesteps.size(); ++k) {
+    timesteps_.insert(timesteps_.end(), 2, timesteps[k]);
+    sigmas_.insert(sigmas_.end(), 2, sigmas[k]);
+  }
+  sigmas_.push_back(0.0);
+}
+
+torch::Tensor HeunSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
+  KUAFU_CHECK(i == next_step_, "Heun's sampler steps in order: step ", i, " after ", next_step_, " steps");
+  ++next_step_;
+  const torch::Tensor slope = (sample - denoised(model_output, i, sample)) / sigmas_.at(i);
+  if (!start_.defined()) {  // an Euler step to the next σ, corrected by the next call (but at the end)
+    dt_ = sigmas_.at(i + 1) - sigmas_.at(i);
+    start_ = sample;
+    slope_ = slope;
+    return sample + slope * dt_;
+  }
+  torch::Tensor corrected = start_ + (slope_ + slope) / 2 * dt_;
+  start_ = slope_ = torch::Tensor();
+  return corrected;
+}
+
 DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_path(schedule, steps)) {}
 
 torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
@@ -284,6 +313,8 @@ std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& sch
       return std::make_unique<EulerSampler>(schedule, steps);
     case SamplerKind::kEulerAncestral:
       return std::make_unique<EulerAncestralSampler>(schedule, steps);
+    case SamplerKind::kHeun:
+      return std::make_unique<HeunSampler>(schedule, steps);
     case SamplerKind::kDpmSolverPlusPlus2M:
       return std::make_unique<DpmSolverSampler>(schedule, steps);
   }
@@ -295,9 +326,10 @@ SamplerKind sampler_named(const std::string& name) {
   if (name == "ddpm" || name == "DDPMScheduler") return SamplerKind::kDdpm;
   if (name == "euler" || name == "EulerDiscreteScheduler") return SamplerKind::kEuler;
   if (name == "euler_a" || name == "EulerAncestralDiscreteScheduler") return SamplerKind::kEulerAncestral;
+  if (name == "heun" || name == "HeunDiscreteScheduler") return SamplerKind::kHeun;
   if (name == "dpm++2m" || name == "DPMSolverMultistepScheduler") return SamplerKind::kDpmSolverPlusPlus2M;
   fail("sampler \"" + name + "\" is not one of ddim (DDIMScheduler), ddpm (DDPMScheduler), euler (EulerDiscreteScheduler), "
-       "euler_a (EulerAncestralDiscreteScheduler), dpm++2m (DPMSolverMultistepScheduler)");
+       "euler_a (EulerAncestralDiscreteScheduler), heun (HeunDiscreteScheduler), dpm++2m (DPMSolverMultistepScheduler)");
 }
 
 }  // namespace kuafu::sd

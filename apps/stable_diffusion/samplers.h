@@ -1,8 +1,10 @@
 // Reverse-process samplers over a NoiseSchedule: DDIM (Song et al. 2021, eq. 12, with η's noise), DDPM (Ho
 // et al. 2020: the posterior mean plus fixed-small variance noise), Euler discrete (Karras et al. 2022's ODE
 // in σ = √((1 − ᾱ)/ᾱ)) and its ancestral variant (k-diffusion's: a step down to σ_down, then noise up to
-// σ_{i+1}), and DPM-Solver++(2M) (Lu et al. 2022, multistep, second order, first order at the
-// start and the end), each with diffusers' timestep lists and conventions. DDIM steps from timestep i to
+// σ_{i+1}), Heun's method over Euler's σ (Karras et al. 2022, Algorithm 1 without churn: an Euler step, then
+// the slope averaged with the one at its end, two model calls per step but the last), and DPM-Solver++(2M)
+// (Lu et al. 2022, multistep, second order, first order at the start and the end), each with diffusers'
+// timestep lists and conventions. DDIM steps from timestep i to
 // timestep i + 1 of its own list: not to t − T/N as diffusers' DDIM does, which under linspace spacing
 // lands off the list.
 #pragma once
@@ -15,7 +17,7 @@
 
 namespace kuafu::sd {
 
-enum class SamplerKind { kDdim, kDdpm, kEuler, kEulerAncestral, kDpmSolverPlusPlus2M };
+enum class SamplerKind { kDdim, kDdpm, kEuler, kEulerAncestral, kHeun, kDpmSolverPlusPlus2M };
 
 class Sampler {
  public:
@@ -106,6 +108,23 @@ class EulerAncestralSampler : public EulerSampler {
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                      const torch::Tensor& noise = {}) override;
   bool stochastic() const override { return true; }
+};
+
+// diffusers' HeunDiscreteScheduler: Euler's σ_0..σ_{N−1} with each after the first called twice, so its
+// timesteps are [t_0, t_1, t_1, ..., t_{N−1}, t_{N−1}] (2N − 1 model calls) and σ [σ_0, σ_1, σ_1, ..., 0].
+// Odd calls correct the Euler step the call before made. No zero-SNR schedule (diffusers' Heun has none).
+class HeunSampler : public EulerSampler {
+ public:
+  HeunSampler(const NoiseSchedule& schedule, int64_t steps);
+  // First of a pair: d = (x − x̂₀)/σ_i, an Euler step to σ_{i+1}, remembered. Second: the step taken again
+  // from where it started with the mean of d and the slope at its end, (x − x̂₀)/σ_i at the new x.
+  torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                     const torch::Tensor& noise = {}) override;
+
+ private:
+  torch::Tensor start_, slope_;  // the pending Euler step's start and slope (undefined: none pending)
+  double dt_ = 0;
+  size_t next_step_ = 0;
 };
 
 class DpmSolverSampler : public SigmaSampler {

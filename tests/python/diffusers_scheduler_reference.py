@@ -24,6 +24,9 @@
         euler_karras_*, dpm_karras_*   the same with use_karras_sigmas=True
         euler_a_steps                  EulerAncestralDiscreteScheduler's 10-step loop the same way, step i's
                                        noise from a CPU generator seeded 200 + i
+        heun_*, heun_karras_*          HeunDiscreteScheduler as euler_*, its 19 model calls of 10 steps given
+                                       heun_outputs [19, 2, 4, 8, 8] (not for zero_snr_v: diffusers' Heun has no
+                                       zero-SNR rescale)
 """
 import math
 import pathlib
@@ -32,7 +35,7 @@ import sys
 import numpy as np
 import torch
 from diffusers import (DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler)
+                       EulerDiscreteScheduler, HeunDiscreteScheduler)
 from diffusers.schedulers.scheduling_ddim import betas_for_alpha_bar, rescale_zero_terminal_snr
 from safetensors.torch import save_file
 
@@ -126,6 +129,12 @@ def build(out):
             tensors.update(sigma_sampler(f"{name}/{prefix}", kind(**sigma_config(config)), sample, outputs))
             karras = kind(**sigma_config(config), use_karras_sigmas=True)
             tensors.update(sigma_sampler(f"{name}/{prefix}_karras", karras, sample, outputs))
+        if not config.get("rescale_betas_zero_snr"):
+            heun_outputs = torch.randn(19, 2, 4, 8, 8)
+            tensors[f"{name}/heun_outputs"] = heun_outputs
+            tensors.update(sigma_sampler(f"{name}/heun", HeunDiscreteScheduler(**sigma_config(config)), sample, heun_outputs))
+            karras = HeunDiscreteScheduler(**sigma_config(config), use_karras_sigmas=True)
+            tensors.update(sigma_sampler(f"{name}/heun_karras", karras, sample, heun_outputs))
         ancestral = EulerAncestralDiscreteScheduler(**sigma_config(config))
         ancestral.set_timesteps(10)
         x, steps = sample * ancestral.init_noise_sigma, []

@@ -129,7 +129,7 @@ TEST_P(SchedulerTest, NoisingTargetsAndMinSnrWeightsEqualTheReference) {
 // 1,000 DPM-Solver steps), Kuafu's stays within it.
 void SchedulerTest::expect_sigma_loop(const std::string& prefix, SamplerKind kind, const NoiseSchedule& on,
                                       double timestep_tolerance, double step_tolerance) const {
-  const torch::Tensor sample = figure("sample"), outputs = figure("outputs");
+  const torch::Tensor sample = figure("sample"), outputs = figure(kind == SamplerKind::kHeun ? "heun_outputs" : "outputs");
   for (const int64_t n : {1, 2, 3, 7, 10, 30, 50, 333, 999, 1000}) {
     const std::vector<double> ours = make_sampler(kind, on, n)->timesteps();
     if (on.config().steps_offset != 0 && n >= 999) {  // diffusers' list passes the schedule there; ours stays
@@ -155,9 +155,10 @@ void SchedulerTest::expect_sigma_loop(const std::string& prefix, SamplerKind kin
   const double init = figure(prefix + "_init_noise_sigma").item<double>();
   EXPECT_NEAR(sampler->init_noise_sigma(), init, 1e-5 * init) << prefix;
   torch::Tensor x = sample * sampler->init_noise_sigma();
-  for (size_t i = 0; i < 10; ++i) {
+  ASSERT_EQ(static_cast<int64_t>(sampler->timesteps().size()), outputs.size(0)) << prefix;  // Heun: 19 calls
+  for (size_t i = 0; i < sampler->timesteps().size(); ++i) {
     const auto row = static_cast<int64_t>(i);
-    if (kind == SamplerKind::kEuler) {
+    if (kind == SamplerKind::kEuler || kind == SamplerKind::kHeun) {
       const torch::Tensor input = figure(prefix + "_inputs")[row];
       EXPECT_LT(testing::max_abs_difference(sampler->scale_model_input(x, i), input), step_tolerance * input.abs().max().item<double>())
           << prefix << " input " << i;
@@ -198,6 +199,23 @@ TEST_P(SchedulerTest, KarrasSigmaLoopsEqualDiffusers) {
               std::vector<double>(expected.data_ptr<double>(), expected.data_ptr<double>() + expected.numel()))
         << n << " steps";
   }
+}
+
+// Heun's method as diffusers' HeunDiscreteScheduler runs it: Euler's σ with each after the first called twice
+// (19 model calls for 10 steps, each given its own output), the lists, σ, inputs and every x as Euler's above,
+// also with Karras σ (Euler's tolerances). diffusers' Heun has no zero-SNR schedule, and Kuafu's refuses one.
+TEST_P(SchedulerTest, HeunLoopsEqualDiffusers) {
+  if (schedule.config().rescale_betas_zero_snr) {
+    const std::string message = testing::error_message([&] { make_sampler(SamplerKind::kHeun, schedule, 10); });
+    EXPECT_NE(message.find("zero-SNR"), std::string::npos) << message;
+    return;
+  }
+  expect_sigma_loop("heun", SamplerKind::kHeun, schedule);
+  SchedulerConfig karras = schedule.config();
+  karras.karras_sigmas = true;
+  const NoiseSchedule with_karras(karras);
+  expect_sigma_loop("heun_karras", SamplerKind::kHeun, with_karras, /*timestep_tolerance=*/0.05,
+                    GetParam() == "cosine_linspace" ? 1e-4 : 3e-5);
 }
 
 // Euler ancestral (k-diffusion's step to σ_down, then σ_up noise) as diffusers' EulerAncestralDiscreteScheduler
