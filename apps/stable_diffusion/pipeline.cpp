@@ -192,10 +192,22 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
   return latents;
 }
 
-Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const SampleOptions& options) {
+Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const SampleOptions& options) {
   torch::NoGradGuard no_grad;
+  KUAFU_CHECK(!given_prompts.empty(), "no prompt to sample");
+  KUAFU_CHECK(options.images_per_prompt >= 1, "images per prompt must be at least 1, got ", options.images_per_prompt);
+  const std::vector<std::string>& negative = options.negative_prompts;
+  KUAFU_CHECK(negative.size() <= 1 || negative.size() == given_prompts.size(), negative.size(), " negative prompts for ",
+              given_prompts.size(), " prompts: give one for all, or one for each");
+  // Each prompt (and its negative prompt) once per image, its images next to each other, as diffusers repeats them.
+  std::vector<std::string> prompts, negatives;
+  for (size_t i = 0; i < given_prompts.size(); ++i) {
+    for (int64_t n = 0; n < options.images_per_prompt; ++n) {
+      prompts.push_back(given_prompts[i]);
+      negatives.push_back(negative.empty() ? "" : negative[negative.size() == 1 ? 0 : i]);
+    }
+  }
   const auto rows = static_cast<int64_t>(prompts.size());
-  KUAFU_CHECK(rows > 0, "no prompt to sample");
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
   KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m)");
   SchedulerConfig config = p.scheduler.config;
@@ -213,13 +225,8 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   // Text: the prompts, and for guidance the negative prompts (else the empty one), as [unconditional;
   // conditional] rows.
   const bool guided = needs_unconditional(options.guidance);
-  const std::vector<std::string>& negative = options.negative_prompts;
-  KUAFU_CHECK(negative.size() <= 1 || negative.size() == prompts.size(), negative.size(), " negative prompts for ", prompts.size(),
-              " prompts: give one for all, or one for each");
   std::vector<std::string> texts;
-  if (guided) {
-    for (size_t i = 0; i < prompts.size(); ++i) texts.push_back(negative.empty() ? "" : negative[negative.size() == 1 ? 0 : i]);
-  }
+  if (guided) texts = negatives;
   texts.insert(texts.end(), prompts.begin(), prompts.end());
   const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
 
@@ -246,10 +253,13 @@ Samples sample(Pipeline& p, const std::vector<std::string>& prompts, const Sampl
   }
   const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator,
                                         options.guidance_rescale);
+  Samples samples{initial, latents, {}, text.narrow(0, guided ? rows : 0, rows), guided ? text.narrow(0, 0, rows) : torch::Tensor()};
+  if (!options.decode) return samples;
   AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
   const torch::Tensor unscaled = latents / vae->config.scaling_factor;
   const torch::Tensor decoded = options.vae_tile > 0 ? vae->tiled_decode(unscaled, options.vae_tile) : vae->decode(unscaled);  // [B, 3, H, W] in about [−1, 1]
-  return {initial, latents, (decoded / 2 + 0.5).clamp(0, 1)};
+  samples.images = (decoded / 2 + 0.5).clamp(0, 1);
+  return samples;
 }
 
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,
@@ -267,6 +277,7 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
   if (options.guidance_rescale != 0.0) add_number("guidance rescale", options.guidance_rescale);
   if (options.eta != 0.0) add_number("eta", options.eta);
   if (options.karras_sigmas) chunks.emplace_back("karras sigmas", *options.karras_sigmas ? "true" : "false");
+  if (options.images_per_prompt != 1) chunks.emplace_back("images per prompt", std::to_string(options.images_per_prompt));
   return chunks;
 }
 

@@ -73,12 +73,17 @@ struct SampleOptions {
   torch::Tensor initial_latents;       // [B, latent, h, w] N(0, 1) draws (scaled by the sampler's σ), else from the seed
   int64_t height = 0, width = 0;       // pixels; 0: the UNet's sample_size × the VAE's factor
   int64_t vae_tile = 0;                // pixels: decode in overlapping tiles of this side (0: whole)
+  int64_t images_per_prompt = 1;       // rows per prompt, next to each other (diffusers' num_images_per_prompt)
+  bool decode = true;                  // false: the latents only, no images (diffusers' output_type="latent")
 };
 
+// B = prompts × images_per_prompt rows, each prompt's images next to each other.
 struct Samples {
-  torch::Tensor initial_latents;  // [B, latent, h, w], as drawn (before the sampler's scaling)
-  torch::Tensor latents;          // [B, latent, h, w], the sampler's last
-  torch::Tensor images;           // [B, 3, H, W] in [0, 1]
+  torch::Tensor initial_latents;         // [B, latent, h, w], as drawn (before the sampler's scaling)
+  torch::Tensor latents;                 // [B, latent, h, w], the sampler's last
+  torch::Tensor images;                  // [B, 3, H, W] in [0, 1]; undefined without decode
+  torch::Tensor prompt_embeds;           // [B, M, D] the text encoder's last hidden states the UNet attends to
+  torch::Tensor negative_prompt_embeds;  // [B, M, D] the unconditional rows' (undefined without guidance)
 };
 // The UNet and text encoder compute in their weights' dtype (a bf16 run's); the sampler's latents and
 // steps stay float32, and the VAE decodes in float32 whatever its weights' dtype (diffusers' force_upcast:

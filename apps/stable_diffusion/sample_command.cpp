@@ -23,6 +23,13 @@ const char* const kHelp =
     "\n"
     "Text to images from a diffusers Stable Diffusion pipeline folder (model_index.json, tokenizer/,\n"
     "text_encoder/, unet/, vae/, scheduler/), written as one PNG grid: the prompts side by side, a row per seed.\n"
+    "  --images-per-prompt N  N images of each prompt side by side in a row, drawn as one batch (diffusers'\n"
+    "                       num_images_per_prompt; default 1)\n"
+    "  --output-latents F   write the final latents there (safetensors \"latents\" [rows, 4, h, w], the grid's\n"
+    "                       order; diffusers' output_type=\"latent\"); --out is then optional: without it\n"
+    "                       nothing is decoded\n"
+    "  --output-embeddings F  write the text embeddings the UNet attends to there (safetensors \"prompt_embeds\"\n"
+    "                       and, with guidance, \"negative_prompt_embeds\" [images, 77, D]; diffusers' encode_prompt)\n"
     "  --steps N            sampling steps (default 50)\n"
     "  --guidance G         classifier-free guidance scale; 1 or less: none (default 7.5)\n"
     "  --negative-prompt T  what guidance steers away from instead of the empty caption: once for every\n"
@@ -64,7 +71,7 @@ double real(const std::string& option, const std::string& value) {
 }
 
 void sample_command(int argc, const char* const argv[]) {
-  std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile;
+  std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile, final_out, embeddings_out;
   std::vector<std::string> prompts;
   std::vector<uint64_t> seeds;
   SampleOptions options;
@@ -110,6 +117,13 @@ void sample_command(int argc, const char* const argv[]) {
       latents_in = value;
     } else if (arg == "--save-latents") {
       latents_out = value;
+    } else if (arg == "--output-latents") {
+      final_out = value;
+    } else if (arg == "--output-embeddings") {
+      embeddings_out = value;
+    } else if (arg == "--images-per-prompt") {
+      options.images_per_prompt = number(arg, value);
+      KUAFU_CHECK(options.images_per_prompt >= 1, "--images-per-prompt ", value, " is not at least 1");
     } else if (arg == "--vae-tile") {
       vae_tile = value;
     } else if (arg == "--device") {
@@ -120,8 +134,14 @@ void sample_command(int argc, const char* const argv[]) {
   }
   KUAFU_CHECK(!model.empty(), "--model DIR is required: a diffusers pipeline folder (kuafu-sd sample --help)");
   KUAFU_CHECK(!prompts.empty(), "--prompt TEXT is required (once per image)");
-  KUAFU_CHECK(!out.empty() && text::ends_with(out, ".png"), "--out FILE.png is required");
-  KUAFU_CHECK(!std::filesystem::is_directory(out), "--out ", out, " is a folder: name the grid's .png file");
+  KUAFU_CHECK((!out.empty() && text::ends_with(out, ".png")) || (out.empty() && !final_out.empty()),
+              "--out FILE.png is required (or --output-latents alone, which decodes nothing)");
+  KUAFU_CHECK(out.empty() || !std::filesystem::is_directory(out), "--out ", out, " is a folder: name the grid's .png file");
+  for (const auto& [option, path] : {std::pair<const char*, std::string>{"--output-latents", final_out}, {"--output-embeddings", embeddings_out}}) {
+    KUAFU_CHECK(path.empty() || text::ends_with(path, ".safetensors"), option, " ", path, " must name a .safetensors file");
+    KUAFU_CHECK(path.empty() || !std::filesystem::is_directory(path), option, " ", path, " is a folder: name the .safetensors file");
+  }
+  options.decode = !out.empty();
   KUAFU_CHECK(options.negative_prompts.size() <= 1 || options.negative_prompts.size() == prompts.size(), "--negative-prompt given ",
               options.negative_prompts.size(), " times for ", prompts.size(), " prompts: once for all, or once per --prompt");
   if (seeds.empty()) seeds.push_back(0);
@@ -139,22 +159,36 @@ void sample_command(int argc, const char* const argv[]) {
     KUAFU_CHECK(options.vae_tile >= least, "--vae-tile ", vae_tile, " is under ", least, " pixels (4 latents at the VAE's factor ",
                 pipeline.vae_scale(), "); give a larger tile, or auto");
   }
-  std::vector<torch::Tensor> images, initial;  // a row per seed: [B, 3, H, W] and [B, C, h, w]
+  std::vector<torch::Tensor> images, initial, final;  // a row per seed: [B, 3, H, W], [B, C, h, w], [B, C, h, w]
+  io::NamedTensors embeddings;  // the same for every seed: the first's
   for (const uint64_t seed : seeds) {
     options.seed = seed;
     const Samples samples = sample(pipeline, prompts, options);
-    images.push_back(samples.images);
+    if (options.decode) images.push_back(samples.images);
     initial.push_back(samples.initial_latents.cpu());
+    final.push_back(samples.latents.cpu());
+    if (embeddings.empty()) {
+      embeddings.emplace_back("prompt_embeds", samples.prompt_embeds.cpu());
+      if (samples.negative_prompt_embeds.defined()) embeddings.emplace_back("negative_prompt_embeds", samples.negative_prompt_embeds.cpu());
+    }
   }
   if (!latents_out.empty()) io::save_safetensors(latents_out, {{"latents", torch::cat(initial)}});
+  if (!final_out.empty()) io::save_safetensors(final_out, {{"latents", torch::cat(final)}});
+  if (!embeddings_out.empty()) io::save_safetensors(embeddings_out, embeddings);
+  const int64_t columns = static_cast<int64_t>(prompts.size()) * options.images_per_prompt;
+  if (!options.decode) {
+    std::cout << final_out << ": the final latents of " << columns * static_cast<int64_t>(seeds.size()) << " image(s)\n";
+    return;
+  }
   std::vector<std::string> seed_names;
   for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
   auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
   text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                            {"model", model},
                            {"software", "kuafu-sd"}});
-  io::write_png(out, sample_grid(torch::cat(images), static_cast<int64_t>(prompts.size())), text);
-  std::cout << out << ": " << prompts.size() * seeds.size() << " image(s) of " << images[0].size(3) << "x" << images[0].size(2) << "\n";
+  io::write_png(out, sample_grid(torch::cat(images), columns), text);
+  std::cout << out << ": " << columns * static_cast<int64_t>(seeds.size()) << " image(s) of " << images[0].size(3) << "x"
+            << images[0].size(2) << "\n";
 }
 
 }  // namespace

@@ -10,7 +10,8 @@
       Karras sigmas, <sampler>_karras_*), and DDPM and Euler ancestral with their
       noise from a CPU generator seeded 7; and DDIM's with negative prompts NEGATIVE (ddim_negative_*), with
       guidance_rescale 0.7 (ddim_rescale_*), with both (ddim_negative_rescale_*), and with eta 0.5 (its noise from
-      the generator seeded 7, ddim_eta_*)
+      the generator seeded 7, ddim_eta_*); DDIM's with two images per prompt drawn from the generator seeded 7
+      (ddim_per_prompt_*), and encode_prompt's prompt_embeds and negative_prompt_embeds [4, 77, 12] for them
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -88,6 +89,13 @@ def build(out):
             for output, key in (("latent", "latents"), ("pt", "images")):
                 tensors[f"{name}_{key}"] = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(),
                                                 output_type=output, generator=torch.Generator().manual_seed(7), **extra).images
+    # Two images per prompt from the generator seeded 7 (the initial latents drawn by the pipeline as one
+    # [4, 4, 8, 8] batch), and the text embeddings it computes for them.
+    with torch.no_grad():
+        for output, key in (("latent", "latents"), ("pt", "images")):
+            tensors[f"ddim_per_prompt_{key}"] = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, num_images_per_prompt=2,
+                                                     output_type=output, generator=torch.Generator().manual_seed(7)).images
+        tensors["prompt_embeds"], tensors["negative_prompt_embeds"] = pipe.encode_prompt(PROMPTS, "cpu", 2, True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
 

@@ -83,6 +83,32 @@ TEST(PipelineTest, NegativePromptsGuidanceRescaleAndEtaSampleAsDiffusers) {
   EXPECT_NE(message.find("3 negative prompts for 2 prompts"), std::string::npos) << message;
 }
 
+// Two images per prompt (diffusers' num_images_per_prompt): each prompt's rows next to each other, their
+// initial noise drawn as one [4, 4, 8, 8] batch from the generator seeded 7 as the pipeline draws it; the
+// latents and images equal diffusers' to 1e-4 as above, the text embeddings (and the empty caption's for the
+// guidance) equal encode_prompt's to 1e-5 (a float32 CLIP of width 12), and without decoding the same latents
+// come back with no images.
+TEST(PipelineTest, ImagesPerPromptAndTheirEmbeddingsAsDiffusers) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  SampleOptions options;
+  options.steps = 10;
+  options.guidance = 7.5;
+  options.sampler = SamplerKind::kDdim;
+  options.seed = 7;
+  options.images_per_prompt = 2;
+  const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+  EXPECT_LT(testing::max_abs_difference(samples.latents, ref["ddim_per_prompt_latents"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(samples.images, ref["ddim_per_prompt_images"]), 1e-4);
+  EXPECT_LT(testing::max_abs_difference(samples.prompt_embeds, ref["prompt_embeds"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(samples.negative_prompt_embeds, ref["negative_prompt_embeds"]), 1e-5);
+  EXPECT_GT(testing::max_abs_difference(samples.latents[0], samples.latents[1]), 1e-2) << "a prompt's two images are one";
+  options.decode = false;
+  const Samples latent_only = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+  EXPECT_FALSE(latent_only.images.defined());
+  EXPECT_TRUE(latent_only.latents.equal(samples.latents));
+}
+
 // A bf16 VAE (a bf16 run's frozen one) decodes in float32, as diffusers' force_upcast does: the images equal
 // a float32 VAE's holding the same (bf16-rounded) weights, from the same latents, to float32's rounding
 // (1e-6), while decoding in bf16 puts them 1e-3 or more off (measured: about 1e-2).
@@ -133,7 +159,9 @@ testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_c
 
 // kuafu-sd sample through its command line: from the reference's initial latents the grid's pixels are
 // diffusers' DDIM images as 8-bit values (±1: rounding), its text chunks say how it was made; a seeded
-// run's --save-latents, given back as --latents, makes the same file; bad input is named.
+// run's --save-latents, given back as --latents, makes the same file; --output-latents and
+// --output-embeddings write diffusers' latents and prompt embeddings; --images-per-prompt 2 makes diffusers'
+// images as a row of four; bad input is named.
 TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("sd_sample");
@@ -183,6 +211,38 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
       kuafu_sd(common + " --seed 3 --seed 5 --latents " + (dir / "noise.safetensors").string() + " --out x.png");
   EXPECT_EQ(seeds_and_latents.exit_code, 1);
   EXPECT_TRUE(testing::Contains(seeds_and_latents.output, "name at most one --seed")) << seeds_and_latents.output;
+
+  // The final latents and the text embeddings as files, nothing decoded (no --out): diffusers' latents from
+  // the same initial noise (1e-4) and encode_prompt's embeddings (its rows 0 and 2: one image per prompt, 1e-5).
+  const testing::CommandResult latent = kuafu_sd(common + " --latents " + (dir / "initial.safetensors").string() +
+                                                 " --output-latents " + (dir / "final.safetensors").string() +
+                                                 " --output-embeddings " + (dir / "embeds.safetensors").string());
+  ASSERT_EQ(latent.exit_code, 0) << latent.output;
+  EXPECT_LT(testing::max_abs_difference(*io::load_safetensors((dir / "final.safetensors").string()).find("latents"),
+                                        ref["ddim_latents"]),
+            1e-4);
+  const io::SafetensorsFile embeds = io::load_safetensors((dir / "embeds.safetensors").string());
+  const torch::Tensor one_each = torch::tensor({0, 2});
+  EXPECT_LT(testing::max_abs_difference(*embeds.find("prompt_embeds"), ref["prompt_embeds"].index_select(0, one_each)), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(*embeds.find("negative_prompt_embeds"),
+                                        ref["negative_prompt_embeds"].index_select(0, one_each)),
+            1e-5);
+  // Two images per prompt: one row of four, the text chunk says so.
+  ASSERT_EQ(kuafu_sd(common + " --seed 7 --images-per-prompt 2 --out " + (dir / "pairs.png").string()).exit_code, 0);
+  const testing::PythonRun pairs = testing::run_python_reference(
+      "diffusers_pipeline_reference.py",
+      "check_png " + (dir / "pairs.png").string() + " " + (ref.dir / "reference.safetensors").string() + " ddim_per_prompt_images");
+  ASSERT_EQ(pairs.exit_code, 0) << pairs.output;
+  const nlohmann::json pair_line = testing::last_json_line(pairs.output);
+  EXPECT_EQ(pair_line["size"], (std::vector<int64_t>{16, 64, 3}));
+  EXPECT_LE(pair_line["max_difference"].get<int64_t>(), 1);
+  const auto pair_text = io::read_png_text((dir / "pairs.png").string());
+  const std::map<std::string, std::string> pair_fields(pair_text.begin(), pair_text.end());
+  EXPECT_EQ(pair_fields.at("images per prompt"), "2");
+  const testing::CommandResult zero_images = kuafu_sd(common + " --images-per-prompt 0 --out x.png");
+  EXPECT_TRUE(testing::Contains(zero_images.output, "--images-per-prompt 0 is not at least 1")) << zero_images.output;
+  const testing::CommandResult no_out = kuafu_sd(common + " --output-embeddings " + (dir / "e.safetensors").string());
+  EXPECT_TRUE(testing::Contains(no_out.output, "--out FILE.png is required (or --output-latents alone")) << no_out.output;
 
   const testing::CommandResult no_model = kuafu_sd("sample --prompt cat --out x.png");
   EXPECT_EQ(no_model.exit_code, 1);
