@@ -74,7 +74,8 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
     s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
   }
   const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kEulerAncestral ||
-                     s.sampler == SamplerKind::kHeun || s.sampler == SamplerKind::kDpmSolverPlusPlus2M;
+                     s.sampler == SamplerKind::kHeun || s.sampler == SamplerKind::kDpmSolverPlusPlus2M ||
+                     s.sampler == SamplerKind::kUniPc;
   SchedulerConfig& c = s.config;
   c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
   c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
@@ -87,14 +88,16 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   c.prediction_type = prediction_named(io::config_value<std::string>(json, "prediction_type", "epsilon", where));
   c.clip_sample = !sigma && io::config_value<bool>(json, "clip_sample", true, where);
   c.clip_sample_range = io::config_value<double>(json, "clip_sample_range", 1.0, where);
-  c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // Euler's, Heun's and DPM-Solver's
+  c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // the σ samplers' but Euler ancestral's
   KUAFU_CHECK(!json.contains("trained_betas") || json["trained_betas"].is_null(), where, ": trained_betas is not supported");
   const std::vector<std::pair<std::string, nlohmann::json>> computed = {
       {"thresholding", false},      {"sigma_min", nullptr},       {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
       {"sigma_max", nullptr},
       {"use_lu_lambdas", false},    {"final_sigmas_type", "zero"}, {"algorithm_type", "dpmsolver++"}, {"solver_order", 2},
-      {"solver_type", "midpoint"},  {"euler_at_final", false},     {"interpolation_type", "linear"},  {"timestep_type", "discrete"},
-      {"variance_type", "fixed_small"}};
+      {"solver_type", s.sampler == SamplerKind::kUniPc ? "bh2" : "midpoint"},  {"euler_at_final", false},
+      {"interpolation_type", "linear"},  {"timestep_type", "discrete"},   {"variance_type", "fixed_small"},
+      {"predict_x0", true},             {"disable_corrector", nlohmann::json::array()}, {"solver_p", nullptr},
+      {"use_flow_sigmas", false},       {"lower_order_final", true}};
   for (const auto& [key, value] : computed) {
     if (!json.contains(key) || json[key].is_null() || json[key] == value) continue;
     if (key == "variance_type" && s.sampler != SamplerKind::kDdpm) continue;  // another class's key, unused here
@@ -209,13 +212,13 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   }
   const auto rows = static_cast<int64_t>(prompts.size());
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
-  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m)");
+  KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m, unipc)");
   SchedulerConfig config = p.scheduler.config;
   if (options.karras_sigmas) {
     const bool walks_sigma = *kind == SamplerKind::kEuler || *kind == SamplerKind::kHeun ||
-                             *kind == SamplerKind::kDpmSolverPlusPlus2M;
-    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's, Heun's and DPM-Solver++(2M)'s (euler, heun, "
-                "dpm++2m): the sampler is another");
+                             *kind == SamplerKind::kDpmSolverPlusPlus2M || *kind == SamplerKind::kUniPc;
+    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's, Heun's, DPM-Solver++(2M)'s and UniPC's (euler, "
+                "heun, dpm++2m, unipc): the sampler is another");
     config.karras_sigmas = *options.karras_sigmas;
   }
   const NoiseSchedule schedule(config);

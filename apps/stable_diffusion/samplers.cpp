@@ -114,15 +114,15 @@ SigmaPath euler_path(const NoiseSchedule& schedule, int64_t steps) {
 }
 
 // DPM-Solver's path: σ at its timesteps, or with Karras σ over the whole schedule (σ at T − 1 down to σ at 0,
-// float32 values), each called at its σ's timestep rounded (truncated under the cosine schedule), as
-// diffusers does.
-SigmaPath dpm_path(const NoiseSchedule& schedule, int64_t steps) {
+// float32 values), each called at its σ's timestep rounded (truncated under the cosine schedule unless
+// `always_round`: UniPC rounds there too), as diffusers does.
+SigmaPath dpm_path(const NoiseSchedule& schedule, int64_t steps, bool always_round = false) {
   const std::vector<double> training = training_sigmas(schedule);
   std::vector<double> timesteps = dpm_timesteps(schedule, steps);
   if (!schedule.config().karras_sigmas) return {timesteps, sigmas_at(training, timesteps)};
   const std::vector<double> training32 = as_float32(training), log_sigmas = float32_logs(training32);
   const std::vector<double> sigmas = karras_sigmas(training32.back(), training32.front(), steps);
-  const bool cosine = schedule.config().beta_schedule == BetaSchedule::kSquaredCosCapV2;
+  const bool cosine = !always_round && schedule.config().beta_schedule == BetaSchedule::kSquaredCosCapV2;
   timesteps.resize(sigmas.size());
   for (size_t i = 0; i < sigmas.size(); ++i) {
     const double t = timestep_of_sigma(sigmas[i], log_sigmas);
@@ -135,6 +135,53 @@ SigmaPath dpm_path(const NoiseSchedule& schedule, int64_t steps) {
 std::pair<double, double> alpha_sigma(double sigma) {
   const double alpha = 1 / std::sqrt(sigma * sigma + 1);
   return {alpha, sigma * alpha};
+}
+
+// λ = log(α/σ) at σ (+∞ at σ = 0).
+double lambda_at(double sigma) {
+  const auto [alpha, noise] = alpha_sigma(sigma);
+  return std::log(alpha) - std::log(noise);
+}
+
+// x̂₀ from a model output at σ of the variance-preserving x (DPM-Solver++'s and UniPC's data prediction).
+torch::Tensor estimate_x0(const torch::Tensor& model_output, const torch::Tensor& sample, double sigma, Prediction prediction) {
+  const auto [alpha, noise] = alpha_sigma(sigma);
+  switch (prediction) {
+    case Prediction::kEpsilon:
+      return (sample - noise * model_output) / alpha;
+    case Prediction::kVPrediction:
+      return alpha * sample - noise * model_output;
+    case Prediction::kSample:
+      return model_output;
+  }
+  fail("unknown prediction type");
+}
+
+// UniPC's step from σ_s to σ_t (λ step h) with B(h) = e^{−h} − 1 (bh2, data prediction): the first-order
+// part x' = (σ_t/σ_s) x − α_t (e^{−h} − 1) m0, and b_k = φ_k(−h) k!/B(h) for k = 1, 2 with
+// φ_1 = (e^{−h} − 1)/(−h) − 1, φ_{k+1} = φ_k/(−h) − 1/(k + 1)!: the weights of the higher-order terms.
+struct UniPcStep {
+  double first_order_scale = 0, first_order_x0 = 0, alpha_t = 0, b_h = 0;
+  double b[2] = {0, 0};
+};
+
+UniPcStep unipc_step(double sigma_s, double sigma_t) {
+  const auto [alpha_s, noise_s] = alpha_sigma(sigma_s);
+  const auto [alpha_t, noise_t] = alpha_sigma(sigma_t);
+  const double hh = -(lambda_at(sigma_t) - lambda_at(sigma_s));  // −h: −∞ at the final σ = 0
+  const double h_phi_1 = std::expm1(hh);
+  UniPcStep step;
+  step.first_order_scale = noise_t / noise_s;
+  step.first_order_x0 = alpha_t * h_phi_1;
+  step.alpha_t = alpha_t;
+  step.b_h = h_phi_1;
+  double h_phi_k = h_phi_1 / hh - 1, factorial = 1;
+  for (int k = 1; k <= 2; ++k) {
+    step.b[k - 1] = h_phi_k * factorial / step.b_h;
+    factorial *= k + 1;
+    h_phi_k = h_phi_k / hh - 1 / factorial;
+  }
+  return step;
 }
 
 }  // namespace
@@ -286,6 +333,47 @@ torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i
   return next;
 }
 
+UniPcSampler::UniPcSampler(const NoiseSchedule& schedule, int64_t steps)
+    : SigmaSampler(schedule, dpm_path(schedule, steps, /*always_round=*/true)) {}
+
+torch::Tensor UniPcSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& given, const torch::Tensor&) {
+  KUAFU_CHECK(i == next_step_, "UniPC steps in order: step ", i, " after ", next_step_, " steps");
+  ++next_step_;
+  const torch::Tensor x0 = estimate_x0(model_output, given, sigmas_.at(i), schedule_.config().prediction_type);
+  torch::Tensor sample = given;
+  if (i > 0) {
+    // UniC: the step from σ_{i−1} taken again with this call's x̂₀ (m_t) beside the estimates it used.
+    const UniPcStep c = unipc_step(sigmas_.at(i - 1), sigmas_.at(i));
+    const torch::Tensor& m0 = estimates_[1];
+    const torch::Tensor base = c.first_order_scale * last_sample_ - c.first_order_x0 * m0;
+    if (order_ == 1) {
+      sample = base - c.alpha_t * c.b_h * (0.5 * (x0 - m0));
+    } else {
+      // ρ solves [1 1; r 1] ρ = b, r the previous estimate's λ offset over h.
+      const double r = (lambda_at(sigmas_.at(i - 2)) - lambda_at(sigmas_.at(i - 1))) /
+                       (lambda_at(sigmas_.at(i)) - lambda_at(sigmas_.at(i - 1)));
+      const double rho0 = (c.b[0] - c.b[1]) / (1 - r), rho1 = c.b[0] - rho0;
+      const torch::Tensor d1 = (estimates_[0] - m0) / r;
+      sample = base - c.alpha_t * c.b_h * (rho0 * d1 + rho1 * (x0 - m0));
+    }
+  }
+  estimates_[0] = estimates_[1];
+  estimates_[1] = x0;
+  // Order 2 once two estimates exist, 1 at the last step (lower_order_final).
+  order_ = std::min<int>({2, static_cast<int>(timesteps_.size() - i), warm_steps_ + 1});
+  last_sample_ = sample;
+  warm_steps_ = std::min(warm_steps_ + 1, 2);
+  // UniP: the first-order step, plus half the slope between the last two estimates at order 2.
+  const UniPcStep p = unipc_step(sigmas_.at(i), sigmas_.at(i + 1));
+  torch::Tensor next = p.first_order_scale * sample - p.first_order_x0 * x0;
+  if (order_ == 2) {
+    const double r = (lambda_at(sigmas_.at(i - 1)) - lambda_at(sigmas_.at(i))) /
+                     (lambda_at(sigmas_.at(i + 1)) - lambda_at(sigmas_.at(i)));
+    next = next - p.alpha_t * p.b_h * (0.5 * ((estimates_[0] - x0) / r));
+  }
+  return next;
+}
+
 torch::Tensor classifier_free_guidance(const torch::Tensor& unconditional, const torch::Tensor& conditional, double scale) {
   if (!needs_unconditional(scale)) return conditional;
   return unconditional + scale * (conditional - unconditional);
@@ -317,6 +405,8 @@ std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& sch
       return std::make_unique<HeunSampler>(schedule, steps);
     case SamplerKind::kDpmSolverPlusPlus2M:
       return std::make_unique<DpmSolverSampler>(schedule, steps);
+    case SamplerKind::kUniPc:
+      return std::make_unique<UniPcSampler>(schedule, steps);
   }
   fail("unknown sampler");
 }
@@ -328,8 +418,10 @@ SamplerKind sampler_named(const std::string& name) {
   if (name == "euler_a" || name == "EulerAncestralDiscreteScheduler") return SamplerKind::kEulerAncestral;
   if (name == "heun" || name == "HeunDiscreteScheduler") return SamplerKind::kHeun;
   if (name == "dpm++2m" || name == "DPMSolverMultistepScheduler") return SamplerKind::kDpmSolverPlusPlus2M;
+  if (name == "unipc" || name == "UniPCMultistepScheduler") return SamplerKind::kUniPc;
   fail("sampler \"" + name + "\" is not one of ddim (DDIMScheduler), ddpm (DDPMScheduler), euler (EulerDiscreteScheduler), "
-       "euler_a (EulerAncestralDiscreteScheduler), heun (HeunDiscreteScheduler), dpm++2m (DPMSolverMultistepScheduler)");
+       "euler_a (EulerAncestralDiscreteScheduler), heun (HeunDiscreteScheduler), dpm++2m (DPMSolverMultistepScheduler), "
+       "unipc (UniPCMultistepScheduler)");
 }
 
 }  // namespace kuafu::sd

@@ -3,8 +3,9 @@
 // in σ = √((1 − ᾱ)/ᾱ)) and its ancestral variant (k-diffusion's: a step down to σ_down, then noise up to
 // σ_{i+1}), Heun's method over Euler's σ (Karras et al. 2022, Algorithm 1 without churn: an Euler step, then
 // the slope averaged with the one at its end, two model calls per step but the last), and DPM-Solver++(2M)
-// (Lu et al. 2022, multistep, second order, first order at the start and the end), each with diffusers'
-// timestep lists and conventions. DDIM steps from timestep i to
+// (Lu et al. 2022, multistep, second order, first order at the start and the end) and UniPC (Zhao et al.
+// 2023: its B(h) = e^h − 1 predictor of order 2 with a corrector after each step's model call), each with
+// diffusers' timestep lists and conventions. DDIM steps from timestep i to
 // timestep i + 1 of its own list: not to t − T/N as diffusers' DDIM does, which under linspace spacing
 // lands off the list.
 #pragma once
@@ -17,7 +18,7 @@
 
 namespace kuafu::sd {
 
-enum class SamplerKind { kDdim, kDdpm, kEuler, kEulerAncestral, kHeun, kDpmSolverPlusPlus2M };
+enum class SamplerKind { kDdim, kDdpm, kEuler, kEulerAncestral, kHeun, kDpmSolverPlusPlus2M, kUniPc };
 
 class Sampler {
  public:
@@ -137,6 +138,24 @@ class DpmSolverSampler : public SigmaSampler {
 
  private:
   torch::Tensor previous_x0_;
+  size_t next_step_ = 0;
+};
+
+// diffusers' UniPCMultistepScheduler as configured by default (solver_order 2, bh2, x̂₀ prediction, lower
+// orders at the start and the end, a corrector at every step but the first): DPM-Solver's σ and timesteps
+// (rounded under Karras σ whatever the schedule). Each call first corrects the previous step's result with
+// the x̂₀ estimated at it (UniC), then predicts the next x (UniP) from the last two estimates.
+class UniPcSampler : public SigmaSampler {
+ public:
+  UniPcSampler(const NoiseSchedule& schedule, int64_t steps);
+  torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
+                     const torch::Tensor& noise = {}) override;
+
+ private:
+  torch::Tensor estimates_[2];   // x̂₀ of the previous step and of the latest ([1]); [0] undefined at first
+  torch::Tensor last_sample_;    // the x the latest prediction started from
+  int order_ = 1;                // the latest prediction's order (the corrector uses the same)
+  int warm_steps_ = 0;           // steps taken, up to the solver's order (its warm-up)
   size_t next_step_ = 0;
 };
 

@@ -6,7 +6,7 @@
       sample_size 8, a 2-block VAE (16x16 images), SD 1.x's DDIMScheduler config; no safety checker), and
       OUT/reference.safetensors: initial latents [2, 4, 8, 8] and, for prompts PROMPTS at guidance 7.5 over
       10 steps from them, each sampler's final latents and images [2, 3, 16, 16] (<sampler>_latents,
-      <sampler>_images) for DDIM, Euler discrete, Heun and DPM-Solver++(2M) (each of the last three also with
+      <sampler>_images) for DDIM, Euler discrete, Heun, DPM-Solver++(2M) and UniPC (each of the last four also with
       Karras sigmas, <sampler>_karras_*), and DDPM and Euler ancestral with their
       noise from a CPU generator seeded 7; and DDIM's with negative prompts NEGATIVE (ddim_negative_*), with
       guidance_rescale 0.7 (ddim_rescale_*), with both (ddim_negative_rescale_*), and with eta 0.5 (its noise from
@@ -23,7 +23,8 @@ import sys
 
 import torch
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel)
+                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel,
+                       UniPCMultistepScheduler)
 from safetensors.torch import load_file, save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
@@ -32,7 +33,7 @@ from clip_reference import write_tokenizer
 PROMPTS = ["a photo of the cat", "the cat!"]
 NEGATIVE = ["blurry", "a dog"]
 SAMPLERS = {"ddim": DDIMScheduler, "euler": EulerDiscreteScheduler, "dpm": DPMSolverMultistepScheduler, "ddpm": DDPMScheduler,
-            "euler_a": EulerAncestralDiscreteScheduler, "heun": HeunDiscreteScheduler}
+            "euler_a": EulerAncestralDiscreteScheduler, "heun": HeunDiscreteScheduler, "unipc": UniPCMultistepScheduler}
 
 
 def randomise(model):
@@ -73,7 +74,7 @@ def build(out):
     latents = torch.randn(2, 4, 8, 8)
     tensors = {"initial_latents": latents}
     for name, kind in {**SAMPLERS, "euler_karras": EulerDiscreteScheduler, "dpm_karras": DPMSolverMultistepScheduler,
-                       "heun_karras": HeunDiscreteScheduler}.items():
+                       "heun_karras": HeunDiscreteScheduler, "unipc_karras": UniPCMultistepScheduler}.items():
         pipe.scheduler = kind.from_config(saved, **({"use_karras_sigmas": True} if name.endswith("_karras") else {}))
         generator = torch.Generator().manual_seed(7)
         with torch.no_grad():

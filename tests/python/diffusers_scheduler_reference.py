@@ -21,7 +21,8 @@
                                        timesteps_N for N in STEPS, and a 10-step loop from sample x
                                        init_noise_sigma with outputs[i] at step i: each step's x (chained) and
                                        Euler's scaled model inputs
-        euler_karras_*, dpm_karras_*   the same with use_karras_sigmas=True
+        unipc_*                        UniPCMultistepScheduler (bh2, order 2, its corrector) the same way
+        euler_karras_*, dpm_karras_*, unipc_karras_*   the same with use_karras_sigmas=True
         euler_a_steps                  EulerAncestralDiscreteScheduler's 10-step loop the same way, step i's
                                        noise from a CPU generator seeded 200 + i
         heun_*, heun_karras_*          HeunDiscreteScheduler as euler_*, its 19 model calls of 10 steps given
@@ -35,7 +36,7 @@ import sys
 import numpy as np
 import torch
 from diffusers import (DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler, HeunDiscreteScheduler)
+                       EulerDiscreteScheduler, HeunDiscreteScheduler, UniPCMultistepScheduler)
 from diffusers.schedulers.scheduling_ddim import betas_for_alpha_bar, rescale_zero_terminal_snr
 from safetensors.torch import save_file
 
@@ -125,7 +126,7 @@ def build(out):
         snr = a / (1 - a)
         tensors[f"{name}/snr"] = snr
         tensors[f"{name}/min_snr_5"] = min_snr(snr, config.get("prediction_type", "epsilon"))
-        for prefix, kind in (("euler", EulerDiscreteScheduler), ("dpm", DPMSolverMultistepScheduler)):
+        for prefix, kind in (("euler", EulerDiscreteScheduler), ("dpm", DPMSolverMultistepScheduler), ("unipc", UniPCMultistepScheduler)):
             tensors.update(sigma_sampler(f"{name}/{prefix}", kind(**sigma_config(config)), sample, outputs))
             karras = kind(**sigma_config(config), use_karras_sigmas=True)
             tensors.update(sigma_sampler(f"{name}/{prefix}_karras", karras, sample, outputs))

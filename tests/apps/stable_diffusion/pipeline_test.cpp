@@ -1,7 +1,7 @@
 // Text-to-image sampling against diffusers' StableDiffusionPipeline (tests/python/diffusers_pipeline_reference.py)
 // on a tiny pipeline folder diffusers saved (its tokenizer as transformers 5 writes it, a tokenizer.json
 // alone): the same prompts at guidance 7.5 over 10 steps from the same initial latents give diffusers'
-// final latents and images under DDIM, Euler discrete, Heun, DPM-Solver++(2M) (the last three also with Karras sigmas),
+// final latents and images under DDIM, Euler discrete, Heun, DPM-Solver++(2M), UniPC (the last four also with Karras sigmas),
 // Euler ancestral, and DDPM with their noise from the same seeded CPU generator. Float32, 1e-4 on latents and images of order 1 (ten UNet passes).
 #include <gtest/gtest.h>
 
@@ -46,8 +46,8 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   EXPECT_LT(testing::max_abs_difference(samples.images, ref[GetParam() + "_images"]), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a", "heun", "euler_karras",
-                                                                   "dpm_karras", "heun_karras"));
+INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a", "heun", "unipc",
+                                                                   "euler_karras", "dpm_karras", "heun_karras", "unipc_karras"));
 
 // Negative prompts (the unconditional rows' text, one per prompt), guidance rescale 0.7 (Lin et al.'s value)
 // alone and with them, and DDIM's eta 0.5 (its noise from the generator seeded 7), under DDIM from the same
@@ -274,7 +274,7 @@ TEST(SampleCommandTest, BadTilesAndOutputFoldersAreRefused) {
   EXPECT_TRUE(testing::Contains(karras.output, "--karras-sigmas yes is not true or false")) << karras.output;
   const testing::CommandResult ddim_karras = kuafu_sd(common + " --sampler ddim --karras-sigmas true --out " + (dir / "k.png").string());
   EXPECT_EQ(ddim_karras.exit_code, 1);
-  EXPECT_TRUE(testing::Contains(ddim_karras.output, "Karras sigmas are Euler's, Heun's and DPM-Solver++(2M)'s")) << ddim_karras.output;
+  EXPECT_TRUE(testing::Contains(ddim_karras.output, "Karras sigmas are Euler's, Heun's, DPM-Solver++(2M)'s and UniPC's")) << ddim_karras.output;
   const testing::CommandResult negatives =
       kuafu_sd(common + " --negative-prompt a --negative-prompt b --out " + (dir / "n.png").string());
   EXPECT_EQ(negatives.exit_code, 1);

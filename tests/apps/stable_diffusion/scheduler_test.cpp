@@ -177,6 +177,18 @@ TEST_P(SchedulerTest, EulerAndDpmSolverLoopsEqualDiffusers) {
   }
 }
 
+// UniPC (bh2, order 2, a corrector after every model call but the first, order 1 at the last step) as
+// diffusers' UniPCMultistepScheduler runs it, with its lists and σ (DPM-Solver's) and with Karras σ (its
+// timesteps rounded under every schedule): the same checks and tolerances as DPM-Solver's above.
+TEST_P(SchedulerTest, UniPcLoopsEqualDiffusers) {
+  expect_sigma_loop("unipc", SamplerKind::kUniPc, schedule);
+  SchedulerConfig karras = schedule.config();
+  karras.karras_sigmas = true;
+  const NoiseSchedule with_karras(karras);
+  expect_sigma_loop("unipc_karras", SamplerKind::kUniPc, with_karras, /*timestep_tolerance=*/1.0,
+                    GetParam() == "cosine_linspace" ? 1e-4 : 3e-5);
+}
+
 // The same with Karras et al.'s σ (diffusers' use_karras_sigmas): Euler's ρ = 7 spacing between its first and
 // last σ, each called at the fractional timestep of its σ; DPM-Solver's over the whole schedule, its
 // timesteps rounded (truncated under the cosine schedule). The timestep of a σ is log σ interpolated in
