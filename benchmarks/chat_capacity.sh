@@ -21,12 +21,16 @@
 #   gemini_disk  the same with the reference and reward models' weights in files on the disk tier
 #           (memory.disk_dir = OUT/disk, read a block at a time, the next block's read ahead): their host
 #           share is then only the blocks being read or computed, counted in the footprint.
+#   gemini_all_disk  three tiers for all four: as gemini_disk, and the actor's and critic's master chunks
+#           that their host budgets (half the host budget each) cannot hold live on the disk tier too
+#           (Gemini's third tier), streamed through host memory for their steps.
 # On this CPU-only machine both tiers are host memory: the device side is the measured footprint less
 # the host-resident bytes, which also counts host-side temporaries (the optimizer step's) as device, so
 # the Gemini figure is conservative. On a GPU the footprint is CUDA's allocated peak: the device alone.
 #
 # Usage: benchmarks/chat_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
-#                                    [out = runs/chat_capacity] [strategies = "plain gemini"; also gemini_disk]
+#                                    [out = runs/chat_capacity] [strategies = "plain gemini"; also gemini_disk,
+#                                    gemini_all_disk (DISK_FROM: its bisection's lower end, checked; DISK_TOP: upper)]
 set -euo pipefail
 build=${1:-build}
 device_mb=${2:-2048}
@@ -58,6 +62,8 @@ strategy_args() {  # name -> overrides
                   --set models.reference.memory.offload_frozen=true --set models.reward.memory.offload_frozen=true" ;;
     gemini_disk) echo "$(strategy_args gemini)
                   --set models.reference.memory.disk_dir=\"$out/disk\" --set models.reward.memory.disk_dir=\"$out/disk\"" ;;
+    gemini_all_disk) echo "$(strategy_args gemini_disk)
+                  --set memory.disk_dir=\"$out/disk\" --set models.critic.memory.disk_dir=\"$out/disk\"" ;;
   esac
 }
 
@@ -67,6 +73,9 @@ probe() {
   local args
   read -r -a args <<< "$(strategy_args "$name" | tr '\n' ' ')"
   [[ $name == gemini* ]] && args+=("${gemini[@]}")
+  if [[ $name == gemini_all_disk ]]; then  # the two trained models share the host budget
+    args+=(--set memory.host_budget_mb=$((host_mb / 2)) --set models.critic.memory.host_budget_mb=$((host_mb / 2)))
+  fi
   if ! "$app" benchmark --config "$config" "${common[@]}" --set model.num_hidden_layers="$layers" "${args[@]}" \
       > "$out/${name}_${layers}.log" 2>&1; then
     echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-200)" >&2
@@ -79,7 +88,7 @@ probe() {
 
 # Bisection on the number of layers: lo fits (or 0), hi does not.
 largest() {
-  local name=$1 lo=0 hi=$2 mid
+  local name=$1 lo=${3:-0} hi=$2 mid
   while (( hi - lo > 1 )); do
     mid=$(( (lo + hi) / 2 ))
     if probe "$name" "$mid"; then lo=$mid; else hi=$mid; fi
@@ -89,7 +98,12 @@ largest() {
 
 for name in $strategies; do
   echo "$name:" >&2
-  case $name in plain) top=16 ;; *) top=32 ;; esac  # 32 layers: host memory of this machine
-  largest "$name" "$top" > "$out/$name.largest"
+  case $name in plain) top=16 ;; gemini_all_disk) top=${DISK_TOP:-64} ;; *) top=32 ;; esac  # 32 layers: host memory of this machine
+  from=0
+  if [[ $name == gemini_all_disk && -n ${DISK_FROM:-} ]]; then  # a size known to fit, checked first
+    probe "$name" "$DISK_FROM" || { echo "gemini_all_disk does not fit DISK_FROM = $DISK_FROM layers" >&2; exit 1; }
+    from=$DISK_FROM
+  fi
+  largest "$name" "$top" "$from" > "$out/$name.largest"
 done
 python3 "$here/chat_capacity_fits.py" --summary "$out" "$device_mb" "$host_mb"

@@ -36,7 +36,8 @@ def probe(path, name, device, host_budget):
 def summary(out, device, host_budget):
     labels = {"plain": "plain (all four models on the device)",
               "gemini": "Gemini (actor, critic all offloaded; reference, reward offloaded)",
-              "gemini_disk": "Gemini, reference and reward on the disk tier"}
+              "gemini_disk": "Gemini, reference and reward on the disk tier",
+              "gemini_all_disk": "Gemini, reference and reward on the disk tier, actor's and critic's master chunks too"}
     best = {}
     for name in labels:
         marker = os.path.join(out, f"{name}.largest")

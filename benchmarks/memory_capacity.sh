@@ -20,7 +20,7 @@
 #                master chunks (float32 masters, gradients, Adam state) the host budget cannot hold; the
 #                whole footprint in memory must still fit device + host (the files do not count).
 #
-# Usage: benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
+# Usage: [CHECKPOINTING=1] [DISK_DIR=...] [DISK_TOP=160] benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
 #                                       [out = runs/memory_capacity] [strategies = the first four]
 # Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest); gemini_disk's
 # bisection starts from the larger two-tier Gemini's largest (which it must fit) up to DISK_TOP layers (160).
@@ -36,6 +36,8 @@ mkdir -p "$out"
 config="$(dirname "$0")/../apps/gpt/configs/quickstart.toml"
 common=(--set model.n_embd=1536 --set model.n_head=16 --set model.vocab_size=8192 --set model.n_positions=128
         --set data.context=128 --set train.micro_batch_size=4 --set precision.dtype='"bf16"' --set optim.name='"adamw"')
+# CHECKPOINTING=1: every strategy recomputes its blocks' activations in backward (memory.activation_checkpointing).
+[[ ${CHECKPOINTING:-0} == 1 ]] && common+=(--set memory.activation_checkpointing=true)
 budgets=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb")
 disk_dir=$(realpath -m "${DISK_DIR:-$out/disk}")
 mkdir -p "$disk_dir"

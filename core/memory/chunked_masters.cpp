@@ -109,7 +109,8 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     filling[c].narrow(0, layout_->slot(i).offset, value.numel()).copy_(value.reshape(-1));
     if (++arrived[c] < layout_->tensors_in(c).size()) return;
     master_shards_[c] = keep(c, filling[c]);
-    grad_shards_[c] = torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
+    grad_shards_[c] = disk_records_[c].defined() ? mapped_host_tensor(layout_->shard_numel(c)).zero_()
+                                                 : torch::zeros({layout_->shard_numel(c)}, master_shards_[c].options());
     filling[c] = torch::Tensor();
     // The pieces' views, made while the chunk's memory is there: a chunk on the disk tier is written there
     // now and its memory given back (a view of storage without memory cannot be made).
@@ -226,7 +227,7 @@ torch::Tensor ChunkedMasters::make_disk_record(int64_t c, const torch::Tensor& m
   torch::NoGradGuard no_grad;
   const int64_t n = layout_->shard_numel(c);
   // [(1 + slots) * n]: the master, then each optimizer slot (zeros, as an optimizer's state starts).
-  disk_records_[c] = torch::zeros({(1 + disk_slots_) * n}, torch::TensorOptions(master_dtype_).device(torch::kCPU));
+  disk_records_[c] = mapped_host_tensor((1 + disk_slots_) * n).zero_();
   disk_records_[c].narrow(0, 0, n).copy_(master);
   return disk_records_[c].narrow(0, 0, n);
 }

@@ -1,8 +1,12 @@
 #include "core/memory/disk_masters.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
+#include "core/memory/memory_meter.h"
 #include "core/memory/storage_memory.h"
 #include "core/util/error.h"
 
@@ -10,6 +14,35 @@ namespace kuafu::memory {
 namespace {
 
 int64_t bytes_of(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
+// Whole pages from mmap, unmapped when the data pointer goes (its context holds where and how long).
+struct Mapping {
+  void* start;
+  size_t bytes;
+};
+
+void unmap_mapping(void* context) {
+  auto* mapping = static_cast<Mapping*>(context);
+  ::munmap(mapping->start, mapping->bytes);
+  count_mapped_bytes(-static_cast<int64_t>(mapping->bytes));
+  delete mapping;
+}
+
+class PageAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override {
+    if (bytes == 0) return {nullptr, nullptr, &no_op, c10::Device(c10::kCPU)};
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    KUAFU_CHECK(p != MAP_FAILED, "disk tier: cannot map ", bytes, " bytes of host memory for a chunk");
+    count_mapped_bytes(static_cast<int64_t>(bytes));
+    return {p, new Mapping{p, bytes}, &unmap_mapping, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+
+ private:
+  static void no_op(void*) {}
+};
 
 // Runs `wait` and adds the seconds it took to `total`.
 template <typename Wait>
@@ -20,6 +53,13 @@ void timed(double& total, const Wait& wait) {
 }
 
 }  // namespace
+
+torch::Tensor mapped_host_tensor(int64_t numel) {
+  static PageAllocator allocator;
+  const size_t bytes = static_cast<size_t>(numel) * sizeof(float);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, &allocator, /*resizable=*/true);
+  return torch::empty({0}, torch::kFloat32).set_(storage, 0, {numel}, {1});
+}
 
 DiskMasters::DiskMasters(DiskTierOptions options) : disk_(std::move(options)) {}
 

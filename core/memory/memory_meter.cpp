@@ -1,5 +1,7 @@
 #include "core/memory/memory_meter.h"
 
+#include <atomic>
+
 #include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -28,6 +30,10 @@ c10::CachingDeviceAllocator::DeviceStats cuda_stats(const torch::Device& device)
 }  // namespace
 #endif
 
+namespace {
+std::atomic<int64_t> mapped_bytes{0};  // count_mapped_bytes
+}  // namespace
+
 int64_t bytes_in_use(const torch::Device& device) {
 #ifdef KUAFU_WITH_CUDA
   if (device.is_cuda()) {
@@ -36,8 +42,10 @@ int64_t bytes_in_use(const torch::Device& device) {
 #endif
   (void)device;
   const struct mallinfo2 heap = mallinfo2();
-  return static_cast<int64_t>(heap.uordblks + heap.hblkhd);  // chunks in use + mmapped blocks
+  return static_cast<int64_t>(heap.uordblks + heap.hblkhd) + mapped_bytes.load();  // chunks in use + mmapped blocks
 }
+
+void count_mapped_bytes(int64_t delta) { mapped_bytes += delta; }
 
 int64_t peak_bytes(const torch::Device& device) {
 #ifdef KUAFU_WITH_CUDA

@@ -15,6 +15,8 @@ namespace kuafu::memory {
 
 // Bytes allocated and not yet freed on `device` now.
 int64_t bytes_in_use(const torch::Device& device);
+// Host memory mapped outside malloc (the disk tier's chunk homes), which bytes_in_use on the CPU counts too.
+void count_mapped_bytes(int64_t delta);
 // The most bytes `device` has held: the CUDA allocator's peak, or the process's peak resident set on the CPU.
 int64_t peak_bytes(const torch::Device& device);
 // The process's resident set now (host memory, whatever holds it).

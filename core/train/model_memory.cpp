@@ -76,6 +76,8 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   if (strategy == "zero1") per_parameter = compute + grads + (masters + state) / data;
   if (strategy == "zero2") per_parameter = compute + (compute + masters + state) / data;
   if (strategy == "gemini") per_parameter = (compute + compute + 4 + state) / data;
+  // Gemini's disk tier (memory.disk_dir) can hold every master chunk: only the compute shards must be in memory.
+  if (strategy == "gemini" && !held_model(config).disk_dir.empty() && masters > 0) per_parameter = compute / data;
   return share * per_parameter + frozen / model_ranks * compute;
 }
 
