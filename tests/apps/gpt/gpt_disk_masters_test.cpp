@@ -38,15 +38,7 @@ nlohmann::json last_step(const std::vector<nlohmann::json>& lines) {
 
 std::vector<nlohmann::json> train_run(const fs::path& root, const std::string& name, const std::string& extra,
                                       const std::shared_ptr<dist::World>& world, int64_t skipped = 1) {
-  const auto config = make_config(root, name, kDiskBase + "\n" + extra);
-  {
-    train::Runtime runtime = train::start_runtime(config, world);
-    InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
-    train::Trainer trainer(config, runtime, task);
-    EXPECT_EQ(trainer.run().skipped_steps, skipped) << name;
-  }
-  dist::barrier(*world->world_group());
-  return metric_lines(root / name / "metrics.jsonl");
+  return train_with_an_overflow(root, name, kDiskBase + "\n" + extra, world, skipped);
 }
 
 void disk_tier_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist::World>& world) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -123,6 +124,22 @@ inline double grad_norm_difference(const fs::path& run, const fs::path& referenc
     worst = std::max(worst, std::abs(x - y) / std::max(std::abs(y), 1e-30));
   }
   return worst;
+}
+
+// Trains run `name` of `config_text` with step 3's loss made to overflow (InjectedTask; `skipped` overflowed
+// steps expected) on `world`; returns its metrics lines, read on every rank from rank 0's file.
+inline std::vector<nlohmann::json> train_with_an_overflow(const fs::path& root, const std::string& name,
+                                                          const std::string& config_text,
+                                                          const std::shared_ptr<dist::World>& world, int64_t skipped = 1) {
+  const auto config = make_config(root, name, config_text);
+  {
+    train::Runtime runtime = train::start_runtime(config, world);
+    InjectedTask task(make_text_task(config), {2}, std::numeric_limits<double>::infinity());
+    train::Trainer trainer(config, runtime, task);
+    EXPECT_EQ(trainer.run().skipped_steps, skipped) << name;
+  }
+  dist::barrier(*world->world_group());
+  return metric_lines(root / name / "metrics.jsonl");
 }
 
 // Two runs' final checkpoints (weights and optimizer state) agree to `relative` of each tensor's largest value.
