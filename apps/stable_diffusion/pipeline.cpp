@@ -73,9 +73,7 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   } catch (const Error&) {
     s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
   }
-  const bool sigma = s.sampler == SamplerKind::kEuler || s.sampler == SamplerKind::kEulerAncestral ||
-                     s.sampler == SamplerKind::kHeun || s.sampler == SamplerKind::kDpmSolverPlusPlus2M ||
-                     s.sampler == SamplerKind::kUniPc;
+  const bool sigma = s.sampler && walks_sigma(*s.sampler);
   SchedulerConfig& c = s.config;
   c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
   c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
@@ -215,9 +213,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m, unipc)");
   SchedulerConfig config = p.scheduler.config;
   if (options.karras_sigmas) {
-    const bool walks_sigma = *kind == SamplerKind::kEuler || *kind == SamplerKind::kHeun ||
-                             *kind == SamplerKind::kDpmSolverPlusPlus2M || *kind == SamplerKind::kUniPc;
-    KUAFU_CHECK(!*options.karras_sigmas || walks_sigma, "Karras sigmas are Euler's, Heun's, DPM-Solver++(2M)'s and UniPC's (euler, "
+    KUAFU_CHECK(!*options.karras_sigmas || takes_karras_sigmas(*kind), "Karras sigmas are Euler's, Heun's, DPM-Solver++(2M)'s and UniPC's (euler, "
                 "heun, dpm++2m, unipc): the sampler is another");
     config.karras_sigmas = *options.karras_sigmas;
   }

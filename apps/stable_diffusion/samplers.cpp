@@ -143,6 +143,11 @@ double lambda_at(double sigma) {
   return std::log(alpha) - std::log(noise);
 }
 
+// An earlier estimate's place in λ relative to a step: (λ(σ_earlier) − λ(σ_from)) / (λ(σ_to) − λ(σ_from)).
+double lambda_ratio(double sigma_earlier, double sigma_from, double sigma_to) {
+  return (lambda_at(sigma_earlier) - lambda_at(sigma_from)) / (lambda_at(sigma_to) - lambda_at(sigma_from));
+}
+
 // x̂₀ from a model output at σ of the variance-preserving x (DPM-Solver++'s and UniPC's data prediction).
 torch::Tensor estimate_x0(const torch::Tensor& model_output, const torch::Tensor& sample, double sigma, Prediction prediction) {
   const auto [alpha, noise] = alpha_sigma(sigma);
@@ -166,7 +171,7 @@ struct UniPcStep {
 };
 
 UniPcStep unipc_step(double sigma_s, double sigma_t) {
-  const auto [alpha_s, noise_s] = alpha_sigma(sigma_s);
+  const double noise_s = alpha_sigma(sigma_s).second;
   const auto [alpha_t, noise_t] = alpha_sigma(sigma_t);
   const double hh = -(lambda_at(sigma_t) - lambda_at(sigma_s));  // −h: −∞ at the final σ = 0
   const double h_phi_1 = std::expm1(hh);
@@ -306,26 +311,14 @@ torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i
   KUAFU_CHECK(i == next_step_, "DPM-Solver steps in order: step ", i, " after ", next_step_, " steps");
   const auto [alpha_s, sigma_s] = alpha_sigma(sigmas_.at(i));
   const auto [alpha_t, sigma_t] = alpha_sigma(sigmas_.at(i + 1));
-  torch::Tensor x0;  // DPM-Solver++ works on x̂₀
-  switch (schedule_.config().prediction_type) {
-    case Prediction::kEpsilon:
-      x0 = (sample - sigma_s * model_output) / alpha_s;
-      break;
-    case Prediction::kVPrediction:
-      x0 = alpha_s * sample - sigma_s * model_output;
-      break;
-    case Prediction::kSample:
-      x0 = model_output;
-      break;
-  }
-  auto lambda = [](double alpha, double sigma) { return std::log(alpha) - std::log(sigma); };  // +∞ at σ = 0
-  const double h = lambda(alpha_t, sigma_t) - lambda(alpha_s, sigma_s);
+  // DPM-Solver++ works on x̂₀.
+  const torch::Tensor x0 = estimate_x0(model_output, sample, sigmas_.at(i), schedule_.config().prediction_type);
+  const double h = lambda_at(sigmas_.at(i + 1)) - lambda_at(sigmas_.at(i));
   const double decay = std::exp(-h) - 1;  // −1 at the final σ = 0: the step lands on x̂₀
   const bool last = i + 1 == timesteps_.size();
   torch::Tensor next = (sigma_t / sigma_s) * sample - (alpha_t * decay) * x0;
   if (i > 0 && !last) {  // second order: the previous estimate gives the slope in λ
-    const auto [alpha_r, sigma_r] = alpha_sigma(sigmas_.at(i - 1));
-    const double h_previous = lambda(alpha_s, sigma_s) - lambda(alpha_r, sigma_r);
+    const double h_previous = lambda_at(sigmas_.at(i)) - lambda_at(sigmas_.at(i - 1));
     next = next - 0.5 * (alpha_t * decay) * (h / h_previous) * (x0 - previous_x0_);
   }
   previous_x0_ = x0;
@@ -350,8 +343,7 @@ torch::Tensor UniPcSampler::step(const torch::Tensor& model_output, size_t i, co
       sample = base - c.alpha_t * c.b_h * (0.5 * (x0 - m0));
     } else {
       // ρ solves [1 1; r 1] ρ = b, r the previous estimate's λ offset over h.
-      const double r = (lambda_at(sigmas_.at(i - 2)) - lambda_at(sigmas_.at(i - 1))) /
-                       (lambda_at(sigmas_.at(i)) - lambda_at(sigmas_.at(i - 1)));
+      const double r = lambda_ratio(sigmas_.at(i - 2), sigmas_.at(i - 1), sigmas_.at(i));
       const double rho0 = (c.b[0] - c.b[1]) / (1 - r), rho1 = c.b[0] - rho0;
       const torch::Tensor d1 = (estimates_[0] - m0) / r;
       sample = base - c.alpha_t * c.b_h * (rho0 * d1 + rho1 * (x0 - m0));
@@ -367,8 +359,7 @@ torch::Tensor UniPcSampler::step(const torch::Tensor& model_output, size_t i, co
   const UniPcStep p = unipc_step(sigmas_.at(i), sigmas_.at(i + 1));
   torch::Tensor next = p.first_order_scale * sample - p.first_order_x0 * x0;
   if (order_ == 2) {
-    const double r = (lambda_at(sigmas_.at(i - 1)) - lambda_at(sigmas_.at(i))) /
-                     (lambda_at(sigmas_.at(i + 1)) - lambda_at(sigmas_.at(i)));
+    const double r = lambda_ratio(sigmas_.at(i - 1), sigmas_.at(i), sigmas_.at(i + 1));
     next = next - p.alpha_t * p.b_h * (0.5 * ((estimates_[0] - x0) / r));
   }
   return next;
@@ -410,6 +401,10 @@ std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& sch
   }
   fail("unknown sampler");
 }
+
+bool walks_sigma(SamplerKind kind) { return kind != SamplerKind::kDdim && kind != SamplerKind::kDdpm; }
+
+bool takes_karras_sigmas(SamplerKind kind) { return walks_sigma(kind) && kind != SamplerKind::kEulerAncestral; }
 
 SamplerKind sampler_named(const std::string& name) {
   if (name == "ddim" || name == "DDIMScheduler") return SamplerKind::kDdim;

@@ -176,5 +176,8 @@ std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& sch
 // DPMSolverMultistepScheduler)
 // and Kuafu's short ones (ddim, ddpm, euler, euler_a, dpm++2m); kuafu::Error listing them.
 SamplerKind sampler_named(const std::string& name);
+// The samplers that walk σ (Euler's family, DPM-Solver, UniPC), and those of them Karras σ apply to.
+bool walks_sigma(SamplerKind kind);
+bool takes_karras_sigmas(SamplerKind kind);
 
 }  // namespace kuafu::sd

@@ -149,6 +149,7 @@ void ChunkedMasters::build_masters(const std::function<torch::Tensor(int64_t, co
     if (found == names_.end()) continue;
     const int64_t i = found - names_.begin();
     piece_of_tensor_[i] = static_cast<int64_t>(pieces_.size());
+    chunk_of_piece_.push_back(layout_->slot(i).chunk);
     optim::Param param{item.key(), piece_masters[i], group_, true};
     param.tensor.mutable_grad() = piece_grads[i];
     pieces_.push_back(std::move(param));
@@ -232,11 +233,7 @@ torch::Tensor ChunkedMasters::make_disk_record(int64_t c, const torch::Tensor& m
   return disk_records_[c].narrow(0, 0, n);
 }
 
-bool ChunkedMasters::piece_on_disk(size_t piece) const {
-  if (!disk_) return false;
-  const auto found = std::find(piece_of_tensor_.begin(), piece_of_tensor_.end(), static_cast<int64_t>(piece));
-  return found != piece_of_tensor_.end() && chunk_on_disk(layout_->slot(found - piece_of_tensor_.begin()).chunk);
-}
+bool ChunkedMasters::piece_on_disk(size_t piece) const { return chunk_on_disk(chunk_of_piece_.at(piece)); }
 
 std::vector<torch::Tensor> ChunkedMasters::known_grad_squares() const {
   std::vector<torch::Tensor> known(pieces_.size());

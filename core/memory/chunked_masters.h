@@ -165,6 +165,7 @@ class ChunkedMasters {
   std::vector<torch::Tensor> grad_shards_;    // [chunk] its averaged gradient
   std::vector<optim::Param> pieces_;          // registration order
   std::vector<int64_t> piece_of_tensor_;      // [tensor] its index in pieces_
+  std::vector<int64_t> chunk_of_piece_;       // [piece] the chunk it lies in
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the gradient hooks alive
   std::unique_ptr<DiskMasters> disk_;          // master chunks on the disk tier, or null
   int disk_slots_ = 0;                         // optimizer state tensors in each disk record

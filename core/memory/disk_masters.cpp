@@ -80,8 +80,7 @@ void DiskMasters::adopt(int64_t c, const torch::Tensor& record, const torch::Ten
   host_bytes_ += bytes_of(record) + bytes_of(grad);
   peak_host_bytes_ = std::max(peak_host_bytes_, host_bytes_);
   give_memory(chunk.grad);  // zeros, which need no file
-  send(chunk.record);
-  retire_writes(kBehind);
+  write_behind(chunk.record);
 }
 
 void DiskMasters::take_memory(Home& home) {
@@ -128,6 +127,11 @@ void DiskMasters::send(Home& home) {
   behind_.push_back(&home);
 }
 
+void DiskMasters::write_behind(Home& home) {
+  send(home);
+  retire_writes(kBehind);
+}
+
 void DiskMasters::finish_write(Home& home) {
   if (home.where != Where::kWriting) return;
   timed(wait_seconds_, [&] { home.transfer.wait(); });
@@ -155,10 +159,7 @@ void DiskMasters::settle() { retire_writes(0); }
 
 void DiskMasters::bring_gradient(int64_t c) { wait_here(homes_.at(c).grad); }
 
-void DiskMasters::send_gradient(int64_t c) {
-  send(homes_.at(c).grad);
-  retire_writes(kBehind);
-}
+void DiskMasters::send_gradient(int64_t c) { write_behind(homes_.at(c).grad); }
 
 void DiskMasters::forget_gradients() {
   for (auto& [c, chunk] : homes_) {
@@ -185,12 +186,7 @@ void DiskMasters::for_each(bool gradients, bool changed, const std::function<voi
     if (gradients) wait_here(chunk.grad);
     body(order[k]);
     if (gradients) let_go(chunk.grad);
-    if (changed) {
-      send(chunk.record);
-      retire_writes(kBehind);
-    } else {
-      let_go(chunk.record);
-    }
+    close(order[k], changed);
   }
 }
 
@@ -199,8 +195,7 @@ void DiskMasters::open(int64_t c) { wait_here(homes_.at(c).record); }
 void DiskMasters::close(int64_t c, bool changed) {
   Home& record = homes_.at(c).record;
   if (changed) {
-    send(record);
-    retire_writes(kBehind);
+    write_behind(record);
   } else {
     let_go(record);
   }

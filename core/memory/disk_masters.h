@@ -88,7 +88,8 @@ class DiskMasters {
   };
   void fetch(Home& home);            // starts bringing it into memory (nothing when it is there)
   void wait_here(Home& home);        // until it is in memory
-  void send(Home& home);             // writes it behind
+  void send(Home& home);             // starts writing it (its memory stays until retire_writes)
+  void write_behind(Home& home);     // send, leaving at most kBehind homes being written
   void let_go(Home& home);           // its memory back, unchanged (its file is current)
   void finish_write(Home& home);     // waits for its write; it stays in memory
   void take_memory(Home& home);

@@ -312,21 +312,15 @@ void Gemini::zero_grad() {
 
 void Gemini::copy_masters_to_model() {
   if (!low_precision(dtype_)) return;  // the compute shards are the masters
-  torch::NoGradGuard no_grad;
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    if (!chunk_on_disk(c)) shards_[c].copy_(master_shards_[c]);
-  }
-  // Chunks kept gathered on the device take the new weights too (the same chunks on every rank).
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
-    if (!gathered_[c] || pinned_[c] || chunk_on_disk(c)) continue;
-    take_arrival(c);
-    fill_payload(c);
+    if (!chunk_on_disk(c)) master_stepped(c);
   }
 }
 
 void Gemini::master_stepped(int64_t c) {
   torch::NoGradGuard no_grad;
   shards_[c].copy_(master_shards_[c]);
+  // A chunk kept gathered on the device takes the new weights too (the same chunks on every rank).
   if (!gathered_[c] || pinned_[c]) return;
   take_arrival(c);
   fill_payload(c);

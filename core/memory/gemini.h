@@ -110,8 +110,7 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
  private:
   // ZeRO-3 mechanics (gemini.cpp).
   void set_compute_weights(int64_t i, const torch::Tensor& full) override;
-  void master_stepped(int64_t c) override;
-  void copy_master_to_model(int64_t c);
+  void master_stepped(int64_t c) override;  // chunk c's compute copy (and gathered payload) takes its masters
   const std::vector<int64_t>& tensors_of(const hooks::BlockCall& call);
   std::vector<int64_t> chunks_of(const hooks::BlockCall& call);
   void move(int64_t tensor, TensorState to);
