@@ -71,6 +71,7 @@ hooks::Batch alphafold_batch(const std::vector<AlphaFoldFeatures>& iterations, c
   if (labels) {
     AlphaFoldLabels l = *labels;
     for (const auto& [name, tensor] : label_fields(l)) batch.features[name] = *tensor;
+    if (l.recorded_atoms.defined()) batch.features["atom37_recorded"] = l.recorded_atoms;
     batch.features["resolution"] = number(l.resolution);
     batch.features["use_clamped_fape"] = number(l.structure.clamped_fape_fraction);
   }
@@ -104,6 +105,7 @@ AlphaFoldLabels labels_of(const hooks::Batch& batch) {
   AlphaFoldLabels l;
   for (const auto& [name, tensor] : label_fields(l)) *tensor = batch[name];
   l.resolution = batch["resolution"].item<double>();
+  if (batch.features.count("atom37_recorded")) l.recorded_atoms = batch["atom37_recorded"];
   // The residue numbers are a feature, the same in every iteration: one iteration's, or the first of the stacked.
   if (batch.features.count("residue_index")) {
     l.residue_index = batch["residue_index"];

@@ -75,7 +75,8 @@ double alphafold_iteration_flops(const AlphaFoldSizes& sizes, const FoldShape& s
   const double p = static_cast<double>(sizes.plddt_channels);
   const double heads = linear(R2, c_z, static_cast<double>(sizes.distogram_bins)) +
                        linear(S * R, c_m, static_cast<double>(sizes.msa_classes)) + linear(R, c, p) + linear(R, p, p) +
-                       linear(R, p, static_cast<double>(sizes.plddt_bins));
+                       linear(R, p, static_cast<double>(sizes.plddt_bins)) +
+                       (sizes.experimentally_resolved_head ? linear(R, c_s, kAtom37) : 0.0);
   return embed + stacks + structure + heads;
 }
 

@@ -24,6 +24,7 @@ AlphaFoldLabels AlphaFoldLabels::to(const torch::TensorOptions& options) const {
   l.true_msa = true_msa.to(options.device());
   for (torch::Tensor* t : {&l.positions, &l.mask, &l.pseudo_beta, &l.pseudo_beta_mask, &l.bert_mask}) *t = t->to(options.device(), options.dtype());
   if (l.residue_index.defined()) l.residue_index = l.residue_index.to(options.device());
+  if (l.recorded_atoms.defined()) l.recorded_atoms = l.recorded_atoms.to(options.device(), options.dtype());
   return l;
 }
 
@@ -38,6 +39,16 @@ torch::Tensor lddt(const torch::Tensor& predicted, const torch::Tensor& truth, c
                                       (error < 2.0).to(truth.scalar_type()) + (error < 4.0).to(truth.scalar_type()));
   const std::vector<int64_t> axes = per_residue ? std::vector<int64_t>{-1} : std::vector<int64_t>{-2, -1};
   return (1e-10 + (scored * score).sum(axes)) / (1e-10 + scored.sum(axes));
+}
+
+torch::Tensor experimentally_resolved_loss(const torch::Tensor& logits, const AlphaFoldLabels& labels, const ResidueGeometry& geometry) {
+  const StructureLabels& s = labels.structure;
+  torch::Tensor weight = geometry.atom37_exists.index_select(0, s.aatype).to(logits.scalar_type()) *
+                         s.residue_mask.to(logits.scalar_type()).unsqueeze(-1);  // [R, 37]: padding has no atoms
+  if (labels.recorded_atoms.defined()) weight = weight * labels.recorded_atoms.to(logits.scalar_type());
+  const torch::Tensor cross_entropy = torch::binary_cross_entropy_with_logits(
+      logits, labels.mask.to(logits.scalar_type()), {}, {}, at::Reduction::None);  // [R, 37]
+  return (cross_entropy * weight).sum() / (1e-8 + weight.sum());
 }
 
 AlphaFoldLoss alphafold_loss(const AlphaFoldOutputs& out, const AlphaFoldLabels& labels, const ResidueGeometry& geometry,
@@ -69,6 +80,17 @@ AlphaFoldLoss alphafold_loss(const AlphaFoldOutputs& out, const AlphaFoldLabels&
   loss.structure = structure_module_loss(out.structure, labels.structure, geometry, settings.structure);
   loss.total = settings.distogram_weight * loss.distogram + settings.masked_msa_weight * loss.masked_msa +
                settings.structure_weight * loss.structure.loss + settings.plddt_weight * loss.plddt;
+  if (out.experimentally_resolved_logits.defined()) {
+    // Added at a weight of 0 too, so the head's parameters always have a gradient.
+    loss.experimentally_resolved = experimentally_resolved_loss(out.experimentally_resolved_logits, labels, geometry);
+    if (labels.resolution < settings.experimentally_resolved_min_resolution ||
+        labels.resolution > settings.experimentally_resolved_max_resolution)
+      loss.experimentally_resolved = loss.experimentally_resolved * 0.0;
+    loss.total = loss.total + settings.experimentally_resolved_weight * loss.experimentally_resolved;
+  } else {
+    KUAFU_CHECK(settings.experimentally_resolved_weight == 0,
+                "AlphaFold's experimentally-resolved loss has a weight but the model has no experimentally-resolved head");
+  }
   if (settings.violation_weight > 0) {
     // 1.9.11, added to the structure module's loss as AlphaFold does (so under its weight too).
     KUAFU_CHECK(labels.residue_index.defined(), "AlphaFold's violation loss: the labels carry no residue_index");

@@ -19,6 +19,9 @@ struct AlphaFoldLabels {
   torch::Tensor residue_index;            // [R] int64, the feature's: the violation loss checks peptide bonds
                                           //   only between residues numbered one after the other
   double resolution = 0.0;                // Å; pLDDT is trained on structures from 0.1 to 3 Å only
+  torch::Tensor recorded_atoms;           // [37] 0/1: the atom types the source records (undefined: all, as
+                                          //   AlphaFold's full-atom files; a backbone-only database chain records
+                                          //   N, CA, C and O): an atom it never records is not "unresolved"
 
   AlphaFoldLabels to(const torch::TensorOptions& options) const;  // the floating labels in its dtype
 };
@@ -27,11 +30,16 @@ struct AlphaFoldLoss {
   torch::Tensor total;
   torch::Tensor distogram, masked_msa, plddt;
   torch::Tensor violation;  // [] where settings.violation_weight > 0, else undefined
+  torch::Tensor experimentally_resolved;  // [] where the outputs have the head's logits, else undefined
   StructureLoss structure;
 };
 
 AlphaFoldLoss alphafold_loss(const AlphaFoldOutputs& out, const AlphaFoldLabels& labels, const ResidueGeometry& geometry,
                              const AlphaFoldSizes& sizes, const AlphaFoldLossSettings& settings);
+
+// 1.9.10: the sigmoid cross-entropy of each atom's resolved logit against whether the truth has the atom, over
+// the atoms the residue's type has and the source records, averaged. logits [R, 37] -> [].
+torch::Tensor experimentally_resolved_loss(const torch::Tensor& logits, const AlphaFoldLabels& labels, const ResidueGeometry& geometry);
 
 // lDDT (Mariani et al. 2013) of points without stereochemistry checks, as alphafold.model.lddt computes it:
 // distances under `cutoff` in the truth, the fraction within 0.5, 1, 2 and 4 Å of the true distance.

@@ -1,6 +1,8 @@
 #include "apps/fastfold/alphafold_model.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include <torch/torch.h>
 
@@ -48,6 +50,7 @@ AlphaFoldOutputs AlphaFoldOutputs::first_residues(int64_t residues) const {
   out.distogram_logits = first(first(distogram_logits, 0), 1);
   out.masked_msa_logits = first(masked_msa_logits, 1);
   out.plddt_logits = first(plddt_logits, 0);
+  if (experimentally_resolved_logits.defined()) out.experimentally_resolved_logits = first(experimentally_resolved_logits, 0);
   StructureOutputs& s = out.structure;
   s.single = first(s.single, 0);
   for (torch::Tensor* t : {&s.quaternions, &s.translations, &s.unnormalized_angles, &s.angles, &s.frames.rotation,
@@ -79,6 +82,10 @@ AlphaFoldImpl::AlphaFoldImpl(const AlphaFoldSizes& s, const parallel::ModelOptio
   masked_msa_head = register_module("masked_msa_head", MaskedMsaHead(s.msa_channels, s.msa_classes, device));
   predicted_lddt_head =
       register_module("predicted_lddt_head", PlddtHead(sizes.structure.ipa.single_channels, s.plddt_channels, s.plddt_bins, device));
+  if (s.experimentally_resolved_head) {
+    experimentally_resolved_head =
+        register_module("experimentally_resolved_head", ExperimentallyResolvedHead(s.single_channels, device));
+  }
 }
 
 hooks::ModelPart AlphaFoldImpl::head_part() const {
@@ -92,7 +99,10 @@ hooks::ModelPart AlphaFoldImpl::block_part(int64_t i) const {
 }
 
 hooks::ModelPart AlphaFoldImpl::tail_part() const {
-  return {"structure", {"evoformer.single_activations", "structure_module", "distogram_head", "masked_msa_head", "predicted_lddt_head"}};
+  hooks::ModelPart tail{"structure", {"evoformer.single_activations", "structure_module", "distogram_head", "masked_msa_head",
+                                      "predicted_lddt_head"}};
+  if (sizes.experimentally_resolved_head) tail.modules.push_back("experimentally_resolved_head");
+  return tail;
 }
 
 int64_t AlphaFoldImpl::iterations(const hooks::Batch& batch) const { return batch_iterations(batch); }
@@ -161,6 +171,7 @@ AlphaFoldOutputs AlphaFoldImpl::outputs(const hooks::Tensors& streams, const hoo
   out.distogram_logits = distogram_head(out.pair);
   out.masked_msa_logits = masked_msa_head(out.msa);
   out.plddt_logits = predicted_lddt_head(out.structure.single);
+  if (experimentally_resolved_head) out.experimentally_resolved_logits = experimentally_resolved_head(out.single);
   return out;
 }
 
@@ -194,11 +205,14 @@ const ResidueGeometry& AlphaFoldImpl::geometry_like(const torch::Tensor& like) {
 
 namespace {
 
-// The outputs as the tensors a block site passes, and back.
+// The outputs as the tensors a block site passes (the experimentally-resolved logits last, where the model has
+// the head), and back.
 hooks::Tensors output_tensors(const AlphaFoldOutputs& o) {
   const StructureOutputs& s = o.structure;
-  return {o.msa, o.pair, o.single, o.atom37, o.distogram_logits, o.masked_msa_logits, o.plddt_logits, s.single, s.quaternions,
-          s.translations, s.unnormalized_angles, s.angles, s.frames.rotation, s.frames.translation, s.atom14};
+  hooks::Tensors t{o.msa, o.pair, o.single, o.atom37, o.distogram_logits, o.masked_msa_logits, o.plddt_logits, s.single, s.quaternions,
+                   s.translations, s.unnormalized_angles, s.angles, s.frames.rotation, s.frames.translation, s.atom14};
+  if (o.experimentally_resolved_logits.defined()) t.push_back(o.experimentally_resolved_logits);
+  return t;
 }
 
 AlphaFoldOutputs outputs_of(const hooks::Tensors& t) {
@@ -211,6 +225,7 @@ AlphaFoldOutputs outputs_of(const hooks::Tensors& t) {
   o.masked_msa_logits = t[5];
   o.plddt_logits = t[6];
   o.structure = {t[7], t[8], t[9], t[10], t[11], {t[12], t[13]}, t[14]};
+  if (t.size() > 15) o.experimentally_resolved_logits = t[15];
   return o;
 }
 
@@ -286,6 +301,16 @@ void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params) {
                 "' is ", value.sizes(), ", the model's is ", p.tensor.sizes());
     put_weight(p.name, p.tensor, value);
   }
+}
+
+std::vector<std::string> unused_alphafold_arrays(AlphaFoldImpl& model, const io::NpzArrays& params) {
+  std::set<std::string> read;
+  for (const AlphaFoldParameter& p : alphafold_parameters(model)) read.insert(p.key);
+  std::vector<std::string> unused;
+  for (const auto& item : params)
+    if (!read.count(item.first)) unused.push_back(item.first);
+  std::sort(unused.begin(), unused.end());
+  return unused;
 }
 
 io::NpzArrays alphafold_arrays(AlphaFoldImpl& model) {

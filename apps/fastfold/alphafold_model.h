@@ -39,6 +39,9 @@ struct AlphaFoldSizes {
   double distogram_first = 2.3125, distogram_last = 21.6875;  // Å
   int64_t msa_classes = 23;
   int64_t plddt_bins = 50, plddt_channels = 128;
+  // AlphaFold's fine-tuning stage adds the experimentally-resolved head (DeepMind's parameter files carry it);
+  // initial training has none.
+  bool experimentally_resolved_head = false;
 
   EvoformerSizes evoformer() const;
   EvoformerSizes extra_msa() const;
@@ -70,6 +73,7 @@ struct AlphaFoldOutputs {
   torch::Tensor distogram_logits;   // [R, R, bins]
   torch::Tensor masked_msa_logits;  // [S, R, 23]
   torch::Tensor plddt_logits;       // [R, 50]
+  torch::Tensor experimentally_resolved_logits;  // [R, 37], where the model has the head
   Recycled recycled() const;        // detached
   // The first `residues` residues of every output: a padded example's real ones.
   AlphaFoldOutputs first_residues(int64_t residues) const;
@@ -145,6 +149,7 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
   DistogramHead distogram_head{nullptr};
   MaskedMsaHead masked_msa_head{nullptr};
   PlddtHead predicted_lddt_head{nullptr};
+  ExperimentallyResolvedHead experimentally_resolved_head{nullptr};  // where sizes.experimentally_resolved_head
 
  private:
   // The ideal residues on `like`'s device in the outputs' dtype (made once per dtype and device).
@@ -166,8 +171,10 @@ std::vector<AlphaFoldParameter> alphafold_parameters(AlphaFoldImpl& model);
 
 // Reads a params_model_*.npz's arrays into the model, or into the WeightSink in scope for a model described on
 // the meta device (kuafu::Error naming the key for a missing array or a shape that differs; arrays the model
-// does not use are ignored).
+// does not use are ignored: unused_alphafold_arrays names them).
 void load_alphafold(AlphaFoldImpl& model, const io::NpzArrays& params);
+// The keys of `params` that no parameter of the model reads (a head it was not made with), sorted.
+std::vector<std::string> unused_alphafold_arrays(AlphaFoldImpl& model, const io::NpzArrays& params);
 // The model's parameters in params_model_*.npz's layout (blocks stacked), float32.
 io::NpzArrays alphafold_arrays(AlphaFoldImpl& model);
 

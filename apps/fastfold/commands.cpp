@@ -99,6 +99,7 @@ class FoldApp : public train::ModelApp<AlphaFold> {
                             "model.structure_layers", "model.ipa_heads", "model.ipa_scalar_channels", "model.ipa_query_points",
                             "model.ipa_value_points", "model.angle_channels", "model.plddt_channels"})
       sizes[key] = config_.get_int(key);
+    sizes["model.experimentally_resolved_head"] = config_.get_bool("model.experimentally_resolved_head");
     write_folder_atomic(out, [&](const std::filesystem::path& building) {
       io::write_npz((building / "params_model_kuafu.npz").string(), arrays);
       write_file_atomic((building / "kuafu_fold_model.json").string(), sizes.dump(1) + "\n");
@@ -120,8 +121,15 @@ class FoldApp : public train::ModelApp<AlphaFold> {
     };
     if (!settings_.init_from.empty()) {
       recipe.load = [file = settings_.init_from](AlphaFold& model) {
-        load_alphafold(*model, io::read_npz(file));
+        const io::NpzArrays params = io::read_npz(file);
+        load_alphafold(*model, params);
         log::infof("initial weights from ", file);
+        // A head the model was not made with (DeepMind's files carry the experimentally-resolved head, the pTM
+        // models the predicted-aligned-error head): said, since an export will not carry it.
+        const std::vector<std::string> unused = unused_alphafold_arrays(*model, params);
+        if (!unused.empty())
+          log::warnf(file, ": ", unused.size(), " arrays the model does not use (first: ", unused.front(),
+                     "; model.experimentally_resolved_head = true reads that head's)");
       };
     }
     recipe.parameters = static_cast<double>(parameter_count(*recipe.describe({})));

@@ -27,7 +27,9 @@ FoldChain chain_from_database(const StructureChain& chain, const std::string& id
   out.residue_index = torch::arange(chain.start_resnum, chain.start_resnum + n, torch::kInt64);
   out.positions = torch::zeros({n, kAtom37, 3});
   out.mask = torch::zeros({n, kAtom37});
+  out.recorded_atoms = torch::zeros({kAtom37});
   const int atoms[] = {atom37_index("N"), atom37_index("CA"), atom37_index("C"), atom37_index("O")};
+  for (const int a : atoms) out.recorded_atoms[a] = 1.0;
   for (int64_t r = 0; r < n; ++r) {
     out.aatype[r] = residue_type_index(chain.sequence[r]);
     const BackboneResidue& b = chain.backbone[r];
@@ -89,6 +91,7 @@ FoldExample make_example(const FoldChain& chain, const ResidueGeometry& geometry
   AlphaFoldLabels& labels = example.labels;
   labels.positions = chain.positions;
   labels.mask = chain.mask;
+  labels.recorded_atoms = chain.recorded_atoms;
   labels.structure = structure_labels(geometry, chain.aatype, chain.positions, chain.mask, torch::ones({chain.aatype.size(0)}),
                                       clamped_fape_fraction);
   std::tie(labels.pseudo_beta, labels.pseudo_beta_mask) = pseudo_beta_or_virtual(chain.aatype, chain.positions, chain.mask);

@@ -24,6 +24,7 @@ struct FoldChain {
   torch::Tensor residue_index;  // [R] int64
   torch::Tensor positions;      // [R, 37, 3] Å; the database's chains have N, CA, C and O only
   torch::Tensor mask;           // [R, 37]
+  torch::Tensor recorded_atoms; // [37] 0/1: the atom types the source records (undefined: every type)
   MsaTensors msa;               // [N, R]
   torch::Tensor profile;        // [R, 21] the database's HHblits profile over AlphaFold's residue classes
                                 // (unknown 0), or undefined

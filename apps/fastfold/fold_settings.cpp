@@ -31,6 +31,8 @@ config::Schema fold_schema() {
   s.add_int("model.ipa_value_points", 8, "IPA value points per head").min(1).max(256);
   s.add_int("model.angle_channels", 128, "the torsion-angle ResNet's channels").min(1).max(4096);
   s.add_int("model.plddt_channels", 128, "the pLDDT head's hidden channels").min(1).max(4096);
+  s.add_bool("model.experimentally_resolved_head", false,
+             "the experimentally-resolved head (AlphaFold's fine-tuning stage; DeepMind's parameter files carry it)");
   s.add_string("model.init_from", "", "a params_model_*.npz (DeepMind's layout, or kuafu-fold export's) to start from");
 
   s.add_string("data.dir", "data/fastfold", "the prepared folder (kuafu-fold prepare writes it)");
@@ -51,6 +53,8 @@ config::Schema fold_schema() {
   s.add_float("loss.masked_msa", 2.0, "masked MSA loss weight").min(0);
   s.add_float("loss.plddt", 0.01, "pLDDT loss weight").min(0);
   s.add_float("loss.violation", 0.0, "structural violation loss weight (AlphaFold's fine-tuning stage: 1)").min(0);
+  s.add_float("loss.experimentally_resolved", 0.0,
+              "experimentally-resolved loss weight (AlphaFold's fine-tuning stage: 0.01; needs model.experimentally_resolved_head)").min(0);
   s.add_float("loss.violation_tolerance", 12.0, "spreads of the PDB's distribution a bond or angle may deviate").min(0);
   s.add_float("loss.clash_overlap", 1.5, "Å two atoms' van der Waals radii may overlap before they clash").min(0);
 
@@ -85,6 +89,7 @@ FoldSettings read_fold_settings(const config::Config& c) {
   m.structure.ipa = {c.get_int("model.structure_channels"), m.pair_channels, c.get_int("model.ipa_heads"), scalar, scalar,
                      c.get_int("model.ipa_query_points"), c.get_int("model.ipa_value_points")};
   m.plddt_channels = c.get_int("model.plddt_channels");
+  m.experimentally_resolved_head = c.get_bool("model.experimentally_resolved_head");
   for (const auto& [key, channels, heads] : {std::tuple{"model.msa_heads", m.msa_channels, m.msa_heads},
                                              std::tuple{"model.msa_heads", m.extra_msa_channels, m.msa_heads},
                                              std::tuple{"model.pair_heads", m.pair_channels, m.pair_heads}}) {
@@ -108,6 +113,9 @@ FoldSettings read_fold_settings(const config::Config& c) {
   s.loss.masked_msa_weight = c.get_float("loss.masked_msa");
   s.loss.plddt_weight = c.get_float("loss.plddt");
   s.loss.violation_weight = c.get_float("loss.violation");
+  s.loss.experimentally_resolved_weight = c.get_float("loss.experimentally_resolved");
+  if (s.loss.experimentally_resolved_weight > 0 && !m.experimentally_resolved_head)
+    c.fail_at("loss.experimentally_resolved", "weighs a head the model does not have: set model.experimentally_resolved_head = true");
   s.loss.violation.tolerance_factor = c.get_float("loss.violation_tolerance");
   s.loss.violation.clash_overlap = c.get_float("loss.clash_overlap");
   s.seed = train::read_train_settings(c).seed;

@@ -28,6 +28,10 @@ torch::Tensor PlddtHeadImpl::forward(const torch::Tensor& s) {
   return logits(torch::relu(act_1(torch::relu(act_0(input_layer_norm(s))))));
 }
 
+ExperimentallyResolvedHeadImpl::ExperimentallyResolvedHeadImpl(int64_t c_s, const torch::Device& device) {
+  logits = register_module("logits", AfLinear(c_s, kAtom37, device, AfInit::kFinal));
+}
+
 torch::Tensor plddt_of_logits(const torch::Tensor& logits) {
   const int64_t bins = logits.size(-1);
   const double width = 1.0 / static_cast<double>(bins);

@@ -1,10 +1,11 @@
-// AlphaFold 2's output heads (supplement 1.9.6, 1.9.8, 1.9.9), maths only.
+// AlphaFold 2's output heads (supplement 1.9.6, 1.9.8, 1.9.9, 1.9.10), maths only.
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
 #include "apps/fastfold/evoformer.h"
+#include "apps/fastfold/residue_types.h"
 
 namespace kuafu::fold {
 
@@ -33,6 +34,15 @@ struct PlddtHeadImpl : torch::nn::Module {
   AfLinear act_0{nullptr}, act_1{nullptr}, logits{nullptr};
 };
 TORCH_MODULE(PlddtHead);
+
+// 1.9.10: for each residue and each of the 37 atom types, the logit that the experiment resolved that atom,
+// from the Evoformer's single representation (AlphaFold's fine-tuning stage trains it). s [R, c_s] -> [R, 37].
+struct ExperimentallyResolvedHeadImpl : torch::nn::Module {
+  ExperimentallyResolvedHeadImpl(int64_t single_channels, const torch::Device& device = torch::kCPU);
+  torch::Tensor forward(const torch::Tensor& s) { return logits(s); }
+  AfLinear logits{nullptr};
+};
+TORCH_MODULE(ExperimentallyResolvedHead);
 
 // The expected lDDT-Cα in [0, 100] of pLDDT logits [*, bins] (bin centres).
 torch::Tensor plddt_of_logits(const torch::Tensor& logits);

@@ -55,6 +55,10 @@ struct AlphaFoldLossSettings {
   double distogram_weight = 0.3, masked_msa_weight = 2.0, structure_weight = 1.0, plddt_weight = 0.01;
   double plddt_min_resolution = 0.1, plddt_max_resolution = 3.0;
   double violation_weight = 0.0;  // AlphaFold's fine-tuning stage: 1 (supplement 1.11.3), initial training: 0
+  // The experimentally-resolved head's loss (1.9.10): AlphaFold's fine-tuning stage 0.01, initial training 0;
+  // like pLDDT's, only on structures solved at 0.1 to 3 Å.
+  double experimentally_resolved_weight = 0.0;
+  double experimentally_resolved_min_resolution = 0.1, experimentally_resolved_max_resolution = 3.0;
   StructureLossSettings structure;
   ViolationSettings violation;
 };

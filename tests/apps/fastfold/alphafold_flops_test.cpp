@@ -26,7 +26,9 @@ AlphaFoldFeatures random_features(const FoldShape& shape) {
 TEST(AlphaFoldFlopsTest, CountsTheProductsTheProfilerSees) {
   torch::manual_seed(0);
   const FoldShape shape{40, 8, 16};
-  AlphaFold model(testing::small_alphafold_sizes());
+  AlphaFoldSizes sizes = testing::small_alphafold_sizes();
+  sizes.experimentally_resolved_head = true;
+  AlphaFold model(sizes);
   const ResidueGeometry geometry = testing::alphafold_residue_geometry();
   const AlphaFoldFeatures features = random_features(shape);
   const Recycled previous = Recycled::zeros(shape.residues, model->sizes, torch::TensorOptions(torch::kFloat32));
@@ -37,7 +39,9 @@ TEST(AlphaFoldFlopsTest, CountsTheProductsTheProfilerSees) {
   });
   const double with_backward = train::profiled_matmul_flops([&] {
     const AlphaFoldOutputs out = model->iteration(features, previous, geometry);
-    (out.distogram_logits.sum() + out.masked_msa_logits.sum() + out.plddt_logits.sum() + out.structure.atom14.sum()).backward();
+    (out.distogram_logits.sum() + out.masked_msa_logits.sum() + out.plddt_logits.sum() + out.experimentally_resolved_logits.sum() +
+     out.structure.atom14.sum())
+        .backward();
   });
   std::cout << "  counted " << counted << ", profiled forward " << forward << " (" << (forward / counted - 1) * 100
             << "%), forward + backward " << with_backward / counted << "x\n";

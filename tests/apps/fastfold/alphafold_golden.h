@@ -18,17 +18,18 @@
 #include "apps/fastfold/fold_data.h"
 #include "apps/fastfold/residue_geometry.h"
 #include "apps/fastfold/structure_losses.h"
+#include "apps/fastfold/violations.h"
 #include "core/io/npz.h"
 
 namespace kuafu::fold::testing {
 
-inline const io::NpzArrays& alphafold_golden(const std::string& file) {
+// `folder`: alphafold_tiny (initial training's losses), or alphafold_tiny_finetune (the fine-tuning stage: the
+// violation and experimentally-resolved losses on, the whole model only).
+inline const io::NpzArrays& alphafold_golden(const std::string& file, const std::string& folder = "alphafold_tiny") {
   static std::map<std::string, io::NpzArrays> files;
-  auto found = files.find(file);
-  if (found == files.end()) {
-    const std::filesystem::path dir = std::filesystem::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden/alphafold_tiny";
-    found = files.emplace(file, io::read_npz((dir / file).string())).first;
-  }
+  const std::filesystem::path path = std::filesystem::path(KUAFU_SOURCE_DIR) / "tests/apps/fastfold/golden" / folder / file;
+  auto found = files.find(path.string());
+  if (found == files.end()) found = files.emplace(path.string(), io::read_npz(path.string())).first;
   return found->second;
 }
 
@@ -46,6 +47,21 @@ inline void expect_like_alphafold(const torch::Tensor& actual, const torch::Tens
   std::cout << "  " << what << ": max |difference| " << difference << " of max |value| " << scale << "\n";
   const bool vanishes = scale < 1e-4;
   EXPECT_LE(vanishes ? actual.abs().max().item<double>() : difference, tolerance * (vanishes ? 1.0 : scale)) << what;
+}
+
+// AlphaFold's residue_constants (Engh & Huber 1991): its peptide bond, and the spread it gives the angle at C,
+// which is the C-N bond's 0.014 (all_atom.between_residue_bond_loss reads the bond's spread there; the angle's
+// own is 0.0311, what Kuafu's measured table would use).
+inline ViolationSettings alphafold_violation_settings() {
+  ViolationSettings s;
+  s.peptide = {1.329, 0.014, 1.341, 0.016, -0.4473, 0.014, -0.5203, 0.0353, 3.80209737096};
+  return s;
+}
+
+// AlphaFold's bounds on the distances within each residue type (golden alphafold_violations.npz), [21, 14, 14].
+inline AtomDistanceBounds alphafold_distance_bounds() {
+  const io::NpzArrays& g = alphafold_golden("alphafold_violations.npz", ".");
+  return {g.at("bounds/lower"), g.at("bounds/upper")};
 }
 
 // Every parameter's gradient of `module` (its .npz path `module_path`) against the golden's

@@ -3,9 +3,11 @@
 // last), and the parameter file written back as AlphaFold's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -13,7 +15,9 @@
 
 #include "apps/fastfold/alphafold_losses.h"
 #include "apps/fastfold/alphafold_model.h"
+#include "apps/fastfold/residue_types.h"
 #include "apps/fastfold/structure_labels.h"
+#include "apps/fastfold/violations.h"
 #include "core/util/error.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
 #include "tests/support/devices.h"
@@ -24,15 +28,18 @@ namespace kuafu::fold {
 namespace {
 using testing::expect_like_alphafold;
 
-torch::Tensor feature(const std::string& name, int64_t iteration = 0) {
-  return testing::alphafold_golden("model.npz").at("feat/" + name)[iteration];
+const std::string kInitialStage = "alphafold_tiny", kFineTuningStage = "alphafold_tiny_finetune";
+
+torch::Tensor feature(const std::string& name, int64_t iteration = 0, const std::string& stage = kInitialStage) {
+  return testing::alphafold_golden("model.npz", stage).at("feat/" + name)[iteration];
 }
 
-AlphaFoldFeatures golden_features(int64_t i) {
-  const auto longs = [&](const std::string& name) { return feature(name, i).to(torch::kInt64); };
-  return {longs("aatype"),          longs("residue_index"), feature("seq_mask", i),        feature("target_feat", i),
-          feature("msa_feat", i),   feature("msa_mask", i), longs("extra_msa"),            feature("extra_has_deletion", i),
-          feature("extra_deletion_value", i),                feature("extra_msa_mask", i)};
+AlphaFoldFeatures golden_features(int64_t i, const std::string& stage = kInitialStage) {
+  const auto floats = [&](const std::string& name) { return feature(name, i, stage); };
+  const auto longs = [&](const std::string& name) { return floats(name).to(torch::kInt64); };
+  return {longs("aatype"),          longs("residue_index"), floats("seq_mask"),            floats("target_feat"),
+          floats("msa_feat"),       floats("msa_mask"),     longs("extra_msa"),            floats("extra_has_deletion"),
+          floats("extra_deletion_value"),                   floats("extra_msa_mask")};
 }
 
 // Features and labels in another floating dtype.
@@ -43,7 +50,9 @@ AlphaFoldFeatures converted(AlphaFoldFeatures f, torch::Dtype dtype) {
   return f;
 }
 
-AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, torch::Dtype dtype = torch::kFloat32) {
+AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, torch::Dtype dtype = torch::kFloat32,
+                              const std::string& stage = kInitialStage) {
+  const auto feature = [&stage](const std::string& name, int64_t i) { return fold::feature(name, i, stage); };
   AlphaFoldLabels labels;
   labels.positions = feature("all_atom_positions", last).to(dtype);
   labels.mask = feature("all_atom_mask", last).to(dtype);
@@ -60,15 +69,16 @@ AlphaFoldLabels golden_labels(const ResidueGeometry& geometry, int64_t last, tor
 // The golden batch's iterations through `model` (gradients on the last) on the device of `geometry`, each
 // iteration's recycled values and the last one's representations and logits against `golden`'s (AlphaFold's
 // on the same parameters).
-AlphaFoldOutputs run_like_alphafold(AlphaFoldImpl& model, const io::NpzArrays& golden, const ResidueGeometry& geometry) {
-  const int64_t iterations = testing::alphafold_golden("model.npz").at("feat/aatype").size(0);
+AlphaFoldOutputs run_like_alphafold(AlphaFoldImpl& model, const io::NpzArrays& golden, const ResidueGeometry& geometry,
+                                    const std::string& stage = kInitialStage) {
+  const int64_t iterations = testing::alphafold_golden("model.npz", stage).at("feat/aatype").size(0);
   const auto options = torch::TensorOptions(torch::kFloat32).device(geometry.atom14_positions.device());
   Recycled previous = Recycled::zeros(24, model.sizes, options);
   AlphaFoldOutputs out;
   for (int64_t i = 0; i < iterations; ++i) {
     const bool last = i + 1 == iterations;
     torch::AutoGradMode grad(last);
-    out = model.iteration(golden_features(i).to(options), previous, geometry);
+    out = model.iteration(golden_features(i, stage).to(options), previous, geometry);
     previous = out.recycled();
     const std::string it = "iter" + std::to_string(i) + "/";
     expect_like_alphafold(previous.msa_first_row, golden.at(it + "prev_msa_first_row"), it + "first MSA row");
@@ -126,6 +136,117 @@ TEST(AlphaFoldModelTest, WithRecyclingIsAlphaFoldsInValueAndLoss) {
     SCOPED_TRACE(device.str());
     expect_alphafolds_values_and_loss_on(device);
   }
+}
+
+// AlphaFold's fine-tuning stage (golden alphafold_tiny_finetune: its parameters carry the experimentally-resolved
+// head, the structural violation loss weighs 1 and the experimentally-resolved loss 0.01): the head's logits,
+// the two losses, the total and d(total)/d(parameter) for all 265 parameters, at the initial stage's tolerances
+// (float32 both sides; the measured figures are printed).
+TEST(AlphaFoldModelTest, TheFineTuningStageIsAlphaFoldsInValueLossAndGradient) {
+  const io::NpzArrays& golden = testing::alphafold_golden("model.npz", kFineTuningStage);
+  AlphaFoldSizes sizes = testing::golden_tiny_sizes();
+  sizes.experimentally_resolved_head = true;
+  AlphaFold model(sizes);
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz", kFineTuningStage);
+  load_alphafold(*model, params);
+  EXPECT_TRUE(unused_alphafold_arrays(*model, params).empty());
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  const AlphaFoldOutputs out = run_like_alphafold(*model, golden, geometry, kFineTuningStage);
+  expect_like_alphafold(out.experimentally_resolved_logits.detach(), golden.at("out/experimentally_resolved/logits"),
+                        "experimentally-resolved logits");
+
+  const int64_t last = golden.at("feat/aatype").size(0) - 1;
+  AlphaFoldLabels labels = golden_labels(geometry, last, torch::kFloat32, kFineTuningStage);
+  labels.residue_index = feature("residue_index", last, kFineTuningStage).to(torch::kInt64);
+  // AlphaFold's atom37_atom_exists is the residue types' table, which the loss reads from the geometry.
+  EXPECT_TRUE(torch::equal(geometry.atom37_exists.index_select(0, labels.structure.aatype).to(torch::kFloat32),
+                           feature("atom37_atom_exists", last, kFineTuningStage)));
+  AlphaFoldLossSettings settings;
+  settings.experimentally_resolved_weight = 0.01;
+  const AlphaFoldLoss loss = alphafold_loss(out, labels, geometry, model->sizes, settings);
+  expect_like_alphafold(loss.experimentally_resolved.detach(), golden.at("loss/experimentally_resolved"), "experimentally-resolved loss");
+  // The violation loss at weight 1 with AlphaFold's constants and bounds (Kuafu's own are measured from Debian's
+  // PDB files: ViolationsTest), which AlphaFold adds into the structure module's loss.
+  const StructureLabels& s = labels.structure;
+  const torch::Tensor atom14 = out.structure.atom14.select(0, -1);  // [R, 14, 3]
+  torch::Tensor violation = violation_loss(structural_violations(atom14, s.atom14_type_exists, s.aatype, labels.residue_index,
+                                                                 testing::alphafold_distance_bounds(),
+                                                                 testing::alphafold_violation_settings()),
+                                           s.atom14_type_exists);
+  // AlphaFold spares every pair of atoms in cysteine SG's atom14 slot (5) from the clash check, whatever their
+  // residues; Kuafu spares only two cysteines' SG. What Kuafu adds for the others' pairs, worked here (each pair's
+  // overlap counts for both atoms), is taken off to compare: d1crj's crop has such pairs (0.27 Å of overlap).
+  {
+    constexpr int64_t kSlot = 5;
+    const torch::Tensor exists = s.atom14_type_exists.select(1, kSlot);                                   // [R]
+    const torch::Tensor radius = atom14_radii().index_select(0, s.aatype).select(1, kSlot) * exists;     // [R]
+    const torch::Tensor points = atom14.select(1, kSlot);                                                 // [R, 3]
+    const torch::Tensor distance = torch::sqrt(1e-10 + (points.unsqueeze(1) - points.unsqueeze(0)).square().sum(-1));  // [R, R]
+    const torch::Tensor cys = (s.aatype == residue_type_index('C')).to(torch::kFloat32);
+    const torch::Tensor pairs = exists.unsqueeze(1) * exists.unsqueeze(0) * (1 - cys.unsqueeze(1) * cys.unsqueeze(0)) *
+                                (labels.residue_index.unsqueeze(1) < labels.residue_index.unsqueeze(0)).to(torch::kFloat32);
+    const torch::Tensor overlap =
+        pairs * torch::relu(radius.unsqueeze(1) + radius.unsqueeze(0) - testing::alphafold_violation_settings().clash_overlap - distance);
+    std::cout << "  overlap of non-cysteine pairs in SG's slot: " << overlap.sum().item<double>() << " Å\n";
+    EXPECT_GT(overlap.sum().item<double>(), 0.01);  // the difference is there to be taken off
+    violation = violation - 2 * overlap.sum() / (1e-6 + s.atom14_type_exists.sum());
+  }
+  expect_like_alphafold((loss.structure.loss + violation).detach(), golden.at("loss/structure_module/loss"), "structure and violation loss");
+  const torch::Tensor total = loss.total + violation;
+  expect_like_alphafold(total.detach(), golden.at("loss/total"), "total loss");
+
+  total.backward();
+  const io::NpzArrays& grads = testing::alphafold_golden("grads.npz", kFineTuningStage);
+  const std::vector<AlphaFoldParameter> parameters = alphafold_parameters(*model);
+  std::set<std::string> keys;
+  for (const AlphaFoldParameter& p : parameters) keys.insert(p.key);
+  EXPECT_EQ(keys.size(), 265u);
+  double worst = 0;
+  for (const AlphaFoldParameter& p : parameters) {
+    ASSERT_TRUE(grads.count(p.key)) << p.key;
+    const torch::Tensor expected = p.block >= 0 ? grads.at(p.key)[p.block] : grads.at(p.key);
+    const double scale = expected.abs().max().item<double>();
+    const double difference = (p.tensor.grad() - expected).abs().max().item<double>();
+    if (scale > 1e-4) worst = std::max(worst, difference / scale);
+  }
+  for (const std::string head_key : {"alphafold/alphafold_iteration/experimentally_resolved_head/logits//weights",
+                                     "alphafold/alphafold_iteration/experimentally_resolved_head/logits//bias"})
+    EXPECT_GT(grads.at(head_key).abs().max().item<double>(), 1e-4) << head_key << ": the head's gradient must be compared";
+  std::cout << "  worst relative gradient difference: " << worst << "\n";
+  EXPECT_LT(worst, 1e-4);
+}
+
+// The experimentally-resolved loss worked by hand on three residues (alanine, glycine, a padded one) whose source
+// records the backbone only (N, CA, C, O, as ProMod3's database does): the sigmoid cross-entropy of each logit
+// against the truth's mask, averaged over the atoms the residue's type has and the source records, so neither
+// alanine's CB nor the padding counts (float64, 1e-12: the same sums in another order).
+TEST(AlphaFoldLossTest, TheExperimentallyResolvedLossCountsTheAtomsTheSourceRecords) {
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(torch::kFloat64);
+  torch::manual_seed(3);
+  const torch::Tensor logits = torch::randn({3, kAtom37}, torch::kFloat64);
+  AlphaFoldLabels labels;
+  labels.structure.aatype = torch::tensor({residue_type_index('A'), residue_type_index('G'), residue_type_index('A')}, torch::kInt64);
+  labels.structure.residue_mask = torch::tensor({1.0, 1.0, 0.0}, torch::kFloat64);
+  labels.mask = torch::zeros({3, kAtom37}, torch::kFloat64);
+  const int64_t n = atom37_index("N"), ca = atom37_index("CA"), c = atom37_index("C"), o = atom37_index("O"), cb = atom37_index("CB");
+  for (const int64_t a : {n, ca, c, o}) labels.mask[0][a] = 1.0;
+  for (const int64_t a : {n, ca, c}) labels.mask[1][a] = 1.0;  // glycine's O unresolved
+  labels.recorded_atoms = torch::zeros({kAtom37}, torch::kFloat64);
+  for (const int64_t a : {n, ca, c, o}) labels.recorded_atoms[a] = 1.0;
+
+  const auto cross_entropy = [&](int64_t r, int64_t a) {
+    const double x = logits[r][a].item<double>(), y = labels.mask[r][a].item<double>();
+    const double p = 1.0 / (1.0 + std::exp(-x));
+    return -(y * std::log(p) + (1 - y) * std::log(1 - p));
+  };
+  double sum = 0;
+  for (const int64_t r : {0, 1})
+    for (const int64_t a : {n, ca, c, o}) sum += cross_entropy(r, a);
+  // AlphaFold's 1e-8 beside the count of atoms.
+  EXPECT_NEAR(experimentally_resolved_loss(logits, labels, geometry).item<double>(), sum / (8.0 + 1e-8), 1e-12);
+  // A full-atom source (every type recorded) counts alanine's CB as unresolved too.
+  labels.recorded_atoms = torch::Tensor();
+  EXPECT_NEAR(experimentally_resolved_loss(logits, labels, geometry).item<double>(), (sum + cross_entropy(0, cb)) / (9.0 + 1e-8), 1e-12);
 }
 
 // predict's bf16 inference (precision.dtype = "bf16"): the trunk (embedders, both stacks) in bfloat16, the

@@ -75,6 +75,8 @@ def parse_args(argv=None):
     p.add_argument('--use-clamped-fape', type=float, default=0.9,
                    help='batch["use_clamped_fape"]: 0.9 mixes the clamped and unclamped backbone FAPE as the '
                         'expectation over training batches does (each batch draws 0 or 1)')
+    p.add_argument('--model-only', action='store_true',
+                   help='only the parameters, the whole model (model.npz) and its gradients (grads.npz)')
     p.add_argument('--force', action='store_true')
     return p.parse_args(argv)
 
@@ -732,12 +734,13 @@ def main():
     fused_check = check_fused(cfg, out_dir)
 
     rng = np.random.RandomState(args.seed + 2)
-    print('evoformer modules', flush=True)
-    m = evoformer_module_tests(rec_mod, cfg, params, rng)
-    print('evoformer iterations', flush=True)
-    evoformer_iteration_tests(rec_evo, cfg, params, rng, m)
-    print('structure', flush=True)
-    structure_tests(rec_str, cfg, params, rng, feats)
+    if not args.model_only:
+        print('evoformer modules', flush=True)
+        m = evoformer_module_tests(rec_mod, cfg, params, rng)
+        print('evoformer iterations', flush=True)
+        evoformer_iteration_tests(rec_evo, cfg, params, rng, m)
+        print('structure', flush=True)
+        structure_tests(rec_str, cfg, params, rng, feats)
 
     print('model', flush=True)
 
@@ -761,8 +764,9 @@ def main():
     for k, v in grads_flat.items():
         assert np.all(np.isfinite(v)), k
 
-    files = {'modules.npz': rec_mod.arrays, 'evoformer.npz': rec_evo.arrays, 'structure.npz': rec_str.arrays,
-             'model.npz': rec_model.arrays, 'grads.npz': grads_flat}
+    files = {'model.npz': rec_model.arrays, 'grads.npz': grads_flat}
+    if not args.model_only:
+        files.update({'modules.npz': rec_mod.arrays, 'evoformer.npz': rec_evo.arrays, 'structure.npz': rec_str.arrays})
     for name, arrays in files.items():
         np.savez(os.path.join(out_dir, name), **arrays)
     for r in (rec_mod, rec_evo, rec_str, rec_model):

@@ -278,6 +278,8 @@ TEST(FoldConfigsTest, EveryShippedConfigValidates) {
       EXPECT_GT(parameters, 90'000'000);
       EXPECT_LT(parameters, 95'000'000);
       EXPECT_EQ(settings.loss.violation_weight, 0.0);
+      EXPECT_TRUE(settings.model.experimentally_resolved_head);  // carried untrained, for the fine-tuning stage
+      EXPECT_EQ(settings.loss.experimentally_resolved_weight, 0.0);
     }
     if (entry.path().filename() == "alphafold_finetune.toml") {  // the same model, longer crops, the violations on
       EXPECT_EQ(settings.model.evoformer_blocks, 48);
@@ -285,10 +287,19 @@ TEST(FoldConfigsTest, EveryShippedConfigValidates) {
       EXPECT_EQ(settings.sampling.max_clusters, 512);
       EXPECT_EQ(settings.sampling.max_extra, 5120);
       EXPECT_EQ(settings.loss.violation_weight, 1.0);
+      EXPECT_EQ(settings.loss.experimentally_resolved_weight, 0.01);
     }
     ++count;
   }
   EXPECT_GE(count, 3);
+  // A loss weight on a head the model is not made with is named.
+  const fs::path tiny = fs::path(KUAFU_SOURCE_DIR) / "apps/fastfold/configs/tiny.toml";
+  try {
+    read_fold_settings(config::Config::load(tiny.string(), fold_schema(), {"loss.experimentally_resolved=0.01"}));
+    ADD_FAILURE() << "a loss without its head was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss.experimentally_resolved"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FoldAppTest, BadInputsAreNamed) {

@@ -78,7 +78,8 @@ TEST(FoldModelRecipeTest, ADescribedModelIsDrawnAndLoadedAsTheEagerOne) {
 }
 
 // `kuafu-fold train` for two plain-SGD steps in float64 on four chains of ProMod3's database (16-residue crops,
-// two recycling iterations at the second step): without a memory strategy the model is made eagerly; under
+// two recycling iterations at the second step; the fine-tuning stage's experimentally-resolved head and loss on,
+// so its tail output travels through every strategy too): without a memory strategy the model is made eagerly; under
 // ZeRO-2 and Gemini it stays described and the strategy fills its chunks from the recipe; on two DAP ranks
 // (ZeRO-2) its blocks also run over the DAP group its ModelOptions carry. The evaluation after the last step
 // gives every run the eager run's figures (1e-9 relative). Each run's step
@@ -101,7 +102,7 @@ TEST(FoldModelRecipeTest, TrainingUnderZeroGeminiAndDapStartsFromTheEagerDrawsAn
       "train.micro_batch_size=1", "train.eval_interval=2", "train.checkpoint_interval=1", "train.keep_checkpoints=4",
       "train.progress=plain", "optim.name=sgd", "optim.momentum=0", "optim.weight_decay=0", "optim.grad_clip=0",
       "optim.lr=" + std::to_string(kLr), "optim.warmup_steps=0", "optim.schedule=constant", "optim.ema_decay=0",
-      "precision.dtype=fp64"};
+      "precision.dtype=fp64", "model.experimentally_resolved_head=true", "loss.experimentally_resolved=0.01"};
   const auto train = [&](const std::string& name, const std::vector<std::string>& extra, int ranks = 1) {
     std::string command = std::string(KUAFU_FOLD_PATH) + " train --config " + config;
     if (ranks > 1) command = std::string(KUAFU_RUN_PATH) + " --nproc-per-node " + std::to_string(ranks) + " --master-port 0 " + command;

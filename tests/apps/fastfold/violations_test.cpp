@@ -26,15 +26,6 @@ const io::NpzArrays& golden() {
   return arrays;
 }
 
-// AlphaFold's residue_constants (Engh & Huber 1991): its peptide bond, and the spread it gives the angle at C,
-// which is the C-N bond's 0.014 (all_atom.between_residue_bond_loss reads the bond's spread there; the angle's
-// own is 0.0311, what Kuafu's measured table would use).
-ViolationSettings alphafold_settings() {
-  ViolationSettings s;
-  s.peptide = {1.329, 0.014, 1.341, 0.016, -0.4473, 0.014, -0.5203, 0.0353, 3.80209737096};
-  return s;
-}
-
 // Both sides float32 with the same formulas: values within 1e-5 of the largest (expect_like_alphafold; the
 // clash distances come from cdist here and from explicit differences there), marks exactly.
 TEST(ViolationsTest, EveryTermIsAlphaFolds) {
@@ -44,7 +35,8 @@ TEST(ViolationsTest, EveryTermIsAlphaFolds) {
   const torch::Tensor aatype = g.at("in/aatype").to(torch::kInt64);
   const torch::Tensor residue_index = g.at("in/residue_index").to(torch::kInt64);
   const AtomDistanceBounds bounds{g.at("bounds/lower"), g.at("bounds/upper")};
-  const StructuralViolations v = structural_violations(atom14, exists, aatype, residue_index, bounds, alphafold_settings());
+  const StructuralViolations v =
+      structural_violations(atom14, exists, aatype, residue_index, bounds, testing::alphafold_violation_settings());
   const torch::Tensor loss = violation_loss(v, exists);
   loss.backward();
 
@@ -70,7 +62,7 @@ TEST(ViolationsTest, EveryTermIsAlphaFolds) {
   EXPECT_LT(v.residue_violation.mean().item<double>(), 1.0);  // and some residues are fine
 
   // The clash check in blocks of 3 residues' rows (as a long prediction runs it) sums in another order: 1e-6.
-  ViolationSettings blocks = alphafold_settings();
+  ViolationSettings blocks = testing::alphafold_violation_settings();
   blocks.clash_block_pairs = 3 * kAtom14 * kAtom14 * atom14.size(0);
   const StructuralViolations b = structural_violations(atom14.detach(), exists, aatype, residue_index, bounds, blocks);
   EXPECT_TRUE(torch::allclose(b.clash_loss_per_atom, v.clash_loss_per_atom, 1e-6, 1e-7));
@@ -113,7 +105,7 @@ TEST(ViolationsTest, KuafusBoundsHoldAlphaFoldsPairsAtMeasuredDistances) {
   EXPECT_LT(spread_ratio.max().item<double>(), 2.5);
 
   const PeptideGeometry& measured = measured_peptide_geometry();
-  const PeptideGeometry literature = alphafold_settings().peptide;
+  const PeptideGeometry literature = testing::alphafold_violation_settings().peptide;
   EXPECT_NEAR(measured.c_n, literature.c_n, 0.002);
   EXPECT_NEAR(measured.c_n_proline, literature.c_n_proline, 0.002);
   EXPECT_NEAR(measured.cos_ca_c_n, literature.cos_ca_c_n, 0.002);
