@@ -12,6 +12,7 @@
 
 #include "core/memory/tier_ledger.h"
 #include "core/util/error.h"
+#include "core/util/malloc_tuning.h"
 
 namespace kuafu::memory {
 namespace {
@@ -83,6 +84,8 @@ DiskTier::DiskTier(DiskTierOptions options) : options_(std::move(options)), dire
   KUAFU_CHECK(options_.threads >= 1, "the disk tier needs at least one I/O thread");
   KUAFU_CHECK(options_.budget_bytes >= 0, options_.budget_key, " is negative");
   remove_dead_runs_folders(options_.dir);
+  // A run on the disk is one whose limit is memory.
+  return_large_freed_blocks_to_the_system();
   for (int n = 0; folder_.empty(); ++n) {
     const fs::path candidate = fs::path(options_.dir) / (kScratchPrefix + std::to_string(::getpid()) + "-" + std::to_string(n));
     if (fs::create_directory(candidate, error)) folder_ = candidate.string();

@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include "core/train/held_model.h"
 #include "core/train/model_state.h"
 #include "core/train/step_profile.h"
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::train {
 
@@ -160,7 +163,15 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       m.state->finish_step(m.state->grad_norm(), /*max_norm=*/0.0, /*overflow=*/false);
     }
   };
-  const StepTimes times = time_steps(step, config.get_int("benchmark.warmup"), config.get_int("benchmark.steps"), runtime.device);
+  // Seconds figures (a disk tier's reading, writing and waiting) per step: their growth over the steps timed and
+  // the warm-up ones, apart from what building the model took.
+  std::map<std::string, double> seconds_before;
+  for (const BenchmarkedModel& m : models) {
+    for (const auto& [name, value] : m.state->memory_figures())
+      if (text::ends_with(name, "_s")) seconds_before[(m.name.empty() ? name : m.name + "." + name)] = value;
+  }
+  const int64_t warmup = config.get_int("benchmark.warmup"), timed = config.get_int("benchmark.steps");
+  const StepTimes times = time_steps(step, warmup, timed, runtime.device);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
   const HeldModel& held = held_model(config);
   nlohmann::json line = {
@@ -185,7 +196,12 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   line.update(spec.fields);
   if (held.sharded()) line["memory_placement"] = held.strategy == "gemini" ? config.get_string("memory.placement") : "";
   for (const BenchmarkedModel& m : models) {
-    for (const auto& [name, value] : m.state->memory_figures()) line[m.name.empty() ? name : m.name + "." + name] = value;
+    for (const auto& [name, value] : m.state->memory_figures()) {
+      const std::string key = m.name.empty() ? name : m.name + "." + name;
+      line[key] = value;
+      if (const auto before = seconds_before.find(key); before != seconds_before.end())
+        line[key + "_per_step"] = (value - before->second) / static_cast<double>(warmup + timed);
+    }
   }
   if (const int64_t profiled = config.get_int("benchmark.profile_steps"); profiled > 0) {
     line["profile"] = profile_steps(step, profiled, runtime.device);

@@ -15,4 +15,11 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_MAX, 0);
 }
 
+void return_large_freed_blocks_to_the_system() {
+  // glibc's default count of mappings, above a fixed threshold (not glibc's adaptive one, which rises to 32 MiB
+  // as blocks are freed and would put them back on the heap).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_MMAP_MAX, 65536);
+}
+
 }  // namespace kuafu

@@ -191,7 +191,8 @@ TEST(AlphaFoldModelTest, TheFineTuningStageIsAlphaFoldsInValueLossAndGradient) {
     EXPECT_GT(overlap.sum().item<double>(), 0.01);  // the difference is there to be taken off
     violation = violation - 2 * overlap.sum() / (1e-6 + s.atom14_type_exists.sum());
   }
-  expect_like_alphafold((loss.structure.loss + violation).detach(), golden.at("loss/structure_module/loss"), "structure and violation loss");
+  expect_like_alphafold((loss.structure.loss + violation).detach(), golden.at("loss/structure_module/loss"),
+                        "structure and violation loss");
   const torch::Tensor total = loss.total + violation;
   expect_like_alphafold(total.detach(), golden.at("loss/total"), "total loss");
 
