@@ -176,7 +176,7 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
   const int64_t rows = latents.size(0);
   const torch::Dtype dtype = unet->conv_in->weight.scalar_type();
   const torch::Tensor context = text.to(dtype);
-  for (size_t i = 0; i < sampler.timesteps().size(); ++i) {
+  for (size_t i = sampler.first_step(); i < sampler.timesteps().size(); ++i) {
     const torch::Tensor input = sampler.scale_model_input(latents, i);
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
     const torch::Tensor out = unet->forward((guided ? torch::cat({input, input}) : input).to(dtype), t, context).to(torch::kFloat32);
@@ -231,8 +231,18 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
+  const torch::Tensor& image = options.init_image;
   int64_t latent_h = 0, latent_w = 0;
-  if (initial.defined()) {
+  if (image.defined()) {
+    KUAFU_CHECK(!initial.defined(), "img2img starts from an image's latents: give an image or initial latents, not both");
+    KUAFU_CHECK(image.dim() == 4 && (image.size(0) == 1 || image.size(0) == rows) && image.size(1) == 3, "an img2img image of shape ",
+                image.sizes(), " is not [1 or ", rows, ", 3, H, W]");
+    const int64_t scale = p.vae_scale();
+    KUAFU_CHECK(image.size(2) % scale == 0 && image.size(3) % scale == 0, "the img2img image's size (", image.size(3), "x", image.size(2),
+                ") must divide by the VAE's factor ", scale, ": crop or resize it");
+    latent_h = image.size(2) / scale;
+    latent_w = image.size(3) / scale;
+  } else if (initial.defined()) {
     KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
                 "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
     latent_h = initial.size(2);
@@ -247,16 +257,33 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   }
   // Checked before the noise is drawn: a request for a huge image would fail to allocate it.
   check_sampling_fits(p, rows, latent_h, latent_w, guided, options.vae_tile, options.steps, device);
-  if (!initial.defined()) {
-    initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
+  // The VAE runs in float32 whatever its weights' dtype (see sample() in pipeline.h): a copy made when first needed.
+  AutoencoderKL float32_vae{nullptr};
+  const auto vae = [&]() -> AutoencoderKLImpl& {
+    if (float32_vae.is_empty())
+      float32_vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
+    return *float32_vae;
+  };
+  torch::Tensor start;  // [B, C, h, w] what the loop starts from
+  if (image.defined()) {
+    // diffusers' order of draws: the latent distribution's sample, then the noise added to it.
+    const size_t first = img2img_first_step(*sampler, options.steps, options.strength);
+    const AutoencoderKLImpl::Posterior posterior = vae().encode(image.to(device, torch::kFloat32) * 2 - 1);
+    const torch::Tensor drawn = torch::randn(posterior.mean.sizes(), generator, torch::kFloat32).to(device);
+    torch::Tensor clean = posterior.sample(drawn) * vae().config.scaling_factor;  // [1 or B, C, h, w]
+    if (clean.size(0) != rows) clean = clean.expand({rows, -1, -1, -1});
+    initial = torch::randn(clean.sizes(), generator, torch::kFloat32);
+    sampler->begin_at(first);
+    start = sampler->add_noise(clean, initial.to(device), first);
+  } else {
+    if (!initial.defined()) initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
+    start = initial.to(device) * sampler->init_noise_sigma();
   }
-  const torch::Tensor latents = denoise(p.unet, *sampler, initial.to(device) * sampler->init_noise_sigma(), text, options.guidance, generator,
-                                        options.guidance_rescale);
+  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale);
   Samples samples{initial, latents, {}, text.narrow(0, guided ? rows : 0, rows), guided ? text.narrow(0, 0, rows) : torch::Tensor()};
   if (!options.decode) return samples;
-  AutoencoderKL vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
-  const torch::Tensor unscaled = latents / vae->config.scaling_factor;
-  const torch::Tensor decoded = options.vae_tile > 0 ? vae->tiled_decode(unscaled, options.vae_tile) : vae->decode(unscaled);  // [B, 3, H, W] in about [−1, 1]
+  const torch::Tensor unscaled = latents / vae().config.scaling_factor;
+  const torch::Tensor decoded = options.vae_tile > 0 ? vae().tiled_decode(unscaled, options.vae_tile) : vae().decode(unscaled);  // [B, 3, H, W] in about [−1, 1]
   samples.images = (decoded / 2 + 0.5).clamp(0, 1);
   return samples;
 }
@@ -277,6 +304,7 @@ std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vect
   if (options.eta != 0.0) add_number("eta", options.eta);
   if (options.karras_sigmas) chunks.emplace_back("karras sigmas", *options.karras_sigmas ? "true" : "false");
   if (options.images_per_prompt != 1) chunks.emplace_back("images per prompt", std::to_string(options.images_per_prompt));
+  if (options.init_image.defined()) add_number("strength", options.strength);
   return chunks;
 }
 

@@ -75,11 +75,17 @@ struct SampleOptions {
   int64_t vae_tile = 0;                // pixels: decode in overlapping tiles of this side (0: whole)
   int64_t images_per_prompt = 1;       // rows per prompt, next to each other (diffusers' num_images_per_prompt)
   bool decode = true;                  // false: the latents only, no images (diffusers' output_type="latent")
+  // img2img (diffusers' StableDiffusionImg2ImgPipeline): the image to start from [1 or B, 3, H, W] in [0, 1]
+  // (H and W multiples of the VAE's factor; one image serves every row), encoded by the VAE, a sample of its
+  // latent distribution noised to the step `strength` leaves: the last ⌊steps · strength⌋ steps are taken.
+  torch::Tensor init_image;
+  double strength = 0.8;
 };
 
 // B = prompts × images_per_prompt rows, each prompt's images next to each other.
 struct Samples {
-  torch::Tensor initial_latents;         // [B, latent, h, w], as drawn (before the sampler's scaling)
+  torch::Tensor initial_latents;         // [B, latent, h, w], as drawn (before the sampler's scaling; img2img: the
+                                         //   noise added to the image's latents)
   torch::Tensor latents;                 // [B, latent, h, w], the sampler's last
   torch::Tensor images;                  // [B, 3, H, W] in [0, 1]; undefined without decode
   torch::Tensor prompt_embeds;           // [B, M, D] the text encoder's last hidden states the UNet attends to
@@ -90,8 +96,8 @@ struct Samples {
 // a reduced-precision decoding loses the image's fine values, and in fp16 overflows to black).
 Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, const SampleOptions& options);
 
-// The sampler's loop: from `latents` [B, C, h, w] (float32, already scaled by init_noise_sigma) through
-// every step of `sampler`, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
+// The sampler's loop: from `latents` [B, C, h, w] (float32, already scaled by init_noise_sigma, or noised to
+// the sampler's first step) through every step of `sampler` from its first, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
 // caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
 // `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,

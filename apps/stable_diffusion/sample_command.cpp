@@ -1,5 +1,10 @@
 #include "apps/stable_diffusion/sample_command.h"
 
+#ifdef KUAFU_WITH_IMAGE_CODECS
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+#endif
+
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +14,7 @@
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/io/png_file.h"
 #include "core/io/safetensors.h"
+#include "core/optim/mixed_precision.h"
 #include "core/train/runtime.h"
 #include "core/util/device.h"
 #include "core/util/error.h"
@@ -46,8 +52,13 @@ const char* const kHelp =
     "  --height H --width W pixels (default: the UNet's sample_size x the VAE's factor)\n"
     "  --latents FILE       start from this initial noise (safetensors, tensor \"latents\" [B, 4, h, w])\n"
     "  --save-latents FILE  write the initial noise there (every row's, seed by seed)\n"
+    "  --init-image FILE    img2img: start from this image (PNG, JPEG; its alpha left out; sides multiples of the\n"
+    "                       VAE's factor) instead of pure noise (diffusers' StableDiffusionImg2ImgPipeline)\n"
+    "  --strength S         img2img: how far in (0, 1] the image is noised, the last S of the steps taken (default 0.8)\n"
     "  --vae-tile PX|auto   decode in overlapping tiles of PX pixels (auto: the VAE's sample_size, as\n"
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
+    "  --dtype D            fp32 (default), bf16 or fp16: the text encoder and the UNet compute in it (diffusers'\n"
+    "                       torch_dtype); the sampler's steps stay float32 and the VAE runs in float32\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
 
 int64_t number(const std::string& option, const std::string& value) {
@@ -70,8 +81,25 @@ double real(const std::string& option, const std::string& value) {
   fail(option + " " + value + " is not a number");
 }
 
+// An image file as [1, 3, H, W] RGB in [0, 1], its alpha channel left out (as PIL's convert("RGB")) and its EXIF
+// orientation ignored (as PIL's open).
+torch::Tensor read_rgb_image(const std::string& path) {
+  KUAFU_CHECK(std::filesystem::is_regular_file(path), "--init-image ", path, ": no such file");
+#ifndef KUAFU_WITH_IMAGE_CODECS
+  fail("cannot read " + path + ": this build has no image decoding (KUAFU_WITH_IMAGE_CODECS=OFF)");
+#else
+  const cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
+  KUAFU_CHECK(!bgr.empty() && bgr.depth() == CV_8U, "--init-image ", path, ": not an 8-bit image OpenCV reads (PNG, JPEG, ...)");
+  cv::Mat rgb;
+  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
+  const torch::Tensor pixels = torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8);  // [H, W, 3], rgb's memory
+  return pixels.permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32) / 255;
+#endif
+}
+
 void sample_command(int argc, const char* const argv[]) {
-  std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile, final_out, embeddings_out;
+  std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile, final_out, embeddings_out, init_image;
+  std::string dtype = "fp32";
   std::vector<std::string> prompts;
   std::vector<uint64_t> seeds;
   SampleOptions options;
@@ -124,8 +152,16 @@ void sample_command(int argc, const char* const argv[]) {
     } else if (arg == "--images-per-prompt") {
       options.images_per_prompt = number(arg, value);
       KUAFU_CHECK(options.images_per_prompt >= 1, "--images-per-prompt ", value, " is not at least 1");
+    } else if (arg == "--init-image") {
+      init_image = value;
+    } else if (arg == "--strength") {
+      options.strength = real(arg, value);
+      KUAFU_CHECK(options.strength > 0 && options.strength <= 1, "--strength ", value, " is not in (0, 1]");
     } else if (arg == "--vae-tile") {
       vae_tile = value;
+    } else if (arg == "--dtype") {
+      KUAFU_CHECK(value == "fp32" || value == "bf16" || value == "fp16", "--dtype ", text::abbreviate(value), " is not fp32, bf16 or fp16");
+      dtype = value;
     } else if (arg == "--device") {
       device = value;
     } else {
@@ -152,7 +188,11 @@ void sample_command(int argc, const char* const argv[]) {
     KUAFU_CHECK(latents, latents_in, " holds no tensor \"latents\"");
     options.initial_latents = latents->to(torch::kFloat32);
   }
-  Pipeline pipeline = load_pipeline(model, resolve_device(device, 0));
+  KUAFU_CHECK(init_image.empty() || latents_in.empty(), "--init-image and --latents both give where sampling starts: name one");
+  if (!init_image.empty()) options.init_image = read_rgb_image(init_image);
+  // The weights read straight into the compute dtype; the VAE's in float32, which it decodes in whatever the dtype.
+  const torch::Dtype compute = optim::dtype_named(dtype);
+  Pipeline pipeline = load_pipeline(model, resolve_device(device, 0), PipelineLoad{compute, compute, torch::kFloat32});
   if (!vae_tile.empty()) {
     options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
     const int64_t least = 4 * pipeline.vae_scale();  // a tile of fewer than 4 latents decodes nothing useful
@@ -183,6 +223,8 @@ void sample_command(int argc, const char* const argv[]) {
   std::vector<std::string> seed_names;
   for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
   auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
+  if (!init_image.empty()) text.emplace_back("init image", init_image);
+  if (dtype != "fp32") text.emplace_back("dtype", dtype);
   text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                            {"model", model},
                            {"software", "kuafu-sd"}});

@@ -191,6 +191,29 @@ UniPcStep unipc_step(double sigma_s, double sigma_t) {
 
 }  // namespace
 
+void Sampler::begin_at(size_t i) {
+  KUAFU_CHECK(next_step_ == first_step_, "a sampler begins before its first step");
+  KUAFU_CHECK(i < timesteps_.size(), "step ", i, " of a ", timesteps_.size(), "-call schedule");
+  first_step_ = next_step_ = i;
+}
+
+void Sampler::check_in_order(size_t i, const char* sampler) {
+  KUAFU_CHECK(i == next_step_, sampler, " steps in order: step ", i, " after step ", next_step_, " was due");
+  ++next_step_;
+}
+
+torch::Tensor Sampler::add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const {
+  const double a = schedule_.alpha_cumprod(timestep_at(i));
+  return std::sqrt(a) * x0 + std::sqrt(1 - a) * noise;
+}
+
+size_t img2img_first_step(const Sampler& sampler, int64_t steps, double strength) {
+  KUAFU_CHECK(strength > 0 && strength <= 1, "img2img's strength ", strength, " is not in (0, 1]");
+  const int64_t taken = std::min(static_cast<int64_t>(static_cast<double>(steps) * strength), steps);
+  KUAFU_CHECK(taken >= 1, "img2img's strength ", strength, " takes none of ", steps, " steps: raise the strength or the steps");
+  return static_cast<size_t>(steps - taken) * sampler.calls_per_step();
+}
+
 int64_t Sampler::timestep_at(size_t i) const {
   KUAFU_CHECK(i < timesteps_.size(), "step ", i, " of a ", timesteps_.size(), "-step schedule");
   return static_cast<int64_t>(timesteps_[i]);
@@ -237,7 +260,16 @@ SigmaSampler::SigmaSampler(const NoiseSchedule& schedule, SigmaPath path)
   sigmas_.push_back(0.0);
 }
 
+torch::Tensor SigmaSampler::add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const {
+  const auto [alpha, sigma] = alpha_sigma(sigmas_.at(i));
+  return alpha * x0 + sigma * noise;
+}
+
 EulerSampler::EulerSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, euler_path(schedule, steps)) {}
+
+torch::Tensor EulerSampler::add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const {
+  return x0 + sigmas_.at(i) * noise;
+}
 
 double EulerSampler::init_noise_sigma() const {
   const double largest = *std::max_element(sigmas_.begin(), sigmas_.end());
@@ -291,8 +323,7 @@ HeunSampler::HeunSampler(const NoiseSchedule& schedule, int64_t steps) : EulerSa
 }
 
 torch::Tensor HeunSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
-  KUAFU_CHECK(i == next_step_, "Heun's sampler steps in order: step ", i, " after ", next_step_, " steps");
-  ++next_step_;
+  check_in_order(i, "Heun's sampler");
   const torch::Tensor slope = (sample - denoised(model_output, i, sample)) / sigmas_.at(i);
   if (!start_.defined()) {  // an Euler step to the next σ, corrected by the next call (but at the end)
     dt_ = sigmas_.at(i + 1) - sigmas_.at(i);
@@ -308,7 +339,7 @@ torch::Tensor HeunSampler::step(const torch::Tensor& model_output, size_t i, con
 DpmSolverSampler::DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps) : SigmaSampler(schedule, dpm_path(schedule, steps)) {}
 
 torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample, const torch::Tensor&) {
-  KUAFU_CHECK(i == next_step_, "DPM-Solver steps in order: step ", i, " after ", next_step_, " steps");
+  check_in_order(i, "DPM-Solver");
   const auto [alpha_s, sigma_s] = alpha_sigma(sigmas_.at(i));
   const auto [alpha_t, sigma_t] = alpha_sigma(sigmas_.at(i + 1));
   // DPM-Solver++ works on x̂₀.
@@ -317,12 +348,11 @@ torch::Tensor DpmSolverSampler::step(const torch::Tensor& model_output, size_t i
   const double decay = std::exp(-h) - 1;  // −1 at the final σ = 0: the step lands on x̂₀
   const bool last = i + 1 == timesteps_.size();
   torch::Tensor next = (sigma_t / sigma_s) * sample - (alpha_t * decay) * x0;
-  if (i > 0 && !last) {  // second order: the previous estimate gives the slope in λ
+  if (previous_x0_.defined() && !last) {  // second order: the previous estimate gives the slope in λ
     const double h_previous = lambda_at(sigmas_.at(i)) - lambda_at(sigmas_.at(i - 1));
     next = next - 0.5 * (alpha_t * decay) * (h / h_previous) * (x0 - previous_x0_);
   }
   previous_x0_ = x0;
-  ++next_step_;
   return next;
 }
 
@@ -330,11 +360,10 @@ UniPcSampler::UniPcSampler(const NoiseSchedule& schedule, int64_t steps)
     : SigmaSampler(schedule, dpm_path(schedule, steps, /*always_round=*/true)) {}
 
 torch::Tensor UniPcSampler::step(const torch::Tensor& model_output, size_t i, const torch::Tensor& given, const torch::Tensor&) {
-  KUAFU_CHECK(i == next_step_, "UniPC steps in order: step ", i, " after ", next_step_, " steps");
-  ++next_step_;
+  check_in_order(i, "UniPC");
   const torch::Tensor x0 = estimate_x0(model_output, given, sigmas_.at(i), schedule_.config().prediction_type);
   torch::Tensor sample = given;
-  if (i > 0) {
+  if (last_sample_.defined()) {
     // UniC: the step from σ_{i−1} taken again with this call's x̂₀ (m_t) beside the estimates it used.
     const UniPcStep c = unipc_step(sigmas_.at(i - 1), sigmas_.at(i));
     const torch::Tensor& m0 = estimates_[1];

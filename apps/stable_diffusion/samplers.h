@@ -31,20 +31,35 @@ class Sampler {
   // What the model is given at step i: the sample, or Euler's x / √(σ² + 1).
   virtual torch::Tensor scale_model_input(const torch::Tensor& sample, size_t /*i*/) const { return sample; }
   // x at step i and the model's output there -> x at step i + 1 (x₀ after the last). Steps run in order
-  // from 0 (DPM-Solver keeps the previous step's estimate). `noise` (like `sample`): the step's Gaussian
+  // from first_step() (DPM-Solver keeps the previous step's estimate). `noise` (like `sample`): the step's Gaussian
   // draw where the sampler adds one (stochastic()), else unused.
   virtual torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                              const torch::Tensor& noise = {}) = 0;
   virtual bool stochastic() const { return false; }
 
+  // img2img (diffusers' StableDiffusionImg2ImgPipeline): the first step the loop takes (0 unless begun later)
+  // and, before any step, starting there instead.
+  size_t first_step() const { return first_step_; }
+  void begin_at(size_t i);
+  // Model calls per step of the schedule (Heun: 2), which img2img's first step is counted in.
+  virtual size_t calls_per_step() const { return 1; }
+  // The clean latents x₀ noised to where step i starts, with `noise` shaped as x₀ (the schedulers' add_noise at
+  // their begin index): √ᾱ_t x₀ + √(1 − ᾱ_t) ε for DDIM and DDPM.
+  virtual torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const;
+
  protected:
   Sampler(const NoiseSchedule& schedule, std::vector<double> timesteps) : schedule_(schedule), timesteps_(std::move(timesteps)) {}
+  // Steps run in order from first_step() (samplers that keep earlier steps' results check it).
+  void check_in_order(size_t i, const char* sampler);
   int64_t timestep_at(size_t i) const;  // an integer timestep's value (DDIM, DDPM)
   // ᾱ at the timestep after step i; `last` after the final step.
   double alpha_cumprod_after(size_t i, double last) const;
 
   const NoiseSchedule& schedule_;
   std::vector<double> timesteps_;
+
+ private:
+  size_t first_step_ = 0, next_step_ = 0;
 };
 
 class DdimSampler : public Sampler {
@@ -83,6 +98,8 @@ struct SigmaPath {
 class SigmaSampler : public Sampler {
  public:
   const std::vector<double>& sigmas() const { return sigmas_; }  // [steps + 1]
+  // The variance-preserving x at σ_i (DPM-Solver's and UniPC's): α_σ x₀ + σ α_σ ε, α_σ = 1/√(σ² + 1).
+  torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const override;
 
  protected:
   SigmaSampler(const NoiseSchedule& schedule, SigmaPath path);
@@ -93,6 +110,8 @@ class EulerSampler : public SigmaSampler {
  public:
   EulerSampler(const NoiseSchedule& schedule, int64_t steps);
   double init_noise_sigma() const override;  // σ_max, or √(σ_max² + 1) under leading spacing
+  // Euler's x is x₀ + σ ε.
+  torch::Tensor add_noise(const torch::Tensor& x0, const torch::Tensor& noise, size_t i) const override;
   torch::Tensor scale_model_input(const torch::Tensor& sample, size_t i) const override;
   // x̂₀ from the output at σ_i, then x + (σ_{i+1} − σ_i) (x − x̂₀)/σ_i.
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
@@ -121,24 +140,23 @@ class HeunSampler : public EulerSampler {
   // from where it started with the mean of d and the slope at its end, (x − x̂₀)/σ_i at the new x.
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                      const torch::Tensor& noise = {}) override;
+  size_t calls_per_step() const override { return 2; }
 
  private:
   torch::Tensor start_, slope_;  // the pending Euler step's start and slope (undefined: none pending)
   double dt_ = 0;
-  size_t next_step_ = 0;
 };
 
 class DpmSolverSampler : public SigmaSampler {
  public:
   DpmSolverSampler(const NoiseSchedule& schedule, int64_t steps);
   // With λ = log(α/σ), h = λ_{i+1} − λ_i: first order x' = (σ_{i+1}/σ_i) x − α_{i+1}(e^{−h} − 1) x̂₀ at the
-  // first and the last step; between, second order with D₁ = (x̂₀ − x̂₀_prev) h / h_prev (midpoint).
+  // first step taken and the last; between, second order with D₁ = (x̂₀ − x̂₀_prev) h / h_prev (midpoint).
   torch::Tensor step(const torch::Tensor& model_output, size_t i, const torch::Tensor& sample,
                      const torch::Tensor& noise = {}) override;
 
  private:
-  torch::Tensor previous_x0_;
-  size_t next_step_ = 0;
+  torch::Tensor previous_x0_;  // undefined before the first step taken
 };
 
 // diffusers' UniPCMultistepScheduler as configured by default (solver_order 2, bh2, x̂₀ prediction, lower
@@ -156,7 +174,6 @@ class UniPcSampler : public SigmaSampler {
   torch::Tensor last_sample_;    // the x the latest prediction started from
   int order_ = 1;                // the latest prediction's order (the corrector uses the same)
   int warm_steps_ = 0;           // steps taken, up to the solver's order (its warm-up)
-  size_t next_step_ = 0;
 };
 
 // Classifier-free guidance (Ho & Salimans 2022): ε_u + g (ε_c − ε_u) for g > 1. At g ≤ 1 the conditional
@@ -169,6 +186,11 @@ inline bool needs_unconditional(double scale) { return scale > 1.0; }
 // diffusers' guidance_rescale): the guided prediction [B, ...] scaled to each row's standard deviation of the
 // conditional one, mixed with the guided one as rescale · scaled + (1 − rescale) · guided. 0: unchanged.
 torch::Tensor rescale_guidance(const torch::Tensor& guided, const torch::Tensor& conditional, double rescale);
+
+// img2img's first step (diffusers' get_timesteps): of `steps`, the last ⌊steps · strength⌋ are taken, so the
+// loop starts at step steps − that, counted in the sampler's model calls. kuafu::Error for a strength outside
+// (0, 1] or one that leaves no step.
+size_t img2img_first_step(const Sampler& sampler, int64_t steps, double strength);
 
 // The sampler `kind` over `steps` steps of `schedule` (which must outlive it).
 std::unique_ptr<Sampler> make_sampler(SamplerKind kind, const NoiseSchedule& schedule, int64_t steps, double ddim_eta = 0.0);

@@ -11,7 +11,12 @@
       noise from a CPU generator seeded 7; and DDIM's with negative prompts NEGATIVE (ddim_negative_*), with
       guidance_rescale 0.7 (ddim_rescale_*), with both (ddim_negative_rescale_*), and with eta 0.5 (its noise from
       the generator seeded 7, ddim_eta_*); DDIM's with two images per prompt drawn from the generator seeded 7
-      (ddim_per_prompt_*), and encode_prompt's prompt_embeds and negative_prompt_embeds [4, 77, 12] for them
+      (ddim_per_prompt_*), and encode_prompt's prompt_embeds and negative_prompt_embeds [4, 77, 12] for them;
+      img2img (StableDiffusionImg2ImgPipeline) from OUT/init.png (random 16x16 RGB pixels; init_image [1, 3, 16, 16]
+      as PIL reads it, in [0, 1]) at strength 0.6 over 10 steps for each sampler, its draws (the VAE's latent
+      sample, then the noise) from the generator seeded 7 (img2img_<sampler>_*), and DDIM's with two images per
+      prompt (img2img_ddim_per_prompt_*); DDIM's latents with the pipeline loaded in bf16 and in fp16
+      (torch_dtype) from the initial latents rounded to it (bf16_latents, fp16_latents, as float32)
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -23,8 +28,8 @@ import sys
 
 import torch
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionPipeline, UNet2DConditionModel,
-                       UniPCMultistepScheduler)
+                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionImg2ImgPipeline, StableDiffusionPipeline,
+                       UNet2DConditionModel, UniPCMultistepScheduler)
 from safetensors.torch import load_file, save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
@@ -97,7 +102,35 @@ def build(out):
             tensors[f"ddim_per_prompt_{key}"] = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, num_images_per_prompt=2,
                                                      output_type=output, generator=torch.Generator().manual_seed(7)).images
         tensors["prompt_embeds"], tensors["negative_prompt_embeds"] = pipe.encode_prompt(PROMPTS, "cpu", 2, True)
+    tensors.update(img2img(pipe, saved, out))
+    # DDIM's from the same latents (rounded to the dtype) with every component in bf16 and in fp16 (torch_dtype).
+    for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        low = StableDiffusionPipeline.from_pretrained(out / "pipe", torch_dtype=dtype)
+        with torch.no_grad():
+            tensors[f"{name}_latents"] = low(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.to(dtype),
+                                             output_type="latent").images.float()
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def img2img(pipe, saved, out):
+    """StableDiffusionImg2ImgPipeline on the same components from OUT/init.png, each sampler at strength 0.6."""
+    import numpy as np
+    from PIL import Image
+    torch.manual_seed(11)
+    Image.fromarray((torch.rand(16, 16, 3) * 255).round().to(torch.uint8).numpy()).save(out / "init.png")
+    init = Image.open(out / "init.png").convert("RGB")
+    tensors = {"init_image": torch.from_numpy(np.asarray(init).copy()).permute(2, 0, 1).unsqueeze(0).float() / 255}
+    pipe = StableDiffusionImg2ImgPipeline(**pipe.components)
+    runs = {name: (kind, 1) for name, kind in SAMPLERS.items()}
+    runs["ddim_per_prompt"] = (DDIMScheduler, 2)
+    for name, (kind, per_prompt) in runs.items():
+        pipe.scheduler = kind.from_config(saved)
+        with torch.no_grad():
+            for output, key in (("latent", "latents"), ("pt", "images")):
+                tensors[f"img2img_{name}_{key}"] = pipe(PROMPTS, image=init, strength=0.6, num_inference_steps=10, guidance_scale=7.5,
+                                                        num_images_per_prompt=per_prompt, output_type=output,
+                                                        generator=torch.Generator().manual_seed(7)).images
+    return tensors
 
 
 def check_png(png, reference, key):

@@ -49,6 +49,58 @@ TEST_P(PipelineTest, SamplesAsDiffusersFromTheSameLatents) {
 INSTANTIATE_TEST_SUITE_P(Samplers, PipelineTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a", "heun", "unipc",
                                                                    "euler_karras", "dpm_karras", "heun_karras", "unipc_karras"));
 
+// img2img (diffusers' StableDiffusionImg2ImgPipeline) from the same image at strength 0.6 over 10 steps: the VAE
+// encodes the image, a sample of its latent distribution is noised to step 4 (Heun's call 8), and the last 6
+// steps are taken; both draws and the stochastic samplers' noise from the generator seeded 7 in diffusers'
+// order. Each sampler, and DDIM with two images per prompt (one image serving all four rows), gives diffusers'
+// latents and images to 1e-4 as above; the image shows in the result (the same noise without it ends elsewhere).
+class Img2ImgTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Img2ImgTest, SamplesAsDiffusersFromTheSameImage) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  SampleOptions options;
+  options.steps = 10;
+  options.guidance = 7.5;
+  const std::string kind = GetParam() == "ddim_per_prompt" ? "ddim" : GetParam();
+  options.sampler = sampler_named(kind == "dpm" ? "dpm++2m" : kind);
+  if (GetParam() == "ddim_per_prompt") options.images_per_prompt = 2;
+  options.seed = 7;
+  options.init_image = ref["init_image"];
+  options.strength = 0.6;
+  const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+  const std::string key = "img2img_" + GetParam();
+  const double latents = testing::max_abs_difference(samples.latents, ref[key + "_latents"]);
+  const double images = testing::max_abs_difference(samples.images, ref[key + "_images"]);
+  std::cout << "  " << key << ": latents " << latents << ", images " << images << " from diffusers'\n";
+  EXPECT_LT(latents, 1e-4);
+  EXPECT_LT(images, 1e-4);
+  // The same draws without the image (its latents zero) end more than 0.1 away: the image is what was sampled from.
+  SampleOptions blank = options;
+  blank.init_image = torch::full_like(options.init_image, 0.5);
+  EXPECT_GT(testing::max_abs_difference(sample(pipeline, {"a photo of the cat", "the cat!"}, blank).latents, samples.latents), 0.1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Samplers, Img2ImgTest, ::testing::Values("ddim", "euler", "dpm", "ddpm", "euler_a", "heun", "unipc", "ddim_per_prompt"));
+
+TEST(Img2ImgTest, BadImagesAndStrengthsAreNamed) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  SampleOptions options;
+  options.steps = 10;
+  options.sampler = SamplerKind::kDdim;
+  options.init_image = torch::rand({1, 3, 15, 16});
+  std::string message = testing::error_message([&] { sample(pipeline, {"x"}, options); });
+  EXPECT_NE(message.find("must divide by the VAE's factor 2"), std::string::npos) << message;
+  options.init_image = torch::rand({1, 3, 16, 16});
+  options.strength = 0.05;  // 10 steps x 0.05: none taken
+  message = testing::error_message([&] { sample(pipeline, {"x"}, options); });
+  EXPECT_NE(message.find("takes none of 10 steps"), std::string::npos) << message;
+  options.strength = 1.5;
+  message = testing::error_message([&] { sample(pipeline, {"x"}, options); });
+  EXPECT_NE(message.find("is not in (0, 1]"), std::string::npos) << message;
+}
+
 // Negative prompts (the unconditional rows' text, one per prompt), guidance rescale 0.7 (Lin et al.'s value)
 // alone and with them, and DDIM's eta 0.5 (its noise from the generator seeded 7), under DDIM from the same
 // latents: diffusers' latents and images, 1e-4 as above. Each changes the result (more than 1e-2 from plain
@@ -162,6 +214,80 @@ testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_c
 // run's --save-latents, given back as --latents, makes the same file; --output-latents and
 // --output-embeddings write diffusers' latents and prompt embeddings; --images-per-prompt 2 makes diffusers'
 // images as a row of four; bad input is named.
+// bf16 and fp16 sampling (`--dtype`, diffusers' torch_dtype): the text encoder and the UNet in the dtype, the
+// steps and the VAE in float32, under DDIM from the same latents rounded to the dtype. Neither can equal
+// diffusers' run in the dtype, which also steps and decodes in it, so each is held to that run's own distance
+// from the float32 result: no more than 1.5x as far (measured below), and not float32's (it computes in the
+// dtype). The command gives the same latents and says the dtype; another dtype is refused by name.
+TEST(PipelineTest, Bf16AndFp16SampleAsNearFloat32AsDiffusersDoes) {
+  const testing::Reference& ref = pipeline_reference();
+  const auto dir = testing::temp_dir("sd_dtype");
+  for (const auto& [name, dtype] : {std::pair{std::string("bf16"), torch::kBFloat16}, std::pair{std::string("fp16"), torch::kFloat16}}) {
+    SCOPED_TRACE(name);
+    Pipeline pipeline = load_pipeline((ref.dir / "pipe").string(), torch::kCPU, PipelineLoad{dtype, dtype, torch::kFloat32});
+    SampleOptions options;
+    options.steps = 10;
+    options.guidance = 7.5;
+    options.sampler = SamplerKind::kDdim;
+    options.initial_latents = ref["initial_latents"].to(dtype).to(torch::kFloat32);
+    const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+    const double ours = testing::max_abs_difference(samples.latents, ref["ddim_latents"]);
+    const double theirs = testing::max_abs_difference(ref[name + "_latents"], ref["ddim_latents"]);
+    const double between = testing::max_abs_difference(samples.latents, ref[name + "_latents"]);
+    std::cout << "  " << name << ": Kuafu's latents " << ours << " from float32's, diffusers' " << theirs << ", the two " << between
+              << " apart\n";
+    EXPECT_GT(ours, 1e-4);
+    EXPECT_LT(ours, 1.5 * theirs);
+
+    io::save_safetensors((dir / "initial.safetensors").string(), {{"latents", options.initial_latents}});
+    const std::string latents_out = (dir / (name + ".safetensors")).string();
+    const testing::CommandResult run =
+        kuafu_sd("sample --model " + (ref.dir / "pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' --steps 10 " +
+                 "--sampler ddim --dtype " + name + " --latents " + (dir / "initial.safetensors").string() + " --output-latents " + latents_out);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_TRUE(io::load_safetensors(latents_out).find("latents")->equal(samples.latents));
+  }
+  const testing::CommandResult bad = kuafu_sd("sample --model x --prompt cat --out x.png --dtype fp64");
+  EXPECT_TRUE(testing::Contains(bad.output, "--dtype fp64 is not fp32, bf16 or fp16")) << bad.output;
+  std::filesystem::remove_all(dir);
+}
+
+// check_png: a grid Kuafu wrote against the reference's `key` images, {"max_difference" in 8-bit values, "size"}.
+nlohmann::json grid_against_reference(const std::filesystem::path& png, const std::string& key) {
+  const std::string reference = (pipeline_reference().dir / "reference.safetensors").string();
+  const testing::PythonRun check =
+      testing::run_python_reference("diffusers_pipeline_reference.py", "check_png " + png.string() + " " + reference + " " + key);
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  return testing::last_json_line(check.output);
+}
+
+// `kuafu-sd sample --init-image` reads the PNG diffusers' img2img read with PIL and writes its images (±1/255:
+// the PNG's 8 bits), with the strength and the image in the grid's text; a file that is not an image is named.
+TEST(SampleCommandTest, Img2ImgFromAPngAsDiffusers) {
+  const testing::Reference& ref = pipeline_reference();
+  const auto dir = testing::temp_dir("sd_img2img");
+  const std::string png = (ref.dir / "init.png").string();
+  const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' "
+                             "--steps 10 --seed 7 --strength 0.6 --sampler euler_a";
+  const testing::CommandResult run = kuafu_sd(common + " --init-image " + png + " --out " + (dir / "grid.png").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json line = grid_against_reference(dir / "grid.png", "img2img_euler_a_images");
+  EXPECT_EQ(line["size"], (std::vector<int64_t>{16, 32, 3}));
+  EXPECT_LE(line["max_difference"].get<int64_t>(), 1);
+  const auto text = io::read_png_text((dir / "grid.png").string());
+  const std::map<std::string, std::string> fields(text.begin(), text.end());
+  EXPECT_EQ(fields.at("strength"), "0.6");
+  EXPECT_EQ(fields.at("init image"), png);
+
+  write_file_atomic((dir / "not_an_image.png").string(), "text");
+  const testing::CommandResult bad = kuafu_sd(common + " --init-image " + (dir / "not_an_image.png").string() + " --out " +
+                                              (dir / "bad.png").string());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("not_an_image.png: not an 8-bit image"), std::string::npos) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "bad.png"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("sd_sample");
@@ -169,10 +295,7 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   const std::string common = "sample --model " + (ref.dir / "pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' --steps 10";
   const testing::CommandResult run = kuafu_sd(common + " --latents " + (dir / "initial.safetensors").string() + " --out " + (dir / "grid.png").string());
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  const testing::PythonRun check = testing::run_python_reference(
-      "diffusers_pipeline_reference.py", "check_png " + (dir / "grid.png").string() + " " + (ref.dir / "reference.safetensors").string() + " ddim_images");
-  ASSERT_EQ(check.exit_code, 0) << check.output;
-  const nlohmann::json line = testing::last_json_line(check.output);
+  const nlohmann::json line = grid_against_reference(dir / "grid.png", "ddim_images");
   EXPECT_EQ(line["size"], (std::vector<int64_t>{16, 32, 3}));
   EXPECT_LE(line["max_difference"].get<int64_t>(), 1);
   const auto text = io::read_png_text((dir / "grid.png").string());
@@ -229,11 +352,7 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
             1e-5);
   // Two images per prompt: one row of four, the text chunk says so.
   ASSERT_EQ(kuafu_sd(common + " --seed 7 --images-per-prompt 2 --out " + (dir / "pairs.png").string()).exit_code, 0);
-  const testing::PythonRun pairs = testing::run_python_reference(
-      "diffusers_pipeline_reference.py",
-      "check_png " + (dir / "pairs.png").string() + " " + (ref.dir / "reference.safetensors").string() + " ddim_per_prompt_images");
-  ASSERT_EQ(pairs.exit_code, 0) << pairs.output;
-  const nlohmann::json pair_line = testing::last_json_line(pairs.output);
+  const nlohmann::json pair_line = grid_against_reference(dir / "pairs.png", "ddim_per_prompt_images");
   EXPECT_EQ(pair_line["size"], (std::vector<int64_t>{16, 64, 3}));
   EXPECT_LE(pair_line["max_difference"].get<int64_t>(), 1);
   const auto pair_text = io::read_png_text((dir / "pairs.png").string());
