@@ -170,7 +170,7 @@ void write_pipeline(const std::string& source, const std::string& out, const std
 }
 
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale) {
+                      at::Generator& generator, double guidance_rescale, const torch::Tensor& condition) {
   torch::NoGradGuard no_grad;
   const bool guided = needs_unconditional(guidance);
   const int64_t rows = latents.size(0);
@@ -179,7 +179,9 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
   for (size_t i = sampler.first_step(); i < sampler.timesteps().size(); ++i) {
     const torch::Tensor input = sampler.scale_model_input(latents, i);
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
-    const torch::Tensor out = unet->forward((guided ? torch::cat({input, input}) : input).to(dtype), t, context).to(torch::kFloat32);
+    torch::Tensor model_input = guided ? torch::cat({input, input}) : input;  // [(2)B, C, h, w]
+    if (condition.defined()) model_input = torch::cat({model_input, condition}, 1);
+    const torch::Tensor out = unet->forward(model_input.to(dtype), t, context).to(torch::kFloat32);
     torch::Tensor prediction = out;
     if (guided) {
       const torch::Tensor conditional = out.narrow(0, rows, rows);
@@ -232,6 +234,20 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
   const torch::Tensor& image = options.init_image;
+  const torch::Tensor& mask = options.mask_image;
+  const int64_t latent_channels = p.vae->config.latent_channels;
+  const bool inpainting_unet = p.unet->config.in_channels == 2 * latent_channels + 1;
+  KUAFU_CHECK(!mask.defined() || image.defined(), "a mask to inpaint needs the image it repaints");
+  KUAFU_CHECK(!mask.defined() || inpainting_unet, "inpainting needs an inpainting UNet (in_channels ", 2 * latent_channels + 1,
+              ": the latents, the mask and the masked image's latents); this one takes ", p.unet->config.in_channels);
+  KUAFU_CHECK(mask.defined() || !inpainting_unet, "this UNet inpaints (in_channels ", p.unet->config.in_channels,
+              "): give an image and a mask to repaint");
+  if (mask.defined()) {
+    KUAFU_CHECK(mask.dim() == 4 && (mask.size(0) == 1 || mask.size(0) == rows) && mask.size(1) == 1 && mask.size(2) == image.size(2) &&
+                    mask.size(3) == image.size(3),
+                "an inpainting mask of shape ", mask.sizes(), " is not [1 or ", rows, ", 1, H, W] at the image's size (", image.size(2), "x",
+                image.size(3), ")");
+  }
   int64_t latent_h = 0, latent_w = 0;
   if (image.defined()) {
     KUAFU_CHECK(!initial.defined(), "img2img starts from an image's latents: give an image or initial latents, not both");
@@ -264,14 +280,36 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
       float32_vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
     return *float32_vae;
   };
-  torch::Tensor start;  // [B, C, h, w] what the loop starts from
-  if (image.defined()) {
+  torch::Tensor start;      // [B, C, h, w] what the loop starts from
+  torch::Tensor condition;  // [(2)B, 1 + C, h, w] inpainting's mask and masked image latents
+  // An image's latents (`scaled`: its pixels in [−1, 1]): a sample of the VAE's latent distribution (one draw from the
+  // generator), [B, C, h, w].
+  const torch::Tensor pixels = image.defined() ? image.to(device, torch::kFloat32) * 2 - 1 : torch::Tensor();  // [1 or B, 3, H, W]
+  const auto image_latents = [&](const torch::Tensor& scaled) {
+    const AutoencoderKLImpl::Posterior posterior = vae().encode(scaled);
+    const torch::Tensor drawn = torch::randn(posterior.mean.sizes(), generator, torch::kFloat32).to(device);
+    const torch::Tensor latents = posterior.sample(drawn) * vae().config.scaling_factor;
+    return latents.size(0) == rows ? latents : latents.expand({rows, -1, -1, -1});
+  };
+  if (mask.defined()) {
+    // diffusers' order of draws: the image's latents (below strength 1 only), the noise, the masked image's latents.
+    const size_t first = img2img_first_step(*sampler, options.steps, options.strength);
+    const bool from_noise = options.strength == 1.0;
+    const torch::Tensor clean = from_noise ? torch::Tensor() : image_latents(pixels);
+    initial = torch::randn({rows, latent_channels, latent_h, latent_w}, generator, torch::kFloat32);
+    sampler->begin_at(first);
+    start = from_noise ? initial.to(device) * sampler->init_noise_sigma() : sampler->add_noise(clean, initial.to(device), first);
+    const torch::Tensor repaint = (mask.to(device, torch::kFloat32) >= 0.5).to(torch::kFloat32);  // [1 or B, 1, H, W]
+    const torch::Tensor masked_latents = image_latents(pixels * (1 - repaint));  // the repainted part blanked: [B, C, h, w]
+    torch::Tensor small_mask = torch::nn::functional::interpolate(
+        repaint, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{latent_h, latent_w}));  // nearest
+    if (small_mask.size(0) != rows) small_mask = small_mask.expand({rows, -1, -1, -1});
+    condition = torch::cat({small_mask, masked_latents}, 1);
+    if (guided) condition = torch::cat({condition, condition});
+  } else if (image.defined()) {
     // diffusers' order of draws: the latent distribution's sample, then the noise added to it.
     const size_t first = img2img_first_step(*sampler, options.steps, options.strength);
-    const AutoencoderKLImpl::Posterior posterior = vae().encode(image.to(device, torch::kFloat32) * 2 - 1);
-    const torch::Tensor drawn = torch::randn(posterior.mean.sizes(), generator, torch::kFloat32).to(device);
-    torch::Tensor clean = posterior.sample(drawn) * vae().config.scaling_factor;  // [1 or B, C, h, w]
-    if (clean.size(0) != rows) clean = clean.expand({rows, -1, -1, -1});
+    const torch::Tensor clean = image_latents(pixels);  // [B, C, h, w]
     initial = torch::randn(clean.sizes(), generator, torch::kFloat32);
     sampler->begin_at(first);
     start = sampler->add_noise(clean, initial.to(device), first);
@@ -279,7 +317,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
     if (!initial.defined()) initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
     start = initial.to(device) * sampler->init_noise_sigma();
   }
-  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale);
+  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale, condition);
   Samples samples{initial, latents, {}, text.narrow(0, guided ? rows : 0, rows), guided ? text.narrow(0, 0, rows) : torch::Tensor()};
   if (!options.decode) return samples;
   const torch::Tensor unscaled = latents / vae().config.scaling_factor;

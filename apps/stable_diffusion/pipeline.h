@@ -80,6 +80,11 @@ struct SampleOptions {
   // latent distribution noised to the step `strength` leaves: the last ⌊steps · strength⌋ steps are taken.
   torch::Tensor init_image;
   double strength = 0.8;
+  // Inpainting (diffusers' StableDiffusionInpaintPipeline, with an inpainting UNet of 2 × latent + 1 input
+  // channels): where to repaint [1 or B, 1, H, W] in [0, 1] (≥ 0.5: repainted), beside init_image. The UNet
+  // also sees the mask at the latents' size and the latents of the image with the repainted part blanked; at
+  // strength 1 sampling starts from pure noise, below it as img2img does.
+  torch::Tensor mask_image;
 };
 
 // B = prompts × images_per_prompt rows, each prompt's images next to each other.
@@ -100,8 +105,10 @@ Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, cons
 // the sampler's first step) through every step of `sampler` from its first, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
 // caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
 // `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
+// `condition` [(2)B, c, h, w] (inpainting's mask and masked image latents, rows as `text`'s), when given, follows
+// the latents in every model input's channels.
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale = 0.0);
+                      at::Generator& generator, double guidance_rescale = 0.0, const torch::Tensor& condition = {});
 
 // A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,

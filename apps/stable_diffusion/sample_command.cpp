@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,11 @@ const char* const kHelp =
     "  --save-latents FILE  write the initial noise there (every row's, seed by seed)\n"
     "  --init-image FILE    img2img: start from this image (PNG, JPEG; its alpha left out; sides multiples of the\n"
     "                       VAE's factor) instead of pure noise (diffusers' StableDiffusionImg2ImgPipeline)\n"
-    "  --strength S         img2img: how far in (0, 1] the image is noised, the last S of the steps taken (default 0.8)\n"
+    "  --strength S         img2img: how far in (0, 1] the image is noised, the last S of the steps taken (default 0.8;\n"
+    "                       with --mask 1: from pure noise)\n"
+    "  --mask FILE          inpainting, with --init-image and an inpainting pipeline (a UNet of 9 input channels):\n"
+    "                       the image's part to repaint, white (read as grey, 0.5 or more); its size the image's\n"
+    "                       (diffusers' StableDiffusionInpaintPipeline)\n"
     "  --vae-tile PX|auto   decode in overlapping tiles of PX pixels (auto: the VAE's sample_size, as\n"
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
     "  --dtype D            fp32 (default), bf16 or fp16: the text encoder and the UNet compute in it (diffusers'\n"
@@ -81,25 +86,26 @@ double real(const std::string& option, const std::string& value) {
   fail(option + " " + value + " is not a number");
 }
 
-// An image file as [1, 3, H, W] RGB in [0, 1], its alpha channel left out (as PIL's convert("RGB")) and its EXIF
-// orientation ignored (as PIL's open).
-torch::Tensor read_rgb_image(const std::string& path) {
-  KUAFU_CHECK(std::filesystem::is_regular_file(path), "--init-image ", path, ": no such file");
+// An image file (`option` names it) as [1, 3, H, W] RGB in [0, 1], or with `grey` [1, 1, H, W] (ITU-R 601 luma, as
+// PIL's convert("L")); its alpha channel left out (as PIL's convert) and its EXIF orientation ignored (as PIL's open).
+torch::Tensor read_image(const std::string& option, const std::string& path, bool grey = false) {
+  KUAFU_CHECK(std::filesystem::is_regular_file(path), option, " ", path, ": no such file");
 #ifndef KUAFU_WITH_IMAGE_CODECS
   fail("cannot read " + path + ": this build has no image decoding (KUAFU_WITH_IMAGE_CODECS=OFF)");
 #else
-  const cv::Mat bgr = cv::imread(path, cv::IMREAD_COLOR | cv::IMREAD_IGNORE_ORIENTATION);
-  KUAFU_CHECK(!bgr.empty() && bgr.depth() == CV_8U, "--init-image ", path, ": not an 8-bit image OpenCV reads (PNG, JPEG, ...)");
-  cv::Mat rgb;
-  cv::cvtColor(bgr, rgb, cv::COLOR_BGR2RGB);
-  const torch::Tensor pixels = torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8);  // [H, W, 3], rgb's memory
-  return pixels.permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32) / 255;
+  const cv::Mat read = cv::imread(path, (grey ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR) | cv::IMREAD_IGNORE_ORIENTATION);
+  KUAFU_CHECK(!read.empty() && read.depth() == CV_8U, option, " ", path, ": not an 8-bit image OpenCV reads (PNG, JPEG, ...)");
+  cv::Mat pixels = read;
+  if (!grey) cv::cvtColor(read, pixels, cv::COLOR_BGR2RGB);
+  const torch::Tensor hwc = torch::from_blob(pixels.data, {pixels.rows, pixels.cols, pixels.channels()}, torch::kUInt8);  // pixels' memory
+  return hwc.permute({2, 0, 1}).unsqueeze(0).to(torch::kFloat32) / 255;  // [1, 3 or 1, H, W]
 #endif
 }
 
 void sample_command(int argc, const char* const argv[]) {
   std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile, final_out, embeddings_out, init_image;
-  std::string dtype = "fp32";
+  std::string dtype = "fp32", mask;
+  std::optional<double> strength;
   std::vector<std::string> prompts;
   std::vector<uint64_t> seeds;
   SampleOptions options;
@@ -155,8 +161,10 @@ void sample_command(int argc, const char* const argv[]) {
     } else if (arg == "--init-image") {
       init_image = value;
     } else if (arg == "--strength") {
-      options.strength = real(arg, value);
-      KUAFU_CHECK(options.strength > 0 && options.strength <= 1, "--strength ", value, " is not in (0, 1]");
+      strength = real(arg, value);
+      KUAFU_CHECK(*strength > 0 && *strength <= 1, "--strength ", value, " is not in (0, 1]");
+    } else if (arg == "--mask") {
+      mask = value;
     } else if (arg == "--vae-tile") {
       vae_tile = value;
     } else if (arg == "--dtype") {
@@ -189,7 +197,10 @@ void sample_command(int argc, const char* const argv[]) {
     options.initial_latents = latents->to(torch::kFloat32);
   }
   KUAFU_CHECK(init_image.empty() || latents_in.empty(), "--init-image and --latents both give where sampling starts: name one");
-  if (!init_image.empty()) options.init_image = read_rgb_image(init_image);
+  KUAFU_CHECK(mask.empty() || !init_image.empty(), "--mask needs --init-image: the image it repaints");
+  if (!init_image.empty()) options.init_image = read_image("--init-image", init_image);
+  if (!mask.empty()) options.mask_image = read_image("--mask", mask, /*grey=*/true);
+  options.strength = strength.value_or(mask.empty() ? 0.8 : 1.0);  // diffusers' defaults: img2img 0.8, inpainting 1
   // The weights read straight into the compute dtype; the VAE's in float32, which it decodes in whatever the dtype.
   const torch::Dtype compute = optim::dtype_named(dtype);
   Pipeline pipeline = load_pipeline(model, resolve_device(device, 0), PipelineLoad{compute, compute, torch::kFloat32});
@@ -224,6 +235,7 @@ void sample_command(int argc, const char* const argv[]) {
   for (const uint64_t seed : seeds) seed_names.push_back(std::to_string(seed));
   auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
   if (!init_image.empty()) text.emplace_back("init image", init_image);
+  if (!mask.empty()) text.emplace_back("mask", mask);
   if (dtype != "fp32") text.emplace_back("dtype", dtype);
   text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                            {"model", model},

@@ -16,7 +16,10 @@
       as PIL reads it, in [0, 1]) at strength 0.6 over 10 steps for each sampler, its draws (the VAE's latent
       sample, then the noise) from the generator seeded 7 (img2img_<sampler>_*), and DDIM's with two images per
       prompt (img2img_ddim_per_prompt_*); DDIM's latents with the pipeline loaded in bf16 and in fp16
-      (torch_dtype) from the initial latents rounded to it (bf16_latents, fp16_latents, as float32)
+      (torch_dtype) from the initial latents rounded to it (bf16_latents, fp16_latents, as float32);
+      inpainting (StableDiffusionInpaintPipeline) with OUT/inpaint_pipe (a 9-channel UNet) from OUT/init.png and
+      OUT/mask.png (a white rectangle: repainted) at strength 1 (pure noise) for DDIM, Euler ancestral and
+      DPM-Solver++(2M), at 0.6 for DDIM, and with two images per prompt (inpaint_<run>_latents, _images)
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -28,8 +31,8 @@ import sys
 
 import torch
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
-                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionImg2ImgPipeline, StableDiffusionPipeline,
-                       UNet2DConditionModel, UniPCMultistepScheduler)
+                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionImg2ImgPipeline, StableDiffusionInpaintPipeline,
+                       StableDiffusionPipeline, UNet2DConditionModel, UniPCMultistepScheduler)
 from safetensors.torch import load_file, save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
@@ -103,6 +106,7 @@ def build(out):
                                                      output_type=output, generator=torch.Generator().manual_seed(7)).images
         tensors["prompt_embeds"], tensors["negative_prompt_embeds"] = pipe.encode_prompt(PROMPTS, "cpu", 2, True)
     tensors.update(img2img(pipe, saved, out))
+    tensors.update(inpaint(pipe, saved, out))
     # DDIM's from the same latents (rounded to the dtype) with every component in bf16 and in fp16 (torch_dtype).
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         low = StableDiffusionPipeline.from_pretrained(out / "pipe", torch_dtype=dtype)
@@ -129,6 +133,35 @@ def img2img(pipe, saved, out):
             for output, key in (("latent", "latents"), ("pt", "images")):
                 tensors[f"img2img_{name}_{key}"] = pipe(PROMPTS, image=init, strength=0.6, num_inference_steps=10, guidance_scale=7.5,
                                                         num_images_per_prompt=per_prompt, output_type=output,
+                                                        generator=torch.Generator().manual_seed(7)).images
+    return tensors
+
+
+def inpaint(pipe, saved, out):
+    """StableDiffusionInpaintPipeline: OUT/inpaint_pipe, the same components but a 9-channel UNet (latents, mask,
+    the masked image's latents), from OUT/init.png and OUT/mask.png (white: repainted)."""
+    import numpy as np
+    from PIL import Image
+    torch.manual_seed(12)
+    unet = randomise(UNet2DConditionModel(sample_size=8, in_channels=9, out_channels=4, block_out_channels=(16, 32), norm_num_groups=8,
+                                          cross_attention_dim=12, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+                                          up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), layers_per_block=1, attention_head_dim=2))
+    components = dict(pipe.components, unet=unet)
+    StableDiffusionInpaintPipeline(**components).save_pretrained(out / "inpaint_pipe")
+    pipe = StableDiffusionInpaintPipeline.from_pretrained(out / "inpaint_pipe")
+    mask = np.zeros((16, 16), dtype=np.uint8)
+    mask[3:11, 5:14] = 255
+    Image.fromarray(mask).save(out / "mask.png")
+    init, mask = Image.open(out / "init.png").convert("RGB"), Image.open(out / "mask.png").convert("L")
+    tensors = {}
+    runs = {"ddim": (DDIMScheduler, 1.0, 1), "euler_a": (EulerAncestralDiscreteScheduler, 1.0, 1), "dpm": (DPMSolverMultistepScheduler, 1.0, 1),
+            "ddim_strength": (DDIMScheduler, 0.6, 1), "ddim_per_prompt": (DDIMScheduler, 1.0, 2)}
+    for name, (kind, strength, per_prompt) in runs.items():
+        pipe.scheduler = kind.from_config(saved)
+        with torch.no_grad():
+            for output, key in (("latent", "latents"), ("pt", "images")):
+                tensors[f"inpaint_{name}_{key}"] = pipe(PROMPTS, image=init, mask_image=mask, strength=strength, num_inference_steps=10,
+                                                        guidance_scale=7.5, num_images_per_prompt=per_prompt, output_type=output,
                                                         generator=torch.Generator().manual_seed(7)).images
     return tensors
 

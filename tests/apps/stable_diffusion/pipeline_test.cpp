@@ -101,6 +101,65 @@ TEST(Img2ImgTest, BadImagesAndStrengthsAreNamed) {
   EXPECT_NE(message.find("is not in (0, 1]"), std::string::npos) << message;
 }
 
+// Inpainting (diffusers' StableDiffusionInpaintPipeline with a 9-channel UNet: the latents, the mask at their
+// size, the latents of the image with the repainted part blanked) from the same image and mask (a rectangle):
+// at strength 1 from pure noise under DDIM, Euler ancestral and DPM-Solver++(2M), at 0.6 from the noised image
+// under DDIM, and with two images per prompt; every draw from the generator seeded 7 in diffusers' order (the
+// image's latents below strength 1, the noise, the masked image's latents). diffusers' latents and images to
+// 1e-4 as above.
+torch::Tensor rectangle_mask() {
+  torch::Tensor mask = torch::zeros({1, 1, 16, 16});
+  mask.index_put_({0, 0, torch::indexing::Slice(3, 11), torch::indexing::Slice(5, 14)}, 1.0);  // mask.png's white
+  return mask;
+}
+
+class InpaintTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InpaintTest, SamplesAsDiffusersFromTheSameImageAndMask) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "inpaint_pipe").string());
+  SampleOptions options;
+  options.steps = 10;
+  options.guidance = 7.5;
+  const std::string& run = GetParam();
+  options.sampler = sampler_named(run == "dpm" ? "dpm++2m" : run == "euler_a" ? "euler_a" : "ddim");
+  options.strength = run == "ddim_strength" ? 0.6 : 1.0;
+  if (run == "ddim_per_prompt") options.images_per_prompt = 2;
+  options.seed = 7;
+  options.init_image = ref["init_image"];
+  options.mask_image = rectangle_mask();
+  const Samples samples = sample(pipeline, {"a photo of the cat", "the cat!"}, options);
+  const std::string key = "inpaint_" + run;
+  const double latents = testing::max_abs_difference(samples.latents, ref[key + "_latents"]);
+  const double images = testing::max_abs_difference(samples.images, ref[key + "_images"]);
+  std::cout << "  " << key << ": latents " << latents << ", images " << images << " from diffusers'\n";
+  EXPECT_LT(latents, 1e-4);
+  EXPECT_LT(images, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runs, InpaintTest, ::testing::Values("ddim", "euler_a", "dpm", "ddim_strength", "ddim_per_prompt"));
+
+TEST(InpaintTest, AMaskNeedsAnImageAndAnInpaintingUNet) {
+  const testing::Reference& ref = pipeline_reference();
+  Pipeline plain = load_pipeline((ref.dir / "pipe").string());
+  Pipeline inpainting = load_pipeline((ref.dir / "inpaint_pipe").string());
+  SampleOptions options;
+  options.steps = 2;
+  options.sampler = SamplerKind::kDdim;
+  options.mask_image = rectangle_mask();
+  std::string message = testing::error_message([&] { sample(inpainting, {"x"}, options); });
+  EXPECT_NE(message.find("needs the image it repaints"), std::string::npos) << message;
+  options.init_image = ref["init_image"];
+  message = testing::error_message([&] { sample(plain, {"x"}, options); });
+  EXPECT_NE(message.find("inpainting needs an inpainting UNet (in_channels 9"), std::string::npos) << message;
+  options.mask_image = torch::ones({1, 1, 8, 16});
+  message = testing::error_message([&] { sample(inpainting, {"x"}, options); });
+  EXPECT_NE(message.find("at the image's size (16x16)"), std::string::npos) << message;
+  options.mask_image = torch::Tensor();
+  message = testing::error_message([&] { sample(inpainting, {"x"}, options); });
+  EXPECT_NE(message.find("this UNet inpaints (in_channels 9)"), std::string::npos) << message;
+}
+
 // Negative prompts (the unconditional rows' text, one per prompt), guidance rescale 0.7 (Lin et al.'s value)
 // alone and with them, and DDIM's eta 0.5 (its noise from the generator seeded 7), under DDIM from the same
 // latents: diffusers' latents and images, 1e-4 as above. Each changes the result (more than 1e-2 from plain
@@ -261,9 +320,10 @@ nlohmann::json grid_against_reference(const std::filesystem::path& png, const st
   return testing::last_json_line(check.output);
 }
 
-// `kuafu-sd sample --init-image` reads the PNG diffusers' img2img read with PIL and writes its images (±1/255:
-// the PNG's 8 bits), with the strength and the image in the grid's text; a file that is not an image is named.
-TEST(SampleCommandTest, Img2ImgFromAPngAsDiffusers) {
+// `kuafu-sd sample --init-image` (and `--mask`) reads the PNGs diffusers' img2img and inpainting read with PIL and
+// writes their images (±1/255: the PNG's 8 bits), with the strength, the image and the mask in the grid's text; a
+// file that is not an image is named.
+TEST(SampleCommandTest, Img2ImgAndInpaintingFromPngsAsDiffusers) {
   const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("sd_img2img");
   const std::string png = (ref.dir / "init.png").string();
@@ -278,6 +338,17 @@ TEST(SampleCommandTest, Img2ImgFromAPngAsDiffusers) {
   const std::map<std::string, std::string> fields(text.begin(), text.end());
   EXPECT_EQ(fields.at("strength"), "0.6");
   EXPECT_EQ(fields.at("init image"), png);
+
+  // Inpainting from the same PNG and mask.png, at diffusers' default strength for it (1).
+  const testing::CommandResult inpaint =
+      kuafu_sd("sample --model " + (ref.dir / "inpaint_pipe").string() + " --prompt 'a photo of the cat' --prompt 'the cat!' " +
+               "--steps 10 --seed 7 --sampler ddim --init-image " + png + " --mask " + (ref.dir / "mask.png").string() + " --out " +
+               (dir / "inpainted.png").string());
+  ASSERT_EQ(inpaint.exit_code, 0) << inpaint.output;
+  EXPECT_LE(grid_against_reference(dir / "inpainted.png", "inpaint_ddim_images")["max_difference"].get<int64_t>(), 1);
+  const auto inpaint_text = io::read_png_text((dir / "inpainted.png").string());
+  const std::map<std::string, std::string> inpaint_fields(inpaint_text.begin(), inpaint_text.end());
+  EXPECT_EQ(inpaint_fields.at("mask"), (ref.dir / "mask.png").string());
 
   write_file_atomic((dir / "not_an_image.png").string(), "text");
   const testing::CommandResult bad = kuafu_sd(common + " --init-image " + (dir / "not_an_image.png").string() + " --out " +
