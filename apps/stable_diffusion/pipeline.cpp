@@ -170,7 +170,7 @@ void write_pipeline(const std::string& source, const std::string& out, const std
 }
 
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale, const torch::Tensor& condition) {
+                      at::Generator& generator, double guidance_rescale, const Inpainting& inpainting) {
   torch::NoGradGuard no_grad;
   const bool guided = needs_unconditional(guidance);
   const int64_t rows = latents.size(0);
@@ -180,7 +180,7 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
     const torch::Tensor input = sampler.scale_model_input(latents, i);
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
     torch::Tensor model_input = guided ? torch::cat({input, input}) : input;  // [(2)B, C, h, w]
-    if (condition.defined()) model_input = torch::cat({model_input, condition}, 1);
+    if (inpainting.condition.defined()) model_input = torch::cat({model_input, inpainting.condition}, 1);
     const torch::Tensor out = unet->forward(model_input.to(dtype), t, context).to(torch::kFloat32);
     torch::Tensor prediction = out;
     if (guided) {
@@ -191,6 +191,7 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
     torch::Tensor noise;
     if (sampler.stochastic()) noise = torch::randn(latents.sizes(), generator, torch::kFloat32).to(latents.device());
     latents = sampler.step(prediction, i, latents, noise);
+    if (inpainting.blend) latents = inpainting.blend(latents, i);
   }
   return latents;
 }
@@ -238,8 +239,9 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   const int64_t latent_channels = p.vae->config.latent_channels;
   const bool inpainting_unet = p.unet->config.in_channels == 2 * latent_channels + 1;
   KUAFU_CHECK(!mask.defined() || image.defined(), "a mask to inpaint needs the image it repaints");
-  KUAFU_CHECK(!mask.defined() || inpainting_unet, "inpainting needs an inpainting UNet (in_channels ", 2 * latent_channels + 1,
-              ": the latents, the mask and the masked image's latents); this one takes ", p.unet->config.in_channels);
+  KUAFU_CHECK(!mask.defined() || inpainting_unet || p.unet->config.in_channels == latent_channels, "inpainting needs a UNet of ",
+              2 * latent_channels + 1, " input channels (the latents, the mask and the masked image's latents) or of ", latent_channels,
+              " (the known part put back after each step); this one takes ", p.unet->config.in_channels);
   KUAFU_CHECK(mask.defined() || !inpainting_unet, "this UNet inpaints (in_channels ", p.unet->config.in_channels,
               "): give an image and a mask to repaint");
   if (mask.defined()) {
@@ -280,8 +282,8 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
       float32_vae = p.vae->decoder->conv_in->weight.scalar_type() == torch::kFloat32 ? p.vae : float32_copy(p.vae, device);
     return *float32_vae;
   };
-  torch::Tensor start;      // [B, C, h, w] what the loop starts from
-  torch::Tensor condition;  // [(2)B, 1 + C, h, w] inpainting's mask and masked image latents
+  torch::Tensor start;  // [B, C, h, w] what the loop starts from
+  Inpainting inpainting;
   // An image's latents (`scaled`: its pixels in [−1, 1]): a sample of the VAE's latent distribution (one draw from the
   // generator), [B, C, h, w].
   const torch::Tensor pixels = image.defined() ? image.to(device, torch::kFloat32) * 2 - 1 : torch::Tensor();  // [1 or B, 3, H, W]
@@ -292,20 +294,31 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
     return latents.size(0) == rows ? latents : latents.expand({rows, -1, -1, -1});
   };
   if (mask.defined()) {
-    // diffusers' order of draws: the image's latents (below strength 1 only), the noise, the masked image's latents.
+    // diffusers' order of draws: the image's latents (for an inpainting UNet below strength 1 only), the noise, the
+    // masked image's latents (drawn for a plain UNet too, which does not read them).
     const size_t first = img2img_first_step(*sampler, options.steps, options.strength);
     const bool from_noise = options.strength == 1.0;
-    const torch::Tensor clean = from_noise ? torch::Tensor() : image_latents(pixels);
+    const torch::Tensor clean = from_noise && inpainting_unet ? torch::Tensor() : image_latents(pixels);  // [B, C, h, w]
     initial = torch::randn({rows, latent_channels, latent_h, latent_w}, generator, torch::kFloat32);
+    const torch::Tensor noise = initial.to(device);
     sampler->begin_at(first);
-    start = from_noise ? initial.to(device) * sampler->init_noise_sigma() : sampler->add_noise(clean, initial.to(device), first);
+    start = from_noise ? noise * sampler->init_noise_sigma() : sampler->add_noise(clean, noise, first);
     const torch::Tensor repaint = (mask.to(device, torch::kFloat32) >= 0.5).to(torch::kFloat32);  // [1 or B, 1, H, W]
     const torch::Tensor masked_latents = image_latents(pixels * (1 - repaint));  // the repainted part blanked: [B, C, h, w]
     torch::Tensor small_mask = torch::nn::functional::interpolate(
         repaint, torch::nn::functional::InterpolateFuncOptions().size(std::vector<int64_t>{latent_h, latent_w}));  // nearest
-    if (small_mask.size(0) != rows) small_mask = small_mask.expand({rows, -1, -1, -1});
-    condition = torch::cat({small_mask, masked_latents}, 1);
-    if (guided) condition = torch::cat({condition, condition});
+    if (small_mask.size(0) != rows) small_mask = small_mask.expand({rows, -1, -1, -1});  // [B, 1, h, w]
+    if (inpainting_unet) {
+      inpainting.condition = torch::cat({small_mask, masked_latents}, 1);
+      if (guided) inpainting.condition = torch::cat({inpainting.condition, inpainting.condition});
+    } else {
+      const size_t calls = sampler->timesteps().size();
+      Sampler& s = *sampler;
+      inpainting.blend = [&s, clean, noise, small_mask, calls](const torch::Tensor& latents, size_t i) {
+        const torch::Tensor known = i + 1 < calls ? s.add_noise(clean, noise, i + 1) : clean;
+        return (1 - small_mask) * known + small_mask * latents;
+      };
+    }
   } else if (image.defined()) {
     // diffusers' order of draws: the latent distribution's sample, then the noise added to it.
     const size_t first = img2img_first_step(*sampler, options.steps, options.strength);
@@ -317,7 +330,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
     if (!initial.defined()) initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
     start = initial.to(device) * sampler->init_noise_sigma();
   }
-  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale, condition);
+  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale, inpainting);
   Samples samples{initial, latents, {}, text.narrow(0, guided ? rows : 0, rows), guided ? text.narrow(0, 0, rows) : torch::Tensor()};
   if (!options.decode) return samples;
   const torch::Tensor unscaled = latents / vae().config.scaling_factor;

@@ -80,10 +80,11 @@ struct SampleOptions {
   // latent distribution noised to the step `strength` leaves: the last ⌊steps · strength⌋ steps are taken.
   torch::Tensor init_image;
   double strength = 0.8;
-  // Inpainting (diffusers' StableDiffusionInpaintPipeline, with an inpainting UNet of 2 × latent + 1 input
-  // channels): where to repaint [1 or B, 1, H, W] in [0, 1] (≥ 0.5: repainted), beside init_image. The UNet
-  // also sees the mask at the latents' size and the latents of the image with the repainted part blanked; at
-  // strength 1 sampling starts from pure noise, below it as img2img does.
+  // Inpainting (diffusers' StableDiffusionInpaintPipeline): where to repaint [1 or B, 1, H, W] in [0, 1] (≥ 0.5:
+  // repainted), beside init_image. An inpainting UNet (2 × latent + 1 input channels) also sees the mask at the
+  // latents' size and the latents of the image with the repainted part blanked; with a plain UNet the image's
+  // known part is put back after every step, noised to the next (diffusers' legacy way). At strength 1 sampling
+  // starts from pure noise, below it as img2img does.
   torch::Tensor mask_image;
 };
 
@@ -105,10 +106,15 @@ Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, cons
 // the sampler's first step) through every step of `sampler` from its first, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
 // caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
 // `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
-// `condition` [(2)B, c, h, w] (inpainting's mask and masked image latents, rows as `text`'s), when given, follows
-// the latents in every model input's channels.
+// What inpainting adds to the loop: with an inpainting UNet `condition` [(2)B, c, h, w] (the mask and the masked
+// image's latents, rows as `text`'s) after the latents in every model input's channels; with one that does not
+// inpaint, `blend` applied to the latents after each step i (the known part put back, noised for step i + 1).
+struct Inpainting {
+  torch::Tensor condition;
+  std::function<torch::Tensor(const torch::Tensor& latents, size_t i)> blend;
+};
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale = 0.0, const torch::Tensor& condition = {});
+                      at::Generator& generator, double guidance_rescale = 0.0, const Inpainting& inpainting = {});
 
 // A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,

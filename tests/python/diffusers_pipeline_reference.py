@@ -19,7 +19,9 @@
       (torch_dtype) from the initial latents rounded to it (bf16_latents, fp16_latents, as float32);
       inpainting (StableDiffusionInpaintPipeline) with OUT/inpaint_pipe (a 9-channel UNet) from OUT/init.png and
       OUT/mask.png (a white rectangle: repainted) at strength 1 (pure noise) for DDIM, Euler ancestral and
-      DPM-Solver++(2M), at 0.6 for DDIM, and with two images per prompt (inpaint_<run>_latents, _images)
+      DPM-Solver++(2M), at 0.6 for DDIM, and with two images per prompt (inpaint_<run>_latents, _images), and
+      with OUT/pipe's 4-channel UNet (the known part put back after each step) under DDIM and Euler ancestral at
+      strength 1 and DPM-Solver++(2M) at 0.6 (inpaint_plain_<run>_*)
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -146,6 +148,7 @@ def inpaint(pipe, saved, out):
     unet = randomise(UNet2DConditionModel(sample_size=8, in_channels=9, out_channels=4, block_out_channels=(16, 32), norm_num_groups=8,
                                           cross_attention_dim=12, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                                           up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), layers_per_block=1, attention_head_dim=2))
+    components4 = pipe.components
     components = dict(pipe.components, unet=unet)
     StableDiffusionInpaintPipeline(**components).save_pretrained(out / "inpaint_pipe")
     pipe = StableDiffusionInpaintPipeline.from_pretrained(out / "inpaint_pipe")
@@ -154,9 +157,15 @@ def inpaint(pipe, saved, out):
     Image.fromarray(mask).save(out / "mask.png")
     init, mask = Image.open(out / "init.png").convert("RGB"), Image.open(out / "mask.png").convert("L")
     tensors = {}
+    plain = StableDiffusionInpaintPipeline(**components4)
     runs = {"ddim": (DDIMScheduler, 1.0, 1), "euler_a": (EulerAncestralDiscreteScheduler, 1.0, 1), "dpm": (DPMSolverMultistepScheduler, 1.0, 1),
-            "ddim_strength": (DDIMScheduler, 0.6, 1), "ddim_per_prompt": (DDIMScheduler, 1.0, 2)}
+            "ddim_strength": (DDIMScheduler, 0.6, 1), "ddim_per_prompt": (DDIMScheduler, 1.0, 2),
+            # The legacy way with the 4-channel UNet of OUT/pipe: the known part put back after each step.
+            "plain_ddim": (DDIMScheduler, 1.0, 1), "plain_euler_a": (EulerAncestralDiscreteScheduler, 1.0, 1),
+            "plain_dpm_strength": (DPMSolverMultistepScheduler, 0.6, 1)}
+    inpainting = pipe
     for name, (kind, strength, per_prompt) in runs.items():
+        pipe = plain if name.startswith("plain_") else inpainting
         pipe.scheduler = kind.from_config(saved)
         with torch.no_grad():
             for output, key in (("latent", "latents"), ("pt", "images")):
