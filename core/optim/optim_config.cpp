@@ -40,6 +40,10 @@ void add_optimizer_schema(config::Schema& s) {
               "(diffusion models sample with it); evaluation runs on it, and it is saved beside the model as the ema part; 0 = none")
       .min(0)
       .max(0.999999);
+  s.add_string("optim.ema_warmup", "none",
+               "\"diffusers\": the average's decay rises as diffusers' EMAModel's does, min(ema_decay, (1 + s) / (10 + s)) at its "
+               "s-th update after the first (which copies the weights); \"none\": ema_decay from the start")
+      .choices({"none", "diffusers"});
 }
 
 std::vector<ParamGroup> make_param_groups(const std::vector<Param>& params,

@@ -95,6 +95,7 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
     if (runtime.is_main()) log::infof(sharded_->describe());
   }
   ema_decay_ = config.get_float("optim.ema_decay");
+  ema_warmup_ = config.get_string("optim.ema_warmup") == "diffusers";
   if (ema_decay_ > 0 && streams_masters()) {
     config.fail_at("optim.ema_decay", "keeps a float32 average of every weight in host memory, which master chunks on "
                                       "the disk tier (memory.disk_dir) are there to avoid; not yet together");
@@ -317,11 +318,25 @@ void ModelState::swap_ema() {
   }
 }
 
+namespace {
+
+double ema_decay_at(double decay, bool warmup, int64_t update) {
+  if (!warmup) return decay;
+  // diffusers' EMAModel.get_decay without use_ema_warmup: the first update copies the weights, the k-th (k ≥ 2)
+  // keeps min(decay, k / (k + 9)) of the average (its (1 + step) / (10 + step) with step = k − 1).
+  const auto step = static_cast<double>(update - 1);
+  return step <= 0 ? 0.0 : std::min(decay, (1 + step) / (10 + step));
+}
+
+}  // namespace
+
 void ModelState::update_ema() {
+  if (ema_.empty()) return;
   torch::NoGradGuard no_grad;
+  const double decay = ema_decay_at(ema_decay_, ema_warmup_, ++ema_updates_);
   for (size_t i = 0; i < ema_.size(); ++i) {
     // A master Gemini has moved to the other tier since is read where the average lives.
-    ema_[i].mul_(ema_decay_).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - ema_decay_);
+    ema_[i].mul_(decay).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - decay);
   }
 }
 
@@ -424,6 +439,7 @@ std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
 
 void ModelState::save_scaler_state(nlohmann::json& trainer_state) const {
   if (scaler_) trainer_state[scaler_key()] = scaler_->state();
+  if (!ema_.empty()) trainer_state[ema_updates_key()] = ema_updates_;
 }
 
 void ModelState::load(const std::string& folder, const nlohmann::json& trainer_state) {
@@ -468,6 +484,9 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
       return block_of(name, blocks.at(name));
     };
     CheckpointStore::load_weights(folder, ema, ema_place, ema_part(), /*subset=*/runtime_.pipelined());
+    // A checkpoint from before the count was kept: as many updates as steps, far past any warm-up.
+    const auto count = trainer_state.find(ema_updates_key());
+    ema_updates_ = count != trainer_state.end() && count->is_number_integer() ? count->get<int64_t>() : int64_t{1} << 40;
   }
   if (scaler_ && trainer_state.contains(scaler_key())) {
     try {

@@ -92,10 +92,10 @@ class ModelState {
   // optim.ema_decay is set; each rank's pieces as it holds them (its ZeRO/Gemini piece, its tensor-parallel
   // block, its pipeline stage), each tensor written by one rank only. No communication.
   std::vector<CheckpointPart> checkpoint_parts() const;
-  // Adds the loss scaler's state to a checkpoint's trainer state.
+  // Adds the loss scaler's state and the moving average's count of updates to a checkpoint's trainer state.
   void save_scaler_state(nlohmann::json& trainer_state) const;
   // Restores weights, optimizer state and this rank's RNG from this model's part of `folder`, and the
-  // loss scaler from `trainer_state`; kuafu::Error naming the folder on any mismatch.
+  // loss scaler and the average's count from `trainer_state`; kuafu::Error naming the folder on any mismatch.
   void load(const std::string& folder, const nlohmann::json& trainer_state);
 
   optim::Optimizer& optimizer() { return *optimizer_; }
@@ -130,6 +130,7 @@ class ModelState {
   void step_streamed(double factor);
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
+  std::string ema_updates_key() const { return options_.name.empty() ? "ema_updates" : options_.name + ".ema_updates"; }
   std::string ema_part() const { return ema_part_of(options_.name); }
   void update_ema();
   // Whole tensors of the model's layout (tensor-parallel blocks gathered, pipeline stages collected on
@@ -159,6 +160,8 @@ class ModelState {
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;
   double ema_decay_ = 0;
+  bool ema_warmup_ = false;          // optim.ema_warmup = "diffusers": the decay rises with the updates
+  int64_t ema_updates_ = 0;          // updates taken (the warm-up's step), saved in the trainer state
   std::vector<torch::Tensor> ema_;  // parallel to params_
   bool hooks_installed_ = false;
 };

@@ -441,5 +441,51 @@ TEST(MultiModelTest, EmaFollowsTheWeightsAndResumes) {
   }
 }
 
+// optim.ema_warmup = "diffusers": the k-th update keeps min(ema_decay, (1 + s)/(10 + s)) of the average, s = k − 1,
+// the first copying the weights (diffusers' EMAModel.get_decay, worked here by hand); the count of updates is
+// saved in the trainer state, so a resumed run's fourth update decays by 4/13 as an unbroken run's. 1e-6 relative
+// as above.
+TEST(MultiModelTest, EmaWarmsUpAsDiffusersAndResumesItsCount) {
+  const fs::path root = testing::temp_dir("ema_warmup");
+  const config::Config config = ppo_config(root, {"optim.ema_decay=0.9", "optim.ema_warmup=\"diffusers\""});
+  Runtime runtime = testing::single_runtime();
+  torch::manual_seed(3);
+  Mlp model(4, 3);
+  std::map<std::string, torch::Tensor> expected;
+  const auto step_and_expect = [&](ModelState& state, Mlp& m, int64_t step) {
+    state.start_step(step);
+    state.begin_backward(true);
+    m(torch::randn({8, 4})).pow(2).mean().backward();
+    state.end_backward();
+    state.finish_step(state.grad_norm(), 0.0, false);
+    const double s = static_cast<double>(step);  // update step + 1, diffusers' step = update − 1
+    const double decay = step == 0 ? 0.0 : std::min(0.9, (1 + s) / (10 + s));
+    for (const auto& p : m->named_parameters()) {
+      const torch::Tensor w = p.value().detach().clone();
+      expected[p.key()] = step == 0 ? w : decay * expected[p.key()] + (1 - decay) * w;
+    }
+    for (const auto& [name, tensor] : state.full_ema()) EXPECT_TRUE(torch::allclose(tensor, expected.at(name), 1e-6, 0)) << step << " " << name;
+  };
+  {
+    RunFolder run(config, runtime, read_train_settings(config), {});
+    ModelState state(config, runtime, *model, {});
+    for (int64_t step = 0; step < 3; ++step) step_and_expect(state, model, step);
+    nlohmann::json trainer_state = nlohmann::json::object();
+    state.save_scaler_state(trainer_state);
+    EXPECT_EQ(trainer_state.at("ema_updates"), 3);
+    run.save(3, state.checkpoint_parts(), trainer_state);
+  }
+  RunFolder run(config, runtime, read_train_settings(config), {});
+  ModelState resumed(config, runtime, *model, {});
+  const auto resume = run.checkpoint_to_resume();
+  ASSERT_TRUE(resume);
+  resumed.load(resume->folder, resume->trainer_state);
+  step_and_expect(resumed, model, 3);
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] {
+                                  ppo_config(root / "bad", {"optim.ema_decay=0.9", "optim.ema_warmup=\"karras\""});
+                                }),
+                                "optim.ema_warmup"));
+}
+
 }  // namespace
 }  // namespace kuafu::train
