@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "apps/stable_diffusion/lora_file.h"
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/io/png_file.h"
 #include "core/io/safetensors.h"
@@ -62,6 +64,8 @@ const char* const kHelp =
     "                       keeps the rest (diffusers' StableDiffusionInpaintPipeline)\n"
     "  --vae-tile PX|auto   decode in overlapping tiles of PX pixels (auto: the VAE's sample_size, as\n"
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
+    "  --lora FILE[:W]      merge a LoRA in kohya's format (lora_unet_* / lora_te_*: sd-scripts, ComfyUI, A1111)\n"
+    "                       into the UNet and text encoder at weight W (default 1); repeat for several\n"
     "  --dtype D            fp32 (default), bf16 or fp16: the text encoder and the UNet compute in it (diffusers'\n"
     "                       torch_dtype); the sampler's steps stay float32 and the VAE runs in float32\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
@@ -106,6 +110,7 @@ void sample_command(int argc, const char* const argv[]) {
   std::string model, out, latents_in, latents_out, device = "cpu", sampler_name, vae_tile, final_out, embeddings_out, init_image;
   std::string dtype = "fp32", mask;
   std::optional<double> strength;
+  std::vector<std::pair<std::string, double>> loras;  // file, weight
   std::vector<std::string> prompts;
   std::vector<uint64_t> seeds;
   SampleOptions options;
@@ -167,6 +172,23 @@ void sample_command(int argc, const char* const argv[]) {
       mask = value;
     } else if (arg == "--vae-tile") {
       vae_tile = value;
+    } else if (arg == "--lora") {
+      // FILE or FILE:WEIGHT (a colon followed by a number).
+      const size_t colon = value.rfind(':');
+      double w = 1.0;
+      std::string file = value;
+      if (colon != std::string::npos) {
+        try {
+          size_t used = 0;
+          w = std::stod(value.substr(colon + 1), &used);
+          if (used == value.size() - colon - 1) file = value.substr(0, colon);
+          else w = 1.0;
+        } catch (const std::exception&) {
+          w = 1.0;
+        }
+      }
+      KUAFU_CHECK(std::filesystem::is_regular_file(file), "--lora ", file, ": no such file");
+      loras.emplace_back(file, w);
     } else if (arg == "--dtype") {
       KUAFU_CHECK(value == "fp32" || value == "bf16" || value == "fp16", "--dtype ", text::abbreviate(value), " is not fp32, bf16 or fp16");
       dtype = value;
@@ -204,6 +226,14 @@ void sample_command(int argc, const char* const argv[]) {
   // The weights read straight into the compute dtype; the VAE's in float32, which it decodes in whatever the dtype.
   const torch::Dtype compute = optim::dtype_named(dtype);
   Pipeline pipeline = load_pipeline(model, resolve_device(device, 0), PipelineLoad{compute, compute, torch::kFloat32});
+  std::vector<std::string> lora_names;
+  for (const auto& [file, w] : loras) {
+    const int64_t layers = merge_kohya_lora(pipeline, file, w);
+    std::ostringstream name;
+    name << file << ":" << w;
+    lora_names.push_back(name.str());
+    std::cout << file << ": " << layers << " layers merged at weight " << w << "\n";
+  }
   if (!vae_tile.empty()) {
     options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
     const int64_t least = 4 * pipeline.vae_scale();  // a tile of fewer than 4 latents decodes nothing useful
@@ -236,6 +266,7 @@ void sample_command(int argc, const char* const argv[]) {
   auto text = sample_png_text(prompts, latents_in.empty() ? text::join(seed_names, ", ") : "latents from " + latents_in, options);
   if (!init_image.empty()) text.emplace_back("init image", init_image);
   if (!mask.empty()) text.emplace_back("mask", mask);
+  if (!lora_names.empty()) text.emplace_back("lora", text::join(lora_names, ", "));
   if (dtype != "fp32") text.emplace_back("dtype", dtype);
   text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                            {"model", model},

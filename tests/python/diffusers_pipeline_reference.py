@@ -21,7 +21,9 @@
       OUT/mask.png (a white rectangle: repainted) at strength 1 (pure noise) for DDIM, Euler ancestral and
       DPM-Solver++(2M), at 0.6 for DDIM, and with two images per prompt (inpaint_<run>_latents, _images), and
       with OUT/pipe's 4-channel UNet (the known part put back after each step) under DDIM and Euler ancestral at
-      strength 1 and DPM-Solver++(2M) at 0.6 (inpaint_plain_<run>_*)
+      strength 1 and DPM-Solver++(2M) at 0.6 (inpaint_plain_<run>_*); OUT/kohya_lora.safetensors, a random LoRA in
+      kohya's format on the UNet, and DDIM's latents and images with it loaded by load_lora_weights at weight 1
+      and 0.5 (kohya_*, kohya_half_*)
   diffusers_pipeline_reference.py check_png PNG REFERENCE KEY
       reads PNG (a grid Kuafu wrote, the images side by side) with PIL and prints, as JSON, the largest
       difference of its pixels from REFERENCE's KEY images [B, 3, H, W] in [0, 1] as 8-bit values
@@ -109,6 +111,7 @@ def build(out):
         tensors["prompt_embeds"], tensors["negative_prompt_embeds"] = pipe.encode_prompt(PROMPTS, "cpu", 2, True)
     tensors.update(img2img(pipe, saved, out))
     tensors.update(inpaint(pipe, saved, out))
+    tensors.update(kohya_lora(out, latents))
     # DDIM's from the same latents (rounded to the dtype) with every component in bf16 and in fp16 (torch_dtype).
     for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
         low = StableDiffusionPipeline.from_pretrained(out / "pipe", torch_dtype=dtype)
@@ -172,6 +175,34 @@ def inpaint(pipe, saved, out):
                 tensors[f"inpaint_{name}_{key}"] = pipe(PROMPTS, image=init, mask_image=mask, strength=strength, num_inference_steps=10,
                                                         guidance_scale=7.5, num_images_per_prompt=per_prompt, output_type=output,
                                                         generator=torch.Generator().manual_seed(7)).images
+    return tensors
+
+
+def kohya_lora(out, latents):
+    """OUT/kohya_lora.safetensors: random kohya-format LoRA (rank 2, alpha 3) on seven of the UNet's layers
+    (attention projections, proj_in, the feed-forward's, a ResNet's 3x3 convolution as LoCon), and DDIM's latents
+    and images with it loaded by load_lora_weights at weight 1 and 0.5 (kohya_*, kohya_half_*)."""
+    pipe = StableDiffusionPipeline.from_pretrained(out / "pipe")
+    modules = dict(pipe.unet.named_modules())
+    torch.manual_seed(13)
+    lora = {}
+    for path in ["down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k",
+                 "down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_out.0", "down_blocks.0.attentions.0.proj_in",
+                 "down_blocks.0.attentions.0.transformer_blocks.0.ff.net.0.proj", "up_blocks.1.attentions.0.transformer_blocks.0.attn2.to_v",
+                 "down_blocks.0.resnets.0.conv1"]:
+        w, key = modules[path].weight, "lora_unet_" + path.replace(".", "_")
+        lora[key + ".lora_down.weight"] = torch.randn(2, *w.shape[1:]) * 0.3
+        lora[key + ".lora_up.weight"] = torch.randn(w.shape[0], 2, *([1, 1] if w.dim() == 4 else [])) * 0.3
+        lora[key + ".alpha"] = torch.tensor(3.0)
+    save_file(lora, out / "kohya_lora.safetensors")
+    pipe.load_lora_weights(out / "kohya_lora.safetensors", adapter_name="kohya")
+    tensors = {}
+    for name, weight in (("kohya", 1.0), ("kohya_half", 0.5)):
+        pipe.set_adapters(["kohya"], adapter_weights=[weight])
+        with torch.no_grad():
+            for output, key in (("latent", "latents"), ("pt", "images")):
+                tensors[f"{name}_{key}"] = pipe(PROMPTS, num_inference_steps=10, guidance_scale=7.5, latents=latents.clone(),
+                                                output_type=output).images
     return tensors
 
 
