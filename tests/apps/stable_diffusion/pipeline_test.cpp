@@ -194,17 +194,17 @@ TEST(KohyaLoraTest, TextEncoderLayersMergeByTheFormulaAndBadFilesAreNamed) {
   const testing::Reference& ref = pipeline_reference();
   const auto dir = testing::temp_dir("kohya_te");
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
-  torch::Tensor* q_proj = nullptr;
-  for (auto& item : pipeline.text_encoder->named_parameters())
-    if (item.key() == "text_model.encoder.layers.1.self_attn.q_proj.weight") q_proj = &item.value();
-  ASSERT_NE(q_proj, nullptr);
-  const torch::Tensor before = q_proj->detach().clone();  // [12, 12]
+  torch::Tensor q_proj;  // the weight itself (a handle on its storage)
+  for (const auto& item : pipeline.text_encoder->named_parameters())
+    if (item.key() == "text_model.encoder.layers.1.self_attn.q_proj.weight") q_proj = item.value();
+  ASSERT_TRUE(q_proj.defined());
+  const torch::Tensor before = q_proj.detach().clone();  // [12, 12]
   const torch::Tensor down = torch::randn({3, 12}), up = torch::randn({12, 3});
   const std::string layer = "lora_te_text_model_encoder_layers_1_self_attn_q_proj";
   io::save_safetensors((dir / "te.safetensors").string(),
                        {{layer + ".lora_down.weight", down}, {layer + ".lora_up.weight", up}, {layer + ".alpha", torch::tensor(6.0)}});
   EXPECT_EQ(merge_kohya_lora(pipeline, (dir / "te.safetensors").string(), 0.25), 1);
-  EXPECT_TRUE(torch::allclose(*q_proj, before + 0.25 * (6.0 / 3.0) * torch::mm(up, down), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::allclose(q_proj, before + 0.25 * (6.0 / 3.0) * torch::mm(up, down), 1e-6, 1e-6));
 
   io::save_safetensors((dir / "missing.safetensors").string(),
                        {{"lora_te_text_model_encoder_layers_7_self_attn_q_proj.lora_down.weight", down},
