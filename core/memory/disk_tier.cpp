@@ -1,6 +1,7 @@
 #include "core/memory/disk_tier.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,12 +32,25 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 // The scratch folders of runs that died (their lock file free) inside `dir`.
+// Whether the process that named a scratch folder "<prefix><pid>-<n>" is alive on this machine (the folders
+// are node-local). A name without a process id counts as alive: left alone.
+bool maker_alive(const std::string& name) {
+  const std::string digits = name.substr(std::strlen(DiskTier::kScratchPrefix), name.find('-', std::strlen(DiskTier::kScratchPrefix)) -
+                                                                                    std::strlen(DiskTier::kScratchPrefix));
+  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return true;
+  const auto pid = static_cast<pid_t>(std::stol(digits));
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
+
 void remove_dead_runs_folders(const std::string& dir) {
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(DiskTier::kScratchPrefix, 0) != 0 || !entry.is_directory()) continue;
-    // A folder without its lock file yet is being made by a starting run: left alone.
+    // A live run's folder is left alone, whatever its lock says: a starting run makes its folder, then its lock
+    // file, then takes the lock, and probing the lock in between (which takes it for a moment) would both
+    // remove its folder and make its own lock fail. Two ranks of one job starting together did exactly that.
+    if (maker_alive(name)) continue;
     const std::string folder = entry.path().string();
     if (!fs::exists(FolderLock::lock_file(folder)) || FolderLock::held(folder)) continue;
     fs::remove_all(entry.path(), error);

@@ -4,6 +4,8 @@
 // is its own, locked, removed when the tier ends, and a dead run's folder is cleaned up.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -151,8 +153,8 @@ TEST(DiskTierTest, AFullDiskOrAChangedFileIsAnError) {
 }
 
 // Each tier makes and locks its own folder and removes it at its end; a folder a dead run left (its lock
-// free) is removed by the next tier, while a folder still being made (no lock file yet) and anything
-// else in memory.disk_dir are left alone. A memory.disk_dir that does not exist is named.
+// free, its process gone) is removed by the next tier, while a folder still being made (no lock file yet, or
+// its lock not yet taken by its live process) and anything else in memory.disk_dir are left alone. A memory.disk_dir that does not exist is named.
 TEST(DiskTierTest, EachRunHasItsOwnScratchFolder) {
   const fs::path dir = fresh_dir("scratch");
   const fs::path dead = dir / (std::string(DiskTier::kScratchPrefix) + "999999999-0");
@@ -161,6 +163,10 @@ TEST(DiskTierTest, EachRunHasItsOwnScratchFolder) {
   std::ofstream(FolderLock::lock_file(dead.string())) << "999999999\n";
   std::ofstream(dead / "chunk-0.bin") << "stale";
   fs::create_directories(starting);
+  // A live run's folder between its lock file and its lock (this process stands for the run): never probed.
+  const fs::path live = dir / (std::string(DiskTier::kScratchPrefix) + std::to_string(::getpid()) + "-7");
+  fs::create_directories(live);
+  std::ofstream(FolderLock::lock_file(live.string())) << "";
   fs::create_directories(dir / "keep");
   std::string first_folder;
   {
@@ -171,6 +177,7 @@ TEST(DiskTierTest, EachRunHasItsOwnScratchFolder) {
     EXPECT_TRUE(FolderLock::held(second.folder()));
     EXPECT_FALSE(fs::exists(dead)) << "a dead run's folder is cleaned up";
     EXPECT_TRUE(fs::exists(starting));
+    EXPECT_TRUE(fs::exists(live)) << "a live run's folder is left alone before it takes its lock";
     EXPECT_TRUE(fs::exists(dir / "keep"));
     const char byte = 'k';
     first.write(0, &byte, 1).wait();
