@@ -244,12 +244,6 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
               " (the known part put back after each step); this one takes ", p.unet->config.in_channels);
   KUAFU_CHECK(mask.defined() || !inpainting_unet, "this UNet inpaints (in_channels ", p.unet->config.in_channels,
               "): give an image and a mask to repaint");
-  if (mask.defined()) {
-    KUAFU_CHECK(mask.dim() == 4 && (mask.size(0) == 1 || mask.size(0) == rows) && mask.size(1) == 1 && mask.size(2) == image.size(2) &&
-                    mask.size(3) == image.size(3),
-                "an inpainting mask of shape ", mask.sizes(), " is not [1 or ", rows, ", 1, H, W] at the image's size (", image.size(2), "x",
-                image.size(3), ")");
-  }
   int64_t latent_h = 0, latent_w = 0;
   if (image.defined()) {
     KUAFU_CHECK(!initial.defined(), "img2img starts from an image's latents: give an image or initial latents, not both");
@@ -260,6 +254,11 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
                 ") must divide by the VAE's factor ", scale, ": crop or resize it");
     latent_h = image.size(2) / scale;
     latent_w = image.size(3) / scale;
+    // After the image's own checks, which its sizes here rely on.
+    KUAFU_CHECK(!mask.defined() || (mask.dim() == 4 && (mask.size(0) == 1 || mask.size(0) == rows) && mask.size(1) == 1 &&
+                                    mask.size(2) == image.size(2) && mask.size(3) == image.size(3)),
+                "an inpainting mask of shape ", mask.sizes(), " is not [1 or ", rows, ", 1, H, W] at the image's size (", image.size(3), "x",
+                image.size(2), ")");
   } else if (initial.defined()) {
     KUAFU_CHECK(initial.dim() == 4 && initial.size(0) == rows && initial.size(1) == p.unet->config.in_channels,
                 "initial latents of shape ", initial.sizes(), " are not [", rows, ", ", p.unet->config.in_channels, ", h, w]");
