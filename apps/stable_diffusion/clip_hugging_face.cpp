@@ -10,6 +10,11 @@ void check_clip_config(const nlohmann::json& config, const std::string& where, C
   KUAFU_CHECK(act == "quick_gelu" || act == "gelu", where, ": hidden_act \"", text::abbreviate(act),
               "\" is not CLIP's quick_gelu or gelu");
   c.hidden_act = act == "gelu" ? nn::Activation::kGelu : nn::Activation::kQuickGelu;
+  // Every CLIPTextConfig carries a projection_dim; only CLIPTextModelWithProjection (SDXL's second encoder) has
+  // the projection, which its architectures name.
+  const nlohmann::json architectures = config.value("architectures", nlohmann::json::array());
+  c.with_projection = architectures.is_array() && architectures.size() == 1 && architectures[0] == "CLIPTextModelWithProjection";
+  c.projection_dim = io::config_value<int64_t>(config, "projection_dim", 512, where);
   try {
     c.validate();
   } catch (const Error& e) {
@@ -35,7 +40,7 @@ const ClipTextFormat& clip_text_format() {
       }),
       {{"architectures", {"CLIPTextModel"}}, {"attention_dropout", 0.0}, {"dropout", 0.0}, {"dtype", "float32"}},
       check_clip_config,
-      {"text_model.", {}, {}, {"position_ids"}, "", ""},
+      {"text_model.", {"text_projection."}, {}, {"position_ids"}, "", ""},
   };
   return format;
 }
@@ -43,6 +48,10 @@ const ClipTextFormat& clip_text_format() {
 void save_clip_text_model(ClipTextModel& model, const std::string& dir, const io::HfWriteOptions& options) {
   nlohmann::json config = clip_text_format().write_config(model->config);
   config["hidden_act"] = activation_name(model->config.hidden_act);
+  if (model->config.with_projection) {
+    config["architectures"] = {"CLIPTextModelWithProjection"};
+    config["projection_dim"] = model->config.projection_dim;
+  }
   train::export_pretrained(*model, model->tp, dir, config, options);
 }
 

@@ -1,5 +1,7 @@
 #include "apps/stable_diffusion/clip_text_model.h"
 
+#include <cmath>
+
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -10,6 +12,8 @@ void ClipTextConfig::validate() const {
                   max_position_embeddings > 0,
               "CLIP's sizes (vocab_size, hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, "
               "max_position_embeddings) must be positive");
+  KUAFU_CHECK(!with_projection || projection_dim > 0, "CLIPTextModelWithProjection's projection_dim (", projection_dim,
+              ") must be positive");
   KUAFU_CHECK(hidden_size % num_attention_heads == 0, "hidden_size (", hidden_size, ") must divide by num_attention_heads (",
               num_attention_heads, ")");
 }
@@ -17,7 +21,7 @@ void ClipTextConfig::validate() const {
 int64_t ClipTextConfig::parameter_count() const {
   const int64_t h = hidden_size, f = intermediate_size;
   const int64_t per_layer = 4 * (h * h + h) + (h * f + f) + (f * h + h) + 2 * 2 * h;  // attention, MLP, two norms
-  return (vocab_size + max_position_embeddings) * h + num_hidden_layers * per_layer + 2 * h;
+  return (vocab_size + max_position_embeddings) * h + num_hidden_layers * per_layer + 2 * h + (with_projection ? h * projection_dim : 0);
 }
 
 nn::TransformerBlockSpec block_spec(const ClipTextConfig& c) {
@@ -57,13 +61,20 @@ ClipTextModelImpl::ClipTextModelImpl(const ClipTextConfig& c, parallel::ModelOpt
   }
   final_layer_norm = parallel::make_layer_norm(options, c.hidden_size, c.layer_norm_eps);
   text_model->register_module("final_layer_norm", final_layer_norm.ptr());
+  if (c.with_projection) {
+    text_projection = register_module(
+        "text_projection", parallel::SerialLinear(parallel::LinearSpec{c.hidden_size, c.projection_dim, /*bias=*/false}, options.device));
+  }
   if (!options.device.is_meta()) initialize();
 }
 
 void ClipTextModelImpl::initialize() {
   // transformers' initialisation: N(0, 0.02) embeddings and projections, zero biases, unit LayerNorms.
-  parallel::initialize_like_serial(*this, tp, [](const std::string& name, torch::Tensor& full) {
-    if (name.find("layer_norm") != std::string::npos) {
+  const double projection_std = 1.0 / std::sqrt(static_cast<double>(config.hidden_size));
+  parallel::initialize_like_serial(*this, tp, [projection_std](const std::string& name, torch::Tensor& full) {
+    if (name.rfind("text_projection", 0) == 0) {
+      full.normal_(0.0, projection_std);  // transformers: hidden_size^-0.5
+    } else if (name.find("layer_norm") != std::string::npos) {
       full.fill_(text::ends_with(name, ".weight") ? 1.0 : 0.0);
     } else if (text::ends_with(name, ".bias")) {
       full.zero_();
@@ -80,12 +91,16 @@ ClipTextModelImpl::Output ClipTextModelImpl::forward(const torch::Tensor& ids) {
               " positions");
   const torch::Tensor positions = torch::arange(t, ids.options().dtype(torch::kInt64)).unsqueeze(0);  // [1, T]
   torch::Tensor x = embeddings->token_embedding->forward(ids) + embeddings->position_embedding.forward(positions);  // [B, T, D]
-  for (nn::TransformerBlock& block : blocks) x = block->forward(x);
   Output out;
+  for (nn::TransformerBlock& block : blocks) {
+    out.penultimate = x;
+    x = block->forward(x);
+  }
   out.last_hidden = final_layer_norm.forward(x);
   // Each row's end-of-text position [B]: the highest id under old configs, else the first eos_token_id.
   const torch::Tensor end = config.eos_token_id == 2 ? ids.argmax(-1) : (ids == config.eos_token_id).to(torch::kInt64).argmax(-1);
   out.pooled = out.last_hidden.gather(1, end.view({-1, 1, 1}).expand({-1, 1, out.last_hidden.size(2)})).squeeze(1);
+  if (text_projection) out.text_embeds = text_projection(out.pooled);
   return out;
 }
 

@@ -1,7 +1,8 @@
 // CLIP's text encoder (transformers' CLIPTextModel) under its own names: token and position embeddings,
 // causal pre-LN blocks (quick GELU or exact GELU, from the config), the final layer norm, and the pooled
-// output at each row's end-of-text token. Stable Diffusion reads the last hidden states (SD 2.x's
-// encoder simply has one layer fewer: the config says which layer is last).
+// output at each row's end-of-text token; CLIPTextModelWithProjection adds text_projection of the pooled
+// output. Stable Diffusion reads the last hidden states (SD 2.x's encoder simply has one layer fewer: the
+// config says which layer is last); SDXL reads the penultimate layer's and the projected pooled output.
 #pragma once
 
 #include <string>
@@ -25,6 +26,9 @@ struct ClipTextConfig {
   // 2 (configs before transformers 4.31): the pooled output is at each row's highest id, as it was then;
   // otherwise at the row's first eos_token_id.
   int64_t eos_token_id = 2;
+  // CLIPTextModelWithProjection (config.json's architectures): text_projection [projection_dim, hidden_size].
+  bool with_projection = false;
+  int64_t projection_dim = 512;
 
   void validate() const;  // kuafu::Error naming the field
   int64_t parameter_count() const;
@@ -45,6 +49,8 @@ struct ClipTextModelImpl : torch::nn::Module {
   struct Output {
     torch::Tensor last_hidden;  // [B, T, D], after the final layer norm
     torch::Tensor pooled;       // [B, D] at each row's end-of-text token
+    torch::Tensor penultimate;  // [B, T, D]: transformers' hidden_states[-2], the last layer's input (no final norm)
+    torch::Tensor text_embeds;  // [B, projection_dim]: the pooled output projected (with_projection only)
   };
   Output forward(const torch::Tensor& ids);  // ids [B, T], T <= max_position_embeddings
 
@@ -55,6 +61,7 @@ struct ClipTextModelImpl : torch::nn::Module {
   std::shared_ptr<torch::nn::Module> layers;  // "encoder.layers", children "0" .. "L-1"
   std::vector<nn::TransformerBlock> blocks;
   torch::nn::AnyModule final_layer_norm;
+  parallel::SerialLinear text_projection{nullptr};  // "text_projection", no bias (with_projection only)
 };
 TORCH_MODULE(ClipTextModel);
 

@@ -38,6 +38,13 @@ void UNetConfig::validate() const {
     KUAFU_CHECK(up_block_types[i] == "CrossAttnUpBlock2D" || up_block_types[i] == "UpBlock2D", "up block type \"", up_block_types[i],
                 "\" is not CrossAttnUpBlock2D or UpBlock2D");
   }
+  KUAFU_CHECK(transformer_depth.empty() || transformer_depth.size() == n, "transformer_layers_per_block needs one entry per block (",
+              n, "), not ", transformer_depth.size());
+  for (const int64_t d : transformer_depth) KUAFU_CHECK(d > 0 && d <= 1024, "transformer_layers_per_block ", d, " must lie in [1, 1024]");
+  KUAFU_CHECK(addition_embed_type.empty() || text_time(), "addition_embed_type \"", addition_embed_type,
+              "\" is not supported (only SDXL's \"text_time\")");
+  KUAFU_CHECK(!text_time() || (addition_time_embed_dim > 0 && projection_class_embeddings_input_dim > 0),
+              "addition_embed_type \"text_time\" needs positive addition_time_embed_dim and projection_class_embeddings_input_dim");
   KUAFU_CHECK(layers_per_block > 0 && cross_attention_dim > 0 && in_channels > 0 && out_channels > 0,
               "the UNet's layers_per_block, cross_attention_dim and channels must be positive");
   // 2^16 latents a side (half a million pixels) is beyond any UNet trained; 1e9 overflowed LibTorch's sizes.
@@ -61,11 +68,13 @@ double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) cons
     conv(out, out, 3, positions);
     if (in != out) conv(in, out, 1, positions);
   };
-  auto transformer = [&](double c, double n) {
-    flops += 2 * 2 * c * c * n;                  // projections in and out
-    flops += 2 * 4 * c * c * n + 2 * 2 * n * n * c;  // self-attention: q, k, v, out; scores and values
-    flops += 2 * 2 * c * c * n + 2 * 2 * d * c * m + 2 * 2 * n * m * c;  // cross-attention
-    flops += 2 * (8 * c * c + 4 * c * c) * n;    // GEGLU feed-forward
+  auto transformer = [&](double c, double n, int64_t depth) {
+    flops += 2 * 2 * c * c * n;  // projections in and out
+    for (int64_t b = 0; b < depth; ++b) {
+      flops += 2 * 4 * c * c * n + 2 * 2 * n * n * c;                      // self-attention: q, k, v, out; scores and values
+      flops += 2 * 2 * c * c * n + 2 * 2 * d * c * m + 2 * 2 * n * m * c;  // cross-attention
+      flops += 2 * (8 * c * c + 4 * c * c) * n;                            // GEGLU feed-forward
+    }
   };
   const size_t blocks = block_out_channels.size();
   double positions = static_cast<double>(h * w), side_h = static_cast<double>(h), side_w = static_cast<double>(w);
@@ -76,7 +85,7 @@ double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) cons
     const double out = static_cast<double>(block_out_channels[i]);
     for (int64_t j = 0; j < layers_per_block; ++j) {
       resnet(j == 0 ? width : out, out, positions);
-      if (has_attention(down_block_types[i])) transformer(out, positions);
+      if (has_attention(down_block_types[i])) transformer(out, positions, depth(i));
       skip_widths.push_back(out);
     }
     width = out;
@@ -89,7 +98,7 @@ double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) cons
     }
   }
   resnet(width, width, positions);
-  transformer(width, positions);
+  transformer(width, positions, depth(blocks - 1));
   resnet(width, width, positions);
   for (size_t i = 0; i < blocks; ++i) {
     const double out = static_cast<double>(block_out_channels[blocks - 1 - i]);
@@ -97,7 +106,7 @@ double UNetConfig::forward_flops(int64_t h, int64_t w, int64_t text_tokens) cons
       resnet(width + skip_widths.back(), out, positions);
       skip_widths.pop_back();
       width = out;
-      if (has_attention(up_block_types[i])) transformer(out, positions);
+      if (has_attention(up_block_types[i])) transformer(out, positions, depth(blocks - 1 - i));
     }
     if (i + 1 < blocks) {
       side_h *= 2;  // odd sizes come back to the skip's: close enough for a FLOP count
@@ -116,20 +125,21 @@ int64_t UNetConfig::parameter_count() const {
   auto resnet = [&](int64_t in, int64_t out) {
     return 2 * in + conv(in, out, 3) + t * out + out + 2 * out + conv(out, out, 3) + (in != out ? conv(in, out, 1) : 0);
   };
-  auto transformer = [&](int64_t c) {
+  auto transformer = [&](int64_t c, int64_t depth) {
     const int64_t attention = 3 * c * c + c * c + c;  // q, k, v without bias; out with
     const int64_t cross = c * c + 2 * d * c + c * c + c;
-    return 2 * c + 2 * conv(c, c, 1) + 3 * 2 * c + attention + cross + (c * 8 * c + 8 * c) + (4 * c * c + c);
+    return 2 * c + 2 * conv(c, c, 1) + depth * (3 * 2 * c + attention + cross + (c * 8 * c + 8 * c) + (4 * c * c + c));
   };
   const auto n = block_out_channels.size();
   const int64_t c0 = block_out_channels.front();
   int64_t count = conv(in_channels, c0, 3) + (c0 * t + t) + (t * t + t) + 2 * c0 + conv(c0, out_channels, 3);
+  if (text_time()) count += (projection_class_embeddings_input_dim * t + t) + (t * t + t);
   std::vector<int64_t> skips = {c0};
   int64_t width = c0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t out = block_out_channels[i];
     for (int64_t j = 0; j < layers_per_block; ++j) {
-      count += resnet(j == 0 ? width : out, out) + (has_attention(down_block_types[i]) ? transformer(out) : 0);
+      count += resnet(j == 0 ? width : out, out) + (has_attention(down_block_types[i]) ? transformer(out, depth(i)) : 0);
       skips.push_back(out);
     }
     width = out;
@@ -138,11 +148,11 @@ int64_t UNetConfig::parameter_count() const {
       skips.push_back(out);
     }
   }
-  count += 2 * resnet(width, width) + transformer(width);
+  count += 2 * resnet(width, width) + transformer(width, depth(n - 1));
   for (size_t i = 0; i < n; ++i) {
     const int64_t out = block_out_channels[n - 1 - i];
     for (int64_t j = 0; j <= layers_per_block; ++j) {
-      count += resnet(width + skips.back(), out) + (has_attention(up_block_types[i]) ? transformer(out) : 0);
+      count += resnet(width + skips.back(), out) + (has_attention(up_block_types[i]) ? transformer(out, depth(n - 1 - i)) : 0);
       skips.pop_back();
       width = out;
     }
@@ -186,7 +196,7 @@ torch::Tensor BasicTransformerBlockImpl::forward(torch::Tensor x, const torch::T
   return ff_out(value_gate[0] * torch::gelu(value_gate[1])) + x;
 }
 
-Transformer2DImpl::Transformer2DImpl(const UNetConfig& c, int64_t channels, int64_t heads, const torch::Device& device)
+Transformer2DImpl::Transformer2DImpl(const UNetConfig& c, int64_t channels, int64_t heads, int64_t depth, const torch::Device& device)
     : linear(c.use_linear_projection) {
   norm = register_module("norm", nn::GroupNorm(nn::GroupNormSpec{c.norm_num_groups, channels, 1e-6, true, device}));
   auto projection = [&](const char* name) {
@@ -197,7 +207,9 @@ Transformer2DImpl::Transformer2DImpl(const UNetConfig& c, int64_t channels, int6
   };
   proj_in = projection("proj_in");
   auto list = child_list(*this, "transformer_blocks");
-  blocks.push_back(list->register_module("0", BasicTransformerBlock(channels, heads, c.cross_attention_dim, device)));
+  for (int64_t b = 0; b < depth; ++b) {
+    blocks.push_back(list->register_module(std::to_string(b), BasicTransformerBlock(channels, heads, c.cross_attention_dim, device)));
+  }
   proj_out = projection("proj_out");
 }
 
@@ -221,12 +233,18 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   auto time_embedding = register_module("time_embedding", std::make_shared<torch::nn::Module>());
   time_linear_1 = time_embedding->register_module("linear_1", linear(widths.front(), time_dim, device));
   time_linear_2 = time_embedding->register_module("linear_2", linear(time_dim, time_dim, device));
+  if (c.text_time()) {
+    auto add_embedding = register_module("add_embedding", std::make_shared<torch::nn::Module>());
+    add_linear_1 = add_embedding->register_module("linear_1", linear(c.projection_class_embeddings_input_dim, time_dim, device));
+    add_linear_2 = add_embedding->register_module("linear_2", linear(time_dim, time_dim, device));
+  }
   auto resnet = [&](int64_t in, int64_t out) {
     return ResnetBlock2D(ResnetBlockSpec{in, out, c.norm_num_groups, c.norm_eps, time_dim, 0, device});
   };
-  auto add_attention = [&](UNetBlock& block, int64_t j, int64_t channels, int64_t heads) {
+  auto add_attention = [&](UNetBlock& block, int64_t j, int64_t channels, size_t down_block) {
     auto list = block->named_children().contains("attentions") ? block->named_children()["attentions"] : child_list(*block, "attentions");
-    block->attentions.push_back(list->register_module(std::to_string(j), Transformer2D(c, channels, heads, device)));
+    block->attentions.push_back(list->register_module(
+        std::to_string(j), Transformer2D(c, channels, c.heads[down_block], c.depth(down_block), device)));
   };
 
   auto downs = child_list(*this, "down_blocks");
@@ -238,7 +256,7 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
     auto resnets = child_list(*block, "resnets");
     for (int64_t j = 0; j < c.layers_per_block; ++j) {
       block->resnets.push_back(resnets->register_module(std::to_string(j), resnet(j == 0 ? in : out, out)));
-      if (has_attention(c.down_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, c.heads[static_cast<size_t>(i)]);
+      if (has_attention(c.down_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, static_cast<size_t>(i));
     }
     if (i + 1 < n) {
       block->downsample = child_list(*block, "downsamplers")
@@ -250,7 +268,7 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   mid_block = register_module("mid_block", UNetBlock());
   auto mid_resnets = child_list(*mid_block, "resnets");
   for (int j = 0; j < 2; ++j) mid_block->resnets.push_back(mid_resnets->register_module(std::to_string(j), resnet(widths.back(), widths.back())));
-  add_attention(mid_block, 0, widths.back(), c.heads.back());
+  add_attention(mid_block, 0, widths.back(), widths.size() - 1);
 
   auto ups = child_list(*this, "up_blocks");
   out = widths.back();
@@ -263,7 +281,7 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
     for (int64_t j = 0; j <= c.layers_per_block; ++j) {
       const int64_t skip = j == c.layers_per_block ? skip_in : out;
       block->resnets.push_back(resnets->register_module(std::to_string(j), resnet((j == 0 ? previous : out) + skip, out)));
-      if (has_attention(c.up_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, c.heads[static_cast<size_t>(n - 1 - i)]);
+      if (has_attention(c.up_block_types[static_cast<size_t>(i)])) add_attention(block, j, out, static_cast<size_t>(n - 1 - i));
     }
     if (i + 1 < n) {
       block->upsample = child_list(*block, "upsamplers")->register_module("0", nn::Upsample2D(nn::ResampleSpec{out, out, 1, device}));
@@ -274,6 +292,7 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
   conv_out = register_module("conv_out", nn::Conv2d(nn::Conv2dSpec{widths.front(), c.out_channels, 3, 1, 1, true, device}));
 
   std::vector<hooks::ModelPart> blocks = {{"time_embedding", {"time_embedding"}}, {"conv_in", {"conv_in"}}};
+  if (c.text_time()) blocks.front().modules.push_back("add_embedding");
   for (int64_t i = 0; i < n; ++i) blocks.push_back({"down_blocks." + std::to_string(i), {"down_blocks." + std::to_string(i)}});
   blocks.push_back({"mid_block", {"mid_block"}});
   for (int64_t i = 0; i < n; ++i) blocks.push_back({"up_blocks." + std::to_string(i), {"up_blocks." + std::to_string(i)}});
@@ -284,14 +303,33 @@ UNet2DConditionImpl::UNet2DConditionImpl(const UNetConfig& c, const torch::Devic
 
 void UNet2DConditionImpl::initialize() { nn::initialize_like_torch(*this); }
 
-torch::Tensor UNet2DConditionImpl::forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text) {
+torch::Tensor UNet2DConditionImpl::forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text,
+                                           const AddedConditions& added) {
   using hooks::Tensors;
-  const torch::Tensor t = timesteps.dim() == 0 ? timesteps.expand({latents.size(0)}) : timesteps;
+  const int64_t batch = latents.size(0);
+  const torch::Tensor t = timesteps.dim() == 0 ? timesteps.expand({batch}) : timesteps;
   const torch::Tensor time_in = timestep_embedding(t.to(latents.device()), config.block_out_channels.front(), config.flip_sin_to_cos,
                                                    config.freq_shift).to(latents.scalar_type());
-  const torch::Tensor time = sites.call("time_embedding", time_in, [this](const torch::Tensor& in) {
-    return time_linear_2(torch::silu(time_linear_1(in)));  // [B, 4 C0]
-  });
+  Tensors time_inputs = {time_in};
+  if (config.text_time()) {
+    const torch::Tensor& pooled = added.text_embeds;
+    const torch::Tensor& ids = added.time_ids;
+    KUAFU_CHECK(pooled.defined() && ids.defined() && pooled.dim() == 2 && ids.dim() == 2 && pooled.size(0) == batch && ids.size(0) == batch,
+                "an SDXL UNet (addition_embed_type \"text_time\") takes the pooled text [", batch, ", P] and the time ids [", batch,
+                ", K] of each latent");
+    KUAFU_CHECK(pooled.size(1) + ids.size(1) * config.addition_time_embed_dim == config.projection_class_embeddings_input_dim,
+                "the UNet's projection_class_embeddings_input_dim is ", config.projection_class_embeddings_input_dim, ", not the pooled text's ",
+                pooled.size(1), " + ", ids.size(1), " time ids x addition_time_embed_dim ", config.addition_time_embed_dim);
+    // Each id's sinusoidal embedding, after the pooled text: [B, P + K·addition_time_embed_dim].
+    const torch::Tensor ids_in = timestep_embedding(ids.reshape({-1}).to(latents.device()), config.addition_time_embed_dim,
+                                                    config.flip_sin_to_cos, config.freq_shift).reshape({batch, -1});
+    time_inputs.push_back(torch::cat({pooled.to(latents.device()), ids_in}, 1).to(latents.scalar_type()));
+  }
+  const torch::Tensor time = sites.call("time_embedding", time_inputs, [this](const Tensors& in) {
+    torch::Tensor embedded = time_linear_2(torch::silu(time_linear_1(in[0])));  // [B, 4 C0]
+    if (in.size() > 1) embedded = embedded + add_linear_2(torch::silu(add_linear_1(in[1])));
+    return Tensors{embedded};
+  })[0];
   torch::Tensor x = sites.call(*conv_in, latents, [this](const torch::Tensor& in) { return conv_in(in); });
   std::vector<torch::Tensor> skips = {x};
   for (UNetBlock& block : down_blocks) {

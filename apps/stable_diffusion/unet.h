@@ -33,14 +33,30 @@ struct UNetConfig {
   double freq_shift = 0;
   int64_t downsample_padding = 1;
   int64_t sample_size = 64;  // the latents' side the model was trained at (images of sample_size × the VAE's factor)
+  // Transformer blocks per Transformer2D, one entry per down block (diffusers' transformer_layers_per_block;
+  // the up blocks take them reversed, the mid block the last); empty: one everywhere (SD 1.x and 2.x).
+  std::vector<int64_t> transformer_depth;
+  // SDXL's "text_time" added conditioning: the pooled text embedding and the size/crop time ids, each id's
+  // sinusoidal embedding of addition_time_embed_dim, through add_embedding into the time embedding.
+  // Empty: none (SD 1.x and 2.x).
+  std::string addition_embed_type;
+  int64_t addition_time_embed_dim = 0;
+  int64_t projection_class_embeddings_input_dim = 0;  // the pooled text width + time ids × addition_time_embed_dim
 
   void validate() const;  // kuafu::Error naming the field
   int64_t time_embed_dim() const { return 4 * block_out_channels.front(); }
+  int64_t depth(size_t down_block) const { return transformer_depth.empty() ? 1 : transformer_depth[down_block]; }
+  bool text_time() const { return addition_embed_type == "text_time"; }
   // Multiply-adds × 2 of one forward pass on latents h × w with `text_tokens` text positions: the
   // convolutions, projections and attention products (norms and activations left out, as MFU does).
   double forward_flops(int64_t h, int64_t w, int64_t text_tokens) const;
   // The parameters the UNet of this config holds, counted without building it.
   int64_t parameter_count() const;
+};
+
+// SDXL's added conditioning (diffusers' added_cond_kwargs): text_embeds [B, P], time_ids [B, K].
+struct AddedConditions {
+  torch::Tensor text_embeds, time_ids;
 };
 
 // The sinusoidal embedding [B, dim] of timesteps t [B] (float): diffusers' get_timestep_embedding.
@@ -57,10 +73,10 @@ struct BasicTransformerBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(BasicTransformerBlock);
 
-// diffusers' Transformer2DModel on an image: GroupNorm, projection in, the blocks over the H·W positions,
-// projection out, plus the input.
+// diffusers' Transformer2DModel on an image: GroupNorm, projection in, `depth` blocks over the H·W
+// positions, projection out, plus the input.
 struct Transformer2DImpl : torch::nn::Module {
-  Transformer2DImpl(const UNetConfig& config, int64_t channels, int64_t heads, const torch::Device& device);
+  Transformer2DImpl(const UNetConfig& config, int64_t channels, int64_t heads, int64_t depth, const torch::Device& device);
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& context);  // [B, C, H, W] -> same
   bool linear;
   nn::GroupNorm norm{nullptr};
@@ -79,7 +95,7 @@ struct UNetBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(UNetBlock);
 
-// Its blocks, for the memory strategies: "time_embedding", "conv_in", "down_blocks.<i>", "mid_block",
+// Its blocks, for the memory strategies: "time_embedding" (with add_embedding), "conv_in", "down_blocks.<i>", "mid_block",
 // "up_blocks.<i>" and "out" (conv_norm_out and conv_out). A down block returns its stream and the skips it
 // leaves; an up block takes the skips it uses.
 // Made on `device` and initialised as diffusers' model is (PyTorch's layer defaults); on torch::kMeta it
@@ -90,14 +106,17 @@ struct UNet2DConditionImpl : torch::nn::Module, hooks::SiteModel {
   // or materialised after being described.
   void initialize();
   // latents [B, in, h, w], timesteps [B] (float or int), text [B, M, cross_attention_dim] -> the
-  // prediction [B, out, h, w] (ε, v or x₀, as the scheduler's config says).
-  torch::Tensor forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text);
+  // prediction [B, out, h, w] (ε, v or x₀, as the scheduler's config says). A "text_time" UNet (SDXL) also
+  // takes `added`: the pooled text [B, P] and the time ids [B, K] (original size, crop, target size).
+  torch::Tensor forward(const torch::Tensor& latents, const torch::Tensor& timesteps, const torch::Tensor& text,
+                        const AddedConditions& added = {});
   torch::nn::Module& module() override { return *this; }
   hooks::BlockSites& block_sites() override { return sites; }
 
   UNetConfig config;
   nn::Conv2d conv_in{nullptr}, conv_out{nullptr};
   parallel::SerialLinear time_linear_1{nullptr}, time_linear_2{nullptr};  // "time_embedding.linear_1", "linear_2"
+  parallel::SerialLinear add_linear_1{nullptr}, add_linear_2{nullptr};    // "add_embedding.linear_1", "linear_2" (text_time)
   std::vector<UNetBlock> down_blocks, up_blocks;
   UNetBlock mid_block{nullptr};
   nn::GroupNorm conv_norm_out{nullptr};

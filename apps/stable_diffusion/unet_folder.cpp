@@ -42,17 +42,17 @@ UNetConfig read_unet_config(const nlohmann::json& json, const std::string& where
   const std::string kind = io::config_value<std::string>(json, "_class_name", "", where);
   KUAFU_CHECK(kind == "UNet2DConditionModel", where, ": _class_name \"", text::abbreviate(kind), "\" is not UNet2DConditionModel");
   // What Kuafu's UNet does not compute: each would load and silently compute another model.
-  for (const char* key : {"class_embed_type", "addition_embed_type", "encoder_hid_dim", "encoder_hid_dim_type", "num_class_embeds",
-                          "time_cond_proj_dim", "timestep_post_act", "time_embedding_act_fn", "time_embedding_dim",
-                          "cross_attention_norm"}) {
+  for (const char* key : {"class_embed_type", "encoder_hid_dim", "encoder_hid_dim_type", "num_class_embeds", "time_cond_proj_dim",
+                          "timestep_post_act", "time_embedding_act_fn", "time_embedding_dim", "cross_attention_norm",
+                          "reverse_transformer_layers_per_block"}) {
     KUAFU_CHECK(!json.contains(key) || json[key].is_null(), where, ": ", key, " = ", json.contains(key) ? json[key].dump() : "",
-                " is not supported (SD 1.x and 2.x have none)");
+                " is not supported (SD 1.x, 2.x and SDXL have none)");
   }
   const std::vector<std::pair<std::string, nlohmann::json>> expected = {
       {"time_embedding_type", "positional"}, {"resnet_time_scale_shift", "default"}, {"mid_block_type", "UNetMidBlock2DCrossAttn"},
       {"only_cross_attention", false},       {"dual_cross_attention", false},        {"center_input_sample", false},
       {"conv_in_kernel", 3},                 {"conv_out_kernel", 3},                 {"act_fn", "silu"},
-      {"attention_type", "default"},         {"transformer_layers_per_block", 1},    {"mid_block_scale_factor", 1},
+      {"attention_type", "default"},         {"mid_block_scale_factor", 1},
       {"class_embeddings_concat", false},    {"mid_block_only_cross_attention", false}};
   for (const auto& [key, value] : expected) {
     KUAFU_CHECK(!json.contains(key) || json[key].is_null() || json[key] == value, where, ": ", key, " = ", json[key].dump(),
@@ -78,6 +78,14 @@ UNetConfig read_unet_config(const nlohmann::json& json, const std::string& where
   const nlohmann::json heads = json.contains("num_attention_heads") && !json["num_attention_heads"].is_null() ? json["num_attention_heads"]
                                                                                                                : json.value("attention_head_dim", nlohmann::json(8));
   c.heads = per_block(heads, c.block_out_channels.size(), where, "attention_head_dim");
+  if (json.contains("transformer_layers_per_block") && !json["transformer_layers_per_block"].is_null()) {
+    c.transformer_depth = per_block(json["transformer_layers_per_block"], c.block_out_channels.size(), where, "transformer_layers_per_block");
+  }
+  if (json.contains("addition_embed_type") && !json["addition_embed_type"].is_null()) {
+    c.addition_embed_type = io::config_value<std::string>(json, "addition_embed_type", "", where);
+    c.addition_time_embed_dim = io::config_value<int64_t>(json, "addition_time_embed_dim", 0, where);
+    c.projection_class_embeddings_input_dim = io::config_value<int64_t>(json, "projection_class_embeddings_input_dim", 0, where);
+  }
   try {
     c.validate();
   } catch (const Error& e) {
@@ -87,25 +95,32 @@ UNetConfig read_unet_config(const nlohmann::json& json, const std::string& where
 }
 
 nlohmann::json write_unet_config(const UNetConfig& c) {
-  return {{"_class_name", "UNet2DConditionModel"},
-          {"in_channels", c.in_channels},
-          {"out_channels", c.out_channels},
-          {"down_block_types", c.down_block_types},
-          {"up_block_types", c.up_block_types},
-          {"block_out_channels", c.block_out_channels},
-          {"layers_per_block", c.layers_per_block},
-          {"norm_num_groups", c.norm_num_groups},
-          {"norm_eps", c.norm_eps},
-          {"cross_attention_dim", c.cross_attention_dim},
-          {"attention_head_dim", c.heads},
-          {"use_linear_projection", c.use_linear_projection},
-          {"upcast_attention", c.upcast_attention},
-          {"flip_sin_to_cos", c.flip_sin_to_cos},
-          {"freq_shift", c.freq_shift},
-          {"downsample_padding", c.downsample_padding},
-          {"sample_size", c.sample_size},
-          {"act_fn", "silu"},
-          {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
+  nlohmann::json json = {{"_class_name", "UNet2DConditionModel"},
+                         {"in_channels", c.in_channels},
+                         {"out_channels", c.out_channels},
+                         {"down_block_types", c.down_block_types},
+                         {"up_block_types", c.up_block_types},
+                         {"block_out_channels", c.block_out_channels},
+                         {"layers_per_block", c.layers_per_block},
+                         {"norm_num_groups", c.norm_num_groups},
+                         {"norm_eps", c.norm_eps},
+                         {"cross_attention_dim", c.cross_attention_dim},
+                         {"attention_head_dim", c.heads},
+                         {"use_linear_projection", c.use_linear_projection},
+                         {"upcast_attention", c.upcast_attention},
+                         {"flip_sin_to_cos", c.flip_sin_to_cos},
+                         {"freq_shift", c.freq_shift},
+                         {"downsample_padding", c.downsample_padding},
+                         {"sample_size", c.sample_size},
+                         {"act_fn", "silu"},
+                         {"mid_block_type", "UNetMidBlock2DCrossAttn"}};
+  if (!c.transformer_depth.empty()) json["transformer_layers_per_block"] = c.transformer_depth;
+  if (c.text_time()) {
+    json["addition_embed_type"] = c.addition_embed_type;
+    json["addition_time_embed_dim"] = c.addition_time_embed_dim;
+    json["projection_class_embeddings_input_dim"] = c.projection_class_embeddings_input_dim;
+  }
+  return json;
 }
 
 train::ModelRecipe<UNet2DCondition> unet_folder_recipe(const std::string& dir) {

@@ -10,10 +10,13 @@
       ids of PAD_TEXT;
       OUT/text_quick_gelu, OUT/text_gelu: tiny random CLIPTextModel folders (SD 1.x's quick GELU with the old
       eos_token_id 2, pooled at the highest id; SD 2.x's GELU with eos_token_id <|endoftext|>, pooled at
-      its first), and <name>_hidden, <name>_pooled: their last hidden states and pooled outputs on ids_0..3
+      its first), OUT/text_projection: a tiny random CLIPTextModelWithProjection (SDXL's second encoder: GELU,
+      3 layers, projection_dim 24), and <name>_hidden, <name>_pooled, <name>_penultimate: their last hidden
+      states, pooled outputs (text_projection's: its text_embeds) and hidden_states[-2] on ids_0..3
   clip_reference.py check_text DIR EXPECTED
-      loads DIR (a folder Kuafu wrote) with CLIPTextModel.from_pretrained and prints, as JSON, the largest
-      difference of its last hidden states and pooled outputs on EXPECTED's ids from EXPECTED's
+      loads DIR (a folder Kuafu wrote) with CLIPTextModel.from_pretrained (CLIPTextModelWithProjection where
+      its architectures say so) and prints, as JSON, the largest difference of those three outputs on
+      EXPECTED's ids from EXPECTED's
 """
 import json
 import pathlib
@@ -22,7 +25,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, CLIPTextConfig, CLIPTextModel
+from transformers import AutoTokenizer, CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection
 
 TEXTS = ["A photo of the Cat!!", "  many   spaces\tand\nlines ", "it's 1234 café 😀 THE", "",
          " ".join(["photo"] * 100), "<|startoftext|>the cat<|endoftext|>", "Ǆemo ÅNGSTRÖM ﬁne"]
@@ -69,30 +72,36 @@ def build(out):
         PAD_TEXT, padding="max_length", max_length=77, truncation=True).input_ids)
     ids = torch.stack([tensors[f"ids_{i}"] for i in range(4)])
     tensors["text_ids"] = ids
-    for seed, (name, act, eos) in enumerate((("text_quick_gelu", "quick_gelu", 2), ("text_gelu", "gelu", 521))):
+    for seed, (name, act, eos) in enumerate((("text_quick_gelu", "quick_gelu", 2), ("text_gelu", "gelu", 521),
+                                             ("text_projection", "gelu", 521))):
         torch.manual_seed(seed)
-        config = CLIPTextConfig(vocab_size=522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                max_position_embeddings=77, hidden_act=act, eos_token_id=eos, bos_token_id=520, pad_token_id=521)
-        model = CLIPTextModel(config).eval()
+        projection = name == "text_projection"
+        config = CLIPTextConfig(vocab_size=522, hidden_size=32, intermediate_size=64, num_hidden_layers=3 if projection else 2,
+                                num_attention_heads=4, max_position_embeddings=77, hidden_act=act, eos_token_id=eos, bos_token_id=520,
+                                pad_token_id=521, projection_dim=24)
+        model = (CLIPTextModelWithProjection if projection else CLIPTextModel)(config).eval()
         with torch.no_grad():  # LayerNorms and biases away from ones and zeros: a swapped tensor shows
             for key, p in model.named_parameters():
                 if "layer_norm" in key or key.endswith("bias"):
                     p.copy_(torch.randn_like(p) * 0.1 + (1.0 if "layer_norm" in key and key.endswith("weight") else 0.0))
         model.save_pretrained(out / name)
-        tensors[f"{name}_hidden"], tensors[f"{name}_pooled"] = outputs(model, ids)
+        tensors[f"{name}_hidden"], tensors[f"{name}_pooled"], tensors[f"{name}_penultimate"] = outputs(model, ids)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
 
 def outputs(model, ids):
     with torch.no_grad():
-        o = model(input_ids=ids)
-    return o.last_hidden_state, o.pooler_output
+        o = model(input_ids=ids, output_hidden_states=True)
+    pooled = o.text_embeds if isinstance(model, CLIPTextModelWithProjection) else o.pooler_output
+    return o.last_hidden_state, pooled, o.hidden_states[-2]
 
 
 def check_text(folder, expected):
     e = load_file(expected)
-    hidden, pooled = outputs(CLIPTextModel.from_pretrained(folder).eval(), e["ids"])
-    diff = max((hidden - e["hidden"]).abs().max().item(), (pooled - e["pooled"]).abs().max().item())
+    architectures = json.loads((pathlib.Path(folder) / "config.json").read_text()).get("architectures", [])
+    kind = CLIPTextModelWithProjection if architectures == ["CLIPTextModelWithProjection"] else CLIPTextModel
+    got = outputs(kind.from_pretrained(folder).eval(), e["ids"])
+    diff = max((g - e[k]).abs().max().item() for g, k in zip(got, ("hidden", "pooled", "penultimate")))
     print(json.dumps({"max_difference": diff}))
 
 

@@ -3,8 +3,9 @@
 // max_length=77, truncation=True) exactly, for upper case, runs of whitespace, contractions, digits,
 // accents and emoji, the special tokens written out, NFC and Unicode lower-casing, and a prompt cut at 77.
 // And CLIP's text encoder (SD 1.x's quick GELU pooled at the highest id, SD 2.x's GELU pooled at the
-// first end-of-text): a folder transformers saved gives its last hidden states and pooled outputs, and
-// what Kuafu writes loads back in transformers with Kuafu's (float32, 1e-5: summation order).
+// first end-of-text, SDXL's second encoder with its projection): a folder transformers saved gives its last
+// hidden states, pooled (or projected) outputs and penultimate hidden states, and what Kuafu writes loads
+// back in transformers with Kuafu's (float32, 1e-5: summation order).
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -75,9 +76,17 @@ TEST_P(ClipTextModelTest, AFolderGivesTransformersOutputsAndKuafusLoadsBack) {
   model->eval();
   torch::NoGradGuard no_grad;
   const torch::Tensor ids = ref["text_ids"];
+  const bool projection = GetParam() == "text_projection";
+  EXPECT_EQ(model->config.with_projection, projection);
+  // The pooled output SD reads: the projected one where the encoder has the projection (SDXL's second).
+  const auto pooled = [projection](const ClipTextModelImpl::Output& o) { return projection ? o.text_embeds : o.pooled; };
   const ClipTextModelImpl::Output out = model->forward(ids);
   EXPECT_LT(testing::max_abs_difference(out.last_hidden, ref[GetParam() + "_hidden"]), 1e-5);
-  EXPECT_LT(testing::max_abs_difference(out.pooled, ref[GetParam() + "_pooled"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(pooled(out), ref[GetParam() + "_pooled"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(out.penultimate, ref[GetParam() + "_penultimate"]), 1e-5);
+  int64_t parameters = 0;
+  for (const auto& p : model->parameters()) parameters += p.numel();
+  EXPECT_EQ(model->config.parameter_count(), parameters);
 
   for (auto& p : model->parameters()) p.mul_(0.9);  // Kuafu's own weights, not the folder's
   const auto dir = testing::temp_dir("clip_export_" + GetParam());
@@ -85,13 +94,13 @@ TEST_P(ClipTextModelTest, AFolderGivesTransformersOutputsAndKuafusLoadsBack) {
   save_clip_text_model(model, dir.string());
   const ClipTextModelImpl::Output ours = model->forward(ids);
   const std::string expected = dir.string() + "_expected.safetensors";
-  io::save_safetensors(expected, {{"ids", ids}, {"hidden", ours.last_hidden}, {"pooled", ours.pooled}});
+  io::save_safetensors(expected, {{"ids", ids}, {"hidden", ours.last_hidden}, {"pooled", pooled(ours)}, {"penultimate", ours.penultimate}});
   const testing::PythonRun run = testing::run_python_reference("clip_reference.py", "check_text " + dir.string() + " " + expected);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_LT(testing::last_json_line(run.output)["max_difference"].get<double>(), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Activations, ClipTextModelTest, ::testing::Values("text_quick_gelu", "text_gelu"));
+INSTANTIATE_TEST_SUITE_P(Activations, ClipTextModelTest, ::testing::Values("text_quick_gelu", "text_gelu", "text_projection"));
 
 }  // namespace
 }  // namespace kuafu::sd

@@ -93,12 +93,18 @@ TEST(UNetSizeTest, ParameterCountIsTheModulesCount) {
   c.norm_num_groups = 8;
   c.cross_attention_dim = 24;
   c.heads = {2, 2, 2, 2};
-  for (const bool sd2 : {false, true}) {
-    c.use_linear_projection = sd2;
+  for (const std::string shape : {"SD 1.x", "SD 2.x", "SDXL"}) {
+    c.use_linear_projection = shape != "SD 1.x";
+    if (shape == "SDXL") {  // depths per block and the added conditioning's embedding
+      c.transformer_depth = {1, 2, 3, 2};
+      c.addition_embed_type = "text_time";
+      c.addition_time_embed_dim = 8;
+      c.projection_class_embeddings_input_dim = 20 + 6 * 8;
+    }
     UNet2DCondition unet(c);
     int64_t modules = 0;
     for (const auto& p : unet->parameters()) modules += p.numel();
-    EXPECT_EQ(c.parameter_count(), modules) << (sd2 ? "SD 2.x" : "SD 1.x");
+    EXPECT_EQ(c.parameter_count(), modules) << shape;
   }
 }
 

@@ -1,7 +1,9 @@
 // The UNet against diffusers (tests/python/diffusers_unet_reference.py) in SD 1.x's shape (convolution
-// projections, a DownBlock2D / UpBlock2D pair) and SD 2.x's (linear projections, per-block heads, upcast
-// attention, two layers per block): a unet/ folder diffusers saved gives its prediction, an odd latent
-// size (9 halved to 5 and back) included, and what Kuafu writes loads back in diffusers with Kuafu's.
+// projections, a DownBlock2D / UpBlock2D pair), SD 2.x's (linear projections, per-block heads, upcast
+// attention, two layers per block) and SDXL's (the pooled text and time ids added to the time embedding, a
+// first block without attention, 1, 2 and 3 transformer blocks per block, non-square latents): a unet/
+// folder diffusers saved gives its prediction, an odd latent size (9 halved to 5 and back) included, and
+// what Kuafu writes loads back in diffusers with Kuafu's.
 // Float32, 1e-4 absolute on outputs of order 1 (five blocks of convolutions, norms and attention summed
 // in other orders). A config with a feature Kuafu's UNet does not compute is refused naming the key.
 #include <gtest/gtest.h>
@@ -27,7 +29,14 @@ TEST_P(UNetFolderTest, GivesDiffusersPredictionAndKuafusLoadsBack) {
   UNet2DCondition unet = load_unet((ref.dir / GetParam()).string());
   unet->eval();
   torch::NoGradGuard no_grad;
-  EXPECT_LT(testing::max_abs_difference(unet->forward(ref["latents"], ref["timesteps"], ref["text"]), ref[GetParam() + "_out"]), 1e-4);
+  const bool sdxl = GetParam() == "sdxl";
+  const torch::Tensor latents = sdxl ? ref["sdxl_latents"] : ref["latents"];
+  const AddedConditions added = sdxl ? AddedConditions{ref["text_embeds"], ref["time_ids"]} : AddedConditions{};
+  EXPECT_EQ(unet->config.text_time(), sdxl);
+  int64_t parameters = 0;
+  for (const auto& p : unet->parameters()) parameters += p.numel();
+  EXPECT_EQ(unet->config.parameter_count(), parameters);
+  EXPECT_LT(testing::max_abs_difference(unet->forward(latents, ref["timesteps"], ref["text"], added), ref[GetParam() + "_out"]), 1e-4);
   if (GetParam() == "sd1") {
     const torch::Tensor odd = unet->forward(ref["latents_odd"], ref["timesteps"].narrow(0, 0, 1), ref["text"].narrow(0, 0, 1));
     EXPECT_EQ(odd.sizes(), (std::vector<int64_t>{1, 4, 9, 9}));
@@ -38,16 +47,33 @@ TEST_P(UNetFolderTest, GivesDiffusersPredictionAndKuafusLoadsBack) {
   std::filesystem::remove_all(dir);
   save_unet(unet, dir.string());
   const std::string expected = dir.string() + "_expected.safetensors";
-  io::save_safetensors(expected, {{"latents", ref["latents"]},
-                                  {"timesteps", ref["timesteps"]},
-                                  {"text", ref["text"]},
-                                  {"out", unet->forward(ref["latents"], ref["timesteps"], ref["text"])}});
+  io::NamedTensors inputs = {{"latents", latents},
+                             {"timesteps", ref["timesteps"]},
+                             {"text", ref["text"]},
+                             {"out", unet->forward(latents, ref["timesteps"], ref["text"], added)}};
+  if (sdxl) {
+    inputs.emplace_back("text_embeds", added.text_embeds);
+    inputs.emplace_back("time_ids", added.time_ids);
+  }
+  io::save_safetensors(expected, inputs);
   const testing::PythonRun run = testing::run_python_reference("diffusers_unet_reference.py", "check " + dir.string() + " " + expected);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_LT(testing::last_json_line(run.output)["max_difference"].get<double>(), 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, UNetFolderTest, ::testing::Values("sd1", "sd2"));
+INSTANTIATE_TEST_SUITE_P(Shapes, UNetFolderTest, ::testing::Values("sd1", "sd2", "sdxl"));
+
+// An SDXL UNet run without its added conditions, or with a pooled text of the wrong width, is refused naming them.
+TEST(UNetTest, AnSdxlUNetNamesTheConditionsItLacks) {
+  const testing::Reference& ref = unet_reference();
+  UNet2DCondition unet = load_unet((ref.dir / "sdxl").string());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor latents = ref["sdxl_latents"];
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { unet->forward(latents, ref["timesteps"], ref["text"]); }), "time ids"));
+  const AddedConditions narrow{ref["text_embeds"].narrow(1, 0, 8), ref["time_ids"]};
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { unet->forward(latents, ref["timesteps"], ref["text"], narrow); }),
+                                "projection_class_embeddings_input_dim"));
+}
 
 // Lazy construction (core/train/lazy_model.h): a UNet described on the meta device holds no storage;
 // given storage and initialised from a seed it is the UNet made on the CPU from that seed, bit for bit
@@ -74,7 +100,8 @@ TEST(UNetTest, FeaturesItDoesNotComputeAreNamed) {
   const nlohmann::json base = write_unet_config(UNetConfig{});
   EXPECT_EQ(read_unet_config(base, "unet/config.json").heads, (std::vector<int64_t>{8, 8, 8, 8}));
   for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
-           {"addition_embed_type", "text_time"}, {"class_embed_type", "timestep"}, {"transformer_layers_per_block", 2},
+           {"addition_embed_type", "text_image"}, {"class_embed_type", "timestep"}, {"transformer_layers_per_block", {{1, 2}, {1, 2}, {1, 2}, {1, 2}}},
+           {"reverse_transformer_layers_per_block", {{1, 2}}},
            {"mid_block_type", "UNetMidBlock2DSimpleCrossAttn"}, {"_class_name", "UNet2DModel"}}) {
     nlohmann::json config = base;
     config[key] = value;
