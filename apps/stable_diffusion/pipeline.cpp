@@ -63,18 +63,11 @@ void check_sampling_fits(Pipeline& p, int64_t rows, int64_t latent_h, int64_t la
                                static_cast<int64_t>(seconds / 60), " minutes at this machine's matrix-product rate");
 }
 
-}  // namespace
-
-SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where) {
-  SchedulerFolder s;
-  s.class_name = io::config_value<std::string>(json, "_class_name", "", where);
-  try {
-    s.sampler = sampler_named(s.class_name);
-  } catch (const Error&) {
-    s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
-  }
-  const bool sigma = s.sampler && walks_sigma(*s.sampler);
-  SchedulerConfig& c = s.config;
+// The schedule of scheduler_config.json as a sampler of the class `kind` reads it (none: a class Kuafu does not
+// step), its class's defaults where a key is absent.
+SchedulerConfig schedule_of(const nlohmann::json& json, const std::string& where, std::optional<SamplerKind> kind) {
+  const bool sigma = kind && walks_sigma(*kind);
+  SchedulerConfig c;
   c.num_train_timesteps = io::config_value<int64_t>(json, "num_train_timesteps", 1000, where);
   c.beta_start = io::config_value<double>(json, "beta_start", 0.0001, where);
   c.beta_end = io::config_value<double>(json, "beta_end", 0.02, where);
@@ -88,6 +81,24 @@ SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::str
   c.clip_sample_range = io::config_value<double>(json, "clip_sample_range", 1.0, where);
   c.karras_sigmas = io::config_value<bool>(json, "use_karras_sigmas", false, where);  // the σ samplers' but Euler ancestral's
   KUAFU_CHECK(!json.contains("trained_betas") || json["trained_betas"].is_null(), where, ": trained_betas is not supported");
+  return c;
+}
+
+}  // namespace
+
+SchedulerConfig SchedulerFolder::config_for(SamplerKind kind) const { return schedule_of(json, where, kind); }
+
+SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where) {
+  SchedulerFolder s;
+  s.class_name = io::config_value<std::string>(json, "_class_name", "", where);
+  try {
+    s.sampler = sampler_named(s.class_name);
+  } catch (const Error&) {
+    s.sampler.reset();  // a class Kuafu does not step: the schedule still reads
+  }
+  s.config = schedule_of(json, where, s.sampler);
+  s.json = json;
+  s.where = where;
   const std::vector<std::pair<std::string, nlohmann::json>> computed = {
       {"thresholding", false},      {"sigma_min", nullptr},       {"use_exponential_sigmas", false}, {"use_beta_sigmas", false},
       {"sigma_max", nullptr},
@@ -111,10 +122,13 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device, cons
   // scheduler's class is read with its config).
   const std::map<std::string, std::vector<std::string>> classes = {{"tokenizer", {"CLIPTokenizer", "CLIPTokenizerFast"}},
                                                                    {"text_encoder", {"CLIPTextModel"}},
+                                                                   {"tokenizer_2", {"CLIPTokenizer", "CLIPTokenizerFast"}},
+                                                                   {"text_encoder_2", {"CLIPTextModelWithProjection"}},
                                                                    {"unet", {"UNet2DConditionModel"}},
                                                                    {"vae", {"AutoencoderKL"}}};
   for (const auto& [name, value] : index.items()) {
     if (name.rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version
+    if (name == "force_zeros_for_empty_prompt") continue;  // SDXL's, read below
     if (const auto known = classes.find(name); known != classes.end()) {
       const std::string named = value.is_array() && value.size() == 2 && value[1].is_string() ? value[1].get<std::string>() : "";
       const std::vector<std::string>& computed = known->second;
@@ -126,7 +140,7 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device, cons
     if (name == "scheduler") continue;
     const bool unused = name == "safety_checker" || name == "feature_extractor" || name == "image_encoder" || name == "requires_safety_checker";
     KUAFU_CHECK(unused, (root / "model_index.json").string(), ": component \"", name, "\" (", value.dump(),
-                ") is not one Kuafu's pipeline has (tokenizer, text_encoder, unet, vae, scheduler)");
+                ") is not one Kuafu's pipeline has (tokenizer, text_encoder, unet, vae, scheduler; SDXL's tokenizer_2, text_encoder_2)");
     if (!value.is_null() && !value.is_boolean() && !(value.is_array() && !value.empty() && value[0].is_null())) {
       log::warnf((root / "model_index.json").string(), ": ", name, " skipped (not needed to sample)");
     }
@@ -134,18 +148,32 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device, cons
   Pipeline p;
   p.tokenizer = PromptTokenizer::from_folder((root / "tokenizer").string());
   p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device, how.text_encoder);
+  const bool sdxl = index.contains("text_encoder_2") && !index["text_encoder_2"].is_null() &&
+                    !(index["text_encoder_2"].is_array() && !index["text_encoder_2"].empty() && index["text_encoder_2"][0].is_null());
+  if (sdxl) {
+    p.tokenizer_2 = PromptTokenizer::from_folder((root / "tokenizer_2").string());
+    p.text_encoder_2 = clip_text_format().load((root / "text_encoder_2").string(), device, how.text_encoder);
+    KUAFU_CHECK(p.text_encoder_2->config.with_projection, (root / "text_encoder_2" / "config.json").string(),
+                ": SDXL's second text encoder must be a CLIPTextModelWithProjection (its pooled output is projected)");
+    p.force_zeros_for_empty_prompt = io::config_value<bool>(index, "force_zeros_for_empty_prompt", true, (root / "model_index.json").string());
+  }
   const std::string unet = (root / "unet").string();
   p.unet = how.describe_unet ? UNet2DCondition(read_unet_config(io::read_hf_config(unet), unet + "/config.json"), torch::kMeta)
                              : load_unet(unet, device, how.unet);
   p.vae = load_vae((root / "vae").string(), device, how.vae);
   p.scheduler = read_scheduler_config(io::read_json_object((root / "scheduler" / "scheduler_config.json").string()),
                                       (root / "scheduler" / "scheduler_config.json").string());
-  KUAFU_CHECK(p.text_encoder->config.hidden_size == p.unet->config.cross_attention_dim, dir, ": the text encoder's width (",
-              p.text_encoder->config.hidden_size, ") is not the UNet's cross_attention_dim (", p.unet->config.cross_attention_dim, ")");
+  const int64_t text_width = p.text_encoder->config.hidden_size + (sdxl ? p.text_encoder_2->config.hidden_size : 0);
+  KUAFU_CHECK(text_width == p.unet->config.cross_attention_dim, dir, ": the text encoder", sdxl ? "s' widths (" : "'s width (", text_width,
+              ") is not the UNet's cross_attention_dim (", p.unet->config.cross_attention_dim, ")");
+  KUAFU_CHECK(sdxl == p.unet->config.text_time(), dir, ": ",
+              sdxl ? "an SDXL pipeline (text_encoder_2) needs a UNet with addition_embed_type \"text_time\""
+                   : "a UNet with addition_embed_type \"text_time\" (SDXL's) needs text_encoder_2 and tokenizer_2");
   for (torch::nn::Module* m : {static_cast<torch::nn::Module*>(p.text_encoder.get()), static_cast<torch::nn::Module*>(p.unet.get()),
                                static_cast<torch::nn::Module*>(p.vae.get())}) {
     m->eval();
   }
+  if (sdxl) p.text_encoder_2->eval();
   return p;
 }
 
@@ -169,8 +197,23 @@ void write_pipeline(const std::string& source, const std::string& out, const std
   }
 }
 
+PromptEmbeddings encode_prompts(Pipeline& p, const std::vector<std::string>& texts) {
+  torch::NoGradGuard no_grad;
+  const torch::Device device = p.text_encoder->parameters().front().device();
+  if (!p.sdxl()) return {p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden, {}};
+  // SDXL: each encoder's penultimate hidden states, side by side in the second's dtype, and its projected pooled output.
+  const torch::Tensor first = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).penultimate;  // [N, M, D1]
+  const ClipTextModelImpl::Output second = p.text_encoder_2->forward(p.tokenizer_2.encode(texts).to(device));
+  return {torch::cat({first.to(second.penultimate.scalar_type()), second.penultimate}, -1), second.text_embeds};
+}
+
+torch::Tensor sdxl_time_ids(int64_t rows, int64_t height, int64_t width, const torch::TensorOptions& options) {
+  const auto h = static_cast<double>(height), w = static_cast<double>(width);
+  return torch::tensor({h, w, 0.0, 0.0, h, w}, options).expand({rows, 6});
+}
+
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale, const Inpainting& inpainting) {
+                      at::Generator& generator, double guidance_rescale, const Inpainting& inpainting, const AddedConditions& added) {
   torch::NoGradGuard no_grad;
   const bool guided = needs_unconditional(guidance);
   const int64_t rows = latents.size(0);
@@ -181,7 +224,7 @@ torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor lat
     const torch::Tensor t = torch::full({guided ? 2 * rows : rows}, sampler.timesteps()[i], torch::TensorOptions(torch::kFloat32).device(latents.device()));
     torch::Tensor model_input = guided ? torch::cat({input, input}) : input;  // [(2)B, C, h, w]
     if (inpainting.condition.defined()) model_input = torch::cat({model_input, inpainting.condition}, 1);
-    const torch::Tensor out = unet->forward(model_input.to(dtype), t, context).to(torch::kFloat32);
+    const torch::Tensor out = unet->forward(model_input.to(dtype), t, context, added).to(torch::kFloat32);
     torch::Tensor prediction = out;
     if (guided) {
       const torch::Tensor conditional = out.narrow(0, rows, rows);
@@ -214,7 +257,7 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   const auto rows = static_cast<int64_t>(prompts.size());
   const std::optional<SamplerKind> kind = options.sampler ? options.sampler : p.scheduler.sampler;
   KUAFU_CHECK(kind, "the pipeline's scheduler ", p.scheduler.class_name, " is not one Kuafu steps: name a sampler (ddim, ddpm, euler, euler_a, heun, dpm++2m, unipc)");
-  SchedulerConfig config = p.scheduler.config;
+  SchedulerConfig config = p.scheduler.config_for(*kind);
   if (options.karras_sigmas) {
     KUAFU_CHECK(!*options.karras_sigmas || takes_karras_sigmas(*kind), "Karras sigmas are Euler's, Heun's, DPM-Solver++(2M)'s and UniPC's (euler, "
                 "heun, dpm++2m, unipc): the sampler is another");
@@ -228,9 +271,18 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
   // conditional] rows.
   const bool guided = needs_unconditional(options.guidance);
   std::vector<std::string> texts;
-  if (guided) texts = negatives;
+  // SDXL without a negative prompt guides from zeros (diffusers' force_zeros_for_empty_prompt).
+  const bool zero_negatives = guided && p.sdxl() && negative.empty() && p.force_zeros_for_empty_prompt;
+  if (guided && !zero_negatives) texts = negatives;
   texts.insert(texts.end(), prompts.begin(), prompts.end());
-  const torch::Tensor text = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden;  // [(2)B, 77, D]
+  PromptEmbeddings embedded = encode_prompts(p, texts);  // [(2)B, 77, D], SDXL's pooled [(2)B, P]
+  if (zero_negatives) {
+    embedded.text = torch::cat({torch::zeros_like(embedded.text), embedded.text});
+    embedded.pooled = torch::cat({torch::zeros_like(embedded.pooled), embedded.pooled});
+  }
+  const torch::Tensor& text = embedded.text;
+  KUAFU_CHECK(!p.sdxl() || (!options.init_image.defined() && !options.mask_image.defined()),
+              "img2img and inpainting of an SDXL pipeline are not supported yet (SDXL samples from text)");
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;
@@ -329,7 +381,13 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
     if (!initial.defined()) initial = torch::randn({rows, p.unet->config.in_channels, latent_h, latent_w}, generator, torch::kFloat32);
     start = initial.to(device) * sampler->init_noise_sigma();
   }
-  const torch::Tensor latents = denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale, inpainting);
+  AddedConditions added;
+  if (p.sdxl()) {
+    added.text_embeds = embedded.pooled;
+    added.time_ids = sdxl_time_ids(text.size(0), latent_h * p.vae_scale(), latent_w * p.vae_scale(), text.options());
+  }
+  const torch::Tensor latents =
+      denoise(p.unet, *sampler, start, text, options.guidance, generator, options.guidance_rescale, inpainting, added);
   Samples samples{initial, latents, {}, text.narrow(0, guided ? rows : 0, rows), guided ? text.narrow(0, 0, rows) : torch::Tensor()};
   if (!options.decode) return samples;
   const torch::Tensor unscaled = latents / vae().config.scaling_factor;

@@ -29,6 +29,11 @@ struct SchedulerFolder {
   SchedulerConfig config;
   std::string class_name;
   std::optional<SamplerKind> sampler;
+  // The schedule another sampler reads from this folder: keys the folder lacks take that sampler's class
+  // defaults, as diffusers' from_config gives them (DDIM from an Euler folder clips x̂₀; Euler never does).
+  SchedulerConfig config_for(SamplerKind kind) const;
+  nlohmann::json json;  // scheduler_config.json as read
+  std::string where;
 };
 SchedulerFolder read_scheduler_config(const nlohmann::json& json, const std::string& where);
 
@@ -38,8 +43,26 @@ struct Pipeline {
   UNet2DCondition unet{nullptr};
   AutoencoderKL vae{nullptr};
   SchedulerFolder scheduler;
+  // SDXL (StableDiffusionXLPipeline): the second tokenizer and text encoder (a CLIPTextModelWithProjection),
+  // whose projected pooled output joins the UNet's time embedding; unset for SD 1.x and 2.x.
+  PromptTokenizer tokenizer_2;
+  ClipTextModel text_encoder_2{nullptr};
+  bool force_zeros_for_empty_prompt = true;  // SDXL: without a negative prompt the guidance's rows are zeros
   int64_t vae_scale() const { return vae->config.scale_factor(); }  // pixels per latent
+  bool sdxl() const { return !text_encoder_2.is_empty(); }
 };
+
+// What the UNet attends to and (SDXL) the pooled text it adds to its time embedding, for N texts.
+struct PromptEmbeddings {
+  torch::Tensor text;    // [N, M, D]: SD 1.x/2.x the encoder's last hidden states; SDXL both encoders' penultimate
+                         //   hidden states side by side (D = D1 + D2)
+  torch::Tensor pooled;  // [N, P]: SDXL the second encoder's projected pooled output; undefined otherwise
+};
+PromptEmbeddings encode_prompts(Pipeline& pipeline, const std::vector<std::string>& texts);
+
+// SDXL's time ids [rows, 6] of an image of height × width pixels, uncropped, as diffusers' pipeline makes
+// them: (original height, width, crop top, left, target height, width).
+torch::Tensor sdxl_time_ids(int64_t rows, int64_t height, int64_t width, const torch::TensorOptions& options);
 // What load_pipeline makes of each model: the dtype its weights are read straight into (a frozen model's
 // compute dtype), and whether the UNet is only described (on the meta device, config and names but no
 // storage) for a caller that builds the UNet as its training holds it.
@@ -104,7 +127,7 @@ Samples sample(Pipeline& pipeline, const std::vector<std::string>& prompts, cons
 
 // The sampler's loop: from `latents` [B, C, h, w] (float32, already scaled by init_noise_sigma, or noised to
 // the sampler's first step) through every step of `sampler` from its first, the UNet computing in its weights' dtype on `text` [(2)B, M, D] (the empty
-// caption's rows first when guided, as sample() builds them); a stochastic sampler's noise drawn from
+// caption's rows first when guided, as sample() builds them) and, for SDXL, `added` (rows as text's); a stochastic sampler's noise drawn from
 // `generator` on the CPU. Returns the last latents [B, C, h, w], float32.
 // What inpainting adds to the loop: with an inpainting UNet `condition` [(2)B, c, h, w] (the mask and the masked
 // image's latents, rows as `text`'s) after the latents in every model input's channels; with one that does not
@@ -114,7 +137,8 @@ struct Inpainting {
   std::function<torch::Tensor(const torch::Tensor& latents, size_t i)> blend;
 };
 torch::Tensor denoise(UNet2DCondition& unet, Sampler& sampler, torch::Tensor latents, const torch::Tensor& text, double guidance,
-                      at::Generator& generator, double guidance_rescale = 0.0, const Inpainting& inpainting = {});
+                      at::Generator& generator, double guidance_rescale = 0.0, const Inpainting& inpainting = {},
+                      const AddedConditions& added = {});
 
 // A sample grid's PNG text chunks: the prompts (" | " between them), `seed` as given, steps and guidance.
 std::vector<std::pair<std::string, std::string>> sample_png_text(const std::vector<std::string>& prompts, const std::string& seed,

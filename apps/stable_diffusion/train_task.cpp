@@ -35,6 +35,7 @@ DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique
                              std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
     : pipeline_(std::move(pipeline)), settings_(std::move(settings)), schedule_(pipeline_.scheduler.config), train_(std::move(train)),
       val_(std::move(val)), order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
+  KUAFU_CHECK(!pipeline_.sdxl(), "training an SDXL pipeline (text_encoder_2) is not supported yet: kuafu-sd samples from it");
   const int64_t side = pipeline_.unet->config.sample_size;
   latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
   train::freeze(*pipeline_.text_encoder);

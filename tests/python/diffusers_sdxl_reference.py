@@ -1,0 +1,104 @@
+"""diffusers' StableDiffusionXLPipeline for tests/apps/stable_diffusion/sdxl_pipeline_test.cpp (nothing is downloaded).
+
+  diffusers_sdxl_reference.py build OUT
+      OUT/pipe: a tiny random SDXL pipeline saved with save_pretrained: two tokenizers (clip_reference.py's
+      folder, the second padding with "!" as SDXL's does), a 2-layer CLIPTextModel of width 16 (eos_token_id 2:
+      pooled at the highest id) and a 3-layer CLIPTextModelWithProjection of width 24 (projection_dim 20,
+      pooled at the first <|endoftext|>), an SDXL-shaped UNet (a first block without attention, 1 and 2
+      transformer blocks, cross-attention 40 = 16 + 24, the text_time added conditioning), a 2-block VAE with
+      SDXL's scaling factor, SDXL's EulerDiscreteScheduler config, force_zeros_for_empty_prompt; and
+      OUT/reference.safetensors: initial latents [2, 4, 8, 12] (16 x 24 pixels, not square) and, for PROMPTS
+      at guidance 5 over 10 steps from them: the folder's Euler sampler's final latents and images
+      (euler_latents, euler_images) with no negative prompt (zero embeddings), encode_prompt's prompt_embeds
+      [2, 77, 40], pooled_prompt_embeds [2, 20], and the negative ones; with NEGATIVE as negative prompts
+      (negative_latents); with guidance_rescale 0.7 (rescale_latents); under DDIM (ddim_latents, and the same run
+      in float64: ddim_float64_latents); and Euler ancestral with its noise from a CPU generator seeded 7
+      (euler_a_latents)
+"""
+import pathlib
+import sys
+
+import torch
+from diffusers import (AutoencoderKL, DDIMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
+                       StableDiffusionXLPipeline, UNet2DConditionModel)
+from safetensors.torch import save_file
+from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+from clip_reference import write_tokenizer
+from diffusers_pipeline_reference import randomise
+
+PROMPTS = ["a photo of the cat", "the cat!"]
+NEGATIVE = ["blurry", "a dog"]
+
+
+def clip(kind, width, layers, eos, **extra):
+    return randomise(kind(CLIPTextConfig(vocab_size=522, hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                                         num_attention_heads=2, max_position_embeddings=77, eos_token_id=eos, bos_token_id=520,
+                                         pad_token_id=521, hidden_act="gelu", **extra)))
+
+
+def save_tiny_pipeline(out):
+    """Saves the tiny random SDXL pipeline in OUT/pipe and returns it as diffusers loads it from there."""
+    write_tokenizer(out / "tokenizer_files")
+    write_tokenizer(out / "tokenizer_2_files", pad="!")
+    torch.manual_seed(0)
+    text_encoder = clip(CLIPTextModel, 16, 2, 2)
+    text_encoder_2 = clip(CLIPTextModelWithProjection, 24, 3, 521, projection_dim=20)
+    unet = randomise(UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(16, 32), norm_num_groups=8, cross_attention_dim=40,
+        down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"),
+        layers_per_block=1, attention_head_dim=(2, 4), transformer_layers_per_block=(1, 2), use_linear_projection=True,
+        addition_embed_type="text_time", addition_time_embed_dim=4, projection_class_embeddings_input_dim=20 + 6 * 4))
+    vae = randomise(AutoencoderKL(block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4, scaling_factor=0.13025,
+                                  down_block_types=("DownEncoderBlock2D",) * 2, up_block_types=("UpDecoderBlock2D",) * 2))
+    scheduler = EulerDiscreteScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", steps_offset=1,
+                                       timestep_spacing="leading")
+    pipe = StableDiffusionXLPipeline(vae=vae, text_encoder=text_encoder, text_encoder_2=text_encoder_2,
+                                     tokenizer=CLIPTokenizer.from_pretrained(out / "tokenizer_files"),
+                                     tokenizer_2=CLIPTokenizer.from_pretrained(out / "tokenizer_2_files"), unet=unet,
+                                     scheduler=scheduler, force_zeros_for_empty_prompt=True, add_watermarker=False)
+    pipe.save_pretrained(out / "pipe")
+    return StableDiffusionXLPipeline.from_pretrained(out / "pipe", add_watermarker=False)
+
+
+def build(out):
+    out = pathlib.Path(out)
+    pipe = save_tiny_pipeline(out)
+    torch.manual_seed(1)
+    latents = torch.randn(2, 4, 8, 12)
+    tensors = {"initial_latents": latents}
+
+    def run(name, output_type="latent", generator=None, **kwargs):
+        result = pipe(PROMPTS, height=16, width=24, num_inference_steps=10, guidance_scale=5.0, latents=latents.clone(),
+                      output_type=output_type, generator=generator, **kwargs)
+        if output_type == "latent":
+            tensors[f"{name}_latents"] = result.images
+        else:
+            tensors[f"{name}_images"] = result.images
+
+    run("euler")
+    run("euler", output_type="pt")
+    prompt, negative, pooled, negative_pooled = pipe.encode_prompt(PROMPTS, device="cpu", num_images_per_prompt=1,
+                                                                   do_classifier_free_guidance=True)
+    tensors.update(prompt_embeds=prompt, negative_prompt_embeds=negative, pooled_prompt_embeds=pooled,
+                   negative_pooled_prompt_embeds=negative_pooled)
+    run("negative", negative_prompt=NEGATIVE)
+    run("rescale", guidance_rescale=0.7)
+    euler_config = pipe.scheduler.config
+    pipe.scheduler = DDIMScheduler.from_config(euler_config)
+    run("ddim")
+    # DDIM from Euler's config clips x̂₀ to [-1, 1] (its class default): this tiny model's trajectory then moves
+    # by float32's rounding alone by ~3e-4; the float64 run measures that.
+    pipe.to(torch.float64)
+    tensors["ddim_float64_latents"] = pipe(PROMPTS, height=16, width=24, num_inference_steps=10, guidance_scale=5.0,
+                                           latents=latents.double(), output_type="latent").images.float()
+    pipe.to(torch.float32)
+    pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(euler_config)
+    run("euler_a", generator=torch.Generator().manual_seed(7))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] != "build":
+        sys.exit(__doc__)
+    build(sys.argv[2])
