@@ -43,8 +43,13 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   train::ModelSize model_size() override {
     const std::string text_encoder = component_folder("text_encoder");
     const ClipTextConfig clip = clip_text_format().read_config(io::read_hf_config(text_encoder), text_encoder + "/config.json");
-    const train::SizedModel frozen_text_encoder{"text_encoder", static_cast<double>(clip.parameter_count()), 0, /*trained=*/false,
-                                                {"model.pipeline"}};
+    double text_parameters = static_cast<double>(clip.parameter_count());
+    // SDXL's second encoder, in the text_encoder section's dtype as the pipeline loads it.
+    const std::string second = settings_.pipeline + "/text_encoder_2";
+    if (std::filesystem::exists(second + "/config.json")) {
+      text_parameters += static_cast<double>(clip_text_format().read_config(io::read_hf_config(second), second + "/config.json").parameter_count());
+    }
+    const train::SizedModel frozen_text_encoder{"text_encoder", text_parameters, 0, /*trained=*/false, {"model.pipeline"}};
     train::ModelRecipe<AutoencoderKL> vae = vae_folder_recipe(component_folder("vae"), "vae");
     vae.size_keys = {"model.pipeline"};
     return train::size_of({train::sized(recipe()), frozen_text_encoder, train::sized(vae)});

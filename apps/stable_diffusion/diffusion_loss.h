@@ -14,6 +14,7 @@ namespace kuafu::sd {
 // already added) and each row's timestep t [B] (int64).
 struct DiffusionInputs {
   torch::Tensor latents, text, noise, timesteps;
+  AddedConditions added;  // SDXL: each row's pooled text and time ids
 };
 
 // The mean over rows of each row's mean squared error (float32), times min(SNR, γ)/SNR-style weights

@@ -35,17 +35,19 @@ DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique
                              std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
     : pipeline_(std::move(pipeline)), settings_(std::move(settings)), schedule_(pipeline_.scheduler.config), train_(std::move(train)),
       val_(std::move(val)), order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
-  KUAFU_CHECK(!pipeline_.sdxl(), "training an SDXL pipeline (text_encoder_2) is not supported yet: kuafu-sd samples from it");
   const int64_t side = pipeline_.unet->config.sample_size;
   latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
   train::freeze(*pipeline_.text_encoder);
+  if (pipeline_.sdxl()) train::freeze(*pipeline_.text_encoder_2);
   train::freeze(*pipeline_.vae);
 }
 
 std::vector<train::RunModel> DiffusionTask::models() {
-  return {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
-          train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
-          train::frozen_run_model("vae", *pipeline_.vae)};
+  std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
+                                         train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
+                                         train::frozen_run_model("vae", *pipeline_.vae)};
+  if (pipeline_.sdxl()) models.push_back(train::frozen_run_model("text_encoder_2", *pipeline_.text_encoder_2));
+  return models;
 }
 
 std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const {
@@ -67,37 +69,43 @@ std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batc
   return captions;
 }
 
-torch::Tensor DiffusionTask::encode_text(const std::vector<std::string>& captions) {
+PromptEmbeddings DiffusionTask::encode_text(const std::vector<std::string>& captions) {
   torch::NoGradGuard no_grad;
-  const torch::Tensor ids = pipeline_.tokenizer.encode(captions).to(device_);  // [B, M]
-  return pipeline_.text_encoder->forward(ids).last_hidden.to(pipeline_.unet->conv_in->weight.scalar_type());
+  PromptEmbeddings e = encode_prompts(pipeline_, captions);
+  const torch::ScalarType dtype = pipeline_.unet->conv_in->weight.scalar_type();
+  e.text = e.text.to(dtype);
+  if (e.pooled.defined()) e.pooled = e.pooled.to(dtype);
+  return e;
 }
 
 void DiffusionTask::fill_cache() {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> moments, texts;
+  std::vector<torch::Tensor> moments, texts, pooled;
   for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
     const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
-    texts.push_back(encode_text(captions_of(batch, *train_)));
+    const PromptEmbeddings e = encode_text(captions_of(batch, *train_));
+    texts.push_back(e.text);
+    if (e.pooled.defined()) pooled.push_back(e.pooled);
   });
   cached_moments_ = torch::cat(moments);
-  cached_text_ = torch::cat(texts);
+  cached_text_ = {torch::cat(texts), pooled.empty() ? torch::Tensor() : torch::cat(pooled)};
 }
 
 DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train,
                                       uint64_t augment_seed) {
   torch::NoGradGuard no_grad;
-  if (!empty_caption_.defined()) empty_caption_ = encode_text({""});
+  if (!empty_caption_.text.defined()) empty_caption_ = encode_text({""});
   AutoencoderKLImpl::Posterior posterior;  // float32
-  torch::Tensor text;
+  PromptEmbeddings text;
   if (train && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
     const std::vector<torch::Tensor> parts = cached_moments_.index_select(0, index).chunk(2, 1);
     posterior = {parts[0], parts[1]};
-    text = cached_text_.index_select(0, index);
+    text.text = cached_text_.text.index_select(0, index);
+    if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
   } else {
     io::ImageDataset& set = train ? *train_ : *val_;
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
@@ -111,11 +119,18 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
     posterior_noise.push_back(draws[i].posterior_noise);
     noise.push_back(draws[i].noise);
     timesteps.push_back(draws[i].timestep);
-    if (draws[i].drop_caption) text[static_cast<int64_t>(i)].copy_(empty_caption_[0]);
+    if (draws[i].drop_caption) {
+      text.text[static_cast<int64_t>(i)].copy_(empty_caption_.text[0]);
+      if (text.pooled.defined()) text.pooled[static_cast<int64_t>(i)].copy_(empty_caption_.pooled[0]);
+    }
   }
   DiffusionInputs in;
   in.latents = posterior.sample(torch::stack(posterior_noise).to(device_)) * pipeline_.vae->config.scaling_factor;  // [B, C, h, w]
-  in.text = text;
+  in.text = text.text;
+  if (pipeline_.sdxl()) {
+    const int64_t scale = pipeline_.vae_scale();
+    in.added = {text.pooled, sdxl_time_ids(in.latents.size(0), in.latents.size(2) * scale, in.latents.size(3) * scale, text.text.options())};
+  }
   in.noise = torch::stack(noise).to(device_);
   in.timesteps = torch::tensor(timesteps).to(device_);
   return in;

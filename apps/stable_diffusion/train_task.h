@@ -1,5 +1,7 @@
 // Latent diffusion training as the trainer sees it: the pipeline's UNet trained ("unet"), its text
-// encoder and VAE frozen ("text_encoder", "vae"; not saved: the pipeline folder holds them). Each row of a
+// encoder(s) and VAE frozen ("text_encoder", SDXL's "text_encoder_2", "vae"; not saved: the pipeline folder
+// holds them). An SDXL UNet also gets each row's pooled text and time ids (the image uncropped at its size,
+// as train_text_to_image_sdxl.py makes them for an image already at the training resolution). Each row of a
 // step draws, from (seed, step, row) alone, the VAE posterior's noise, the diffusion noise (plus the
 // noise offset), its timestep and whether its caption is dropped to the empty caption's encoding, so a
 // row's loss is the same whichever rank or micro-batch computes it and a resumed run goes on exactly.
@@ -58,7 +60,7 @@ class DiffusionTask : public train::RunTask {
  private:
   std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
   void fill_cache();  // diffusion.cache: every training image's Gaussian and caption encoding, once
-  torch::Tensor encode_text(const std::vector<std::string>& captions);  // [B, M, D] in the UNet's dtype
+  PromptEmbeddings encode_text(const std::vector<std::string>& captions);  // [B, M, D] (SDXL: and [B, P]) in the UNet's dtype
 
   Pipeline pipeline_;
   SdSettings settings_;
@@ -68,8 +70,9 @@ class DiffusionTask : public train::RunTask {
   torch::Device device_;
   DeferredWeights unet_weights_;
   std::vector<int64_t> latent_shape_;  // [C, h, w]
-  torch::Tensor empty_caption_;        // [1, M, D], the encoding dropped captions get
-  torch::Tensor cached_moments_, cached_text_;  // [N, 2C, h, w] float32 and [N, M, D] (diffusion.cache)
+  PromptEmbeddings empty_caption_;     // [1, M, D] (SDXL: and [1, P]), the encoding dropped captions get
+  torch::Tensor cached_moments_;       // [N, 2C, h, w] float32 (diffusion.cache)
+  PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache)
 };
 
 }  // namespace kuafu::sd

@@ -13,13 +13,16 @@
       [2, 77, 40], pooled_prompt_embeds [2, 20], and the negative ones; with NEGATIVE as negative prompts
       (negative_latents); with guidance_rescale 0.7 (rescale_latents); under DDIM (ddim_latents, and the same run
       in float64: ddim_float64_latents); and Euler ancestral with its noise from a CPU generator seeded 7
-      (euler_a_latents)
+      (euler_a_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
+      VAE posterior's and the diffusion noise, timesteps, latents, text, pooled text, the loss and the gradients
+      of TRAINING_GRADIENTS, train_grad.<name>)
 """
 import pathlib
 import sys
 
 import torch
-from diffusers import (AutoencoderKL, DDIMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
+import torch.nn.functional as F
+from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
                        StableDiffusionXLPipeline, UNet2DConditionModel)
 from safetensors.torch import save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
@@ -29,6 +32,10 @@ from diffusers_pipeline_reference import randomise
 
 PROMPTS = ["a photo of the cat", "the cat!"]
 NEGATIVE = ["blurry", "a dog"]
+CAPTIONS = ["a photo of the cat", ""]
+TRAINING_GRADIENTS = ["conv_in.weight", "add_embedding.linear_1.weight", "add_embedding.linear_2.bias",
+                      "down_blocks.1.attentions.0.transformer_blocks.1.attn2.to_k.weight", "mid_block.resnets.0.time_emb_proj.weight",
+                      "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.2.weight", "conv_out.bias"]
 
 
 def clip(kind, width, layers, eos, **extra):
@@ -95,7 +102,42 @@ def build(out):
     pipe.to(torch.float32)
     pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(euler_config)
     run("euler_a", generator=torch.Generator().manual_seed(7))
+    tensors.update(training_step(pipe, out))
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def training_step(pipe, out):
+    """train_text_to_image_sdxl.py's objective on two 16 x 24 images at the training resolution (original size =
+    target size, no crop), captioned CAPTIONS, as the script computes it: both encoders' penultimate hidden states
+    side by side, the second's projected pooled output, the time ids, ε prediction's mean squared error."""
+    torch.manual_seed(2)
+    pixels = torch.rand(2, 3, 16, 24) * 2 - 1
+    posterior_noise, noise = torch.randn(2, 4, 8, 12), torch.randn(2, 4, 8, 12)
+    timesteps = torch.tensor([17, 903])
+    with torch.no_grad():
+        dist = pipe.vae.encode(pixels).latent_dist
+        latents = (dist.mean + dist.std * posterior_noise) * pipe.vae.config.scaling_factor
+        embeds = []
+        for tokenizer, encoder in ((pipe.tokenizer, pipe.text_encoder), (pipe.tokenizer_2, pipe.text_encoder_2)):
+            ids = tokenizer(CAPTIONS, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
+                            return_tensors="pt").input_ids
+            states = encoder(ids, output_hidden_states=True, return_dict=False)
+            pooled = states[0]  # the last encoder's: its projected pooled output
+            embeds.append(states[-1][-2])
+        embeds = torch.cat(embeds, dim=-1)
+    scheduler = DDPMScheduler.from_pretrained(out / "pipe", subfolder="scheduler")
+    noisy = scheduler.add_noise(latents, noise, timesteps)
+    time_ids = torch.tensor([[16.0, 24.0, 0.0, 0.0, 16.0, 24.0]] * 2)
+    pipe.unet.zero_grad()
+    prediction = pipe.unet(noisy, timesteps, embeds, added_cond_kwargs={"time_ids": time_ids, "text_embeds": pooled}).sample
+    loss = F.mse_loss(prediction.float(), noise.float(), reduction="mean")
+    loss.backward()
+    params = dict(pipe.unet.named_parameters())
+    tensors = {"train_pixels": pixels, "train_posterior_noise": posterior_noise, "train_noise": noise, "train_timesteps": timesteps,
+               "train_latents": latents, "train_text": embeds, "train_pooled": pooled, "train_loss": loss.detach().reshape(1)}
+    for name in TRAINING_GRADIENTS:
+        tensors[f"train_grad.{name}"] = params[name].grad.clone()
+    return tensors
 
 
 if __name__ == "__main__":

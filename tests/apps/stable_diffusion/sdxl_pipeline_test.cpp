@@ -9,6 +9,7 @@
 // of them), 1e-5 on the embeddings (one encoder pass); DDIM's clipped run as its test says.
 #include <gtest/gtest.h>
 
+#include "apps/stable_diffusion/diffusion_loss.h"
 #include "apps/stable_diffusion/pipeline.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/test_util.h"
@@ -74,6 +75,38 @@ TEST(SdxlPipelineTest, PromptEmbeddingsAreBothEncodersAsDiffusersJoinsThem) {
   EXPECT_LT(testing::max_abs_difference(embedded.text, ref["prompt_embeds"]), 1e-5);
   EXPECT_LT(testing::max_abs_difference(embedded.pooled, ref["pooled_prompt_embeds"]), 1e-5);
   EXPECT_EQ(ref["negative_pooled_prompt_embeds"].abs().max().item<double>(), 0.0);
+}
+
+// train_text_to_image_sdxl.py's objective on two 16 x 24 images (original size = target size, no crop): the VAE's
+// latents, both encoders' embeddings and the pooled text, then the loss and the gradients of seven UNet parameters
+// (the added conditioning's embedding among them) equal diffusers' (float32: 1e-5 of the loss and of each
+// gradient's largest entry, one UNet pass forward and back).
+TEST(SdxlTrainingTest, TheObjectiveIsTrainTextToImageSdxls) {
+  const testing::Reference& ref = sdxl_reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  const auto posterior = p.vae->encode(ref["train_pixels"]);
+  const torch::Tensor latents = posterior.sample(ref["train_posterior_noise"]) * p.vae->config.scaling_factor;
+  EXPECT_LT(testing::max_abs_difference(latents, ref["train_latents"]), 1e-5);
+  const PromptEmbeddings text = encode_prompts(p, {"a photo of the cat", ""});
+  EXPECT_LT(testing::max_abs_difference(text.text, ref["train_text"]), 1e-5);
+  EXPECT_LT(testing::max_abs_difference(text.pooled, ref["train_pooled"]), 1e-5);
+  const NoiseSchedule schedule(p.scheduler.config);
+  DiffusionInputs in{ref["train_latents"], ref["train_text"], ref["train_noise"], ref["train_timesteps"],
+                     {ref["train_pooled"], sdxl_time_ids(2, 16, 24, torch::TensorOptions(torch::kFloat32))}};
+  const torch::Tensor loss = diffusion_loss(p.unet, schedule, in);
+  loss.backward();
+  const double expected = ref["train_loss"].item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * expected);
+  const auto params = p.unet->named_parameters();
+  int64_t compared = 0;
+  for (const auto& [name, want] : ref.outputs.file.tensors) {
+    if (name.rfind("train_grad.", 0) != 0) continue;
+    const std::string parameter = name.substr(std::string("train_grad.").size());
+    ASSERT_TRUE(params.contains(parameter)) << parameter;
+    EXPECT_LT(testing::max_abs_difference(params[parameter].grad(), want), 1e-5 * want.abs().max().item<double>()) << parameter;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 7);
 }
 
 // What SDXL does not do yet is refused by name, not run as SD 1.x would.

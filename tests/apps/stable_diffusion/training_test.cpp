@@ -284,6 +284,39 @@ TEST(DiffusionTaskTest, DroppedCaptionsGetTheEmptyCaptionsEncoding) {
   EXPECT_NEAR(a, b, 1e-6 * b);
 }
 
+// An SDXL pipeline trains through the same task: each row's UNet input carries its caption's pooled text (a dropped
+// caption's: the empty caption's, as its embeddings) and the time ids of its image, uncropped at the 16 x 16 training
+// size; the frozen second encoder is a run model of its own; cached encodings give the same loss.
+TEST(DiffusionTaskTest, AnSdxlPipelineTrainsWithThePooledTextAndTimeIds) {
+  const fs::path root = test_root();
+  prepare(root);
+  const fs::path sdxl = testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe";
+  const std::string pipeline = "model.pipeline=\"" + sdxl.string() + "\"";
+  std::unique_ptr<train::App> app;
+  auto task = serial_task(tiny_config(root, "run", {pipeline}), app);
+  Pipeline& p = task->pipeline();
+  ASSERT_TRUE(p.sdxl());
+  std::vector<std::string> names;
+  for (const train::RunModel& m : task->models()) names.push_back(m.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"unet", "text_encoder", "vae", "text_encoder_2"}));
+  torch::NoGradGuard no_grad;
+  std::vector<RowDraws> draws;
+  for (int64_t r = 0; r < 2; ++r) draws.push_back(draw_row(1, 0, r, {4, 8, 8}, 1000, DiffusionSettings{0.0, 0, 0, false}));
+  draws[1].drop_caption = true;
+  const DiffusionInputs in = task->inputs({0, 1}, draws, true, 0);
+  const PromptEmbeddings expected = encode_prompts(p, {"a blue square, number 1", ""});
+  EXPECT_EQ(testing::max_abs_difference(in.text, expected.text), 0.0);
+  EXPECT_EQ(testing::max_abs_difference(in.added.text_embeds, expected.pooled), 0.0);
+  EXPECT_EQ(testing::max_abs_difference(in.added.time_ids, torch::tensor({16.0, 16.0, 0.0, 0.0, 16.0, 16.0}).expand({2, 6})), 0.0);
+
+  std::unique_ptr<train::App> cached_app, plain_app;
+  auto cached = serial_task(tiny_config(root, "run", {pipeline, "diffusion.cache=true"}), cached_app);
+  auto plain = serial_task(tiny_config(root, "run", {pipeline}), plain_app);
+  const double a = cached->losses(0, 0, 4).at("unet").item<double>(), b = plain->losses(0, 0, 4).at("unet").item<double>();
+  EXPECT_TRUE(std::isfinite(b));
+  EXPECT_NEAR(a, b, 1e-6 * b);
+}
+
 // An unreadable training image (300 random bytes) among the 8 trains as the next readable one: its row's
 // inputs are that image's, every step's loss is finite, and the cache (whose rows follow the items)
 // gives the same losses. The task once drew noise for the missing row and stopped on "The size of
