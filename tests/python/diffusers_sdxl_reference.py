@@ -29,6 +29,7 @@ from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProject
 
 from clip_reference import write_tokenizer
 from diffusers_pipeline_reference import randomise
+from diffusers_training_reference import training_draws
 
 PROMPTS = ["a photo of the cat", "the cat!"]
 NEGATIVE = ["blurry", "a dog"]
@@ -110,13 +111,8 @@ def training_step(pipe, out):
     """train_text_to_image_sdxl.py's objective on two 16 x 24 images at the training resolution (original size =
     target size, no crop), captioned CAPTIONS, as the script computes it: both encoders' penultimate hidden states
     side by side, the second's projected pooled output, the time ids, ε prediction's mean squared error."""
-    torch.manual_seed(2)
-    pixels = torch.rand(2, 3, 16, 24) * 2 - 1
-    posterior_noise, noise = torch.randn(2, 4, 8, 12), torch.randn(2, 4, 8, 12)
-    timesteps = torch.tensor([17, 903])
+    pixels, posterior_noise, noise, timesteps, latents, _ = training_draws(pipe, 2, 16, 24)
     with torch.no_grad():
-        dist = pipe.vae.encode(pixels).latent_dist
-        latents = (dist.mean + dist.std * posterior_noise) * pipe.vae.config.scaling_factor
         embeds = []
         for tokenizer, encoder in ((pipe.tokenizer, pipe.text_encoder), (pipe.tokenizer_2, pipe.text_encoder_2)):
             ids = tokenizer(CAPTIONS, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,

@@ -37,16 +37,24 @@ GRADIENTS = ["conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.
              "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias", "time_embedding.linear_1.weight"]
 
 
-def build(out):
-    out = pathlib.Path(out)
-    pipe = save_tiny_pipeline(out)
-    torch.manual_seed(1)
-    pixels = torch.rand(2, 3, 16, 16) * 2 - 1
-    posterior_noise, noise = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
+def training_draws(pipe, seed, height, width):
+    """Two random images in [-1, 1] of height x width, the VAE posterior's and the diffusion noise, two timesteps
+    and the latents the training scripts make of them (latent_dist.sample() with this draw x scaling_factor)."""
+    torch.manual_seed(seed)
+    pixels = torch.rand(2, 3, height, width) * 2 - 1
+    posterior_noise, noise = torch.randn(2, 4, height // 2, width // 2), torch.randn(2, 4, height // 2, width // 2)
     timesteps = torch.tensor([17, 903])
     with torch.no_grad():
         dist = pipe.vae.encode(pixels).latent_dist
-        latents = (dist.mean + dist.std * posterior_noise) * pipe.vae.config.scaling_factor  # latent_dist.sample() with this draw
+        latents = (dist.mean + dist.std * posterior_noise) * pipe.vae.config.scaling_factor
+    return pixels, posterior_noise, noise, timesteps, latents, dist
+
+
+def build(out):
+    out = pathlib.Path(out)
+    pipe = save_tiny_pipeline(out)
+    pixels, posterior_noise, noise, timesteps, latents, dist = training_draws(pipe, 1, 16, 16)
+    with torch.no_grad():
         ids = pipe.tokenizer(CAPTIONS, padding="max_length", max_length=77, truncation=True, return_tensors="pt").input_ids
         text = pipe.text_encoder(ids, return_dict=False)[0]
     tensors = {"pixels": pixels, "posterior_noise": posterior_noise, "noise": noise, "timesteps": timesteps, "latents": latents, "text": text}
