@@ -30,8 +30,10 @@ AlphaFoldFeatures AlphaFoldFeatures::to(const torch::TensorOptions& options) con
   return f;
 }
 
-Recycled Recycled::zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options) {
-  return {torch::zeros({residues, sizes.msa_channels}, options), torch::zeros({residues, residues, sizes.pair_channels}, options),
+Recycled Recycled::zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options,
+                         std::optional<torch::ScalarType> pair_dtype) {
+  return {torch::zeros({residues, sizes.msa_channels}, options),
+          torch::zeros({residues, residues, sizes.pair_channels}, options.dtype(pair_dtype.value_or(options.dtype().toScalarType()))),
           torch::zeros({residues, kAtom37, 3}, options)};
 }
 
@@ -116,10 +118,11 @@ torch::ScalarType AlphaFoldImpl::output_dtype() const { return structure_module-
 hooks::Tensors AlphaFoldImpl::head_streams(const hooks::Batch& batch, const hooks::Tensors& recycled) {
   EmbeddingsAndEvoformerImpl& trunk = *evoformer;
   const AlphaFoldFeatures f = features_of(batch);
-  const Recycled previous = recycled.empty() ? Recycled::zeros(f.aatype.size(0), sizes, f.target_feat.options())
-                                             : Recycled{recycled.at(0), recycled.at(1), recycled.at(2)};
-  // The features and what is recycled come in the outputs' dtype; the trunk may run in another (bf16 inference).
+  // The features come in the outputs' dtype, the recycled pair in the trunk's; the trunk may run in another
+  // dtype than the outputs (bf16 inference).
   const torch::ScalarType dtype = trunk_dtype();
+  const Recycled previous = recycled.empty() ? Recycled::zeros(f.aatype.size(0), sizes, f.target_feat.options(), dtype)
+                                             : Recycled{recycled.at(0), recycled.at(1), recycled.at(2)};
   const auto in_trunk = [dtype](const torch::Tensor& t) { return t.to(dtype); };
   // The MSA stream m [S, R, c_m], the pair z [R, R, c_z], the extra MSA e [E, R, c_e].
   auto [m, z] = trunk.input_embedder(in_trunk(f.target_feat), in_trunk(f.msa_feat), f.residue_index);
@@ -161,14 +164,15 @@ AlphaFoldOutputs AlphaFoldImpl::outputs(const hooks::Tensors& streams, const hoo
   out.msa = layout.whole(streams.at(0), 0);
   out.pair = layout.whole(streams.at(1), 0);
   // The single projection in the trunk's dtype, then everything in the outputs' (the same but for bf16
-  // inference, where the structure module and the heads run in float32).
+  // inference, where the structure module and the heads run in float32). The pair stays in the trunk's
+  // dtype (it is recycled into the trunk): the structure module and the distogram read it a chunk of rows at
+  // a time in theirs, so no whole float32 copy of it is made.
   const torch::ScalarType dtype = output_dtype();
   out.single = evoformer->single_activations(out.msa.select(0, 0)).to(dtype);
   out.msa = out.msa.to(dtype);
-  out.pair = out.pair.to(dtype);
-  out.structure = structure_module->forward(out.single, out.pair, aatype, batch["seq_mask"], geometry);
+  out.structure = structure_module->forward(out.single, out.pair, aatype, batch["seq_mask"], geometry, chunk_size);
   out.atom37 = atom14_to_atom37(geometry, aatype, out.structure.atom14.select(0, -1));
-  out.distogram_logits = distogram_head(out.pair);
+  out.distogram_logits = distogram_head->forward(out.pair, chunk_size);
   out.masked_msa_logits = masked_msa_head(out.msa);
   out.plddt_logits = predicted_lddt_head(out.structure.single);
   if (experimentally_resolved_head) out.experimentally_resolved_logits = experimentally_resolved_head(out.single);

@@ -3,6 +3,7 @@
 // parameters in DeepMind's layout (alphafold_parameters maps each to its params_model_*.npz key).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,7 +64,9 @@ struct AlphaFoldFeatures {
 // predicted atoms [R, 37, 3].
 struct Recycled {
   torch::Tensor msa_first_row, pair, positions;
-  static Recycled zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options);
+  // pair_dtype: the pair's, when the trunk runs in another dtype than the outputs (bf16 inference).
+  static Recycled zeros(int64_t residues, const AlphaFoldSizes& sizes, const torch::TensorOptions& options,
+                        std::optional<torch::ScalarType> pair_dtype = std::nullopt);
 };
 
 struct AlphaFoldOutputs {
@@ -137,8 +140,9 @@ struct AlphaFoldImpl : torch::nn::Module, hooks::BlockModel {
 
   AlphaFoldSizes sizes;
   AlphaFoldLossSettings loss_settings;  // the training loss's weights
-  // > 0: the Evoformer's and extra-MSA stack's attention, transitions and outer products this many rows at a
-  // time (the same result, less memory: inference at long lengths).
+  // > 0: the Evoformer's and extra-MSA stack's attention, transitions and outer products, the structure
+  // module's attention and the distogram this many rows at a time (the same result, less memory: inference at
+  // long lengths).
   int64_t chunk_size = 0;
   // Where the extra-MSA stack's and the Evoformer's streams lie: serial, or cut across a DAP group (each
   // rank then runs every block on its rows; the MSA's rows, the extra rows and the residues must divide

@@ -46,8 +46,9 @@ config::Schema fold_schema() {
   s.add_int("data.profile_rows", 0, "alignment rows drawn from ProMod3's HHblits profile of the chain (its UniProt "
                                      "homologs' residue frequencies), added to its MSA in every example; 0: none").min(0).max(1 << 16);
   s.add_float("data.bert_fraction", 0.15, "MSA positions replaced for the masked-MSA loss").min(0).max(1);
-  s.add_int("data.chunk_size", 0, "predict and eval: the Evoformer's attention, transitions and outer products this "
-                                  "many rows at a time (less memory at long lengths, the same result); 0: whole").min(0);
+  s.add_int("data.chunk_size", 0, "predict and eval: the Evoformer's attention, transitions and outer products, the "
+                                  "structure module's attention and the distogram this many rows at a time (less "
+                                  "memory at long lengths, the same result); 0: whole").min(0);
   s.add_float("loss.clamped_fape_fraction", 0.9, "weight of the clamped backbone FAPE (the rest unclamped)").min(0).max(1);
   s.add_float("loss.distogram", 0.3, "distogram loss weight").min(0);
   s.add_float("loss.masked_msa", 2.0, "masked MSA loss weight").min(0);

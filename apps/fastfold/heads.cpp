@@ -2,14 +2,19 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/chunks.h"
+
 namespace kuafu::fold {
 
 DistogramHeadImpl::DistogramHeadImpl(int64_t c_z, int64_t bins, const torch::Device& device) {
   half_logits = register_module("half_logits", AfLinear(c_z, bins, device, AfInit::kFinal));
 }
 
-torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z) {
-  const torch::Tensor half = half_logits(z);
+torch::Tensor DistogramHeadImpl::forward(const torch::Tensor& z, int64_t chunk_size) {
+  const torch::ScalarType dtype = half_logits->weights.scalar_type();
+  const torch::Tensor half = nn::in_chunks(z.size(0), chunk_size, 0, [&](int64_t start, int64_t n) {
+    return half_logits(z.narrow(0, start, n).to(dtype));
+  });  // [R, R, bins]
   return half + half.transpose(0, 1);
 }
 

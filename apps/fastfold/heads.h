@@ -9,10 +9,11 @@
 
 namespace kuafu::fold {
 
-// The distogram: logits over distance bins for each residue pair, symmetric. z [R, R, c_z] -> [R, R, bins].
+// The distogram: logits over distance bins for each residue pair, symmetric. z [R, R, c_z] -> [R, R, bins]
+// in the head's dtype (z may come in another: a bf16 trunk's), its rows in chunks of `chunk_size` (0: whole).
 struct DistogramHeadImpl : torch::nn::Module {
   DistogramHeadImpl(int64_t pair_channels, int64_t bins, const torch::Device& device = torch::kCPU);
-  torch::Tensor forward(const torch::Tensor& z);
+  torch::Tensor forward(const torch::Tensor& z, int64_t chunk_size = 0);
   AfLinear half_logits{nullptr};
 };
 TORCH_MODULE(DistogramHead);

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "core/nn/chunks.h"
+
 namespace kuafu::fold {
 namespace {
 
@@ -43,7 +45,7 @@ InvariantPointAttentionImpl::InvariantPointAttentionImpl(const IpaSizes& s, cons
 }
 
 torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames,
-                                                   const torch::Tensor& mask) {
+                                                   const torch::Tensor& mask, int64_t chunk_size) {
   const int64_t residues = s.size(0), h = sizes.heads;
   const torch::Tensor q = q_scalar(s).view({residues, h, sizes.scalar_qk});                         // [R, H, c]
   const std::vector<torch::Tensor> kv = kv_scalar(s).view({residues, h, -1}).split({sizes.scalar_qk, sizes.scalar_v}, -1);
@@ -54,21 +56,28 @@ torch::Tensor InvariantPointAttentionImpl::forward(const torch::Tensor& s, const
   const double scalar_weight = std::sqrt(1.0 / (3.0 * static_cast<double>(sizes.scalar_qk)));
   const torch::Tensor point_weight = std::sqrt(1.0 / (3.0 * static_cast<double>(sizes.point_qk) * 9.0 / 2.0)) *
                                      torch::softplus(trainable_point_weights);                          // [H]
-  const torch::Tensor scalar_logits = torch::einsum("ihc,jhc->hij", {q * scalar_weight, kv[0]});       // [H, R, R]
-  const torch::Tensor distance2 =
-      (q_points.unsqueeze(1) - kv_points[0].unsqueeze(0)).square().sum({-1, -2}).permute({2, 0, 1});    // [H, R, R]
-  const torch::Tensor point_logits = -0.5 * point_weight.view({h, 1, 1}) * distance2;
-  const torch::Tensor pair_logits = std::sqrt(1.0 / 3.0) * attention_2d(z).permute({2, 0, 1});       // [H, R, R]
-  const torch::Tensor real = mask.unsqueeze(-1) * mask.unsqueeze(0);                                  // [R, R]
-  const torch::Tensor weights = torch::softmax(scalar_logits + point_logits + pair_logits - 1e5 * (1.0 - real), -1);
-  const torch::Tensor scalar_out = torch::einsum("hij,jhc->ihc", {weights, kv[1]}).reshape({residues, -1});  // [R, H·c]
-  const torch::Tensor points_global = torch::einsum("hij,jhpx->ihpx", {weights, kv_points[1]});              // [R, H, p, 3]
-  const torch::Tensor points_local = frames.unsqueeze(1).unsqueeze(1).invert_apply(points_global);          // [R, H, p, 3]
-  const torch::Tensor xyz = points_local.reshape({residues, h * sizes.point_v, 3});
-  const torch::Tensor norms = torch::sqrt(1e-8 + xyz.square().sum(-1));                                     // [R, H·p]
-  const torch::Tensor pair_out = torch::einsum("hij,ijc->ihc", {weights, z}).reshape({residues, -1});         // [R, H·c_z]
-  return output_projection(
-      torch::cat({scalar_out, xyz.select(-1, 0), xyz.select(-1, 1), xyz.select(-1, 2), norms, pair_out}, -1));
+  // Each query residue attends on its own, so the queries go in chunks of rows (inference: the point
+  // distances [n, R, H, p, 3] of a chunk are alive at a time, not of all R²).
+  const auto attend = [&](int64_t start, int64_t n) {
+    const torch::Tensor scalar_logits =
+        torch::einsum("ihc,jhc->hij", {q.narrow(0, start, n) * scalar_weight, kv[0]});               // [H, n, R]
+    const torch::Tensor distance2 = (q_points.narrow(0, start, n).unsqueeze(1) - kv_points[0].unsqueeze(0))
+                                        .square().sum({-1, -2}).permute({2, 0, 1});                   // [H, n, R]
+    const torch::Tensor point_logits = -0.5 * point_weight.view({h, 1, 1}) * distance2;
+    const torch::Tensor z_rows = z.narrow(0, start, n);                                               // [n, R, c_z]
+    const torch::Tensor pair_logits = std::sqrt(1.0 / 3.0) * attention_2d(z_rows).permute({2, 0, 1});  // [H, n, R]
+    const torch::Tensor real = mask.narrow(0, start, n).unsqueeze(-1) * mask.unsqueeze(0);          // [n, R]
+    const torch::Tensor weights = torch::softmax(scalar_logits + point_logits + pair_logits - 1e5 * (1.0 - real), -1);
+    const torch::Tensor scalar_out = torch::einsum("hij,jhc->ihc", {weights, kv[1]}).reshape({n, -1});  // [n, H·c]
+    const torch::Tensor points_global = torch::einsum("hij,jhpx->ihpx", {weights, kv_points[1]});       // [n, H, p, 3]
+    const Rigid query_frames{frames.rotation.narrow(0, start, n), frames.translation.narrow(0, start, n)};
+    const torch::Tensor points_local = query_frames.unsqueeze(1).unsqueeze(1).invert_apply(points_global);  // [n, H, p, 3]
+    const torch::Tensor xyz = points_local.reshape({n, h * sizes.point_v, 3});
+    const torch::Tensor norms = torch::sqrt(1e-8 + xyz.square().sum(-1));                              // [n, H·p]
+    const torch::Tensor pair_out = torch::einsum("hij,ijc->ihc", {weights, z_rows}).reshape({n, -1});  // [n, H·c_z]
+    return torch::cat({scalar_out, xyz.select(-1, 0), xyz.select(-1, 1), xyz.select(-1, 2), norms, pair_out}, -1);
+  };
+  return output_projection(nn::in_chunks(residues, chunk_size, 0, attend));
 }
 
 AngleResnetImpl::AngleResnetImpl(int64_t channels, int64_t initial_channels, int64_t hidden, int64_t count,
@@ -113,12 +122,17 @@ StructureModuleImpl::StructureModuleImpl(const StructureModuleSizes& s, const to
 
 StructureOutputs StructureModuleImpl::forward(const torch::Tensor& single, const torch::Tensor& pair,
                                               const torch::Tensor& aatype, const torch::Tensor& mask,
-                                              const ResidueGeometry& geometry) {
+                                              const ResidueGeometry& geometry, int64_t chunk_size) {
   const int64_t residues = single.size(0);
   FoldIterationImpl& fold = *fold_iteration;
   const torch::Tensor initial = single_layer_norm(single);  // [R, c_s]
   torch::Tensor s = initial_projection(initial);            // [R, c]
-  const torch::Tensor z = pair_layer_norm(pair);            // [R, R, c_z]
+  // The pair normalised in the module's dtype, a chunk of rows at a time: a pair of another dtype (a bf16
+  // trunk's) has no whole copy made in this one besides the result.
+  const torch::ScalarType dtype = single.scalar_type();
+  const torch::Tensor z = nn::in_chunks(residues, chunk_size, 0, [&](int64_t start, int64_t n) {
+    return pair_layer_norm(pair.narrow(0, start, n).to(dtype));
+  });  // [R, R, c_z]
   // Every frame starts at the origin, unrotated (the "black hole" initialisation).
   torch::Tensor quaternion = torch::zeros({residues, 4}, single.options());  // (1, 0, 0, 0): no rotation
   quaternion.select(1, 0).fill_(1.0);
@@ -127,7 +141,7 @@ StructureOutputs StructureModuleImpl::forward(const torch::Tensor& single, const
   for (int64_t layer = 0; layer < sizes.layers; ++layer) {
     quaternion = unit_quaternion(quaternion);
     const torch::Tensor rotation = quaternion_to_rotation(quaternion);  // [R, 3, 3]
-    s = fold.attention_layer_norm(s + fold.invariant_point_attention->forward(s, z, Rigid{rotation, translation}, mask));
+    s = fold.attention_layer_norm(s + fold.invariant_point_attention->forward(s, z, Rigid{rotation, translation}, mask, chunk_size));
     torch::Tensor t = s;
     for (size_t i = 0; i < fold.transition.size(); ++i) {
       t = fold.transition[i](t);

@@ -25,8 +25,10 @@ struct IpaSizes {
 // frame and their norms, and the attention-weighted pair, projected to c_s.
 struct InvariantPointAttentionImpl : torch::nn::Module {
   explicit InvariantPointAttentionImpl(const IpaSizes& sizes, const torch::Device& device = torch::kCPU);
-  // s [R, c_s], z [R, R, c_z], frames [R], mask [R] -> [R, c_s].
-  torch::Tensor forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames, const torch::Tensor& mask);
+  // s [R, c_s], z [R, R, c_z], frames [R], mask [R] -> [R, c_s]; queries in chunks of `chunk_size` rows
+  // (0: all at once), the same result.
+  torch::Tensor forward(const torch::Tensor& s, const torch::Tensor& z, const Rigid& frames, const torch::Tensor& mask,
+                        int64_t chunk_size = 0);
   IpaSizes sizes;
   AfLinear q_scalar{nullptr}, kv_scalar{nullptr}, q_point_local{nullptr}, kv_point_local{nullptr};
   AfLinear attention_2d{nullptr}, output_projection{nullptr};
@@ -80,9 +82,11 @@ struct StructureOutputs {
 
 struct StructureModuleImpl : torch::nn::Module {
   explicit StructureModuleImpl(const StructureModuleSizes& sizes, const torch::Device& device = torch::kCPU);
-  // s [R, c_s], z [R, R, c_z], aatype [R] int64, mask [R]; `geometry` in s's dtype and device.
+  // s [R, c_s], z [R, R, c_z] (in s's dtype or another: a bf16 trunk's), aatype [R] int64, mask [R];
+  // `geometry` in s's dtype and device. The pair's rows and the attention's queries go in chunks of
+  // `chunk_size` (0: whole), the same result.
   StructureOutputs forward(const torch::Tensor& s, const torch::Tensor& z, const torch::Tensor& aatype,
-                           const torch::Tensor& mask, const ResidueGeometry& geometry);
+                           const torch::Tensor& mask, const ResidueGeometry& geometry, int64_t chunk_size = 0);
   StructureModuleSizes sizes;
   AfLayerNorm single_layer_norm{nullptr}, pair_layer_norm{nullptr};
   AfLinear initial_projection{nullptr};

@@ -256,7 +256,7 @@ TEST(AlphaFoldLossTest, TheExperimentallyResolvedLossCountsTheAtomsTheSourceReco
 // random weights (noise on every parameter) amplify it: after one iteration the pair is 3.2% of its largest
 // entry off, after three the backbone origins 0.87 Å (of 34 Å), pLDDT 0.15 and the distogram logits 11% of the
 // largest. The bounds are about three times those: a mask or feature left in the wrong dtype, or a stage
-// skipped, is off by far more. The outputs must come out in float32.
+// skipped, is off by far more. The outputs must come out in float32, the pair (what is recycled) in bf16.
 TEST(AlphaFoldModelTest, ATrunkInBf16StaysNearAlphaFoldsFloat32) {
   const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
   AlphaFold model(testing::golden_tiny_sizes());
@@ -268,8 +268,9 @@ TEST(AlphaFoldModelTest, ATrunkInBf16StaysNearAlphaFoldsFloat32) {
   std::vector<AlphaFoldFeatures> iterations;
   for (int64_t i = 0; i < golden.at("feat/aatype").size(0); ++i) iterations.push_back(golden_features(i));
   const AlphaFoldOutputs out = model->forward(iterations, testing::alphafold_residue_geometry());
-  EXPECT_EQ(out.pair.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(out.pair.scalar_type(), torch::kBFloat16);  // recycled into the trunk; the tail reads it in chunks
   EXPECT_EQ(out.atom37.scalar_type(), torch::kFloat32);
+  EXPECT_EQ(out.distogram_logits.scalar_type(), torch::kFloat32);
   const auto largest_difference = [](const torch::Tensor& actual, const torch::Tensor& expected) {
     return (actual.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
   };

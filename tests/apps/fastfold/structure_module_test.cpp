@@ -2,12 +2,14 @@
 // invariant under a global motion of the frames in double precision.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <optional>
 
 #include <torch/torch.h>
 
+#include "apps/fastfold/heads.h"
 #include "apps/fastfold/structure_losses.h"
 #include "apps/fastfold/structure_module.h"
 #include "core/io/npz.h"
@@ -169,6 +171,76 @@ TEST(StructureModuleTest, FapeIsInvariantAndAtomPlacementEquivariantUnderAGlobal
   const torch::Tensor moved_atoms = frames_to_atom14(geometry, aatype, torsions_to_frames(geometry, aatype, moved(backbone), angles));
   const torch::Tensor exists = geometry.atom14_exists.index_select(0, aatype).unsqueeze(-1);
   EXPECT_LT((moved_atoms - motion.apply(atoms) * exists).abs().max().item<double>(), 1e-10 * atoms.abs().max().item<double>());
+}
+
+// Inference reads the pair and runs the attention's queries a chunk of rows at a time: in float64, with and
+// without gradients, chunks of 5 and 7 rows (neither divides the golden chain's length) give the whole run's
+// atoms and single activations within 1e-12 of their largest entry and (with gradients) every input's and
+// parameter's gradient within 1e-12 of the largest gradient. A bf16 pair (a bf16 trunk's) is read as its float32 values: within 1e-5 of the run on the
+// pair converted whole (float32 rounding of products summed in another order), and so is the distogram.
+TEST(StructureModuleTest, ChunkedEqualsWholeAndABf16PairIsReadAsItsFloat32Values) {
+  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
+  const io::NpzArrays& golden = testing::alphafold_golden("structure.npz");
+  const std::string t = "structure_module/";
+  StructureModule module(tiny_structure_module());
+  load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
+  const torch::Tensor aatype = golden.at(t + "in/aatype").to(torch::kInt64);
+  const torch::Tensor mask = golden.at(t + "in/seq_mask");
+  const int64_t residues = aatype.size(0);
+  ASSERT_NE(residues % 5, 0);
+  ASSERT_NE(residues % 7, 0);
+  const auto relative = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+  };
+  {
+    StructureModule module64(tiny_structure_module());
+    load_alphafold_parameters(*module64, params, "alphafold/alphafold_iteration/structure_module");
+    module64->to(torch::kFloat64);
+    const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(torch::TensorOptions(torch::kFloat64));
+    const auto run = [&](int64_t chunk, bool gradients) {
+      torch::AutoGradMode mode(gradients);
+      module64->zero_grad();
+      const torch::Tensor single = golden.at(t + "in/single").to(torch::kFloat64).requires_grad_(gradients);
+      const torch::Tensor pair = golden.at(t + "in/pair").to(torch::kFloat64).requires_grad_(gradients);
+      const StructureOutputs out = module64->forward(single, pair, aatype, mask.to(torch::kFloat64), geometry, chunk);
+      std::vector<torch::Tensor> values{out.atom14.detach(), out.single.detach()};
+      if (gradients) {
+        (out.atom14.square().sum() + out.single.sum()).backward();
+        values.push_back(single.grad());
+        values.push_back(pair.grad());
+        for (const auto& p : module64->parameters()) values.push_back(p.grad().clone());
+      }
+      return values;
+    };
+    for (const bool gradients : {false, true}) {
+      const std::vector<torch::Tensor> whole = run(0, gradients);
+      double largest_gradient = 0;
+      for (size_t i = 2; i < whole.size(); ++i) largest_gradient = std::max(largest_gradient, whole[i].abs().max().item<double>());
+      for (const int64_t chunk : {5, 7}) {
+        const std::vector<torch::Tensor> chunked = run(chunk, gradients);
+        ASSERT_EQ(chunked.size(), whole.size());
+        for (size_t i = 0; i < whole.size(); ++i) {
+          // Gradients against the largest of them all: the pair bias's is zero but for rounding (softmax
+          // ignores a bias shared by every key).
+          const double scale = i < 2 ? whole[i].abs().max().item<double>() : largest_gradient;
+          EXPECT_LT((chunked[i] - whole[i]).abs().max().item<double>() / scale, 1e-12)
+              << "chunk " << chunk << ", gradients " << gradients << ", value " << i;
+        }
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const ResidueGeometry geometry = testing::alphafold_residue_geometry();
+  const torch::Tensor pair16 = golden.at(t + "in/pair").to(torch::kBFloat16);
+  const StructureOutputs from_bf16 = module->forward(golden.at(t + "in/single"), pair16, aatype, mask, geometry, 5);
+  const StructureOutputs from_float = module->forward(golden.at(t + "in/single"), pair16.to(torch::kFloat32), aatype, mask, geometry);
+  EXPECT_EQ(from_bf16.atom14.scalar_type(), torch::kFloat32);
+  EXPECT_LT(relative(from_bf16.atom14, from_float.atom14), 1e-5);
+  DistogramHead distogram(8, 6);
+  for (auto& p : distogram->parameters()) p.normal_();
+  const torch::Tensor logits = distogram->forward(pair16, 5);
+  EXPECT_EQ(logits.scalar_type(), torch::kFloat32);
+  EXPECT_LT(relative(logits, distogram->forward(pair16.to(torch::kFloat32))), 1e-6);
 }
 
 // Moving every frame by one global rotation and translation changes nothing IPA outputs (double precision).
