@@ -42,8 +42,15 @@ void add_optimizer_schema(config::Schema& s) {
       .max(0.999999);
   s.add_string("optim.ema_warmup", "none",
                "\"diffusers\": the average's decay rises as diffusers' EMAModel's does, min(ema_decay, (1 + s) / (10 + s)) at its "
-               "s-th update after the first (which copies the weights); \"none\": ema_decay from the start")
-      .choices({"none", "diffusers"});
+               "s-th update after the first (which copies the weights); \"power\": as EMAModel's use_ema_warmup, "
+               "min(ema_decay, 1 - (1 + s / ema_inv_gamma)^-ema_power); \"none\": ema_decay from the start")
+      .choices({"none", "diffusers", "power"});
+  s.add_float("optim.ema_inv_gamma", 1.0, "ema_warmup = \"power\": EMAModel's inv_gamma (the updates over which the decay rises)")
+      .min(1e-6);
+  s.add_float("optim.ema_power", 2.0 / 3.0,
+              "ema_warmup = \"power\": EMAModel's power (2/3 for models trained a million steps or more, 3/4 for shorter runs)")
+      .min(1e-6)
+      .max(10);
 }
 
 std::vector<ParamGroup> make_param_groups(const std::vector<Param>& params,

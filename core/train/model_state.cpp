@@ -1,5 +1,6 @@
 #include "core/train/model_state.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/dist/collectives.h"
@@ -95,7 +96,7 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
     if (runtime.is_main()) log::infof(sharded_->describe());
   }
   ema_decay_ = config.get_float("optim.ema_decay");
-  ema_warmup_ = config.get_string("optim.ema_warmup") == "diffusers";
+  ema_warmup_ = {config.get_string("optim.ema_warmup"), config.get_float("optim.ema_inv_gamma"), config.get_float("optim.ema_power")};
   if (ema_decay_ > 0 && streams_masters()) {
     config.fail_at("optim.ema_decay", "keeps a float32 average of every weight in host memory, which master chunks on "
                                       "the disk tier (memory.disk_dir) are there to avoid; not yet together");
@@ -320,12 +321,14 @@ void ModelState::swap_ema() {
 
 namespace {
 
-double ema_decay_at(double decay, bool warmup, int64_t update) {
-  if (!warmup) return decay;
-  // diffusers' EMAModel.get_decay without use_ema_warmup: the first update copies the weights, the k-th (k ≥ 2)
-  // keeps min(decay, k / (k + 9)) of the average (its (1 + step) / (10 + step) with step = k − 1).
+double ema_decay_at(double decay, const EmaWarmup& warmup, int64_t update) {
+  if (warmup.kind == "none") return decay;
+  // diffusers' EMAModel.get_decay: the first update copies the weights, the k-th (k ≥ 2) keeps, with step = k − 1,
+  // min(decay, (1 + step) / (10 + step)) of the average, or with use_ema_warmup min(decay, 1 − (1 + step / inv_gamma)^−power).
   const auto step = static_cast<double>(update - 1);
-  return step <= 0 ? 0.0 : std::min(decay, (1 + step) / (10 + step));
+  if (step <= 0) return 0.0;
+  if (warmup.kind == "power") return std::min(decay, 1 - std::pow(1 + step / warmup.inv_gamma, -warmup.power));
+  return std::min(decay, (1 + step) / (10 + step));
 }
 
 }  // namespace

@@ -39,6 +39,12 @@ class FrozenWeightOffload;  // core/memory/frozen_offload.h
 
 namespace kuafu::train {
 
+// optim.ema_warmup and its settings: how the moving average's decay rises with its updates.
+struct EmaWarmup {
+  std::string kind = "none";  // "none", "diffusers" ((1 + s) / (10 + s)) or "power" (1 − (1 + s / inv_gamma)^−power)
+  double inv_gamma = 1.0, power = 2.0 / 3.0;
+};
+
 struct ModelStateOptions {
   std::string name;   // its part of a checkpoint of several models ("" for an app's one model)
   int64_t steps = 1;  // optimizer steps of the run: the schedule's length
@@ -160,7 +166,7 @@ class ModelState {
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;
   double ema_decay_ = 0;
-  bool ema_warmup_ = false;          // optim.ema_warmup = "diffusers": the decay rises with the updates
+  EmaWarmup ema_warmup_;             // optim.ema_warmup: how the decay rises with the updates
   int64_t ema_updates_ = 0;          // updates taken (the warm-up's step), saved in the trainer state
   std::vector<torch::Tensor> ema_;  // parallel to params_
   bool hooks_installed_ = false;
