@@ -13,7 +13,8 @@
       [2, 77, 40], pooled_prompt_embeds [2, 20], and the negative ones; with NEGATIVE as negative prompts
       (negative_latents); with guidance_rescale 0.7 (rescale_latents); under DDIM (ddim_latents, and the same run
       in float64: ddim_float64_latents); and Euler ancestral with its noise from a CPU generator seeded 7
-      (euler_a_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
+      (euler_a_latents); img2img (StableDiffusionXLImg2ImgPipeline) of init_image [1, 3, 16, 24] in [0, 1] at strength
+      0.6 under Euler, its draws from the generator seeded 7 (img2img_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
       VAE posterior's and the diffusion noise, timesteps, latents, text, pooled text, the loss and the gradients
       of TRAINING_GRADIENTS, train_grad.<name>)
 """
@@ -23,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
-                       StableDiffusionXLPipeline, UNet2DConditionModel)
+                       StableDiffusionXLImg2ImgPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
 from safetensors.torch import save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
@@ -103,6 +104,13 @@ def build(out):
     pipe.to(torch.float32)
     pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(euler_config)
     run("euler_a", generator=torch.Generator().manual_seed(7))
+    pipe.scheduler = EulerDiscreteScheduler.from_config(euler_config)
+    # img2img (StableDiffusionXLImg2ImgPipeline, no aesthetic score): the image's latents drawn, then the noise.
+    torch.manual_seed(3)
+    tensors["init_image"] = torch.rand(1, 3, 16, 24)
+    img2img = StableDiffusionXLImg2ImgPipeline(**pipe.components)
+    tensors["img2img_latents"] = img2img(PROMPTS, image=tensors["init_image"], strength=0.6, num_inference_steps=10,
+                                         guidance_scale=5.0, generator=torch.Generator().manual_seed(7), output_type="latent").images
     tensors.update(training_step(pipe, out))
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 
