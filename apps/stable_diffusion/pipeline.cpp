@@ -281,8 +281,6 @@ Samples sample(Pipeline& p, const std::vector<std::string>& given_prompts, const
     embedded.pooled = torch::cat({torch::zeros_like(embedded.pooled), embedded.pooled});
   }
   const torch::Tensor& text = embedded.text;
-  KUAFU_CHECK(!p.sdxl() || !options.mask_image.defined(),
-              "inpainting with an SDXL pipeline is not supported yet (it samples from text and from an image)");
 
   at::Generator generator = at::detail::createCPUGenerator(options.seed);
   torch::Tensor initial = options.initial_latents;

@@ -14,7 +14,9 @@
       (negative_latents); with guidance_rescale 0.7 (rescale_latents); under DDIM (ddim_latents, and the same run
       in float64: ddim_float64_latents); and Euler ancestral with its noise from a CPU generator seeded 7
       (euler_a_latents); img2img (StableDiffusionXLImg2ImgPipeline) of init_image [1, 3, 16, 24] in [0, 1] at strength
-      0.6 under Euler, its draws from the generator seeded 7 (img2img_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
+      0.6 under Euler, its draws from the generator seeded 7 (img2img_latents); inpainting
+      (StableDiffusionXLInpaintPipeline, the plain UNet) of it with mask_image (a rectangle repainted) at strength 1 and
+      0.6 (inpaint_latents, inpaint_strength_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
       VAE posterior's and the diffusion noise, timesteps, latents, text, pooled text, the loss and the gradients
       of TRAINING_GRADIENTS, train_grad.<name>)
 """
@@ -24,7 +26,8 @@ import sys
 import torch
 import torch.nn.functional as F
 from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
-                       StableDiffusionXLImg2ImgPipeline, StableDiffusionXLPipeline, UNet2DConditionModel)
+                       StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline, StableDiffusionXLPipeline,
+                       UNet2DConditionModel)
 from safetensors.torch import save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
@@ -111,6 +114,15 @@ def build(out):
     img2img = StableDiffusionXLImg2ImgPipeline(**pipe.components)
     tensors["img2img_latents"] = img2img(PROMPTS, image=tensors["init_image"], strength=0.6, num_inference_steps=10,
                                          guidance_scale=5.0, generator=torch.Generator().manual_seed(7), output_type="latent").images
+    # Inpainting (StableDiffusionXLInpaintPipeline) with the plain 4-channel UNet: the known part put back after each step.
+    mask = torch.zeros(1, 1, 16, 24)
+    mask[:, :, 4:12, 6:18] = 1.0
+    tensors["mask_image"] = mask
+    inpaint = StableDiffusionXLInpaintPipeline(**pipe.components)
+    for name, strength in (("inpaint", 1.0), ("inpaint_strength", 0.6)):
+        tensors[f"{name}_latents"] = inpaint(PROMPTS, image=tensors["init_image"], mask_image=mask, strength=strength, height=16, width=24,
+                                             num_inference_steps=10, guidance_scale=5.0, generator=torch.Generator().manual_seed(7),
+                                             output_type="latent").images
     tensors.update(training_step(pipe, out))
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
 

@@ -111,8 +111,9 @@ TEST(SdxlTrainingTest, TheObjectiveIsTrainTextToImageSdxls) {
 
 // img2img as StableDiffusionXLImg2ImgPipeline (no aesthetic score: the time ids of the image's size) at strength 0.6
 // under Euler, the image's latent sample and the noise drawn from the generator seeded 7 in diffusers' order:
-// diffusers' latents, 1e-4 as above. Inpainting, not yet built, is refused by name.
-TEST(SdxlPipelineTest, Img2ImgAsDiffusersAndInpaintingIsRefusedByName) {
+// diffusers' latents, 1e-4 as above. Inpainting as StableDiffusionXLInpaintPipeline with the plain UNet (the known
+// part put back after each step) at strength 1 and 0.6: diffusers' latents, 1e-4.
+TEST(SdxlPipelineTest, Img2ImgAndInpaintingAsDiffusers) {
   const testing::Reference& ref = sdxl_reference();
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
   SampleOptions options = sdxl_options();
@@ -121,8 +122,11 @@ TEST(SdxlPipelineTest, Img2ImgAsDiffusersAndInpaintingIsRefusedByName) {
   options.strength = 0.6;
   const Samples samples = sample(pipeline, kPrompts, options);
   EXPECT_LT(testing::max_abs_difference(samples.latents, ref["img2img_latents"]), 1e-4);
-  options.mask_image = torch::ones({1, 1, 16, 24});
-  EXPECT_TRUE(testing::Contains(testing::error_message([&] { sample(pipeline, kPrompts, options); }), "SDXL"));
+  options.mask_image = ref["mask_image"];
+  for (const auto& [name, strength] : std::vector<std::pair<std::string, double>>{{"inpaint", 1.0}, {"inpaint_strength", 0.6}}) {
+    options.strength = strength;
+    EXPECT_LT(testing::max_abs_difference(sample(pipeline, kPrompts, options).latents, ref[name + "_latents"]), 1e-4) << name;
+  }
 }
 
 }  // namespace
