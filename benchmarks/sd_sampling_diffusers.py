@@ -4,8 +4,8 @@ torch (the checkout's venv), to compare UNet sampling steps/s on one machine.
 diffusers' UNet2DConditionModel built from a unet/config.json (random weights; nothing downloaded), its
 default attention (PyTorch's fused scaled_dot_product_attention), DDIMScheduler stepping STEPS steps
 under classifier-free guidance 7.5 (the UNet on [unconditional; conditional] rows, as
-StableDiffusionPipeline runs it) from random initial latents and random text encodings, no VAE and no
-text encoder: the same work as Kuafu's line. The median of REPEATS timed loops after one warm-up loop,
+StableDiffusionPipeline runs it) from random initial latents and random text encodings (an SDXL UNet: also a
+random pooled text and its size's time ids), no VAE and no text encoder: the same work as Kuafu's line. The median of REPEATS timed loops after one warm-up loop,
 synchronised on the device. Prints one JSON line.
 
 usage: .venv/bin/python benchmarks/sd_sampling_diffusers.py UNET_DIR [STEPS=50] [REPEATS=3] [fp32|bf16]
@@ -37,6 +37,12 @@ def main():
     side, channels = unet.config.sample_size, unet.config.in_channels
     latents0 = torch.randn(batch, channels, side, side, device=device)  # [B, C, h, w]
     text = torch.randn(2 * batch, 77, unet.config.cross_attention_dim, device=device, dtype=dtype)  # [2B, 77, D]
+    added = None  # SDXL's: a random pooled text and the time ids of the sample's size in pixels (VAE factor 8)
+    if unet.config.addition_embed_type == "text_time":
+        pooled = unet.config.projection_class_embeddings_input_dim - 6 * unet.config.addition_time_embed_dim
+        pixels = 8 * side
+        added = {"text_embeds": torch.randn(2 * batch, pooled, device=device, dtype=dtype),
+                 "time_ids": torch.tensor([[pixels, pixels, 0, 0, pixels, pixels]] * (2 * batch), device=device, dtype=dtype)}
     scheduler = DDIMScheduler()
 
     def loop():
@@ -44,7 +50,7 @@ def main():
         latents = latents0 * scheduler.init_noise_sigma
         for t in scheduler.timesteps:
             rows = scheduler.scale_model_input(torch.cat([latents, latents]), t).to(dtype)
-            out = unet(rows, t, encoder_hidden_states=text).sample.float()
+            out = unet(rows, t, encoder_hidden_states=text, added_cond_kwargs=added).sample.float()
             unconditional, conditional = out.chunk(2)
             prediction = unconditional + GUIDANCE * (conditional - unconditional)
             latents = scheduler.step(prediction, t, latents).prev_sample

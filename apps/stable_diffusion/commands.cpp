@@ -144,6 +144,20 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   UNetConfig unet_config_;
 };
 
+namespace {
+
+// An SDXL UNet's added conditions for `rows` random rows: a random pooled text and the time ids of its sample size in
+// pixels (SDXL's VAE factor, 8); none for SD 1.x and 2.x.
+AddedConditions benchmark_conditions(const UNetConfig& u, int64_t rows, const torch::TensorOptions& options) {
+  if (!u.text_time()) return {};
+  const int64_t pooled = u.projection_class_embeddings_input_dim - 6 * u.addition_time_embed_dim;
+  KUAFU_CHECK(pooled > 0, "the UNet's projection_class_embeddings_input_dim leaves no pooled text beside 6 time ids");
+  const int64_t pixels = 8 * u.sample_size;
+  return {torch::randn({rows, pooled}, options), sdxl_time_ids(rows, pixels, pixels, options)};
+}
+
+}  // namespace
+
 nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
   if (config_.get_int("benchmark.sampling_steps") > 0) return benchmark_sampling(runtime, memory);
   train::checkpoint_from_config(config_, model()->sites, kCheckpointedBlocks);
@@ -154,6 +168,7 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   const torch::Tensor noise = torch::randn({rows, u.in_channels, side, side}, f32);
   const torch::Tensor text = torch::randn({rows, text_tokens, u.cross_attention_dim}, f32);
   const torch::Tensor timesteps = torch::randint(1000, {rows}, f32.dtype(torch::kInt64));
+  const AddedConditions added = benchmark_conditions(u, rows, f32);
   const NoiseSchedule schedule{SchedulerConfig{}};
   train::BenchmarkSpec spec;
   spec.app = "stable_diffusion";
@@ -164,7 +179,7 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   spec.deferred = deferred();
   auto loss = [&] {
     const torch::Dtype dtype = model()->conv_in->weight.scalar_type();  // the compute dtype, once the state has cast it
-    return diffusion_loss(model(), schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps});
+    return diffusion_loss(model(), schedule, DiffusionInputs{latents, text.to(dtype), noise, timesteps, added});
   };
   return train::benchmark_training(config_, runtime, *model(), loss, rows, spec, memory);
 }
@@ -186,13 +201,14 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
   const auto f32 = torch::TensorOptions().device(runtime.device);
   const torch::Tensor initial = torch::randn({rows, u.in_channels, u.sample_size, u.sample_size}, f32);  // [B, C, h, w]
   const torch::Tensor text = torch::randn({2 * rows, kTextTokens, u.cross_attention_dim}, f32);           // [2B, 77, D]
+  const AddedConditions added = benchmark_conditions(u, 2 * rows, f32);                                   // SDXL's
   const NoiseSchedule schedule{SchedulerConfig{}};
   at::Generator generator = at::detail::createCPUGenerator(0);
   memory.start_steps();
   const train::StepTimes times = train::time_steps(
       [&] {
         const std::unique_ptr<Sampler> ddim = make_sampler(SamplerKind::kDdim, schedule, steps);
-        denoise(model(), *ddim, initial, text, guidance, generator);
+        denoise(model(), *ddim, initial, text, guidance, generator, 0.0, {}, added);
       },
       config_.get_int("benchmark.warmup"), config_.get_int("benchmark.steps"), runtime.device);
   nlohmann::json line = {{"app", "stable_diffusion"},

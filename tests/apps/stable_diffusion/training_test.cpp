@@ -130,7 +130,7 @@ TEST(UNetSizeTest, ASizeNoMachineHoldsIsRefusedBeforeBuilding) {
 // Every shipped config loads, its learning-rate schedule too (benchmark_sd15.toml once set a rate below the
 // default floor, which only the run refused); the benchmark's UNet (SD 1.5's unet/config.json, no weights) has the
 // 859,520,964 parameters diffusers builds from that config (counted by diffusers on the meta device).
-TEST(SdConfigsTest, EveryConfigLoadsAndTheBenchmarkUNetIsSd15Sized) {
+TEST(SdConfigsTest, EveryConfigLoadsAndTheBenchmarkUNetsAreSd15AndSdxlSized) {
   const fs::path configs = fs::path(KUAFU_SOURCE_DIR) / "apps/stable_diffusion/configs";
   int loaded = 0;
   for (const auto& entry : fs::directory_iterator(configs)) {
@@ -142,6 +142,10 @@ TEST(SdConfigsTest, EveryConfigLoadsAndTheBenchmarkUNetIsSd15Sized) {
   const config::Config benchmark = config::Config::load((configs / "benchmark_sd15.toml").string(), sd_schema(),
                                                         {"model.pipeline=\"" + (configs / "sd15_unet").string() + "\""});
   EXPECT_EQ(make_sd_app(benchmark)->benchmark_size().parameters, 859520964.0);
+  // SDXL base's UNet (stable-diffusion-xl-base-1.0's unet/config.json): diffusers counts 2,567,463,684 on the meta device.
+  const config::Config sdxl = config::Config::load((configs / "benchmark_sdxl.toml").string(), sd_schema(),
+                                                   {"model.pipeline=\"" + (configs / "sdxl_unet").string() + "\""});
+  EXPECT_EQ(make_sd_app(sdxl)->benchmark_size().parameters, 2567463684.0);
 }
 
 // --- the task and the trainer on a tiny captioned image folder ---
