@@ -174,7 +174,7 @@ nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkM
   spec.app = "stable_diffusion";
   spec.item_name = "images";
   spec.flops_per_item = 3 * u.forward_flops(side, side, text_tokens);
-  spec.parameters = static_cast<int64_t>(model_size().parameters);
+  spec.parameters = unet_config_.parameter_count();
   spec.fields = {{"latent_size", side}, {"block_out_channels", u.block_out_channels}};
   spec.deferred = deferred();
   auto loss = [&] {
@@ -214,7 +214,7 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
   nlohmann::json line = {{"app", "stable_diffusion"},
                          {"config", config_.path()},
                          {"measures", "sampling"},
-                         {"parameters", static_cast<int64_t>(model_size().parameters)},
+                         {"parameters", unet_config_.parameter_count()},
                          {"batch", rows},
                          {"precision", held.precision},
                          {"sampler", "ddim"},
