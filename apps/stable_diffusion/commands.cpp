@@ -83,7 +83,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     line << "Stable Diffusion UNet (" << (settings_.new_unet ? "from scratch" : "from " + settings_.pipeline) << "): widths";
     for (const int64_t w : u.block_out_channels) line << ' ' << w;
     line << ", " << model_size().parameters / 1e6 << "M parameters, latents " << p.vae->config.latent_channels << "x" << u.sample_size
-         << "x" << u.sample_size << " (" << u.sample_size * p.vae_scale() << " px); text encoder and VAE frozen; "
+         << "x" << u.sample_size << " (" << u.sample_size * p.vae_scale() << " px); "
+         << (p.sdxl() ? "SDXL: both text encoders and the VAE frozen; " : "text encoder and VAE frozen; ")
          << task.steps_per_epoch() << " steps per epoch";
     return line.str();
   }

@@ -393,6 +393,29 @@ TEST(DiffusionTrainingTest, EveryStrategyTakesTheSerialSteps) {
                                               "memory.activation_checkpointing=true"}));
 }
 
+// An SDXL pipeline under the strategies: its added conditioning's embedding rides the time embedding's block, which
+// ZeRO-2 and Gemini (with activation checkpointing) gather and free as any other; data parallelism, ZeRO-2 and Gemini
+// on 2 Gloo ranks take the serial run's 3 SGD steps (the same bounds as SD 1.x's above).
+TEST(DiffusionTrainingTest, AnSdxlPipelineTakesTheSerialStepsUnderEveryStrategy) {
+  const fs::path root = test_root();
+  const std::string pipeline = "model.pipeline=\"" + (root / "sdxl_pipe").string() + "\"";
+  if (!testing::is_worker()) {
+    prepare(root);
+    fs::copy(testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe", root / "sdxl_pipe",
+             fs::copy_options::recursive);
+    const config::Config serial = tiny_config(root, "serial", {pipeline});
+    train::train_app(*make_sd_app(serial), serial);
+    testing::run_test_on_ranks(2, 300);
+    ASSERT_GT(unet_grad_norms(root / "serial").at(0), 0.0);
+    for (const char* run : {"data", "zero2", "gemini"}) expect_same_steps(root, run, "serial");
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", {pipeline, "train.micro_batch_size=2"}));
+  train_on_ranks(tiny_config(root, "zero2", {pipeline, "train.micro_batch_size=2", "memory.strategy=\"zero2\""}));
+  train_on_ranks(tiny_config(root, "gemini", {pipeline, "train.micro_batch_size=1", "memory.strategy=\"gemini\"", "memory.chunk_mb=0.05",
+                                              "memory.activation_checkpointing=true"}));
+}
+
 // The UNet's output on fixed inputs (saved as `inputs` for the Python side): [2, 4, 8, 8].
 struct UNetProbe {
   torch::Tensor sample, timesteps, text;
