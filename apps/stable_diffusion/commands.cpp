@@ -41,14 +41,13 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   // A run's: the UNet as its recipe counts it, and the frozen text encoder and VAE, each in its own
   // section's dtype. (Export, sampling and the benchmark make the UNet alone.)
   train::ModelSize model_size() override {
-    const std::string text_encoder = component_folder("text_encoder");
-    const ClipTextConfig clip = clip_text_format().read_config(io::read_hf_config(text_encoder), text_encoder + "/config.json");
-    double text_parameters = static_cast<double>(clip.parameter_count());
+    const auto clip_parameters = [this](const std::string& name) {
+      const std::string folder = component_folder(name);
+      return static_cast<double>(clip_text_format().read_config(io::read_hf_config(folder), folder + "/config.json").parameter_count());
+    };
+    double text_parameters = clip_parameters("text_encoder");
     // SDXL's second encoder, in the text_encoder section's dtype as the pipeline loads it.
-    const std::string second = settings_.pipeline + "/text_encoder_2";
-    if (std::filesystem::exists(second + "/config.json")) {
-      text_parameters += static_cast<double>(clip_text_format().read_config(io::read_hf_config(second), second + "/config.json").parameter_count());
-    }
+    if (std::filesystem::exists(component_folder("text_encoder_2") + "/config.json")) text_parameters += clip_parameters("text_encoder_2");
     const train::SizedModel frozen_text_encoder{"text_encoder", text_parameters, 0, /*trained=*/false, {"model.pipeline"}};
     train::ModelRecipe<AutoencoderKL> vae = vae_folder_recipe(component_folder("vae"), "vae");
     vae.size_keys = {"model.pipeline"};

@@ -63,6 +63,12 @@ void check_sampling_fits(Pipeline& p, int64_t rows, int64_t latent_h, int64_t la
                                static_cast<int64_t>(seconds / 60), " minutes at this machine's matrix-product rate");
 }
 
+// Whether model_index.json's entry names a component ([library, class]), not a left-out one (null, [null, null]) or
+// a flag.
+bool names_component(const nlohmann::json& value) {
+  return !value.is_null() && !value.is_boolean() && !(value.is_array() && !value.empty() && value[0].is_null());
+}
+
 // The schedule of scheduler_config.json as a sampler of the class `kind` reads it (none: a class Kuafu does not
 // step), its class's defaults where a key is absent.
 SchedulerConfig schedule_of(const nlohmann::json& json, const std::string& where, std::optional<SamplerKind> kind) {
@@ -141,15 +147,14 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device, cons
     const bool unused = name == "safety_checker" || name == "feature_extractor" || name == "image_encoder" || name == "requires_safety_checker";
     KUAFU_CHECK(unused, (root / "model_index.json").string(), ": component \"", name, "\" (", value.dump(),
                 ") is not one Kuafu's pipeline has (tokenizer, text_encoder, unet, vae, scheduler; SDXL's tokenizer_2, text_encoder_2)");
-    if (!value.is_null() && !value.is_boolean() && !(value.is_array() && !value.empty() && value[0].is_null())) {
+    if (names_component(value)) {
       log::warnf((root / "model_index.json").string(), ": ", name, " skipped (not needed to sample)");
     }
   }
   Pipeline p;
   p.tokenizer = PromptTokenizer::from_folder((root / "tokenizer").string());
   p.text_encoder = clip_text_format().load((root / "text_encoder").string(), device, how.text_encoder);
-  const bool sdxl = index.contains("text_encoder_2") && !index["text_encoder_2"].is_null() &&
-                    !(index["text_encoder_2"].is_array() && !index["text_encoder_2"].empty() && index["text_encoder_2"][0].is_null());
+  const bool sdxl = index.contains("text_encoder_2") && names_component(index["text_encoder_2"]);
   if (sdxl) {
     p.tokenizer_2 = PromptTokenizer::from_folder((root / "tokenizer_2").string());
     p.text_encoder_2 = clip_text_format().load((root / "text_encoder_2").string(), device, how.text_encoder);

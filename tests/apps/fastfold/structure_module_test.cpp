@@ -64,13 +64,19 @@ StructureModuleSizes tiny_structure_module() {
   return sizes;
 }
 
+// The golden tiny model's structure module with DeepMind's parameters, in `dtype`.
+StructureModule golden_structure_module(torch::Dtype dtype = torch::kFloat32) {
+  StructureModule module(tiny_structure_module());
+  load_alphafold_parameters(*module, testing::alphafold_golden("params/params_model_tiny.npz"), "alphafold/alphafold_iteration/structure_module");
+  module->to(dtype);
+  return module;
+}
+
 // The structure module on random single and pair representations, run on AlphaFold's residue tables.
 TEST(StructureModuleTest, IsAlphaFoldsInValue) {
-  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
   const io::NpzArrays& golden = testing::alphafold_golden("structure.npz");
   const std::string t = "structure_module/";
-  StructureModule module(tiny_structure_module());
-  load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
+  StructureModule module = golden_structure_module();
   const ResidueGeometry geometry = testing::alphafold_residue_geometry();
   const torch::Tensor aatype = golden.at(t + "in/aatype").to(torch::kInt64);
   const StructureOutputs out =
@@ -95,7 +101,6 @@ TEST(StructureModuleTest, IsAlphaFoldsInValue) {
 // side-chain path by 1e-6); in float64 against AlphaFold's float64 (structure_float64.npz), to 1e-6 (measured
 // 1.2e-7: the truth's quaternions are float32, unit to ~1e-7, and AlphaFold does not renormalise them).
 TEST(StructureModuleTest, LossesAndGradientsAreAlphaFolds) {
-  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
   const io::NpzArrays& golden32 = testing::alphafold_golden("structure.npz");
   const io::NpzArrays& golden64 = testing::alphafold_golden("structure_float64.npz");
   const std::string t = "structure_module/";
@@ -105,9 +110,7 @@ TEST(StructureModuleTest, LossesAndGradientsAreAlphaFolds) {
     const double gradient_tolerance = single_precision ? 1e-4 : 1e-6;
     std::cout << (single_precision ? "float32\n" : "float64\n");
     const auto options = torch::TensorOptions(dtype);
-    StructureModule module(tiny_structure_module());
-    load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
-    module->to(dtype);
+    StructureModule module = golden_structure_module(dtype);
     const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(options);
     const StructureLabels labels = golden_structure_labels(golden32, t + "in/").to(options);
     const torch::Tensor single = golden32.at(t + "in/single").to(dtype).clone().requires_grad_();
@@ -179,11 +182,9 @@ TEST(StructureModuleTest, FapeIsInvariantAndAtomPlacementEquivariantUnderAGlobal
 // parameter's gradient within 1e-12 of the largest gradient. A bf16 pair (a bf16 trunk's) is read as its float32 values: within 1e-5 of the run on the
 // pair converted whole (float32 rounding of products summed in another order), and so is the distogram.
 TEST(StructureModuleTest, ChunkedEqualsWholeAndABf16PairIsReadAsItsFloat32Values) {
-  const io::NpzArrays& params = testing::alphafold_golden("params/params_model_tiny.npz");
   const io::NpzArrays& golden = testing::alphafold_golden("structure.npz");
   const std::string t = "structure_module/";
-  StructureModule module(tiny_structure_module());
-  load_alphafold_parameters(*module, params, "alphafold/alphafold_iteration/structure_module");
+  StructureModule module = golden_structure_module();
   const torch::Tensor aatype = golden.at(t + "in/aatype").to(torch::kInt64);
   const torch::Tensor mask = golden.at(t + "in/seq_mask");
   const int64_t residues = aatype.size(0);
@@ -193,9 +194,7 @@ TEST(StructureModuleTest, ChunkedEqualsWholeAndABf16PairIsReadAsItsFloat32Values
     return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
   };
   {
-    StructureModule module64(tiny_structure_module());
-    load_alphafold_parameters(*module64, params, "alphafold/alphafold_iteration/structure_module");
-    module64->to(torch::kFloat64);
+    StructureModule module64 = golden_structure_module(torch::kFloat64);
     const ResidueGeometry geometry = testing::alphafold_residue_geometry().to(torch::TensorOptions(torch::kFloat64));
     const auto run = [&](int64_t chunk, bool gradients) {
       torch::AutoGradMode mode(gradients);
