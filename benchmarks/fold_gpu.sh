@@ -5,16 +5,18 @@
 #      row and a prediction against the CPU's, on CUDA;
 #   2. an AlphaFold 2-sized Evoformer block, forward + backward, Kuafu's against OpenFold's PyTorch block
 #      (benchmarks/evoformer_block_pytorch.py; PYTHON must import openfold3) in float32 and bf16, alternating;
-#   3. `kuafu-fold predict`'s peak GPU memory and time against length: AlphaFold 2's widths, chunked, one
+#   3. a training step of AlphaFold 2 (`kuafu-fold benchmark`, configs/alphafold.toml: crop 256, 128 clusters,
+#      1,024 extra rows, 48 blocks, 4 iterations, activation checkpointing) in each of STEP_PRECISIONS;
+#   4. `kuafu-fold predict`'s peak GPU memory and time against length: AlphaFold 2's widths, chunked, one
 #      Evoformer and one extra-MSA block (blocks run one after another without gradient: the peak is one
-#      block's), a random sequence alone, one iteration;
-#   4. a training step of AlphaFold 2 (`kuafu-fold benchmark`, configs/alphafold.toml: crop 256, 128 clusters,
-#      1,024 extra rows, 48 blocks, 4 iterations, activation checkpointing) in bf16 and float32;
+#      block's), a random sequence alone, one iteration, the trunk in PREDICT_PRECISION; a length shorter
+#      than one that fitted is skipped (LENGTHS="4096 7168 6144" tries 6144 only if 7168 did not fit);
 #   5. the tiny config trained on the GPU (DATA: its prepared folder) in float32 and bf16.
-# JSON lines go to OUT_DIR/fold_gpu.jsonl, logs beside it.
+# PARTS names the parts to run (default all: "tests block step predict train"). JSON lines go to
+# OUT_DIR/fold_gpu.jsonl, logs beside it.
 # Usage: BIN=dir (kuafu-fold, evoformer_block, kuafu_fold_tests) OUT_DIR=dir PYTHON=python3 [DEADLINE=420
-#        BLOCK_LENGTHS="256 512" LENGTHS="1024 2048 4096 6144" CHUNK=64 DATA=data/fastfold_tiny TRAIN_STEPS=300]
-#        benchmarks/fold_gpu.sh
+#        BLOCK_LENGTHS="256 512" LENGTHS="1024 2048 4096 6144" CHUNK=64 PREDICT_PRECISION=fp32
+#        STEP_PRECISIONS="bf16 fp32" DATA=data/fastfold_tiny TRAIN_STEPS=300 PARTS=...] benchmarks/fold_gpu.sh
 set -uo pipefail
 bin=$BIN out=$OUT_DIR py=${PYTHON:-python3}
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -22,17 +24,21 @@ lines="$out/fold_gpu.jsonl"
 begin=$(date +%s)
 left() { echo $(( ${DEADLINE:-420} - ($(date +%s) - begin) )); }
 note() { echo "$1" | tee -a "$lines"; }
+parts=" ${PARTS:-tests block step predict train} "
+wanted() { [[ $parts == *" $1 "* ]]; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | sed 's/^/# /' | tee -a "$lines"
 
-# 1. The CUDA path against AlphaFold's golden values, and chunked = whole.
-timeout 150 "$bin/kuafu_fold_tests" \
-  --gtest_filter='AlphaFoldModelTest.WithRecyclingIsAlphaFoldsInValueAndLoss:EvoformerBlockTest.*:FoldDeviceTest.*' \
-  > "$out/fold_gpu_tests.log" 2>&1
-note "{\"part\": \"tests\", \"rc\": $?, \"seconds\": $(( $(date +%s) - begin ))}"
+# 1. The CUDA path against AlphaFold's golden values (float32, and a bf16 trunk), and chunked = whole.
+if wanted tests; then
+  timeout 150 "$bin/kuafu_fold_tests" --gtest_filter='AlphaFoldModelTest.WithRecyclingIsAlphaFoldsInValueAndLoss:AlphaFoldModelTest.ATrunkInBf16StaysNearAlphaFoldsFloat32:EvoformerBlockTest.*:FoldDeviceTest.*' \
+    > "$out/fold_gpu_tests.log" 2>&1
+  note "{\"part\": \"tests\", \"rc\": $?, \"seconds\": $(( $(date +%s) - begin ))}"
+fi
 
 # 2. One AlphaFold 2-sized block, Kuafu and OpenFold alternating.
+wanted block || BLOCK_LENGTHS=" "
 for r in ${BLOCK_LENGTHS:-256 512}; do
   for dtype in float32 bf16; do
     (( $(left) > 60 )) || break 2
@@ -43,34 +49,39 @@ for r in ${BLOCK_LENGTHS:-256 512}; do
   done
 done
 
-# 3. predict against length, until one does not fit or the time is spent.
-printf '[model]\nevoformer_blocks = 1\nextra_msa_blocks = 1\n[data]\nmax_recycles = 0\n' > "$work/predict.toml"
-for n in ${LENGTHS:-1024 2048 4096 6144}; do
-  (( $(left) > 45 )) || break
-  "$py" -c "import random, sys; random.seed($n); print('>random'); print(''.join(random.choice('ACDEFGHIKLMNPQRSTVWY') for _ in range($n)))" \
-    > "$work/q.fasta"
-  rm -f "$work/q.pdb"
-  timeout "$(left)" "$bin/kuafu-fold" predict --config "$work/predict.toml" --set "data.chunk_size=${CHUNK:-64}" --device cuda \
-    --fasta "$work/q.fasta" --out "$work/q.pdb" --checkpoint init > "$work/predict.out" 2> "$work/predict.err"
-  rc=$?
-  if (( rc == 0 )); then
-    tail -1 "$work/predict.out" | sed "s/^{/{\"part\": \"predict\", \"chunk_size\": ${CHUNK:-64}, /" | tee -a "$lines"
-  else
-    note "{\"part\": \"predict\", \"residues\": $n, \"rc\": $rc, \"error\": $(tail -c 300 "$work/predict.err" | "$py" -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
-    break
-  fi
-done
-
-# 4. AlphaFold 2's training step.
-for dtype in bf16 fp32; do
+# 3. AlphaFold 2's training step.
+wanted step || STEP_PRECISIONS=" "
+for dtype in ${STEP_PRECISIONS:-bf16 fp32}; do
   (( $(left) > 60 )) || break
   timeout "$(left)" "$bin/kuafu-fold" benchmark --config "$here/../apps/fastfold/configs/alphafold.toml" \
     --set runtime.device=cuda --set "precision.dtype=\"$dtype\"" \
     --set benchmark.steps=3 --set benchmark.warmup=1 2> "$out/fold_gpu_benchmark_$dtype.log" | tail -1 | tee -a "$lines"
 done
 
+# 4. predict against length, until the time is spent.
+printf '[model]\nevoformer_blocks = 1\nextra_msa_blocks = 1\n[data]\nmax_recycles = 0\n' > "$work/predict.toml"
+wanted predict || LENGTHS=" "
+fitted=0
+for n in ${LENGTHS:-1024 2048 4096 6144}; do
+  (( $(left) > 45 )) || break
+  (( n > fitted )) || continue
+  "$py" -c "import random, sys; random.seed($n); print('>random'); print(''.join(random.choice('ACDEFGHIKLMNPQRSTVWY') for _ in range($n)))" \
+    > "$work/q.fasta"
+  rm -f "$work/q.pdb"
+  timeout "$(left)" "$bin/kuafu-fold" predict --config "$work/predict.toml" --set "data.chunk_size=${CHUNK:-64}" \
+    --set "precision.dtype=\"${PREDICT_PRECISION:-fp32}\"" --device cuda \
+    --fasta "$work/q.fasta" --out "$work/q.pdb" --checkpoint init > "$work/predict.out" 2> "$work/predict.err"
+  rc=$?
+  if (( rc == 0 )); then
+    tail -1 "$work/predict.out" | sed "s/^{/{\"part\": \"predict\", \"chunk_size\": ${CHUNK:-64}, \"precision\": \"${PREDICT_PRECISION:-fp32}\", /" | tee -a "$lines"
+    fitted=$n
+  else
+    note "{\"part\": \"predict\", \"residues\": $n, \"precision\": \"${PREDICT_PRECISION:-fp32}\", \"rc\": $rc, \"error\": $(tail -c 300 "$work/predict.err" | "$py" -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+  fi
+done
+
 # 5. The tiny config trained on the GPU.
-if [ -n "${DATA:-}" ]; then
+if [ -n "${DATA:-}" ] && wanted train; then
   for dtype in fp32 bf16; do
     (( $(left) > 40 )) || break
     timeout "$(left)" "$bin/kuafu-fold" train --config "$here/../apps/fastfold/configs/tiny.toml" --set "data.dir=\"$DATA\"" \

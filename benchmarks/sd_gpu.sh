@@ -10,14 +10,24 @@
 #   4. (time left) `kuafu-chat benchmark` at OPT-125m, the actor plain: generation since rows are sampled
 #      in one call.
 # JSON lines into OUT_DIR/sd_gpu.jsonl, logs into OUT_DIR/sd_gpu.log, sample grids into OUT_DIR/fashion.tar.
+# SDXL's base at 1024 px in parts 2 and 3: SD15_CONFIG=apps/stable_diffusion/configs/benchmark_sdxl.toml
+# SD15_UNET=apps/stable_diffusion/configs/sdxl_unet/unet PARTS="sampling memory".
 #
 # usage: SD=kuafu-sd FASHION_MODELS=dir OUT_DIR=out [CHAT=kuafu-chat] [PYTHON=python3] [DEVICE=cuda]
-#          [PER_CLASS=50] [DEADLINE=500] [SD15_CONFIG=toml SD15_UNET=dir] benchmarks/sd_gpu.sh
-#   FASHION_MODELS holds p2_min_snr/ (a pipeline), classifier.pt and optionally plain_unet/ (the plain run's unet/).
+#          [PER_CLASS=50] [DEADLINE=500] [SD15_CONFIG=toml SD15_UNET=dir] [PARTS="fashion sampling memory chat"]
+#          [SAMPLING_STEPS=50] [PRECISIONS="fp32 bf16"] [MEMORY_RUNS="plain saving gemini"] [BUDGET_MB=2048]
+#          benchmarks/sd_gpu.sh
+#   FASHION_MODELS (part 1 only) holds p2_min_snr/ (a pipeline), classifier.pt and optionally plain_unet/ (the
+#   plain run's unet/).
 set -uo pipefail
 SD=${SD:-build/apps/stable_diffusion/kuafu-sd}
 CHAT=${CHAT:-}
-MODELS=${FASHION_MODELS:?FASHION_MODELS names the Fashion-MNIST models folder}
+PARTS=" ${PARTS:-fashion sampling memory chat} "
+wanted() { [[ $PARTS == *" $1 "* ]]; }
+MODELS=${FASHION_MODELS:-}
+wanted fashion && [[ -z $MODELS ]] && { echo "FASHION_MODELS names the Fashion-MNIST models folder" >&2; exit 2; }
+SAMPLING_STEPS=${SAMPLING_STEPS:-50}
+BUDGET_MB=${BUDGET_MB:-2048}
 OUT_DIR=${OUT_DIR:-runs/sd_gpu}
 PYTHON=${PYTHON:-.venv/bin/python}
 DEVICE=${DEVICE:-cuda}
@@ -51,6 +61,7 @@ measured() {
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$logfile"
 
 # 1. Fashion-MNIST: DDIM-50 against DDPM-1000 from the same initial noise (seed 1, guidance 3).
+if wanted fashion; then
 cp -r "$MODELS/p2_min_snr" "$work/min_snr"
 variants=(min_snr)
 if [[ -d $MODELS/plain_unet ]]; then
@@ -83,25 +94,29 @@ for variant in "${variants[@]}"; do
   done
 done
 tar -C "$work/grids" -cf "$OUT_DIR/fashion.tar" .
+fi
 
 # 2. Sampling steps/s at SD 1.x's size, Kuafu and diffusers alternating.
-sampling=(--set runtime.device=\""$DEVICE"\" --set benchmark.sampling_steps=50 --set benchmark.steps=3 --set benchmark.warmup=1)
-for precision in fp32 bf16; do
+sampling=(--set runtime.device=\""$DEVICE"\" --set benchmark.sampling_steps=$SAMPLING_STEPS --set benchmark.steps=3 --set benchmark.warmup=1)
+wanted sampling || PRECISIONS=" "
+for precision in ${PRECISIONS:-fp32 bf16}; do
   measured "sampling kuafu $precision" 90 "$SD" benchmark --config $sd15 "${sampling[@]}" --set precision.dtype=\"$precision\"
-  measured "sampling diffusers $precision" 90 "$PYTHON" "$here/sd_sampling_diffusers.py" "$sd15_unet" 50 3 \
+  measured "sampling diffusers $precision" 90 "$PYTHON" "$here/sd_sampling_diffusers.py" "$sd15_unet" $SAMPLING_STEPS 3 \
     "$precision" "$DEVICE" 1 8
 done
 
 # 3. Training memory at SD 1.x's size.
 training=(--set runtime.device=\""$DEVICE"\" --set benchmark.steps=3 --set benchmark.warmup=1)
 saving=(--set precision.dtype=\"bf16\" --set memory.activation_checkpointing=true)
-measured "memory plain fp32" 120 "$SD" benchmark --config $sd15 "${training[@]}"
-measured "memory bf16 checkpointing" 120 "$SD" benchmark --config $sd15 "${training[@]}" "${saving[@]}"
-measured "memory bf16 checkpointing gemini auto 2048" 150 "$SD" benchmark --config $sd15 "${training[@]}" "${saving[@]}" \
-  --set memory.strategy=\"gemini\" --set memory.placement=\"auto\" --set memory.device_budget_mb=2048
+runs=" ${MEMORY_RUNS:-plain saving gemini} "
+wanted memory || runs=" "
+[[ $runs == *" plain "* ]] && measured "memory plain fp32" 120 "$SD" benchmark --config $sd15 "${training[@]}"
+[[ $runs == *" saving "* ]] && measured "memory bf16 checkpointing" 120 "$SD" benchmark --config $sd15 "${training[@]}" "${saving[@]}"
+[[ $runs == *" gemini "* ]] && measured "memory bf16 checkpointing gemini auto $BUDGET_MB" 150 "$SD" benchmark --config $sd15 \
+  "${training[@]}" "${saving[@]}" --set memory.strategy=\"gemini\" --set memory.placement=\"auto\" --set memory.device_budget_mb=$BUDGET_MB
 
 # 4. Chat RLHF's PPO step at OPT-125m (issue 30), with what time is left.
-if [[ -n $CHAT ]]; then
+if [[ -n $CHAT ]] && wanted chat; then
   measured "chat ppo-opt-125m plain" 200 "$CHAT" benchmark --config apps/chat_rlhf/configs/ppo-opt-125m.toml \
     --set runtime.device=\""$DEVICE"\" --set benchmark.steps=5 --set benchmark.warmup=2 \
     --set memory.strategy=\"none\" --set models.reference.memory.offload_frozen=false

@@ -259,30 +259,35 @@ TEST(AlphaFoldLossTest, TheExperimentallyResolvedLossCountsTheAtomsTheSourceReco
 // skipped, is off by far more. The outputs must come out in float32, the pair (what is recycled) in bf16.
 TEST(AlphaFoldModelTest, ATrunkInBf16StaysNearAlphaFoldsFloat32) {
   const io::NpzArrays& golden = testing::alphafold_golden("model.npz");
-  AlphaFold model(testing::golden_tiny_sizes());
-  load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
-  model->evoformer->to(torch::kBFloat16);
-  ASSERT_EQ(model->trunk_dtype(), torch::kBFloat16);
-  ASSERT_EQ(model->output_dtype(), torch::kFloat32);
-  torch::NoGradGuard no_grad;
-  std::vector<AlphaFoldFeatures> iterations;
-  for (int64_t i = 0; i < golden.at("feat/aatype").size(0); ++i) iterations.push_back(golden_features(i));
-  const AlphaFoldOutputs out = model->forward(iterations, testing::alphafold_residue_geometry());
-  EXPECT_EQ(out.pair.scalar_type(), torch::kBFloat16);  // recycled into the trunk; the tail reads it in chunks
-  EXPECT_EQ(out.atom37.scalar_type(), torch::kFloat32);
-  EXPECT_EQ(out.distogram_logits.scalar_type(), torch::kFloat32);
-  const auto largest_difference = [](const torch::Tensor& actual, const torch::Tensor& expected) {
-    return (actual.to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
-  };
-  const double origins = largest_difference(out.structure.translations, golden.at("out/structure_module/traj").narrow(-1, 4, 3));
-  const double plddt = largest_difference(plddt_of_logits(out.plddt_logits), golden.at("out/plddt"));
-  const torch::Tensor distogram = golden.at("out/distogram/logits");
-  const double logits = largest_difference(out.distogram_logits, distogram) / distogram.abs().max().item<double>();
-  std::cout << "  bf16 trunk: backbone origins within " << origins << " Å, pLDDT within " << plddt
-            << ", distogram logits within " << logits << " of the largest\n";
-  EXPECT_LT(origins, 2.5);
-  EXPECT_LT(plddt, 0.5);
-  EXPECT_LT(logits, 0.3);
+  for (const torch::Device& device : kuafu::testing::devices_to_test()) {  // the GPU's bf16 kernels too, where one is visible
+    SCOPED_TRACE(device.str());
+    AlphaFold model(testing::golden_tiny_sizes());
+    load_alphafold(*model, testing::alphafold_golden("params/params_model_tiny.npz"));
+    model->to(device);
+    model->evoformer->to(torch::kBFloat16);
+    ASSERT_EQ(model->trunk_dtype(), torch::kBFloat16);
+    ASSERT_EQ(model->output_dtype(), torch::kFloat32);
+    torch::NoGradGuard no_grad;
+    const auto options = torch::TensorOptions(torch::kFloat32).device(device);
+    std::vector<AlphaFoldFeatures> iterations;
+    for (int64_t i = 0; i < golden.at("feat/aatype").size(0); ++i) iterations.push_back(golden_features(i).to(options));
+    const AlphaFoldOutputs out = model->forward(iterations, testing::alphafold_residue_geometry().to(options));
+    EXPECT_EQ(out.pair.scalar_type(), torch::kBFloat16);  // recycled into the trunk; the tail reads it in chunks
+    EXPECT_EQ(out.atom37.scalar_type(), torch::kFloat32);
+    EXPECT_EQ(out.distogram_logits.scalar_type(), torch::kFloat32);
+    const auto largest_difference = [](const torch::Tensor& actual, const torch::Tensor& expected) {
+      return (actual.cpu().to(torch::kFloat64) - expected.to(torch::kFloat64)).abs().max().item<double>();
+    };
+    const double origins = largest_difference(out.structure.translations, golden.at("out/structure_module/traj").narrow(-1, 4, 3));
+    const double plddt = largest_difference(plddt_of_logits(out.plddt_logits), golden.at("out/plddt"));
+    const torch::Tensor distogram = golden.at("out/distogram/logits");
+    const double logits = largest_difference(out.distogram_logits, distogram) / distogram.abs().max().item<double>();
+    std::cout << "  " << device << ", bf16 trunk: backbone origins within " << origins << " Å, pLDDT within " << plddt
+              << ", distogram logits within " << logits << " of the largest\n";
+    EXPECT_LT(origins, 2.5);
+    EXPECT_LT(plddt, 0.5);
+    EXPECT_LT(logits, 0.3);
+  }
 }
 
 // In float64 against AlphaFold run in float64 (model_float64.npz, alphafold_reference_float64.py) on the

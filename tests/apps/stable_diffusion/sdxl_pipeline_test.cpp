@@ -11,6 +11,7 @@
 
 #include "apps/stable_diffusion/diffusion_loss.h"
 #include "apps/stable_diffusion/pipeline.h"
+#include "tests/support/devices.h"
 #include "tests/support/reference_outputs.h"
 #include "tests/support/test_util.h"
 
@@ -34,6 +35,22 @@ SampleOptions sdxl_options() {
 }
 
 class SdxlPipelineTest : public ::testing::TestWithParam<std::string> {};
+
+// Euler's run also on a GPU where one is visible: cuDNN's TF32 convolutions (LibTorch's default) turned off, so
+// both sides are float32; the GPU sums in other orders, so its latents within 1e-3 (3e-5 of their largest).
+TEST(SdxlPipelineTest, EveryDeviceSamplesAsDiffusers) {
+  const testing::Reference& ref = sdxl_reference();
+  at::globalContext().setAllowTF32CuDNN(false);
+  for (const torch::Device& device : testing::devices_to_test()) {
+    SCOPED_TRACE(device.str());
+    Pipeline pipeline = load_pipeline((ref.dir / "pipe").string(), device);
+    const Samples samples = sample(pipeline, kPrompts, sdxl_options());
+    const double latents = testing::max_abs_difference(samples.latents.cpu(), ref["euler_latents"]);
+    std::cout << "  " << device << ": latents within " << latents << " of diffusers'\n";
+    EXPECT_LT(latents, device.is_cpu() ? 1e-4 : 1e-3);
+    EXPECT_LT(testing::max_abs_difference(samples.images.cpu(), ref["euler_images"]), device.is_cpu() ? 1e-4 : 1e-3);
+  }
+}
 
 TEST_P(SdxlPipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   const testing::Reference& ref = sdxl_reference();
