@@ -270,7 +270,7 @@ int run_sd_app(int argc, const char* const argv[]) {
   };
   app.item_help = "random latents and text encodings";
   app.export_help = "StableDiffusionPipeline.from_pretrained loads it; --adapter: the UNet's LoRA adapters for "
-                    "load_lora_weights and PeftModel";
+                    "load_lora_weights and PeftModel, and as kohya's kohya_lora.safetensors (ComfyUI, A1111)";
   app.eval_help = "the diffusion loss of a checkpoint's UNet on the evaluation images";
   return train::run_app(app, argc, argv);
 }

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "apps/stable_diffusion/lora_file.h"
 #include "core/train/hf_interop.h"
 #include "core/train/lazy_model.h"
 #include "core/train/peft_adapter.h"
@@ -159,9 +160,13 @@ void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& sp
   std::filesystem::remove_all(staging);
   std::filesystem::create_directories(staging);
   const std::string diffusers_file = (staging / "pytorch_lora_weights.safetensors").string();
+  // kohya's format too, the one ComfyUI and A1111 read (and diffusers' load_lora_weights with weight_name).
+  const std::string kohya_file = (staging / kKohyaLoraFile).string();
   try {
     io::save_safetensors(diffusers_file, adapters, {{"lora_adapter_metadata", config.dump()}, {"format", "pt"}});
-    train::export_adapter(unet, spec, dir, base_unet_dir, train::AdapterFolderOptions{std::nullopt, {diffusers_file}});
+    io::save_safetensors(kohya_file, kohya_lora_tensors(unet, spec), {{"ss_network_dim", std::to_string(spec.rank)},
+                                                                      {"ss_network_alpha", nlohmann::json(spec.alpha).dump()}});
+    train::export_adapter(unet, spec, dir, base_unet_dir, train::AdapterFolderOptions{std::nullopt, {diffusers_file, kohya_file}});
   } catch (...) {
     std::filesystem::remove_all(staging);
     throw;

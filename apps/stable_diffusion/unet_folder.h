@@ -31,7 +31,8 @@ void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteO
 // Writes the LoRA adapters of `unet` (applied with `spec`) as a new folder `dir` in both layouts users
 // load: PEFT's (adapter_config.json + adapter_model.safetensors, for PeftModel.from_pretrained on the UNet
 // of `base_unet_dir`) and diffusers' (pytorch_lora_weights.safetensors, "unet."-prefixed names and the
-// adapter's config in its metadata, for StableDiffusionPipeline.load_lora_weights).
+// adapter's config in its metadata, for StableDiffusionPipeline.load_lora_weights), and kohya's
+// (kKohyaLoraFile: ComfyUI, A1111, `kuafu-sd sample --lora`).
 void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir);
 
 }  // namespace kuafu::sd

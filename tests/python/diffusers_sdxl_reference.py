@@ -18,7 +18,10 @@
       (StableDiffusionXLInpaintPipeline, the plain UNet) of it with mask_image (a rectangle repainted) at strength 1 and
       0.6 (inpaint_latents, inpaint_strength_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
       VAE posterior's and the diffusion noise, timesteps, latents, text, pooled text, the loss and the gradients
-      of TRAINING_GRADIENTS, train_grad.<name>)
+      of TRAINING_GRADIENTS, train_grad.<name>); PEFT's LoRA on the UNet and both encoders as diffusers converts it
+      to kohya's format (OUT/peft_kohya.safetensors) and the Euler latents with it active (peft_kohya_latents); a
+      kohya LoRA named as sd-scripts names SDXL's layers (OUT/sgm_kohya.safetensors) and the Euler latents with it
+      loaded (sgm_kohya_latents)
 """
 import pathlib
 import sys
@@ -124,7 +127,65 @@ def build(out):
                                              num_inference_steps=10, guidance_scale=5.0, generator=torch.Generator().manual_seed(7),
                                              output_type="latent").images
     tensors.update(training_step(pipe, out))
+    tensors["sgm_kohya_latents"] = sgm_kohya(out, latents)
+    tensors["peft_kohya_latents"] = kohya_from_peft(pipe, out, latents)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+# sd-scripts' names of SDXL's UNet layers (the original model's blocks) for some of the tiny UNet's layers (layers_per_block
+# 1): LoCon convolutions in ResNets, the down- and upsamplers, the embeddings, conv_in and conv_out, and attention's.
+SGM_LAYERS = {
+    "input_blocks_0_0": "conv_in", "time_embed_0": "time_embedding.linear_1", "label_emb_0_0": "add_embedding.linear_1",
+    "input_blocks_1_0_in_layers_2": "down_blocks.0.resnets.0.conv1", "input_blocks_1_0_emb_layers_1": "down_blocks.0.resnets.0.time_emb_proj",
+    "input_blocks_2_0_op": "down_blocks.0.downsamplers.0.conv", "input_blocks_3_0_skip_connection": "down_blocks.1.resnets.0.conv_shortcut",
+    "input_blocks_3_1_proj_in": "down_blocks.1.attentions.0.proj_in",
+    "input_blocks_3_1_transformer_blocks_1_attn2_to_k": "down_blocks.1.attentions.0.transformer_blocks.1.attn2.to_k",
+    "middle_block_1_transformer_blocks_0_attn1_to_q": "mid_block.attentions.0.transformer_blocks.0.attn1.to_q",
+    "middle_block_2_out_layers_3": "mid_block.resnets.1.conv2",
+    "output_blocks_1_1_transformer_blocks_0_ff_net_0_proj": "up_blocks.0.attentions.1.transformer_blocks.0.ff.net.0.proj",
+    "output_blocks_1_2_conv": "up_blocks.0.upsamplers.0.conv", "output_blocks_3_0_skip_connection": "up_blocks.1.resnets.1.conv_shortcut",
+    "out_2": "conv_out"}
+
+
+def sgm_kohya(out, latents):
+    """A random kohya LoRA (rank 2, alpha 3) named as sd-scripts names SDXL's layers (SGM_LAYERS; OUT/sgm_kohya.safetensors)
+    and the Euler latents with it loaded by load_lora_weights, which maps those names to diffusers' itself."""
+    pipe = StableDiffusionXLPipeline.from_pretrained(out / "pipe", add_watermarker=False)
+    modules = dict(pipe.unet.named_modules())
+    torch.manual_seed(6)
+    lora = {}
+    for name, path in SGM_LAYERS.items():
+        weight = modules[path].weight  # [out, in] or [out, in, kh, kw]
+        down_shape = (2, *weight.shape[1:])
+        up_shape = (weight.shape[0], 2) + (1, 1) * (weight.dim() == 4)
+        lora[f"lora_unet_{name}.lora_down.weight"] = torch.randn(down_shape) * 0.1
+        lora[f"lora_unet_{name}.lora_up.weight"] = torch.randn(up_shape) * 0.1
+        lora[f"lora_unet_{name}.alpha"] = torch.tensor(3.0)
+    save_file(lora, out / "sgm_kohya.safetensors")
+    pipe.load_lora_weights(out / "sgm_kohya.safetensors")
+    adapted = [n for n, m in pipe.unet.named_modules() if getattr(m, "lora_A", None)]
+    assert sorted(adapted) == sorted(SGM_LAYERS.values()), f"diffusers adapted {adapted}"
+    return pipe(PROMPTS, height=16, width=24, num_inference_steps=10, guidance_scale=5.0, latents=latents.clone(),
+                output_type="latent").images
+
+
+def kohya_from_peft(pipe, out, latents):
+    """PEFT's LoRA (r 2, A and B both random) on the UNet's attention projections and both text encoders', written
+    as kohya's file by diffusers' convert_state_dict_to_kohya (OUT/peft_kohya.safetensors: lora_unet_*, lora_te1_*,
+    lora_te2_*); returns the Euler latents with the adapters active. lora_alpha = r because the converter writes
+    alpha = r whatever lora_alpha was (a file converted from lora_alpha != r merges at the wrong scale everywhere)."""
+    from diffusers.utils import convert_state_dict_to_kohya
+    from peft import LoraConfig, get_peft_model_state_dict
+    torch.manual_seed(5)
+    pipe.unet.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights=False, target_modules=["to_q", "to_k", "to_v", "to_out.0"]))
+    for encoder in (pipe.text_encoder, pipe.text_encoder_2):
+        encoder.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights=False, target_modules=["q_proj", "k_proj", "v_proj", "out_proj"]))
+    state = {}
+    for prefix, model in (("unet", pipe.unet), ("text_encoder", pipe.text_encoder), ("text_encoder_2", pipe.text_encoder_2)):
+        state.update({f"{prefix}.{k}": v for k, v in get_peft_model_state_dict(model).items()})
+    save_file({k: v.contiguous() for k, v in convert_state_dict_to_kohya(state).items()}, out / "peft_kohya.safetensors")
+    return pipe(PROMPTS, height=16, width=24, num_inference_steps=10, guidance_scale=5.0, latents=latents.clone(),
+                output_type="latent").images
 
 
 def training_step(pipe, out):

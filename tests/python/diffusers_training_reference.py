@@ -110,8 +110,11 @@ def lora_outputs(pipe_dir, adapter, inputs, out):
     pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
     pipe.load_lora_weights(adapter)
     peft_unet = PeftModel.from_pretrained(UNet2DConditionModel.from_pretrained(pathlib.Path(pipe_dir) / "unet"), adapter)
+    kohya = StableDiffusionPipeline.from_pretrained(pipe_dir)  # the folder's kohya file, as ComfyUI users load it
+    kohya.load_lora_weights(adapter, weight_name="kohya_lora.safetensors")
     with torch.no_grad():
-        outputs = {"diffusers": pipe.unet(*args, return_dict=False)[0], "peft": peft_unet(*args, return_dict=False)[0]}
+        outputs = {"diffusers": pipe.unet(*args, return_dict=False)[0], "peft": peft_unet(*args, return_dict=False)[0],
+                   "kohya": kohya.unet(*args, return_dict=False)[0]}
     save_file({k: v.contiguous() for k, v in outputs.items()}, out)
 
 

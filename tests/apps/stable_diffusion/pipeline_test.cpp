@@ -228,7 +228,7 @@ TEST(KohyaLoraTest, TextEncoderLayersMergeByTheFormulaAndBadFilesAreNamed) {
 TEST(PipelineTest, NegativePromptsGuidanceRescaleAndEtaSampleAsDiffusers) {
   const testing::Reference& ref = pipeline_reference();
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
-  for (const std::string& name : {"ddim_negative", "ddim_rescale", "ddim_negative_rescale", "ddim_eta"}) {
+  for (const std::string name : {"ddim_negative", "ddim_rescale", "ddim_negative_rescale", "ddim_eta"}) {
     SCOPED_TRACE(name);
     SampleOptions options;
     options.steps = 10;

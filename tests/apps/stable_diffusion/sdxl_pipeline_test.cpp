@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "apps/stable_diffusion/diffusion_loss.h"
+#include "apps/stable_diffusion/lora_file.h"
 #include "apps/stable_diffusion/pipeline.h"
 #include "tests/support/devices.h"
 #include "tests/support/reference_outputs.h"
@@ -50,6 +51,43 @@ TEST(SdxlPipelineTest, EveryDeviceSamplesAsDiffusers) {
     EXPECT_LT(latents, device.is_cpu() ? 1e-4 : 1e-3);
     EXPECT_LT(testing::max_abs_difference(samples.images.cpu(), ref["euler_images"]), device.is_cpu() ? 1e-4 : 1e-3);
   }
+}
+
+// PEFT's LoRA on the UNet and both text encoders, written as kohya's file by diffusers' convert_state_dict_to_kohya
+// (lora_unet_*, lora_te1_*, lora_te2_*, alpha = r), merged by `sample --lora`'s merge, samples as diffusers' pipeline
+// with PEFT's adapters active: its final latents within 1e-4 as above (the LoRA moves them by 6.0).
+TEST(SdxlPipelineTest, AKohyaFileConvertedFromPeftSamplesAsThePeftAdaptedPipeline) {
+  const testing::Reference& ref = sdxl_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  const std::string file = (ref.dir / "peft_kohya.safetensors").string();
+  int64_t layers = 0, second_encoder = 0;
+  for (const auto& [key, tensor] : io::load_safetensors(file).tensors) {
+    const bool down = key.find(".lora_down.weight") != std::string::npos;
+    layers += down;
+    second_encoder += down && key.rfind("lora_te2_", 0) == 0;
+  }
+  EXPECT_EQ(second_encoder, 3 * 4) << "the second encoder's 3 layers, 4 projections each";
+  EXPECT_EQ(merge_kohya_lora(pipeline, file, 1.0), layers);
+  const Samples samples = sample(pipeline, kPrompts, sdxl_options());
+  const double difference = testing::max_abs_difference(samples.latents, ref["peft_kohya_latents"]);
+  std::cout << "  latents within " << difference << " of diffusers'\n";
+  EXPECT_LT(difference, 1e-4);
+  EXPECT_GT(testing::max_abs_difference(samples.latents, ref["euler_latents"]), 1.0) << "the LoRA moved the latents";
+}
+
+// A kohya LoRA named as sd-scripts names SDXL's UNet layers, by the original model's blocks (input_blocks_3_1_proj_in,
+// middle_block_2_out_layers_3, output_blocks_1_2_conv, time_embed_0, label_emb_0_0, out_2, ...: attention, LoCon
+// convolutions in the ResNets, the samplers, the embeddings), merges into the layers diffusers' load_lora_weights maps
+// them to and samples as diffusers' pipeline with it loaded (latents within 1e-4; it moves them by 8.1).
+TEST(SdxlPipelineTest, AKohyaFileInTheOriginalModelsNamesSamplesAsDiffusersLoadsIt) {
+  const testing::Reference& ref = sdxl_reference();
+  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
+  EXPECT_EQ(merge_kohya_lora(pipeline, (ref.dir / "sgm_kohya.safetensors").string(), 1.0), 15);
+  const Samples samples = sample(pipeline, kPrompts, sdxl_options());
+  const double difference = testing::max_abs_difference(samples.latents, ref["sgm_kohya_latents"]);
+  std::cout << "  latents within " << difference << " of diffusers'\n";
+  EXPECT_LT(difference, 1e-4);
+  EXPECT_GT(testing::max_abs_difference(samples.latents, ref["euler_latents"]), 1.0) << "the LoRA moved the latents";
 }
 
 TEST_P(SdxlPipelineTest, SamplesAsDiffusersFromTheSameLatents) {
