@@ -53,41 +53,39 @@ TEST(SdxlPipelineTest, EveryDeviceSamplesAsDiffusers) {
   }
 }
 
-// PEFT's LoRA on the UNet and both text encoders, written as kohya's file by diffusers' convert_state_dict_to_kohya
-// (lora_unet_*, lora_te1_*, lora_te2_*, alpha = r), merged by `sample --lora`'s merge, samples as diffusers' pipeline
-// with PEFT's adapters active: its final latents within 1e-4 as above (the LoRA moves them by 6.0).
-TEST(SdxlPipelineTest, AKohyaFileConvertedFromPeftSamplesAsThePeftAdaptedPipeline) {
+// The tiny pipeline with the reference's kohya file `name` merged at weight 1 (expecting `layers` merged) samples
+// Euler's latents within 1e-4 of the reference's `expected`, which the LoRA moved by more than 1.
+void expect_kohya_file_samples_as(const std::string& name, int64_t layers, const std::string& expected) {
   const testing::Reference& ref = sdxl_reference();
   Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
-  const std::string file = (ref.dir / "peft_kohya.safetensors").string();
-  int64_t layers = 0, second_encoder = 0;
-  for (const auto& [key, tensor] : io::load_safetensors(file).tensors) {
-    const bool down = key.find(".lora_down.weight") != std::string::npos;
-    layers += down;
-    second_encoder += down && key.rfind("lora_te2_", 0) == 0;
-  }
-  EXPECT_EQ(second_encoder, 3 * 4) << "the second encoder's 3 layers, 4 projections each";
-  EXPECT_EQ(merge_kohya_lora(pipeline, file, 1.0), layers);
+  EXPECT_EQ(merge_kohya_lora(pipeline, (ref.dir / name).string(), 1.0), layers);
   const Samples samples = sample(pipeline, kPrompts, sdxl_options());
-  const double difference = testing::max_abs_difference(samples.latents, ref["peft_kohya_latents"]);
+  const double difference = testing::max_abs_difference(samples.latents, ref[expected]);
   std::cout << "  latents within " << difference << " of diffusers'\n";
   EXPECT_LT(difference, 1e-4);
   EXPECT_GT(testing::max_abs_difference(samples.latents, ref["euler_latents"]), 1.0) << "the LoRA moved the latents";
 }
 
+// PEFT's LoRA on the UNet and both text encoders, written as kohya's file by diffusers' convert_state_dict_to_kohya
+// (lora_unet_*, lora_te1_*, lora_te2_*, alpha = r), merged by `sample --lora`'s merge, samples as diffusers' pipeline
+// with PEFT's adapters active: its final latents within 1e-4 as above (the LoRA moves them by 6.0).
+TEST(SdxlPipelineTest, AKohyaFileConvertedFromPeftSamplesAsThePeftAdaptedPipeline) {
+  int64_t layers = 0, second_encoder = 0;
+  for (const auto& [key, tensor] : io::load_safetensors((sdxl_reference().dir / "peft_kohya.safetensors").string()).tensors) {
+    const bool down = key.find(".lora_down.weight") != std::string::npos;
+    layers += down;
+    second_encoder += down && key.rfind("lora_te2_", 0) == 0;
+  }
+  EXPECT_EQ(second_encoder, 3 * 4) << "the second encoder's 3 layers, 4 projections each";
+  expect_kohya_file_samples_as("peft_kohya.safetensors", layers, "peft_kohya_latents");
+}
+
 // A kohya LoRA named as sd-scripts names SDXL's UNet layers, by the original model's blocks (input_blocks_3_1_proj_in,
 // middle_block_2_out_layers_3, output_blocks_1_2_conv, time_embed_0, label_emb_0_0, out_2, ...: attention, LoCon
-// convolutions in the ResNets, the samplers, the embeddings), merges into the layers diffusers' load_lora_weights maps
-// them to and samples as diffusers' pipeline with it loaded (latents within 1e-4; it moves them by 8.1).
+// convolutions in the ResNets, the samplers, the embeddings: 15 layers), merges into the layers diffusers'
+// load_lora_weights maps them to and samples as diffusers' pipeline with it loaded (it moves the latents by 8.1).
 TEST(SdxlPipelineTest, AKohyaFileInTheOriginalModelsNamesSamplesAsDiffusersLoadsIt) {
-  const testing::Reference& ref = sdxl_reference();
-  Pipeline pipeline = load_pipeline((ref.dir / "pipe").string());
-  EXPECT_EQ(merge_kohya_lora(pipeline, (ref.dir / "sgm_kohya.safetensors").string(), 1.0), 15);
-  const Samples samples = sample(pipeline, kPrompts, sdxl_options());
-  const double difference = testing::max_abs_difference(samples.latents, ref["sgm_kohya_latents"]);
-  std::cout << "  latents within " << difference << " of diffusers'\n";
-  EXPECT_LT(difference, 1e-4);
-  EXPECT_GT(testing::max_abs_difference(samples.latents, ref["euler_latents"]), 1.0) << "the LoRA moved the latents";
+  expect_kohya_file_samples_as("sgm_kohya.safetensors", 15, "sgm_kohya_latents");
 }
 
 TEST_P(SdxlPipelineTest, SamplesAsDiffusersFromTheSameLatents) {
