@@ -66,6 +66,10 @@ config::Schema sd_schema() {
   s.add_int("data.workers", 0, "image decoding threads per rank; 0 = runtime.threads").min(0);
   s.add_int("data.max_corrupt_images", 100, "unreadable images skipped (and reported) before the run fails").min(0);
   s.add_bool("augment.flip", false, "random horizontal flips");
+  s.add_string("augment.crop", "center",
+               "the shorter side resized to the resolution, then the square cut at the center or, in training, anywhere "
+               "(random): diffusers' --center_crop or its default RandomCrop")
+      .choices({"center", "random"});
   return s;
 }
 
@@ -86,6 +90,9 @@ SdSettings read_sd_settings(const config::Config& config) {
   s.diffusion.cache = config.get_bool("diffusion.cache");
   if (s.diffusion.cache && config.get_bool("augment.flip")) {
     config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be flipped anew each epoch; set augment.flip = false");
+  }
+  if (s.diffusion.cache && config.get_string("augment.crop") == "random") {
+    config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be cropped anew each epoch; set augment.crop = \"center\"");
   }
   s.samples.prompts = config.get_string_list("sample.prompts");
   s.samples.options.steps = config.get_int("sample.steps");
@@ -124,8 +131,8 @@ std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& co
   io::ImageTransform& t = spec.transform;
   t.size = static_cast<int>(size);
   t.channels = static_cast<int>(channels);
-  t.scale_min = 1.0;     // the whole image, resized: no random crops (a caption describes all of it)
-  t.resize_ratio = 1.0;  // nor a centre zoom in evaluation
+  t.square_crop = true;  // as diffusers' scripts: never stretched to the square
+  t.random_square_crop = train && config.get_string("augment.crop") == "random";
   t.flip = config.get_bool("augment.flip");
   t.mean.assign(static_cast<size_t>(channels), 0.5f);  // to [−1, 1], the VAE's range
   t.std.assign(static_cast<size_t>(channels), 0.5f);

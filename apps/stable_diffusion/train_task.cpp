@@ -14,6 +14,17 @@ namespace {
 
 enum Stream : int64_t { kRowDraws = 1, kAugment = 2, kEvalDraws = 3 };
 
+// train_text_to_image_sdxl.py's time ids [rows, 6] (float, `options`): each image's original height and width, the
+// top-left corner of its crop in the resized image, and the training size, `size` × `size` pixels.
+torch::Tensor training_time_ids(const std::vector<io::ImagePlacement>& placements, int64_t size, const torch::TensorOptions& options) {
+  std::vector<double> ids;
+  for (const io::ImagePlacement& p : placements) {
+    ids.insert(ids.end(), {static_cast<double>(p.original_height), static_cast<double>(p.original_width), static_cast<double>(p.top),
+                           static_cast<double>(p.left), static_cast<double>(size), static_cast<double>(size)});
+  }
+  return torch::tensor(ids, options.dtype(torch::kFloat64)).view({static_cast<int64_t>(placements.size()), 6}).to(options);
+}
+
 }  // namespace
 
 RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
@@ -81,8 +92,10 @@ PromptEmbeddings DiffusionTask::encode_text(const std::vector<std::string>& capt
 void DiffusionTask::fill_cache() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> moments, texts, pooled;
+  cached_placements_.clear();
   for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
     const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
+    cached_placements_.insert(cached_placements_.end(), batch.placements.begin(), batch.placements.end());
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
     const PromptEmbeddings e = encode_text(captions_of(batch, *train_));
@@ -99,6 +112,7 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
   if (!empty_caption_.text.defined()) empty_caption_ = encode_text({""});
   AutoencoderKLImpl::Posterior posterior;  // float32
   PromptEmbeddings text;
+  std::vector<io::ImagePlacement> placements;  // each row's source size and crop
   if (train && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
@@ -106,12 +120,14 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
     posterior = {parts[0], parts[1]};
     text.text = cached_text_.text.index_select(0, index);
     if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
+    for (const size_t item : items) placements.push_back(cached_placements_.at(item));
   } else {
     io::ImageDataset& set = train ? *train_ : *val_;
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
     text = encode_text(captions_of(batch, set));
+    placements = batch.placements;
   }
   std::vector<torch::Tensor> posterior_noise, noise;
   std::vector<int64_t> timesteps;
@@ -128,8 +144,7 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
   in.latents = posterior.sample(torch::stack(posterior_noise).to(device_)) * pipeline_.vae->config.scaling_factor;  // [B, C, h, w]
   in.text = text.text;
   if (pipeline_.sdxl()) {
-    const int64_t scale = pipeline_.vae_scale();
-    in.added = {text.pooled, sdxl_time_ids(in.latents.size(0), in.latents.size(2) * scale, in.latents.size(3) * scale, text.text.options())};
+    in.added = {text.pooled, training_time_ids(placements, in.latents.size(2) * pipeline_.vae_scale(), text.text.options())};
   }
   in.noise = torch::stack(noise).to(device_);
   in.timesteps = torch::tensor(timesteps).to(device_);

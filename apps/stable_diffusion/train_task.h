@@ -73,6 +73,7 @@ class DiffusionTask : public train::RunTask {
   PromptEmbeddings empty_caption_;     // [1, M, D] (SDXL: and [1, P]), the encoding dropped captions get
   torch::Tensor cached_moments_;       // [N, 2C, h, w] float32 (diffusion.cache)
   PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache)
+  std::vector<io::ImagePlacement> cached_placements_;  // [N] (diffusion.cache)
 };
 
 }  // namespace kuafu::sd

@@ -71,6 +71,7 @@ cv::Rect random_resized_crop(int width, int height, const ImageTransform& t, std
 }  // namespace
 
 void check_transform(const ImageTransform& t) {
+  KUAFU_CHECK(t.square_crop || !t.random_square_crop, "image transform: random_square_crop needs square_crop");
   KUAFU_CHECK(t.size > 0, "image transform: size must be positive, found ", t.size);
   KUAFU_CHECK(t.channels == 1 || t.channels == 3, "image transform: channels must be 1 or 3, found ", t.channels);
   KUAFU_CHECK(0 < t.scale_min && t.scale_min <= t.scale_max && t.scale_max <= 1, "image transform: need 0 < scale_min",
@@ -85,31 +86,57 @@ void check_transform(const ImageTransform& t) {
   for (float s : t.std) KUAFU_CHECK(s > 0, "image transform: std values must be positive, found ", s);
 }
 
-void train_transform(const cv::Mat& image, const ImageTransform& t, std::mt19937_64& rng, float* out) {
+namespace {
+
+// `source` with its shorter side resized to `shorter`, the longer keeping the aspect ratio (truncated, as
+// torchvision's Resize does).
+cv::Mat resized_shorter_side(const cv::Mat& source, int shorter) {
+  const bool wide = source.cols >= source.rows;
+  const int64_t longer = static_cast<int64_t>(shorter) * (wide ? source.cols : source.rows) / (wide ? source.rows : source.cols);
+  const cv::Size target = wide ? cv::Size(static_cast<int>(longer), shorter) : cv::Size(shorter, static_cast<int>(longer));
+  cv::Mat resized;
+  cv::resize(source, resized, target, 0, 0, cv::INTER_LINEAR);
+  return resized;
+}
+
+// torchvision's CenterCrop offset: round((length - size) / 2), halves to even as Python's round.
+int centred(int length, int size) { return static_cast<int>(std::nearbyint((length - size) / 2.0)); }
+
+// diffusers' preparation (ImageTransform::square_crop): resize, flip in training, cut the square.
+ImagePlacement square_crop(const cv::Mat& source, const ImageTransform& t, std::mt19937_64* training_rng, float* out) {
+  cv::Mat resized = resized_shorter_side(source, t.size);
+  if (training_rng && t.flip && std::bernoulli_distribution(0.5)(*training_rng)) cv::flip(resized, resized, 1);
+  int top = centred(resized.rows, t.size), left = centred(resized.cols, t.size);
+  if (training_rng && t.random_square_crop) {
+    top = std::uniform_int_distribution<int>(0, resized.rows - t.size)(*training_rng);
+    left = std::uniform_int_distribution<int>(0, resized.cols - t.size)(*training_rng);
+  }
+  write_chw(resized(cv::Rect(left, top, t.size, t.size)), t, out);
+  return {source.rows, source.cols, top, left};
+}
+
+}  // namespace
+
+ImagePlacement train_transform(const cv::Mat& image, const ImageTransform& t, std::mt19937_64& rng, float* out) {
   check_transform(t);
   const cv::Mat source = to_output_channels(image, t.channels);
+  if (t.square_crop) return square_crop(source, t, &rng, out);
   const cv::Rect crop = random_resized_crop(source.cols, source.rows, t, rng);
   cv::Mat resized;
   cv::resize(source(crop), resized, cv::Size(t.size, t.size), 0, 0, cv::INTER_LINEAR);
   if (t.flip && std::bernoulli_distribution(0.5)(rng)) cv::flip(resized, resized, 1);
   write_chw(resized, t, out);
+  return {source.rows, source.cols, 0, 0};
 }
 
-void eval_transform(const cv::Mat& image, const ImageTransform& t, float* out) {
+ImagePlacement eval_transform(const cv::Mat& image, const ImageTransform& t, float* out) {
   check_transform(t);
   const cv::Mat source = to_output_channels(image, t.channels);
-  // Shorter side to round(size / resize_ratio); the longer side keeps the aspect ratio (truncated,
-  // as torchvision's Resize does).
-  const int shorter = static_cast<int>(std::lround(t.size / t.resize_ratio));
-  const bool wide = source.cols >= source.rows;
-  const int64_t longer =
-      static_cast<int64_t>(shorter) * (wide ? source.cols : source.rows) / (wide ? source.rows : source.cols);
-  const cv::Size target =
-      wide ? cv::Size(static_cast<int>(longer), shorter) : cv::Size(shorter, static_cast<int>(longer));
-  cv::Mat resized;
-  cv::resize(source, resized, target, 0, 0, cv::INTER_LINEAR);
+  if (t.square_crop) return square_crop(source, t, nullptr, out);
+  const cv::Mat resized = resized_shorter_side(source, static_cast<int>(std::lround(t.size / t.resize_ratio)));
   const cv::Rect crop((resized.cols - t.size) / 2, (resized.rows - t.size) / 2, t.size, t.size);
   write_chw(resized(crop), t, out);
+  return {source.rows, source.cols, crop.y, crop.x};
 }
 
 }  // namespace kuafu::io

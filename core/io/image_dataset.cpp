@@ -54,6 +54,7 @@ class ArrayDataset : public ImageDataset {
     for (size_t item : items) {
       KUAFU_CHECK(item < static_cast<size_t>(size()), "image ", item, " is out of range (", size(), " images)");
     }
+    std::vector<ImagePlacement> placements(items.size());
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
       for (int64_t k = begin; k < end; ++k) {
         const size_t item = items[static_cast<size_t>(k)];
@@ -63,11 +64,12 @@ class ArrayDataset : public ImageDataset {
         if (channels == 3) cv::cvtColor(stored, image, cv::COLOR_RGB2BGR);
         if (channels == 4) cv::cvtColor(stored, image, cv::COLOR_RGBA2BGRA);
         float* target = out + k * c * s * s;
+        const auto row = static_cast<size_t>(k);
         if (train) {
           std::mt19937_64 rng(item_seed(seed, item));
-          train_transform(image, transform_, rng, target);
+          placements[row] = train_transform(image, transform_, rng, target);
         } else {
-          eval_transform(image, transform_, target);
+          placements[row] = eval_transform(image, transform_, target);
         }
         label_out[k] = array_.labels[item];
       }
@@ -78,7 +80,7 @@ class ArrayDataset : public ImageDataset {
     }
     std::vector<size_t> kept(items.size());
     std::iota(kept.begin(), kept.end(), size_t{0});
-    return {pixels, labels, std::move(captions), std::move(kept)};
+    return {pixels, labels, std::move(captions), std::move(kept), std::move(placements)};
   }
 
  private:
@@ -104,7 +106,7 @@ class FolderDataset : public ImageDataset {
     pixels.copy_(torch::from_blob(decoded.pixels.data(), pixels.sizes()));
     torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     labels.copy_(torch::from_blob(decoded.labels.data(), {n}, torch::kInt64));
-    return {pixels, labels, std::move(decoded.captions), std::move(decoded.kept)};
+    return {pixels, labels, std::move(decoded.captions), std::move(decoded.kept), std::move(decoded.placements)};
   }
 
  private:
@@ -149,12 +151,14 @@ ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<siz
   for (size_t r = 0; r < batch.kept.size(); ++r) row_of[batch.kept[r]] = static_cast<int64_t>(r);
   std::vector<torch::Tensor> pixels, labels;
   std::vector<std::optional<std::string>> captions;
+  std::vector<ImagePlacement> placements;
   const auto size = static_cast<size_t>(set.size());
   for (size_t i = 0; i < items.size(); ++i) {
     if (row_of[i] >= 0) {
       pixels.push_back(batch.pixels[row_of[i]]);
       labels.push_back(batch.labels[row_of[i]]);
       captions.push_back(batch.captions[static_cast<size_t>(row_of[i])]);
+      placements.push_back(batch.placements[static_cast<size_t>(row_of[i])]);
       continue;
     }
     ImageTensors replacement;
@@ -165,10 +169,11 @@ ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<siz
     pixels.push_back(replacement.pixels[0]);
     labels.push_back(replacement.labels[0]);
     captions.push_back(replacement.captions[0]);
+    placements.push_back(replacement.placements[0]);
   }
   std::vector<size_t> all(items.size());
   std::iota(all.begin(), all.end(), size_t{0});
-  return {torch::stack(pixels), torch::stack(labels), std::move(captions), std::move(all)};
+  return {torch::stack(pixels), torch::stack(labels), std::move(captions), std::move(all), std::move(placements)};
 }
 
 std::unique_ptr<ImageDataset> open_image_dataset(const ImageSetSpec& spec, const torch::Device& device) {

@@ -31,6 +31,7 @@ struct ImageTensors {
   torch::Tensor labels;  // [n] int64 (n may be short of the request when unreadable images were skipped)
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
   std::vector<size_t> kept;  // [n]: each row's position among the requested items (0..n-1 when none was skipped)
+  std::vector<ImagePlacement> placements;  // [n]: each row's source size and crop (SDXL's micro-conditioning)
 };
 
 class ImageDataset {

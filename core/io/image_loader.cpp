@@ -54,6 +54,7 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
   const size_t plane = static_cast<size_t>(transform_.channels) * transform_.size * transform_.size;
   ImageBatch batch;
   batch.pixels.resize(n * plane);
+  std::vector<ImagePlacement> placements(n);  // per slot, compacted with the pixels
   const int flags = transform_.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
 
   // Workers take slots from a shared counter; each writes only its own slot.
@@ -72,9 +73,9 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
         float* out = batch.pixels.data() + k * plane;
         if (train) {
           std::mt19937_64 rng(mix(seed ^ mix(items[k])));
-          train_transform(image, transform_, rng, out);
+          placements[k] = train_transform(image, transform_, rng, out);
         } else {
-          eval_transform(image, transform_, out);
+          placements[k] = eval_transform(image, transform_, out);
         }
       } catch (const cv::Exception&) {
         outcome[k] = Outcome::kCorrupt;  // some codecs throw on damaged data instead of returning empty
@@ -107,6 +108,7 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
         batch.labels.push_back(item.label);
         batch.captions.push_back(item.caption);
         batch.kept.push_back(k);
+        batch.placements.push_back(placements[k]);
         ++kept;
         continue;
       }

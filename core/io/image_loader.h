@@ -19,6 +19,7 @@ struct ImageBatch {
   std::vector<int64_t> labels;       // [n]
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
   std::vector<size_t> kept;          // [n]: each decoded image's position among the requested items
+  std::vector<ImagePlacement> placements;  // [n]: each image's source size and crop
   std::vector<std::string> skipped;  // paths of requested images that could not be decoded
 };
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "apps/stable_diffusion/commands.h"
 #include "apps/stable_diffusion/emoji_recipe.h"
@@ -216,6 +217,20 @@ TEST(DiffusionTaskTest, AMissingTrainingSetIsNamedAsDataTrain) {
   }
 }
 
+// diffusion.cache encodes each image once, so a flip or a random crop drawn anew each epoch is refused with it,
+// naming the key and what to set instead.
+TEST(DiffusionTaskTest, TheCacheRefusesAugmentationItWouldFreeze) {
+  const fs::path root = test_root();
+  prepare(root);
+  for (const auto& [augment, fix] : std::vector<std::pair<std::string, std::string>>{{"augment.flip=true", "augment.flip = false"},
+                                                                                    {"augment.crop=\"random\"", "augment.crop = \"center\""}}) {
+    std::unique_ptr<train::App> app;
+    const std::string error = testing::expected_error([&] { serial_task(tiny_config(root, "run", {"diffusion.cache=true", augment}), app); });
+    EXPECT_TRUE(testing::Contains(error, "key 'diffusion.cache'")) << error;
+    EXPECT_TRUE(testing::Contains(error, fix)) << error;
+  }
+}
+
 // The fit check counts the trained UNet and the frozen text encoder and VAE, each from its own section
 // (the UNet's float32 AdamW state: 16 bytes a parameter; the frozen models' weights in their own dtype).
 // Each count is the parameters of the model the pipeline folder loads as.
@@ -290,11 +305,15 @@ TEST(DiffusionTaskTest, DroppedCaptionsGetTheEmptyCaptionsEncoding) {
 }
 
 // An SDXL pipeline trains through the same task: each row's UNet input carries its caption's pooled text (a dropped
-// caption's: the empty caption's, as its embeddings) and the time ids of its image, uncropped at the 16 x 16 training
-// size; the frozen second encoder is a run model of its own; cached encodings give the same loss.
+// caption's: the empty caption's, as its embeddings) and the time ids of its image as train_text_to_image_sdxl.py makes
+// them (its original size, where the square was cut from it resized, the 16 x 16 training size), the cut anywhere along
+// the longer side with augment.crop = "random"; the frozen second encoder is a run model of its own; cached encodings
+// give the same loss.
 TEST(DiffusionTaskTest, AnSdxlPipelineTrainsWithThePooledTextAndTimeIds) {
   const fs::path root = test_root();
   prepare(root);
+  // Item 0 (blue/1) 24 x 40 pixels: its shorter side resized to 16, the longer to 26, the centre square cut at column 5.
+  io::write_png((root / "images/train/blue/1.png").string(), io::RgbImage{40, 24, std::vector<uint8_t>(40 * 24 * 3, 90)});
   const fs::path sdxl = testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe";
   const std::string pipeline = "model.pipeline=\"" + sdxl.string() + "\"";
   std::unique_ptr<train::App> app;
@@ -314,7 +333,20 @@ TEST(DiffusionTaskTest, AnSdxlPipelineTrainsWithThePooledTextAndTimeIds) {
   const PromptEmbeddings expected = encode_prompts(p, {"a blue square, number 1", ""});
   EXPECT_LT(testing::max_abs_difference(in.text, expected.text), 1e-5);
   EXPECT_LT(testing::max_abs_difference(in.added.text_embeds, expected.pooled), 1e-5);
-  EXPECT_EQ(testing::max_abs_difference(in.added.time_ids, torch::tensor({16.0, 16.0, 0.0, 0.0, 16.0, 16.0}).expand({2, 6})), 0.0);
+  // train_text_to_image_sdxl.py's: (original height, width, crop top, left, 16, 16).
+  EXPECT_EQ(testing::max_abs_difference(in.added.time_ids, torch::tensor({24.0, 40.0, 0.0, 5.0, 16.0, 16.0, 16.0, 16.0, 0.0, 0.0, 16.0, 16.0}).view({2, 6})),
+            0.0);
+  std::unique_ptr<train::App> random_app;
+  auto random = serial_task(tiny_config(root, "run", {pipeline, "augment.crop=\"random\""}), random_app);
+  std::set<double> lefts;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    const torch::Tensor ids = random->inputs({0}, {draws[0]}, true, seed).added.time_ids;  // [1, 6]
+    EXPECT_EQ(ids[0][2].item<double>(), 0.0);
+    EXPECT_GE(ids[0][3].item<double>(), 0.0);
+    EXPECT_LE(ids[0][3].item<double>(), 10.0);
+    lefts.insert(ids[0][3].item<double>());
+  }
+  EXPECT_GT(lefts.size(), 1u) << "augment.crop = \"random\" cuts anywhere along the longer side";
 
   std::unique_ptr<train::App> cached_app, plain_app;
   auto cached = serial_task(tiny_config(root, "run", {pipeline, "diffusion.cache=true"}), cached_app);

@@ -306,6 +306,54 @@ TEST_F(ImageDataTest, EvalTransformTakesTheCentreColumnsInRgbOrder) {
   for (int y = 0; y < 4; ++y) EXPECT_FLOAT_EQ(out[y * 4 + 1], (20 * (y + 4) + 5) / 255.0f);
 }
 
+// diffusers' preparation (ImageTransform::square_crop): the shorter side resized to `size`, the longer keeping the
+// aspect ratio, and the square cut at the centre, rounded as torchvision's CenterCrop (halves to even), or in training
+// with random_square_crop anywhere; the placement says where it cut.
+TEST_F(ImageDataTest, SquareCropResizesTheShorterSideAndSaysWhereItCut) {
+  ImageTransform t;
+  t.size = 5;
+  t.mean = {0, 0, 0};
+  t.std = {1, 1, 1};
+  t.flip = false;
+  t.square_crop = true;
+  // 10 x 32, value 8 * column in blue: halved to 5 x 16 (columns 16x + 4), whose centre 5 start at round(5.5) = 6.
+  cv::Mat image(10, 32, CV_8UC3, cv::Scalar::all(0));
+  for (int y = 0; y < 10; ++y)
+    for (int x = 0; x < 32; ++x) image.at<cv::Vec3b>(y, x)[0] = static_cast<uint8_t>(8 * x);
+  std::vector<float> out(3 * 25);
+  const auto expect_columns_from = [&](int64_t left) {
+    for (int x = 0; x < 5; ++x) EXPECT_FLOAT_EQ(out[2 * 25 + 4 * 5 + x], (16 * (x + left) + 4) / 255.0f) << "column " << x;
+  };
+  const ImagePlacement centre = eval_transform(image, t, out.data());
+  EXPECT_EQ(centre, (ImagePlacement{10, 32, 0, 6}));
+  expect_columns_from(6);
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(train_transform(image, t, rng, out.data()), centre) << "training cuts the centre too unless random_square_crop";
+  t.random_square_crop = true;
+  std::set<int64_t> lefts;
+  for (uint64_t seed = 0; seed < 30; ++seed) {
+    std::mt19937_64 seeded(seed);
+    const ImagePlacement cut = train_transform(image, t, seeded, out.data());
+    EXPECT_EQ(cut.original_height, 10);
+    EXPECT_EQ(cut.original_width, 32);
+    EXPECT_EQ(cut.top, 0);
+    ASSERT_GE(cut.left, 0);
+    ASSERT_LE(cut.left, 11);
+    expect_columns_from(cut.left);
+    lefts.insert(cut.left);
+  }
+  EXPECT_GT(lefts.size(), 5u);
+  // A tall image is cut in rows: 32 x 10 with value 8 * row.
+  t.random_square_crop = false;
+  cv::Mat tall(32, 10, CV_8UC3);
+  for (int y = 0; y < 32; ++y) tall.row(y).setTo(cv::Scalar::all(8 * y));
+  EXPECT_EQ(eval_transform(tall, t, out.data()), (ImagePlacement{32, 10, 6, 0}));
+  for (int y = 0; y < 5; ++y) EXPECT_FLOAT_EQ(out[y * 5 + 1], (16 * (y + 6) + 4) / 255.0f);
+  t.square_crop = false;
+  t.random_square_crop = true;
+  EXPECT_TRUE(Contains(expected_error([&] { eval_transform(tall, t, out.data()); }), "random_square_crop needs square_crop"));
+}
+
 TEST_F(ImageDataTest, GrayTransformWritesOneChannel) {
   ImageTransform t;
   t.size = 8;
