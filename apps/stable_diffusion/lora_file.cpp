@@ -42,8 +42,8 @@ std::string original_resnet_layer(const std::string& layer) {
 // ("down_blocks.1.attentions.0.proj_in" -> "input_blocks.4.1.proj_in" with 2 layers a block), or "" for a layer the
 // original names otherwise. Down block b's layer l is input block 1 + b (L + 1) + l (its downsampler the block's
 // last, "op"); up block b's is output block b (L + 1) + l, the upsampler beside the last layer's ResNet (and
-// attention); the middle block is ResNet, attention, ResNet. `up_attention(b)`: whether up block b has attention.
-std::string original_unet_path(const std::string& path, int64_t per_block, const std::function<bool(int64_t)>& up_attention) {
+// attention); the middle block is ResNet, attention, ResNet. L and which up blocks have attention: from `unet`.
+std::string original_unet_path(const std::string& path, const UNetConfig& unet) {
   static const std::map<std::string, std::string> outside_blocks = {
       {"conv_in", "input_blocks.0.0"},        {"time_embedding.linear_1", "time_embed.0"}, {"time_embedding.linear_2", "time_embed.2"},
       {"add_embedding.linear_1", "label_emb.0.0"}, {"add_embedding.linear_2", "label_emb.0.2"}, {"conv_out", "out.2"}};
@@ -68,6 +68,7 @@ std::string original_unet_path(const std::string& path, int64_t per_block, const
     return out;
   };
   const auto number = [](int64_t i) { return std::to_string(i); };
+  const int64_t per_block = unet.layers_per_block;
   if (parts[0] == "down_blocks") {
     const int64_t first = 1 + block * (per_block + 1);
     if (kind == "resnets") return joined({"input_blocks", number(first + layer), "0", original_resnet_layer(rest)});
@@ -77,7 +78,7 @@ std::string original_unet_path(const std::string& path, int64_t per_block, const
     const int64_t first = block * (per_block + 1);
     if (kind == "resnets") return joined({"output_blocks", number(first + layer), "0", original_resnet_layer(rest)});
     if (kind == "attentions") return joined({"output_blocks", number(first + layer), "1", rest});
-    if (kind == "upsamplers") return joined({"output_blocks", number(first + per_block), up_attention(block) ? "2" : "1", rest});
+    if (kind == "upsamplers") return joined({"output_blocks", number(first + per_block), text::starts_with(unet.up_block_types.at(block), "CrossAttn") ? "2" : "1", rest});
   } else if (parts[0] == "mid_block") {
     if (kind == "resnets") return joined({"middle_block", number(2 * layer), original_resnet_layer(rest)});
     if (kind == "attentions") return joined({"middle_block", "1", rest});
@@ -92,10 +93,7 @@ int64_t merge_kohya_lora(Pipeline& pipeline, const std::string& path, double wei
   std::map<std::string, torch::Tensor> layers;
   add_layers(*pipeline.unet, "lora_unet_", layers);
   // sd-scripts names SDXL's UNet layers (and LyCORIS some SD 1.x files') by the original model's blocks.
-  const UNetConfig& unet = pipeline.unet->config;
-  add_layers(*pipeline.unet, "lora_unet_", layers, [&](const std::string& layer) {
-    return original_unet_path(layer, unet.layers_per_block, [&](int64_t b) { return text::starts_with(unet.up_block_types.at(b), "CrossAttn"); });
-  });
+  add_layers(*pipeline.unet, "lora_unet_", layers, [&](const std::string& layer) { return original_unet_path(layer, pipeline.unet->config); });
   // kohya names SDXL's encoders te1 and te2, SD 1.x/2.x's te; diffusers' convert_state_dict_to_kohya writes te1 for both,
   // and without the "text_model" level, which transformers 5's CLIP models no longer have.
   const auto add_encoder = [&](ClipTextModel& encoder, const std::string& prefix) {
