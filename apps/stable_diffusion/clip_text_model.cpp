@@ -85,12 +85,26 @@ void ClipTextModelImpl::initialize() {
   });
 }
 
-ClipTextModelImpl::Output ClipTextModelImpl::forward(const torch::Tensor& ids) {
+torch::Tensor ClipTextModelImpl::embed_tokens(const torch::Tensor& ids, const torch::Tensor& added_rows) {
+  if (!added_rows.defined()) return embeddings->token_embedding->forward(ids);
+  KUAFU_CHECK(added_rows.dim() == 2 && added_rows.size(1) == config.hidden_size, "added token embeddings of shape ", added_rows.sizes(),
+              " are not [n, ", config.hidden_size, "] (the text encoder's hidden_size)");
+  const int64_t largest = ids.max().item<int64_t>();
+  KUAFU_CHECK(largest < config.vocab_size + added_rows.size(0), "token id ", largest, " is past the vocabulary (", config.vocab_size,
+              ") and the ", added_rows.size(0), " added tokens");
+  const torch::Tensor added = ids >= config.vocab_size;                                       // [B, T]
+  const torch::Tensor known = embeddings->token_embedding->forward(ids.masked_fill(added, 0));  // [B, T, D]
+  const torch::Tensor learned =
+      torch::nn::functional::embedding((ids - config.vocab_size).clamp_min(0), added_rows).to(known.scalar_type());  // [B, T, D]
+  return torch::where(added.unsqueeze(-1), learned, known);
+}
+
+ClipTextModelImpl::Output ClipTextModelImpl::forward(const torch::Tensor& ids, const torch::Tensor& added_rows) {
   const int64_t t = ids.size(1);
   KUAFU_CHECK(t <= config.max_position_embeddings, "a prompt of ", t, " tokens exceeds CLIP's ", config.max_position_embeddings,
               " positions");
   const torch::Tensor positions = torch::arange(t, ids.options().dtype(torch::kInt64)).unsqueeze(0);  // [1, T]
-  torch::Tensor x = embeddings->token_embedding->forward(ids) + embeddings->position_embedding.forward(positions);  // [B, T, D]
+  torch::Tensor x = embed_tokens(ids, added_rows) + embeddings->position_embedding.forward(positions);  // [B, T, D]
   Output out;
   for (nn::TransformerBlock& block : blocks) {
     out.penultimate = x;

@@ -52,7 +52,13 @@ struct ClipTextModelImpl : torch::nn::Module {
     torch::Tensor penultimate;  // [B, T, D]: transformers' hidden_states[-2], the last layer's input (no final norm)
     torch::Tensor text_embeds;  // [B, projection_dim]: the pooled output projected (with_projection only)
   };
-  Output forward(const torch::Tensor& ids);  // ids [B, T], T <= max_position_embeddings
+  // ids [B, T], T <= max_position_embeddings; ids from vocab_size on read the rows of `added_rows` [n, D] in
+  // order (textual inversion's tokens, as transformers' resize_token_embeddings appends them), which the
+  // gradients reach.
+  Output forward(const torch::Tensor& ids, const torch::Tensor& added_rows = {});
+
+  // [B, T, D]: each id's token embedding, an added one's from `added_rows`.
+  torch::Tensor embed_tokens(const torch::Tensor& ids, const torch::Tensor& added_rows);
 
   ClipTextConfig config;
   parallel::TensorParallel tp;

@@ -9,6 +9,7 @@
 #include "apps/stable_diffusion/clip_hugging_face.h"
 #include "apps/stable_diffusion/emoji_recipe.h"
 #include "apps/stable_diffusion/new_pipeline.h"
+#include "apps/stable_diffusion/textual_inversion.h"
 #include "apps/stable_diffusion/unet_folder.h"
 #include "apps/stable_diffusion/vae_folder.h"
 #include "apps/stable_diffusion/vae_training.h"
@@ -24,10 +25,6 @@
 namespace kuafu::sd {
 
 namespace {
-
-// The blocks activation checkpointing takes when memory.checkpoint_blocks names none: every block with
-// convolutions or attention at the latents' resolutions.
-const std::vector<std::string> kCheckpointedBlocks = {"down_blocks.*", "mid_block", "up_blocks.*"};
 
 // The benchmarks' text encodings: as many positions as CLIP's prompts (77 tokens).
 constexpr int64_t kTextTokens = 77;
@@ -64,7 +61,7 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     train::Built<UNet2DCondition> unet =
         train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
     pipeline.unet = unet.model;
-    if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kCheckpointedBlocks);
+    if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kUNetCheckpointedBlocks);
     const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
     const int64_t channels = pipeline.vae->config.in_channels;
     std::unique_ptr<io::ImageDataset> train = open_captioned_images(config_, true, channels, side);  // the training set's
@@ -160,7 +157,7 @@ AddedConditions benchmark_conditions(const UNetConfig& u, int64_t rows, const to
 
 nlohmann::json SdApp::benchmark(const train::Runtime& runtime, train::BenchmarkMemory& memory) {
   if (config_.get_int("benchmark.sampling_steps") > 0) return benchmark_sampling(runtime, memory);
-  train::checkpoint_from_config(config_, model()->sites, kCheckpointedBlocks);
+  train::checkpoint_from_config(config_, model()->sites, kUNetCheckpointedBlocks);
   const UNetConfig& u = unet_config_;
   const int64_t rows = settings_.train.micro_batch_size, side = u.sample_size, text_tokens = kTextTokens;
   const auto f32 = torch::TensorOptions().device(runtime.device);
@@ -232,6 +229,7 @@ nlohmann::json SdApp::benchmark_sampling(const train::Runtime& runtime, train::B
 
 std::unique_ptr<train::App> make_sd_app(const config::Config& config) {
   if (config.get_string("model.train") == "vae") return make_vae_app(config);
+  if (config.get_string("model.train") == "textual_inversion") return make_textual_inversion_app(config);
   return std::make_unique<SdApp>(config);
 }
 

@@ -203,12 +203,12 @@ void write_pipeline(const std::string& source, const std::string& out, const std
 }
 
 PromptEmbeddings encode_prompts(Pipeline& p, const std::vector<std::string>& texts) {
-  torch::NoGradGuard no_grad;
   const torch::Device device = p.text_encoder->parameters().front().device();
-  if (!p.sdxl()) return {p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).last_hidden, {}};
+  const torch::Tensor ids = p.tokenizer.encode(texts).to(device);  // [N, M]
+  if (!p.sdxl()) return {p.text_encoder->forward(ids, p.added_token_rows).last_hidden, {}};
   // SDXL: each encoder's penultimate hidden states, side by side in the second's dtype, and its projected pooled output.
-  const torch::Tensor first = p.text_encoder->forward(p.tokenizer.encode(texts).to(device)).penultimate;  // [N, M, D1]
-  const ClipTextModelImpl::Output second = p.text_encoder_2->forward(p.tokenizer_2.encode(texts).to(device));
+  const torch::Tensor first = p.text_encoder->forward(ids, p.added_token_rows).penultimate;  // [N, M, D1]
+  const ClipTextModelImpl::Output second = p.text_encoder_2->forward(p.tokenizer_2.encode(texts).to(device), p.added_token_rows_2);
   return {torch::cat({first.to(second.penultimate.scalar_type()), second.penultimate}, -1), second.text_embeds};
 }
 

@@ -48,6 +48,9 @@ struct Pipeline {
   PromptTokenizer tokenizer_2;
   ClipTextModel text_encoder_2{nullptr};
   bool force_zeros_for_empty_prompt = true;  // SDXL: without a negative prompt the guidance's rows are zeros
+  // Textual inversion's tokens (the tokenizers' added ids, in order): their embeddings in each text encoder,
+  // [n, D1] and (SDXL) [n, D2]; undefined when none was added.
+  torch::Tensor added_token_rows, added_token_rows_2;
   int64_t vae_scale() const { return vae->config.scale_factor(); }  // pixels per latent
   bool sdxl() const { return !text_encoder_2.is_empty(); }
 };
@@ -58,6 +61,7 @@ struct PromptEmbeddings {
                          //   hidden states side by side (D = D1 + D2)
   torch::Tensor pooled;  // [N, P]: SDXL the second encoder's projected pooled output; undefined otherwise
 };
+// Gradients reach the added token rows unless the caller turns them off.
 PromptEmbeddings encode_prompts(Pipeline& pipeline, const std::vector<std::string>& texts);
 
 // SDXL's time ids [rows, 6] of an image of height × width pixels, uncropped, as diffusers' pipeline makes

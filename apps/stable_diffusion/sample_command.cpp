@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "apps/stable_diffusion/lora_file.h"
+#include "apps/stable_diffusion/textual_inversion_file.h"
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/io/png_file.h"
 #include "core/io/safetensors.h"
@@ -67,6 +68,9 @@ const char* const kHelp =
     "                       diffusers' enable_tiling), so a large image fits in less memory (default: whole)\n"
     "  --lora FILE[:W]      merge a LoRA in kohya's format (lora_unet_* / lora_te_*: sd-scripts, ComfyUI, A1111)\n"
     "                       into the UNet and text encoder at weight W (default 1); repeat for several\n"
+    "  --embedding FILE[:TOKEN]  add a textual-inversion concept (diffusers' learned_embeds.safetensors, A1111's\n"
+    "                       emb_params, SDXL's clip_l/clip_g) to the prompts' words as TOKEN (default: the file's\n"
+    "                       one key, else its name); repeat for several\n"
     "  --dtype D            fp32 (default), bf16 or fp16: the text encoder and the UNet compute in it (diffusers'\n"
     "                       torch_dtype); the sampler's steps stay float32 and the VAE runs in float32\n"
     "  --device DEV         cpu (default), cuda, cuda:N\n";
@@ -112,6 +116,7 @@ void sample_command(int argc, const char* const argv[]) {
   std::string dtype = "fp32", mask;
   std::optional<double> strength;
   std::vector<std::pair<std::string, double>> loras;  // file, weight
+  std::vector<std::pair<std::string, std::string>> embedding_files;  // file, token ("": the file's own)
   std::vector<std::string> prompts;
   std::vector<uint64_t> seeds;
   SampleOptions options;
@@ -190,6 +195,13 @@ void sample_command(int argc, const char* const argv[]) {
       }
       KUAFU_CHECK(std::filesystem::is_regular_file(file), "--lora ", file, ": no such file");
       loras.emplace_back(file, w);
+    } else if (arg == "--embedding") {
+      // FILE or FILE:TOKEN (a colon after which no path separator follows).
+      const size_t colon = value.rfind(':');
+      const bool named = colon != std::string::npos && value.find('/', colon) == std::string::npos && colon + 1 < value.size();
+      const std::string file = named ? value.substr(0, colon) : value;
+      KUAFU_CHECK(std::filesystem::is_regular_file(file), "--embedding ", file, ": no such file");
+      embedding_files.emplace_back(file, named ? value.substr(colon + 1) : "");
     } else if (arg == "--dtype") {
       KUAFU_CHECK(value == "fp32" || value == "bf16" || value == "fp16", "--dtype ", text::abbreviate(value), " is not fp32, bf16 or fp16");
       dtype = value;
@@ -235,6 +247,11 @@ void sample_command(int argc, const char* const argv[]) {
     lora_names.push_back(name.str());
     std::cout << file << ": " << layers << " layers merged at weight " << w << "\n";
   }
+  std::vector<std::string> concepts;
+  for (const auto& [file, token] : embedding_files) {
+    concepts.push_back(load_textual_inversion(pipeline, file, token));
+    std::cout << file << ": concept " << concepts.back() << " added\n";
+  }
   if (!vae_tile.empty()) {
     options.vae_tile = vae_tile == "auto" ? pipeline.vae->config.sample_size : number("--vae-tile", vae_tile);
     const int64_t least = 4 * pipeline.vae_scale();  // a tile of fewer than 4 latents decodes nothing useful
@@ -268,6 +285,7 @@ void sample_command(int argc, const char* const argv[]) {
   if (!init_image.empty()) text.emplace_back("init image", init_image);
   if (!mask.empty()) text.emplace_back("mask", mask);
   if (!lora_names.empty()) text.emplace_back("lora", text::join(lora_names, ", "));
+  if (!concepts.empty()) text.emplace_back("embeddings", text::join(concepts, ", "));
   if (dtype != "fp32") text.emplace_back("dtype", dtype);
   text.insert(text.end(), {{"sampler", sampler_name.empty() ? pipeline.scheduler.class_name : sampler_name},
                            {"model", model},

@@ -20,7 +20,7 @@ config::Schema sd_schema() {
   s.add_int("benchmark.sampling_steps", 0, "time sampling instead of training: DDIM loops of this many steps under guidance "
                                            "7.5, the UNet alone in precision.dtype (benchmark.steps loops timed; 0: time training)")
       .min(0);
-  train::add_model_sections(s, {"unet", "text_encoder", "vae"});
+  train::add_model_sections(s, {"unet", "text_encoder", "vae", "tokens"});
   train::add_lora_schema(s, {"to_q", "to_k", "to_v", "to_out.0"});  // the UNet's attention projections
   add_init_schema(s);
   s.add_string("prepare.recipe", "emoji", "prepare: the data recipe, written to data.train and data.val (emoji: Debian's "
@@ -30,9 +30,21 @@ config::Schema sd_schema() {
                "prepare: the package's folder (the tanuki_emoji gem)");
   s.add_string("model.pipeline", "", "the diffusers pipeline folder to start from (model_index.json, unet/, vae/, "
                                      "text_encoder/, tokenizer/, scheduler/); the VAE and text encoder stay frozen");
-  s.add_string("model.train", "unet", "the component trained: unet (text to image; the VAE and text encoder frozen) or vae "
-                                      "(reconstruction + KL, the first stage of a model trained from scratch)")
-      .choices({"unet", "vae"});
+  s.add_string("model.train", "unet", "what trains: unet (text to image; the VAE and text encoder frozen), vae "
+                                      "(reconstruction + KL, the first stage of a model trained from scratch) or "
+                                      "textual_inversion (a new token's embeddings, all else frozen)")
+      .choices({"unet", "vae", "textual_inversion"});
+  s.add_string("textual_inversion.token", "", "model.train = \"textual_inversion\": the new concept's name in prompts, "
+                                              "e.g. \"<my-cat>\" (not a word of the vocabulary)");
+  s.add_string("textual_inversion.initializer", "", "one word (a single token) whose embedding the concept starts from");
+  s.add_int("textual_inversion.vectors", 1, "embeddings the concept spans (tokens <t>, <t>_1, ...)").min(1).max(64);
+  s.add_string_list("textual_inversion.templates", {"a photo of {}", "a picture of {}", "a rendering of {}", "a close-up photo of {}",
+                                                    "a bright photo of {}", "a dark photo of {}", "a drawing of {}", "an image of {}",
+                                                    "a cropped photo of {}", "a good photo of {}", "a small {}", "a large {}"},
+                    "training captions, {} where the concept goes; each row draws one");
+  s.add_string("textual_inversion.captions", "templates", "templates (textual_inversion.templates, as diffusers' script) or "
+                                                          "images (each image's own caption, {} in it read as the token)")
+      .choices({"templates", "images"});
   s.add_float("vae.kl_weight", 1e-4, "model.train = \"vae\": the KL term's weight (per latent element) beside the "
                                      "reconstruction's mean squared error (per pixel)").min(0);
   s.add_int("vae.scale_images", 256, "model.train = \"vae\": training images whose latents' spread sets the exported "
@@ -93,6 +105,24 @@ SdSettings read_sd_settings(const config::Config& config) {
   }
   if (s.diffusion.cache && config.get_string("augment.crop") == "random") {
     config.fail_at("diffusion.cache", "= true encodes each image once, so it cannot be cropped anew each epoch; set augment.crop = \"center\"");
+  }
+  if (s.trained == "textual_inversion") {
+    TextualInversionSettings& t = s.textual_inversion;
+    t.token = config.get_string("textual_inversion.token");
+    if (t.token.empty()) config.fail_at("textual_inversion.token", "is empty; name the new concept, e.g. \"<my-cat>\"");
+    t.initializer = config.get_string("textual_inversion.initializer");
+    if (t.initializer.empty()) config.fail_at("textual_inversion.initializer", "is empty; name a word the concept starts from, e.g. \"cat\"");
+    t.vectors = config.get_int("textual_inversion.vectors");
+    t.templates = config.get_string_list("textual_inversion.templates");
+    t.image_captions = config.get_string("textual_inversion.captions") == "images";
+    if (t.image_captions) t.templates.clear();
+    if (!t.image_captions && t.templates.empty()) {
+      config.fail_at("textual_inversion.templates", "is empty; give captions with {} where the concept goes");
+    }
+    for (const std::string& line : t.templates) {
+      if (line.find("{}") == std::string::npos) config.fail_at("textual_inversion.templates", "\"" + line + "\" has no {} for the concept");
+    }
+    if (s.new_unet) config.fail_at("model.new_unet", "= true trains a UNet from scratch; textual inversion keeps the folder's UNet");
   }
   s.samples.prompts = config.get_string_list("sample.prompts");
   s.samples.options.steps = config.get_int("sample.steps");

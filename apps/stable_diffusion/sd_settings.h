@@ -32,6 +32,16 @@ struct VaeTrainingSettings {
   int64_t scale_images = 256;  // training images whose latents set the exported scaling_factor
 };
 
+// textual_inversion.*: model.train = "textual_inversion" (diffusers' textual_inversion.py): a new concept's
+// token embeddings trained, everything else frozen.
+struct TextualInversionSettings {
+  std::string token;        // the concept's name in prompts, e.g. "<my-cat>" (a word the vocabulary lacks)
+  std::string initializer;  // one word of the vocabulary whose embedding every vector starts from
+  int64_t vectors = 1;      // embeddings the concept spans (its tokens: token, token_1, ...)
+  std::vector<std::string> templates;  // training captions, "{}" where the concept goes; one drawn per row
+  bool image_captions = false;         // instead: each image's own caption, its "{}" read as the token
+};
+
 // sample.*: images sampled at each evaluation, on the moving average where there is one.
 struct TrainingSamples {
   std::vector<std::string> prompts;  // none: no samples
@@ -40,11 +50,12 @@ struct TrainingSamples {
 
 struct SdSettings {
   std::string pipeline;  // model.pipeline: the diffusers pipeline folder the run starts from
-  std::string trained = "unet";  // model.train: the component trained ("unet" or "vae"), the others frozen
+  std::string trained = "unet";  // model.train: what trains ("unet", "vae" or "textual_inversion"), the rest frozen
   bool new_unet = false;  // model.new_unet: a fresh UNet of the folder's unet/config.json (training from scratch)
   DiffusionSettings diffusion;
   TrainingSamples samples;
   VaeTrainingSettings vae;
+  TextualInversionSettings textual_inversion;
   train::TrainSettings train;
   std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions
 };

@@ -39,6 +39,7 @@ RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<in
   if (settings.noise_offset > 0) d.noise = d.noise + settings.noise_offset * offset;
   d.timestep = torch::randint(train_timesteps, {1}, generator, torch::TensorOptions().dtype(torch::kInt64)).item<int64_t>();
   d.drop_caption = torch::rand({1}, generator, f32).item<double>() < settings.caption_dropout;
+  d.caption_choice = torch::randint(int64_t{1} << 31, {1}, generator, torch::TensorOptions().dtype(torch::kInt64)).item<int64_t>();
   return d;
 }
 
@@ -53,7 +54,44 @@ DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique
   train::freeze(*pipeline_.vae);
 }
 
+void DiffusionTask::train_tokens(LearnedTokens tokens, const std::string& token, const std::vector<std::string>& templates) {
+  tokens_ = std::move(tokens);
+  token_ = token;
+  train::freeze(*pipeline_.unet);
+  concept_captions_.clear();
+  for (const std::string& line : templates) concept_captions_.push_back(with_token(line));
+}
+
+std::string DiffusionTask::with_token(std::string caption) const {
+  for (size_t at = caption.find("{}"); at != std::string::npos; at = caption.find("{}", at + token_.size())) caption.replace(at, 2, token_);
+  return caption;
+}
+
+std::vector<std::string> DiffusionTask::concept_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const {
+  std::vector<std::string> captions;
+  for (size_t i = 0; i < draws.size(); ++i) {
+    if (draws[i].drop_caption) {
+      captions.emplace_back();
+    } else if (concept_captions_.empty()) {
+      captions.push_back(with_token(images.at(i)));
+    } else {
+      captions.push_back(concept_captions_[static_cast<size_t>(draws[i].caption_choice) % concept_captions_.size()]);
+    }
+  }
+  return captions;
+}
+
 std::vector<train::RunModel> DiffusionTask::models() {
+  if (tokens_) {
+    train::RunModel tokens;
+    tokens.name = "tokens";
+    tokens.module = tokens_.get();
+    std::vector<train::RunModel> models = {tokens, train::frozen_run_model("unet", *pipeline_.unet, pipeline_.unet.get()),
+                                           train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
+                                           train::frozen_run_model("vae", *pipeline_.vae)};
+    if (pipeline_.sdxl()) models.push_back(train::frozen_run_model("text_encoder_2", *pipeline_.text_encoder_2));
+    return models;
+  }
   std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
                                          train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
                                          train::frozen_run_model("vae", *pipeline_.vae)};
@@ -93,12 +131,15 @@ void DiffusionTask::fill_cache() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> moments, texts, pooled;
   cached_placements_.clear();
+  cached_captions_.clear();
   for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
     const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
     cached_placements_.insert(cached_placements_.end(), batch.placements.begin(), batch.placements.end());
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
-    const PromptEmbeddings e = encode_text(captions_of(batch, *train_));
+    const std::vector<std::string> captions = captions_of(batch, *train_);
+    cached_captions_.insert(cached_captions_.end(), captions.begin(), captions.end());
+    const PromptEmbeddings e = encode_text(captions);
     texts.push_back(e.text);
     if (e.pooled.defined()) pooled.push_back(e.pooled);
   });
@@ -113,6 +154,8 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
   AutoencoderKLImpl::Posterior posterior;  // float32
   PromptEmbeddings text;
   std::vector<io::ImagePlacement> placements;  // each row's source size and crop
+  std::vector<std::string> image_captions;     // textual inversion's, where it reads them
+  const bool concept_from_images = tokens_ && concept_captions_.empty();
   if (train && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
@@ -121,12 +164,16 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
     text.text = cached_text_.text.index_select(0, index);
     if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
     for (const size_t item : items) placements.push_back(cached_placements_.at(item));
+    if (concept_from_images) {
+      for (const size_t item : items) image_captions.push_back(cached_captions_.at(item));
+    }
   } else {
     io::ImageDataset& set = train ? *train_ : *val_;
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
-    text = encode_text(captions_of(batch, set));
+    if (!tokens_) text = encode_text(captions_of(batch, set));  // textual inversion's: below
+    if (concept_from_images) image_captions = captions_of(batch, set);
     placements = batch.placements;
   }
   std::vector<torch::Tensor> posterior_noise, noise;
@@ -135,10 +182,19 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
     posterior_noise.push_back(draws[i].posterior_noise);
     noise.push_back(draws[i].noise);
     timesteps.push_back(draws[i].timestep);
-    if (draws[i].drop_caption) {
+    if (draws[i].drop_caption && text.text.defined()) {
       text.text[static_cast<int64_t>(i)].copy_(empty_caption_.text[0]);
       if (text.pooled.defined()) text.pooled[static_cast<int64_t>(i)].copy_(empty_caption_.pooled[0]);
     }
+  }
+  if (tokens_) {
+    // The concept's rows in the text encoders, with gradients in training.
+    torch::AutoGradMode grad(train);
+    pipeline_.added_token_rows = tokens_->rows;
+    pipeline_.added_token_rows_2 = tokens_->rows_2;
+    const PromptEmbeddings e = encode_prompts(pipeline_, concept_captions(draws, image_captions));
+    const torch::ScalarType dtype = pipeline_.unet->conv_in->weight.scalar_type();
+    text = {e.text.to(dtype), e.pooled.defined() ? e.pooled.to(dtype) : torch::Tensor()};
   }
   DiffusionInputs in;
   in.latents = posterior.sample(torch::stack(posterior_noise).to(device_)) * pipeline_.vae->config.scaling_factor;  // [B, C, h, w]
@@ -158,7 +214,7 @@ std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t
     draws.push_back(draw_row(settings_.train.seed, step, first_row + r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
   }
   const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(settings_.train.seed, step, 0, kAugment));
-  return {{"unet", diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
+  return {{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
 }
 
 train::LossSum DiffusionTask::evaluate(int rank, int ranks) {
@@ -184,6 +240,10 @@ void DiffusionTask::after_evaluation(int64_t step, const std::string& out_dir, b
   if (wanted.prompts.empty()) return;
   const bool training = pipeline_.unet->is_training();
   pipeline_.unet->eval();
+  if (tokens_) {  // the rows as evaluated (the moving average's where there is one)
+    pipeline_.added_token_rows = tokens_->rows;
+    pipeline_.added_token_rows_2 = tokens_->rows_2;
+  }
   const Samples samples = sample(pipeline_, wanted.prompts, wanted.options);  // every rank: the UNet's blocks may gather
   pipeline_.unet->train(training);
   if (!main) return;

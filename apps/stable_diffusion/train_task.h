@@ -1,6 +1,7 @@
 // Latent diffusion training as the trainer sees it: the pipeline's UNet trained ("unet"), its text
 // encoder(s) and VAE frozen ("text_encoder", SDXL's "text_encoder_2", "vae"; not saved: the pipeline folder
-// holds them). An SDXL UNet also gets each row's pooled text and time ids (the image uncropped at its size,
+// holds them); or, for textual inversion, a new concept's token embeddings trained ("tokens") and the UNet
+// frozen too, each row captioned by a template naming the concept. An SDXL UNet also gets each row's pooled text and time ids (the image uncropped at its size,
 // as train_text_to_image_sdxl.py makes them for an image already at the training resolution). Each row of a
 // step draws, from (seed, step, row) alone, the VAE posterior's noise, the diffusion noise (plus the
 // noise offset), its timestep and whether its caption is dropped to the empty caption's encoding, so a
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "apps/stable_diffusion/diffusion_loss.h"
+#include "apps/stable_diffusion/learned_tokens.h"
 #include "apps/stable_diffusion/pipeline.h"
 #include "apps/stable_diffusion/sd_settings.h"
 #include "core/io/epoch_order.h"
@@ -26,6 +28,7 @@ struct RowDraws {
   torch::Tensor noise;            // [C, h, w]: ε, the noise offset added
   int64_t timestep = 0;           // in [0, T)
   bool drop_caption = false;
+  int64_t caption_choice = 0;     // in [0, 2^31): textual inversion's template, this modulo their count
 };
 RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
                   const DiffusionSettings& settings);
@@ -53,12 +56,21 @@ class DiffusionTask : public train::RunTask {
   // The UNet is left described for the sharded strategy (memory.strategy zero1, zero2, gemini), which
   // fills its chunks from `weights` (train/lazy_model.h).
   void defer_unet_weights(DeferredWeights weights) { unet_weights_ = std::move(weights); }
+  // Textual inversion: `tokens` are trained (the concept `token`, whose ids the pipeline's tokenizers hold)
+  // and the UNet is frozen beside the text encoder(s) and VAE; each row's caption is one of `templates` (none:
+  // its image's own caption) with "{}" read as the token. Before the first step.
+  void train_tokens(LearnedTokens tokens, const std::string& token, const std::vector<std::string>& templates);
   // The objective's inputs for items `items` of the training (`train`) or evaluation set with each row's
   // draws; training images are flipped (augment.flip) from `augment_seed` and each item.
   DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
 
  private:
   std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
+  // Textual inversion's: each row's template (or its image's caption, `images`) with the concept, the empty
+  // caption for a dropped one.
+  std::vector<std::string> concept_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const;
+  std::string with_token(std::string caption) const;
+  std::string trained_name() const { return tokens_ ? "tokens" : "unet"; }
   void fill_cache();  // diffusion.cache: every training image's Gaussian and caption encoding, once
   PromptEmbeddings encode_text(const std::vector<std::string>& captions);  // [B, M, D] (SDXL: and [B, P]) in the UNet's dtype
 
@@ -69,11 +81,15 @@ class DiffusionTask : public train::RunTask {
   io::EpochOrder order_;
   torch::Device device_;
   DeferredWeights unet_weights_;
+  LearnedTokens tokens_{nullptr};        // textual inversion's trained rows, else null
+  std::string token_;                          // the concept's
+  std::vector<std::string> concept_captions_;  // the templates with the concept's token (none: the images' captions)
   std::vector<int64_t> latent_shape_;  // [C, h, w]
   PromptEmbeddings empty_caption_;     // [1, M, D] (SDXL: and [1, P]), the encoding dropped captions get
   torch::Tensor cached_moments_;       // [N, 2C, h, w] float32 (diffusion.cache)
   PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache)
   std::vector<io::ImagePlacement> cached_placements_;  // [N] (diffusion.cache)
+  std::vector<std::string> cached_captions_;           // [N] (diffusion.cache)
 };
 
 }  // namespace kuafu::sd

@@ -95,6 +95,10 @@ struct UNetBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(UNetBlock);
 
+// The blocks activation checkpointing takes when memory.checkpoint_blocks names none: every block with
+// convolutions or attention at the latents' resolutions.
+inline const std::vector<std::string> kUNetCheckpointedBlocks = {"down_blocks.*", "mid_block", "up_blocks.*"};
+
 // Its blocks, for the memory strategies: "time_embedding" (with add_embedding), "conv_in", "down_blocks.<i>", "mid_block",
 // "up_blocks.<i>" and "out" (conv_norm_out and conv_out). A down block returns its stream and the skips it
 // leaves; an up block takes the skips it uses.

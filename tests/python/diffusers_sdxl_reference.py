@@ -22,6 +22,11 @@
       to kohya's format (OUT/peft_kohya.safetensors) and the Euler latents with it active (peft_kohya_latents); a
       kohya LoRA named as sd-scripts names SDXL's layers (OUT/sgm_kohya.safetensors) and the Euler latents with it
       loaded (sgm_kohya_latents)
+  diffusers_sdxl_reference.py embedding_sample PIPE EMBEDDING TOKEN LATENTS OUT
+      loads the SDXL pipeline PIPE and the textual-inversion file EMBEDDING's clip_l and clip_g rows as TOKEN into the
+      first and second text encoder (load_textual_inversion, as diffusers documents SDXL embeddings), and writes to
+      OUT ("latents") what it samples at 16 x 24 px for "a photo of TOKEN" and "TOKEN on a mat" from LATENTS'
+      "latents" (the folder's Euler, 4 steps, guidance 3)
 """
 import pathlib
 import sys
@@ -217,7 +222,22 @@ def training_step(pipe, out):
     return tensors
 
 
+def embedding_sample(pipe_dir, embedding, token, latents, out):
+    from safetensors.torch import load_file
+    pipe = StableDiffusionXLPipeline.from_pretrained(pipe_dir)
+    rows = load_file(embedding)
+    pipe.load_textual_inversion(rows["clip_l"], token=token, text_encoder=pipe.text_encoder, tokenizer=pipe.tokenizer)
+    pipe.load_textual_inversion(rows["clip_g"], token=token, text_encoder=pipe.text_encoder_2, tokenizer=pipe.tokenizer_2)
+    with torch.no_grad():
+        sampled = pipe([f"a photo of {token}", f"{token} on a mat"], height=16, width=24, num_inference_steps=4, guidance_scale=3.0,
+                       latents=load_file(latents)["latents"], output_type="latent").images
+    save_file({"latents": sampled.contiguous()}, out)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 3 or sys.argv[1] != "build":
+    if len(sys.argv) == 3 and sys.argv[1] == "build":
+        build(sys.argv[2])
+    elif len(sys.argv) == 7 and sys.argv[1] == "embedding_sample":
+        embedding_sample(*sys.argv[2:])
+    else:
         sys.exit(__doc__)
-    build(sys.argv[2])

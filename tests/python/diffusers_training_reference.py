@@ -9,13 +9,19 @@
       the loss (<prediction>_<gamma>_loss) and the gradients of GRADIENTS (<prediction>_<gamma>.<name>);
       the VAE's objective on the pixels: the reconstruction's mean squared error per image of the decoded
       posterior sample (vae_reconstruction) and diffusers' DiagonalGaussianDistribution.kl() per latent
-      element (vae_kl)
+      element (vae_kl); diffusers' textual_inversion.py step on the same latents, noise and timesteps: the
+      concept TI_TOKENS added to the tokenizer (ti_vocab: its size before), the text encoder resized, their
+      rows the initializer's (ti_rows), the ids of TI_CAPTIONS (ti_ids), the loss (ti_loss) and the gradient
+      of the concept's rows (ti_grad)
   diffusers_training_reference.py check_new_pipeline PIPE CAPTION
       loads PIPE (a folder `kuafu-sd init` wrote) with StableDiffusionPipeline.from_pretrained and prints, as
       JSON, its tokenizer's 77 ids of CAPTION and the parameter count of each model
   diffusers_training_reference.py unet_output PIPE INPUTS OUT
       loads PIPE with StableDiffusionPipeline.from_pretrained and writes its UNet's output on INPUTS'
       sample, timesteps and text to OUT (safetensors, "output")
+  diffusers_training_reference.py embedding_sample PIPE EMBEDDING LATENTS OUT
+      loads PIPE, then EMBEDDING (a learned_embeds.safetensors) with load_textual_inversion, and writes to OUT
+      ("latents") what the pipeline samples for TI_PROMPTS from LATENTS' "latents" (DDIM, 4 steps, guidance 3)
   diffusers_training_reference.py lora_outputs PIPE ADAPTER INPUTS OUT
       the same with the LoRA adapter folder ADAPTER on PIPE's UNet, loaded both ways a user would:
       StableDiffusionPipeline.load_lora_weights (its pytorch_lora_weights.safetensors; "diffusers") and
@@ -33,6 +39,12 @@ from safetensors.torch import load_file, save_file
 from diffusers_pipeline_reference import save_tiny_pipeline
 
 CAPTIONS = ["a photo of the cat", ""]
+# Textual inversion: a two-vector concept. The captions are written out as the script writes its templates
+# (every vector's token), with upper case where CLIP's tokenizer lower-cases.
+TI_TOKENS = ["<tiny-cat>", "<tiny-cat>_1"]
+TI_INITIALIZER = "cat"
+TI_CAPTIONS = ["a photo of <tiny-cat> <tiny-cat>_1", "A rendering of <Tiny-Cat>_1 by <tiny-cat> <tiny-cat>_1s"]
+TI_PROMPTS = ["a photo of <tiny-cat>", "<tiny-cat> on a mat"]
 GRADIENTS = ["conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight", "mid_block.resnets.0.conv1.weight",
              "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias", "time_embedding.linear_1.weight"]
 
@@ -83,7 +95,42 @@ def build(out):
             params = dict(pipe.unet.named_parameters())
             for name in GRADIENTS:
                 tensors[f"{key}.{name}"] = params[name].grad.clone()
+    textual_inversion_step(pipe, latents, noise, timesteps, tensors)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def textual_inversion_step(pipe, latents, noise, timesteps, tensors):
+    """textual_inversion.py's set-up and objective (epsilon prediction) on PIPE's models, which it changes."""
+    tokenizer, text_encoder = pipe.tokenizer, pipe.text_encoder
+    tensors["ti_vocab"] = torch.tensor([len(tokenizer)])
+    assert tokenizer.add_tokens(TI_TOKENS) == len(TI_TOKENS)
+    ids = tokenizer.convert_tokens_to_ids(TI_TOKENS)
+    initializer = tokenizer.encode(TI_INITIALIZER, add_special_tokens=False)
+    assert len(initializer) == 1
+    text_encoder.resize_token_embeddings(len(tokenizer))
+    table = text_encoder.get_input_embeddings().weight
+    with torch.no_grad():
+        for i in ids:
+            table[i] = table[initializer[0]].clone()
+    input_ids = tokenizer(TI_CAPTIONS, padding="max_length", max_length=tokenizer.model_max_length, truncation=True,
+                          return_tensors="pt").input_ids
+    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    text_encoder.zero_grad()
+    hidden = text_encoder(input_ids)[0]
+    pred = pipe.unet(scheduler.add_noise(latents, noise, timesteps), timesteps, hidden).sample
+    loss = F.mse_loss(pred.float(), noise.float(), reduction="mean")
+    loss.backward()
+    tensors.update({"ti_ids": input_ids, "ti_loss": loss.detach().reshape(1), "ti_grad": table.grad[ids].clone(),
+                    "ti_rows": table[ids].detach().clone()})
+
+
+def embedding_sample(pipe_dir, embedding, latents, out):
+    pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
+    pipe.load_textual_inversion(embedding)
+    with torch.no_grad():
+        sampled = pipe(TI_PROMPTS, num_inference_steps=4, guidance_scale=3.0, latents=load_file(latents)["latents"],
+                       output_type="latent").images
+    save_file({"latents": sampled.contiguous()}, out)
 
 
 def check_new_pipeline(pipe_dir, caption):
@@ -119,7 +166,8 @@ def lora_outputs(pipe_dir, adapter, inputs, out):
 
 
 if __name__ == "__main__":
-    commands = {"build": build, "unet_output": unet_output, "lora_outputs": lora_outputs, "check_new_pipeline": check_new_pipeline}
+    commands = {"build": build, "unet_output": unet_output, "lora_outputs": lora_outputs, "check_new_pipeline": check_new_pipeline,
+                "embedding_sample": embedding_sample}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

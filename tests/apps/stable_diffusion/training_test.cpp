@@ -8,7 +8,10 @@
 // - the trainer: activation checkpointing, data parallelism, ZeRO-2 and Gemini over 2 Gloo ranks give the
 //   serial run's SGD steps (the weights after plain SGD are the gradients; 2e-5), a resumed run's moving
 //   average is the uninterrupted run's bitwise, and the exported pipeline folder loads in diffusers with
-//   the moving average's weights and Kuafu's UNet output (1e-5).
+//   the moving average's weights and Kuafu's UNet output (1e-5);
+// - textual inversion against diffusers' textual_inversion.py step (the tokenizer's ids, the loss and the concept
+//   rows' gradients), its training under checkpointing and data parallelism, and its exported file through
+//   diffusers' load_textual_inversion (SD 1.x and SDXL).
 #include <gtest/gtest.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -22,6 +25,7 @@
 #include "apps/stable_diffusion/emoji_recipe.h"
 #include "apps/stable_diffusion/lora_file.h"
 #include "apps/stable_diffusion/new_pipeline.h"
+#include "apps/stable_diffusion/textual_inversion_file.h"
 #include "apps/stable_diffusion/vae_folder.h"
 #include "apps/stable_diffusion/vae_training.h"
 #include "apps/stable_diffusion/unet_folder.h"
@@ -390,16 +394,17 @@ void train_on_ranks(const config::Config& config) {
   train::Trainer(config, runtime, *task).run();
 }
 
-std::vector<double> unet_grad_norms(const fs::path& run) {
+// Each step's gradient norm of the trained model `part` ("unet", textual inversion's "tokens").
+std::vector<double> unet_grad_norms(const fs::path& run, const std::string& part = "unet") {
   std::vector<double> norms;
-  for (const auto& line : testing::metric_lines(run / "metrics.jsonl")) norms.push_back(line.at("unet.grad_norm").get<double>());
+  for (const auto& line : testing::metric_lines(run / "metrics.jsonl")) norms.push_back(line.at(part + ".grad_norm").get<double>());
   return norms;
 }
 
-void expect_same_steps(const fs::path& root, const std::string& run, const std::string& reference_run) {
-  testing::expect_same_tensors(testing::saved(root, run, "unet.model.safetensors", kSteps),
-                               testing::saved(root, reference_run, "unet.model.safetensors", kSteps), 2e-5, 1e-3, run);
-  const auto a = unet_grad_norms(root / run), b = unet_grad_norms(root / reference_run);
+void expect_same_steps(const fs::path& root, const std::string& run, const std::string& reference_run, const std::string& part = "unet") {
+  testing::expect_same_tensors(testing::saved(root, run, part + ".model.safetensors", kSteps),
+                               testing::saved(root, reference_run, part + ".model.safetensors", kSteps), 2e-5, 1e-3, run);
+  const auto a = unet_grad_norms(root / run, part), b = unet_grad_norms(root / reference_run, part);
   ASSERT_EQ(a.size(), static_cast<size_t>(kSteps)) << run;
   ASSERT_EQ(b.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << run << " step " << i + 1;
@@ -653,6 +658,229 @@ TEST(DiffusionTrainingTest, LoraAdaptersStayFloat32UnderBf16) {
   EXPECT_GT(share_moved, 0.9);
   EXPECT_GT(same_in_bf16, 0.8) << "steps this small would mostly be lost on bf16 weights";
   std::cout << "moved " << moved << ", share moved " << share_moved << ", same in bf16 " << same_in_bf16 << "\n";
+}
+
+// Textual inversion against diffusers' textual_inversion.py (diffusers_training_reference.py): the concept's two
+// tokens take the ids after the vocabulary, a prompt's "<tiny-cat>" reads as both its vectors (as diffusers'
+// pipelines expand it) and upper case as lower, as transformers' tokenizer reads the script's captions; each
+// vector starts as "cat"'s embedding; the loss and the gradients of the concept's rows are the script's
+// (float32: 1e-5 relative on the loss and 1e-5 x the largest gradient entry, as the UNet's step above).
+TEST(TextualInversionTest, AStepIsDiffusersTextualInversionStep) {
+  const testing::Reference& ref = training_reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  ASSERT_EQ(p.tokenizer.vocab_size(), ref["ti_vocab"].item<int64_t>());
+  const torch::Tensor cat = p.text_encoder->embeddings->token_embedding->parameters().front()[p.tokenizer.bpe().encode("cat").at(0)];
+  EXPECT_TRUE(torch::equal(ref["ti_rows"], cat.detach().expand({2, -1})));
+  add_concept(p, "<tiny-cat>", ref["ti_rows"]);
+  const std::vector<std::string> captions = {"a photo of <tiny-cat>", "A rendering of <Tiny-Cat>_1 by <tiny-cat>s"};
+  EXPECT_TRUE(torch::equal(p.tokenizer.encode(captions), ref["ti_ids"])) << p.tokenizer.encode(captions).slice(1, 0, 20);
+
+  const torch::Tensor rows = ref["ti_rows"].clone().requires_grad_(true);  // [2, D], as the task trains them
+  p.added_token_rows = rows;
+  const NoiseSchedule schedule(p.scheduler.config);
+  const torch::Tensor text = encode_prompts(p, captions).text;
+  const torch::Tensor loss = diffusion_loss(p.unet, schedule, {ref["latents"], text, ref["noise"], ref["timesteps"], {}}, 0);
+  loss.backward();
+  const double expected = ref["ti_loss"].item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * expected);
+  const torch::Tensor& want = ref["ti_grad"];
+  EXPECT_LT(testing::max_abs_difference(rows.grad(), want), 1e-5 * want.abs().max().item<double>());
+  EXPECT_GT(want.abs().min().item<double>(), 0.0) << "every element of both vectors has a gradient to compare";
+  std::cout << "textual inversion step: loss " << loss.item<double>() << " vs " << expected << ", gradients within "
+            << testing::max_abs_difference(rows.grad(), want) << " of " << want.abs().max().item<double>() << "\n";
+}
+
+// A textual-inversion run (kuafu-sd train, model.train = "textual_inversion", AdamW with a moving average) moves
+// the concept's rows alone: the UNet and text encoder are frozen and not saved. `export` writes
+// learned_embeds.safetensors ({"<tiny-cat>": [2, D]}, the moving average's rows), which diffusers'
+// load_textual_inversion reads: its pipeline samples the prompts naming the concept from the same initial latents as
+// Kuafu's `sample --embedding` path (DDIM, 4 steps, guidance 3; 1e-4 x the latents' largest value, float32
+// through ten UNet calls).
+TEST(TextualInversionTest, OnlyTheConceptTrainsAndItsFileSamplesAsDiffusersLoadsIt) {
+  const fs::path root = test_root();
+  prepare(root);
+  const config::Config config =
+      tiny_config(root, "concept", {"model.train=\"textual_inversion\"", "textual_inversion.token=\"<tiny-cat>\"",
+                                    "textual_inversion.initializer=\"cat\"", "textual_inversion.vectors=2", "optim.name=\"adamw\"",
+                                    "optim.lr=0.05", "optim.ema_decay=0.5", "diffusion.caption_dropout=0"});
+  train::train_app(*make_sd_app(config), config);
+  const io::SafetensorsFile saved = testing::saved(root, "concept", "tokens.model.safetensors", kSteps);
+  ASSERT_EQ(saved.tensors.size(), 1u) << "the concept's rows alone are trained and saved";
+  const torch::Tensor initial = training_reference()["ti_rows"];  // "cat"'s row, twice
+  const torch::Tensor trained = *saved.find("rows");
+  ASSERT_EQ(trained.sizes(), initial.sizes());
+  EXPECT_GT((trained - initial).abs().amin(1).min().item<double>(), 1e-3) << "both vectors moved";
+
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "embedding").string()}, {"checkpoint", ""}};
+  train::export_app(*make_sd_app(config), config, command);
+  const fs::path file = root / "embedding" / kLearnedEmbedsFile;
+  const io::SafetensorsFile exported = io::load_safetensors(file.string());
+  ASSERT_NE(exported.find("<tiny-cat>"), nullptr);
+  EXPECT_GT(testing::max_abs_difference(*exported.find("<tiny-cat>"), trained), 0.0) << "the moving average's rows, not the last step's";
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { train::export_app(*make_sd_app(config), config, command); }), "exists"))
+      << "an existing folder is never overwritten";
+
+  Pipeline p = load_pipeline((root / "pipe").string());
+  EXPECT_EQ(load_textual_inversion(p, file.string()), "<tiny-cat>");
+  SampleOptions options;
+  options.steps = 4;
+  options.guidance = 3.0;
+  torch::manual_seed(5);
+  options.initial_latents = torch::randn({2, 4, 8, 8});
+  io::save_safetensors((root / "ti_latents.safetensors").string(), {{"latents", options.initial_latents}});
+  const Samples mine = sample(p, {"a photo of <tiny-cat>", "<tiny-cat> on a mat"}, options);
+  const torch::Tensor theirs = python_output("embedding_sample " + (root / "pipe").string() + " " + file.string() + " " +
+                                                 (root / "ti_latents.safetensors").string(),
+                                             root / "ti_out.safetensors", "latents");
+  EXPECT_LT(testing::max_abs_difference(mine.latents, theirs), 1e-4 * theirs.abs().max().item<double>());
+  std::cout << "concept: latents within " << testing::max_abs_difference(mine.latents, theirs) << " of diffusers'\n";
+  Pipeline plain = load_pipeline((root / "pipe").string());
+  EXPECT_GT(testing::max_abs_difference(sample(plain, {"a photo of <tiny-cat>", "<tiny-cat> on a mat"}, options).latents, theirs), 1e-3)
+      << "the concept changes the samples";
+}
+
+// SDXL: the concept's rows in both text encoders train (their widths 16 and 24), the pooled text and the hidden states
+// both carrying them; the export is SDXL's {"clip_l", "clip_g"} file, which diffusers loads into each encoder
+// (load_textual_inversion with the token) and Kuafu's `sample --embedding` reads, both sampling the same latents
+// (the folder's Euler, 4 steps; 1e-4 x their largest value, as SD 1.x's above).
+TEST(TextualInversionTest, AnSdxlConceptTrainsInBothEncodersAndSamplesAsDiffusersLoadsIt) {
+  const fs::path root = test_root();
+  prepare(root);
+  fs::copy(testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe", root / "sdxl_pipe",
+           fs::copy_options::recursive);
+  const config::Config config =
+      tiny_config(root, "concept", {"model.pipeline=\"" + (root / "sdxl_pipe").string() + "\"", "model.train=\"textual_inversion\"",
+                                    "textual_inversion.token=\"<tiny-cat>\"", "textual_inversion.initializer=\"cat\"",
+                                    "textual_inversion.vectors=2", "optim.name=\"adamw\"", "optim.lr=0.05"});
+  train::train_app(*make_sd_app(config), config);
+  const io::SafetensorsFile saved = testing::saved(root, "concept", "tokens.model.safetensors", kSteps);
+  ASSERT_EQ(saved.tensors.size(), 2u);
+  Pipeline p = load_pipeline((root / "sdxl_pipe").string());
+  const std::vector<std::pair<std::string, ClipTextModel*>> encoders = {{"rows", &p.text_encoder}, {"rows_2", &p.text_encoder_2}};
+  for (const auto& [name, encoder] : encoders) {
+    const torch::Tensor table = (*encoder)->embeddings->token_embedding->parameters().front();
+    const torch::Tensor cat = table[p.tokenizer.bpe().encode("cat").at(0)].expand({2, -1});
+    EXPECT_GT((*saved.find(name) - cat).abs().amin(1).min().item<double>(), 1e-3) << name << ": both vectors moved";
+  }
+
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "embedding").string()}, {"checkpoint", ""}};
+  train::export_app(*make_sd_app(config), config, command);
+  const fs::path file = root / "embedding" / kLearnedEmbedsFile;
+  const io::SafetensorsFile exported = io::load_safetensors(file.string());
+  EXPECT_TRUE(torch::equal(*exported.find("clip_l"), *saved.find("rows")) && torch::equal(*exported.find("clip_g"), *saved.find("rows_2")));
+  EXPECT_EQ(load_textual_inversion(p, file.string(), "<tiny-cat>"), "<tiny-cat>");
+  SampleOptions options;
+  options.steps = 4;
+  options.guidance = 3.0;
+  options.height = 16;
+  options.width = 24;
+  torch::manual_seed(5);
+  options.initial_latents = torch::randn({2, 4, 8, 12});
+  io::save_safetensors((root / "ti_latents.safetensors").string(), {{"latents", options.initial_latents}});
+  const Samples mine = sample(p, {"a photo of <tiny-cat>", "<tiny-cat> on a mat"}, options);
+  const fs::path out = root / "ti_out.safetensors";
+  const testing::PythonRun run = testing::run_python_reference(
+      "diffusers_sdxl_reference.py", "embedding_sample " + (root / "sdxl_pipe").string() + " " + file.string() + " '<tiny-cat>' " +
+                                         (root / "ti_latents.safetensors").string() + " " + out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const torch::Tensor theirs = *io::load_safetensors(out.string()).find("latents");
+  EXPECT_LT(testing::max_abs_difference(mine.latents, theirs), 1e-4 * theirs.abs().max().item<double>());
+  std::cout << "SDXL concept: latents within " << testing::max_abs_difference(mine.latents, theirs) << " of diffusers'\n";
+}
+
+// Textual inversion under activation checkpointing of the frozen UNet (the gradient reaches the text through
+// recomputed blocks) and data parallelism on 2 Gloo ranks takes the serial run's 3 SGD steps of the concept's rows
+// (caption drop-out, Min-SNR and noise offset on; the bounds of the UNet's runs above).
+TEST(TextualInversionTest, CheckpointingAndDataParallelismTakeTheSerialSteps) {
+  const fs::path root = test_root();
+  const std::vector<std::string> concept = {"model.train=\"textual_inversion\"", "textual_inversion.token=\"<tiny-cat>\"",
+                                            "textual_inversion.initializer=\"cat\"", "textual_inversion.vectors=2"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), concept.begin(), concept.end());
+    return extra;
+  };
+  if (!testing::is_worker()) {
+    prepare(root);
+    for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{{"serial", "memory.activation_checkpointing=false"},
+                                                                                     {"checkpointed", "memory.activation_checkpointing=true"}}) {
+      const config::Config config = tiny_config(root, run, with({extra}));
+      train::train_app(*make_sd_app(config), config);
+    }
+    testing::run_test_on_ranks(2, 300);
+    ASSERT_GT(unet_grad_norms(root / "serial", "tokens").at(0), 0.0);
+    for (const char* run : {"checkpointed", "data"}) expect_same_steps(root, run, "serial", "tokens");
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+}
+
+// With textual_inversion.captions = "images" each row is captioned by its image's own caption, "{}" read as the
+// concept's token (both vectors); the encoding cache gives the same loss.
+TEST(TextualInversionTest, ImageCaptionsReadTheirBracesAsTheToken) {
+  const fs::path root = test_root();
+  prepare(root);
+  for (const auto& entry : fs::recursive_directory_iterator(root / "images/train")) {
+    if (entry.path().extension() != ".txt") continue;
+    std::ifstream in(entry.path());
+    std::string caption((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    caption.replace(caption.find("square"), 6, "{} square");
+    std::ofstream(entry.path()) << caption;
+  }
+  const std::vector<std::string> concept = {"model.train=\"textual_inversion\"", "textual_inversion.token=\"<tiny-cat>\"",
+                                            "textual_inversion.initializer=\"cat\"", "textual_inversion.vectors=2",
+                                            "textual_inversion.captions=\"images\"", "diffusion.caption_dropout=0"};
+  std::unique_ptr<train::App> app;
+  auto task = serial_task(tiny_config(root, "run", concept), app);
+  torch::NoGradGuard no_grad;
+  std::vector<RowDraws> draws;
+  for (int64_t r = 0; r < 2; ++r) draws.push_back(draw_row(1, 0, r, {4, 8, 8}, 1000, DiffusionSettings{}));
+  const DiffusionInputs in = task->inputs({0, 1}, draws, true, 0);
+  Pipeline& p = task->pipeline();
+  const torch::Tensor ids = p.tokenizer.encode(std::vector<std::string>{"a blue <tiny-cat> square, number 1"});
+  EXPECT_EQ(ids.eq(p.tokenizer.vocab_size() - 2).sum().item<int64_t>(), 1);
+  EXPECT_EQ(ids.eq(p.tokenizer.vocab_size() - 1).sum().item<int64_t>(), 1);
+  const torch::Tensor expected =
+      encode_prompts(p, {"a blue <tiny-cat> square, number 1", "a blue <tiny-cat> square, number 3"}).text;
+  EXPECT_EQ(testing::max_abs_difference(in.text, expected), 0.0);
+
+  std::vector<std::string> cached = concept;
+  cached.push_back("diffusion.cache=true");
+  std::unique_ptr<train::App> cached_app;
+  auto cached_task = serial_task(tiny_config(root, "run", cached), cached_app);
+  const double a = cached_task->losses(0, 0, 4).at("tokens").item<double>(), b = task->losses(0, 0, 4).at("tokens").item<double>();
+  EXPECT_NEAR(a, b, 1e-6 * b);
+}
+
+// Bad concepts are refused by name: an initializer of two tokens, a token the vocabulary has, no token; an embedding
+// file whose width is not the text encoder's, or that is no embedding at all.
+TEST(TextualInversionTest, BadConceptsAndFilesAreRefusedByName) {
+  const fs::path root = test_root();
+  prepare(root);
+  const std::vector<std::string> concept = {"model.train=\"textual_inversion\"", "textual_inversion.token=\"<tiny-cat>\"",
+                                            "textual_inversion.initializer=\"cat\""};
+  const auto error_with = [&](const std::string& change) {
+    std::vector<std::string> overrides = concept;
+    overrides.push_back(change);
+    std::unique_ptr<train::App> app;
+    return testing::expected_error([&] { serial_task(tiny_config(root, "run", overrides), app); });
+  };
+  const std::string two_words = error_with("textual_inversion.initializer=\"black cat\"");
+  EXPECT_TRUE(testing::Contains(two_words, "key 'textual_inversion.initializer'")) << two_words;
+  const std::string known = error_with("textual_inversion.token=\"<|endoftext|>\"");
+  EXPECT_TRUE(testing::Contains(known, "already in the tokenizer's vocabulary")) << known;
+  const std::string none = error_with("textual_inversion.token=\"\"");
+  EXPECT_TRUE(testing::Contains(none, "key 'textual_inversion.token'")) << none;
+
+  Pipeline p = load_pipeline((root / "pipe").string());
+  const std::string narrow = (root / "narrow.safetensors").string();
+  io::save_safetensors(narrow, {{"<x>", torch::zeros({1, 7})}});
+  const std::string width = testing::expected_error([&] { load_textual_inversion(p, narrow); });
+  EXPECT_TRUE(testing::Contains(width, narrow) && testing::Contains(width, "width 12")) << width;
+  const std::string other = (root / "other.safetensors").string();
+  io::save_safetensors(other, {{"a", torch::zeros({1, 12})}, {"b", torch::zeros({1, 12})}});
+  EXPECT_TRUE(testing::Contains(testing::expected_error([&] { load_textual_inversion(p, other); }), "not a textual-inversion embedding"));
 }
 
 // From scratch: `init` writes a pipeline folder diffusers loads (its character-level tokenizer giving
