@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "apps/stable_diffusion/class_images.h"
 #include "apps/stable_diffusion/clip_hugging_face.h"
 #include "apps/stable_diffusion/emoji_recipe.h"
 #include "apps/stable_diffusion/new_pipeline.h"
@@ -20,6 +21,7 @@
 #include "core/train/model_app.h"
 #include "core/train/parallelize.h"
 #include "core/train/peft_adapter.h"
+#include "core/util/device.h"
 #include "core/util/error.h"
 
 namespace kuafu::sd {
@@ -68,6 +70,7 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     std::unique_ptr<io::ImageDataset> val = open_captioned_images(config_, false, channels, side);   // problems first
     auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
     if (unet.deferred) task->defer_unet_weights(std::move(unet.deferred));
+    if (settings_.dreambooth.prior_preservation()) task->preserve_prior(class_images(runtime, options.device, channels, side));
     return task;
   }
 
@@ -133,6 +136,21 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     recipe.parameters = static_cast<double>(unet_config_.parameter_count());
     recipe.size_keys = {"model.pipeline"};
     return recipe;
+  }
+  // DreamBooth's class images at the training size, made first where the folder lacks some (by a run of one
+  // process, or `kuafu-sd classes`: ranks would each make them).
+  std::unique_ptr<io::ImageDataset> class_images(const train::Runtime* runtime, const torch::Device& device, int64_t channels,
+                                                 int64_t side) const {
+    const DreamBoothSettings& d = settings_.dreambooth;
+    if (count_class_images(d) < d.class_images) {
+      if (runtime && runtime->world->size() > 1) {
+        config_.fail_at("dreambooth.class_data", d.class_data + " holds " + std::to_string(count_class_images(d)) + " of the " +
+                                                     std::to_string(d.class_images) +
+                                                     " class images; make them first with `kuafu-sd classes` (one process)");
+      }
+      make_class_images(settings_, device);
+    }
+    return open_class_images(config_, channels, side);
   }
   std::string component_folder(const std::string& name) const { return (std::filesystem::path(settings_.pipeline) / name).string(); }
   std::string unet_folder() const { return component_folder("unet"); }
@@ -248,6 +266,14 @@ int run_sd_app(int argc, const char* const argv[]) {
                    const EmojiSplit split = write_emoji_folders(config.get_string("prepare.source"), train, val);
                    std::cout << nlohmann::json{{"train", split.train}, {"held_out", split.held_out}, {"toned_bases", split.toned_bases},
                                                {"unnamed_skipped", split.unnamed}}.dump() << std::endl;
+                 }},
+                {"classes", "make DreamBooth's class images (dreambooth.class_data) the folder lacks, with the pipeline itself",
+                 [](const config::Config& config, const config::ParsedCommand&) {
+                   const SdSettings settings = read_sd_settings(config);
+                   if (!settings.dreambooth.prior_preservation()) config.fail_at("dreambooth.class_data", "is empty; name the folder to fill");
+                   const int64_t made = make_class_images(settings, resolve_device(config.get_string("runtime.device"), 0));
+                   std::cout << nlohmann::json{{"class_data", settings.dreambooth.class_data}, {"made", made},
+                                               {"images", count_class_images(settings.dreambooth)}}.dump() << std::endl;
                  }},
                 {"init", "write a new pipeline folder (--out DIR) to train from scratch, shaped by init.*",
                  [](const config::Config& config, const config::ParsedCommand& command) {

@@ -42,6 +42,15 @@ config::Schema sd_schema() {
                                                     "a bright photo of {}", "a dark photo of {}", "a drawing of {}", "an image of {}",
                                                     "a cropped photo of {}", "a good photo of {}", "a small {}", "a large {}"},
                     "training captions, {} where the concept goes; each row draws one");
+  s.add_string("dreambooth.instance_prompt", "", "DreamBooth: every training image's caption, e.g. \"a photo of sks dog\" "
+                                                 "(\"\": the images' own captions)");
+  s.add_string("dreambooth.class_data", "", "prior preservation: a folder of class images (made by the pipeline itself when it "
+                                            "holds fewer than dreambooth.class_images); \"\": none");
+  s.add_string("dreambooth.class_prompt", "", "the class images' caption, e.g. \"a photo of dog\" (also what makes them)");
+  s.add_int("dreambooth.class_images", 100, "class images the prior preservation draws from (made up to this many)").min(1);
+  s.add_float("dreambooth.prior_loss_weight", 1.0, "the class rows' squared error's weight beside the instance rows'").min(0);
+  s.add_int("dreambooth.class_sample_steps", 50, "sampling steps of the class images made (the folder's sampler)").min(1);
+  s.add_float("dreambooth.class_guidance", 7.5, "their classifier-free guidance scale");
   s.add_string("textual_inversion.captions", "templates", "templates (textual_inversion.templates, as diffusers' script) or "
                                                           "images (each image's own caption, {} in it read as the token)")
       .choices({"templates", "images"});
@@ -124,6 +133,18 @@ SdSettings read_sd_settings(const config::Config& config) {
     }
     if (s.new_unet) config.fail_at("model.new_unet", "= true trains a UNet from scratch; textual inversion keeps the folder's UNet");
   }
+  DreamBoothSettings& d = s.dreambooth;
+  d.instance_prompt = config.get_string("dreambooth.instance_prompt");
+  d.class_data = config.get_string("dreambooth.class_data");
+  d.class_prompt = config.get_string("dreambooth.class_prompt");
+  d.class_images = config.get_int("dreambooth.class_images");
+  d.prior_loss_weight = config.get_float("dreambooth.prior_loss_weight");
+  d.class_sample_steps = config.get_int("dreambooth.class_sample_steps");
+  d.class_guidance = config.get_float("dreambooth.class_guidance");
+  if (d.prior_preservation() && d.class_prompt.empty()) {
+    config.fail_at("dreambooth.class_prompt", "is empty; prior preservation captions (and makes) its class images with it");
+  }
+  if (d.prior_preservation() && s.trained == "vae") config.fail_at("dreambooth.class_data", "is for the UNet's training, not the VAE's");
   s.samples.prompts = config.get_string_list("sample.prompts");
   s.samples.options.steps = config.get_int("sample.steps");
   s.samples.options.guidance = config.get_float("sample.guidance");
@@ -147,10 +168,13 @@ std::pair<int64_t, int64_t> evaluation_share(int64_t size, int64_t limit, int ra
   return {n * rank / ranks, n * (rank + 1) / ranks};
 }
 
-std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size) {
-  const std::string key = train ? "data.train" : "data.val";
+namespace {
+
+// The images of `key`'s folder or file (`format`: data.format's choices).
+std::unique_ptr<io::ImageDataset> open_images(const config::Config& config, const std::string& key, const std::string& format, bool train,
+                                              int64_t channels, int64_t size) {
   io::ImageSetSpec spec;
-  spec.format = config.get_string("data.format");
+  spec.format = format;
   spec.path = config.get_string(key);
   if (spec.path.empty()) config.fail_at(key, "is empty; name the " + std::string(train ? "training" : "evaluation") + " images");
   spec.hdf5_images = config.get_string("data.hdf5_images");
@@ -187,6 +211,16 @@ std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& co
                             std::to_string(channels));
   }
   return set;
+}
+
+}  // namespace
+
+std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size) {
+  return open_images(config, train ? "data.train" : "data.val", config.get_string("data.format"), train, channels, size);
+}
+
+std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size) {
+  return open_images(config, "dreambooth.class_data", "folder", /*train=*/true, channels, size);
 }
 
 }  // namespace kuafu::sd

@@ -42,6 +42,22 @@ struct TextualInversionSettings {
   bool image_captions = false;         // instead: each image's own caption, its "{}" read as the token
 };
 
+// dreambooth.*: DreamBooth (Ruiz et al. 2023, as diffusers' train_dreambooth.py): the training images are
+// the instance's, each captioned dreambooth.instance_prompt; with dreambooth.class_data each row is paired
+// with a class image captioned dreambooth.class_prompt (the pipeline's own samples, made when the folder
+// holds fewer than dreambooth.class_images), whose plain squared error joins the loss at
+// dreambooth.prior_loss_weight (prior preservation).
+struct DreamBoothSettings {
+  std::string instance_prompt;  // "": the images' own captions
+  std::string class_data;       // "": no prior preservation
+  std::string class_prompt;
+  int64_t class_images = 100;
+  double prior_loss_weight = 1.0;
+  int64_t class_sample_steps = 50;  // the class images' sampling (the folder's sampler)
+  double class_guidance = 7.5;
+  bool prior_preservation() const { return !class_data.empty(); }
+};
+
 // sample.*: images sampled at each evaluation, on the moving average where there is one.
 struct TrainingSamples {
   std::vector<std::string> prompts;  // none: no samples
@@ -56,6 +72,7 @@ struct SdSettings {
   TrainingSamples samples;
   VaeTrainingSettings vae;
   TextualInversionSettings textual_inversion;
+  DreamBoothSettings dreambooth;
   train::TrainSettings train;
   std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions
 };
@@ -70,5 +87,7 @@ void for_each_chunk(int64_t begin, int64_t end, int64_t chunk, const std::functi
 std::pair<int64_t, int64_t> evaluation_share(int64_t size, int64_t limit, int rank, int ranks);
 
 std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size);
+// DreamBooth's class images (dreambooth.class_data, a folder of one sub-folder per class), as the training set's.
+std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size);
 
 }  // namespace kuafu::sd

@@ -12,7 +12,7 @@ namespace kuafu::sd {
 
 namespace {
 
-enum Stream : int64_t { kRowDraws = 1, kAugment = 2, kEvalDraws = 3 };
+enum Stream : int64_t { kRowDraws = 1, kAugment = 2, kEvalDraws = 3, kClassDraws = 4, kClassItem = 5, kClassAugment = 6 };
 
 // train_text_to_image_sdxl.py's time ids [rows, 6] (float, `options`): each image's original height and width, the
 // top-left corner of its crop in the resized image, and the training size, `size` × `size` pixels.
@@ -100,6 +100,11 @@ std::vector<train::RunModel> DiffusionTask::models() {
 }
 
 std::vector<std::string> DiffusionTask::captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const {
+  const DreamBoothSettings& dreambooth = settings_.dreambooth;
+  const bool instance = &set == train_.get() || &set == val_.get();
+  if (&set == classes_.get() || (instance && !dreambooth.instance_prompt.empty())) {
+    return std::vector<std::string>(batch.captions.size(), instance ? dreambooth.instance_prompt : dreambooth.class_prompt);
+  }
   std::vector<std::string> names;  // read only when an image has no caption
   std::vector<std::string> captions;
   for (size_t i = 0; i < batch.captions.size(); ++i) {
@@ -149,6 +154,11 @@ void DiffusionTask::fill_cache() {
 
 DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train,
                                       uint64_t augment_seed) {
+  return inputs_from(train ? *train_ : *val_, train, items, draws, augment_seed);
+}
+
+DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, const std::vector<size_t>& items,
+                                           const std::vector<RowDraws>& draws, uint64_t augment_seed) {
   torch::NoGradGuard no_grad;
   if (!empty_caption_.text.defined()) empty_caption_ = encode_text({""});
   AutoencoderKLImpl::Posterior posterior;  // float32
@@ -156,7 +166,7 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
   std::vector<io::ImagePlacement> placements;  // each row's source size and crop
   std::vector<std::string> image_captions;     // textual inversion's, where it reads them
   const bool concept_from_images = tokens_ && concept_captions_.empty();
-  if (train && settings_.diffusion.cache) {
+  if (&set == train_.get() && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
     const std::vector<torch::Tensor> parts = cached_moments_.index_select(0, index).chunk(2, 1);
@@ -168,7 +178,6 @@ DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const st
       for (const size_t item : items) image_captions.push_back(cached_captions_.at(item));
     }
   } else {
-    io::ImageDataset& set = train ? *train_ : *val_;
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
@@ -213,8 +222,19 @@ std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t
   for (int64_t r = 0; r < rows; ++r) {
     draws.push_back(draw_row(settings_.train.seed, step, first_row + r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
   }
-  const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(settings_.train.seed, step, 0, kAugment));
-  return {{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
+  const uint64_t seed = settings_.train.seed;
+  const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(seed, step, 0, kAugment));
+  if (!classes_) return {{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
+  // Prior preservation: row r's class image and draws, from (seed, step, r) as its own.
+  std::vector<size_t> class_items;
+  std::vector<RowDraws> class_draws;
+  for (int64_t r = first_row; r < first_row + rows; ++r) {
+    class_items.push_back(static_cast<size_t>(mix_seed(seed, step, r, kClassItem) % static_cast<uint64_t>(classes_->size())));
+    class_draws.push_back(draw_row(mix_seed(seed, 0, 0, kClassDraws), step, r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
+  }
+  const DiffusionInputs prior = inputs_from(*classes_, /*train=*/true, class_items, class_draws, mix_seed(seed, step, 0, kClassAugment));
+  return {{trained_name(), prior_preservation_loss(pipeline_.unet, schedule_, in, prior, settings_.dreambooth.prior_loss_weight,
+                                                   settings_.diffusion.min_snr_gamma)}};
 }
 
 train::LossSum DiffusionTask::evaluate(int rank, int ranks) {

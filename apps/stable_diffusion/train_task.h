@@ -56,6 +56,9 @@ class DiffusionTask : public train::RunTask {
   // The UNet is left described for the sharded strategy (memory.strategy zero1, zero2, gemini), which
   // fills its chunks from `weights` (train/lazy_model.h).
   void defer_unet_weights(DeferredWeights weights) { unet_weights_ = std::move(weights); }
+  // DreamBooth's prior preservation: each row paired with an image of `classes` (drawn from the seed, step and
+  // row), captioned dreambooth.class_prompt, its plain squared error added at dreambooth.prior_loss_weight.
+  void preserve_prior(std::unique_ptr<io::ImageDataset> classes) { classes_ = std::move(classes); }
   // Textual inversion: `tokens` are trained (the concept `token`, whose ids the pipeline's tokenizers hold)
   // and the UNet is frozen beside the text encoder(s) and VAE; each row's caption is one of `templates` (none:
   // its image's own caption) with "{}" read as the token. Before the first step.
@@ -65,6 +68,9 @@ class DiffusionTask : public train::RunTask {
   DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
 
  private:
+  // The objective's inputs for items of `set`, augmented (flips, random crops) from `augment_seed` when `augment`.
+  DiffusionInputs inputs_from(io::ImageDataset& set, bool augment, const std::vector<size_t>& items, const std::vector<RowDraws>& draws,
+                              uint64_t augment_seed);
   std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
   // Textual inversion's: each row's template (or its image's caption, `images`) with the concept, the empty
   // caption for a dropped one.
@@ -78,6 +84,7 @@ class DiffusionTask : public train::RunTask {
   SdSettings settings_;
   NoiseSchedule schedule_;
   std::unique_ptr<io::ImageDataset> train_, val_;
+  std::unique_ptr<io::ImageDataset> classes_;  // DreamBooth's class images, else null
   io::EpochOrder order_;
   torch::Device device_;
   DeferredWeights unet_weights_;

@@ -12,7 +12,10 @@
       element (vae_kl); diffusers' textual_inversion.py step on the same latents, noise and timesteps: the
       concept TI_TOKENS added to the tokenizer (ti_vocab: its size before), the text encoder resized, their
       rows the initializer's (ti_rows), the ids of TI_CAPTIONS (ti_ids), the loss (ti_loss) and the gradient
-      of the concept's rows (ti_grad)
+      of the concept's rows (ti_grad); train_dreambooth.py's step with prior preservation (weight DB_PRIOR_WEIGHT, no
+      SNR weighting): two class images' draws (db_class_latents, db_class_noise, db_class_timesteps) beside the two
+      instance rows above, captioned DB_INSTANCE and DB_CLASS, the loss (db_loss) and the gradients of GRADIENTS
+      (db.<name>)
   diffusers_training_reference.py check_new_pipeline PIPE CAPTION
       loads PIPE (a folder `kuafu-sd init` wrote) with StableDiffusionPipeline.from_pretrained and prints, as
       JSON, its tokenizer's 77 ids of CAPTION and the parameter count of each model
@@ -45,6 +48,8 @@ TI_TOKENS = ["<tiny-cat>", "<tiny-cat>_1"]
 TI_INITIALIZER = "cat"
 TI_CAPTIONS = ["a photo of <tiny-cat> <tiny-cat>_1", "A rendering of <Tiny-Cat>_1 by <tiny-cat> <tiny-cat>_1s"]
 TI_PROMPTS = ["a photo of <tiny-cat>", "<tiny-cat> on a mat"]
+# DreamBooth with prior preservation.
+DB_INSTANCE, DB_CLASS, DB_PRIOR_WEIGHT = "a photo of sks cat", "a photo of a cat", 0.7
 GRADIENTS = ["conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight", "mid_block.resnets.0.conv1.weight",
              "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias", "time_embedding.linear_1.weight"]
 
@@ -95,8 +100,35 @@ def build(out):
             params = dict(pipe.unet.named_parameters())
             for name in GRADIENTS:
                 tensors[f"{key}.{name}"] = params[name].grad.clone()
+    dreambooth_step(pipe, latents, noise, timesteps, tensors)
     textual_inversion_step(pipe, latents, noise, timesteps, tensors)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def dreambooth_step(pipe, latents, noise, timesteps, tensors):
+    """train_dreambooth.py's objective with prior preservation (epsilon prediction): instance and class rows in one batch,
+    the prediction and target cut in two, the instance half's mean squared error + DB_PRIOR_WEIGHT x the class half's."""
+    _, _, class_noise, _, class_latents, _ = training_draws(pipe, 2, 16, 16)
+    class_timesteps = torch.tensor([412, 58])
+    tensors.update(db_class_latents=class_latents, db_class_noise=class_noise, db_class_timesteps=class_timesteps)
+    with torch.no_grad():
+        ids = pipe.tokenizer([DB_INSTANCE] * 2 + [DB_CLASS] * 2, padding="max_length", max_length=77, truncation=True,
+                             return_tensors="pt").input_ids
+        text = pipe.text_encoder(ids, return_dict=False)[0]
+    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    all_latents, all_noise = torch.cat([latents, class_latents]), torch.cat([noise, class_noise])
+    all_timesteps = torch.cat([timesteps, class_timesteps])
+    pipe.unet.zero_grad()
+    pred = pipe.unet(scheduler.add_noise(all_latents, all_noise, all_timesteps), all_timesteps, text, return_dict=False)[0]
+    pred, pred_prior = torch.chunk(pred, 2, dim=0)
+    target, target_prior = torch.chunk(all_noise, 2, dim=0)
+    prior_loss = F.mse_loss(pred_prior.float(), target_prior.float(), reduction="mean")
+    loss = F.mse_loss(pred.float(), target.float(), reduction="mean") + DB_PRIOR_WEIGHT * prior_loss
+    loss.backward()
+    tensors["db_loss"] = loss.detach().reshape(1)
+    params = dict(pipe.unet.named_parameters())
+    for name in GRADIENTS:
+        tensors[f"db.{name}"] = params[name].grad.clone()
 
 
 def textual_inversion_step(pipe, latents, noise, timesteps, tensors):

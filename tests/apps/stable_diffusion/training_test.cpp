@@ -11,16 +11,20 @@
 //   the moving average's weights and Kuafu's UNet output (1e-5);
 // - textual inversion against diffusers' textual_inversion.py step (the tokenizer's ids, the loss and the concept
 //   rows' gradients), its training under checkpointing and data parallelism, and its exported file through
-//   diffusers' load_textual_inversion (SD 1.x and SDXL).
+//   diffusers' load_textual_inversion (SD 1.x and SDXL);
+// - DreamBooth's prior preservation against train_dreambooth.py's objective, its class images and its steps
+//   under checkpointing and data parallelism.
 #include <gtest/gtest.h>
 
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "apps/stable_diffusion/class_images.h"
 #include "apps/stable_diffusion/commands.h"
 #include "apps/stable_diffusion/emoji_recipe.h"
 #include "apps/stable_diffusion/lora_file.h"
@@ -658,6 +662,106 @@ TEST(DiffusionTrainingTest, LoraAdaptersStayFloat32UnderBf16) {
   EXPECT_GT(share_moved, 0.9);
   EXPECT_GT(same_in_bf16, 0.8) << "steps this small would mostly be lost on bf16 weights";
   std::cout << "moved " << moved << ", share moved " << share_moved << ", same in bf16 " << same_in_bf16 << "\n";
+}
+
+// DreamBooth's objective with prior preservation against train_dreambooth.py's (diffusers_training_reference.py): two
+// instance rows captioned "a photo of sks cat" and two class rows "a photo of a cat" in one UNet call, the instance
+// half's squared error plus 0.7 x the class half's; the loss and six UNet gradients (float32: 1e-5 relative on the
+// loss, 1e-5 x the largest gradient entry, as the plain step's).
+TEST(DreamBoothTest, APriorPreservationStepIsDiffusersDreamBoothStep) {
+  const testing::Reference& ref = training_reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  const torch::Tensor text = encode_prompts(p, {"a photo of sks cat", "a photo of sks cat", "a photo of a cat", "a photo of a cat"}).text.detach();
+  const DiffusionInputs instance{ref["latents"], text.narrow(0, 0, 2), ref["noise"], ref["timesteps"], {}};
+  const DiffusionInputs prior{ref["db_class_latents"], text.narrow(0, 2, 2), ref["db_class_noise"], ref["db_class_timesteps"], {}};
+  const torch::Tensor loss = prior_preservation_loss(p.unet, NoiseSchedule(p.scheduler.config), instance, prior, 0.7);
+  loss.backward();
+  const double expected = ref["db_loss"].item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * expected);
+  const auto params = p.unet->named_parameters();
+  double worst = 0;
+  for (const char* name : {"conv_in.weight", "down_blocks.0.attentions.0.transformer_blocks.0.attn2.to_k.weight",
+                           "mid_block.resnets.0.conv1.weight", "up_blocks.1.resnets.1.time_emb_proj.weight", "conv_out.bias",
+                           "time_embedding.linear_1.weight"}) {
+    const torch::Tensor& want = ref[std::string("db.") + name];
+    const double difference = testing::max_abs_difference(params[name].grad(), want) / want.abs().max().item<double>();
+    EXPECT_LT(difference, 1e-5) << name;
+    worst = std::max(worst, difference);
+  }
+  std::cout << "DreamBooth step: loss " << loss.item<double>() << " vs " << expected << ", gradients within " << worst
+            << " of their largest\n";
+}
+
+// DreamBooth's class images are the pipeline's own samples of the class prompt (image n from seed train.seed + n,
+// as `sample` draws it: the PNG's pixels within 1/255), made once: a second run makes none. Under activation
+// checkpointing and data parallelism (2 Gloo ranks) the run with prior preservation takes the serial run's 3 SGD
+// steps (each row's class image and draws from the seed, step and row; the bounds of the plain runs above).
+TEST(DreamBoothTest, ClassImagesAreThePipelinesOwnAndPriorPreservationTakesTheSerialSteps) {
+  const fs::path root = test_root();
+  const std::vector<std::string> dreambooth = {
+      "dreambooth.instance_prompt=\"a photo of sks square\"", "dreambooth.class_data=\"" + (root / "classes").string() + "\"",
+      "dreambooth.class_prompt=\"a photo of a square\"", "dreambooth.class_images=3", "dreambooth.class_sample_steps=3",
+      "dreambooth.prior_loss_weight=0.5", "dreambooth.class_guidance=2"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), dreambooth.begin(), dreambooth.end());
+    return extra;
+  };
+  if (!testing::is_worker()) {
+    prepare(root);
+    const config::Config serial = tiny_config(root, "serial", with({}));
+    train::train_app(*make_sd_app(serial), serial);
+    const SdSettings settings = read_sd_settings(serial);
+    ASSERT_EQ(count_class_images(settings.dreambooth), 3);
+    EXPECT_EQ(make_class_images(settings, torch::kCPU), 0) << "made once";
+    Pipeline p = load_pipeline((root / "pipe").string());
+    SampleOptions options;
+    options.steps = 3;
+    options.guidance = 2;
+    for (int n = 0; n < 3; ++n) {
+      options.seed = settings.train.seed + static_cast<uint64_t>(n);
+      const io::RgbImage want = sample_grid(sample(p, {"a photo of a square"}, options).images);
+      const cv::Mat made = cv::imread((root / "classes/class" / (std::to_string(n) + ".png")).string(), cv::IMREAD_COLOR);
+      ASSERT_EQ(made.rows, want.height);
+      cv::Mat rgb;
+      cv::cvtColor(made, rgb, cv::COLOR_BGR2RGB);
+      const torch::Tensor a = torch::from_blob(rgb.data, {rgb.rows, rgb.cols, 3}, torch::kUInt8).to(torch::kInt32);
+      const torch::Tensor b = torch::tensor(std::vector<int32_t>(want.pixels.begin(), want.pixels.end())).view({want.height, want.width, 3});
+      EXPECT_LE((a - b).abs().max().item<int>(), 1) << n;
+      std::ifstream caption(root / "classes/class" / (std::to_string(n) + ".txt"));
+      EXPECT_EQ(std::string((std::istreambuf_iterator<char>(caption)), std::istreambuf_iterator<char>()), "a photo of a square");
+    }
+    const config::Config checkpointed = tiny_config(root, "checkpointed", with({"memory.activation_checkpointing=true"}));
+    train::train_app(*make_sd_app(checkpointed), checkpointed);
+    testing::run_test_on_ranks(2, 300);
+    for (const char* run : {"checkpointed", "data"}) expect_same_steps(root, run, "serial");
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+}
+
+// Prior preservation needs its class prompt; the class rows' weight makes the loss move linearly (the instance
+// rows' loss at weight 0, the class rows' plain mean added at each weight).
+TEST(DreamBoothTest, TheClassPromptIsRequiredAndThePriorWeightAddsTheClassRows) {
+  const fs::path root = test_root();
+  prepare(root);
+  const std::string classes = "dreambooth.class_data=\"" + (root / "classes").string() + "\"";
+  const std::string error = testing::expected_error([&] { read_sd_settings(tiny_config(root, "run", {classes})); });
+  EXPECT_TRUE(testing::Contains(error, "key 'dreambooth.class_prompt'")) << error;
+  std::map<double, double> loss;
+  for (const double weight : {0.0, 0.5, 1.0}) {
+    std::unique_ptr<train::App> app;
+    auto task = serial_task(tiny_config(root, "run", {classes, "dreambooth.class_prompt=\"a square\"", "dreambooth.class_images=2",
+                                                      "dreambooth.class_sample_steps=2", "dreambooth.prior_loss_weight=" + std::to_string(weight)}),
+                            app);
+    torch::NoGradGuard no_grad;
+    loss[weight] = task->losses(1, 0, 4).at("unet").item<double>();
+  }
+  std::unique_ptr<train::App> plain_app;
+  auto plain = serial_task(tiny_config(root, "run", {}), plain_app);
+  torch::NoGradGuard no_grad;
+  EXPECT_NEAR(loss[0.0], plain->losses(1, 0, 4).at("unet").item<double>(), 1e-6 * loss[0.0]) << "weight 0: the instance rows alone";
+  EXPECT_GT(loss[0.5] - loss[0.0], 1e-3);
+  EXPECT_NEAR(loss[1.0] - loss[0.0], 2 * (loss[0.5] - loss[0.0]), 1e-5 * loss[1.0]);
 }
 
 // Textual inversion against diffusers' textual_inversion.py (diffusers_training_reference.py): the concept's two
