@@ -27,6 +27,8 @@ torch::Tensor training_time_ids(const std::vector<io::ImagePlacement>& placement
 
 }  // namespace
 
+torch::Tensor offset_noise(const torch::Tensor& noise, const torch::Tensor& draws, double amount) { return noise + amount * draws; }
+
 RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
                   const DiffusionSettings& settings) {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(mix_seed(seed, step, row, kRowDraws));
@@ -34,9 +36,8 @@ RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<in
   RowDraws d;
   d.posterior_noise = torch::randn(latent_shape, generator, f32);
   d.noise = torch::randn(latent_shape, generator, f32);
-  // diffusers' noise offset: one draw per channel added over the whole latent.
-  const torch::Tensor offset = torch::randn({latent_shape[0], 1, 1}, generator, f32);
-  if (settings.noise_offset > 0) d.noise = d.noise + settings.noise_offset * offset;
+  const torch::Tensor offset = torch::randn({latent_shape[0], 1, 1}, generator, f32);  // drawn whether used or not
+  if (settings.noise_offset > 0) d.noise = offset_noise(d.noise, offset, settings.noise_offset);
   d.timestep = torch::randint(train_timesteps, {1}, generator, torch::TensorOptions().dtype(torch::kInt64)).item<int64_t>();
   d.drop_caption = torch::rand({1}, generator, f32).item<double>() < settings.caption_dropout;
   d.caption_choice = torch::randint(int64_t{1} << 31, {1}, generator, torch::TensorOptions().dtype(torch::kInt64)).item<int64_t>();

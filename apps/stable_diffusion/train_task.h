@@ -30,6 +30,8 @@ struct RowDraws {
   bool drop_caption = false;
   int64_t caption_choice = 0;     // in [0, 2^31): textual inversion's template, this modulo their count
 };
+// diffusers' noise offset: `noise` [.., C, h, w] + amount × `draws` [.., C, 1, 1], one draw per channel over the whole latent.
+torch::Tensor offset_noise(const torch::Tensor& noise, const torch::Tensor& draws, double amount);
 RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<int64_t>& latent_shape, int64_t train_timesteps,
                   const DiffusionSettings& settings);
 

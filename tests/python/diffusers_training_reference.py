@@ -15,7 +15,8 @@
       of the concept's rows (ti_grad); train_dreambooth.py's step with prior preservation (weight DB_PRIOR_WEIGHT, no
       SNR weighting): two class images' draws (db_class_latents, db_class_noise, db_class_timesteps) beside the two
       instance rows above, captioned DB_INSTANCE and DB_CLASS, the loss (db_loss) and the gradients of GRADIENTS
-      (db.<name>)
+      (db.<name>); the plain step (epsilon, no SNR weighting) with train_text_to_image.py's noise offset 0.1: the
+      per-channel draws (offset_draws [2, 4, 1, 1]), the loss (offset_loss) and gradients (offset.<name>)
   diffusers_training_reference.py check_new_pipeline PIPE CAPTION
       loads PIPE (a folder `kuafu-sd init` wrote) with StableDiffusionPipeline.from_pretrained and prints, as
       JSON, its tokenizer's 77 ids of CAPTION and the parameter count of each model
@@ -100,9 +101,26 @@ def build(out):
             params = dict(pipe.unet.named_parameters())
             for name in GRADIENTS:
                 tensors[f"{key}.{name}"] = params[name].grad.clone()
+    offset_noise_step(pipe, latents, noise, timesteps, text, tensors)
     dreambooth_step(pipe, latents, noise, timesteps, tensors)
     textual_inversion_step(pipe, latents, noise, timesteps, tensors)
     save_file({k: v.contiguous() for k, v in tensors.items()}, out / "reference.safetensors")
+
+
+def offset_noise_step(pipe, latents, noise, timesteps, text, tensors):
+    """train_text_to_image.py's --noise_offset 0.1: one N(0, 1) draw per row and channel, scaled, added to the noise."""
+    torch.manual_seed(3)
+    draws = torch.randn((latents.shape[0], latents.shape[1], 1, 1))
+    offset_noise = noise + 0.1 * draws
+    scheduler = DDPMScheduler.from_config(pipe.scheduler.config)
+    pipe.unet.zero_grad()
+    pred = pipe.unet(scheduler.add_noise(latents, offset_noise, timesteps), timesteps, text, return_dict=False)[0]
+    loss = F.mse_loss(pred.float(), offset_noise.float(), reduction="mean")
+    loss.backward()
+    tensors.update(offset_draws=draws, offset_loss=loss.detach().reshape(1))
+    params = dict(pipe.unet.named_parameters())
+    for name in GRADIENTS:
+        tensors[f"offset.{name}"] = params[name].grad.clone()
 
 
 def dreambooth_step(pipe, latents, noise, timesteps, tensors):

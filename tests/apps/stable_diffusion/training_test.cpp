@@ -84,6 +84,31 @@ TEST_P(DiffusionLossTest, IsDiffusersTrainingStep) {
 INSTANTIATE_TEST_SUITE_P(PredictionsAndWeights, DiffusionLossTest,
                          ::testing::Combine(::testing::Values("epsilon", "v_prediction"), ::testing::Values(0, 5)));
 
+// Noise offset against train_text_to_image.py's --noise_offset 0.1 (one draw per row and channel, scaled, added to the
+// noise, which is also the ε target): the same loss and gradients from the same draws (float32, 1e-5 as the plain
+// step's); a row's draws differ with the offset on by amount x one value per channel, constant over the latent.
+TEST(NoiseOffsetTest, IsTrainTextToImagesOffset) {
+  const testing::Reference& ref = training_reference();
+  Pipeline p = load_pipeline((ref.dir / "pipe").string());
+  const torch::Tensor noise = offset_noise(ref["noise"], ref["offset_draws"], 0.1);
+  const torch::Tensor loss = diffusion_loss(p.unet, NoiseSchedule(p.scheduler.config), {ref["latents"], ref["text"], noise, ref["timesteps"], {}});
+  loss.backward();
+  const double expected = ref["offset_loss"].item<double>();
+  EXPECT_NEAR(loss.item<double>(), expected, 1e-5 * expected);
+  for (const char* name : {"conv_in.weight", "mid_block.resnets.0.conv1.weight", "conv_out.bias"}) {
+    const torch::Tensor& want = ref[std::string("offset.") + name];
+    EXPECT_LT(testing::max_abs_difference(p.unet->named_parameters()[name].grad(), want), 1e-5 * want.abs().max().item<double>()) << name;
+  }
+  EXPECT_GT(std::abs(expected - ref["epsilon_0_loss"].item<double>()), 1e-4) << "the offset changes the loss";
+
+  DiffusionSettings on;
+  on.noise_offset = 0.1;
+  const torch::Tensor shift = draw_row(3, 1, 2, {4, 8, 8}, 1000, on).noise - draw_row(3, 1, 2, {4, 8, 8}, 1000, DiffusionSettings{}).noise;
+  const torch::Tensor per_channel = shift.amax({1, 2});  // [C]
+  EXPECT_LT((shift - per_channel.view({4, 1, 1})).abs().max().item<double>(), 1e-6);
+  EXPECT_GT(per_channel.abs().min().item<double>(), 1e-4);
+}
+
 // The VAE's objective: the decoded posterior sample's squared error and the KL per latent element are
 // diffusers' (its DiagonalGaussianDistribution.kl() over the element count). Float32, 1e-5 relative.
 TEST(VaeLossTest, IsTheReconstructionErrorAndDiffusersKl) {
