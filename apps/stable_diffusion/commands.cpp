@@ -57,8 +57,9 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     train::require_data_parallel(config_, runtime, options, "kuafu-sd");
     // The frozen text encoder and VAE are read straight into the dtype they run in; the UNet is made as
     // its training holds it (an evaluation's, without a runtime, whole in float32).
-    const PipelineLoad how{train::FrozenModel::dtype_of(config_, "text_encoder", options.device), torch::kFloat32,
-                           train::FrozenModel::dtype_of(config_, "vae", options.device), /*describe_unet=*/true};
+    // (A text encoder with LoRA trains: float32 as the UNet, its compute dtype the trainer's.)
+    const PipelineLoad how{settings_.text_encoder_lora ? torch::kFloat32 : train::FrozenModel::dtype_of(config_, "text_encoder", options.device),
+                           torch::kFloat32, train::FrozenModel::dtype_of(config_, "vae", options.device), /*describe_unet=*/true};
     Pipeline pipeline = load_pipeline(settings_.pipeline, options.device, how);
     train::Built<UNet2DCondition> unet =
         train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
@@ -71,6 +72,7 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
     if (unet.deferred) task->defer_unet_weights(std::move(unet.deferred));
     if (settings_.dreambooth.prior_preservation()) task->preserve_prior(class_images(runtime, options.device, channels, side));
+    if (settings_.text_encoder_lora) task->train_text_encoders(text_encoder_lora_spec(*train::lora_spec(config_)), settings_.train.seed + 1);
     return task;
   }
 
@@ -94,10 +96,30 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   // A whole pipeline folder (LoRA adapters merged into the UNet), or with --adapter the adapters alone.
   nlohmann::json export_model(const std::string& out, io::HfWriteOptions options, const config::ParsedCommand& command) override {
     const std::optional<nn::LoraSpec> lora = train::lora_spec(config_);
+    // The text encoders' adapters (lora.text_encoder), read from the same checkpoint as the UNet.
+    std::vector<std::pair<std::string, ClipTextModel>> encoders;
+    if (settings_.text_encoder_lora) {
+      const nn::LoraSpec spec = text_encoder_lora_spec(*lora);
+      for (const std::string name : {"text_encoder", "text_encoder_2"}) {
+        if (!std::filesystem::exists(component_folder(name) + "/config.json")) continue;
+        ClipTextModel encoder = clip_text_format().load(component_folder(name));
+        nn::apply_lora(*encoder, spec);
+        train::load_checkpoint_weights(config_, command.option("checkpoint"), *encoder, name + (model_part() == "unet" ? "" : ".ema"));
+        encoders.emplace_back(name, encoder);
+      }
+    }
     if (command.flag("adapter")) {
       KUAFU_CHECK(lora, "export --adapter writes LoRA adapters, but lora.rank = 0 in ", config_.path());
-      export_unet_adapter(*model(), *lora, out, unet_folder());
-      return {{"adapter", true}, {"unet", model_part()}};
+      std::vector<AdaptedTextEncoder> adapted;
+      for (auto& [name, encoder] : encoders) adapted.push_back({name, encoder.get(), text_encoder_lora_spec(*lora)});
+      export_unet_adapter(*model(), *lora, out, unet_folder(), adapted);
+      return {{"adapter", true}, {"unet", model_part()}, {"text_encoders", encoders.size()}};
+    }
+    std::vector<PipelineComponent> replaced;
+    for (auto& [name, encoder] : encoders) {
+      ClipTextModel plain = clip_text_format().load(component_folder(name));
+      train::copy_named_weights(nn::merged_lora_weights(*encoder, text_encoder_lora_spec(*lora)), *plain);
+      replaced.push_back({name, [plain, options](const std::string& dir) mutable { save_clip_text_model(plain, dir, options); }});
     }
     UNet2DCondition unet = model();
     if (lora) {
@@ -107,7 +129,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
       }};
       unet = train::build_as(merged, train::Materialization::all_in(torch::kCPU, torch::kFloat32));
     }
-    write_pipeline(settings_.pipeline, out, {{"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }}});
+    replaced.push_back({"unet", [&](const std::string& dir) { save_unet(unet, dir, options); }});
+    write_pipeline(settings_.pipeline, out, replaced);
     return {{"adapter", false}, {"unet", model_part()}, {"pipeline", settings_.pipeline}};
   }
 

@@ -136,7 +136,7 @@ int64_t merge_kohya_lora(Pipeline& pipeline, const std::string& path, double wei
   return merged;
 }
 
-io::NamedTensors kohya_lora_tensors(const torch::nn::Module& unet, const nn::LoraSpec& spec) {
+io::NamedTensors kohya_lora_tensors(const torch::nn::Module& unet, const nn::LoraSpec& spec, const std::string& prefix) {
   const std::string a_suffix = ".lora_A.weight";
   const auto parameters = unet.named_parameters();
   io::NamedTensors out;
@@ -145,12 +145,12 @@ io::NamedTensors kohya_lora_tensors(const torch::nn::Module& unet, const nn::Lor
     const std::string layer = item.key().substr(0, item.key().size() - a_suffix.size());
     const torch::Tensor* b = parameters.find(layer + ".lora_B.weight");
     KUAFU_CHECK(b, "the adapter of ", layer, " has lora_A but no lora_B");
-    const std::string name = kohya_name("lora_unet_", layer);
+    const std::string name = kohya_name(prefix, layer);
     out.emplace_back(name + ".lora_down.weight", item.value().detach().to(torch::kFloat32).contiguous());  // [r, in]
     out.emplace_back(name + ".lora_up.weight", b->detach().to(torch::kFloat32).contiguous());               // [out, r]
     out.emplace_back(name + ".alpha", torch::tensor(static_cast<float>(spec.alpha)));
   }
-  KUAFU_CHECK(!out.empty(), "the UNet has no LoRA adapters to write in kohya's format (lora.rank = 0)");
+  KUAFU_CHECK(!out.empty(), "the model has no LoRA adapters to write in kohya's format (lora.rank = 0)");
   return out;
 }
 

@@ -27,6 +27,8 @@ int64_t merge_kohya_lora(Pipeline& pipeline, const std::string& path, double wei
 // "lora_unet_<path>" (its diffusers path, dots as underscores) with lora_down.weight = lora_A [r, in],
 // lora_up.weight = lora_B [out, r] and alpha = spec.alpha (a scalar), so that merge_kohya_lora and
 // diffusers' load_lora_weights add (alpha / r) · up · down as training did. kuafu::Error when there is no adapter.
-io::NamedTensors kohya_lora_tensors(const torch::nn::Module& unet, const nn::LoraSpec& spec);
+// `prefix`: "lora_unet_", or a text encoder's "lora_te_" (SD 1.x/2.x), "lora_te1_"/"lora_te2_" (SDXL), its layers
+// named by their transformers path with the text_model level, as sd-scripts names them.
+io::NamedTensors kohya_lora_tensors(const torch::nn::Module& unet, const nn::LoraSpec& spec, const std::string& prefix = "lora_unet_");
 
 }  // namespace kuafu::sd

@@ -22,6 +22,8 @@ config::Schema sd_schema() {
       .min(0);
   train::add_model_sections(s, {"unet", "text_encoder", "vae", "tokens"});
   train::add_lora_schema(s, {"to_q", "to_k", "to_v", "to_out.0"});  // the UNet's attention projections
+  s.add_bool("lora.text_encoder", false, "LoRA on the text encoder(s) too (q_proj, k_proj, v_proj, out_proj; lora.rank and alpha), "
+                                         "trained with the UNet's (diffusers' --train_text_encoder)");
   add_init_schema(s);
   s.add_string("prepare.recipe", "emoji", "prepare: the data recipe, written to data.train and data.val (emoji: Debian's "
                                           "ruby-tanuki-emoji, one skin tone per base held out)")
@@ -133,6 +135,15 @@ SdSettings read_sd_settings(const config::Config& config) {
     }
     if (s.new_unet) config.fail_at("model.new_unet", "= true trains a UNet from scratch; textual inversion keeps the folder's UNet");
   }
+  s.text_encoder_lora = config.get_bool("lora.text_encoder");
+  if (s.text_encoder_lora && (config.get_int("lora.rank") == 0 && config.get_string("lora.init_from").empty())) {
+    config.fail_at("lora.text_encoder", "= true needs lora.rank > 0: the text encoders' adapters take the UNet's rank");
+  }
+  if (s.text_encoder_lora && s.trained != "unet") config.fail_at("lora.text_encoder", "= true trains with the UNet (model.train = \"unet\")");
+  if (s.text_encoder_lora && config.get_string("precision.dtype") == "fp16") {
+    // One backward carries the UNet's loss into both models, which fp16 would scale apart.
+    config.fail_at("lora.text_encoder", "= true is not built for precision.dtype = \"fp16\" (each model's loss scale); use bf16");
+  }
   DreamBoothSettings& d = s.dreambooth;
   d.instance_prompt = config.get_string("dreambooth.instance_prompt");
   d.class_data = config.get_string("dreambooth.class_data");
@@ -152,6 +163,12 @@ SdSettings read_sd_settings(const config::Config& config) {
   s.train = train::read_train_settings(config);
   s.class_captions = config.get_string_list("data.class_captions");
   return s;
+}
+
+nn::LoraSpec text_encoder_lora_spec(const nn::LoraSpec& unet) {
+  nn::LoraSpec spec = unet;
+  spec.targets = {"q_proj", "k_proj", "v_proj", "out_proj"};
+  return spec;
 }
 
 void for_each_chunk(int64_t begin, int64_t end, int64_t chunk, const std::function<void(const std::vector<size_t>& items)>& use) {

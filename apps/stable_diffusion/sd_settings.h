@@ -11,6 +11,7 @@
 
 #include "apps/stable_diffusion/pipeline.h"
 #include "core/config/config.h"
+#include "core/nn/lora.h"
 #include "core/io/image_dataset.h"
 #include "core/train/train_settings.h"
 
@@ -68,6 +69,7 @@ struct SdSettings {
   std::string pipeline;  // model.pipeline: the diffusers pipeline folder the run starts from
   std::string trained = "unet";  // model.train: what trains ("unet", "vae" or "textual_inversion"), the rest frozen
   bool new_unet = false;  // model.new_unet: a fresh UNet of the folder's unet/config.json (training from scratch)
+  bool text_encoder_lora = false;  // lora.text_encoder: the text encoder(s) get adapters too (text_encoder_lora_spec)
   DiffusionSettings diffusion;
   TrainingSamples samples;
   VaeTrainingSettings vae;
@@ -77,6 +79,10 @@ struct SdSettings {
   std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions
 };
 SdSettings read_sd_settings(const config::Config& config);
+
+// lora.text_encoder's adapters: the UNet's rank, alpha and dropout on CLIP's attention projections (q_proj,
+// k_proj, v_proj, out_proj: diffusers' and sd-scripts' text-encoder targets).
+nn::LoraSpec text_encoder_lora_spec(const nn::LoraSpec& unet);
 
 // The training (`train`) or evaluation set of data.*, as `channels` × `size`² images in [−1, 1] (the
 // VAE's input). An image without a caption is captioned data.class_captions[label], else its class's name.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "core/nn/lora.h"
 #include "core/util/error.h"
 #include "core/util/seed_mix.h"
 
@@ -68,11 +69,13 @@ std::string DiffusionTask::with_token(std::string caption) const {
   return caption;
 }
 
-std::vector<std::string> DiffusionTask::concept_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const {
+std::vector<std::string> DiffusionTask::graph_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const {
   std::vector<std::string> captions;
   for (size_t i = 0; i < draws.size(); ++i) {
     if (draws[i].drop_caption) {
       captions.emplace_back();
+    } else if (!tokens_) {
+      captions.push_back(images.at(i));
     } else if (concept_captions_.empty()) {
       captions.push_back(with_token(images.at(i)));
     } else {
@@ -80,6 +83,13 @@ std::vector<std::string> DiffusionTask::concept_captions(const std::vector<RowDr
     }
   }
   return captions;
+}
+
+void DiffusionTask::train_text_encoders(const nn::LoraSpec& spec, uint64_t seed) {
+  torch::manual_seed(seed);
+  nn::apply_lora(*pipeline_.text_encoder, spec);
+  if (pipeline_.sdxl()) nn::apply_lora(*pipeline_.text_encoder_2, spec);
+  text_encoder_lora_ = true;
 }
 
 std::vector<train::RunModel> DiffusionTask::models() {
@@ -91,6 +101,18 @@ std::vector<train::RunModel> DiffusionTask::models() {
                                            train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
                                            train::frozen_run_model("vae", *pipeline_.vae)};
     if (pipeline_.sdxl()) models.push_back(train::frozen_run_model("text_encoder_2", *pipeline_.text_encoder_2));
+    return models;
+  }
+  if (text_encoder_lora_) {
+    const auto trained = [](const std::string& name, torch::nn::Module& module) {
+      train::RunModel model;
+      model.name = name;
+      model.module = &module;
+      return model;
+    };
+    std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
+                                           trained("text_encoder", *pipeline_.text_encoder), train::frozen_run_model("vae", *pipeline_.vae)};
+    if (pipeline_.sdxl()) models.push_back(trained("text_encoder_2", *pipeline_.text_encoder_2));
     return models;
   }
   std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
@@ -165,8 +187,8 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
   AutoencoderKLImpl::Posterior posterior;  // float32
   PromptEmbeddings text;
   std::vector<io::ImagePlacement> placements;  // each row's source size and crop
-  std::vector<std::string> image_captions;     // textual inversion's, where it reads them
-  const bool concept_from_images = tokens_ && concept_captions_.empty();
+  std::vector<std::string> image_captions;     // each row's, when the text is encoded in the graph (below)
+  const bool text_in_graph = tokens_ || text_encoder_lora_;
   if (&set == train_.get() && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
@@ -175,15 +197,15 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
     text.text = cached_text_.text.index_select(0, index);
     if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
     for (const size_t item : items) placements.push_back(cached_placements_.at(item));
-    if (concept_from_images) {
+    if (text_in_graph) {
       for (const size_t item : items) image_captions.push_back(cached_captions_.at(item));
     }
   } else {
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     posterior = {encoded.mean.to(torch::kFloat32), encoded.logvar.to(torch::kFloat32)};
-    if (!tokens_) text = encode_text(captions_of(batch, set));  // textual inversion's: below
-    if (concept_from_images) image_captions = captions_of(batch, set);
+    image_captions = captions_of(batch, set);
+    if (!text_in_graph) text = encode_text(image_captions);
     placements = batch.placements;
   }
   std::vector<torch::Tensor> posterior_noise, noise;
@@ -197,12 +219,14 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
       if (text.pooled.defined()) text.pooled[static_cast<int64_t>(i)].copy_(empty_caption_.pooled[0]);
     }
   }
-  if (tokens_) {
-    // The concept's rows in the text encoders, with gradients in training.
+  if (text_in_graph) {
+    // The trained text: the concept's rows, or the encoders' adapters, with gradients in training.
     torch::AutoGradMode grad(train);
-    pipeline_.added_token_rows = tokens_->rows;
-    pipeline_.added_token_rows_2 = tokens_->rows_2;
-    const PromptEmbeddings e = encode_prompts(pipeline_, concept_captions(draws, image_captions));
+    if (tokens_) {
+      pipeline_.added_token_rows = tokens_->rows;
+      pipeline_.added_token_rows_2 = tokens_->rows_2;
+    }
+    const PromptEmbeddings e = encode_prompts(pipeline_, graph_captions(draws, image_captions));
     const torch::ScalarType dtype = pipeline_.unet->conv_in->weight.scalar_type();
     text = {e.text.to(dtype), e.pooled.defined() ? e.pooled.to(dtype) : torch::Tensor()};
   }
@@ -225,7 +249,7 @@ std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t
   }
   const uint64_t seed = settings_.train.seed;
   const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(seed, step, 0, kAugment));
-  if (!classes_) return {{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}};
+  if (!classes_) return with_text_encoders({{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}});
   // Prior preservation: row r's class image and draws, from (seed, step, r) as its own.
   std::vector<size_t> class_items;
   std::vector<RowDraws> class_draws;
@@ -234,8 +258,18 @@ std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t
     class_draws.push_back(draw_row(mix_seed(seed, 0, 0, kClassDraws), step, r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
   }
   const DiffusionInputs prior = inputs_from(*classes_, /*train=*/true, class_items, class_draws, mix_seed(seed, step, 0, kClassAugment));
-  return {{trained_name(), prior_preservation_loss(pipeline_.unet, schedule_, in, prior, settings_.dreambooth.prior_loss_weight,
-                                                   settings_.diffusion.min_snr_gamma)}};
+  return with_text_encoders({{trained_name(), prior_preservation_loss(pipeline_.unet, schedule_, in, prior,
+                                                                     settings_.dreambooth.prior_loss_weight, settings_.diffusion.min_snr_gamma)}});
+}
+
+std::map<std::string, torch::Tensor> DiffusionTask::with_text_encoders(std::map<std::string, torch::Tensor> losses) const {
+  if (!text_encoder_lora_) return losses;
+  // The trainer adds the models' losses into one backward: the UNet's alone carries the gradient, which reaches
+  // the text encoders' adapters through the text; theirs is its value, for the log.
+  const torch::Tensor shared = losses.at("unet").detach();
+  losses["text_encoder"] = shared;
+  if (pipeline_.sdxl()) losses["text_encoder_2"] = shared;
+  return losses;
 }
 
 train::LossSum DiffusionTask::evaluate(int rank, int ranks) {

@@ -18,6 +18,7 @@
 #include "apps/stable_diffusion/pipeline.h"
 #include "apps/stable_diffusion/sd_settings.h"
 #include "core/io/epoch_order.h"
+#include "core/nn/lora.h"
 #include "core/train/trainer.h"
 
 namespace kuafu::sd {
@@ -61,6 +62,9 @@ class DiffusionTask : public train::RunTask {
   // DreamBooth's prior preservation: each row paired with an image of `classes` (drawn from the seed, step and
   // row), captioned dreambooth.class_prompt, its plain squared error added at dreambooth.prior_loss_weight.
   void preserve_prior(std::unique_ptr<io::ImageDataset> classes) { classes_ = std::move(classes); }
+  // LoRA on the text encoder(s) too (`spec`'s layers, adapters drawn from `seed`): each encoder is then a trained
+  // model of the run ("text_encoder", "text_encoder_2") and the captions are encoded in the graph.
+  void train_text_encoders(const nn::LoraSpec& spec, uint64_t seed);
   // Textual inversion: `tokens` are trained (the concept `token`, whose ids the pipeline's tokenizers hold)
   // and the UNet is frozen beside the text encoder(s) and VAE; each row's caption is one of `templates` (none:
   // its image's own caption) with "{}" read as the token. Before the first step.
@@ -74,11 +78,13 @@ class DiffusionTask : public train::RunTask {
   DiffusionInputs inputs_from(io::ImageDataset& set, bool augment, const std::vector<size_t>& items, const std::vector<RowDraws>& draws,
                               uint64_t augment_seed);
   std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
-  // Textual inversion's: each row's template (or its image's caption, `images`) with the concept, the empty
-  // caption for a dropped one.
-  std::vector<std::string> concept_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const;
+  // The captions of text encoded in the graph: each row's image caption (`images`) or, for textual inversion, its
+  // template or image caption with the concept; the empty caption for a dropped one.
+  std::vector<std::string> graph_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const;
   std::string with_token(std::string caption) const;
   std::string trained_name() const { return tokens_ ? "tokens" : "unet"; }
+  // `losses` with the text encoders' entries when their adapters train (lora.text_encoder).
+  std::map<std::string, torch::Tensor> with_text_encoders(std::map<std::string, torch::Tensor> losses) const;
   void fill_cache();  // diffusion.cache: every training image's Gaussian and caption encoding, once
   PromptEmbeddings encode_text(const std::vector<std::string>& captions);  // [B, M, D] (SDXL: and [B, P]) in the UNet's dtype
 
@@ -91,6 +97,7 @@ class DiffusionTask : public train::RunTask {
   torch::Device device_;
   DeferredWeights unet_weights_;
   LearnedTokens tokens_{nullptr};        // textual inversion's trained rows, else null
+  bool text_encoder_lora_ = false;       // the text encoders' adapters train
   std::string token_;                          // the concept's
   std::vector<std::string> concept_captions_;  // the templates with the concept's token (none: the images' captions)
   std::vector<int64_t> latent_shape_;  // [C, h, w]

@@ -145,16 +145,31 @@ void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteO
   train::export_pretrained(*unet, parallel::TensorParallel{}, dir, write_unet_config(unet->config), written);
 }
 
-void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir) {
+void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir,
+                         const std::vector<AdaptedTextEncoder>& text_encoders) {
   io::NamedTensors adapters;
-  for (const auto& item : unet.named_parameters()) {
-    if (nn::is_lora_parameter(item.key())) adapters.emplace_back("unet." + item.key(), item.value().detach().to(torch::kFloat32));
+  nlohmann::json config;  // diffusers reads each component's LoraConfig from this metadata, its keys prefixed by the component
+  const auto add = [&](const std::string& component, const torch::nn::Module& model, const nn::LoraSpec& s, const std::string& drop) {
+    size_t added = 0;
+    for (const auto& item : model.named_parameters()) {
+      if (!nn::is_lora_parameter(item.key())) continue;
+      const std::string path = item.key().rfind(drop, 0) == 0 ? item.key().substr(drop.size()) : item.key();
+      adapters.emplace_back(component + "." + path, item.value().detach().to(torch::kFloat32));
+      ++added;
+    }
+    KUAFU_CHECK(added > 0, "the ", component, " has no LoRA adapters to export (lora.rank = 0)");
+    config.update({{component + ".r", s.rank},           {component + ".lora_alpha", s.alpha}, {component + ".lora_dropout", s.dropout},
+                   {component + ".target_modules", s.targets}, {component + ".bias", "none"},    {component + ".use_rslora", false},
+                   {component + ".use_dora", false}});
+  };
+  add("unet", unet, spec, "");
+  io::NamedTensors kohya = kohya_lora_tensors(unet, spec);
+  for (const AdaptedTextEncoder& encoder : text_encoders) {
+    add(encoder.component, *encoder.model, encoder.spec, "text_model.");
+    const std::string prefix = text_encoders.size() == 1 ? "lora_te_" : encoder.component == "text_encoder" ? "lora_te1_" : "lora_te2_";
+    const io::NamedTensors tensors = kohya_lora_tensors(*encoder.model, encoder.spec, prefix);
+    kohya.insert(kohya.end(), tensors.begin(), tensors.end());
   }
-  KUAFU_CHECK(!adapters.empty(), "the UNet has no LoRA adapters to export (lora.rank = 0)");
-  // diffusers reads the adapter's LoraConfig from this metadata, its keys prefixed by the component.
-  const nlohmann::json config = {{"unet.r", spec.rank},           {"unet.lora_alpha", spec.alpha}, {"unet.lora_dropout", spec.dropout},
-                                 {"unet.target_modules", spec.targets}, {"unet.bias", "none"},        {"unet.use_rslora", false},
-                                 {"unet.use_dora", false}};
   // Written beside the new folder first, then copied in with the PEFT files.
   const std::filesystem::path staging = std::filesystem::absolute(dir).string() + ".lora-" + std::to_string(::getpid());
   std::filesystem::remove_all(staging);
@@ -164,7 +179,7 @@ void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& sp
   const std::string kohya_file = (staging / kKohyaLoraFile).string();
   try {
     io::save_safetensors(diffusers_file, adapters, {{"lora_adapter_metadata", config.dump()}, {"format", "pt"}});
-    io::save_safetensors(kohya_file, kohya_lora_tensors(unet, spec), {{"ss_network_dim", std::to_string(spec.rank)},
+    io::save_safetensors(kohya_file, kohya, {{"ss_network_dim", std::to_string(spec.rank)},
                                                                       {"ss_network_alpha", nlohmann::json(spec.alpha).dump()}});
     train::export_adapter(unet, spec, dir, base_unet_dir, train::AdapterFolderOptions{std::nullopt, {diffusers_file, kohya_file}});
   } catch (...) {

@@ -33,6 +33,15 @@ void save_unet(UNet2DCondition& unet, const std::string& dir, const io::HfWriteO
 // of `base_unet_dir`) and diffusers' (pytorch_lora_weights.safetensors, "unet."-prefixed names and the
 // adapter's config in its metadata, for StableDiffusionPipeline.load_lora_weights), and kohya's
 // (kKohyaLoraFile: ComfyUI, A1111, `kuafu-sd sample --lora`).
-void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir);
+// With `text_encoders` (lora.text_encoder), their adapters too: diffusers' file under each component's name
+// ("text_encoder.", "text_encoder_2."; transformers 5's paths, without the text_model level) with its config in
+// the metadata, kohya's under lora_te_ (SDXL: lora_te1_, lora_te2_).
+struct AdaptedTextEncoder {
+  std::string component;  // "text_encoder" or "text_encoder_2"
+  const torch::nn::Module* model = nullptr;
+  nn::LoraSpec spec;
+};
+void export_unet_adapter(const UNet2DConditionImpl& unet, const nn::LoraSpec& spec, const std::string& dir, const std::string& base_unet_dir,
+                         const std::vector<AdaptedTextEncoder>& text_encoders = {});
 
 }  // namespace kuafu::sd

@@ -26,6 +26,10 @@
   diffusers_training_reference.py embedding_sample PIPE EMBEDDING LATENTS OUT
       loads PIPE, then EMBEDDING (a learned_embeds.safetensors) with load_textual_inversion, and writes to OUT
       ("latents") what the pipeline samples for TI_PROMPTS from LATENTS' "latents" (DDIM, 4 steps, guidance 3)
+  diffusers_training_reference.py lora_sample PIPE ADAPTER MERGED LATENTS OUT
+      what StableDiffusionPipeline samples for LORA_PROMPTS from LATENTS' "latents" (DDIM, 4 steps, guidance 3) with the
+      adapter folder ADAPTER loaded by load_lora_weights (UNet and text encoder; "diffusers") and from the merged
+      pipeline folder MERGED ("merged"), to OUT
   diffusers_training_reference.py lora_outputs PIPE ADAPTER INPUTS OUT
       the same with the LoRA adapter folder ADAPTER on PIPE's UNet, loaded both ways a user would:
       StableDiffusionPipeline.load_lora_weights (its pytorch_lora_weights.safetensors; "diffusers") and
@@ -174,6 +178,21 @@ def textual_inversion_step(pipe, latents, noise, timesteps, tensors):
                     "ti_rows": table[ids].detach().clone()})
 
 
+LORA_PROMPTS = ["a red square, number 1", "a blue square"]
+
+
+def lora_sample(pipe_dir, adapter, merged, latents, out):
+    latents = load_file(latents)["latents"]
+
+    def run(pipe):
+        with torch.no_grad():
+            return pipe(LORA_PROMPTS, num_inference_steps=4, guidance_scale=3.0, latents=latents.clone(), output_type="latent").images
+
+    pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
+    pipe.load_lora_weights(adapter)
+    save_file({"diffusers": run(pipe).contiguous(), "merged": run(StableDiffusionPipeline.from_pretrained(merged)).contiguous()}, out)
+
+
 def embedding_sample(pipe_dir, embedding, latents, out):
     pipe = StableDiffusionPipeline.from_pretrained(pipe_dir)
     pipe.load_textual_inversion(embedding)
@@ -217,7 +236,7 @@ def lora_outputs(pipe_dir, adapter, inputs, out):
 
 if __name__ == "__main__":
     commands = {"build": build, "unet_output": unet_output, "lora_outputs": lora_outputs, "check_new_pipeline": check_new_pipeline,
-                "embedding_sample": embedding_sample}
+                "embedding_sample": embedding_sample, "lora_sample": lora_sample}
     if len(sys.argv) < 3 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

@@ -663,6 +663,105 @@ TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiff
   EXPECT_GT(testing::max_abs_difference(mine, probe(*original)), 1e-3) << "the adapters changed the output";
 }
 
+// lora.text_encoder: the text encoder's attention projections get adapters beside the UNet's (r 4, α 8) and train
+// with them (AdamW, moving average), its base frozen. The adapter folder through diffusers' load_lora_weights (UNet
+// and text encoder), its kohya file (lora_unet_*, lora_te_*) through Kuafu's merge, and the merged pipeline folder
+// through from_pretrained each sample (DDIM-4, guidance 3, from the same latents) as Kuafu's pipeline with the
+// checkpoint's adapters (1e-4 x the latents' largest value, as the pipeline tests).
+TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers) {
+  const fs::path root = test_root();
+  prepare(root);
+  const config::Config config = tiny_config(root, "te_lora", {"lora.rank=4", "lora.alpha=8", "lora.text_encoder=true", "optim.name=\"adamw\"",
+                                                              "optim.lr=1e-2", "optim.ema_decay=0.5"});
+  train::train_app(*make_sd_app(config), config);
+  const io::SafetensorsFile text = testing::saved(root, "te_lora", "text_encoder.model.safetensors", kSteps);
+  Pipeline original = load_pipeline((root / "pipe").string());
+  const auto base = original.text_encoder->named_parameters();
+  int64_t adapters = 0;
+  for (const auto& [name, tensor] : text.tensors) {
+    if (nn::is_lora_parameter(name)) {
+      adapters += name.find(".lora_B.") != std::string::npos && tensor.abs().max().item<double>() > 0;
+    } else {
+      ASSERT_NE(base.find(name), nullptr) << name;
+      EXPECT_TRUE(torch::equal(tensor, *base.find(name))) << name << ": a frozen weight moved";
+    }
+  }
+  EXPECT_EQ(adapters, 2 * 4) << "every adapted projection (2 layers x q, k, v, out) moved from its zero lora_B";
+
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "adapter").string()}, {"checkpoint", ""}};
+  command.flags = {"adapter"};
+  train::export_app(*make_sd_app(config), config, command);
+  command.options["out"] = (root / "merged").string();
+  command.flags.clear();
+  train::export_app(*make_sd_app(config), config, command);
+
+  // Kuafu's pipeline with the checkpoint's moving averages of both models' adapters.
+  Pipeline mine = load_pipeline((root / "pipe").string());
+  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}};
+  nn::apply_lora(*mine.unet, spec);
+  nn::apply_lora(*mine.text_encoder, text_encoder_lora_spec(spec));
+  train::load_checkpoint_weights(config, "", *mine.unet, "unet.ema");
+  train::load_checkpoint_weights(config, "", *mine.text_encoder, "text_encoder.ema");
+  SampleOptions options;
+  options.steps = 4;
+  options.guidance = 3.0;
+  torch::manual_seed(6);
+  options.initial_latents = torch::randn({2, 4, 8, 8});
+  io::save_safetensors((root / "lora_latents.safetensors").string(), {{"latents", options.initial_latents}});
+  const std::vector<std::string> prompts = {"a red square, number 1", "a blue square"};
+  const torch::Tensor ours = sample(mine, prompts, options).latents;
+  const fs::path out = root / "lora_sample.safetensors";
+  const testing::PythonRun run = testing::run_python_reference(
+      "diffusers_training_reference.py", "lora_sample " + (root / "pipe").string() + " " + (root / "adapter").string() + " " +
+                                             (root / "merged").string() + " " + (root / "lora_latents.safetensors").string() + " " + out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const io::SafetensorsFile theirs = io::load_safetensors(out.string());
+  const double bound = 1e-4 * theirs.find("diffusers")->abs().max().item<double>();
+  for (const char* loader : {"diffusers", "merged"}) {
+    const double difference = testing::max_abs_difference(ours, *theirs.find(loader));
+    EXPECT_LT(difference, bound) << loader;
+    std::cout << "text-encoder LoRA, " << loader << ": latents within " << difference << "\n";
+  }
+  Pipeline with_kohya = load_pipeline((root / "pipe").string());
+  int64_t adapted_layers = 0;
+  for (const auto& item : mine.unet->named_parameters()) adapted_layers += item.key().find(".lora_A.") != std::string::npos;
+  EXPECT_EQ(merge_kohya_lora(with_kohya, (root / "adapter" / kKohyaLoraFile).string(), 1.0), adapted_layers + 2 * 4)
+      << "every UNet layer and the 8 text ones";
+  EXPECT_LT(testing::max_abs_difference(ours, sample(with_kohya, prompts, options).latents), bound);
+  Pipeline unet_only = load_pipeline((root / "pipe").string());
+  nn::apply_lora(*unet_only.unet, spec);
+  train::load_checkpoint_weights(config, "", *unet_only.unet, "unet.ema");
+  EXPECT_GT(testing::max_abs_difference(ours, sample(unet_only, prompts, options).latents), 10 * bound) << "the text encoder's adapters count";
+}
+
+// With lora.text_encoder, activation checkpointing and data parallelism (2 Gloo ranks) take the serial run's 3 SGD
+// steps of both models: the UNet's adapters and the text encoder's, whose gradient comes through the text (the
+// bounds of the UNet's runs above).
+TEST(DiffusionTrainingTest, TextEncoderLoraTakesTheSerialStepsUnderCheckpointingAndDataParallelism) {
+  const fs::path root = test_root();
+  const std::vector<std::string> lora = {"lora.rank=4", "lora.alpha=8", "lora.text_encoder=true"};
+  const auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), lora.begin(), lora.end());
+    return extra;
+  };
+  if (!testing::is_worker()) {
+    prepare(root);
+    for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{{"serial", "memory.activation_checkpointing=false"},
+                                                                                     {"checkpointed", "memory.activation_checkpointing=true"}}) {
+      const config::Config config = tiny_config(root, run, with({extra}));
+      train::train_app(*make_sd_app(config), config);
+    }
+    testing::run_test_on_ranks(2, 300);
+    ASSERT_GT(unet_grad_norms(root / "serial", "text_encoder").at(0), 0.0);
+    for (const char* run : {"checkpointed", "data"}) {
+      for (const char* part : {"unet", "text_encoder"}) expect_same_steps(root, run, "serial", part);
+    }
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+}
+
 // Under bf16 the trainable adapters stay float32 (the optimizer steps float32 masters; the model computes
 // with bf16 copies), so AdamW steps of at most 1e-5 move lora_A's values (up to about 0.2, where a bf16
 // step is 5e-4 to 1e-3) instead of rounding away: between the checkpoints of steps 1 and 3 every element
