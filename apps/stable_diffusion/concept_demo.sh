@@ -44,10 +44,7 @@ for words in bare concept; do
     "$sd" sample --model "$demo/p2" --embedding "$out/embedding/learned_embeds.safetensors" --steps 50 --guidance "${GUIDANCE:-4}" \
       --seed 1 "${prompts[@]}" --out "$grid" > /dev/null
     "$python" "$here/tone_score.py" data/emoji "$grid" "$out/data/dark_$group.txt" --size 32 |
-      "$python" -c "import json, sys; d = json.load(sys.stdin); tones = ['light', 'medium-light', 'medium', 'medium-dark', 'dark'];
-m = [tones.index(r['measured']) for r in d['rows']]
-print(json.dumps({'prompts': '$words', 'group': '$group', 'images': d['images'], 'dark_share': round(d['tone_accuracy'], 4),
-                  'mean_tone': round(sum(m) / len(m), 3)}))" >> "$out/scores.jsonl"
+      "$python" "$here/dark_share.py" prompts=$words group=$group >> "$out/scores.jsonl"
   done
 done
 cat "$out/scores.jsonl"

@@ -35,10 +35,7 @@ for model in p2 p3; do
     grid="$out/${model}_$group.png"
     "$sd" sample --model "$folder" --steps 50 --guidance "${GUIDANCE:-4}" --seed 1 "${prompts[@]}" --out "$grid" > /dev/null
     "$python" "$here/tone_score.py" data/emoji "$grid" "$out/data/dark_$group.txt" --size 32 |
-      "$python" -c "import json, sys; d = json.load(sys.stdin); tones = ['light', 'medium-light', 'medium', 'medium-dark', 'dark'];
-m = [tones.index(r['measured']) for r in d['rows']]
-print(json.dumps({'model': '$model', 'group': '$group', 'images': d['images'], 'dark_share': round(d['tone_accuracy'], 4),
-                  'mean_tone': round(sum(m) / len(m), 3)}))" >> "$out/scores.jsonl"
+      "$python" "$here/dark_share.py" model=$model group=$group >> "$out/scores.jsonl"
   done
 done
 cat "$out/scores.jsonl"

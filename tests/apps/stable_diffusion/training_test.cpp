@@ -439,6 +439,21 @@ void expect_same_steps(const fs::path& root, const std::string& run, const std::
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5 * b[i]) << run << " step " << i + 1;
 }
 
+// `overrides` and `more`.
+std::vector<std::string> joined(std::vector<std::string> overrides, const std::vector<std::string>& more) {
+  overrides.insert(overrides.end(), more.begin(), more.end());
+  return overrides;
+}
+
+// The serial run ("serial") and the same under activation checkpointing ("checkpointed"), each with `overrides`.
+void train_serial_and_checkpointed(const fs::path& root, const std::vector<std::string>& overrides) {
+  for (const auto& [run, checkpointing] : std::vector<std::pair<std::string, std::string>>{
+           {"serial", "memory.activation_checkpointing=false"}, {"checkpointed", "memory.activation_checkpointing=true"}}) {
+    const config::Config config = tiny_config(root, run, joined(overrides, {checkpointing}));
+    train::train_app(*make_sd_app(config), config);
+  }
+}
+
 TEST(DiffusionTrainingTest, EveryStrategyTakesTheSerialSteps) {
   const fs::path root = test_root();
   if (!testing::is_worker()) {
@@ -741,17 +756,9 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
 TEST(DiffusionTrainingTest, TextEncoderLoraTakesTheSerialStepsUnderCheckpointingAndDataParallelism) {
   const fs::path root = test_root();
   const std::vector<std::string> lora = {"lora.rank=4", "lora.alpha=8", "lora.text_encoder=true"};
-  const auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), lora.begin(), lora.end());
-    return extra;
-  };
   if (!testing::is_worker()) {
     prepare(root);
-    for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{{"serial", "memory.activation_checkpointing=false"},
-                                                                                     {"checkpointed", "memory.activation_checkpointing=true"}}) {
-      const config::Config config = tiny_config(root, run, with({extra}));
-      train::train_app(*make_sd_app(config), config);
-    }
+    train_serial_and_checkpointed(root, lora);
     testing::run_test_on_ranks(2, 300);
     ASSERT_GT(unet_grad_norms(root / "serial", "text_encoder").at(0), 0.0);
     for (const char* run : {"checkpointed", "data"}) {
@@ -759,7 +766,7 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTakesTheSerialStepsUnderCheckpointing
     }
     return;
   }
-  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+  train_on_ranks(tiny_config(root, "data", joined(lora, {"train.micro_batch_size=2"})));
 }
 
 // Under bf16 the trainable adapters stay float32 (the optimizer steps float32 masters; the model computes
@@ -826,15 +833,10 @@ TEST(DreamBoothTest, ClassImagesAreThePipelinesOwnAndPriorPreservationTakesTheSe
       "dreambooth.instance_prompt=\"a photo of sks square\"", "dreambooth.class_data=\"" + (root / "classes").string() + "\"",
       "dreambooth.class_prompt=\"a photo of a square\"", "dreambooth.class_images=3", "dreambooth.class_sample_steps=3",
       "dreambooth.prior_loss_weight=0.5", "dreambooth.class_guidance=2"};
-  const auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), dreambooth.begin(), dreambooth.end());
-    return extra;
-  };
   if (!testing::is_worker()) {
     prepare(root);
-    const config::Config serial = tiny_config(root, "serial", with({}));
-    train::train_app(*make_sd_app(serial), serial);
-    const SdSettings settings = read_sd_settings(serial);
+    train_serial_and_checkpointed(root, dreambooth);
+    const SdSettings settings = read_sd_settings(tiny_config(root, "serial", dreambooth));
     ASSERT_EQ(count_class_images(settings.dreambooth), 3);
     EXPECT_EQ(make_class_images(settings, torch::kCPU), 0) << "made once";
     Pipeline p = load_pipeline((root / "pipe").string());
@@ -854,13 +856,11 @@ TEST(DreamBoothTest, ClassImagesAreThePipelinesOwnAndPriorPreservationTakesTheSe
       std::ifstream caption(root / "classes/class" / (std::to_string(n) + ".txt"));
       EXPECT_EQ(std::string((std::istreambuf_iterator<char>(caption)), std::istreambuf_iterator<char>()), "a photo of a square");
     }
-    const config::Config checkpointed = tiny_config(root, "checkpointed", with({"memory.activation_checkpointing=true"}));
-    train::train_app(*make_sd_app(checkpointed), checkpointed);
     testing::run_test_on_ranks(2, 300);
     for (const char* run : {"checkpointed", "data"}) expect_same_steps(root, run, "serial");
     return;
   }
-  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+  train_on_ranks(tiny_config(root, "data", joined(dreambooth, {"train.micro_batch_size=2"})));
 }
 
 // Prior preservation needs its class prompt; the class rows' weight makes the loss move linearly (the instance
@@ -1025,23 +1025,15 @@ TEST(TextualInversionTest, CheckpointingAndDataParallelismTakeTheSerialSteps) {
   const fs::path root = test_root();
   const std::vector<std::string> concept = {"model.train=\"textual_inversion\"", "textual_inversion.token=\"<tiny-cat>\"",
                                             "textual_inversion.initializer=\"cat\"", "textual_inversion.vectors=2"};
-  const auto with = [&](std::vector<std::string> extra) {
-    extra.insert(extra.end(), concept.begin(), concept.end());
-    return extra;
-  };
   if (!testing::is_worker()) {
     prepare(root);
-    for (const auto& [run, extra] : std::vector<std::pair<std::string, std::string>>{{"serial", "memory.activation_checkpointing=false"},
-                                                                                     {"checkpointed", "memory.activation_checkpointing=true"}}) {
-      const config::Config config = tiny_config(root, run, with({extra}));
-      train::train_app(*make_sd_app(config), config);
-    }
+    train_serial_and_checkpointed(root, concept);
     testing::run_test_on_ranks(2, 300);
     ASSERT_GT(unet_grad_norms(root / "serial", "tokens").at(0), 0.0);
     for (const char* run : {"checkpointed", "data"}) expect_same_steps(root, run, "serial", "tokens");
     return;
   }
-  train_on_ranks(tiny_config(root, "data", with({"train.micro_batch_size=2"})));
+  train_on_ranks(tiny_config(root, "data", joined(concept, {"train.micro_batch_size=2"})));
 }
 
 // With textual_inversion.captions = "images" each row is captioned by its image's own caption, "{}" read as the
