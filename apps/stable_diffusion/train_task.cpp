@@ -93,32 +93,25 @@ void DiffusionTask::train_text_encoders(const nn::LoraSpec& spec, uint64_t seed)
 }
 
 std::vector<train::RunModel> DiffusionTask::models() {
+  const auto trained = [](const std::string& name, torch::nn::Module& module) {
+    train::RunModel model;
+    model.name = name;
+    model.module = &module;
+    return model;
+  };
+  // Textual inversion trains its rows with the UNet frozen; text-encoder LoRA trains the encoders with the UNet.
+  std::vector<train::RunModel> models;
   if (tokens_) {
-    train::RunModel tokens;
-    tokens.name = "tokens";
-    tokens.module = tokens_.get();
-    std::vector<train::RunModel> models = {tokens, train::frozen_run_model("unet", *pipeline_.unet, pipeline_.unet.get()),
-                                           train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
-                                           train::frozen_run_model("vae", *pipeline_.vae)};
-    if (pipeline_.sdxl()) models.push_back(train::frozen_run_model("text_encoder_2", *pipeline_.text_encoder_2));
-    return models;
+    models = {trained("tokens", *tokens_), train::frozen_run_model("unet", *pipeline_.unet, pipeline_.unet.get())};
+  } else {
+    models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_)};
   }
-  if (text_encoder_lora_) {
-    const auto trained = [](const std::string& name, torch::nn::Module& module) {
-      train::RunModel model;
-      model.name = name;
-      model.module = &module;
-      return model;
-    };
-    std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
-                                           trained("text_encoder", *pipeline_.text_encoder), train::frozen_run_model("vae", *pipeline_.vae)};
-    if (pipeline_.sdxl()) models.push_back(trained("text_encoder_2", *pipeline_.text_encoder_2));
-    return models;
-  }
-  std::vector<train::RunModel> models = {train::trained_run_model("unet", *pipeline_.unet, unet_weights_),
-                                         train::frozen_run_model("text_encoder", *pipeline_.text_encoder),
-                                         train::frozen_run_model("vae", *pipeline_.vae)};
-  if (pipeline_.sdxl()) models.push_back(train::frozen_run_model("text_encoder_2", *pipeline_.text_encoder_2));
+  const auto text_encoder = [&](const std::string& name, ClipTextModel& encoder) {
+    return text_encoder_lora_ ? trained(name, *encoder) : train::frozen_run_model(name, *encoder);
+  };
+  models.push_back(text_encoder("text_encoder", pipeline_.text_encoder));
+  models.push_back(train::frozen_run_model("vae", *pipeline_.vae));
+  if (pipeline_.sdxl()) models.push_back(text_encoder("text_encoder_2", pipeline_.text_encoder_2));
   return models;
 }
 

@@ -74,8 +74,9 @@ class DiffusionTask : public train::RunTask {
   DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
 
  private:
-  // The objective's inputs for items of `set`, augmented (flips, random crops) from `augment_seed` when `augment`.
-  DiffusionInputs inputs_from(io::ImageDataset& set, bool augment, const std::vector<size_t>& items, const std::vector<RowDraws>& draws,
+  // The objective's inputs for items of `set`; in training (`train`) augmented (flips, random crops) from
+  // `augment_seed`, and trained text encoded with gradients.
+  DiffusionInputs inputs_from(io::ImageDataset& set, bool train, const std::vector<size_t>& items, const std::vector<RowDraws>& draws,
                               uint64_t augment_seed);
   std::vector<std::string> captions_of(const io::ImageTensors& batch, const io::ImageDataset& set) const;
   // The captions of text encoded in the graph: each row's image caption (`images`) or, for textual inversion, its
