@@ -165,9 +165,9 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   std::unique_ptr<io::ImageDataset> class_images(const train::Runtime* runtime, const torch::Device& device, int64_t channels,
                                                  int64_t side) const {
     const DreamBoothSettings& d = settings_.dreambooth;
-    if (count_class_images(d) < d.class_images) {
+    if (const int64_t have = count_class_images(d); have < d.class_images) {
       if (runtime && runtime->world->size() > 1) {
-        config_.fail_at("dreambooth.class_data", d.class_data + " holds " + std::to_string(count_class_images(d)) + " of the " +
+        config_.fail_at("dreambooth.class_data", d.class_data + " holds " + std::to_string(have) + " of the " +
                                                      std::to_string(d.class_images) +
                                                      " class images; make them first with `kuafu-sd classes` (one process)");
       }

@@ -160,12 +160,13 @@ void DiffusionTask::fill_cache() {
     moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
     const std::vector<std::string> captions = captions_of(batch, *train_);
     cached_captions_.insert(cached_captions_.end(), captions.begin(), captions.end());
+    if (text_in_graph()) return;  // encoded anew every step
     const PromptEmbeddings e = encode_text(captions);
     texts.push_back(e.text);
     if (e.pooled.defined()) pooled.push_back(e.pooled);
   });
   cached_moments_ = torch::cat(moments);
-  cached_text_ = {torch::cat(texts), pooled.empty() ? torch::Tensor() : torch::cat(pooled)};
+  if (!texts.empty()) cached_text_ = {torch::cat(texts), pooled.empty() ? torch::Tensor() : torch::cat(pooled)};
 }
 
 DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train,
@@ -181,17 +182,18 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
   PromptEmbeddings text;
   std::vector<io::ImagePlacement> placements;  // each row's source size and crop
   std::vector<std::string> image_captions;     // each row's, when the text is encoded in the graph (below)
-  const bool text_in_graph = tokens_ || text_encoder_lora_;
+  const bool text_in_graph = this->text_in_graph();
   if (&set == train_.get() && settings_.diffusion.cache) {
     if (!cached_moments_.defined()) fill_cache();
     const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
     const std::vector<torch::Tensor> parts = cached_moments_.index_select(0, index).chunk(2, 1);
     posterior = {parts[0], parts[1]};
-    text.text = cached_text_.text.index_select(0, index);
-    if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
     for (const size_t item : items) placements.push_back(cached_placements_.at(item));
     if (text_in_graph) {
       for (const size_t item : items) image_captions.push_back(cached_captions_.at(item));
+    } else {
+      text.text = cached_text_.text.index_select(0, index);
+      if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
     }
   } else {
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);

@@ -84,6 +84,8 @@ class DiffusionTask : public train::RunTask {
   std::vector<std::string> graph_captions(const std::vector<RowDraws>& draws, const std::vector<std::string>& images) const;
   std::string with_token(std::string caption) const;
   std::string trained_name() const { return tokens_ ? "tokens" : "unet"; }
+  // Whether the captions are encoded every step with gradients (textual inversion, text-encoder LoRA).
+  bool text_in_graph() const { return tokens_ || text_encoder_lora_; }
   // `losses` with the text encoders' entries when their adapters train (lora.text_encoder).
   std::map<std::string, torch::Tensor> with_text_encoders(std::map<std::string, torch::Tensor> losses) const;
   void fill_cache();  // diffusion.cache: every training image's Gaussian and caption encoding, once
@@ -104,7 +106,7 @@ class DiffusionTask : public train::RunTask {
   std::vector<int64_t> latent_shape_;  // [C, h, w]
   PromptEmbeddings empty_caption_;     // [1, M, D] (SDXL: and [1, P]), the encoding dropped captions get
   torch::Tensor cached_moments_;       // [N, 2C, h, w] float32 (diffusion.cache)
-  PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache)
+  PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache; none when the text is in the graph)
   std::vector<io::ImagePlacement> cached_placements_;  // [N] (diffusion.cache)
   std::vector<std::string> cached_captions_;           // [N] (diffusion.cache)
 };

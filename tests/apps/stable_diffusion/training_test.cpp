@@ -516,6 +516,29 @@ struct UNetProbe {
   }
 };
 
+// What the Python side samples against: 4 steps at guidance 3 from seeded initial latents of `shape` [B, 4, h, w],
+// which it also reads from `latents` (safetensors, "latents").
+SampleOptions four_steps_from(const std::vector<int64_t>& shape, uint64_t seed, const fs::path& latents) {
+  SampleOptions options;
+  options.steps = 4;
+  options.guidance = 3.0;
+  torch::manual_seed(seed);
+  options.initial_latents = torch::randn(shape);
+  io::save_safetensors(latents.string(), {{"latents", options.initial_latents}});
+  return options;
+}
+
+// `export` of the run `config` twice: root/adapter with --adapter, root/merged as a whole pipeline folder.
+void export_adapter_and_merged(const config::Config& config, const fs::path& root) {
+  config::ParsedCommand command;
+  command.options = {{"out", (root / "adapter").string()}, {"checkpoint", ""}};
+  command.flags = {"adapter"};
+  train::export_app(*make_sd_app(config), config, command);
+  command.options["out"] = (root / "merged").string();
+  command.flags.clear();
+  train::export_app(*make_sd_app(config), config, command);
+}
+
 torch::Tensor python_output(const std::string& command, const fs::path& out, const std::string& key) {
   const testing::PythonRun run = testing::run_python_reference("diffusers_training_reference.py", command + " " + out.string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -648,13 +671,7 @@ TEST(DiffusionTrainingTest, LoraTrainsUnderCheckpointingAndRoundTripsThroughDiff
   adam.insert(adam.end(), {"optim.name=\"adamw\"", "optim.lr=1e-2", "optim.ema_decay=0.5"});
   const config::Config config = tiny_config(root, "lora_adam", adam);
   train::train_app(*make_sd_app(config), config);
-  config::ParsedCommand command;
-  command.options = {{"out", (root / "adapter").string()}, {"checkpoint", ""}};
-  command.flags = {"adapter"};
-  train::export_app(*make_sd_app(config), config, command);
-  command.options["out"] = (root / "merged").string();
-  command.flags.clear();
-  train::export_app(*make_sd_app(config), config, command);
+  export_adapter_and_merged(config, root);
 
   const UNetProbe probe(root / "inputs.safetensors");
   std::unique_ptr<train::App> app = make_sd_app(config);
@@ -703,13 +720,7 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
   }
   EXPECT_EQ(adapters, 2 * 4) << "every adapted projection (2 layers x q, k, v, out) moved from its zero lora_B";
 
-  config::ParsedCommand command;
-  command.options = {{"out", (root / "adapter").string()}, {"checkpoint", ""}};
-  command.flags = {"adapter"};
-  train::export_app(*make_sd_app(config), config, command);
-  command.options["out"] = (root / "merged").string();
-  command.flags.clear();
-  train::export_app(*make_sd_app(config), config, command);
+  export_adapter_and_merged(config, root);
 
   // Kuafu's pipeline with the checkpoint's moving averages of both models' adapters.
   Pipeline mine = load_pipeline((root / "pipe").string());
@@ -718,12 +729,7 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
   nn::apply_lora(*mine.text_encoder, text_encoder_lora_spec(spec));
   train::load_checkpoint_weights(config, "", *mine.unet, "unet.ema");
   train::load_checkpoint_weights(config, "", *mine.text_encoder, "text_encoder.ema");
-  SampleOptions options;
-  options.steps = 4;
-  options.guidance = 3.0;
-  torch::manual_seed(6);
-  options.initial_latents = torch::randn({2, 4, 8, 8});
-  io::save_safetensors((root / "lora_latents.safetensors").string(), {{"latents", options.initial_latents}});
+  const SampleOptions options = four_steps_from({2, 4, 8, 8}, 6, root / "lora_latents.safetensors");
   const std::vector<std::string> prompts = {"a red square, number 1", "a blue square"};
   const torch::Tensor ours = sample(mine, prompts, options).latents;
   const fs::path out = root / "lora_sample.safetensors";
@@ -951,12 +957,7 @@ TEST(TextualInversionTest, OnlyTheConceptTrainsAndItsFileSamplesAsDiffusersLoads
 
   Pipeline p = load_pipeline((root / "pipe").string());
   EXPECT_EQ(load_textual_inversion(p, file.string()), "<tiny-cat>");
-  SampleOptions options;
-  options.steps = 4;
-  options.guidance = 3.0;
-  torch::manual_seed(5);
-  options.initial_latents = torch::randn({2, 4, 8, 8});
-  io::save_safetensors((root / "ti_latents.safetensors").string(), {{"latents", options.initial_latents}});
+  const SampleOptions options = four_steps_from({2, 4, 8, 8}, 5, root / "ti_latents.safetensors");
   const Samples mine = sample(p, {"a photo of <tiny-cat>", "<tiny-cat> on a mat"}, options);
   const torch::Tensor theirs = python_output("embedding_sample " + (root / "pipe").string() + " " + file.string() + " " +
                                                  (root / "ti_latents.safetensors").string(),
@@ -999,14 +1000,9 @@ TEST(TextualInversionTest, AnSdxlConceptTrainsInBothEncodersAndSamplesAsDiffuser
   const io::SafetensorsFile exported = io::load_safetensors(file.string());
   EXPECT_TRUE(torch::equal(*exported.find("clip_l"), *saved.find("rows")) && torch::equal(*exported.find("clip_g"), *saved.find("rows_2")));
   EXPECT_EQ(load_textual_inversion(p, file.string(), "<tiny-cat>"), "<tiny-cat>");
-  SampleOptions options;
-  options.steps = 4;
-  options.guidance = 3.0;
+  SampleOptions options = four_steps_from({2, 4, 8, 12}, 5, root / "ti_latents.safetensors");
   options.height = 16;
   options.width = 24;
-  torch::manual_seed(5);
-  options.initial_latents = torch::randn({2, 4, 8, 12});
-  io::save_safetensors((root / "ti_latents.safetensors").string(), {{"latents", options.initial_latents}});
   const Samples mine = sample(p, {"a photo of <tiny-cat>", "<tiny-cat> on a mat"}, options);
   const fs::path out = root / "ti_out.safetensors";
   const testing::PythonRun run = testing::run_python_reference(
