@@ -65,13 +65,9 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
         train::build(recipe(), config_, {runtime ? train::Purpose::train : train::Purpose::evaluate, options});
     pipeline.unet = unet.model;
     if (runtime) train::checkpoint_from_config(config_, pipeline.unet->sites, kUNetCheckpointedBlocks);
-    const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
-    const int64_t channels = pipeline.vae->config.in_channels;
-    std::unique_ptr<io::ImageDataset> train = open_captioned_images(config_, true, channels, side);  // the training set's
-    std::unique_ptr<io::ImageDataset> val = open_captioned_images(config_, false, channels, side);   // problems first
-    auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
+    std::unique_ptr<DiffusionTask> task = make_diffusion_task(config_, settings_, std::move(pipeline), options.device);
     if (unet.deferred) task->defer_unet_weights(std::move(unet.deferred));
-    if (settings_.dreambooth.prior_preservation()) task->preserve_prior(class_images(runtime, options.device, channels, side));
+    if (settings_.dreambooth.prior_preservation()) task->preserve_prior(class_images(runtime, options.device, *task));
     if (settings_.text_encoder_lora) task->train_text_encoders(text_encoder_lora_spec(*train::lora_spec(config_)), settings_.train.seed + 1);
     return task;
   }
@@ -86,7 +82,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
     line << ", " << model_size().parameters / 1e6 << "M parameters, latents " << p.vae->config.latent_channels << "x" << u.sample_size
          << "x" << u.sample_size << " (" << u.sample_size * p.vae_scale() << " px); "
          << (p.sdxl() ? "SDXL: both text encoders and the VAE frozen; " : "text encoder and VAE frozen; ")
-         << task.steps_per_epoch() << " steps per epoch";
+         << (task.buckets().empty() ? "" : std::to_string(task.buckets().size()) + " aspect-ratio buckets; ") << task.steps_per_epoch()
+         << " steps per epoch";
     return line.str();
   }
 
@@ -162,8 +159,7 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
   }
   // DreamBooth's class images at the training size, made first where the folder lacks some (by a run of one
   // process, or `kuafu-sd classes`: ranks would each make them).
-  std::unique_ptr<io::ImageDataset> class_images(const train::Runtime* runtime, const torch::Device& device, int64_t channels,
-                                                 int64_t side) const {
+  std::unique_ptr<io::ImageDataset> class_images(const train::Runtime* runtime, const torch::Device& device, DiffusionTask& task) const {
     const DreamBoothSettings& d = settings_.dreambooth;
     if (const int64_t have = count_class_images(d); have < d.class_images) {
       if (runtime && runtime->world->size() > 1) {
@@ -173,7 +169,8 @@ class SdApp : public train::ModelApp<UNet2DCondition> {
       }
       make_class_images(settings_, device);
     }
-    return open_class_images(config_, channels, side);
+    const Pipeline& p = task.pipeline();
+    return open_class_images(config_, p.vae->config.in_channels, p.unet->config.sample_size * p.vae_scale(), task.buckets());
   }
   std::string component_folder(const std::string& name) const { return (std::filesystem::path(settings_.pipeline) / name).string(); }
   std::string unet_folder() const { return component_folder("unet"); }

@@ -27,7 +27,7 @@ torch::Tensor diffusion_row_losses(UNet2DCondition& unet, const NoiseSchedule& s
                                    double min_snr_gamma = 0);
 
 // DreamBooth's objective with prior preservation (train_dreambooth.py): the instance rows and the class rows
-// (as many) in one UNet call; the instance rows' mean (Min-SNR-weighted when γ > 0) plus `prior_weight` × the
+// (as many) in one UNet call (two when aspect buckets give them other shapes); the instance rows' mean (Min-SNR-weighted when γ > 0) plus `prior_weight` × the
 // class rows' plain mean (the script weights the prior term by nothing else).
 torch::Tensor prior_preservation_loss(UNet2DCondition& unet, const NoiseSchedule& schedule, const DiffusionInputs& instance,
                                       const DiffusionInputs& prior, double prior_weight, double min_snr_gamma = 0);

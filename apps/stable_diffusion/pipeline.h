@@ -52,6 +52,8 @@ struct Pipeline {
   // [n, D1] and (SDXL) [n, D2]; undefined when none was added.
   torch::Tensor added_token_rows, added_token_rows_2;
   int64_t vae_scale() const { return vae->config.scale_factor(); }  // pixels per latent
+  // Pixels an image's sides must divide by: the VAE's factor times the UNet's downsamplings.
+  int64_t size_multiple() const { return vae_scale() << (unet->config.block_out_channels.size() - 1); }
   bool sdxl() const { return !text_encoder_2.is_empty(); }
 };
 

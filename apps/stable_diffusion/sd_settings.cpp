@@ -93,7 +93,25 @@ config::Schema sd_schema() {
                "the shorter side resized to the resolution, then the square cut at the center or, in training, anywhere "
                "(random): diffusers' --center_crop or its default RandomCrop")
       .choices({"center", "random"});
+  s.add_bool("buckets.enable", false, "aspect-ratio bucketing (kohya's --enable_bucket): each image resized to cover the bucket "
+                                      "nearest its aspect ratio and cut to it (nothing cut when they agree), each step's images "
+                                      "from one bucket; augment.crop then says where the cut lies");
+  s.add_int("buckets.step", 64, "bucket sides are multiples of this many pixels (and of the pipeline's VAE and UNet factors)").min(1);
+  s.add_int("buckets.min_side", 0, "the shortest bucket side in pixels; 0 = half the training resolution").min(0);
+  s.add_int("buckets.max_side", 0, "the longest bucket side in pixels; 0 = twice the training resolution").min(0);
   return s;
+}
+
+std::vector<io::ImageSize> sd_buckets(const BucketSettings& b, int64_t resolution, int64_t multiple) {
+  if (!b.enabled) return {};
+  KUAFU_CHECK(b.step % multiple == 0, "buckets.step = ", b.step, " is not a multiple of ", multiple,
+              ", the pixels this pipeline's image sides divide by (its VAE's factor times its UNet's downsamplings)");
+  io::BucketSpec spec;
+  spec.resolution = resolution;
+  spec.step = b.step;
+  spec.min_side = b.min_side > 0 ? b.min_side : std::max(b.step, resolution / 2 / b.step * b.step);
+  spec.max_side = b.max_side > 0 ? b.max_side : 2 * resolution / b.step * b.step;
+  return io::aspect_buckets(spec);
 }
 
 SdSettings read_sd_settings(const config::Config& config) {
@@ -156,6 +174,11 @@ SdSettings read_sd_settings(const config::Config& config) {
     config.fail_at("dreambooth.class_prompt", "is empty; prior preservation captions (and makes) its class images with it");
   }
   if (d.prior_preservation() && s.trained == "vae") config.fail_at("dreambooth.class_data", "is for the UNet's training, not the VAE's");
+  s.buckets.enabled = config.get_bool("buckets.enable");
+  s.buckets.step = config.get_int("buckets.step");
+  s.buckets.min_side = config.get_int("buckets.min_side");
+  s.buckets.max_side = config.get_int("buckets.max_side");
+  if (s.buckets.enabled && s.trained == "vae") config.fail_at("buckets.enable", "= true is for the UNet's training; the VAE trains on squares");
   s.samples.prompts = config.get_string_list("sample.prompts");
   s.samples.options.steps = config.get_int("sample.steps");
   s.samples.options.guidance = config.get_float("sample.guidance");
@@ -189,7 +212,7 @@ namespace {
 
 // The images of `key`'s folder or file (`format`: data.format's choices).
 std::unique_ptr<io::ImageDataset> open_images(const config::Config& config, const std::string& key, const std::string& format, bool train,
-                                              int64_t channels, int64_t size) {
+                                              int64_t channels, int64_t size, const std::vector<io::ImageSize>& buckets) {
   io::ImageSetSpec spec;
   spec.format = format;
   spec.path = config.get_string(key);
@@ -204,6 +227,7 @@ std::unique_ptr<io::ImageDataset> open_images(const config::Config& config, cons
   t.channels = static_cast<int>(channels);
   t.square_crop = true;  // as diffusers' scripts: never stretched to the square
   t.random_square_crop = train && config.get_string("augment.crop") == "random";
+  t.buckets = buckets;
   t.flip = config.get_bool("augment.flip");
   t.mean.assign(static_cast<size_t>(channels), 0.5f);  // to [−1, 1], the VAE's range
   t.std.assign(static_cast<size_t>(channels), 0.5f);
@@ -232,12 +256,14 @@ std::unique_ptr<io::ImageDataset> open_images(const config::Config& config, cons
 
 }  // namespace
 
-std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size) {
-  return open_images(config, train ? "data.train" : "data.val", config.get_string("data.format"), train, channels, size);
+std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size,
+                                                        const std::vector<io::ImageSize>& buckets) {
+  return open_images(config, train ? "data.train" : "data.val", config.get_string("data.format"), train, channels, size, buckets);
 }
 
-std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size) {
-  return open_images(config, "dreambooth.class_data", "folder", /*train=*/true, channels, size);
+std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size,
+                                                    const std::vector<io::ImageSize>& buckets) {
+  return open_images(config, "dreambooth.class_data", "folder", /*train=*/true, channels, size, buckets);
 }
 
 }  // namespace kuafu::sd

@@ -59,6 +59,19 @@ struct DreamBoothSettings {
   bool prior_preservation() const { return !class_data.empty(); }
 };
 
+// buckets.*: aspect-ratio bucketing (kohya-ss sd-scripts' --enable_bucket): each image is resized to cover the
+// bucket (a size of about the training resolution's area) nearest its aspect ratio and cut to it, nothing cut
+// when the ratios agree; every step's batch holds the images of one bucket.
+struct BucketSettings {
+  bool enabled = false;
+  int64_t step = 64;      // sides are multiples of it (and of the pipeline's size_multiple)
+  int64_t min_side = 0;   // 0: half the resolution (to a step)
+  int64_t max_side = 0;   // 0: twice the resolution
+};
+// The buckets of `b` for a pipeline training at `resolution` pixels whose sides must divide by `multiple` (none
+// when off). kuafu::Error naming the buckets.* key that allows none.
+std::vector<io::ImageSize> sd_buckets(const BucketSettings& b, int64_t resolution, int64_t multiple);
+
 // sample.*: images sampled at each evaluation, on the moving average where there is one.
 struct TrainingSamples {
   std::vector<std::string> prompts;  // none: no samples
@@ -75,6 +88,7 @@ struct SdSettings {
   VaeTrainingSettings vae;
   TextualInversionSettings textual_inversion;
   DreamBoothSettings dreambooth;
+  BucketSettings buckets;
   train::TrainSettings train;
   std::vector<std::string> class_captions;  // data.class_captions: a caption per label for sets without captions
 };
@@ -85,15 +99,18 @@ SdSettings read_sd_settings(const config::Config& config);
 nn::LoraSpec text_encoder_lora_spec(const nn::LoraSpec& unet);
 
 // The training (`train`) or evaluation set of data.*, as `channels` × `size`² images in [−1, 1] (the
-// VAE's input). An image without a caption is captioned data.class_captions[label], else its class's name.
-// Fails naming the key when a file or folder is missing or malformed or its channels are not `channels`.
+// VAE's input), or each in its bucket of `buckets` (sd_buckets). An image without a caption is captioned
+// data.class_captions[label], else its class's name. Fails naming the key when a file or folder is missing or
+// malformed or its channels are not `channels`.
 // Items [begin, end) in consecutive chunks of at most `chunk`, each handed to `use` as its item list.
 void for_each_chunk(int64_t begin, int64_t end, int64_t chunk, const std::function<void(const std::vector<size_t>& items)>& use);
 // Rank `rank` of `ranks`'s share [begin, end) of the first `limit` (0: all) of `size` evaluation items.
 std::pair<int64_t, int64_t> evaluation_share(int64_t size, int64_t limit, int rank, int ranks);
 
-std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size);
+std::unique_ptr<io::ImageDataset> open_captioned_images(const config::Config& config, bool train, int64_t channels, int64_t size,
+                                                        const std::vector<io::ImageSize>& buckets = {});
 // DreamBooth's class images (dreambooth.class_data, a folder of one sub-folder per class), as the training set's.
-std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size);
+std::unique_ptr<io::ImageDataset> open_class_images(const config::Config& config, int64_t channels, int64_t size,
+                                                    const std::vector<io::ImageSize>& buckets = {});
 
 }  // namespace kuafu::sd

@@ -91,11 +91,7 @@ class TextualInversionApp : public train::ModelApp<LearnedTokens> {
     } catch (const Error& e) {
       config_.fail_at("textual_inversion.token", e.what());
     }
-    const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
-    const int64_t channels = pipeline.vae->config.in_channels;
-    std::unique_ptr<io::ImageDataset> train = open_captioned_images(config_, true, channels, side);
-    std::unique_ptr<io::ImageDataset> val = open_captioned_images(config_, false, channels, side);
-    auto task = std::make_unique<DiffusionTask>(std::move(pipeline), settings_, std::move(train), std::move(val), options.device);
+    std::unique_ptr<DiffusionTask> task = make_diffusion_task(config_, settings_, std::move(pipeline), options.device);
     task->train_tokens(tokens.model, t.token, t.templates);
     return task;
   }

@@ -2,11 +2,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 
 #include "core/nn/lora.h"
 #include "core/util/error.h"
+#include "core/util/logging.h"
 #include "core/util/seed_mix.h"
 
 namespace kuafu::sd {
@@ -16,12 +19,14 @@ namespace {
 enum Stream : int64_t { kRowDraws = 1, kAugment = 2, kEvalDraws = 3, kClassDraws = 4, kClassItem = 5, kClassAugment = 6 };
 
 // train_text_to_image_sdxl.py's time ids [rows, 6] (float, `options`): each image's original height and width, the
-// top-left corner of its crop in the resized image, and the training size, `size` × `size` pixels.
-torch::Tensor training_time_ids(const std::vector<io::ImagePlacement>& placements, int64_t size, const torch::TensorOptions& options) {
+// top-left corner of its crop in the resized image, and the training size, `height` × `width` pixels (the square, or
+// the rows' aspect bucket as kohya's sd-scripts give it).
+torch::Tensor training_time_ids(const std::vector<io::ImagePlacement>& placements, int64_t height, int64_t width,
+                                const torch::TensorOptions& options) {
   std::vector<double> ids;
   for (const io::ImagePlacement& p : placements) {
     ids.insert(ids.end(), {static_cast<double>(p.original_height), static_cast<double>(p.original_width), static_cast<double>(p.top),
-                           static_cast<double>(p.left), static_cast<double>(size), static_cast<double>(size)});
+                           static_cast<double>(p.left), static_cast<double>(height), static_cast<double>(width)});
   }
   return torch::tensor(ids, options.dtype(torch::kFloat64)).view({static_cast<int64_t>(placements.size()), 6}).to(options);
 }
@@ -48,12 +53,84 @@ RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<in
 DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique_ptr<io::ImageDataset> train,
                              std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
     : pipeline_(std::move(pipeline)), settings_(std::move(settings)), schedule_(pipeline_.scheduler.config), train_(std::move(train)),
-      val_(std::move(val)), order_(train_->size(), settings_.train.batch_size, settings_.train.seed), device_(device) {
+      val_(std::move(val)), device_(device) {
   const int64_t side = pipeline_.unet->config.sample_size;
   latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
+  buckets_ = sd_buckets(settings_.buckets, side * pipeline_.vae_scale(), pipeline_.size_multiple());
+  if (buckets_.empty()) {
+    order_.emplace(train_->size(), settings_.train.batch_size, settings_.train.seed);
+  } else {
+    train_groups_ = groups_of(*train_);
+    grouped_.emplace(train_groups_, settings_.train.batch_size, settings_.train.seed);
+    std::map<int64_t, int64_t> counts;
+    for (const int64_t group : train_groups_) counts[group] += group >= 0;
+    std::string line;
+    for (const auto& [group, count] : counts) {
+      if (group < 0) continue;
+      const io::ImageSize& bucket = buckets_[static_cast<size_t>(group)];
+      line += " " + std::to_string(bucket.width) + "x" + std::to_string(bucket.height) + ": " + std::to_string(count);
+    }
+    log::infof("aspect-ratio buckets (width x height: training images):", line);
+  }
+  val_groups_ = groups_of(*val_);
   train::freeze(*pipeline_.text_encoder);
   if (pipeline_.sdxl()) train::freeze(*pipeline_.text_encoder_2);
   train::freeze(*pipeline_.vae);
+}
+
+std::vector<int64_t> DiffusionTask::groups_of(io::ImageDataset& set) const {
+  if (buckets_.empty()) return std::vector<int64_t>(static_cast<size_t>(set.size()), 0);
+  std::vector<int64_t> groups;
+  for (const io::ImageSize& size : set.image_sizes()) {
+    groups.push_back(size.height > 0 ? static_cast<int64_t>(io::nearest_bucket(buckets_, size)) : -1);
+  }
+  return groups;
+}
+
+std::vector<int64_t> DiffusionTask::latent_shape(int64_t group) const {
+  if (buckets_.empty()) return latent_shape_;
+  const io::ImageSize& bucket = buckets_.at(static_cast<size_t>(group));
+  return {latent_shape_[0], bucket.height / pipeline_.vae_scale(), bucket.width / pipeline_.vae_scale()};
+}
+
+void DiffusionTask::for_each_bucket_chunk(const std::vector<size_t>& items, const std::vector<int64_t>& groups, int64_t chunk,
+                                          const std::function<void(const std::vector<size_t>&, int64_t)>& use) const {
+  std::map<int64_t, std::vector<size_t>> by_group;
+  std::vector<int64_t> order;  // the groups in order of first appearance
+  for (const size_t item : items) {
+    const int64_t group = groups.at(item);
+    if (group < 0) continue;
+    if (by_group[group].empty()) order.push_back(group);
+    by_group[group].push_back(item);
+  }
+  chunk = std::max<int64_t>(1, chunk);
+  for (const int64_t group : order) {
+    const std::vector<size_t>& members = by_group[group];
+    for (size_t first = 0; first < members.size(); first += static_cast<size_t>(chunk)) {
+      use({members.begin() + static_cast<int64_t>(first), members.begin() + static_cast<int64_t>(std::min(members.size(), first + chunk))},
+          group);
+    }
+  }
+}
+
+void DiffusionTask::preserve_prior(std::unique_ptr<io::ImageDataset> classes) {
+  classes_ = std::move(classes);
+  class_pools_.clear();
+  const std::vector<int64_t> groups = groups_of(*classes_);
+  for (size_t item = 0; item < groups.size(); ++item) {
+    if (groups[item] < 0) continue;
+    class_pools_[groups[item]].group = groups[item];
+    class_pools_[groups[item]].items.push_back(item);
+  }
+  KUAFU_CHECK(!class_pools_.empty(), "DreamBooth: no class image could be read");
+  const auto largest = std::max_element(class_pools_.begin(), class_pools_.end(),
+                                        [](const auto& a, const auto& b) { return a.second.items.size() < b.second.items.size(); });
+  class_pools_[-1] = largest->second;
+}
+
+const DiffusionTask::ClassPool& DiffusionTask::class_pool(int64_t group) const {
+  const auto found = class_pools_.find(group);
+  return found != class_pools_.end() ? found->second : class_pools_.at(-1);
 }
 
 void DiffusionTask::train_tokens(LearnedTokens tokens, const std::string& token, const std::vector<std::string>& templates) {
@@ -150,23 +227,29 @@ PromptEmbeddings DiffusionTask::encode_text(const std::vector<std::string>& capt
 
 void DiffusionTask::fill_cache() {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> moments, texts, pooled;
-  cached_placements_.clear();
-  cached_captions_.clear();
-  for_each_chunk(0, train_->size(), settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
+  const auto n = static_cast<size_t>(train_->size());
+  cached_moments_.assign(n, torch::Tensor());
+  cached_text_.assign(n, PromptEmbeddings());
+  cached_placements_.assign(n, io::ImagePlacement());
+  cached_captions_.assign(n, std::string());
+  std::vector<size_t> all(n);
+  std::iota(all.begin(), all.end(), size_t{0});
+  const std::vector<int64_t> groups = buckets_.empty() ? groups_of(*train_) : train_groups_;
+  for_each_bucket_chunk(all, groups, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items, int64_t) {
     const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
-    cached_placements_.insert(cached_placements_.end(), batch.placements.begin(), batch.placements.end());
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
-    moments.push_back(torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32));  // [b, 2C, h, w]
+    const torch::Tensor moments = torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32);  // [b, 2C, h, w]
     const std::vector<std::string> captions = captions_of(batch, *train_);
-    cached_captions_.insert(cached_captions_.end(), captions.begin(), captions.end());
-    if (text_in_graph()) return;  // encoded anew every step
-    const PromptEmbeddings e = encode_text(captions);
-    texts.push_back(e.text);
-    if (e.pooled.defined()) pooled.push_back(e.pooled);
+    const PromptEmbeddings text = text_in_graph() ? PromptEmbeddings() : encode_text(captions);  // else encoded anew every step
+    for (size_t k = 0; k < items.size(); ++k) {
+      const size_t item = items[k];
+      const auto row = static_cast<int64_t>(k);
+      cached_moments_[item] = moments[row];
+      cached_placements_[item] = batch.placements[k];
+      cached_captions_[item] = captions[k];
+      if (text.text.defined()) cached_text_[item] = {text.text[row], text.pooled.defined() ? text.pooled[row] : torch::Tensor()};
+    }
   });
-  cached_moments_ = torch::cat(moments);
-  if (!texts.empty()) cached_text_ = {torch::cat(texts), pooled.empty() ? torch::Tensor() : torch::cat(pooled)};
 }
 
 DiffusionInputs DiffusionTask::inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train,
@@ -184,17 +267,19 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
   std::vector<std::string> image_captions;     // each row's, when the text is encoded in the graph (below)
   const bool text_in_graph = this->text_in_graph();
   if (&set == train_.get() && settings_.diffusion.cache) {
-    if (!cached_moments_.defined()) fill_cache();
-    const torch::Tensor index = torch::tensor(std::vector<int64_t>(items.begin(), items.end())).to(device_);
-    const std::vector<torch::Tensor> parts = cached_moments_.index_select(0, index).chunk(2, 1);
-    posterior = {parts[0], parts[1]};
-    for (const size_t item : items) placements.push_back(cached_placements_.at(item));
-    if (text_in_graph) {
-      for (const size_t item : items) image_captions.push_back(cached_captions_.at(item));
-    } else {
-      text.text = cached_text_.text.index_select(0, index);
-      if (cached_text_.pooled.defined()) text.pooled = cached_text_.pooled.index_select(0, index);
+    if (cached_moments_.empty()) fill_cache();
+    std::vector<torch::Tensor> moments, texts, pooled;
+    for (const size_t item : items) {
+      moments.push_back(cached_moments_.at(item));
+      placements.push_back(cached_placements_.at(item));
+      image_captions.push_back(cached_captions_.at(item));
+      if (text_in_graph) continue;
+      texts.push_back(cached_text_.at(item).text);
+      if (cached_text_[item].pooled.defined()) pooled.push_back(cached_text_[item].pooled);
     }
+    const std::vector<torch::Tensor> parts = torch::stack(moments).chunk(2, 1);
+    posterior = {parts[0], parts[1]};
+    if (!text_in_graph) text = {torch::stack(texts), pooled.empty() ? torch::Tensor() : torch::stack(pooled)};
   } else {
     const io::ImageTensors batch = io::batch_replacing_unreadable(set, items, train, augment_seed);
     const auto encoded = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
@@ -229,7 +314,8 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
   in.latents = posterior.sample(torch::stack(posterior_noise).to(device_)) * pipeline_.vae->config.scaling_factor;  // [B, C, h, w]
   in.text = text.text;
   if (pipeline_.sdxl()) {
-    in.added = {text.pooled, training_time_ids(placements, in.latents.size(2) * pipeline_.vae_scale(), text.text.options())};
+    const int64_t scale = pipeline_.vae_scale();
+    in.added = {text.pooled, training_time_ids(placements, in.latents.size(2) * scale, in.latents.size(3) * scale, text.text.options())};
   }
   in.noise = torch::stack(noise).to(device_);
   in.timesteps = torch::tensor(timesteps).to(device_);
@@ -237,20 +323,24 @@ DiffusionInputs DiffusionTask::inputs_from(io::ImageDataset& set, bool train, co
 }
 
 std::map<std::string, torch::Tensor> DiffusionTask::losses(int64_t step, int64_t first_row, int64_t rows) {
-  const std::vector<size_t> items = order_.rows(step, first_row, rows);
+  const int64_t group = grouped_ ? grouped_->group(step) : 0;
+  const std::vector<size_t> items = grouped_ ? grouped_->rows(step, first_row, rows) : order_->rows(step, first_row, rows);
+  const std::vector<int64_t> shape = latent_shape(group);
   std::vector<RowDraws> draws;
   for (int64_t r = 0; r < rows; ++r) {
-    draws.push_back(draw_row(settings_.train.seed, step, first_row + r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
+    draws.push_back(draw_row(settings_.train.seed, step, first_row + r, shape, schedule_.train_timesteps(), settings_.diffusion));
   }
   const uint64_t seed = settings_.train.seed;
   const DiffusionInputs in = inputs(items, draws, /*train=*/true, mix_seed(seed, step, 0, kAugment));
   if (!classes_) return with_text_encoders({{trained_name(), diffusion_loss(pipeline_.unet, schedule_, in, settings_.diffusion.min_snr_gamma)}});
   // Prior preservation: row r's class image and draws, from (seed, step, r) as its own.
+  const ClassPool& pool = class_pool(group);
+  const std::vector<int64_t> class_shape = latent_shape(pool.group);
   std::vector<size_t> class_items;
   std::vector<RowDraws> class_draws;
   for (int64_t r = first_row; r < first_row + rows; ++r) {
-    class_items.push_back(static_cast<size_t>(mix_seed(seed, step, r, kClassItem) % static_cast<uint64_t>(classes_->size())));
-    class_draws.push_back(draw_row(mix_seed(seed, 0, 0, kClassDraws), step, r, latent_shape_, schedule_.train_timesteps(), settings_.diffusion));
+    class_items.push_back(pool.items[mix_seed(seed, step, r, kClassItem) % pool.items.size()]);
+    class_draws.push_back(draw_row(mix_seed(seed, 0, 0, kClassDraws), step, r, class_shape, schedule_.train_timesteps(), settings_.diffusion));
   }
   const DiffusionInputs prior = inputs_from(*classes_, /*train=*/true, class_items, class_draws, mix_seed(seed, step, 0, kClassAugment));
   return with_text_encoders({{trained_name(), prior_preservation_loss(pipeline_.unet, schedule_, in, prior,
@@ -273,10 +363,12 @@ train::LossSum DiffusionTask::evaluate(int rank, int ranks) {
   DiffusionSettings plain;  // no caption dropout; the same noise offset as training
   plain.noise_offset = settings_.diffusion.noise_offset;
   train::LossSum sums;
-  for_each_chunk(begin, end, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items) {
+  std::vector<size_t> share;
+  for (int64_t i = begin; i < end; ++i) share.push_back(static_cast<size_t>(i));
+  for_each_bucket_chunk(share, val_groups_, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items, int64_t group) {
     std::vector<RowDraws> draws;
     for (const size_t i : items) {
-      draws.push_back(draw_row(settings_.train.seed, -kEvalDraws, static_cast<int64_t>(i), latent_shape_, schedule_.train_timesteps(), plain));
+      draws.push_back(draw_row(settings_.train.seed, -kEvalDraws, static_cast<int64_t>(i), latent_shape(group), schedule_.train_timesteps(), plain));
     }
     const DiffusionInputs in = inputs(items, draws, /*train=*/false, 0);
     sums.loss_sum += diffusion_row_losses(pipeline_.unet, schedule_, in).sum().item<double>();
@@ -309,6 +401,25 @@ void DiffusionTask::after_evaluation(int64_t step, const std::string& out_dir, b
 double DiffusionTask::flops_per_item() const {
   const UNetConfig& c = pipeline_.unet->config;
   return 3 * c.forward_flops(c.sample_size, c.sample_size, pipeline_.tokenizer.max_length());  // forward + backward
+}
+
+std::unique_ptr<DiffusionTask> make_diffusion_task(const config::Config& config, const SdSettings& settings, Pipeline pipeline,
+                                                   const torch::Device& device) {
+  const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
+  const int64_t channels = pipeline.vae->config.in_channels;
+  std::vector<io::ImageSize> buckets;
+  if (settings.buckets.enabled && settings.buckets.step % pipeline.size_multiple() != 0) {
+    config.fail_at("buckets.step", std::to_string(settings.buckets.step) + " is not a multiple of " + std::to_string(pipeline.size_multiple()) +
+                                       ", the pixels this pipeline's image sides divide by (its VAE's factor times its UNet's downsamplings)");
+  }
+  try {
+    buckets = sd_buckets(settings.buckets, side, pipeline.size_multiple());
+  } catch (const Error& e) {
+    config.fail_at("buckets.enable", e.what());
+  }
+  std::unique_ptr<io::ImageDataset> train = open_captioned_images(config, true, channels, side, buckets);  // the training set's
+  std::unique_ptr<io::ImageDataset> val = open_captioned_images(config, false, channels, side, buckets);   // problems first
+  return std::make_unique<DiffusionTask>(std::move(pipeline), settings, std::move(train), std::move(val), device);
 }
 
 }  // namespace kuafu::sd

@@ -8,6 +8,8 @@
 // row's loss is the same whichever rank or micro-batch computes it and a resumed run goes on exactly.
 #pragma once
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,16 +54,19 @@ class DiffusionTask : public train::RunTask {
   double flops_per_item() const override;
   int64_t items_per_row() const override { return 1; }
   std::string item_name() const override { return "images"; }
-  int64_t steps_per_epoch() const override { return order_.steps_per_epoch(); }
+  int64_t steps_per_epoch() const override { return grouped_ ? grouped_->steps_per_epoch() : order_->steps_per_epoch(); }
   std::vector<std::string> checkpoint_keys() const override { return {"model.", "diffusion."}; }
 
   Pipeline& pipeline() { return pipeline_; }
+  // buckets.*'s aspect-ratio buckets, which the sets were opened with (none: every image the training square).
+  const std::vector<io::ImageSize>& buckets() const { return buckets_; }
   // The UNet is left described for the sharded strategy (memory.strategy zero1, zero2, gemini), which
   // fills its chunks from `weights` (train/lazy_model.h).
   void defer_unet_weights(DeferredWeights weights) { unet_weights_ = std::move(weights); }
   // DreamBooth's prior preservation: each row paired with an image of `classes` (drawn from the seed, step and
   // row), captioned dreambooth.class_prompt, its plain squared error added at dreambooth.prior_loss_weight.
-  void preserve_prior(std::unique_ptr<io::ImageDataset> classes) { classes_ = std::move(classes); }
+  // With buckets, a row draws among the class images of its step's bucket, else of the bucket holding the most.
+  void preserve_prior(std::unique_ptr<io::ImageDataset> classes);
   // LoRA on the text encoder(s) too (`spec`'s layers, adapters drawn from `seed`): each encoder is then a trained
   // model of the run ("text_encoder", "text_encoder_2") and the captions are encoded in the graph.
   void train_text_encoders(const nn::LoraSpec& spec, uint64_t seed);
@@ -74,6 +79,19 @@ class DiffusionTask : public train::RunTask {
   DiffusionInputs inputs(const std::vector<size_t>& items, const std::vector<RowDraws>& draws, bool train, uint64_t augment_seed);
 
  private:
+  // Each item of `set`'s bucket (its index in buckets_; -1 for an unreadable image), all 0 without buckets.
+  std::vector<int64_t> groups_of(io::ImageDataset& set) const;
+  // The latents' shape [C, h, w] of bucket `group` (without buckets: the training square's).
+  std::vector<int64_t> latent_shape(int64_t group) const;
+  // `items` (those of a bucket, -1 left out) in chunks of at most `chunk`, each chunk's items of one bucket.
+  void for_each_bucket_chunk(const std::vector<size_t>& items, const std::vector<int64_t>& groups, int64_t chunk,
+                             const std::function<void(const std::vector<size_t>& items, int64_t group)>& use) const;
+  // The class images a row of a step in bucket `group` draws from (preserve_prior), and their bucket.
+  struct ClassPool {
+    int64_t group = 0;
+    std::vector<size_t> items;
+  };
+  const ClassPool& class_pool(int64_t group) const;
   // The objective's inputs for items of `set`; in training (`train`) augmented (flips, random crops) from
   // `augment_seed`, and trained text encoded with gradients.
   DiffusionInputs inputs_from(io::ImageDataset& set, bool train, const std::vector<size_t>& items, const std::vector<RowDraws>& draws,
@@ -96,19 +114,28 @@ class DiffusionTask : public train::RunTask {
   NoiseSchedule schedule_;
   std::unique_ptr<io::ImageDataset> train_, val_;
   std::unique_ptr<io::ImageDataset> classes_;  // DreamBooth's class images, else null
-  io::EpochOrder order_;
+  std::vector<io::ImageSize> buckets_;           // buckets.* (none: off)
+  std::optional<io::EpochOrder> order_;          // without buckets
+  std::optional<io::GroupedEpochOrder> grouped_;  // with buckets: each step's images of one bucket
+  std::vector<int64_t> train_groups_, val_groups_;  // [N]: each image's bucket (groups_of)
+  std::map<int64_t, ClassPool> class_pools_;  // by bucket; -1: for a bucket without class images
   torch::Device device_;
   DeferredWeights unet_weights_;
   LearnedTokens tokens_{nullptr};        // textual inversion's trained rows, else null
   bool text_encoder_lora_ = false;       // the text encoders' adapters train
   std::string token_;                          // the concept's
   std::vector<std::string> concept_captions_;  // the templates with the concept's token (none: the images' captions)
-  std::vector<int64_t> latent_shape_;  // [C, h, w]
+  std::vector<int64_t> latent_shape_;  // [C, h, w] of the training square
   PromptEmbeddings empty_caption_;     // [1, M, D] (SDXL: and [1, P]), the encoding dropped captions get
-  torch::Tensor cached_moments_;       // [N, 2C, h, w] float32 (diffusion.cache)
-  PromptEmbeddings cached_text_;       // [N, M, D] (SDXL: and [N, P]) (diffusion.cache; none when the text is in the graph)
+  std::vector<torch::Tensor> cached_moments_;  // [N] of [2C, h, w] float32 (diffusion.cache; h, w each image's bucket's)
+  std::vector<PromptEmbeddings> cached_text_;  // [N] of [M, D] (SDXL: and [P]) (diffusion.cache; none when the text is in the graph)
   std::vector<io::ImagePlacement> cached_placements_;  // [N] (diffusion.cache)
   std::vector<std::string> cached_captions_;           // [N] (diffusion.cache)
 };
+
+// The task on `pipeline` with data.*'s training and evaluation sets, opened at the pipeline's resolution or in
+// buckets.*'s buckets (a bad buckets.* key is named).
+std::unique_ptr<DiffusionTask> make_diffusion_task(const config::Config& config, const SdSettings& settings, Pipeline pipeline,
+                                                   const torch::Device& device);
 
 }  // namespace kuafu::sd

@@ -28,4 +28,62 @@ std::vector<size_t> EpochOrder::rows(int64_t step, int64_t first_row, int64_t ro
   return {order_.begin() + first, order_.begin() + first + rows};
 }
 
+GroupedEpochOrder::GroupedEpochOrder(std::vector<int64_t> group_of_item, int64_t global_batch, uint64_t seed)
+    : global_batch_(global_batch), seed_(seed) {
+  KUAFU_CHECK(global_batch > 0, "a global batch must hold at least one row, found ", global_batch);
+  for (size_t item = 0; item < group_of_item.size(); ++item) {
+    const int64_t group = group_of_item[item];
+    if (group < 0) continue;
+    if (static_cast<size_t>(group) >= members_.size()) members_.resize(static_cast<size_t>(group) + 1);
+    members_[static_cast<size_t>(group)].push_back(item);
+  }
+  for (const std::vector<size_t>& members : members_) {
+    steps_per_epoch_ += (static_cast<int64_t>(members.size()) + global_batch - 1) / global_batch;
+  }
+  KUAFU_CHECK(steps_per_epoch_ > 0, "no item of the set can be seen: each of its ", group_of_item.size(), " lies in no group");
+}
+
+void GroupedEpochOrder::shuffle_epoch(int64_t epoch) {
+  std::mt19937_64 rng(seed_ * 7919ull + static_cast<uint64_t>(epoch));
+  batches_.clear();
+  batch_groups_.clear();
+  for (size_t group = 0; group < members_.size(); ++group) {
+    std::vector<size_t> order = members_[group];
+    if (order.empty()) continue;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t first = 0; first < order.size(); first += static_cast<size_t>(global_batch_)) {
+      std::vector<size_t> batch;
+      for (size_t k = 0; k < static_cast<size_t>(global_batch_); ++k) batch.push_back(order[(first + k) % order.size()]);
+      batches_.push_back(std::move(batch));
+      batch_groups_.push_back(static_cast<int64_t>(group));
+    }
+  }
+  std::vector<size_t> permutation(batches_.size());
+  std::iota(permutation.begin(), permutation.end(), size_t{0});
+  std::shuffle(permutation.begin(), permutation.end(), rng);
+  std::vector<std::vector<size_t>> batches;
+  std::vector<int64_t> groups;
+  for (const size_t p : permutation) {
+    batches.push_back(std::move(batches_[p]));
+    groups.push_back(batch_groups_[p]);
+  }
+  batches_ = std::move(batches);
+  batch_groups_ = std::move(groups);
+  epoch_ = epoch;
+}
+
+int64_t GroupedEpochOrder::group(int64_t step) {
+  KUAFU_CHECK(step >= 0, "step ", step, " is negative");
+  if (step / steps_per_epoch_ != epoch_) shuffle_epoch(step / steps_per_epoch_);
+  return batch_groups_[static_cast<size_t>(step % steps_per_epoch_)];
+}
+
+std::vector<size_t> GroupedEpochOrder::rows(int64_t step, int64_t first_row, int64_t rows) {
+  KUAFU_CHECK(first_row >= 0 && rows >= 0 && first_row + rows <= global_batch_, "rows [", first_row, ", ", first_row + rows,
+              ") lie outside a global batch of ", global_batch_);
+  group(step);  // shuffles the step's epoch
+  const std::vector<size_t>& batch = batches_[static_cast<size_t>(step % steps_per_epoch_)];
+  return {batch.begin() + first_row, batch.begin() + first_row + rows};
+}
+
 }  // namespace kuafu::io

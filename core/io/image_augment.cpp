@@ -23,7 +23,7 @@ cv::Mat to_output_channels(const cv::Mat& image, int channels) {
   return converted;
 }
 
-// Writes a size x size 8-bit image as normalised CHW floats, through a per-channel table of the 256
+// Writes an 8-bit image as normalised CHW floats, through a per-channel table of the 256
 // possible values (exact at 0 and 255, so outputs stay within [(0 - mean) / std, (1 - mean) / std]).
 void write_chw(const cv::Mat& image, const ImageTransform& t, float* out) {
   const int c_count = t.channels;
@@ -31,11 +31,11 @@ void write_chw(const cv::Mat& image, const ImageTransform& t, float* out) {
   for (int c = 0; c < c_count; ++c) {
     for (int v = 0; v < 256; ++v) table[c * 256 + v] = (static_cast<float>(v) / 255.0f - t.mean[c]) / t.std[c];
   }
-  const size_t plane = static_cast<size_t>(t.size) * t.size;
-  for (int y = 0; y < t.size; ++y) {
+  const size_t plane = static_cast<size_t>(image.rows) * image.cols;
+  for (int y = 0; y < image.rows; ++y) {
     const uint8_t* row = image.ptr<uint8_t>(y);
-    float* out_row = out + static_cast<size_t>(y) * t.size;
-    for (int x = 0; x < t.size; ++x) {
+    float* out_row = out + static_cast<size_t>(y) * image.cols;
+    for (int x = 0; x < image.cols; ++x) {
       for (int c = 0; c < c_count; ++c) out_row[c * plane + x] = table[c * 256 + row[x * c_count + c]];
     }
   }
@@ -84,34 +84,48 @@ void check_transform(const ImageTransform& t) {
               "image transform: mean and std need ", t.channels, " values (one per channel), found ", t.mean.size(),
               " and ", t.std.size());
   for (float s : t.std) KUAFU_CHECK(s > 0, "image transform: std values must be positive, found ", s);
+  KUAFU_CHECK(t.buckets.empty() || t.square_crop, "image transform: aspect-ratio buckets need square_crop's resize and cut");
+  for (const ImageSize& b : t.buckets) {
+    KUAFU_CHECK(b.height > 0 && b.width > 0, "image transform: a bucket of ", b.width, "x", b.height, " pixels");
+  }
+}
+
+ImageSize output_size(const ImageTransform& t, ImageSize source) {
+  if (t.buckets.empty()) return {t.size, t.size};
+  return t.buckets[nearest_bucket(t.buckets, source)];
 }
 
 namespace {
 
-// `source` with its shorter side resized to `shorter`, the longer keeping the aspect ratio (truncated, as
-// torchvision's Resize does).
-cv::Mat resized_shorter_side(const cv::Mat& source, int shorter) {
-  const bool wide = source.cols >= source.rows;
-  const int64_t longer = static_cast<int64_t>(shorter) * (wide ? source.cols : source.rows) / (wide ? source.rows : source.cols);
-  const cv::Size target = wide ? cv::Size(static_cast<int>(longer), shorter) : cv::Size(shorter, static_cast<int>(longer));
+// `source` resized, keeping its aspect ratio, to the smallest size that covers `target`: one side meets the
+// target's, the other is truncated as torchvision's Resize does (never below the target's). For a square target,
+// the shorter side resized to it.
+cv::Mat resized_to_cover(const cv::Mat& source, ImageSize target) {
+  const bool wider = static_cast<int64_t>(source.cols) * target.height >= static_cast<int64_t>(source.rows) * target.width;
+  const cv::Size size = wider ? cv::Size(static_cast<int>(target.height * source.cols / source.rows), static_cast<int>(target.height))
+                              : cv::Size(static_cast<int>(target.width), static_cast<int>(target.width * source.rows / source.cols));
   cv::Mat resized;
-  cv::resize(source, resized, target, 0, 0, cv::INTER_LINEAR);
+  cv::resize(source, resized, size, 0, 0, cv::INTER_LINEAR);
   return resized;
 }
+
+cv::Mat resized_shorter_side(const cv::Mat& source, int shorter) { return resized_to_cover(source, {shorter, shorter}); }
 
 // torchvision's CenterCrop offset: round((length - size) / 2), halves to even as Python's round.
 int centred(int length, int size) { return static_cast<int>(std::nearbyint((length - size) / 2.0)); }
 
-// diffusers' preparation (ImageTransform::square_crop): resize, flip in training, cut the square.
+// diffusers' preparation (ImageTransform::square_crop): resize, flip in training, cut the square (or the bucket).
 ImagePlacement square_crop(const cv::Mat& source, const ImageTransform& t, std::mt19937_64* training_rng, float* out) {
-  cv::Mat resized = resized_shorter_side(source, t.size);
+  const ImageSize target = output_size(t, {source.rows, source.cols});
+  const int height = static_cast<int>(target.height), width = static_cast<int>(target.width);
+  cv::Mat resized = resized_to_cover(source, target);
   if (training_rng && t.flip && std::bernoulli_distribution(0.5)(*training_rng)) cv::flip(resized, resized, 1);
-  int top = centred(resized.rows, t.size), left = centred(resized.cols, t.size);
+  int top = centred(resized.rows, height), left = centred(resized.cols, width);
   if (training_rng && t.random_square_crop) {
-    top = std::uniform_int_distribution<int>(0, resized.rows - t.size)(*training_rng);
-    left = std::uniform_int_distribution<int>(0, resized.cols - t.size)(*training_rng);
+    top = std::uniform_int_distribution<int>(0, resized.rows - height)(*training_rng);
+    left = std::uniform_int_distribution<int>(0, resized.cols - width)(*training_rng);
   }
-  write_chw(resized(cv::Rect(left, top, t.size, t.size)), t, out);
+  write_chw(resized(cv::Rect(left, top, width, height)), t, out);
   return {source.rows, source.cols, top, left};
 }
 

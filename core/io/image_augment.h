@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "core/io/aspect_buckets.h"
+
 namespace kuafu::io {
 
 struct ImageTransform {
@@ -22,7 +24,14 @@ struct ImageTransform {
   // or in training anywhere when random_square_crop (RandomCrop).
   bool square_crop = false;
   bool random_square_crop = false;
+  // Aspect-ratio buckets (with square_crop): each image is resized to cover the bucket nearest its aspect ratio
+  // (nearest_bucket) instead of the size × size square, then cut to it the same way; nothing is cut when the
+  // ratios agree.
+  std::vector<ImageSize> buckets;
 };
+
+// The output's height and width for a source image of `source` pixels: its bucket, else size × size.
+ImageSize output_size(const ImageTransform& t, ImageSize source);
 
 // Where a transformed image came from: the source image's size, and the top-left corner of the square cut
 // from it as resized (0, 0 for a random-resized crop): SDXL's original_size and crops_coords_top_left.
@@ -36,8 +45,8 @@ struct ImagePlacement {
 // Throws kuafu::Error naming the bad field (sizes, ranges, mean/std length vs channels).
 void check_transform(const ImageTransform& t);
 
-// `image`: 8-bit gray, BGR or BGRA (cv::imread's order). Writes t.channels * t.size * t.size floats
-// (channel-major, channels in RGB order) to `out`: ((pixel / 255) - mean[c]) / std[c]. Returns where the
+// `image`: 8-bit gray, BGR or BGRA (cv::imread's order). Writes t.channels * height * width floats (the
+// output_size; channel-major, channels in RGB order) to `out`: ((pixel / 255) - mean[c]) / std[c]. Returns where the
 // output came from.
 ImagePlacement train_transform(const cv::Mat& image, const ImageTransform& t, std::mt19937_64& rng, float* out);
 ImagePlacement eval_transform(const cv::Mat& image, const ImageTransform& t, float* out);

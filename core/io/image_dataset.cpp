@@ -43,11 +43,16 @@ class ArrayDataset : public ImageDataset {
     return names;
   }
 
+  std::vector<ImageSize> image_sizes() override {
+    return std::vector<ImageSize>(static_cast<size_t>(size()), ImageSize{array_.shape[1], array_.shape[2]});
+  }
+
   ImageTensors batch(const std::vector<size_t>& items, bool train, uint64_t seed) override {
-    const int64_t n = static_cast<int64_t>(items.size()), s = transform_.size, c = transform_.channels;
-    torch::Tensor pixels = torch::empty({n, c, s, s}, host_.dtype(torch::kFloat32));
-    torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     const int64_t height = array_.shape[1], width = array_.shape[2], channels = stored_channels();
+    const ImageSize out_size = output_size(transform_, {height, width});  // every stored image's size is the same
+    const int64_t n = static_cast<int64_t>(items.size()), c = transform_.channels;
+    torch::Tensor pixels = torch::empty({n, c, out_size.height, out_size.width}, host_.dtype(torch::kFloat32));
+    torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     const size_t image_bytes = static_cast<size_t>(height * width * channels);
     float* out = pixels.data_ptr<float>();
     int64_t* label_out = labels.data_ptr<int64_t>();
@@ -63,7 +68,7 @@ class ArrayDataset : public ImageDataset {
         cv::Mat image = stored;  // the transforms take OpenCV's order
         if (channels == 3) cv::cvtColor(stored, image, cv::COLOR_RGB2BGR);
         if (channels == 4) cv::cvtColor(stored, image, cv::COLOR_RGBA2BGRA);
-        float* target = out + k * c * s * s;
+        float* target = out + k * c * out_size.height * out_size.width;
         const auto row = static_cast<size_t>(k);
         if (train) {
           std::mt19937_64 rng(item_seed(seed, item));
@@ -99,10 +104,11 @@ class FolderDataset : public ImageDataset {
   int64_t size() const override { return static_cast<int64_t>(loader_.size()); }
   int64_t stored_channels() const override { return 0; }
   std::vector<std::string> class_names() const override { return loader_.index().classes; }
+  std::vector<ImageSize> image_sizes() override { return loader_.image_sizes(); }
   ImageTensors batch(const std::vector<size_t>& items, bool train, uint64_t seed) override {
     ImageBatch decoded = loader_.load(items, train, seed);
-    const int64_t n = static_cast<int64_t>(decoded.labels.size()), s = loader_.transform().size;
-    torch::Tensor pixels = torch::empty({n, loader_.transform().channels, s, s}, host_.dtype(torch::kFloat32));
+    const int64_t n = static_cast<int64_t>(decoded.labels.size());
+    torch::Tensor pixels = torch::empty({n, loader_.transform().channels, decoded.height, decoded.width}, host_.dtype(torch::kFloat32));
     pixels.copy_(torch::from_blob(decoded.pixels.data(), pixels.sizes()));
     torch::Tensor labels = torch::empty({n}, host_.dtype(torch::kInt64));
     labels.copy_(torch::from_blob(decoded.labels.data(), {n}, torch::kInt64));
@@ -153,6 +159,9 @@ ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<siz
   std::vector<std::optional<std::string>> captions;
   std::vector<ImagePlacement> placements;
   const auto size = static_cast<size_t>(set.size());
+  // Replacements take the batch's image shape [C, H, W] (its aspect bucket, where the set has buckets).
+  std::vector<int64_t> shape;
+  if (!batch.kept.empty()) shape = batch.pixels[0].sizes().vec();
   for (size_t i = 0; i < items.size(); ++i) {
     if (row_of[i] >= 0) {
       pixels.push_back(batch.pixels[row_of[i]]);
@@ -162,10 +171,12 @@ ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<siz
       continue;
     }
     ImageTensors replacement;
-    for (size_t next = (items[i] + 1) % size; replacement.kept.empty(); next = (next + 1) % size) {
-      KUAFU_CHECK(next != items[i], "no image of the set could be read");  // the loader's limit stops this first
+    const auto fits = [&shape](const ImageTensors& r) { return !r.kept.empty() && (shape.empty() || r.pixels[0].sizes().vec() == shape); };
+    for (size_t next = (items[i] + 1) % size; !fits(replacement); next = (next + 1) % size) {
+      KUAFU_CHECK(next != items[i], "no image of the set could be read in this batch's shape ", shape);  // the loader's limit stops this first
       replacement = set.batch({next}, train, seed);
     }
+    if (shape.empty()) shape = replacement.pixels[0].sizes().vec();
     pixels.push_back(replacement.pixels[0]);
     labels.push_back(replacement.labels[0]);
     captions.push_back(replacement.captions[0]);

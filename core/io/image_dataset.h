@@ -27,7 +27,7 @@ struct ImageSetSpec {
 };
 
 struct ImageTensors {
-  torch::Tensor pixels;  // [n, C, S, S] float32, normalised
+  torch::Tensor pixels;  // [n, C, H, W] float32, normalised (H = W = the transform's size, or the images' aspect bucket)
   torch::Tensor labels;  // [n] int64 (n may be short of the request when unreadable images were skipped)
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
   std::vector<size_t> kept;  // [n]: each row's position among the requested items (0..n-1 when none was skipped)
@@ -40,14 +40,18 @@ class ImageDataset {
   virtual int64_t size() const = 0;
   // Channels stored per image (1, 3 or 4) for arrays; 0 for folders, decoded to the transform's.
   virtual int64_t stored_channels() const = 0;
-  // Items `items`, augmented (from `seed` and each item's index) when `train`, else centre-cropped.
+  // Items `items`, augmented (from `seed` and each item's index) when `train`, else centre-cropped. With
+  // aspect-ratio buckets (transform.buckets) the items must share one (kuafu::Error otherwise).
   virtual ImageTensors batch(const std::vector<size_t>& items, bool train, uint64_t seed) = 0;
+  // Every image's size as decoded, {0, 0} for an unreadable one (a folder decodes all once to know them).
+  virtual std::vector<ImageSize> image_sizes() = 0;
   // Class names: a folder's class list, else "0", "1", ...
   virtual std::vector<std::string> class_names() const = 0;
 };
 
 // The images of `items`, one row each (kept = 0..n-1): an unreadable image (skipped and counted by a
-// folder's loader, up to data.max_corrupt_images) is replaced by the next readable one of the set, so
+// folder's loader, up to data.max_corrupt_images) is replaced by the next readable one of the set (of the
+// same aspect bucket), so
 // that each row keeps the draws made for it, a micro-batch its size and a cache its order.
 ImageTensors batch_replacing_unreadable(ImageDataset& set, const std::vector<size_t>& items, bool train, uint64_t seed);
 

@@ -39,6 +39,66 @@ int64_t ImageFolderLoader::corrupt_count() const {
   return static_cast<int64_t>(corrupt_.size());
 }
 
+void ImageFolderLoader::on_threads(size_t n, const std::function<void(size_t)>& work) const {
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (size_t k = next++; k < n; k = next++) {
+      try {
+        work(k);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  const size_t workers = std::min(static_cast<size_t>(threads_), n);
+  if (workers <= 1) {
+    worker();
+  } else {
+    std::vector<std::thread> pool;
+    for (size_t w = 0; w < workers; ++w) pool.emplace_back(worker);
+    for (auto& thread : pool) thread.join();
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+void ImageFolderLoader::count_unreadable(size_t item) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!corrupt_.insert(item).second) return;
+  last_corrupt_ = index_.items[item].path;
+  log::warnf("skipping unreadable image ", last_corrupt_, " (", corrupt_.size(), " so far, data.max_corrupt_images = ", max_corrupt_, ")");
+}
+
+void ImageFolderLoader::check_corrupt_limit() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  KUAFU_CHECK(static_cast<int64_t>(corrupt_.size()) <= max_corrupt_, "too many unreadable images: ", corrupt_.size(),
+              " skipped so far (latest: ", last_corrupt_, "), more than the limit of ", max_corrupt_,
+              "; fix or remove them, or raise data.max_corrupt_images");
+}
+
+const std::vector<ImageSize>& ImageFolderLoader::image_sizes() {
+  if (!sizes_.empty() || index_.items.empty()) return sizes_;
+  std::vector<ImageSize> sizes(index_.items.size());
+  std::vector<uint8_t> unreadable(sizes.size(), 0);
+  const int flags = transform_.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
+  on_threads(sizes.size(), [&](size_t k) {
+    try {
+      const cv::Mat image = cv::imread(index_.items[k].path, flags);
+      if (!image.empty()) sizes[k] = {image.rows, image.cols};
+    } catch (const cv::Exception&) {  // some codecs throw on damaged data instead of returning empty
+    }
+    unreadable[k] = sizes[k].height == 0;
+  });
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    if (unreadable[k]) count_unreadable(k);
+  }
+  check_corrupt_limit();
+  sizes_ = std::move(sizes);
+  return sizes_;
+}
+
 ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train, uint64_t seed) {
   const size_t n = items.size();
   std::vector<Outcome> outcome(n, Outcome::kOk);
@@ -51,81 +111,59 @@ ImageBatch ImageFolderLoader::load(const std::vector<size_t>& items, bool train,
     }
   }
 
-  const size_t plane = static_cast<size_t>(transform_.channels) * transform_.size * transform_.size;
-  ImageBatch batch;
-  batch.pixels.resize(n * plane);
-  std::vector<ImagePlacement> placements(n);  // per slot, compacted with the pixels
+  // Each slot decodes into its own buffer: with aspect-ratio buckets, its size is known only once decoded.
+  std::vector<std::vector<float>> pixels(n);
+  std::vector<ImageSize> sizes(n);
+  std::vector<ImagePlacement> placements(n);
   const int flags = transform_.channels == 1 ? cv::IMREAD_GRAYSCALE : cv::IMREAD_COLOR;
-
-  // Workers take slots from a shared counter; each writes only its own slot.
-  std::atomic<size_t> next{0};
-  std::exception_ptr failure;
-  std::mutex failure_mutex;
-  auto work = [&] {
-    for (size_t k = next++; k < n; k = next++) {
-      if (outcome[k] == Outcome::kKnownCorrupt) continue;
-      try {
-        const cv::Mat image = cv::imread(index_.items[items[k]].path, flags);
-        if (image.empty()) {
-          outcome[k] = Outcome::kCorrupt;
-          continue;
-        }
-        float* out = batch.pixels.data() + k * plane;
-        if (train) {
-          std::mt19937_64 rng(mix(seed ^ mix(items[k])));
-          placements[k] = train_transform(image, transform_, rng, out);
-        } else {
-          placements[k] = eval_transform(image, transform_, out);
-        }
-      } catch (const cv::Exception&) {
-        outcome[k] = Outcome::kCorrupt;  // some codecs throw on damaged data instead of returning empty
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(failure_mutex);
-        if (!failure) failure = std::current_exception();
+  on_threads(n, [&](size_t k) {
+    if (outcome[k] == Outcome::kKnownCorrupt) return;
+    try {
+      const cv::Mat image = cv::imread(index_.items[items[k]].path, flags);
+      if (image.empty()) {
+        outcome[k] = Outcome::kCorrupt;
+        return;
       }
+      sizes[k] = output_size(transform_, {image.rows, image.cols});
+      pixels[k].resize(static_cast<size_t>(transform_.channels * sizes[k].height * sizes[k].width));
+      if (train) {
+        std::mt19937_64 rng(mix(seed ^ mix(items[k])));
+        placements[k] = train_transform(image, transform_, rng, pixels[k].data());
+      } else {
+        placements[k] = eval_transform(image, transform_, pixels[k].data());
+      }
+    } catch (const cv::Exception&) {
+      outcome[k] = Outcome::kCorrupt;  // some codecs throw on damaged data instead of returning empty
     }
-  };
-  const size_t workers = std::min(static_cast<size_t>(threads_), n);
-  if (workers <= 1) {
-    work();
-  } else {
-    std::vector<std::thread> pool;
-    for (size_t w = 0; w < workers; ++w) pool.emplace_back(work);
-    for (auto& thread : pool) thread.join();
-  }
-  if (failure) std::rethrow_exception(failure);
+  });
 
-  // Compact the decoded slots to the front, keeping the requested order.
-  size_t kept = 0;
-  int64_t corrupt_total = 0;
-  std::string last_corrupt;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t k = 0; k < n; ++k) {
-      const auto& item = index_.items[items[k]];
-      if (outcome[k] == Outcome::kOk) {
-        if (kept != k) std::copy_n(batch.pixels.begin() + k * plane, plane, batch.pixels.begin() + kept * plane);
-        batch.labels.push_back(item.label);
-        batch.captions.push_back(item.caption);
-        batch.kept.push_back(k);
-        batch.placements.push_back(placements[k]);
-        ++kept;
-        continue;
-      }
+  // The decoded slots in the requested order.
+  ImageBatch batch;
+  for (size_t k = 0; k < n; ++k) {
+    const auto& item = index_.items[items[k]];
+    if (outcome[k] != Outcome::kOk) {
       batch.skipped.push_back(item.path);
-      if (outcome[k] == Outcome::kCorrupt && corrupt_.insert(items[k]).second) {
-        log::warnf("skipping unreadable image ", item.path, " (", corrupt_.size(),
-                   " so far, data.max_corrupt_images = ", max_corrupt_, ")");
-        last_corrupt_ = item.path;
-      }
+      if (outcome[k] == Outcome::kCorrupt) count_unreadable(items[k]);
+      continue;
     }
-    corrupt_total = static_cast<int64_t>(corrupt_.size());
-    last_corrupt = last_corrupt_;
+    if (batch.kept.empty()) {
+      batch.height = sizes[k].height;
+      batch.width = sizes[k].width;
+    }
+    KUAFU_CHECK((sizes[k] == ImageSize{batch.height, batch.width}), "image loader: ", item.path, " falls in the ", sizes[k].width, "x",
+                sizes[k].height, " aspect bucket, ", index_.items[items[batch.kept.front()]].path, " of the same batch in the ",
+                batch.width, "x", batch.height, " one; a batch's images must share one");
+    batch.pixels.insert(batch.pixels.end(), pixels[k].begin(), pixels[k].end());
+    batch.labels.push_back(item.label);
+    batch.captions.push_back(item.caption);
+    batch.kept.push_back(k);
+    batch.placements.push_back(placements[k]);
   }
-  batch.pixels.resize(kept * plane);
-  KUAFU_CHECK(corrupt_total <= max_corrupt_, "too many unreadable images: ", corrupt_total,
-              " skipped so far (latest: ", last_corrupt, "), more than the limit of ", max_corrupt_,
-              "; fix or remove them, or raise data.max_corrupt_images");
+  if (batch.kept.empty()) {
+    batch.height = transform_.size;
+    batch.width = transform_.size;
+  }
+  check_corrupt_limit();
   return batch;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -15,7 +16,8 @@
 namespace kuafu::io {
 
 struct ImageBatch {
-  std::vector<float> pixels;         // [n, channels, size, size], n = labels.size()
+  std::vector<float> pixels;         // [n, channels, height, width], n = labels.size()
+  int64_t height = 0, width = 0;     // the images' output size (transform.size, or their aspect bucket)
   std::vector<int64_t> labels;       // [n]
   std::vector<std::optional<std::string>> captions;  // [n]: each image's caption, when it has one
   std::vector<size_t> kept;          // [n]: each decoded image's position among the requested items
@@ -33,7 +35,11 @@ class ImageFolderLoader {
   // transform when `train`, else the eval one. Item i's augmentation depends only on (seed, i), not
   // on the thread count or its position in the batch. Throws kuafu::Error for an item index out of
   // range, or once more than max_corrupt distinct images have proved unreadable.
+  // With aspect-ratio buckets (transform.buckets), kuafu::Error when the decoded images fall in different buckets.
   ImageBatch load(const std::vector<size_t>& items, bool train, uint64_t seed);
+  // Every item's size as decoded ({0, 0} for an unreadable one, counted as load counts it), decoding the whole
+  // folder once on the loader's threads; then kept.
+  const std::vector<ImageSize>& image_sizes();
 
   const ImageFolderIndex& index() const { return index_; }
   const ImageTransform& transform() const { return transform_; }
@@ -41,6 +47,12 @@ class ImageFolderLoader {
   int64_t corrupt_count() const;
 
  private:
+  // work(k) for every k in [0, n) on up to `threads_` threads; the first exception is rethrown.
+  void on_threads(size_t n, const std::function<void(size_t)>& work) const;
+  // Records item `item` as unreadable (warned once); kuafu::Error past max_corrupt_.
+  void count_unreadable(size_t item);
+  void check_corrupt_limit() const;
+
   ImageFolderIndex index_;
   ImageTransform transform_;
   int threads_;
@@ -48,6 +60,7 @@ class ImageFolderLoader {
   mutable std::mutex mutex_;  // guards corrupt_ and last_corrupt_
   std::set<size_t> corrupt_;  // items known to be unreadable: not decoded again, not warned again
   std::string last_corrupt_;
+  std::vector<ImageSize> sizes_;  // image_sizes(), once read
 };
 
 }  // namespace kuafu::io

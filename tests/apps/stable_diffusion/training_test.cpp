@@ -500,6 +500,95 @@ TEST(DiffusionTrainingTest, AnSdxlPipelineTakesTheSerialStepsUnderEveryStrategy)
                                               "memory.activation_checkpointing=true"}));
 }
 
+// Aspect-ratio buckets on the SDXL pipeline (16 px; sides divide by 4): buckets.step = 4 gives 32x8 ... 8x32. Items
+// 0 and 1 (blue/1, blue/3) are 40 x 24 (width x height), 20x12's ratio: trained whole, uncut, their time ids
+// (24, 40, 0, 0, 12, 20) as kohya gives a bucket's; item 4 (red/0) 12 x 36 is 8x24's; the other five stay in the
+// square. In batches of 4: 1 + 1 + 2 steps an epoch, each of one bucket, every image seen. The cache gives the
+// uncached losses; the evaluation takes its images in their buckets; DreamBooth's square class images go beside
+// a wide step's rows; a step the pipeline cannot take is named.
+TEST(DiffusionTaskTest, BucketsTrainEachImageWholeInItsAspectBucket) {
+  const fs::path root = test_root();
+  prepare(root);
+  for (const char* name : {"blue/1.png", "blue/3.png"}) {
+    io::write_png((root / "images/train" / name).string(), io::RgbImage{40, 24, std::vector<uint8_t>(40 * 24 * 3, 90)});
+  }
+  io::write_png((root / "images/train/red/0.png").string(), io::RgbImage{12, 36, std::vector<uint8_t>(12 * 36 * 3, 200)});
+  io::write_png((root / "images/val/blue/1.png").string(), io::RgbImage{40, 24, std::vector<uint8_t>(40 * 24 * 3, 60)});
+  const fs::path sdxl = testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe";
+  const std::vector<std::string> bucketed = {"model.pipeline=\"" + sdxl.string() + "\"", "buckets.enable=true", "buckets.step=4"};
+  std::unique_ptr<train::App> app;
+  auto task = serial_task(tiny_config(root, "run", bucketed), app);
+  ASSERT_EQ(task->buckets(), (std::vector<io::ImageSize>{{32, 8}, {28, 8}, {24, 8}, {20, 12}, {16, 16}, {12, 20}, {8, 24}, {8, 28}, {8, 32}}));
+  ASSERT_EQ(task->steps_per_epoch(), 4);
+  torch::NoGradGuard no_grad;
+  const std::vector<RowDraws> wide_draws = {draw_row(1, 0, 0, {4, 6, 10}, 1000, DiffusionSettings{}),
+                                            draw_row(1, 0, 1, {4, 6, 10}, 1000, DiffusionSettings{})};
+  const DiffusionInputs wide = task->inputs({0, 1}, wide_draws, true, 0);
+  EXPECT_EQ(wide.latents.sizes(), (std::vector<int64_t>{2, 4, 6, 10}));
+  EXPECT_EQ(testing::max_abs_difference(wide.added.time_ids, torch::tensor({24.0, 40.0, 0.0, 0.0, 12.0, 20.0}).repeat({2, 1})), 0.0);
+  const DiffusionInputs tall = task->inputs({4}, {draw_row(1, 0, 0, {4, 12, 4}, 1000, DiffusionSettings{})}, true, 0);
+  EXPECT_EQ(testing::max_abs_difference(tall.added.time_ids, torch::tensor({36.0, 12.0, 0.0, 0.0, 24.0, 8.0}).view({1, 6})), 0.0);
+
+  std::unique_ptr<train::App> cached_app;
+  auto cached = serial_task(tiny_config(root, "run", joined(bucketed, {"diffusion.cache=true"})), cached_app);
+  for (int64_t step = 0; step < 4; ++step) {
+    const double a = task->losses(step, 0, 4).at("unet").item<double>(), b = cached->losses(step, 0, 4).at("unet").item<double>();
+    EXPECT_TRUE(std::isfinite(a)) << step;
+    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << step;
+  }
+  const train::LossSum eval = task->evaluate(0, 1);
+  EXPECT_EQ(eval.count, 4.0);
+  EXPECT_TRUE(std::isfinite(eval.loss_sum));
+
+  fs::create_directories(root / "classes/class");
+  for (int n = 0; n < 2; ++n) {
+    io::write_png((root / "classes/class" / (std::to_string(n) + ".png")).string(), io::RgbImage{16, 16, std::vector<uint8_t>(16 * 16 * 3, 40)});
+    std::ofstream(root / "classes/class" / (std::to_string(n) + ".txt")) << "a square";
+  }
+  const std::vector<std::string> dreambooth = {"dreambooth.class_data=\"" + (root / "classes").string() + "\"",
+                                               "dreambooth.class_prompt=\"a square\"", "dreambooth.class_images=2"};
+  for (const double weight : {0.0, 1.0}) {
+    std::unique_ptr<train::App> prior_app;
+    auto prior = serial_task(tiny_config(root, "run", joined(bucketed, joined(dreambooth, {"dreambooth.prior_loss_weight=" + std::to_string(weight)}))),
+                             prior_app);
+    for (int64_t step = 0; step < 4; ++step) {
+      const double with_prior = prior->losses(step, 0, 4).at("unet").item<double>(), plain = task->losses(step, 0, 4).at("unet").item<double>();
+      if (weight == 0) {
+        EXPECT_NEAR(with_prior, plain, 1e-6 * plain) << "step " << step;
+      } else {
+        EXPECT_GT(with_prior, plain) << "step " << step;
+      }
+    }
+  }
+  std::unique_ptr<train::App> bad_app;
+  const std::string error = testing::expected_error([&] { serial_task(tiny_config(root, "run", joined(bucketed, {"buckets.step=6"})), bad_app); });
+  EXPECT_TRUE(testing::Contains(error, "buckets.step"));
+  EXPECT_TRUE(testing::Contains(error, "6 is not a multiple of 4"));
+  const std::string sides = testing::expected_error([&] { serial_task(tiny_config(root, "run", joined(bucketed, {"buckets.min_side=20"})), bad_app); });
+  EXPECT_TRUE(testing::Contains(sides, "buckets.min_side (20) <= the resolution (16)"));
+}
+
+// Aspect-ratio buckets (two wide images, one tall, five square; buckets.step = 4) under activation checkpointing and
+// 2-rank Gloo data parallelism take the serial run's 3 SGD steps: each step's rows share one bucket, whichever rank
+// or micro-batch holds them.
+TEST(DiffusionTrainingTest, BucketedTrainingTakesTheSerialStepsUnderCheckpointingAndDataParallelism) {
+  const fs::path root = test_root();
+  const std::vector<std::string> bucketed = {"buckets.enable=true", "buckets.step=4", "augment.crop=\"random\"", "augment.flip=true"};
+  if (!testing::is_worker()) {
+    prepare(root);
+    for (const char* name : {"blue/1.png", "blue/3.png"}) {
+      io::write_png((root / "images/train" / name).string(), io::RgbImage{40, 24, std::vector<uint8_t>(40 * 24 * 3, 90)});
+    }
+    io::write_png((root / "images/train/red/0.png").string(), io::RgbImage{12, 30, std::vector<uint8_t>(12 * 30 * 3, 200)});
+    train_serial_and_checkpointed(root, bucketed);
+    testing::run_test_on_ranks(2, 300);
+    ASSERT_GT(unet_grad_norms(root / "serial").at(0), 0.0);
+    for (const char* run : {"checkpointed", "data"}) expect_same_steps(root, run, "serial");
+    return;
+  }
+  train_on_ranks(tiny_config(root, "data", joined(bucketed, {"train.micro_batch_size=1"})));
+}
+
 // The UNet's output on fixed inputs (saved as `inputs` for the Python side): [2, 4, 8, 8].
 struct UNetProbe {
   torch::Tensor sample, timesteps, text;

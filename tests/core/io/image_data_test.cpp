@@ -306,16 +306,22 @@ TEST_F(ImageDataTest, EvalTransformTakesTheCentreColumnsInRgbOrder) {
   for (int y = 0; y < 4; ++y) EXPECT_FLOAT_EQ(out[y * 4 + 1], (20 * (y + 4) + 5) / 255.0f);
 }
 
-// diffusers' preparation (ImageTransform::square_crop): the shorter side resized to `size`, the longer keeping the
-// aspect ratio, and the square cut at the centre, rounded as torchvision's CenterCrop (halves to even), or in training
-// with random_square_crop anywhere; the placement says where it cut.
-TEST_F(ImageDataTest, SquareCropResizesTheShorterSideAndSaysWhereItCut) {
+// diffusers' preparation of `size` px without flips, the output the pixels / 255 (mean 0, std 1).
+ImageTransform unflipped_square_crop(int size) {
   ImageTransform t;
-  t.size = 5;
+  t.size = size;
   t.mean = {0, 0, 0};
   t.std = {1, 1, 1};
   t.flip = false;
   t.square_crop = true;
+  return t;
+}
+
+// diffusers' preparation (ImageTransform::square_crop): the shorter side resized to `size`, the longer keeping the
+// aspect ratio, and the square cut at the centre, rounded as torchvision's CenterCrop (halves to even), or in training
+// with random_square_crop anywhere; the placement says where it cut.
+TEST_F(ImageDataTest, SquareCropResizesTheShorterSideAndSaysWhereItCut) {
+  ImageTransform t = unflipped_square_crop(5);
   // 10 x 32, value 8 * column in blue: halved to 5 x 16 (columns 16x + 4), whose centre 5 start at round(5.5) = 6.
   cv::Mat image(10, 32, CV_8UC3, cv::Scalar::all(0));
   for (int y = 0; y < 10; ++y)
@@ -373,6 +379,62 @@ TEST_F(ImageDataTest, GrayTransformWritesOneChannel) {
   EXPECT_TRUE(Contains(expected_error([&] { eval_transform(gray, t, eval.data()); }), "mean and std need 1 values"));
 }
 
+// ---------------------------------------------------------------------------------- aspect buckets
+
+// kohya's default list for 512 px (steps of 64, sides 256 to 1024), worked by hand: for each width w, the tallest
+// height of the step with w × h <= 512² and within the sides, and the same on its side; tallest first.
+TEST_F(ImageDataTest, AspectBucketsAreKohyasListForTheResolution) {
+  const std::vector<ImageSize> expected = {{1024, 256}, {960, 256}, {896, 256}, {832, 256}, {768, 320}, {704, 320},
+                                           {640, 384},  {576, 448}, {512, 512}, {448, 576}, {384, 640}, {320, 704},
+                                           {320, 768},  {256, 832}, {256, 896}, {256, 960}, {256, 1024}};
+  const std::vector<ImageSize> buckets = aspect_buckets({512, 64, 256, 1024});
+  EXPECT_EQ(buckets, expected);
+  for (const ImageSize& b : buckets) EXPECT_LE(b.height * b.width, 512 * 512);
+  // Nearest by log ratio: 1000 x 1500 (0.667) is 384 x 640's (0.6) before 448 x 576's (0.778); 2:1 is 704 x 320's
+  // (2.2) before 640 x 384's (1.67); a square is the square; a panorama the widest.
+  EXPECT_EQ(buckets[nearest_bucket(buckets, {1500, 1000})], (ImageSize{640, 384}));
+  EXPECT_EQ(buckets[nearest_bucket(buckets, {500, 1000})], (ImageSize{320, 704}));
+  EXPECT_EQ(buckets[nearest_bucket(buckets, {77, 77})], (ImageSize{512, 512}));
+  EXPECT_EQ(buckets[nearest_bucket(buckets, {100, 2000})], (ImageSize{256, 1024}));
+  EXPECT_TRUE(Contains(expected_error([] { aspect_buckets({512, 64, 200, 1024}); }), "buckets.min_side (200)"));
+  EXPECT_TRUE(Contains(expected_error([] { aspect_buckets({512, 64, 576, 1024}); }), "<= the resolution (512)"));
+  EXPECT_TRUE(Contains(expected_error([] { nearest_bucket({{8, 8}}, {0, 5}); }), "no aspect ratio"));
+}
+
+// At 16 px in steps of 4 (sides 8 to 32) the buckets are 32x8 ... 8x32 (height x width). A 10 x 30 image has
+// 8 x 24's ratio: resized whole, nothing cut. A 10 x 20 image is 12 x 20's: resized to cover it (12 x 24), the
+// centre 20 columns cut from column round(4 / 2) = 2.
+TEST_F(ImageDataTest, BucketedTransformResizesToTheNearestBucketAndCutsNothingWhenItFits) {
+  ImageTransform t = unflipped_square_crop(16);
+  t.buckets = aspect_buckets({16, 4, 8, 32});
+  EXPECT_EQ(t.buckets, (std::vector<ImageSize>{{32, 8}, {28, 8}, {24, 8}, {20, 12}, {16, 16}, {12, 20}, {8, 24}, {8, 28}, {8, 32}}));
+  const cv::Mat fits = noise_image(10, 30);
+  ASSERT_EQ(output_size(t, {10, 30}), (ImageSize{8, 24}));
+  std::vector<float> out(3 * 8 * 24);
+  std::mt19937_64 rng(3);
+  t.random_square_crop = true;  // nothing to move: the cut is the whole
+  EXPECT_EQ(train_transform(fits, t, rng, out.data()), (ImagePlacement{10, 30, 0, 0}));
+  cv::Mat whole;
+  cv::resize(fits, whole, cv::Size(24, 8), 0, 0, cv::INTER_LINEAR);
+  for (int y = 0; y < 8; ++y) {
+    for (int x = 0; x < 24; ++x) {
+      // Channel 0 of the output is red, OpenCV's channel 2.
+      ASSERT_FLOAT_EQ(out[static_cast<size_t>(y * 24 + x)], whole.at<cv::Vec3b>(y, x)[2] / 255.0f) << y << ", " << x;
+    }
+  }
+  t.random_square_crop = false;
+  cv::Mat wide(10, 20, CV_8UC3, cv::Scalar::all(0));
+  for (int x = 0; x < 20; ++x) wide.col(x).setTo(cv::Scalar::all(10 * x));
+  ASSERT_EQ(output_size(t, {10, 20}), (ImageSize{12, 20}));
+  out.assign(3 * 12 * 20, 0.0f);
+  EXPECT_EQ(eval_transform(wide, t, out.data()), (ImagePlacement{10, 20, 0, 2}));
+  cv::Mat covered;
+  cv::resize(wide, covered, cv::Size(24, 12), 0, 0, cv::INTER_LINEAR);
+  for (int x = 0; x < 20; ++x) EXPECT_FLOAT_EQ(out[static_cast<size_t>(5 * 20 + x)], covered.at<cv::Vec3b>(5, x + 2)[0] / 255.0f) << x;
+  t.square_crop = false;
+  EXPECT_TRUE(Contains(expected_error([&] { eval_transform(wide, t, out.data()); }), "buckets need square_crop"));
+}
+
 // ------------------------------------------------------------------------------------------ loader
 
 TEST_F(ImageDataTest, LoaderSkipsCorruptImagesThenFailsPastTheLimit) {
@@ -424,6 +486,33 @@ TEST_F(ImageDataTest, LoaderAugmentationDoesNotDependOnThreadsOrOrder) {
   EXPECT_NE(ImageFolderLoader(index, t, 3, 0).load({0}, true, 43).pixels,
             std::vector<float>(one.pixels.begin(), one.pixels.begin() + plane));
   EXPECT_TRUE(Contains(expected_error([&] { ImageFolderLoader(index, t, 1, 0).load({6}, false, 0); }), "out of range"));
+}
+
+// A batch of one bucket loads at its size; images of two buckets in one batch are refused by name; the sizes
+// of every image come from one decode of the folder, an unreadable one {0, 0} and counted.
+TEST_F(ImageDataTest, LoaderWithBucketsLoadsABucketsImagesAndKnowsEverySize) {
+  write_image(path("data/a/0.png"), noise_image(10, 30));
+  write_image(path("data/a/1.png"), noise_image(20, 60));
+  write_image(path("data/a/2.png"), noise_image(10, 20));
+  write_raw(path("data/a/3.png"), Bytes(300, 0x5a));
+  const ImageFolderIndex index = scan_image_folder(path("data"));
+  ImageTransform t;
+  t.size = 16;
+  t.square_crop = true;
+  t.buckets = aspect_buckets({16, 4, 8, 32});
+  ImageFolderLoader loader(index, t, 2, 1);
+  const ImageBatch batch = loader.load({0, 1}, true, 5);
+  EXPECT_EQ(batch.height, 8);
+  EXPECT_EQ(batch.width, 24);
+  EXPECT_EQ(batch.pixels.size(), 2u * 3 * 8 * 24);
+  EXPECT_EQ(batch.placements[1], (ImagePlacement{20, 60, 0, 0}));
+  const std::string error = expected_error([&] { loader.load({0, 2}, false, 0); });
+  EXPECT_TRUE(Contains(error, path("data/a/2.png") + " falls in the 20x12 aspect bucket"));
+  EXPECT_TRUE(Contains(error, "share one"));
+  EXPECT_EQ(loader.image_sizes(), (std::vector<ImageSize>{{10, 30}, {20, 60}, {10, 20}, {0, 0}}));
+  EXPECT_EQ(loader.corrupt_count(), 1);
+  EXPECT_EQ(loader.load({3, 2}, false, 0).skipped, (std::vector<std::string>{path("data/a/3.png")}));
+  EXPECT_EQ(loader.corrupt_count(), 1) << "known from the sizes' decode, not counted again";
 }
 
 // -------------------------------------------------------------------------------------------- HDF5
