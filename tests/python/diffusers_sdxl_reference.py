@@ -27,6 +27,10 @@
       first and second text encoder (load_textual_inversion, as diffusers documents SDXL embeddings), and writes to
       OUT ("latents") what it samples at 16 x 24 px for "a photo of TOKEN" and "TOKEN on a mat" from LATENTS'
       "latents" (the folder's Euler, 4 steps, guidance 3)
+  diffusers_sdxl_reference.py lora_sample PIPE ADAPTER MERGED LATENTS OUT
+      Kuafu's LoRA adapter folder ADAPTER (UNet and both text encoders) loaded into PIPE by load_lora_weights, and the
+      merged pipeline folder MERGED, each sampling "a red square, number 1" and "a blue square" at 16 x 24 px from
+      LATENTS' "latents" (Euler, 4 steps, guidance 3): OUT's "diffusers" and "merged"
 """
 import pathlib
 import sys
@@ -234,10 +238,26 @@ def embedding_sample(pipe_dir, embedding, token, latents, out):
     save_file({"latents": sampled.contiguous()}, out)
 
 
+def lora_sample(pipe_dir, adapter, merged, latents, out):
+    from safetensors.torch import load_file
+    latents = load_file(latents)["latents"]
+
+    def run(pipe):
+        with torch.no_grad():
+            return pipe(["a red square, number 1", "a blue square"], height=16, width=24, num_inference_steps=4, guidance_scale=3.0,
+                        latents=latents.clone(), output_type="latent").images.contiguous()
+
+    pipe = StableDiffusionXLPipeline.from_pretrained(pipe_dir)
+    pipe.load_lora_weights(adapter)
+    save_file({"diffusers": run(pipe), "merged": run(StableDiffusionXLPipeline.from_pretrained(merged))}, out)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "build":
         build(sys.argv[2])
     elif len(sys.argv) == 7 and sys.argv[1] == "embedding_sample":
         embedding_sample(*sys.argv[2:])
+    elif len(sys.argv) == 7 and sys.argv[1] == "lora_sample":
+        lora_sample(*sys.argv[2:])
     else:
         sys.exit(__doc__)

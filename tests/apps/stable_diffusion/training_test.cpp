@@ -845,6 +845,69 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
   EXPECT_GT(testing::max_abs_difference(ours, sample(unet_only, prompts, options).latents), 10 * bound) << "the text encoder's adapters count";
 }
 
+// SDXL with text-encoder LoRA: both encoders' adapters train beside the UNet's; the adapter folder through diffusers'
+// load_lora_weights (text_encoder. and text_encoder_2. keys), the merged pipeline folder, and the kohya file
+// (lora_unet_, lora_te1_, lora_te2_) through Kuafu's merge sample (Euler, 4 steps at 16 x 24 px, guidance 3) as
+// Kuafu's adapted pipeline; each encoder's adapters move the latents by more than 10x the bound.
+TEST(DiffusionTrainingTest, SdxlTextEncoderLoraTrainsBothEncodersAndItsExportsSampleAsDiffusers) {
+  const fs::path root = test_root();
+  prepare(root);
+  fs::copy(testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline").dir / "pipe", root / "sdxl_pipe",
+           fs::copy_options::recursive);
+  const std::string pipe = (root / "sdxl_pipe").string();
+  const config::Config config = tiny_config(root, "te_lora", {"model.pipeline=\"" + pipe + "\"", "lora.rank=4", "lora.alpha=8",
+                                                              "lora.text_encoder=true", "optim.name=\"adamw\"", "optim.lr=1e-2"});
+  train::train_app(*make_sd_app(config), config);
+  export_adapter_and_merged(config, root);
+
+  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}};
+  const auto adapted = [&](bool first_encoder, bool second_encoder) {
+    Pipeline p = load_pipeline(pipe);
+    nn::apply_lora(*p.unet, spec);
+    train::load_checkpoint_weights(config, "", *p.unet, "unet");
+    if (first_encoder) {
+      nn::apply_lora(*p.text_encoder, text_encoder_lora_spec(spec));
+      train::load_checkpoint_weights(config, "", *p.text_encoder, "text_encoder");
+    }
+    if (second_encoder) {
+      nn::apply_lora(*p.text_encoder_2, text_encoder_lora_spec(spec));
+      train::load_checkpoint_weights(config, "", *p.text_encoder_2, "text_encoder_2");
+    }
+    return p;
+  };
+  SampleOptions options = four_steps_from({2, 4, 8, 12}, 6, root / "lora_latents.safetensors");
+  options.height = 16;
+  options.width = 24;
+  const std::vector<std::string> prompts = {"a red square, number 1", "a blue square"};
+  Pipeline mine = adapted(true, true);
+  const torch::Tensor ours = sample(mine, prompts, options).latents;
+  const fs::path out = root / "lora_sample.safetensors";
+  const testing::PythonRun run = testing::run_python_reference(
+      "diffusers_sdxl_reference.py", "lora_sample " + pipe + " " + (root / "adapter").string() + " " + (root / "merged").string() + " " +
+                                         (root / "lora_latents.safetensors").string() + " " + out.string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const io::SafetensorsFile theirs = io::load_safetensors(out.string());
+  const double bound = 1e-4 * theirs.find("diffusers")->abs().max().item<double>();
+  for (const char* loader : {"diffusers", "merged"}) {
+    const double difference = testing::max_abs_difference(ours, *theirs.find(loader));
+    EXPECT_LT(difference, bound) << loader;
+    std::cout << "SDXL text-encoder LoRA, " << loader << ": latents within " << difference << " (bound " << bound << ")\n";
+  }
+  Pipeline with_kohya = load_pipeline(pipe);
+  int64_t adapted_layers = 0;
+  for (const auto& item : mine.unet->named_parameters()) adapted_layers += item.key().find(".lora_A.") != std::string::npos;
+  for (const auto* encoder : {&mine.text_encoder, &mine.text_encoder_2}) {
+    for (const auto& item : (*encoder)->named_parameters()) adapted_layers += item.key().find(".lora_A.") != std::string::npos;
+  }
+  EXPECT_EQ(merge_kohya_lora(with_kohya, (root / "adapter" / kKohyaLoraFile).string(), 1.0), adapted_layers) << "every adapted layer";
+  EXPECT_LT(testing::max_abs_difference(ours, sample(with_kohya, prompts, options).latents), bound);
+  for (const auto& [first, second] : {std::pair{false, true}, std::pair{true, false}}) {
+    Pipeline partial = adapted(first, second);
+    EXPECT_GT(testing::max_abs_difference(ours, sample(partial, prompts, options).latents), 10 * bound)
+        << (first ? "the second" : "the first") << " encoder's adapters count";
+  }
+}
+
 // With lora.text_encoder, activation checkpointing and data parallelism (2 Gloo ranks) take the serial run's 3 SGD
 // steps of both models: the UNet's adapters and the text encoder's, whose gradient comes through the text (the
 // bounds of the UNet's runs above).
