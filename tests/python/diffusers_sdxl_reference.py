@@ -12,8 +12,9 @@
       (euler_latents, euler_images) with no negative prompt (zero embeddings), encode_prompt's prompt_embeds
       [2, 77, 40], pooled_prompt_embeds [2, 20], and the negative ones; with NEGATIVE as negative prompts
       (negative_latents); with guidance_rescale 0.7 (rescale_latents); under DDIM (ddim_latents, and the same run
-      in float64: ddim_float64_latents); and Euler ancestral with its noise from a CPU generator seeded 7
-      (euler_a_latents); img2img (StableDiffusionXLImg2ImgPipeline) of init_image [1, 3, 16, 24] in [0, 1] at strength
+      in float64: ddim_float64_latents); Euler ancestral with its noise from a CPU generator seeded 7
+      (euler_a_latents); Heun, UniPC, DPM-Solver++(2M) with Karras sigmas and Euler with them (heun_latents,
+      unipc_latents, dpm_karras_latents, euler_karras_latents); img2img (StableDiffusionXLImg2ImgPipeline) of init_image [1, 3, 16, 24] in [0, 1] at strength
       0.6 under Euler, its draws from the generator seeded 7 (img2img_latents); inpainting
       (StableDiffusionXLInpaintPipeline, the plain UNet) of it with mask_image (a rectangle repainted) at strength 1 and
       0.6 (inpaint_latents, inpaint_strength_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
@@ -37,9 +38,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, EulerAncestralDiscreteScheduler, EulerDiscreteScheduler,
-                       StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline, StableDiffusionXLPipeline,
-                       UNet2DConditionModel)
+from diffusers import (AutoencoderKL, DDIMScheduler, DDPMScheduler, DPMSolverMultistepScheduler, EulerAncestralDiscreteScheduler,
+                       EulerDiscreteScheduler, HeunDiscreteScheduler, StableDiffusionXLImg2ImgPipeline, StableDiffusionXLInpaintPipeline,
+                       StableDiffusionXLPipeline, UNet2DConditionModel, UniPCMultistepScheduler)
 from safetensors.torch import save_file
 from transformers import CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
@@ -119,6 +120,10 @@ def build(out):
     pipe.to(torch.float32)
     pipe.scheduler = EulerAncestralDiscreteScheduler.from_config(euler_config)
     run("euler_a", generator=torch.Generator().manual_seed(7))
+    for name, kind in (("heun", HeunDiscreteScheduler), ("unipc", UniPCMultistepScheduler), ("dpm_karras", DPMSolverMultistepScheduler),
+                       ("euler_karras", EulerDiscreteScheduler)):
+        pipe.scheduler = kind.from_config(euler_config, **({"use_karras_sigmas": True} if name.endswith("_karras") else {}))
+        run(name)
     pipe.scheduler = EulerDiscreteScheduler.from_config(euler_config)
     # img2img (StableDiffusionXLImg2ImgPipeline, no aesthetic score): the image's latents drawn, then the noise.
     torch.manual_seed(3)

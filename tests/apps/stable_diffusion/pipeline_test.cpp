@@ -372,9 +372,11 @@ TEST(PipelineTest, Bf16AndFp16SampleAsNearFloat32AsDiffusersDoes) {
   std::filesystem::remove_all(dir);
 }
 
-// check_png: a grid Kuafu wrote against the reference's `key` images, {"max_difference" in 8-bit values, "size"}.
-nlohmann::json grid_against_reference(const std::filesystem::path& png, const std::string& key) {
-  const std::string reference = (pipeline_reference().dir / "reference.safetensors").string();
+// check_png: a grid Kuafu wrote against the reference's `key` images (SD 1.x's, or those in `reference_dir`),
+// {"max_difference" in 8-bit values, "size"}.
+nlohmann::json grid_against_reference(const std::filesystem::path& png, const std::string& key,
+                                      const std::filesystem::path& reference_dir = pipeline_reference().dir) {
+  const std::string reference = (reference_dir / "reference.safetensors").string();
   const testing::PythonRun check =
       testing::run_python_reference("diffusers_pipeline_reference.py", "check_png " + png.string() + " " + reference + " " + key);
   EXPECT_EQ(check.exit_code, 0) << check.output;
@@ -515,6 +517,22 @@ TEST(SampleCommandTest, WritesDiffusersImagesAsAPngGridWithHowItWasMade) {
   EXPECT_TRUE(testing::Contains(bad_sampler.output, "sampler \"plms\" is not one of")) << bad_sampler.output;
   const testing::CommandResult bad_steps = kuafu_sd(common + " --steps ten --out x.png");
   EXPECT_TRUE(testing::Contains(bad_steps.output, "--steps ten is not a whole number")) << bad_steps.output;
+}
+
+// An SDXL folder (two encoders, non-square 16 x 24 px): `kuafu-sd sample` from diffusers' initial latents under the
+// folder's Euler at guidance 5 writes diffusers' images (PIL reading the PNG, ±1/255: its 8 bits).
+TEST(SampleCommandTest, AnSdxlFolderWritesDiffusersImages) {
+  const testing::Reference sdxl = testing::build_reference("diffusers_sdxl_reference.py", "sdxl_pipeline");
+  const auto dir = testing::temp_dir("sd_sample_sdxl");
+  io::save_safetensors((dir / "initial.safetensors").string(), {{"latents", sdxl["initial_latents"]}});
+  const testing::CommandResult run = kuafu_sd("sample --model " + (sdxl.dir / "pipe").string() +
+                                              " --prompt 'a photo of the cat' --prompt 'the cat!' --steps 10 --guidance 5 --latents " +
+                                              (dir / "initial.safetensors").string() + " --out " + (dir / "grid.png").string());
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json line = grid_against_reference(dir / "grid.png", "euler_images", sdxl.dir);
+  EXPECT_EQ(line["size"], (std::vector<int64_t>{16, 48, 3}));
+  EXPECT_LE(line["max_difference"].get<int64_t>(), 1);
+  std::filesystem::remove_all(dir);
 }
 
 // A tile under 4 latents (0 once meant "whole" without a word), bad sampling options (Karras sigmas for

@@ -2,8 +2,9 @@
 // on a tiny random SDXL folder diffusers saved (two tokenizers, the second padding with "!", encoders of widths 16
 // and 24, the second with its projection; a UNet with the text_time added conditioning): the same prompts at
 // guidance 5 over 10 steps from the same non-square initial latents give diffusers' final latents and images under
-// its Euler sampler (the folder's), with negative prompts, with guidance rescale, under DDIM, and under Euler
-// ancestral with its noise from the same seeded CPU generator; and the prompt embeddings (both encoders' penultimate
+// its Euler sampler (the folder's), with negative prompts, with guidance rescale, under DDIM, under Euler
+// ancestral with its noise from the same seeded CPU generator, under Heun, UniPC, DPM-Solver++(2M) with Karras
+// sigmas and Euler with them; and the prompt embeddings (both encoders' penultimate
 // hidden states side by side, the second's projected pooled output, zeros without a negative prompt) are
 // diffusers'. Float32, 1e-4 on latents and images (ten UNet passes; Euler's final latents reach 31, so this is 3e-6
 // of them), 1e-5 on the embeddings (one encoder pass); DDIM's clipped run as its test says.
@@ -97,7 +98,9 @@ TEST_P(SdxlPipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   const std::string run = GetParam();
   if (run == "negative") options.negative_prompts = {"blurry", "a dog"};
   if (run == "rescale") options.guidance_rescale = 0.7;
-  if (run == "ddim" || run == "euler_a") options.sampler = sampler_named(run);
+  const std::string kind = run.substr(0, run.find("_karras"));  // "dpm_karras": DPM++ 2M with Karras sigmas
+  if (kind != "euler" && kind != "negative" && kind != "rescale") options.sampler = sampler_named(kind == "dpm" ? "dpm++2m" : kind);
+  options.karras_sigmas = kind != run;
   const Samples samples = sample(pipeline, kPrompts, options);
   if (run == "ddim") {
     // DDIM from the folder's Euler config clips x̂₀ to [-1, 1] (diffusers' from_config gives DDIM its class default),
@@ -118,7 +121,8 @@ TEST_P(SdxlPipelineTest, SamplesAsDiffusersFromTheSameLatents) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Runs, SdxlPipelineTest, ::testing::Values("euler", "negative", "rescale", "ddim", "euler_a"));
+INSTANTIATE_TEST_SUITE_P(Runs, SdxlPipelineTest, ::testing::Values("euler", "negative", "rescale", "ddim", "euler_a", "heun", "unipc",
+                                                                     "dpm_karras", "euler_karras"));
 
 TEST(SdxlPipelineTest, PromptEmbeddingsAreBothEncodersAsDiffusersJoinsThem) {
   const testing::Reference& ref = sdxl_reference();
