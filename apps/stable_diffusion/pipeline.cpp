@@ -135,6 +135,12 @@ Pipeline load_pipeline(const std::string& dir, const torch::Device& device, cons
   for (const auto& [name, value] : index.items()) {
     if (name.rfind('_', 0) == 0) continue;  // _class_name, _diffusers_version
     if (name == "force_zeros_for_empty_prompt") continue;  // SDXL's, read below
+    if (name == "requires_aesthetics_score") {  // SDXL's img2img and inpainting classes; true in the refiner's folder
+      KUAFU_CHECK(!value.is_boolean() || !value.get<bool>(), (root / "model_index.json").string(),
+                  ": requires_aesthetics_score = true (SDXL's refiner: an aesthetic score in place of the target size among the time "
+                  "ids) is not built; Kuafu samples and trains SDXL base-style folders");
+      continue;
+    }
     if (const auto known = classes.find(name); known != classes.end()) {
       const std::string named = value.is_array() && value.size() == 2 && value[1].is_string() ? value[1].get<std::string>() : "";
       const std::vector<std::string>& computed = known->second;

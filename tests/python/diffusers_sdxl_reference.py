@@ -17,7 +17,8 @@
       unipc_latents, dpm_karras_latents, euler_karras_latents); img2img (StableDiffusionXLImg2ImgPipeline) of init_image [1, 3, 16, 24] in [0, 1] at strength
       0.6 under Euler, its draws from the generator seeded 7 (img2img_latents); inpainting
       (StableDiffusionXLInpaintPipeline, the plain UNet) of it with mask_image (a rectangle repainted) at strength 1 and
-      0.6 (inpaint_latents, inpaint_strength_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
+      0.6 (inpaint_latents, inpaint_strength_latents), and with a 9-channel inpainting UNet saved as OUT/inpaint_pipe
+      (inpaint_unet_latents, inpaint_unet_strength_latents); train_text_to_image_sdxl.py's objective on two images (train_*: the pixels, the
       VAE posterior's and the diffusion noise, timesteps, latents, text, pooled text, the loss and the gradients
       of TRAINING_GRADIENTS, train_grad.<name>); PEFT's LoRA on the UNet and both encoders as diffusers converts it
       to kohya's format (OUT/peft_kohya.safetensors) and the Euler latents with it active (peft_kohya_latents); a
@@ -140,6 +141,7 @@ def build(out):
         tensors[f"{name}_latents"] = inpaint(PROMPTS, image=tensors["init_image"], mask_image=mask, strength=strength, height=16, width=24,
                                              num_inference_steps=10, guidance_scale=5.0, generator=torch.Generator().manual_seed(7),
                                              output_type="latent").images
+    tensors.update(inpaint_unet(pipe, out, mask, tensors["init_image"]))
     tensors.update(training_step(pipe, out))
     tensors["sgm_kohya_latents"] = sgm_kohya(out, latents)
     tensors["peft_kohya_latents"] = kohya_from_peft(pipe, out, latents)
@@ -200,6 +202,21 @@ def kohya_from_peft(pipe, out, latents):
     save_file({k: v.contiguous() for k, v in convert_state_dict_to_kohya(state).items()}, out / "peft_kohya.safetensors")
     return pipe(PROMPTS, height=16, width=24, num_inference_steps=10, guidance_scale=5.0, latents=latents.clone(),
                 output_type="latent").images
+
+
+def inpaint_unet(pipe, out, mask, image):
+    """StableDiffusionXLInpaintPipeline with an inpainting UNet (9 input channels: the latents, the mask, the masked
+    image's latents; SDXL's UNet config otherwise), saved as OUT/inpaint_pipe, at strength 1 and 0.6."""
+    torch.manual_seed(13)
+    unet = randomise(UNet2DConditionModel.from_config({**pipe.unet.config, "in_channels": 9}))
+    StableDiffusionXLInpaintPipeline(**dict(pipe.components, unet=unet)).save_pretrained(out / "inpaint_pipe")
+    inpaint = StableDiffusionXLInpaintPipeline.from_pretrained(out / "inpaint_pipe")
+    tensors = {}
+    for name, strength in (("inpaint_unet", 1.0), ("inpaint_unet_strength", 0.6)):
+        tensors[f"{name}_latents"] = inpaint(PROMPTS, image=image, mask_image=mask, strength=strength, height=16, width=24,
+                                             num_inference_steps=10, guidance_scale=5.0, generator=torch.Generator().manual_seed(7),
+                                             output_type="latent").images
+    return tensors
 
 
 def training_step(pipe, out):

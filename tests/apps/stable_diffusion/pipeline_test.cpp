@@ -325,6 +325,12 @@ TEST(PipelineFolderTest, AComponentItDoesNotHaveIsNamed) {
   std::ofstream(other / "model_index.json") << R"({"_class_name": "StableDiffusionPipeline", "unet": ["diffusers", "UNet2DModel"]})";
   const std::string error = testing::error_message([&] { load_pipeline(other.string()); });
   EXPECT_TRUE(testing::Contains(error, "unet is a UNet2DModel, which Kuafu does not compute (it reads UNet2DConditionModel)"));
+
+  // SDXL's refiner conditions on an aesthetic score, which is not built: named before anything is read.
+  const auto refiner = testing::temp_dir("pipeline_refiner");
+  std::ofstream(refiner / "model_index.json") << R"({"_class_name": "StableDiffusionXLImg2ImgPipeline", "requires_aesthetics_score": true,
+                                                     "text_encoder": [null, null], "unet": ["diffusers", "UNet2DConditionModel"]})";
+  EXPECT_TRUE(testing::Contains(testing::error_message([&] { load_pipeline(refiner.string()); }), "requires_aesthetics_score = true"));
 }
 
 testing::CommandResult kuafu_sd(const std::string& args) { return testing::run_command(std::string(KUAFU_SD_PATH) + " " + args); }

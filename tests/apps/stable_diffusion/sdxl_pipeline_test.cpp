@@ -10,6 +10,8 @@
 // of them), 1e-5 on the embeddings (one encoder pass); DDIM's clipped run as its test says.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "apps/stable_diffusion/diffusion_loss.h"
 #include "apps/stable_diffusion/lora_file.h"
 #include "apps/stable_diffusion/pipeline.h"
@@ -183,6 +185,16 @@ TEST(SdxlPipelineTest, Img2ImgAndInpaintingAsDiffusers) {
   for (const auto& [name, strength] : std::vector<std::pair<std::string, double>>{{"inpaint", 1.0}, {"inpaint_strength", 0.6}}) {
     options.strength = strength;
     EXPECT_LT(testing::max_abs_difference(sample(pipeline, kPrompts, options).latents, ref[name + "_latents"]), 1e-4) << name;
+  }
+  // The inpainting UNet (9 channels: the latents, the mask, the masked image's latents) in an SDXL inpainting folder,
+  // whose model_index.json says requires_aesthetics_score = false.
+  Pipeline inpainting = load_pipeline((ref.dir / "inpaint_pipe").string());
+  ASSERT_EQ(inpainting.unet->config.in_channels, 9);
+  for (const auto& [name, strength] : std::vector<std::pair<std::string, double>>{{"inpaint_unet", 1.0}, {"inpaint_unet_strength", 0.6}}) {
+    options.strength = strength;
+    const double difference = testing::max_abs_difference(sample(inpainting, kPrompts, options).latents, ref[name + "_latents"]);
+    EXPECT_LT(difference, 1e-4) << name;
+    std::cout << "SDXL inpainting UNet, " << name << ": latents within " << difference << "\n";
   }
 }
 
