@@ -566,6 +566,8 @@ TEST(DiffusionTaskTest, BucketsTrainEachImageWholeInItsAspectBucket) {
   EXPECT_TRUE(testing::Contains(error, "6 is not a multiple of 4"));
   const std::string sides = testing::expected_error([&] { serial_task(tiny_config(root, "run", joined(bucketed, {"buckets.min_side=20"})), bad_app); });
   EXPECT_TRUE(testing::Contains(sides, "buckets.min_side (20) <= the resolution (16)"));
+  const std::string vae = testing::expected_error([&] { read_sd_settings(tiny_config(root, "run", joined(bucketed, {"model.train=\"vae\""}))); });
+  EXPECT_TRUE(testing::Contains(vae, "the VAE trains on squares"));
 }
 
 // Aspect-ratio buckets (two wide images, one tall, five square; buckets.step = 4) under activation checkpointing and
