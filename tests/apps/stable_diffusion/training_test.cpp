@@ -630,6 +630,26 @@ void export_adapter_and_merged(const config::Config& config, const fs::path& roo
   train::export_app(*make_sd_app(config), config, command);
 }
 
+// `ours` against what `script`'s lora_sample samples from <root>/lora_latents.safetensors with <root>/adapter loaded
+// into `pipe` by diffusers' load_lora_weights and with the merged folder <root>/merged: within 1e-4 × the latents'
+// largest, which it returns.
+double expect_exports_sample_as(const torch::Tensor& ours, const std::string& script, const fs::path& pipe, const fs::path& root,
+                                const std::string& label) {
+  const fs::path out = root / "lora_sample.safetensors";
+  const testing::PythonRun run = testing::run_python_reference(
+      script, "lora_sample " + pipe.string() + " " + (root / "adapter").string() + " " + (root / "merged").string() + " " +
+                  (root / "lora_latents.safetensors").string() + " " + out.string());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const io::SafetensorsFile theirs = io::load_safetensors(out.string());
+  const double bound = 1e-4 * theirs.find("diffusers")->abs().max().item<double>();
+  for (const char* loader : {"diffusers", "merged"}) {
+    const double difference = testing::max_abs_difference(ours, *theirs.find(loader));
+    EXPECT_LT(difference, bound) << loader;
+    std::cout << label << ", " << loader << ": latents within " << difference << " (bound " << bound << ")\n";
+  }
+  return bound;
+}
+
 torch::Tensor python_output(const std::string& command, const fs::path& out, const std::string& key) {
   const testing::PythonRun run = testing::run_python_reference("diffusers_training_reference.py", command + " " + out.string());
   EXPECT_EQ(run.exit_code, 0) << run.output;
@@ -823,18 +843,7 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
   const SampleOptions options = four_steps_from({2, 4, 8, 8}, 6, root / "lora_latents.safetensors");
   const std::vector<std::string> prompts = {"a red square, number 1", "a blue square"};
   const torch::Tensor ours = sample(mine, prompts, options).latents;
-  const fs::path out = root / "lora_sample.safetensors";
-  const testing::PythonRun run = testing::run_python_reference(
-      "diffusers_training_reference.py", "lora_sample " + (root / "pipe").string() + " " + (root / "adapter").string() + " " +
-                                             (root / "merged").string() + " " + (root / "lora_latents.safetensors").string() + " " + out.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const io::SafetensorsFile theirs = io::load_safetensors(out.string());
-  const double bound = 1e-4 * theirs.find("diffusers")->abs().max().item<double>();
-  for (const char* loader : {"diffusers", "merged"}) {
-    const double difference = testing::max_abs_difference(ours, *theirs.find(loader));
-    EXPECT_LT(difference, bound) << loader;
-    std::cout << "text-encoder LoRA, " << loader << ": latents within " << difference << "\n";
-  }
+  const double bound = expect_exports_sample_as(ours, "diffusers_training_reference.py", root / "pipe", root, "text-encoder LoRA");
   Pipeline with_kohya = load_pipeline((root / "pipe").string());
   int64_t adapted_layers = 0;
   for (const auto& item : mine.unet->named_parameters()) adapted_layers += item.key().find(".lora_A.") != std::string::npos;
@@ -883,18 +892,7 @@ TEST(DiffusionTrainingTest, SdxlTextEncoderLoraTrainsBothEncodersAndItsExportsSa
   const std::vector<std::string> prompts = {"a red square, number 1", "a blue square"};
   Pipeline mine = adapted(true, true);
   const torch::Tensor ours = sample(mine, prompts, options).latents;
-  const fs::path out = root / "lora_sample.safetensors";
-  const testing::PythonRun run = testing::run_python_reference(
-      "diffusers_sdxl_reference.py", "lora_sample " + pipe + " " + (root / "adapter").string() + " " + (root / "merged").string() + " " +
-                                         (root / "lora_latents.safetensors").string() + " " + out.string());
-  ASSERT_EQ(run.exit_code, 0) << run.output;
-  const io::SafetensorsFile theirs = io::load_safetensors(out.string());
-  const double bound = 1e-4 * theirs.find("diffusers")->abs().max().item<double>();
-  for (const char* loader : {"diffusers", "merged"}) {
-    const double difference = testing::max_abs_difference(ours, *theirs.find(loader));
-    EXPECT_LT(difference, bound) << loader;
-    std::cout << "SDXL text-encoder LoRA, " << loader << ": latents within " << difference << " (bound " << bound << ")\n";
-  }
+  const double bound = expect_exports_sample_as(ours, "diffusers_sdxl_reference.py", pipe, root, "SDXL text-encoder LoRA");
   Pipeline with_kohya = load_pipeline(pipe);
   int64_t adapted_layers = 0;
   for (const auto& item : mine.unet->named_parameters()) adapted_layers += item.key().find(".lora_A.") != std::string::npos;
