@@ -102,16 +102,22 @@ config::Schema sd_schema() {
   return s;
 }
 
-std::vector<io::ImageSize> sd_buckets(const BucketSettings& b, int64_t resolution, int64_t multiple) {
+std::vector<io::ImageSize> sd_buckets(const config::Config& config, const BucketSettings& b, int64_t resolution, int64_t multiple) {
   if (!b.enabled) return {};
-  KUAFU_CHECK(b.step % multiple == 0, "buckets.step = ", b.step, " is not a multiple of ", multiple,
-              ", the pixels this pipeline's image sides divide by (its VAE's factor times its UNet's downsamplings)");
+  if (b.step % multiple != 0) {
+    config.fail_at("buckets.step", std::to_string(b.step) + " is not a multiple of " + std::to_string(multiple) +
+                                       ", the pixels this pipeline's image sides divide by (its VAE's factor times its UNet's downsamplings)");
+  }
   io::BucketSpec spec;
   spec.resolution = resolution;
   spec.step = b.step;
   spec.min_side = b.min_side > 0 ? b.min_side : std::max(b.step, resolution / 2 / b.step * b.step);
   spec.max_side = b.max_side > 0 ? b.max_side : 2 * resolution / b.step * b.step;
-  return io::aspect_buckets(spec);
+  try {
+    return io::aspect_buckets(spec);
+  } catch (const Error& e) {
+    config.fail_at("buckets.enable", e.what());
+  }
 }
 
 SdSettings read_sd_settings(const config::Config& config) {

@@ -68,9 +68,9 @@ struct BucketSettings {
   int64_t min_side = 0;   // 0: half the resolution (to a step)
   int64_t max_side = 0;   // 0: twice the resolution
 };
-// The buckets of `b` for a pipeline training at `resolution` pixels whose sides must divide by `multiple` (none
-// when off). kuafu::Error naming the buckets.* key that allows none.
-std::vector<io::ImageSize> sd_buckets(const BucketSettings& b, int64_t resolution, int64_t multiple);
+// buckets.*'s buckets for a pipeline training at `resolution` pixels whose sides must divide by `multiple` (none
+// when off). Fails naming the buckets.* key that allows none.
+std::vector<io::ImageSize> sd_buckets(const config::Config& config, const BucketSettings& b, int64_t resolution, int64_t multiple);
 
 // sample.*: images sampled at each evaluation, on the moving average where there is one.
 struct TrainingSamples {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include "core/nn/lora.h"
@@ -31,6 +32,28 @@ torch::Tensor training_time_ids(const std::vector<io::ImagePlacement>& placement
   return torch::tensor(ids, options.dtype(torch::kFloat64)).view({static_cast<int64_t>(placements.size()), 6}).to(options);
 }
 
+// `items` (those of a bucket, -1 left out) in chunks of at most `chunk`, each chunk's items of one bucket
+// (`groups`: each item's), handed to `use` with their bucket.
+void for_each_bucket_chunk(const std::vector<size_t>& items, const std::vector<int64_t>& groups, int64_t chunk,
+                           const std::function<void(const std::vector<size_t>&, int64_t)>& use) {
+  std::map<int64_t, std::vector<size_t>> by_group;
+  std::vector<int64_t> order;  // the groups in order of first appearance
+  for (const size_t item : items) {
+    const int64_t group = groups.at(item);
+    if (group < 0) continue;
+    if (by_group[group].empty()) order.push_back(group);
+    by_group[group].push_back(item);
+  }
+  chunk = std::max<int64_t>(1, chunk);
+  for (const int64_t group : order) {
+    const std::vector<size_t>& members = by_group[group];
+    for (size_t first = 0; first < members.size(); first += static_cast<size_t>(chunk)) {
+      use({members.begin() + static_cast<int64_t>(first), members.begin() + static_cast<int64_t>(std::min(members.size(), first + chunk))},
+          group);
+    }
+  }
+}
+
 }  // namespace
 
 torch::Tensor offset_noise(const torch::Tensor& noise, const torch::Tensor& draws, double amount) { return noise + amount * draws; }
@@ -51,16 +74,15 @@ RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<in
 }
 
 DiffusionTask::DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique_ptr<io::ImageDataset> train,
-                             std::unique_ptr<io::ImageDataset> val, const torch::Device& device)
+                             std::unique_ptr<io::ImageDataset> val, std::vector<io::ImageSize> buckets, const torch::Device& device)
     : pipeline_(std::move(pipeline)), settings_(std::move(settings)), schedule_(pipeline_.scheduler.config), train_(std::move(train)),
-      val_(std::move(val)), device_(device) {
+      val_(std::move(val)), buckets_(std::move(buckets)), device_(device) {
   const int64_t side = pipeline_.unet->config.sample_size;
   latent_shape_ = {pipeline_.vae->config.latent_channels, side, side};
-  buckets_ = sd_buckets(settings_.buckets, side * pipeline_.vae_scale(), pipeline_.size_multiple());
+  train_groups_ = groups_of(*train_);
   if (buckets_.empty()) {
     order_.emplace(train_->size(), settings_.train.batch_size, settings_.train.seed);
   } else {
-    train_groups_ = groups_of(*train_);
     grouped_.emplace(train_groups_, settings_.train.batch_size, settings_.train.seed);
     std::map<int64_t, int64_t> counts;
     for (const int64_t group : train_groups_) counts[group] += group >= 0;
@@ -91,26 +113,6 @@ std::vector<int64_t> DiffusionTask::latent_shape(int64_t group) const {
   if (buckets_.empty()) return latent_shape_;
   const io::ImageSize& bucket = buckets_.at(static_cast<size_t>(group));
   return {latent_shape_[0], bucket.height / pipeline_.vae_scale(), bucket.width / pipeline_.vae_scale()};
-}
-
-void DiffusionTask::for_each_bucket_chunk(const std::vector<size_t>& items, const std::vector<int64_t>& groups, int64_t chunk,
-                                          const std::function<void(const std::vector<size_t>&, int64_t)>& use) const {
-  std::map<int64_t, std::vector<size_t>> by_group;
-  std::vector<int64_t> order;  // the groups in order of first appearance
-  for (const size_t item : items) {
-    const int64_t group = groups.at(item);
-    if (group < 0) continue;
-    if (by_group[group].empty()) order.push_back(group);
-    by_group[group].push_back(item);
-  }
-  chunk = std::max<int64_t>(1, chunk);
-  for (const int64_t group : order) {
-    const std::vector<size_t>& members = by_group[group];
-    for (size_t first = 0; first < members.size(); first += static_cast<size_t>(chunk)) {
-      use({members.begin() + static_cast<int64_t>(first), members.begin() + static_cast<int64_t>(std::min(members.size(), first + chunk))},
-          group);
-    }
-  }
 }
 
 void DiffusionTask::preserve_prior(std::unique_ptr<io::ImageDataset> classes) {
@@ -234,8 +236,7 @@ void DiffusionTask::fill_cache() {
   cached_captions_.assign(n, std::string());
   std::vector<size_t> all(n);
   std::iota(all.begin(), all.end(), size_t{0});
-  const std::vector<int64_t> groups = buckets_.empty() ? groups_of(*train_) : train_groups_;
-  for_each_bucket_chunk(all, groups, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items, int64_t) {
+  for_each_bucket_chunk(all, train_groups_, settings_.train.micro_batch_size, [&](const std::vector<size_t>& items, int64_t) {
     const io::ImageTensors batch = io::batch_replacing_unreadable(*train_, items, /*train=*/false, settings_.train.seed);
     const auto posterior = pipeline_.vae->encode(batch.pixels.to(device_, pipeline_.vae->quant_conv->weight.scalar_type()));
     const torch::Tensor moments = torch::cat({posterior.mean, posterior.logvar}, 1).to(torch::kFloat32);  // [b, 2C, h, w]
@@ -407,19 +408,10 @@ std::unique_ptr<DiffusionTask> make_diffusion_task(const config::Config& config,
                                                    const torch::Device& device) {
   const int64_t side = pipeline.unet->config.sample_size * pipeline.vae_scale();
   const int64_t channels = pipeline.vae->config.in_channels;
-  std::vector<io::ImageSize> buckets;
-  if (settings.buckets.enabled && settings.buckets.step % pipeline.size_multiple() != 0) {
-    config.fail_at("buckets.step", std::to_string(settings.buckets.step) + " is not a multiple of " + std::to_string(pipeline.size_multiple()) +
-                                       ", the pixels this pipeline's image sides divide by (its VAE's factor times its UNet's downsamplings)");
-  }
-  try {
-    buckets = sd_buckets(settings.buckets, side, pipeline.size_multiple());
-  } catch (const Error& e) {
-    config.fail_at("buckets.enable", e.what());
-  }
+  std::vector<io::ImageSize> buckets = sd_buckets(config, settings.buckets, side, pipeline.size_multiple());
   std::unique_ptr<io::ImageDataset> train = open_captioned_images(config, true, channels, side, buckets);  // the training set's
   std::unique_ptr<io::ImageDataset> val = open_captioned_images(config, false, channels, side, buckets);   // problems first
-  return std::make_unique<DiffusionTask>(std::move(pipeline), settings, std::move(train), std::move(val), device);
+  return std::make_unique<DiffusionTask>(std::move(pipeline), settings, std::move(train), std::move(val), std::move(buckets), device);
 }
 
 }  // namespace kuafu::sd

@@ -8,7 +8,6 @@
 // row's loss is the same whichever rank or micro-batch computes it and a resumed run goes on exactly.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -40,8 +39,9 @@ RowDraws draw_row(uint64_t seed, int64_t step, int64_t row, const std::vector<in
 
 class DiffusionTask : public train::RunTask {
  public:
+  // `buckets`: buckets.*'s (sd_buckets), which the sets were opened with; none without bucketing.
   DiffusionTask(Pipeline pipeline, SdSettings settings, std::unique_ptr<io::ImageDataset> train, std::unique_ptr<io::ImageDataset> val,
-                const torch::Device& device);
+                std::vector<io::ImageSize> buckets, const torch::Device& device);
 
   std::vector<train::RunModel> models() override;
   std::map<std::string, torch::Tensor> losses(int64_t step, int64_t first_row, int64_t rows) override;
@@ -83,9 +83,6 @@ class DiffusionTask : public train::RunTask {
   std::vector<int64_t> groups_of(io::ImageDataset& set) const;
   // The latents' shape [C, h, w] of bucket `group` (without buckets: the training square's).
   std::vector<int64_t> latent_shape(int64_t group) const;
-  // `items` (those of a bucket, -1 left out) in chunks of at most `chunk`, each chunk's items of one bucket.
-  void for_each_bucket_chunk(const std::vector<size_t>& items, const std::vector<int64_t>& groups, int64_t chunk,
-                             const std::function<void(const std::vector<size_t>& items, int64_t group)>& use) const;
   // The class images a row of a step in bucket `group` draws from (preserve_prior), and their bucket.
   struct ClassPool {
     int64_t group = 0;
@@ -117,7 +114,7 @@ class DiffusionTask : public train::RunTask {
   std::vector<io::ImageSize> buckets_;           // buckets.* (none: off)
   std::optional<io::EpochOrder> order_;          // without buckets
   std::optional<io::GroupedEpochOrder> grouped_;  // with buckets: each step's images of one bucket
-  std::vector<int64_t> train_groups_, val_groups_;  // [N]: each image's bucket (groups_of)
+  std::vector<int64_t> train_groups_, val_groups_;  // [N]: each image's bucket (groups_of; all 0 without buckets)
   std::map<int64_t, ClassPool> class_pools_;  // by bucket; -1: for a bucket without class images
   torch::Device device_;
   DeferredWeights unet_weights_;

@@ -46,43 +46,31 @@ GroupedEpochOrder::GroupedEpochOrder(std::vector<int64_t> group_of_item, int64_t
 void GroupedEpochOrder::shuffle_epoch(int64_t epoch) {
   std::mt19937_64 rng(seed_ * 7919ull + static_cast<uint64_t>(epoch));
   batches_.clear();
-  batch_groups_.clear();
   for (size_t group = 0; group < members_.size(); ++group) {
     std::vector<size_t> order = members_[group];
     if (order.empty()) continue;
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t first = 0; first < order.size(); first += static_cast<size_t>(global_batch_)) {
-      std::vector<size_t> batch;
-      for (size_t k = 0; k < static_cast<size_t>(global_batch_); ++k) batch.push_back(order[(first + k) % order.size()]);
+      Batch batch{static_cast<int64_t>(group), {}};
+      for (size_t k = 0; k < static_cast<size_t>(global_batch_); ++k) batch.items.push_back(order[(first + k) % order.size()]);
       batches_.push_back(std::move(batch));
-      batch_groups_.push_back(static_cast<int64_t>(group));
     }
   }
-  std::vector<size_t> permutation(batches_.size());
-  std::iota(permutation.begin(), permutation.end(), size_t{0});
-  std::shuffle(permutation.begin(), permutation.end(), rng);
-  std::vector<std::vector<size_t>> batches;
-  std::vector<int64_t> groups;
-  for (const size_t p : permutation) {
-    batches.push_back(std::move(batches_[p]));
-    groups.push_back(batch_groups_[p]);
-  }
-  batches_ = std::move(batches);
-  batch_groups_ = std::move(groups);
+  std::shuffle(batches_.begin(), batches_.end(), rng);
   epoch_ = epoch;
 }
 
 int64_t GroupedEpochOrder::group(int64_t step) {
   KUAFU_CHECK(step >= 0, "step ", step, " is negative");
   if (step / steps_per_epoch_ != epoch_) shuffle_epoch(step / steps_per_epoch_);
-  return batch_groups_[static_cast<size_t>(step % steps_per_epoch_)];
+  return batches_[static_cast<size_t>(step % steps_per_epoch_)].group;
 }
 
 std::vector<size_t> GroupedEpochOrder::rows(int64_t step, int64_t first_row, int64_t rows) {
   KUAFU_CHECK(first_row >= 0 && rows >= 0 && first_row + rows <= global_batch_, "rows [", first_row, ", ", first_row + rows,
               ") lie outside a global batch of ", global_batch_);
   group(step);  // shuffles the step's epoch
-  const std::vector<size_t>& batch = batches_[static_cast<size_t>(step % steps_per_epoch_)];
+  const std::vector<size_t>& batch = batches_[static_cast<size_t>(step % steps_per_epoch_)].items;
   return {batch.begin() + first_row, batch.begin() + first_row + rows};
 }
 

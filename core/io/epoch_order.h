@@ -48,8 +48,11 @@ class GroupedEpochOrder {
   int64_t global_batch_, steps_per_epoch_ = 0;
   uint64_t seed_;
   int64_t epoch_ = -1;
-  std::vector<std::vector<size_t>> batches_;  // the current epoch's global batches, in order
-  std::vector<int64_t> batch_groups_;         // [steps_per_epoch]: each batch's group
+  struct Batch {
+    int64_t group = 0;
+    std::vector<size_t> items;  // [global_batch]
+  };
+  std::vector<Batch> batches_;  // the current epoch's global batches, in order
 };
 
 }  // namespace kuafu::io
