@@ -109,6 +109,6 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& tokens, std::vector<ops::KVC
   return output_logits(nn::run_blocks(transformer->blocks, embed(tokens, past), caches));
 }
 
-nn::Decoder decoder(GPT& model) { return nn::decoder_of(model, model->config.n_positions); }
+nn::Decoder decoder(GPT& model) { return nn::decoder_of(model.ptr()); }
 
 }  // namespace kuafu::gpt

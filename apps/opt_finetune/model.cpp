@@ -152,6 +152,6 @@ torch::Tensor OPTForCausalLMImpl::forward(const torch::Tensor& inputs) {
   return output_logits(nn::run_blocks(decoder->blocks, x, nullptr, ops::AttentionMask({}, block_context(inputs))));
 }
 
-nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model, model->config.max_position_embeddings); }
+nn::Decoder decoder(OPTForCausalLM& model) { return nn::decoder_of(model.ptr()); }
 
 }  // namespace kuafu::opt

@@ -65,6 +65,7 @@ class BlockSites {
   // every parameter of `root` (a parameter outside every block would be read while its strategy has
   // it elsewhere): kuafu::Error naming the first that is not.
   void set_hooks(BlockHooks* hooks, const torch::nn::Module& root);
+  bool has_hooks() const { return hooks_ != nullptr; }
   // Tells the hooks (if any) that one of several backward passes of a step has ended (BlockHooks).
   void end_backward_pass() const {
     if (hooks_) hooks_->end_backward_pass();

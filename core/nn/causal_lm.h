@@ -9,7 +9,6 @@
 
 #include "core/hooks/block_model.h"
 #include "core/io/targets.h"
-#include "core/io/targets.h"
 #include "core/nn/generation.h"
 #include "core/nn/transformer_block.h"
 #include "core/parallel/tensor/factory.h"
@@ -63,10 +62,17 @@ class CausalLM : public hooks::OneStreamModel {
 
 using CausalLMPtr = std::shared_ptr<CausalLM>;
 
+// Whether `model`'s decoding step is only tensor operations a CUDA graph can capture: no strategy's hooks
+// (Gemini and ZeRO move weights and communicate), no tensor parallelism (collectives), no rotary schedule
+// that reads the longest position on the host ("dynamic").
+bool decodes_capturably(CausalLM& model);
+
 // The decoder generation drives.
 inline Decoder decoder_of(const CausalLMPtr& model) {
-  return {[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) { return model->decode(step, caches); },
-          model->positions(), model->module().parameters().front().device(), /*all_done=*/nullptr};
+  Decoder decoder{[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) { return model->decode(step, caches); },
+                  model->positions(), model->module().parameters().front().device(), /*all_done=*/nullptr};
+  decoder.capturable = decodes_capturably(*model);
+  return decoder;
 }
 
 }  // namespace kuafu::nn

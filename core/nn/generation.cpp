@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/dist/collectives.h"
+#include "core/nn/fixed_shape_decoding.h"
 #include "core/util/error.h"
 
 namespace kuafu::nn {
@@ -65,6 +66,13 @@ DecodeStep left_padded(const std::vector<std::vector<int64_t>>& windows, const t
   return step;
 }
 
+// kAuto resolved: graphs (kAuto) where they can run, else reserved buffers.
+SamplingOptions::Cache cache_layout(const Decoder& decoder, const SamplingOptions& options) {
+  if (options.cache != SamplingOptions::Cache::kAuto) return options.cache;
+  return options.cuda_graphs && decoder.capturable && decoder.device.is_cuda() ? SamplingOptions::Cache::kAuto
+                                                                               : SamplingOptions::Cache::kReserved;
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::vector<std::vector<int64_t>>& prompts,
@@ -86,16 +94,44 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
   std::vector<std::vector<int64_t>> produced(rows);
   std::vector<bool> stopped(rows, false);
   std::vector<ops::KVCache> caches;
-  DecodeStep step = left_padded(windows, decoder.device);
+  std::unique_ptr<FixedShapeSteps> fixed;  // the steps after the first when the caches have fixed shapes
+  int64_t longest = 0;  // the longest window: what the caches hold after the first step
+  int64_t cached = 0;   // tokens in each cache
+  auto first_step = [&] {
+    caches.clear();
+    fixed.reset();
+    longest = 0, cached = 0;
+    for (const auto& w : windows) longest = std::max<int64_t>(longest, static_cast<int64_t>(w.size()));
+    return left_padded(windows, decoder.device);
+  };
+  const SamplingOptions::Cache layout = cache_layout(decoder, options);
+  DecodeStep step = first_step();
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     if (options.interrupted && options.interrupted()) break;
-    if (!caches.empty() && caches[0].length() + 1 > limit) {
+    if (cached > 0 && cached + 1 > limit) {
       // Context full: restart every row's cache from its last limit/2 tokens (rare in sampling demos).
       for (auto& w : windows) w.assign(w.end() - std::min<int64_t>(static_cast<int64_t>(w.size()), limit / 2), w.end());
-      caches.clear();
-      step = left_padded(windows, decoder.device);
+      step = first_step();
     }
-    torch::Tensor logits = decoder.forward(step, caches).select(1, -1);  // [B, V]
+    torch::Tensor logits;  // [B, T, V]
+    if (fixed) {
+      logits = fixed->run(step);
+    } else {
+      const bool first = caches.empty();
+      logits = decoder.forward(step, caches);
+      if (first && layout != SamplingOptions::Cache::kGrowing) {
+        // Room for every token this call can add, up to the context (where it restarts).
+        const int64_t capacity = std::min<int64_t>(limit, longest + options.max_new_tokens - 1);
+        if (capacity > longest) {
+          for (auto& cache : caches) cache.reserve(capacity);
+          if (layout != SamplingOptions::Cache::kReserved) {
+            fixed = std::make_unique<FixedShapeSteps>(decoder, caches, step, layout == SamplingOptions::Cache::kAuto);
+          }
+        }
+      }
+    }
+    cached += step.tokens.size(1);
+    logits = logits.select(1, -1);  // [B, V]
     if (options.vocab_limit > 0 && options.vocab_limit < logits.size(1)) logits = logits.narrow(1, 0, options.vocab_limit);
     // Every row at once. Greedy picks on the device (widening to float64 changes no order); sampling
     // runs on the host with the seeded CPU generator in float64, so the tokens are the same on every
@@ -123,7 +159,7 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
     const auto on_model = torch::TensorOptions(torch::kInt64).device(decoder.device);
     step.tokens = torch::tensor(next, on_model).unsqueeze(1);
     step.positions = torch::tensor(positions, on_model).unsqueeze(1);
-    if (step.key_padding.defined()) {  // the new token is real in every row
+    if (step.key_padding.defined() && !fixed) {  // the new token is real in every row
       step.key_padding = torch::cat({step.key_padding, torch::ones({step.key_padding.size(0), 1}, step.key_padding.options())}, 1);
     }
   }

@@ -29,6 +29,15 @@ struct SamplingOptions {
   // Checked before each decoding step: true stops every row where it is (Ctrl-C), and what each row
   // produced so far is returned. Single-process use: ranks decoding together must all stop.
   std::function<bool()> interrupted;
+  // How the caches hold the tokens after the first (prompt) step.
+  enum class Cache {
+    kAuto,        // fixed shapes replayed as CUDA graphs where the decoder allows it and cuda_graphs is on, else reserved
+    kGrowing,     // concatenated each step (every step copies the whole cache)
+    kReserved,    // buffers for every token the call can hold, written in place
+    kFixedShape,  // reserved, read whole with the empty slots masked, never captured (what a graph replays)
+  };
+  Cache cache = Cache::kAuto;
+  bool cuda_graphs = true;  // generate.cuda_graphs: kAuto may capture the decoding step on a CUDA device
 };
 
 // One decoding call: the new tokens of every row, where each one sits in its row's sequence, and which
@@ -57,6 +66,9 @@ struct Decoder {
   // under a layout whose forward communicates (Gemini gathering chunks over the data ranks) a rank
   // whose rows have all stopped keeps decoding, one forward per step, until all have. Null: this rank's.
   std::function<bool(bool done_here)> all_done;
+  // Whether a decoding step may be captured as a CUDA graph: forward runs tensor operations only (no
+  // collectives, no hooks moving weights, no host reads of a tensor's value).
+  bool capturable = false;
 };
 
 // all_done for the ranks of `group`: one all-reduce of a flag per decoding step.

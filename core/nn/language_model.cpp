@@ -105,6 +105,14 @@ torch::Tensor CausalLM::decode(const DecodeStep& step, std::vector<ops::KVCache>
   return logits_through_sites(*this, step, &caches);
 }
 
+bool decodes_capturably(CausalLM& model) {
+  if (model.block_sites().has_hooks() || model.tp.enabled()) return false;
+  for (const TransformerBlock& layer : model.layers()) {
+    if (layer->spec.rotary && layer->spec.rotary->type == "dynamic") return false;
+  }
+  return true;
+}
+
 torch::Tensor CausalLM::whole_logits(const DecodeStep& step) { return logits_through_sites(*this, step, nullptr); }
 
 torch::Tensor CausalLM::block(int64_t i, const torch::Tensor& x, const torch::Tensor& documents) {

@@ -49,11 +49,4 @@ torch::Tensor tied_output_loss(parallel::TokenEmbeddingImpl& embedding, const to
 // [loss sum, tokens, 0] (float64): the evaluation sums of a mean loss over `targets`' learned tokens.
 torch::Tensor token_loss_sums(const torch::Tensor& mean_loss, const torch::Tensor& targets);
 
-// The decoder generation drives, for a model holder with decode(step, caches).
-template <typename ModelHolder>
-Decoder decoder_of(ModelHolder model, int64_t context) {
-  return {[model](const DecodeStep& step, std::vector<ops::KVCache>& caches) mutable { return model->decode(step, caches); },
-          context, model->parameters().front().device(), /*all_done=*/nullptr};
-}
-
 }  // namespace kuafu::nn

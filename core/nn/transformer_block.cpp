@@ -30,6 +30,13 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Te
   }
   ops::AttentionMask masks = mask;
   masks.window = window;
+  if (cache && cache->fixed_shape() && window > 0) {
+    // The query sits at the cache's slot, not at the end of the keys: hide the slots `window` or more before it.
+    const torch::Tensor slots = torch::arange(keys.size(2), cache->slot().options());  // [C]
+    const torch::Tensor in_window = (slots > cache->slot() - window).unsqueeze(0);         // [1, C]
+    masks.key_padding = masks.key_padding.defined() ? masks.key_padding.logical_and(in_window) : in_window.expand({b, -1});
+    masks.window = 0;
+  }
   const bool causal_now = causal && !(cache && t == 1);  // one new token may attend to everything cached
   const double p = is_training() ? dropout : 0.0;
   torch::Tensor y;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/util/error.h"
+
 namespace kuafu::ops {
 
 namespace {
@@ -62,9 +64,46 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
   return torch::matmul(torch::dropout(torch::softmax(scores, -1), dropout, dropout > 0).to(v.scalar_type()), v);
 }
 
+void KVCache::reserve(int64_t capacity) {
+  KUAFU_CHECK(keys.defined(), "a key-value cache is reserved after its first append (it learns its shapes there)");
+  KUAFU_CHECK(capacity >= length(), "a key-value cache of ", length(), " tokens cannot shrink to ", capacity, " slots");
+  const int64_t filled = length();
+  auto buffer = [&](const torch::Tensor& cached) {
+    torch::Tensor b = torch::empty({cached.size(0), cached.size(1), capacity, cached.size(3)}, cached.options());  // [B, H, C, D]
+    b.narrow(2, 0, filled).copy_(cached.narrow(2, 0, filled));
+    b.narrow(2, filled, capacity - filled).zero_();  // fixed-shape attention reads every slot (masked, but never NaN)
+    return b;
+  };
+  key_buffer_ = buffer(keys), value_buffer_ = buffer(values);
+  capacity_ = capacity, filled_ = filled;
+  keys = key_buffer_.narrow(2, 0, filled), values = value_buffer_.narrow(2, 0, filled);
+}
+
+void KVCache::fix_shape(torch::Tensor slot) {
+  KUAFU_CHECK(capacity_ > 0, "a key-value cache takes a fixed shape once reserved");
+  slot_ = std::move(slot);
+  keys = key_buffer_, values = value_buffer_;
+}
+
 std::pair<torch::Tensor, torch::Tensor> KVCache::append(const torch::Tensor& k, const torch::Tensor& v) {
-  keys = keys.defined() ? torch::cat({keys, k}, 2) : k;
-  values = values.defined() ? torch::cat({values, v}, 2) : v;
+  if (capacity_ == 0) {
+    keys = keys.defined() ? torch::cat({keys, k}, 2) : k;
+    values = values.defined() ? torch::cat({values, v}, 2) : v;
+    return {keys, values};
+  }
+  const int64_t t = k.size(2);
+  if (fixed_shape()) {
+    KUAFU_CHECK(t == 1, "a fixed-shape key-value cache appends one token a step, not ", t);
+    key_buffer_.index_copy_(2, slot_, k);
+    value_buffer_.index_copy_(2, slot_, v);
+  } else {
+    KUAFU_CHECK(filled_ + t <= capacity_, "a key-value cache of ", capacity_, " slots holds ", filled_, " tokens and cannot take ", t,
+                " more");
+    key_buffer_.narrow(2, filled_, t).copy_(k);
+    value_buffer_.narrow(2, filled_, t).copy_(v);
+    keys = key_buffer_.narrow(2, 0, filled_ + t), values = value_buffer_.narrow(2, 0, filled_ + t);
+  }
+  filled_ += t;
   return {keys, values};
 }
 
