@@ -16,6 +16,7 @@ class StepGraph {
   // Runs `step` once for real on a side stream (which also warms up what the first call of each kernel sets
   // up: cuBLAS handles and workspaces), then captures it there; returns the real run's result. Capture
   // needs a stream other than the default one, and the replays run on the stream current at the time.
+  // The step must not read a tensor's value on the host (.item(), a copy to the CPU): capture refuses it.
   torch::Tensor capture(const std::function<torch::Tensor()>& step, torch::Device device) {
     const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device.index());
     const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());

@@ -25,8 +25,13 @@ torch::Tensor AttentionCoreImpl::forward(const torch::Tensor& q, const torch::Te
   torch::Tensor keys = split_heads(k, kv_heads), values = split_heads(v, kv_heads);
   if (cache) std::tie(keys, values) = cache->append(keys, values);
   if (kv_heads != heads) {  // each key-value head serves heads / kv_heads query heads in a row
-    keys = keys.repeat_interleave(heads / kv_heads, 1);
-    values = values.repeat_interleave(heads / kv_heads, 1);
+    // [B, kv, T, D] -> [B, kv, g, T, D] -> [B, kv g, T, D]: repeat_interleave's result, through a view (no index
+    // tensor, nothing read on the host, so a CUDA graph can capture it)
+    auto repeat_heads = [&](const torch::Tensor& y) {
+      const int64_t rows = y.size(0), t = y.size(2), d = y.size(3);
+      return y.unsqueeze(2).expand({rows, kv_heads, heads / kv_heads, t, d}).reshape({rows, heads, t, d});
+    };
+    keys = repeat_heads(keys), values = repeat_heads(values);
   }
   ops::AttentionMask masks = mask;
   masks.window = window;
