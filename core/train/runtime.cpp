@@ -30,6 +30,9 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_bool("runtime.fused_layer_norm", true,
                   "on a GPU: LayerNorm's forward and backward through Kuafu's kernels (dx and the weight and bias "
                   "gradients in one pass over the rows); false: LibTorch's");
+  schema.add_bool("runtime.skinny_linear", true,
+                  "on the CPU: products of a few rows (decoding steps, at most 32) streamed through the weights "
+                  "once by Kuafu's kernel instead of BLAS (which packs the weights each call); false: BLAS");
   schema.add_string("runtime.cpu_blas", "openblas",
                     "float32 matrix products on the CPU (LibTorch's mm, matmul, attention): openblas (Debian's "
                     "OpenBLAS; faster than the MKL in LibTorch on AMD processors) or libtorch (that MKL)")
@@ -80,7 +83,8 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   runtime.world = std::move(world);
   runtime.device = runtime.world->device();
   if (config.schema().find("runtime.fused_loss")) {
-    ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm")});
+    ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm"),
+                            config.get_bool("runtime.skinny_linear")});
   }
   if (config.schema().find("runtime.cpu_blas")) {
     ops::set_cpu_blas(config.get_string("runtime.cpu_blas") == "openblas" ? ops::CpuBlas::kOpenBlas

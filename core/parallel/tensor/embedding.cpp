@@ -3,6 +3,7 @@
 #include "core/dist/autograd_collectives.h"
 #include "core/ops/fused_kernels.h"
 #include "core/ops/linear_cross_entropy.h"
+#include "core/ops/skinny_linear.h"
 #include "core/parallel/tensor/vocab_parallel.h"
 #include "core/util/error.h"
 
@@ -14,7 +15,11 @@ SerialEmbeddingImpl::SerialEmbeddingImpl(int64_t vocab, int64_t dim, const torch
 
 torch::Tensor SerialEmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
 
-torch::Tensor SerialEmbeddingImpl::logits(const torch::Tensor& hidden) { return torch::matmul(hidden, weight.t()); }
+torch::Tensor SerialEmbeddingImpl::logits(const torch::Tensor& hidden) {
+  // A decoding step's few rows against the whole vocabulary: the streaming product (ops/skinny_linear.h).
+  if (ops::skinny_linear_applies(hidden, weight, {})) return ops::skinny_linear(hidden, weight, {});
+  return torch::matmul(hidden, weight.t());
+}
 
 torch::Tensor learned_count(const torch::Tensor& targets) { return (targets != kIgnoredTarget).sum().clamp_min(1); }
 

@@ -7,6 +7,7 @@
 #include "core/dist/autograd_collectives.h"
 #include "core/dist/collectives.h"
 #include "core/ops/layer_norm.h"
+#include "core/ops/skinny_linear.h"
 #include "core/parallel/tensor/layers_3d.h"
 #include "core/parallel/tensor/layers_grid.h"
 #include "core/parallel/tensor/vocab_parallel.h"
@@ -41,7 +42,11 @@ SerialLinearImpl::SerialLinearImpl(const LinearSpec& spec, const torch::Device& 
 }
 
 torch::Tensor SerialLinearImpl::forward(const torch::Tensor& x) {
-  if (order_ == WeightOrder::kOutIn) return torch::nn::functional::linear(x, weight, bias);
+  if (order_ == WeightOrder::kOutIn) {
+    // A decoding step's few rows: streamed through the weights once instead of through BLAS's packing.
+    if (ops::skinny_linear_applies(x, weight, bias)) return ops::skinny_linear(x, weight, bias);
+    return torch::nn::functional::linear(x, weight, bias);
+  }
   // addmm over the flattened rows: one BLAS call with the bias fused in.
   auto sizes = x.sizes().vec();
   sizes.back() = weight.size(1);

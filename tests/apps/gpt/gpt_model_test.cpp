@@ -78,7 +78,7 @@ TEST(GPTModelTest, FusedLossGivesThePlainLossAndGradients) {
   model->to(torch::kFloat64);
   const torch::Tensor tokens = torch::randint(50, {3, 13}, torch::kInt64);
   auto loss_and_gradients = [&](bool fused) {
-    ops::set_fused_kernels({fused, true});
+    ops::set_fused_kernels({fused, true, true});
     model->zero_grad();
     const torch::Tensor loss = model->loss(tokens.narrow(1, 0, 12), tokens.narrow(1, 1, 12));
     loss.backward();
