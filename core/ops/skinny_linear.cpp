@@ -104,15 +104,14 @@ bool skinny_linear_applies(const torch::Tensor& x, const torch::Tensor& weight, 
   const auto f32_cpu = [](const torch::Tensor& t) { return t.device().is_cpu() && t.scalar_type() == torch::kFloat32; };
   if (!f32_cpu(x) || !f32_cpu(weight) || weight.dim() != 2 || !weight.is_contiguous()) return false;
   if (bias.defined() && (!f32_cpu(bias) || !bias.is_contiguous())) return false;
-  if (torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()))) {
-    return false;
-  }
+  // Only under no_grad (decoding, evaluation): training keeps BLAS's products, frozen layers (LoRA's base) too.
+  if (torch::GradMode::is_enabled()) return false;
   return x.dim() >= 1 && x.size(-1) == weight.size(1) && x.numel() <= kSkinnyRowsMax * weight.size(1);
 }
 
 torch::Tensor skinny_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, bool vector) {
   KUAFU_CHECK(skinny_linear_applies(x, weight, bias), "skinny_linear takes float32 CPU rows (at most ", kSkinnyRowsMax,
-              ") of the weight's input width ", weight.size(1), ", got ", x.sizes());
+              ") of the weight's input width ", weight.size(1), " under no_grad, got ", x.sizes());
   const torch::Tensor rows = x.reshape({-1, weight.size(1)}).contiguous();  // [M, in]
   torch::Tensor y = torch::empty({rows.size(0), weight.size(0)}, x.options());  // [M, out]
   const Product p{rows.data_ptr<float>(), weight.data_ptr<float>(), bias.defined() ? bias.data_ptr<float>() : nullptr,

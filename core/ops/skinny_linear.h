@@ -10,8 +10,8 @@ namespace kuafu::ops {
 constexpr int64_t kSkinnyRowsMax = 32;  // rows up to which it is taken: 1.1-1.4x BLAS at 32, even at 64
 
 // Whether skinny_linear serves this call: switched on (runtime.skinny_linear, fused_kernels.h), float32 on
-// the CPU, contiguous weight [out, in] (and bias [out]), at most kSkinnyRowsMax rows of `in` features, and no
-// gradient wanted (it has no backward).
+// the CPU, contiguous weight [out, in] (and bias [out]), at most kSkinnyRowsMax rows of `in` features, under
+// no_grad (it has no backward; a training step's frozen layers keep BLAS, so their results stay its own).
 bool skinny_linear_applies(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
 
 // x [..., in] · weightᵀ (+ bias) -> [..., out]. `vector`: the AVX2 path where the CPU has it (false: scalar,

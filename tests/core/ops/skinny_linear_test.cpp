@@ -20,6 +20,7 @@ namespace {
 // at most 6e-8 of it, add up like a random walk: sqrt(771) x 6e-8 = 1.7e-6; a lost term or bias moves an
 // output by ~1, over 1e-3 of it).
 TEST(SkinnyLinearTest, EqualsTheProductInFloat64OnEveryPath) {
+  torch::NoGradGuard no_grad;
   torch::manual_seed(0);
   for (const int64_t rows : {1, 3, 5, 8, 9, 16, 32}) {
     for (const int64_t in : {5, 64, 771}) {
@@ -45,7 +46,7 @@ TEST(SkinnyLinearTest, EqualsTheProductInFloat64OnEveryPath) {
   EXPECT_TRUE(torch::allclose(skinny_linear(x, w, {}), torch::matmul(x, w.t()), 1e-5, 1e-5));
 }
 
-TEST(SkinnyLinearTest, ServesOnlyGradientFreeFloat32CpuCallsOfFewRows) {
+TEST(SkinnyLinearTest, ServesOnlyNoGradFloat32CpuCallsOfFewRows) {
   const torch::Tensor w = torch::randn({6, 8}), x = torch::randn({2, 8});
   {
     torch::NoGradGuard no_grad;
@@ -61,9 +62,9 @@ TEST(SkinnyLinearTest, ServesOnlyGradientFreeFloat32CpuCallsOfFewRows) {
     EXPECT_FALSE(skinny_linear_applies(x, w, {}));
     set_fused_kernels(before);
   }
-  // With gradients wanted it has no backward to give: the layers keep LibTorch's product.
+  // With gradients on it has no backward to give: the layers keep LibTorch's product, frozen ones too.
   EXPECT_FALSE(skinny_linear_applies(x, w.clone().requires_grad_(true), {}));
-  EXPECT_TRUE(skinny_linear_applies(x, w, {}));  // nothing requires a gradient
+  EXPECT_FALSE(skinny_linear_applies(x, w, {}));
 }
 
 // The serial linear layer and the tied output layer take it in a decoding step and give LibTorch's
