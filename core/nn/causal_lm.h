@@ -62,9 +62,9 @@ class CausalLM : public hooks::OneStreamModel {
 
 using CausalLMPtr = std::shared_ptr<CausalLM>;
 
-// Whether `model`'s decoding step is only tensor operations a CUDA graph can capture: no strategy's hooks
-// (Gemini and ZeRO move weights and communicate), no tensor parallelism (collectives), no rotary schedule
-// that reads the longest position on the host ("dynamic").
+// Whether `model`'s decoding step is only tensor operations a CUDA graph can capture: no strategy's block
+// hooks (Gemini and frozen offload move weights and communicate; ZeRO-2 installs none), no tensor parallelism
+// (collectives), no rotary schedule that reads the longest position on the host ("dynamic").
 bool decodes_capturably(CausalLM& model);
 
 // The decoder generation drives.

@@ -1,5 +1,7 @@
 #include "core/nn/fixed_shape_decoding.h"
 
+#include <functional>
+
 #include "core/util/error.h"
 
 #ifdef KUAFU_WITH_CUDA

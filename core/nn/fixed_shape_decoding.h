@@ -34,7 +34,6 @@ class FixedShapeSteps {
   int64_t filled_ = 0;  // slots written so far
   bool graphs_ = false;
   std::unique_ptr<StepGraph> graph_;
-  torch::Tensor logits_;  // the graph's output [B, 1, V]
 };
 
 }  // namespace kuafu::nn

@@ -95,13 +95,11 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
   std::vector<bool> stopped(rows, false);
   std::vector<ops::KVCache> caches;
   std::unique_ptr<FixedShapeSteps> fixed;  // the steps after the first when the caches have fixed shapes
-  int64_t longest = 0;  // the longest window: what the caches hold after the first step
-  int64_t cached = 0;   // tokens in each cache
+  int64_t cached = 0;  // tokens in each cache
   auto first_step = [&] {
     caches.clear();
     fixed.reset();
-    longest = 0, cached = 0;
-    for (const auto& w : windows) longest = std::max<int64_t>(longest, static_cast<int64_t>(w.size()));
+    cached = 0;
     return left_padded(windows, decoder.device);
   };
   const SamplingOptions::Cache layout = cache_layout(decoder, options);
@@ -120,7 +118,8 @@ std::vector<std::vector<int64_t>> generate(const Decoder& decoder, const std::ve
       const bool first = caches.empty();
       logits = decoder.forward(step, caches);
       if (first && layout != SamplingOptions::Cache::kGrowing) {
-        // Room for every token this call can add, up to the context (where it restarts).
+        // Room for every token this call can add beside the longest window, up to the context (where it restarts).
+        const int64_t longest = step.tokens.size(1);
         const int64_t capacity = std::min<int64_t>(limit, longest + options.max_new_tokens - 1);
         if (capacity > longest) {
           for (auto& cache : caches) cache.reserve(capacity);
