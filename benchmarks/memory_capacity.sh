@@ -19,11 +19,13 @@
 #   gemini_disk  three tiers: as gemini, with memory.disk_dir (DISK_DIR, default <out>/disk) taking the
 #                master chunks (float32 masters, gradients, Adam state) the host budget cannot hold; the
 #                whole footprint in memory must still fit device + host (the files do not count).
+#   gemini_disk_auto  the same under auto placement: the device room the warm-up leaves takes master chunks
+#                off the disk.
 #
 # Usage: [CHECKPOINTING=1] [DISK_DIR=...] [DISK_TOP=160] benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
 #                                       [out = runs/memory_capacity] [strategies = the first four]
-# Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest); gemini_disk's
-# bisection starts from the larger two-tier Gemini's largest (which it must fit) up to DISK_TOP layers (160).
+# Strategies left out keep the largest size found by an earlier run (<out>/<strategy>.largest); gemini_disk's (and
+# gemini_disk_auto's) bisection starts from the larger two-tier Gemini's largest (which it must fit) up to DISK_TOP layers (160).
 set -euo pipefail
 build=${1:-build}
 device_mb=${2:-2048}
@@ -49,6 +51,7 @@ strategy_args() {  # name -> overrides
     gemini_static) echo '--set memory.strategy="gemini" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1' ;;
     gemini_auto) echo '--set memory.strategy="gemini" --set memory.placement="auto" --set memory.margin_ratio=0.8' ;;
     gemini_disk) echo "--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1 --set memory.disk_dir=\"$disk_dir\"" ;;
+    gemini_disk_auto) echo "--set memory.strategy=\"gemini\" --set memory.placement=\"auto\" --set memory.margin_ratio=0.8 --set memory.disk_dir=\"$disk_dir\"" ;;
   esac
 }
 
@@ -89,14 +92,14 @@ largest() {
 }
 
 declare -A best
-for name in none zero2 gemini_static gemini_auto gemini_disk; do
+for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; do
   if [[ " $strategies " == *" $name "* ]]; then
     echo "$name:" >&2
     from=0
-    case $name in none|zero2) top=12 ;; gemini_disk) top=${DISK_TOP:-160} ;; *) top=34 ;; esac
-    if [[ $name == gemini_disk ]]; then
+    case $name in none|zero2) top=12 ;; gemini_disk*) top=${DISK_TOP:-160} ;; *) top=34 ;; esac
+    if [[ $name == gemini_disk* ]]; then
       from=$(( best[gemini_static] > best[gemini_auto] ? best[gemini_static] : best[gemini_auto] ))
-      probe gemini_disk "$from" 1 2 || { echo "gemini_disk does not fit the two tiers' largest ($from layers)" >&2; exit 1; }
+      probe "$name" "$from" 1 2 || { echo "$name does not fit the two tiers' largest ($from layers)" >&2; exit 1; }
     fi
     largest "$name" "$top" "$from" > "$out/$name.largest"
   fi
@@ -113,13 +116,14 @@ for name in none zero2 gemini_static gemini_auto; do  # all four in one run: the
 done
 
 found=()
-for name in none zero2 gemini_static gemini_auto gemini_disk; do [[ -n ${best[$name]:-} ]] && found+=("$name=${best[$name]}"); done
+for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; do [[ -n ${best[$name]:-} ]] && found+=("$name=${best[$name]}"); done
 python3 - "$out" "$device_mb" "$host_mb" "${found[@]}" <<'PY'
 import json, os, sys
 out, device, host = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 layers = {n: int(l) for n, l in (a.split("=") for a in sys.argv[4:])}
 labels = {"none": "plain data parallelism", "zero2": "ZeRO-2", "gemini_static": "Gemini static (all offloaded)",
-          "gemini_auto": "Gemini auto (margin 0.8)", "gemini_disk": "Gemini static + disk tier (three tiers)"}
+          "gemini_auto": "Gemini auto (margin 0.8)", "gemini_disk": "Gemini static + disk tier (three tiers)",
+          "gemini_disk_auto": "Gemini auto + disk tier (three tiers)"}
 bytes_per_param = 18  # Gemini: bf16 weights 2 + float32 master 4 + gradient 4 + Adam moments 8
 bound = (device + host) * 2**20 / bytes_per_param
 common = {n: json.load(open(os.path.join(out, f"{n}_common.json"))) for n in layers

@@ -233,6 +233,18 @@ torch::Tensor ChunkedMasters::make_disk_record(int64_t c, const torch::Tensor& m
   return disk_records_[c].narrow(0, 0, n);
 }
 
+void ChunkedMasters::take_off_disk(int64_t c) {
+  if (!chunk_on_disk(c)) return;
+  if (open_chunk_ == c) close_disk_chunk();
+  disk_->take_back(c);
+  // The record's memory now lives as long as the views of it: the master shard, the pieces, the state.
+  disk_records_[c] = torch::Tensor();
+  for (int64_t i : layout_->tensors_in(c)) {
+    disk_state_[i].clear();
+    grad_squares_[i] = torch::Tensor();
+  }
+}
+
 bool ChunkedMasters::piece_on_disk(size_t piece) const { return chunk_on_disk(chunk_of_piece_.at(piece)); }
 
 std::vector<torch::Tensor> ChunkedMasters::known_grad_squares() const {

@@ -121,6 +121,9 @@ class ChunkedMasters {
   // rank's float32 shard); returns the master's place in it. The chunk goes to the disk once built.
   torch::Tensor make_disk_record(int64_t c, const torch::Tensor& master);
   bool chunk_on_disk(int64_t c) const { return disk_ && disk_->holds(c); }
+  // Chunk c's masters, gradient and optimizer state leave the disk tier for host memory, where the views
+  // the optimizer holds of them stay valid (relocate_masters may then move them on).
+  void take_off_disk(int64_t c);
   // Chunk c's masters were just stepped in the disk tier's stream: its compute copy takes them.
   virtual void master_stepped(int64_t /*c*/) {}
   // zero_grad of the chunks on the disk tier.

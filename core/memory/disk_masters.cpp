@@ -83,6 +83,17 @@ void DiskMasters::adopt(int64_t c, const torch::Tensor& record, const torch::Ten
   write_behind(chunk.record);
 }
 
+void DiskMasters::take_back(int64_t c) {
+  KUAFU_CHECK(holds(c), "chunk ", c, " is not on the disk tier");
+  Chunk& chunk = homes_.at(c);
+  for (Home* home : {&chunk.record, &chunk.grad}) {
+    wait_here(*home);  // a home being written is used as it is, once its write is done
+    host_bytes_ -= bytes_of(home->tensor);  // no longer the tier's: its memory stays with its owner
+    if (home->has_file) disk_.drop(home->key);
+  }
+  homes_.erase(c);
+}
+
 void DiskMasters::take_memory(Home& home) {
   allocate_storage(home.tensor);
   host_bytes_ += bytes_of(home.tensor);

@@ -42,6 +42,9 @@ class DiskMasters {
   // Chunk `c` lives on the disk from now: `record`'s values are written to its file, and both tensors'
   // memory is given back (the gradient counts as zeros).
   void adopt(int64_t c, const torch::Tensor& record, const torch::Tensor& grad);
+  // Chunk c leaves the disk (a placement found room for it in memory): its record and gradient are brought
+  // into memory (read, or zeros) and stay there, held by the tensors adopt() was given; its files go.
+  void take_back(int64_t c);
   bool holds(int64_t c) const { return homes_.count(c) > 0; }
   bool empty() const { return homes_.empty(); }
   int64_t chunks() const { return static_cast<int64_t>(homes_.size()); }

@@ -18,7 +18,8 @@
 //           and the one whose next use is furthest ahead is evicted when room is needed, the next
 //           block's chunks are fetched ahead when they fit (on a side stream on CUDA, while the current
 //           block computes), and the room left spare after warm-up times
-//           memory.margin_ratio holds master chunks on the device.
+//           memory.margin_ratio holds master chunks on the device: first those on the disk tier
+//           (the latest used in the trace first), then those in host memory.
 // The optimizer steps each master piece where it lives (CPU Adam for host chunks, device kernels for
 // device chunks). On a CPU-only machine both tiers are host memory and the fast budget is enforced by
 // the ledger's accounting, so the same decisions are made and tested here.
@@ -151,6 +152,9 @@ class Gemini : public ChunkedMasters, public hooks::BlockHooks {
   void prefetch_next_call();
   void take_arrival(int64_t chunk);  // a prefetched chunk is about to be used on the current stream
   void move_masters(int64_t chunk, Tier to);
+  // The chunks whose masters are on the disk tier, the latest used in the warm-up trace first.
+  std::vector<int64_t> disk_chunks_by_last_use() const;
+  void take_masters_off_disk(int64_t chunk, Tier to);
 
   PlacementOptions placement_;
   torch::Device fast_device_;

@@ -231,12 +231,42 @@ void Gemini::place_masters_in_margin() {
   const double spare = budget == 0 ? std::numeric_limits<double>::infinity()
                                    : static_cast<double>(budget - ledger_.model_bytes(Tier::kFast) - need);
   double room = placement_.margin_ratio * spare;
+  // Master chunks on the disk first: each costs the disk a read and a write of its record every step (and
+  // of its gradient every micro-step); then those in host memory, which CPU Adam steps.
+  for (int64_t c : disk_chunks_by_last_use()) {
+    if (static_cast<double>(master_bytes(c)) > room) continue;
+    take_masters_off_disk(c, Tier::kFast);
+    room -= static_cast<double>(master_bytes(c));
+  }
   for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
     if (master_tier_[c] == Tier::kSlow && !chunk_on_disk(c) && static_cast<double>(master_bytes(c)) <= room) {
       move_masters(c, Tier::kFast);
       room -= static_cast<double>(master_bytes(c));
     }
   }
+}
+
+std::vector<int64_t> Gemini::disk_chunks_by_last_use() const {
+  // [chunk] the warm-up trace's last call that used it (backward's last reductions come last).
+  std::vector<int64_t> last_use(layout_->num_chunks(), -1);
+  for (size_t t = 0; t < call_chunks_.size(); ++t) {
+    for (int64_t c : call_chunks_[t]) last_use[c] = static_cast<int64_t>(t);
+  }
+  std::vector<int64_t> order;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) {
+    if (chunk_on_disk(c)) order.push_back(c);
+  }
+  // The gradients the backward reduces last have the least compute left to hide their writes behind.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return last_use[a] > last_use[b]; });
+  return order;
+}
+
+void Gemini::take_masters_off_disk(int64_t c, Tier to) {
+  if (disk_->chunks() == 1) ledger_.remove(Tier::kSlow, disk_staging_bytes());  // the tier's buffers go with its last chunk
+  ledger_.add(to, master_bytes(c), detail::concat("the masters of chunk ", c));
+  take_off_disk(c);  // into host memory, where its optimizer state stays until the optimizer's next step moves it
+  master_tier_[c] = to;
+  if (tier_device(to) != torch::Device(torch::kCPU)) relocate_masters(c, tier_device(to), /*pinned=*/false);
 }
 
 void Gemini::move_masters(int64_t c, Tier to) {

@@ -48,7 +48,7 @@ void add_memory_schema(config::Schema& s) {
   s.add_float("memory.disk_budget_gb", 0.0, "GiB the disk tier's files may take in memory.disk_dir (0: unlimited)").min(0.0);
   s.add_float("memory.margin_ratio", 0.0,
               "gemini, auto placement: share of the device memory left spare after warm-up that holds float32 "
-              "masters and optimizer state (stepped on the device)")
+              "masters and optimizer state (stepped on the device), taken first from the disk tier's chunks")
       .min(0.0)
       .max(1.0);
 }

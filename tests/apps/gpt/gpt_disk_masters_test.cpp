@@ -5,7 +5,8 @@
 // run takes exactly the steps of the same run with every master chunk in host memory (the tier copies
 // float32 bits to files and back, and the global norm adds the same squares in the same order), a
 // checkpoint written from the disk resumes onto the disk and ends the same, the host budget holds, and
-// no scratch folder outlives its run.
+// no scratch folder outlives its run. Under placement = "auto" the device room the warm-up leaves takes
+// master chunks off the disk, and the steps stay the same.
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -36,6 +37,11 @@ nlohmann::json last_step(const std::vector<nlohmann::json>& lines) {
   return nlohmann::json::object();
 }
 
+// The auto run's device room beside the activations and chunks: at margin_ratio 0.5 it holds some of the
+// master chunks (most of 2,048 elements, 32 KiB with their gradient and Adam's two slots; 14 of the disk's 21
+// measured), not all.
+constexpr double kAutoDeviceRoomMb = 2.0;
+
 std::vector<nlohmann::json> train_run(const fs::path& root, const std::string& name, const std::string& extra,
                                       const std::shared_ptr<dist::World>& world, int64_t skipped = 1) {
   return train_with_an_overflow(root, name, kDiskBase + "\n" + extra, world, skipped);
@@ -47,7 +53,9 @@ void disk_tier_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   // Every step's norm is above the clip, so a norm off by a rounding would scale every update differently.
   for (const auto& line : in_memory) {
     // (The overflowed step's norm is not finite: null in JSON.)
-    if (line.contains("grad_norm") && line["grad_norm"].is_number()) EXPECT_GT(line["grad_norm"].get<double>(), 0.05) << line.dump();
+    if (line.contains("grad_norm") && line["grad_norm"].is_number()) {
+      EXPECT_GT(line["grad_norm"].get<double>(), 0.05) << line.dump();
+    }
   }
   const double host_mb = 0.6 * last_step(in_memory)["host_peak_mb"].get<double>();
   const fs::path scratch = root / "disk";
@@ -56,26 +64,50 @@ void disk_tier_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   const std::string disk = "memory.host_budget_mb=" + std::to_string(host_mb) + "\nmemory.disk_dir=\"" +
                            scratch.string() + "\"";
   const auto on_disk = train_run(root, "on_disk", disk, world);
-  // A checkpoint written from the disk after 3 steps resumes onto the disk (read into the records there).
+  // Auto placement: the device room the warm-up leaves (times margin_ratio) takes master chunks off the disk.
+  // Without a device budget all of them; with one that leaves about kAutoDeviceRoomMb beside the activations
+  // and the whole model's chunks, some (the rest stay on the disk).
+  const std::string placed_auto = disk + "\nmemory.placement=\"auto\"\nmemory.margin_ratio=0.5\n"
+                                  "memory.offload_param_fraction=0\nmemory.offload_optim_fraction=0";
+  const nlohmann::json unlimited = last_step(train_run(root, "auto_unlimited", placed_auto, world));
+  const double device_mb =
+      unlimited["activations_peak_mb"].get<double>() + unlimited["chunks_mb"].get<double>() + kAutoDeviceRoomMb;
+  const std::string budgeted = placed_auto + "\nmemory.device_budget_mb=" + std::to_string(device_mb);
+  const nlohmann::json placed = last_step(train_run(root, "auto_budget", budgeted, world));
+  // A checkpoint written from the disk after 3 steps resumes onto the disk (read into the records there),
+  // under static placement and under auto (which then takes chunks off the disk with their loaded values).
   train_run(root, "written", disk + "\ntrain.steps=3", world);
-  if (world->rank() == 0) {
-    fs::create_directories(root / "resumed");
-    fs::copy(root / "written" / "checkpoints", root / "resumed" / "checkpoints", fs::copy_options::recursive);
+  for (const std::string resumed : {"resumed", "resumed_auto"}) {
+    if (world->rank() == 0) {
+      fs::create_directories(root / resumed);
+      fs::copy(root / "written" / "checkpoints", root / resumed / "checkpoints", fs::copy_options::recursive);
+    }
+    dist::barrier(*world->world_group());
+    train_run(root, resumed, resumed == "resumed" ? disk : budgeted, world, /*skipped=*/0);
   }
-  dist::barrier(*world->world_group());
-  train_run(root, "resumed", disk, world, /*skipped=*/0);
   if (world->rank() != 0) return;
   const nlohmann::json figures = last_step(on_disk);
   ASSERT_TRUE(figures.contains("master_chunks_on_disk")) << figures.dump();
   // Some master chunks on each tier: both paths of the step run.
-  EXPECT_GT(figures["master_chunks_on_disk"].get<double>(), 0);
+  const double static_on_disk = figures["master_chunks_on_disk"].get<double>();
+  EXPECT_GT(static_on_disk, 0);
   EXPECT_GT(figures["master_chunks_on_host"].get<double>(), 0);
   EXPECT_LE(figures["host_peak_mb"].get<double>(), host_mb);
   EXPECT_GT(figures["disk_read_gb"].get<double>(), 0);
   EXPECT_GT(figures["disk_staging_peak_mb"].get<double>(), 0);
+  // Auto: everything off the disk without a device budget; with one, fewer chunks there and fewer bytes read
+  // than under static placement, within both budgets.
+  EXPECT_EQ(unlimited["master_chunks_on_disk"].get<double>(), 0) << unlimited.dump();
+  EXPECT_GT(placed["master_chunks_on_disk"].get<double>(), 0) << placed.dump();
+  EXPECT_LT(placed["master_chunks_on_disk"].get<double>(), static_on_disk) << placed.dump();
+  EXPECT_GT(placed["master_chunks_on_device"].get<double>(), 0) << placed.dump();
+  EXPECT_LT(placed["disk_read_gb"].get<double>(), figures["disk_read_gb"].get<double>()) << placed.dump();
+  EXPECT_LE(placed["device_peak_mb"].get<double>(), device_mb);
+  EXPECT_LE(placed["host_peak_mb"].get<double>(), host_mb);
   // The same bits as with every master in host memory: weights and optimizer state, also after a resume.
-  expect_same_run(root, "on_disk", "in_memory", 0.0);
-  expect_same_run(root, "resumed", "in_memory", 0.0);
+  for (const std::string run : {"on_disk", "auto_unlimited", "auto_budget", "resumed", "resumed_auto"}) {
+    expect_same_run(root, run, "in_memory", 0.0);
+  }
   // Scratch folders go with their runs.
   EXPECT_TRUE(fs::is_empty(scratch)) << "a scratch folder was left in " << scratch;
 }

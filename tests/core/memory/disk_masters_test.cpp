@@ -92,6 +92,49 @@ TEST(DiskMastersTest, RecordsAndGradientsComeBackThroughTheirViews) {
   EXPECT_EQ(masters.host_bytes(), 0);
 }
 
+// A placement taking chunks off the disk: one whose gradient was just written (its write may still be going
+// on), one whose gradient is zeros (no file), one open for a checkpoint's change: each comes back in memory
+// with its values, stays there (the tier no longer counts it or streams it), and its files go.
+TEST(DiskMastersTest, AChunkTakenBackStaysInMemoryWithItsValues) {
+  const DiskTierOptions options = options_in("take_back");
+  DiskMasters masters(options);
+  std::vector<torch::Tensor> records, grads;
+  for (int64_t c = 0; c < 4; ++c) {
+    records.push_back(record_of(c));
+    grads.push_back(torch::zeros({1000 + 37 * c}));
+    masters.adopt(c, records[c], grads[c]);
+  }
+  masters.settle();
+  const int64_t files_before = masters.disk().bytes_held();
+  masters.bring_gradient(1);
+  grads[1].add_(3.0f);
+  masters.send_gradient(1);
+  masters.take_back(1);
+  masters.take_back(2);
+  masters.open(3);
+  records[3][0] = -5.0f;
+  masters.take_back(3);
+  masters.settle();
+  EXPECT_EQ(masters.chunks(), 1);
+  EXPECT_FALSE(masters.holds(1));
+  EXPECT_EQ(masters.host_bytes(), 0);  // what came back belongs to its tensors now
+  EXPECT_LT(masters.disk().bytes_held(), files_before);
+  EXPECT_TRUE(torch::equal(records[1], record_of(1)));
+  EXPECT_TRUE(torch::equal(grads[1], torch::full_like(grads[1], 3.0f)));
+  EXPECT_TRUE(torch::equal(records[2], record_of(2)));
+  EXPECT_TRUE(torch::equal(grads[2], torch::zeros_like(grads[2])));
+  EXPECT_EQ(records[3][0].item<float>(), -5.0f);
+  // The stream and forget_gradients pass them by; their memory stays.
+  std::vector<int64_t> seen;
+  masters.for_each(/*gradients=*/true, /*changed=*/true, [&](int64_t c) { seen.push_back(c); });
+  masters.forget_gradients();
+  masters.settle();
+  EXPECT_EQ(seen, (std::vector<int64_t>{0}));
+  for (int64_t c = 1; c < 4; ++c) EXPECT_GT(records[c].storage().nbytes(), 0u) << "chunk " << c;
+  EXPECT_TRUE(torch::equal(grads[1], torch::full_like(grads[1], 3.0f)));
+  EXPECT_THROW(masters.take_back(1), std::exception);
+}
+
 TEST(DiskMastersTest, ABudgetTooSmallNamesItsKey) {
   DiskMasters masters(options_in("budget", /*budget=*/4096));
   torch::Tensor record = record_of(3), grad = torch::zeros({1111});
