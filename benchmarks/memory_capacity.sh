@@ -6,21 +6,10 @@
 # The models: width 1536 (16 heads), vocabulary 8192, 128 positions, micro-batch 4 x 128 tokens; only
 # the number of layers changes (28.3M parameters each), found by bisection.
 #
-# What "trains within the budgets" means:
-#   none, zero2  everything they hold lives on the device: the peak of the bytes allocated beyond what
-#                the process held before building the model (the footprint) must fit the device budget;
-#   gemini       the device and host budgets are enforced by Gemini's ledger (a run that would exceed
-#                either stops with an error), and the whole footprint, measured as above, must fit
-#                device + host.
-# The footprint counts allocated bytes (sampled every 2 ms on the CPU; CUDA's allocated peak on a GPU),
-# not what the allocator keeps for reuse, which the apps' malloc settings make up to 1 GiB more.
-# On this CPU-only machine both tiers are host memory: the device budget is enforced by accounting.
-#
-#   gemini_disk  three tiers: as gemini, with memory.disk_dir (DISK_DIR, default <out>/disk) taking the
-#                master chunks (float32 masters, gradients, Adam state) the host budget cannot hold; the
-#                whole footprint in memory must still fit device + host (the files do not count).
-#   gemini_disk_auto  the same under auto placement: the device room the warm-up leaves takes master chunks
-#                off the disk.
+# The strategies (none, zero2, gemini_static, gemini_auto, and with the disk tier gemini_disk and
+# gemini_disk_auto, whose files go to DISK_DIR, default <out>/disk) and what "trains within the budgets"
+# means are in capacity_probe.sh. On this CPU-only machine both tiers are host memory: the device budget is
+# enforced by accounting.
 #
 # Usage: [CHECKPOINTING=1] [DISK_DIR=...] [DISK_TOP=160] benchmarks/memory_capacity.sh [build = build] [device MiB = 2048] [host MiB = 12288]
 #                                       [out = runs/memory_capacity] [strategies = the first four]
@@ -44,22 +33,13 @@ budgets=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb=
 disk_dir=$(realpath -m "${DISK_DIR:-$out/disk}")
 mkdir -p "$disk_dir"
 
-strategy_args() {  # name -> overrides
-  case $1 in
-    none) echo '--set memory.strategy="none"' ;;
-    zero2) echo '--set memory.strategy="zero2"' ;;
-    gemini_static) echo '--set memory.strategy="gemini" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1' ;;
-    gemini_auto) echo '--set memory.strategy="gemini" --set memory.placement="auto" --set memory.margin_ratio=0.8' ;;
-    gemini_disk) echo "--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1 --set memory.disk_dir=\"$disk_dir\"" ;;
-    gemini_disk_auto) echo "--set memory.strategy=\"gemini\" --set memory.placement=\"auto\" --set memory.margin_ratio=0.8 --set memory.disk_dir=\"$disk_dir\"" ;;
-  esac
-}
+source "$(dirname "$0")/capacity_probe.sh"
 
 # probe strategy layers warmup steps -> the JSON line in $out/<strategy>_<layers>.json; exit 0 when it fits
 probe() {
   local name=$1 layers=$2 warmup=$3 steps=$4 file="$out/${1}_${2}.json"
   local args
-  read -r -a args <<< "$(strategy_args "$name")"
+  read -r -a args <<< "$(capacity_strategy_args "$name" "$disk_dir")"
   [[ $name == gemini* ]] && args+=("${budgets[@]}")
   if ! "$app" benchmark --config "$config" "${common[@]}" --set model.n_layer="$layers" "${args[@]}" \
       --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$out/${name}_${layers}.log" 2>&1; then
@@ -68,17 +48,7 @@ probe() {
     return 1
   fi
   tail -n 1 "$out/${name}_${layers}.log" > "$file"  # the JSON line comes last
-  python3 - "$file" "$name" "$device_mb" "$host_mb" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-name, device, host = sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-footprint = d["peak_in_use_mb"] - d["in_use_before_model_mb"]
-limit = device + host if name.startswith("gemini") else device
-fits = footprint <= limit
-print(f"  {name}, {d['parameters'] / 1e6:.0f}M parameters: footprint {footprint:.0f} MiB (limit {limit:.0f}), "
-      f"step {d['step_time_ms_median'] / 1e3:.2f} s -> {'fits' if fits else 'too large'}", file=sys.stderr)
-sys.exit(0 if fits else 1)
-PY
+  capacity_fits "$file" "$name" "$device_mb" "$host_mb" "$layers layers"
 }
 
 # Bisection on the number of layers: lo fits (or 0), hi does not.

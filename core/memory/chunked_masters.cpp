@@ -26,7 +26,7 @@ std::vector<std::string> trainable_names(const torch::nn::Module& model) {
 
 ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
                                int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce,
-                               DeferredWeights deferred)
+                               DeferredWeights deferred, int64_t search_max_numel)
     : model_(model),
       group_(std::move(group)),
       rank_(group_->rank()),
@@ -66,8 +66,9 @@ ChunkedMasters::ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, s
     total += n;
     largest = std::max(largest, n);
   }
-  const int64_t search_max = std::min<int64_t>(kMaxChunkBytes / static_cast<int64_t>(torch::elementSize(dtype_)),
-                                               std::max(total / kMinChunks, 2 * largest));
+  int64_t search_max = std::min<int64_t>(kMaxChunkBytes / static_cast<int64_t>(torch::elementSize(dtype_)),
+                                         std::max(total / kMinChunks, 2 * largest));
+  if (search_max_numel > 0) search_max = std::min(search_max, search_max_numel);
   const int64_t chunk = chunk_numel > 0 ? chunk_numel : search_chunk_numel(numels, 0, search_max, 1024, group_->size());
   layout_.emplace(numels, chunk, group_->size());
   KUAFU_CHECK(!any_meta || deferred_, "the model's trainable parameters are on the meta device and nothing "

@@ -100,12 +100,14 @@ class ChunkedMasters {
 
  protected:
   // Lays the model's trainable parameters out in chunks in the order of `names` and broadcasts rank 0's
-  // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype`. Gradients
+  // weights and buffers. chunk_numel 0: search_chunk_numel up to kMaxChunkBytes of `dtype` (and up to
+  // search_max_numel elements when that is set). Gradients
   // are reduced over the group in optim::grad_dtype(dtype, grad_reduce). Trainable parameters still on
   // the meta device (lazy construction) take their values from `deferred` in build_masters; every rank
   // draws and loads the same values, so they are not broadcast.
   ChunkedMasters(torch::nn::Module& model, dist::GroupPtr group, std::vector<std::string> names,
-                 int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce, DeferredWeights deferred);
+                 int64_t chunk_numel, torch::Dtype dtype, optim::GradReduce grad_reduce, DeferredWeights deferred,
+                 int64_t search_max_numel = 0);
   // Builds the master shards: `keep(c, whole)` gets chunk c whole, in the parameters' own precision, and
   // returns this rank's master shard (a copy, or a view the strategy keeps alive) after pointing the
   // chunk's parameters into its compute copy (bind); then the pieces. Chunks are made one at a time as

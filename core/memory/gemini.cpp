@@ -9,7 +9,7 @@ namespace kuafu::memory {
 
 Gemini::Gemini(torch::nn::Module& model, dist::GroupPtr group, const GeminiOptions& options)
     : ChunkedMasters(model, std::move(group), trainable_names(model), options.chunk_numel, options.dtype,
-                     options.grad_reduce, options.deferred),
+                     options.grad_reduce, options.deferred, options.chunk_search_max),
       placement_(options.placement),
       fast_device_(device_),
       ledger_(options.placement.budgets),

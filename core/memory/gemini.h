@@ -62,6 +62,7 @@ struct GeminiOptions {
   // hold live in files there, stepped a chunk at a time as they stream through host memory.
   std::optional<DiskTierOptions> disk = std::nullopt;
   int optimizer_slots = 0;        // the optimizer's state tensors per element (sizes the disk tier's records)
+  int64_t chunk_search_max = 0;   // chunk_numel 0: the largest chunk the search may choose (0: its own bound)
 };
 
 class Gemini : public ChunkedMasters, public hooks::BlockHooks {

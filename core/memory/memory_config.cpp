@@ -1,5 +1,6 @@
 #include "core/memory/memory_config.h"
 
+#include "core/memory/disk_masters.h"
 #include "core/memory/gemini.h"
 #include "core/memory/zero.h"
 
@@ -89,6 +90,18 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
   return p;
 }
 
+// Under a host budget, the disk tier's buffers (DiskMasters::most_host_bytes for the largest chunk's shard)
+// take at most 1/kDiskBuffersShare of it: the search's own bound, 64 MiB chunks, once spent 1.5 of a 2 GiB
+// budget on them and left the compute shards a quarter (a ViT-B/32 stopped at 38 layers). 0: no bound.
+constexpr int64_t kDiskBuffersShare = 8;
+
+int64_t disk_chunk_search_max(int64_t host_budget_bytes, int optimizer_slots, int ranks) {
+  if (host_budget_bytes <= 0) return 0;
+  const int64_t element = static_cast<int64_t>(sizeof(float));
+  const int64_t buffers_per_element = DiskMasters::most_host_bytes((1 + optimizer_slots) * element, element);
+  return std::max<int64_t>(1, host_budget_bytes / kDiskBuffersShare / buffers_per_element) * ranks;
+}
+
 }  // namespace
 
 std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config, const std::string& strategy,
@@ -106,9 +119,10 @@ std::unique_ptr<ChunkedMasters> make_sharded_states(const config::Config& config
       config.fail_at("memory.disk_dir", "holds Gemini's float32 masters apart from the compute weights: it needs "
                                         "precision.dtype = \"bf16\" or \"fp16\"");
     }
+    const int64_t search_max = disk ? disk_chunk_search_max(placement.budgets.slow_bytes, optimizer_slots, group->size()) : 0;
     return std::make_unique<Gemini>(model, group,
                                     GeminiOptions{chunk_numel, compute_dtype, placement, grad_reduce, std::move(deferred),
-                                                  std::move(disk), optimizer_slots});
+                                                  std::move(disk), optimizer_slots, search_max});
   }
   KUAFU_CHECK(!disk, "memory.disk_dir holds master chunks under memory.strategy = \"gemini\" only");
   return std::make_unique<ZeroRedundancy>(model, group,

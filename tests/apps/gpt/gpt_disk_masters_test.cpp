@@ -121,6 +121,26 @@ TEST_F(GPTDiskMastersTest, MasterChunksOnTheDiskTakeTheSameStepsOnTwoRanks) {
   disk_tier_keeps_the_steps(root_, testing::worker_world());
 }
 
+// The chunk-size search under a host budget with the disk tier keeps the tier's buffers (the chunk in use, one
+// read ahead, one written behind: 48 bytes an element under AdamW) within an eighth of the budget, so the
+// compute shards keep the rest. A 16-layer model of the same width: its largest tensor (16,384 elements) fits
+// the bound at 8 MiB (21,845 elements); unbounded, the search takes chunks of 50,176 elements, whose buffers
+// (2.3 MiB) would take over a quarter of the budget.
+TEST_F(GPTDiskMastersTest, TheChunkSearchLeavesTheDiskBuffersAnEighthOfTheHostBudget) {
+  const double host_mb = 8;
+  const fs::path scratch = root_ / "disk";
+  fs::create_directories(scratch);
+  const auto lines = train_run(root_, "searched", "memory.chunk_mb=0\nmodel.n_layer=16\ntrain.steps=3\nmemory.host_budget_mb=" +
+                                                      std::to_string(host_mb) + "\nmemory.disk_dir=\"" + scratch.string() + "\"",
+                               dist::World::single());
+  const nlohmann::json figures = last_step(lines);
+  ASSERT_TRUE(figures.contains("disk_staging_peak_mb")) << figures.dump();
+  EXPECT_GT(figures["master_chunks_on_disk"].get<double>(), 0) << figures.dump();
+  EXPECT_GT(figures["disk_staging_peak_mb"].get<double>(), 0) << figures.dump();
+  EXPECT_LE(figures["disk_staging_peak_mb"].get<double>(), host_mb / 8) << figures.dump();
+  EXPECT_LE(figures["host_peak_mb"].get<double>(), host_mb) << figures.dump();
+}
+
 TEST_F(GPTDiskMastersTest, TheDiskTierNeedsGeminiLowPrecisionAndSynchronousSaves) {
   auto runtime = single_runtime();
   const std::string dir = "memory.disk_dir=\"" + root_.string() + "\"";
