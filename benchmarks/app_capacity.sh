@@ -8,15 +8,17 @@
 #   vit   model.num_hidden_layers at ViT-B/32's width (768, 12 heads, MLP 3072), 224 px, micro-batch 8
 #   opt   model.num_hidden_layers at OPT-125m's width (768, 12 heads, MLP 3072), micro-batch 2 x 256 tokens
 #   fold  model.evoformer_blocks at AlphaFold's widths (c_m 256, c_z 128, alphafold.toml), crops of 48
-#         residues, 16 MSA clusters and 32 extra rows, no recycling
+#         residues, 16 MSA clusters and 32 extra rows, no recycling, no weight average
 #   sd    layers_per_block of an SDXL-shaped UNet at small widths (configs/sdxl_small_unet: 64, 128, 256, with
 #         1, 2, 4 transformer layers per block; 54M parameters at 2), 32x32 latents, batch 1: each size is a
 #         pipeline folder written into <out>/unets
 #
 # The strategies and what "fits" means: capacity_probe.sh. The three-tier strategies' search starts from the
-# two-tier Gemini's largest (which they must fit).
+# two-tier Gemini's largest (which they must fit). EXPECT="gemini_disk=140 none=3 ..." seeds the search with
+# an earlier run's sizes: two probes confirm one (it fits, the next size does not); a wrong guess is searched
+# on the side where the answer lies.
 #
-# Usage: [DISK_DIR=...] [SIZE_TOP=...] benchmarks/app_capacity.sh APP [build = build] [device MiB] [host MiB]
+# Usage: [DISK_DIR=...] [SIZE_TOP=...] [EXPECT=...] benchmarks/app_capacity.sh APP [build = build] [device MiB] [host MiB]
 #        [out = runs/<app>_capacity] [strategies = "none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto"]
 # The budgets default per app (below) so that every probe runs in minutes on this machine.
 set -euo pipefail
@@ -32,9 +34,10 @@ case $name_of_app in
        common+=(--set model.shape='""' --set model.vocab_size=50272 --set data.context=256 --set train.micro_batch_size=2 --set train.batch_size=2)
        budgets_default=(1024 4096); top_default=160; plain_top=16 ;;
   fold) app="$build/apps/fastfold/kuafu-fold"; config="$root/apps/fastfold/configs/alphafold.toml"; key=model.evoformer_blocks
+        # No weight average (alphafold.toml keeps one): the disk tier refuses its host copy of every weight.
         common+=(--set data.crop_size=48 --set data.max_msa_clusters=16 --set data.max_extra_msa=32 --set data.max_recycles=0
-                 --set train.micro_batch_size=1 --set train.batch_size=1)
-        budgets_default=(256 1024); top_default=400; plain_top=48 ;;
+                 --set train.micro_batch_size=1 --set train.batch_size=1 --set optim.ema_decay=0)
+        budgets_default=(512 1024); top_default=160; plain_top=48 ;;
   sd) app="$build/apps/stable_diffusion/kuafu-sd"; config="$root/apps/stable_diffusion/configs/benchmark_sdxl.toml"; key=model.pipeline
       common+=(--set train.micro_batch_size=1 --set train.batch_size=1); budgets_default=(1024 4096); top_default=32; plain_top=8 ;;
   *) echo "unknown app '$name_of_app' (vit, opt, fold or sd)" >&2; exit 1 ;;
@@ -76,6 +79,8 @@ probe() {
   if ! "$app" benchmark --config "$config" "${common[@]}" --set "$key=$value" "${args[@]}" > "$out/${name}_${size}.log" 2>&1; then
     echo "  $name, $key = $size: stopped: $(tail -n 1 "$out/${name}_${size}.log" | cut -c1-200)" >&2
     rm -f "$file"
+    # A refused configuration says nothing about size: stop the search instead of taking it as "too large".
+    if grep -q "invalid configuration" "$out/${name}_${size}.log"; then exit 1; fi
     return 1
   fi
   tail -n 1 "$out/${name}_${size}.log" > "$file"  # the JSON line comes last
@@ -90,6 +95,13 @@ largest() {
     if probe "$name" "$mid"; then lo=$mid; else hi=$mid; fi
   done
   echo "$lo"
+}
+
+# expected strategy -> the size EXPECT names for it, or nothing
+expected() {
+  local pair
+  for pair in ${EXPECT:-}; do [[ ${pair%%=*} == "$1" ]] && echo "${pair#*=}"; done
+  return 0
 }
 
 declare -A best
@@ -107,7 +119,13 @@ for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; d
     # Plain and ZeRO-2 have no budget to stop them: a probe builds the whole model, so their search stays low.
     limit=$top
     [[ $name == none || $name == zero2 ]] && limit=$plain_top
-    (( limit + 1 > from )) && largest "$name" "$from" $(( limit + 1 )) > "$out/$name.largest"
+    hi=$(( limit + 1 ))
+    guess=$(expected "$name")
+    if [[ -n $guess ]] && (( guess > from && guess < hi )); then
+      if probe "$name" "$guess"; then from=$guess; else hi=$guess; fi
+      if (( from == guess && guess + 1 < hi )); then probe "$name" $(( guess + 1 )) && from=$(( guess + 1 )) || hi=$(( guess + 1 )); fi
+    fi
+    (( hi > from )) && largest "$name" "$from" "$hi" > "$out/$name.largest"
   fi
   [[ -f $out/$name.largest ]] && best[$name]=$(cat "$out/$name.largest")
 done

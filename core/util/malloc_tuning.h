@@ -10,11 +10,12 @@ namespace kuafu {
 // process for reuse. Call first thing in main, before large allocations.
 void keep_freed_memory_for_reuse();
 
-// Serves blocks of 32 MiB and more (chunks, their gradients and optimizer state) with their own mappings again,
-// given back to the system when freed, for a process whose limit is memory rather than speed (the disk tier).
-// Reused from the heap, the freed ones left holes there that stayed resident: a GPT of 24 layers x 28.3M
-// parameters with its masters on the disk allocated at most 3,928 MiB and peaked at 7,916-8,228 MiB resident;
-// with this 4,469-4,698 MiB, its steps 7% slower (the pages faulted in afresh; three runs each, docs/memory.md).
+// Serves blocks of 1 MiB and more (chunks, their gradients and optimizer state, the streamed step's per-chunk
+// temporaries) with their own mappings again, given back to the system when freed, for a process whose limit
+// is memory rather than speed (the disk tier). Reused from the heap, the freed ones left holes there that
+// stayed resident: a GPT of 24 layers x 28.3M parameters with its masters on the disk allocated at most
+// 3,968 MiB and peaked at 7,046 MiB resident with blocks from 32 MiB mapped, 4,210 MiB with blocks from 1 MiB
+// (docs/memory.md).
 void return_large_freed_blocks_to_the_system();
 
 }  // namespace kuafu
