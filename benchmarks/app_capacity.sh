@@ -77,10 +77,8 @@ probe() {
   [[ $name == gemini* ]] && args+=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb")
   value=$(size_value "$size")
   if ! "$app" benchmark --config "$config" "${common[@]}" --set "$key=$value" "${args[@]}" > "$out/${name}_${size}.log" 2>&1; then
-    echo "  $name, $key = $size: stopped: $(tail -n 1 "$out/${name}_${size}.log" | cut -c1-200)" >&2
     rm -f "$file"
-    # A refused configuration says nothing about size: stop the search instead of taking it as "too large".
-    if grep -q "invalid configuration" "$out/${name}_${size}.log"; then exit 1; fi
+    capacity_stopped "$out/${name}_${size}.log" "$name, $key = $size"
     return 1
   fi
   tail -n 1 "$out/${name}_${size}.log" > "$file"  # the JSON line comes last
@@ -123,7 +121,9 @@ for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; d
     guess=$(expected "$name")
     if [[ -n $guess ]] && (( guess > from && guess < hi )); then
       if probe "$name" "$guess"; then from=$guess; else hi=$guess; fi
-      if (( from == guess && guess + 1 < hi )); then probe "$name" $(( guess + 1 )) && from=$(( guess + 1 )) || hi=$(( guess + 1 )); fi
+      if (( from == guess && guess + 1 < hi )); then
+        if probe "$name" $(( guess + 1 )); then from=$(( guess + 1 )); else hi=$(( guess + 1 )); fi
+      fi
     fi
     (( hi > from )) && largest "$name" "$from" "$hi" > "$out/$name.largest"
   fi

@@ -1,5 +1,6 @@
-# What the capacity searches share (sourced by memory_capacity.sh and app_capacity.sh): each memory
-# strategy's overrides, and whether a probe's benchmark line fits the budgets.
+# What the capacity searches share (sourced by memory_capacity.sh and app_capacity.sh; chat_capacity.sh uses
+# capacity_stopped alone): each memory strategy's overrides, why a probe stopped, and whether a probe's
+# benchmark line fits the budgets.
 #
 # What "fits" means:
 #   none, zero2  everything they hold lives on the device: the peak of the bytes allocated beyond what the
@@ -26,6 +27,13 @@ capacity_strategy_args() {
     gemini_disk_auto) echo "$(capacity_strategy_args gemini_auto "$2") $disk" ;;
     *) echo "unknown strategy $1" >&2; return 1 ;;
   esac
+}
+
+# capacity_stopped LOG LABEL -> says on stderr why a probe's run stopped; a refused configuration says nothing
+# about size, so it ends the whole search instead of reading as "too large"
+capacity_stopped() {
+  echo "  $2: stopped: $(tail -n 1 "$1" | cut -c1-200)" >&2
+  if grep -q "invalid configuration" "$1"; then exit 1; fi
 }
 
 # capacity_fits JSON STRATEGY DEVICE_MB HOST_MB LABEL -> exit 0 when the benchmark line in JSON fits; says so on stderr

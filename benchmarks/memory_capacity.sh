@@ -43,8 +43,8 @@ probe() {
   [[ $name == gemini* ]] && args+=("${budgets[@]}")
   if ! "$app" benchmark --config "$config" "${common[@]}" --set model.n_layer="$layers" "${args[@]}" \
       --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$out/${name}_${layers}.log" 2>&1; then
-    echo "  $name, $layers layers: stopped: $(tail -n 1 "$out/${name}_${layers}.log" | cut -c1-200)" >&2
     rm -f "$file"
+    capacity_stopped "$out/${name}_${layers}.log" "$name, $layers layers"
     return 1
   fi
   tail -n 1 "$out/${name}_${layers}.log" > "$file"  # the JSON line comes last
