@@ -76,12 +76,8 @@ probe() {
   read -r -a args <<< "$(capacity_strategy_args "$name" "$disk_dir")"
   [[ $name == gemini* ]] && args+=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb")
   value=$(size_value "$size")
-  if ! "$app" benchmark --config "$config" "${common[@]}" --set "$key=$value" "${args[@]}" > "$out/${name}_${size}.log" 2>&1; then
-    rm -f "$file"
-    capacity_stopped "$out/${name}_${size}.log" "$name, $key = $size"
-    return 1
-  fi
-  tail -n 1 "$out/${name}_${size}.log" > "$file"  # the JSON line comes last
+  capacity_run "$out/${name}_${size}" "$name, $key = $size" \
+    "$app" benchmark --config "$config" "${common[@]}" --set "$key=$value" "${args[@]}" || return 1
   capacity_fits "$file" "$name" "$device_mb" "$host_mb" "$key = $size"
 }
 

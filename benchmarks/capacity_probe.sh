@@ -1,5 +1,5 @@
 # What the capacity searches share (sourced by memory_capacity.sh and app_capacity.sh; chat_capacity.sh uses
-# capacity_stopped alone): each memory strategy's overrides, why a probe stopped, and whether a probe's
+# capacity_run alone): each memory strategy's overrides, running a probe, and whether a probe's
 # benchmark line fits the budgets.
 #
 # What "fits" means:
@@ -29,11 +29,19 @@ capacity_strategy_args() {
   esac
 }
 
-# capacity_stopped LOG LABEL -> says on stderr why a probe's run stopped; a refused configuration says nothing
-# about size, so it ends the whole search instead of reading as "too large"
-capacity_stopped() {
-  echo "  $2: stopped: $(tail -n 1 "$1" | cut -c1-200)" >&2
-  if grep -q "invalid configuration" "$1"; then exit 1; fi
+# capacity_run PREFIX LABEL COMMAND... -> runs one probe's benchmark with its output in PREFIX.log and its JSON
+# line (the last) in PREFIX.json; exit 0 when it ran. When it stopped, says why on stderr; a refused
+# configuration says nothing about size, so it ends the whole search instead of reading as "too large".
+capacity_run() {
+  local prefix=$1 label=$2
+  shift 2
+  if ! "$@" > "$prefix.log" 2>&1; then
+    rm -f "$prefix.json"
+    echo "  $label: stopped: $(tail -n 1 "$prefix.log" | cut -c1-200)" >&2
+    if grep -q "invalid configuration" "$prefix.log"; then exit 1; fi
+    return 1
+  fi
+  tail -n 1 "$prefix.log" > "$prefix.json"
 }
 
 # capacity_fits JSON STRATEGY DEVICE_MB HOST_MB LABEL -> exit 0 when the benchmark line in JSON fits; says so on stderr

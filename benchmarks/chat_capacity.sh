@@ -41,7 +41,7 @@ app="$build/apps/chat_rlhf/kuafu-chat"
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
 mkdir -p "$out" "$out/disk"
 here=$(dirname "$0")
-source "$here/capacity_probe.sh"  # capacity_stopped; PPO's own strategies and fit rule are below
+source "$here/capacity_probe.sh"  # capacity_run; PPO's own strategies and fit rule are below
 config="$here/../apps/chat_rlhf/configs/ppo-opt-125m.toml"
 common=(--set model.shape='""' --set model.hidden_size=1024 --set model.num_attention_heads=16 --set model.ffn_dim=4096
         --set model.vocab_size=8192 --set model.max_position_embeddings=128 --set data.context=128
@@ -77,13 +77,8 @@ probe() {
   if [[ $name == gemini_all_disk ]]; then  # the two trained models share the host budget
     args+=(--set memory.host_budget_mb=$((host_mb / 2)) --set models.critic.memory.host_budget_mb=$((host_mb / 2)))
   fi
-  if ! "$app" benchmark --config "$config" "${common[@]}" --set model.num_hidden_layers="$layers" "${args[@]}" \
-      > "$out/${name}_${layers}.log" 2>&1; then
-    rm -f "$file"
-    capacity_stopped "$out/${name}_${layers}.log" "$name, $layers layers"
-    return 1
-  fi
-  tail -n 1 "$out/${name}_${layers}.log" > "$file"  # the JSON line comes last
+  capacity_run "$out/${name}_${layers}" "$name, $layers layers" \
+    "$app" benchmark --config "$config" "${common[@]}" --set model.num_hidden_layers="$layers" "${args[@]}" || return 1
   python3 "$here/chat_capacity_fits.py" "$file" "$name" "$device_mb" "$host_mb"
 }
 

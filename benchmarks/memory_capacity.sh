@@ -41,13 +41,8 @@ probe() {
   local args
   read -r -a args <<< "$(capacity_strategy_args "$name" "$disk_dir")"
   [[ $name == gemini* ]] && args+=("${budgets[@]}")
-  if ! "$app" benchmark --config "$config" "${common[@]}" --set model.n_layer="$layers" "${args[@]}" \
-      --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" > "$out/${name}_${layers}.log" 2>&1; then
-    rm -f "$file"
-    capacity_stopped "$out/${name}_${layers}.log" "$name, $layers layers"
-    return 1
-  fi
-  tail -n 1 "$out/${name}_${layers}.log" > "$file"  # the JSON line comes last
+  capacity_run "$out/${name}_${layers}" "$name, $layers layers" "$app" benchmark --config "$config" "${common[@]}" \
+    --set model.n_layer="$layers" "${args[@]}" --set benchmark.warmup="$warmup" --set benchmark.steps="$steps" || return 1
   capacity_fits "$file" "$name" "$device_mb" "$host_mb" "$layers layers"
 }
 
