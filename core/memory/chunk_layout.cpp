@@ -52,9 +52,15 @@ int64_t ChunkLayout::largest_chunk_numel() const {
 int64_t search_chunk_numel(const std::vector<int64_t>& numels, int64_t min_numel, int64_t max_numel, int64_t step,
                            int shards) {
   KUAFU_CHECK(step >= 1, "chunk size search: step must be at least 1 element");
-  int64_t largest = 1;
-  for (int64_t n : numels) largest = std::max(largest, n);
-  const int64_t first = std::max(min_numel, largest);
+  // A tensor above max_numel takes a chunk of its own (as Colossal-AI leaves its extra-large parameters out
+  // of its search): one embedding would otherwise set every chunk's size, and with it the disk tier's buffers.
+  int64_t largest = 1, largest_fitting = 0;
+  for (int64_t n : numels) {
+    largest = std::max(largest, n);
+    if (n <= max_numel) largest_fitting = std::max(largest_fitting, n);
+  }
+  if (largest_fitting == 0) return std::max(min_numel, largest);  // every tensor in a chunk of its own
+  const int64_t first = std::max({min_numel, largest_fitting, int64_t{1}});
   if (first >= max_numel) return first;
   int64_t best = first, best_waste = -1;
   for (int64_t size = first; size <= max_numel; size += step) {

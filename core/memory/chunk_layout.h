@@ -52,9 +52,10 @@ class ChunkLayout {
   int64_t tensor_numel_ = 0;
 };
 
-// Gemini's chunk-size search: the chunk size in [max(min_numel, largest tensor), max_numel], tried in
-// steps of `step` elements, whose layout wastes the fewest elements (ties go to the smaller size, which
-// keeps the unit of placement fine). Returns the largest tensor's size when that exceeds max_numel.
+// Gemini's chunk-size search: the chunk size in [max(min_numel, largest tensor up to max_numel), max_numel],
+// tried in steps of `step` elements, whose layout wastes the fewest elements (ties go to the smaller size,
+// which keeps the unit of placement fine). A tensor larger than max_numel gets a chunk of its own; when
+// every tensor is, the result is the largest tensor's size.
 int64_t search_chunk_numel(const std::vector<int64_t>& numels, int64_t min_numel, int64_t max_numel, int64_t step,
                            int shards);
 

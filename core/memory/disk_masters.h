@@ -33,6 +33,7 @@ class DiskMasters {
  public:
   static constexpr int kAhead = 1;   // chunks read ahead of the one in use
   static constexpr int kBehind = 1;  // chunks whose writes may still be going on after their use
+  static constexpr int kChunksAtOnce = kAhead + 1 + kBehind;  // chunks whose homes may be in memory together
 
   explicit DiskMasters(DiskTierOptions options);
   ~DiskMasters();
@@ -72,7 +73,7 @@ class DiskMasters {
   int64_t host_bytes() const { return host_bytes_; }
   int64_t peak_host_bytes() const { return peak_host_bytes_; }
   static int64_t most_host_bytes(int64_t record_bytes, int64_t grad_bytes) {
-    return (kAhead + 1 + kBehind) * (record_bytes + grad_bytes);
+    return kChunksAtOnce * (record_bytes + grad_bytes);
   }
   const DiskTier& disk() const { return disk_; }
   double wait_seconds() const { return wait_seconds_; }  // time spent waiting for reads and writes

@@ -2,6 +2,7 @@
 // trace of block calls and non-model memory, furthest-next-use eviction, prefetch and the margin that
 // lets spare device memory hold master chunks. See gemini.h for the policies.
 #include <algorithm>
+#include <functional>
 #include <limits>
 
 #include <torch/csrc/autograd/grad_mode.h>
@@ -78,10 +79,16 @@ int64_t Gemini::master_bytes(int64_t c) const {
 
 int64_t Gemini::disk_staging_bytes() const {
   if (!disk_) return 0;
-  int64_t largest = 0;
-  for (int64_t c = 0; c < layout_->num_chunks(); ++c) largest = std::max(largest, layout_->shard_numel(c));
+  // Any DiskMasters::kChunksAtOnce chunks may be in memory together: the largest that many bound them (a
+  // tensor above the chunk-size search has a chunk of its own, larger than the rest).
+  std::vector<int64_t> shards;
+  for (int64_t c = 0; c < layout_->num_chunks(); ++c) shards.push_back(layout_->shard_numel(c));
+  const auto at_once = std::min<std::ptrdiff_t>(DiskMasters::kChunksAtOnce, static_cast<std::ptrdiff_t>(shards.size()));
+  std::partial_sort(shards.begin(), shards.begin() + at_once, shards.end(), std::greater<>());
+  int64_t elements = 0;
+  for (std::ptrdiff_t i = 0; i < at_once; ++i) elements += shards[static_cast<size_t>(i)];
   const int64_t element = static_cast<int64_t>(torch::elementSize(master_dtype_));
-  return DiskMasters::most_host_bytes((1 + optimizer_slots_) * largest * element, largest * element);
+  return ((1 + optimizer_slots_) + 1) * elements * element;  // each chunk's record (master, slots) and gradient
 }
 
 void Gemini::account_optimizer_state(int slots) {

@@ -92,7 +92,8 @@ PlacementOptions placement_options(const config::Config& config, const std::stri
 
 // Under a host budget, the disk tier's buffers (DiskMasters::most_host_bytes for the largest chunk's shard)
 // take at most 1/kDiskBuffersShare of it: the search's own bound, 64 MiB chunks, once spent 1.5 of a 2 GiB
-// budget on them and left the compute shards a quarter (a ViT-B/32 stopped at 38 layers). 0: no bound.
+// budget on them and left the compute shards a quarter (a ViT-B/32 stopped at 38 layers). A tensor above the
+// bound (OPT's embedding) takes a chunk of its own and only its own buffers exceed it. 0: no bound.
 constexpr int64_t kDiskBuffersShare = 8;
 
 int64_t disk_chunk_search_max(int64_t host_budget_bytes, int optimizer_slots, int ranks) {

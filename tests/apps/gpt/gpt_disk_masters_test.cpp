@@ -141,6 +141,24 @@ TEST_F(GPTDiskMastersTest, TheChunkSearchLeavesTheDiskBuffersAnEighthOfTheHostBu
   EXPECT_LE(figures["host_peak_mb"].get<double>(), host_mb) << figures.dump();
 }
 
+// A tensor above that bound (here a 1,024-token embedding, 65,536 elements: 1 MiB of master, Adam's slots and
+// gradient) takes a chunk of its own instead of setting every chunk's size: the buffers hold it and two chunks
+// within the bound (a third of the eighth each), where chunks of the embedding's size would hold 3 MiB.
+TEST_F(GPTDiskMastersTest, ATensorAboveTheChunkBoundTakesAChunkOfItsOwn) {
+  const double host_mb = 8, embedding_mb = 65536.0 * 16 / (1 << 20);
+  const fs::path scratch = root_ / "disk";
+  fs::create_directories(scratch);
+  const auto lines = train_run(root_, "embedding", "memory.chunk_mb=0\nmodel.n_layer=16\nmodel.vocab_size=1024\ntrain.steps=3\n"
+                                                   "memory.host_budget_mb=" + std::to_string(host_mb) +
+                                                   "\nmemory.disk_dir=\"" + scratch.string() + "\"",
+                               dist::World::single());
+  const nlohmann::json figures = last_step(lines);
+  ASSERT_TRUE(figures.contains("disk_staging_peak_mb")) << figures.dump();
+  EXPECT_GT(figures["master_chunks_on_disk"].get<double>(), 0) << figures.dump();
+  EXPECT_LE(figures["disk_staging_peak_mb"].get<double>(), embedding_mb + 2 * host_mb / 8 / 3) << figures.dump();
+  EXPECT_LE(figures["host_peak_mb"].get<double>(), host_mb) << figures.dump();
+}
+
 TEST_F(GPTDiskMastersTest, TheDiskTierNeedsGeminiLowPrecisionAndSynchronousSaves) {
   auto runtime = single_runtime();
   const std::string dir = "memory.disk_dir=\"" + root_.string() + "\"";

@@ -86,8 +86,25 @@ TEST(ChunkLayoutTest, SearchFindsTheLeastWastefulChunkSize) {
   EXPECT_EQ(search_chunk_numel(sizes, 0, 20, 1, 1), 8);
   EXPECT_EQ(ChunkLayout(sizes, 8, 1).wasted_numel(), 0);
   EXPECT_GT(ChunkLayout(sizes, 7, 1).wasted_numel(), 0);
-  // Never below the largest tensor; a range entirely below it gives the largest tensor's size.
-  EXPECT_EQ(search_chunk_numel({50, 3}, 0, 20, 1, 1), 50);
+  // Never below the largest tensor that fits the range (smaller sizes would waste nothing either).
+  EXPECT_EQ(search_chunk_numel({7, 1}, 0, 20, 1, 1), 7);
+}
+
+// A tensor above the range takes a chunk of its own and leaves the size to the others: with 50 among
+// 6, 2, 6, 2 and at most 20, chunks of 8 hold each pair (6 wastes 4, 7 wastes 7), where a search from the
+// largest tensor would make every chunk 50. When no tensor fits, each is a chunk of its own size.
+TEST(ChunkLayoutTest, ATensorAboveTheSearchTakesAChunkOfItsOwn) {
+  const std::vector<int64_t> sizes = {6, 2, 50, 6, 2};
+  EXPECT_EQ(search_chunk_numel(sizes, 0, 20, 1, 1), 8);
+  const ChunkLayout layout(sizes, 8, 1);
+  ASSERT_EQ(layout.num_chunks(), 3);
+  EXPECT_EQ(layout.tensors_in(1), (std::vector<int64_t>{2}));
+  EXPECT_EQ(layout.chunk_numel(0), 8);
+  EXPECT_EQ(layout.chunk_numel(1), 50);
+  EXPECT_EQ(layout.wasted_numel(), 0);
+  EXPECT_EQ(ChunkLayout(sizes, 6, 1).wasted_numel(), 4);
+  EXPECT_EQ(ChunkLayout(sizes, 7, 1).wasted_numel(), 7);
+  EXPECT_EQ(search_chunk_numel({50, 30}, 0, 20, 1, 1), 50);
 }
 
 TEST(ChunkLayoutTest, BadArgumentsAreErrors) {
