@@ -270,13 +270,23 @@ std::vector<std::pair<std::string, std::vector<torch::Tensor>>> ChunkedMasters::
 }
 
 void ChunkedMasters::step_masters_on_disk(const std::function<void(const std::vector<size_t>& pieces)>& step) {
+  each_chunk_on_disk(/*gradients=*/true, /*changed=*/true, /*masters_changed=*/true, step);
+}
+
+void ChunkedMasters::visit_masters_on_disk(bool changed, bool masters_changed,
+                                           const std::function<void(const std::vector<size_t>& pieces)>& body) {
+  each_chunk_on_disk(/*gradients=*/false, changed, masters_changed, body);
+}
+
+void ChunkedMasters::each_chunk_on_disk(bool gradients, bool changed, bool masters_changed,
+                                        const std::function<void(const std::vector<size_t>& pieces)>& body) {
   if (!disk_) return;
   close_disk_chunk();
-  disk_->for_each(/*gradients=*/true, /*changed=*/true, [&](int64_t c) {
+  disk_->for_each(gradients, changed, [&](int64_t c) {
     std::vector<size_t> pieces;
     for (int64_t i : layout_->tensors_in(c)) pieces.push_back(static_cast<size_t>(piece_of_tensor_[i]));
-    step(pieces);
-    master_stepped(c);
+    body(pieces);
+    if (masters_changed) master_stepped(c);
   });
 }
 

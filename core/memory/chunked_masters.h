@@ -90,6 +90,11 @@ class ChunkedMasters {
   // `step(pieces)` (indices into params()) updates them, the chunk's compute copy takes the new masters
   // (master_stepped), and the record is written back. Collective when master_stepped is (gathered chunks).
   void step_masters_on_disk(const std::function<void(const std::vector<size_t>& pieces)>& step);
+  // For each chunk on the disk in order, with its masters and the record's slots (optimizer state, then the
+  // moving average's) in memory and no gradient: `body(pieces)`; with `changed` the record is written back,
+  // and with `masters_changed` the chunk's compute copy takes its masters too (collective as above).
+  void visit_masters_on_disk(bool changed, bool masters_changed,
+                             const std::function<void(const std::vector<size_t>& pieces)>& body);
   // Checkpoints of master chunks on the disk tier, one chunk in host memory at a time: open_disk_chunk_of
   // brings the record holding `t` (a piece, its optimizer state) or parameter `name`'s, closing the one
   // open before (written back when `will_change` was said of it); nothing for tensors in memory.
@@ -139,6 +144,9 @@ class ChunkedMasters {
   // watch_gradients(), which the strategy calls once its parameters are in place).
   virtual void on_grad_ready(int64_t i) = 0;
   void watch_gradients();
+  // step_masters_on_disk and visit_masters_on_disk: DiskMasters::for_each over the chunks on the disk.
+  void each_chunk_on_disk(bool gradients, bool changed, bool masters_changed,
+                          const std::function<void(const std::vector<size_t>& pieces)>& body);
   // Zeros for a whole chunk `c` in the compute dtype, e.g. for its gradients.
   torch::Tensor zero_chunk(int64_t c) const;
   // Copies parameter i's .grad into its place in `staging` (a zero_chunk made when undefined) and drops it.

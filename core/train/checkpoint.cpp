@@ -130,7 +130,8 @@ torch::Tensor part_of(const SavedTensors& saved, const std::string& name,
 // tensor at a time, only this rank's part of it read from the saved pieces.
 void restore_weights(const std::string& folder, const io::NamedTensors& weights, const CheckpointStore::PlaceOf& place_of,
                      bool part, const std::string& part_name,
-                     const std::function<void(const std::string&, const torch::Tensor&)>& store = nullptr) {
+                     const std::function<void(const std::string&, const torch::Tensor&)>& store = nullptr,
+                     const std::function<void(const std::string&)>& before_store = nullptr) {
   const SavedTensors saved(folder, part_name, kModel);
   const std::string& path = saved.where();
   torch::NoGradGuard no_grad;
@@ -151,6 +152,7 @@ void restore_weights(const std::string& folder, const io::NamedTensors& weights,
     // Only this rank's part is checked (NaN, infinity, narrowing): a rank that refuses exits, and the
     // others end at their next collective (core/dist/deadline.h).
     io::check_loadable(path, name, local, target);
+    if (before_store) before_store(name);
     if (target.is_meta()) {
       KUAFU_CHECK(store, "loading '", name, "': a target of no memory needs the loader's store");
       store(name, local);
@@ -615,9 +617,10 @@ void CheckpointStore::load_model(const std::string& folder, torch::nn::Module& m
 }
 
 void CheckpointStore::load_weights(const std::string& folder, const io::NamedTensors& weights,
-                                   const PlaceOf& place_of, const std::string& part, bool subset) {
+                                   const PlaceOf& place_of, const std::string& part, bool subset,
+                                   const std::function<void(const std::string&)>& before_store) {
   verified_manifest(folder);
-  restore_weights(folder, weights, place_of, subset, part);
+  restore_weights(folder, weights, place_of, subset, part, nullptr, before_store);
 }
 
 nlohmann::json CheckpointStore::load(const std::string& folder, const io::NamedTensors& weights,

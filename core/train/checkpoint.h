@@ -123,9 +123,11 @@ class CheckpointStore {
 
   // Only the model weights (e.g. for generate / eval), verified the same way.
   static void load_model(const std::string& folder, torch::nn::Module& model, const std::string& part = "");
-  // `subset`: the weights are part of the saved model (a pipeline stage's).
+  // `subset`: the weights are part of the saved model (a pipeline stage's). `before_store(name)` is called
+  // before a tensor is written into (targets whose memory comes on demand: Gemini's disk tier).
   static void load_weights(const std::string& folder, const io::NamedTensors& weights,
-                           const PlaceOf& place_of = nullptr, const std::string& part = "", bool subset = false);
+                           const PlaceOf& place_of = nullptr, const std::string& part = "", bool subset = false,
+                           const std::function<void(const std::string&)>& before_store = nullptr);
   // A checkpoint's trainer state, once its manifest is verified. With `share` (collective over it) the
   // ranks split the CRC checks, each file read by one rank, and all fail alike, with the words of the
   // lowest rank that found damage.

@@ -44,6 +44,8 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   // Gradients are averaged over the data ranks and, with sequence parallelism, over the ranks that
   // computed the other chunks of the same sequences (each rank's loss is the mean over its tokens).
   const dist::GroupPtr replicas = runtime.replica_group();
+  ema_decay_ = config.get_float("optim.ema_decay");
+  ema_warmup_ = {config.get_string("optim.ema_warmup"), config.get_float("optim.ema_inv_gamma"), config.get_float("optim.ema_power")};
   if (held.sharded()) {
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
@@ -54,9 +56,11 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
       config.fail_at("memory.disk_dir", "holds Gemini's master chunks without parallel.pipeline (a pipeline sums tied "
                                         "weights' gradients in memory)");
     }
+    // The moving average of a master chunk on the disk tier lives in its record, a slot after the optimizer's.
+    ema_in_records_ = disk && ema_decay_ > 0;
     sharded_ = memory::make_sharded_states(config, strategy, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
                                            deferred ? options_.deferred : DeferredWeights{}, disk,
-                                           disk ? optim::state_slots(config) : 0);
+                                           disk ? optim::state_slots(config) + (ema_in_records_ ? 1 : 0) : 0);
     if (deferred) load_deferred_weights();
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
       log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
@@ -89,24 +93,36 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   }
   if (frozen_on_host) offload_frozen_weights();
   optimizer_ = optim::make_optimizer(config, params_, norm_group_);
+  std::map<std::string, torch::Tensor> ema_homes;  // the moving average's place in a disk record, by parameter
   if (sharded_) {
-    sharded_->account_optimizer_state(optimizer_->state_slots());  // may move masters to the device
-    // The optimizer state of master chunks on the disk tier lives in their records there.
-    for (auto& [name, slots] : sharded_->optimizer_state_homes()) optimizer_->set_state(name, std::move(slots));
+    // May move masters to the device.
+    sharded_->account_optimizer_state(optimizer_->state_slots() + (ema_in_records_ ? 1 : 0));
+    // The optimizer state (and moving average) of master chunks on the disk tier lives in their records there.
+    for (auto& [name, slots] : sharded_->optimizer_state_homes()) {
+      if (ema_in_records_) {
+        ema_homes[name] = slots.back();
+        slots.pop_back();
+      }
+      optimizer_->set_state(name, std::move(slots));
+    }
     if (runtime.is_main()) log::infof(sharded_->describe());
-  }
-  ema_decay_ = config.get_float("optim.ema_decay");
-  ema_warmup_ = {config.get_string("optim.ema_warmup"), config.get_float("optim.ema_inv_gamma"), config.get_float("optim.ema_power")};
-  if (ema_decay_ > 0 && streams_masters()) {
-    config.fail_at("optim.ema_decay", "keeps a float32 average of every weight in host memory, which master chunks on "
-                                      "the disk tier (memory.disk_dir) are there to avoid; not yet together");
   }
   if (streams_masters() && config.schema().find("train.async_save") && config.get_bool("train.async_save")) {
     config.fail_at("train.async_save", "snapshots the weights and optimizer state in host memory, which master chunks "
                                        "on the disk tier (memory.disk_dir) do not fit in; save synchronously");
   }
   if (ema_decay_ > 0) {
-    for (const auto& p : params_) ema_.push_back(p.tensor.detach().clone());
+    for (const auto& p : params_) {
+      const auto home = ema_homes.find(p.name);
+      ema_.push_back(home != ema_homes.end() ? home->second : p.tensor.detach().clone());
+    }
+    // The averages in the disk records start as the weights too.
+    if (streams_masters()) {
+      torch::NoGradGuard no_grad;
+      sharded_->visit_masters_on_disk(/*changed=*/true, /*masters_changed=*/false, [&](const std::vector<size_t>& pieces) {
+        for (size_t i : pieces) ema_[i].copy_(params_[i].tensor.detach());
+      });
+    }
   }
 }
 
@@ -257,7 +273,7 @@ double ModelState::grad_norm() {
 
 bool ModelState::streams_masters() const { return sharded_ && sharded_->masters_on_disk(); }
 
-void ModelState::step_streamed(double factor) {
+void ModelState::step_streamed(double factor, double ema_decay) {
   // The masters in memory first, then each chunk on the disk as it streams through: one step in parts.
   std::vector<bool> on_disk(params_.size());
   std::vector<optim::Param> in_memory;
@@ -279,6 +295,9 @@ void ModelState::step_streamed(double factor) {
     }
     optim::scale_grads(part, factor);
     optimizer_->update([&](const std::string& name) { return in_part[index.at(name)]; });
+    if (!ema_.empty()) {
+      for (size_t i : pieces) average_piece(i, ema_decay);  // while its record is in memory
+    }
   });
 }
 
@@ -286,8 +305,9 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
   if (!overflow) {
     // Unscaling and clipping are one multiplication of the gradients.
     const double factor = optim::clip_coefficient(grad_norm, max_norm) / loss_scale();
+    const double ema_decay = ema_.empty() ? 0.0 : next_ema_decay();
     if (streams_masters()) {
-      step_streamed(factor);
+      step_streamed(factor, ema_decay);
     } else {
       optim::scale_grads(params_, factor);
       optimizer_->step();
@@ -297,7 +317,7 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
     } else {
       masters_->copy_masters_to_model();
     }
-    update_ema();
+    update_ema(ema_decay);
   }
   if (scaler_) scaler_->update(overflow);
   zero_grads();
@@ -306,11 +326,20 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
 void ModelState::swap_ema() {
   if (ema_.empty()) return;
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < ema_.size(); ++i) {
+  const auto swap = [&](size_t i) {
     torch::Tensor& master = params_[i].tensor;
     const torch::Tensor live = master.clone();
     master.copy_(ema_[i]);
     ema_[i].copy_(live);
+  };
+  const bool streamed = streams_masters();
+  for (size_t i = 0; i < ema_.size(); ++i) {
+    if (!streamed || !sharded_->piece_on_disk(i)) swap(i);
+  }
+  if (streamed) {  // a chunk at a time, its compute copy taking the swapped masters
+    sharded_->visit_masters_on_disk(/*changed=*/true, /*masters_changed=*/true, [&](const std::vector<size_t>& pieces) {
+      for (size_t i : pieces) swap(i);
+    });
   }
   if (sharded_) {
     sharded_->copy_masters_to_model();
@@ -333,19 +362,30 @@ double ema_decay_at(double decay, const EmaWarmup& warmup, int64_t update) {
 
 }  // namespace
 
-void ModelState::update_ema() {
-  if (ema_.empty()) return;
+double ModelState::next_ema_decay() { return ema_decay_at(ema_decay_, ema_warmup_, ++ema_updates_); }
+
+void ModelState::average_piece(size_t i, double decay) {
   torch::NoGradGuard no_grad;
-  const double decay = ema_decay_at(ema_decay_, ema_warmup_, ++ema_updates_);
+  // A master Gemini has moved to the other tier since is read where the average lives.
+  ema_[i].mul_(decay).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - decay);
+}
+
+void ModelState::update_ema(double decay) {
+  const bool streamed = streams_masters();
   for (size_t i = 0; i < ema_.size(); ++i) {
-    // A master Gemini has moved to the other tier since is read where the average lives.
-    ema_[i].mul_(decay).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - decay);
+    if (!streamed || !sharded_->piece_on_disk(i)) average_piece(i, decay);  // the disk's as they streamed
   }
 }
 
 io::NamedTensors ModelState::full_ema() const {
+  std::vector<torch::Tensor> values = ema_;
+  if (streams_masters()) {  // the disk records' averages read into memory
+    sharded_->visit_masters_on_disk(/*changed=*/false, /*masters_changed=*/false, [&](const std::vector<size_t>& pieces) {
+      for (size_t i : pieces) values[i] = ema_[i].clone();
+    });
+  }
   io::NamedTensors pieces;
-  for (size_t i = 0; i < ema_.size(); ++i) pieces.emplace_back(params_[i].name + "/ema", ema_[i]);
+  for (size_t i = 0; i < ema_.size(); ++i) pieces.emplace_back(params_[i].name + "/ema", values[i]);
   io::NamedTensors full = whole(sharded_ ? sharded_->full_state(pieces) : pieces);
   for (auto& item : full) item.first = *optim::state_owner(item.first);  // "<param>/ema" -> "<param>"
   return full;
@@ -435,6 +475,11 @@ std::vector<CheckpointPart> ModelState::checkpoint_parts() const {
     io::NamedTensors ema;
     for (size_t i = 0; i < ema_.size(); ++i) ema.emplace_back(params_[i].name, ema_[i]);
     CheckpointPart average{ema_part(), {}, {}, "", true, owned_pieces(ema), {}};
+    if (streams_masters()) {  // the averages in the disk records, as the masters above
+      memory::ChunkedMasters* chunks = sharded_.get();
+      average.before_write = [chunks](const torch::Tensor& t) { chunks->open_disk_chunk_of(t, /*will_change=*/false); };
+      average.after_write = [chunks] { chunks->close_disk_chunk(); };
+    }
     parts.push_back(std::move(average));
   }
   return parts;
@@ -486,7 +531,11 @@ void ModelState::load(const std::string& folder, const nlohmann::json& trainer_s
       if (sharded_) return piece_of(name);
       return block_of(name, blocks.at(name));
     };
-    CheckpointStore::load_weights(folder, ema, ema_place, ema_part(), /*subset=*/runtime_.pipelined());
+    // The averages in the disk records take theirs a chunk at a time.
+    const auto open_record = [&](const std::string& param) { sharded_->open_disk_chunk_of(param, /*will_change=*/true); };
+    CheckpointStore::load_weights(folder, ema, ema_place, ema_part(), /*subset=*/runtime_.pipelined(),
+                                  streams_masters() ? std::function<void(const std::string&)>(open_record) : nullptr);
+    if (sharded_) sharded_->close_disk_chunk();
     // A checkpoint from before the count was kept: as many updates as steps, far past any warm-up.
     const auto count = trainer_state.find(ema_updates_key());
     ema_updates_ = count != trainer_state.end() && count->is_number_integer() ? count->get<int64_t>() : int64_t{1} << 40;

@@ -133,12 +133,14 @@ class ModelState {
   void zero_grads();
   // Master chunks on Gemini's disk tier: the step goes a chunk at a time (`factor` unscales and clips).
   bool streams_masters() const;
-  void step_streamed(double factor);
+  void step_streamed(double factor, double ema_decay);
   parallel::Layout layout_of(const std::string& name) const;  // empty for whole tensors
   std::string scaler_key() const { return options_.name.empty() ? "loss_scaler" : options_.name + ".loss_scaler"; }
   std::string ema_updates_key() const { return options_.name.empty() ? "ema_updates" : options_.name + ".ema_updates"; }
   std::string ema_part() const { return ema_part_of(options_.name); }
-  void update_ema();
+  double next_ema_decay();                 // the decay of the next update of the moving average (counts it)
+  void average_piece(size_t i, double decay);  // params_[i]'s moving average takes its weights
+  void update_ema(double decay);           // every piece's but those on the disk tier (step_streamed's)
   // Whole tensors of the model's layout (tensor-parallel blocks gathered, pipeline stages collected on
   // rank 0), by parameter name or "<param>/<slot>" for optimizer state.
   io::NamedTensors whole(io::NamedTensors tensors) const;
@@ -166,6 +168,7 @@ class ModelState {
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;
   double ema_decay_ = 0;
+  bool ema_in_records_ = false;      // the average of master chunks on the disk tier lives in their records
   EmaWarmup ema_warmup_;             // optim.ema_warmup: how the decay rises with the updates
   int64_t ema_updates_ = 0;          // updates taken (the warm-up's step), saved in the trainer state
   std::vector<torch::Tensor> ema_;  // parallel to params_
