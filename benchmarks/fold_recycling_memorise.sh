@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# Does recycling help where the first pass has a structure to refine? (issue 52, docs/fastfold.md "Recycling")
+# Does recycling help where the first pass has a structure to refine? (issue 52, docs/fastfold.md "Learning")
 # On held-out chains the tiny models reach lDDT-Ca 0.3-0.37 and recycling gains nothing
 # (benchmarks/fold_learning_study.sh). Here the one-block model learns CHAINS training chains and is scored
-# on those same chains whole, where its first pass gets far further: trained with 0-MAX_RECYCLES recycles
-# drawn per step and trained without (both at once, one thread each), each evaluated with MAX_RECYCLES
-# recycles and with none. One JSON line per (training, recycles at evaluation).
+# on those same chains whole, where its first pass gets further: fold_learning_study.sh's run trained with
+# 0-MAX_RECYCLES recycles drawn per step and its run trained without, both at once (one thread each), each
+# evaluated with its recycles and with none. JSON lines as fold_learning_study.sh's, per training.
 # Usage: benchmarks/fold_recycling_memorise.sh [build dir = build] [out = runs/fold_memorise]
 #        (CHAINS=8 of at most 128 residues, STEPS=1500, MAX_RECYCLES=3, SEED=0, SETS: further overrides)
 set -euo pipefail
 build=${1:-build}
 out=${2:-runs/fold_memorise}
-fold="$build/apps/fastfold/kuafu-fold"
-config="$(dirname "$0")/../apps/fastfold/configs/tiny.toml"
 chains=${CHAINS:-8}
-steps=${STEPS:-1500}
 recycles=${MAX_RECYCLES:-3}
-seed=${SEED:-0}
 source_dir=data/fastfold_tiny
-[[ -d $source_dir ]] || "$fold" prepare --config "$config"
+[[ -d $source_dir ]] || "$build/apps/fastfold/kuafu-fold" prepare --config "$(dirname "$0")/../apps/fastfold/configs/tiny.toml"
 
 # The folder: the first CHAINS training chains short enough to be scored whole, listed once as training
 # chains and once as validation chains (the same MSAs).
@@ -32,25 +28,12 @@ awk -v n="$chains" -v most=128 -v OFS='\t' '
     for (i = 1; i <= picked; i++) print val[i] > table
   }' table="$data/chains.tsv" "$source_dir/chains.tsv"
 
-sets() {  # the run recycling up to $1 in training ($2 at evaluation)
-  echo --set "train.out_dir=\"$out/recycles$1\"" --set "train.seed=$seed" --set "train.steps=$steps" \
-    --set "train.eval_interval=$((steps / 3))" --set "train.checkpoint_interval=$((steps / 3))" \
-    --set "data.dir=\"$data\"" --set "data.eval_chains=$chains" --set "data.max_recycles=$2" \
-    --set model.evoformer_blocks=1 --set runtime.threads=1 ${SETS:-}
-}
-start=$(date +%s)
+sets="--set data.dir=\"$data\" --set data.eval_chains=$chains --set model.evoformer_blocks=1 ${SETS:-}"
 pids=()
 for trained in "$recycles" 0; do
-  # shellcheck disable=SC2046
-  "$fold" train --config "$config" $(sets "$trained" "$trained") > "$out/train_recycles$trained.log" 2>&1 &
+  SEEDS=${SEED:-0} STEPS=${STEPS:-1500} MAX_RECYCLES=$trained SETS=$sets \
+    "$(dirname "$0")/fold_learning_study.sh" "$build" "$out/recycles$trained" > "$out/recycles$trained.jsonl" &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed run fails the study (its log says why)
-echo "{\"trained_minutes\": $(( ($(date +%s) - start) / 60 ))}"
-for trained in "$recycles" 0; do
-  for at_eval in "$recycles" 0; do
-    # shellcheck disable=SC2046
-    line=$("$fold" eval --config "$config" $(sets "$trained" "$at_eval") 2>/dev/null | tail -1)
-    echo "{\"recycles_in_training\": $trained, \"recycles_at_eval\": $at_eval, \"eval\": $line}"
-  done
-done
+for trained in "$recycles" 0; do sed "s/^/{\"recycles_in_training\": $trained, \"line\": /; s/$/}/" "$out/recycles$trained.jsonl"; done
