@@ -63,7 +63,7 @@ for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; d
     from=0
     case $name in none|zero2) top=12 ;; gemini_disk*) top=${DISK_TOP:-160} ;; *) top=34 ;; esac
     if [[ $name == gemini_disk* ]]; then
-      from=$(( best[gemini_static] > best[gemini_auto] ? best[gemini_static] : best[gemini_auto] ))
+      from=$(( ${best[gemini_static]:-0} > ${best[gemini_auto]:-0} ? ${best[gemini_static]:-0} : ${best[gemini_auto]:-0} ))
       probe "$name" "$from" 1 2 || { echo "$name does not fit the two tiers' largest ($from layers)" >&2; exit 1; }
     fi
     largest "$name" "$top" "$from" > "$out/$name.largest"
@@ -71,14 +71,18 @@ for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; d
   [[ -f $out/$name.largest ]] && best[$name]=$(cat "$out/$name.largest")
 done
 
-# Step times at the size plain data parallelism reaches (all four run it).
-common_layers=${best[none]}
-(( common_layers >= 1 )) || { echo "plain data parallelism fits no model in $device_mb MiB" >&2; exit 1; }
-echo "step times at $common_layers layers:" >&2
-for name in none zero2 gemini_static gemini_auto; do  # all four in one run: their ratios compare
-  probe "$name" "$common_layers" 2 5 || true
-  cp "$out/${name}_${common_layers}.json" "$out/${name}_common.json" 2>/dev/null || true
-done
+# Step times at the size plain data parallelism reaches (all four run it), when plain was searched or kept.
+common_layers=${best[none]:-0}
+if [[ -n ${best[none]:-} ]]; then
+  (( common_layers >= 1 )) || { echo "plain data parallelism fits no model in $device_mb MiB" >&2; exit 1; }
+  echo "step times at $common_layers layers:" >&2
+  for name in none zero2 gemini_static gemini_auto; do  # all four in one run: their ratios compare
+    probe "$name" "$common_layers" 2 5 || true
+    cp "$out/${name}_${common_layers}.json" "$out/${name}_common.json" 2>/dev/null || true
+  done
+else
+  echo "no plain run: no step times at a common size, no ratios to plain" >&2
+fi
 
 found=()
 for name in none zero2 gemini_static gemini_auto gemini_disk gemini_disk_auto; do [[ -n ${best[$name]:-} ]] && found+=("$name=${best[$name]}"); done
@@ -93,18 +97,23 @@ bytes_per_param = 18  # Gemini: bf16 weights 2 + float32 master 4 + gradient 4 +
 bound = (device + host) * 2**20 / bytes_per_param
 common = {n: json.load(open(os.path.join(out, f"{n}_common.json"))) for n in layers
           if os.path.exists(os.path.join(out, f"{n}_common.json"))}
-plain_params = json.load(open(os.path.join(out, f"none_{layers['none']}.json")))["parameters"]
-plain_time = common["none"]["step_time_ms_median"]
+# Without plain's run (its strategies not asked for), the columns against plain stay empty.
+plain_params = json.load(open(os.path.join(out, f"none_{layers['none']}.json")))["parameters"] if "none" in layers else float("nan")
+plain_time = common["none"]["step_time_ms_median"] if "none" in common else float("nan")
+common_size = f"{common['none']['parameters'] / 1e6:.0f}M" if "none" in common else "plain's largest"
 rows = ["| strategy | largest model | vs plain | vs bound | footprint | device peak | host peak | step time at "
-        f"{common['none']['parameters'] / 1e6:.0f}M | vs plain |", "|---|---|---|---|---|---|---|---|---|"]
+        f"{common_size} | vs plain |", "|---|---|---|---|---|---|---|---|---|"]
 for n, l in layers.items():
     d = json.load(open(os.path.join(out, f"{n}_{l}.json")))
     footprint = d["peak_in_use_mb"] - d["in_use_before_model_mb"]
     dev = f"{d['device_peak_mb']:.0f} MiB" if "device_peak_mb" in d else "(all)"
     hst = f"{d['host_peak_mb']:.0f} MiB" if "host_peak_mb" in d else "-"
     t = common[n]["step_time_ms_median"] if n in common else float("nan")
-    rows.append(f"| {labels[n]} | {d['parameters'] / 1e6:.0f}M ({l} layers) | {d['parameters'] / plain_params:.1f}x | "
-                f"{d['parameters'] / bound:.0%} | {footprint:.0f} MiB | {dev} | {hst} | {t / 1e3:.2f} s | {t / plain_time:.2f}x |")
+    vs_plain = d["parameters"] / plain_params
+    shown = lambda value, text: "-" if value != value else text  # NaN: not measured (no plain run)
+    rows.append(f"| {labels[n]} | {d['parameters'] / 1e6:.0f}M ({l} layers) | {shown(vs_plain, f'{vs_plain:.1f}x')} | "
+                f"{d['parameters'] / bound:.0%} | {footprint:.0f} MiB | {dev} | {hst} | {shown(t, f'{t / 1e3:.2f} s')} | "
+                f"{shown(t / plain_time, f'{t / plain_time:.2f}x')} |")
 two_tiers = [n for n in ("gemini_static", "gemini_auto") if n in layers]
 if "gemini_disk" in layers and two_tiers:
     d = json.load(open(os.path.join(out, f"gemini_disk_{layers['gemini_disk']}.json")))
