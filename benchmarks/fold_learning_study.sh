@@ -31,8 +31,10 @@ for seed in ${SEEDS:-0 1}; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done  # a failed run fails the study (its log says why)
 echo "{\"trained_minutes\": $(( ($(date +%s) - start) / 60 ))}"
+evals=("$recycles")
+(( recycles > 0 )) && evals+=(0)  # with every recycling iteration and with none
 for seed in ${SEEDS:-0 1}; do
-  for at_eval in "$recycles" 0; do
+  for at_eval in "${evals[@]}"; do
     # shellcheck disable=SC2046
     line=$("$fold" eval --config "$config" $(sets "$seed" "$at_eval") 2>/dev/null | tail -1)
     echo "{\"seed\": $seed, \"recycles_at_eval\": $at_eval, \"eval\": $line}"
