@@ -46,6 +46,7 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   const dist::GroupPtr replicas = runtime.replica_group();
   ema_decay_ = config.get_float("optim.ema_decay");
   ema_warmup_ = {config.get_string("optim.ema_warmup"), config.get_float("optim.ema_inv_gamma"), config.get_float("optim.ema_power")};
+  int ema_slots = 0;  // 1: the moving average of a master chunk on the disk tier lives in its record, after the optimizer's slots
   if (held.sharded()) {
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
@@ -56,11 +57,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
       config.fail_at("memory.disk_dir", "holds Gemini's master chunks without parallel.pipeline (a pipeline sums tied "
                                         "weights' gradients in memory)");
     }
-    // The moving average of a master chunk on the disk tier lives in its record, a slot after the optimizer's.
-    ema_in_records_ = disk && ema_decay_ > 0;
+    ema_slots = disk && ema_decay_ > 0 ? 1 : 0;
     sharded_ = memory::make_sharded_states(config, strategy, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
                                            deferred ? options_.deferred : DeferredWeights{}, disk,
-                                           disk ? optim::state_slots(config) + (ema_in_records_ ? 1 : 0) : 0);
+                                           disk ? optim::state_slots(config) + ema_slots : 0);
     if (deferred) load_deferred_weights();
     if (runtime.pipelined() && strategy == "zero2" && runtime.is_main()) {
       log::infof("memory.strategy = \"zero2\" with parallel.pipeline keeps whole gradients through each step, as zero1 "
@@ -96,10 +96,10 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   std::map<std::string, torch::Tensor> ema_homes;  // the moving average's place in a disk record, by parameter
   if (sharded_) {
     // May move masters to the device.
-    sharded_->account_optimizer_state(optimizer_->state_slots() + (ema_in_records_ ? 1 : 0));
+    sharded_->account_optimizer_state(optimizer_->state_slots() + ema_slots);
     // The optimizer state (and moving average) of master chunks on the disk tier lives in their records there.
     for (auto& [name, slots] : sharded_->optimizer_state_homes()) {
-      if (ema_in_records_) {
+      if (ema_slots > 0) {
         ema_homes[name] = slots.back();
         slots.pop_back();
       }

@@ -168,7 +168,6 @@ class ModelState {
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::optional<optim::DynamicLossScaler> scaler_;
   double ema_decay_ = 0;
-  bool ema_in_records_ = false;      // the average of master chunks on the disk tier lives in their records
   EmaWarmup ema_warmup_;             // optim.ema_warmup: how the decay rises with the updates
   int64_t ema_updates_ = 0;          // updates taken (the warm-up's step), saved in the trainer state
   std::vector<torch::Tensor> ema_;  // parallel to params_
