@@ -15,6 +15,7 @@
 #include "apps/fastfold/fold_task.h"
 #include "core/util/weight_sink.h"
 #include "tests/apps/fastfold/alphafold_golden.h"
+#include "tests/support/json_lines.h"
 #include "tests/support/run_command.h"
 #include "tests/support/test_util.h"
 #include "tests/support/training_runs.h"
@@ -123,12 +124,7 @@ TEST(FoldModelRecipeTest, TrainingUnderZeroGeminiAndDapStartsFromTheEagerDrawsAn
   // The evaluation after step 2 (one validation chain, every recycling iteration): the DAP ranks predict it
   // together and the sums are reduced over data ranks only, so the figures are the serial run's.
   const auto evaluation = [&](const std::string& name) {
-    std::ifstream metrics(dir / name / "metrics.jsonl");
-    nlohmann::json last;
-    for (std::string line; std::getline(metrics, line);) {
-      const nlohmann::json row = nlohmann::json::parse(line);
-      if (row.contains("val_loss")) last = row;
-    }
+    const nlohmann::json last = kuafu::testing::last_line_with(dir / name / "metrics.jsonl", "val_loss");
     EXPECT_FALSE(last.is_null()) << name << " has no evaluation";
     return last;
   };

@@ -229,12 +229,7 @@ TEST(GPTCliTest, EvalScoresTheMovingAverageTrainingScored) {
   const std::string config = tiny_run(dir, 2) + " --set optim.ema_decay=0.5 --set train.eval_interval=2 --set optim.lr=0.05 --set optim.warmup_steps=0";
   const Result trained = run_gpt("train" + config);
   ASSERT_EQ(trained.exit_code, 0) << trained.output;
-  nlohmann::json last_eval;
-  std::ifstream metrics(dir / "run/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json row = nlohmann::json::parse(line);
-    if (row.contains("val_loss")) last_eval = row;
-  }
+  const nlohmann::json last_eval = testing::last_line_with(dir / "run/metrics.jsonl", "val_loss");
   ASSERT_TRUE(last_eval.contains("val_loss")) << "no evaluation in metrics.jsonl";
   const Result averaged = run_gpt("eval" + config);
   ASSERT_EQ(averaged.exit_code, 0) << averaged.output;

@@ -11,10 +11,10 @@
 // that computes with it, are the same bits too.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <limits>
 
 #include "tests/apps/gpt/gpt_training_support.h"
+#include "tests/support/json_lines.h"
 #include "tests/support/test_util.h"
 #include "tests/support/worker_world.h"
 
@@ -112,14 +112,9 @@ void disk_tier_keeps_the_steps(const fs::path& root, const std::shared_ptr<dist:
   EXPECT_LE(placed["host_peak_mb"].get<double>(), host_mb);
   // The same bits as with every master in host memory: weights and optimizer state, also after a resume.
   const auto last_eval_loss = [&](const std::string& run) {  // the evaluation computes with the average
-    std::ifstream in(root / run / "metrics.jsonl");
-    double loss = -1;
-    for (std::string line; std::getline(in, line);) {
-      const auto json = nlohmann::json::parse(line);
-      if (json.contains("val_loss")) loss = json["val_loss"].get<double>();
-    }
-    EXPECT_GE(loss, 0) << run << ": no evaluation";
-    return loss;
+    const nlohmann::json evaluation = testing::last_line_with(root / run / "metrics.jsonl", "val_loss");
+    EXPECT_FALSE(evaluation.is_null()) << run << ": no evaluation";
+    return evaluation.value("val_loss", -1.0);
   };
   for (const std::string run : {"on_disk", "auto_unlimited", "auto_budget", "resumed", "resumed_auto"}) {
     expect_same_run(root, run, "in_memory", 0.0);
