@@ -2,7 +2,8 @@
 per-step time on one machine with the same torch (run it with the checkout's venv: .venv/bin/python).
 
 Same maths as Kuafu's GPT: fused causal attention (scaled_dot_product_attention), tanh GELU, tied head,
-AdamW. With `bf16` the weights and activations are bfloat16 and AdamW steps float32 master weights that
+AdamW, gradients clipped to norm 1.0
+as Kuafu's default optim.grad_clip does (CLIP=0 skips it; nanoGPT and llm.c clip at 1.0 too). With `bf16` the weights and activations are bfloat16 and AdamW steps float32 master weights that
 are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
 
 With `compile` the model's forward and backward go through torch.compile (the optimizer step stays
@@ -122,6 +123,7 @@ def main():
     # PyTorch's fastest AdamW (one kernel over all tensors; on the CPU 61 ms a step for GPT-2 124M against
     # 185 ms for the default per-tensor loop, measured 2026-11-30); ADAMW=default keeps the default.
     fused_adamw = os.environ.get("ADAMW", "fused") == "fused"
+    clip = float(os.environ.get("CLIP", "1.0"))  # Kuafu's optim.grad_clip default; 0: no clipping
     torch.manual_seed(0)
     model = GPT(layers, heads, c, vocab, context).to(device)
     if dtype == "bf16":
@@ -157,10 +159,14 @@ def main():
                 for p, m in zip(model.parameters(), masters):
                     m.grad = p.grad.float()
                     p.grad = None
+                if clip > 0:
+                    torch.nn.utils.clip_grad_norm_(masters, clip)
                 opt.step()
                 for p, m in zip(model.parameters(), masters):
                     p.copy_(m)
         else:
+            if clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             opt.step()
         opt.zero_grad()
         synchronize(device)  # GPU work is asynchronous: time it to its end, as Kuafu's time_steps does
@@ -172,10 +178,10 @@ def main():
         line["profile"] = profile_summary(profiler, steps)
     median = statistics.median(times)
     print(json.dumps(line | {"impl": "pytorch-" + mode, "batch": batch, "torch": torch.__version__, "precision": dtype,
-                      "step_time_ms_median": median * 1e3, "tokens_per_s": batch * context / median,
+                      "step_time_ms_median": median * 1e3, "step_time_ms_min": min(times) * 1e3, "tokens_per_s": batch * context / median,
                       "threads": torch.get_num_threads(), "device": str(device), "vocab": vocab,
                       "sdpa_backend": backend or "default", "flush_denormal": bool(flushed),
-                      "adamw": "fused" if fused_adamw else "default"}))
+                      "adamw": "fused" if fused_adamw else "default", "grad_clip": clip}))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@
 #   DEVICE=cpu PRECISION=fp32 THREADS=2 CONFIG=apps/gpt/configs/quickstart.toml SHAPE="4 4 256 2048 128" \
 #     SETS="--set model.vocab_size=2048 --set runtime.threads=2" BATCHES=16 PYTHON=.venv/bin/python ...
 #
-# usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [DEADLINE=300]
+# STEPS: timed steps per run (10; more where a noisy machine needs them).
+#
+# usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [STEPS=10] [DEADLINE=300]
 #          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [MKL=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
 #          [DEVICE=cuda] [CONFIG=...] [SHAPE=...] [SETS=...] [PRECISION=bf16] [THREADS=16]
 #          benchmarks/gpt_speed_gpu.sh
@@ -26,6 +28,7 @@ OUT_DIR=${OUT_DIR:-runs/gpt_speed_gpu}
 PYTHON=${PYTHON:-python3}
 BATCHES=${BATCHES:-8 16 32}
 REPEATS=${REPEATS:-2}
+STEPS=${STEPS:-10}
 DEADLINE=${DEADLINE:-300}
 COMPILE=${COMPILE:-1}
 COMPILE_REPEATS=${COMPILE_REPEATS:-$REPEATS}
@@ -59,11 +62,11 @@ kuafu() {  # label batch [--set ...]
   local label=$1 batch=$2
   shift 2
   timed "$label" "$GPT" benchmark --config "$CONFIG" --set train.micro_batch_size="$batch" \
-    --set precision.dtype=\"$PRECISION\" --set runtime.device=\"$DEVICE\" --set benchmark.steps=10 --set benchmark.warmup=3 \
+    --set precision.dtype=\"$PRECISION\" --set runtime.device=\"$DEVICE\" --set benchmark.steps="$STEPS" --set benchmark.warmup=3 \
     ${sets[@]+"${sets[@]}"} "$@"
 }
 pytorch() {  # label vocab batch mode
-  timed "$1" "$PYTHON" "$here/gpt_eager_pytorch.py" "$layers" "$heads" "$width" "$2" "$context" "$3" 10 "$THREADS" \
+  timed "$1" "$PYTHON" "$here/gpt_eager_pytorch.py" "$layers" "$heads" "$width" "$2" "$context" "$3" "$STEPS" "$THREADS" \
     "$PRECISION" "$DEVICE" "$4"
 }
 for rep in $(seq "$REPEATS"); do

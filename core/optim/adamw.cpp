@@ -37,6 +37,7 @@ void AdamW::update_group(ParamGroup& group, std::vector<std::vector<torch::Tenso
   const double b1 = options_.beta1, b2 = options_.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  const double factor = grad_factor();  // g * factor as a float32 multiply, as Tensor::mul_ would give
   // GPU parameters go to one fused launch after the loop: one kernel per tensor would leave the GPU
   // waiting on launches (a 125M-parameter OPT has ~200 tensors).
   std::vector<torch::Tensor> fused_params, fused_grads, fused_m, fused_v;
@@ -47,6 +48,7 @@ void AdamW::update_group(ParamGroup& group, std::vector<std::vector<torch::Tenso
     auto& m = states[i][0];
     auto& v = states[i][1];
     if (options_.fused_cuda && fits_cuda_kernel(p, g)) {
+      if (factor != 1.0) g.mul_(factor);
       fused_params.push_back(p), fused_grads.push_back(g), fused_m.push_back(m), fused_v.push_back(v);
       continue;
     }
@@ -59,10 +61,12 @@ void AdamW::update_group(ParamGroup& group, std::vector<std::vector<torch::Tenso
       hyper.weight_decay = wd;
       hyper.decoupled_weight_decay = options_.decoupled_weight_decay;
       hyper.step = t;
-      cpu_adam_step(hyper, {p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
-                            p.numel()});
+      CpuAdamBuffers buffers{p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), p.numel()};
+      buffers.grad_scale = static_cast<float>(factor);  // one pass: the gradient is read once, scaled in registers
+      cpu_adam_step(hyper, buffers);
       continue;
     }
+    if (factor != 1.0) g = g * factor;
     if (wd != 0) {
       if (options_.decoupled_weight_decay) {
         p.mul_(1.0 - lr * wd);

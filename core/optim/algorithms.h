@@ -21,6 +21,7 @@ class AdamW : public Optimizer {
  protected:
   std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   void update_group(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states) override;
+  bool takes_grad_factor() const override { return true; }
 
  private:
   AdamOptions options_;

@@ -7,6 +7,8 @@
 #include <set>
 
 #include "core/dist/collectives.h"
+#include "core/optim/cpu_sum_of_squares.h"
+#include "core/optim/grad_norm.h"
 #include "core/util/error.h"
 
 namespace kuafu::optim {
@@ -31,9 +33,15 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)
   for (size_t g = 0; g < groups_.size(); ++g) states_[g].resize(groups_[g].params.size());
 }
 
-void Optimizer::step() {
+void Optimizer::step(double grad_factor) {
   begin_step();
+  if (grad_factor != 1.0 && !takes_grad_factor()) {
+    for (const ParamGroup& group : groups_) scale_grads(group.params, grad_factor);
+    grad_factor = 1.0;
+  }
+  grad_factor_ = grad_factor;
   update(nullptr);
+  grad_factor_ = 1.0;
 }
 
 void Optimizer::begin_step() {
@@ -184,6 +192,9 @@ std::optional<std::string> state_owner(const std::string& state_name) {
 }
 
 torch::Tensor squared_norm(const torch::Tensor& t) {
+  if (t.device().is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous()) {
+    return torch::scalar_tensor(cpu_sum_of_squares(t.data_ptr<float>(), t.numel()), torch::kFloat64);
+  }
   return at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, torch::kFloat64).square();
 }
 

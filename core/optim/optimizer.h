@@ -44,8 +44,10 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // One update from every parameter's current .grad() (a parameter without a gradient is left alone).
-  void step();
+  // One update from every parameter's current .grad() times `grad_factor` (clipping and unscaling in one
+  // number; a parameter without a gradient is left alone). Kernels that take the factor read each gradient
+  // once (AdamW's); for the others the gradients are multiplied first. Either way the same bits.
+  void step(double grad_factor = 1.0);
   // The same step in parts, for masters that pass through memory a chunk at a time (Gemini's disk tier):
   // begin_step() once, then update() for each part; together they equal step(). Each part updates the
   // parameters `selected` names (by Param::name); every rank must update the same parts in the same order
@@ -83,6 +85,10 @@ class Optimizer {
  protected:
   // Called once per step, after the step counter is incremented and before any group is updated.
   virtual void before_update() {}
+  // Whether update_group applies grad_factor() itself; if not, step() multiplies the gradients first.
+  virtual bool takes_grad_factor() const { return false; }
+  // What this step's gradients are to be multiplied by (1 outside step() and where not taken).
+  double grad_factor() const { return grad_factor_; }
   // Names of the per-parameter state tensors (e.g. exp_avg, exp_avg_sq); created as zeros, float32
   // (float64 for float64 parameters).
   virtual std::vector<std::string> slot_names() const = 0;
@@ -95,6 +101,7 @@ class Optimizer {
   std::vector<std::vector<std::vector<torch::Tensor>>> states_;  // [group][param][slot]
   double lr_ = 0.0;
   int64_t steps_ = 0;
+  double grad_factor_ = 1.0;
 };
 
 // The parameter a state tensor of state_tensors() belongs to ("h.0.w/exp_avg" -> "h.0.w"); nullopt for

@@ -160,7 +160,7 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
     total.backward();
     for (const BenchmarkedModel& m : models) {
       m.state->end_backward();
-      m.state->finish_step(m.state->grad_norm(), /*max_norm=*/0.0, /*overflow=*/false);
+      m.state->finish_step(m.state->grad_norm(), m.state->grad_clip(), /*overflow=*/false);  // as training steps
     }
   };
   // Seconds figures (a disk tier's reading, writing and waiting) per step: their growth over the steps timed and

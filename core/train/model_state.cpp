@@ -301,6 +301,8 @@ void ModelState::step_streamed(double factor, double ema_decay) {
   });
 }
 
+double ModelState::grad_clip() const { return config_.get_float("optim.grad_clip"); }
+
 void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
   if (!overflow) {
     // Unscaling and clipping are one multiplication of the gradients.
@@ -309,8 +311,7 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
     if (streams_masters()) {
       step_streamed(factor, ema_decay);
     } else {
-      optim::scale_grads(params_, factor);
-      optimizer_->step();
+      optimizer_->step(factor);
     }
     if (sharded_) {
       sharded_->copy_masters_to_model();

@@ -93,6 +93,8 @@ class ModelState {
   // Unscales and clips the gradients to `max_norm` (0: no clipping) and steps, unless `overflow`; then
   // updates the loss scaler and zeroes the gradients.
   void finish_step(double grad_norm, double max_norm, bool overflow);
+  // The norm this model's gradients are clipped to (optim.grad_clip; 0: none).
+  double grad_clip() const;
 
   // This model's parts of a checkpoint: its weights and optimizer state, and its moving average when
   // optim.ema_decay is set; each rank's pieces as it holds them (its ZeRO/Gemini piece, its tensor-parallel

@@ -90,8 +90,7 @@ Trainer::Trainer(const config::Config& config, Runtime& runtime, RunTask& task)
     options.tied = model.tied;
     options.set_block_hooks = model.set_block_hooks;
     options.deferred = model.deferred;
-    trained_.push_back({model.name, std::make_unique<ModelState>(view, runtime, *model.module, std::move(options)),
-                        view.get_float("optim.grad_clip")});
+    trained_.push_back({model.name, std::make_unique<ModelState>(view, runtime, *model.module, std::move(options))});
   }
   KUAFU_CHECK(!trained_.empty(), "the task trains none of its models");
   KUAFU_CHECK(!task.pipelined() || (trained_.size() == 1 && frozen_.empty()), "a pipelined task trains one model");
@@ -313,7 +312,7 @@ TrainSummary Trainer::run_steps() {
                                  ". Lower optim.lr or raise optim.warmup_steps, then resume."));
     }
     for (size_t i = 0; i < n; ++i) {
-      if (active[i]) trained_[i].state->finish_step(grad_norms[i], trained_[i].grad_clip, overflow);
+      if (active[i]) trained_[i].state->finish_step(grad_norms[i], trained_[i].state->grad_clip(), overflow);
     }
     if (overflow) {
       summary.skipped_steps += 1;

@@ -201,7 +201,6 @@ class Trainer {
   struct Trained {
     std::string name;
     std::unique_ptr<ModelState> state;
-    double grad_clip = 0;
   };
   // `body` with every trained model's moving average swapped in (optim.ema_decay), then the live weights back.
   void with_moving_averages(const std::function<void()>& body);

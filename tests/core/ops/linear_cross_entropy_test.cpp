@@ -4,6 +4,7 @@
 // several chunks, a padded vocabulary and ignored rows.
 #include <gtest/gtest.h>
 
+#include "core/ops/cross_entropy_rows_cpu.h"
 #include "core/ops/linear_cross_entropy.h"
 #include "tests/support/devices.h"
 
@@ -82,7 +83,7 @@ TEST(LinearCrossEntropyTest, EqualsPyTorchsLossAndGradientsInFloat64ThroughChunk
   }
 }
 
-// float32: the GPU's kernel takes the softmax with a fast exponential (a few ulp) and sums in another
+// float32: the GPU's and the CPU's kernels take the softmax with a fast exponential (a few ulp) and sums in another
 // order than PyTorch's log_softmax: 1e-5 relative to the largest value covers that with room, and a
 // wrong term would be O(1e-1). bfloat16: both sides round the same bf16 logits, but the chunks' products
 // may round a logit differently (one bf16 ulp, 2^-8) and the gradients are bf16 products of bf16
@@ -138,6 +139,57 @@ TEST(LinearCrossEntropyTest, MisshapenInputsAreNamed) {
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("targets [N]"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace kuafu::ops
+
+namespace kuafu::ops {
+namespace {
+
+// The CPU row kernel alone, both paths, against the formula in float64: rows of 1,003 valid columns (a
+// ragged end past the 8-wide vectors) 1,008 floats apart, every fourth row ignored. Each float32 value
+// (the exponentials are glibc's, within 4 ulp; softmax rounded once more by the scale) is within 1e-6 of
+// the float64 result relative to the largest; a wrong term is O(1e-3) (one probability in a thousand).
+TEST(CpuCrossEntropyRowsTest, BothPathsEqualTheFormulaAndAWrongTargetIsNamed) {
+  torch::manual_seed(12);
+  const int64_t rows = 40, columns = 1003, stride = 1008;
+  const torch::Tensor logits = torch::randn({rows, stride}) * 4;               // [40, 1008] float32
+  torch::Tensor targets = torch::randint(columns, {rows}, torch::kInt64);  // [40]
+  targets.index_put_({torch::arange(0, rows, 4)}, kIgnored);
+  const torch::Tensor learned = targets.ne(kIgnored);
+  const torch::Tensor scale = learned.to(torch::kFloat32) * 0.25;  // [40]
+  // The formula: loss = logsumexp - picked; gradient = (softmax - onehot) * scale, 0 past the columns.
+  const torch::Tensor x = logits.narrow(1, 0, columns).to(torch::kFloat64);
+  const torch::Tensor safe = targets.masked_fill(learned.logical_not(), 0).unsqueeze(1);
+  const torch::Tensor want_loss = (x.logsumexp(1) - x.gather(1, safe).squeeze(1)).masked_fill(learned.logical_not(), 0);
+  torch::Tensor want_gradient = torch::zeros({rows, stride}, torch::kFloat64);
+  want_gradient.narrow(1, 0, columns)
+      .copy_((x.softmax(1) - torch::zeros_like(x).scatter_(1, safe, 1.0)) * scale.to(torch::kFloat64).unsqueeze(1));
+  for (const cpu::RowsPath path : {cpu::RowsPath::kBest, cpu::RowsPath::kScalar}) {
+    const std::string what = path == cpu::RowsPath::kBest ? "best path" : "scalar path";
+    torch::Tensor z = logits.clone();
+    torch::Tensor loss = torch::empty({rows});
+    cpu::cross_entropy_rows(z.data_ptr<float>(), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                            scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/false, path);
+    EXPECT_TRUE(torch::equal(z, logits)) << what << ": the logits changed without a gradient asked";
+    EXPECT_LE(relative_difference(loss.to(torch::kFloat64), want_loss), 1e-6) << what;
+    cpu::cross_entropy_rows(z.data_ptr<float>(), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                            scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/true, path);
+    EXPECT_LE(relative_difference(loss.to(torch::kFloat64), want_loss), 1e-6) << what;
+    EXPECT_LE(relative_difference(z.to(torch::kFloat64), want_gradient), 1e-6) << what << ": gradient";
+  }
+  torch::Tensor z = logits.clone();
+  torch::Tensor loss = torch::empty({rows});
+  targets[7] = columns;  // one past the vocabulary
+  try {
+    cpu::cross_entropy_rows(z.data_ptr<float>(), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                            scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/true);
+    FAIL() << "a target outside the vocabulary was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("row 7's target 1003"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(torch::equal(z, logits)) << "a rejected call changed the logits";
 }
 
 }  // namespace

@@ -392,6 +392,46 @@ TEST(OptimizerStateTest, AStepInPartsWithPlacedStateEqualsOneStep) {
   EXPECT_NE(testing::error_message([&] { adamw->set_state("nothing", {}); }).find("'nothing'"), std::string::npos);
 }
 
+// A step given the clipping factor (AdamW's kernels scale each gradient as they read it; the others have
+// the gradients multiplied first) gives the bits of multiplying the gradients, then stepping: every
+// optimizer, and AdamW's CPU kernel and its LibTorch formula.
+TEST(OptimizerStateTest, AStepWithAGradientFactorEqualsScalingTheGradientsFirst) {
+  const double factor = 0.3712;  // a clipping coefficient: not a power of two, so the rounding shows
+  for (const std::string name : {"adamw", "adamw formula", "sgd", "lamb", "lars"}) {
+    auto a = random_params(11, torch::kFloat32), b = random_params(11, torch::kFloat32);
+    auto optimizer_of = [&](const TwoParams& p) -> std::unique_ptr<optim::Optimizer> {
+      if (name != "adamw formula") return make(name, decay_and_bias(p, 0.01));
+      optim::AdamOptions options;
+      options.fused_cpu = false;
+      return std::make_unique<optim::AdamW>(decay_and_bias(p, 0.01), options);
+    };
+    auto given = optimizer_of(a), scaled_first = optimizer_of(b);
+    for (int step = 0; step < 3; ++step) {
+      given->set_lr(1e-2);
+      scaled_first->set_lr(1e-2);
+      set_random_grads({a.matrix, a.bias}, step);
+      set_random_grads({b.matrix, b.bias}, step);
+      given->step(factor);
+      optim::scale_grads({{"matrix", b.matrix, nullptr, true}, {"bias", b.bias, nullptr, true}}, factor);
+      scaled_first->step();
+    }
+    EXPECT_TRUE(torch::equal(a.matrix, b.matrix)) << name;
+    EXPECT_TRUE(torch::equal(a.bias, b.bias)) << name;
+    // Without the factor the steps differ: the test sees it.
+    auto c = random_params(11, torch::kFloat32);
+    auto unscaled = optimizer_of(c);
+    unscaled->set_lr(1e-2);
+    set_random_grads({c.matrix, c.bias}, 0);
+    unscaled->step();
+    auto d = random_params(11, torch::kFloat32);
+    auto once = optimizer_of(d);
+    once->set_lr(1e-2);
+    set_random_grads({d.matrix, d.bias}, 0);
+    once->step(factor);
+    EXPECT_FALSE(torch::equal(c.matrix, d.matrix)) << name;
+  }
+}
+
 TEST(OptimizerStateTest, MismatchedStateIsRefusedWithTheReason) {
   const auto dir = testing::temp_dir("optim_state_bad");
   auto a = random_params(6, torch::kFloat32);
