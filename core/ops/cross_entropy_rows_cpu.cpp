@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 #if defined(__x86_64__)
@@ -79,13 +80,6 @@ __attribute__((target("avx2,fma"))) void avx2_scale(float* x, int64_t n, float b
   for (int64_t j = whole; j < n; ++j) x[j] *= by;
 }
 
-bool rows_have_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -101,7 +95,7 @@ void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t
   RowSums (*exps)(float*, int64_t, bool) = scalar_exps;
   void (*scale_row)(float*, int64_t, float) = scalar_scale;
 #if defined(__x86_64__)
-  if (path == RowsPath::kBest && rows_have_avx2()) exps = avx2_exps, scale_row = avx2_scale;
+  if (path == RowsPath::kBest && cpu_has_avx2_fma()) exps = avx2_exps, scale_row = avx2_scale;
 #endif
   at::parallel_for(0, rows, /*grain_size=*/1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {

@@ -7,6 +7,7 @@
 #endif
 
 #include "core/ops/fused_kernels.h"
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 namespace kuafu::ops {
@@ -88,13 +89,6 @@ void avx2_outputs(const Product& p, int64_t begin, int64_t end) {
   }
 }
 
-bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -118,7 +112,7 @@ torch::Tensor skinny_linear(const torch::Tensor& x, const torch::Tensor& weight,
                   y.data_ptr<float>(), rows.size(0), weight.size(1), weight.size(0)};
   auto outputs = scalar_outputs;
 #if defined(__x86_64__)
-  if (vector && has_avx2()) outputs = avx2_outputs;
+  if (vector && cpu_has_avx2_fma()) outputs = avx2_outputs;
 #endif
   // About 64 KiB of weights per task: enough work to pay for a thread's start.
   const int64_t grain = std::max<int64_t>(1, (int64_t{16} << 10) / std::max<int64_t>(1, p.in));

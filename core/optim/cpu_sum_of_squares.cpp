@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #endif
 
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 namespace kuafu::optim {
@@ -48,13 +49,6 @@ __attribute__((target("avx2,fma"))) double avx2_block(const float* x, int64_t n)
   return sum;
 }
 
-bool squares_have_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  }();
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -64,7 +58,7 @@ double cpu_sum_of_squares(const float* values, int64_t count, SquaresPath path) 
               static_cast<const void*>(values));
   double (*block)(const float*, int64_t) = scalar_block;
 #if defined(__x86_64__)
-  if (path == SquaresPath::kBest && squares_have_avx2()) block = avx2_block;
+  if (path == SquaresPath::kBest && cpu_has_avx2_fma()) block = avx2_block;
 #endif
   const int64_t blocks = (count + kSquaresBlock - 1) / kSquaresBlock;
   std::vector<double> sums(static_cast<size_t>(blocks));  // [blocks]
