@@ -2,9 +2,9 @@
 per-step time on one machine with the same torch (run it with the checkout's venv: .venv/bin/python).
 
 Same maths as Kuafu's GPT: fused causal attention (scaled_dot_product_attention), tanh GELU, tied head,
-AdamW, gradients clipped to norm 1.0
-as Kuafu's default optim.grad_clip does (CLIP=0 skips it; nanoGPT and llm.c clip at 1.0 too). With `bf16` the weights and activations are bfloat16 and AdamW steps float32 master weights that
-are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
+AdamW, gradients clipped to norm 1.0 as Kuafu's default optim.grad_clip does (CLIP=0 skips it; nanoGPT
+and llm.c clip at 1.0 too). With `bf16` the weights and activations are bfloat16 and AdamW steps float32
+master weights that are copied back after each step, as Kuafu's precision.dtype = "bf16" does.
 
 With `compile` the model's forward and backward go through torch.compile (the optimizer step stays
 eager), the reference the standing GPU goal names. AdamW is PyTorch's fused one (ADAMW=default: the

@@ -28,6 +28,7 @@
 #include <immintrin.h>  // GCC 12 warns inside it (bug 105593): silenced for this file in core/CMakeLists.txt
 #endif
 
+#include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
 // at::parallel_for is header-only: compiled without OpenMP it silently runs everything on the calling thread.
@@ -183,7 +184,7 @@ Isa best_isa() {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) return Isa::kAvx512;
     // Every CPU with AVX2 and FMA also has F16C (Intel since Ivy Bridge, AMD since Piledriver).
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+    if (cpu_has_avx2_fma()) return Isa::kAvx2;
 #endif
     return Isa::kScalar;
   }();

@@ -63,7 +63,9 @@ double cpu_sum_of_squares(const float* values, int64_t count, SquaresPath path) 
   const int64_t blocks = (count + kSquaresBlock - 1) / kSquaresBlock;
   std::vector<double> sums(static_cast<size_t>(blocks));  // [blocks]
   at::parallel_for(0, blocks, /*grain_size=*/4, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) sums[b] = block(values + b * kSquaresBlock, std::min(kSquaresBlock, count - b * kSquaresBlock));
+    for (int64_t b = first; b < last; ++b) {
+      sums[b] = block(values + b * kSquaresBlock, std::min(kSquaresBlock, count - b * kSquaresBlock));
+    }
   });
   double total = 0;
   for (double s : sums) total += s;
