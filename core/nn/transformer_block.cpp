@@ -1,6 +1,7 @@
 #include "core/nn/transformer_block.h"
 
 #include "core/nn/language_model.h"
+#include "core/ops/gelu.h"
 #include "core/util/error.h"
 
 namespace kuafu::nn {
@@ -8,7 +9,7 @@ namespace kuafu::nn {
 torch::Tensor activate(Activation activation, const torch::Tensor& x) {
   switch (activation) {
     case Activation::kGelu: return torch::gelu(x);
-    case Activation::kGeluTanh: return torch::gelu(x, "tanh");
+    case Activation::kGeluTanh: return ops::gelu_tanh(x);
     case Activation::kQuickGelu: return x * torch::sigmoid(1.702 * x);
     case Activation::kRelu: return torch::relu(x);
     case Activation::kSilu: return torch::silu(x);

@@ -85,7 +85,7 @@ __attribute__((target("avx2,fma"))) void avx2_scale(float* x, int64_t n, float b
 }  // namespace
 
 void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets,
-                        int64_t ignored, const float* scale, float* loss, bool write_gradient, RowsPath path) {
+                        int64_t ignored, const float* scale, float* loss, bool write_gradient, CpuPath path) {
   KUAFU_CHECK(rows >= 0 && columns > 0 && row_stride >= columns, "cross_entropy_rows: ", rows, " rows of ", columns,
               " columns ", row_stride, " apart");
   for (int64_t r = 0; r < rows; ++r) {  // before any row changes: a bad target leaves the logits as they were
@@ -95,7 +95,7 @@ void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t
   RowSums (*exps)(float*, int64_t, bool) = scalar_exps;
   void (*scale_row)(float*, int64_t, float) = scalar_scale;
 #if defined(__x86_64__)
-  if (path == RowsPath::kBest && cpu_has_avx2_fma()) exps = avx2_exps, scale_row = avx2_scale;
+  if (path == CpuPath::kBest && cpu_has_avx2_fma()) exps = avx2_exps, scale_row = avx2_scale;
 #endif
   at::parallel_for(0, rows, /*grain_size=*/1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-namespace kuafu::ops::cpu {
+#include "core/util/cpu_features.h"
 
-enum class RowsPath { kBest, kScalar };  // kScalar: the portable loop (tests compare the paths)
+namespace kuafu::ops::cpu {
 
 // The same contract as cuda::cross_entropy_rows: for each of `rows` rows of `logits` (`row_stride` floats
 // apart, the first `columns` valid, the rest padding): loss[r] = logsumexp(row) - row[target[r]], or 0
@@ -17,6 +17,6 @@ enum class RowsPath { kBest, kScalar };  // kScalar: the portable loop (tests co
 // Throws kuafu::Error naming the row of a target outside [0, columns) that is not `ignored`.
 void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets,
                         int64_t ignored, const float* scale, float* loss, bool write_gradient,
-                        RowsPath path = RowsPath::kBest);
+                        CpuPath path = CpuPath::kBest);
 
 }  // namespace kuafu::ops::cpu

@@ -53,12 +53,12 @@ __attribute__((target("avx2,fma"))) double avx2_block(const float* x, int64_t n)
 
 }  // namespace
 
-double cpu_sum_of_squares(const float* values, int64_t count, SquaresPath path) {
+double cpu_sum_of_squares(const float* values, int64_t count, CpuPath path) {
   KUAFU_CHECK(count >= 0 && (count == 0 || values != nullptr), "cpu_sum_of_squares: ", count, " values at ",
               static_cast<const void*>(values));
   double (*block)(const float*, int64_t) = scalar_block;
 #if defined(__x86_64__)
-  if (path == SquaresPath::kBest && cpu_has_avx2_fma()) block = avx2_block;
+  if (path == CpuPath::kBest && cpu_has_avx2_fma()) block = avx2_block;
 #endif
   const int64_t blocks = (count + kSquaresBlock - 1) / kSquaresBlock;
   std::vector<double> sums(static_cast<size_t>(blocks));  // [blocks]

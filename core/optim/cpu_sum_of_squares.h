@@ -5,12 +5,12 @@
 
 #include <cstdint>
 
-namespace kuafu::optim {
+#include "core/util/cpu_features.h"
 
-enum class SquaresPath { kBest, kScalar };  // kScalar: the portable loop (tests compare the paths)
+namespace kuafu::optim {
 
 // Each square is exact in float64; they are added in fixed blocks, in an order that depends on neither
 // the thread count nor the path, so every call on the same values gives the same bits.
-double cpu_sum_of_squares(const float* values, int64_t count, SquaresPath path = SquaresPath::kBest);
+double cpu_sum_of_squares(const float* values, int64_t count, CpuPath path = CpuPath::kBest);
 
 }  // namespace kuafu::optim

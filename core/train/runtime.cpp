@@ -33,6 +33,9 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_bool("runtime.skinny_linear", true,
                   "on the CPU: products of a few rows (decoding steps, at most 32) streamed through the weights "
                   "once by Kuafu's kernel instead of BLAS (which packs the weights each call); false: BLAS");
+  schema.add_bool("runtime.fused_gelu", true,
+                  "on the CPU in float32: the tanh GELU (GPT-2's) through Kuafu's kernels, one exponential per value "
+                  "where LibTorch's takes a tanh; false: LibTorch's");
   schema.add_string("runtime.cpu_blas", "openblas",
                     "float32 matrix products on the CPU (LibTorch's mm, matmul, attention): openblas (Debian's "
                     "OpenBLAS; faster than the MKL in LibTorch on AMD processors) or libtorch (that MKL)")
@@ -84,7 +87,7 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   runtime.device = runtime.world->device();
   if (config.schema().find("runtime.fused_loss")) {
     ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm"),
-                            config.get_bool("runtime.skinny_linear")});
+                            config.get_bool("runtime.skinny_linear"), config.get_bool("runtime.fused_gelu")});
   }
   if (config.schema().find("runtime.cpu_blas")) {
     ops::set_cpu_blas(config.get_string("runtime.cpu_blas") == "openblas" ? ops::CpuBlas::kOpenBlas

@@ -166,8 +166,8 @@ TEST(CpuCrossEntropyRowsTest, BothPathsEqualTheFormulaAndAWrongTargetIsNamed) {
   torch::Tensor want_gradient = torch::zeros({rows, stride}, torch::kFloat64);
   want_gradient.narrow(1, 0, columns)
       .copy_((x.softmax(1) - torch::zeros_like(x).scatter_(1, safe, 1.0)) * scale.to(torch::kFloat64).unsqueeze(1));
-  for (const cpu::RowsPath path : {cpu::RowsPath::kBest, cpu::RowsPath::kScalar}) {
-    const std::string what = path == cpu::RowsPath::kBest ? "best path" : "scalar path";
+  for (const CpuPath path : {CpuPath::kBest, CpuPath::kScalar}) {
+    const std::string what = path == CpuPath::kBest ? "best path" : "scalar path";
     torch::Tensor z = logits.clone();
     torch::Tensor loss = torch::empty({rows});
     cpu::cross_entropy_rows(z.data_ptr<float>(), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,

@@ -28,7 +28,7 @@ TEST(CpuSumOfSquaresTest, HalvesOfSmallIntegersSumExactly) {
       quarters += k * k;
     }
     EXPECT_EQ(cpu_sum_of_squares(x.data(), n), static_cast<double>(quarters) / 4.0) << n << " values";
-    EXPECT_EQ(cpu_sum_of_squares(x.data(), n, SquaresPath::kScalar), static_cast<double>(quarters) / 4.0) << n;
+    EXPECT_EQ(cpu_sum_of_squares(x.data(), n, CpuPath::kScalar), static_cast<double>(quarters) / 4.0) << n;
   }
 }
 
@@ -42,7 +42,7 @@ TEST(CpuSumOfSquaresTest, RandomValuesMatchLibTorchsFloat64SumAndEveryPathGivesT
     // Two float64 sums of the same exact squares in different orders: each within n * 2^-53 of the exact
     // sum (positive terms), so within 1e-9 relative for a million terms; they agree far closer in practice.
     EXPECT_NEAR(best, reference, 1e-9 * reference + 1e-300) << n << " values";
-    EXPECT_EQ(cpu_sum_of_squares(x.data_ptr<float>(), n, SquaresPath::kScalar), best) << n;
+    EXPECT_EQ(cpu_sum_of_squares(x.data_ptr<float>(), n, CpuPath::kScalar), best) << n;
     at::set_num_threads(1);
     EXPECT_EQ(cpu_sum_of_squares(x.data_ptr<float>(), n), best) << n << " on one thread";
     at::set_num_threads(threads);
