@@ -6,17 +6,9 @@
 #include <cmath>
 #include <limits>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
+#include "core/ops/vector_exp_cpu.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
-
-#if defined(__x86_64__)
-// glibc's vector expf for AVX2 (libmvec), the function GCC calls when it vectorises expf.
-extern "C" __m256 _ZGVdN8v_expf(__m256 x);
-#endif
 
 namespace kuafu::ops::cpu {
 namespace {

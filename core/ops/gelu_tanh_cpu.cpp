@@ -4,14 +4,7 @@
 
 #include <cmath>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-#if defined(__x86_64__)
-// glibc's vector expf for AVX2 (libmvec), the function GCC calls when it vectorises expf.
-extern "C" __m256 _ZGVdN8v_expf(__m256 x);
-#endif
+#include "core/ops/vector_exp_cpu.h"
 
 namespace kuafu::ops::cpu {
 namespace {
@@ -66,9 +59,9 @@ __attribute__((target("avx2,fma"))) void avx2_backward(const float* dy, const fl
   }
   scalar_backward(dy, x, dx, i, end);
 }
-#endif
 
 bool vector_path(CpuPath path) { return path == CpuPath::kBest && cpu_has_avx2_fma(); }
+#endif
 
 }  // namespace
 
