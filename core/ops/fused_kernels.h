@@ -1,7 +1,7 @@
-// Which fused paths the process takes: a process-wide choice, like LibTorch's backend flags, set once
-// per command from the config (runtime.fused_loss, runtime.fused_layer_norm, runtime.skinny_linear,
-// runtime.fused_gelu) and by
-// tests that compare a fused path with the plain one. Each is on by default where it was measured faster (docs/gpu.md).
+// Which fused paths the process takes: a process-wide choice, like LibTorch's backend flags, set once per
+// command from the config (runtime.fused_loss, runtime.fused_layer_norm, runtime.skinny_linear,
+// runtime.fused_gelu) and by tests that compare a fused path with the plain one. Each is on by default
+// where it was measured faster (docs/gpu.md, README).
 #pragma once
 
 namespace kuafu::ops {
