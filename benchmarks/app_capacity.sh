@@ -32,12 +32,12 @@ case $name_of_app in
        common+=(--set train.micro_batch_size=8 --set train.batch_size=8); budgets_default=(512 2048); top_default=160; plain_top=16 ;;
   opt) app="$build/apps/opt_finetune/kuafu-opt"; config="$root/apps/opt_finetune/configs/opt-125m.toml"; key=model.num_hidden_layers
        common+=(--set model.shape='""' --set model.vocab_size=50272 --set data.context=256 --set train.micro_batch_size=2 --set train.batch_size=2)
-       budgets_default=(1024 4096); top_default=160; plain_top=16 ;;
+       budgets_default=(1024 4096); top_default=320; plain_top=16 ;;  # three tiers: 237 layers (docs/memory.md)
   fold) app="$build/apps/fastfold/kuafu-fold"; config="$root/apps/fastfold/configs/alphafold.toml"; key=model.evoformer_blocks
         # No weight average (alphafold.toml keeps one), as the searches in docs/memory.md were run.
         common+=(--set data.crop_size=48 --set data.max_msa_clusters=16 --set data.max_extra_msa=32 --set data.max_recycles=0
                  --set train.micro_batch_size=1 --set train.batch_size=1 --set optim.ema_decay=0)
-        budgets_default=(512 1024); top_default=160; plain_top=48 ;;
+        budgets_default=(512 1024); top_default=320; plain_top=48 ;;  # three tiers: 266 blocks
   sd) app="$build/apps/stable_diffusion/kuafu-sd"; config="$root/apps/stable_diffusion/configs/benchmark_sdxl.toml"; key=model.pipeline
       common+=(--set train.micro_batch_size=1 --set train.batch_size=1); budgets_default=(1024 4096); top_default=32; plain_top=8 ;;
   *) echo "unknown app '$name_of_app' (vit, opt, fold or sd)" >&2; exit 1 ;;

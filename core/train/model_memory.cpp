@@ -5,15 +5,13 @@
 
 #include "core/memory/memory_meter.h"
 #include "core/optim/mixed_precision.h"
+#include "core/optim/optim_config.h"
 #include "core/train/frozen_model.h"
 #include "core/train/held_model.h"
 #include "core/util/error.h"
 
 namespace kuafu::train {
 namespace {
-
-// Float32 tensors of state per parameter: Adam-like optimizers keep two moments, LARS and SGD one.
-double optimizer_slots(const std::string& name) { return name == "adamw" || name == "adam" || name == "lamb" ? 2 : 1; }
 
 std::string gib(double bytes) {
   std::ostringstream out;
@@ -68,7 +66,8 @@ double least_training_bytes(const config::Config& config, const Runtime& runtime
   const torch::Dtype dtype = compute_dtype(config, runtime.device);
   const double compute = static_cast<double>(torch::elementSize(dtype));
   const double masters = dtype == torch::kFloat32 ? 0 : 4;  // float32 masters beside low-precision weights
-  const double state = 4 * optimizer_slots(config.get_string("optim.name"));
+  // Float32 tensors beside each master: the optimizer's state and the moving average of the weights.
+  const double state = 4.0 * (optim::state_slots(config) + (config.get_float("optim.ema_decay") > 0 ? 1 : 0));
   // Whole gradients are float32 main gradients under bf16/fp16 unless precision.grad_reduce = "compute".
   const double grads = static_cast<double>(torch::elementSize(optim::grad_dtype(dtype, optim::grad_reduce(config))));
   const std::string& strategy = held_model(config).strategy;

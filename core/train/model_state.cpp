@@ -46,7 +46,9 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
   const dist::GroupPtr replicas = runtime.replica_group();
   ema_decay_ = config.get_float("optim.ema_decay");
   ema_warmup_ = {config.get_string("optim.ema_warmup"), config.get_float("optim.ema_inv_gamma"), config.get_float("optim.ema_power")};
-  int ema_slots = 0;  // 1: the moving average of a master chunk on the disk tier lives in its record, after the optimizer's slots
+  // 1 with a moving average: Gemini counts it with its master chunk (the disk tier's record holds it after the
+  // optimizer's slots; in memory it is a tensor on its master's tier).
+  const int ema_slots = ema_decay_ > 0 ? 1 : 0;
   if (held.sharded()) {
     // Under tensor parallelism each rank's blocks are sharded over the data ranks that hold the same blocks.
     // A pipeline step accumulates whole gradients through its micro-batches and reduces them once: ZeRO-2
@@ -57,7 +59,6 @@ ModelState::ModelState(const config::Config& config, const Runtime& runtime, tor
       config.fail_at("memory.disk_dir", "holds Gemini's master chunks without parallel.pipeline (a pipeline sums tied "
                                         "weights' gradients in memory)");
     }
-    ema_slots = disk && ema_decay_ > 0 ? 1 : 0;
     sharded_ = memory::make_sharded_states(config, strategy, model, replicas, dtype_, /*whole_gradients=*/runtime.pipelined(),
                                            deferred ? options_.deferred : DeferredWeights{}, disk,
                                            disk ? optim::state_slots(config) + ema_slots : 0);
@@ -367,8 +368,11 @@ double ModelState::next_ema_decay() { return ema_decay_at(ema_decay_, ema_warmup
 
 void ModelState::average_piece(size_t i, double decay) {
   torch::NoGradGuard no_grad;
-  // A master Gemini has moved to the other tier since is read where the average lives.
-  ema_[i].mul_(decay).add_(params_[i].tensor.detach().to(ema_[i].device()), 1.0 - decay);
+  const torch::Tensor master = params_[i].tensor.detach();
+  // Gemini's ledger counts the average with its master's chunk: it follows a master moved to the other tier,
+  // as the optimizer's state does at its next step.
+  if (ema_[i].device() != master.device()) ema_[i] = ema_[i].to(master.device());
+  ema_[i].mul_(decay).add_(master, 1.0 - decay);
 }
 
 void ModelState::update_ema(double decay) {

@@ -128,6 +128,10 @@ TEST(GPTLazyBuildTest, FrozenParametersCostOnlyTheirComputeBytesInTheFitCheck) {
   EXPECT_DOUBLE_EQ(train::least_training_bytes(config, runtime, parameters), parameters * 18);
   EXPECT_DOUBLE_EQ(train::least_training_bytes(config, runtime, parameters, parameters), parameters * 2);
   EXPECT_DOUBLE_EQ(train::least_training_bytes(config, runtime, parameters, parameters / 2), parameters / 2 * 20);
+  // A moving average of the weights is one more float32 tensor beside each master (it was left out).
+  const config::Config averaged = make_config(root, "averaged", "precision.dtype=\"bf16\"\noptim.ema_decay=0.99");
+  EXPECT_DOUBLE_EQ(train::least_training_bytes(averaged, runtime, parameters), parameters * 22);
+  EXPECT_DOUBLE_EQ(train::least_training_bytes(averaged, runtime, parameters, parameters / 2), parameters / 2 * 24);
 }
 
 // The same strategy made from the eager GPT and from a described one that its DeferredWeights fill.
