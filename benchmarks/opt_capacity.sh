@@ -10,9 +10,11 @@
 #                held before building the model must be within the device budget;
 #   gemini       Gemini's ledger enforces both budgets (masters and optimizer state offloaded to the
 #                host; a run that would exceed either stops with an error).
+#   gemini_disk  as gemini, with the master chunks the host budget cannot hold on the disk tier in
+#                DISK_DIR (default <out>/disk; its files are scratch, removed when each probe ends).
 #
 # Usage: benchmarks/opt_capacity.sh [build = build] [device MiB = 24576] [host MiB = 98304] [context = 512]
-#                                   [out = runs/opt_capacity] [strategies = "full lora gemini"]
+#                                   [out = runs/opt_capacity] [strategies = "full lora gemini"; gemini_disk too]
 #                                   [shapes = "125m 350m 1.3b 2.7b 6.7b 13b"]
 set -uo pipefail
 build=${1:-build}
@@ -26,6 +28,7 @@ app="$build/apps/opt_finetune/kuafu-opt"
 [[ -x $app ]] || { echo "$app not found: build first (scripts/build)" >&2; exit 1; }
 mkdir -p "$out"
 device=${DEVICE:-auto}
+disk_dir=$(realpath -m "${DISK_DIR:-$out/disk}")
 
 for strategy in $strategies; do
   case $strategy in
@@ -33,6 +36,11 @@ for strategy in $strategies; do
     lora) args=(--set lora.rank=8) ;;
     gemini) args=(--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1
                   --set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb") ;;
+    gemini_disk) mkdir -p "$disk_dir"
+                 args=(--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1
+                       --set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb"
+                       --set memory.disk_dir=\""$disk_dir"\") ;;
+    *) echo "unknown strategy '$strategy' (full, lora, gemini or gemini_disk)" >&2; exit 1 ;;
   esac
   largest=none
   for shape in $shapes; do
@@ -44,7 +52,7 @@ for strategy in $strategies; do
       break
     fi
     line=$(tail -n 1 "$log")
-    fits=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(int(sys.argv[2] == 'gemini' or d['peak_in_use_mb'] <= float(sys.argv[3])))" \
+    fits=$(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(int(sys.argv[2].startswith('gemini') or d['peak_in_use_mb'] <= float(sys.argv[3])))" \
            "$line" "$strategy" "$device_mb")
     echo "$line" > "$out/${strategy}_${shape}.json"
     echo "$strategy $shape: $(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(f\"peak {d['peak_in_use_mb']:.0f} MiB, device {d.get('device_peak_mb', d['peak_in_use_mb']):.0f} MiB, host {d.get('host_peak_mb', 0):.0f} MiB, step {d['step_time_ms_median']:.0f} ms, {d['tokens_per_s']:.0f} tokens/s\")" "$line")"
