@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/ops/attention_kernels.h"
 #include "core/util/error.h"
 
 namespace kuafu::ops {
@@ -17,6 +18,24 @@ namespace {
 bool fused_kernel_is_faster(const torch::Tensor& q, int64_t keys) {
   constexpr int64_t kFusedFromKeys = 512;
   return q.is_cuda() || !at::isReducedFloatingType(q.scalar_type()) || keys >= kFusedFromKeys;
+}
+
+// at::scaled_dot_product_attention, which names runtime.attention_backend where the kernel chosen there does
+// not take the inputs (LibTorch's own message says only that no kernel was found), and notes its kernel for a
+// benchmark.
+torch::Tensor libtorch_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const torch::Tensor& mask, double dropout, bool causal) {
+  const std::string& chosen = chosen_attention_backend();
+  if (chosen != "auto" || recording_attention_kernels()) {
+    const std::string kernel = libtorch_attention_kernel(q, k, v, mask, dropout, causal);
+    KUAFU_CHECK(kernel != "none", "runtime.attention_backend = \"", chosen, "\": that kernel does not take this attention (",
+                q.scalar_type(), " on ", q.device(), ", queries ", q.sizes(), ", keys ", k.sizes(),
+                mask.defined() ? ", a mask" : "", causal ? ", causal" : "", dropout > 0 ? ", dropout" : "",
+                "); \"auto\" lets LibTorch choose");
+    if (recording_attention_kernels()) note_attention_kernel(kernel);
+  }
+  return at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                          dropout, causal);
 }
 
 }  // namespace
@@ -34,13 +53,15 @@ torch::Tensor scaled_dot_product_attention(const torch::Tensor& q, const torch::
     torch::Tensor allowed = d.unsqueeze(2).eq(d.unsqueeze(1));  // [B, T, T]
     if (causal) allowed = allowed.logical_and(torch::ones({tq, tk}, allowed.options()).tril());
     if (mask.window > 0) allowed = allowed.logical_and(torch::ones({tq, tk}, allowed.options()).triu(1 - mask.window));
-    return at::scaled_dot_product_attention(q, k, v, allowed.unsqueeze(1), dropout, /*is_causal=*/false);
+    return libtorch_attention(q, k, v, allowed.unsqueeze(1), dropout, /*causal=*/false);
   }
   // tq != tk: decoding with a cache
   const bool masked = (causal && tq != tk) || key_padding.defined() || mask.window > 0;
-  if (fused_kernel_is_faster(q, tk) && !masked) {
-    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, causal);
+  // A kernel named in the config runs wherever LibTorch's take the mask; "auto" keeps the faster of the two.
+  if (!masked && (chosen_attention_backend() != "auto" || fused_kernel_is_faster(q, tk))) {
+    return libtorch_attention(q, k, v, /*mask=*/{}, dropout, causal);
   }
+  if (recording_attention_kernels()) note_attention_kernel("products");
   // Scores and softmax in float32 under reduced precision, as the fused kernels compute them (and diffusers'
   // upcast_attention): bf16 scores of size 30 are off by up to 0.06, each probability by up to 6%, and
   // fp16 scores past 65,504 overflow to inf and NaN.

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "core/ops/attention_kernels.h"
 #include "core/train/held_model.h"
 #include "core/train/model_state.h"
 #include "core/train/step_profile.h"
@@ -171,7 +172,9 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       if (text::ends_with(name, "_s")) seconds_before[(m.name.empty() ? name : m.name + "." + name)] = value;
   }
   const int64_t warmup = config.get_int("benchmark.warmup"), timed = config.get_int("benchmark.steps");
+  ops::record_attention_kernels(true);
   const StepTimes times = time_steps(step, warmup, timed, runtime.device);
+  ops::record_attention_kernels(false);
   const double items_per_s = static_cast<double>(rows * spec.items_per_row) / times.median;
   const HeldModel& held = held_model(config);
   nlohmann::json line = {
@@ -184,6 +187,9 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       {"optimizer", first.optimizer().name()},
       {"memory_strategy", held.strategy},
       {"activation_checkpointing", config.get_bool("memory.activation_checkpointing")},
+      // runtime.attention_backend, and the kernels the steps' attention ran ("products": Kuafu's own)
+      {"attention_backend", ops::chosen_attention_backend()},
+      {"attention_kernels", ops::attention_kernels_seen()},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},

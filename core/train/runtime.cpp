@@ -10,6 +10,7 @@
 #include <tuple>
 #include <thread>
 
+#include "core/ops/attention_kernels.h"
 #include "core/ops/cpu_blas.h"
 #include "core/ops/fused_kernels.h"
 #include "core/train/train_settings.h"
@@ -36,6 +37,12 @@ void add_runtime_schema(config::Schema& schema) {
   schema.add_bool("runtime.fused_gelu", true,
                   "on the CPU in float32: the tanh GELU (GPT-2's) through Kuafu's kernels, one exponential per value "
                   "where LibTorch's takes a tanh; false: LibTorch's");
+  schema.add_string("runtime.attention_backend", "auto",
+                    "LibTorch's attention kernel: auto (the first that takes the inputs, in LibTorch's order; on the CPU "
+                    "in bf16 below 512 keys Kuafu's plain products, measured faster), or flash, efficient, cudnn or "
+                    "math alone (a run stops where it does not take the inputs). Masks LibTorch's kernels do not take "
+                    "(padding, a sliding window, a decoding cache) keep Kuafu's products")
+      .choices(ops::attention_backend_names());
   schema.add_string("runtime.cpu_blas", "openblas",
                     "float32 matrix products on the CPU (LibTorch's mm, matmul, attention): openblas (Debian's "
                     "OpenBLAS; faster than the MKL in LibTorch on AMD processors) or libtorch (that MKL)")
@@ -89,6 +96,7 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
     ops::set_fused_kernels({config.get_bool("runtime.fused_loss"), config.get_bool("runtime.fused_layer_norm"),
                             config.get_bool("runtime.skinny_linear"), config.get_bool("runtime.fused_gelu")});
   }
+  if (config.schema().find("runtime.attention_backend")) ops::choose_attention_backend(config.get_string("runtime.attention_backend"));
   if (config.schema().find("runtime.cpu_blas")) {
     ops::set_cpu_blas(config.get_string("runtime.cpu_blas") == "openblas" ? ops::CpuBlas::kOpenBlas
                                                                          : ops::CpuBlas::kLibTorch);

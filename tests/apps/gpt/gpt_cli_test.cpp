@@ -259,6 +259,13 @@ TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   EXPECT_EQ(line.value("activation_checkpointing", false), true);
   EXPECT_GT(line.value("chunks_mb", 0.0), 0) << "Gemini's figures";
   EXPECT_EQ(line.value("context", 0), 8);
+  // The attention kernels the steps ran: bf16 on the CPU at 8 keys takes Kuafu's products under "auto".
+  EXPECT_EQ(line.value("attention_backend", ""), "auto");
+  EXPECT_EQ(line["attention_kernels"], nlohmann::json::array({"products"})) << line.dump();
+  // A kernel the CPU does not have stops the run, naming the key.
+  const Result cudnn = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.attention_backend='\"cudnn\"'");
+  EXPECT_NE(cudnn.exit_code, 0);
+  EXPECT_NE(cudnn.output.find("runtime.attention_backend = \"cudnn\""), std::string::npos) << cudnn.output;
   // A model cut over ranks is not what the benchmark builds: refused, naming the key.
   const Result tensor = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set parallel.tensor.mode='\"1d\"'");
   EXPECT_NE(tensor.exit_code, 0);
