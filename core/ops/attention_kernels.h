@@ -1,8 +1,9 @@
 // Which of LibTorch's scaled-dot-product attention kernels may run (runtime.attention_backend) and which
 // did (a benchmark's line names them). For each call LibTorch takes the first enabled kernel that accepts
-// the inputs, in its priority order (on a GPU flash, memory-efficient, cuDNN, then the plain products; on
-// the CPU its flash kernel or the plain products). Naming one kernel enables it alone: a run then uses it
-// or stops with an error that names the key. A process-wide choice, like LibTorch's own flags.
+// the inputs, in its priority order (LibTorch 2.11 on a GPU: flash, memory-efficient, the plain products,
+// cuDNN, so cuDNN's runs only when named; on the CPU its flash kernel or the plain products). Naming one
+// kernel enables it alone: a run then uses it or stops with an error that names the key. A process-wide
+// choice, like LibTorch's own flags.
 #pragma once
 
 #include <string>
