@@ -18,7 +18,8 @@ namespace kuafu::io {
 
 using Json = nlohmann::ordered_json;
 
-namespace {
+// Named rather than anonymous: ChatTemplate::Node, a member of an exported class, holds its expressions.
+namespace chat_template_detail {
 
 // ---- values ---------------------------------------------------------------------------------------------
 
@@ -614,7 +615,9 @@ class ExprParser {
   int depth_ = 0;
 };
 
-}  // namespace
+}  // namespace chat_template_detail
+
+using namespace chat_template_detail;  // NOLINT: this file's own helpers
 
 // ---- statements -----------------------------------------------------------------------------------------
 

@@ -89,7 +89,7 @@ TEST(ViolationsTest, KuafusBoundsHoldAlphaFoldsPairsAtMeasuredDistances) {
   const AtomDistanceBounds ours = atom14_distance_bounds(settings);
   const torch::Tensor held = af_spread > 0;  // [21, 14, 14]
   EXPECT_EQ(held.sum().item<int64_t>(), 2 * 327);
-  EXPECT_TRUE(torch::equal(held, ours.upper < 1e9 & ours.upper > 0));
+  EXPECT_TRUE(torch::equal(held, (ours.upper < 1e9) & (ours.upper > 0)));
   const torch::Tensor free = ~held & (af_upper > 0);
   EXPECT_LT((ours.lower - af_lower).masked_select(free).abs().max().item<double>(), 1e-6);
   EXPECT_TRUE(torch::equal(ours.upper.masked_select(free), af_upper.masked_select(free)));

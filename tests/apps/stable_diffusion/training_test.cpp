@@ -835,7 +835,7 @@ TEST(DiffusionTrainingTest, TextEncoderLoraTrainsAndItsExportsSampleAsDiffusers)
 
   // Kuafu's pipeline with the checkpoint's moving averages of both models' adapters.
   Pipeline mine = load_pipeline((root / "pipe").string());
-  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}};
+  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}, std::nullopt};
   nn::apply_lora(*mine.unet, spec);
   nn::apply_lora(*mine.text_encoder, text_encoder_lora_spec(spec));
   train::load_checkpoint_weights(config, "", *mine.unet, "unet.ema");
@@ -871,7 +871,7 @@ TEST(DiffusionTrainingTest, SdxlTextEncoderLoraTrainsBothEncodersAndItsExportsSa
   train::train_app(*make_sd_app(config), config);
   export_adapter_and_merged(config, root);
 
-  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}};
+  const nn::LoraSpec spec{4, 8, 0, {"to_q", "to_k", "to_v", "to_out.0"}, std::nullopt};
   const auto adapted = [&](bool first_encoder, bool second_encoder) {
     Pipeline p = load_pipeline(pipe);
     nn::apply_lora(*p.unet, spec);
