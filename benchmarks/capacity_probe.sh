@@ -1,6 +1,6 @@
-# What the capacity searches share (sourced by memory_capacity.sh and app_capacity.sh; chat_capacity.sh uses
-# capacity_run alone): each memory strategy's overrides, running a probe, and whether a probe's
-# benchmark line fits the budgets.
+# What the capacity searches share (sourced by memory_capacity.sh and app_capacity.sh; opt_capacity.sh uses
+# capacity_strategy_args alone, chat_capacity.sh capacity_run alone): each memory strategy's overrides, running
+# a probe, and whether a probe's benchmark line fits the budgets.
 #
 # What "fits" means:
 #   none, zero2  everything they hold lives on the device: the peak of the bytes allocated beyond what the

@@ -29,17 +29,17 @@ app="$build/apps/opt_finetune/kuafu-opt"
 mkdir -p "$out"
 device=${DEVICE:-auto}
 disk_dir=$(realpath -m "${DISK_DIR:-$out/disk}")
+source "$(dirname "$0")/capacity_probe.sh"
 
 for strategy in $strategies; do
   case $strategy in
     full) args=() ;;
     lora) args=(--set lora.rank=8) ;;
-    gemini) args=(--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1
-                  --set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb") ;;
-    gemini_disk) mkdir -p "$disk_dir"
-                 args=(--set memory.strategy=\"gemini\" --set memory.offload_param_fraction=1 --set memory.offload_optim_fraction=1
-                       --set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb"
-                       --set memory.disk_dir=\""$disk_dir"\") ;;
+    # The capacity probes' own overrides (capacity_probe.sh: everything offloaded; the disk tier too), under both budgets.
+    gemini|gemini_disk) probe=gemini_static
+                        [[ $strategy == gemini_disk ]] && { probe=gemini_disk; mkdir -p "$disk_dir"; }
+                        read -r -a args <<< "$(capacity_strategy_args "$probe" "$disk_dir")"
+                        args+=(--set memory.device_budget_mb="$device_mb" --set memory.host_budget_mb="$host_mb") ;;
     *) echo "unknown strategy '$strategy' (full, lora, gemini or gemini_disk)" >&2; exit 1 ;;
   esac
   largest=none

@@ -20,22 +20,22 @@ bool fused_kernel_is_faster(const torch::Tensor& q, int64_t keys) {
   return q.is_cuda() || !at::isReducedFloatingType(q.scalar_type()) || keys >= kFusedFromKeys;
 }
 
-// at::scaled_dot_product_attention, which names runtime.attention_backend where the kernel chosen there does
-// not take the inputs (LibTorch's own message says only that no kernel was found), and notes its kernel for a
-// benchmark.
+// at::scaled_dot_product_attention, noting its kernel for a benchmark. Where the kernel runtime.attention_backend
+// named does not take the inputs, LibTorch's message says only that no kernel was found: this one names the key.
 torch::Tensor libtorch_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                  const torch::Tensor& mask, double dropout, bool causal) {
-  const std::string& chosen = chosen_attention_backend();
-  if (chosen != "auto" || recording_attention_kernels()) {
-    const std::string kernel = libtorch_attention_kernel(q, k, v, mask, dropout, causal);
-    KUAFU_CHECK(kernel != "none", "runtime.attention_backend = \"", chosen, "\": that kernel does not take this attention (",
-                q.scalar_type(), " on ", q.device(), ", queries ", q.sizes(), ", keys ", k.sizes(),
-                mask.defined() ? ", a mask" : "", causal ? ", causal" : "", dropout > 0 ? ", dropout" : "",
-                "); \"auto\" lets LibTorch choose");
-    if (recording_attention_kernels()) note_attention_kernel(kernel);
+  if (recording_attention_kernels()) note_attention_kernel(libtorch_attention_kernel(q, k, v, mask, dropout, causal));
+  try {
+    return at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
+                                            dropout, causal);
+  } catch (const c10::Error&) {
+    const std::string& chosen = chosen_attention_backend();
+    if (chosen == "auto" || libtorch_attention_kernel(q, k, v, mask, dropout, causal) != "none") throw;
+    fail(detail::concat("runtime.attention_backend = \"", chosen, "\": that kernel does not take this attention (",
+                        q.scalar_type(), " on ", q.device(), ", queries ", q.sizes(), ", keys ", k.sizes(),
+                        mask.defined() ? ", a mask" : "", causal ? ", causal" : "", dropout > 0 ? ", dropout" : "",
+                        "); \"auto\" lets LibTorch choose"));
   }
-  return at::scaled_dot_product_attention(q, k, v, mask.defined() ? std::optional<torch::Tensor>(mask) : std::nullopt,
-                                          dropout, causal);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/util/error.h"
+#include "core/util/text.h"
 
 namespace kuafu::ops {
 namespace {
@@ -28,7 +29,7 @@ const std::vector<std::string>& attention_backend_names() {
 void choose_attention_backend(const std::string& name) {
   const auto& names = attention_backend_names();
   KUAFU_CHECK(std::find(names.begin(), names.end(), name) != names.end(), "unknown attention backend \"", name,
-              "\" (auto, flash, efficient, cudnn or math)");
+              "\" (one of ", text::join(names, ", "), ")");
   const bool all = name == "auto";
   at::Context& context = at::globalContext();
   context.setSDPUseFlash(all || name == "flash");
