@@ -10,7 +10,8 @@
 # the vocabulary padded to a multiple of 64 (50,304 for GPT-2: aligned products); PROFILE=1 ends with one
 # profiled eager run per batch (the step's time by kind of kernel: benchmarks/gpt_eager_pytorch.py);
 # ATTENTION="flash cudnn ..." adds Kuafu with each runtime.attention_backend named (the line's
-# attention_kernels says which kernels ran).
+# attention_kernels says which kernels ran); GRAPHS=1 adds Kuafu with the step captured as a CUDA graph
+# (benchmark.cuda_graphs).
 #
 # Another model or device: CONFIG (Kuafu's config) and SHAPE ("LAYERS HEADS WIDTH VOCAB CONTEXT", the
 # same model for PyTorch), SETS (more --set options for Kuafu, e.g. the config's vocabulary), PRECISION
@@ -22,7 +23,7 @@
 #
 # usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [STEPS=10] [DEADLINE=300]
 #          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [MKL=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
-#          [ATTENTION="flash efficient cudnn math"]
+#          [ATTENTION="flash efficient cudnn math"] [GRAPHS=0]
 #          [DEVICE=cuda] [CONFIG=...] [SHAPE=...] [SETS=...] [PRECISION=bf16] [THREADS=16]
 #          benchmarks/gpt_speed_gpu.sh
 set -uo pipefail
@@ -77,6 +78,7 @@ for rep in $(seq "$REPEATS"); do
     kuafu "kuafu b$batch" "$batch"
     [[ $UNFUSED == 1 ]] && kuafu "kuafu unfused b$batch" "$batch" --set runtime.fused_loss=false --set runtime.fused_layer_norm=false
     [[ $MKL == 1 ]] && kuafu "kuafu mkl b$batch" "$batch" --set runtime.cpu_blas=\"libtorch\"
+    [[ ${GRAPHS:-0} == 1 ]] && kuafu "kuafu graphs b$batch" "$batch" --set benchmark.cuda_graphs=true
     for backend in ${ATTENTION:-}; do kuafu "kuafu $backend-attention b$batch" "$batch" --set runtime.attention_backend=\"$backend\"; done
     pytorch "eager b$batch" "$vocab" "$batch" eager
     [[ $PADDED == 1 ]] && pytorch "eager padded b$batch" $(((vocab + 63) / 64 * 64)) "$batch" eager

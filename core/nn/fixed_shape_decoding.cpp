@@ -1,53 +1,8 @@
 #include "core/nn/fixed_shape_decoding.h"
 
-#include <functional>
-
 #include "core/util/error.h"
 
-#ifdef KUAFU_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace kuafu::nn {
-
-#ifdef KUAFU_WITH_CUDA
-class StepGraph {
- public:
-  // Runs `step` once for real on a side stream (which also warms up what the first call of each kernel sets
-  // up: cuBLAS handles and workspaces), then captures it there; returns the real run's result. Capture
-  // needs a stream other than the default one, and the replays run on the stream current at the time.
-  // The step must not read a tensor's value on the host (.item(), a copy to the CPU): capture refuses it.
-  torch::Tensor capture(const std::function<torch::Tensor()>& step, torch::Device device) {
-    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device.index());
-    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
-    side.synchronize(), caller.synchronize();
-    torch::Tensor first;
-    {
-      const c10::cuda::CUDAStreamGuard on_side(side);
-      first = step().clone();
-      side.synchronize();
-      graph_.capture_begin();
-      output_ = step();
-      graph_.capture_end();
-    }
-    side.synchronize();
-    return first;
-  }
-  // The captured step again, on the current stream; its output, overwritten by the next replay.
-  const torch::Tensor& replay() {
-    graph_.replay();
-    return output_;
-  }
-
- private:
-  at::cuda::CUDAGraph graph_;
-  torch::Tensor output_;
-};
-#else
-class StepGraph {};
-#endif
 
 FixedShapeSteps::FixedShapeSteps(const Decoder& decoder, std::vector<ops::KVCache>& caches, const DecodeStep& first, bool graphs)
     : decoder_(decoder), caches_(caches), graphs_(graphs) {
@@ -85,13 +40,10 @@ torch::Tensor FixedShapeSteps::run(const DecodeStep& step) {
   inputs_.positions.copy_(step.positions);
   slot_.fill_(filled_);
   ++filled_;
-#ifdef KUAFU_WITH_CUDA
   if (graphs_) {
-    if (graph_) return graph_->replay();
-    graph_ = std::make_unique<StepGraph>();
-    return graph_->capture([this] { return body(); }, decoder_.device);
+    if (!graph_) graph_ = std::make_unique<CapturedStep>(decoder_.device);
+    return graph_->run([this] { return body(); });
   }
-#endif
   return body();
 }
 

@@ -8,10 +8,9 @@
 #include <vector>
 
 #include "core/nn/generation.h"
+#include "core/util/cuda_graph.h"
 
 namespace kuafu::nn {
-
-class StepGraph;  // a captured CUDA graph (fixed_shape_decoding.cpp); none on the CPU
 
 class FixedShapeSteps {
  public:
@@ -33,7 +32,7 @@ class FixedShapeSteps {
   torch::Tensor slot_;  // int64 [1]: where the step's token goes in every cache
   int64_t filled_ = 0;  // slots written so far
   bool graphs_ = false;
-  std::unique_ptr<StepGraph> graph_;
+  std::unique_ptr<CapturedStep> graph_;  // null on the CPU and before the first step
 };
 
 }  // namespace kuafu::nn

@@ -4,12 +4,14 @@
 //   p <- p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 #include "core/optim/algorithms.h"
 
+#include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 
 #include <cmath>
 
 #include "core/optim/cpu_adam.h"
+#include "core/util/error.h"
 
 namespace kuafu::optim {
 namespace {
@@ -91,6 +93,33 @@ void AdamW::update_group(ParamGroup& group, std::vector<std::vector<torch::Tenso
   } else {
     at::_fused_adam_(fused_params, fused_grads, fused_m, fused_v, no_max, steps, lr, b1, b2, wd, options_.eps,
                      /*amsgrad=*/false, /*maximize=*/false);
+  }
+}
+
+void AdamW::update_group_on_device(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states,
+                                   const DeviceScalars& scalars) {
+  std::vector<torch::Tensor> params, grads, m, v;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const torch::Tensor& p = group.params[i].tensor;
+    if (!p.grad().defined()) continue;
+    KUAFU_CHECK(p.scalar_type() == torch::kFloat32 && p.grad().scalar_type() == torch::kFloat32 &&
+                    p.device() == scalars.step.device(),
+                "AdamW's step on the device takes float32 parameters and gradients on ", scalars.step.device(),
+                "; '", group.params[i].name, "' is ", p.scalar_type(), " on ", p.device());
+    params.push_back(p), grads.push_back(p.grad()), m.push_back(states[i][0]), v.push_back(states[i][1]);
+  }
+  if (params.empty()) return;
+  // g * factor in float32 first, as step() multiplies on a GPU (the kernel's grad_scale would divide).
+  at::_foreach_mul_(grads, scalars.grad_factor);
+  const std::vector<torch::Tensor> steps(params.size(), scalars.step);  // the kernel reads each one's count
+  const std::vector<torch::Tensor> no_max;                             // no AMSGrad
+  const double wd = group.options.weight_decay;
+  if (options_.decoupled_weight_decay) {
+    at::_fused_adamw_(params, grads, m, v, no_max, steps, scalars.lr, options_.beta1, options_.beta2, wd, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, /*found_inf=*/scalars.skip);
+  } else {
+    at::_fused_adam_(params, grads, m, v, no_max, steps, scalars.lr, options_.beta1, options_.beta2, wd, options_.eps,
+                     /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, /*found_inf=*/scalars.skip);
   }
 }
 

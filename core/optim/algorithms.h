@@ -22,6 +22,9 @@ class AdamW : public Optimizer {
   std::vector<std::string> slot_names() const override { return {"exp_avg", "exp_avg_sq"}; }
   void update_group(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states) override;
   bool takes_grad_factor() const override { return true; }
+  bool updates_on_device() const override { return true; }
+  void update_group_on_device(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states,
+                              const DeviceScalars& scalars) override;
 
  private:
   AdamOptions options_;

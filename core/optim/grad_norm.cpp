@@ -9,6 +9,11 @@ namespace kuafu::optim {
 
 double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across,
                         const std::vector<torch::Tensor>& known) {
+  return global_grad_norm_tensor(params, across, known).item<double>();
+}
+
+torch::Tensor global_grad_norm_tensor(const std::vector<Param>& params, const dist::GroupPtr& across,
+                                      const std::vector<torch::Tensor>& known) {
   std::vector<torch::Tensor> grads, squares;
   for (size_t i = 0; i < params.size(); ++i) {
     const Param& p = params[i];
@@ -39,11 +44,17 @@ double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& 
   }
   if (across) total = total.to(across->device());
   if (across && across->size() > 1) dist::all_reduce(total, *across);
-  return std::sqrt(total.item<double>());
+  return total.sqrt();  // correctly rounded, as std::sqrt
 }
 
 double clip_coefficient(double norm, double max_norm) {
   return max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm) {
+  if (max_norm <= 0) return torch::ones_like(norm);
+  // A true division (a scalar over a tensor would be a reciprocal times the scalar, rounded twice).
+  return torch::full_like(norm, max_norm).div(norm + 1e-6).clamp_max(1.0);
 }
 
 void scale_grads(const std::vector<Param>& params, double factor) {

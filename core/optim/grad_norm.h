@@ -16,9 +16,15 @@ namespace kuafu::optim {
 // disk tier, measured as it was written): the sum is the same either way.
 double global_grad_norm(const std::vector<Param>& params, const dist::GroupPtr& across,
                         const std::vector<torch::Tensor>& known = {});
+// The same norm as [1] float64 where the gradients live (the group's device when summed over it), nothing
+// read on the host: what a step captured as a CUDA graph computes.
+torch::Tensor global_grad_norm_tensor(const std::vector<Param>& params, const dist::GroupPtr& across,
+                                      const std::vector<torch::Tensor>& known = {});
 
 // min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_; 1 when max_norm <= 0 (no clipping).
 double clip_coefficient(double norm, double max_norm);
+// The same of a norm tensor, elementwise: the same IEEE operations, so the same value as the host's.
+torch::Tensor clip_coefficient(const torch::Tensor& norm, double max_norm);
 // Multiplies every gradient by `factor` (nothing when it is 1).
 void scale_grads(const std::vector<Param>& params, double factor);
 

@@ -52,26 +52,13 @@ void Optimizer::begin_step() {
 
 void Optimizer::update(const std::function<bool(const std::string& name)>& selected) {
   torch::NoGradGuard no_grad;
-  const auto slots = slot_names();
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<size_t> chosen;
     for (size_t i = 0; i < groups_[g].params.size(); ++i) {
       if (!selected || selected(groups_[g].params[i].name)) chosen.push_back(i);
     }
     if (chosen.empty()) continue;
-    for (size_t i : chosen) {
-      auto& state = states_[g][i];
-      const auto& p = groups_[g].params[i].tensor;
-      if (state.empty()) {
-        for (size_t s = 0; s < slots.size(); ++s) {
-          state.push_back(torch::zeros_like(p, p.options().dtype(state_dtype(p))));
-        }
-      }
-      // The state lives where its parameter lives (Gemini may move a master chunk to another tier).
-      for (auto& slot : state) {
-        if (slot.device() != p.device()) slot = slot.to(p.device());
-      }
-    }
+    for (size_t i : chosen) ensure_state(g, i);
     if (chosen.size() == groups_[g].params.size()) {
       update_group(groups_[g], states_[g]);
       continue;
@@ -85,6 +72,53 @@ void Optimizer::update(const std::function<bool(const std::string& name)>& selec
     }
     update_group(part, part_states);
   }
+}
+
+void Optimizer::ensure_state(size_t g, size_t i) {
+  auto& state = states_[g][i];
+  const auto& p = groups_[g].params[i].tensor;
+  if (state.empty()) {
+    for (size_t s = 0, n = slot_names().size(); s < n; ++s) {
+      state.push_back(torch::zeros_like(p, p.options().dtype(state_dtype(p))));
+    }
+  }
+  // The state lives where its parameter lives (Gemini may move a master chunk to another tier).
+  for (auto& slot : state) {
+    if (slot.device() != p.device()) slot = slot.to(p.device());
+  }
+}
+
+void Optimizer::prepare_device_step() {
+  KUAFU_CHECK(can_step_on_device(), name(), " has no step on the device (AdamW and Adam have)");
+  torch::NoGradGuard no_grad;
+  ++steps_;
+  if (device_lrs_.empty()) {
+    torch::Device device = torch::kCPU;
+    for (const ParamGroup& group : groups_) {
+      if (!group.params.empty()) device = group.params.front().tensor.device();
+    }
+    const auto scalar = torch::TensorOptions(torch::kFloat32).device(device);
+    for (size_t g = 0; g < groups_.size(); ++g) device_lrs_.push_back(torch::zeros({}, scalar));
+    device_step_ = torch::zeros({}, scalar);
+  }
+  // Filled in place (queued, not waited for): a captured graph reads these same tensors at every replay.
+  // Each rate is rounded to float32 from the double, as the fused kernel rounds step()'s.
+  for (size_t g = 0; g < groups_.size(); ++g) device_lrs_[g].fill_(lr_ * groups_[g].options.lr_scale);
+  device_step_.fill_(static_cast<double>(steps_));
+}
+
+void Optimizer::step_on_device(const torch::Tensor& grad_factor, const torch::Tensor& skip) {
+  KUAFU_CHECK(device_step_.defined(), "step_on_device() before prepare_device_step()");
+  torch::NoGradGuard no_grad;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].params.empty()) continue;
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) ensure_state(g, i);
+    update_group_on_device(groups_[g], states_[g], {device_lrs_[g], device_step_, grad_factor, skip});
+  }
+}
+
+void Optimizer::update_group_on_device(ParamGroup&, std::vector<std::vector<torch::Tensor>>&, const DeviceScalars&) {
+  fail(detail::concat(name(), " has no step on the device (AdamW and Adam have)"));
 }
 
 void Optimizer::set_state(const std::string& name, std::vector<torch::Tensor> slots) {

@@ -59,6 +59,18 @@ class Optimizer {
   // first step) parameter `name`'s state: memory the caller places, e.g. in a chunk's file on the disk tier.
   void set_state(const std::string& name, std::vector<torch::Tensor> slots);
 
+  // The step as a CUDA graph captures it, nothing read on the host (can_step_on_device(): AdamW and Adam).
+  // prepare_device_step() runs before each step, outside the graph: it counts the step and writes each
+  // group's learning rate and the step count into tensors on the parameters' device, which the kernels read
+  // as they run. step_on_device() is the captured part: each gradient times `grad_factor` ([] float32:
+  // clipping and unscaling), then the update, which changes nothing where `skip` ([] float32) is 1
+  // (non-finite gradients: the caller then takes the step back with unprepare_device_step()). The first
+  // run creates the state (zeros), so it must not be the captured one. On CUDA the same bits as step().
+  bool can_step_on_device() const { return updates_on_device(); }
+  void prepare_device_step();
+  void step_on_device(const torch::Tensor& grad_factor, const torch::Tensor& skip);
+  void unprepare_device_step() { --steps_; }
+
   void set_lr(double lr) { lr_ = lr; }  // the base rate; group g uses lr * g.lr_scale
   double lr() const { return lr_; }
   int64_t steps_taken() const { return steps_; }
@@ -95,10 +107,24 @@ class Optimizer {
   // Applies one update to `group`; `states[i]` holds params[i]'s slots. steps_taken() is already
   // incremented (1 on the first step).
   virtual void update_group(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states) = 0;
+  // What step_on_device() gives each group: tensors on the parameters' device, [] float32.
+  struct DeviceScalars {
+    torch::Tensor lr;           // the group's learning rate
+    torch::Tensor step;         // steps_taken(), 1 on the first step
+    torch::Tensor grad_factor;  // what the gradients are multiplied by first
+    torch::Tensor skip;         // 1: leave the parameters and state unchanged
+  };
+  virtual bool updates_on_device() const { return false; }
+  virtual void update_group_on_device(ParamGroup& group, std::vector<std::vector<torch::Tensor>>& states,
+                                      const DeviceScalars& scalars);
 
  private:
   std::vector<ParamGroup> groups_;
   std::vector<std::vector<std::vector<torch::Tensor>>> states_;  // [group][param][slot]
+  // Creates params[i]'s state of group g (zeros) where it has none, and keeps it on the parameter's device.
+  void ensure_state(size_t g, size_t i);
+  std::vector<torch::Tensor> device_lrs_;  // [group] [] float32: prepare_device_step()'s learning rates
+  torch::Tensor device_step_;              // [] float32: its step count
   double lr_ = 0.0;
   int64_t steps_ = 0;
   double grad_factor_ = 1.0;

@@ -11,6 +11,7 @@
 #include "core/train/held_model.h"
 #include "core/train/model_state.h"
 #include "core/train/step_profile.h"
+#include "core/util/cuda_graph.h"
 #include "core/util/error.h"
 #include "core/util/text.h"
 
@@ -23,6 +24,9 @@ void add_benchmark_schema(config::Schema& s) {
             "after the timed steps, this many more under the profiler: the line gains \"profile\", each step's "
             "time by kind of work and its largest kernels (GPU) or operators (CPU); 0: none")
       .min(0).max(100);
+  s.add_bool("benchmark.cuda_graphs", false,
+             "time the training step captured once as a CUDA graph and replayed: a CUDA device, memory.strategy "
+             "\"none\" on one process, bf16 or fp32, AdamW or Adam, no moving average");
   s.add_string("benchmark.checkpoint_dir", "",
                "after the timed steps, save a checkpoint of the models under this folder and load it back, "
                "timing both and metering their memory; \"\" = none");
@@ -85,6 +89,19 @@ nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runt
           {"checkpoint_load_s", seconds_since(load_start)},
           {"checkpoint_load_peak_in_use_mb", memory.phase_peak_mb()},
           {"checkpoint_mb", mib(folder_bytes(folder))}};
+}
+// benchmark.cuda_graphs: what replays the step, once every model's step can run on the device; null when off.
+std::unique_ptr<CapturedStep> captured_step(const config::Config& config, const Runtime& runtime,
+                                            const std::vector<BenchmarkedModel>& models) {
+  const std::string key = "benchmark.cuda_graphs";
+  if (!config.get_bool(key)) return nullptr;
+  if (!runtime.device.is_cuda()) config.fail_at(key, "captures the step on a CUDA device; this run's is " + runtime.device.str());
+  for (const BenchmarkedModel& m : models) {
+    if (const auto refusal = m.state->device_step_refusal()) {
+      config.fail_at(key, "cannot capture " + (m.name.empty() ? std::string("the model") : m.name) + "'s step: " + *refusal);
+    }
+  }
+  return std::make_unique<CapturedStep>(runtime.device);
 }
 }  // namespace
 
@@ -149,7 +166,8 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
   const double matmul_flops = measure_matmul_flops(runtime.device, first.compute_dtype());
   memory.start_steps();
   if (spec.before_steps) spec.before_steps();
-  auto step = [&] {
+  // Every model's step, as training steps; `on_device`: the step a CUDA graph captures, nothing read on the host.
+  auto train_step = [&](bool on_device) {
     for (const BenchmarkedModel& m : models) m.state->begin_backward(/*last=*/true);
     const std::vector<torch::Tensor> each = losses();
     KUAFU_CHECK(each.size() == models.size(), "benchmark_models: ", each.size(), " losses for ", models.size(), " models");
@@ -161,8 +179,22 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
     total.backward();
     for (const BenchmarkedModel& m : models) {
       m.state->end_backward();
-      m.state->finish_step(m.state->grad_norm(), m.state->grad_clip(), /*overflow=*/false);  // as training steps
+      if (on_device) {
+        m.state->finish_step_on_device(m.state->grad_clip());
+      } else {
+        m.state->finish_step(m.state->grad_norm(), m.state->grad_clip(), /*overflow=*/false);
+      }
     }
+    return total.detach();
+  };
+  std::unique_ptr<CapturedStep> graph = captured_step(config, runtime, models);
+  const std::function<void()> step = [&] {
+    if (!graph) {
+      train_step(/*on_device=*/false);
+      return;
+    }
+    for (const BenchmarkedModel& m : models) m.state->prepare_device_step();
+    graph->run([&] { return train_step(/*on_device=*/true); });  // captured at the first step, replayed after
   };
   // Seconds figures (a disk tier's reading, writing and waiting) per step: their growth over the steps timed and
   // the warm-up ones, apart from what building the model took.
@@ -190,6 +222,7 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       // runtime.attention_backend, and the kernels the steps' attention ran ("products": Kuafu's own)
       {"attention_backend", ops::chosen_attention_backend()},
       {"attention_kernels", ops::attention_kernels_seen()},
+      {"cuda_graphs", graph != nullptr},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},

@@ -325,6 +325,33 @@ void ModelState::finish_step(double grad_norm, double max_norm, bool overflow) {
   zero_grads();
 }
 
+std::optional<std::string> ModelState::device_step_refusal() const {
+  if (sharded_) return "memory.strategy " + held_model(config_).strategy + " moves chunks between the device and the host";
+  if (frozen_offload_) return "memory.offload_frozen brings frozen weights from the host a block at a time";
+  if (runtime_.world->size() > 1) return "it runs on one process (this run has " + std::to_string(runtime_.world->size()) + ")";
+  if (scaler_) return "fp16's loss scaler decides each step on the host (use bf16)";
+  if (!ema_.empty()) return "optim.ema_decay's moving average is updated on the host's schedule";
+  if (!optimizer_->can_step_on_device()) return "optimizer " + optimizer_->name() + " has no step on the device (AdamW has)";
+  return std::nullopt;
+}
+
+void ModelState::prepare_device_step() {
+  if (const auto refusal = device_step_refusal()) fail("a step on the device is refused: " + *refusal);
+  optimizer_->prepare_device_step();
+}
+
+torch::Tensor ModelState::finish_step_on_device(double max_norm) {
+  torch::NoGradGuard no_grad;
+  if (masters_) masters_->copy_grads_to_masters();
+  const torch::Tensor norm = optim::global_grad_norm_tensor(params_, norm_group_);  // [1] float64
+  const auto scalar = torch::TensorOptions(torch::kFloat32);
+  const torch::Tensor skip = norm.isfinite().logical_not().to(scalar).reshape({});
+  optimizer_->step_on_device(optim::clip_coefficient(norm, max_norm).to(scalar).reshape({}), skip);
+  masters_->copy_masters_to_model();
+  zero_grads();
+  return norm;
+}
+
 void ModelState::swap_ema() {
   if (ema_.empty()) return;
   torch::NoGradGuard no_grad;

@@ -96,6 +96,19 @@ class ModelState {
   // The norm this model's gradients are clipped to (optim.grad_clip; 0: none).
   double grad_clip() const;
 
+  // The step as a CUDA graph replays it (train.cuda_graphs), nothing read on the host:
+  //   state.start_step(step); state.prepare_device_step()   // outside the graph: the learning rate, the count
+  //   [captured] begin_backward(true); loss.backward(); end_backward(); norm = finish_step_on_device(max_norm)
+  //   after the replay, if norm is not finite: state.take_back_device_step()
+  // Why this model's step cannot (a sentence), or nullopt when it can: plain replicas on one process, no loss
+  // scaler, no moving average, no frozen weights offloaded, an optimizer with a step on the device (AdamW).
+  std::optional<std::string> device_step_refusal() const;
+  void prepare_device_step();
+  // Norm, clipping and update (none where the gradients are not finite), the compute copies, the gradients
+  // zeroed: finish_step()'s work. Returns the unclipped global norm, [1] float64 on the device.
+  torch::Tensor finish_step_on_device(double max_norm);
+  void take_back_device_step() { optimizer_->unprepare_device_step(); }
+
   // This model's parts of a checkpoint: its weights and optimizer state, and its moving average when
   // optim.ema_decay is set; each rank's pieces as it holds them (its ZeRO/Gemini piece, its tensor-parallel
   // block, its pipeline stage), each tensor written by one rank only. No communication.

@@ -266,6 +266,12 @@ TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   const Result cudnn = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.attention_backend='\"cudnn\"'");
   EXPECT_NE(cudnn.exit_code, 0);
   EXPECT_NE(cudnn.output.find("runtime.attention_backend = \"cudnn\""), std::string::npos) << cudnn.output;
+  EXPECT_EQ(line.value("cuda_graphs", true), false);
+  // The step as a CUDA graph captures it needs a CUDA device: refused on the CPU, naming the key.
+  const Result graphs = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set benchmark.cuda_graphs=true");
+  EXPECT_NE(graphs.exit_code, 0);
+  EXPECT_NE(graphs.output.find("benchmark.cuda_graphs"), std::string::npos) << graphs.output;
+  EXPECT_NE(graphs.output.find("CUDA device"), std::string::npos) << graphs.output;
   // A model cut over ranks is not what the benchmark builds: refused, naming the key.
   const Result tensor = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set parallel.tensor.mode='\"1d\"'");
   EXPECT_NE(tensor.exit_code, 0);
