@@ -5,13 +5,9 @@
 namespace kuafu::nn {
 
 FixedShapeSteps::FixedShapeSteps(const Decoder& decoder, std::vector<ops::KVCache>& caches, const DecodeStep& first, bool graphs)
-    : decoder_(decoder), caches_(caches), graphs_(graphs) {
+    : decoder_(decoder), caches_(caches) {
   KUAFU_CHECK(!caches.empty() && caches[0].capacity() > 0, "fixed-shape decoding continues reserved caches");
-#ifdef KUAFU_WITH_CUDA
-  KUAFU_CHECK(!graphs || decoder.device.is_cuda(), "CUDA graphs replay decoding steps on a CUDA device, not ", decoder.device);
-#else
-  KUAFU_CHECK(!graphs, "this build has no CUDA: decoding cannot be replayed as CUDA graphs");
-#endif
+  if (graphs) graph_ = std::make_unique<CapturedStep>(decoder.device);  // refuses a device or build without CUDA
   const auto on_device = torch::TensorOptions(torch::kInt64).device(decoder.device);
   const int64_t rows = first.tokens.size(0), capacity = caches[0].capacity();
   filled_ = caches[0].length();
@@ -40,10 +36,7 @@ torch::Tensor FixedShapeSteps::run(const DecodeStep& step) {
   inputs_.positions.copy_(step.positions);
   slot_.fill_(filled_);
   ++filled_;
-  if (graphs_) {
-    if (!graph_) graph_ = std::make_unique<CapturedStep>(decoder_.device);
-    return graph_->run([this] { return body(); });
-  }
+  if (graph_) return graph_->run([this] { return body(); });
   return body();
 }
 

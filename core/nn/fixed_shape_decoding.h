@@ -31,8 +31,7 @@ class FixedShapeSteps {
   DecodeStep inputs_;  // tokens [B, 1], positions [B, 1], key_padding [B, capacity]: the real slots
   torch::Tensor slot_;  // int64 [1]: where the step's token goes in every cache
   int64_t filled_ = 0;  // slots written so far
-  bool graphs_ = false;
-  std::unique_ptr<CapturedStep> graph_;  // null on the CPU and before the first step
+  std::unique_ptr<CapturedStep> graph_;  // with `graphs`: captured at the first step, replayed after
 };
 
 }  // namespace kuafu::nn

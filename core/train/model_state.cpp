@@ -342,7 +342,7 @@ void ModelState::prepare_device_step() {
 
 torch::Tensor ModelState::finish_step_on_device(double max_norm) {
   torch::NoGradGuard no_grad;
-  if (masters_) masters_->copy_grads_to_masters();
+  masters_->copy_grads_to_masters();  // plain replicas (device_step_refusal): masters_ is set
   const torch::Tensor norm = optim::global_grad_norm_tensor(params_, norm_group_);  // [1] float64
   const auto scalar = torch::TensorOptions(torch::kFloat32);
   const torch::Tensor skip = norm.isfinite().logical_not().to(scalar).reshape({});

@@ -96,7 +96,7 @@ class ModelState {
   // The norm this model's gradients are clipped to (optim.grad_clip; 0: none).
   double grad_clip() const;
 
-  // The step as a CUDA graph replays it (train.cuda_graphs), nothing read on the host:
+  // The step as a CUDA graph replays it (benchmark.cuda_graphs), nothing read on the host:
   //   state.start_step(step); state.prepare_device_step()   // outside the graph: the learning rate, the count
   //   [captured] begin_backward(true); loss.backward(); end_backward(); norm = finish_step_on_device(max_norm)
   //   after the replay, if norm is not finite: state.take_back_device_step()

@@ -32,8 +32,6 @@ CapturedStep::CapturedStep(torch::Device device) : device_(device) {
 
 CapturedStep::~CapturedStep() = default;
 
-bool CapturedStep::captured() const { return graph_ != nullptr; }
-
 torch::Tensor CapturedStep::run(const std::function<torch::Tensor()>& step) {
 #ifdef KUAFU_WITH_CUDA
   if (graph_) {

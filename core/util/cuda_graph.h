@@ -19,7 +19,6 @@ class CapturedStep {
   CapturedStep(const CapturedStep&) = delete;
   CapturedStep& operator=(const CapturedStep&) = delete;
 
-  bool captured() const;
   // The first call: runs `step` once for real on a side stream (which also sets up what the first call of
   // each kernel does: cuBLAS handles and workspaces, optimizer state), then captures it there without
   // running it again; returns a copy of the real run's output. Later calls replay the capture on the current
