@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/ops/vector_exp_cpu.h"
+#include "core/util/bfloat16_cpu.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
@@ -74,34 +76,72 @@ __attribute__((target("avx2,fma"))) void avx2_scale(float* x, int64_t n, float b
 
 #endif
 
-}  // namespace
+// The kernels a row pass uses: the vector ones where the CPU has them.
+struct RowKernels {
+  RowSums (*exps)(float*, int64_t, bool) = scalar_exps;
+  void (*scale)(float*, int64_t, float) = scalar_scale;
+};
 
-void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets,
-                        int64_t ignored, const float* scale, float* loss, bool write_gradient, CpuPath path) {
+RowKernels row_kernels([[maybe_unused]] CpuPath path) {
+  RowKernels k;
+#if defined(__x86_64__)
+  if (path == CpuPath::kBest && cpu_has_avx2_fma()) k.exps = avx2_exps, k.scale = avx2_scale;
+#endif
+  return k;
+}
+
+void check_rows(int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets, int64_t ignored) {
   KUAFU_CHECK(rows >= 0 && columns > 0 && row_stride >= columns, "cross_entropy_rows: ", rows, " rows of ", columns,
               " columns ", row_stride, " apart");
   for (int64_t r = 0; r < rows; ++r) {  // before any row changes: a bad target leaves the logits as they were
     KUAFU_CHECK(targets[r] == ignored || (targets[r] >= 0 && targets[r] < columns), "cross-entropy: row ", r,
                 "'s target ", targets[r], " is outside the vocabulary [0, ", columns, ")");
   }
-  RowSums (*exps)(float*, int64_t, bool) = scalar_exps;
-  void (*scale_row)(float*, int64_t, float) = scalar_scale;
-#if defined(__x86_64__)
-  if (path == CpuPath::kBest && cpu_has_avx2_fma()) exps = avx2_exps, scale_row = avx2_scale;
-#endif
+}
+
+// One row x [columns]: its loss, and with `write_gradient` its gradient over x.
+float pass_row(const RowKernels& k, float* x, int64_t columns, int64_t target, int64_t ignored, float scale,
+               bool write_gradient) {
+  const bool learned = target != ignored;
+  const float picked = learned ? x[target] : 0.0f;
+  const RowSums s = k.exps(x, columns, write_gradient);
+  const double lse = static_cast<double>(s.max) + std::log(s.sum);
+  if (write_gradient) {
+    // softmax_j = e_j / sum; the row's gradient is (softmax - onehot) * scale, 0 on an ignored row.
+    k.scale(x, columns, static_cast<float>(static_cast<double>(scale) / s.sum));
+    if (learned) x[target] -= scale;
+  }
+  return learned ? static_cast<float>(lse - static_cast<double>(picked)) : 0.0f;
+}
+
+}  // namespace
+
+void cross_entropy_rows(float* logits, int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets,
+                        int64_t ignored, const float* scale, float* loss, bool write_gradient, CpuPath path) {
+  check_rows(rows, row_stride, columns, targets, ignored);
+  const RowKernels k = row_kernels(path);
   at::parallel_for(0, rows, /*grain_size=*/1, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r) {
       float* x = logits + r * row_stride;  // [row_stride]
-      const bool learned = targets[r] != ignored;
-      const float picked = learned ? x[targets[r]] : 0.0f;
-      const RowSums s = exps(x, columns, write_gradient);
-      const double lse = static_cast<double>(s.max) + std::log(s.sum);
-      loss[r] = learned ? static_cast<float>(lse - static_cast<double>(picked)) : 0.0f;
+      loss[r] = pass_row(k, x, columns, targets[r], ignored, scale[r], write_gradient);
+      if (write_gradient) std::fill(x + columns, x + row_stride, 0.0f);
+    }
+  });
+}
+
+void cross_entropy_rows_bf16(uint16_t* logits, int64_t rows, int64_t row_stride, int64_t columns, const int64_t* targets,
+                             int64_t ignored, const float* scale, float* loss, bool write_gradient, CpuPath path) {
+  check_rows(rows, row_stride, columns, targets, ignored);
+  const RowKernels k = row_kernels(path);
+  at::parallel_for(0, rows, /*grain_size=*/1, [&](int64_t first, int64_t last) {
+    std::vector<float> row(static_cast<size_t>(columns));  // [columns] float32, in the core's cache
+    for (int64_t r = first; r < last; ++r) {
+      uint16_t* x = logits + r * row_stride;  // [row_stride] bfloat16
+      bf16::to_float(x, row.data(), columns, path);
+      loss[r] = pass_row(k, row.data(), columns, targets[r], ignored, scale[r], write_gradient);
       if (!write_gradient) continue;
-      // softmax_j = e_j / sum; the row's gradient is (softmax - onehot) * scale, 0 on an ignored row.
-      scale_row(x, columns, static_cast<float>(static_cast<double>(scale[r]) / s.sum));
-      if (learned) x[targets[r]] -= scale[r];
-      std::fill(x + columns, x + row_stride, 0.0f);
+      bf16::from_float(row.data(), x, columns, path);
+      std::fill(x + columns, x + row_stride, uint16_t{0});
     }
   });
 }

@@ -2,9 +2,11 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/ops/vector_exp_cpu.h"
+#include "core/util/bfloat16_cpu.h"
 
 namespace kuafu::ops::cpu {
 namespace {
@@ -63,22 +65,63 @@ __attribute__((target("avx2,fma"))) void avx2_backward(const float* dy, const fl
 bool vector_path(CpuPath path) { return path == CpuPath::kBest && cpu_has_avx2_fma(); }
 #endif
 
+using ForwardPass = void (*)(const float*, float*, int64_t, int64_t);
+using BackwardPass = void (*)(const float*, const float*, float*, int64_t, int64_t);
+
+ForwardPass forward_pass([[maybe_unused]] CpuPath path) {
+#if defined(__x86_64__)
+  if (vector_path(path)) return avx2_forward;
+#endif
+  return scalar_forward;
+}
+
+BackwardPass backward_pass([[maybe_unused]] CpuPath path) {
+#if defined(__x86_64__)
+  if (vector_path(path)) return avx2_backward;
+#endif
+  return scalar_backward;
+}
+
+// bfloat16 values go through float32 blocks this long (a multiple of the vectors' 8), on the stack.
+constexpr int64_t kBf16Block = 1024;
+
 }  // namespace
 
 void gelu_tanh(const float* x, float* y, int64_t count, CpuPath path) {
-  auto pass = scalar_forward;
-#if defined(__x86_64__)
-  if (vector_path(path)) pass = avx2_forward;
-#endif
+  const ForwardPass pass = forward_pass(path);
   at::parallel_for(0, count, kGrain, [&](int64_t begin, int64_t end) { pass(x, y, begin, end); });
 }
 
 void gelu_tanh_backward(const float* grad_y, const float* x, float* grad_x, int64_t count, CpuPath path) {
-  auto pass = scalar_backward;
-#if defined(__x86_64__)
-  if (vector_path(path)) pass = avx2_backward;
-#endif
+  const BackwardPass pass = backward_pass(path);
   at::parallel_for(0, count, kGrain, [&](int64_t begin, int64_t end) { pass(grad_y, x, grad_x, begin, end); });
+}
+
+void gelu_tanh_bf16(const uint16_t* x, uint16_t* y, int64_t count, CpuPath path) {
+  const ForwardPass pass = forward_pass(path);
+  at::parallel_for(0, count, kGrain, [&](int64_t begin, int64_t end) {
+    float block[kBf16Block];  // [kBf16Block] x, then gelu(x)
+    for (int64_t i = begin; i < end; i += kBf16Block) {
+      const int64_t n = std::min(kBf16Block, end - i);
+      bf16::to_float(x + i, block, n, path);
+      pass(block, block, 0, n);
+      bf16::from_float(block, y + i, n, path);
+    }
+  });
+}
+
+void gelu_tanh_backward_bf16(const uint16_t* grad_y, const uint16_t* x, uint16_t* grad_x, int64_t count, CpuPath path) {
+  const BackwardPass pass = backward_pass(path);
+  at::parallel_for(0, count, kGrain, [&](int64_t begin, int64_t end) {
+    float dy[kBf16Block], v[kBf16Block];  // [kBf16Block] each; dy becomes grad_x
+    for (int64_t i = begin; i < end; i += kBf16Block) {
+      const int64_t n = std::min(kBf16Block, end - i);
+      bf16::to_float(grad_y + i, dy, n, path);
+      bf16::to_float(x + i, v, n, path);
+      pass(dy, v, dy, 0, n);
+      bf16::from_float(dy, grad_x + i, n, path);
+    }
+  });
 }
 
 }  // namespace kuafu::ops::cpu

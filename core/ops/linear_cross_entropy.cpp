@@ -67,17 +67,24 @@ torch::Tensor rows_with_kernel(const ChunkRows& c, int64_t ignored, bool write_g
 #endif
 
 bool cpu_kernel_takes(const ChunkRows& c) {
-  return c.logits.device().is_cpu() && c.logits.scalar_type() == torch::kFloat32 && c.logits.is_contiguous() &&
+  const auto type = c.logits.scalar_type();
+  return c.logits.device().is_cpu() && (type == torch::kFloat32 || type == torch::kBFloat16) && c.logits.is_contiguous() &&
          c.scale.scalar_type() == torch::kFloat32;
 }
 
 torch::Tensor rows_with_cpu_kernel(const ChunkRows& c, int64_t ignored, bool write_gradient) {
-  torch::Tensor z = c.logits;  // [n, Vp] float32, overwritten by its gradient when asked
+  torch::Tensor z = c.logits;  // [n, Vp] float32 or bfloat16, overwritten by its gradient when asked
   const torch::Tensor targets = c.targets.to(torch::kInt64).contiguous();
   const torch::Tensor scale = c.scale.contiguous();
-  torch::Tensor loss = torch::empty({z.size(0)}, z.options());  // [n]
-  cpu::cross_entropy_rows(z.data_ptr<float>(), z.size(0), z.size(1), c.vocab, targets.data_ptr<int64_t>(), ignored,
-                          scale.data_ptr<float>(), loss.data_ptr<float>(), write_gradient);
+  torch::Tensor loss = torch::empty({z.size(0)}, z.options().dtype(torch::kFloat32));  // [n]
+  if (z.scalar_type() == torch::kBFloat16) {
+    cpu::cross_entropy_rows_bf16(reinterpret_cast<uint16_t*>(z.data_ptr<at::BFloat16>()), z.size(0), z.size(1), c.vocab,
+                                 targets.data_ptr<int64_t>(), ignored, scale.data_ptr<float>(), loss.data_ptr<float>(),
+                                 write_gradient);
+  } else {
+    cpu::cross_entropy_rows(z.data_ptr<float>(), z.size(0), z.size(1), c.vocab, targets.data_ptr<int64_t>(), ignored,
+                            scale.data_ptr<float>(), loss.data_ptr<float>(), write_gradient);
+  }
   return loss;
 }
 

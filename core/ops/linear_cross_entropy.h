@@ -3,7 +3,8 @@
 // exists, with the gradients of hidden and W formed chunk by chunk during the forward (the loss ends the
 // graph, so backward only scales them). On a GPU each chunk's softmax, loss and gradient are one kernel
 // over the bfloat16 logits (cross_entropy_rows_cuda.cu), and W's rows are padded to a multiple of 64 for
-// the matrix products (GPT-2's 50,257 rows make every product unaligned).
+// the matrix products (GPT-2's 50,257 rows make every product unaligned). On the CPU float32 and bfloat16
+// rows take one pass each (cross_entropy_rows_cpu.h).
 #pragma once
 
 #include <cstdint>

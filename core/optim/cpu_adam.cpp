@@ -16,7 +16,6 @@
 #include "core/optim/cpu_adam.h"
 
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
@@ -28,6 +27,7 @@
 #include <immintrin.h>  // GCC 12 warns inside it (bug 105593): silenced for this file in core/CMakeLists.txt
 #endif
 
+#include "core/util/bfloat16_cpu.h"
 #include "core/util/cpu_features.h"
 #include "core/util/error.h"
 
@@ -88,22 +88,12 @@ void scalar_range(const Coefficients& c, const CpuAdamBuffers& b, int64_t begin,
     b.param[i] = p;
     b.exp_avg[i] = m;
     b.exp_avg_sq[i] = v;
-    if (b.half_kind == HalfKind::kBFloat16) half[i] = c10::BFloat16(p).x;
+    if (b.half_kind == HalfKind::kBFloat16) half[i] = bf16::from_float(p);
     if (b.half_kind == HalfKind::kFloat16) half[i] = c10::Half(p).x;
   }
 }
 
 #if defined(__x86_64__)
-// bf16 as c10::BFloat16(float): add 0x7fff plus the lowest kept bit, keep the high half (round to nearest
-// even); NaN becomes 0x7fc0. Not VCVTNEPS2BF16, which flushes subnormals to zero.
-__attribute__((target("avx512f"))) inline __m256i bf16_avx512(__m512 x) {
-  const __m512i bits = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, _mm512_set1_epi32(0x7fc0)));
-}
-
 template <HalfKind kHalf>
 __attribute__((target("avx512f"))) void avx512_range(const Coefficients& c, const CpuAdamBuffers& b, int64_t begin,
                                                      int64_t end) {
@@ -128,21 +118,11 @@ __attribute__((target("avx512f"))) void avx512_range(const Coefficients& c, cons
     _mm512_storeu_ps(b.exp_avg_sq + i, v);
     if constexpr (kHalf != HalfKind::kNone) {
       auto* half = reinterpret_cast<__m256i*>(static_cast<uint16_t*>(b.half_out) + i);
-      _mm256_storeu_si256(half, kHalf == HalfKind::kBFloat16 ? bf16_avx512(p)
+      _mm256_storeu_si256(half, kHalf == HalfKind::kBFloat16 ? bf16::from_float_avx512(p)
                                                              : _mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
     }
   }
   scalar_range(c, b, i, end);
-}
-
-// AVX2 has no 32->16 bit narrowing store: pack within the 128-bit lanes, then bring the two low quads together.
-__attribute__((target("avx2,fma,f16c"))) inline __m128i bf16_avx2(__m256 x) {
-  const __m256i bits = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-  rounded = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0xd8));
 }
 
 template <HalfKind kHalf>
@@ -169,7 +149,7 @@ __attribute__((target("avx2,fma,f16c"))) void avx2_range(const Coefficients& c, 
     _mm256_storeu_ps(b.exp_avg_sq + i, v);
     if constexpr (kHalf != HalfKind::kNone) {
       auto* half = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(b.half_out) + i);
-      _mm_storeu_si128(half, kHalf == HalfKind::kBFloat16 ? bf16_avx2(p) : _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
+      _mm_storeu_si128(half, kHalf == HalfKind::kBFloat16 ? bf16::from_float_avx2(p) : _mm256_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT));
     }
   }
   scalar_range(c, b, i, end);

@@ -35,8 +35,8 @@ void add_runtime_schema(config::Schema& schema) {
                   "on the CPU: products of a few rows (decoding steps, at most 32) streamed through the weights "
                   "once by Kuafu's kernel instead of BLAS (which packs the weights each call); false: BLAS");
   schema.add_bool("runtime.fused_gelu", true,
-                  "on the CPU in float32: the tanh GELU (GPT-2's) through Kuafu's kernels, one exponential per value "
-                  "where LibTorch's takes a tanh; false: LibTorch's");
+                  "on the CPU in float32 and bfloat16: the tanh GELU (GPT-2's) through Kuafu's kernels, one exponential "
+                  "per value where LibTorch's takes a tanh; false: LibTorch's");
   schema.add_string("runtime.attention_backend", "auto",
                     "LibTorch's attention kernel: auto (the first that takes the inputs, in LibTorch's order; on the CPU "
                     "in bf16 below 512 keys Kuafu's plain products, measured faster), or flash, efficient, cudnn or "

@@ -1,5 +1,6 @@
 // ops::gelu_tanh (GPT-2's tanh GELU) against its formula worked in float64: Kuafu's CPU kernels on both paths
-// (AVX2 and the portable loop), through autograd, and LibTorch's where the kernels do not take the tensor.
+// (AVX2 and the portable loop), through autograd, in bfloat16 against the float32 kernel and LibTorch's, and
+// LibTorch's where the kernels do not take the tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,14 +74,69 @@ TEST(GeluTanhTest, InfinitiesAndNaNGoThroughAsInLibTorch) {
   EXPECT_TRUE(torch::allclose(y_best.narrow(0, 0, 5), want, 0, 0, /*equal_nan=*/true)) << y_best << want;
 }
 
-// LibTorch's kernel where Kuafu's does not take the tensor (not contiguous, bfloat16) or runtime.fused_gelu
+uint16_t* bits(const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); }
+
+// Where a and b differ by more than one bfloat16 step (2^-7 of b) plus `slack` (each value's, float64; 1e-38 by
+// default, for values near zero): the index, else -1.
+int64_t beyond_one_step(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& slack = {}) {
+  const torch::Tensor b64 = b.to(torch::kFloat64);
+  const torch::Tensor room = b64.abs() * std::ldexp(1.0, -7) + (slack.defined() ? slack : torch::full_like(b64, 1e-38));
+  const torch::Tensor excess = (a.to(torch::kFloat64) - b64).abs() - room;
+  return excess.max().item<double>() > 0 ? excess.argmax().item<int64_t>() : -1;
+}
+
+// bfloat16 through float32 blocks, rounded once: on the scalar path exactly the float32 kernel's values on the
+// widened inputs rounded by LibTorch. On the vector path a value may fall in a vector where the float32 run had
+// it in a loop's tail (the blocks and threads split elsewhere), whose exponentials differ by an ulp of float32,
+// so the rounded results may be one bfloat16 step apart; a wrong block offset would be far off.
+TEST(GeluTanhTest, BFloat16IsTheFloat32KernelRoundedOnce) {
+  const torch::Tensor x = torch::cat({values(), torch::randn({70001})}).to(torch::kBFloat16);  // more than a task's grain
+  const torch::Tensor dy = torch::randn_like(x, torch::kFloat32).to(torch::kBFloat16);
+  const torch::Tensor x32 = x.to(torch::kFloat32), dy32 = dy.to(torch::kFloat32);
+  for (const CpuPath path : {CpuPath::kScalar, CpuPath::kBest}) {
+    const std::string what = path == CpuPath::kBest ? "best path" : "scalar path";
+    torch::Tensor want_y = torch::empty_like(x32), want_dx = torch::empty_like(x32);
+    cpu::gelu_tanh(x32.data_ptr<float>(), want_y.data_ptr<float>(), x.numel(), path);
+    cpu::gelu_tanh_backward(dy32.data_ptr<float>(), x32.data_ptr<float>(), want_dx.data_ptr<float>(), x.numel(), path);
+    torch::Tensor y = torch::empty_like(x), dx = torch::empty_like(x);
+    cpu::gelu_tanh_bf16(bits(x), bits(y), x.numel(), path);
+    cpu::gelu_tanh_backward_bf16(bits(dy), bits(x), bits(dx), x.numel(), path);
+    if (path == CpuPath::kScalar) {
+      EXPECT_TRUE(torch::equal(y, want_y.to(torch::kBFloat16))) << what;
+      EXPECT_TRUE(torch::equal(dx, want_dx.to(torch::kBFloat16))) << what;
+    } else {
+      EXPECT_EQ(beyond_one_step(y, want_y.to(torch::kBFloat16)), -1) << what << ": y";
+      EXPECT_EQ(beyond_one_step(dx, want_dx.to(torch::kBFloat16)), -1) << what << ": dx";
+    }
+  }
+}
+
+// Through autograd against LibTorch's bfloat16 GELU, which also computes in float32 and rounds once: the float32
+// values differ within the float32 kernels' bounds against the formula (1e-6 |x| forward, 1e-6 |dy| (1 + |x|)
+// backward: tanh's cancellation in the negative tail and near the slope's zero), so the rounded ones by one bfloat16
+// step more at most.
+TEST(GeluTanhTest, BFloat16ThroughAutogradIsWithinOneStepOfLibTorchs) {
+  const torch::Tensor x0 = values().view({2, -1}).to(torch::kBFloat16);
+  const torch::Tensor dy = torch::randn_like(x0, torch::kFloat32).to(torch::kBFloat16);
+  ASSERT_TRUE(gelu_tanh_kernel_takes(x0));
+  const torch::Tensor x = x0.clone().requires_grad_(true), x_libtorch = x0.clone().requires_grad_(true);
+  const torch::Tensor y = gelu_tanh(x), y_libtorch = torch::gelu(x_libtorch, "tanh");
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  y.backward(dy);
+  y_libtorch.backward(dy);
+  const torch::Tensor x64 = x0.to(torch::kFloat64), dy64 = dy.to(torch::kFloat64);
+  EXPECT_EQ(beyond_one_step(y.detach(), y_libtorch.detach(), 2e-6 * x64.abs()), -1);
+  EXPECT_EQ(beyond_one_step(x.grad(), x_libtorch.grad(), 2e-6 * dy64.abs() * (1 + x64.abs())), -1);
+}
+
+// LibTorch's kernel where Kuafu's does not take the tensor (not contiguous, float16) or runtime.fused_gelu
 // is false: the same bits as torch::gelu(x, "tanh").
 TEST(GeluTanhTest, ElsewhereItIsLibTorchs) {
   const torch::Tensor x = torch::randn({64, 48});
   EXPECT_FALSE(gelu_tanh_kernel_takes(x.t()));
   EXPECT_TRUE(torch::equal(gelu_tanh(x.t()), torch::gelu(x.t(), "tanh")));
-  EXPECT_FALSE(gelu_tanh_kernel_takes(x.to(torch::kBFloat16)));
-  EXPECT_TRUE(torch::equal(gelu_tanh(x.to(torch::kBFloat16)), torch::gelu(x.to(torch::kBFloat16), "tanh")));
+  EXPECT_FALSE(gelu_tanh_kernel_takes(x.to(torch::kHalf)));
+  EXPECT_TRUE(torch::equal(gelu_tanh(x.to(torch::kHalf)), torch::gelu(x.to(torch::kHalf), "tanh")));
   const FusedKernels before = fused_kernels();
   FusedKernels off = before;
   off.gelu = false;

@@ -192,5 +192,44 @@ TEST(CpuCrossEntropyRowsTest, BothPathsEqualTheFormulaAndAWrongTargetIsNamed) {
   EXPECT_TRUE(torch::equal(z, logits)) << "a rejected call changed the logits";
 }
 
+// bfloat16 logits: each row widened, passed as float32 rows are, and its gradient rounded back as LibTorch's copy
+// to bfloat16 rounds; so the same bits as the float32 kernel (the same path) on the widened rows with its gradient
+// rounded by LibTorch: the loss and every gradient value exactly, the padding zero, on both paths.
+TEST(CpuCrossEntropyRowsTest, BFloat16RowsAreTheFloat32RowsRounded) {
+  torch::manual_seed(13);
+  const int64_t rows = 40, columns = 1003, stride = 1008;
+  const torch::Tensor logits = (torch::randn({rows, stride}) * 4).to(torch::kBFloat16);  // [40, 1008]
+  torch::Tensor targets = torch::randint(columns, {rows}, torch::kInt64);                // [40]
+  targets.index_put_({torch::arange(0, rows, 4)}, kIgnored);
+  const torch::Tensor scale = targets.ne(kIgnored).to(torch::kFloat32) * 0.25;  // [40]
+  auto bits = [](const torch::Tensor& t) { return reinterpret_cast<uint16_t*>(t.data_ptr<at::BFloat16>()); };
+  for (const CpuPath path : {CpuPath::kBest, CpuPath::kScalar}) {
+    const std::string what = path == CpuPath::kBest ? "best path" : "scalar path";
+    torch::Tensor want = logits.to(torch::kFloat32);
+    torch::Tensor want_loss = torch::empty({rows});
+    cpu::cross_entropy_rows(want.data_ptr<float>(), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                            scale.data_ptr<float>(), want_loss.data_ptr<float>(), /*write_gradient=*/true, path);
+    torch::Tensor z = logits.clone();
+    torch::Tensor loss = torch::empty({rows});
+    cpu::cross_entropy_rows_bf16(bits(z), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                                 scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/false, path);
+    EXPECT_TRUE(torch::equal(z, logits)) << what << ": the logits changed without a gradient asked";
+    EXPECT_TRUE(torch::equal(loss, want_loss)) << what;
+    cpu::cross_entropy_rows_bf16(bits(z), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                                 scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/true, path);
+    EXPECT_TRUE(torch::equal(loss, want_loss)) << what;
+    EXPECT_TRUE(torch::equal(z, want.to(torch::kBFloat16))) << what << ": gradient";
+    EXPECT_TRUE(torch::equal(z.narrow(1, columns, stride - columns), torch::zeros({rows, stride - columns}, torch::kBFloat16)));
+    EXPECT_GT(z.narrow(1, 0, columns).abs().max().item<float>(), 0.0f) << what;
+  }
+  torch::Tensor z = logits.clone();
+  torch::Tensor loss = torch::empty({rows});
+  targets[9] = -1;
+  EXPECT_THROW(cpu::cross_entropy_rows_bf16(bits(z), rows, stride, columns, targets.data_ptr<int64_t>(), kIgnored,
+                                            scale.data_ptr<float>(), loss.data_ptr<float>(), /*write_gradient=*/true),
+               std::exception);
+  EXPECT_TRUE(torch::equal(z, logits)) << "a rejected call changed the logits";
+}
+
 }  // namespace
 }  // namespace kuafu::ops
