@@ -106,7 +106,7 @@ int64_t default_chunk_bytes(const torch::Device& device) {
 struct FusedResult {
   torch::Tensor loss;         // [] compute type
   torch::Tensor grad_hidden;  // [N, C] hidden's type, for a loss gradient of 1 (undefined: not asked)
-  torch::Tensor grad_weight;  // [V, C] compute type, likewise
+  torch::Tensor grad_weight;  // [V, C] likewise: the logits' type from one chunk, else the compute type
 };
 
 // Which gradients the pass forms during the forward.
@@ -147,7 +147,9 @@ FusedResult fused_pass(const torch::Tensor& hidden, const torch::Tensor& weight,
     }
     if (!wanted.weight) continue;
     if (!grad_w.defined()) {
-      grad_w = torch::mm(d.t(), h).to(type);
+      // One chunk's product stays in its own type (bfloat16: the weight's, which backward hands on as it is);
+      // several are summed in the compute type.
+      grad_w = rows_per_chunk >= n ? torch::mm(d.t(), h) : torch::mm(d.t(), h).to(type);
     } else if (d.scalar_type() == type) {
       grad_w.addmm_(d.t(), h);
     } else {
