@@ -1,6 +1,7 @@
 // GPT-2's tanh GELU ("gelu_new"): on the CPU in float32 and bfloat16 through Kuafu's kernels
 // (ops/gelu_tanh_cpu.h, one exponential per value where LibTorch's takes a tanh) while runtime.fused_gelu is
-// on; elsewhere LibTorch's torch::gelu(x, "tanh"). The kernel's backward is not itself differentiable (no double backward).
+// on; elsewhere LibTorch's torch::gelu(x, "tanh"). The kernel's backward is not itself differentiable (no
+// double backward).
 #pragma once
 
 #include <torch/torch.h>
