@@ -5,7 +5,8 @@
 # three alike. One JSON line per run into OUT_DIR/gpt_speed.jsonl; stops starting runs at DEADLINE s.
 #
 # UNFUSED=1 adds Kuafu with runtime.fused_loss and runtime.fused_layer_norm = false; MKL=1 adds Kuafu with
-# runtime.cpu_blas = "libtorch" (the CPU's float32 products on LibTorch's MKL, not OpenBLAS); COMPILE_REPEATS
+# runtime.cpu_blas = "libtorch" (the CPU's float32 products on LibTorch's MKL, not OpenBLAS); MKL_VENDOR=1
+# adds Kuafu with runtime.mkl_kernels = "vendor" (MKL's generic kernels on AMD processors); COMPILE_REPEATS
 # limits the (slow to start) torch.compile runs to the first repeats; PADDED=1 adds eager PyTorch with
 # the vocabulary padded to a multiple of 64 (50,304 for GPT-2: aligned products); PROFILE=1 ends with one
 # profiled eager run per batch (the step's time by kind of kernel: benchmarks/gpt_eager_pytorch.py);
@@ -22,7 +23,7 @@
 # STEPS: timed steps per run (10; more where a noisy machine needs them).
 #
 # usage: GPT=kuafu-gpt OUT_DIR=out [PYTHON=python3] [BATCHES="8 16 32"] [REPEATS=2] [STEPS=10] [DEADLINE=300]
-#          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [MKL=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
+#          [COMPILE=1] [COMPILE_REPEATS=REPEATS] [UNFUSED=0] [MKL=0] [MKL_VENDOR=0] [PADDED=0] [PROFILE=0] [PROFILE_BATCHES=BATCHES]
 #          [ATTENTION="flash efficient cudnn math"] [GRAPHS=0]
 #          [DEVICE=cuda] [CONFIG=...] [SHAPE=...] [SETS=...] [PRECISION=bf16] [THREADS=16]
 #          benchmarks/gpt_speed_gpu.sh
@@ -78,6 +79,7 @@ for rep in $(seq "$REPEATS"); do
     kuafu "kuafu b$batch" "$batch"
     [[ $UNFUSED == 1 ]] && kuafu "kuafu unfused b$batch" "$batch" --set runtime.fused_loss=false --set runtime.fused_layer_norm=false
     [[ $MKL == 1 ]] && kuafu "kuafu mkl b$batch" "$batch" --set runtime.cpu_blas=\"libtorch\"
+    [[ ${MKL_VENDOR:-0} == 1 ]] && kuafu "kuafu mkl-vendor b$batch" "$batch" --set runtime.mkl_kernels=\"vendor\"
     [[ ${GRAPHS:-0} == 1 ]] && kuafu "kuafu graphs b$batch" "$batch" --set benchmark.cuda_graphs=true
     for backend in ${ATTENTION:-}; do kuafu "kuafu $backend-attention b$batch" "$batch" --set runtime.attention_backend=\"$backend\"; done
     pytorch "eager b$batch" "$vocab" "$batch" eager

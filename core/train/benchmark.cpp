@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/ops/attention_kernels.h"
+#include "core/ops/cpu_blas.h"
 #include "core/train/held_model.h"
 #include "core/train/model_state.h"
 #include "core/train/step_profile.h"
@@ -90,6 +91,12 @@ nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runt
           {"checkpoint_load_peak_in_use_mb", memory.phase_peak_mb()},
           {"checkpoint_mb", mib(folder_bytes(folder))}};
 }
+std::string mkl_kernels_name() {
+  const std::optional<ops::MklKernels> kernels = ops::mkl_kernels_in_use();
+  if (!kernels) return "unused";
+  return *kernels == ops::MklKernels::kByVendor ? "vendor" : "instruction_set";
+}
+
 // benchmark.cuda_graphs: what replays the step, once every model's step can run on the device; null when off.
 std::unique_ptr<CapturedStep> captured_step(const config::Config& config, const Runtime& runtime,
                                             const std::vector<BenchmarkedModel>& models) {
@@ -223,6 +230,8 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       {"attention_backend", ops::chosen_attention_backend()},
       {"attention_kernels", ops::attention_kernels_seen()},
       {"cuda_graphs", graph != nullptr},
+      // runtime.mkl_kernels as MKL took it at its first call ("unused": no MKL call in this process)
+      {"mkl_kernels", mkl_kernels_name()},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},

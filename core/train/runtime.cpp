@@ -45,8 +45,15 @@ void add_runtime_schema(config::Schema& schema) {
       .choices(ops::attention_backend_names());
   schema.add_string("runtime.cpu_blas", "openblas",
                     "float32 matrix products on the CPU (LibTorch's mm, matmul, attention): openblas (Debian's "
-                    "OpenBLAS; faster than the MKL in LibTorch on AMD processors) or libtorch (that MKL)")
+                    "OpenBLAS; faster than the MKL in LibTorch on AMD processors under runtime.mkl_kernels = "
+                    "\"vendor\", level with it under \"instruction_set\") or libtorch (that MKL)")
       .choices({"openblas", "libtorch"});
+  schema.add_string("runtime.mkl_kernels", "instruction_set",
+                    "how the MKL in LibTorch picks its CPU kernels (bfloat16 products such as flash attention's "
+                    "backward, and float32 ones under runtime.cpu_blas = \"libtorch\"): instruction_set (AVX2, "
+                    "AVX-512 and its bfloat16 dot products wherever the processor has them) or vendor (MKL's own "
+                    "rule: its generic kernels on processors not made by Intel). Taken at MKL's first call")
+      .choices({"instruction_set", "vendor"});
   schema.add_string("runtime.log_dir", "", "folder for per-rank log files; empty = <train.out_dir>/logs");
   schema.add_string("dist.backend", "auto", "collective backend: auto (NCCL with CUDA, else Gloo), gloo, nccl")
       .choices({"auto", "gloo", "nccl"});
@@ -86,6 +93,16 @@ Runtime start_runtime(const config::Config& config, std::shared_ptr<dist::World>
   const dist::LaunchEnv& env = world->env();
   Runtime runtime;
   const int cores = std::max(1u, std::thread::hardware_concurrency());
+  // Before anything calls MKL: it picks its kernels once, at its first call.
+  if (config.schema().find("runtime.mkl_kernels")) {
+    const bool by_vendor = config.get_string("runtime.mkl_kernels") == "vendor";
+    if (!ops::set_mkl_kernels(by_vendor ? ops::MklKernels::kByVendor : ops::MklKernels::kByInstructionSet)) {
+      config.fail_at("runtime.mkl_kernels", "MKL already picked its kernels " +
+                                                std::string(by_vendor ? "by instruction set" : "by vendor") +
+                                                " in this process, before this runtime started; the choice takes "
+                                                "effect in a fresh process");
+    }
+  }
   const int64_t requested = config.get_int("runtime.threads");
   runtime.threads = requested > 0 ? static_cast<int>(requested) : std::max(1, cores / env.local_world_size);
   torch::set_num_threads(runtime.threads);

@@ -282,5 +282,24 @@ TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
   EXPECT_NE(pipeline.output.find("parallel.pipeline"), std::string::npos) << pipeline.output;
 }
 
+// runtime.mkl_kernels reaches MKL before its first call, in a fresh process (float32 products through
+// runtime.cpu_blas = "libtorch" are MKL's): the line names what MKL was told when it picked its kernels.
+TEST(GPTCliTest, TheBenchmarksMklTakesTheConfiguredKernels) {
+  const auto dir = temp_dir("benchmark_mkl");
+  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 1\nn_head = 2\n"
+                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
+                                << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\ncpu_blas = \"libtorch\"\n"
+                                << "[benchmark]\nsteps = 1\nwarmup = 0\n";
+  for (const std::string kernels : {"instruction_set", "vendor"}) {
+    const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.mkl_kernels='\"" +
+                                  kernels + "\"'");
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_EQ(testing::last_json_line(result.output).value("mkl_kernels", ""), kernels) << result.output;
+  }
+  const Result wrong = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.mkl_kernels='\"intel\"'");
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("runtime.mkl_kernels"), std::string::npos) << wrong.output;
+}
+
 }  // namespace
 }  // namespace kuafu::gpt

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/ops/cpu_blas.h"
+#include "core/train/runtime.h"
 
 namespace kuafu::ops {
 namespace {
@@ -103,6 +104,55 @@ TEST_F(CpuBlasTest, TheLibTorchChoiceAndFloat64ProductsLeaveOpenBlas) {
   set_cpu_blas(CpuBlas::kOpenBlas);
   expect_product(torch::mm(a, b), a, b);
   EXPECT_GT(openblas_sgemm_calls(), before);
+}
+
+// LibTorch's CPU flash attention in bfloat16 sends its backward's block products to MKL (bfloat16 in,
+// float32 out). With MKL on its instruction-set kernels (Kuafu's default answer; AVX-512's bfloat16 dot
+// products on this machine) forward and backward equal the same attention in float64, and once MKL has
+// picked its kernels the other choice is refused rather than silently ignored.
+TEST(MklKernelsTest, BFloat16FlashAttentionOnMklsInstructionSetKernelsEqualsFloat64) {
+  EXPECT_TRUE(mkl_question_is_kuafus());
+  torch::manual_seed(6);
+  const auto make = [] { return torch::randn({1, 2, 600, 64}).to(torch::kBFloat16).requires_grad_(true); };
+  const torch::Tensor q = make(), k = make(), v = make();
+  const torch::Tensor upstream = torch::randn({1, 2, 600, 64}).to(torch::kBFloat16);
+  const torch::Tensor out = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);  // [1, 2, 600, 64]
+  out.backward(upstream);
+  ASSERT_EQ(mkl_kernels_in_use(), MklKernels::kByInstructionSet);
+  EXPECT_GT(mkl_questions(), 0);
+
+  const auto as64 = [](const torch::Tensor& t) { return t.detach().to(torch::kFloat64).requires_grad_(true); };
+  const torch::Tensor q64 = as64(q), k64 = as64(k), v64 = as64(v);
+  const torch::Tensor mask = torch::ones({600, 600}, torch::kBool).tril();
+  const torch::Tensor scores = torch::matmul(q64, k64.transpose(-2, -1)) / 8.0;  // sqrt(64)
+  const torch::Tensor out64 = torch::matmul(torch::softmax(scores.masked_fill(mask.logical_not(), -INFINITY), -1), v64);
+  out64.backward(upstream.to(torch::kFloat64));
+  // The kernel rounds the probabilities and the score gradients to bfloat16 (8 significant bits) before
+  // its products, and each result once more: within 4 bfloat16 steps of the largest value (2⁻⁶ of it)
+  // everywhere. The errors are 0.18-0.58 of that on either kernels; wrong products are off by whole values.
+  const auto expect_close = [](const torch::Tensor& got, const torch::Tensor& reference, const char* name) {
+    const double scale = reference.abs().max().item<double>();
+    const double error = (got.detach().to(torch::kFloat64) - reference).abs().max().item<double>();
+    EXPECT_LE(error, std::ldexp(scale, -6)) << name << ": largest value " << scale;
+  };
+  expect_close(out, out64.detach(), "output");
+  expect_close(q.grad(), q64.grad(), "dq");
+  expect_close(k.grad(), k64.grad(), "dk");
+  expect_close(v.grad(), v64.grad(), "dv");
+
+  EXPECT_FALSE(set_mkl_kernels(MklKernels::kByVendor));
+  EXPECT_EQ(mkl_kernels_in_use(), MklKernels::kByInstructionSet);
+  EXPECT_TRUE(set_mkl_kernels(MklKernels::kByInstructionSet));
+  // A runtime asking for the other kernels now stops, naming the key.
+  config::Schema schema;
+  train::add_runtime_schema(schema);
+  const config::Config vendor = config::Config::from_string("[runtime]\nmkl_kernels = \"vendor\"\n", "mkl.toml", schema);
+  try {
+    train::start_runtime(vendor, dist::World::single());
+    ADD_FAILURE() << "runtime.mkl_kernels = \"vendor\" was taken after MKL's first call";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("runtime.mkl_kernels"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
