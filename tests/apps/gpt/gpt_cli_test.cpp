@@ -243,12 +243,17 @@ TEST(GPTCliTest, EvalScoresTheMovingAverageTrainingScored) {
 // The benchmark steps the model as the trainer does, memory strategy and activation checkpointing
 // included, and prints the line every app prints. On runtime.device = "auto": a fresh process on a GPU
 // machine reads the GPU's memory meter before anything else touches CUDA.
-TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
-  const auto dir = temp_dir("benchmark");
+// A two-layer model's benchmark config in `dir` (c.toml).
+void write_benchmark_config(const fs::path& dir) {
   std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 2\nn_head = 2\n"
                                 << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
                                 << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\n"
                                 << "[benchmark]\nsteps = 2\nwarmup = 1\n";
+}
+
+TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
+  const auto dir = temp_dir("benchmark");
+  write_benchmark_config(dir);
   const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() +
                                 " --set memory.strategy='\"gemini\"' --set precision.dtype='\"bf16\"'"
                                 " --set memory.activation_checkpointing=true");
@@ -286,13 +291,10 @@ TEST(GPTCliTest, BenchmarkRunsTheConfiguredStrategiesAndPrintsTheSharedLine) {
 // runtime.cpu_blas = "libtorch" are MKL's): the line names what MKL was told when it picked its kernels.
 TEST(GPTCliTest, TheBenchmarksMklTakesTheConfiguredKernels) {
   const auto dir = temp_dir("benchmark_mkl");
-  std::ofstream(dir / "c.toml") << "[model]\nvocab_size = 64\nn_positions = 16\nn_embd = 16\nn_layer = 1\nn_head = 2\n"
-                                << "[data]\ncontext = 8\ndir = \"" << dir.string() << "\"\n"
-                                << "[train]\nmicro_batch_size = 2\n[runtime]\nthreads = 1\ncpu_blas = \"libtorch\"\n"
-                                << "[benchmark]\nsteps = 1\nwarmup = 0\n";
+  write_benchmark_config(dir);
   for (const std::string kernels : {"instruction_set", "vendor"}) {
-    const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.mkl_kernels='\"" +
-                                  kernels + "\"'");
+    const Result result = run_gpt("benchmark --config " + (dir / "c.toml").string() +
+                                  " --set runtime.cpu_blas='\"libtorch\"' --set runtime.mkl_kernels='\"" + kernels + "\"'");
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_EQ(testing::last_json_line(result.output).value("mkl_kernels", ""), kernels) << result.output;
   }
