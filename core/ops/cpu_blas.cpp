@@ -8,8 +8,8 @@ int64_t kuafu_sgemm_openblas_calls();
 bool kuafu_sgemm_is_the_process_sgemm();
 const char* kuafu_sgemm_next_library();
 // core/ops/mkl_dispatch_override.cpp, in the same library.
-void kuafu_mkl_answer_intel(bool yes);
-int kuafu_mkl_first_answer();
+void kuafu_mkl_by_instruction_set(bool on);
+int kuafu_mkl_first_mode();
 int64_t kuafu_mkl_questions();
 bool kuafu_mkl_question_is_kuafus();
 }
@@ -24,14 +24,14 @@ std::string libtorch_sgemm_library() { return kuafu_sgemm_next_library(); }
 
 bool set_mkl_kernels(MklKernels kernels) {
   const bool yes = kernels == MklKernels::kByInstructionSet;
-  const int first = kuafu_mkl_first_answer();
+  const int first = kuafu_mkl_first_mode();
   if (first != -1 && first != static_cast<int>(yes)) return false;
-  kuafu_mkl_answer_intel(yes);
+  kuafu_mkl_by_instruction_set(yes);
   return true;
 }
 
 std::optional<MklKernels> mkl_kernels_in_use() {
-  const int first = kuafu_mkl_first_answer();
+  const int first = kuafu_mkl_first_mode();
   if (first == -1) return std::nullopt;
   return first == 1 ? MklKernels::kByInstructionSet : MklKernels::kByVendor;
 }
