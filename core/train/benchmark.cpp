@@ -91,6 +91,8 @@ nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runt
           {"checkpoint_load_peak_in_use_mb", memory.phase_peak_mb()},
           {"checkpoint_mb", mib(folder_bytes(folder))}};
 }
+
+// The line's "mkl_kernels": how MKL was answered when it picked its kernels.
 std::string mkl_kernels_name() {
   const std::optional<ops::MklKernels> kernels = ops::mkl_kernels_in_use();
   if (!kernels) return "unused";
