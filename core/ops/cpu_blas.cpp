@@ -10,7 +10,6 @@ const char* kuafu_sgemm_next_library();
 // core/ops/mkl_dispatch_override.cpp, in the same library.
 void kuafu_mkl_by_instruction_set(bool on);
 int kuafu_mkl_first_mode();
-int64_t kuafu_mkl_questions();
 bool kuafu_mkl_question_is_kuafus();
 }
 
@@ -37,6 +36,5 @@ std::optional<MklKernels> mkl_kernels_in_use() {
 }
 
 bool mkl_question_is_kuafus() { return kuafu_mkl_question_is_kuafus(); }
-int64_t mkl_questions() { return kuafu_mkl_questions(); }
 
 }  // namespace kuafu::ops

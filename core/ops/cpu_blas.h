@@ -47,7 +47,5 @@ bool set_mkl_kernels(MklKernels kernels);
 std::optional<MklKernels> mkl_kernels_in_use();
 // Whether the answer MKL gets is Kuafu's (false: a library ahead of libkuafu_sgemm.so answers it).
 bool mkl_question_is_kuafus();
-// How many times MKL has asked so far (tests see that its products reach the question).
-int64_t mkl_questions();
 
 }  // namespace kuafu::ops

@@ -17,7 +17,6 @@ namespace {
 using Question = int (*)();
 
 std::atomic<int> by_instruction_set{1};
-std::atomic<int64_t> questions{0};
 std::atomic<int> first_mode{-1};  // by_instruction_set when MKL first asked; -1 until then
 
 Question mkls_own_answer() {
@@ -33,7 +32,6 @@ __attribute__((visibility("default"))) int mkl_serv_intel_cpu_true() {
   const int mode = by_instruction_set.load(std::memory_order_relaxed);
   int unset = -1;
   first_mode.compare_exchange_strong(unset, mode);
-  questions.fetch_add(1, std::memory_order_relaxed);
   if (mode == 1) return 1;
   const Question own = mkls_own_answer();
   return own != nullptr ? own() : 0;
@@ -43,7 +41,6 @@ __attribute__((visibility("default"))) void kuafu_mkl_by_instruction_set(bool on
 // How MKL was answered at its first question (its kernels follow it): 1 by instruction set, 0 by its own
 // rule, -1 not asked yet.
 __attribute__((visibility("default"))) int kuafu_mkl_first_mode() { return first_mode.load(); }
-__attribute__((visibility("default"))) int64_t kuafu_mkl_questions() { return questions.load(); }
 __attribute__((visibility("default"))) bool kuafu_mkl_question_is_kuafus() {
   return dlsym(RTLD_DEFAULT, "mkl_serv_intel_cpu_true") == reinterpret_cast<void*>(&mkl_serv_intel_cpu_true);
 }
