@@ -1,6 +1,6 @@
 // Decoding's products of a few rows on the CPU: ops::skinny_linear against LibTorch's linear (the BLAS the
 // apps use: OpenBLAS by default, `--blas libtorch` for LibTorch's MKL), interleaved call by call in one
-// process so that the machine's drift touches both alike, at OPT-125m's and OPT-1.3b's layer shapes.
+// process so that the machine's drift touches both alike, at OPT-125m's, OPT-1.3b's and Qwen2.5-0.5B's layer shapes.
 // Prints each shape's medians, the weights' GB/s and the ratio, and one JSON line per shape.
 // Usage: skinny_linear_benchmark [rows=8] [repeats=40] [threads=2] [blas=openblas|libtorch]
 #include <ATen/Parallel.h>
@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
     int64_t in, out;
   };
   const Shape shapes[] = {{"opt-125m attention", 768, 768},  {"opt-125m fc1", 768, 3072},    {"opt-125m fc2", 3072, 768},
-                          {"opt-125m output", 768, 50272},   {"opt-1.3b fc1", 2048, 8192},   {"opt-1.3b output", 2048, 50272}};
+                          {"opt-125m output", 768, 50272},   {"opt-1.3b fc1", 2048, 8192},   {"opt-1.3b output", 2048, 50272},
+                          {"qwen2.5-0.5b q", 896, 896},      {"qwen2.5-0.5b k", 896, 128},   {"qwen2.5-0.5b gate", 896, 4864},
+                          {"qwen2.5-0.5b down", 4864, 896}};
   for (const Shape& s : shapes) {
     const torch::Tensor x = torch::randn({rows, s.in}), w = torch::randn({s.out, s.in}), b = torch::randn({s.out});
     std::vector<double> skinny, plain;

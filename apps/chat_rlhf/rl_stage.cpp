@@ -1,6 +1,7 @@
 #include "apps/chat_rlhf/rl_stage.h"
 
 #include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -200,7 +201,9 @@ torch::Tensor RlTask::grpo_advantages(const Experience& e) const {
 
 void RlTask::make_rollout(int64_t rollout) {
   const int rank = rank_of(data_);
-  const Samples samples = draw_samples(rollout);
+  const auto started = std::chrono::steady_clock::now();
+  const Samples samples = draw_samples(rollout);  // the responses are on the host: the device is done with them
+  const auto sampled = std::chrono::steady_clock::now();
   const std::vector<std::vector<int64_t>>& prompts = samples.prompts;
   const std::vector<std::vector<int64_t>>& responses = samples.responses;
   const std::vector<const Prompt*>& sources = samples.sources;
@@ -270,6 +273,9 @@ void RlTask::make_rollout(int64_t rollout) {
   }
   if (sums[5].item<double>() > 0) rollout_figures_["answer_f1"] = sums[4].item<double>() / sums[5].item<double>();
   if (stage_ == Stage::Ppo) kl_.update(sums[1].item<double>() / n, static_cast<int64_t>(n));
+  const auto scored = std::chrono::steady_clock::now();  // after the sums' item(), which waits for the device
+  rollout_seconds_ = {{"generate_s", std::chrono::duration<double>(sampled - started).count()},
+                      {"experience_s", std::chrono::duration<double>(scored - sampled).count()}};
 }
 
 bool RlTask::update_scores_policy() const {
@@ -378,6 +384,8 @@ std::map<std::string, double> RlTask::step_figures(int64_t step) {
   sum_over(sums, data_);
   step_sums_.zero_();
   std::map<std::string, double> figures = rollout_figures_;
+  figures.insert(rollout_seconds_.begin(), rollout_seconds_.end());
+  rollout_seconds_.clear();  // the next steps of the same rollout did not make it
   const double tokens = std::max(1.0, sums[3].item<double>());
   if (!sits_out("actor", step)) {  // the actor's update's figures (none while the critic warms up)
     figures["clip_fraction"] = sums[0].item<double>() / tokens;

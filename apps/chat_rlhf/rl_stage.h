@@ -125,6 +125,9 @@ class RlTask : public train::RunTask {
   std::vector<std::vector<int64_t>> epoch_orders_;  // per epoch: the order of this rank's rows
   std::vector<BatchCounts> mini_batch_counts_;      // per (epoch, mini-batch): over all ranks
   std::map<std::string, double> rollout_figures_;   // over all ranks
+  // Seconds this rank spent on the rollout made in this step (sampling, then scoring it as experience),
+  // reported with that step only: where a PPO / GRPO iteration goes besides the updates.
+  std::map<std::string, double> rollout_seconds_;
   torch::Tensor step_sums_;  // this step's [clipped, approx KL, ratio, tokens, value loss, k1] sums, this rank
 };
 

@@ -508,6 +508,15 @@ TEST_F(ChatPipelineTest, PpoResumedMidRolloutGoesOnAsTheUninterruptedRun) {
   ASSERT_EQ(straight.size(), 10u);
   ASSERT_EQ(resumed.size(), 10u);
   EXPECT_NE(straight[4]["kl_coef"], straight[0]["kl_coef"]) << "the coefficient adapted between the rollouts";
+  // The rollout's seconds (sampling, scoring) come with the step that made it, steps 1, 5 and 9, and no other.
+  for (size_t i = 0; i < 10; ++i) {
+    for (const char* key : {"generate_s", "experience_s"}) {
+      EXPECT_EQ(straight[i].contains(key), i % 4 == 0) << key << " at step " << i + 1;
+      if (i % 4 == 0) {
+        EXPECT_GT(straight[i][key].get<double>(), 0.0) << key << " at step " << i + 1;
+      }
+    }
+  }
   for (size_t i = 6; i < 10; ++i) {
     for (const char* key : {"reward", "kl", "kl_coef", "response_length", "actor.loss", "critic.loss", "actor.grad_norm",
                             "critic.grad_norm", "ratio"}) {
