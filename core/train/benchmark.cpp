@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -90,6 +91,12 @@ nlohmann::json time_checkpoint(const config::Config& config, const Runtime& runt
           {"checkpoint_load_s", seconds_since(load_start)},
           {"checkpoint_load_peak_in_use_mb", memory.phase_peak_mb()},
           {"checkpoint_mb", mib(folder_bytes(folder))}};
+}
+
+// An environment variable's value, "" when unset.
+std::string environment_value(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
 }
 
 // The line's "mkl_kernels": how MKL was answered when it picked its kernels.
@@ -234,6 +241,9 @@ nlohmann::json benchmark_models(const config::Config& config, const Runtime& run
       {"cuda_graphs", graph != nullptr},
       // runtime.mkl_kernels as MKL took it at its first call ("unused": no MKL call in this process)
       {"mkl_kernels", mkl_kernels_name()},
+      // libgomp's waits as this process started with them (openmp_env.h; "" when unset)
+      {"omp_wait_policy", environment_value("OMP_WAIT_POLICY")},
+      {"gomp_spincount", environment_value("GOMP_SPINCOUNT")},
       {"step_time_ms_median", times.median * 1e3},
       {"step_time_ms_min", times.min * 1e3},
       {"step_time_ms_max", times.max * 1e3},

@@ -13,6 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/io/token_file.h"
 #include "core/util/atomic_file.h"
+#include "core/util/openmp_env.h"
 #include "tests/support/benchmark_line.h"
 #include "tests/support/json_lines.h"
 #include "tests/support/run_command.h"
@@ -301,6 +302,27 @@ TEST(GPTCliTest, TheBenchmarksMklTakesTheConfiguredKernels) {
   const Result wrong = run_gpt("benchmark --config " + (dir / "c.toml").string() + " --set runtime.mkl_kernels='\"intel\"'");
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.output.find("runtime.mkl_kernels"), std::string::npos) << wrong.output;
+}
+
+// An executable started without OMP_WAIT_POLICY restarts itself passive with a spin of about 0.1 ms
+// first (openmp_env.h), and libgomp's variables the user set are kept: the benchmark line reports what the
+// process ran with.
+TEST(GPTCliTest, TheAppsWaitPassivelyAfterAShortSpinUnlessTheUserChose) {
+  const auto dir = temp_dir("benchmark_openmp");
+  write_benchmark_config(dir);
+  const std::string benchmark = std::string(KUAFU_GPT_PATH) + " benchmark --config " + (dir / "c.toml").string();
+  const struct {
+    std::string environment, policy, spin;
+  } cases[] = {{"env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT", "passive", kOpenMpSpinCount},
+               {"env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=0", "passive", "0"},
+               {"env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active", "active", ""}};
+  for (const auto& c : cases) {
+    const Result result = testing::run_command(c.environment + " " + benchmark);
+    ASSERT_EQ(result.exit_code, 0) << c.environment << "\n" << result.output;
+    const nlohmann::json line = testing::last_json_line(result.output);
+    EXPECT_EQ(line.value("omp_wait_policy", "?"), c.policy) << c.environment;
+    EXPECT_EQ(line.value("gomp_spincount", "?"), c.spin) << c.environment;
+  }
 }
 
 }  // namespace
